@@ -1,0 +1,196 @@
+"""The foundation commands: ingest, search, get, status."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mdvdb.cli.app import (
+    CliError,
+    JsonOption,
+    RootOption,
+    app,
+    load,
+    print_json,
+    user_errors,
+)
+
+
+class _Progress:
+    """A one-line progress display on a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.last = 0.0
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last < 0.1 and done < total):
+            return
+        self.last = now
+        width = 30
+        filled = int(width * done / max(total, 1))
+        bar = "#" * filled + "-" * (width - filled)
+        sys.stderr.write(f"\r{stage:>8} [{bar}] {done}/{total}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[str] | None, typer.Argument(help="Only re-check these files.")] = None,
+    full: Annotated[bool, typer.Option("--full", help="Re-hash, re-parse, re-chunk all.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing when nothing changed.")
+    ] = False,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="Exit 1 at once if another writer runs.")
+    ] = False,
+    root: RootOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Index the source folders (only what changed since the last run)."""
+    with user_errors():
+        config = load(root)
+        from pipeline import ingest as pipeline_ingest
+
+        def waiting(holder: str) -> None:
+            if not quiet:
+                typer.echo(f"mdvdb: waiting for the index lock held by {holder}", err=True)
+
+        progress = _Progress(sys.stderr.isatty() and not quiet and not as_json)
+        report = pipeline_ingest.run(
+            config, paths or None, full=full, progress=progress, wait=not no_wait, on_wait=waiting
+        )
+        if as_json:
+            print_json(
+                {
+                    "files": report.files,
+                    "added": report.added,
+                    "changed": report.changed,
+                    "removed": report.removed,
+                    "unchanged": report.unchanged,
+                    "chunks": report.chunks,
+                    "chunks_embedded": report.chunks_embedded,
+                    "published": report.published,
+                    "index_bytes": report.index_bytes,
+                    "seconds": round(report.seconds, 3),
+                    "stage_seconds": {k: round(v, 3) for k, v in report.stage_seconds.items()},
+                    "errors": [{"path": p, "problem": m} for p, m in report.errors],
+                }
+            )
+            return
+        if quiet and report.nothing_changed and not report.errors:
+            return
+        for path, problem in report.errors[:20]:
+            typer.echo(f"warning: {path}: {problem}", err=True)
+        if len(report.errors) > 20:
+            typer.echo(f"warning: ... and {len(report.errors) - 20} more problems", err=True)
+        typer.echo(
+            f"{report.files} files: {report.added} added, {report.changed} changed, "
+            f"{report.removed} removed, {report.unchanged} unchanged; "
+            f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
+        )
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    limit: Annotated[int | None, typer.Option("-n", "--limit", min=1)] = None,
+    min_score: Annotated[float | None, typer.Option("--min-score")] = None,
+    root: RootOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Search the index; results are sections with their line ranges."""
+    with user_errors():
+        config = load(root)
+        from query import open_index
+
+        response = open_index(config=config).search(query, limit=limit, min_score=min_score)
+        if as_json:
+            print_json(response.to_json())
+            return
+        if not response.results:
+            typer.echo("No matches.")
+            return
+        for i, hit in enumerate(response.results, 1):
+            heading = " > ".join(hit.heading_path)
+            typer.echo(f"{i}. {hit.path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
+            if heading:
+                typer.echo(f"   {heading}")
+            typer.echo(f"   {hit.excerpt}")
+
+
+@app.command()
+def get(
+    path: Annotated[str, typer.Argument(help="A file path, relative to the project root.")],
+    root: RootOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print one indexed document: its content and metadata."""
+    with user_errors():
+        config = load(root)
+        from query import open_index
+
+        doc = open_index(config=config).get_document(path)
+        if as_json:
+            print_json(doc.to_json())
+            return
+        typer.echo(f"# {doc.path}  ({doc.title})")
+        for key, value in doc.metadata.items():
+            typer.echo(f"{key}: {value}")
+        typer.echo("")
+        typer.echo(doc.content, nl=not doc.content.endswith("\n"))
+
+
+@app.command()
+def status(
+    root: RootOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What the index holds and whether it is up to date."""
+    with user_errors():
+        config = load(root)
+        from query import open_index
+
+        st = open_index(config=config).status()
+        if st.exists:
+            st.new_files = _new_files(config, st)
+        if as_json:
+            print_json(st.to_json())
+            return
+        if not st.exists:
+            raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
+        updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
+        typer.echo(f"index:      {st.index_path} ({st.index_bytes / 1e6:.1f} MB)")
+        typer.echo(f"documents:  {st.files}")
+        typer.echo(f"chunks:     {st.chunks}")
+        typer.echo(f"updated:    {updated}")
+        typer.echo(f"embeddings: {st.provider}:{st.model} ({st.dimensions} dims)")
+        if st.provider_mismatch:
+            typer.echo(f"stale:      {st.provider_mismatch}; run `mdvdb ingest`")
+        stale = st.stale_files + st.new_files
+        if stale:
+            typer.echo(f"stale:      {len(stale)} files changed since indexing, e.g.:")
+            for path in stale[:10]:
+                typer.echo(f"  {path}")
+        elif not st.provider_mismatch:
+            typer.echo("stale:      none")
+
+
+def _new_files(config, st) -> list[str]:
+    """Files on disk that the index does not have (uses the ingest's own walk and rules)."""
+    from pipeline.discover import walk
+    from query import open_index
+
+    indexed = set(open_index(config=config).snapshot.paths)
+    return sorted(p for p in walk(config, []) if p not in indexed)
+
+
+def _unused(_: Path) -> None:  # keeps Path imported for annotations in typer
+    return None

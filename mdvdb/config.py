@@ -1,0 +1,329 @@
+"""Configuration: shell environment > `.markdownvdb` (dotenv style) > built-in defaults.
+
+This module is one of the two things the read and the write side share (the other is
+`mdvdb.index_format`). It is imported on every CLI call, so it imports nothing heavy.
+Every setting is declared once in `SETTINGS`; a bad value is a `ConfigError` that names the
+variable and where its value came from, which the CLI turns into a one-line message, exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = ".markdownvdb"
+PROVIDERS = ("local", "openai", "ollama", "custom")
+SEARCH_MODES = ("hybrid", "semantic", "lexical")
+
+# Per-provider defaults for model and dimensions (the spec's defaults for openai).
+PROVIDER_DEFAULTS: dict[str, tuple[str, int]] = {
+    "local": ("wordllama-l2-supercat", 256),
+    "openai": ("text-embedding-3-small", 1536),
+    "ollama": ("nomic-embed-text", 768),
+    "custom": ("default", 0),  # 0: take the dimension the endpoint returns on first call
+}
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the variable and its origin."""
+
+
+def _int(minimum: int = 0) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"expected an integer, got {raw!r}") from None
+        if value < minimum:
+            raise ValueError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _float(raw: str) -> float:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise ValueError(f"expected a number, got {raw!r}") from None
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _list(raw: str) -> list[str]:
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _str(raw: str) -> str:
+    return raw.strip()
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    attr: str
+    parse: Callable[[str], Any]
+    default: str | None  # raw default, parsed like a user value; None = unset
+    help: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("MDVDB_SOURCE_DIRS", "source_dirs", _list, ".", "Comma-separated folders to index"),
+    Setting("MDVDB_INDEX_FILE", "index_file", _str, ".markdownvdb.index", "The index file"),
+    Setting(
+        "MDVDB_STATE_DIR",
+        "state_dir",
+        _str,
+        ".markdownvdb.state",
+        "Caches and the doit DB (deleting it only costs a rebuild)",
+    ),
+    Setting("MDVDB_IGNORE_PATTERNS", "ignore_patterns", _list, "", "Extra gitignore-style globs"),
+    Setting(
+        "MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT",
+        "follow_outside_root",
+        _bool,
+        "false",
+        "Allow symlinks that point outside the project root",
+    ),
+    Setting(
+        "MDVDB_EMBEDDING_PROVIDER",
+        "embedding_provider",
+        _choice(*PROVIDERS),
+        "local",
+        "local | openai | ollama | custom",
+    ),
+    Setting("MDVDB_EMBEDDING_MODEL", "embedding_model", _str, None, "Model name"),
+    Setting("MDVDB_EMBEDDING_DIMENSIONS", "embedding_dimensions", _int(0), None, "Vector size"),
+    Setting("MDVDB_EMBEDDING_BATCH_SIZE", "embedding_batch_size", _int(1), "64", "Texts a request"),
+    Setting(
+        "MDVDB_EMBEDDING_CONCURRENCY",
+        "embedding_concurrency",
+        _int(1),
+        "4",
+        "Batches in flight at once (remote providers)",
+    ),
+    Setting("MDVDB_EMBEDDING_TIMEOUT", "embedding_timeout", _float, "60", "Seconds before a retry"),
+    Setting(
+        "MDVDB_EMBEDDING_MAX_RETRIES", "embedding_max_retries", _int(0), "5", "Retries a batch"
+    ),
+    Setting(
+        "MDVDB_EMBEDDING_ENDPOINT", "embedding_endpoint", _str, None, "URL for provider=custom"
+    ),
+    Setting("MDVDB_CHUNK_MAX_TOKENS", "chunk_max_tokens", _int(16), "512", "Tokens a chunk"),
+    Setting("MDVDB_CHUNK_OVERLAP_TOKENS", "chunk_overlap_tokens", _int(0), "50", "Window overlap"),
+    Setting("MDVDB_SEARCH_DEFAULT_LIMIT", "search_default_limit", _int(1), "10", "Results"),
+    Setting("MDVDB_SEARCH_MIN_SCORE", "search_min_score", _float, "0.0", "Minimum score"),
+    Setting(
+        "MDVDB_SEARCH_DEFAULT_MODE",
+        "search_default_mode",
+        _choice(*SEARCH_MODES),
+        "hybrid",
+        "hybrid | semantic | lexical",
+    ),
+    Setting("MDVDB_WATCH", "watch", _bool, "true", "Allow the watcher"),
+    Setting("MDVDB_WATCH_DEBOUNCE_MS", "watch_debounce_ms", _int(0), "300", "Debounce (ms)"),
+    Setting("MDVDB_CLUSTERING_ENABLED", "clustering_enabled", _bool, "true", "Build clusters"),
+    Setting(
+        "MDVDB_CLUSTERING_REBALANCE_THRESHOLD",
+        "clustering_rebalance_threshold",
+        _int(1),
+        "50",
+        "Changed documents before a full re-clustering",
+    ),
+    Setting(
+        "MDVDB_CLUSTERING_MAX_CLUSTERS",
+        "clustering_max_clusters",
+        _int(2),
+        "50",
+        "Upper bound on the number of clusters",
+    ),
+    Setting("MDVDB_TAG_FIELD", "tag_field", _str, "tags", "Frontmatter field behind --tag"),
+    Setting("MDVDB_CATEGORY_FIELD", "category_field", _str, "category", "Field behind --category"),
+)
+
+SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
+
+
+def parse_dotenv(text: str) -> dict[str, str]:
+    """KEY=VALUE lines; `#` comments, `export KEY=...` and quoted values are accepted."""
+    values: dict[str, str] = {}
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key = key.strip()
+        if key.startswith("export "):
+            key = key[len("export ") :].strip()
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        values[key] = value
+    return values
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The nearest folder upward holding `.markdownvdb`, else the starting folder."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / CONFIG_FILE).is_file():
+            return folder
+    return here
+
+
+@dataclass
+class Config:
+    root: Path
+    source_dirs: list[str] = field(default_factory=lambda: ["."])
+    index_file: str = ".markdownvdb.index"
+    state_dir: str = ".markdownvdb.state"
+    ignore_patterns: list[str] = field(default_factory=list)
+    follow_outside_root: bool = False
+    embedding_provider: str = "local"
+    embedding_model: str | None = None
+    embedding_dimensions: int | None = None
+    embedding_batch_size: int = 64
+    embedding_concurrency: int = 4
+    embedding_timeout: float = 60.0
+    embedding_max_retries: int = 5
+    embedding_endpoint: str | None = None
+    chunk_max_tokens: int = 512
+    chunk_overlap_tokens: int = 50
+    search_default_limit: int = 10
+    search_min_score: float = 0.0
+    search_default_mode: str = "hybrid"
+    watch: bool = True
+    watch_debounce_ms: int = 300
+    clustering_enabled: bool = True
+    clustering_rebalance_threshold: int = 50
+    clustering_max_clusters: int = 50
+    tag_field: str = "tags"
+    category_field: str = "category"
+    origins: dict[str, str] = field(default_factory=dict)
+    # Other variables from the environment and the config file (API keys, hosts). Never
+    # written anywhere: the index records only the fingerprint of the non-secret settings.
+    extra: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def index_path(self) -> Path:
+        return (self.root / self.index_file).resolve()
+
+    @property
+    def state_path(self) -> Path:
+        return (self.root / self.state_dir).resolve()
+
+    def source_paths(self) -> list[Path]:
+        return [(self.root / d).resolve() for d in self.source_dirs]
+
+    def env(self, name: str, default: str | None = None) -> str | None:
+        """A non-MDVDB variable (OPENAI_API_KEY, OLLAMA_HOST...), environment first."""
+        return self.extra.get(name, default)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings that decide what the index holds; secrets never appear here."""
+        return {
+            "provider": self.embedding_provider,
+            "model": self.embedding_model,
+            "dimensions": self.embedding_dimensions,
+            "chunk_max_tokens": self.chunk_max_tokens,
+            "chunk_overlap_tokens": self.chunk_overlap_tokens,
+        }
+
+
+def load_config(root: Path | str | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Resolve every setting; raise ConfigError naming the first bad one."""
+    root_path = Path(root).resolve() if root is not None else find_root()
+    env = dict(os.environ if environ is None else environ)
+    file_values: dict[str, str] = {}
+    config_path = root_path / CONFIG_FILE
+    if config_path.is_file():
+        try:
+            file_values = parse_dotenv(config_path.read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{config_path}: cannot read configuration ({exc})") from None
+
+    config = Config(root=root_path)
+    for setting in SETTINGS:
+        if setting.env in env:
+            raw, origin = env[setting.env], "the environment"
+        elif setting.env in file_values:
+            raw, origin = file_values[setting.env], str(config_path)
+        elif setting.default is not None:
+            raw, origin = setting.default, "the default"
+        else:
+            continue
+        try:
+            value = setting.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{setting.env} (from {origin}): {exc}") from None
+        setattr(config, setting.attr, value)
+        config.origins[setting.env] = origin
+
+    for key, value in file_values.items():
+        if key not in SETTINGS_BY_ENV:
+            config.extra[key] = value
+    for key, value in env.items():
+        if key not in SETTINGS_BY_ENV and not key.startswith("MDVDB_"):
+            config.extra[key] = value
+
+    _apply_provider_defaults(config)
+    _validate(config)
+    return config
+
+
+def _apply_provider_defaults(config: Config) -> None:
+    model, dims = PROVIDER_DEFAULTS[config.embedding_provider]
+    if config.embedding_model is None or config.embedding_model == "":
+        config.embedding_model = model
+    if config.embedding_dimensions is None:
+        config.embedding_dimensions = dims
+
+
+def _origin(config: Config, env: str) -> str:
+    return config.origins.get(env, "the default")
+
+
+def _validate(config: Config) -> None:
+    if config.chunk_overlap_tokens >= config.chunk_max_tokens:
+        raise ConfigError(
+            f"MDVDB_CHUNK_OVERLAP_TOKENS (from {_origin(config, 'MDVDB_CHUNK_OVERLAP_TOKENS')}): "
+            f"{config.chunk_overlap_tokens} must be smaller than MDVDB_CHUNK_MAX_TOKENS "
+            f"({config.chunk_max_tokens})"
+        )
+    if not config.source_dirs:
+        raise ConfigError(
+            f"MDVDB_SOURCE_DIRS (from {_origin(config, 'MDVDB_SOURCE_DIRS')}): no folder given"
+        )
+    if config.embedding_provider == "custom" and not config.embedding_endpoint:
+        raise ConfigError(
+            "MDVDB_EMBEDDING_ENDPOINT: required when MDVDB_EMBEDDING_PROVIDER=custom "
+            f"(provider from {_origin(config, 'MDVDB_EMBEDDING_PROVIDER')})"
+        )
+    if config.embedding_provider == "local" and config.embedding_dimensions not in (64, 128, 256):
+        raise ConfigError(
+            f"MDVDB_EMBEDDING_DIMENSIONS (from {_origin(config, 'MDVDB_EMBEDDING_DIMENSIONS')}): "
+            f"the local model gives 64, 128 or 256 (Matryoshka truncation), "
+            f"not {config.embedding_dimensions}"
+        )

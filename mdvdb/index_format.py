@@ -1,0 +1,230 @@
+"""The index file: its layout, its Arrow schemas and its version. Owned here, and only here.
+
+Layout (all integers little-endian):
+
+    [MAGIC 8 bytes][version u32][reserved u32]            16-byte header
+    [Arrow IPC stream] ... one per table, each starting on a 64-byte boundary
+    [footer: UTF-8 JSON {"version", "tables": {name: [offset, length]}, "meta": {...}}]
+    [footer length u64][MAGIC 8 bytes]                     16-byte trailer
+
+Arrow IPC streams (no internal offsets, so a slice reads as-is) are written uncompressed,
+so a reader maps the file once (`pyarrow.memory_map`) and
+opens every table zero-copy from a slice; the `vector` column of `chunks` is one contiguous
+float32 buffer that NumPy views as an (n, d) matrix without a copy.
+
+A writer never touches the published file: it writes a temp file in the same folder, fsyncs it
+and `os.replace`s it over the old one, so a reader holds either the old snapshot or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+FORMAT_VERSION = 1
+MAGIC = b"MDVDBIX\x00"
+HEADER = struct.Struct("<8sII")
+TRAILER = struct.Struct("<Q8s")
+ALIGN = 64
+
+# Frontmatter fields get typed columns in `files` named with this prefix (filters read them).
+FRONTMATTER_COLUMN_PREFIX = "fm:"
+
+FILES_SCHEMA = pa.schema(
+    [
+        ("file_id", pa.int32()),
+        ("path", pa.string()),  # relative to the project root, POSIX style
+        ("sha256", pa.string()),  # hex digest of the file's bytes
+        ("size", pa.int64()),
+        ("mtime", pa.float64()),
+        ("title", pa.string()),
+        ("frontmatter", pa.string()),  # JSON object
+        ("parse_error", pa.string()),  # null when the file parsed cleanly
+        ("cluster_id", pa.int32()),  # -1 when clustering is off or pending
+    ]
+)
+
+
+def chunks_schema(dimensions: int) -> pa.Schema:
+    return pa.schema(
+        [
+            ("chunk_id", pa.int32()),
+            ("file_id", pa.int32()),
+            ("heading", pa.string()),
+            ("heading_path", pa.list_(pa.string())),
+            ("start_line", pa.int32()),  # 1-based, inclusive, in the original file
+            ("end_line", pa.int32()),
+            ("text", pa.string()),
+            ("token_count", pa.int32()),
+            ("sha256", pa.string()),  # hex digest of the embedded text
+            ("vector", pa.list_(pa.float32(), dimensions)),
+        ]
+    )
+
+
+CLUSTERS_SCHEMA = pa.schema(
+    [
+        ("cluster_id", pa.int32()),
+        ("label", pa.string()),
+        ("keywords", pa.list_(pa.string())),
+        ("size", pa.int32()),
+        ("representative_paths", pa.list_(pa.string())),
+        ("centroid", pa.list_(pa.float32())),
+    ]
+)
+
+# Table names a reader may find; unknown extra tables are ignored by older readers.
+TABLES = ("files", "chunks", "lexical", "lexical_terms", "clusters")
+
+
+class IndexFormatError(RuntimeError):
+    """The file is missing, foreign, torn or of another format version."""
+
+
+@dataclass
+class IndexFile:
+    """A mapped index: tables open zero-copy over one memory map."""
+
+    path: Path
+    meta: dict[str, Any]
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    size: int = 0
+    mtime_ns: int = 0
+    inode: int = 0
+
+    def table(self, name: str) -> pa.Table | None:
+        return self.tables.get(name)
+
+
+def read_index(path: Path | str) -> IndexFile:
+    path = Path(path)
+    try:
+        source = pa.memory_map(str(path), "r")
+        stat = os.fstat(source.fileno())
+    except FileNotFoundError:
+        raise IndexFormatError(f"no index at {path}: run `mdvdb ingest` first") from None
+    except OSError as exc:
+        raise IndexFormatError(f"cannot open index {path}: {exc}") from None
+    size = source.size()
+    whole = source.read_buffer(size)  # zero-copy view of the whole map
+    if size < HEADER.size + TRAILER.size:
+        raise IndexFormatError(f"{path} is not a Markdown VDB index (too short)")
+    magic, version, _ = HEADER.unpack(whole.slice(0, HEADER.size).to_pybytes())
+    if magic != MAGIC:
+        raise IndexFormatError(f"{path} is not a Markdown VDB index (unknown header)")
+    if version != FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{path} has index format {version}; this mdvdb reads format {FORMAT_VERSION}: "
+            "run `mdvdb ingest --full` to rebuild it"
+        )
+    footer_len, end_magic = TRAILER.unpack(
+        whole.slice(size - TRAILER.size, TRAILER.size).to_pybytes()
+    )
+    if end_magic != MAGIC or footer_len > size - HEADER.size - TRAILER.size:
+        raise IndexFormatError(f"{path} is torn or truncated: run `mdvdb ingest --full`")
+    footer_at = size - TRAILER.size - footer_len
+    try:
+        footer = json.loads(whole.slice(footer_at, footer_len).to_pybytes())
+    except ValueError:
+        raise IndexFormatError(
+            f"{path} has an unreadable footer: run `mdvdb ingest --full`"
+        ) from None
+    tables = {}
+    for name, (offset, length) in footer["tables"].items():
+        if offset + length > footer_at:
+            raise IndexFormatError(f"{path}: table {name} lies outside the file")
+        reader = pa.ipc.open_stream(whole.slice(offset, length))
+        tables[name] = reader.read_all()
+    return IndexFile(
+        path=path,
+        meta=footer.get("meta", {}),
+        tables=tables,
+        size=size,
+        mtime_ns=stat.st_mtime_ns,
+        inode=stat.st_ino,
+    )
+
+
+def read_meta(path: Path | str) -> dict[str, Any]:
+    """Only the footer's metadata: cheap enough for `status` on a large index."""
+    return read_index(path).meta
+
+
+def write_index(path: Path | str, tables: dict[str, pa.Table], meta: dict[str, Any]) -> int:
+    """Write all tables to a temp file beside `path`, fsync, and atomically replace `path`.
+
+    Returns the size of the published file. On any error the temp file is removed and the
+    previous index is left untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        offsets: dict[str, list[int]] = {}
+        with pa.OSFile(tmp_name, "wb") as sink:
+            sink.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0))
+            for name, table in tables.items():
+                _pad(sink)
+                start = sink.tell()
+                with pa.ipc.new_stream(sink, table.schema) as writer:
+                    writer.write_table(table.combine_chunks(), max_chunksize=max(1, table.num_rows))
+                offsets[name] = [start, sink.tell() - start]
+            full_meta = {
+                "format_version": FORMAT_VERSION,
+                "written_at": time.time(),
+                **meta,
+            }
+            footer = json.dumps(
+                {"version": FORMAT_VERSION, "tables": offsets, "meta": full_meta},
+                separators=(",", ":"),
+                default=str,
+            ).encode()
+            sink.write(footer)
+            sink.write(TRAILER.pack(len(footer), MAGIC))
+            size = sink.tell()
+        _fsync_file(tmp_name)
+        os.replace(tmp_name, path)
+        _fsync_dir(path.parent)
+        return size
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _pad(sink: pa.NativeFile) -> None:
+    remainder = sink.tell() % ALIGN
+    if remainder:
+        sink.write(b"\x00" * (ALIGN - remainder))
+
+
+def _fsync_file(name: str) -> None:
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

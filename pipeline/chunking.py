@@ -1,0 +1,149 @@
+"""Chunk: one chunk per heading section; a section over the token budget becomes overlapping
+windows of whole lines. Every chunk keeps its heading path and its 1-based, inclusive line range
+in the original file, so a result can point a reader (or an editor) at the exact lines.
+
+Tokens are counted with the bundled WordLlama (Llama-2) tokenizer whatever the provider, so
+chunk boundaries do not move when the provider changes and cached chunks stay valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+
+from pipeline.parse import ParsedDoc
+
+
+@dataclass
+class Chunk:
+    heading: str
+    heading_path: list[str]
+    start_line: int
+    end_line: int
+    text: str  # the section's lines as written
+    embed_text: str  # what is embedded and hashed: heading context + text
+    token_count: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def chunking_key(max_tokens: int, overlap: int) -> str:
+    """Cache key of a chunking: changes when the rules or the settings change."""
+    return f"v1:{max_tokens}:{overlap}"
+
+
+def _count(texts: list[str]) -> list[int]:
+    if not texts:
+        return []
+    from mdvdb.providers.local import load_tokenizer
+
+    return [len(e.ids) for e in load_tokenizer().encode_batch(texts, add_special_tokens=False)]
+
+
+@dataclass
+class _Section:
+    heading: str
+    path: list[str]
+    start: int  # 1-based inclusive
+    end: int
+
+
+def sections_of(doc: ParsedDoc) -> list[_Section]:
+    lines = doc.lines
+    sections: list[_Section] = []
+    stack: list[tuple[int, str]] = []
+    first_heading = doc.headings[0].line if doc.headings else len(lines) + 1
+    if any(line.strip() for line in lines[doc.body_start - 1 : first_heading - 1]):
+        sections.append(_Section("", [], doc.body_start, first_heading - 1))
+    for i, heading in enumerate(doc.headings):
+        while stack and stack[-1][0] >= heading.level:
+            stack.pop()
+        stack.append((heading.level, heading.text))
+        end = doc.headings[i + 1].line - 1 if i + 1 < len(doc.headings) else len(lines)
+        nxt = doc.headings[i + 1] if i + 1 < len(doc.headings) else None
+        has_body = any(line.strip() for line in lines[heading.line : end])
+        # A parent heading with no text of its own lives on in its children's heading paths.
+        if not has_body and nxt is not None and nxt.level > heading.level:
+            continue
+        sections.append(_Section(heading.text, [t for _, t in stack], heading.line, end))
+    for section in sections:
+        while section.end > section.start and not lines[section.end - 1].strip():
+            section.end -= 1
+    return sections
+
+
+def _windows(line_tokens: list[int], max_tokens: int, overlap: int) -> list[tuple[int, int]]:
+    """Greedy windows of whole lines (0-based, end exclusive) under max_tokens, each starting
+    so that about `overlap` tokens of the previous window repeat."""
+    windows = []
+    start = 0
+    n = len(line_tokens)
+    while start < n:
+        end, total = start, 0
+        while end < n and (end == start or total + line_tokens[end] <= max_tokens):
+            total += line_tokens[end]
+            end += 1
+        windows.append((start, end))
+        if end >= n:
+            break
+        back, kept = end, 0
+        while back - 1 > start and kept + line_tokens[back - 1] <= overlap:
+            back -= 1
+            kept += line_tokens[back]
+        start = back
+    return windows
+
+
+def chunk_document(doc: ParsedDoc, max_tokens: int, overlap: int) -> list[Chunk]:
+    lines = doc.lines
+    sections = sections_of(doc)
+    texts = ["\n".join(lines[s.start - 1 : s.end]) for s in sections]
+    counts = _count(texts)
+    chunks: list[Chunk] = []
+    for section, text, count in zip(sections, texts, counts, strict=True):
+        if count <= max_tokens:
+            chunks.append(_make(section, section.start, section.end, text, count))
+            continue
+        section_lines = lines[section.start - 1 : section.end]
+        line_tokens = _count(section_lines)
+        for a, b in _windows(line_tokens, max_tokens, overlap):
+            if b - a == 1 and line_tokens[a] > max_tokens:
+                chunks.extend(_split_line(section, section.start + a, section_lines[a], max_tokens))
+                continue
+            piece = "\n".join(section_lines[a:b])
+            chunks.append(
+                _make(
+                    section, section.start + a, section.start + b - 1, piece, sum(line_tokens[a:b])
+                )
+            )
+    return chunks
+
+
+def _split_line(section: _Section, line_no: int, line: str, max_tokens: int) -> list[Chunk]:
+    """A single line longer than the budget (minified HTML, a data URI): cut by token offsets."""
+    from mdvdb.providers.local import load_tokenizer
+
+    offsets = load_tokenizer().encode(line, add_special_tokens=False).offsets
+    out = []
+    for i in range(0, len(offsets), max_tokens):
+        part = offsets[i : i + max_tokens]
+        text = line[part[0][0] : part[-1][1]]
+        out.append(_make(section, line_no, line_no, text, len(part)))
+    return out
+
+
+def _make(section: _Section, start: int, end: int, text: str, tokens: int) -> Chunk:
+    context = " > ".join(section.path[:-1])
+    embed_text = f"{context}\n{text}" if context else text
+    return Chunk(
+        heading=section.heading,
+        heading_path=list(section.path),
+        start_line=start,
+        end_line=end,
+        text=text,
+        embed_text=embed_text,
+        token_count=tokens,
+        sha256=hashlib.sha256(embed_text.encode()).hexdigest(),
+    )

@@ -1,0 +1,69 @@
+"""One writer at a time: an exclusive `filelock` on the state folder.
+
+The lock is an OS file lock (flock), so the kernel releases it when its holder dies: a lock
+left by a killed process is never stale. A side file names the holder (pid, command, since
+when) so a waiting writer can say whom it waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+
+class LockBusy(RuntimeError):
+    """Another writer holds the lock and the caller asked not to wait."""
+
+
+class WriterLock:
+    def __init__(self, state_dir: Path, command: str = "ingest"):
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / "writer.lock"
+        self.info_path = state_dir / "writer.json"
+        self.command = command
+        self._lock = FileLock(str(self.path))
+
+    def holder(self) -> str:
+        try:
+            info = json.loads(self.info_path.read_text())
+        except (OSError, ValueError):
+            return "another mdvdb process"
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("since", 0)))
+        return f"pid {info.get('pid')} ({info.get('command')}) since {since}"
+
+    def acquire(self, wait: bool = True, on_wait=None) -> None:
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            if not wait:
+                raise LockBusy(f"another writer holds the index lock: {self.holder()}") from None
+            if on_wait:
+                on_wait(self.holder())
+            self._lock.acquire()
+        self.info_path.write_text(
+            json.dumps({"pid": os.getpid(), "command": self.command, "since": time.time()})
+        )
+
+    def release(self) -> None:
+        if self._lock.is_locked:
+            try:
+                self.info_path.unlink()
+            except FileNotFoundError:
+                pass
+            self._lock.release()
+
+    def __enter__(self) -> WriterLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def describe_command() -> str:
+    return " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]

