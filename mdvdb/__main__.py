@@ -1,0 +1,3 @@
+from mdvdb.cli import main
+
+main()
