@@ -21,6 +21,9 @@ class PackInput:
     vectors: np.ndarray  # one row per chunk, in file order then chunk order
     dimensions: int
     meta: dict[str, Any] = field(default_factory=dict)
+    # The run's cache database (pipeline.state.State), for builders that read what the
+    # cluster and schema stages stored there.
+    state: Any = None
 
 
 def files_table(inp: PackInput, cluster_ids: np.ndarray | None = None) -> pa.Table:

@@ -312,7 +312,7 @@ def _pack(ctx: RunContext) -> dict:
         "errors": [list(e) for e in ctx.report.errors][:1000],
         "mdvdb_version": _version(),
     }
-    inp = PackInput(entries, docs, vectors, provider.dimensions, meta)
+    inp = PackInput(entries, docs, vectors, provider.dimensions, meta, state=ctx.state)
     ctx.report.index_bytes = pack(config.index_path, inp)
     ctx.report.published = True
     ctx.report.chunks = len(shas)
