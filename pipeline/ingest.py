@@ -72,6 +72,8 @@ def run(
             )
         if not ctx.report.published and not config.index_path.exists():
             raise IngestError("ingest finished without an index; run `mdvdb ingest --full`")
+        # Lets the next run trust discover's change list instead of diffing every cache.
+        ctx.state.set_value("clean_run", tasks._build_settings(ctx))
         ctx.report.seconds = time.perf_counter() - started
         return ctx.report
     finally:

@@ -10,6 +10,7 @@ Tables:
 - parsed:     file sha256 -> parse result (JSON)
 - chunks:     (file sha256, chunking key) -> chunk list (JSON)
 - embeddings: (model key, chunk sha256) -> float32 vector bytes
+- embedded:   (model key, file sha256) of files whose chunks all have vectors
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -35,12 +35,16 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE TABLE IF NOT EXISTS embeddings (
     model TEXT, sha256 BLOB, vector BLOB NOT NULL, PRIMARY KEY (model, sha256)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS embedded (
+    model TEXT, sha256 TEXT, PRIMARY KEY (model, sha256)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
 """
 
 
-@dataclass(frozen=True)
-class ManifestEntry:
+class ManifestEntry(NamedTuple):
+    """A NamedTuple, not a dataclass: 38k of them are built on every run."""
+
     path: str
     size: int
     mtime_ns: int
@@ -88,6 +92,13 @@ class State:
             "(SELECT sha256 FROM parsed) GROUP BY sha256"
         )
         return list(rows)
+
+    def get_parsed_shas(self, shas: list[str]) -> list[str]:
+        return [sha for sha, _ in self._select_in("parsed", "1", shas)]
+
+    def missing_chunks_of(self, key: str, shas: list[str]) -> list[str]:
+        known = set(self.get_chunks(key, shas))
+        return [s for s in shas if s not in known]
 
     def put_parsed(self, items: Iterable[tuple[str, dict[str, Any]]]) -> None:
         with self.transaction():
@@ -166,14 +177,40 @@ class State:
                 i = index[sha]
                 out[i] = np.frombuffer(blob, dtype=np.float32)
                 seen[i] = True
-        if not seen.all():
-            missing = shas[int(np.flatnonzero(~seen)[0])].hex()
+        firsts = np.fromiter(index.values(), dtype=np.int64, count=len(index))
+        if not seen[firsts].all():
+            missing = shas[int(firsts[~seen[firsts]][0])].hex()
             raise KeyError(f"no embedding cached for chunk {missing}")
-        # Duplicate shas map to the last index; copy to the others.
-        if len(index) != len(shas):
-            for i, sha in enumerate(shas):
-                out[i] = out[index[sha]]
+        if len(index) != len(shas):  # the same text in several places: copy its vector
+            rows = np.fromiter((index[sha] for sha in shas), dtype=np.int64, count=len(shas))
+            out = out[rows]
         return out
+
+    def files_to_embed(self, model: str, among: list[str] | None = None) -> list[str]:
+        """Current file shas whose chunks are not all known to have vectors for `model`."""
+        if among is not None:
+            known: set[str] = set()
+            for start in range(0, len(among), 500):
+                part = among[start : start + 500]
+                marks = ",".join("?" * len(part))
+                rows = self.db.execute(
+                    f"SELECT sha256 FROM embedded WHERE model = ? AND sha256 IN ({marks})",
+                    (model, *part),
+                )
+                known.update(r[0] for r in rows)
+            return [s for s in among if s not in known]
+        rows = self.db.execute(
+            "SELECT DISTINCT sha256 FROM manifest WHERE sha256 NOT IN "
+            "(SELECT sha256 FROM embedded WHERE model = ?)",
+            (model,),
+        )
+        return [r[0] for r in rows]
+
+    def mark_embedded(self, model: str, shas: list[str]) -> None:
+        with self.transaction():
+            self.db.executemany(
+                "INSERT OR IGNORE INTO embedded VALUES (?, ?)", ((model, s) for s in shas)
+            )
 
     # -- small values ---------------------------------------------------------------------
     def get_value(self, key: str) -> Any:

@@ -60,6 +60,13 @@ class RunContext:
     progress: Callable[[str, int, int], None] | None = None
     report: IngestReport = field(default_factory=IngestReport)
     error: BaseException | None = None
+    manifest_digest: str | None = None
+    # Current files after discover (path -> entry), kept in step with the manifest table.
+    entries: dict[str, Any] | None = None
+    # Shas discover saw added or changed; when the previous run finished cleanly and the
+    # build settings are the same, later stages look only at these instead of diffing the
+    # whole manifest against their caches.
+    changed_shas: set[str] | None = None
     _state: Any = None
     _provider: Any = None
 
@@ -150,10 +157,12 @@ def _discover(ctx: RunContext) -> dict:
     from pipeline.discover import discover
 
     state = ctx.state
-    manifest = {} if ctx.full else state.manifest()
+    old = state.manifest()
+    clean = state.get_value("clean_run") == _build_settings(ctx)
+    state.set_value("clean_run", None)
+    manifest = {} if ctx.full else old
     found = discover(ctx.config, manifest, ctx.only)
     if ctx.full:
-        old = state.manifest()
         found.removed = sorted(set(old) - set(found.entries))
         found.changed = [p for p in found.added if p in old]
         found.added = [p for p in found.added if p not in old]
@@ -166,14 +175,43 @@ def _discover(ctx: RunContext) -> dict:
     report.removed, report.unchanged = len(found.removed), found.unchanged
     report.files = len(found.entries)
     report.errors.extend(found.errors)
-    return {"digest": found.digest()}
+    ctx.entries = found.entries
+    ctx.manifest_digest = found.digest()
+    if clean and not ctx.full:
+        ctx.changed_shas = {found.entries[p].sha256 for p in (*found.added, *found.changed)}
+    return {"digest": ctx.manifest_digest}
+
+
+def _build_settings(ctx: RunContext) -> str:
+    cfg = ctx.config
+    return _digest(cfg.fingerprint(), cfg.clustering_enabled, str(cfg.index_path))
+
+
+def _current(ctx: RunContext) -> dict[str, Any]:
+    if ctx.entries is None:  # a stage run on its own (`doit pack`)
+        ctx.entries = ctx.state.manifest()
+    return ctx.entries
+
+
+def _pending(ctx: RunContext, done: set[str] | None) -> list[str] | None:
+    """Shas a stage must look at: discover's changes when they can be trusted, else None
+    (the stage then diffs the whole manifest against its cache)."""
+    if ctx.changed_shas is None:
+        return None
+    return sorted(ctx.changed_shas - (done or set()))
 
 
 def _parse(ctx: RunContext) -> dict:
     from pipeline.parse import parse_document
 
     state = ctx.state
-    todo = state.missing_parsed()
+    pending = _pending(ctx, None)
+    if pending is None:
+        todo = state.missing_parsed()
+    else:
+        known = set(state.get_parsed_shas(pending))
+        by_sha = {e.sha256: e.path for e in _current(ctx).values()}
+        todo = [(by_sha[s], s) for s in pending if s not in known]
     batch: list[tuple[str, dict]] = []
     for i, (path, sha) in enumerate(todo, 1):
         try:
@@ -212,13 +250,20 @@ def _drop_unparsed(ctx: RunContext) -> None:
     ).fetchall()
     if rows:
         state.replace_manifest([], [r[0] for r in rows])
+        entries = _current(ctx)
+        for (path,) in rows:
+            entries.pop(path, None)
+        ctx.manifest_digest = None
 
 
 def _manifest_digest(ctx: RunContext) -> str:
-    h = hashlib.sha256()
-    for path, sha in ctx.state.db.execute("SELECT path, sha256 FROM manifest ORDER BY path"):
-        h.update(f"{path}\0{sha}\n".encode())
-    return h.hexdigest()
+    """Digest of (path, sha) of every current file; computed once per run."""
+    if ctx.manifest_digest is None:
+        h = hashlib.sha256()
+        for path, sha in ctx.state.db.execute("SELECT path, sha256 FROM manifest ORDER BY path"):
+            h.update(f"{path}\0{sha}\n".encode())
+        ctx.manifest_digest = h.hexdigest()
+    return ctx.manifest_digest
 
 
 def _chunk_key(config: Config) -> str:
@@ -233,7 +278,8 @@ def _chunk(ctx: RunContext) -> dict:
 
     state, config = ctx.state, ctx.config
     key = _chunk_key(config)
-    todo = state.missing_chunks(key)
+    pending = _pending(ctx, None)
+    todo = state.missing_chunks(key) if pending is None else state.missing_chunks_of(key, pending)
     for start in range(0, len(todo), 500):
         part = todo[start : start + 500]
         parsed = state.get_parsed(part)
@@ -257,30 +303,30 @@ def _chunk(ctx: RunContext) -> dict:
     return {"digest": _digest(_manifest_digest(ctx), key)}
 
 
-def _documents(ctx: RunContext) -> tuple[list, dict[str, dict]]:
-    entries = sorted(ctx.state.manifest().values(), key=lambda e: e.path)
-    docs = ctx.state.get_chunks(_chunk_key(ctx.config), {e.sha256 for e in entries})
-    entries = [e for e in entries if e.sha256 in docs]
-    return entries, docs
-
-
 def _embed(ctx: RunContext) -> dict:
     from pipeline.embed import embed_missing, model_key
 
-    entries, docs = _documents(ctx)
+    state, provider = ctx.state, ctx.provider
+    key = model_key(provider)
+    mark = f"{key}|{_chunk_key(ctx.config)}"
+    # Only files not yet marked complete for this model and chunking: a one-file edit reads
+    # one chunk record, not every file's.
+    pending = _pending(ctx, None)
+    todo = state.files_to_embed(mark, pending)
+    docs = state.get_chunks(_chunk_key(ctx.config), todo)
     texts: dict[bytes, str] = {}
-    for entry in entries:
-        for c in docs[entry.sha256]["chunks"]:
+    for doc in docs.values():
+        for c in doc["chunks"]:
             texts[bytes.fromhex(c["sha256"])] = c["embed_text"]
-    provider = ctx.provider
     ctx.report.chunks_embedded = embed_missing(
-        ctx.state,
+        state,
         provider,
         texts,
         ctx.config.embedding_batch_size,
         lambda done, total: ctx.tick("embed", done, total),
     )
-    return {"digest": _digest(_manifest_digest(ctx), _chunk_key(ctx.config), model_key(provider))}
+    state.mark_embedded(mark, list(docs))
+    return {"digest": _digest(_manifest_digest(ctx), _chunk_key(ctx.config), key)}
 
 
 def _cluster(ctx: RunContext) -> dict:
@@ -297,12 +343,10 @@ def _pack(ctx: RunContext) -> dict:
     from pipeline.embed import model_key
     from pipeline.pack import PackInput, pack
 
-    config = ctx.config
-    provider = ctx.provider
-    entries, docs = _documents(ctx)
-    shas = [bytes.fromhex(c["sha256"]) for e in entries for c in docs[e.sha256]["chunks"]]
-    vectors = ctx.state.get_embeddings(model_key(provider), shas, provider.dimensions)
-    digest = _digest(_manifest_digest(ctx), _chunk_key(config), model_key(provider))
+    config, state, provider = ctx.config, ctx.state, ctx.provider
+    key, chunk_key = model_key(provider), _chunk_key(config)
+    digest = _digest(_manifest_digest(ctx), chunk_key, key)
+    entries = sorted(_current(ctx).values(), key=lambda e: e.path)
     meta = {
         "digest": digest,
         "provider": provider.name,
@@ -312,12 +356,20 @@ def _pack(ctx: RunContext) -> dict:
         "errors": [list(e) for e in ctx.report.errors][:1000],
         "mdvdb_version": _version(),
     }
-    inp = PackInput(entries, docs, vectors, provider.dimensions, meta, state=ctx.state)
-    ctx.report.index_bytes = pack(config.index_path, inp)
+    inp = PackInput(
+        entries=entries,
+        dimensions=provider.dimensions,
+        build_key=f"{key}|{chunk_key}",
+        load_documents=lambda shas: state.get_chunks(chunk_key, shas),
+        load_vectors=lambda shas: state.get_embeddings(key, shas, provider.dimensions),
+        meta=meta,
+        state=state,
+    )
+    ctx.report.index_bytes, ctx.report.chunks = pack(config.index_path, inp)
     ctx.report.published = True
-    ctx.report.chunks = len(shas)
-    ctx.state.set_value("published_digest", digest)
-    ctx.state.prune(_chunk_key(config))
+    state.set_value("published_digest", digest)
+    if ctx.changed_shas is None or ctx.report.removed or ctx.changed_shas:
+        state.prune(chunk_key)
     return {"digest": digest}
 
 

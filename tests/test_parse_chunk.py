@@ -1,0 +1,83 @@
+from pipeline.chunking import chunk_document
+from pipeline.parse import parse_document
+
+
+def test_frontmatter_is_metadata_not_body():
+    doc = parse_document(b"---\ntitle: Hello\ntags: [a, b]\n---\n# Heading\n\nBody\n", "x.md")
+    assert doc.metadata == {"title": "Hello", "tags": ["a", "b"]}
+    assert doc.title == "Hello"
+    assert doc.body_start == 5
+    chunks = chunk_document(doc, 512, 50)
+    assert all("tags:" not in c.embed_text for c in chunks)
+    assert chunks[0].start_line == 5
+
+
+def test_bom_and_crlf():
+    raw = "\ufeff---\r\ntitle: T\r\n---\r\n# One\r\n\r\nText\r\n".encode()
+    doc = parse_document(raw, "x.md")
+    assert doc.metadata == {"title": "T"}
+    assert [h.text for h in doc.headings] == ["One"]
+    assert doc.headings[0].line == 4
+    assert "\r" not in "".join(doc.lines)
+
+
+def test_invalid_yaml_keeps_body_and_reports_line():
+    raw = b"---\ntitle: ok\nbad: [unclosed\nmore: x\n---\n# Still here\n\ntext\n"
+    doc = parse_document(raw, "x.md")
+    assert doc.metadata == {}
+    assert doc.error and "invalid YAML" in doc.error and "line" in doc.error
+    assert [h.text for h in doc.headings] == ["Still here"]
+    assert chunk_document(doc, 512, 50)[0].heading == "Still here"
+
+
+def test_hash_in_code_fence_is_not_a_heading_and_setext_is():
+    raw = b"Title\n=====\n\n```sh\n# not a heading\n```\n\nSub\n---\n\ntext\n"
+    doc = parse_document(raw, "x.md")
+    assert [(h.level, h.text, h.line) for h in doc.headings] == [(1, "Title", 1), (2, "Sub", 8)]
+
+
+def test_heading_paths_and_line_ranges_match_the_file():
+    text = (
+        "# Install\n\nIntro text.\n\n## Linux\n\napt install x\n\n## macOS\n\nbrew install x\n\n"
+        "# Usage\n\nRun it.\n"
+    )
+    doc = parse_document(text.encode(), "x.md")
+    chunks = chunk_document(doc, 512, 50)
+    lines = text.split("\n")
+    assert [c.heading_path for c in chunks] == [
+        ["Install"],
+        ["Install", "Linux"],
+        ["Install", "macOS"],
+        ["Usage"],
+    ]
+    for c in chunks:
+        assert c.text == "\n".join(lines[c.start_line - 1 : c.end_line])
+    # Ancestor headings give context to the embedded text.
+    assert chunks[1].embed_text.startswith("Install\n## Linux")
+
+
+def test_oversized_section_becomes_overlapping_windows():
+    body = "\n".join(f"line {i} with some words to count as tokens" for i in range(200))
+    doc = parse_document(f"# Big\n\n{body}\n".encode(), "x.md")
+    chunks = chunk_document(doc, 64, 16)
+    assert len(chunks) > 5
+    assert all(c.token_count <= 64 for c in chunks)
+    assert all(c.heading_path == ["Big"] for c in chunks)
+    for a, b in zip(chunks, chunks[1:], strict=False):
+        assert b.start_line <= a.end_line  # overlap
+        assert b.start_line > a.start_line  # progress
+    assert chunks[-1].end_line == len(doc.lines)
+
+
+def test_file_without_headings_is_one_chunk_and_empty_file_none():
+    doc = parse_document(b"just some text\nand more\n", "notes.md")
+    chunks = chunk_document(doc, 512, 50)
+    assert len(chunks) == 1 and chunks[0].heading_path == [] and doc.title == "notes"
+    assert chunk_document(parse_document(b"", "e.md"), 512, 50) == []
+
+
+def test_single_huge_line_is_split():
+    doc = parse_document(("word " * 3000).encode(), "x.md")
+    chunks = chunk_document(doc, 128, 16)
+    assert len(chunks) >= 20
+    assert all(c.start_line == c.end_line == 1 for c in chunks)
