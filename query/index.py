@@ -7,7 +7,6 @@ re-maps when a newer index was published.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from dataclasses import dataclass
@@ -125,6 +124,8 @@ class Index:
 
     async def asearch(self, query: str, **options: Any) -> SearchResponse:
         """The same search off the event loop, for agent loops built on asyncio."""
+        import asyncio
+
         return await asyncio.to_thread(self.search, query, **options)
 
     def get_document(self, path: str) -> Document:
@@ -162,6 +163,8 @@ class Index:
         )
 
     async def aget_document(self, path: str) -> Document:
+        import asyncio
+
         return await asyncio.to_thread(self.get_document, path)
 
     def status(self, check_files: bool = True) -> Status:

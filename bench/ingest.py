@@ -1,0 +1,95 @@
+"""Ingest benchmark: full build, no-op rebuild and a one-file edit, through the real CLI.
+
+Each figure is the wall time of a fresh `mdvdb ingest` process (what a user or a hook pays),
+median of --repeat runs for the no-op and the edit. The reference alternative measured in the
+same run: `rg --files` over the same folder (the floor for merely listing the files).
+
+    python bench/ingest.py [--corpora tldr gen10k gen100k] [--repeat 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import WORK, corpus, print_table, run  # noqa: E402
+from bench.generate import generate  # noqa: E402
+
+MDVDB = [sys.executable, "-m", "mdvdb"]
+
+
+def _rg() -> str:
+    local = Path(sys.executable).with_name("rg")
+    return str(local) if local.exists() else "rg"
+
+
+def prepare(name: str) -> Path:
+    if name.startswith("gen"):
+        count = int(name[3:].replace("k", "000"))
+        return generate(WORK / "generated" / name, count)
+    return corpus(name)
+
+
+def timed_cli(args: list[str], root: Path) -> float:
+    start = time.perf_counter()
+    result = run([*MDVDB, *args, "--root", str(root)])
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"mdvdb {' '.join(args)} failed: {result.stderr[-2000:]}")
+    return elapsed
+
+
+def bench(name: str, repeat: int) -> dict:
+    root = prepare(name)
+    for leftover in (root / ".markdownvdb.index", root / ".markdownvdb.state"):
+        if leftover.is_dir():
+            shutil.rmtree(leftover)
+        elif leftover.exists():
+            leftover.unlink()
+    files = sum(1 for _ in root.rglob("*.md"))
+    full = timed_cli(["ingest"], root)
+    noop = [timed_cli(["ingest"], root) for _ in range(repeat)]
+    target = sorted(root.rglob("*.md"))[len(sorted(root.rglob("*.md"))) // 2]
+    original = target.read_text()
+    edits = []
+    for i in range(repeat):
+        target.write_text(original + f"\n\nEdited line {i} about kayaks.\n")
+        edits.append(timed_cli(["ingest"], root))
+    target.write_text(original)
+    timed_cli(["ingest"], root)
+    rg_times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run([_rg(), "--files", "-g", "*.md", str(root)])
+        rg_times.append(time.perf_counter() - start)
+    index_mb = (root / ".markdownvdb.index").stat().st_size / 1e6
+    return {
+        "corpus": name,
+        "files": files,
+        "full_s": full,
+        "files_per_s": files / full,
+        "noop_s_p50": statistics.median(noop),
+        "edit1_s_p50": statistics.median(edits),
+        "rg_files_s_p50": statistics.median(rg_times),
+        "index_MB": index_mb,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", nargs="+", default=["tldr", "gen10k", "gen100k"])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = [bench(name, args.repeat) for name in args.corpora]
+    print_table("mdvdb ingest (fresh process each run)", rows, args.json)
+
+
+if __name__ == "__main__":
+    main()
