@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_FILE = ".markdownvdb"
+# A file of this name in the project root switches search off without uninstalling anything.
+OFF_FILE = ".mdvdb-off"
 PROVIDERS = ("local", "openai", "ollama", "custom")
 SEARCH_MODES = ("hybrid", "semantic", "lexical")
 
@@ -62,6 +64,20 @@ def _bool(raw: str) -> bool:
 
 def _list(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _weights(raw: str) -> dict[str, float]:
+    """`label=number` pairs separated by commas, e.g. `high=1.1,low=0.9`."""
+    weights: dict[str, float] = {}
+    for part in _list(raw):
+        label, sep, number = part.partition("=")
+        if not sep or not label.strip():
+            raise ValueError(f"expected label=number pairs, got {part!r}")
+        weight = _float(number)
+        if weight <= 0:
+            raise ValueError(f"weight for {label.strip()!r} must be > 0, got {weight}")
+        weights[label.strip().lower()] = weight
+    return weights
 
 
 def _choice(*choices: str) -> Callable[[str], str]:
@@ -157,6 +173,34 @@ SETTINGS: tuple[Setting, ...] = (
         "50",
         "Upper bound on the number of clusters",
     ),
+    Setting(
+        "MDVDB_GOVERN",
+        "govern",
+        _choice("auto", "on", "off"),
+        "auto",
+        "Governed ranking: auto = on when pages carry the confidence/updated fields",
+    ),
+    Setting(
+        "MDVDB_GOVERN_CONFIDENCE_FIELD",
+        "govern_confidence_field",
+        _str,
+        "confidence",
+        "Frontmatter field holding a page's confidence label",
+    ),
+    Setting(
+        "MDVDB_GOVERN_UPDATED_FIELD",
+        "govern_updated_field",
+        _str,
+        "updated",
+        "Frontmatter date that breaks ties (newer first)",
+    ),
+    Setting(
+        "MDVDB_GOVERN_WEIGHTS",
+        "govern_weights",
+        _weights,
+        "authoritative=1.2,high=1.1,medium=1.0,low=0.9,very-low=0.8",
+        "Score factor for each confidence label (others: 1.0)",
+    ),
     Setting("MDVDB_TAG_FIELD", "tag_field", _str, "tags", "Frontmatter field behind --tag"),
     Setting("MDVDB_CATEGORY_FIELD", "category_field", _str, "category", "Field behind --category"),
 )
@@ -219,6 +263,10 @@ class Config:
     clustering_enabled: bool = True
     clustering_rebalance_threshold: int = 50
     clustering_max_clusters: int = 50
+    govern: str = "auto"
+    govern_confidence_field: str = "confidence"
+    govern_updated_field: str = "updated"
+    govern_weights: dict[str, float] = field(default_factory=dict)
     tag_field: str = "tags"
     category_field: str = "category"
     origins: dict[str, str] = field(default_factory=dict)
@@ -233,6 +281,10 @@ class Config:
     @property
     def state_path(self) -> Path:
         return (self.root / self.state_dir).resolve()
+
+    @property
+    def switched_off(self) -> bool:
+        return (self.root / OFF_FILE).exists()
 
     def source_paths(self) -> list[Path]:
         return [(self.root / d).resolve() for d in self.source_dirs]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from query import govern as governing
 from query.results import SearchResponse, SearchResult
 from query.vector import cosine_scores, top_k
 
@@ -39,15 +40,20 @@ def search(
     min_score: float | None = None,
     mode: str = "semantic",
     explain: bool = False,
+    govern: bool | None = None,
 ) -> SearchResponse:
     config = index.config
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
+    governed = governing.enabled(index, govern)
     scores = semantic_scores(index, query)
-    order = top_k(scores, limit)
+    order = top_k(scores, governing.candidates(limit) if governed else limit)
     order = [int(i) for i in order if scores[i] >= min_score]
     components = {int(i): {"semantic": float(scores[i])} for i in order} if explain else None
-    return SearchResponse(query, mode, build_results(index, order, scores, components))
+    results = build_results(index, order, scores, components)
+    if governed:
+        results = governing.rerank(index, results, limit, explain)
+    return SearchResponse(query, mode, results)
 
 
 def build_results(

@@ -27,6 +27,8 @@ RootOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# `status --check` and the `.mdvdb-off` switch: codes a harness can branch on.
+EXIT_STALE, EXIT_NO_INDEX, EXIT_OFF = 3, 4, 5
 
 
 class CliError(Exception):
@@ -80,6 +82,15 @@ def load(root: Path | None):
     if root is not None and not root.is_dir():
         raise CliError(f"--root {root}: not a folder", EXIT_USAGE)
     return load_config(root)
+
+
+def refuse_if_off(config) -> None:
+    """A `.mdvdb-off` file in the root switches search off (exit 5), for users who want an
+    agent to stop using mdvdb without uninstalling it."""
+    from mdvdb.config import OFF_FILE
+
+    if config.switched_off:
+        raise CliError(f"search is switched off here ({config.root / OFF_FILE} exists)", EXIT_OFF)
 
 
 def print_json(data: Any) -> None:

@@ -10,12 +10,16 @@ from typing import Annotated
 import typer
 
 from mdvdb.cli.app import (
+    EXIT_NO_INDEX,
+    EXIT_OK,
+    EXIT_STALE,
     CliError,
     JsonOption,
     RootOption,
     app,
     load,
     print_json,
+    refuse_if_off,
     user_errors,
 )
 
@@ -103,17 +107,46 @@ def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     limit: Annotated[int | None, typer.Option("-n", "--limit", min=1)] = None,
     min_score: Annotated[float | None, typer.Option("--min-score")] = None,
+    files: Annotated[
+        bool, typer.Option("--files", help="One line per file: score and path (cheapest).")
+    ] = False,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", min=1, help="Budget on the total excerpt size (≈4 chars)."),
+    ] = None,
+    govern: Annotated[
+        bool | None,
+        typer.Option("--govern/--no-govern", help="Weigh pages by confidence/updated fields."),
+    ] = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Show score components.")] = False,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Search the index; results are sections with their line ranges."""
     with user_errors():
         config = load(root)
-        from query import open_index
+        refuse_if_off(config)
+        from query import open_index, shaping
 
-        response = open_index(config=config).search(query, limit=limit, min_score=min_score)
+        limit = limit or config.search_default_limit
+        response = open_index(config=config).search(
+            query,
+            limit=limit * 4 if files else limit,
+            min_score=min_score,
+            govern=govern,
+            explain=explain,
+        )
+        if max_tokens is not None:
+            response.results = shaping.within_budget(response.results, max_tokens)
+        if files:
+            hits = shaping.by_file(response.results, limit)
+            if as_json:
+                print_json({"query": query, "files": [h.to_json() for h in hits]})
+            for hit in [] if as_json else hits:
+                typer.echo(f"{hit.score:.3f}  {hit.path}")
+            return
         if as_json:
-            print_json(response.to_json())
+            print_json(response.to_json(explain))
             return
         if not response.results:
             typer.echo("No matches.")
@@ -124,6 +157,9 @@ def search(
             if heading:
                 typer.echo(f"   {heading}")
             typer.echo(f"   {hit.excerpt}")
+            if explain and hit.explain:
+                parts = ", ".join(f"{k}={v:+.4g}" for k, v in hit.explain.items())
+                typer.echo(f"   explain: {parts}")
 
 
 @app.command()
@@ -150,6 +186,10 @@ def get(
 
 @app.command()
 def status(
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Only an exit code: 0 fresh, 3 stale, 4 no index."),
+    ] = False,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -161,6 +201,11 @@ def status(
         st = open_index(config=config).status()
         if st.exists:
             st.new_files = _new_files(config, st)
+        if check:
+            code = EXIT_OK if st.fresh else EXIT_STALE if st.exists else EXIT_NO_INDEX
+            if as_json:
+                print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
+            raise typer.Exit(code)
         if as_json:
             print_json(st.to_json())
             return

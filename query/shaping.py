@@ -1,0 +1,55 @@
+"""Shapes of a result list for agents, who pay for every token they read.
+
+`by_file` is the cheapest useful answer (which files, how good); `within_budget` caps the total
+excerpt text so a caller can ask for "the best 2,000 tokens" instead of guessing a limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from query.results import SearchResult
+
+CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text and BPE tokenizers
+
+
+@dataclass
+class FileHit:
+    path: str
+    score: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "score": self.score}
+
+
+def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileHit]:
+    """One entry per file, at its best section's score, in result order."""
+    seen: dict[str, FileHit] = {}
+    for hit in results:
+        if hit.path not in seen:
+            seen[hit.path] = FileHit(hit.path, hit.score)
+    files = list(seen.values())
+    return files if limit is None else files[:limit]
+
+
+def estimate_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def within_budget(results: list[SearchResult], max_tokens: int) -> list[SearchResult]:
+    """Keep results in order while their excerpts fit in `max_tokens`; the one that crosses
+    the budget is cut short, the rest are dropped."""
+    kept: list[SearchResult] = []
+    left = max_tokens * CHARS_PER_TOKEN
+    for hit in results:
+        if left <= 0:
+            break
+        if len(hit.excerpt) <= left:
+            kept.append(hit)
+            left -= len(hit.excerpt)
+            continue
+        cut = hit.excerpt[: max(left - 1, 0)].rstrip()
+        if cut:
+            kept.append(replace(hit, excerpt=cut + "…"))
+        break
+    return kept
