@@ -201,6 +201,13 @@ SETTINGS: tuple[Setting, ...] = (
         "authoritative=1.2,high=1.1,medium=1.0,low=0.9,very-low=0.8",
         "Score factor for each confidence label (others: 1.0)",
     ),
+    Setting(
+        "MDVDB_SERVE_IDLE_TIMEOUT",
+        "serve_idle_timeout",
+        _float,
+        "600",
+        "Seconds without a request before `mdvdb serve` exits",
+    ),
     Setting("MDVDB_TAG_FIELD", "tag_field", _str, "tags", "Frontmatter field behind --tag"),
     Setting("MDVDB_CATEGORY_FIELD", "category_field", _str, "category", "Field behind --category"),
 )
@@ -267,6 +274,7 @@ class Config:
     govern_confidence_field: str = "confidence"
     govern_updated_field: str = "updated"
     govern_weights: dict[str, float] = field(default_factory=dict)
+    serve_idle_timeout: float = 600.0
     tag_field: str = "tags"
     category_field: str = "category"
     origins: dict[str, str] = field(default_factory=dict)

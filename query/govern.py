@@ -38,18 +38,26 @@ def corpus_has_fields(index: Index) -> bool:
     snap = index.snapshot
     key = (str(snap.file.path), snap.file.inode, snap.file.mtime_ns)
     if key not in _DETECTED:
-        import pyarrow.compute as pc
-
-        column = snap.table("files").column("frontmatter")
         cfg = index.config
-        found = False
-        for name in (cfg.govern_confidence_field, cfg.govern_updated_field):
-            if name and pc.any(pc.match_substring(column, f'"{name}":')).as_py():
-                found = True
-                break
+        fields = (cfg.govern_confidence_field, cfg.govern_updated_field)
+        needles = [f'"{name}":'.encode() for name in fields if name]
         _DETECTED.clear()  # only the current snapshot matters
-        _DETECTED[key] = found
+        _DETECTED[key] = _column_contains(snap.table("files").column("frontmatter"), needles)
     return _DETECTED[key]
+
+
+def _column_contains(column, needles: list[bytes]) -> bool:
+    """Search the string column's raw UTF-8 data buffer: a key in any page's frontmatter JSON
+    shows up as `"key":`. One bytes copy and a memchr-speed find; no per-row decoding and no
+    pyarrow.compute import on the query path. Runs once per published index."""
+    for chunk in column.chunks:
+        data = chunk.buffers()[2]
+        if data is None:
+            continue
+        raw = data.to_pybytes()
+        if any(raw.find(n) >= 0 for n in needles):
+            return True
+    return False
 
 
 def candidates(limit: int) -> int:

@@ -60,6 +60,26 @@ class Snapshot:
         return self.file.table(name)
 
 
+# The last snapshot mapped per index path, shared by every Index in this process, so a
+# long-lived process (`mdvdb serve`, `mdvdb mcp`) that opens an Index per call maps each
+# published file once. A snapshot is immutable, so sharing it is safe.
+_SNAPSHOTS: dict[Path, Snapshot] = {}
+
+
+def _shared_snapshot(path: Path) -> Snapshot:
+    cached = _SNAPSHOTS.get(path)
+    if cached is not None:
+        try:
+            st = os.stat(path)
+            if st.st_ino == cached.file.inode and st.st_mtime_ns == cached.file.mtime_ns:
+                return cached
+        except OSError:
+            pass
+    snap = Snapshot.load(path)
+    _SNAPSHOTS[path] = snap
+    return snap
+
+
 class Index:
     """A project's index, opened read-only. Cheap to create; maps the file on first use."""
 
@@ -73,7 +93,7 @@ class Index:
     @property
     def snapshot(self) -> Snapshot:
         if self._snapshot is None or self._is_outdated(self._snapshot):
-            self._snapshot = Snapshot.load(self.config.index_path)
+            self._snapshot = _shared_snapshot(self.config.index_path)
             self._path_ids = None
         return self._snapshot
 

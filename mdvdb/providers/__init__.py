@@ -20,7 +20,9 @@ def get_provider(config: Config) -> EmbeddingProvider:
     if name == "local":
         from mdvdb.providers.local import LocalProvider
 
-        return LocalProvider(config.embedding_model, config.embedding_dimensions)
+        return LocalProvider(
+            config.embedding_model, config.embedding_dimensions, cache_dir=config.state_path
+        )
     raise ProviderError(
         f"embedding provider {name!r} is not available in this build "
         "(set MDVDB_EMBEDDING_PROVIDER=local)"

@@ -44,29 +44,80 @@ def load_tokenizer():
     return tokenizer
 
 
-@lru_cache(maxsize=1)
-def load_table() -> np.ndarray:
-    from safetensors.numpy import load_file
-
+def weights_path() -> Path:
     path = wordllama_folder() / "weights" / f"{CONFIG_NAME}_{NATIVE_DIMENSIONS}.safetensors"
     if not path.is_file():
         raise ProviderError(f"local model weights missing: {path}")
+    return path
+
+
+@lru_cache(maxsize=4)
+def load_table(cache_dir: Path | None = None) -> np.ndarray:
+    """The token table as float32. The wheel ships it as fp16 safetensors (16 MB to read and
+    convert on every cold start); a float32 `.npy` copy in the state folder is memory-mapped
+    instead, so a query touches only the rows of its own tokens."""
+    source = weights_path()
+    if cache_dir is not None:
+        st = source.stat()
+        cached = cache_dir / f"local-{CONFIG_NAME}-{st.st_size}-{int(st.st_mtime)}.f32.npy"
+        if cached.is_file():
+            try:
+                return np.load(cached, mmap_mode="r")
+            except (OSError, ValueError):
+                pass
+        table = _read_safetensors(source)
+        _write_cache(cached, table)
+        return table
+    return _read_safetensors(source)
+
+
+def _read_safetensors(path: Path) -> np.ndarray:
+    from safetensors.numpy import load_file
+
     return np.ascontiguousarray(load_file(str(path))["embedding.weight"], dtype=np.float32)
+
+
+def _write_cache(path: Path, table: np.ndarray) -> None:
+    """Best effort and atomic: a reader never sees a half-written table; a read-only state
+    folder just means the slower path next time."""
+    import os
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".table.", suffix=".tmp", dir=path.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, table)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 class LocalProvider(SequentialBatches):
     name = "local"
 
-    def __init__(self, model: str = "wordllama-l2-supercat", dimensions: int = 256):
+    def __init__(
+        self,
+        model: str = "wordllama-l2-supercat",
+        dimensions: int = 256,
+        cache_dir: Path | None = None,
+    ):
         if dimensions > NATIVE_DIMENSIONS:
             raise ProviderError(f"local model gives at most {NATIVE_DIMENSIONS} dimensions")
         self.model = model
         self.dimensions = dimensions
+        self.cache_dir = cache_dir
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        table = load_table()
+        table = load_table(self.cache_dir)
         encodings = load_tokenizer().encode_batch(list(texts), add_special_tokens=False)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         ids = np.fromiter(
