@@ -86,3 +86,23 @@ def _start_detached(root, timeout: float, folder) -> None:
             return
         time.sleep(0.05)
     raise CliError("the warm process did not start within 60 s")
+
+
+@app.command()
+def mcp(
+    http: Annotated[
+        int | None,
+        typer.Option("--http", min=1, max=65535, help="Serve MCP over HTTP on 127.0.0.1:PORT."),
+    ] = None,
+    root: RootOption = None,
+) -> None:
+    """Serve the index as MCP tools (stdio by default) for agents.
+
+    Tools: search, get_document, status, ingest, clusters, schema. Add to an MCP client as
+    the command `mdvdb mcp --root /path/to/notes`.
+    """
+    with user_errors():
+        config = load(root)
+        from mdvdb import mcp_server
+
+        mcp_server.run(config, http_port=http)

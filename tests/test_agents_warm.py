@@ -1,0 +1,96 @@
+"""The warm path: `mdvdb serve` answers CLI calls, exits when idle, and the CLI falls back."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import run_cli
+
+SOCKET = Path(".markdownvdb.state") / "serve.sock"
+
+
+def broken_numpy(tmp_path: Path) -> dict[str, str]:
+    """An environment where importing NumPy fails: only a warm answer can succeed in it,
+    because the forwarding client never imports NumPy."""
+    fake = tmp_path / "fake"
+    (fake / "numpy").mkdir(parents=True)
+    (fake / "numpy" / "__init__.py").write_text("raise ImportError('numpy blocked by test')\n")
+    return {"PYTHONPATH": str(fake)}
+
+
+def wait_for(predicate, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_serve_answers_identically_then_exits_when_idle(notes: Path, tmp_path: Path):
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    cold = run_cli("search", "extract a tar archive", "--root", str(notes))
+    cold_json = run_cli("search", "tar", "--json", "-n", "3", "--root", str(notes))
+    cold_get = run_cli("get", "tar.md", "--root", str(notes))
+    assert cold.returncode == 0 and cold.stdout
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", "serve", "--idle-timeout", "2", "--root", str(notes)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        sock = notes / SOCKET
+        assert wait_for(sock.exists, 60), server.stderr.read() if server.poll() else "no socket"
+        mode = os.stat(sock)
+        assert stat.S_ISSOCK(mode.st_mode) and stat.S_IMODE(mode.st_mode) == 0o600
+        assert mode.st_uid == os.getuid()
+
+        env = broken_numpy(tmp_path)
+        warm = run_cli("search", "extract a tar archive", "--root", str(notes), env=env)
+        assert (warm.returncode, warm.stdout, warm.stderr) == (0, cold.stdout, cold.stderr)
+        warm_json = run_cli("search", "tar", "--json", "-n", "3", "--root", str(notes), env=env)
+        assert warm_json.stdout == cold_json.stdout
+        assert run_cli("get", "tar.md", "--root", str(notes), env=env).stdout == cold_get.stdout
+        # Errors and exit codes come back unchanged too.
+        missing = run_cli("get", "nope.md", "--root", str(notes), env=env)
+        assert missing.returncode == 1 and "not in the index" in missing.stderr
+        (notes / ".mdvdb-off").write_text("")
+        off = run_cli("search", "tar", "--root", str(notes), env=env)
+        assert off.returncode == 5
+        (notes / ".mdvdb-off").unlink()
+
+        # Idle for 2 s: it exits by itself and removes its socket.
+        assert server.wait(timeout=30) == 0
+        assert not sock.exists()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+    # Gone: the CLI runs the command itself (it now needs NumPy), with the same output.
+    assert run_cli("search", "tar", "--root", str(notes), env=env).returncode != 0
+    again = run_cli("search", "extract a tar archive", "--root", str(notes))
+    assert (again.returncode, again.stdout) == (0, cold.stdout)
+
+
+def test_stale_socket_falls_back(notes: Path):
+    """A socket file left by a killed server is ignored (and replaced by the next serve)."""
+    import socket
+
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.chdir(notes / ".markdownvdb.state")
+    try:
+        listener.bind("serve.sock")
+    finally:
+        os.chdir(notes)
+    listener.close()  # bound but nobody listening: connect is refused
+    done = run_cli("search", "tar", "--root", str(notes))
+    assert done.returncode == 0 and "tar.md" in done.stdout
