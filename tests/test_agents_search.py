@@ -24,11 +24,11 @@ def search_json(root: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-@pytest.fixture
-def wiki(tmp_path: Path) -> Path:
-    """Equally relevant pages (same body) that differ only in their governance fields."""
-    root = tmp_path / "wiki"
-    root.mkdir()
+@pytest.fixture(scope="module")
+def wiki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Equally relevant pages (same body) that differ only in their governance fields;
+    built once, the tests only read it."""
+    root = tmp_path_factory.mktemp("wiki")
     page(root, "a-low.md", confidence="low", updated="2024-06-01")
     page(root, "b-high.md", confidence="high", updated="2023-01-01")
     page(root, "c-old.md", confidence="medium", updated="2022-01-01")
