@@ -10,6 +10,8 @@ same run: `rg --files` over the same folder (the floor for merely listing the fi
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import statistics
 import sys
@@ -36,10 +38,18 @@ def prepare(name: str) -> Path:
     return corpus(name)
 
 
+CPU: list[float] = []  # CPU seconds (user + sys) of each timed child, in call order
+
+
 def timed_cli(args: list[str], root: Path) -> float:
+    """Wall seconds of one `mdvdb` process; its CPU seconds go to CPU (a figure that a busy
+    machine inflates far less than wall time)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = run([*MDVDB, *args, "--root", str(root)])
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     if result.returncode != 0:
         raise SystemExit(f"mdvdb {' '.join(args)} failed: {result.stderr[-2000:]}")
     return elapsed
@@ -54,13 +64,16 @@ def bench(name: str, repeat: int) -> dict:
             leftover.unlink()
     files = sum(1 for _ in root.rglob("*.md"))
     full = timed_cli(["ingest"], root)
+    full_cpu = CPU[-1]
     noop = [timed_cli(["ingest"], root) for _ in range(repeat)]
+    noop_cpu = CPU[-repeat:]
     target = sorted(root.rglob("*.md"))[len(sorted(root.rglob("*.md"))) // 2]
     original = target.read_text()
     edits = []
     for i in range(repeat):
         target.write_text(original + f"\n\nEdited line {i} about kayaks.\n")
         edits.append(timed_cli(["ingest"], root))
+    edit_cpu = CPU[-repeat:]
     target.write_text(original)
     timed_cli(["ingest"], root)
     rg_times = []
@@ -73,9 +86,13 @@ def bench(name: str, repeat: int) -> dict:
         "corpus": name,
         "files": files,
         "full_s": full,
+        "full_cpu_s": full_cpu,
         "files_per_s": files / full,
         "noop_s_p50": statistics.median(noop),
+        "noop_cpu_s_p50": statistics.median(noop_cpu),
         "edit1_s_p50": statistics.median(edits),
+        "edit1_cpu_s_p50": statistics.median(edit_cpu),
+        "load_avg": os.getloadavg()[0],
         "rg_files_s_p50": statistics.median(rg_times),
         "index_MB": index_mb,
     }
