@@ -30,15 +30,19 @@ def wordllama_folder() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def tokenizer_path() -> Path:
+    path = wordllama_folder() / "tokenizers" / f"{CONFIG_NAME}_tokenizer_config.json"
+    if not path.is_file():
+        raise ProviderError(f"local model tokenizer missing: {path}")
+    return path
+
+
 @lru_cache(maxsize=1)
 def load_tokenizer():
     """The Llama-2 tokenizer shipped with WordLlama; also used to count chunk tokens."""
     from tokenizers import Tokenizer
 
-    path = wordllama_folder() / "tokenizers" / f"{CONFIG_NAME}_tokenizer_config.json"
-    if not path.is_file():
-        raise ProviderError(f"local model tokenizer missing: {path}")
-    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer = Tokenizer.from_file(str(tokenizer_path()))
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
@@ -99,6 +103,25 @@ def _write_cache(path: Path, table: np.ndarray) -> None:
             pass
 
 
+QUICK_CHARS = 1000
+
+
+@lru_cache(maxsize=4)
+def quick_bpe(cache_dir: Path | None):
+    """The lookup BPE (mdvdb.providers.bpe) kept in the state folder; None without one."""
+    if cache_dir is None:
+        return None
+    from mdvdb.providers.bpe import QueryBPE
+
+    source = tokenizer_path()
+    st = source.stat()
+    path = cache_dir / f"local-{CONFIG_NAME}-bpe-{st.st_size}-{int(st.st_mtime)}.sqlite3"
+    try:
+        return QueryBPE(path) if path.is_file() else QueryBPE.build(source, path)
+    except Exception:  # a read-only or broken state folder: the Rust tokenizer still works
+        return None
+
+
 class LocalProvider(SequentialBatches):
     name = "local"
 
@@ -114,14 +137,24 @@ class LocalProvider(SequentialBatches):
         self.dimensions = dimensions
         self.cache_dir = cache_dir
 
+    def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Short texts (a query) go through the lookup BPE, which starts in a millisecond;
+        bulk text through the Rust tokenizer. Both give the same ids."""
+        if len(texts) <= 4 and sum(map(len, texts)) <= QUICK_CHARS:
+            bpe = quick_bpe(self.cache_dir)
+            if bpe is not None:
+                return [bpe.encode(t) for t in texts]
+        encodings = load_tokenizer().encode_batch(list(texts), add_special_tokens=False)
+        return [e.ids for e in encodings]
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         table = load_table(self.cache_dir)
-        encodings = load_tokenizer().encode_batch(list(texts), add_special_tokens=False)
-        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
+        token_ids = self._token_ids(texts)
+        lengths = np.fromiter((len(t) for t in token_ids), dtype=np.int64, count=len(texts))
         ids = np.fromiter(
-            (i for e in encodings for i in e.ids), dtype=np.int64, count=int(lengths.sum())
+            (i for t in token_ids for i in t), dtype=np.int64, count=int(lengths.sum())
         )
         np.clip(ids, 0, table.shape[0] - 1, out=ids)
         # Matryoshka truncation: the first d dimensions of a WordLlama vector are a model.
