@@ -143,6 +143,27 @@ SETTINGS: tuple[Setting, ...] = (
         "MDVDB_EMBEDDING_MAX_RETRIES", "embedding_max_retries", _int(0), "5", "Retries a batch"
     ),
     Setting(
+        "MDVDB_EMBEDDING_RETRY_DELAY",
+        "embedding_retry_delay",
+        _float,
+        "0.5",
+        "Seconds before the first retry (doubles each retry, with jitter)",
+    ),
+    Setting(
+        "MDVDB_EMBEDDING_RETRY_MAX_DELAY",
+        "embedding_retry_max_delay",
+        _float,
+        "30",
+        "Longest wait between retries unless the server's Retry-After asks for more",
+    ),
+    Setting(
+        "MDVDB_EMBEDDING_MAX_INPUT_TOKENS",
+        "embedding_max_input_tokens",
+        _int(0),
+        "0",
+        "Longest text the model takes; longer ones are split (0: the provider's default)",
+    ),
+    Setting(
         "MDVDB_EMBEDDING_ENDPOINT", "embedding_endpoint", _str, None, "URL for provider=custom"
     ),
     Setting("MDVDB_CHUNK_MAX_TOKENS", "chunk_max_tokens", _int(16), "512", "Tokens a chunk"),
@@ -213,6 +234,9 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
+# Secrets are read with `Config.env` like OPENAI_API_KEY, never declared as settings, so no
+# listing of the settings can show them.
+SECRETS = ("MDVDB_EMBEDDING_API_KEY",)
 
 
 def parse_dotenv(text: str) -> dict[str, str]:
@@ -259,6 +283,9 @@ class Config:
     embedding_concurrency: int = 4
     embedding_timeout: float = 60.0
     embedding_max_retries: int = 5
+    embedding_retry_delay: float = 0.5
+    embedding_retry_max_delay: float = 30.0
+    embedding_max_input_tokens: int = 0
     embedding_endpoint: str | None = None
     chunk_max_tokens: int = 512
     chunk_overlap_tokens: int = 50
@@ -345,7 +372,7 @@ def load_config(root: Path | str | None = None, environ: dict[str, str] | None =
         if key not in SETTINGS_BY_ENV:
             config.extra[key] = value
     for key, value in env.items():
-        if key not in SETTINGS_BY_ENV and not key.startswith("MDVDB_"):
+        if key not in SETTINGS_BY_ENV and (not key.startswith("MDVDB_") or key in SECRETS):
             config.extra[key] = value
 
     _apply_provider_defaults(config)
@@ -376,6 +403,13 @@ def _validate(config: Config) -> None:
         raise ConfigError(
             f"MDVDB_SOURCE_DIRS (from {_origin(config, 'MDVDB_SOURCE_DIRS')}): no folder given"
         )
+    for env, value, minimum in (
+        ("MDVDB_EMBEDDING_TIMEOUT", config.embedding_timeout, 1e-3),
+        ("MDVDB_EMBEDDING_RETRY_DELAY", config.embedding_retry_delay, 0.0),
+        ("MDVDB_EMBEDDING_RETRY_MAX_DELAY", config.embedding_retry_max_delay, 0.0),
+    ):
+        if value < minimum:
+            raise ConfigError(f"{env} (from {_origin(config, env)}): must be positive, got {value}")
     if config.embedding_provider == "custom" and not config.embedding_endpoint:
         raise ConfigError(
             "MDVDB_EMBEDDING_ENDPOINT: required when MDVDB_EMBEDDING_PROVIDER=custom "

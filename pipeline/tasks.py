@@ -82,8 +82,10 @@ class RunContext:
     def provider(self):
         if self._provider is None:
             from mdvdb.providers import get_provider
+            from pipeline.embed import restore_dimensions
 
             self._provider = get_provider(self.config)
+            restore_dimensions(self.state, self._provider)
         return self._provider
 
     def close(self) -> None:

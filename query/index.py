@@ -133,7 +133,12 @@ class Index:
                     f"configuration asks for {wanted[0]}:{wanted[1]} ({wanted[2]} dims): "
                     "run `mdvdb ingest` to re-embed"
                 )
-            self._provider = get_provider(cfg)
+            provider = get_provider(cfg)
+            if provider.dimensions == 0:
+                # dimensions 0 takes what the model returns: the index recorded that size,
+                # so a query vector of another size is an error, not a silent mismatch.
+                provider.dimensions = int(built[2] or 0)
+            self._provider = provider
         return self._provider
 
     # -- queries --------------------------------------------------------------------------

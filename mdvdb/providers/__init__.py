@@ -16,6 +16,7 @@ __all__ = ["EmbeddingProvider", "ProviderError", "get_provider"]
 
 
 def get_provider(config: Config) -> EmbeddingProvider:
+    """The configured provider. Remote ones connect lazily: creating one costs no request."""
     name = config.embedding_provider
     if name == "local":
         from mdvdb.providers.local import LocalProvider
@@ -23,7 +24,18 @@ def get_provider(config: Config) -> EmbeddingProvider:
         return LocalProvider(
             config.embedding_model, config.embedding_dimensions, cache_dir=config.state_path
         )
+    if name == "openai":
+        from mdvdb.providers.openai import openai_provider
+
+        return openai_provider(config)
+    if name == "custom":
+        from mdvdb.providers.openai import custom_provider
+
+        return custom_provider(config)
+    if name == "ollama":
+        from mdvdb.providers.ollama import ollama_provider
+
+        return ollama_provider(config)
     raise ProviderError(
-        f"embedding provider {name!r} is not available in this build "
-        "(set MDVDB_EMBEDDING_PROVIDER=local)"
+        f"embedding provider {name!r} is unknown (use local, openai, ollama or custom)"
     )
