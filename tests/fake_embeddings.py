@@ -75,6 +75,8 @@ class FakeEmbeddingServer:
         self.down_action = Action("drop")
         self.log: list[Logged] = []
         self.served: Counter[str] = Counter()  # text hash -> times answered successfully
+        self.in_flight = 0
+        self.max_in_flight = 0  # most requests handled at once
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -144,6 +146,16 @@ def _handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
                 return
             texts = body.get("input", [])
             texts = [texts] if isinstance(texts, str) else list(texts)
+            with server._lock:
+                server.in_flight += 1
+                server.max_in_flight = max(server.max_in_flight, server.in_flight)
+            try:
+                self._answer(body, texts)
+            finally:
+                with server._lock:
+                    server.in_flight -= 1
+
+        def _answer(self, body: dict, texts: list[str]) -> None:
             auth = self.headers.get("Authorization") or self.headers.get("api-key")
             path = self.path.split("?", 1)[0]
             action = server._next_action()

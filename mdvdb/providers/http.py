@@ -256,7 +256,11 @@ class HttpEmbeddingProvider:
                 import httpx
 
                 n = self.settings.concurrency
+                # Building a TLS context costs ~0.1 s (certifi); a plain-http local server
+                # (Ollama, llama.cpp) never needs one.
+                tls = self.url.startswith("https:")
                 self._client = httpx.Client(
+                    verify=tls,
                     timeout=httpx.Timeout(self.settings.timeout),
                     limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
                     headers={"User-Agent": "mdvdb"},
@@ -286,9 +290,8 @@ class HttpEmbeddingProvider:
                 if stop.wait(delay):
                     raise _Stopped from None
         raise ProviderError(
-            f"{self.name}: {problem} from {self.public_url} after {attempts} attempts; the "
-            "batches that came back are kept, run the command again to resume "
-            f"(or check {self.url_setting})"
+            f"{self.name}: {problem} at {self.public_url} ({attempts} attempts): check "
+            f"{self.url_setting} or try again (an ingest resumes after the batches it kept)"
         )
 
     def _post_once(self, payload: dict[str, Any]) -> Any:
