@@ -76,6 +76,7 @@ class FakeEmbeddingServer:
         self.log: list[Logged] = []
         self.served: Counter[str] = Counter()  # text hash -> times answered successfully
         self.in_flight = 0
+        self._cache: dict[tuple[str, int, bool], str] = {}
         self.max_in_flight = 0  # most requests handled at once
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -125,9 +126,20 @@ class FakeEmbeddingServer:
             if outcome == "ok":
                 self.served.update(text_hash(t) for t in texts)
 
-    def _vectors(self, texts: list[str]) -> list[np.ndarray]:
+    def _encoded(self, text: str, b64: bool) -> str:
+        """A vector as JSON (a float list, or a base64 string), cached so that the server's
+        own encoding does not slow a bench of the client down once warmed up."""
         dims = self.answer_dims or self.dims
-        return [vector_for(t, dims) for t in texts]
+        key = (text, dims, b64)
+        found = self._cache.get(key)
+        if found is None:
+            vector = vector_for(text, dims)
+            if b64:
+                found = json.dumps(base64.b64encode(vector.astype("<f4").tobytes()).decode())
+            else:
+                found = json.dumps([float(x) for x in vector])
+            self._cache[key] = found
+        return found
 
 
 def _handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
@@ -136,6 +148,17 @@ def _handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, *args: object) -> None:
             return None
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            """`/stats`: what was served, for a bench that runs the server in a process."""
+            with server._lock:
+                stats = {
+                    "requests": len(server.log),
+                    "ok": sum(1 for r in server.log if r.outcome == "ok"),
+                    "texts": sum(server.served.values()),
+                    "distinct_texts": len(server.served),
+                }
+            self._send(200, stats)
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
             length = int(self.headers.get("Content-Length") or 0)
@@ -192,16 +215,13 @@ def _handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": f"model {body.get('model')} not found"}})
                 return
             b64 = body.get("encoding_format") == "base64"
-            data = []
-            for i, vector in enumerate(server._vectors(texts)):
-                embedding = (
-                    base64.b64encode(vector.astype("<f4").tobytes()).decode()
-                    if b64
-                    else [float(x) for x in vector]
-                )
-                data.append({"object": "embedding", "index": i, "embedding": embedding})
+            items = ",".join(
+                f'{{"object":"embedding","index":{i},"embedding":{server._encoded(t, b64)}}}'
+                for i, t in enumerate(texts)
+            )
+            model = json.dumps(body.get("model"))
             server._record(path, "ok", texts, auth)
-            self._send(200, {"object": "list", "data": data, "model": body.get("model")})
+            self._send_raw(200, f'{{"object":"list","data":[{items}],"model":{model}}}'.encode())
 
         def _ollama(self, body: dict, texts: list[str], auth: str | None, path: str) -> None:
             if server.models is not None and body.get("model") not in server.models:
@@ -209,9 +229,10 @@ def _handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
                 message = f'model "{body.get("model")}" not found, try pulling it first'
                 self._send(404, {"error": message})
                 return
-            vectors = [[float(x) for x in v] for v in server._vectors(texts)]
+            vectors = ",".join(server._encoded(t, False) for t in texts)
+            model = json.dumps(body.get("model"))
             server._record(path, "ok", texts, auth)
-            self._send(200, {"model": body.get("model"), "embeddings": vectors})
+            self._send_raw(200, f'{{"model":{model},"embeddings":[{vectors}]}}'.encode())
 
         def _act(self, action: Action) -> None:
             if action.kind == "hang":
@@ -224,7 +245,9 @@ def _handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
             self._send(action.status, {"error": {"message": f"fake {action.status}"}}, action)
 
         def _send(self, status: int, payload: dict, action: Action | None = None) -> None:
-            data = json.dumps(payload).encode()
+            self._send_raw(status, json.dumps(payload).encode(), action)
+
+        def _send_raw(self, status: int, data: bytes, action: Action | None = None) -> None:
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -237,3 +260,23 @@ def _handler(server: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
 
     return Handler
+
+
+def main() -> None:
+    """Serve in this process until stdin closes: `python tests/fake_embeddings.py --latency
+    0.05` prints the URL on its first line (the benches run it apart from the client so the
+    two do not share a GIL)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dims", type=int, default=768)
+    parser.add_argument("--latency", type=float, default=0.05)
+    args = parser.parse_args()
+    with FakeEmbeddingServer(dims=args.dims, latency=args.latency) as server:
+        print(server.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()
