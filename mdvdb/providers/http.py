@@ -104,7 +104,6 @@ class HttpEmbeddingProvider:
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         self._pause_until = 0.0  # a Retry-After pauses every batch, not just the one told
-        self.requests = 0  # HTTP requests sent, retries included (for benches and tests)
 
     def __repr__(self) -> str:  # never show the key, even in a debugger or a traceback
         return f"{type(self).__name__}(model={self.model!r}, url={self.public_url!r})"
@@ -298,8 +297,6 @@ class HttpEmbeddingProvider:
         import httpx
 
         client = self._http()
-        with self._lock:
-            self.requests += 1
         try:
             response = client.post(self.url, json=payload, headers=self.headers())
         except httpx.TimeoutException:
