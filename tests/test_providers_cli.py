@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import run_cli
 from fake_embeddings import Action, FakeEmbeddingServer, text_hash, vector_for
 
@@ -147,6 +148,7 @@ def test_switching_provider_and_back_requests_nothing(notes):
         assert set(ollama_server.served.values()) == {1}
 
 
+@pytest.mark.slow
 def test_network_down_mid_run_keeps_finished_batches_and_the_old_index(notes):
     with FakeEmbeddingServer(dims=DIMS, api_key=KEY) as server:
         env = openai_env(server, MDVDB_EMBEDDING_CONCURRENCY="1")
@@ -175,6 +177,7 @@ def test_network_down_mid_run_keeps_finished_batches_and_the_old_index(notes):
         assert check_index(notes, server) == len(set(server.served) - {query})
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_resume_requests_only_the_rest(notes):
     add_notes(notes, 8)
     with FakeEmbeddingServer(dims=DIMS, api_key=KEY, latency=0.15) as server:
@@ -255,3 +258,35 @@ def test_custom_endpoint_with_dimensions_0_takes_the_endpoint_size(notes):
         assert ingest(notes, env).published  # rebuilt from the cache, size remembered
         assert len(server.log) == requests
         check_index(notes, server)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_hung_request_exits_at_once_and_keeps_the_batches(notes):
+    add_notes(notes, 4)
+    with FakeEmbeddingServer(dims=DIMS, api_key=KEY) as server:
+        server.down_after = 3
+        server.down_action = Action("hang", seconds=30)
+        env = {**os.environ, **openai_env(server, MDVDB_EMBEDDING_CONCURRENCY="1")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mdvdb", "ingest", "--root", str(notes)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not server.requests("hang") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        interrupted = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and stderr == "mdvdb: interrupted\n"
+        assert time.monotonic() - interrupted < 5  # not held up by the hung socket
+        db = sqlite3.connect(notes / ".markdownvdb.state" / "cache.sqlite3")
+        assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 6  # 3 batches of 2
+        db.close()
+
+        server.down_after = None
+        ingest(notes, env)
+        assert set(server.served.values()) == {1}
+        assert check_index(notes, server) == len(server.served)
