@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
-from fake_embeddings import Action, FakeEmbeddingServer, text_hash, vector_for
 
 from mdvdb.providers.base import normalize_rows
 from query.index import Snapshot
+from tests.conftest import run_cli
+from tests.fake_embeddings import Action, FakeEmbeddingServer, text_hash, vector_for
 
 KEY = "sk-proj-TESTKEY-4b1d2c3e4f5a6b7c8d9e"
 DIMS = 64
@@ -82,7 +82,7 @@ def check_index(root: Path, server: FakeEmbeddingServer) -> int:
     snap = Snapshot.load(root / ".markdownvdb.index")
     shas = snap.table("chunks").column("sha256").to_pylist()
     assert shas, "the index has no chunks"
-    want = normalize_rows(np.array([vector_for(texts[s], DIMS) for s in shas]))
+    want = normalize_rows(np.array([vector_for(texts[s], server.dims) for s in shas]))
     np.testing.assert_allclose(np.asarray(snap.vectors), want, atol=1e-5)
     return len(shas)
 
@@ -123,9 +123,10 @@ def test_openai_ingest_retries_and_builds_a_correct_index_without_writing_the_ke
 def test_switching_provider_and_back_requests_nothing(notes):
     with (
         FakeEmbeddingServer(dims=DIMS, api_key=KEY) as openai_server,
-        FakeEmbeddingServer(dims=DIMS) as ollama_server,
+        FakeEmbeddingServer(dims=48) as ollama_server,
     ):
-        to_openai, to_ollama = openai_env(openai_server), ollama_env(ollama_server)
+        to_openai = openai_env(openai_server)
+        to_ollama = ollama_env(ollama_server, MDVDB_EMBEDDING_DIMENSIONS="48")
         ingest(notes, to_openai)
         first = len(openai_server.log)
         assert first > 0
@@ -141,7 +142,9 @@ def test_switching_provider_and_back_requests_nothing(notes):
 
         back = cli(notes, to_openai, "ingest")
         assert back.returncode == 0 and "0 chunks embedded" in back.stdout
+        check_index(notes, openai_server)  # the index holds openai's vectors again
         assert ingest(notes, to_ollama).chunks_embedded == 0
+        check_index(notes, ollama_server)
         assert len(openai_server.log) == first
         assert len(ollama_server.log) == ollama_first
         assert set(openai_server.served.values()) == {1}

@@ -8,7 +8,6 @@ import time
 import httpx
 import numpy as np
 import pytest
-from fake_embeddings import Action, FakeEmbeddingServer, text_hash, vector_for
 
 from mdvdb.providers import ProviderError
 from mdvdb.providers.base import normalize_rows
@@ -16,6 +15,7 @@ from mdvdb.providers.http import HttpSettings, retry_after_seconds, split_long_t
 from mdvdb.providers.local import load_tokenizer
 from mdvdb.providers.ollama import OllamaProvider, ollama_url
 from mdvdb.providers.openai import CustomProvider, OpenAIProvider, embeddings_url
+from tests.fake_embeddings import Action, FakeEmbeddingServer, text_hash, vector_for
 
 KEY = "sk-test-9f8e7d6c5b4a39281706"
 FAST = HttpSettings(timeout=5, max_retries=3, retry_delay=0.01, retry_max_delay=0.05)
@@ -208,6 +208,10 @@ def test_urls():
         == "https://x.openai.azure.com/openai/deployments/emb/embeddings?api-version=2024-02-01"
     )
     assert embeddings_url("http://127.0.0.1:8080") == "http://127.0.0.1:8080/v1/embeddings"
+    with pytest.raises(ProviderError, match="not an http"):
+        embeddings_url("ftp://example.com")
+    with pytest.raises(ProviderError, match="not an http"):
+        embeddings_url("localhost:8080")
     assert ollama_url(None) == "http://127.0.0.1:11434/api/embed"
     assert ollama_url("0.0.0.0") == "http://127.0.0.1:11434/api/embed"
     assert ollama_url("gpu-box:9999") == "http://gpu-box:9999/api/embed"

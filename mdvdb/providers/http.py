@@ -299,6 +299,10 @@ class HttpEmbeddingProvider:
         client = self._http()
         try:
             response = client.post(self.url, json=payload, headers=self.headers())
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol):
+            raise ProviderError(
+                f"{self.name}: {self.public_url} is not a usable URL: check {self.url_setting}"
+            ) from None
         except httpx.TimeoutException:
             raise _Retryable(f"no answer within {self.settings.timeout:g} s") from None
         except httpx.ConnectError:

@@ -26,7 +26,7 @@ def embeddings_url(base: str) -> str:
     convention), an Azure deployment path, or the full URL; a query string (Azure's
     api-version) is kept."""
     parts = urlsplit(base.strip())
-    if not parts.scheme or not parts.netloc:
+    if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ProviderError(f"{base!r} is not an http(s) URL")
     path = parts.path.rstrip("/")
     if path.endswith("/embeddings"):
