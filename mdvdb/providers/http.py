@@ -17,6 +17,7 @@ import queue
 import random
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -77,7 +78,7 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
-class HttpEmbeddingProvider:
+class HttpEmbeddingProvider(ABC):
     """Base class of the remote providers; subclasses fill in the request and the answer."""
 
     name = "http"
@@ -112,12 +113,13 @@ class HttpEmbeddingProvider:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
+    @abstractmethod
     def payload(self, texts: list[str]) -> dict[str, Any]:
-        raise ProviderError(f"{self.name}: no request format")  # pragma: no cover
+        """The JSON body of a request embedding `texts`."""
 
+    @abstractmethod
     def vectors_of(self, body: Any) -> list[Any]:
         """The list of vectors in an answer, in input order."""
-        raise ProviderError(f"{self.name}: no answer format")  # pragma: no cover
 
     def fix_for(self, status: int, message: str) -> str:
         """What the user should do about a refused request."""
