@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,11 @@ class Index:
                     f"configuration asks for {wanted[0]}:{wanted[1]} ({wanted[2]} dims): "
                     "run `mdvdb ingest` to re-embed"
                 )
-            provider = get_provider(cfg)
+            # A search is interactive: two retries ride out a blip, more would keep the user
+            # waiting ~15 s for "cannot connect" when the server is simply not running.
+            provider = get_provider(
+                replace(cfg, embedding_max_retries=min(cfg.embedding_max_retries, 2))
+            )
             if provider.dimensions == 0:
                 # dimensions 0 takes what the model returns: the index recorded that size,
                 # so a query vector of another size is an error, not a silent mismatch.

@@ -217,7 +217,7 @@ def test_kill_9_mid_run_then_resume_requests_only_the_rest(notes):
 def test_query_time_failures_are_one_line_exit_1(notes):
     outputs: list[str] = []
     with FakeEmbeddingServer(dims=DIMS, api_key=KEY) as server:
-        env = openai_env(server, MDVDB_EMBEDDING_MAX_RETRIES="1")
+        env = openai_env(server)  # 3 retries for an ingest...
         ingest(notes, env)
         server.api_key = "sk-rotated"
         refused = cli(notes, env, "search", "tar", outputs=outputs)
@@ -227,6 +227,7 @@ def test_query_time_failures_are_one_line_exit_1(notes):
     down = cli(notes, env, "search", "tar", outputs=outputs)  # the server is gone
     assert down.returncode == 1
     assert down.stderr.startswith("mdvdb: openai: cannot connect at http://127.0.0.1")
+    assert "(3 attempts)" in down.stderr  # ...at most 2 for a search
     assert "Traceback" not in down.stderr
     assert_key_nowhere(notes, outputs)
 
