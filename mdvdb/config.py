@@ -231,6 +231,20 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("MDVDB_TAG_FIELD", "tag_field", _str, "tags", "Frontmatter field behind --tag"),
     Setting("MDVDB_CATEGORY_FIELD", "category_field", _str, "category", "Field behind --category"),
+    Setting(
+        "MDVDB_BLACKLISTED_SOURCES",
+        "blacklisted_sources",
+        _list,
+        "",
+        "TYPE:ID roots that `mdvdb grep --exclude-blacklisted` leaves out",
+    ),
+    Setting(
+        "MDVDB_PAGE_ID_FIELD",
+        "page_id_field",
+        _str,
+        "page_id",
+        "Frontmatter field holding a page id (shown by `mdvdb grep`)",
+    ),
 )
 
 SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
@@ -304,6 +318,8 @@ class Config:
     serve_idle_timeout: float = 600.0
     tag_field: str = "tags"
     category_field: str = "category"
+    blacklisted_sources: list[str] = field(default_factory=list)
+    page_id_field: str = "page_id"
     origins: dict[str, str] = field(default_factory=dict)
     # Other variables from the environment and the config file (API keys, hosts). Never
     # written anywhere: the index records only the fingerprint of the non-secret settings.

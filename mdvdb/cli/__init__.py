@@ -1,9 +1,10 @@
 """The `mdvdb` command: a thin typer layer over the `pipeline` and `query` libraries.
 
-Each command group lives in its own module that registers on `app`; this module only imports
-them. Commands import heavy libraries inside their bodies, so `mdvdb --help` and `mdvdb grep`
-never pay for NumPy, Arrow or the model. A query forwarded to a warm `mdvdb serve` process
-does not even import typer (see `mdvdb.cli.warm`).
+Each command group lives in its own module that registers on `app` when imported (or through a
+`register(app)` function, for a module that must not import typer itself); this module only
+imports them. Commands import heavy libraries inside their bodies, so `mdvdb --help` never pays
+for NumPy, Arrow or the model. A query forwarded to a warm `mdvdb serve` process does not even
+import typer (see `mdvdb.cli.warm`), and `mdvdb grep` skips typer altogether (`FAST_COMMANDS`).
 """
 
 from __future__ import annotations
@@ -12,17 +13,25 @@ import importlib
 import sys
 
 # Modules that register commands on `app`, in help order.
-COMMAND_MODULES = ("mdvdb.cli.core", "mdvdb.cli.agents")
+COMMAND_MODULES = ("mdvdb.cli.core", "mdvdb.cli.agents", "mdvdb.cli.grep")
+# Commands whose module parses its own arguments with `run(argv) -> exit code`, because typer's
+# import alone would eat most of their time budget.
+FAST_COMMANDS = {"grep": "mdvdb.cli.grep"}
 
 
 def main() -> None:
+    argv = sys.argv[1:]
+    if argv and argv[0] in FAST_COMMANDS:
+        sys.exit(importlib.import_module(FAST_COMMANDS[argv[0]]).run(argv[1:]))
     from mdvdb.cli.warm import forward
 
-    code = forward(sys.argv[1:])
+    code = forward(argv)
     if code is not None:
         sys.exit(code)
     from mdvdb.cli.app import app
 
     for name in COMMAND_MODULES:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
+        if hasattr(module, "register"):
+            module.register(app)
     app()
