@@ -136,6 +136,7 @@ class GrepRun:
         self.process: subprocess.Popen | None = None
         self.stopped_early = False
         self.emitted = 0
+        self._drained = False  # rg's output was read to the end: it is exiting by itself
         self._heads: dict[str, FileHead | None] = {}
 
     @property
@@ -171,7 +172,8 @@ class GrepRun:
         proc = self.process
         if proc is None:
             return
-        self.stop()
+        if not self._drained:
+            self.stop()
         if proc.stdout is not None:
             proc.stdout.close()
         proc.wait()
@@ -181,6 +183,7 @@ class GrepRun:
         for line in self.process.stdout:
             if line.startswith(b'{"type":"match"'):
                 yield _parse_match(line)
+        self._drained = True
 
     def _sorted(self) -> Iterator[_RawMatch]:
         """Every match rg finds, read to the end, ordered by path then line."""

@@ -76,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str]) -> int:
     """Parse, search, print; returns the exit code."""
-    args = parser().parse_args(argv)
+    args = parser().parse_args(_glue_pattern(argv))
     if args.pattern is not None and args.pattern_opt is not None:
         return _fail("give the pattern once: as an argument or with -e", EXIT_USAGE)
     pattern = args.pattern_opt if args.pattern_opt is not None else args.pattern
@@ -148,6 +148,23 @@ def _search(args: argparse.Namespace, pattern: str) -> int:
     if search.emitted == 0 and not args.as_json:
         sys.stdout.write("No matches.\n")
     return EXIT_OK
+
+
+def _glue_pattern(argv: list[str]) -> list[str]:
+    """`-e -x` → `--regexp=-x`: argparse would refuse a value that looks like an option."""
+    out: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":
+            out.append(arg)
+            out.extend(args)
+            break
+        if arg in ("-e", "--regexp"):
+            value = next(args, None)
+            out.append(arg if value is None else f"--regexp={value}")
+        else:
+            out.append(arg)
+    return out
 
 
 def _fail(message: str, code: int) -> int:
