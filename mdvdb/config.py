@@ -12,7 +12,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing on every CLI call
+if TYPE_CHECKING:
+    from typing import Any
 
 CONFIG_FILE = ".markdownvdb"
 # A file of this name in the project root switches search off without uninstalling anything.

@@ -10,7 +10,6 @@ the title and the page id.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from query.sources import Selection, search_paths
+from query.sources import Root, Selection, search_paths
 
 FILE_TYPES = ("md", "qmd", "all")
 # rg type definitions per --type; "all" searches every file rg would (no type restriction).
@@ -138,6 +137,7 @@ class GrepRun:
         self.emitted = 0
         self._drained = False  # rg's output was read to the end: it is exiting by itself
         self._heads: dict[str, FileHead | None] = {}
+        self._owner_of: tuple[str | None, Root | None] = (None, None)
 
     @property
     def returncode(self) -> int | None:
@@ -192,7 +192,9 @@ class GrepRun:
         return iter(raws)
 
     def _accept(self, raw: _RawMatch) -> Match | None:
-        owner = self.selection.owner(raw.path)
+        if raw.path != self._owner_of[0]:  # a file's matches come together: look up once
+            self._owner_of = (raw.path, self.selection.owner(raw.path))
+        owner = self._owner_of[1]
         if owner is None or owner in self.selection.dropped:
             return None
         head = self._head(raw.path)
@@ -208,7 +210,10 @@ class GrepRun:
         return head
 
     def _display(self, path: str) -> str:
-        return path[len(self.root_prefix) :] if path.startswith(self.root_prefix) else path
+        shown = path[len(self.root_prefix) :] if path.startswith(self.root_prefix) else path
+        if not shown.isascii():  # a name that is not UTF-8 prints with U+FFFD, not a crash
+            shown = shown.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return shown
 
 
 def start(
@@ -228,21 +233,19 @@ def start(
     return GrepRun(argv, selection, project_root, options, page_id_field)
 
 
-def _text(field_: dict) -> str:
-    if "text" in field_:
-        return field_["text"]
-    return base64.b64decode(field_["bytes"]).decode("utf-8", errors="replace")
+def _b64(data: str) -> bytes:
+    """rg's encoding of a path or line that is not UTF-8 (rare: base64 loads only then)."""
+    import base64
+
+    return base64.b64decode(data)
 
 
 def _parse_match(line: bytes) -> _RawMatch:
     data = json.loads(line)["data"]
     path_field = data["path"]
-    if "text" in path_field:
-        path = path_field["text"]
-    else:
-        path = os.fsdecode(base64.b64decode(path_field["bytes"]))
+    path = path_field.get("text") or os.fsdecode(_b64(path_field["bytes"]))
     lines = data["lines"]
-    raw_bytes = None if "text" in lines else base64.b64decode(lines["bytes"])
+    raw_bytes = None if "text" in lines else _b64(lines["bytes"])
     text = lines["text"] if raw_bytes is None else raw_bytes.decode("utf-8", errors="replace")
     offsets = [(s["start"], s["end"]) for s in data["submatches"]]
     if not text.isascii():

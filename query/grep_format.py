@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TextIO
 
 from query.grep import Match
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import TextIO
 
 MAX_LINE = 500
 ELLIPSIS = "…"

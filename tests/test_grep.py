@@ -332,6 +332,20 @@ def test_cut_keeps_multibyte_offsets_right(tmp_path: Path):
     assert len(shown) == MAX_LINE + 2
 
 
+def test_bytes_that_are_not_utf8(tmp_path: Path):
+    (tmp_path / "latin.md").write_bytes(b"caf\xe9 needle here\n")
+    os.mkdir(tmp_path / "sub")
+    with open(os.path.join(os.fsencode(tmp_path / "sub"), b"bad\xff.md"), "wb") as fh:
+        fh.write(b"# Bad name\nneedle\n")
+    found = records(grep_cli(tmp_path, "needle", "--json", "--sort"))
+    assert [(r["path"], r["line"], r["snippet"], r["title"]) for r in found] == [
+        ("latin.md", 1, "caf\ufffd needle here", "latin"),
+        ("sub/bad\ufffd.md", 2, "needle", "Bad name"),
+    ]
+    coloured = grep_cli(tmp_path, "needle", "--sort", "--color", "always").stdout
+    assert "caf\ufffd \x1b[1;31mneedle\x1b[0m here" in coloured
+
+
 def test_colour_rules(project: Path):
     args = ["grep", "--root", str(project), "needle", "--source", "dir:docs", "-n", "1"]
 
