@@ -6,13 +6,16 @@ For each case the three commands run interleaved (so machine load hits them alik
 times each; the table gives medians. `rg` is the command a user would type (plain output, the
 same search flags mdvdb passes); `rg --json` is mdvdb's exact argv, so the gap between the two rg
 rows is rg's own cost of JSON output, and the gap to mdvdb is Python start-up plus our work.
-The overhead and ratio columns compare mdvdb with plain `rg`.
+The overhead and ratio columns compare mdvdb with plain `rg` (wall time). On a shared machine the
+CPU columns (user + sys of the process and its children, rg included) are the steadier measure
+of what mdvdb adds.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -48,10 +51,15 @@ def rg_argv(rg: str, pattern: str, corpus: Path, as_json: bool) -> list[str]:
     return argv + ["-e", pattern, "--", str(corpus)]
 
 
-def once(cmd: list[str]) -> tuple[float, int]:
+def once(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and everything it waited for, rg included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - start, len(proc.stdout)
+    subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def main() -> None:
@@ -76,10 +84,14 @@ def main() -> None:
         for cmd in commands.values():  # warm the page cache and the interpreter's files
             once(cmd)
         samples: dict[str, list[float]] = {k: [] for k in commands}
+        cpu: dict[str, list[float]] = {k: [] for k in commands}
         for _ in range(args.runs):
             for key, cmd in commands.items():
-                samples[key].append(once(cmd)[0])
+                wall, used = once(cmd)
+                samples[key].append(wall)
+                cpu[key].append(used)
         med = {k: statistics.median(v) * 1000 for k, v in samples.items()}
+        med_cpu = {k: statistics.median(v) * 1000 for k, v in cpu.items()}
         rows.append(
             {
                 "case": name,
@@ -89,6 +101,9 @@ def main() -> None:
                 "python_start_ms": med["python"],
                 "overhead_ms": med["mdvdb"] - med["rg"],
                 "ratio": med["mdvdb"] / med["rg"],
+                "rg_cpu_ms": med_cpu["rg"],
+                "mdvdb_cpu_ms": med_cpu["mdvdb"],
+                "cpu_overhead_ms": med_cpu["mdvdb"] - med_cpu["rg"],
             }
         )
     title = (
