@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli, unpack_corpus
 
 from mdvdb.config import load_config
 from query import grep
 from query.grep_format import ELLIPSIS, MAX_LINE
 from query.sources import Registry, entry_points, select_roots
+from tests.conftest import REPO, run_cli, unpack_corpus
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
