@@ -58,7 +58,9 @@ def _preload(config):
 
         index = open_index(config=config)
         try:
-            if index.snapshot.vectors.shape[0]:
+            # Only the local model is worth warming: a remote provider would bill a request
+            # at every server start (and fail quietly when it is down).
+            if index.snapshot.vectors.shape[0] and config.embedding_provider == "local":
                 index.provider().embed(["warm up"])
         except Exception:  # no index yet: the forwarded command reports it as usual
             pass
