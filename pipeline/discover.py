@@ -229,6 +229,7 @@ class PathFilter:
         self.config = config
         self.skip = {str(config.index_path), str(config.state_path)}
         self.sources = _source_rels(config, None)
+        self._cache: dict[tuple[str, str], tuple[_Rules, str | None] | None] = {}
 
     def check(self, rel: str) -> tuple[bool, str | None]:
         """(taken, problem) for a root-relative path of a file or folder that exists."""
@@ -252,21 +253,38 @@ class PathFilter:
     def _folder_rules(self, rel: str) -> tuple[_Rules, str | None] | None:
         """The rules in force in `rel`'s folder, as the walk builds them on its way down;
         None when the path is in no source folder or under a folder the walk skips."""
-        root = self.config.root
         for source, source_rel in self.sources:
             if source_rel and rel != source_rel and not rel.startswith(source_rel + "/"):
                 continue
             if rel == source_rel:
                 return _base_rules(self.config), None
+            parent = rel.rpartition("/")[0] if "/" in rel else ""
+            return self._rules_inside(source, source_rel, parent)
+        return None
+
+    def _rules_inside(
+        self, source: Path, source_rel: str, folder_rel: str
+    ) -> tuple[_Rules, str | None] | None:
+        """Rules for the entries of `folder_rel` (a source folder or below one); cached,
+        so a burst of changes in one folder reads its .gitignore files once."""
+        key = (source_rel, folder_rel)
+        if key in self._cache:
+            return self._cache[key]
+        if folder_rel == source_rel:
             rules = _base_rules(self.config)
-            folder_rel = source_rel
-            parts = rel[len(source_rel) + 1 :].split("/") if source_rel else rel.split("/")
             ignore_file = _gitignore(source, source_rel)
-            if ignore_file:
-                rules = _Rules((*rules.specs, ignore_file))
-            for name in parts[:-1]:
-                folder_rel = f"{folder_rel}/{name}" if folder_rel else name
-                folder = root / folder_rel
+            found: tuple[_Rules, str | None] | None = (
+                (_Rules((*rules.specs, ignore_file)) if ignore_file else rules),
+                None,
+            )
+        else:
+            parent = folder_rel.rpartition("/")[0] if "/" in folder_rel else ""
+            above = self._rules_inside(source, source_rel, parent)
+            if above is None or above[1]:
+                found = above
+            else:
+                rules = above[0]
+                folder = self.config.root / folder_rel
                 verdict = _verdict(
                     self.config,
                     str(folder),
@@ -278,12 +296,12 @@ class PathFilter:
                     self.skip,
                 )
                 if verdict is not True:
-                    return (rules, verdict) if verdict else None
-                ignore_file = _gitignore(folder, folder_rel)
-                if ignore_file:
-                    rules = _Rules((*rules.specs, ignore_file))
-            return rules, None
-        return None
+                    found = (rules, verdict) if verdict else None
+                else:
+                    ignore_file = _gitignore(folder, folder_rel)
+                    found = (_Rules((*rules.specs, ignore_file)) if ignore_file else rules), None
+        self._cache[key] = found
+        return found
 
     def walk_folder(self, rel: str, errors: list[tuple[str, str]]) -> dict[str, os.stat_result]:
         """Every file a full walk would find under the folder `rel` (already `check`ed)."""

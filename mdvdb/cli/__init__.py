@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # Modules that register commands on `app`, in help order.
-COMMAND_MODULES = ("mdvdb.cli.core", "mdvdb.cli.agents")
+COMMAND_MODULES = ("mdvdb.cli.core", "mdvdb.cli.agents", "mdvdb.cli.watch")
 
 
 def main() -> None:
