@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
+
 from mdvdb.config import load_config
 from pipeline.discover import PathFilter, walk
 
