@@ -103,6 +103,7 @@ def writer(root: Path, rounds: int) -> dict:
 def run(readers: int = 4, rounds: int = 20, root: Path | None = None) -> dict:
     """Start `readers` reader processes and one writer process; return their reports."""
     work = Path(root or tempfile.mkdtemp(prefix="mdvdb-conc-"))
+    work.mkdir(parents=True, exist_ok=True)
     write_round(work, 0)
     subprocess.run(
         [sys.executable, "-m", "mdvdb", "ingest", "--root", str(work)], check=True,

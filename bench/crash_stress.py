@@ -76,7 +76,8 @@ def verify(root: Path, cli: bool) -> list[str]:
 
 
 def index_content(root: Path) -> tuple:
-    """What must match between the recovered index and a clean build."""
+    """What must match between the recovered index and a clean build, in a canonical order
+    (an incremental pack may append files where a full build sorts them)."""
     import numpy as np
 
     from mdvdb.index_format import read_index
@@ -84,7 +85,7 @@ def index_content(root: Path) -> tuple:
     f = read_index(root / ".markdownvdb.index")
     files, chunks = f.tables["files"], f.tables["chunks"]
     paths = files.column("path").to_pylist()
-    file_rows = list(
+    file_rows = sorted(
         zip(
             paths,
             files.column("sha256").to_pylist(),
@@ -98,16 +99,17 @@ def index_content(root: Path) -> tuple:
     chunk_rows = list(
         zip(
             [paths[i] for i in ids],
-            chunks.column("sha256").to_pylist(),
-            chunks.column("text").to_pylist(),
             chunks.column("start_line").to_pylist(),
             chunks.column("end_line").to_pylist(),
+            chunks.column("sha256").to_pylist(),
+            chunks.column("text").to_pylist(),
             strict=True,
         )
     )
+    order = sorted(range(len(chunk_rows)), key=lambda i: chunk_rows[i][:4])
     dims = int(f.meta["dimensions"])
     vectors = np.asarray(chunks.column("vector").combine_chunks().values).reshape(-1, dims)
-    return file_rows, chunk_rows, vectors
+    return file_rows, [chunk_rows[i] for i in order], vectors[order]
 
 
 def compare_with_clean_build(root: Path) -> dict:

@@ -102,13 +102,27 @@ class Watcher:
         # nothing that happens after the walk goes unseen.
         pending_full = True
         pending: list[str] = []
+        seen: dict[Path, tuple[int, int] | None] = {}
         try:
             while not self.stop.is_set():
                 targets = self._targets()
                 if not targets:
+                    # Nothing left to watch (the source folders are gone): what was in them
+                    # leaves the index now, not when a folder comes back.
+                    if pending_full or pending:
+                        self._ingest(None if pending_full else pending)
+                        pending_full, pending = False, []
                     self.stop.wait(IDLE_CHECK_MS / 1000)
                     continue
                 identity = {p: _identity(p) for p in self._sources()}
+                # Folders that appeared or were replaced since the last watch: walk them at
+                # the first yield, when the new watch is live.
+                reborn = [p for p, key in identity.items() if key and key != seen.get(p)]
+                if seen and reborn and not pending_full:
+                    again = self._catch_up_paths(reborn)
+                    pending_full = again is None
+                    pending = sorted({*pending, *(again or [])})
+                seen = identity
                 step = max(1, self.debounce_ms)
                 for changes in watchfiles.watch(
                     *targets,

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from mdvdb.config import load_config
 from pipeline.discover import PathFilter, walk
+from tests.conftest import run_cli
 
 
 def _tree(root: Path) -> None:

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 
 from mdvdb.config import load_config
 from query import open_index
+from tests.conftest import REPO
 
 DEBOUNCE_MS = 200
 DEADLINE = 60.0  # seconds a change may take to show up on a loaded, shared 2-core machine
@@ -52,10 +52,11 @@ def test_watch_follows_every_kind_of_change(tmp_path: Path):
         f"MDVDB_SOURCE_DIRS=docs\nMDVDB_WATCH_DEBOUNCE_MS={DEBOUNCE_MS}\n"
     )
     (docs / "first.md").write_text("# First\n\nThe first note.\n")
+    log = open(tmp_path / "watch.log", "w")  # a file, not a pipe nobody drains  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "mdvdb", "watch", "--root", str(root)],
         cwd=REPO,
-        stderr=subprocess.PIPE,
+        stderr=log,
         text=True,
     )
     latencies: dict[str, float] = {}
@@ -121,10 +122,13 @@ def test_watch_follows_every_kind_of_change(tmp_path: Path):
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            _, err = proc.communicate(timeout=60)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
-            _, err = proc.communicate()
+            proc.wait()
+        log.close()
+        err = (tmp_path / "watch.log").read_text()
+        print(err)
     print("\nwatch latencies (s):", {k: round(v, 2) for k, v in latencies.items()})
     assert proc.returncode == 0, err
     assert "watch: stopped" in err

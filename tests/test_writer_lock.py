@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli
 
 HOLDER = """
 import sys, time
