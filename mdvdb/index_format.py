@@ -34,6 +34,7 @@ MAGIC = b"MDVDBIX\x00"
 HEADER = struct.Struct("<8sII")
 TRAILER = struct.Struct("<Q8s")
 ALIGN = 64
+TEMP_SUFFIX = ".tmp"
 
 # Frontmatter fields get typed columns in `files` named with this prefix (filters read them).
 FRONTMATTER_COLUMN_PREFIX = "fm:"
@@ -166,7 +167,9 @@ def write_index(path: Path | str, tables: dict[str, pa.Table], meta: dict[str, A
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    # mkstemp makes the file 0600; readers running as other users need the usual mode.
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     try:
         offsets: dict[str, list[int]] = {}
@@ -201,6 +204,32 @@ def write_index(path: Path | str, tables: dict[str, pa.Table], meta: dict[str, A
         except FileNotFoundError:
             pass
         raise
+
+
+def temp_files(path: Path | str) -> list[Path]:
+    """Temp files `write_index` leaves beside `path` when its process is killed mid-write.
+    Only the writer-lock holder may delete them: another writer's temp file is live."""
+    path = Path(path)
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    prefix = f".{path.name}."
+    return [path.parent / n for n in names if n.startswith(prefix) and n.endswith(TEMP_SUFFIX)]
+
+
+def _umask() -> int:
+    """The process umask; read from /proc where possible, because setting it to read it
+    back is not thread-safe."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _pad(sink: pa.NativeFile) -> None:

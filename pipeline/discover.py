@@ -7,6 +7,7 @@ but unchanged file stops the chain here.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -95,32 +96,29 @@ def _gitignore(folder: Path, rel: str) -> tuple[str, pathspec.PathSpec] | None:
     return (rel, spec) if spec.patterns else None
 
 
-def walk(config: Config, errors: list[tuple[str, str]]) -> dict[str, os.stat_result]:
-    """Every Markdown file under the source folders that no rule ignores: rel path -> stat."""
-    root = config.root
-    user = pathspec.GitIgnoreSpec.from_lines(config.ignore_patterns)
-    base_rules = _Rules((("", user),) if user.patterns else ())
-    found: dict[str, os.stat_result] = {}
-    seen_dirs: set[tuple[int, int]] = set()
-    skip = {str(config.index_path), str(config.state_path)}
+class _Walker:
+    """One walk: the folders already visited (symlink loops), the files found, the problems."""
 
-    def rel_of(path: Path) -> str | None:
-        try:
-            return path.relative_to(root).as_posix()
-        except ValueError:
-            return None
+    def __init__(self, config: Config, errors: list[tuple[str, str]]):
+        self.config = config
+        self.root = config.root
+        self.errors = errors
+        self.found: dict[str, os.stat_result] = {}
+        self.seen_dirs: set[tuple[int, int]] = set()
+        self.skip = {str(config.index_path), str(config.state_path)}
 
-    def visit(folder: str, rel: str, rules: _Rules) -> None:
+    def visit(self, folder: str, rel: str, rules: _Rules) -> None:
+        errors = self.errors
         try:
             st = os.stat(folder)
         except OSError as exc:
             errors.append((rel or ".", f"cannot read folder: {exc.strerror or exc}"))
             return
         key = (st.st_dev, st.st_ino)
-        if key in seen_dirs:
+        if key in self.seen_dirs:
             errors.append((rel or ".", "symlink loop: folder already visited, skipped"))
             return
-        seen_dirs.add(key)
+        self.seen_dirs.add(key)
         ignore_file = _gitignore(Path(folder), rel)
         if ignore_file:
             rules = _Rules((*rules.specs, ignore_file))
@@ -137,42 +135,182 @@ def walk(config: Config, errors: list[tuple[str, str]]) -> dict[str, os.stat_res
                 is_link = entry.is_symlink()
                 is_dir = entry.is_dir()
             except OSError as exc:
-                errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
+                errors.append((child_rel, _stat_problem(exc)))
+                continue
+            verdict = _verdict(
+                self.config, entry.path, name, child_rel, is_dir, is_link, rules, self.skip
+            )
+            if verdict is not True:
+                if verdict:
+                    errors.append((child_rel, verdict))
                 continue
             if is_dir:
-                if name in BUILTIN_IGNORES:
-                    continue
-            elif not name.lower().endswith(MARKDOWN_SUFFIXES) or entry.path in skip:
-                continue
-            if rules.specs and rules.ignored(child_rel, is_dir):
-                continue
-            if is_link:
-                try:
-                    target = Path(entry.path).resolve(strict=True)
-                except (OSError, RuntimeError):
-                    errors.append((child_rel, "broken symlink or symlink loop, skipped"))
-                    continue
-                if not config.follow_outside_root and not _inside(target, root):
-                    errors.append((child_rel, "symlink points outside the project root, skipped"))
-                    continue
-            if is_dir:
-                visit(entry.path, child_rel, rules)
+                self.visit(entry.path, child_rel, rules)
                 continue
             try:
-                found[child_rel] = entry.stat()
+                self.found[child_rel] = entry.stat()
             except OSError as exc:
                 errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
 
+
+def _verdict(
+    config: Config,
+    path: str,
+    name: str,
+    rel: str,
+    is_dir: bool,
+    is_link: bool,
+    rules: _Rules,
+    skip: set[str],
+) -> bool | str:
+    """The walk's rule for one entry: True to take it (or descend), False to skip it
+    silently, or the problem to report when it is skipped (symlinks that escape or loop)."""
+    if is_dir:
+        if name in BUILTIN_IGNORES:
+            return False
+    elif not name.lower().endswith(MARKDOWN_SUFFIXES) or path in skip:
+        return False
+    if rules.specs and rules.ignored(rel, is_dir):
+        return False
+    if is_link:
+        try:
+            target = Path(path).resolve(strict=True)
+        except (OSError, RuntimeError):
+            return "broken symlink or symlink loop, skipped"
+        if not config.follow_outside_root and not _inside(target, config.root):
+            return "symlink points outside the project root, skipped"
+    return True
+
+
+def _stat_problem(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "symlink loop, skipped"
+    return f"cannot stat: {exc.strerror or exc}"
+
+
+def _source_rels(config: Config, errors: list[tuple[str, str]] | None) -> list[tuple[Path, str]]:
+    """(folder, root-relative path) of each source folder that may be walked."""
+    out = []
     for source in config.source_paths():
-        if not _inside(source, root) and not config.follow_outside_root:
-            errors.append((str(source), "source folder is outside the project root, skipped"))
+        if not _inside(source, config.root) and not config.follow_outside_root:
+            if errors is not None:
+                errors.append((str(source), "source folder is outside the project root, skipped"))
             continue
+        try:
+            rel = source.relative_to(config.root).as_posix()
+        except ValueError:
+            rel = None
+        out.append((source, "" if rel in (None, ".") else rel))
+    return out
+
+
+def walk(config: Config, errors: list[tuple[str, str]]) -> dict[str, os.stat_result]:
+    """Every Markdown file under the source folders that no rule ignores: rel path -> stat."""
+    walker = _Walker(config, errors)
+    for source, rel in _source_rels(config, errors):
         if not source.is_dir():
             errors.append((str(source), "source folder does not exist, skipped"))
             continue
-        rel = rel_of(source)
-        visit(str(source), "" if rel in (None, ".") else rel, base_rules)
-    return found
+        walker.visit(str(source), rel, _base_rules(config))
+    return walker.found
+
+
+def _base_rules(config: Config) -> _Rules:
+    user = pathspec.GitIgnoreSpec.from_lines(config.ignore_patterns)
+    return _Rules((("", user),) if user.patterns else ())
+
+
+class PathFilter:
+    """The walk's rules applied to one path at a time, for callers that learn of paths one by
+    one (the watcher, `mdvdb ingest PATH`): a path is taken exactly when a full walk would
+    take it, so a watched change can never index what `mdvdb ingest` would ignore."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.skip = {str(config.index_path), str(config.state_path)}
+        self.sources = _source_rels(config, None)
+        self._cache: dict[tuple[str, str], tuple[_Rules, str | None] | None] = {}
+
+    def check(self, rel: str) -> tuple[bool, str | None]:
+        """(taken, problem) for a root-relative path of a file or folder that exists."""
+        found = self._folder_rules(rel)
+        if found is None:
+            return False, None
+        rules, problem = found
+        if problem:
+            return False, problem
+        path = self.config.root / rel
+        try:
+            is_link = path.is_symlink()
+            is_dir = path.is_dir()
+        except OSError as exc:
+            return False, _stat_problem(exc)
+        verdict = _verdict(
+            self.config, str(path), path.name, rel, is_dir, is_link, rules, self.skip
+        )
+        return verdict is True, (verdict if isinstance(verdict, str) else None)
+
+    def _folder_rules(self, rel: str) -> tuple[_Rules, str | None] | None:
+        """The rules in force in `rel`'s folder, as the walk builds them on its way down;
+        None when the path is in no source folder or under a folder the walk skips."""
+        for source, source_rel in self.sources:
+            if source_rel and rel != source_rel and not rel.startswith(source_rel + "/"):
+                continue
+            if rel == source_rel:
+                return _base_rules(self.config), None
+            parent = rel.rpartition("/")[0] if "/" in rel else ""
+            return self._rules_inside(source, source_rel, parent)
+        return None
+
+    def _rules_inside(
+        self, source: Path, source_rel: str, folder_rel: str
+    ) -> tuple[_Rules, str | None] | None:
+        """Rules for the entries of `folder_rel` (a source folder or below one); cached,
+        so a burst of changes in one folder reads its .gitignore files once."""
+        key = (source_rel, folder_rel)
+        if key in self._cache:
+            return self._cache[key]
+        if folder_rel == source_rel:
+            rules = _base_rules(self.config)
+            ignore_file = _gitignore(source, source_rel)
+            found: tuple[_Rules, str | None] | None = (
+                (_Rules((*rules.specs, ignore_file)) if ignore_file else rules),
+                None,
+            )
+        else:
+            parent = folder_rel.rpartition("/")[0] if "/" in folder_rel else ""
+            above = self._rules_inside(source, source_rel, parent)
+            if above is None or above[1]:
+                found = above
+            else:
+                rules = above[0]
+                folder = self.config.root / folder_rel
+                verdict = _verdict(
+                    self.config,
+                    str(folder),
+                    folder.name,
+                    folder_rel,
+                    True,
+                    folder.is_symlink(),
+                    rules,
+                    self.skip,
+                )
+                if verdict is not True:
+                    found = (rules, verdict) if verdict else None
+                else:
+                    ignore_file = _gitignore(folder, folder_rel)
+                    found = (_Rules((*rules.specs, ignore_file)) if ignore_file else rules), None
+        self._cache[key] = found
+        return found
+
+    def walk_folder(self, rel: str, errors: list[tuple[str, str]]) -> dict[str, os.stat_result]:
+        """Every file a full walk would find under the folder `rel` (already `check`ed)."""
+        found = self._folder_rules(rel)
+        if found is None or found[1]:
+            return {}
+        walker = _Walker(self.config, errors)
+        walker.visit(str(self.config.root / rel), rel, found[0])
+        return walker.found
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -186,28 +324,32 @@ def _inside(path: Path, root: Path) -> bool:
 def discover(
     config: Config, manifest: dict[str, ManifestEntry], only: list[str] | None = None
 ) -> Discovered:
-    """Compare the folders with the manifest. `only`: re-check just these relative paths,
-    keep every other manifest entry as it is (`mdvdb ingest docs/a.md`)."""
+    """Compare the folders with the manifest. `only`: re-check just these relative paths
+    (files or folders, present or gone), keep every other manifest entry as it is
+    (`mdvdb ingest docs/a.md`, the watcher)."""
     errors: list[tuple[str, str]] = []
+    if only is not None and any(rel in ("", ".") for rel in only):
+        only = None  # the project root itself: a full walk
     if only is None:
         stats = walk(config, errors)
         candidates = stats
         result = Discovered(entries={})
     else:
-        stats = {}
-        for rel in only:
-            path = config.root / rel
-            if path.is_file() and rel.lower().endswith(MARKDOWN_SUFFIXES):
-                try:
-                    stats[rel] = path.stat()
-                except OSError as exc:
-                    errors.append((rel, f"cannot stat: {exc.strerror or exc}"))
+        stats, scope = _only(config, manifest, only, errors)
         candidates = stats
-        result = Discovered(entries={p: e for p, e in manifest.items() if p not in set(only)})
+        result = Discovered(entries={p: e for p, e in manifest.items() if p not in scope})
 
+    # Named paths are always re-hashed: the caller (the watcher) saw them change, and two
+    # writes within one filesystem timestamp tick can leave size and mtime as they were.
+    trust_stat = only is None
     for rel, st in candidates.items():
         old = manifest.get(rel)
-        if old is not None and old.size == st.st_size and old.mtime_ns == st.st_mtime_ns:
+        if (
+            trust_stat
+            and old is not None
+            and old.size == st.st_size
+            and old.mtime_ns == st.st_mtime_ns
+        ):
             result.entries[rel] = old
             result.unchanged += 1
             continue
@@ -224,7 +366,44 @@ def discover(
         else:
             result.unchanged += 1
 
-    scope = manifest.keys() if only is None else [p for p in only if p in manifest]
+    if only is None:
+        scope = set(manifest)
     result.removed = sorted(p for p in scope if p not in result.entries)
     result.errors = errors
     return result
+
+
+def _only(
+    config: Config,
+    manifest: dict[str, ManifestEntry],
+    only: list[str],
+    errors: list[tuple[str, str]],
+) -> tuple[dict[str, os.stat_result], set[str]]:
+    """Stats of the files to re-check under the given paths, and the manifest entries they
+    cover: a file, everything under a folder, everything that was under a path now gone."""
+    rules = PathFilter(config)
+    stats: dict[str, os.stat_result] = {}
+    scope: set[str] = set()
+    prefixes = tuple(f"{rel}/" for rel in only)
+    for rel in only:
+        if rel in manifest:
+            scope.add(rel)
+    if prefixes:
+        scope.update(p for p in manifest if p.startswith(prefixes))
+    for rel in only:
+        path = config.root / rel
+        if not os.path.lexists(path):
+            continue
+        taken, problem = rules.check(rel)
+        if problem:
+            errors.append((rel, problem))
+        if not taken:
+            continue
+        if path.is_dir():
+            stats.update(rules.walk_folder(rel, errors))
+            continue
+        try:
+            stats[rel] = path.stat()
+        except OSError as exc:
+            errors.append((rel, f"cannot stat: {exc.strerror or exc}"))
+    return stats, scope

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,11 +18,15 @@ class IngestError(RuntimeError):
 
 
 def relative_paths(config: Config, paths: list[str]) -> list[str]:
-    """Root-relative POSIX paths; a path outside the project root is refused."""
+    """Root-relative POSIX paths; a path outside the project root is refused.
+
+    Only the folder part is resolved: a symlink named by the path stays itself, so the rules
+    of the walk (a link escaping the root is reported and skipped) decide about it, not this.
+    """
     out = []
     for raw in paths:
-        path = Path(raw)
-        absolute = (path if path.is_absolute() else Path.cwd() / path).resolve()
+        path = Path(os.path.abspath(raw))
+        absolute = path if path == Path(path.anchor) else path.parent.resolve() / path.name
         try:
             out.append(absolute.relative_to(config.root).as_posix())
         except ValueError:
@@ -35,7 +41,10 @@ def run(
     progress: Callable[[str, int, int], None] | None = None,
     wait: bool = True,
     on_wait: Callable[[str], None] | None = None,
+    provider=None,
 ) -> tasks.IngestReport:
+    """One ingest under the writer lock. `provider`: an embedder to reuse (a long-lived
+    caller such as the watcher loads its model once); it is not closed here."""
     from doit.cmd_base import ModuleTaskLoader
     from doit.doit_cmd import DoitMain
 
@@ -44,8 +53,12 @@ def run(
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
     ctx = tasks.RunContext(config=config, only=only, full=full, progress=progress)
+    ctx._provider = provider
     tasks.set_context(ctx)
     try:
+        remove_stale_temp_files(config)
+        doit_db = config.state_path / "doit.sqlite3"
+        usable_doit_db(doit_db)
         if full:
             with ctx.state.transaction():
                 ctx.state.db.execute("DELETE FROM parsed")
@@ -53,7 +66,7 @@ def run(
         args = [
             "run",
             "--db-file",
-            str(config.state_path / "doit.sqlite3"),
+            str(doit_db),
             "--backend",
             "sqlite3",
             "--reporter",
@@ -77,6 +90,45 @@ def run(
         ctx.report.seconds = time.perf_counter() - started
         return ctx.report
     finally:
+        if provider is not None:
+            ctx._provider = None  # the caller's to close
         ctx.close()
         tasks.set_context(None)
         lock.release()
+
+
+def remove_stale_temp_files(config: Config) -> list[Path]:
+    """Delete index temp files a killed writer left behind. Safe only under the writer
+    lock: no other writer can be mid-write, so every such file is dead."""
+    from mdvdb.index_format import temp_files
+
+    removed = []
+    for path in temp_files(config.index_path):
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def usable_doit_db(path: Path) -> None:
+    """doit's DB only records which stages are up to date (the caches hold the work), so a
+    DB that SQLite cannot open is deleted rather than allowed to block every later run.
+    A run killed mid-save leaves a hot journal, which SQLite rolls back by itself here."""
+    if not path.exists():
+        return
+    try:
+        db = sqlite3.connect(path, timeout=60)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError("quick_check failed")
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        for name in (path.name, f"{path.name}-journal", f"{path.name}-wal", f"{path.name}-shm"):
+            try:
+                (path.parent / name).unlink()
+            except FileNotFoundError:
+                pass

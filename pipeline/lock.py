@@ -29,9 +29,14 @@ class WriterLock:
         self._lock = FileLock(str(self.path))
 
     def holder(self) -> str:
+        """Who holds the lock, from the side file. A side file naming a dead process is a
+        leftover of a killed writer (the kernel freed its lock): the holder is a writer
+        that has not written its own yet."""
         try:
             info = json.loads(self.info_path.read_text())
         except (OSError, ValueError):
+            return "another mdvdb process"
+        if not isinstance(info, dict) or not _alive(info.get("pid")):
             return "another mdvdb process"
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("since", 0)))
         return f"pid {info.get('pid')} ({info.get('command')}) since {since}"
@@ -66,4 +71,20 @@ class WriterLock:
 
 
 def describe_command() -> str:
-    return " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]
+    """`mdvdb ingest --full`, also when run as `python -m mdvdb`."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if name == "__main__.py":
+        name = Path(sys.argv[0]).parent.name
+    return " ".join([name, *sys.argv[1:]])[:200]
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -76,6 +76,14 @@ class State:
         rows = self.db.execute("SELECT path, size, mtime_ns, sha256 FROM manifest")
         return {r[0]: ManifestEntry(*r) for r in rows}
 
+    def has_path(self, rel: str) -> bool:
+        """A file at `rel` or anything under the folder `rel` is in the manifest."""
+        row = self.db.execute(
+            "SELECT 1 FROM manifest WHERE path = ? OR (path > ? AND path < ?) LIMIT 1",
+            (rel, rel + "/", rel + "0"),  # "0" sorts right after "/"
+        ).fetchone()
+        return row is not None
+
     def replace_manifest(self, upserts: Iterable[ManifestEntry], removed: Iterable[str]) -> None:
         with self.transaction():
             self.db.executemany(

@@ -2,14 +2,19 @@
 
 Readers take no lock. The writer publishes a new file by atomic rename, so a mapped index is
 one consistent snapshot; a long-lived reader checks the path's inode between queries and
-re-maps when a newer index was published.
+re-maps when a newer index was published. A query pins one snapshot for its whole duration
+(`Index.pinned`), so the rows it scores and the rows it returns come from the same file even
+when a new index is published mid-query.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, replace
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,7 @@ class Snapshot:
     vectors: np.ndarray  # (chunks, dimensions) float32 view over the map
     chunk_file_ids: np.ndarray
     paths: list[str]
+    _path_ids: dict[str, int] | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, path: Path) -> Snapshot:
@@ -87,15 +93,38 @@ class Index:
         self.config = config
         self._snapshot: Snapshot | None = None
         self._provider = None
-        self._path_ids: dict[str, int] | None = None
+        self._pins = threading.local()  # the snapshot each thread's current query holds
 
     # -- snapshot management --------------------------------------------------------------
     @property
     def snapshot(self) -> Snapshot:
-        if self._snapshot is None or self._is_outdated(self._snapshot):
-            self._snapshot = _shared_snapshot(self.config.index_path)
-            self._path_ids = None
-        return self._snapshot
+        """The snapshot pinned by the running query, else the newest published one."""
+        pinned = getattr(self._pins, "snapshot", None)
+        if pinned is not None:
+            return pinned
+        return self._current()
+
+    def _current(self) -> Snapshot:
+        snap = self._snapshot
+        if snap is None or self._is_outdated(snap):
+            snap = _shared_snapshot(self.config.index_path)
+            self._snapshot = snap
+        return snap
+
+    @contextmanager
+    def pinned(self) -> Iterator[Snapshot]:
+        """Hold one snapshot for a whole query (nested calls share it). Without this, a
+        query that reads `snapshot` twice could score rows of one file and return rows of
+        a newer one published in between."""
+        held = getattr(self._pins, "snapshot", None)
+        if held is not None:
+            yield held
+            return
+        self._pins.snapshot = self._current()
+        try:
+            yield self._pins.snapshot
+        finally:
+            self._pins.snapshot = None
 
     def _is_outdated(self, snap: Snapshot) -> bool:
         try:
@@ -109,14 +138,14 @@ class Index:
         if self._snapshot is not None and not self._is_outdated(self._snapshot):
             return False
         self._snapshot = None
-        _ = self.snapshot
+        self._current()
         return True
 
     def path_id(self, path: str) -> int | None:
         snap = self.snapshot
-        if self._path_ids is None:
-            self._path_ids = {p: i for i, p in enumerate(snap.paths)}
-        return self._path_ids.get(path)
+        if snap._path_ids is None:
+            snap._path_ids = {p: i for i, p in enumerate(snap.paths)}
+        return snap._path_ids.get(path)
 
     def provider(self):
         """The query embedder; it must match what the index was built with."""
@@ -149,7 +178,8 @@ class Index:
     def search(self, query: str, **options: Any) -> SearchResponse:
         from query.search import search
 
-        return search(self, query, **options)
+        with self.pinned():
+            return search(self, query, **options)
 
     async def asearch(self, query: str, **options: Any) -> SearchResponse:
         """The same search off the event loop, for agent loops built on asyncio."""
@@ -158,6 +188,10 @@ class Index:
         return await asyncio.to_thread(self.search, query, **options)
 
     def get_document(self, path: str) -> Document:
+        with self.pinned():
+            return self._get_document(path)
+
+    def _get_document(self, path: str) -> Document:
         rel = self._relative(path)
         snap = self.snapshot
         file_id = self.path_id(rel)
@@ -197,11 +231,15 @@ class Index:
         return await asyncio.to_thread(self.get_document, path)
 
     def status(self, check_files: bool = True) -> Status:
-        status = Status(index_path=str(self.config.index_path), exists=False)
         try:
-            snap = self.snapshot
+            with self.pinned():
+                return self._status(check_files)
         except index_format.IndexFormatError:
-            return status
+            return Status(index_path=str(self.config.index_path), exists=False)
+
+    def _status(self, check_files: bool) -> Status:
+        status = Status(index_path=str(self.config.index_path), exists=False)
+        snap = self.snapshot
         meta = snap.meta
         status.exists = True
         status.files = int(meta.get("files", 0))

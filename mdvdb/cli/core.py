@@ -190,12 +190,19 @@ def status(
         bool,
         typer.Option("--check", help="Only an exit code: 0 fresh, 3 stale, 4 no index."),
     ] = False,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Read and check the whole index; exit 1 if unsound.")
+    ] = False,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """What the index holds and whether it is up to date."""
     with user_errors():
         config = load(root)
+        if verify:
+            from mdvdb.cli.verify import run_verify
+
+            return run_verify(config, as_json)
         from query import open_index
 
         st = open_index(config=config).status()

@@ -1,0 +1,294 @@
+"""`mdvdb watch`: re-index what changes, through the same pipeline as `mdvdb ingest`.
+
+`watchfiles` reports changes; a batch is closed once the tree has been quiet for the debounce
+time (MDVDB_WATCH_DEBOUNCE_MS), and only its paths are re-checked (`ingest.run(paths=...)`),
+under the writer lock for the length of that one ingest: other writers interleave and readers,
+which take no lock, never wait.
+
+What it survives, and how:
+- editors that write a temp file and rename it over the note: the rename's target arrives as
+  an added path; the temp file's events are dropped (not Markdown, or no longer there).
+- `git checkout` bursts: events pile up in watchfiles' Rust thread while an ingest runs and
+  come out as the next batch, so none is lost and each batch is one ingest.
+- a source folder deleted and recreated (or moved away): a watch dies with its folder, so
+  the watcher checks the source folders' identity between batches, re-watches, and re-checks
+  the whole folder to catch what happened while nothing was watching.
+- a changed `.gitignore`: the rules changed, so the batch is a full walk.
+
+It stops on the stop event (set by SIGINT/SIGTERM in the CLI) once the running ingest has
+published or failed; the ingest releases its lock and deletes its temp file either way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mdvdb.config import Config
+from pipeline.discover import BUILTIN_IGNORES, MARKDOWN_SUFFIXES, PathFilter
+
+# A batch closes when no change came for the debounce time, or at the latest after this
+# many debounce periods (a tree that never goes quiet still gets indexed).
+MAX_DEBOUNCE_FACTOR = 10
+# How often (ms) the watcher wakes without events to check its source folders.
+IDLE_CHECK_MS = 500
+
+
+@dataclass
+class Batch:
+    """One ingest the watcher ran: what it was told, what it did, how long it took."""
+
+    paths: list[str] | None  # None: a full walk
+    files: int = 0  # files added, changed or removed
+    chunks: int = 0  # chunks in the published index
+    embedded: int = 0
+    ms: float = 0.0
+    error: str | None = None
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    def line(self) -> str:
+        scope = "full walk" if self.paths is None else f"paths: {len(self.paths)}"
+        if self.error:
+            return f"watch: {scope}: ingest failed: {self.error} ({self.ms:.0f} ms)"
+        text = (
+            f"watch: {scope}: {self.files} files changed, {self.embedded} chunks embedded, "
+            f"{self.chunks} chunks indexed, {self.ms:.0f} ms"
+        )
+        if self.problems:
+            text += f", {len(self.problems)} problems (e.g. {self.problems[0][0]}: "
+            text += f"{self.problems[0][1]})"
+        return text
+
+
+def _stderr(line: str) -> None:
+    sys.stderr.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+    sys.stderr.flush()
+
+
+class Watcher:
+    """Watch a project's source folders until `stop` is set."""
+
+    def __init__(
+        self,
+        config: Config,
+        stop: threading.Event | None = None,
+        log: Callable[[str], None] = _stderr,
+        debounce_ms: int | None = None,
+        on_batch: Callable[[Batch], None] | None = None,
+    ):
+        self.config = config
+        self.stop = stop or threading.Event()
+        self.log = log
+        self.debounce_ms = config.watch_debounce_ms if debounce_ms is None else debounce_ms
+        self.on_batch = on_batch
+        self._provider = None
+        self._index_name = config.index_path.name
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> None:
+        """Index what changed since the last ingest, then follow changes until stopped."""
+        import watchfiles
+
+        from mdvdb.providers import get_provider
+
+        self._provider = get_provider(self.config)
+        # The first pass is a full walk: it catches up with what changed while nothing
+        # was watching. It runs at the first yield, when the watch is already live, so
+        # nothing that happens after the walk goes unseen.
+        pending_full = True
+        pending: list[str] = []
+        seen: dict[Path, tuple[int, int] | None] = {}
+        try:
+            while not self.stop.is_set():
+                targets = self._targets()
+                if not targets:
+                    # Nothing left to watch (the source folders are gone): what was in them
+                    # leaves the index now, not when a folder comes back.
+                    if pending_full or pending:
+                        self._ingest(None if pending_full else pending)
+                        pending_full, pending = False, []
+                    self.stop.wait(IDLE_CHECK_MS / 1000)
+                    continue
+                identity = {p: _identity(p) for p in self._sources()}
+                # Folders that appeared or were replaced since the last watch: walk them at
+                # the first yield, when the new watch is live.
+                reborn = [p for p, key in identity.items() if key and key != seen.get(p)]
+                if seen and reborn and not pending_full:
+                    again = self._catch_up_paths(reborn)
+                    pending_full = again is None
+                    pending = sorted({*pending, *(again or [])})
+                seen = identity
+                step = max(1, self.debounce_ms)
+                for changes in watchfiles.watch(
+                    *targets,
+                    watch_filter=self._wanted,
+                    debounce=max(step * MAX_DEBOUNCE_FACTOR, step + 1),
+                    step=step,
+                    stop_event=self.stop,
+                    rust_timeout=IDLE_CHECK_MS,
+                    yield_on_timeout=True,
+                    raise_interrupt=False,
+                ):
+                    paths = self._relevant(path for _, path in changes)
+                    if pending_full:
+                        paths = None
+                    elif pending and paths is not None:
+                        paths = sorted({*pending, *paths})
+                    pending_full, pending = False, []
+                    if paths is None or paths:
+                        self._ingest(paths)
+                    moved = [p for p in self._sources() if _identity(p) != identity.get(p)]
+                    if moved:
+                        # A source folder was deleted, recreated or moved: its watch is dead.
+                        again = self._catch_up_paths(moved)
+                        pending_full, pending = again is None, again or []
+                        break
+                    if self.stop.is_set():
+                        break
+        finally:
+            if self._provider is not None:
+                self._provider.close()
+                self._provider = None
+
+    def _catch_up_paths(self, moved: list[Path]) -> list[str] | None:
+        rels = []
+        for path in moved:
+            rel = self._rel(path)
+            if rel is None or rel in ("", "."):
+                return None
+            rels.append(rel)
+        return rels
+
+    # -- which paths --------------------------------------------------------------------
+    def _sources(self) -> list[Path]:
+        """Source folders the walk may enter (inside the root unless configured)."""
+        out = []
+        for source in self.config.source_paths():
+            if self.config.follow_outside_root or self._rel(source) is not None:
+                out.append(source)
+        return out
+
+    def _targets(self) -> list[str]:
+        return [str(p) for p in self._sources() if p.is_dir()]
+
+    def _rel(self, path: Path | str) -> str | None:
+        try:
+            rel = Path(path).relative_to(self.config.root).as_posix()
+        except ValueError:
+            return None
+        return "" if rel == "." else rel
+
+    def _wanted(self, change, path: str) -> bool:
+        """Cheap first cut, run for every raw event: drop our own files, always-ignored
+        folders and files that are neither Markdown nor possibly a folder."""
+        import watchfiles
+
+        name = os.path.basename(path)
+        if name.startswith(f".{self._index_name}.") or name == self._index_name:
+            return False
+        state = str(self.config.state_path)
+        if path == state or path.startswith(state + os.sep):
+            return False
+        rel = self._rel(path)
+        if rel is not None and any(part in BUILTIN_IGNORES for part in rel.split("/")[:-1]):
+            return False
+        if name.lower().endswith(MARKDOWN_SUFFIXES) or name == ".gitignore":
+            return True
+        if change == watchfiles.Change.deleted:
+            return True  # may have been a folder of notes
+        return change == watchfiles.Change.added and os.path.isdir(path)
+
+    def _relevant(self, paths: Iterable[str]) -> list[str] | None:
+        """Root-relative paths worth an ingest; None when a .gitignore changed (full walk)."""
+        from pipeline.state import State
+
+        rels = sorted({r for r in (self._rel(p) for p in paths) if r is not None})
+        if not rels:
+            return []
+        if any(r.rsplit("/", 1)[-1] == ".gitignore" for r in rels):
+            return None
+        rules = PathFilter(self.config)
+        keep = []
+        gone = []
+        for rel in rels:
+            if rel == "":
+                return None
+            if os.path.lexists(self.config.root / rel):
+                taken, problem = rules.check(rel)
+                if taken or problem:
+                    keep.append(rel)
+            else:
+                gone.append(rel)
+        if gone:
+            state = State(self.config.state_path)
+            try:
+                keep.extend(rel for rel in gone if state.has_path(rel))
+            finally:
+                state.close()
+        return sorted(keep)
+
+    # -- one ingest -----------------------------------------------------------------------
+    def _ingest(self, paths: list[str] | None) -> Batch:
+        from pipeline import ingest
+
+        batch = Batch(paths=paths)
+        started = time.perf_counter()
+        try:
+            absolute = None if paths is None else [str(self.config.root / p) for p in paths]
+            report = ingest.run(
+                self.config,
+                absolute,
+                provider=self._provider,
+                on_wait=lambda holder: self.log(f"watch: waiting for the index lock ({holder})"),
+            )
+            batch.files = report.added + report.changed + report.removed
+            batch.chunks = report.chunks
+            batch.embedded = report.chunks_embedded
+            batch.problems = list(report.errors)
+        except Exception as exc:  # a failed batch must not end the watch
+            batch.error = f"{type(exc).__name__}: {exc}"
+        batch.ms = (time.perf_counter() - started) * 1000
+        if paths is None or batch.files or batch.error or batch.problems:
+            self.log(batch.line())
+        if self.on_batch:
+            self.on_batch(batch)
+        return batch
+
+
+def _identity(path: Path | str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+class BackgroundWatch:
+    """A watcher on a daemon thread, for long-lived commands that index as they serve."""
+
+    def __init__(self, watcher: Watcher):
+        self.watcher = watcher
+        self.thread = threading.Thread(target=watcher.run, name="mdvdb-watch", daemon=True)
+
+    def start(self) -> BackgroundWatch:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float | None = 60) -> None:
+        self.watcher.stop.set()
+        self.thread.join(timeout)
+
+
+def start_background(
+    config: Config, log: Callable[[str], None] = _stderr
+) -> BackgroundWatch | None:
+    """Start watching in the background unless MDVDB_WATCH=false. Commands that watch
+    implicitly (a server, an MCP server) call this; `mdvdb watch` is explicit and does not."""
+    if not config.watch:
+        return None
+    return BackgroundWatch(Watcher(config, log=log)).start()

@@ -1,0 +1,105 @@
+"""One writer at a time, with real processes: a second writer waits naming the holder or,
+with --no-wait, exits 1 at once; a holder killed with SIGKILL blocks nobody."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import REPO, run_cli
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from pipeline.lock import WriterLock
+lock = WriterLock(Path(sys.argv[1]), command="test-holder")
+lock.acquire()
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+lock.release()
+"""
+
+
+def _hold(state: Path, seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(state), str(seconds)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_no_wait_exits_1_naming_the_holder(notes: Path):
+    holder = _hold(notes / ".markdownvdb.state", 30)
+    try:
+        started = time.monotonic()
+        result = run_cli("ingest", "--no-wait", "--root", str(notes))
+        assert result.returncode == 1
+        assert time.monotonic() - started < 15
+        assert f"pid {holder.pid} (test-holder) since" in result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (notes / ".markdownvdb.index").exists()
+
+
+def test_second_writer_waits_then_runs(notes: Path):
+    holder = _hold(notes / ".markdownvdb.state", 3)
+    result = run_cli("ingest", "--root", str(notes))
+    holder.wait(timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert f"waiting for the index lock held by pid {holder.pid} (test-holder)" in result.stderr
+    assert (notes / ".markdownvdb.index").is_file()
+
+
+def test_killed_holder_blocks_nobody(notes: Path):
+    state = notes / ".markdownvdb.state"
+    holder = _hold(state, 60)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    info = json.loads((state / "writer.json").read_text())  # left behind by the killed one
+    assert info["pid"] == holder.pid
+    result = run_cli("ingest", "--no-wait", "--root", str(notes))
+    assert result.returncode == 0, result.stderr
+    assert not (state / "writer.json").exists()
+
+
+def test_stale_temp_file_removed_and_live_index_kept(notes: Path):
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    # write_index's temp name: "." + the index name + random part + ".tmp"
+    stale = notes / "..markdownvdb.index.k1ll3d.tmp"
+    stale.write_bytes(b"half an index")
+    other = notes / ".unrelated.tmp"
+    other.write_bytes(b"not ours")
+    (notes / "new.md").write_text("# New\n\nA new note about otters.\n")
+    result = run_cli("ingest", "--root", str(notes))
+    assert result.returncode == 0, result.stderr
+    assert not stale.exists()
+    assert other.exists()
+
+
+def test_damaged_doit_db_does_not_block_the_next_run(notes: Path):
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    db = notes / ".markdownvdb.state" / "doit.sqlite3"
+    db.write_bytes(b"this is not a database" * 100)
+    (notes / "tar.md").write_text("# tar\n\nChanged content about tape archives.\n")
+    result = run_cli("ingest", "--root", str(notes), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["changed"] == 1
+
+
+def test_published_index_is_readable_by_others(notes: Path):
+    old = os.umask(0o022)
+    try:
+        assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    finally:
+        os.umask(old)
+    assert (notes / ".markdownvdb.index").stat().st_mode & 0o777 == 0o644
