@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 CONFIG_FILE = ".markdownvdb"
 # A file of this name in the project root switches search off without uninstalling anything.
 OFF_FILE = ".mdvdb-off"
+# Optional frontmatter schema overlay at the project root (documentation, never enforced).
+SCHEMA_OVERLAY_FILE = ".markdownvdb.schema.yml"
 PROVIDERS = ("local", "openai", "ollama", "custom")
 SEARCH_MODES = ("hybrid", "semantic", "lexical")
 

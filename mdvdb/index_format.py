@@ -82,8 +82,41 @@ CLUSTERS_SCHEMA = pa.schema(
     ]
 )
 
+# The merged frontmatter schema (inferred on every ingest + the optional overlay), one row a
+# field. Types: string, number, boolean, date, list, object, mixed, or "none" for a field that
+# only the overlay declares. `column` names the typed column of `files` filters read.
+SCHEMA_TABLE_SCHEMA = pa.schema(
+    [
+        ("field", pa.string()),
+        ("type", pa.string()),  # the effective type: declared if the overlay gives one
+        ("inferred_type", pa.string()),
+        ("type_counts", pa.string()),  # JSON {type: files}; more than one key means mixed
+        ("files", pa.int64()),  # files with a non-null value for the field
+        ("distinct", pa.int64()),  # distinct values (list fields: distinct elements)
+        ("values", pa.string()),  # JSON [[value, count], ...] for low-cardinality fields, else null
+        ("description", pa.string()),
+        ("allowed", pa.list_(pa.string())),
+        ("required", pa.bool_()),
+        ("declared", pa.bool_()),  # the overlay names the field
+        ("column", pa.string()),  # typed column in `files`, null when there is none
+    ]
+)
+
+# Files that break the overlay (documentation, not enforcement: they are indexed anyway).
+SCHEMA_PROBLEMS_SCHEMA = pa.schema(
+    [("path", pa.string()), ("field", pa.string()), ("problem", pa.string())]
+)
+
 # Table names a reader may find; unknown extra tables are ignored by older readers.
-TABLES = ("files", "chunks", "lexical", "lexical_terms", "clusters")
+TABLES = (
+    "files",
+    "chunks",
+    "lexical",
+    "lexical_terms",
+    "clusters",
+    "schema",
+    "schema_problems",
+)
 
 
 class IndexFormatError(RuntimeError):

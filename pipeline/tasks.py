@@ -337,8 +337,12 @@ def _cluster(ctx: RunContext) -> dict:
 
 
 def _schema(ctx: RunContext) -> dict:
-    # The inferred schema is built by its own issue; the index already has room for it.
-    return {"digest": "none"}
+    from pipeline.schema import build_from_state
+
+    result = build_from_state(ctx.config.root, ctx.state)
+    if result.overlay.error:
+        ctx.report.errors.append((result.overlay_path, result.overlay.error))
+    return {"digest": result.digest}
 
 
 def _pack(ctx: RunContext) -> dict:
@@ -356,6 +360,7 @@ def _pack(ctx: RunContext) -> dict:
         "dimensions": provider.dimensions,
         "config": config.fingerprint(),
         "errors": [list(e) for e in ctx.report.errors][:1000],
+        "schema_overlay": _overlay_meta(ctx),
         "mdvdb_version": _version(),
     }
     inp = PackInput(
@@ -373,6 +378,18 @@ def _pack(ctx: RunContext) -> dict:
     if ctx.changed_shas is None or ctx.report.removed or ctx.changed_shas:
         state.prune(chunk_key)
     return {"digest": digest}
+
+
+def _overlay_meta(ctx: RunContext) -> dict:
+    """What the read side needs to tell a stale or broken overlay from a current one."""
+    from pipeline.schema import stored_result
+
+    result = stored_result(ctx.state)
+    overlay = result.overlay if result is not None else None
+    return {
+        "digest": overlay.digest if overlay else None,
+        "error": overlay.error if overlay else None,
+    }
 
 
 def _version() -> str:
@@ -466,9 +483,12 @@ def task_cluster():
 
 def task_schema():
     """Frontmatter schema inferred from all files, merged with the overlay."""
+    from pipeline.schema import overlay_digest
+
+    overlay = {"overlay": overlay_digest(context().config.root)}
     return {
         "actions": [_stage("schema", _schema)],
-        "uptodate": [result_dep("parse"), config_changed(_settings())],
+        "uptodate": [result_dep("parse"), config_changed({**_settings(), **overlay})],
         "verbosity": 0,
     }
 

@@ -1,0 +1,529 @@
+"""The frontmatter schema: inferred from every file on each ingest, merged with the overlay.
+
+Inference answers "what fields exist?" for agents: each field's type (mixed types are reported
+as `mixed`, not guessed away), how many files have it, and its values with counts when there
+are few of them. The optional overlay (`.markdownvdb.schema.yml`) adds descriptions, allowed
+values, a required flag and fields no file has yet; it documents, it never rejects a file:
+files that break it are indexed and listed as problems for `mdvdb schema --check`.
+
+The effective type of each field also decides the typed column `fm:<field>` that pack adds to
+the `files` table, so filters compare numbers as numbers and dates as dates without reading
+any document's JSON at query time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from mdvdb import index_format
+from mdvdb.config import SCHEMA_OVERLAY_FILE
+
+TYPES = ("string", "number", "boolean", "date", "list", "object", "mixed")
+# A field's values are listed (with counts) when it has at most this many distinct values.
+VALUE_LIMIT = 50
+# Values longer than this are never listed: they are prose, not categories.
+VALUE_MAX_CHARS = 80
+
+ISO_DATE = re.compile(
+    r"^\d{4}-\d{2}-\d{2}"
+    r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$"
+)
+OVERLAY_KEYS = ("description", "type", "allowed", "required")
+
+
+class OverlayError(ValueError):
+    """The overlay file cannot be used; the message names the file and the problem."""
+
+
+# -- values -------------------------------------------------------------------------------
+
+
+def value_type(value: Any) -> str | None:
+    """The schema type of one frontmatter value; None for null (the field counts as absent)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "date" if ISO_DATE.match(value) else "string"
+    if isinstance(value, list):
+        return "list"
+    return "object"
+
+
+def parse_date(value: Any) -> dt.datetime | None:
+    """An ISO date or datetime as a naive UTC datetime (dates at midnight); else None."""
+    if isinstance(value, dt.datetime):
+        moment = value
+    elif isinstance(value, dt.date):
+        moment = dt.datetime(value.year, value.month, value.day)
+    elif isinstance(value, str) and ISO_DATE.match(value.strip()):
+        try:
+            moment = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    else:
+        return None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
+    return moment
+
+
+def text_of(value: Any) -> str:
+    """How a scalar reads in filters and value lists: YAML spelling for booleans, no `.0`
+    on whole floats."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+def merge_types(types: Iterable[str]) -> str:
+    """One type for a field: dates among plain strings are strings; several kinds: mixed."""
+    kinds = set(types)
+    if kinds == {"date", "string"}:
+        return "string"
+    if len(kinds) == 1:
+        return kinds.pop()
+    return "mixed" if kinds else "none"
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+@dataclass
+class OverlayField:
+    description: str | None = None
+    type: str | None = None
+    allowed: list[str] | None = None
+    required: bool = False
+
+
+@dataclass
+class Overlay:
+    fields: dict[str, OverlayField] = field(default_factory=dict)
+    digest: str | None = None  # sha256 of the file; None when there is no overlay
+    error: str | None = None  # the file exists but cannot be used
+
+
+@dataclass
+class FieldSchema:
+    name: str
+    type: str
+    inferred_type: str = "none"
+    type_counts: dict[str, int] = field(default_factory=dict)
+    files: int = 0
+    distinct: int = 0
+    values: list[tuple[str, int]] | None = None
+    description: str | None = None
+    allowed: list[str] | None = None
+    required: bool = False
+    declared: bool = False
+
+    @property
+    def column(self) -> str | None:
+        if self.files == 0:
+            return None
+        return index_format.FRONTMATTER_COLUMN_PREFIX + self.name
+
+
+@dataclass
+class Problem:
+    path: str
+    field: str
+    problem: str
+
+
+@dataclass
+class SchemaResult:
+    fields: dict[str, FieldSchema]
+    problems: list[Problem]
+    overlay: Overlay
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fields": [asdict(f) for f in self.fields.values()],
+            "problems": [asdict(p) for p in self.problems],
+            "overlay": asdict(self.overlay),
+        }
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
+
+    @property
+    def overlay_path(self) -> str:
+        return SCHEMA_OVERLAY_FILE
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SchemaResult:
+        fields = {}
+        for raw in data["fields"]:
+            raw = dict(raw)
+            if raw.get("values") is not None:
+                raw["values"] = [tuple(v) for v in raw["values"]]
+            fields[raw["name"]] = FieldSchema(**raw)
+        overlay = data["overlay"]
+        return cls(
+            fields=fields,
+            problems=[Problem(**p) for p in data["problems"]],
+            overlay=Overlay(
+                fields={k: OverlayField(**v) for k, v in overlay["fields"].items()},
+                digest=overlay["digest"],
+                error=overlay["error"],
+            ),
+        )
+
+
+# -- inference ----------------------------------------------------------------------------
+
+
+def infer(metadatas: Iterable[dict[str, Any]]) -> dict[str, FieldSchema]:
+    """Fields in first-seen order with types, file counts and low-cardinality values."""
+    type_counts: dict[str, Counter] = {}
+    value_counts: dict[str, Counter] = {}
+    files: Counter = Counter()
+    for metadata in metadatas:
+        for name, value in metadata.items():
+            kind = value_type(value)
+            if kind is None:
+                type_counts.setdefault(name, Counter())
+                continue
+            type_counts.setdefault(name, Counter())[kind] += 1
+            files[name] += 1
+            seen = value_counts.setdefault(name, Counter())
+            if kind == "list":
+                seen.update({text_of(v) for v in value if v is not None})
+            else:
+                seen[text_of(value)] += 1
+    out = {}
+    for name, kinds in type_counts.items():
+        counts = value_counts.get(name, Counter())
+        inferred = merge_types(kinds)
+        listable = (
+            inferred not in ("object", "none")
+            and len(counts) <= VALUE_LIMIT
+            and all(len(v) <= VALUE_MAX_CHARS for v in counts)
+        )
+        values = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if listable else None
+        out[name] = FieldSchema(
+            name=name,
+            type=inferred,
+            inferred_type=inferred,
+            type_counts=dict(kinds),
+            files=files[name],
+            distinct=len(counts),
+            values=values,
+        )
+    return out
+
+
+# -- overlay ------------------------------------------------------------------------------
+
+
+def load_overlay(root: Path) -> Overlay:
+    """Read the overlay; a broken one gives an Overlay with `error` set and no fields."""
+    path = root / SCHEMA_OVERLAY_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Overlay()
+    except OSError as exc:
+        return Overlay(error=f"{SCHEMA_OVERLAY_FILE}: cannot read ({exc.strerror or exc})")
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        return Overlay(fields=parse_overlay(raw), digest=digest)
+    except OverlayError as exc:
+        return Overlay(digest=digest, error=f"{SCHEMA_OVERLAY_FILE}: {exc}")
+
+
+def overlay_digest(root: Path) -> str | None:
+    try:
+        return hashlib.sha256((root / SCHEMA_OVERLAY_FILE).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def parse_overlay(raw: bytes) -> dict[str, OverlayField]:
+    """`fields: {name: {description, type, allowed, required}}`; raises OverlayError."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise OverlayError("not valid UTF-8") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise OverlayError(f"invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not isinstance(data.get("fields", {}), dict):
+        raise OverlayError("expected a mapping with a `fields:` mapping of field names")
+    unknown = sorted(set(data) - {"fields"})
+    if unknown:
+        raise OverlayError(f"unknown top-level key {unknown[0]!r} (only `fields:` is read)")
+    out = {}
+    for name, spec in (data.get("fields") or {}).items():
+        out[str(name)] = _overlay_field(str(name), spec)
+    return out
+
+
+def _overlay_field(name: str, spec: Any) -> OverlayField:
+    if spec is None:
+        return OverlayField()
+    if isinstance(spec, str):
+        return OverlayField(description=spec)
+    if not isinstance(spec, dict):
+        raise OverlayError(f"field {name!r}: expected a mapping of {', '.join(OVERLAY_KEYS)}")
+    unknown = sorted(set(map(str, spec)) - set(OVERLAY_KEYS))
+    if unknown:
+        raise OverlayError(
+            f"field {name!r}: unknown key {unknown[0]!r} (known: {', '.join(OVERLAY_KEYS)})"
+        )
+    kind = spec.get("type")
+    if kind is not None and kind not in TYPES:
+        raise OverlayError(f"field {name!r}: type {kind!r} is not one of {', '.join(TYPES)}")
+    allowed = spec.get("allowed")
+    if allowed is not None and not isinstance(allowed, list):
+        raise OverlayError(f"field {name!r}: `allowed` must be a list")
+    required = spec.get("required", False)
+    if not isinstance(required, bool):
+        raise OverlayError(f"field {name!r}: `required` must be true or false")
+    description = spec.get("description")
+    return OverlayField(
+        description=None if description is None else str(description),
+        type=kind,
+        allowed=None if allowed is None else [text_of(v) for v in allowed],
+        required=required,
+    )
+
+
+def merge(inferred: dict[str, FieldSchema], overlay: Overlay) -> dict[str, FieldSchema]:
+    """Overlay fields first, in their order, then the rest by how many files have them."""
+    merged: dict[str, FieldSchema] = {}
+    for name, spec in overlay.fields.items():
+        base = inferred.get(name) or FieldSchema(name=name, type="none")
+        base.declared = True
+        base.description = spec.description
+        base.allowed = spec.allowed
+        base.required = spec.required
+        if spec.type is not None:
+            base.type = spec.type
+        merged[name] = base
+    rest = sorted(
+        (f for n, f in inferred.items() if n not in merged), key=lambda f: (-f.files, f.name)
+    )
+    merged.update((f.name, f) for f in rest)
+    return merged
+
+
+# -- checking against the overlay ---------------------------------------------------------
+
+
+def _fits(kind: str, value: Any) -> bool:
+    found = value_type(value)
+    if kind == "mixed":
+        return True
+    if kind == "string":
+        return found in ("string", "date")
+    return found == kind
+
+
+def check(rows: Iterable[tuple[str, dict[str, Any]]], fields: dict[str, FieldSchema]):
+    """Problems of each file against the declared parts of the schema, in path order."""
+    declared = [f for f in fields.values() if f.declared]
+    problems = []
+    for path, metadata in rows:
+        for spec in declared:
+            value = metadata.get(spec.name)
+            if value is None:
+                if spec.required:
+                    problems.append(Problem(path, spec.name, "required field is missing"))
+                continue
+            # An undeclared type is the inferred one, which every value fits by construction.
+            if spec.type != "none" and not _fits(spec.type, value):
+                problems.append(
+                    Problem(
+                        path,
+                        spec.name,
+                        f"expected {spec.type}, found {value_type(value)} {_short(text_of(value))}",
+                    )
+                )
+                continue
+            if spec.allowed is not None:
+                items = value if isinstance(value, list) else [value]
+                for item in items:
+                    if text_of(item) not in spec.allowed:
+                        problems.append(
+                            Problem(
+                                path,
+                                spec.name,
+                                f"value {_short(text_of(item))} is not one of: "
+                                + ", ".join(spec.allowed),
+                            )
+                        )
+    return problems
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+# -- the stage ----------------------------------------------------------------------------
+
+
+def build(root: Path, rows: list[tuple[str, dict[str, Any]]]) -> SchemaResult:
+    """Infer from `rows` (path, metadata) and merge the project's overlay."""
+    overlay = load_overlay(root)
+    fields = merge(infer(m for _, m in rows), overlay)
+    problems = check(rows, fields) if overlay.fields else []
+    return SchemaResult(fields=fields, problems=problems, overlay=overlay)
+
+
+STATE_KEY = "schema"
+
+
+def metadata_rows(state: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(path, frontmatter) of every manifest file, in path order. SQLite extracts the
+    metadata from the cached parse results, so the documents' lines are never loaded."""
+    rows = state.db.execute(
+        "SELECT m.path, json_extract(p.data, '$.metadata') FROM manifest m "
+        "JOIN parsed p ON p.sha256 = m.sha256 ORDER BY m.path"
+    )
+    return [(path, json.loads(meta) if meta else {}) for path, meta in rows]
+
+
+def build_from_state(root: Path, state: Any) -> SchemaResult:
+    """The schema stage: build, keep the result in the state for pack, return it."""
+    result = build(root, metadata_rows(state))
+    state.set_value(STATE_KEY, result.to_json())
+    return result
+
+
+def stored_result(state: Any) -> SchemaResult | None:
+    data = state.get_value(STATE_KEY) if state is not None else None
+    return SchemaResult.from_json(data) if data else None
+
+
+# -- typed columns and tables for pack ----------------------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _boolean(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
+
+
+def _string(value: Any) -> str | None:
+    if value is None or isinstance(value, dict | list):
+        return None
+    return text_of(value)
+
+
+def _texts(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    return [text_of(v) for v in items if v is not None]
+
+
+def _object(value: Any) -> str | None:
+    return None if value is None else text_of(value)
+
+
+def typed_column(kind: str, values: list[Any]) -> pa.Array:
+    """One typed Arrow column for a field; values that do not fit the type become null."""
+    if kind == "number":
+        return pa.array([_number(v) for v in values], pa.float64())
+    if kind == "boolean":
+        return pa.array([_boolean(v) for v in values], pa.bool_())
+    if kind == "date":
+        return pa.array([parse_date(v) for v in values], pa.timestamp("us"))
+    if kind == "string":
+        return pa.array([_string(v) for v in values], pa.string())
+    if kind in ("list", "mixed"):
+        return pa.array([_texts(v) for v in values], pa.list_(pa.string()))
+    return pa.array([_object(v) for v in values], pa.string())
+
+
+def add_typed_columns(
+    files: pa.Table, metadatas: list[dict[str, Any]], result: SchemaResult
+) -> pa.Table:
+    """Append `fm:<field>` for every field some file has, typed by the merged schema."""
+    for spec in result.fields.values():
+        if spec.column is None:
+            continue
+        values = [m.get(spec.name) for m in metadatas]
+        files = files.append_column(spec.column, typed_column(spec.type, values))
+    return files
+
+
+def schema_table(result: SchemaResult) -> pa.Table:
+    fields = list(result.fields.values())
+
+    def col(fn, kind):
+        return pa.array([fn(f) for f in fields], kind)
+
+    return pa.Table.from_arrays(
+        [
+            col(lambda f: f.name, pa.string()),
+            col(lambda f: f.type, pa.string()),
+            col(lambda f: f.inferred_type, pa.string()),
+            col(lambda f: json.dumps(f.type_counts, sort_keys=True), pa.string()),
+            col(lambda f: f.files, pa.int64()),
+            col(lambda f: f.distinct, pa.int64()),
+            col(
+                lambda f: None if f.values is None else json.dumps(f.values, ensure_ascii=False),
+                pa.string(),
+            ),
+            col(lambda f: f.description, pa.string()),
+            col(lambda f: f.allowed, pa.list_(pa.string())),
+            col(lambda f: f.required, pa.bool_()),
+            col(lambda f: f.declared, pa.bool_()),
+            col(lambda f: f.column, pa.string()),
+        ],
+        schema=index_format.SCHEMA_TABLE_SCHEMA,
+    )
+
+
+def problems_table(result: SchemaResult) -> pa.Table:
+    problems = result.problems
+    return pa.Table.from_arrays(
+        [
+            pa.array([p.path for p in problems], pa.string()),
+            pa.array([p.field for p in problems], pa.string()),
+            pa.array([p.problem for p in problems], pa.string()),
+        ],
+        schema=index_format.SCHEMA_PROBLEMS_SCHEMA,
+    )
