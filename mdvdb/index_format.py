@@ -18,8 +18,10 @@ and `os.replace`s it over the old one, so a reader holds either the old snapshot
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import re
 import struct
 import tempfile
 import time
@@ -37,7 +39,46 @@ ALIGN = 64
 TEMP_SUFFIX = ".tmp"
 
 # Frontmatter fields get typed columns in `files` named with this prefix (filters read them).
+# Column types follow the field's schema type: number -> float64, boolean -> bool, date ->
+# timestamp[us] (naive UTC), string -> string, list and mixed -> list<string> (a scalar in a
+# mixed field is a one-item list), object -> JSON string. Values that do not fit are null.
+# The two helpers below are the encoding both sides agree on (pack writes, filters compare).
 FRONTMATTER_COLUMN_PREFIX = "fm:"
+ISO_DATE = re.compile(
+    r"^\d{4}-\d{2}-\d{2}"
+    r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$"
+)
+
+
+def frontmatter_text(value: Any) -> str:
+    """How a frontmatter value reads in string and list columns: YAML spelling for
+    booleans, no `.0` on whole numbers, JSON for nested values."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+def frontmatter_date(value: Any) -> dt.datetime | None:
+    """An ISO date or datetime as a naive UTC datetime (dates at midnight); else None."""
+    if isinstance(value, dt.datetime):
+        moment = value
+    elif isinstance(value, dt.date):
+        moment = dt.datetime(value.year, value.month, value.day)
+    elif isinstance(value, str) and ISO_DATE.match(value.strip()):
+        try:
+            moment = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    else:
+        return None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
+    return moment
+
 
 FILES_SCHEMA = pa.schema(
     [

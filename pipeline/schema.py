@@ -13,10 +13,8 @@ any document's JSON at query time.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -34,10 +32,7 @@ VALUE_LIMIT = 50
 # Values longer than this are never listed: they are prose, not categories.
 VALUE_MAX_CHARS = 80
 
-ISO_DATE = re.compile(
-    r"^\d{4}-\d{2}-\d{2}"
-    r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$"
-)
+ISO_DATE = index_format.ISO_DATE
 OVERLAY_KEYS = ("description", "type", "allowed", "required")
 
 
@@ -63,34 +58,8 @@ def value_type(value: Any) -> str | None:
     return "object"
 
 
-def parse_date(value: Any) -> dt.datetime | None:
-    """An ISO date or datetime as a naive UTC datetime (dates at midnight); else None."""
-    if isinstance(value, dt.datetime):
-        moment = value
-    elif isinstance(value, dt.date):
-        moment = dt.datetime(value.year, value.month, value.day)
-    elif isinstance(value, str) and ISO_DATE.match(value.strip()):
-        try:
-            moment = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    else:
-        return None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(dt.UTC).replace(tzinfo=None)
-    return moment
-
-
-def text_of(value: Any) -> str:
-    """How a scalar reads in filters and value lists: YAML spelling for booleans, no `.0`
-    on whole floats."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return str(value)
+parse_date = index_format.frontmatter_date
+text_of = index_format.frontmatter_text
 
 
 def merge_types(types: Iterable[str]) -> str:

@@ -35,12 +35,14 @@ class SearchResponse:
     query: str
     mode: str
     results: list[SearchResult] = field(default_factory=list)
+    total: int | None = None  # candidates that passed the filters and min_score
 
     def to_json(self, explain: bool = False) -> dict[str, Any]:
         return {
             "query": self.query,
             "mode": self.mode,
             "results": [r.to_json(explain) for r in self.results],
+            "total": self.total,
         }
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from query import govern as governing
+from query.filters import Filter, candidate_mask, count_matches
 from query.results import SearchResponse, SearchResult
 from query.vector import cosine_scores, top_k
 
@@ -41,19 +43,26 @@ def search(
     mode: str = "semantic",
     explain: bool = False,
     govern: bool | None = None,
+    filters: Sequence[Filter] = (),
+    mask: np.ndarray | None = None,
 ) -> SearchResponse:
+    """`filters` (metadata) and `mask` (one boolean per chunk) restrict the candidates
+    before ranking; `total` in the response counts candidates scoring >= min_score."""
     config = index.config
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
     governed = governing.enabled(index, govern)
+    candidates = candidate_mask(index, filters, mask)
     scores = semantic_scores(index, query)
-    order = top_k(scores, governing.candidates(limit) if governed else limit)
+    order = top_k(scores, governing.candidates(limit) if governed else limit, candidates)
     order = [int(i) for i in order if scores[i] >= min_score]
     components = {int(i): {"semantic": float(scores[i])} for i in order} if explain else None
     results = build_results(index, order, scores, components)
     if governed:
         results = governing.rerank(index, results, limit, explain)
-    return SearchResponse(query, mode, results)
+    response = SearchResponse(query, mode, results)
+    response.total = count_matches(scores, min_score, candidates)
+    return response
 
 
 def build_results(

@@ -13,7 +13,13 @@ import importlib
 import sys
 
 # Modules that register commands on `app`, in help order.
-COMMAND_MODULES = ("mdvdb.cli.core", "mdvdb.cli.agents", "mdvdb.cli.grep", "mdvdb.cli.watch")
+COMMAND_MODULES = (
+    "mdvdb.cli.core",
+    "mdvdb.cli.agents",
+    "mdvdb.cli.grep",
+    "mdvdb.cli.watch",
+    "mdvdb.cli.metadata",
+)
 # Commands whose module parses its own arguments with `run(argv) -> exit code`, because typer's
 # import alone would eat most of their time budget.
 FAST_COMMANDS = {"grep": "mdvdb.cli.grep"}

@@ -104,7 +104,10 @@ def ingest(
 
 @app.command()
 def search(
-    query: Annotated[str, typer.Argument(help="What to look for.")],
+    ctx: typer.Context,
+    query: Annotated[
+        str | None, typer.Argument(help="What to look for (optional with --filter/--tag).")
+    ] = None,
     limit: Annotated[int | None, typer.Option("-n", "--limit", min=1)] = None,
     min_score: Annotated[float | None, typer.Option("--min-score")] = None,
     files: Annotated[
@@ -119,47 +122,46 @@ def search(
         typer.Option("--govern/--no-govern", help="Weigh pages by confidence/updated fields."),
     ] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Show score components.")] = False,
+    filters: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            help="Frontmatter filter, repeatable (AND): field=v, field=a,b, field!=v, "
+            "field>=n (<, <=, >), field? (present), !field (missing).",
+        ),
+    ] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Files with this tag (any case).")
+    ] = None,
+    category: Annotated[
+        list[str] | None, typer.Option("--category", help="Files in this category (any case).")
+    ] = None,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Search the index; results are sections with their line ranges."""
+    """Search the index; title matches first, then content. With no query, list the files
+    that pass the filters."""
+    from mdvdb.cli.metadata import one_facet, run_search, usage_error
+
+    one_tag, one_category = one_facet(ctx, "--tag", tag), one_facet(ctx, "--category", category)
+    if not (query or filters or tag or category):
+        usage_error(ctx, "give a QUERY, --filter, --tag or --category")
     with user_errors():
         config = load(root)
         refuse_if_off(config)
-        from query import open_index, shaping
-
-        limit = limit or config.search_default_limit
-        response = open_index(config=config).search(
+        run_search(
+            config,
             query,
-            limit=limit * 4 if files else limit,
-            min_score=min_score,
-            govern=govern,
+            filters or [],
+            one_tag,
+            one_category,
+            limit,
+            as_json,
+            files=files,
+            max_tokens=max_tokens,
             explain=explain,
+            search_options={"min_score": min_score, "govern": govern, "explain": explain},
         )
-        if max_tokens is not None:
-            response.results = shaping.within_budget(response.results, max_tokens)
-        if files:
-            hits = shaping.by_file(response.results, limit)
-            if as_json:
-                print_json({"query": query, "files": [h.to_json() for h in hits]})
-            for hit in [] if as_json else hits:
-                typer.echo(f"{hit.score:.3f}  {hit.path}")
-            return
-        if as_json:
-            print_json(response.to_json(explain))
-            return
-        if not response.results:
-            typer.echo("No matches.")
-            return
-        for i, hit in enumerate(response.results, 1):
-            heading = " > ".join(hit.heading_path)
-            typer.echo(f"{i}. {hit.path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
-            if heading:
-                typer.echo(f"   {heading}")
-            typer.echo(f"   {hit.excerpt}")
-            if explain and hit.explain:
-                parts = ", ".join(f"{k}={v:+.4g}" for k, v in hit.explain.items())
-                typer.echo(f"   explain: {parts}")
 
 
 @app.command()

@@ -1,0 +1,114 @@
+"""The merged frontmatter schema as the read side sees it: typed objects from the index.
+
+Read from the `schema` and `schema_problems` tables the ingest wrote; a handful of rows, so
+reading them is cheap, and the result is kept per published snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mdvdb.config import SCHEMA_OVERLAY_FILE
+
+if TYPE_CHECKING:
+    from query.index import Index, Snapshot
+
+
+@dataclass
+class FieldInfo:
+    """One frontmatter field: what the files hold and what the overlay says about it."""
+
+    name: str
+    type: str  # string | number | boolean | date | list | object | mixed | none
+    inferred_type: str
+    type_counts: dict[str, int]
+    files: int
+    distinct: int
+    values: list[tuple[str, int]] | None  # (value, files) when few distinct values
+    description: str | None = None
+    allowed: list[str] | None = None
+    required: bool = False
+    declared: bool = False
+    column: str | None = None  # typed column of the `files` table; None: no file has it
+
+
+@dataclass
+class SchemaProblem:
+    path: str
+    field: str
+    problem: str
+
+
+@dataclass
+class Schema:
+    fields: dict[str, FieldInfo] = field(default_factory=dict)
+    problems: list[SchemaProblem] = field(default_factory=list)
+    overlay_digest: str | None = None  # of the overlay the index was built with
+    overlay_error: str | None = None
+
+    def field_names(self) -> list[str]:
+        return list(self.fields)
+
+    def get(self, name: str) -> FieldInfo | None:
+        return self.fields.get(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fields": [asdict(f) for f in self.fields.values()],
+            "problems": [asdict(p) for p in self.problems],
+            "overlay": {"digest": self.overlay_digest, "error": self.overlay_error},
+        }
+
+
+_CACHE: dict[tuple, Schema] = {}
+
+
+def load_schema(snapshot: Snapshot) -> Schema:
+    """The schema of one mapped snapshot (cached for as long as that snapshot is current)."""
+    key = (str(snapshot.file.path), snapshot.file.inode, snapshot.file.mtime_ns)
+    cached = _CACHE.get(key)
+    if cached is None:
+        cached = _read(snapshot)
+        _CACHE.clear()
+        _CACHE[key] = cached
+    return cached
+
+
+def _read(snapshot: Snapshot) -> Schema:
+    overlay = snapshot.meta.get("schema_overlay") or {}
+    schema = Schema(overlay_digest=overlay.get("digest"), overlay_error=overlay.get("error"))
+    table = snapshot.table("schema")
+    if table is not None:
+        for row in table.to_pylist():
+            values = json.loads(row["values"]) if row["values"] else None
+            schema.fields[row["field"]] = FieldInfo(
+                name=row["field"],
+                type=row["type"],
+                inferred_type=row["inferred_type"],
+                type_counts=json.loads(row["type_counts"] or "{}"),
+                files=row["files"],
+                distinct=row["distinct"],
+                values=[(v, c) for v, c in values] if values is not None else None,
+                description=row["description"],
+                allowed=row["allowed"],
+                required=bool(row["required"]),
+                declared=bool(row["declared"]),
+                column=row["column"],
+            )
+    problems = snapshot.table("schema_problems")
+    if problems is not None:
+        schema.problems = [SchemaProblem(**row) for row in problems.to_pylist()]
+    return schema
+
+
+def overlay_is_stale(index: Index) -> bool:
+    """The overlay on disk differs from the one the index was built with."""
+    try:
+        current = hashlib.sha256((index.config.root / SCHEMA_OVERLAY_FILE).read_bytes())
+        digest: str | None = current.hexdigest()
+    except OSError:
+        digest = None
+    return digest != load_schema(index.snapshot).overlay_digest

@@ -1,0 +1,129 @@
+"""Title-first tiers (the `kb-search` behaviour): documents whose title or a heading
+contains every word of the query come first, one entry each; content matches follow.
+
+A title match is found over the whole candidate set, not only among the best-scoring
+sections, so an exact title is never lost below the cap: two masked searches (title
+documents, then the rest) instead of one re-sorted list. Matching is case-insensitive
+substring matching of each query word on arrays that are lowered once per snapshot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from query.filters import Filter, candidate_mask
+
+if TYPE_CHECKING:
+    from query.index import Index, Snapshot
+    from query.results import SearchResult
+
+TITLE, CONTENT = "title", "content"
+# The title tier takes this many sections per wanted result, to keep one per document.
+OVERSAMPLE = 5
+
+_LOWERED: dict[tuple, tuple[Any, Any]] = {}
+
+
+@dataclass
+class TieredResponse:
+    query: str
+    mode: str
+    results: list[tuple[str, SearchResult]] = field(default_factory=list)
+    total: int = 0  # title documents + content sections that matched
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.results)
+
+    def to_json(self, explain: bool = False) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "mode": self.mode,
+            "results": [{**r.to_json(explain), "tier": tier} for tier, r in self.results],
+            "total": self.total,
+            "shown": len(self.results),
+            "truncated": self.truncated,
+        }
+
+
+def query_words(query: str) -> list[str]:
+    """Lowercased words of two or more characters (one letter matches nearly any title)."""
+    return [w for w in re.findall(r"\w+", query.lower()) if len(w) >= 2]
+
+
+def title_files(snapshot: Snapshot, words: list[str]) -> np.ndarray:
+    """One boolean per file: its title, or one of its headings, contains every word."""
+    import pyarrow.compute as pc
+
+    titles, headings = _lowered(snapshot)
+    n_files = titles.__len__()
+    if not words:
+        return np.zeros(n_files, dtype=bool)
+    in_title = np.ones(n_files, dtype=bool)
+    in_heading = np.ones(len(headings), dtype=bool)
+    for word in words:
+        in_title &= _bools(pc.match_substring(titles, word))
+        in_heading &= _bools(pc.match_substring(headings, word))
+    by_heading = np.zeros(n_files, dtype=bool)
+    by_heading[snapshot.chunk_file_ids[in_heading]] = True
+    return in_title | by_heading
+
+
+def tiered_search(
+    index: Index,
+    query: str,
+    filters: list[Filter] | tuple[Filter, ...] = (),
+    limit: int = 20,
+    **options: Any,
+) -> TieredResponse:
+    """Up to `limit` results: best section of each title document, then content sections."""
+    snap = index.snapshot
+    candidates = candidate_mask(index, filters)
+    if candidates is None:
+        candidates = np.ones(snap.chunk_file_ids.shape[0], dtype=bool)
+    titled = title_files(snap, query_words(query))[snap.chunk_file_ids]
+    title = index.search(query, limit=limit * OVERSAMPLE, mask=candidates & titled, **options)
+    first: list[tuple[str, SearchResult]] = []
+    seen: set[int] = set()
+    for hit in title.results:
+        if hit.file_id not in seen:
+            seen.add(hit.file_id)
+            first.append((TITLE, hit))
+    if (title.total or 0) <= len(title.results):
+        title_total = len(first)  # the title search saw every passing section
+    else:  # more sections passed than were fetched: count the candidate title documents
+        title_total = int(np.unique(snap.chunk_file_ids[candidates & titled]).shape[0])
+    first = first[:limit]
+    content = index.search(query, limit=limit - len(first), mask=candidates & ~titled, **options)
+    rest = [(CONTENT, hit) for hit in content.results]
+    return TieredResponse(
+        query=query,
+        mode=content.mode,
+        results=first + rest,
+        total=title_total + (content.total or 0),
+    )
+
+
+def _lowered(snapshot: Snapshot):
+    """Titles and chunk headings in lower case, kept while the snapshot is current."""
+    import pyarrow.compute as pc
+
+    key = (str(snapshot.file.path), snapshot.file.inode, snapshot.file.mtime_ns)
+    cached = _LOWERED.get(key)
+    if cached is None:
+        titles = pc.utf8_lower(snapshot.table("files").column("title").combine_chunks())
+        headings = pc.utf8_lower(snapshot.table("chunks").column("heading").combine_chunks())
+        cached = (titles, headings)
+        _LOWERED.clear()
+        _LOWERED[key] = cached
+    return cached
+
+
+def _bools(arrow) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.fill_null(arrow, False).to_numpy(zero_copy_only=False), dtype=bool)
