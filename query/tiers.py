@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from query.results import SearchResult
 
 TITLE, CONTENT = "title", "content"
+LINK = r"!?\[([^\]]*)\]\([^)]*\)"  # [text](url) and ![alt](src)
 # The title tier takes this many sections per wanted result, to keep one per document.
 OVERSAMPLE = 5
 
@@ -110,17 +111,23 @@ def tiered_search(
 
 def _lowered(snapshot: Snapshot):
     """Titles and chunk headings in lower case, kept while the snapshot is current."""
-    import pyarrow.compute as pc
 
     key = (str(snapshot.file.path), snapshot.file.inode, snapshot.file.mtime_ns)
     cached = _LOWERED.get(key)
     if cached is None:
-        titles = pc.utf8_lower(snapshot.table("files").column("title").combine_chunks())
-        headings = pc.utf8_lower(snapshot.table("chunks").column("heading").combine_chunks())
+        titles = _plain(snapshot.table("files").column("title").combine_chunks())
+        headings = _plain(snapshot.table("chunks").column("heading").combine_chunks())
         cached = (titles, headings)
         _LOWERED.clear()
         _LOWERED[key] = cached
     return cached
+
+
+def _plain(texts):
+    """Lowered, with Markdown links reduced to their text: a URL is not part of a title."""
+    import pyarrow.compute as pc
+
+    return pc.utf8_lower(pc.replace_substring_regex(texts, LINK, r"\1"))
 
 
 def _bools(arrow) -> np.ndarray:

@@ -239,9 +239,22 @@ def _print_files(found, total: int, cap: int, as_json: bool) -> None:
         typer.echo("No matches.")
         return
     for f in found:
-        typer.echo(f"- [{f.title}]({f.path})")
+        typer.echo(f"- [{plain_title(f.title)}]({link_target(f.path)})")
     if total > len(found):
         _cap_note(len(found), total)
+
+
+def plain_title(title: str) -> str:
+    """A title fit for link text: Markdown links reduced to their text, brackets escaped."""
+    import re
+
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", title)
+    return text.replace("[", "\\[").replace("]", "\\]")
+
+
+def link_target(path: str) -> str:
+    """CommonMark takes a destination with spaces or parentheses only inside <...>."""
+    return f"<{path}>" if any(c in path for c in " ()<>") else path
 
 
 def _cap_note(shown: int, total: int) -> None:
