@@ -28,7 +28,7 @@ from mdvdb.config import SCHEMA_OVERLAY_FILE
 
 TYPES = ("string", "number", "boolean", "date", "list", "object", "mixed")
 # A field's values are listed (with counts) when it has at most this many distinct values.
-VALUE_LIMIT = 50
+VALUE_LIMIT = 100
 # Values longer than this are never listed: they are prose, not categories.
 VALUE_MAX_CHARS = 80
 
