@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from query.filters import Filter, candidate_mask
+from query.results import SearchResponse
 
 if TYPE_CHECKING:
     from query.index import Index, Snapshot
@@ -58,20 +59,30 @@ def query_words(query: str) -> list[str]:
 
 def title_files(snapshot: Snapshot, words: list[str]) -> np.ndarray:
     """One boolean per file: its title, or one of its headings, contains every word."""
+    titles, headings = _lowered(snapshot)
+    mask = np.zeros(len(titles), dtype=bool)
+    if not words:
+        return mask
+    mask[_containing_all(titles, words)] = True
+    mask[snapshot.chunk_file_ids[_containing_all(headings, words)]] = True
+    return mask
+
+
+def _containing_all(texts, words: list[str]) -> np.ndarray:
+    """Rows holding every word; each word scans only the rows the previous ones left, so
+    the cost is about one pass over the column."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    titles, headings = _lowered(snapshot)
-    n_files = titles.__len__()
-    if not words:
-        return np.zeros(n_files, dtype=bool)
-    in_title = np.ones(n_files, dtype=bool)
-    in_heading = np.ones(len(headings), dtype=bool)
-    for word in words:
-        in_title &= _bools(pc.match_substring(titles, word))
-        in_heading &= _bools(pc.match_substring(headings, word))
-    by_heading = np.zeros(n_files, dtype=bool)
-    by_heading[snapshot.chunk_file_ids[in_heading]] = True
-    return in_title | by_heading
+    rows = np.arange(len(texts))
+    subset = texts
+    for word in sorted(words, key=len, reverse=True):  # long words are the rarer ones
+        hits = _bools(pc.match_substring(subset, word))
+        rows = rows[hits]
+        if rows.shape[0] == 0:
+            break
+        subset = texts.take(pa.array(rows))
+    return rows
 
 
 def tiered_search(
@@ -87,7 +98,14 @@ def tiered_search(
     if candidates is None:
         candidates = np.ones(snap.chunk_file_ids.shape[0], dtype=bool)
     titled = title_files(snap, query_words(query))[snap.chunk_file_ids]
-    title = index.search(query, limit=limit * OVERSAMPLE, mask=candidates & titled, **options)
+    title_chunks = int(np.count_nonzero(candidates & titled))
+    # Most queries match no title: then there is one search, not two.
+    wanted = min(limit * OVERSAMPLE, title_chunks) if limit else 0
+    title = (
+        index.search(query, limit=wanted, mask=candidates & titled, **options)
+        if wanted
+        else SearchResponse(query, "", [], 0)
+    )
     first: list[tuple[str, SearchResult]] = []
     seen: set[int] = set()
     for hit in title.results:
