@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -396,13 +397,12 @@ def stored_result(state: Any) -> SchemaResult | None:
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
+    if isinstance(value, int | float | str):
         try:
-            return float(value)
-        except ValueError:
+            number = float(value)
+        except (ValueError, OverflowError):  # not a number, or an int beyond float range
             return None
+        return number if math.isfinite(number) else None
     return None
 
 

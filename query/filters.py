@@ -160,7 +160,7 @@ def _typed(f: Filter, info: FieldInfo, value: Any) -> Any:
             raise FilterError(f"filter {str(f)!r}: {f.field!r} is a number field")
         try:
             return float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise FilterError(
                 f"filter {str(f)!r}: {f.field!r} is a number field; {value!r} is not a number"
             ) from None
