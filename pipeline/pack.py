@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from mdvdb import index_format
+from pipeline import schema as frontmatter_schema
 from pipeline.state import ManifestEntry
 
 
@@ -37,6 +38,8 @@ class PackInput:
     # Filled by pack: the previous index when its rows were reused, and how many were.
     previous: index_format.IndexFile | None = None
     reused_files: int = 0
+    # Filled by the frontmatter schema hook (pipeline.schema) for the schema tables.
+    schema: Any = None
 
 
 def _files_rows(entries: list[ManifestEntry], docs: dict[str, dict[str, Any]]) -> pa.Table:
@@ -161,6 +164,10 @@ FILES_HOOKS: list[FilesHook] = []
 # A builder gets the final `files` and `chunks` tables and the input; returns a table or None.
 TableBuilder = Callable[[pa.Table, pa.Table, PackInput], "pa.Table | None"]
 EXTRA_TABLES: dict[str, TableBuilder] = {}
+
+FILES_HOOKS.append(frontmatter_schema.files_hook)
+EXTRA_TABLES["schema"] = frontmatter_schema.schema_table_of
+EXTRA_TABLES["schema_problems"] = frontmatter_schema.problems_table_of
 
 
 def pack(index_path: Path, inp: PackInput) -> tuple[int, int]:

@@ -90,6 +90,10 @@ class Overlay:
     digest: str | None = None  # sha256 of the file; None when there is no overlay
     error: str | None = None  # the file exists but cannot be used
 
+    @property
+    def path(self) -> str:
+        return SCHEMA_OVERLAY_FILE
+
 
 @dataclass
 class FieldSchema:
@@ -124,40 +128,6 @@ class SchemaResult:
     fields: dict[str, FieldSchema]
     problems: list[Problem]
     overlay: Overlay
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fields": [asdict(f) for f in self.fields.values()],
-            "problems": [asdict(p) for p in self.problems],
-            "overlay": asdict(self.overlay),
-        }
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
-
-    @property
-    def overlay_path(self) -> str:
-        return SCHEMA_OVERLAY_FILE
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SchemaResult:
-        fields = {}
-        for raw in data["fields"]:
-            raw = dict(raw)
-            if raw.get("values") is not None:
-                raw["values"] = [tuple(v) for v in raw["values"]]
-            fields[raw["name"]] = FieldSchema(**raw)
-        overlay = data["overlay"]
-        return cls(
-            fields=fields,
-            problems=[Problem(**p) for p in data["problems"]],
-            overlay=Overlay(
-                fields={k: OverlayField(**v) for k, v in overlay["fields"].items()},
-                digest=overlay["digest"],
-                error=overlay["error"],
-            ),
-        )
 
 
 # -- inference ----------------------------------------------------------------------------
@@ -355,40 +325,51 @@ def _short(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
-# -- the stage ----------------------------------------------------------------------------
+# -- the stage and the pack hook -------------------------------------------------------
 
 
-def build(root: Path, rows: list[tuple[str, dict[str, Any]]]) -> SchemaResult:
-    """Infer from `rows` (path, metadata) and merge the project's overlay."""
+OVERLAY_STATE_KEY = "schema_overlay"
+
+
+def stage(root: Path, state: Any) -> Overlay:
+    """The schema stage: read the overlay and keep it in the run's state for pack."""
     overlay = load_overlay(root)
-    fields = merge(infer(m for _, m in rows), overlay)
-    problems = check(rows, fields) if overlay.fields else []
-    return SchemaResult(fields=fields, problems=problems, overlay=overlay)
+    state.set_value(OVERLAY_STATE_KEY, asdict(overlay))
+    return overlay
 
 
-STATE_KEY = "schema"
-
-
-def metadata_rows(state: Any) -> list[tuple[str, dict[str, Any]]]:
-    """(path, frontmatter) of every manifest file, in path order. SQLite extracts the
-    metadata from the cached parse results, so the documents' lines are never loaded."""
-    rows = state.db.execute(
-        "SELECT m.path, json_extract(p.data, '$.metadata') FROM manifest m "
-        "JOIN parsed p ON p.sha256 = m.sha256 ORDER BY m.path"
+def stored_overlay(state: Any) -> Overlay:
+    data = state.get_value(OVERLAY_STATE_KEY) if state is not None else None
+    if not data:
+        return Overlay()
+    return Overlay(
+        fields={k: OverlayField(**v) for k, v in data["fields"].items()},
+        digest=data["digest"],
+        error=data["error"],
     )
-    return [(path, json.loads(meta) if meta else {}) for path, meta in rows]
 
 
-def build_from_state(root: Path, state: Any) -> SchemaResult:
-    """The schema stage: build, keep the result in the state for pack, return it."""
-    result = build(root, metadata_rows(state))
-    state.set_value(STATE_KEY, result.to_json())
-    return result
+def files_hook(files: pa.Table, inp: Any) -> pa.Table:
+    """Pack's hook on the assembled `files` table: infer the schema from every row's
+    frontmatter (kept rows come from the previous index, so this decodes small JSON objects,
+    not the caches), merge the overlay, check files against it, add the typed columns, and
+    leave the result on `inp.schema` for the two schema tables."""
+    metadatas = [json.loads(raw) if raw else {} for raw in files.column("frontmatter").to_pylist()]
+    overlay = stored_overlay(inp.state)
+    fields = merge(infer(metadatas), overlay)
+    paths = files.column("path").to_pylist()
+    problems = check(zip(paths, metadatas, strict=True), fields) if overlay.fields else []
+    inp.schema = SchemaResult(fields=fields, problems=problems, overlay=overlay)
+    inp.meta["schema_overlay"] = {"digest": overlay.digest, "error": overlay.error}
+    return add_typed_columns(files, metadatas, inp.schema)
 
 
-def stored_result(state: Any) -> SchemaResult | None:
-    data = state.get_value(STATE_KEY) if state is not None else None
-    return SchemaResult.from_json(data) if data else None
+def schema_table_of(files: pa.Table, chunks: pa.Table, inp: Any) -> pa.Table | None:
+    return None if inp.schema is None else schema_table(inp.schema)
+
+
+def problems_table_of(files: pa.Table, chunks: pa.Table, inp: Any) -> pa.Table | None:
+    return None if inp.schema is None else problems_table(inp.schema)
 
 
 # -- typed columns and tables for pack ----------------------------------------------------

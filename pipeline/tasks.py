@@ -337,12 +337,14 @@ def _cluster(ctx: RunContext) -> dict:
 
 
 def _schema(ctx: RunContext) -> dict:
-    from pipeline.schema import build_from_state
+    """Read the schema overlay for pack, which infers the schema from every file's
+    frontmatter as it assembles the `files` table (see `pipeline.schema`)."""
+    from pipeline.schema import stage
 
-    result = build_from_state(ctx.config.root, ctx.state)
-    if result.overlay.error:
-        ctx.report.errors.append((result.overlay_path, result.overlay.error))
-    return {"digest": result.digest}
+    overlay = stage(ctx.config.root, ctx.state)
+    if overlay.error:
+        ctx.report.errors.append((overlay.path, overlay.error))
+    return {"digest": _digest(overlay.digest, overlay.error)}
 
 
 def _pack(ctx: RunContext) -> dict:
@@ -360,7 +362,6 @@ def _pack(ctx: RunContext) -> dict:
         "dimensions": provider.dimensions,
         "config": config.fingerprint(),
         "errors": [list(e) for e in ctx.report.errors][:1000],
-        "schema_overlay": _overlay_meta(ctx),
         "mdvdb_version": _version(),
     }
     inp = PackInput(
@@ -378,18 +379,6 @@ def _pack(ctx: RunContext) -> dict:
     if ctx.changed_shas is None or ctx.report.removed or ctx.changed_shas:
         state.prune(chunk_key)
     return {"digest": digest}
-
-
-def _overlay_meta(ctx: RunContext) -> dict:
-    """What the read side needs to tell a stale or broken overlay from a current one."""
-    from pipeline.schema import stored_result
-
-    result = stored_result(ctx.state)
-    overlay = result.overlay if result is not None else None
-    return {
-        "digest": overlay.digest if overlay else None,
-        "error": overlay.error if overlay else None,
-    }
 
 
 def _version() -> str:

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from query import open_index
 from query.filters import Filter, FilterError, matching_files, parse_filter
 from query.schema import load_schema
+from tests.conftest import run_cli
 
 DOCS = {
     "kb/orm.md": """---

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli, unpack_corpus
 
 from mdvdb.config import SEARCH_MODES
 from query import open_index
 from query.filters import Filter, FilterError, matching_files, parse_filter
 from query.schema import load_schema
+from tests.conftest import run_cli, unpack_corpus
 
 pytestmark = pytest.mark.corpus
 

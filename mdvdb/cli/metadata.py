@@ -166,6 +166,13 @@ def one_facet(ctx: typer.Context, flag: str, values: list[str] | None) -> str | 
     return values[0]
 
 
+def default_cap(config) -> int:
+    """20 results, the kb-search cap, unless MDVDB_SEARCH_DEFAULT_LIMIT was set."""
+    if config.origins.get("MDVDB_SEARCH_DEFAULT_LIMIT", "the default") != "the default":
+        return config.search_default_limit
+    return DEFAULT_CAP
+
+
 def run_search(
     config,
     query: str | None,
@@ -174,7 +181,10 @@ def run_search(
     category: str | None,
     limit: int | None,
     as_json: bool,
-    **options: Any,
+    files: bool = False,
+    max_tokens: int | None = None,
+    explain: bool = False,
+    search_options: dict[str, Any] | None = None,
 ) -> None:
     """Facets and filters restrict the files; with a query, title matches come first."""
     from query import open_index
@@ -182,8 +192,9 @@ def run_search(
     from query.filters import FilterError, matching_files, parse_filter
 
     index = open_index(config=config)
-    cap = limit or DEFAULT_CAP
+    cap = limit or default_cap(config)
     facets = facets_of(index, tag, category)
+    options = {k: v for k, v in (search_options or {}).items() if v is not None}
     try:
         filters = [parse_filter(text) for text in filter_texts]
         filters += [facet.filter() for facet in facets]
@@ -195,7 +206,8 @@ def run_search(
         if query:
             from query.tiers import tiered_search
 
-            response = tiered_search(index, query, filters, limit=cap, **options)
+            wanted = cap * 4 if files else cap  # --files folds sections into files
+            response = tiered_search(index, query, filters, limit=wanted, **options)
         else:
             found, total = matching_files(index, filters, limit=cap)
     except FilterError as exc:
@@ -203,12 +215,23 @@ def run_search(
     if not query:
         _print_files(found, total, cap, as_json)
         return
-    if as_json:
-        print_json(response.to_json())
-        return
-    if not response.results:
+    if max_tokens is not None:
+        from query import shaping
+
+        kept = shaping.within_budget([hit for _, hit in response.results], max_tokens)
+        tiers = [tier for tier, _ in response.results][: len(kept)]
+        response.results = list(zip(tiers, kept, strict=True))
+    if files:
+        _print_by_file(query, response, cap, as_json)
+    elif as_json:
+        print_json(response.to_json(explain))
+    elif not response.results:
         _suggest(index, filters)
-        return
+    else:
+        _print_tiers(response, explain)
+
+
+def _print_tiers(response, explain: bool) -> None:
     tier = None
     for i, (this_tier, hit) in enumerate(response.results, 1):
         if this_tier != tier:
@@ -219,8 +242,23 @@ def run_search(
         if heading:
             typer.echo(f"   {heading}")
         typer.echo(f"   {hit.excerpt}")
+        if explain and hit.explain:
+            parts = ", ".join(f"{k}={v:+.4g}" for k, v in hit.explain.items())
+            typer.echo(f"   explain: {parts}")
     if response.truncated:
         _cap_note(len(response.results), response.total)
+
+
+def _print_by_file(query: str, response, cap: int, as_json: bool) -> None:
+    """`--files`: one line per file in tier order (title documents first)."""
+    from query import shaping
+
+    hits = shaping.by_file([hit for _, hit in response.results], cap)
+    if as_json:
+        print_json({"query": query, "files": [h.to_json() for h in hits]})
+        return
+    for hit in hits:
+        typer.echo(f"{hit.score:.3f}  {hit.path}")
 
 
 def _print_files(found, total: int, cap: int, as_json: bool) -> None:
