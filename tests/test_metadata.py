@@ -283,3 +283,21 @@ def test_schema_field_lists_every_value(kb: Path) -> None:
     assert ["n+1", 1] in data["values"]
     unknown = run_cli("schema", "nosuch", "--root", str(kb))
     assert unknown.returncode == 2 and "known: " in unknown.stderr
+
+
+def test_incremental_ingest_updates_columns_and_schema(tmp_path: Path) -> None:
+    root = _project(tmp_path / "kb")
+    index = open_index(root)
+    assert {f.path for f in matching_files(index, [parse_filter("status=draft")])[0]} == {
+        "kb/orm.md"
+    }
+    (root / "kb/indexes.md").write_text(
+        DOCS["kb/indexes.md"].replace("status: review", "status: draft\nowner: ana")
+    )
+    assert run_cli("ingest", "--root", str(root)).returncode == 0
+    index = open_index(root)  # rows of unchanged files were reused from the old index
+    found = {f.path for f in matching_files(index, [parse_filter("status=draft")])[0]}
+    assert found == {"kb/orm.md", "kb/indexes.md"}
+    schema = load_schema(index.snapshot)
+    assert schema.fields["owner"].files == 1
+    assert dict(schema.fields["status"].values) == {"draft": 2, "published": 1}
