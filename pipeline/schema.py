@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,6 +61,11 @@ def value_type(value: Any) -> str | None:
 
 parse_date = index_format.frontmatter_date
 text_of = index_format.frontmatter_text
+
+
+def _text(value: Any) -> str:
+    """`text_of` with the common case (a string) inlined: inference calls it per value."""
+    return value if type(value) is str else text_of(value)
 
 
 def merge_types(types: Iterable[str]) -> str:
@@ -135,25 +140,25 @@ class SchemaResult:
 
 def infer(metadatas: Iterable[dict[str, Any]]) -> dict[str, FieldSchema]:
     """Fields in first-seen order with types, file counts and low-cardinality values."""
-    type_counts: dict[str, Counter] = {}
-    value_counts: dict[str, Counter] = {}
+    type_counts: dict[str, Counter] = defaultdict(Counter)  # insertion order: first seen
+    value_counts: dict[str, Counter] = defaultdict(Counter)
     files: Counter = Counter()
     for metadata in metadatas:
         for name, value in metadata.items():
             kind = value_type(value)
+            kinds = type_counts[name]
             if kind is None:
-                type_counts.setdefault(name, Counter())
                 continue
-            type_counts.setdefault(name, Counter())[kind] += 1
+            kinds[kind] += 1
             files[name] += 1
-            seen = value_counts.setdefault(name, Counter())
+            seen = value_counts[name]
             if kind == "list":
-                seen.update({text_of(v) for v in value if v is not None})
+                seen.update({_text(v) for v in value if v is not None})
             else:
-                seen[text_of(value)] += 1
+                seen[_text(value)] += 1
     out = {}
     for name, kinds in type_counts.items():
-        counts = value_counts.get(name, Counter())
+        counts = value_counts[name]
         inferred = merge_types(kinds)
         listable = (
             inferred not in ("object", "none")
@@ -396,6 +401,8 @@ def _boolean(value: Any) -> bool | None:
 
 
 def _string(value: Any) -> str | None:
+    if type(value) is str:
+        return value
     if value is None or isinstance(value, dict | list):
         return None
     return text_of(value)
@@ -405,7 +412,7 @@ def _texts(value: Any) -> list[str] | None:
     if value is None:
         return None
     items = value if isinstance(value, list) else [value]
-    return [text_of(v) for v in items if v is not None]
+    return [_text(v) for v in items if v is not None]
 
 
 def _object(value: Any) -> str | None:
