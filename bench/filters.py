@@ -141,18 +141,21 @@ def _holds(meta: dict, typed) -> bool:
 
 def paired(base, fn, repeat: int) -> tuple[float, float, float]:
     """Median ms of `base` and `fn`, and the median of per-pair ratios: the two run
-    alternately, so load from other processes on a shared machine hits both alike."""
+    alternately, in alternating order (ABBA), so load from other processes on a shared
+    machine and whatever the first call leaves in the caches hit both alike."""
     base(), fn()
     a, b, ratios = [], [], []
-    for _ in range(repeat):
+    for i in range(repeat):
+        first, second = (base, fn) if i % 2 == 0 else (fn, base)
         start = time.perf_counter()
-        base()
+        first()
         mid = time.perf_counter()
-        fn()
+        second()
         end = time.perf_counter()
-        a.append(mid - start)
-        b.append(end - mid)
-        ratios.append((end - mid) / (mid - start))
+        t_base, t_fn = (mid - start, end - mid) if i % 2 == 0 else (end - mid, mid - start)
+        a.append(t_base)
+        b.append(t_fn)
+        ratios.append(t_fn / t_base)
     return median_ms(a), median_ms(b), statistics.median(ratios)
 
 
