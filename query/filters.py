@@ -134,6 +134,11 @@ def resolve(filters: Iterable[Filter], schema: Schema) -> list[TypedFilter]:
     out = []
     for f in filters:
         info = schema.get(f.field)
+        if info is None and not schema.present:
+            raise FilterError(
+                "this index has no frontmatter schema (built by an older mdvdb): "
+                "run `mdvdb ingest` to add it"
+            )
         if info is None:
             known = ", ".join(schema.field_names()) or "(none: no file has frontmatter)"
             raise FilterError(f"unknown field {f.field!r} in filter {str(f)!r}; known: {known}")

@@ -48,6 +48,7 @@ class Schema:
     problems: list[SchemaProblem] = field(default_factory=list)
     overlay_digest: str | None = None  # of the overlay the index was built with
     overlay_error: str | None = None
+    present: bool = True  # False: the index was built before schemas were indexed
 
     def field_names(self) -> list[str]:
         return list(self.fields)
@@ -81,6 +82,7 @@ def _read(snapshot: Snapshot) -> Schema:
     overlay = snapshot.meta.get("schema_overlay") or {}
     schema = Schema(overlay_digest=overlay.get("digest"), overlay_error=overlay.get("error"))
     table = snapshot.table("schema")
+    schema.present = table is not None
     if table is not None:
         for row in table.to_pylist():
             values = json.loads(row["values"]) if row["values"] else None

@@ -42,6 +42,8 @@ def schema(
 
         index = open_index(config=config)
         merged = load_schema(index.snapshot)
+        if not merged.present:
+            raise CliError("this index has no frontmatter schema yet: run `mdvdb ingest`")
         if overlay_is_stale(index):
             typer.echo(
                 "warning: .markdownvdb.schema.yml changed since the last ingest; "
