@@ -148,12 +148,38 @@ SCHEMA_PROBLEMS_SCHEMA = pa.schema(
     [("path", pa.string()), ("field", pa.string()), ("problem", pa.string())]
 )
 
+# Lexical postings, CSC-like and zero-copy: one row per distinct term, sorted by `term` (the
+# analyzer's 64-bit hash, see `mdvdb.text_analysis`). The two list columns are Arrow list
+# arrays, i.e. one offsets buffer (term -> start, end) over flat `chunk_ids` and `weights`
+# buffers: a reader finds a term by `searchsorted` and adds its precomputed BM25F weights to a
+# score vector. Row order inside a term is by chunk_id. The index meta key `lexical` records the
+# analyzer version and the BM25F parameters the weights were computed with; a reader refuses
+# postings of another analyzer version.
+LEXICAL_SCHEMA = pa.schema(
+    [
+        ("term", pa.uint64()),
+        ("df", pa.int32()),  # chunks holding the term
+        ("chunk_ids", pa.list_(pa.int32())),
+        ("weights", pa.list_(pa.float32())),  # idf * saturated field-weighted tf
+    ]
+)
+
+# The forward view of the same postings, for pseudo-relevance feedback: row i is chunk i, with
+# the rows of its terms in `lexical` and each term's share of the chunk's field-weighted length
+# (p(term | chunk), the relevance-model estimate).
+LEXICAL_FORWARD_SCHEMA = pa.schema(
+    [
+        ("term_rows", pa.list_(pa.int32())),
+        ("shares", pa.list_(pa.float32())),
+    ]
+)
+
 # Table names a reader may find; unknown extra tables are ignored by older readers.
 TABLES = (
     "files",
     "chunks",
     "lexical",
-    "lexical_terms",
+    "lexical_forward",
     "clusters",
     "schema",
     "schema_problems",

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from mdvdb import index_format
 from pipeline import schema as frontmatter_schema
+from pipeline.lexical import build_lexical_tables
 from pipeline.state import ManifestEntry
 
 
@@ -161,9 +162,11 @@ FilesHook = Callable[[pa.Table, PackInput], pa.Table]
 FILES_HOOKS: list[FilesHook] = []
 
 # Extra tables other stages contribute (lexical postings, clusters...): name -> builder.
-# A builder gets the final `files` and `chunks` tables and the input; returns a table or None.
-TableBuilder = Callable[[pa.Table, pa.Table, PackInput], "pa.Table | None"]
-EXTRA_TABLES: dict[str, TableBuilder] = {}
+# A builder gets the packed `files` and `chunks` tables and the input, returns a table, a
+# {name: table} family of tables computed together, or None; it may record what a reader needs
+# to know about its tables under its own key of `inp.meta`.
+TableBuilder = Callable[[pa.Table, pa.Table, PackInput], "pa.Table | dict[str, pa.Table] | None"]
+EXTRA_TABLES: dict[str, TableBuilder] = {"lexical": build_lexical_tables}
 
 FILES_HOOKS.append(frontmatter_schema.files_hook)
 EXTRA_TABLES["schema"] = frontmatter_schema.schema_table_of
@@ -178,7 +181,9 @@ def pack(index_path: Path, inp: PackInput) -> tuple[int, int]:
     tables = {"files": files, "chunks": chunks}
     for name, build in EXTRA_TABLES.items():
         table = build(files, chunks, inp)
-        if table is not None:
+        if isinstance(table, dict):
+            tables.update(table)
+        elif table is not None:
             tables[name] = table
     meta = {
         **inp.meta,

@@ -490,12 +490,21 @@ def task_pack():
             result_dep("embed"),
             result_dep("cluster"),
             result_dep("schema"),
-            config_changed(_settings()),
+            # One config_changed per task: doit keeps a single saved value for all of them.
+            config_changed({**_settings(), "lexical": _lexical_settings()}),
             _index_is_current,
         ],
         "verbosity": 0,
         "clean": [_clean_index],
     }
+
+
+def _lexical_settings() -> dict:
+    """The analyzer version and BM25F parameters: a new mdvdb that analyses text differently
+    rebuilds the postings on the next plain `mdvdb ingest`."""
+    from pipeline.lexical import lexical_meta
+
+    return lexical_meta()
 
 
 def _chunk_settings() -> dict:

@@ -38,6 +38,8 @@ class Snapshot:
     chunk_file_ids: np.ndarray
     paths: list[str]
     _path_ids: dict[str, int] | None = field(default=None, repr=False)
+    # Structures derived from this snapshot once (the lexical index...), dropped with it.
+    cache: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Snapshot:

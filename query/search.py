@@ -10,6 +10,7 @@ import numpy as np
 
 from query import govern as governing
 from query.filters import Filter, candidate_mask, count_matches
+from query.index import QueryError
 from query.results import SearchResponse, SearchResult
 from query.vector import cosine_scores, top_k
 
@@ -27,12 +28,15 @@ def excerpt_of(text: str, limit: int = EXCERPT_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
+def query_vector(index: Index, query: str) -> np.ndarray:
+    return index.provider().embed([query])[0]
+
+
 def semantic_scores(index: Index, query: str) -> np.ndarray:
     snap = index.snapshot
     if snap.vectors.shape[0] == 0:
         return np.zeros(0, dtype=np.float32)
-    vector = index.provider().embed([query])[0]
-    return cosine_scores(snap.vectors, vector)
+    return cosine_scores(snap.vectors, query_vector(index, query))
 
 
 def search(
@@ -40,7 +44,7 @@ def search(
     query: str,
     limit: int | None = None,
     min_score: float | None = None,
-    mode: str = "semantic",
+    mode: str | None = None,
     explain: bool = False,
     govern: bool | None = None,
     filters: Sequence[Filter] = (),
@@ -51,18 +55,75 @@ def search(
     config = index.config
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
+    mode = config.search_default_mode if mode is None else mode
     governed = governing.enabled(index, govern)
-    candidates = candidate_mask(index, filters, mask)
-    scores = semantic_scores(index, query)
+    allowed = candidate_mask(index, filters, mask)
+    scores, parts = _memo_scores(index, query, mode)
+    matching = parts.get("_candidates")
+    candidates = (
+        allowed if matching is None else matching if allowed is None else allowed & matching
+    )
     order = top_k(scores, governing.candidates(limit) if governed else limit, candidates)
     order = [int(i) for i in order if scores[i] >= min_score]
-    components = {int(i): {"semantic": float(scores[i])} for i in order} if explain else None
+    components = (
+        {
+            i: {name: round(float(v[i]), 6) for name, v in parts.items() if name[0] != "_"}
+            for i in order
+        }
+        if explain
+        else None
+    )
     results = build_results(index, order, scores, components)
     if governed:
         results = governing.rerank(index, results, limit, explain)
     response = SearchResponse(query, mode, results)
     response.total = count_matches(scores, min_score, candidates)
     return response
+
+
+def _memo_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict]:
+    """mode_scores, remembering the last query of this snapshot: title-first tiers search
+    the same query twice (title documents, then the rest) with different masks."""
+    snap = index.snapshot
+    key = (mode, query)
+    last = snap.cache.get("last_scores")
+    if last is None or last[0] != key:
+        last = (key, mode_scores(index, query, mode))
+        snap.cache["last_scores"] = last
+    return last[1]
+
+
+def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per-chunk scores for a mode, and the named components `--explain` shows. In hybrid
+    mode `lexical + semantic == fused`; `bm25` and `cosine` are the raw inputs. Lexical mode
+    never loads the embedding provider."""
+    from query.lexical import lexical_index
+
+    if mode == "semantic":
+        sem = semantic_scores(index, query)
+        return sem, {"semantic": sem, "fused": sem}
+    if mode == "lexical":
+        lex = lexical_index(index).scores(query)
+        return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
+    if mode == "hybrid":
+        from query.fusion import hybrid
+
+        lexical = lexical_index(index)
+        bm25 = lexical.scores(query)
+        vectors = index.snapshot.vectors
+        if vectors.shape[0] == 0:
+            empty = np.zeros(0, dtype=np.float32)
+            return empty, {"_candidates": empty > 0}
+        fused, cosine = hybrid(lexical, vectors, query_vector(index, query), bm25)
+        return fused.scores, {
+            "lexical": fused.lexical,
+            "semantic": fused.semantic,
+            "fused": fused.scores,
+            "bm25": bm25,
+            "cosine": cosine,
+            "_candidates": fused.scores > 0,
+        }
+    raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
 
 
 def build_results(

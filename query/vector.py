@@ -10,7 +10,15 @@ import numpy as np
 
 def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Rows and query are unit length, so the dot product is the cosine."""
-    return matrix @ query.astype(np.float32, copy=False)
+    return row_dots(matrix, query)
+
+
+def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """matrix @ vector through einsum's single-threaded SIMD loop, not BLAS: OpenBLAS's
+    threaded sgemv waits for a scheduler slice whenever the other core is busy, which on a
+    shared 2-core machine made a 40k x 256 product 10 ms at the median against einsum's 2-3 ms
+    (same minimum, 1.6 ms; bench/query_speed.py, docs/benchmarks.md)."""
+    return np.einsum("ij,j->i", matrix, vector.astype(np.float32, copy=False))
 
 
 def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -102,6 +103,12 @@ def ingest(
         )
 
 
+class SearchMode(StrEnum):
+    hybrid = "hybrid"
+    semantic = "semantic"
+    lexical = "lexical"
+
+
 @app.command()
 def search(
     ctx: typer.Context,
@@ -120,6 +127,14 @@ def search(
     govern: Annotated[
         bool | None,
         typer.Option("--govern/--no-govern", help="Weigh pages by confidence/updated fields."),
+    ] = None,
+    mode: Annotated[
+        SearchMode | None,
+        typer.Option(
+            "--mode",
+            help="hybrid (default: MDVDB_SEARCH_DEFAULT_MODE), semantic, or lexical "
+            "(keywords only; never loads the embedding model).",
+        ),
     ] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Show score components.")] = False,
     filters: Annotated[
@@ -160,7 +175,12 @@ def search(
             files=files,
             max_tokens=max_tokens,
             explain=explain,
-            search_options={"min_score": min_score, "govern": govern, "explain": explain},
+            search_options={
+                "min_score": min_score,
+                "govern": govern,
+                "explain": explain,
+                "mode": mode.value if mode else None,
+            },
         )
 
 

@@ -1,0 +1,143 @@
+"""Lexical scoring: BM25F over the postings in the mapped index, with NumPy only.
+
+The `lexical` table (see `mdvdb.index_format.LEXICAL_SCHEMA`) is CSC-like: sorted term hashes,
+one offsets buffer, flat chunk ids and precomputed weights. A query is analysed with the same
+`mdvdb.text_analysis` as the index, its terms found by `searchsorted`, and each term's weights
+added into a dense score vector: no per-query allocation beyond that vector, no Python loop over
+postings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mdvdb import text_analysis
+from mdvdb.index_format import IndexFormatError
+
+
+class LexicalUnavailable(IndexFormatError):
+    """The index has no usable lexical postings (missing, or of another analyzer)."""
+
+
+@dataclass
+class LexicalIndex:
+    terms: np.ndarray  # uint64, sorted
+    offsets: np.ndarray  # int32 or int64, len(terms) + 1
+    chunk_ids: np.ndarray  # int32
+    weights: np.ndarray  # float32
+    n_chunks: int
+    # Forward view (chunk -> its term rows and p(term | chunk)) for pseudo-relevance feedback.
+    forward_offsets: np.ndarray
+    forward_rows: np.ndarray
+    forward_shares: np.ndarray
+
+    @classmethod
+    def from_snapshot(cls, snapshot) -> LexicalIndex:
+        """Zero-copy views over the mapped `lexical` table; refuses other analyzers."""
+        meta = snapshot.meta.get("lexical") or {}
+        table = snapshot.table("lexical")
+        path = snapshot.file.path
+        if table is None or not meta:
+            raise LexicalUnavailable(
+                f"{path} has no lexical postings (built by an older mdvdb): run `mdvdb ingest`"
+            )
+        if meta.get("analyzer") != text_analysis.ANALYZER_VERSION:
+            raise LexicalUnavailable(
+                f"{path} holds lexical postings of analyzer {meta.get('analyzer')!r}; this mdvdb "
+                f"reads {text_analysis.ANALYZER_VERSION!r}: run `mdvdb ingest` to rebuild them"
+            )
+        forward = snapshot.table("lexical_forward")
+        if forward is None:
+            raise LexicalUnavailable(f"{path} has no lexical_forward table: run `mdvdb ingest`")
+        n_chunks = snapshot.table("chunks").num_rows
+        ids, weights = _lists(table, "chunk_ids"), _lists(table, "weights")
+        rows, shares = _lists(forward, "term_rows"), _lists(forward, "shares")
+        return cls(
+            terms=_values(table.column("term"), np.uint64),
+            offsets=ids[0],
+            chunk_ids=ids[1],
+            weights=weights[1],
+            n_chunks=n_chunks,
+            forward_offsets=rows[0],
+            forward_rows=rows[1],
+            forward_shares=shares[1],
+        )
+
+    def lookup(self, hashes: np.ndarray) -> np.ndarray:
+        """Row of each term hash, -1 where the index does not have it."""
+        if len(self.terms) == 0:
+            return np.full(len(hashes), -1, dtype=np.int64)
+        rows = np.searchsorted(self.terms, hashes)
+        rows = np.minimum(rows, len(self.terms) - 1)
+        return np.where(self.terms[rows] == hashes, rows, -1)
+
+    def add_terms(self, out: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """out += sum of weight * postings(row): the one scoring loop, over query terms."""
+        for row, weight in zip(rows.tolist(), weights.tolist(), strict=True):
+            if row < 0:
+                continue
+            a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+            out[self.chunk_ids[a:b]] += self.weights[a:b] * np.float32(weight)
+        return out
+
+    def feedback_terms(self, chunks: np.ndarray, scores: np.ndarray, count: int):
+        """RM3-style expansion: terms of the feedback chunks weighted by sum over chunks of
+        p(term | chunk) * the chunk's share of the feedback scores; the `count` heaviest as
+        (rows, weights)."""
+        begin, end = self.forward_offsets[chunks], self.forward_offsets[chunks + 1]
+        sizes = end - begin
+        if sizes.sum() == 0 or scores.sum() <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        starts = np.r_[0, np.cumsum(sizes)]
+        gather = np.repeat(begin - starts[:-1], sizes) + np.arange(starts[-1])
+        rows = self.forward_rows[gather]
+        mass = self.forward_shares[gather] * np.repeat(scores / scores.sum(), sizes)
+        unique, inverse = np.unique(rows, return_inverse=True)
+        totals = np.bincount(inverse, weights=mass)
+        best = np.argsort(-totals, kind="stable")[:count]
+        return unique[best].astype(np.int64), totals[best].astype(np.float32)
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25F score of every chunk (0 where no query term occurs)."""
+        hashes = text_analysis.term_ids(query)
+        out = np.zeros(self.n_chunks, dtype=np.float32)
+        if len(hashes) == 0:
+            return out
+        unique, counts = np.unique(hashes, return_counts=True)
+        return self.add_terms(out, self.lookup(unique), counts.astype(np.float32))
+
+
+def _lists(table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of a list column, zero-copy over the map."""
+    column = table.column(name)
+    if table.num_rows == 0:
+        value_type = column.type.value_type.to_pandas_dtype()
+        return np.zeros(1, np.int32), np.zeros(0, value_type)
+    array = column.combine_chunks()
+    offsets = array.offsets.to_numpy(zero_copy_only=True)
+    values = array.values.to_numpy(zero_copy_only=True)
+    if offsets[0]:  # a sliced array: rebase (a copy of the small offsets only)
+        return offsets - offsets[0], values[offsets[0] : offsets[-1]]
+    return offsets, values
+
+
+def _values(column, dtype) -> np.ndarray:
+    if len(column) == 0:
+        return np.zeros(0, dtype)
+    return column.combine_chunks().to_numpy(zero_copy_only=True)
+
+
+def lexical_index(index) -> LexicalIndex:
+    """The current snapshot's lexical index, built once per snapshot."""
+    snap = index.snapshot
+    found = snap.cache.get("lexical")
+    if found is None:
+        found = LexicalIndex.from_snapshot(snap)
+        snap.cache["lexical"] = found
+    return found
+
+
+def lexical_scores(index, query: str) -> np.ndarray:
+    return lexical_index(index).scores(query)
