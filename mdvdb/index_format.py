@@ -173,6 +173,9 @@ LEXICAL_FORWARD_SCHEMA = pa.schema(
         ("shares", pa.list_(pa.float32())),
     ]
 )
+# The clusters table's schema metadata key: JSON with k, silhouette, the candidates tried,
+# documents assigned since the last full clustering ("pending") and unclustered documents.
+CLUSTERS_META_KEY = "mdvdb.clusters"
 
 # Table names a reader may find; unknown extra tables are ignored by older readers.
 TABLES = (

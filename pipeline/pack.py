@@ -159,7 +159,15 @@ def assemble(index_path: Path, inp: PackInput) -> tuple[pa.Table, pa.Table]:
 # Stages that add columns to `files` (typed frontmatter, cluster ids): applied in order to the
 # assembled table. Each gets the table and the input and returns the new table.
 FilesHook = Callable[[pa.Table, PackInput], pa.Table]
-FILES_HOOKS: list[FilesHook] = []
+
+
+def _cluster_ids(files: pa.Table, inp: PackInput) -> pa.Table:
+    from pipeline.cluster import with_cluster_ids
+
+    return with_cluster_ids(files, inp.state)
+
+
+FILES_HOOKS: list[FilesHook] = [_cluster_ids]
 
 # Extra tables other stages contribute (lexical postings, clusters...): name -> builder.
 # A builder gets the packed `files` and `chunks` tables and the input, returns a table, a
@@ -167,6 +175,15 @@ FILES_HOOKS: list[FilesHook] = []
 # to know about its tables under its own key of `inp.meta`.
 TableBuilder = Callable[[pa.Table, pa.Table, PackInput], "pa.Table | dict[str, pa.Table] | None"]
 EXTRA_TABLES: dict[str, TableBuilder] = {"lexical": build_lexical_tables}
+
+
+def _clusters_table(files: pa.Table, chunks: pa.Table, inp: PackInput) -> pa.Table | None:
+    from pipeline.cluster import clusters_table
+
+    return clusters_table(files, inp.state)
+
+
+EXTRA_TABLES["clusters"] = _clusters_table
 
 FILES_HOOKS.append(frontmatter_schema.files_hook)
 EXTRA_TABLES["schema"] = frontmatter_schema.schema_table_of

@@ -46,6 +46,7 @@ class IngestReport:
     seconds: float = 0.0
     errors: list[tuple[str, str]] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
 
     @property
     def nothing_changed(self) -> bool:
@@ -332,8 +333,25 @@ def _embed(ctx: RunContext) -> dict:
 
 
 def _cluster(ctx: RunContext) -> dict:
-    # Clusters are built by their own issue; the index already has room for them.
-    return {"digest": "none"}
+    from pipeline import cluster
+    from pipeline.embed import model_key
+
+    config = ctx.config
+    if not config.clustering_enabled:
+        cluster.clear(ctx.state)
+        return {"digest": "disabled"}
+    provider = ctx.provider
+    result = cluster.run_stage(
+        ctx.state,
+        _chunk_key(config),
+        model_key(provider),
+        provider.dimensions,
+        config.clustering_max_clusters,
+        config.clustering_rebalance_threshold,
+        full=ctx.full,
+    )
+    ctx.report.clustering = result.mode
+    return {"digest": _digest(_manifest_digest(ctx), result.digest())}
 
 
 def _schema(ctx: RunContext) -> dict:
@@ -465,7 +483,7 @@ def task_cluster():
     """Topic clusters of documents (stored in the index only)."""
     return {
         "actions": [_stage("cluster", _cluster)],
-        "uptodate": [result_dep("embed"), config_changed(_settings())],
+        "uptodate": [result_dep("embed"), config_changed(_cluster_settings())],
         "verbosity": 0,
     }
 
@@ -505,6 +523,15 @@ def _lexical_settings() -> dict:
     from pipeline.lexical import lexical_meta
 
     return lexical_meta()
+
+
+def _cluster_settings() -> dict:
+    config = context().config
+    return {
+        **_settings(),
+        "max_clusters": config.clustering_max_clusters,
+        "rebalance_threshold": config.clustering_rebalance_threshold,
+    }
 
 
 def _chunk_settings() -> dict:

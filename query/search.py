@@ -49,6 +49,7 @@ def search(
     govern: bool | None = None,
     filters: Sequence[Filter] = (),
     mask: np.ndarray | None = None,
+    cluster: int | None = None,
 ) -> SearchResponse:
     """`filters` (metadata) and `mask` (one boolean per chunk) restrict the candidates
     before ranking; `total` in the response counts candidates scoring >= min_score."""
@@ -57,6 +58,11 @@ def search(
     min_score = config.search_min_score if min_score is None else min_score
     mode = config.search_default_mode if mode is None else mode
     governed = governing.enabled(index, govern)
+    if cluster is not None:
+        from query.clusters import chunk_mask
+
+        in_cluster = chunk_mask(index, cluster)
+        mask = in_cluster if mask is None else mask & in_cluster
     allowed = candidate_mask(index, filters, mask)
     scores, parts = _memo_scores(index, query, mode)
     matching = parts.get("_candidates")

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "mdvdb.cli.grep",
     "mdvdb.cli.watch",
     "mdvdb.cli.metadata",
+    "mdvdb.cli.clusters",
 )
 # Commands whose module parses its own arguments with `run(argv) -> exit code`, because typer's
 # import alone would eat most of their time budget.

@@ -151,6 +151,9 @@ def search(
     category: Annotated[
         list[str] | None, typer.Option("--category", help="Files in this category (any case).")
     ] = None,
+    cluster: Annotated[
+        int | None, typer.Option("--cluster", help="Only this cluster (see `mdvdb clusters`).")
+    ] = None,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -180,6 +183,7 @@ def search(
                 "govern": govern,
                 "explain": explain,
                 "mode": mode.value if mode else None,
+                "cluster": cluster,
             },
         )
 

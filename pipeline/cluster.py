@@ -1,0 +1,588 @@
+"""The cluster stage: topic clusters of documents, stored in the index only.
+
+A document's vector is the normalised mean of its chunk vectors. A full clustering runs k-means
+(scikit-learn, fixed seed) with k chosen by silhouette over a bounded grid of candidates (see
+docs/clusters.md for the measurements behind the choice), names each cluster by class-based
+TF-IDF over its documents' text, and keeps its most central documents.
+
+Between full clusterings, a new or changed document is only assigned to its nearest centroid:
+that reads the vectors of the changed files alone, so one new file costs milliseconds, not a
+re-clustering. After MDVDB_CLUSTERING_REBALANCE_THRESHOLD documents were added or changed since
+the last full clustering, the next run re-clusters everything (a rebalance).
+
+What the stage decides lives in the state database (tables `cluster_docs` and `cluster_topics`,
+plus the `clustering` value); pack turns it into the index's `clusters` table and the
+`files.cluster_id` column.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SEED = 0
+CANDIDATES = 4  # k values tried by silhouette, between half the bound and the bound
+REPRESENTATIVES = 3
+KEYWORDS = 8
+LABEL_WORDS = 3
+# Silhouette is computed on at most this many documents: exact silhouette is O(n^2).
+SILHOUETTE_SAMPLE = 3000
+# Labels read the first this many characters of each document: its title and opening say
+# what it is about (LeetCode pages follow theirs with solutions in six languages).
+LABEL_TEXT_CHARS = 4000
+# Above this many documents a full clustering uses MiniBatchKMeans.
+MINIBATCH_ABOVE = 20000
+# A term in more than this share of all documents is corpus-wide: never a keyword. The bound
+# is 2/k (a topic word of a cluster of average size stays in), clamped to [0.1, 0.5].
+MIN_MAX_DOC_FREQ, MAX_MAX_DOC_FREQ = 0.1, 0.5
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS cluster_docs (
+    path TEXT PRIMARY KEY, sha256 TEXT NOT NULL, cluster_id INTEGER NOT NULL,
+    similarity REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_vectors (
+    key TEXT, sha256 TEXT, vector BLOB NOT NULL, PRIMARY KEY (key, sha256)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_topics (
+    cluster_id INTEGER PRIMARY KEY, label TEXT NOT NULL, keywords TEXT NOT NULL,
+    centroid BLOB NOT NULL
+);
+"""
+STATE_KEY = "clustering"
+
+
+# -- the pure parts: vectors, k, fit, labels ------------------------------------------------
+
+
+def document_vectors(chunk_vectors: np.ndarray, chunk_doc: np.ndarray, n_docs: int) -> np.ndarray:
+    """Normalised mean of each document's chunk vectors; a document without chunks gets a
+    zero row (callers leave it unclustered)."""
+    dims = chunk_vectors.shape[1] if chunk_vectors.ndim == 2 else 0
+    sums = np.zeros((n_docs, dims), dtype=np.float64)
+    if len(chunk_doc):
+        np.add.at(sums, chunk_doc, chunk_vectors.astype(np.float64, copy=False))
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (sums / norms).astype(np.float32)
+
+
+def candidate_ks(n_docs: int, max_clusters: int) -> list[int]:
+    """The k values tried: a geometric grid over the upper half of the range up to the bound,
+    the smaller of MDVDB_CLUSTERING_MAX_CLUSTERS and sqrt(n). Not from 2: silhouette peaks at
+    k=2 on leetcode (it splits English from Chinese pages) and is flat on tldr, while the
+    agreement with LeetCode's own tags grows with k (docs/clusters.md); few, huge clusters
+    are no use to browse."""
+    upper = min(max_clusters, max(2, int(np.sqrt(n_docs))), n_docs - 1)
+    if upper < 2:
+        return [1]
+    lower = min(upper, max(2, upper // 2))
+    grid = np.unique(np.round(np.geomspace(lower, upper, num=CANDIDATES)).astype(int))
+    return [int(k) for k in grid]
+
+
+def fit_kmeans(vectors: np.ndarray, k: int, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """(unit centroids, labels) for k clusters; deterministic for the same input and seed."""
+    from sklearn.cluster import KMeans, MiniBatchKMeans
+
+    if k <= 1:
+        centroid = _unit(vectors.mean(axis=0, keepdims=True))
+        return centroid, np.zeros(len(vectors), dtype=np.int64)
+    if len(vectors) > MINIBATCH_ABOVE:
+        model = MiniBatchKMeans(
+            n_clusters=k, random_state=seed, n_init=3, batch_size=4096, max_iter=100
+        )
+    else:
+        model = KMeans(n_clusters=k, random_state=seed, n_init=1, max_iter=100)
+    labels = model.fit_predict(vectors)
+    return _unit(model.cluster_centers_.astype(np.float32)), labels.astype(np.int64)
+
+
+def silhouette(vectors: np.ndarray, labels: np.ndarray, seed: int = SEED) -> float:
+    """Cosine silhouette on a fixed-seed sample (exact silhouette is quadratic)."""
+    from sklearn.metrics import silhouette_score
+
+    if len(set(labels.tolist())) < 2:
+        return 0.0
+    size = min(len(vectors), SILHOUETTE_SAMPLE)
+    return float(
+        silhouette_score(vectors, labels, metric="cosine", sample_size=size, random_state=seed)
+    )
+
+
+@dataclass
+class KChoice:
+    k: int
+    centroids: np.ndarray
+    labels: np.ndarray
+    silhouette: float
+    tried: dict[int, float] = field(default_factory=dict)
+
+
+def choose_and_fit(vectors: np.ndarray, max_clusters: int, seed: int = SEED) -> KChoice:
+    """Fit every candidate k and keep the one with the best silhouette.
+
+    One BLAS/OpenMP thread: on the 2-core machine, shared with other jobs, k-means with two
+    threads ran 4-10x slower than with one (docs/clusters.md)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return _choose_and_fit(vectors, max_clusters, seed)
+
+
+def _choose_and_fit(vectors: np.ndarray, max_clusters: int, seed: int) -> KChoice:
+    best: KChoice | None = None
+    tried: dict[int, float] = {}
+    for k in candidate_ks(len(vectors), max_clusters):
+        centroids, labels = fit_kmeans(vectors, k, seed)
+        score = silhouette(vectors, labels, seed) if k > 1 else 0.0
+        tried[k] = round(score, 4)
+        if best is None or score > best.silhouette:
+            best = KChoice(k, centroids, labels, score)
+    assert best is not None
+    best.tried = tried
+    return best
+
+
+_TAG = re.compile(
+    r"^(```|~~~).*?^\1|<[^>]{0,200}>|&[#\w]{1,10};|https?://\S+|\{\{|\}\}",
+    re.MULTILINE | re.DOTALL,
+)
+# Words of two or more letters (no digits or underscores: identifiers and numbers are noise).
+TOKEN_PATTERN = r"(?u)\b[^\W\d_]{2,}\b"
+
+
+def clean_text(text: str) -> str:
+    """Fenced code, HTML tags, entities and URLs out: Markdown bodies carry them and they are
+    not topics (LeetCode's `mut`, `impl` and `charat` named clusters before this)."""
+    return _TAG.sub(" ", text)
+
+
+def cluster_keywords(
+    texts: list[str], labels: np.ndarray, k: int, top: int = KEYWORDS
+) -> list[list[str]]:
+    """Class-based TF-IDF: how many of the cluster's documents use a term, weighted by how
+    rare the term is across clusters. English stop-words are dropped, and so is any term in
+    more than max(0.1, min(0.5, 2/k)) of all documents (corpus-wide words name no topic).
+
+    Counting documents, not occurrences, keeps one page family that repeats its own name
+    (tldr's dozens of `wacli` pages) from naming a cluster of 400 documents."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    if not texts:
+        return [[] for _ in range(k)]
+    large = len(texts) >= 20
+    max_df = min(MAX_MAX_DOC_FREQ, max(MIN_MAX_DOC_FREQ, 2 / max(k, 1)))
+    vectorizer = CountVectorizer(
+        stop_words="english",
+        token_pattern=TOKEN_PATTERN,
+        max_df=max_df if large else 1.0,
+        min_df=2 if large else 1,
+        preprocessor=lambda t: clean_text(t).lower(),
+        binary=True,
+        dtype=np.float64,
+    )
+    try:
+        counts = vectorizer.fit_transform(texts)
+    except ValueError:  # every term was pruned (tiny or empty corpus)
+        return [[] for _ in range(k)]
+    terms = vectorizer.get_feature_names_out()
+    from scipy import sparse
+
+    membership = sparse.csr_matrix(
+        (np.ones(len(labels)), (labels, np.arange(len(labels)))), shape=(k, len(labels))
+    )
+    per_class = np.asarray((membership @ counts).todense())  # (k, terms)
+    words_in_class = per_class.sum(axis=1, keepdims=True)
+    words_in_class[words_in_class == 0] = 1.0
+    tf = per_class / words_in_class
+    average_words = per_class.sum() / max(k, 1)
+    idf = np.log1p(average_words / np.maximum(per_class.sum(axis=0), 1.0))
+    scores = tf * idf
+    out = []
+    for c in range(k):
+        row = scores[c]
+        order = np.lexsort((terms, -row))  # ties broken by the term, for determinism
+        out.append([str(terms[i]) for i in order[:top] if row[i] > 0])
+    return out
+
+
+def label_of(keywords: list[str], fallback: str) -> str:
+    return " / ".join(keywords[:LABEL_WORDS]) if keywords else fallback
+
+
+def _unit(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (matrix / norms).astype(np.float32)
+
+
+# -- the stage: full clustering or incremental assignment ----------------------------------
+
+
+@dataclass
+class Doc:
+    path: str
+    sha256: str
+    title: str
+    text: str
+    chunk_shas: list[bytes]
+
+
+@dataclass
+class StageResult:
+    mode: str  # "full", "assign", "unchanged" or "disabled"
+    documents: int = 0
+    assigned: int = 0
+    removed: int = 0
+    k: int = 0
+    silhouette: float | None = None
+    tried: dict[int, float] = field(default_factory=dict)  # silhouette of each candidate k
+    pending: int = 0  # documents added or changed since the last full clustering
+    seconds: float = 0.0
+
+    def digest(self) -> str:
+        return f"{self.mode}:{self.documents}:{self.k}:{self.pending}"
+
+
+def ensure_schema(state: Any) -> None:
+    state.db.executescript(SCHEMA)
+
+
+def clear(state: Any) -> None:
+    """Clustering turned off: forget everything, so pack publishes no clusters."""
+    ensure_schema(state)
+    with state.transaction():
+        state.db.execute("DELETE FROM cluster_docs")
+        state.db.execute("DELETE FROM cluster_topics")
+        state.db.execute("DELETE FROM kv WHERE key = ?", (STATE_KEY,))
+
+
+def run_stage(
+    state: Any,
+    chunk_key: str,
+    model: str,
+    dimensions: int,
+    max_clusters: int,
+    threshold: int,
+    full: bool = False,
+) -> StageResult:
+    """Bring the stored clustering up to date with the manifest.
+
+    A full clustering happens when there is none yet, when the embedding model or the bound
+    on k changed, on `ingest --full`, or when this run would bring the count of documents
+    added or changed since the last full clustering to the rebalance threshold. Otherwise
+    only the changed documents are read and assigned to their nearest centroid.
+    """
+    started = time.perf_counter()
+    ensure_schema(state)
+    info = state.get_value(STATE_KEY) or {}
+    # The diff against the manifest runs inside SQLite (both tables are keyed by path): on a
+    # one-file edit of tldr that is 5 ms, where building both as Python dicts was 30 ms.
+    changed_rows = state.db.execute(
+        "SELECT m.path, m.sha256 FROM manifest m LEFT JOIN cluster_docs c ON c.path = m.path "
+        "WHERE c.sha256 IS NULL OR c.sha256 != m.sha256 ORDER BY m.path"
+    ).fetchall()
+    manifest = dict(changed_rows)
+    changed = [path for path, _ in changed_rows]
+    removed = [
+        r[0]
+        for r in state.db.execute(
+            "SELECT path FROM cluster_docs WHERE path NOT IN (SELECT path FROM manifest) "
+            "ORDER BY path"
+        )
+    ]
+    documents = state.db.execute("SELECT count(*) FROM manifest").fetchone()[0]
+    settings = {"model": model, "chunk_key": chunk_key, "max_clusters": max_clusters}
+    same_model = all(info.get(key) == value for key, value in settings.items())
+    pending = int(info.get("pending", 0)) + len(changed)
+    if not (changed or removed) and same_model and not full:
+        result = StageResult("unchanged", documents, pending=pending, k=info.get("k", 0))
+    elif full or not same_model or pending >= threshold:
+        result = _full(state, chunk_key, model, dimensions, max_clusters)
+        state.set_value(STATE_KEY, {**settings, **_summary(result)})
+    else:
+        result = _assign(state, chunk_key, model, dimensions, changed, removed, manifest)
+        result.documents = documents
+        result.pending = pending
+        result.k = info.get("k", 0)
+        state.set_value(STATE_KEY, {**info, "pending": pending})
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _summary(result: StageResult) -> dict[str, Any]:
+    return {
+        "k": result.k,
+        "silhouette": result.silhouette,
+        "tried": result.tried,
+        "pending": 0,
+        "documents": result.documents,
+        "built_at": time.time(),
+    }
+
+
+def load_docs(state: Any, chunk_key: str, paths: list[str], manifest: dict[str, str]) -> list[Doc]:
+    """Title, text and chunk hashes of each path (in the given order), from the chunk cache."""
+    data = state.get_chunks(chunk_key, {manifest[p] for p in paths})
+    docs = []
+    for path in paths:
+        sha = manifest[path]
+        entry = data.get(sha)
+        if entry is None:
+            continue
+        chunks = entry["chunks"]
+        docs.append(
+            Doc(
+                path=path,
+                sha256=sha,
+                title=entry.get("title") or "",
+                text="\n".join(c["text"] for c in chunks),
+                chunk_shas=[bytes.fromhex(c["sha256"]) for c in chunks],
+            )
+        )
+    return docs
+
+
+def doc_matrix(
+    state: Any, model: str, dimensions: int, docs: list[Doc], chunk_key: str = ""
+) -> np.ndarray:
+    """Document vectors, from the cache of earlier runs where it has them: a rebalance of
+    8.6k documents then reads 8.6k vectors, not the 113k chunk vectors behind them."""
+    key = f"{model}|{chunk_key}"
+    cached: dict[str, bytes] = {}
+    shas = [d.sha256 for d in docs]
+    for start in range(0, len(shas), 500):
+        part = shas[start : start + 500]
+        marks = ",".join("?" * len(part))
+        cached.update(
+            state.db.execute(
+                f"SELECT sha256, vector FROM cluster_vectors WHERE key = ? AND sha256 IN ({marks})",
+                (key, *part),
+            )
+        )
+    out = np.zeros((len(docs), dimensions), dtype=np.float32)
+    todo = [i for i, d in enumerate(docs) if d.sha256 not in cached]
+    for i, d in enumerate(docs):
+        blob = cached.get(d.sha256)
+        if blob is not None:
+            out[i] = np.frombuffer(blob, dtype=np.float32)
+    if todo:
+        missing = [docs[i] for i in todo]
+        chunk_shas = [s for d in missing for s in d.chunk_shas]
+        owner = np.repeat(np.arange(len(missing)), [len(d.chunk_shas) for d in missing])
+        vectors = state.get_embeddings(model, chunk_shas, dimensions)
+        fresh = document_vectors(vectors, owner, len(missing))
+        out[todo] = fresh
+        with state.transaction():
+            state.db.executemany(
+                "INSERT OR REPLACE INTO cluster_vectors VALUES (?, ?, ?)",
+                ((key, d.sha256, fresh[j].tobytes()) for j, d in enumerate(missing)),
+            )
+    return out
+
+
+def prune_vectors(state: Any) -> None:
+    """Drop cached document vectors of file contents no longer in the manifest."""
+    with state.transaction():
+        state.db.execute(
+            "DELETE FROM cluster_vectors WHERE sha256 NOT IN (SELECT sha256 FROM manifest)"
+        )
+
+
+def _full(
+    state: Any, chunk_key: str, model: str, dimensions: int, max_clusters: int
+) -> StageResult:
+    manifest = dict(state.db.execute("SELECT path, sha256 FROM manifest ORDER BY path"))
+    docs = load_docs(state, chunk_key, list(manifest), manifest)
+    with_chunks = [d for d in docs if d.chunk_shas]
+    vectors = doc_matrix(state, model, dimensions, with_chunks, chunk_key)
+    prune_vectors(state)
+    if not with_chunks:
+        _store_full(state, docs, [], np.zeros(0), np.zeros(0), [], np.zeros((0, dimensions)))
+        return StageResult("full", documents=len(docs), k=0)
+    choice = choose_and_fit(vectors, max_clusters)
+    labels = _by_size(choice.labels, choice.k)
+    centroids = np.zeros_like(choice.centroids)
+    for old, new in enumerate(_size_order(choice.labels, choice.k)):
+        centroids[new] = choice.centroids[old]
+    similarity = np.einsum("ij,ij->i", vectors, centroids[labels])
+    texts = [d.title + "\n" + d.text[:LABEL_TEXT_CHARS] for d in with_chunks]
+    keywords = cluster_keywords(texts, labels, choice.k)
+    _store_full(state, docs, with_chunks, labels, similarity, keywords, centroids)
+    return StageResult(
+        "full",
+        documents=len(docs),
+        assigned=len(with_chunks),
+        k=choice.k,
+        silhouette=round(choice.silhouette, 4),
+        tried=choice.tried,
+    )
+
+
+def _size_order(labels: np.ndarray, k: int) -> np.ndarray:
+    """new id of each old id: the largest cluster becomes 0 (ties: the older id first)."""
+    sizes = np.bincount(labels, minlength=k)
+    order = np.lexsort((np.arange(k), -sizes))  # old ids, largest first
+    new_of_old = np.empty(k, dtype=np.int64)
+    new_of_old[order] = np.arange(k)
+    return new_of_old
+
+
+def _by_size(labels: np.ndarray, k: int) -> np.ndarray:
+    return _size_order(labels, k)[labels]
+
+
+def _store_full(
+    state: Any,
+    docs: list[Doc],
+    with_chunks: list[Doc],
+    labels: np.ndarray,
+    similarity: np.ndarray,
+    keywords: list[list[str]],
+    centroids: np.ndarray,
+) -> None:
+    assigned = {d.path: (int(labels[i]), float(similarity[i])) for i, d in enumerate(with_chunks)}
+    with state.transaction():
+        state.db.execute("DELETE FROM cluster_docs")
+        state.db.execute("DELETE FROM cluster_topics")
+        state.db.executemany(
+            "INSERT INTO cluster_docs VALUES (?, ?, ?, ?)",
+            ((d.path, d.sha256, *assigned.get(d.path, (-1, 0.0))) for d in docs),
+        )
+        state.db.executemany(
+            "INSERT INTO cluster_topics VALUES (?, ?, ?, ?)",
+            (
+                (c, label_of(keywords[c], f"cluster {c}"), json.dumps(keywords[c]), centroids[c])
+                for c in range(len(keywords))
+            ),
+        )
+
+
+def _assign(
+    state: Any,
+    chunk_key: str,
+    model: str,
+    dimensions: int,
+    changed: list[str],
+    removed: list[str],
+    manifest: dict[str, str],
+) -> StageResult:
+    """Nearest existing centroid for each changed document; nothing else is read."""
+    rows = list(
+        state.db.execute("SELECT cluster_id, centroid FROM cluster_topics ORDER BY cluster_id")
+    )
+    ids = [cid for cid, _ in rows]
+    docs = load_docs(state, chunk_key, changed, manifest)
+    with_chunks = [d for d in docs if d.chunk_shas]
+    placed: dict[str, tuple[int, float]] = {}
+    if with_chunks and rows:
+        centroids = np.stack([np.frombuffer(blob, dtype=np.float32) for _, blob in rows])
+        vectors = doc_matrix(state, model, dimensions, with_chunks, chunk_key)
+        scores = vectors @ centroids.T
+        best = scores.argmax(axis=1)
+        for i, d in enumerate(with_chunks):
+            placed[d.path] = (int(ids[best[i]]), float(scores[i, best[i]]))
+    with state.transaction():
+        state.db.executemany("DELETE FROM cluster_docs WHERE path = ?", ((p,) for p in removed))
+        state.db.executemany(
+            "INSERT OR REPLACE INTO cluster_docs VALUES (?, ?, ?, ?)",
+            ((d.path, d.sha256, *placed.get(d.path, (-1, 0.0))) for d in docs),
+        )
+    return StageResult("assign", assigned=len(with_chunks), removed=len(removed))
+
+
+# -- what pack reads -----------------------------------------------------------------------
+
+
+@dataclass
+class StoredClusters:
+    """The stage's result as pack needs it."""
+
+    assignments: dict[str, tuple[int, float, str]]  # path -> (cluster id, cosine, file sha)
+    topics: list[tuple[int, str, list[str], np.ndarray]]  # id, label, keywords, centroid
+    info: dict[str, Any]
+
+
+def load_stored(state: Any) -> StoredClusters | None:
+    """None when clustering is off or has never run."""
+    if state is None:
+        return None
+    ensure_schema(state)
+    info = state.get_value(STATE_KEY)
+    if not info:
+        return None
+    assignments = {
+        path: (cid, sim, sha)
+        for path, cid, sim, sha in state.db.execute(
+            "SELECT path, cluster_id, similarity, sha256 FROM cluster_docs"
+        )
+    }
+    topics = [
+        (cid, label, json.loads(keywords), np.frombuffer(blob, dtype=np.float32))
+        for cid, label, keywords, blob in state.db.execute(
+            "SELECT cluster_id, label, keywords, centroid FROM cluster_topics ORDER BY cluster_id"
+        )
+    ]
+    return StoredClusters(assignments, topics, info)
+
+
+def with_cluster_ids(files: Any, state: Any) -> Any:
+    """The packed `files` table with its `cluster_id` column filled from the stage's result
+    (all -1 when clustering is off: reused rows may carry ids from an earlier index)."""
+    import pyarrow as pa
+
+    stored = load_stored(state)
+    n = files.num_rows
+    ids = np.full(n, -1, dtype=np.int32)
+    if stored is not None:
+        paths = files.column("path").to_pylist()
+        shas = files.column("sha256").to_pylist()
+        for i, (path, sha) in enumerate(zip(paths, shas, strict=True)):
+            hit = stored.assignments.get(path)
+            if hit is not None and hit[2] == sha:
+                ids[i] = hit[0]
+    column = files.schema.get_field_index("cluster_id")
+    return files.set_column(column, "cluster_id", pa.array(ids, pa.int32()))
+
+
+def clusters_table(files: Any, state: Any) -> Any:
+    """The index's `clusters` table: one row per non-empty cluster, sizes and representative
+    documents counted over the files being packed. The stage's summary (k, silhouette,
+    documents assigned since the last full clustering) rides along as schema metadata."""
+    import pyarrow as pa
+
+    from mdvdb import index_format
+
+    stored = load_stored(state)
+    if stored is None:
+        return None
+    ids = files.column("cluster_id").to_numpy()
+    paths = files.column("path").to_pylist()
+    similarity = np.array([stored.assignments.get(p, (-1, 0.0, ""))[1] for p in paths])
+    path_keys = np.array(paths, dtype=object)
+    rows: dict[str, list] = {name: [] for name in index_format.CLUSTERS_SCHEMA.names}
+    for cid, label, keywords, centroid in stored.topics:
+        members = np.flatnonzero(ids == cid)
+        if not len(members):
+            continue
+        # Most central first; ties by path, so the order of the files table does not matter.
+        central = members[np.lexsort((path_keys[members], -similarity[members]))]
+        central = central[:REPRESENTATIVES]
+        rows["cluster_id"].append(cid)
+        rows["label"].append(label)
+        rows["keywords"].append(keywords)
+        rows["size"].append(len(members))
+        rows["representative_paths"].append([paths[i] for i in central])
+        rows["centroid"].append(centroid.tolist())
+    summary = {
+        key: stored.info.get(key) for key in ("k", "silhouette", "pending", "built_at", "tried")
+    }
+    summary["unclustered"] = int((ids < 0).sum())
+    table = pa.table(rows, schema=index_format.CLUSTERS_SCHEMA)
+    return table.replace_schema_metadata({index_format.CLUSTERS_META_KEY: json.dumps(summary)})
