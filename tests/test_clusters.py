@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from mdvdb import index_format
+from tests.conftest import run_cli
 
 TOPICS = {
     "cooking": "bread flour yeast oven dough bake knead butter sugar recipe kitchen salt",
