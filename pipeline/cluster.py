@@ -11,8 +11,8 @@ re-clustering. After MDVDB_CLUSTERING_REBALANCE_THRESHOLD documents were added o
 the last full clustering, the next run re-clusters everything (a rebalance).
 
 What the stage decides lives in the state database (tables `cluster_docs` and `cluster_topics`,
-plus the `clustering` value); pack turns it into the index's `clusters` table and the
-`files.cluster_id` column.
+plus the `clustering` value; `cluster_vectors` caches document vectors); pack turns it into the
+index's `clusters` table and the `files.cluster_id` column.
 """
 
 from __future__ import annotations
