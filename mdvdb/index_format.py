@@ -27,9 +27,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMAT_VERSION = 1
 MAGIC = b"MDVDBIX\x00"
@@ -80,22 +81,27 @@ def frontmatter_date(value: Any) -> dt.datetime | None:
     return moment
 
 
-FILES_SCHEMA = pa.schema(
-    [
-        ("file_id", pa.int32()),
-        ("path", pa.string()),  # relative to the project root, POSIX style
-        ("sha256", pa.string()),  # hex digest of the file's bytes
-        ("size", pa.int64()),
-        ("mtime", pa.float64()),
-        ("title", pa.string()),
-        ("frontmatter", pa.string()),  # JSON object
-        ("parse_error", pa.string()),  # null when the file parsed cleanly
-        ("cluster_id", pa.int32()),  # -1 when clustering is off or pending
-    ]
-)
+def _build_files_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("file_id", pa.int32()),
+            ("path", pa.string()),  # relative to the project root, POSIX style
+            ("sha256", pa.string()),  # hex digest of the file's bytes
+            ("size", pa.int64()),
+            ("mtime", pa.float64()),
+            ("title", pa.string()),
+            ("frontmatter", pa.string()),  # JSON object
+            ("parse_error", pa.string()),  # null when the file parsed cleanly
+            ("cluster_id", pa.int32()),  # -1 when clustering is off or pending
+        ]
+    )
 
 
 def chunks_schema(dimensions: int) -> pa.Schema:
+    import pyarrow as pa
+
     return pa.schema(
         [
             ("chunk_id", pa.int32()),
@@ -112,41 +118,54 @@ def chunks_schema(dimensions: int) -> pa.Schema:
     )
 
 
-CLUSTERS_SCHEMA = pa.schema(
-    [
-        ("cluster_id", pa.int32()),
-        ("label", pa.string()),
-        ("keywords", pa.list_(pa.string())),
-        ("size", pa.int32()),
-        ("representative_paths", pa.list_(pa.string())),
-        ("centroid", pa.list_(pa.float32())),
-    ]
-)
+def _build_clusters_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("cluster_id", pa.int32()),
+            ("label", pa.string()),
+            ("keywords", pa.list_(pa.string())),
+            ("size", pa.int32()),
+            ("representative_paths", pa.list_(pa.string())),
+            ("centroid", pa.list_(pa.float32())),
+        ]
+    )
+
 
 # The merged frontmatter schema (inferred on every ingest + the optional overlay), one row a
 # field. Types: string, number, boolean, date, list, object, mixed, or "none" for a field that
 # only the overlay declares. `column` names the typed column of `files` filters read.
-SCHEMA_TABLE_SCHEMA = pa.schema(
-    [
-        ("field", pa.string()),
-        ("type", pa.string()),  # the effective type: declared if the overlay gives one
-        ("inferred_type", pa.string()),
-        ("type_counts", pa.string()),  # JSON {type: files}; more than one key means mixed
-        ("files", pa.int64()),  # files with a non-null value for the field
-        ("distinct", pa.int64()),  # distinct values (list fields: distinct elements)
-        ("values", pa.string()),  # JSON [[value, count], ...] for low-cardinality fields, else null
-        ("description", pa.string()),
-        ("allowed", pa.list_(pa.string())),
-        ("required", pa.bool_()),
-        ("declared", pa.bool_()),  # the overlay names the field
-        ("column", pa.string()),  # typed column in `files`, null when there is none
-    ]
-)
+def _build_schema_table_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("field", pa.string()),
+            ("type", pa.string()),  # the effective type: declared if the overlay gives one
+            ("inferred_type", pa.string()),
+            ("type_counts", pa.string()),  # JSON {type: files}; more than one key means mixed
+            ("files", pa.int64()),  # files with a non-null value for the field
+            ("distinct", pa.int64()),  # distinct values (list fields: distinct elements)
+            (
+                "values",
+                pa.string(),
+            ),  # JSON [[value, count], ...] for low-cardinality fields, else null
+            ("description", pa.string()),
+            ("allowed", pa.list_(pa.string())),
+            ("required", pa.bool_()),
+            ("declared", pa.bool_()),  # the overlay names the field
+            ("column", pa.string()),  # typed column in `files`, null when there is none
+        ]
+    )
+
 
 # Files that break the overlay (documentation, not enforcement: they are indexed anyway).
-SCHEMA_PROBLEMS_SCHEMA = pa.schema(
-    [("path", pa.string()), ("field", pa.string()), ("problem", pa.string())]
-)
+def _build_schema_problems_schema():
+    import pyarrow as pa
+
+    return pa.schema([("path", pa.string()), ("field", pa.string()), ("problem", pa.string())])
+
 
 # Lexical postings, CSC-like and zero-copy: one row per distinct term, sorted by `term` (the
 # analyzer's 64-bit hash, see `mdvdb.text_analysis`). The two list columns are Arrow list
@@ -155,24 +174,33 @@ SCHEMA_PROBLEMS_SCHEMA = pa.schema(
 # score vector. Row order inside a term is by chunk_id. The index meta key `lexical` records the
 # analyzer version and the BM25F parameters the weights were computed with; a reader refuses
 # postings of another analyzer version.
-LEXICAL_SCHEMA = pa.schema(
-    [
-        ("term", pa.uint64()),
-        ("df", pa.int32()),  # chunks holding the term
-        ("chunk_ids", pa.list_(pa.int32())),
-        ("weights", pa.list_(pa.float32())),  # idf * saturated field-weighted tf
-    ]
-)
+def _build_lexical_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("term", pa.uint64()),
+            ("df", pa.int32()),  # chunks holding the term
+            ("chunk_ids", pa.list_(pa.int32())),
+            ("weights", pa.list_(pa.float32())),  # idf * saturated field-weighted tf
+        ]
+    )
+
 
 # The forward view of the same postings, for pseudo-relevance feedback: row i is chunk i, with
 # the rows of its terms in `lexical` and each term's share of the chunk's field-weighted length
 # (p(term | chunk), the relevance-model estimate).
-LEXICAL_FORWARD_SCHEMA = pa.schema(
-    [
-        ("term_rows", pa.list_(pa.int32())),
-        ("shares", pa.list_(pa.float32())),
-    ]
-)
+def _build_lexical_forward_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("term_rows", pa.list_(pa.int32())),
+            ("shares", pa.list_(pa.float32())),
+        ]
+    )
+
+
 # The clusters table's schema metadata key: JSON with k, silhouette, the candidates tried,
 # documents assigned since the last full clustering ("pending") and unclustered documents.
 CLUSTERS_META_KEY = "mdvdb.clusters"
@@ -209,6 +237,8 @@ class IndexFile:
 
 
 def read_index(path: Path | str) -> IndexFile:
+    import pyarrow as pa
+
     path = Path(path)
     try:
         source = pa.memory_map(str(path), "r")
@@ -268,6 +298,8 @@ def write_index(path: Path | str, tables: dict[str, pa.Table], meta: dict[str, A
     Returns the size of the published file. On any error the temp file is removed and the
     previous index is left untouched.
     """
+    import pyarrow as pa
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
@@ -336,6 +368,7 @@ def _umask() -> int:
 
 
 def _pad(sink: pa.NativeFile) -> None:
+
     remainder = sink.tell() % ALIGN
     if remainder:
         sink.write(b"\x00" * (ALIGN - remainder))
@@ -360,3 +393,23 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+_LAZY_SCHEMAS = {
+    "FILES_SCHEMA": _build_files_schema,
+    "CLUSTERS_SCHEMA": _build_clusters_schema,
+    "SCHEMA_TABLE_SCHEMA": _build_schema_table_schema,
+    "SCHEMA_PROBLEMS_SCHEMA": _build_schema_problems_schema,
+    "LEXICAL_SCHEMA": _build_lexical_schema,
+    "LEXICAL_FORWARD_SCHEMA": _build_lexical_forward_schema,
+}
+
+
+def __getattr__(name: str):
+    """The Arrow schemas are built on first use, so that importing this module (to name a
+    temp file, read a constant) does not import pyarrow: 140 ms of a no-op ingest."""
+    if name in _LAZY_SCHEMAS:
+        value = _LAZY_SCHEMAS[name]()
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
