@@ -6,6 +6,10 @@ stop-words + Snowball stemming) at dense weights 0.3 and 0.5, computed in the sa
 prints each encoder's load time, one-short-query latency (p50) and corpus throughput.
 
     python bench/encoders.py /work/corpora/cranfield /work/corpora/nfcorpus [--json]
+    python bench/encoders.py --ingest 250 [--json]   # real `mdvdb ingest` of 250 tldr pages
+
+The --ingest run copies the first N pages of tldr's pages/common into a fresh folder per
+model and times a fresh `mdvdb ingest` process there (wall and CPU seconds, chunks/s).
 
 Document vectors are cached under MDVDB_BENCH_DIR/encoders (keyed by corpus, encoder and the
 texts' SHA-256) so a rerun only recomputes the metrics; --no-cache forces a fresh embed.
@@ -16,6 +20,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import resource
+import shutil
 import statistics
 import sys
 import time
@@ -25,7 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import WORK, print_table  # noqa: E402
+from bench.common import WORK, corpus, print_table  # noqa: E402
+from bench.common import run as run_cmd  # noqa: E402
 
 ENCODERS = ("wordllama", "minilm")
 DENSE_WEIGHTS = (0.3, 0.5)
@@ -85,8 +93,11 @@ def bm25_scores(texts: list[str], queries: list[str]) -> np.ndarray:
 
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False))
-    tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, return_ids=False)
+    corpus_tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
+    retriever.index(corpus_tokens, show_progress=False)
+    tokens = bm25s.tokenize(
+        queries, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+    )
     return np.stack([retriever.get_scores(q) for q in tokens]).astype(np.float32)
 
 
@@ -122,7 +133,7 @@ def query_latency_ms(provider, text: str = "how do I extract a tar archive") -> 
     return statistics.median(samples) * 1000
 
 
-def run(folders: list[Path], use_cache: bool) -> tuple[list[dict], list[dict]]:
+def evaluate(folders: list[Path], use_cache: bool) -> tuple[list[dict], list[dict]]:
     quality, speed = [], []
     providers = {}
     for name in ENCODERS:
@@ -162,13 +173,62 @@ def run(folders: list[Path], use_cache: bool) -> tuple[list[dict], list[dict]]:
     return quality, speed
 
 
+INGEST_MODELS = {"wordllama": "wordllama-l2-supercat", "minilm": "all-minilm-l6-v2"}
+
+
+def ingest_rows(count: int) -> list[dict]:
+    """Fresh `mdvdb ingest` processes over the same N real pages, one folder per model."""
+    pages = sorted((corpus("tldr") / "pages" / "common").glob("*.md"))[:count]
+    rows = []
+    for name, model in INGEST_MODELS.items():
+        root = WORK / "encoders-ingest" / name
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        for page in pages:
+            shutil.copy(page, root / page.name)
+        env = {**os.environ, "MDVDB_EMBEDDING_MODEL": model}
+        env.pop("MDVDB_EMBEDDING_DIMENSIONS", None)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        done = run_cmd(
+            [sys.executable, "-m", "mdvdb", "ingest", "--json", "--root", str(root)], env=env
+        )
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            raise SystemExit(f"ingest with {model} failed: {done.stderr[-2000:]}")
+        report = json.loads(done.stdout)
+        embed_s = report["stage_seconds"]["embed"]
+        rows.append(
+            {
+                "model": name,
+                "files": report["files"],
+                "chunks": report["chunks_embedded"],
+                "wall_s": wall,
+                "cpu_s": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
+                "embed_stage_s": embed_s,
+                "chunks_per_s_embed": report["chunks_embedded"] / max(embed_s, 1e-9),
+                "chunks_per_s_wall": report["chunks_embedded"] / wall,
+                "load_avg": os.getloadavg()[0],
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="+", type=Path, help="BEIR-layout folders")
+    parser.add_argument("folders", nargs="*", type=Path, help="BEIR-layout folders")
+    parser.add_argument("--ingest", type=int, metavar="N", help="time ingest of N tldr pages")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-cache", action="store_true", help="re-embed every corpus")
     args = parser.parse_args()
-    quality, speed = run(args.folders, use_cache=not args.no_cache)
+    if args.ingest:
+        print_table(
+            "mdvdb ingest, fresh process: WordLlama vs MiniLM", ingest_rows(args.ingest), args.json
+        )
+    if not args.folders:
+        return
+    quality, speed = evaluate(args.folders, use_cache=not args.no_cache)
     print_table("Dense encoders: retrieval quality", quality, args.json)
     print_table("Dense encoders: load, query latency, corpus throughput", speed, args.json)
 

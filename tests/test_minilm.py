@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -141,3 +142,15 @@ def test_cli_bad_model_folder_is_one_line(notes: Path):
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "no-such-folder" in done.stderr
+
+
+def test_embedding_never_imports_torch():
+    """The point of the NumPy forward pass: no 6-7 s torch import, even where torch is installed."""
+    code = (
+        "import sys; from mdvdb.providers.minilm import MiniLMProvider; "
+        "MiniLMProvider('all-minilm-l6-v2').embed(['x']); "
+        "print(sorted(m for m in ('torch', 'onnxruntime', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
