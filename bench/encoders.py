@@ -11,8 +11,9 @@ prints each encoder's load time, one-short-query latency (p50) and corpus throug
 The --ingest run copies the first N pages of tldr's pages/common into a fresh folder per
 model and times a fresh `mdvdb ingest` process there (wall and CPU seconds, chunks/s).
 
-Document vectors are cached under MDVDB_BENCH_DIR/encoders (keyed by corpus, encoder and the
-texts' SHA-256) so a rerun only recomputes the metrics; --no-cache forces a fresh embed.
+Document vectors (and the seconds their embedding took) are cached under
+MDVDB_BENCH_DIR/encoders, keyed by corpus, encoder and the texts' SHA-256, so a rerun only
+recomputes the metrics; --no-cache forces a fresh embed.
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ def make_provider(name: str):
 def embed_corpus(name: str, provider, texts: list[str], corpus: str, use_cache: bool):
     digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
     cache = WORK / "encoders" / f"{corpus}-{name}-{digest}.npy"
-    if use_cache and cache.is_file():
-        return np.load(cache), None
+    timing = cache.with_suffix(".json")
+    if use_cache and cache.is_file() and timing.is_file():
+        return np.load(cache), json.loads(timing.read_text())["seconds"]
     start = time.perf_counter()
     vectors = np.concatenate(
         [provider.embed(texts[i : i + 64]) for i in range(0, len(texts), 64)]
@@ -84,6 +86,8 @@ def embed_corpus(name: str, provider, texts: list[str], corpus: str, use_cache: 
     seconds = time.perf_counter() - start
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.save(cache, vectors)
+    timing.write_text(json.dumps({"seconds": seconds, "load_avg": os.getloadavg()[0]}))
+    print(f"{corpus}: {name} embedded {len(texts)} docs in {seconds:.0f} s", file=sys.stderr)
     return vectors, seconds
 
 
@@ -152,7 +156,7 @@ def evaluate(folders: list[Path], use_cache: bool) -> tuple[list[dict], list[dic
         quality.append({"corpus": folder.name, "method": "bm25", "ndcg@10": nd, "recall@100": rc})
         for name, provider in providers.items():
             vectors, seconds = embed_corpus(name, provider, texts, folder.name, use_cache)
-            if seconds is not None:
+            if seconds:
                 for row in speed:
                     if row["encoder"] == name:
                         row[f"{folder.name}_docs_per_s"] = len(texts) / seconds
