@@ -32,6 +32,15 @@ PROVIDER_DEFAULTS: dict[str, tuple[str, int]] = {
     "ollama": ("nomic-embed-text", 768),
     "custom": ("default", 0),  # 0: take the dimension the endpoint returns on first call
 }
+# Opt-in local transformer encoders (mdvdb/providers/minilm.py), chosen by model name under
+# provider=local; any other non-WordLlama model value is a BERT-style model folder
+# (dimensions 0: the model's own size).
+LOCAL_ENCODERS: dict[str, int] = {"all-minilm-l6-v2": 384}
+
+
+def local_model_is_encoder(model: str | None) -> bool:
+    """provider=local runs WordLlama for wordllama-* models, else the transformer encoder."""
+    return bool(model) and not str(model).lower().startswith("wordllama")
 
 
 class ConfigError(ValueError):
@@ -133,7 +142,13 @@ SETTINGS: tuple[Setting, ...] = (
         "local",
         "local | openai | ollama | custom",
     ),
-    Setting("MDVDB_EMBEDDING_MODEL", "embedding_model", _str, None, "Model name"),
+    Setting(
+        "MDVDB_EMBEDDING_MODEL",
+        "embedding_model",
+        _str,
+        None,
+        "Model name; with provider=local: wordllama-l2-supercat, all-minilm-l6-v2 or a folder",
+    ),
     Setting("MDVDB_EMBEDDING_DIMENSIONS", "embedding_dimensions", _int(0), None, "Vector size"),
     Setting("MDVDB_EMBEDDING_BATCH_SIZE", "embedding_batch_size", _int(1), "64", "Texts a request"),
     Setting(
@@ -407,6 +422,8 @@ def _apply_provider_defaults(config: Config) -> None:
         config.embedding_model = model
     if config.embedding_dimensions is None:
         config.embedding_dimensions = dims
+        if config.embedding_provider == "local" and local_model_is_encoder(config.embedding_model):
+            config.embedding_dimensions = LOCAL_ENCODERS.get(config.embedding_model.lower(), 0)
 
 
 def _origin(config: Config, env: str) -> str:
@@ -436,7 +453,11 @@ def _validate(config: Config) -> None:
             "MDVDB_EMBEDDING_ENDPOINT: required when MDVDB_EMBEDDING_PROVIDER=custom "
             f"(provider from {_origin(config, 'MDVDB_EMBEDDING_PROVIDER')})"
         )
-    if config.embedding_provider == "local" and config.embedding_dimensions not in (64, 128, 256):
+    if (
+        config.embedding_provider == "local"
+        and not local_model_is_encoder(config.embedding_model)
+        and config.embedding_dimensions not in (64, 128, 256)
+    ):
         raise ConfigError(
             f"MDVDB_EMBEDDING_DIMENSIONS (from {_origin(config, 'MDVDB_EMBEDDING_DIMENSIONS')}): "
             f"the local model gives 64, 128 or 256 (Matryoshka truncation), "

