@@ -103,7 +103,7 @@ def _write_cache(path: Path, table: np.ndarray) -> None:
             pass
 
 
-QUICK_CHARS = 1000
+QUICK_CHARS = 256  # the lookup BPE is quadratic in text length: for queries only
 
 
 @lru_cache(maxsize=4)
@@ -140,7 +140,7 @@ class LocalProvider(SequentialBatches):
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Short texts (a query) go through the lookup BPE, which starts in a millisecond;
         bulk text through the Rust tokenizer. Both give the same ids."""
-        if len(texts) <= 4 and sum(map(len, texts)) <= QUICK_CHARS:
+        if len(texts) == 1 and len(texts[0]) <= QUICK_CHARS:
             bpe = quick_bpe(self.cache_dir)
             if bpe is not None:
                 return [bpe.encode(t) for t in texts]
