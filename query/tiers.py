@@ -68,21 +68,15 @@ def title_files(snapshot: Snapshot, words: list[str]) -> np.ndarray:
     return mask
 
 
-def _containing_all(texts, words: list[str]) -> np.ndarray:
-    """Rows holding every word; each word scans only the rows the previous ones left, so
-    the cost is about one pass over the column."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    rows = np.arange(len(texts))
-    subset = texts
+def _containing_all(texts: list[str], words: list[str]) -> np.ndarray:
+    """Rows holding every word. Plain `str.__contains__` over a Python list: ~2 ms per word
+    on 40k strings, and no pyarrow.compute import (~30 ms) on a cold `mdvdb search`."""
+    rows = range(len(texts))
     for word in sorted(words, key=len, reverse=True):  # long words are the rarer ones
-        hits = _bools(pc.match_substring(subset, word))
-        rows = rows[hits]
-        if rows.shape[0] == 0:
+        rows = [i for i in rows if word in texts[i]]
+        if not rows:
             break
-        subset = texts.take(pa.array(rows))
-    return rows
+    return np.asarray(rows, dtype=np.int64)
 
 
 def tiered_search(
@@ -141,14 +135,9 @@ def _lowered(snapshot: Snapshot):
     return cached
 
 
-def _plain(texts):
+def _plain(texts) -> list[str]:
     """Lowered, with Markdown links reduced to their text: a URL is not part of a title."""
-    import pyarrow.compute as pc
-
-    return pc.utf8_lower(pc.replace_substring_regex(texts, LINK, r"\1"))
-
-
-def _bools(arrow) -> np.ndarray:
-    import pyarrow.compute as pc
-
-    return np.asarray(pc.fill_null(arrow, False).to_numpy(zero_copy_only=False), dtype=bool)
+    link = re.compile(LINK)
+    return [
+        (link.sub(r"\1", t) if "](" in t else t).lower() if t else "" for t in texts.to_pylist()
+    ]
