@@ -13,11 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mdvdb import dotenv
+from mdvdb.dotenv import CONFIG_FILE, parse_dotenv
+
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing on every CLI call
 if TYPE_CHECKING:
     from typing import Any
 
-CONFIG_FILE = ".markdownvdb"
 # A file of this name in the project root switches search off without uninstalling anything.
 OFF_FILE = ".mdvdb-off"
 # Optional frontmatter schema overlay at the project root (documentation, never enforced).
@@ -273,33 +275,9 @@ SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
 SECRETS = ("MDVDB_EMBEDDING_API_KEY",)
 
 
-def parse_dotenv(text: str) -> dict[str, str]:
-    """KEY=VALUE lines; `#` comments, `export KEY=...` and quoted values are accepted."""
-    values: dict[str, str] = {}
-    for raw_line in text.splitlines():
-        line = raw_line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        key = key.strip()
-        if key.startswith("export "):
-            key = key[len("export ") :].strip()
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        values[key] = value
-    return values
-
-
 def find_root(start: Path | None = None) -> Path:
     """The nearest folder upward holding `.markdownvdb`, else the starting folder."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / CONFIG_FILE).is_file():
-            return folder
-    return here
+    return Path(dotenv.find_root(str(start or Path.cwd())))
 
 
 @dataclass
