@@ -134,31 +134,15 @@ class State:
             )
 
     def get_chunks(self, key: str, shas: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
-        out: dict[str, list[dict[str, Any]]] = {}
-        shas = list(shas)
-        for start in range(0, len(shas), 500):
-            part = shas[start : start + 500]
-            marks = ",".join("?" * len(part))
-            rows = self.db.execute(
-                f"SELECT sha256, data FROM chunks WHERE key = ? AND sha256 IN ({marks})",
-                (key, *part),
-            )
-            out.update((sha, json.loads(data)) for sha, data in rows)
-        return out
+        rows = self._rows_in("SELECT sha256, data FROM chunks WHERE key = ? AND sha256", key, shas)
+        return {sha: json.loads(data) for sha, data in rows}
 
     # -- embeddings -----------------------------------------------------------------------
     def known_embeddings(self, model: str, shas: Iterable[bytes]) -> set[bytes]:
-        found: set[bytes] = set()
-        shas = list(shas)
-        for start in range(0, len(shas), 500):
-            part = shas[start : start + 500]
-            marks = ",".join("?" * len(part))
-            rows = self.db.execute(
-                f"SELECT sha256 FROM embeddings WHERE model = ? AND sha256 IN ({marks})",
-                (model, *part),
-            )
-            found.update(r[0] for r in rows)
-        return found
+        rows = self._rows_in(
+            "SELECT sha256 FROM embeddings WHERE model = ? AND sha256", model, shas
+        )
+        return {r[0] for r in rows}
 
     def put_embeddings(self, model: str, shas: list[bytes], vectors: np.ndarray) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -173,18 +157,11 @@ class State:
         index = {sha: i for i, sha in enumerate(shas)}
         out = np.zeros((len(shas), dimensions), dtype=np.float32)
         seen = np.zeros(len(shas), dtype=bool)
-        unique = list(index)
-        for start in range(0, len(unique), 500):
-            part = unique[start : start + 500]
-            marks = ",".join("?" * len(part))
-            rows = self.db.execute(
-                f"SELECT sha256, vector FROM embeddings WHERE model = ? AND sha256 IN ({marks})",
-                (model, *part),
-            )
-            for sha, blob in rows:
-                i = index[sha]
-                out[i] = np.frombuffer(blob, dtype=np.float32)
-                seen[i] = True
+        sql = "SELECT sha256, vector FROM embeddings WHERE model = ? AND sha256"
+        for sha, blob in self._rows_in(sql, model, index):
+            i = index[sha]
+            out[i] = np.frombuffer(blob, dtype=np.float32)
+            seen[i] = True
         firsts = np.fromiter(index.values(), dtype=np.int64, count=len(index))
         if not seen[firsts].all():
             missing = shas[int(firsts[~seen[firsts]][0])].hex()
@@ -197,15 +174,8 @@ class State:
     def files_to_embed(self, model: str, among: list[str] | None = None) -> list[str]:
         """Current file shas whose chunks are not all known to have vectors for `model`."""
         if among is not None:
-            known: set[str] = set()
-            for start in range(0, len(among), 500):
-                part = among[start : start + 500]
-                marks = ",".join("?" * len(part))
-                rows = self.db.execute(
-                    f"SELECT sha256 FROM embedded WHERE model = ? AND sha256 IN ({marks})",
-                    (model, *part),
-                )
-                known.update(r[0] for r in rows)
+            sql = "SELECT sha256 FROM embedded WHERE model = ? AND sha256"
+            known = {r[0] for r in self._rows_in(sql, model, among)}
             return [s for s in among if s not in known]
         rows = self.db.execute(
             "SELECT DISTINCT sha256 FROM manifest WHERE sha256 NOT IN "
@@ -243,13 +213,17 @@ class State:
         return _Transaction(self.db)
 
     def _select_in(self, table: str, column: str, shas: Iterable[str]) -> Iterator[tuple]:
-        shas = list(shas)
-        for start in range(0, len(shas), 500):
-            part = shas[start : start + 500]
+        sql = f"SELECT sha256, {column} FROM {table} WHERE ? IS NULL AND sha256"
+        return self._rows_in(sql, None, shas)
+
+    def _rows_in(self, sql: str, first: object, keys: Iterable[Any]) -> Iterator[tuple]:
+        """Rows of `sql + " IN (...)"` for all `keys`, 500 at a time (SQLite's limit on
+        parameters); `first` binds the one `?` that precedes the list."""
+        keys = list(keys)
+        for start in range(0, len(keys), 500):
+            part = keys[start : start + 500]
             marks = ",".join("?" * len(part))
-            yield from self.db.execute(
-                f"SELECT sha256, {column} FROM {table} WHERE sha256 IN ({marks})", part
-            )
+            yield from self.db.execute(f"{sql} IN ({marks})", (first, *part))
 
 
 class _Transaction:

@@ -67,7 +67,7 @@ def test_clusters_json_shape_and_topics(topics: Path):
     for c in data["clusters"]:
         assert set(c) == {"cluster_id", "label", "size", "keywords", "representatives"}
         assert c["label"] and c["keywords"]
-        assert 1 <= len(c["representatives"]) <= 3
+        assert len(c["representatives"]) in (1, 2, 3)
         for rep in c["representatives"]:
             assert set(rep) == {"path", "title"} and rep["title"].startswith("The ")
     # The four topics are far apart: no cluster mixes two of them.
