@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import time
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -268,7 +267,3 @@ def _new_files(config, st) -> list[str]:
 
     indexed = set(open_index(config=config).snapshot.paths)
     return sorted(p for p in walk(config, []) if p not in indexed)
-
-
-def _unused(_: Path) -> None:  # keeps Path imported for annotations in typer
-    return None
