@@ -78,35 +78,22 @@ def bench(name: str, n_queries: int, cold_runs: int) -> list[dict]:
         run([_rg(), "-l", "-i", q.split()[-1], str(root)])
         rg.append(time.perf_counter() - start)
     chunks = index.snapshot.vectors.shape[0]
+
+    def row(what: str, samples: list[float]) -> dict:
+        p50 = statistics.median(samples) * 1000
+        return {
+            "corpus": name,
+            "what": what,
+            "chunks": chunks,
+            "p50_ms": p50,
+            "p95_ms": p95_ms(samples),
+        }
+
     return [
-        {
-            "corpus": name,
-            "what": "mdvdb search, warm, in-process",
-            "chunks": chunks,
-            "p50_ms": statistics.median(warm) * 1000,
-            "p95_ms": p95_ms(warm),
-        },
-        {
-            "corpus": name,
-            "what": "brute force argsort, RAM copy",
-            "chunks": chunks,
-            "p50_ms": statistics.median(brute) * 1000,
-            "p95_ms": p95_ms(brute),
-        },
-        {
-            "corpus": name,
-            "what": "mdvdb search, cold process",
-            "chunks": chunks,
-            "p50_ms": statistics.median(cold) * 1000,
-            "p95_ms": p95_ms(cold),
-        },
-        {
-            "corpus": name,
-            "what": "rg -l -i WORD, cold process",
-            "chunks": chunks,
-            "p50_ms": statistics.median(rg) * 1000,
-            "p95_ms": p95_ms(rg),
-        },
+        row("mdvdb search, warm, in-process", warm),
+        row("brute force argsort, RAM copy", brute),
+        row("mdvdb search, cold process", cold),
+        row("rg -l -i WORD, cold process", rg),
     ]
 
 
