@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mdvdb import index_format
 from query.filters import Filter
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def known_values(index: Index, field: str) -> list[str]:
     files = snap.table("files")
     if info is None or info.column is None or info.column not in files.column_names:
         return []
-    column = files.column(info.column).combine_chunks()
+    column = index_format.column_array(files, info.column)
     if pa.types.is_list(column.type):
         column = pc.list_flatten(column)
     if not pa.types.is_string(column.type):

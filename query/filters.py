@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mdvdb import index_format
 from mdvdb.index_format import frontmatter_date, frontmatter_text
 
 if TYPE_CHECKING:
@@ -227,7 +228,7 @@ def _evaluate(files, typed: TypedFilter) -> np.ndarray:
     if info.column is None or info.column not in files.column_names:
         # Declared in the overlay but in no file: nothing has it, everything misses it.
         return np.full(n, f.op == "missing")
-    column = files.column(info.column).combine_chunks()
+    column = index_format.column_array(files, info.column)
     present = _numpy(pc.is_valid(column))
     if f.op == "exists":
         return present

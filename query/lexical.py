@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mdvdb import text_analysis
+from mdvdb import index_format, text_analysis
 from mdvdb.index_format import IndexFormatError
 
 
@@ -55,7 +55,7 @@ class LexicalIndex:
         ids, weights = _lists(table, "chunk_ids"), _lists(table, "weights")
         rows, shares = _lists(forward, "term_rows"), _lists(forward, "shares")
         return cls(
-            terms=_values(table.column("term"), np.uint64),
+            terms=_values(table, "term", np.uint64),
             offsets=ids[0],
             chunk_ids=ids[1],
             weights=weights[1],
@@ -111,11 +111,10 @@ class LexicalIndex:
 
 def _lists(table, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, values) of a list column, zero-copy over the map."""
-    column = table.column(name)
     if table.num_rows == 0:
-        value_type = column.type.value_type.to_pandas_dtype()
+        value_type = table.column(name).type.value_type.to_pandas_dtype()
         return np.zeros(1, np.int32), np.zeros(0, value_type)
-    array = column.combine_chunks()
+    array = index_format.column_array(table, name)
     offsets = array.offsets.to_numpy(zero_copy_only=True)
     values = array.values.to_numpy(zero_copy_only=True)
     if offsets[0]:  # a sliced array: rebase (a copy of the small offsets only)
@@ -123,10 +122,10 @@ def _lists(table, name: str) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values
 
 
-def _values(column, dtype) -> np.ndarray:
-    if len(column) == 0:
+def _values(table, name: str, dtype) -> np.ndarray:
+    if table.num_rows == 0:
         return np.zeros(0, dtype)
-    return column.combine_chunks().to_numpy(zero_copy_only=True)
+    return index_format.column_array(table, name).to_numpy(zero_copy_only=True)
 
 
 def lexical_index(index) -> LexicalIndex:

@@ -174,7 +174,7 @@ def _check_vectors(chunks, dims: int, report: VerifyReport) -> None:
     if dims <= 0:
         report.problems.append(f"footer gives {dims} vector dimensions")
         return
-    column = chunks.column("vector").combine_chunks()
+    column = index_format.column_array(chunks, "vector")
     if column.null_count:
         nulls = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
         report.problems.append(f"table chunks: no vector for chunks {_listed(nulls.tolist())}")

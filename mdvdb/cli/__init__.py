@@ -4,7 +4,8 @@ Each command group lives in its own module that registers on `app` when imported
 `register(app)` function, for a module that must not import typer itself); this module only
 imports them. Commands import heavy libraries inside their bodies, so `mdvdb --help` never pays
 for NumPy, Arrow or the model. A query forwarded to a warm `mdvdb serve` process does not even
-import typer (see `mdvdb.cli.warm`), and `mdvdb grep` skips typer altogether (`FAST_COMMANDS`).
+import typer (see `mdvdb.cli.warm`), and `mdvdb grep` and `mdvdb search` parse their own
+arguments (`FAST_COMMANDS`), leaving to typer only what they cannot parse.
 """
 
 from __future__ import annotations
@@ -21,19 +22,27 @@ COMMAND_MODULES = (
     "mdvdb.cli.metadata",
     "mdvdb.cli.clusters",
 )
-# Commands whose module parses its own arguments with `run(argv) -> exit code`, because typer's
-# import alone would eat most of their time budget.
-FAST_COMMANDS = {"grep": "mdvdb.cli.grep"}
+# Commands whose module parses its own arguments with `run(argv)`, because typer's import alone
+# would eat most of their time budget. `run` returns the exit code, or None to leave `argv` to
+# typer (usage errors and `--help` are worded by typer everywhere).
+FAST_COMMANDS = {"grep": "mdvdb.cli.grep", "search": "mdvdb.cli.search"}
+
+
+def run_fast(argv: list[str]) -> int | None:
+    if argv and argv[0] in FAST_COMMANDS:
+        return importlib.import_module(FAST_COMMANDS[argv[0]]).run(argv[1:])
+    return None
 
 
 def main() -> None:
     argv = sys.argv[1:]
-    if argv and argv[0] in FAST_COMMANDS:
-        sys.exit(importlib.import_module(FAST_COMMANDS[argv[0]]).run(argv[1:]))
     from mdvdb.cli.warm import forward
 
     code = forward(argv)
+    if code is None:
+        code = run_fast(argv)
     if code is not None:
+        sys.stdout.flush()
         sys.exit(code)
     from mdvdb.cli.app import app
 

@@ -158,7 +158,8 @@ def search(
 ) -> None:
     """Search the index; title matches first, then content. With no query, list the files
     that pass the filters."""
-    from mdvdb.cli.metadata import one_facet, run_search, usage_error
+    from mdvdb.cli.metadata import one_facet, usage_error
+    from mdvdb.cli.search import run_search
 
     one_tag, one_category = one_facet(ctx, "--tag", tag), one_facet(ctx, "--category", category)
     if not (query or filters or tag or category):

@@ -241,6 +241,8 @@ class _Runner:
         import traceback
         from contextlib import redirect_stderr, redirect_stdout
 
+        from mdvdb.cli import run_fast
+
         out, err = io.StringIO(), io.StringIO()
         saved_env = {k: v for k, v in os.environ.items() if k.startswith("MDVDB_")}
         before = os.getcwd()
@@ -250,7 +252,10 @@ class _Runner:
             _swap_env(env)
             with redirect_stdout(out), redirect_stderr(err):
                 try:
-                    self.command.main(args=argv, prog_name="mdvdb", standalone_mode=True)
+                    code = run_fast(argv)
+                    if code is None:
+                        code = 0
+                        self.command.main(args=argv, prog_name="mdvdb", standalone_mode=True)
                 except SystemExit as exc:
                     code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
                 except Exception:

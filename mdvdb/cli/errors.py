@@ -1,0 +1,97 @@
+"""Exit codes and the one place user errors become them, without typer.
+
+`mdvdb search` answers most calls without importing typer (see `mdvdb.cli.search`), so what
+both paths need lives here: the codes, `CliError`, `user_errors()`, loading the configuration
+and printing JSON. An error leaves through `SystemExit`, which typer, click's test runner and
+the warm process all pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# `status --check` and the `.mdvdb-off` switch: codes a harness can branch on.
+EXIT_STALE, EXIT_NO_INDEX, EXIT_OFF = 3, 4, 5
+EXIT_INTERRUPTED = 130
+
+# The library's expected failures, by class name so that none of them is imported to be caught.
+USER_ERRORS = frozenset(
+    {"IndexFormatError", "ProviderError", "QueryError", "IngestError", "LockBusy", "FilterError"}
+)
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_ERROR):
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"mdvdb: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn the library's expected failures into one line on stderr and an exit code; anything
+    else is a bug and keeps its traceback."""
+    from mdvdb.config import ConfigError
+
+    try:
+        yield
+    except CliError as exc:
+        fail(str(exc), exc.code)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        fail("interrupted", EXIT_INTERRUPTED)
+    except Exception as exc:
+        if is_user_error(exc):
+            fail(str(exc), EXIT_ERROR)
+        raise
+
+
+def is_user_error(exc: BaseException) -> bool:
+    return any(cls.__name__ in USER_ERRORS for cls in type(exc).__mro__)
+
+
+def load(root: Path | str | None):
+    from pathlib import Path
+
+    from mdvdb.config import load_config
+
+    if root is not None:
+        root = Path(root)
+        if not root.is_dir():
+            raise CliError(f"--root {root}: not a folder", EXIT_USAGE)
+    return load_config(root)
+
+
+def refuse_if_off(config) -> None:
+    """A `.mdvdb-off` file in the root switches search off (exit 5), for users who want an
+    agent to stop using mdvdb without uninstalling it."""
+    from mdvdb.config import OFF_FILE
+
+    if config.switched_off:
+        raise CliError(f"search is switched off here ({config.root / OFF_FILE} exists)", EXIT_OFF)
+
+
+def print_json(data: Any) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+
+
+def echo(text: str = "", err: bool = False) -> None:
+    """typer.echo's job for plain text: one line to stdout (or stderr)."""
+    (sys.stderr if err else sys.stdout).write(f"{text}\n")

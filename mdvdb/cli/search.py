@@ -1,0 +1,328 @@
+"""`mdvdb search` without typer: the argument parser of the hot path, and the printers.
+
+Agents call search hundreds of times a session; typer's import and per-call setup cost ~100 ms
+of a ~350 ms cold call. So `mdvdb.cli.main` gives `search` to `run()` first: it parses the
+argument forms agents and people use (flags, `--opt value`, `--opt=value`, `-n5`, `--`) and
+hands back None for anything else (`--help`, an unknown option, a bad number, a missing query,
+a repeated facet...), which typer then parses and reports exactly as before. The typer command
+in `core.py` declares the same options (a test checks the two agree) and calls the same
+`run_search`, so both paths print the same bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mdvdb.cli.errors import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    echo,
+    load,
+    print_json,
+    refuse_if_off,
+    user_errors,
+)
+
+DEFAULT_CAP = 20
+VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
+MODES = ("hybrid", "semantic", "lexical")
+
+_INT = re.compile(r"-?[0-9]+")
+_FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def _positive(raw: str) -> int | None:
+    return int(raw) if _INT.fullmatch(raw) and int(raw) >= 1 else None
+
+
+def _int(raw: str) -> int | None:
+    return int(raw) if _INT.fullmatch(raw) else None
+
+
+def _float(raw: str) -> float | None:
+    return float(raw) if _FLOAT.fullmatch(raw) else None
+
+
+def _mode(raw: str) -> str | None:
+    return raw if raw in MODES else None
+
+
+def _text(raw: str) -> str | None:
+    return raw
+
+
+# Every option of the typer `search` command, by kind. A converter returning None means "not
+# a value this parser is sure of": typer gets the call.
+FLAGS = {"--files": "files", "--explain": "explain", "--json": "as_json"}
+SWITCHES = {"--govern": ("govern", True), "--no-govern": ("govern", False)}
+VALUED = {
+    "-n": ("limit", _positive),
+    "--limit": ("limit", _positive),
+    "--min-score": ("min_score", _float),
+    "--max-tokens": ("max_tokens", _positive),
+    "--mode": ("mode", _mode),
+    "--cluster": ("cluster", _int),
+    "--root": ("root", _text),
+}
+REPEATED = {"--filter": "filters", "--tag": "tag", "--category": "category"}
+
+
+def parse(argv: list[str]) -> dict[str, Any] | None:
+    """The search arguments, or None when typer should parse (and maybe reject) them."""
+    args: dict[str, Any] = {"filters": [], "tag": [], "category": []}
+    positional: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg == "--":
+            positional += argv[i:]
+            break
+        if arg == "-" or not arg.startswith("-"):
+            positional.append(arg)
+            continue
+        if arg.startswith("--"):
+            name, equals, inline = arg.partition("=")
+            value = inline if equals else None
+        elif arg.startswith("-n") and len(arg) > 2 and arg[2] != "=":
+            name, value = "-n", arg[2:]
+        else:
+            name, value = arg, None
+        if name in FLAGS or name in SWITCHES:
+            if value is not None:
+                return None
+            dest, const = (FLAGS[name], True) if name in FLAGS else SWITCHES[name]
+            if dest in args and args[dest] != const:
+                return None  # --govern --no-govern: let typer decide
+            args[dest] = const
+            continue
+        if name not in VALUED and name not in REPEATED:
+            return None
+        if value is None:
+            if i >= len(argv) or (argv[i].startswith("-") and _float(argv[i]) is None):
+                return None
+            value = argv[i]
+            i += 1
+        if name in REPEATED:
+            args[REPEATED[name]].append(value)
+            continue
+        dest, convert = VALUED[name]
+        converted = convert(value)
+        if converted is None or dest in args:
+            return None
+        args[dest] = converted
+    if len(positional) > 1 or len(args["tag"]) > 1 or len(args["category"]) > 1:
+        return None
+    args["query"] = positional[0] if positional else None
+    if not (args["query"] or args["filters"] or args["tag"] or args["category"]):
+        return None
+    return args
+
+
+def run(argv: list[str]) -> int | None:
+    """Search and print; the exit code, or None to have typer parse `argv`."""
+    args = parse(argv)
+    if args is None:
+        return None
+    with user_errors():
+        config = load(args.get("root"))
+        refuse_if_off(config)
+        run_search(
+            config,
+            args["query"],
+            args["filters"],
+            args["tag"][0] if args["tag"] else None,
+            args["category"][0] if args["category"] else None,
+            args.get("limit"),
+            args.get("as_json", False),
+            files=args.get("files", False),
+            max_tokens=args.get("max_tokens"),
+            explain=args.get("explain", False),
+            search_options={
+                "min_score": args.get("min_score"),
+                "govern": args.get("govern"),
+                "explain": args.get("explain", False),
+                "mode": args.get("mode"),
+                "cluster": args.get("cluster"),
+            },
+        )
+    return EXIT_OK
+
+
+def default_cap(config) -> int:
+    """20 results, the kb-search cap, unless MDVDB_SEARCH_DEFAULT_LIMIT was set."""
+    if config.origins.get("MDVDB_SEARCH_DEFAULT_LIMIT", "the default") != "the default":
+        return config.search_default_limit
+    return DEFAULT_CAP
+
+
+def run_search(
+    config,
+    query: str | None,
+    filter_texts: list[str],
+    tag: str | None,
+    category: str | None,
+    limit: int | None,
+    as_json: bool,
+    files: bool = False,
+    max_tokens: int | None = None,
+    explain: bool = False,
+    search_options: dict[str, Any] | None = None,
+) -> None:
+    """Facets and filters restrict the files; with a query, title matches come first."""
+    from query import open_index
+    from query.facets import facets_of, unmatched
+    from query.filters import FilterError, matching_files, parse_filter
+
+    index = open_index(config=config)
+    cap = limit or default_cap(config)
+    facets = facets_of(index, tag, category)
+    options = {k: v for k, v in (search_options or {}).items() if v is not None}
+    try:
+        filters = [parse_filter(text) for text in filter_texts]
+        filters += [facet.filter() for facet in facets]
+        for facet in facets:
+            values = unmatched(index, facet)
+            if values is not None:
+                _no_such_value(facet, values, query, as_json)
+                return
+        if query:
+            from query.tiers import tiered_search
+
+            wanted = cap * 4 if files else cap  # --files folds sections into files
+            response = tiered_search(index, query, filters, limit=wanted, **options)
+        else:
+            found, total = matching_files(index, filters, limit=cap)
+    except FilterError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if not query:
+        _print_files(found, total, cap, as_json)
+        return
+    if max_tokens is not None:
+        from query import shaping
+
+        kept = shaping.within_budget([hit for _, hit in response.results], max_tokens)
+        tiers = [tier for tier, _ in response.results][: len(kept)]
+        response.results = list(zip(tiers, kept, strict=True))
+    if files:
+        _print_by_file(query, response, cap, as_json)
+    elif as_json:
+        print_json(response.to_json(explain))
+    elif not response.results:
+        _suggest(index, filters)
+    else:
+        _print_tiers(response, explain)
+
+
+def _print_tiers(response, explain: bool) -> None:
+    tier = None
+    for i, (this_tier, hit) in enumerate(response.results, 1):
+        if this_tier != tier:
+            tier = this_tier
+            echo("## Title Matches" if tier == "title" else "## Content Matches")
+        heading = " > ".join(hit.heading_path)
+        echo(f"{i}. {hit.path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
+        if heading:
+            echo(f"   {heading}")
+        echo(f"   {hit.excerpt}")
+        if explain and hit.explain:
+            parts = ", ".join(f"{k}={v:+.4g}" for k, v in hit.explain.items())
+            echo(f"   explain: {parts}")
+    if response.truncated:
+        _cap_note(len(response.results), response.total)
+
+
+def _print_by_file(query: str, response, cap: int, as_json: bool) -> None:
+    """`--files`: one line per file in tier order (title documents first)."""
+    from query import shaping
+
+    hits = shaping.by_file([hit for _, hit in response.results], cap)
+    if as_json:
+        print_json({"query": query, "files": [h.to_json() for h in hits]})
+        return
+    for hit in hits:
+        echo(f"{hit.score:.3f}  {hit.path}")
+
+
+def _print_files(found, total: int, cap: int, as_json: bool) -> None:
+    if as_json:
+        print_json(
+            {
+                "query": None,
+                "results": [{**f.to_json(), "tier": "filter"} for f in found],
+                "total": total,
+                "shown": len(found),
+                "truncated": total > len(found),
+            }
+        )
+        return
+    if not found:
+        echo("No matches.")
+        return
+    for f in found:
+        echo(f"- [{plain_title(f.title)}]({link_target(f.path)})")
+    if total > len(found):
+        _cap_note(len(found), total)
+
+
+def plain_title(title: str) -> str:
+    """A title fit for link text: Markdown links reduced to their text, brackets escaped."""
+    import re
+
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", title)
+    return text.replace("[", "\\[").replace("]", "\\]")
+
+
+def link_target(path: str) -> str:
+    """CommonMark takes a destination with spaces or parentheses only inside <...>."""
+    return f"<{path}>" if any(c in path for c in " ()<>") else path
+
+
+def _cap_note(shown: int, total: int) -> None:
+    echo(f"Showing top {shown} of {total} matches. Narrow the query for more specific results.")
+
+
+def _no_such_value(facet, values: list[str], query: str | None, as_json: bool) -> None:
+    if values:
+        listed = ", ".join(values[:VALUES_SHOWN])
+        if len(values) > VALUES_SHOWN:
+            listed += (
+                f" ... and {len(values) - VALUES_SHOWN} more (`mdvdb schema {facet.field}` "
+                "lists them all)"
+            )
+        message = f"No matches. Valid values: {listed}"
+    else:
+        message = (
+            f"No matches. Valid values: none (no file has a {facet.field!r} field; "
+            "`mdvdb schema` lists the fields there are)"
+        )
+    if as_json:
+        print_json(
+            {
+                "query": query,
+                "results": [],
+                "total": 0,
+                "message": message,
+                "facet": facet.flag,
+                "valid_values": values,
+            }
+        )
+        return
+    echo(message)
+
+
+def _suggest(index, filters) -> None:
+    echo("No matches.")
+    echo("Suggestions:")
+    echo("- check the spelling of the query and of any filter values")
+    echo("- try broader or fewer terms")
+    if filters:
+        echo(
+            "- drop a filter, or list valid values with `mdvdb schema` (`mdvdb schema FIELD` "
+            "for every value of one field)"
+        )
+    else:
+        echo("- list the fields and their values with `mdvdb schema`")
+    echo("- if files changed since the last ingest, run `mdvdb ingest` (`mdvdb status`)")
