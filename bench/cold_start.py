@@ -1,10 +1,11 @@
 """Where a cold `mdvdb search` spends its time, and what the warm paths cost, on tldr.
 
 Phases are timed inside a fresh interpreter per run (imports, config, index mapping, model
-load: tokenizer and table, query embedding + scoring, CLI formatting); `interpreter` is the
-wall time of `python -c pass`. End to end: `mdvdb search` cold (MDVDB_NO_WARM=1), the same
-through a warm `mdvdb serve`, and an MCP `search` tool call on a live session. The
-`table (safetensors)` row is the fp16 load the float32 `.npy` cache replaces.
+load, title tiers, scoring); `interpreter` is the wall time of `python -c pass`. End to end:
+`mdvdb search` cold (MDVDB_NO_WARM=1), the same command through typer (the path before the
+hand parser), through a warm `mdvdb serve`, and an MCP `search` tool call on a live session.
+Figures depend on the install: an editable install adds ~13 ms to every interpreter start
+(its import hook), so quote a regular `pip install .`.
 
     python bench/cold_start.py [--runs 7] [--json]   # needs an ingested tldr (see --root)
 """
@@ -26,23 +27,42 @@ from bench.common import corpus, median_ms, print_table, run  # noqa: E402
 QUERY = "extract a tar archive"
 
 PHASES = r"""
-import json, sys, time
+import io, json, sys, time
+from contextlib import redirect_stdout
 t = time.perf_counter
 marks = {}
-s = t(); import typer, typer.main; from mdvdb.cli import core; marks["import typer+cli"] = t() - s
+root, query = sys.argv[1], sys.argv[2]
+s = t(); from mdvdb.cli import search as cli; marks["import CLI (hand parser, no typer)"] = t() - s
 s = t(); import numpy; marks["import numpy"] = t() - s
 s = t(); import pyarrow; marks["import pyarrow"] = t() - s
-s = t(); from mdvdb.config import load_config; cfg = load_config(sys.argv[1])
-marks["config"] = t() - s
+s = t(); from mdvdb.cli.errors import load; cfg = load(root); marks["config"] = t() - s
 s = t(); from query import open_index; ix = open_index(config=cfg); ix.snapshot
-marks["map index"] = t() - s
-s = t(); from mdvdb.providers import local; tok = local.load_tokenizer()
-marks["tokenizer json"] = t() - s
-s = t(); local._read_safetensors(local.weights_path()); marks["table (safetensors)"] = t() - s
-s = t(); local.load_table(cfg.state_path); marks["table (npy cache)"] = t() - s
-s = t(); r = ix.search(sys.argv[2], limit=10); marks["embed+score+results"] = t() - s
-s = t(); r = ix.search(sys.argv[2], limit=10); marks["search again (warm)"] = t() - s
+marks["import query + map index"] = t() - s
+s = t(); from query import tiers; tiers._lowered(ix.snapshot)
+marks["title tier: lower titles + headings"] = t() - s
+s = t(); from query.lexical import lexical_index; lexical_index(ix)
+marks["lexical postings (views)"] = t() - s
+s = t(); ix.provider().embed([query]); marks["model (BPE lookup, table) + embed"] = t() - s
+s = t(); tiers.tiered_search(ix, query, limit=20); marks["score + rank (hybrid, 2 tiers)"] = t() - s
+s = t()
+with redirect_stdout(io.StringIO()):
+    cli.run_search(cfg, query, [], None, None, None, False)
+marks["whole search again, warm"] = t() - s
 print(json.dumps(marks))
+"""
+
+# The typer path a cold search took before it got its own parser (and still takes for
+# `--help` and usage errors): import typer, register every command, parse, run.
+TYPER = r"""
+import sys
+from mdvdb.cli import COMMAND_MODULES
+import importlib
+from mdvdb.cli.app import app
+for name in COMMAND_MODULES:
+    module = importlib.import_module(name)
+    if hasattr(module, "register"):
+        module.register(app)
+app(["search", *sys.argv[1:]])
 """
 
 
@@ -96,6 +116,12 @@ def main() -> None:
     print_table("cold search, by phase (fresh interpreter each run)", rows, args.json)
 
     cold = [cli(root, warm=False) for _ in range(args.runs)]
+    typer_path = []
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        done = run([sys.executable, "-c", TYPER, QUERY, "--root", str(root)])
+        assert done.returncode == 0, done.stderr
+        typer_path.append(time.perf_counter() - start)
     server = subprocess.Popen(
         ["mdvdb", "serve", "--idle-timeout", "60", "--root", str(root)],
         stdout=subprocess.DEVNULL,
@@ -113,6 +139,7 @@ def main() -> None:
     mcp = asyncio.run(mcp_calls(root, args.runs * 3))
     ends = [
         {"path": "mdvdb search, cold (MDVDB_NO_WARM=1)", "median_ms": median_ms(cold)},
+        {"path": "the same through typer (the path before)", "median_ms": median_ms(typer_path)},
         {"path": "mdvdb search via warm mdvdb serve", "median_ms": median_ms(warm)},
         {"path": "python -c pass (floor for any CLI call)", "median_ms": median_ms(interp)},
         {"path": "MCP search tool call (live session)", "median_ms": median_ms(mcp)},
