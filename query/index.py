@@ -280,9 +280,10 @@ class Index:
         sizes = files.column("size").to_pylist()
         mtimes = files.column("mtime").to_pylist()
         stale = []
+        root = str(self.config.root)  # os.path.join: pathlib's `/` was half the time on 38k files
         for path, size, mtime in zip(self.snapshot.paths, sizes, mtimes, strict=True):
             try:
-                st = os.stat(self.config.root / path)
+                st = os.stat(os.path.join(root, path))
             except OSError:
                 stale.append(path)
                 continue
