@@ -33,11 +33,11 @@ import numpy as np
 ANALYZER_VERSION = "mdvdb-text-1"
 
 # Hiragana, Katakana (incl. half-width), CJK ideographs (+ext A, compatibility), Hangul.
-_CJK = (
+CJK_RANGES = (
     "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
     "\uff66-\uff9f\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
 )
-_TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
+_TOKEN = re.compile(rf"([{CJK_RANGES}]+)|([^\W_{CJK_RANGES}]+)")
 _LATIN = re.compile(r"[a-z0-9\u00c0-\u024f]+")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]+")
 

@@ -3,8 +3,9 @@ contains every word of the query come first, one entry each; content matches fol
 
 A title match is found over the whole candidate set, not only among the best-scoring
 sections, so an exact title is never lost below the cap: two masked searches (title
-documents, then the rest) instead of one re-sorted list. Matching is case-insensitive
-substring matching of each query word on texts that are lowered once per snapshot.
+documents, then the rest) instead of one re-sorted list. A query word matches, case-
+insensitively, where a word of the title begins ("archive" in "Archives", "tar" not in
+"start"; anywhere in Chinese, Japanese and Korean text), on texts lowered once per snapshot.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdvdb import index_format
+from mdvdb.text_analysis import CJK_RANGES
 from query.filters import Filter, candidate_mask
 from query.results import SearchResponse
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from query.results import SearchResult
 
 TITLE, CONTENT = "title", "content"
+_CJK_START = re.compile(f"[{CJK_RANGES}]")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")  # [text](url) and ![alt](src)
 # The title tier takes this many sections per wanted result, to keep one per document.
 OVERSAMPLE = 5
@@ -109,13 +112,23 @@ class _Lowered:
         return cls("".join(rows), ends - lengths, ends)
 
     def containing(self, word: str) -> np.ndarray:
-        found, find, at = [], self.text.find, self.text.find(word)
+        """Rows where `word` begins a word ("tar" is in "tar archives", not in "start"), or
+        occurs anywhere for Chinese, Japanese and Korean, which have no spaces to begin at."""
+        text, anywhere = self.text, _CJK_START.match(word) is not None
+        found, after_letter = [], []
+        at = text.find(word)
         while at >= 0:
             found.append(at)
-            at = find(word, at + 1)
+            after_letter.append(at > 0 and text[at - 1].isalnum() and not anywhere)
+            at = text.find(word, at + 1)
         at = np.asarray(found, np.int64)
         rows = np.searchsorted(self.starts, at, side="right") - 1
-        rows = rows[at + len(word) <= self.ends[rows]]
+        # inside its row, and at a word start (the row's first character is one, whatever
+        # the previous row ends with)
+        keep = (at + len(word) <= self.ends[rows]) & (
+            ~np.asarray(after_letter, bool) | (at == self.starts[rows])
+        )
+        rows = rows[keep]
         # sorted already (matches come in text order): drop repeats without np.unique, whose
         # first call imports numpy.ma (~7 ms of a cold query)
         return rows[np.concatenate(([True], rows[1:] != rows[:-1]))] if len(rows) else rows

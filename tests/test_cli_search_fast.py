@@ -170,18 +170,21 @@ TITLES = {
     "d2.md": "---\ntitle: Rget\n---\n# Pra\n\ntext\n\n## Ctice\n\nmore text\n",
     "e.md": "no heading at all, just text about the target practice\n",
     "f.md": "# 日本語のタイトル\n\ntext\n",
+    "h.md": "# Target practice\n\ntext\n",
 }
 # Lowering "İ" gives two characters: the buffer reader then falls back to row by row.
 LONGER_WHEN_LOWERED = {**TITLES, "g.md": "# İstanbul\n\ntext\n"}
 QUERIES = ["straße", "istanbul", "i̇stanbul", "linked title", "example", "οδος", "target",
-           "rget", "ta", "practice", "日本語", "élégant sous", "text", "x"]  # fmt: skip
+           "rget", "ta", "practice", "日本語", "タイトル", "élégant sous", "titre", "text", "x",
+           "ext", "tar"]  # fmt: skip
 
 
 @pytest.mark.parametrize("pages", [TITLES, LONGER_WHEN_LOWERED], ids=["buffers", "rows"])
-def test_title_tier_matches_a_plain_substring_search(tmp_path: Path, pages: dict) -> None:
-    """Words are looked up in one lowered string; check it against the obvious per-row loop,
-    on links, Greek, CJK, titles that grow when lowered, and neighbouring rows that spell a
-    word together across their boundary ("ta" + "rget", "pra" + "ctice")."""
+def test_title_tier_matches_where_words_begin(tmp_path: Path, pages: dict) -> None:
+    """Words are looked up in one lowered string; check it against the obvious per-row loop
+    (a word matches where a title word begins, anywhere in CJK), on links, Greek, CJK,
+    titles that grow when lowered, and neighbouring rows that spell a word together across
+    their boundary ("ta" + "rget", "pra" + "ctice")."""
     import re
 
     for rel, text in pages.items():
@@ -193,6 +196,11 @@ def test_title_tier_matches_a_plain_substring_search(tmp_path: Path, pages: dict
         link = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
         return [link.sub(r"\1", t).lower() if t else "" for t in texts]
 
+    def has(text: str, word: str) -> bool:
+        if "\u3040" <= word[0] <= "\u9fff":  # CJK: anywhere
+            return word in text
+        return re.search(r"(?<![^\W_])" + re.escape(word), text) is not None
+
     titles = plain(snap.table("files").column("title").to_pylist())
     headings = plain(snap.table("chunks").column("heading").to_pylist())
     file_ids = snap.chunk_file_ids
@@ -200,8 +208,12 @@ def test_title_tier_matches_a_plain_substring_search(tmp_path: Path, pages: dict
         words = query_words(query)
         expected = np.zeros(len(titles), dtype=bool)
         for i, title in enumerate(titles):
-            expected[i] |= bool(words) and all(w in title for w in words)
+            expected[i] |= bool(words) and all(has(title, w) for w in words)
         for c, heading in enumerate(headings):
-            expected[file_ids[c]] |= bool(words) and all(w in heading for w in words)
+            expected[file_ids[c]] |= bool(words) and all(has(heading, w) for w in words)
         assert title_files(snap, words).tolist() == expected.tolist(), query
     assert _lowered(snap)[0].text  # built once, kept in the snapshot's cache
+    assert title_files(snap, ["arget"]).sum() == 0  # inside a word: no match
+    assert title_files(snap, ["tar"]).sum() == 1  # begins "Target practice" (h.md)
+    assert title_files(snap, ["elegant"]).sum() == 0  # not accent-folded
+    assert title_files(snap, ["タイトル"]).sum() == 1  # inside a CJK run
