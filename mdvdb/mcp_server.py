@@ -5,73 +5,140 @@ and the embedding model loaded between calls, and every call first checks whethe
 index was published (the `Index` re-maps on an inode/mtime change), so an ingest run by a hook
 is picked up without restarting anything.
 
-Results are compact by default (path, heading, line range, score, a short excerpt) because a
-model pays for every token it reads; full text is there when asked for. Search options the
-library grows (`mode`, `filters`, `facets`...) are forwarded as keyword arguments untouched.
+This module is the protocol side: the tool descriptions (written for a model: what each tool
+returns and when to use it), argument schemas, and the mapping of expected failures to tool
+errors with their one-line message. What each tool computes is in `mdvdb.mcp_tools`, on the
+same libraries as the CLI commands.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Literal
 
 from mcp.types import CallToolResult, TextContent
 
-from mdvdb.config import OFF_FILE, Config
+from mdvdb import mcp_tools
+from mdvdb.config import Config
 
 INSTRUCTIONS = (
-    "Search a folder of Markdown notes. Use `search` first: it finds sections by meaning, "
-    "even when the words differ; ask for `files_only` when you only need which files. Use "
-    "`get_document` to read a file (or a line range of it) that a search pointed to. "
+    "Tools over a folder of Markdown notes. `search` finds sections by meaning (questions, "
+    "topics, other wording); `grep` finds exact text (identifiers, error messages, commands, "
+    "quoted phrases, regexes) with line numbers, straight from the files. `schema` lists the "
+    "frontmatter fields and values that search filters use; `clusters` gives the topics of an "
+    "unfamiliar folder. Read what they point to with `get_document` (a line range saves tokens). "
     "`status` says whether the index is fresh; `ingest` refreshes it after files changed."
 )
 
-SEARCH_DOC = """Find the sections of the Markdown notes that best answer a question.
+SEARCH_DOC = """Find the sections of the notes that best answer a question, by meaning.
 
-Semantic search: matches by meaning, so phrase the query as the question or the idea
-("how do I undo the last commit"), not as exact text. For an exact string, identifier or
-regular expression, a grep tool is the better choice when available.
+Use it for questions and topics ("how do I undo the last commit"), even when the notes use
+other words. For an exact string (identifier, error message, command, regex) use grep: search
+ranks by meaning and can bury exact text.
 
-Returns {"query", "mode", "results": [{"path", "heading", "lines": "start-end", "score",
-"excerpt"}]}, best first. `lines` are 1-based line numbers in the file, ready for
-get_document(path, start_line, end_line). Compact by default: set full_text=true to get each
-section's whole text in "text"; files_only=true returns just {"path", "score"} per file (the
-cheapest answer); max_tokens caps the total excerpt size. Scores are relative, not absolute:
-compare them within one answer.
+Returns {"query", "mode", "total", "results": [{"path", "heading", "lines": "start-end",
+"score", "excerpt", "tier"}]}. tier "title": the file's title or a heading holds every query
+word (first, one per file); "content": the other sections, best first. lines are 1-based,
+ready for get_document(path, start_line, end_line). Scores compare within one answer only.
+Cheaper or fuller: files_only=true returns {"files": [{"path", "score"}]}, one per file;
+max_tokens caps the total excerpt text; full_text=true adds each section's whole "text".
 
-Optional: limit (default 10), min_score, mode ("semantic", "lexical", "hybrid" where the
-index supports them), filters and facets (metadata conditions, passed to the library as
-given), govern (weigh pages by their confidence/updated frontmatter; default: on when pages
-have those fields), explain (score components)."""
+Narrow by metadata (all must hold):
+- filters: frontmatter conditions, e.g. ["status=draft", "tags=python,rust" (any of),
+  "rating>=4", "date<2024-01-31" (also <=, >), "author!=bob", "reviewed?" (has the field),
+  "!archived" (lacks it)]. schema lists the fields and values; a bad filter is an error
+  naming the fields there are.
+- tag / category: one value each, any case; if no file has it, the answer lists the values.
+- cluster: a cluster_id from clusters.
+With no query, filters/tag/category list the matching files: {"results": [{"path",
+"title"}], "total"}.
 
-GET_DOC = """Read one indexed Markdown file by its path (as returned by search).
+Also: limit (default 10), min_score, mode ("hybrid", the default: keywords and meaning;
+"semantic"; "lexical": keywords only), govern (weigh pages by confidence/updated
+frontmatter; default: on when pages have those fields), explain (score components)."""
+
+GREP_DOC = """Find exact text in the notes, with line numbers: ripgrep over the Markdown
+files themselves (needs no index, always current).
+
+Use it for identifiers, function or command names, error messages, quoted phrases, file names,
+URLs, or anything a regex describes; use search for questions and topics.
+
+pattern is literal text; regex=true takes ripgrep (Rust) regex syntax, e.g. "def \\w+_cache"
+or "TODO|FIXME". Smart case: case-insensitive unless the pattern has an upper-case letter.
+Frontmatter lines are skipped unless include_frontmatter=true.
+
+Returns {"pattern", "matches", "more", "files": [{"path", "title", "hits": [{"line",
+"text"}]}]}: 1-based line numbers and the matching line (a long one cut around the match with
+"…"). limit (default 20) caps all matches, per_file_limit (default 5) those of one file;
+"more": true says matches were left out, and on a file that it has more.
+context=N (up to 10) adds N lines "before" and "after" each hit. file_type: "md" (default,
+.md/.markdown), "qmd" or "all"; sources: only these roots ("dir:docs"). A bad regex is an
+error saying why."""
+
+GET_DOC = """Read one indexed Markdown file by its path (as returned by search or grep).
 
 Returns {"path", "title", "metadata" (frontmatter), "sections": [{"heading", "lines"}],
 "content"}. Give start_line/end_line (1-based, inclusive, e.g. from a search result's
-"lines") to get only that part of the content and save tokens; content_only=false is the
-default and keeps metadata and the section outline."""
+"lines" or around a grep hit) to get only that part of the content and save tokens;
+content_only=true drops the metadata and the section outline."""
 
 STATUS_DOC = """Whether an index exists and is up to date.
 
 Returns {"exists", "fresh", "files", "chunks", "stale_files" (count), "new_files" (count),
 "examples" (a few changed paths), "provider", "model", "last_update"}. If not fresh, call
-ingest before relying on search results for recently edited files."""
+ingest before relying on search results for recently edited files (grep reads the files and
+is always current)."""
 
 INGEST_DOC = """Bring the index up to date with the files on disk (only what changed is
 re-processed; a no-op is fast). Returns counts: {"files", "added", "changed", "removed",
 "unchanged", "chunks_embedded", "seconds", "errors"}. Call it after you edited notes and
 want search to see the edits."""
 
-CLUSTERS_DOC = """The topics the notes fall into: document clusters built at ingest time.
+CLUSTERS_DOC = """The topics the notes fall into (document clusters built at ingest): an
+overview of an unfamiliar folder before searching.
 
-Returns {"clusters": [{"cluster_id", "label", "keywords", "size", "representative_paths"}]}
-(empty when clustering is off or has not run). Useful to get an overview of an unfamiliar
-folder before searching."""
+Returns {"documents", "unclustered", "k", "clusters": [{"cluster_id", "label", "size",
+"keywords", "representatives": [{"path", "title"}]}]}. cluster_id=N returns that cluster's
+documents instead: {"cluster_id", "label", "keywords", "size", "files": [{"path", "title"}]}
+(at most limit, default 100). search(cluster=N) searches one topic."""
 
-SCHEMA_DOC = """The frontmatter fields the notes use, to know what metadata exists.
+SCHEMA_DOC = """The frontmatter fields the notes use: what metadata there is to filter on.
 
-Returns {"documents", "fields": [{"name", "documents" (how many have it), "types",
-"examples" (up to 5 distinct values)}]}, most common first."""
+Returns {"files", "fields": [{"name", "type" (string, number, boolean, date, list, object or
+mixed), "files" (how many have it), "distinct" (how many values), "values" ([value, files]
+pairs, when there are few), and from the .markdownvdb.schema.yml overlay when it declares
+them: "description", "allowed", "required"}]}. field="NAME" returns that one field with every
+value and its file count, most common first (up to 200)."""
+
+USER_ERRORS = {
+    "ConfigError",
+    "FilterError",
+    "GrepError",
+    "IndexFormatError",
+    "IngestError",
+    "LockBusy",
+    "ProviderError",
+    "QueryError",
+    "RequestError",
+    "SourceError",
+    "ToolProblem",
+}
+
+
+@contextlib.contextmanager
+def tool_errors() -> Iterator[None]:
+    """The libraries' expected failures as tool errors carrying their one-line message (the
+    SDK hides the text of any other exception from the client, as it should for a crash)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        yield
+    except Exception as exc:
+        if any(cls.__name__ in USER_ERRORS for cls in type(exc).__mro__):
+            raise ToolError(str(exc)) from None
+        raise
 
 
 def reply(data: dict[str, Any]) -> CallToolResult:
@@ -81,6 +148,12 @@ def reply(data: dict[str, Any]) -> CallToolResult:
 
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+async def call(function, *args: Any, **kwargs: Any) -> CallToolResult:
+    """Run a tool body off the event loop; expected failures become tool errors."""
+    with tool_errors():
+        return reply(await asyncio.to_thread(function, *args, **kwargs))
 
 
 def build_server(config: Config):
@@ -93,45 +166,59 @@ def build_server(config: Config):
     server = MCPServer(name="mdvdb", instructions=INSTRUCTIONS, log_level="WARNING")
 
     async def search(
-        query: str,
+        query: str | None = None,
+        filters: list[str] | None = None,
+        tag: str | None = None,
+        category: str | None = None,
         limit: int = 10,
         min_score: float | None = None,
-        mode: str | None = None,
-        filters: list[str] | None = None,
-        facets: list[str] | None = None,
-        govern: bool | None = None,
-        full_text: bool = False,
+        mode: Literal["hybrid", "semantic", "lexical"] | None = None,
+        cluster: int | None = None,
         files_only: bool = False,
         max_tokens: int | None = None,
+        full_text: bool = False,
+        govern: bool | None = None,
         explain: bool = False,
     ) -> CallToolResult:
-        from query import shaping
+        from query.request import SearchRequest
 
-        if config.switched_off:
-            raise ValueError(f"search is switched off here ({config.root / OFF_FILE} exists)")
-        options: dict[str, Any] = {"limit": limit * 4 if files_only else limit}
-        extra = {"mode": mode, "filters": filters, "facets": facets, "govern": govern}
-        options.update({k: v for k, v in extra.items() if v is not None})
-        if min_score is not None:
-            options["min_score"] = min_score
-        if explain:
-            options["explain"] = True
-        try:
-            response = await index.asearch(query, **options)
-        except TypeError as exc:
-            raise ValueError(f"this index does not support that option: {exc}") from None
-        results = response.results
-        if max_tokens is not None:
-            results = shaping.within_budget(results, max_tokens)
-        if files_only:
-            hits = shaping.by_file(results, limit)
-            return reply({"query": query, "files": [h.to_json() for h in hits]})
-        return reply(
-            {
-                "query": query,
-                "mode": response.mode,
-                "results": [compact(index, hit, full_text, explain) for hit in results],
-            }
+        request = SearchRequest(
+            query=query,
+            filters=filters or [],
+            tag=tag,
+            category=category,
+            limit=limit,
+            files=files_only,
+            max_tokens=max_tokens,
+            mode=mode,
+            min_score=min_score,
+            govern=govern,
+            explain=explain,
+            cluster=cluster,
+        )
+        return await call(mcp_tools.search, index, request, full_text)
+
+    async def grep(
+        pattern: str,
+        regex: bool = False,
+        limit: int = 20,
+        per_file_limit: int = 5,
+        context: int = 0,
+        file_type: Literal["md", "qmd", "all"] = "md",
+        sources: list[str] | None = None,
+        include_frontmatter: bool = False,
+    ) -> CallToolResult:
+        return await call(
+            mcp_tools.grep,
+            config,
+            pattern,
+            regex=regex,
+            limit=limit,
+            per_file_limit=per_file_limit,
+            context=context,
+            sources=sources,
+            file_type=file_type,
+            include_frontmatter=include_frontmatter,
         )
 
     async def get_document(
@@ -140,7 +227,8 @@ def build_server(config: Config):
         end_line: int | None = None,
         content_only: bool = False,
     ) -> CallToolResult:
-        doc = await index.aget_document(path)
+        with tool_errors():
+            doc = await index.aget_document(path)
         content = doc.content
         if start_line is not None or end_line is not None:
             lines = content.split("\n")
@@ -162,114 +250,25 @@ def build_server(config: Config):
         return reply(data)
 
     async def status() -> CallToolResult:
-        return reply(await asyncio.to_thread(status_summary, config, index))
+        return await call(mcp_tools.status, config, index)
 
     async def ingest() -> CallToolResult:
-        return reply(await asyncio.to_thread(run_ingest, config))
+        return await call(mcp_tools.ingest, config)
 
-    async def clusters() -> CallToolResult:
-        return reply(await asyncio.to_thread(cluster_summary, index))
+    async def clusters(cluster_id: int | None = None, limit: int = 100) -> CallToolResult:
+        return await call(mcp_tools.clusters, index, cluster_id, limit)
 
-    async def schema() -> CallToolResult:
-        return reply(await asyncio.to_thread(schema_summary, index))
+    async def schema(field: str | None = None) -> CallToolResult:
+        return await call(mcp_tools.schema, index, field)
 
     server.add_tool(search, description=SEARCH_DOC)
+    server.add_tool(grep, description=GREP_DOC)
     server.add_tool(get_document, description=GET_DOC)
+    server.add_tool(schema, description=SCHEMA_DOC)
+    server.add_tool(clusters, description=CLUSTERS_DOC)
     server.add_tool(status, description=STATUS_DOC)
     server.add_tool(ingest, description=INGEST_DOC)
-    server.add_tool(clusters, description=CLUSTERS_DOC)
-    server.add_tool(schema, description=SCHEMA_DOC)
     return server
-
-
-def compact(index, hit, full_text: bool, explain: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "path": hit.path,
-        "heading": " > ".join(hit.heading_path) or hit.heading,
-        "lines": f"{hit.start_line}-{hit.end_line}",
-        "score": round(hit.score, 4),
-        "excerpt": hit.excerpt,
-    }
-    if full_text and hit.chunk_id >= 0:
-        out["text"] = index.snapshot.table("chunks").column("text")[hit.chunk_id].as_py()
-    if explain and hit.explain:
-        out["explain"] = hit.explain
-    return out
-
-
-def status_summary(config: Config, index) -> dict[str, Any]:
-    from pipeline.discover import walk
-
-    st = index.status()
-    if st.exists:
-        indexed = set(index.snapshot.paths)
-        st.new_files = sorted(p for p in walk(config, []) if p not in indexed)
-    return {
-        "exists": st.exists,
-        "fresh": st.fresh,
-        "files": st.files,
-        "chunks": st.chunks,
-        "stale_files": len(st.stale_files),
-        "new_files": len(st.new_files),
-        "examples": (st.stale_files + st.new_files)[:5],
-        "provider": st.provider,
-        "model": st.model,
-        "last_update": st.last_update,
-        "provider_mismatch": st.provider_mismatch,
-    }
-
-
-def run_ingest(config: Config) -> dict[str, Any]:
-    from pipeline import ingest as pipeline_ingest
-
-    report = pipeline_ingest.run(config, None, wait=False)
-    return {
-        "files": report.files,
-        "added": report.added,
-        "changed": report.changed,
-        "removed": report.removed,
-        "unchanged": report.unchanged,
-        "chunks_embedded": report.chunks_embedded,
-        "seconds": round(report.seconds, 3),
-        "errors": [{"path": p, "problem": m} for p, m in report.errors[:20]],
-    }
-
-
-def cluster_summary(index) -> dict[str, Any]:
-    table = index.snapshot.table("clusters")
-    if table is None or table.num_rows == 0:
-        return {"clusters": []}
-    wanted = ["cluster_id", "label", "keywords", "size", "representative_paths"]
-    rows = table.select([c for c in wanted if c in table.column_names]).to_pylist()
-    return {"clusters": rows}
-
-
-def schema_summary(index) -> dict[str, Any]:
-    import json
-
-    column = index.snapshot.table("files").column("frontmatter").to_pylist()
-    fields: dict[str, dict[str, Any]] = {}
-    for raw in column:
-        for name, value in json.loads(raw or "{}").items():
-            info = fields.setdefault(name, {"name": name, "documents": 0, "types": set(), "ex": []})
-            info["documents"] += 1
-            info["types"].add(type(value).__name__)
-            shown = json.dumps(value, default=str)[:60]
-            if len(info["ex"]) < 5 and shown not in info["ex"]:
-                info["ex"].append(shown)
-    ordered = sorted(fields.values(), key=lambda f: (-f["documents"], f["name"]))
-    return {
-        "documents": len(column),
-        "fields": [
-            {
-                "name": f["name"],
-                "documents": f["documents"],
-                "types": sorted(f["types"]),
-                "examples": f["ex"],
-            }
-            for f in ordered
-        ],
-    }
 
 
 def run(config: Config, http_port: int | None = None) -> None:

@@ -91,8 +91,8 @@ def list_clusters(index: Index) -> ClusterList:
     return ClusterList(clusters, len(ids), int((ids < 0).sum()), summary)
 
 
-def chunk_mask(index: Index, cluster_id: int) -> np.ndarray:
-    """True for the chunks of documents in the cluster; an unknown id is a QueryError."""
+def file_mask(index: Index, cluster_id: int) -> np.ndarray:
+    """True for the documents in the cluster; an unknown id is a QueryError."""
     from query.index import QueryError
 
     table = clusters_table(index)
@@ -104,9 +104,21 @@ def chunk_mask(index: Index, cluster_id: int) -> np.ndarray:
             if known
             else f"no cluster {cluster_id}: the index has no clusters"
         )
-    snap = index.snapshot
-    file_in = snap.table("files").column("cluster_id").to_numpy() == cluster_id
-    return file_in[snap.chunk_file_ids]
+    return index.snapshot.table("files").column("cluster_id").to_numpy() == cluster_id
+
+
+def chunk_mask(index: Index, cluster_id: int) -> np.ndarray:
+    """True for the chunks of documents in the cluster; an unknown id is a QueryError."""
+    return file_mask(index, cluster_id)[index.snapshot.chunk_file_ids]
+
+
+def members(index: Index, cluster_id: int) -> list[Representative]:
+    """Every document of one cluster (path and title), in path order."""
+    files = index.snapshot.table("files")
+    ids = np.flatnonzero(file_mask(index, cluster_id)).tolist()
+    paths, titles = files.column("path"), files.column("title")
+    found = [Representative(paths[i].as_py(), titles[i].as_py() or "") for i in ids]
+    return sorted(found, key=lambda rep: rep.path)
 
 
 def document_vectors(index: Index) -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -116,7 +116,9 @@ class GrepRun:
     """One rg process and the matches it yields; iterate it, then it is closed.
 
     `process` is the rg `Popen`; `stopped_early` says rg was still running when the limit was
-    reached and was terminated (its return code is then -SIGTERM).
+    reached and was terminated (its return code is then -SIGTERM). rg's own messages (a bad
+    regex, an unreadable folder) go to `stderr`: the caller's stderr unless a file is given,
+    which a caller with no terminal (the MCP server) reads back to say what went wrong.
     """
 
     def __init__(
@@ -126,8 +128,10 @@ class GrepRun:
         project_root: Path,
         options: GrepOptions,
         page_id_field: str = "page_id",
+        stderr=None,
     ):
         self.argv = argv
+        self.stderr = stderr
         self.selection = selection
         self.options = options
         self.page_id_field = page_id_field
@@ -145,7 +149,11 @@ class GrepRun:
 
     def __iter__(self) -> Iterator[Match]:
         self.process = subprocess.Popen(
-            self.argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, close_fds=True
+            self.argv,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            stderr=self.stderr,
+            close_fds=True,
         )
         try:
             raws = self._sorted() if self.options.sort else self._stream()
@@ -222,6 +230,7 @@ def start(
     project_root: Path,
     page_id_field: str = "page_id",
     rg: str | None = None,
+    stderr=None,
 ) -> GrepRun:
     """A run over the selected roots; nothing is spawned until it is iterated."""
     if options.file_type not in TYPE_GLOBS:
@@ -230,7 +239,7 @@ def start(
     if not paths:
         raise GrepError("no source folder to search: none of the configured roots exists here")
     argv = build_argv(rg or find_rg(), options, paths)
-    return GrepRun(argv, selection, project_root, options, page_id_field)
+    return GrepRun(argv, selection, project_root, options, page_id_field, stderr)
 
 
 def _b64(data: str) -> bytes:

@@ -60,8 +60,8 @@ def cut(text: str, spans: list[tuple[int, int]], width: int = MAX_LINE):
     return text[left:right], shown, left > 0, right < len(text)
 
 
-def snippet(text: str, spans: list[tuple[int, int]], color: bool) -> str:
-    shown, spans, cut_left, cut_right = cut(text, spans)
+def snippet(text: str, spans: list[tuple[int, int]], color: bool, width: int = MAX_LINE) -> str:
+    shown, spans, cut_left, cut_right = cut(text, spans, width)
     if color and spans:
         parts, at = [], 0
         for s, e in sorted(spans):

@@ -114,3 +114,21 @@ def overlay_is_stale(index: Index) -> bool:
     except OSError:
         digest = None
     return digest != load_schema(index.snapshot).overlay_digest
+
+
+def value_counts(snapshot: Snapshot, info: FieldInfo) -> list[tuple[str, int]]:
+    """Every value of one field with the number of files holding it (list items one by one),
+    most common first: the whole distribution, where `FieldInfo.values` stops at a few."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    files = snapshot.table("files")
+    if info.column is None or info.column not in files.column_names:
+        return []
+    column = files.column(info.column).combine_chunks()
+    if pa.types.is_list(column.type):
+        column = pc.list_flatten(column)
+    if not pa.types.is_string(column.type):
+        column = pc.cast(column, pa.string())
+    counted = pc.value_counts(column.drop_null()).to_pylist()
+    return sorted(((c["values"], c["counts"]) for c in counted), key=lambda vc: (-vc[1], vc[0]))

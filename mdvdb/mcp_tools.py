@@ -1,0 +1,355 @@
+"""What the MCP tools do, as plain functions from arguments to compact JSON-ready dicts.
+
+Each runs on the read-side libraries exactly as the matching CLI command does (`query.request`
+for search, `query.grep` for grep, `query.schema`, `query.clusters`), and only the shape of the
+answer differs: short keys, no nulls, no internal columns, line text cut around the match,
+because a model pays for every token it reads. `mdvdb.mcp_server` registers them as tools.
+Expected failures raise `ToolProblem` or one of the libraries' own errors, whose one-line
+message the server hands to the model.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mdvdb.config import OFF_FILE, Config
+
+if TYPE_CHECKING:
+    from query.index import Index
+    from query.request import SearchOutcome, SearchRequest
+
+GREP_LINE_CHARS = 240  # a matching line longer than this is cut around the match
+VALUES_SHOWN = 100  # facet values listed when a tag/category matches no file
+FIELD_VALUES_SHOWN = 200  # values listed by schema(field=...)
+MAX_CONTEXT = 10  # grep context lines either side, at most
+FRONTMATTER_ALLOWANCE = 20  # frontmatter lines a file's per-file match count may spend
+NO_MATCH_HINT = (
+    "No matches: try broader or fewer words, drop a filter (schema lists fields and values), "
+    "or grep for exact text; if files changed, run ingest."
+)
+
+
+class ToolProblem(ValueError):
+    """A call that cannot be answered as asked; the message says what to do instead."""
+
+
+# -- search ---------------------------------------------------------------------------------
+
+
+def search(index: Index, request: SearchRequest, full_text: bool = False) -> dict[str, Any]:
+    """`mdvdb search --json` semantics (tiers, filters, facets, shaping), compact output."""
+    from query import request as requests
+
+    if index.config.switched_off:
+        raise ToolProblem(f"search is switched off here ({index.config.root / OFF_FILE} exists)")
+    with index.pinned():  # one snapshot for the whole request, even if an ingest publishes
+        outcome = requests.run(index, request)
+        return search_reply(index, outcome, full_text)
+
+
+def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
+    query = outcome.request.query
+    if outcome.no_such_value is not None:
+        missing = outcome.no_such_value
+        return {
+            "query": query,
+            "results": [],
+            "total": 0,
+            "facet": missing.facet.flag.lstrip("-"),
+            "message": missing.message(VALUES_SHOWN),
+        }
+    if outcome.listed is not None:
+        return {
+            "query": None,
+            "results": [{"path": f.path, "title": f.title} for f in outcome.listed],
+            "total": outcome.total,
+        }
+    if outcome.files is not None:
+        files = [{"path": hit.path, "score": round(hit.score, 4)} for hit in outcome.files]
+        return {"query": query, "files": files}
+    tiers = outcome.tiers
+    assert tiers is not None
+    explain = outcome.request.explain
+    data: dict[str, Any] = {
+        "query": query,
+        "mode": tiers.mode,
+        "total": outcome.total,
+        "results": [
+            compact_hit(index, tier, hit, full_text, explain) for tier, hit in tiers.results
+        ],
+    }
+    if not tiers.results:
+        data["hint"] = NO_MATCH_HINT
+    return data
+
+
+def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "path": hit.path,
+        "heading": " > ".join(hit.heading_path) or hit.heading,
+        "lines": f"{hit.start_line}-{hit.end_line}",
+        "score": round(hit.score, 4),
+        "excerpt": hit.excerpt,
+        "tier": tier,
+    }
+    if full_text and hit.chunk_id >= 0:
+        out["text"] = index.snapshot.table("chunks").column("text")[hit.chunk_id].as_py()
+    if explain and hit.explain:
+        out["explain"] = hit.explain
+    return out
+
+
+# -- grep -----------------------------------------------------------------------------------
+
+
+def grep(
+    config: Config,
+    pattern: str,
+    regex: bool = False,
+    limit: int = 20,
+    per_file_limit: int = 5,
+    context: int = 0,
+    sources: list[str] | None = None,
+    file_type: str = "md",
+    include_frontmatter: bool = False,
+) -> dict[str, Any]:
+    """`mdvdb grep --json` over the source folders, grouped by file, lines cut to size."""
+    import tempfile
+
+    from query import grep as grepping
+    from query.sources import Registry, select_roots
+
+    if not pattern:
+        raise ToolProblem("pattern is empty: give the text (or regex) to look for")
+    if limit < 1 or per_file_limit < 1:
+        raise ToolProblem("limit and per_file_limit must be at least 1")
+    if not 0 <= context <= MAX_CONTEXT:
+        raise ToolProblem(f"context must be between 0 and {MAX_CONTEXT} lines")
+    selection = select_roots(config, Registry.load(), sources=sources or ())
+    # One match more than shown, per file and in all, says whether there are more; rg's
+    # per-file count includes frontmatter lines this then drops, hence the allowance.
+    options = grepping.GrepOptions(
+        pattern=pattern,
+        limit=sys.maxsize,  # `take` stops reading (and rg) one match past the limit
+        per_file_limit=per_file_limit + 1 + FRONTMATTER_ALLOWANCE,
+        file_type=file_type,
+        regex=regex,
+        include_frontmatter=include_frontmatter,
+        ignore_globs=tuple(config.ignore_patterns),
+    )
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: rg can never block on it
+        run = grepping.start(options, selection, config.root, config.page_id_field, stderr=errors)
+        matches = iter(run)
+        try:
+            shown, more, fuller = take(matches, limit, per_file_limit)
+        finally:
+            matches.close()  # terminates rg if it is still running, and reaps it
+        if run.returncode == 2 and not shown:
+            errors.seek(0)
+            raise ToolProblem(rg_problem(errors.read().decode("utf-8", "replace"), pattern, regex))
+    return grep_reply(config.root, pattern, shown, more, fuller, context)
+
+
+def take(matches, limit: int, per_file_limit: int) -> tuple[list, bool, set[str]]:
+    """(up to `limit` matches, at most `per_file_limit` a file; whether any match is left out;
+    the files that have more). Matches arrive grouped by file; reading stops at the first
+    match past `limit`."""
+    shown: list = []
+    counts: dict[str, int] = {}
+    fuller: set[str] = set()
+    for match in matches:
+        if counts.get(match.path, 0) >= per_file_limit:
+            fuller.add(match.path)
+            continue
+        if len(shown) >= limit:
+            return shown, True, fuller
+        shown.append(match)
+        counts[match.path] = counts.get(match.path, 0) + 1
+    return shown, bool(fuller), fuller
+
+
+def grep_reply(
+    root: Path, pattern: str, matches: list, more: bool, fuller: set[str], context: int
+) -> dict[str, Any]:
+    from query.grep_format import snippet
+
+    files: list[dict[str, Any]] = []
+    lines_of: dict[str, list[str]] = {}
+    for match in matches:
+        if not files or files[-1]["path"] != match.path:
+            entry: dict[str, Any] = {"path": match.path, "title": match.head.title, "hits": []}
+            if match.head.page_id:
+                entry["page_id"] = match.head.page_id
+            files.append(entry)
+        hit: dict[str, Any] = {
+            "line": match.line,
+            "text": snippet(match.text, match.spans, False, GREP_LINE_CHARS),
+        }
+        if context:
+            lines = lines_of.get(match.path)
+            if lines is None:
+                lines = lines_of[match.path] = file_lines(root, match.path)
+            first = max(0, match.line - 1 - context)
+            hit["before"] = [_cut(t) for t in lines[first : match.line - 1]]
+            hit["after"] = [_cut(t) for t in lines[match.line : match.line + context]]
+        files[-1]["hits"].append(hit)
+    for entry in files:
+        if entry["path"] in fuller:
+            entry["more"] = True
+    return {"pattern": pattern, "matches": len(matches), "more": more, "files": files}
+
+
+def file_lines(root: Path, path: str) -> list[str]:
+    """A matched file's lines as rg numbers them (split on newline only)."""
+    target = Path(path) if Path(path).is_absolute() else root / path
+    try:
+        raw = target.read_bytes()
+    except OSError:
+        return []
+    return [line.rstrip("\r") for line in raw.decode("utf-8", "replace").split("\n")]
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= GREP_LINE_CHARS else text[: GREP_LINE_CHARS - 1] + "…"
+
+
+def rg_problem(stderr: str, pattern: str, regex: bool) -> str:
+    """rg's complaint in one line: for a bad regex, its `error:` line and what to do."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if regex and any("regex parse error" in line for line in lines):
+        reason = next((ln[6:].strip() for ln in lines if ln.startswith("error:")), "cannot parse")
+        return (
+            f"bad regex {pattern!r}: {reason} (ripgrep regex syntax; "
+            "regex=false searches for the literal text)"
+        )
+    detail = "; ".join(line.removeprefix("rg: ") for line in lines[:3])
+    return f"ripgrep failed: {detail or 'no message'}"
+
+
+# -- schema ---------------------------------------------------------------------------------
+
+
+def schema(index: Index, field: str | None = None) -> dict[str, Any]:
+    """`mdvdb schema --json` (inferred fields merged with the overlay), compact; with `field`,
+    that field and every value with its file count, as `mdvdb schema FIELD`."""
+    from query.schema import load_schema, overlay_is_stale, value_counts
+
+    with index.pinned() as snapshot:
+        merged = load_schema(snapshot)
+        if not merged.present:
+            raise ToolProblem("this index has no frontmatter schema yet: run ingest")
+        data: dict[str, Any] = {}
+        if overlay_is_stale(index):
+            data["warning"] = (
+                ".markdownvdb.schema.yml changed since the last ingest; run ingest to merge it"
+            )
+        if field is not None:
+            info = merged.get(field)
+            if info is None:
+                known = ", ".join(merged.field_names()) or "(none)"
+                raise ToolProblem(f"unknown field {field!r}; known: {known}")
+            counts = value_counts(snapshot, info)
+            data.update(compact_field(info))
+            data["values"] = [[value, n] for value, n in counts[:FIELD_VALUES_SHOWN]]
+            if len(counts) > FIELD_VALUES_SHOWN:
+                data["values_shown"] = FIELD_VALUES_SHOWN
+            return data
+        data["files"] = int(snapshot.meta.get("files", 0))
+        data["fields"] = [compact_field(info) for info in merged.fields.values()]
+        if merged.overlay_error:
+            data["overlay_error"] = merged.overlay_error
+        if merged.problems:
+            data["problems"] = len(merged.problems)
+            data["problem_examples"] = [
+                {"path": p.path, "field": p.field, "problem": p.problem}
+                for p in merged.problems[:5]
+            ]
+        return data
+
+
+def compact_field(info) -> dict[str, Any]:
+    """A FieldInfo without the internal column name and without empty or default entries."""
+    out: dict[str, Any] = {"name": info.name, "type": info.type, "files": info.files}
+    out["distinct"] = info.distinct
+    if info.type == "mixed" or info.type != info.inferred_type:
+        out["found_types"] = info.type_counts
+    if info.values is not None:
+        out["values"] = [[value, n] for value, n in info.values]
+    if info.description:
+        out["description"] = info.description
+    if info.allowed is not None:
+        out["allowed"] = info.allowed
+    if info.required:
+        out["required"] = True
+    if info.declared:
+        out["declared"] = True
+    return out
+
+
+# -- clusters -------------------------------------------------------------------------------
+
+
+def clusters(index: Index, cluster_id: int | None = None, limit: int = 100) -> dict[str, Any]:
+    """`mdvdb clusters --json`; with `cluster_id`, that cluster's documents."""
+    from query.clusters import list_clusters, members
+
+    with index.pinned():
+        listing = list_clusters(index)
+        if cluster_id is None:
+            data = listing.to_json()
+            return {k: v for k, v in data.items() if v is not None}
+        docs = members(index, cluster_id)
+    cluster = next(c for c in listing.clusters if c.cluster_id == cluster_id)
+    data = {
+        "cluster_id": cluster.cluster_id,
+        "label": cluster.label,
+        "keywords": cluster.keywords,
+        "size": len(docs),
+        "files": [{"path": d.path, "title": d.title} for d in docs[:limit]],
+    }
+    if len(docs) > limit:
+        data["shown"] = limit
+    return data
+
+
+# -- status and ingest ----------------------------------------------------------------------
+
+
+def status(config: Config, index: Index) -> dict[str, Any]:
+    from pipeline.discover import walk
+
+    st = index.status()
+    if st.exists:
+        indexed = set(index.snapshot.paths)
+        st.new_files = sorted(p for p in walk(config, []) if p not in indexed)
+    return {
+        "exists": st.exists,
+        "fresh": st.fresh,
+        "files": st.files,
+        "chunks": st.chunks,
+        "stale_files": len(st.stale_files),
+        "new_files": len(st.new_files),
+        "examples": (st.stale_files + st.new_files)[:5],
+        "provider": st.provider,
+        "model": st.model,
+        "last_update": st.last_update,
+        "provider_mismatch": st.provider_mismatch,
+    }
+
+
+def ingest(config: Config) -> dict[str, Any]:
+    from pipeline import ingest as pipeline_ingest
+
+    report = pipeline_ingest.run(config, None, wait=False)
+    return {
+        "files": report.files,
+        "added": report.added,
+        "changed": report.changed,
+        "removed": report.removed,
+        "unchanged": report.unchanged,
+        "chunks_embedded": report.chunks_embedded,
+        "seconds": round(report.seconds, 3),
+        "errors": [{"path": p, "problem": m} for p, m in report.errors[:20]],
+    }
