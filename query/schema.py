@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mdvdb import index_format
 from mdvdb.config import SCHEMA_OVERLAY_FILE
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def value_counts(snapshot: Snapshot, info: FieldInfo) -> list[tuple[str, int]]:
     files = snapshot.table("files")
     if info.column is None or info.column not in files.column_names:
         return []
-    column = files.column(info.column).combine_chunks()
+    column = index_format.column_array(files, info.column)
     if pa.types.is_list(column.type):
         column = pc.list_flatten(column)
     if not pa.types.is_string(column.type):
