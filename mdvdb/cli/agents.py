@@ -100,7 +100,7 @@ def mcp(
 ) -> None:
     """Serve the index as MCP tools (stdio by default) for agents.
 
-    Tools: search, get_document, status, ingest, clusters, schema. Add to an MCP client as
+    Tools: search, grep, get_document, schema, clusters, status, ingest. Add to an MCP client as
     the command `mdvdb mcp --root /path/to/notes`.
     """
     with user_errors():

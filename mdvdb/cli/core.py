@@ -169,22 +169,19 @@ def search(
         refuse_if_off(config)
         run_search(
             config,
-            query,
-            filters or [],
-            one_tag,
-            one_category,
-            limit,
             as_json,
+            limit=limit,
+            query=query,
+            filters=filters or [],
+            tag=one_tag,
+            category=one_category,
             files=files,
             max_tokens=max_tokens,
+            mode=mode.value if mode else None,
+            min_score=min_score,
+            govern=govern,
             explain=explain,
-            search_options={
-                "min_score": min_score,
-                "govern": govern,
-                "explain": explain,
-                "mode": mode.value if mode else None,
-                "cluster": cluster,
-            },
+            cluster=cluster,
         )
 
 

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from mdvdb import index_format
 from mdvdb.cli.app import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -89,7 +88,9 @@ def _one_field(index, merged, name: str, as_json: bool) -> None:
     if info is None:
         known = ", ".join(merged.field_names()) or "(none)"
         raise CliError(f"unknown field {name!r}; known: {known}", EXIT_USAGE)
-    counts = _value_counts(index, info)
+    from query.schema import value_counts
+
+    counts = value_counts(index.snapshot, info)
     if as_json:
         print_json({**asdict(info), "values": counts})
         return
@@ -98,22 +99,6 @@ def _one_field(index, merged, name: str, as_json: bool) -> None:
         typer.echo(info.description)
     for value, n in counts:
         typer.echo(f"  {value}  ({n})")
-
-
-def _value_counts(index, info) -> list[tuple[str, int]]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    files = index.snapshot.table("files")
-    if info.column is None or info.column not in files.column_names:
-        return []
-    column = index_format.column_array(files, info.column)
-    if pa.types.is_list(column.type):
-        column = pc.list_flatten(column)
-    if not pa.types.is_string(column.type):
-        column = pc.cast(column, pa.string())
-    counted = pc.value_counts(column.drop_null()).to_pylist()
-    return sorted(((c["values"], c["counts"]) for c in counted), key=lambda vc: (-vc[1], vc[0]))
 
 
 def _check(merged, as_json: bool) -> None:

@@ -131,22 +131,19 @@ def run(argv: list[str]) -> int | None:
         refuse_if_off(config)
         run_search(
             config,
-            args["query"],
-            args["filters"],
-            args["tag"][0] if args["tag"] else None,
-            args["category"][0] if args["category"] else None,
-            args.get("limit"),
             args.get("as_json", False),
+            limit=args.get("limit"),
+            query=args["query"],
+            filters=args["filters"],
+            tag=args["tag"][0] if args["tag"] else None,
+            category=args["category"][0] if args["category"] else None,
             files=args.get("files", False),
             max_tokens=args.get("max_tokens"),
+            mode=args.get("mode"),
+            min_score=args.get("min_score"),
+            govern=args.get("govern"),
             explain=args.get("explain", False),
-            search_options={
-                "min_score": args.get("min_score"),
-                "govern": args.get("govern"),
-                "explain": args.get("explain", False),
-                "mode": args.get("mode"),
-                "cluster": args.get("cluster"),
-            },
+            cluster=args.get("cluster"),
         )
     return EXIT_OK
 
@@ -158,62 +155,32 @@ def default_cap(config) -> int:
     return DEFAULT_CAP
 
 
-def run_search(
-    config,
-    query: str | None,
-    filter_texts: list[str],
-    tag: str | None,
-    category: str | None,
-    limit: int | None,
-    as_json: bool,
-    files: bool = False,
-    max_tokens: int | None = None,
-    explain: bool = False,
-    search_options: dict[str, Any] | None = None,
-) -> None:
-    """Facets and filters restrict the files; with a query, title matches come first."""
+def run_search(config, as_json: bool, limit: int | None = None, **request: Any) -> None:
+    """Run one `query.request` search (the library the MCP server uses too) and print it;
+    `request` holds the other `SearchRequest` fields."""
     from query import open_index
-    from query.facets import facets_of, unmatched
-    from query.filters import FilterError, matching_files, parse_filter
+    from query.filters import FilterError
+    from query.request import SearchRequest, run
 
     index = open_index(config=config)
-    cap = limit or default_cap(config)
-    facets = facets_of(index, tag, category)
-    options = {k: v for k, v in (search_options or {}).items() if v is not None}
+    wanted = SearchRequest(limit=limit or default_cap(config), **request)
     try:
-        filters = [parse_filter(text) for text in filter_texts]
-        filters += [facet.filter() for facet in facets]
-        for facet in facets:
-            values = unmatched(index, facet)
-            if values is not None:
-                _no_such_value(facet, values, query, as_json)
-                return
-        if query:
-            from query.tiers import tiered_search
-
-            wanted = cap * 4 if files else cap  # --files folds sections into files
-            response = tiered_search(index, query, filters, limit=wanted, **options)
-        else:
-            found, total = matching_files(index, filters, limit=cap)
+        with index.pinned():
+            outcome = run(index, wanted)
     except FilterError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    if not query:
-        _print_files(found, total, cap, as_json)
-        return
-    if max_tokens is not None:
-        from query import shaping
-
-        kept = shaping.within_budget([hit for _, hit in response.results], max_tokens)
-        tiers = [tier for tier, _ in response.results][: len(kept)]
-        response.results = list(zip(tiers, kept, strict=True))
-    if files:
-        _print_by_file(query, response, cap, as_json)
+    if outcome.no_such_value is not None:
+        _no_such_value(outcome.no_such_value, wanted.query, as_json)
+    elif outcome.listed is not None:
+        _print_files(outcome.listed, outcome.total, as_json)
+    elif outcome.files is not None:
+        _print_by_file(wanted.query, outcome.files, as_json)
     elif as_json:
-        print_json(response.to_json(explain))
-    elif not response.results:
-        _suggest(index, filters)
+        print_json(outcome.tiers.to_json(wanted.explain))
+    elif not outcome.tiers.results:
+        _suggest(index, outcome.filters)
     else:
-        _print_tiers(response, explain)
+        _print_tiers(outcome.tiers, wanted.explain)
 
 
 def _print_tiers(response, explain: bool) -> None:
@@ -234,11 +201,8 @@ def _print_tiers(response, explain: bool) -> None:
         _cap_note(len(response.results), response.total)
 
 
-def _print_by_file(query: str, response, cap: int, as_json: bool) -> None:
+def _print_by_file(query: str | None, hits, as_json: bool) -> None:
     """`--files`: one line per file in tier order (title documents first)."""
-    from query import shaping
-
-    hits = shaping.by_file([hit for _, hit in response.results], cap)
     if as_json:
         print_json({"query": query, "files": [h.to_json() for h in hits]})
         return
@@ -246,7 +210,7 @@ def _print_by_file(query: str, response, cap: int, as_json: bool) -> None:
         echo(f"{hit.score:.3f}  {hit.path}")
 
 
-def _print_files(found, total: int, cap: int, as_json: bool) -> None:
+def _print_files(found, total: int, as_json: bool) -> None:
     if as_json:
         print_json(
             {
@@ -284,20 +248,8 @@ def _cap_note(shown: int, total: int) -> None:
     echo(f"Showing top {shown} of {total} matches. Narrow the query for more specific results.")
 
 
-def _no_such_value(facet, values: list[str], query: str | None, as_json: bool) -> None:
-    if values:
-        listed = ", ".join(values[:VALUES_SHOWN])
-        if len(values) > VALUES_SHOWN:
-            listed += (
-                f" ... and {len(values) - VALUES_SHOWN} more (`mdvdb schema {facet.field}` "
-                "lists them all)"
-            )
-        message = f"No matches. Valid values: {listed}"
-    else:
-        message = (
-            f"No matches. Valid values: none (no file has a {facet.field!r} field; "
-            "`mdvdb schema` lists the fields there are)"
-        )
+def _no_such_value(missing, query: str | None, as_json: bool) -> None:
+    message = missing.message(VALUES_SHOWN)
     if as_json:
         print_json(
             {
@@ -305,8 +257,8 @@ def _no_such_value(facet, values: list[str], query: str | None, as_json: bool) -
                 "results": [],
                 "total": 0,
                 "message": message,
-                "facet": facet.flag,
-                "valid_values": values,
+                "facet": missing.facet.flag,
+                "valid_values": missing.values,
             }
         )
         return
