@@ -1,10 +1,12 @@
 """Pack: assemble every table and publish ONE index file atomically.
 
-Incremental: rows of files whose path and SHA-256 are unchanged are taken from the previous
-index (one Arrow `take`, no JSON decoding, no cache reads); only new or changed files are read
-from the caches. On tldr (38k files) that turns a 4 s CPU rebuild into a few hundred ms for a
-one-file edit. The previous index is reused only when it was built with the same embedding
-model and chunking (`build_key`); otherwise everything comes from the caches.
+Incremental: rows of files whose path, SHA-256 and mtime are unchanged are reused from the
+previous index as runs of consecutive rows (`pipeline.splice`: slices, no JSON decoding, no
+cache reads, no copy until the writer copies their bytes file-to-file); only new or changed
+files are read from the caches. Rows are in path order either way, so an incremental pack
+writes the same tables as a full one. The previous index is reused only when it was built
+with the same embedding model and chunking (`build_key`); otherwise everything comes from
+the caches.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pyarrow as pa
 from mdvdb import index_format
 from pipeline import schema as frontmatter_schema
 from pipeline.lexical import build_lexical_tables
+from pipeline.splice import splice
 from pipeline.state import ManifestEntry
 
 
@@ -36,9 +39,13 @@ class PackInput:
     meta: dict[str, Any] = field(default_factory=dict)
     # The run's cache database (pipeline.state.State), for stages that stored results there.
     state: Any = None
-    # Filled by pack: the previous index when its rows were reused, and how many were.
+    # Filled by pack: the previous index when its rows were reused, how many were, and for
+    # every new file and chunk row the row of the previous index it repeats (-1: fresh).
+    # Stages that keep their own tables in step with the rows (schema, lexical) read these.
     previous: index_format.IndexFile | None = None
     reused_files: int = 0
+    file_source: np.ndarray | None = None
+    chunk_source: np.ndarray | None = None
     # Filled by the frontmatter schema hook (pipeline.schema) for the schema tables.
     schema: Any = None
 
@@ -104,55 +111,85 @@ def _previous(index_path: Path, build_key: str) -> index_format.IndexFile | None
         previous = index_format.read_index(index_path)
     except index_format.IndexFormatError:
         return None
-    return previous if previous.meta.get("build_key") == build_key else None
+    if previous.meta.get("build_key") != build_key:
+        return None
+    # Reuse slices runs of rows, which needs chunks grouped by file in file order: true of
+    # every index pack writes; anything else is rebuilt from the caches.
+    file_ids = previous.tables["chunks"].column("file_id").to_numpy()
+    if len(file_ids) and (np.any(np.diff(file_ids) < 0) or file_ids[-1] >= previous_rows(previous)):
+        return None
+    return previous
+
+
+def previous_rows(previous: index_format.IndexFile) -> int:
+    return previous.tables["files"].num_rows
+
+
+def _file_source(entries: list[ManifestEntry], previous: index_format.IndexFile | None):
+    """Per new file row, the row of the previous index with the same path, content and
+    mtime, or -1: only such rows are identical to what a full rebuild would write."""
+    source = np.full(len(entries), -1, dtype=np.int64)
+    if previous is None:
+        return source
+    old = previous.tables["files"]
+    row_of = {p: i for i, p in enumerate(old.column("path").to_pylist())}
+    shas = old.column("sha256").to_pylist()
+    mtimes = old.column("mtime").to_pylist()
+    for i, e in enumerate(entries):
+        j = row_of.get(e.path)
+        if j is not None and shas[j] == e.sha256 and mtimes[j] == e.mtime_ns / 1e9:
+            source[i] = j
+    return source
+
+
+def _chunk_source(previous, file_source: np.ndarray, fresh_counts: np.ndarray):
+    """Per new chunk row, the chunk row of the previous index it repeats, or -1; and the
+    new file id of every chunk. Kept files keep their chunks, fresh files get theirs from
+    the fresh table, in file order."""
+    kept = file_source >= 0
+    counts = np.zeros(len(file_source), dtype=np.int64)
+    counts[~kept] = fresh_counts
+    old_start = np.zeros(1, dtype=np.int64)
+    if previous is not None:
+        old_ids = previous.tables["chunks"].column("file_id").to_numpy()
+        old_start = np.searchsorted(old_ids, np.arange(previous_rows(previous) + 1))
+        counts[kept] = np.diff(old_start)[file_source[kept]]
+    file_of = np.repeat(np.arange(len(file_source), dtype=np.int32), counts)
+    starts = np.r_[0, np.cumsum(counts)][:-1]
+    within = np.arange(len(file_of), dtype=np.int64) - np.repeat(starts, counts)
+    source = np.full(len(file_of), -1, dtype=np.int64)
+    from_old = kept[file_of]
+    source[from_old] = old_start[file_source[file_of[from_old]]] + within[from_old]
+    return source, file_of
 
 
 def assemble(index_path: Path, inp: PackInput) -> tuple[pa.Table, pa.Table]:
-    """The `files` and `chunks` tables of the new index (file_id = row, chunk_id = row)."""
+    """The `files` and `chunks` tables of the new index (file_id = row, chunk_id = row),
+    files in path order: runs of rows of the previous index, spliced with the new or changed
+    files read from the caches."""
     previous = _previous(index_path, inp.build_key)
-    old_ids: dict[tuple[str, str], int] = {}
-    if previous is not None:
-        old_files = previous.tables["files"]
-        old_ids = {
-            (p, s): i
-            for i, (p, s) in enumerate(
-                zip(
-                    old_files.column("path").to_pylist(),
-                    old_files.column("sha256").to_pylist(),
-                    strict=True,
-                )
-            )
-        }
-    kept = [e for e in inp.entries if (e.path, e.sha256) in old_ids]
-    fresh = [e for e in inp.entries if (e.path, e.sha256) not in old_ids]
+    entries = sorted(inp.entries, key=lambda e: e.path)
+    file_source = _file_source(entries, previous)
+    fresh = [e for e, src in zip(entries, file_source.tolist(), strict=True) if src < 0]
     docs = inp.load_documents({e.sha256 for e in fresh})
-    parts_files, parts_chunks = [], []
-    if kept:
-        kept_old = np.fromiter((old_ids[(e.path, e.sha256)] for e in kept), dtype=np.int64)
+    fresh_files = _files_rows(fresh, docs)
+    fresh_chunks = _chunk_rows(fresh, docs, 0, inp.load_vectors, inp.dimensions)
+    fresh_counts = np.array([len(docs[e.sha256]["chunks"]) for e in fresh], dtype=np.int64)
+    chunk_source, file_of = _chunk_source(previous, file_source, fresh_counts)
+    old_files = old_chunks = None
+    if previous is not None:
         old_files = previous.tables["files"].select(index_format.FILES_SCHEMA.names)
-        parts_files.append(old_files.take(pa.array(kept_old)).cast(index_format.FILES_SCHEMA))
-        old_chunks = previous.tables["chunks"]
-        remap = np.full(old_files.num_rows, -1, dtype=np.int32)
-        remap[kept_old] = np.arange(len(kept), dtype=np.int32)
-        new_file_ids = remap[old_chunks.column("file_id").to_numpy()]
-        rows = np.flatnonzero(new_file_ids >= 0)
-        taken = old_chunks.take(pa.array(rows))
-        taken = taken.set_column(
-            taken.schema.get_field_index("file_id"), "file_id", pa.array(new_file_ids[rows])
-        )
-        parts_chunks.append(taken)
-    if fresh:
-        parts_files.append(_files_rows(fresh, docs))
-        parts_chunks.append(_chunk_rows(fresh, docs, len(kept), inp.load_vectors, inp.dimensions))
-    if not parts_files:
-        parts_files.append(_files_rows([], {}))
-        parts_chunks.append(_chunk_rows([], {}, 0, inp.load_vectors, inp.dimensions))
-    files = pa.concat_tables(parts_files).combine_chunks()
-    chunks = pa.concat_tables(parts_chunks).combine_chunks()
+        old_files = old_files.cast(index_format.FILES_SCHEMA)
+        old_chunks = previous.tables["chunks"].cast(fresh_chunks.schema)
+    files = splice(old_files, fresh_files, file_source)
+    chunks = splice(old_chunks, fresh_chunks, chunk_source)
     files = files.set_column(0, "file_id", pa.array(np.arange(files.num_rows, dtype=np.int32)))
     chunks = chunks.set_column(0, "chunk_id", pa.array(np.arange(chunks.num_rows, dtype=np.int32)))
+    chunks = chunks.set_column(1, "file_id", pa.array(file_of, pa.int32()))
     inp.previous = previous
-    inp.reused_files = len(kept)
+    inp.file_source = file_source
+    inp.chunk_source = chunk_source
+    inp.reused_files = int((file_source >= 0).sum())
     return files, chunks
 
 
@@ -208,6 +245,10 @@ def pack(index_path: Path, inp: PackInput) -> tuple[int, int]:
         "files": files.num_rows,
         "chunks": chunks.num_rows,
     }
-    # Release the previous map before replacing the file it maps.
-    inp.previous = None
-    return index_format.write_index(index_path, tables, meta), chunks.num_rows
+    # The previous index stays mapped while the new one is written: its unchanged bytes are
+    # copied from it. Only then is it released.
+    try:
+        written = index_format.write_index(index_path, tables, meta, source=inp.previous)
+    finally:
+        inp.previous = None
+    return written, chunks.num_rows
