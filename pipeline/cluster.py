@@ -532,26 +532,39 @@ def load_stored(state: Any) -> StoredClusters | None:
     return StoredClusters(assignments, topics, info)
 
 
-def with_cluster_ids(files: Any, state: Any) -> Any:
+def _assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarray]:
+    """Cluster id and similarity of every row of `files` whose path is assigned at the same
+    content (-1 and 0.0 otherwise)."""
+    paths = files.column("path").to_pylist()
+    shas = files.column("sha256").to_pylist()
+    hits = stored.assignments
+    missing = (-1, 0.0, None)
+    found = [hits.get(p, missing) for p in paths]
+    ids = np.fromiter(
+        (h[0] if h[2] == sha else -1 for h, sha in zip(found, shas, strict=True)),
+        dtype=np.int32,
+        count=len(found),
+    )
+    similarity = np.fromiter((h[1] for h in found), dtype=np.float64, count=len(found))
+    return ids, similarity
+
+
+def with_cluster_ids(files: Any, state: Any, stored: StoredClusters | None = None) -> Any:
     """The packed `files` table with its `cluster_id` column filled from the stage's result
-    (all -1 when clustering is off: reused rows may carry ids from an earlier index)."""
+    (all -1 when clustering is off: reused rows may carry ids from an earlier index).
+    `stored`: the stage's result when the caller already loaded it (pack does, once)."""
     import pyarrow as pa
 
-    stored = load_stored(state)
-    n = files.num_rows
-    ids = np.full(n, -1, dtype=np.int32)
+    if stored is None:
+        stored = load_stored(state)
+    ids = np.full(files.num_rows, -1, dtype=np.int32)
     if stored is not None:
-        paths = files.column("path").to_pylist()
-        shas = files.column("sha256").to_pylist()
-        for i, (path, sha) in enumerate(zip(paths, shas, strict=True)):
-            hit = stored.assignments.get(path)
-            if hit is not None and hit[2] == sha:
-                ids[i] = hit[0]
+        ids = _assigned(files, stored)[0]
     column = files.schema.get_field_index("cluster_id")
     return files.set_column(column, "cluster_id", pa.array(ids, pa.int32()))
 
 
-def clusters_table(files: Any, state: Any) -> Any:
+def clusters_table(files: Any, state: Any, stored: StoredClusters | None = None) -> Any:
     """The index's `clusters` table: one row per non-empty cluster, sizes and representative
     documents counted over the files being packed. The stage's summary (k, silhouette,
     documents assigned since the last full clustering) rides along as schema metadata."""
@@ -559,12 +572,13 @@ def clusters_table(files: Any, state: Any) -> Any:
 
     from mdvdb import index_format
 
-    stored = load_stored(state)
+    if stored is None:
+        stored = load_stored(state)
     if stored is None:
         return None
     ids = files.column("cluster_id").to_numpy()
     paths = files.column("path").to_pylist()
-    similarity = np.array([stored.assignments.get(p, (-1, 0.0, ""))[1] for p in paths])
+    similarity = _assigned(files, stored)[1]
     path_keys = np.array(paths, dtype=object)
     rows: dict[str, list] = {name: [] for name in index_format.CLUSTERS_SCHEMA.names}
     for cid, label, keywords, centroid in stored.topics:

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from mdvdb import index_format
-from pipeline import schema as frontmatter_schema
+from pipeline import schema_pack
 from pipeline.lexical import build_lexical_tables
 from pipeline.splice import splice
 from pipeline.state import ManifestEntry
@@ -46,8 +46,12 @@ class PackInput:
     reused_files: int = 0
     file_source: np.ndarray | None = None
     chunk_source: np.ndarray | None = None
-    # Filled by the frontmatter schema hook (pipeline.schema) for the schema tables.
+    # Filled by the frontmatter schema hook (pipeline.schema_pack) for the schema tables:
+    # the merged schema, and the (fields, values) counts tables for the next pack.
     schema: Any = None
+    schema_stats: Any = None
+    # The cluster stage's result, loaded once for the two places that need it.
+    clusters: tuple | None = None
 
 
 def _files_rows(entries: list[ManifestEntry], docs: dict[str, dict[str, Any]]) -> pa.Table:
@@ -198,10 +202,19 @@ def assemble(index_path: Path, inp: PackInput) -> tuple[pa.Table, pa.Table]:
 FilesHook = Callable[[pa.Table, PackInput], pa.Table]
 
 
+def _stored_clusters(inp: PackInput):
+    """The cluster stage's result, read from the state once per pack (100k assignments)."""
+    from pipeline.cluster import load_stored
+
+    if inp.clusters is None:
+        inp.clusters = (load_stored(inp.state),)
+    return inp.clusters[0]
+
+
 def _cluster_ids(files: pa.Table, inp: PackInput) -> pa.Table:
     from pipeline.cluster import with_cluster_ids
 
-    return with_cluster_ids(files, inp.state)
+    return with_cluster_ids(files, inp.state, _stored_clusters(inp))
 
 
 FILES_HOOKS: list[FilesHook] = [_cluster_ids]
@@ -217,14 +230,15 @@ EXTRA_TABLES: dict[str, TableBuilder] = {"lexical": build_lexical_tables}
 def _clusters_table(files: pa.Table, chunks: pa.Table, inp: PackInput) -> pa.Table | None:
     from pipeline.cluster import clusters_table
 
-    return clusters_table(files, inp.state)
+    return clusters_table(files, inp.state, _stored_clusters(inp))
 
 
 EXTRA_TABLES["clusters"] = _clusters_table
 
-FILES_HOOKS.append(frontmatter_schema.files_hook)
-EXTRA_TABLES["schema"] = frontmatter_schema.schema_table_of
-EXTRA_TABLES["schema_problems"] = frontmatter_schema.problems_table_of
+FILES_HOOKS.append(schema_pack.files_hook)
+EXTRA_TABLES["schema"] = schema_pack.schema_table_of
+EXTRA_TABLES["schema_problems"] = schema_pack.problems_table_of
+EXTRA_TABLES["schema_stats"] = schema_pack.stats_tables_of
 
 
 def pack(index_path: Path, inp: PackInput) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -138,31 +138,53 @@ class SchemaResult:
 # -- inference ----------------------------------------------------------------------------
 
 
-def infer(metadatas: Iterable[dict[str, Any]]) -> dict[str, FieldSchema]:
-    """Fields in first-seen order with types, file counts and low-cardinality values."""
-    type_counts: dict[str, Counter] = defaultdict(Counter)  # insertion order: first seen
-    value_counts: dict[str, Counter] = defaultdict(Counter)
-    files: Counter = Counter()
+@dataclass
+class FieldStats:
+    """What inference knows of one field, kept so that an edit only subtracts the old
+    frontmatter of the files it changed and adds their new one."""
+
+    present: int = 0  # files whose frontmatter has the key, null or not
+    files: int = 0  # files with a non-null value
+    kinds: Counter = field(default_factory=Counter)  # type -> files
+    values: Counter = field(default_factory=Counter)  # value text -> files (lists: elements)
+    # Distinct values when `values` holds only some of them (an incremental pack loads the
+    # values of low-cardinality fields alone); None: `values` is complete.
+    distinct: int | None = None
+
+    @property
+    def distinct_values(self) -> int:
+        return len(self.values) if self.distinct is None else self.distinct
+
+
+def count(stats: dict[str, FieldStats], metadatas: Iterable[dict[str, Any]]):
+    """Add the frontmatter of some files to `stats` (and return it)."""
     for metadata in metadatas:
         for name, value in metadata.items():
+            entry = stats.get(name)
+            if entry is None:
+                entry = stats[name] = FieldStats()
+            entry.present += 1
             kind = value_type(value)
-            kinds = type_counts[name]
             if kind is None:
                 continue
-            kinds[kind] += 1
-            files[name] += 1
-            seen = value_counts[name]
+            entry.kinds[kind] += 1
+            entry.files += 1
             if kind == "list":
-                seen.update({_text(v) for v in value if v is not None})
+                entry.values.update({_text(v) for v in value if v is not None})
             else:
-                seen[_text(value)] += 1
+                entry.values[_text(value)] += 1
+    return stats
+
+
+def fields_of(stats: dict[str, FieldStats]) -> dict[str, FieldSchema]:
+    """The inferred schema of the counted files, in the order of `stats`."""
     out = {}
-    for name, kinds in type_counts.items():
-        counts = value_counts[name]
-        inferred = merge_types(kinds)
+    for name, entry in stats.items():
+        counts = entry.values
+        inferred = merge_types(entry.kinds)
         listable = (
             inferred not in ("object", "none")
-            and len(counts) <= VALUE_LIMIT
+            and entry.distinct_values <= VALUE_LIMIT
             and all(len(v) <= VALUE_MAX_CHARS for v in counts)
         )
         values = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if listable else None
@@ -170,12 +192,17 @@ def infer(metadatas: Iterable[dict[str, Any]]) -> dict[str, FieldSchema]:
             name=name,
             type=inferred,
             inferred_type=inferred,
-            type_counts=dict(kinds),
-            files=files[name],
-            distinct=len(counts),
+            type_counts=dict(entry.kinds),
+            files=entry.files,
+            distinct=entry.distinct_values,
             values=values,
         )
     return out
+
+
+def infer(metadatas: Iterable[dict[str, Any]]) -> dict[str, FieldSchema]:
+    """Fields in first-seen order with types, file counts and low-cardinality values."""
+    return fields_of(count({}, metadatas))
 
 
 # -- overlay ------------------------------------------------------------------------------
@@ -352,29 +379,6 @@ def stored_overlay(state: Any) -> Overlay:
         digest=data["digest"],
         error=data["error"],
     )
-
-
-def files_hook(files: pa.Table, inp: Any) -> pa.Table:
-    """Pack's hook on the assembled `files` table: infer the schema from every row's
-    frontmatter (kept rows come from the previous index, so this decodes small JSON objects,
-    not the caches), merge the overlay, check files against it, add the typed columns, and
-    leave the result on `inp.schema` for the two schema tables."""
-    metadatas = [json.loads(raw) if raw else {} for raw in files.column("frontmatter").to_pylist()]
-    overlay = stored_overlay(inp.state)
-    fields = merge(infer(metadatas), overlay)
-    paths = files.column("path").to_pylist()
-    problems = check(zip(paths, metadatas, strict=True), fields) if overlay.fields else []
-    inp.schema = SchemaResult(fields=fields, problems=problems, overlay=overlay)
-    inp.meta["schema_overlay"] = {"digest": overlay.digest, "error": overlay.error}
-    return add_typed_columns(files, metadatas, inp.schema)
-
-
-def schema_table_of(files: pa.Table, chunks: pa.Table, inp: Any) -> pa.Table | None:
-    return None if inp.schema is None else schema_table(inp.schema)
-
-
-def problems_table_of(files: pa.Table, chunks: pa.Table, inp: Any) -> pa.Table | None:
-    return None if inp.schema is None else problems_table(inp.schema)
 
 
 # -- typed columns and tables for pack ----------------------------------------------------

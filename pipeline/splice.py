@@ -53,6 +53,20 @@ def splice(old, fresh, source: np.ndarray):
     return _concat(parts, old if old is not None else fresh)
 
 
+def rows_of(table, rows: np.ndarray):
+    """The rows at `rows` (ascending) of a table or chunked array spliced from many pieces,
+    as slices of their consecutive runs: `take` on a chunked column would first combine
+    every chunk, copying the whole column to read a few rows."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return table.slice(0, 0)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = np.r_[0, breaks]
+    lengths = np.diff(np.r_[starts, len(rows)])
+    parts = [table.slice(int(rows[a]), int(n)) for a, n in zip(starts, lengths, strict=True)]
+    return _concat(parts, table)
+
+
 def _gathered(old, fresh, source: np.ndarray):
     """The same rows by one `take` of the old ones, then a merge with the fresh ones."""
     kept = np.flatnonzero(source >= 0)

@@ -198,15 +198,28 @@ class State:
     def set_value(self, key: str, value: Any) -> None:
         self.db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, json.dumps(value)))
 
-    def prune(self, chunk_key: str) -> None:
+    def prune(self, chunk_key: str, shas: Iterable[str] | None = None) -> None:
         """Drop parse and chunk results no current file needs (embeddings are kept: a file
-        reverted or a provider switched back costs nothing)."""
+        reverted or a provider switched back costs nothing). `shas`: only these candidates
+        (the old versions of what a run changed or removed), instead of scanning both
+        tables against the manifest."""
         with self.transaction():
-            self.db.execute("DELETE FROM parsed WHERE sha256 NOT IN (SELECT sha256 FROM manifest)")
-            self.db.execute(
-                "DELETE FROM chunks WHERE key != ? OR sha256 NOT IN (SELECT sha256 FROM manifest)",
-                (chunk_key,),
-            )
+            if shas is None:
+                self.db.execute(
+                    "DELETE FROM parsed WHERE sha256 NOT IN (SELECT sha256 FROM manifest)"
+                )
+                self.db.execute(
+                    "DELETE FROM chunks WHERE key != ? "
+                    "OR sha256 NOT IN (SELECT sha256 FROM manifest)",
+                    (chunk_key,),
+                )
+                return
+            orphans = [s for s in shas if not self.db.execute(_IN_MANIFEST, (s,)).fetchone()]
+            for start in range(0, len(orphans), 500):
+                part = orphans[start : start + 500]
+                marks = ",".join("?" * len(part))
+                self.db.execute(f"DELETE FROM parsed WHERE sha256 IN ({marks})", part)
+                self.db.execute(f"DELETE FROM chunks WHERE sha256 IN ({marks})", part)
 
     # -- helpers --------------------------------------------------------------------------
     def transaction(self) -> _Transaction:
@@ -224,6 +237,9 @@ class State:
             part = keys[start : start + 500]
             marks = ",".join("?" * len(part))
             yield from self.db.execute(f"{sql} IN ({marks})", (first, *part))
+
+
+_IN_MANIFEST = "SELECT 1 FROM manifest WHERE sha256 = ? LIMIT 1"
 
 
 class _Transaction:

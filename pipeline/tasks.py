@@ -47,6 +47,7 @@ class IngestReport:
     errors: list[tuple[str, str]] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
+    reused_files: int = 0  # files whose rows pack reused from the previous index
 
     @property
     def nothing_changed(self) -> bool:
@@ -68,6 +69,9 @@ class RunContext:
     # build settings are the same, later stages look only at these instead of diffing the
     # whole manifest against their caches.
     changed_shas: set[str] | None = None
+    # Shas of the previous versions of changed and removed files (with changed_shas): the
+    # only cache entries a trusted run can orphan.
+    left_shas: set[str] = field(default_factory=set)
     _state: Any = None
     _provider: Any = None
 
@@ -182,6 +186,7 @@ def _discover(ctx: RunContext) -> dict:
     ctx.manifest_digest = found.digest()
     if clean and not ctx.full:
         ctx.changed_shas = {found.entries[p].sha256 for p in (*found.added, *found.changed)}
+        ctx.left_shas = {old[p].sha256 for p in (*found.changed, *found.removed) if p in old}
     return {"digest": ctx.manifest_digest}
 
 
@@ -216,20 +221,24 @@ def _parse(ctx: RunContext) -> dict:
         by_sha = {e.sha256: e.path for e in _current(ctx).values()}
         todo = [(by_sha[s], s) for s in pending if s not in known]
     batch: list[tuple[str, dict]] = []
+    failed: list[str] = []
     for i, (path, sha) in enumerate(todo, 1):
         try:
             raw = (ctx.config.root / path).read_bytes()
         except OSError as exc:
             ctx.report.errors.append((path, f"cannot read: {exc.strerror or exc}"))
+            failed.append(path)
             continue
         if hashlib.sha256(raw).hexdigest() != sha:
             # Changed between discover and parse: the next run picks the new version up.
             ctx.report.errors.append((path, "changed while indexing; indexed at next run"))
+            failed.append(path)
             continue
         try:
             doc = parse_document(raw, path)
         except Exception as exc:  # a parser bug must not lose the rest of the run
             ctx.report.errors.append((path, f"cannot parse: {type(exc).__name__}: {exc}"))
+            failed.append(path)
             continue
         if doc.error:
             ctx.report.errors.append((path, doc.error))
@@ -240,21 +249,25 @@ def _parse(ctx: RunContext) -> dict:
         ctx.tick("parse", i, len(todo))
     state.put_parsed(batch)
     ctx.report.parsed = len(todo)
-    _drop_unparsed(ctx)
+    _drop_unparsed(ctx, failed if pending is not None else None)
     return {"digest": _digest(_manifest_digest(ctx))}
 
 
-def _drop_unparsed(ctx: RunContext) -> None:
+def _drop_unparsed(ctx: RunContext, failed: list[str] | None) -> None:
     """Files that could not be read or parsed leave the manifest (reported, not indexed),
-    so they are retried on the next run and never reach pack."""
+    so they are retried on the next run and never reach pack. `failed`: this run's failures
+    when discover's changes are trusted (every other file was parsed by the last clean run);
+    None: look for unparsed files over the whole manifest (~0.4 s at 100k files)."""
     state = ctx.state
-    rows = state.db.execute(
-        "SELECT path FROM manifest WHERE sha256 NOT IN (SELECT sha256 FROM parsed)"
-    ).fetchall()
-    if rows:
-        state.replace_manifest([], [r[0] for r in rows])
+    if failed is None:
+        rows = state.db.execute(
+            "SELECT path FROM manifest WHERE sha256 NOT IN (SELECT sha256 FROM parsed)"
+        ).fetchall()
+        failed = [r[0] for r in rows]
+    if failed:
+        state.replace_manifest([], failed)
         entries = _current(ctx)
-        for (path,) in rows:
+        for path in failed:
             entries.pop(path, None)
         ctx.manifest_digest = None
 
@@ -392,10 +405,13 @@ def _pack(ctx: RunContext) -> dict:
         state=state,
     )
     ctx.report.index_bytes, ctx.report.chunks = pack(config.index_path, inp)
+    ctx.report.reused_files = inp.reused_files
     ctx.report.published = True
     state.set_value("published_digest", digest)
-    if ctx.changed_shas is None or ctx.report.removed or ctx.changed_shas:
+    if ctx.changed_shas is None:
         state.prune(chunk_key)
+    elif ctx.left_shas:
+        state.prune(chunk_key, ctx.left_shas)
     return {"digest": digest}
 
 

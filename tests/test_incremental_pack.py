@@ -1,0 +1,165 @@
+"""An incremental pack writes exactly the index a full pack writes from the same caches.
+
+Each step edits a real folder, runs an ingest (which reuses runs of rows of the previous
+index, the schema counts and the postings), then deletes the index and packs again from the
+caches alone; every table must be equal, row for row, and so must the footer's meta.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from mdvdb import index_format
+from mdvdb.config import load_config
+from pipeline import ingest
+from pipeline.splice import runs, splice
+
+TOPICS = {
+    "git": "commit branch merge rebase remote push pull tag history diff",
+    "cooking": "flour water yeast oven bake dough salt knead starter loaf",
+    "garden": "soil seed water compost prune bloom harvest mulch sunlight root",
+}
+
+
+def page(topic: str, i: int, rating: object = None, extra: str = "") -> str:
+    words = TOPICS[topic].split()
+    body = "\n\n".join(
+        f"## {words[(i + s) % len(words)].title()} {s}\n\n"
+        + " ".join(words[(i * 7 + s * 3 + k) % len(words)] for k in range(24))
+        for s in range(2 + i % 3)
+    )
+    rating_line = f"rating: {rating if rating is not None else 800 + i * 13}\n"
+    return (
+        f"---\ntitle: {topic.title()} note {i}\ntags: [{topic}, {words[i % len(words)]}]\n"
+        f"status: {['draft', 'review', 'published'][i % 3]}\n{rating_line}"
+        f"updated: 2026-0{1 + i % 9}-1{i % 9}\n{extra}---\n# {topic.title()} note {i}\n\n{body}\n"
+    )
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def tables_and_meta(path: Path) -> tuple[dict[str, pa.Table], dict]:
+    index = index_format.read_index(path)
+    tables = {name: table.combine_chunks() for name, table in index.tables.items()}
+    meta = {k: v for k, v in index.meta.items() if k != "written_at"}
+    return tables, meta
+
+
+def assert_same_as_full(root: Path) -> dict[str, pa.Table]:
+    """Ingest incrementally, then rebuild from the caches; the two indexes must be equal."""
+    config = load_config(root, environ={})
+    report = ingest.run(config)
+    assert report.published
+    incremental, inc_meta = tables_and_meta(config.index_path)
+    config.index_path.unlink()
+    assert ingest.run(config).published
+    full, full_meta = tables_and_meta(config.index_path)
+    assert sorted(incremental) == sorted(full)
+    for name in full:
+        assert incremental[name].schema.equals(full[name].schema, check_metadata=True), name
+        assert incremental[name].equals(full[name]), name
+    assert inc_meta == full_meta
+    return full
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "notes"
+    for i in range(36):
+        topic = list(TOPICS)[i % 3]
+        write(root, f"{topic}/note-{i:02d}.md", page(topic, i))
+    ingest.run(load_config(root, environ={}))
+    return root
+
+
+def schema_of(tables: dict[str, pa.Table]) -> dict[str, dict]:
+    rows = tables["schema"].to_pylist()
+    return {r["field"]: r for r in rows}
+
+
+def test_incremental_packs_equal_full_packs(corpus: Path):
+    root = corpus
+    # 1. One body edit in the middle.
+    path = root / "cooking/note-13.md"
+    path.write_text(path.read_text() + "\nA new line about sourdough kayaks.\n")
+    assert_same_as_full(root)
+
+    # 2. Adds (first, middle and last in path order), a removal, a rename.
+    write(root, "aaa/first.md", page("git", 100))
+    write(root, "garden/note-17b.md", page("garden", 101))
+    write(root, "zzz/last.md", page("garden", 102))
+    (root / "git/note-03.md").unlink()
+    shutil.move(root / "git/note-06.md", root / "git/renamed-06.md")
+    tables = assert_same_as_full(root)
+    paths = tables["files"].column("path").to_pylist()
+    assert paths == sorted(paths) and "git/renamed-06.md" in paths
+    assert "git/note-06.md" not in paths and "git/note-03.md" not in paths
+
+    # 3. A field's type changes: one rating becomes text, so `rating` is mixed.
+    write(root, "git/note-09.md", page("git", 9, rating='"very high"'))
+    tables = assert_same_as_full(root)
+    assert schema_of(tables)["rating"]["type"] == "mixed"
+    assert tables["files"].schema.field("fm:rating").type == pa.list_(pa.string())
+
+    # 4. ... and back: the only text rating goes, `rating` is a number again.
+    write(root, "git/note-09.md", page("git", 9))
+    tables = assert_same_as_full(root)
+    assert schema_of(tables)["rating"]["type"] == "number"
+
+    # 5. A new field on two files, then it disappears from both.
+    write(root, "git/note-12.md", page("git", 12, extra="owner: ana\n"))
+    write(root, "garden/note-14.md", page("garden", 14, extra="owner: {name: bo}\n"))
+    tables = assert_same_as_full(root)
+    assert schema_of(tables)["owner"]["type"] == "mixed"
+    write(root, "git/note-12.md", page("git", 12))
+    write(root, "garden/note-14.md", page("garden", 14, extra="owner:\n"))
+    tables = assert_same_as_full(root)
+    owner = schema_of(tables)["owner"]  # only a null value is left: known, no column
+    assert owner["files"] == 0 and owner["column"] is None
+    assert "fm:owner" not in tables["files"].column_names
+    write(root, "garden/note-14.md", page("garden", 14))
+    tables = assert_same_as_full(root)
+    assert "owner" not in schema_of(tables)
+
+    # 6. A file whose mtime alone changed (no publish for that) is rebuilt with its new
+    # mtime at the next pack, as a full pack would write it.
+    os.utime(root / "cooking/note-01.md", ns=(1_700_000_000_000_000_000,) * 2)
+    assert not ingest.run(load_config(root, environ={})).published
+    write(root, "git/note-00.md", page("git", 0) + "\nOne more line.\n")
+    tables = assert_same_as_full(root)
+    at = tables["files"].column("path").to_pylist().index("cooking/note-01.md")
+    assert tables["files"].column("mtime")[at].as_py() == 1_700_000_000.0
+
+
+def test_overlay_problems_stay_equal(corpus: Path):
+    root = corpus
+    (root / ".markdownvdb.schema.yml").write_text(
+        "fields:\n  status:\n    allowed: [draft, review]\n  owner:\n    required: true\n"
+    )
+    tables = assert_same_as_full(root)
+    before = tables["schema_problems"].num_rows
+    assert before > 0
+    write(root, "git/note-00.md", page("git", 0, extra="owner: ana\n"))
+    (root / "garden/note-02.md").unlink()
+    tables = assert_same_as_full(root)
+    assert tables["schema_problems"].num_rows < before
+
+
+def test_runs_and_splice():
+    source = [-1, 4, 5, 6, -1, -1, 0, 1, 9]
+    assert runs(source) == [(-1, 1), (4, 3), (-1, 2), (0, 2), (9, 1)]
+    old = pa.table({"x": list(range(10))})
+    fresh = pa.table({"x": [100, 101, 102]})
+    out = splice(old, fresh, source)
+    assert out.column("x").to_pylist() == [100, 4, 5, 6, 101, 102, 0, 1, 9]
+    arr = splice(old.column("x"), pa.array([7, 8, 9]), source)
+    assert arr.to_pylist() == [7, 4, 5, 6, 8, 9, 0, 1, 9]
