@@ -532,7 +532,7 @@ def load_stored(state: Any) -> StoredClusters | None:
     return StoredClusters(assignments, topics, info)
 
 
-def _assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarray]:
+def assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarray]:
     """Cluster id and similarity of every row of `files` whose path is assigned at the same
     content (-1 and 0.0 otherwise)."""
     paths = files.column("path").to_pylist()
@@ -549,22 +549,24 @@ def _assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarra
     return ids, similarity
 
 
-def with_cluster_ids(files: Any, state: Any, stored: StoredClusters | None = None) -> Any:
+def with_cluster_ids(files: Any, state: Any, ids: np.ndarray | None = None) -> Any:
     """The packed `files` table with its `cluster_id` column filled from the stage's result
     (all -1 when clustering is off: reused rows may carry ids from an earlier index).
-    `stored`: the stage's result when the caller already loaded it (pack does, once)."""
+    `ids`: the ids when the caller already has them (pack computes them once)."""
     import pyarrow as pa
 
-    if stored is None:
+    if ids is None:
         stored = load_stored(state)
-    ids = np.full(files.num_rows, -1, dtype=np.int32)
-    if stored is not None:
-        ids = _assigned(files, stored)[0]
+        ids = np.full(files.num_rows, -1, dtype=np.int32)
+        if stored is not None:
+            ids = assigned(files, stored)[0]
     column = files.schema.get_field_index("cluster_id")
     return files.set_column(column, "cluster_id", pa.array(ids, pa.int32()))
 
 
-def clusters_table(files: Any, state: Any, stored: StoredClusters | None = None) -> Any:
+def clusters_table(
+    files: Any, state: Any, stored: StoredClusters | None = None, similarity=None
+) -> Any:
     """The index's `clusters` table: one row per non-empty cluster, sizes and representative
     documents counted over the files being packed. The stage's summary (k, silhouette,
     documents assigned since the last full clustering) rides along as schema metadata."""
@@ -578,7 +580,8 @@ def clusters_table(files: Any, state: Any, stored: StoredClusters | None = None)
         return None
     ids = files.column("cluster_id").to_numpy()
     paths = files.column("path").to_pylist()
-    similarity = _assigned(files, stored)[1]
+    if similarity is None:
+        similarity = assigned(files, stored)[1]
     path_keys = np.array(paths, dtype=object)
     rows: dict[str, list] = {name: [] for name in index_format.CLUSTERS_SCHEMA.names}
     for cid, label, keywords, centroid in stored.topics:

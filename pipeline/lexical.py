@@ -396,11 +396,16 @@ def update_postings(
     row_of_rank = (np.cumsum(present) - 1).astype(np.int32)
     df = df_all[present].astype(np.int32)
     # Forward view: kept chunks' rows renumbered, fresh chunks' computed.
-    fwd_offsets, fwd_rows = _list_parts(old["lexical_forward"].column("term_rows"))
+    old_term_rows = _flat(old["lexical_forward"].column("term_rows"))
     renumber = row_of_rank[np.searchsorted(every, old_terms)]
-    kept_rows = pa.ListArray.from_arrays(
-        pa.array(fwd_offsets), pa.array(renumber[fwd_rows], pa.int32())
-    )
+    kept_rows = old_term_rows
+    if not np.array_equal(renumber, np.arange(len(old_terms), dtype=np.int32)):
+        # Terms came or went before some old ones: renumber every kept chunk's term rows
+        # (when none did, the old lists are spliced as they are, bytes copied file-to-file).
+        fwd_offsets, fwd_rows = _list_parts(old["lexical_forward"].column("term_rows"))
+        kept_rows = pa.ListArray.from_arrays(
+            pa.array(fwd_offsets), pa.array(renumber[fwd_rows], pa.int32())
+        )
     fresh_offsets = pa.array(store.starts.astype(np.int32), pa.int32())
     fresh_term_rows = row_of_rank[np.searchsorted(every, store.terms)]
     chunk_len = lengths[np.repeat(fresh_rows, np.diff(store.starts))]

@@ -132,17 +132,23 @@ def previous_rows(previous: index_format.IndexFile) -> int:
 def _file_source(entries: list[ManifestEntry], previous: index_format.IndexFile | None):
     """Per new file row, the row of the previous index with the same path, content and
     mtime, or -1: only such rows are identical to what a full rebuild would write."""
+    import pyarrow.compute as pc
+
     source = np.full(len(entries), -1, dtype=np.int64)
-    if previous is None:
+    if previous is None or not entries:
         return source
     old = previous.tables["files"]
-    row_of = {p: i for i, p in enumerate(old.column("path").to_pylist())}
-    shas = old.column("sha256").to_pylist()
-    mtimes = old.column("mtime").to_pylist()
-    for i, e in enumerate(entries):
-        j = row_of.get(e.path)
-        if j is not None and shas[j] == e.sha256 and mtimes[j] == e.mtime_ns / 1e9:
-            source[i] = j
+    paths = [e.path for e in entries]
+    shas = [e.sha256 for e in entries]
+    mtimes = np.array([e.mtime_ns for e in entries], dtype=np.int64) / 1e9
+    at = pc.index_in(pa.array(paths, pa.string()), value_set=old.column("path"))
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    rows = at.fill_null(0).to_numpy().astype(np.int64)
+    same = pc.equal(old.column("sha256").take(pa.array(rows)), pa.array(shas, pa.string()))
+    same = same.to_numpy(zero_copy_only=False)
+    same &= old.column("mtime").to_numpy()[rows] == mtimes
+    keep = found & same
+    source[keep] = rows[keep]
     return source
 
 
@@ -202,19 +208,25 @@ def assemble(index_path: Path, inp: PackInput) -> tuple[pa.Table, pa.Table]:
 FilesHook = Callable[[pa.Table, PackInput], pa.Table]
 
 
-def _stored_clusters(inp: PackInput):
-    """The cluster stage's result, read from the state once per pack (100k assignments)."""
-    from pipeline.cluster import load_stored
+def _stored_clusters(inp: PackInput, files: pa.Table):
+    """The cluster stage's result (read from the state once per pack: 100k assignments) and
+    each file row's (cluster id, similarity) under it."""
+    from pipeline.cluster import assigned, load_stored
 
     if inp.clusters is None:
-        inp.clusters = (load_stored(inp.state),)
-    return inp.clusters[0]
+        stored = load_stored(inp.state)
+        if stored is None:
+            found = (np.full(files.num_rows, -1, dtype=np.int32), None)
+        else:
+            found = assigned(files, stored)
+        inp.clusters = (stored, *found)
+    return inp.clusters
 
 
 def _cluster_ids(files: pa.Table, inp: PackInput) -> pa.Table:
     from pipeline.cluster import with_cluster_ids
 
-    return with_cluster_ids(files, inp.state, _stored_clusters(inp))
+    return with_cluster_ids(files, inp.state, _stored_clusters(inp, files)[1])
 
 
 FILES_HOOKS: list[FilesHook] = [_cluster_ids]
@@ -230,7 +242,8 @@ EXTRA_TABLES: dict[str, TableBuilder] = {"lexical": build_lexical_tables}
 def _clusters_table(files: pa.Table, chunks: pa.Table, inp: PackInput) -> pa.Table | None:
     from pipeline.cluster import clusters_table
 
-    return clusters_table(files, inp.state, _stored_clusters(inp))
+    stored, _, similarity = _stored_clusters(inp, files)
+    return clusters_table(files, inp.state, stored, similarity) if stored is not None else None
 
 
 EXTRA_TABLES["clusters"] = _clusters_table
