@@ -9,9 +9,11 @@ were chosen by measurement (docs/search-quality.md).
 Speed: analysing text is the slow part (~1.7 µs a word), so each chunk's analysed form (distinct
 term hashes, per-field counts, field lengths) is cached in the state folder (`Store`, one .npz),
 keyed by the chunk's SHA-256 (which covers the text and the parent headings) mixed with its
-heading and its file's title. A re-ingest analyses only new chunks; the postings for the whole
-corpus are then rebuilt from the cache with NumPy (one gather, one stable sort by term), which
-keeps them exact (idf and the average length change with every edit).
+heading and its file's title. A pack without a usable previous index analyses only chunks
+missing from the cache and builds the postings with NumPy (one gather, one stable sort by
+term). A pack over a previous index updates its postings instead (see "incremental update"
+below): only fresh chunks are analysed, and every weight is recomputed, which keeps them exact
+(idf and the average length change with every edit).
 """
 
 from __future__ import annotations
@@ -241,9 +243,15 @@ def bm25_weights(
     n = len(lengths)
     avg = float(lengths.mean()) or 1.0
     norm = params.k1 * (1.0 - params.b + params.b * lengths / avg)
-    saturated = tf * (params.k1 + 1.0) / (tf + norm[chunk_ids])
     idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
-    return (saturated * np.repeat(idf, df)).astype(np.float32)
+    # In place, term-major: tf * (k1 + 1) / (tf + norm) * idf, one buffer reused.
+    denominator = norm[chunk_ids]
+    denominator += tf
+    out = tf * np.float32(params.k1 + 1.0)
+    out /= denominator
+    del denominator
+    out *= np.repeat(idf, df)
+    return out.astype(np.float32, copy=False)
 
 
 def shares_of(tf: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -298,15 +306,19 @@ def build_postings(store: Store, params: Bm25fParams = PARAMS) -> Postings:
 # field-weighted tf (`lexical_tf`, term-major like `lexical`) and each chunk's field-weighted
 # length (`lexical_lengths`). An incremental pack drops the postings of chunks that left,
 # renumbers the rest (a monotone map: kept chunks keep their order), merges in the postings
-# of the fresh chunks (analysed now: they are few), and recomputes every weight with NumPy:
-# linear passes instead of a sort of every posting (0.5 s at 3.4M postings). The forward view
-# of kept chunks is spliced from the previous index with its term rows renumbered.
+# of the fresh chunks (analysed now: they are few) at their places, and recomputes every
+# weight with NumPy: linear passes instead of a sort of every posting (0.5 s at 3.4M). The
+# forward view of kept chunks is spliced from the previous index, its term rows renumbered
+# only when terms came or went.
 
 TF_TABLE = "lexical_tf"
 LENGTHS_TABLE = "lexical_lengths"
 # Above this share of fresh chunks a pack rebuilds from the analysis cache instead (and
 # refreshes that cache, which incremental packs leave alone).
 INCREMENTAL_MAX_FRESH = 0.2
+# Up to this many fresh postings of known terms are placed by a search each; more, by one
+# search over keys of every old posting.
+SEARCH_EACH_MAX = 2000
 
 
 def _flat(column) -> pa.Array:
@@ -359,39 +371,53 @@ def update_postings(
     old_lengths = _flat(old[LENGTHS_TABLE].column("length")).to_numpy()
     kept = np.flatnonzero(source >= 0)
     fresh_rows = np.flatnonzero(source < 0)
-    new_of_old = np.full(len(old_lengths), -1, dtype=np.int64)
+    new_of_old = np.full(len(old_lengths), -1, dtype=np.int32)
     new_of_old[source[kept]] = kept
-    # Old postings, term-major, without the chunks that left.
+    # Old postings, term-major, renumbered, without the chunks that left.
     old_terms = old["lexical"].column("term").to_numpy()
     old_offsets, old_chunks = _list_parts(old["lexical"].column("chunk_ids"))
-    old_tf = _flat(old[TF_TABLE].column("tf")).to_numpy()
+    tf = _flat(old[TF_TABLE].column("tf")).to_numpy()
     old_df = np.diff(old_offsets)
     chunk_ids = new_of_old[old_chunks]
-    alive = chunk_ids >= 0
-    term_idx = np.repeat(np.arange(len(old_terms), dtype=np.int64), old_df)[alive]
-    chunk_ids, tf = chunk_ids[alive], old_tf[alive]
-    # Fresh postings, sorted by (term, chunk).
+    if len(kept) < len(old_lengths):
+        alive = chunk_ids >= 0
+        old_df = np.bincount(
+            np.repeat(np.arange(len(old_terms)), old_df)[alive], minlength=len(old_terms)
+        )
+        chunk_ids, tf = chunk_ids[alive], tf[alive]
+    # Fresh postings (analysed now), sorted by (term, chunk).
     store = _analyse_rows(files, chunks, fresh_rows)
-    fresh_chunk = np.repeat(fresh_rows, np.diff(store.starts))
+    fresh_chunk = np.repeat(fresh_rows, np.diff(store.starts)).astype(np.int32)
     fresh_tf = weighted(store.counts, params)
     lengths = np.zeros(n, dtype=np.float32)
     lengths[kept] = old_lengths[source[kept]]
     lengths[fresh_rows] = weighted(store.lengths, params)
     if n == 0 or (not len(chunk_ids) and not len(store.terms)):
         return _empty_postings(n)
-    # Merge on (term rank, chunk) in the union of old and fresh terms.
-    every = np.union1d(old_terms, store.terms)
-    width = np.int64(n + 1)
-    old_keys = np.searchsorted(every, old_terms)[term_idx] * width + chunk_ids
-    fresh_keys = np.searchsorted(every, store.terms).astype(np.int64) * width + fresh_chunk
-    order = np.argsort(fresh_keys, kind="stable")
-    fresh_keys, fresh_chunk, fresh_tf = fresh_keys[order], fresh_chunk[order], fresh_tf[order]
-    at = np.searchsorted(old_keys, fresh_keys)
-    keys = np.insert(old_keys, at, fresh_keys)
-    chunk_ids = np.insert(chunk_ids, at, fresh_chunk).astype(np.int32)
-    tf = np.insert(tf, at, fresh_tf).astype(np.float32)
-    ranks = keys // width
-    df_all = np.bincount(ranks, minlength=len(every))
+    order = np.lexsort((fresh_chunk, store.terms))
+    fresh_terms, fresh_chunk, fresh_tf = store.terms[order], fresh_chunk[order], fresh_tf[order]
+    # Where each fresh posting goes among the old ones: at its term's place (the start of
+    # the next old term when the term is new), then by chunk inside the term.
+    starts = np.r_[0, np.cumsum(old_df)]
+    row = np.searchsorted(old_terms, fresh_terms)
+    known = row < len(old_terms)
+    known[known] = old_terms[row[known]] == fresh_terms[known]
+    at = starts[row]
+    inside = np.flatnonzero(known)
+    if len(inside) <= SEARCH_EACH_MAX:  # an edit: a search in each term's own postings
+        for i in inside.tolist():
+            a, b = starts[row[i]], starts[row[i] + 1]
+            at[i] = a + np.searchsorted(chunk_ids[a:b], fresh_chunk[i])
+    else:  # many: one search over (term, chunk) keys of every old posting
+        width = np.int64(n + 1)
+        keys = np.repeat(np.arange(len(old_terms), dtype=np.int64), old_df) * width + chunk_ids
+        at[inside] = np.searchsorted(keys, row[inside] * width + fresh_chunk[inside])
+    chunk_ids = np.insert(chunk_ids, at, fresh_chunk)
+    tf = np.insert(tf, at, fresh_tf)
+    every = np.union1d(old_terms, fresh_terms)
+    df_all = np.zeros(len(every), dtype=np.int64)
+    df_all[np.searchsorted(every, old_terms)] += old_df
+    np.add.at(df_all, np.searchsorted(every, fresh_terms), 1)
     present = df_all > 0
     row_of_rank = (np.cumsum(present) - 1).astype(np.int32)
     df = df_all[present].astype(np.int32)

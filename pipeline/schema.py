@@ -1,4 +1,7 @@
-"""The frontmatter schema: inferred from every file on each ingest, merged with the overlay.
+"""The frontmatter schema: inferred from every file's frontmatter, merged with the overlay.
+
+(`pipeline.schema_pack` keeps the inference's counts in the index so that an ingest only
+subtracts and adds the frontmatter of the files it changed.)
 
 Inference answers "what fields exist?" for agents: each field's type (mixed types are reported
 as `mixed`, not guessed away), how many files have it, and its values with counts when there

@@ -16,7 +16,8 @@ import pytest
 
 from mdvdb import index_format
 from mdvdb.config import load_config
-from pipeline import ingest
+from pipeline import ingest, lexical
+from pipeline import splice as splice_module
 from pipeline.splice import runs, splice
 
 TOPICS = {
@@ -148,6 +149,24 @@ def test_incremental_packs_equal_full_packs(corpus: Path):
     tables = assert_same_as_full(root, touched=1)
     at = tables["files"].column("path").to_pylist().index("cooking/note-01.md")
     assert tables["files"].column("mtime")[at].as_py() == 1_700_000_000.0
+
+
+def test_large_changes_take_the_other_paths_and_stay_equal(
+    corpus: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Many scattered edits: rows gathered instead of sliced, fresh postings placed by one
+    search; then more than a fifth of the chunks fresh: postings rebuilt from the cache."""
+    root = corpus
+    monkeypatch.setattr(splice_module, "MAX_RUNS", 2)
+    monkeypatch.setattr(lexical, "SEARCH_EACH_MAX", 0)
+    for i in (1, 8, 20, 31):
+        topic = list(TOPICS)[i % 3]
+        write(root, f"{topic}/note-{i:02d}.md", page(topic, i) + "\nscattered edit words\n")
+    assert_same_as_full(root)
+    for i in range(0, 36, 2):
+        topic = list(TOPICS)[i % 3]
+        write(root, f"{topic}/note-{i:02d}.md", page(topic, i + 50))
+    assert_same_as_full(root)
 
 
 def test_overlay_problems_stay_equal(corpus: Path):
