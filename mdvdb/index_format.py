@@ -467,7 +467,9 @@ class _Sink:
     def __init__(self, fd: int, source: IndexFile | None):
         self.fd = fd
         self.at = 0
-        self.source = source if source is not None and source.source is not None else None
+        usable = source is not None and source.source is not None
+        # copy_file_range is Linux's; elsewhere the bytes go through memory.
+        self.source = source if usable and hasattr(os, "copy_file_range") else None
 
     def write(self, data: Any) -> None:
         if self.source is not None and self._copy(data):

@@ -525,12 +525,22 @@ def task_pack():
             result_dep("cluster"),
             result_dep("schema"),
             # One config_changed per task: doit keeps a single saved value for all of them.
-            config_changed({**_settings(), "lexical": _lexical_settings()}),
+            config_changed(
+                {**_settings(), "lexical": _lexical_settings(), "format": _format_version()}
+            ),
             _index_is_current,
         ],
         "verbosity": 0,
         "clean": [_clean_index],
     }
+
+
+def _format_version() -> int:
+    """A new index format rebuilds the index on the next plain `mdvdb ingest` (pack cannot
+    reuse an index it cannot read, and would otherwise think the old one current)."""
+    from mdvdb.index_format import FORMAT_VERSION
+
+    return FORMAT_VERSION
 
 
 def _lexical_settings() -> dict:

@@ -19,6 +19,7 @@ from mdvdb.config import load_config
 from pipeline import ingest, lexical
 from pipeline import splice as splice_module
 from pipeline.splice import runs, splice
+from tests.conftest import run_cli
 
 TOPICS = {
     "git": "commit branch merge rebase remote push pull tag history diff",
@@ -192,3 +193,29 @@ def test_runs_and_splice():
     assert out.column("x").to_pylist() == [100, 4, 5, 6, 101, 102, 0, 1, 9]
     arr = splice(old.column("x"), pa.array([7, 8, 9]), source)
     assert arr.to_pylist() == [7, 4, 5, 6, 8, 9, 0, 1, 9]
+
+
+def test_an_index_of_format_1_is_refused_then_rebuilt_by_a_plain_ingest(corpus: Path):
+    config = load_config(corpus, environ={})
+    raw = bytearray(config.index_path.read_bytes())
+    raw[8:12] = (1).to_bytes(4, "little")  # the header's format version
+    config.index_path.write_bytes(bytes(raw))
+    out = run_cli("search", "commit", "--root", str(corpus))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "format 1" in out.stderr and "mdvdb ingest --full" in out.stderr
+    report = ingest.run(config)  # no file changed, but the index is of an old format
+    assert report.published and report.reused_files == 0
+    assert run_cli("search", "commit", "--root", str(corpus)).returncode == 0
+
+
+def test_a_footer_pointing_outside_the_file_is_a_clear_error(corpus: Path):
+    config = load_config(corpus, environ={})
+    raw = config.index_path.read_bytes()
+    footer_len = int.from_bytes(raw[-16:-8], "little")
+    footer = raw[-16 - footer_len : -16]
+    bad = footer.replace(b'"rows":', b'"rows":9', 1)  # a row count the buffers cannot hold
+    config.index_path.write_bytes(
+        raw[: -16 - footer_len] + bad + len(bad).to_bytes(8, "little") + raw[-8:]
+    )
+    with pytest.raises(index_format.IndexFormatError, match="unreadable"):
+        index_format.read_index(config.index_path)
