@@ -135,9 +135,9 @@ def _file_source(entries: list[ManifestEntry], previous: index_format.IndexFile 
     import pyarrow.compute as pc
 
     source = np.full(len(entries), -1, dtype=np.int64)
-    if previous is None or not entries:
+    old = previous.tables["files"] if previous is not None else None
+    if old is None or not old.num_rows or not entries:
         return source
-    old = previous.tables["files"]
     paths = [e.path for e in entries]
     shas = [e.sha256 for e in entries]
     mtimes = np.array([e.mtime_ns for e in entries], dtype=np.int64) / 1e9

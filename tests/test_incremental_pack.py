@@ -170,6 +170,16 @@ def test_large_changes_take_the_other_paths_and_stay_equal(
     assert_same_as_full(root)
 
 
+def test_from_an_empty_index_and_back(corpus: Path):
+    for path in sorted(corpus.rglob("*.md")):
+        path.unlink()
+    tables = assert_same_as_full(corpus)
+    assert tables["files"].num_rows == 0 and tables["lexical"].num_rows == 0
+    write(corpus, "new/one.md", page("git", 1))
+    tables = assert_same_as_full(corpus)
+    assert tables["files"].column("path").to_pylist() == ["new/one.md"]
+
+
 def test_overlay_problems_stay_equal(corpus: Path):
     root = corpus
     (root / ".markdownvdb.schema.yml").write_text(
