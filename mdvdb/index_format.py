@@ -251,8 +251,8 @@ class IndexFile:
 
 def column_array(table: pa.Table, name: str) -> pa.Array:
     """One column as one Array, still over the map. `combine_chunks()` copies even a single
-    chunk (41 MB of vectors on tldr, ~60 ms a cold query); every table here is written as
-    one record batch, so the copy is only for tables someone built in several pieces."""
+    chunk (41 MB of vectors on tldr, ~60 ms a cold query); every column of a read index is
+    one array, so the copy is only for tables someone built in several pieces."""
     column = table.column(name)
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 

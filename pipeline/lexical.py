@@ -321,12 +321,8 @@ INCREMENTAL_MAX_FRESH = 0.2
 SEARCH_EACH_MAX = 2000
 
 
-def _flat(column) -> pa.Array:
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-
-
-def _list_parts(column) -> tuple[np.ndarray, np.ndarray]:
-    array = _flat(column)
+def _list_parts(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    array = index_format.column_array(table, name)
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[
         array.offset : array.offset + len(array) + 1
     ]
@@ -368,15 +364,15 @@ def update_postings(
 ) -> Postings:
     """The postings of the new chunks from the previous index's and the fresh chunks'."""
     n = len(source)
-    old_lengths = _flat(old[LENGTHS_TABLE].column("length")).to_numpy()
+    old_lengths = index_format.column_array(old[LENGTHS_TABLE], "length").to_numpy()
     kept = np.flatnonzero(source >= 0)
     fresh_rows = np.flatnonzero(source < 0)
     new_of_old = np.full(len(old_lengths), -1, dtype=np.int32)
     new_of_old[source[kept]] = kept
     # Old postings, term-major, renumbered, without the chunks that left.
     old_terms = old["lexical"].column("term").to_numpy()
-    old_offsets, old_chunks = _list_parts(old["lexical"].column("chunk_ids"))
-    tf = _flat(old[TF_TABLE].column("tf")).to_numpy()
+    old_offsets, old_chunks = _list_parts(old["lexical"], "chunk_ids")
+    tf = index_format.column_array(old[TF_TABLE], "tf").to_numpy()
     old_df = np.diff(old_offsets)
     chunk_ids = new_of_old[old_chunks]
     if len(kept) < len(old_lengths):
@@ -422,13 +418,13 @@ def update_postings(
     row_of_rank = (np.cumsum(present) - 1).astype(np.int32)
     df = df_all[present].astype(np.int32)
     # Forward view: kept chunks' rows renumbered, fresh chunks' computed.
-    old_term_rows = _flat(old["lexical_forward"].column("term_rows"))
+    old_term_rows = index_format.column_array(old["lexical_forward"], "term_rows")
     renumber = row_of_rank[np.searchsorted(every, old_terms)]
     kept_rows = old_term_rows
     if not np.array_equal(renumber, np.arange(len(old_terms), dtype=np.int32)):
         # Terms came or went before some old ones: renumber every kept chunk's term rows
         # (when none did, the old lists are spliced as they are, bytes copied file-to-file).
-        fwd_offsets, fwd_rows = _list_parts(old["lexical_forward"].column("term_rows"))
+        fwd_offsets, fwd_rows = _list_parts(old["lexical_forward"], "term_rows")
         kept_rows = pa.ListArray.from_arrays(
             pa.array(fwd_offsets), pa.array(renumber[fwd_rows], pa.int32())
         )
@@ -450,7 +446,7 @@ def update_postings(
             source,
         ),
         forward_shares=splice(
-            _flat(old["lexical_forward"].column("shares")),
+            index_format.column_array(old["lexical_forward"], "shares"),
             pa.ListArray.from_arrays(fresh_offsets, pa.array(fresh_shares, pa.float32())),
             source,
         ),
