@@ -504,7 +504,11 @@ def _assign(
 class StoredClusters:
     """The stage's result as pack needs it."""
 
-    assignments: dict[str, tuple[int, float, str]]  # path -> (cluster id, cosine, file sha)
+    # Assigned documents, column by column (100k of them: no Python object per document).
+    paths: list[str]
+    cluster_ids: np.ndarray  # int32
+    similarity: np.ndarray  # float64, cosine to the centroid
+    shas: list[str]  # the file content each assignment was made for
     topics: list[tuple[int, str, list[str], np.ndarray]]  # id, label, keywords, centroid
     info: dict[str, Any]
 
@@ -517,35 +521,43 @@ def load_stored(state: Any) -> StoredClusters | None:
     info = state.get_value(STATE_KEY)
     if not info:
         return None
-    assignments = {
-        path: (cid, sim, sha)
-        for path, cid, sim, sha in state.db.execute(
-            "SELECT path, cluster_id, similarity, sha256 FROM cluster_docs"
-        )
-    }
+    rows = state.db.execute(
+        "SELECT path, cluster_id, similarity, sha256 FROM cluster_docs"
+    ).fetchall()
+    paths, ids, sims, shas = zip(*rows, strict=True) if rows else ((), (), (), ())
     topics = [
         (cid, label, json.loads(keywords), np.frombuffer(blob, dtype=np.float32))
         for cid, label, keywords, blob in state.db.execute(
             "SELECT cluster_id, label, keywords, centroid FROM cluster_topics ORDER BY cluster_id"
         )
     ]
-    return StoredClusters(assignments, topics, info)
+    return StoredClusters(
+        list(paths),
+        np.array(ids, dtype=np.int32),
+        np.array(sims, dtype=np.float64),
+        list(shas),
+        topics,
+        info,
+    )
 
 
 def assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarray]:
-    """Cluster id and similarity of every row of `files` whose path is assigned at the same
-    content (-1 and 0.0 otherwise)."""
-    paths = files.column("path").to_pylist()
-    shas = files.column("sha256").to_pylist()
-    hits = stored.assignments
-    missing = (-1, 0.0, None)
-    found = [hits.get(p, missing) for p in paths]
-    ids = np.fromiter(
-        (h[0] if h[2] == sha else -1 for h, sha in zip(found, shas, strict=True)),
-        dtype=np.int32,
-        count=len(found),
-    )
-    similarity = np.fromiter((h[1] for h in found), dtype=np.float64, count=len(found))
+    """Cluster id and similarity of every row of `files`: the id only where the path is
+    assigned at the same content (-1 otherwise), the similarity wherever the path is
+    assigned (0.0 otherwise). One hash join in Arrow, no loop over 100k rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = files.num_rows
+    if not stored.paths or not n:
+        return np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.float64)
+    at = pc.index_in(files.column("path"), value_set=pa.array(stored.paths, pa.string()))
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    rows = at.fill_null(0).to_numpy().astype(np.int64)
+    same = pc.equal(files.column("sha256"), pa.array(stored.shas, pa.string()).take(rows))
+    same = same.to_numpy(zero_copy_only=False) & found
+    ids = np.where(same, stored.cluster_ids[rows], -1).astype(np.int32)
+    similarity = np.where(found, stored.similarity[rows], 0.0)
     return ids, similarity
 
 

@@ -29,7 +29,7 @@ from pipeline.state import ManifestEntry
 
 @dataclass
 class PackInput:
-    entries: list[ManifestEntry]  # every current file
+    entries: list[ManifestEntry]  # every current file (any order: pack sorts them by path)
     dimensions: int
     build_key: str  # model key + chunking key: what makes old rows reusable
     # sha -> {"title", "metadata", "error", "chunks"} for the files that must be read fresh

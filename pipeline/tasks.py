@@ -385,7 +385,7 @@ def _pack(ctx: RunContext) -> dict:
     config, state, provider = ctx.config, ctx.state, ctx.provider
     key, chunk_key = model_key(provider), _chunk_key(config)
     digest = _digest(_manifest_digest(ctx), chunk_key, key)
-    entries = sorted(_current(ctx).values(), key=lambda e: e.path)
+    entries = list(_current(ctx).values())  # pack puts them in path order
     meta = {
         "digest": digest,
         "provider": provider.name,
