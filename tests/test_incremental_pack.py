@@ -229,3 +229,40 @@ def test_a_footer_pointing_outside_the_file_is_a_clear_error(corpus: Path):
     )
     with pytest.raises(index_format.IndexFormatError, match="unreadable"):
         index_format.read_index(config.index_path)
+
+
+def test_copying_from_the_previous_index_falls_back_to_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Slices of the previous index are copied file-to-file; where the file system refuses
+    (EXDEV, ENOSYS...) after some bytes, the rest goes through memory and the file is the same."""
+    import errno
+
+    import numpy as np
+
+    table = pa.table(
+        {
+            "n": pa.array(np.arange(100_000, dtype=np.int64)),
+            "s": pa.array([f"row {i}" for i in range(100_000)]),
+        }
+    )
+    index_format.write_index(tmp_path / "a.index", {"t": table}, {})
+    previous = index_format.read_index(tmp_path / "a.index")
+    old = previous.tables["t"]
+    spliced = pa.concat_tables([old.slice(50_000), table.slice(0, 10), old.slice(0, 50_000)])
+    index_format.write_index(tmp_path / "copied.index", {"t": spliced}, {}, source=previous)
+    real = os.copy_file_range
+    calls = []
+
+    def refuses_after_one(src, dst, count, offset_src=None, offset_dst=None):
+        calls.append(count)
+        if len(calls) > 1:
+            raise OSError(errno.EXDEV, "cross-device")
+        return real(src, dst, min(count, 4096), offset_src, offset_dst)
+
+    monkeypatch.setattr(os, "copy_file_range", refuses_after_one)
+    index_format.write_index(tmp_path / "fallback.index", {"t": spliced}, {}, source=previous)
+    assert len(calls) == 2  # one partial copy, one refusal, then plain writes only
+    want = spliced.combine_chunks()
+    for name in ("copied.index", "fallback.index"):
+        assert index_format.read_index(tmp_path / name).tables["t"].equals(want), name
