@@ -316,3 +316,65 @@ def test_get_document_status_and_a_newer_index(answers: dict, folder: Path):
     assert answers["after"].structured_content["results"][0]["path"] == "rust.md"
     off = answers["off"]
     assert off.is_error and "switched off" in off.content[0].text
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_http_transport_on_loopback_only(tmp_path: Path):
+    """`mdvdb mcp --http PORT`: the same tools over streamable HTTP, bound to 127.0.0.1."""
+    import socket
+    import subprocess
+    import time
+
+    from mcp.client.streamable_http import streamable_http_client
+
+    root = tmp_path / "notes"
+    shutil.copytree(FIXTURES / "notes", root)
+    assert run_cli("ingest", "--root", str(root)).returncode == 0
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", "mcp", "--http", str(port), "--root", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, server.stderr.read().decode()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "mdvdb mcp --http never listened"
+                time.sleep(0.2)
+        with open("/proc/net/tcp") as table:  # the listening socket's local address
+            listening = [
+                line.split()[1] for line in table.read().splitlines()[1:] if line.split()[3] == "0A"
+            ]
+        assert f"0100007F:{port:04X}" in listening  # 127.0.0.1, not 0.0.0.0
+        assert f"00000000:{port:04X}" not in listening
+
+        async def call():
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with (
+                streamable_http_client(url) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                tools = {t.name for t in (await session.list_tools()).tools}
+                found = await session.call_tool("search", {"query": "extract a tar archive"})
+                return tools, found
+
+        tools, found = asyncio.run(call())
+        assert tools == TOOLS
+        assert not found.is_error
+        assert found.structured_content["results"][0]["path"] == "tar.md"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
