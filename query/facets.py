@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mdvdb import index_format
 from query.filters import Filter
 
 if TYPE_CHECKING:
@@ -35,22 +34,15 @@ def facets_of(index: Index, tag: str | None, category: str | None) -> list[Facet
 
 def known_values(index: Index, field: str) -> list[str]:
     """Every value of `field` in the index (list items one by one), sorted, no duplicates."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    from query.schema import load_schema
+    from query.schema import field_strings, load_schema
 
     snap = index.snapshot
-    info = load_schema(snap).get(field)
-    files = snap.table("files")
-    if info is None or info.column is None or info.column not in files.column_names:
+    column = field_strings(snap, load_schema(snap).get(field))
+    if column is None:
         return []
-    column = index_format.column_array(files, info.column)
-    if pa.types.is_list(column.type):
-        column = pc.list_flatten(column)
-    if not pa.types.is_string(column.type):
-        column = pc.cast(column, pa.string())
-    return sorted(v for v in pc.unique(column.drop_null()).to_pylist() if v != "")
+    return sorted(v for v in pc.unique(column).to_pylist() if v != "")
 
 
 def unmatched(index: Index, facet: Facet) -> list[str] | None:

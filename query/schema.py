@@ -117,19 +117,30 @@ def overlay_is_stale(index: Index) -> bool:
     return digest != load_schema(index.snapshot).overlay_digest
 
 
-def value_counts(snapshot: Snapshot, info: FieldInfo) -> list[tuple[str, int]]:
-    """Every value of one field with the number of files holding it (list items one by one),
-    most common first: the whole distribution, where `FieldInfo.values` stops at a few."""
+def field_strings(snapshot: Snapshot, info: FieldInfo | None):
+    """A field's typed column as one flat array of strings, list items one by one (None when
+    no file has the field): what value listings and counts are taken over."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     files = snapshot.table("files")
-    if info.column is None or info.column not in files.column_names:
-        return []
+    if info is None or info.column is None or info.column not in files.column_names:
+        return None
     column = index_format.column_array(files, info.column)
     if pa.types.is_list(column.type):
         column = pc.list_flatten(column)
     if not pa.types.is_string(column.type):
         column = pc.cast(column, pa.string())
-    counted = pc.value_counts(column.drop_null()).to_pylist()
+    return column.drop_null()
+
+
+def value_counts(snapshot: Snapshot, info: FieldInfo) -> list[tuple[str, int]]:
+    """Every value of one field with the number of files holding it (list items one by one),
+    most common first: the whole distribution, where `FieldInfo.values` stops at a few."""
+    import pyarrow.compute as pc
+
+    column = field_strings(snapshot, info)
+    if column is None:
+        return []
+    counted = pc.value_counts(column).to_pylist()
     return sorted(((c["values"], c["counts"]) for c in counted), key=lambda vc: (-vc[1], vc[0]))
