@@ -160,13 +160,14 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     `request` holds the other `SearchRequest` fields."""
     from query import open_index
     from query.filters import FilterError
-    from query.request import SearchRequest, run
+    from query.request import SearchRequest
+    from query.request import run as run_request
 
     index = open_index(config=config)
     wanted = SearchRequest(limit=limit or default_cap(config), **request)
     try:
         with index.pinned():
-            outcome = run(index, wanted)
+            outcome = run_request(index, wanted)
     except FilterError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     if outcome.no_such_value is not None:
