@@ -12,7 +12,6 @@ Figures depend on the install: an editable install adds ~13 ms to every interpre
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import corpus, median_ms, print_table, run  # noqa: E402
+from bench.common import ingested_tldr_args, median_ms, print_table, run  # noqa: E402
 
 QUERY = "extract a tar archive"
 
@@ -92,14 +91,7 @@ async def mcp_calls(root: Path, runs: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", type=Path, default=None, help="an ingested tldr folder")
-    parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    root = args.root or corpus("tldr")
-    if not (root / ".markdownvdb.index").exists():
-        subprocess.run(["mdvdb", "ingest", "--quiet", "--root", str(root)], check=True)
+    args, root = ingested_tldr_args()
 
     phases: dict[str, list[float]] = {}
     interp = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -33,6 +34,20 @@ def corpus(name: str) -> Path:
         with tarfile.open(SHARED / ARCHIVES[name]) as tar:
             tar.extractall(WORK / "corpora", filter="data")
     return target
+
+
+def ingested_tldr_args() -> tuple[argparse.Namespace, Path]:
+    """`--root` (an ingested tldr; default: unpack and ingest one), `--runs`, `--json`: the
+    arguments of the benches that time calls against a ready index."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", type=Path, default=None, help="an ingested tldr folder")
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    root = args.root or corpus("tldr")
+    if not (root / ".markdownvdb.index").exists():
+        subprocess.run(["mdvdb", "ingest", "--quiet", "--root", str(root)], check=True)
+    return args, root
 
 
 def machine() -> str:

@@ -11,16 +11,14 @@ MCP answer's text, what a model reads, against the CLI's JSON output.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import corpus, median_ms, print_table, run  # noqa: E402
+from bench.common import ingested_tldr_args, median_ms, print_table, run  # noqa: E402
 
 # (case, tool, arguments, the same on the command line)
 CASES = [
@@ -101,14 +99,7 @@ async def measure(root: Path, runs: int) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", type=Path, default=None, help="an ingested tldr folder")
-    parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    root = args.root or corpus("tldr")
-    if not (root / ".markdownvdb.index").exists():
-        subprocess.run(["mdvdb", "ingest", "--quiet", "--root", str(root)], check=True)
+    args, root = ingested_tldr_args()
     rows = asyncio.run(measure(root, args.runs))
     print_table("MCP tool call (live session) vs the CLI command cold, tldr", rows, args.json)
 
