@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import ingested_tldr_args, median_ms, print_table, run  # noqa: E402
+from bench.common import ingested_tldr_args, mcp_session, median_ms, print_table, run  # noqa: E402
 
 QUERY = "extract a tar archive"
 
@@ -74,14 +74,8 @@ def cli(root: Path, warm: bool) -> float:
 
 
 async def mcp_calls(root: Path, runs: int) -> list[float]:
-    from mcp import ClientSession, StdioServerParameters, stdio_client
-
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(root)]
-    )
     samples = []
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+    async with mcp_session(root) as session:
         await session.call_tool("search", {"query": QUERY})
         for _ in range(runs):
             start = time.perf_counter()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import statistics
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -48,6 +50,19 @@ def ingested_tldr_args() -> tuple[argparse.Namespace, Path]:
     if not (root / ".markdownvdb.index").exists():
         subprocess.run(["mdvdb", "ingest", "--quiet", "--root", str(root)], check=True)
     return args, root
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(root: Path):
+    """An initialised MCP client session on a spawned `mdvdb mcp` serving `root`."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(root)]
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
 
 
 def machine() -> str:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import ingested_tldr_args, median_ms, print_table, run  # noqa: E402
+from bench.common import ingested_tldr_args, mcp_session, median_ms, print_table, run  # noqa: E402
 
 # (case, tool, arguments, the same on the command line)
 CASES = [
@@ -67,14 +67,8 @@ def cli(root: Path, argv: list[str]) -> tuple[float, int]:
 
 
 async def measure(root: Path, runs: int) -> list[dict]:
-    from mcp import ClientSession, StdioServerParameters, stdio_client
-
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(root)]
-    )
     rows = []
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+    async with mcp_session(root) as session:
         for case, tool, arguments, argv in CASES:
             first = await session.call_tool(tool, arguments)
             assert not first.is_error, first.content

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from mcp.types import CallToolResult, TextContent
 
 from mdvdb import mcp_tools
+from mdvdb.cli.errors import USER_ERRORS, is_user_error
 from mdvdb.config import Config
 
 INSTRUCTIONS = (
@@ -112,15 +113,11 @@ pairs, when there are few), and from the .markdownvdb.schema.yml overlay when it
 them: "description", "allowed", "required"}]}. field="NAME" returns that one field with every
 value and its file count, most common first (up to 200)."""
 
-USER_ERRORS = {
+# The CLI's list of expected library failures, and those only a tool call can meet (the CLI
+# reports them its own way: configuration is a usage error, grep and requests parse first).
+TOOL_ERRORS = USER_ERRORS | {
     "ConfigError",
-    "FilterError",
     "GrepError",
-    "IndexFormatError",
-    "IngestError",
-    "LockBusy",
-    "ProviderError",
-    "QueryError",
     "RequestError",
     "SourceError",
     "ToolProblem",
@@ -136,7 +133,7 @@ def tool_errors() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if any(cls.__name__ in USER_ERRORS for cls in type(exc).__mro__):
+        if is_user_error(exc, TOOL_ERRORS):
             raise ToolError(str(exc)) from None
         raise
 

@@ -15,7 +15,6 @@ from mdvdb.cli.errors import (  # noqa: F401 - re-exported for the command modul
     EXIT_STALE,
     EXIT_USAGE,
     CliError,
-    fail,
     load,
     print_json,
     refuse_if_off,

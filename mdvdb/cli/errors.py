@@ -61,8 +61,8 @@ def user_errors() -> Iterator[None]:
         raise
 
 
-def is_user_error(exc: BaseException) -> bool:
-    return any(cls.__name__ in USER_ERRORS for cls in type(exc).__mro__)
+def is_user_error(exc: BaseException, names: frozenset[str] = USER_ERRORS) -> bool:
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
 
 
 def load(root: Path | str | None):

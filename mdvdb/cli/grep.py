@@ -12,7 +12,8 @@ import argparse
 import os
 import sys
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from mdvdb.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+
 HELP = "Exact text search over the source folders with ripgrep (no index needed)."
 
 
