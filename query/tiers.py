@@ -1,5 +1,6 @@
 """Title-first tiers (the `kb-search` behaviour): documents whose title or a heading
-contains every word of the query come first, one entry each; content matches follow.
+contains every word of the query come first, one entry each (their best section); content
+matches follow, the other sections of those documents included.
 
 A title match is found over the whole candidate set, not only among the best-scoring
 sections, so an exact title is never lost below the cap: two masked searches (title
@@ -134,6 +135,22 @@ class _Lowered:
         # first call imports numpy.ma (~7 ms of a cold query)
         return rows[np.concatenate(([True], rows[1:] != rows[:-1]))] if len(rows) else rows
 
+    def equal_rows(self, name: str, before: str, whole: bool = True) -> np.ndarray:
+        """Rows that end with `name`: the whole row (`whole`), or a tail of it just after the
+        character `before` ("." for the last part of a dotted API name, "/" for a file name
+        in a path)."""
+        text, rows = self.text, []
+        at = text.find(name)
+        while at >= 0:
+            end = at + len(name)
+            row = int(np.searchsorted(self.starts, at, side="right")) - 1
+            if end == self.ends[row]:
+                starts_here = at == self.starts[row]
+                if starts_here if whole else (not starts_here and text[at - 1] == before):
+                    rows.append(row)
+            at = text.find(name, at + 1)
+        return np.asarray(rows, dtype=np.int64)
+
     def containing_all(self, words: list[str]) -> np.ndarray:
         rows = None
         for word in sorted(words, key=len, reverse=True):  # long words are the rarer ones
@@ -156,7 +173,13 @@ def tiered_search(
     candidates = candidate_mask(index, filters)
     if candidates is None:
         candidates = np.ones(snap.chunk_file_ids.shape[0], dtype=bool)
-    titled = title_files(snap, query_words(query))[snap.chunk_file_ids]
+    from query.fusion import current
+
+    params = current()
+    words = query_words(query) if params.title_tiers else []
+    if params.title_tier_max_words and len(words) > params.title_tier_max_words:
+        words = []  # a question, not a title: rank it on its content
+    titled = title_files(snap, words)[snap.chunk_file_ids]
     title_chunks = int(np.count_nonzero(candidates & titled))
     # Most queries match no title: then there is one search, not two.
     wanted = min(limit * OVERSAMPLE, title_chunks) if limit else 0
@@ -176,7 +199,11 @@ def tiered_search(
     else:  # more sections passed than were fetched: count the candidate title documents
         title_total = int(np.unique(snap.chunk_file_ids[candidates & titled]).shape[0])
     first = first[:limit]
-    content = index.search(query, limit=limit - len(first), mask=candidates & ~titled, **options)
+    # The content tier is every other candidate section, the other sections of a title
+    # document included: a page titled "Kubernetes Guide" keeps its matching sections.
+    rest_mask = candidates.copy()
+    rest_mask[[hit.chunk_id for _, hit in first]] = False
+    content = index.search(query, limit=limit - len(first), mask=rest_mask, **options)
     rest = [(CONTENT, hit) for hit in content.results]
     return TieredResponse(
         query=query,
@@ -184,6 +211,50 @@ def tiered_search(
         results=first + rest,
         total=title_total + (content.total or 0),
     )
+
+
+NAME_MAX_WORDS = 16  # longer queries are prose, not names
+NAME_MAX_GRAM = 3  # names of up to this many words ("git branch", "ray start")
+
+
+def name_files(snapshot: Snapshot, query: str) -> np.ndarray:
+    """One boolean per file: its whole title, or its file stem, is a run of the query's words
+    (`tar` for "extract a tar archive", `git-branch.md` for "create a git branch"), or the
+    last dotted part of the title is (`ray.data.Dataset.map_batches` for "map_batches").
+    A run must hold a word that is not a stop word. Found with `str.find` over the lowered
+    titles and paths (cheap, no per-file Python), so short queries only."""
+    from mdvdb.text_analysis import words as terms
+
+    titles, _ = _lowered(snapshot)
+    paths = _lowered_paths(snapshot)
+    found = np.zeros(len(titles.starts), dtype=bool)
+    tokens = re.findall(r"\w+", query.lower())
+    if not tokens or len(tokens) > NAME_MAX_WORDS:
+        return found
+    runs = {
+        tuple(tokens[i : i + n])
+        for n in range(1, NAME_MAX_GRAM + 1)
+        for i in range(len(tokens) - n + 1)
+    }
+    for run in runs:
+        if not terms(" ".join(run)):
+            continue
+        for sep in (" ", "-", "_") if len(run) > 1 else (" ",):
+            name = sep.join(run)
+            found[titles.equal_rows(name, "")] = True
+            found[titles.equal_rows(name, ".", whole=False)] = True
+            found[paths.equal_rows(name + ".md", "/", whole=False)] = True
+            found[paths.equal_rows(name + ".md", "")] = True
+            found[paths.equal_rows(name + ".markdown", "/", whole=False)] = True
+    return found
+
+
+def _lowered_paths(snapshot: Snapshot) -> _Lowered:
+    found = snapshot.cache.get("tiers_paths")
+    if found is None:
+        found = _Lowered.of(index_format.column_array(snapshot.table("files"), "path"))
+        snapshot.cache["tiers_paths"] = found
+    return found
 
 
 def _lowered(snapshot: Snapshot) -> tuple[_Lowered, _Lowered]:
