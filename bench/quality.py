@@ -56,20 +56,59 @@ METRICS = ("ndcg@10", "recall@100", "mrr@10")
 # Named overrides of query.fusion.FusionParams, run in the default mode. Every experiment in
 # docs/search-quality.md is one of these.
 VARIANTS: dict[str, dict] = {
+    "no-page": {"page_weight": 0.0},
+    "no-name": {"name_weight": 0.0},
+    "name-0.2": {"name_weight": 0.2},
+    "before": {"page_weight": 0.0, "name_weight": 0.0},  # the default before this work
     "no-feedback": {"feedback_weight": 0.0},
     "no-dense-feedback": {"dense_feedback_weight": 0.0},
     "no-feedback-at-all": {"feedback_weight": 0.0, "dense_feedback_weight": 0.0},
     "dense-0.2": {"dense_weight": 0.2},
     "dense-0.4": {"dense_weight": 0.4},
+    "page-0.4": {"page_weight": 0.4},
+    "feedback-drift": {"feedback_mode": "drift"},
+    "A:page-0.2+name-0.2": {"page_weight": 0.2, "name_weight": 0.2},
+    "B:page-0.3+name-0.2+fb-0.3-chunks-5": {
+        "page_weight": 0.3,
+        "name_weight": 0.2,
+        "feedback_weight": 0.3,
+        "feedback_chunks": 5,
+    },
+    "C:page-0.2+name-0.2+fb-0.2-chunks-5": {
+        "page_weight": 0.2,
+        "name_weight": 0.2,
+        "feedback_weight": 0.2,
+        "feedback_chunks": 5,
+    },
+    **{
+        f"fb-{lam}-page-{mu}-chunks-{k}": {
+            "feedback_weight": lam,
+            "page_weight": mu,
+            "feedback_chunks": k,
+        }
+        for lam in (0.2, 0.3)
+        for mu in (0.2, 0.3, 0.4)
+        for k in (5, 10)
+    },
+    "feedback-drift-0.6": {"feedback_mode": "drift", "feedback_weight": 0.6},
+    "fb-chunks-5": {"feedback_chunks": 5},
+    "fb-terms-5": {"feedback_terms": 5},
+    "fb-terms-20": {"feedback_terms": 20},
+    "dense-fb-0.5": {"dense_feedback_weight": 0.5},
+    "page-0.3-fb-terms-20": {"page_weight": 0.3, "feedback_terms": 20},
     "no-tiers": {"title_tiers": False},
     "page-0.1": {"page_weight": 0.1},
     "page-0.2": {"page_weight": 0.2},
     "page-0.3": {"page_weight": 0.3},
     "name-0.1": {"name_weight": 0.1},
-    "name-0.2": {"name_weight": 0.2},
     "name-0.3": {"name_weight": 0.3},
     "feedback-0.2": {"feedback_weight": 0.2},
     "tiers-max-3": {"title_tier_max_words": 3},
+    "feedback-agreement": {"feedback_mode": "agreement"},
+    "feedback-agreement-0.8": {"feedback_mode": "agreement", "feedback_weight": 0.8},
+    "feedback-0.2-page-0.2": {"feedback_weight": 0.2, "page_weight": 0.2},
+    "feedback-idf": {"feedback_idf": True},
+    "feedback-idf-page-0.2": {"feedback_idf": True, "page_weight": 0.2},
 }
 
 
@@ -253,10 +292,15 @@ class Target:
             self._texts = self.index.snapshot.table("chunks").column("text")
         return self._texts[chunk_id].as_py()
 
-    def run(self, mode: str | None) -> tuple[dict[str, float], float]:
-        """Metrics of one mode (None = the configured default) and seconds per query."""
+    def run(self, mode: str | None, fast: bool = False) -> tuple[dict[str, float], float]:
+        """Metrics of one mode (None = the configured default) and seconds per query.
+        `fast`: rank files by their best section's score from `query.search.mode_scores`
+        (the scoring of `mdvdb search` without title tiers and result shaping), ~5x cheaper:
+        for sweeping scoring parameters."""
         from query.request import SearchRequest, run
 
+        if fast:
+            return self.run_fast(mode or self.index.config.search_default_mode)
         runs: dict[str, list[str]] = {}
         shown = repeated = 0
         started = time.perf_counter()
@@ -276,8 +320,31 @@ class Target:
             metrics["dup@5"] = repeated / max(shown, 1)
         return metrics, seconds
 
+    def run_fast(self, mode: str) -> tuple[dict[str, float], float]:
+        from query.search import mode_scores
 
-def run_set(target: Target, variants: list[str], modes: list[str]) -> tuple[list[dict], dict]:
+        snap = self.index.snapshot
+        chunk_files = snap.chunk_file_ids
+        doc_of_file = [self.doc_of_path[p] for p in snap.paths]
+        n_files = len(doc_of_file)
+        runs: dict[str, list[str]] = {}
+        started = time.perf_counter()
+        for q in self.qids:
+            scores, parts = mode_scores(self.index, self.queries[q], mode)
+            valid = parts.get("_candidates")
+            use = scores if valid is None else np.where(valid, scores, -np.inf)
+            best = np.full(n_files, -np.inf, dtype=np.float64)
+            np.maximum.at(best, chunk_files, use)
+            order = np.argsort(-best, kind="stable")[: DEPTH + 1]
+            ranked = [doc_of_file[i] for i in order if np.isfinite(best[i])]
+            runs[q] = [d for d in ranked if not (self.drop_self and d == q)][:DEPTH]
+        seconds = (time.perf_counter() - started) / max(len(self.qids), 1)
+        return evaluate(runs, self.qrels, self.pages), seconds
+
+
+def run_set(
+    target: Target, variants: list[str], modes: list[str], fast: bool = False
+) -> tuple[list[dict], dict]:
     from query import fusion
 
     t = time.perf_counter()
@@ -286,14 +353,16 @@ def run_set(target: Target, variants: list[str], modes: list[str]) -> tuple[list
     rows = [{"set": target.name, "run": "bm25s", **evaluate(baseline, target.qrels, target.pages)}]
     timing = {}
     for label in modes:
-        metrics, per_query = target.run(None if label == "default" else label)
+        metrics, per_query = target.run(None if label == "default" else label, fast)
         rows.append({"set": target.name, "run": label, **metrics})
         timing[f"{label}_ms"] = round(per_query * 1000, 1)
+        print(f"{target.name} {label}: ndcg@10 {metrics['ndcg@10']:.4f}", file=sys.stderr)
     for name in variants:
         with fusion.overridden(**VARIANTS[name]):
-            metrics, per_query = target.run(None)
+            metrics, per_query = target.run(None, fast)
         rows.append({"set": target.name, "run": name, **metrics})
         timing[f"{name}_ms"] = round(per_query * 1000, 1)
+        print(f"{target.name} {name}: ndcg@10 {metrics['ndcg@10']:.4f}", file=sys.stderr)
     base = rows[0]["ndcg@10"]
     for r in rows:
         r["Δndcg"] = r["ndcg@10"] - base
@@ -378,6 +447,9 @@ def main() -> None:
         "--max-queries", type=int, default=0, help="first N queries of each set (0: all)"
     )
     parser.add_argument("--ingest-only", action="store_true", help="prepare the indexes, stop")
+    parser.add_argument(
+        "--fast", action="store_true", help="score files from mode_scores (no tiers, no shaping)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sets = [s for s in args.sets.split(",") if s]
@@ -398,7 +470,7 @@ def main() -> None:
         if args.max_queries:
             target.qids = target.qids[: args.max_queries]
             target.qrels = {q: target.qrels[q] for q in target.qids}
-        r, info = run_set(target, variants, modes)
+        r, info = run_set(target, variants, modes, args.fast)
         rows.extend(r)
         infos.append(info)
     rows.extend(means(rows, sets))

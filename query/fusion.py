@@ -45,8 +45,12 @@ class FusionParams:
     dense_feedback_weight: float = 1.0  # β
     title_tiers: bool = True  # query.tiers: title-matched documents first
     title_tier_max_words: int = 0  # ... only for queries of at most this many words (0: any)
-    page_weight: float = 0.0  # μ: share of the page-level BM25 in each section's score
-    name_weight: float = 0.0  # ν: added to sections of a page whose title/stem the query names
+    # "fixed": λ as given; "agreement": λ times the share of the lexical top 10 that is also
+    # in the dense top 10 (feedback only as far as both sides agree on the first page)
+    feedback_mode: str = "fixed"
+    feedback_idf: bool = False  # pick feedback terms by RM3 weight * idf
+    page_weight: float = 0.2  # μ: share of the page-level BM25 in each section's score
+    name_weight: float = 0.3  # ν: added to sections of a page whose title/stem the query names
 
 
 PARAMS = FusionParams()
@@ -147,15 +151,39 @@ def hybrid(
         chunks = best(first, params.feedback_chunks)
         if len(chunks):
             rows, weights = lexical_index.feedback_terms(
-                chunks, first[chunks], params.feedback_terms
+                chunks, first[chunks], params.feedback_terms, params.feedback_idf
             )
             expansion = lexical_index.add_terms(np.zeros_like(bm25), rows, weights)
-            lam = np.float32(params.feedback_weight)
+            share = feedback_share(bm25, cosine, params)
+            if params.feedback_mode == "drift":
+                share = overlap(best(expansion, AGREEMENT_DEPTH), chunks[:AGREEMENT_DEPTH])
+            lam = np.float32(params.feedback_weight * share)
             lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
     fused = fuse(lexical, semantic, params)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight)
     return fused, cosine
+
+
+def feedback_share(bm25: np.ndarray, cosine: np.ndarray, params: FusionParams) -> float:
+    """How much of λ a query gets: all of it ("fixed"), or the overlap of the lexical and
+    dense top 10 ("agreement"), a cheap sign that the first page is right."""
+    if params.feedback_mode != "agreement":
+        return 1.0
+    k = AGREEMENT_DEPTH
+    lexical_top = best(bm25, k)
+    if not len(lexical_top):
+        return 0.0
+    dense_top = best(cosine - cosine.min() + 1e-6, k)
+    return len(np.intersect1d(lexical_top, dense_top)) / k
+
+
+AGREEMENT_DEPTH = 10
+
+
+def overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of the first AGREEMENT_DEPTH of `b` that `a` also holds."""
+    return len(np.intersect1d(a, b)) / AGREEMENT_DEPTH
 
 
 def with_page(fused: Fused, page: np.ndarray, weight: float) -> Fused:

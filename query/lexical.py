@@ -92,10 +92,14 @@ class LexicalIndex:
             out[self.chunk_ids[a:b]] += self.weights[a:b] * np.float32(weight)
         return out
 
-    def feedback_terms(self, chunks: np.ndarray, scores: np.ndarray, count: int):
+    def feedback_terms(
+        self, chunks: np.ndarray, scores: np.ndarray, count: int, by_idf: bool = False
+    ):
         """RM3-style expansion: terms of the feedback chunks weighted by sum over chunks of
         p(term | chunk) * the chunk's share of the feedback scores; the `count` heaviest as
-        (rows, weights)."""
+        (rows, weights). `by_idf` picks the terms by weight * idf instead (keeping their RM3
+        weights): boilerplate that fills short chunks (a journal name, a year) is frequent
+        in them but in every chunk, so it does not tell the feedback chunks apart."""
         begin, end = self.forward_offsets[chunks], self.forward_offsets[chunks + 1]
         sizes = end - begin
         if sizes.sum() == 0 or scores.sum() <= 0:
@@ -106,7 +110,11 @@ class LexicalIndex:
         mass = self.forward_shares[gather] * np.repeat(scores / scores.sum(), sizes)
         unique, inverse = np.unique(rows, return_inverse=True)
         totals = np.bincount(inverse, weights=mass)
-        best = np.argsort(-totals, kind="stable")[:count]
+        rank = totals
+        if by_idf:
+            df = (self.offsets[unique + 1] - self.offsets[unique]).astype(np.float64)
+            rank = totals * np.log1p((self.n_chunks - df + 0.5) / (df + 0.5))
+        best = np.argsort(-rank, kind="stable")[:count]
         return unique[best].astype(np.int64), totals[best].astype(np.float32)
 
     def page_scores(self, query: str, k1: float = 1.2, b: float = 0.75) -> np.ndarray | None:

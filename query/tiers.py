@@ -221,8 +221,9 @@ def name_files(snapshot: Snapshot, query: str) -> np.ndarray:
     """One boolean per file: its whole title, or its file stem, is a run of the query's words
     (`tar` for "extract a tar archive", `git-branch.md` for "create a git branch"), or the
     last dotted part of the title is (`ray.data.Dataset.map_batches` for "map_batches").
-    A run must hold a word that is not a stop word. Found with `str.find` over the lowered
-    titles and paths (cheap, no per-file Python), so short queries only."""
+    A run must hold a word that is not a stop word, and a run inside a longer one that names
+    a page does not count on its own ("git" in "create a git branch"). Found with `str.find`
+    over the lowered titles and paths (cheap, no per-file Python), so short queries only."""
     from mdvdb.text_analysis import words as terms
 
     titles, _ = _lowered(snapshot)
@@ -231,21 +232,25 @@ def name_files(snapshot: Snapshot, query: str) -> np.ndarray:
     tokens = re.findall(r"\w+", query.lower())
     if not tokens or len(tokens) > NAME_MAX_WORDS:
         return found
-    runs = {
-        tuple(tokens[i : i + n])
-        for n in range(1, NAME_MAX_GRAM + 1)
-        for i in range(len(tokens) - n + 1)
-    }
-    for run in runs:
-        if not terms(" ".join(run)):
-            continue
-        for sep in (" ", "-", "_") if len(run) > 1 else (" ",):
-            name = sep.join(run)
-            found[titles.equal_rows(name, "")] = True
-            found[titles.equal_rows(name, ".", whole=False)] = True
-            found[paths.equal_rows(name + ".md", "/", whole=False)] = True
-            found[paths.equal_rows(name + ".md", "")] = True
-            found[paths.equal_rows(name + ".markdown", "/", whole=False)] = True
+    covered: list[tuple[int, int]] = []  # token spans already matched by a longer name
+    for n in range(min(NAME_MAX_GRAM, len(tokens)), 0, -1):
+        for i in range(len(tokens) - n + 1):
+            if any(a <= i and i + n <= b for a, b in covered):
+                continue  # "git" inside a matched "git branch" is not a name of its own
+            run = tokens[i : i + n]
+            if not terms(" ".join(run)):
+                continue
+            hit = np.zeros_like(found)
+            for sep in (" ", "-", "_") if n > 1 else (" ",):
+                name = sep.join(run)
+                hit[titles.equal_rows(name, "")] = True
+                hit[titles.equal_rows(name, ".", whole=False)] = True
+                for suffix in (".md", ".markdown"):
+                    hit[paths.equal_rows(name + suffix, "")] = True
+                    hit[paths.equal_rows(name + suffix, "/", whole=False)] = True
+            if hit.any():
+                found |= hit
+                covered.append((i, i + n))
     return found
 
 
