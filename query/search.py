@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from query.index import Index
 
 EXCERPT_CHARS = 300
+NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
 
 
@@ -115,7 +116,7 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         lex = lexical_index(index).scores(query)
         return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
     if mode == "hybrid":
-        from query.fusion import current, hybrid
+        from query.fusion import best, current, hybrid
 
         lexical = lexical_index(index)
         bm25 = lexical.scores(query)
@@ -138,9 +139,12 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         if current().name_weight > 0:
             from query.tiers import name_files
 
-            named = name_files(index.snapshot, query)
+            chunk_files = index.snapshot.chunk_file_ids
+            pool = np.unique(chunk_files[best(fused.scores, NAME_POOL)])
+            named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
+            named[pool[name_files(index.snapshot, query, pool)]] = True
             if named.any():
-                part = np.float32(current().name_weight) * named[index.snapshot.chunk_file_ids]
+                part = np.float32(current().name_weight) * named[chunk_files]
                 scores = scores + part
                 parts = {"name": part.astype(np.float32), **parts, "fused": scores}
         return scores, {**parts, "_candidates": scores > 0}

@@ -135,22 +135,6 @@ class _Lowered:
         # first call imports numpy.ma (~7 ms of a cold query)
         return rows[np.concatenate(([True], rows[1:] != rows[:-1]))] if len(rows) else rows
 
-    def equal_rows(self, name: str, before: str, whole: bool = True) -> np.ndarray:
-        """Rows that end with `name`: the whole row (`whole`), or a tail of it just after the
-        character `before` ("." for the last part of a dotted API name, "/" for a file name
-        in a path)."""
-        text, rows = self.text, []
-        at = text.find(name)
-        while at >= 0:
-            end = at + len(name)
-            row = int(np.searchsorted(self.starts, at, side="right")) - 1
-            if end == self.ends[row]:
-                starts_here = at == self.starts[row]
-                if starts_here if whole else (not starts_here and text[at - 1] == before):
-                    rows.append(row)
-            at = text.find(name, at + 1)
-        return np.asarray(rows, dtype=np.int64)
-
     def containing_all(self, words: list[str]) -> np.ndarray:
         rows = None
         for word in sorted(words, key=len, reverse=True):  # long words are the rarer ones
@@ -217,44 +201,48 @@ NAME_MAX_WORDS = 16  # longer queries are prose, not names
 NAME_MAX_GRAM = 3  # names of up to this many words ("git branch", "ray start")
 
 
-def name_files(snapshot: Snapshot, query: str) -> np.ndarray:
-    """One boolean per file: its whole title, or its file stem, is a run of the query's words
-    (`tar` for "extract a tar archive", `git-branch.md` for "create a git branch"), or the
-    last dotted part of the title is (`ray.data.Dataset.map_batches` for "map_batches").
-    A run must hold a word that is not a stop word, and a run inside a longer one that names
-    a page does not count on its own ("git" in "create a git branch"). Found with `str.find`
-    over the lowered titles and paths (cheap, no per-file Python), so short queries only."""
+def name_files(snapshot: Snapshot, query: str, files: np.ndarray) -> np.ndarray:
+    """Which of `files` the query names: the whole title, or the file stem, is a run of the
+    query's words (`tar` for "extract a tar archive", `git-branch.md` for "create a git
+    branch"), or the last dotted part of the title is (`ray.data.Dataset.map_batches` for
+    "map_batches"). A run must hold a word that is not a stop word, and a run inside a longer
+    one that names a page does not count on its own ("git" in "create a git branch").
+    Only `files` are looked at (the best-scoring ones): a Python check of a few hundred
+    titles, nothing built per snapshot. Returns one boolean per entry of `files`."""
     from mdvdb.text_analysis import words as terms
 
+    found = np.zeros(len(files), dtype=bool)
+    tokens = re.findall(r"\w+", query.lower())
+    if not tokens or len(tokens) > NAME_MAX_WORDS or not len(files):
+        return found
+    spans: dict[str, tuple[int, int]] = {}
+    for n in range(1, min(NAME_MAX_GRAM, len(tokens)) + 1):
+        for i in range(len(tokens) - n + 1):
+            run = tokens[i : i + n]
+            if terms(" ".join(run)):
+                for sep in (" ", "-", "_") if n > 1 else (" ",):
+                    spans.setdefault(sep.join(run), (i, i + n))
     titles, _ = _lowered(snapshot)
     paths = _lowered_paths(snapshot)
-    found = np.zeros(len(titles.starts), dtype=bool)
-    tokens = re.findall(r"\w+", query.lower())
-    if not tokens or len(tokens) > NAME_MAX_WORDS:
-        return found
-    covered: list[tuple[int, int]] = []  # token spans already matched by a longer name
-    for n in range(min(NAME_MAX_GRAM, len(tokens)), 0, -1):
-        for i in range(len(tokens) - n + 1):
-            if any(a <= i and i + n <= b for a, b in covered):
-                continue  # "git" inside a matched "git branch" is not a name of its own
-            run = tokens[i : i + n]
-            if not terms(" ".join(run)):
-                continue
-            hit = np.zeros_like(found)
-            for sep in (" ", "-", "_") if n > 1 else (" ",):
-                name = sep.join(run)
-                hit[titles.equal_rows(name, "")] = True
-                hit[titles.equal_rows(name, ".", whole=False)] = True
-                for suffix in (".md", ".markdown"):
-                    hit[paths.equal_rows(name + suffix, "")] = True
-                    hit[paths.equal_rows(name + suffix, "/", whole=False)] = True
-            if hit.any():
-                found |= hit
-                covered.append((i, i + n))
+    matched: list[tuple[int, int, int]] = []  # (position in files, span start, span end)
+    for at, file_id in enumerate(files.tolist()):
+        title = titles.text[titles.starts[file_id] : titles.ends[file_id]].strip()
+        stem = paths.text[paths.starts[file_id] : paths.ends[file_id]].rsplit("/", 1)[-1]
+        stem = stem.rsplit(".", 1)[0] if "." in stem else stem
+        for name in (title, title.rsplit(".", 1)[-1] if "." in title else None, stem):
+            span = spans.get(name) if name else None
+            if span is not None:
+                matched.append((at, *span))
+                break
+    longer = [(a, b) for _, a, b in matched if b - a > 1]
+    for at, a, b in matched:
+        if not any(x <= a and b <= y and (x, y) != (a, b) for x, y in longer):
+            found[at] = True
     return found
 
 
 def _lowered_paths(snapshot: Snapshot) -> _Lowered:
+    """File paths, lowered once per snapshot (for file stems)."""
     found = snapshot.cache.get("tiers_paths")
     if found is None:
         found = _Lowered.of(index_format.column_array(snapshot.table("files"), "path"))
