@@ -40,6 +40,16 @@ PAGES = {
         "extract, archive, extract archive listing. Works on archives made by tar too.\n"
     ),
     "zip.md": "# zip\n\nPackage and compress (archive) files. Extract an archive with unzip.\n",
+    # Two "drain the nodes" sections; only one page is about kubernetes as a whole.
+    "upgrades.md": (
+        "# Cluster upgrades\n\n## Kubernetes versions\n\nKubernetes supports one minor version "
+        "skew; plan kubernetes control plane upgrades first.\n\n## Before you start\n\n"
+        "Drain the nodes one at a time and wait for workloads to move.\n"
+    ),
+    "maintenance.md": (
+        "# Hardware maintenance\n\n## Before you start\n\n"
+        "Drain the nodes, then power them off and swap the disks.\n"
+    ),
 }
 
 
@@ -85,7 +95,16 @@ def test_explain_parts_add_up_with_every_component(project: Path, query: str):
         total = sum(parts.get(name, 0.0) for name in additive)
         assert total == pytest.approx(parts["fused"], abs=5e-6)
         assert hit["score"] == pytest.approx(parts["fused"], abs=5e-6)
-    assert {"bm25", "cosine"} <= seen
+    assert {"bm25", "cosine", "page", "page_bm25"} <= seen
+    if "tar" in query:
+        assert "name" in seen
+
+
+def test_a_section_scores_for_its_page_topic(project: Path):
+    results = search(project, "drain kubernetes nodes", "--explain", "-n", "10")["results"]
+    drains = [r for r in results if r["heading"] == "Before you start"]
+    assert [r["path"] for r in drains][:2] == ["upgrades.md", "maintenance.md"]
+    assert drains[0]["explain"]["page"] > drains[1]["explain"]["page"]
 
 
 @pytest.mark.corpus
