@@ -18,11 +18,14 @@ stemming, title + text), the baseline to beat.
 Metrics: nDCG@10 (gain 2^rel - 1, ideal from all judged documents), recall@100 and MRR@10
 (relevant = judged >= 1). For ray-docs-qa also hit@5 by page and `dup@5`: the share of the
 sections shown in a top 5 (`-n 5`) whose text repeats a higher-ranked one of the same top 5
-(equal after normalising, or word-3-shingle Jaccard >= 0.8), over all queries.
+(equal after normalising, or word-3-shingle Jaccard >= 0.8), over all queries, and
+`sections_hit@5`: the answering page is among the pages of those 5 sections. `--per-file N`
+sets the per-file cap of those section answers (how the default cap is chosen).
 
 A variant is a named set of overrides of `query.fusion.FusionParams` (VARIANTS below): it runs
-the default mode with those settings. `--loso` prints the leave-one-set-out table over the
-variants run (docs/search-quality.md explains the rule).
+the default mode with those settings. With variants, the leave-one-set-out table over them is
+printed too (docs/search-quality.md explains the rule). `--fast` ranks files from
+`query.search.mode_scores` (no tiers, no shaping): ~5x cheaper, for sweeps.
 """
 
 from __future__ import annotations
@@ -286,6 +289,7 @@ class Target:
         self.drop_self = name == "arguana"
         self.pages = name == "ray-docs-qa"
         self._texts = None
+        self.shape: dict = {}  # SearchRequest fields of the `-n 5` section answers
 
     def chunk_text(self, chunk_id: int) -> str:
         if self._texts is None:
@@ -302,7 +306,7 @@ class Target:
         if fast:
             return self.run_fast(mode or self.index.config.search_default_mode)
         runs: dict[str, list[str]] = {}
-        shown = repeated = 0
+        shown = repeated = section_hits = 0
         started = time.perf_counter()
         for q in self.qids:
             text = self.queries[q]
@@ -310,14 +314,17 @@ class Target:
             ranked = [self.doc_of_path[hit.path] for hit in outcome.files or []]
             runs[q] = [d for d in ranked if not (self.drop_self and d == q)]
             if self.pages:
-                top = run(self.index, SearchRequest(query=text, limit=5, mode=mode)).tiers
-                texts = [self.chunk_text(hit.chunk_id) for _, hit in top.results]
+                top = run(self.index, SearchRequest(query=text, limit=5, mode=mode, **self.shape))
+                texts = [self.chunk_text(hit.chunk_id) for _, hit in top.tiers.results]
                 shown += len(texts)
                 repeated += repeats(texts)
+                pages = [self.doc_of_path[hit.path] for _, hit in top.tiers.results]
+                section_hits += hit_at(pages, self.qrels[q])
         seconds = (time.perf_counter() - started) / max(len(self.qids), 1)
         metrics = evaluate(runs, self.qrels, self.pages)
         if self.pages:
             metrics["dup@5"] = repeated / max(shown, 1)
+            metrics["sections_hit@5"] = section_hits / max(len(self.qids), 1)
         return metrics, seconds
 
     def run_fast(self, mode: str) -> tuple[dict[str, float], float]:
@@ -448,6 +455,9 @@ def main() -> None:
     )
     parser.add_argument("--ingest-only", action="store_true", help="prepare the indexes, stop")
     parser.add_argument(
+        "--per-file", type=int, default=None, help="per-file cap of the -n 5 section answers"
+    )
+    parser.add_argument(
         "--fast", action="store_true", help="score files from mode_scores (no tiers, no shaping)"
     )
     parser.add_argument("--json", action="store_true")
@@ -467,6 +477,8 @@ def main() -> None:
         if args.ingest_only:
             print(f"{name}: {target.report.chunks_embedded} embedded, {target.ingest_s:.0f} s")
             continue
+        if args.per_file is not None:
+            target.shape = {"per_file": args.per_file}
         if args.max_queries:
             target.qids = target.qids[: args.max_queries]
             target.qrels = {q: target.qrels[q] for q in target.qids}
