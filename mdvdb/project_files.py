@@ -31,7 +31,7 @@ This module imports only the standard library at import time: `mdvdb grep` loads
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -308,6 +308,7 @@ class Rules:
 
     specs: tuple[tuple[str, pathspec.PathSpec], ...]
     user: pathspec.PathSpec | None = None
+    active: bool = field(init=False, default=False)
 
     @classmethod
     def for_folder(cls, config: Config, folder: str, above: bool = True) -> Rules:
@@ -336,9 +337,9 @@ class Rules:
             return self
         return Rules((*self.specs, (rel, spec)), self.user)
 
-    @property
-    def active(self) -> bool:
-        return bool(self.specs) or self.user is not None
+    def __post_init__(self) -> None:
+        # read once per file by the walk: an attribute, not a property
+        self.active = bool(self.specs) or self.user is not None
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         key = rel + "/" if is_dir else rel
