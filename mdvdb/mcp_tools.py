@@ -24,10 +24,6 @@ GREP_LINE_CHARS = 240  # a matching line longer than this is cut around the matc
 VALUES_SHOWN = 100  # facet values listed when a tag/category matches no file
 FIELD_VALUES_SHOWN = 200  # values listed by schema(field=...)
 MAX_CONTEXT = 10  # grep context lines either side, at most
-NO_MATCH_HINT = (
-    "No matches: try broader or fewer words, drop a filter (schema lists fields and values), "
-    "or grep for exact text; if files changed, run ingest."
-)
 
 
 class ToolProblem(ValueError):
@@ -49,6 +45,15 @@ def search(index: Index, request: SearchRequest, full_text: bool = False) -> dic
 
 
 def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
+    data = _search_data(index, outcome, full_text)
+    if not (data.get("results") or data.get("files")):  # the CLI's suggestions, in one line
+        from query.no_match import explain
+
+        data["hint"] = explain(index, outcome, VALUES_SHOWN).hint()
+    return data
+
+
+def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
     query = outcome.request.query
     if outcome.no_such_value is not None:
         missing = outcome.no_such_value
@@ -79,8 +84,6 @@ def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
             compact_hit(index, tier, hit, full_text, explain) for tier, hit in tiers.results
         ],
     }
-    if not tiers.results:
-        data["hint"] = NO_MATCH_HINT
     return data
 
 
