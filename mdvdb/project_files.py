@@ -148,6 +148,28 @@ def walked_within(inner: Path, outer: Path) -> bool:
     return not any(part in BUILTIN_IGNORES for part in between)
 
 
+def named_ignored_folders(config: Config) -> tuple[str, ...]:
+    """Root-relative source folders in always-ignored folders that MDVDB_SOURCE_DIRS names
+    (walked, with a warning)."""
+    return tuple(s.rel for s in source_folders(config) if s.rel and s.warning and not s.skipped)
+
+
+def always_ignored(rel: str, named: tuple[str, ...] = ()) -> bool:
+    """Whether the root-relative file `rel` lies in an always-ignored folder that no named
+    source folder (`named_ignored_folders`) opens: the watcher's cheap first cut."""
+    parts = rel.split("/")[:-1]
+    for depth, part in enumerate(parts):
+        if part in BUILTIN_IGNORES:
+            folder = "/".join(parts[: depth + 1])
+            # opened when a named source is this folder or lies in it, and holds the file
+            if not any(
+                (n == folder or n.startswith(folder + "/")) and rel.startswith(n + "/")
+                for n in named
+            ):
+                return True
+    return False
+
+
 def _gitignored_folder(config: Config, rel: str) -> bool:
     """Whether the .gitignore files above `rel` (or the user's patterns) ignore it or one of
     its parent folders, as a walk descending from the top would have."""

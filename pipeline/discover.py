@@ -185,7 +185,8 @@ class PathFilter:
     def __init__(self, config: Config):
         self.config = config
         self.skip = {str(config.index_path), str(config.state_path)}
-        self.sources = _source_rels(config, None)
+        # the most specific source folder first: `build` (named) before `.`, which skips it
+        self.sources = sorted(_source_rels(config, None), key=lambda s: -len(s[1]))
         self._cache: dict[tuple[str, str], tuple[Rules, str | None] | None] = {}
 
     def check(self, rel: str) -> tuple[bool, str | None]:

@@ -173,6 +173,12 @@ def test_grep_never_reads_a_source_folder_outside_the_root(tree: Path):
 def test_an_always_ignored_folder_named_as_a_source_is_used_with_a_warning(tree: Path):
     env = {"MDVDB_SOURCE_DIRS": ".,build"}
     warning = "source folder build is in the always-ignored folder build/"
+    assert run_cli("ingest", "--root", str(tree)).returncode == 0
+    assert indexed_paths(tree) == EXPECTED
+    # a named path (the watcher's way in) is taken by its most specific source folder
+    named = run_cli("ingest", "--root", str(tree), str(tree / "build" / "out.md"), env=env)
+    assert named.returncode == 0, named.stderr
+    assert indexed_paths(tree) == sorted([*EXPECTED, "build/out.md"])
     done = run_cli("ingest", "--root", str(tree), env=env)
     assert done.returncode == 0, done.stderr
     assert warning in done.stderr
@@ -220,3 +226,51 @@ def test_per_file_limit_counts_body_matches_only(tmp_path: Path):
     [reply] = mcp_grep(root, [{"pattern": "cache", "per_file_limit": 2}])
     [entry] = reply.structured_content["files"]
     assert [hit["line"] for hit in entry["hits"]] == [8, 10] and entry["more"] is True
+
+
+@pytest.mark.slow
+def test_watch_applies_the_same_rules(tmp_path: Path):
+    """`mdvdb watch`: a new file is indexed exactly when a walk would take it (above-root
+    .gitignore, always-ignored folders, a named always-ignored source folder)."""
+    import subprocess
+    import time
+
+    from tests.conftest import REPO
+
+    repo = tmp_path / "repo"
+    root = repo / "notes"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".gitignore").write_text("notes/drafts/\n")
+    for rel in ("a.md", "drafts/old.md", "build/b.md", "node_modules/n.md"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(BODY.format(name=rel))
+    (root / ".markdownvdb").write_text("MDVDB_SOURCE_DIRS=.,build\nMDVDB_WATCH_DEBOUNCE_MS=200\n")
+    log = open(tmp_path / "watch.log", "w")  # noqa: SIM115 - a file, not a pipe nobody drains
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", "watch", "--root", str(root)], cwd=REPO, stderr=log
+    )
+
+    def wait_for(expected: list[str]) -> None:
+        started = time.monotonic()
+        while time.monotonic() - started < 60:
+            try:
+                if indexed_paths(root) == expected:
+                    return
+            except Exception:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"{indexed_paths(root)} != {expected}")
+
+    try:
+        wait_for(["a.md", "build/b.md"])
+        time.sleep(1.0)  # the watch is live once its first walk has run
+        for rel in ("drafts/new.md", "node_modules/new.md", "build/node_modules/x.md"):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(BODY.format(name=rel))
+        (root / "build" / "new.md").write_text(BODY.format(name="build/new.md"))
+        (root / "c.md").write_text(BODY.format(name="c.md"))
+        wait_for(["a.md", "build/b.md", "build/new.md", "c.md"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
