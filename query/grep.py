@@ -30,7 +30,12 @@ if TYPE_CHECKING:
 
 FILE_TYPES = ("md", "qmd", "all")
 # rg type definitions per --type; "all" searches every file rg would (no type restriction).
-TYPE_GLOBS = {"md": ("*.md", "*.markdown"), "qmd": ("*.qmd",), "all": ()}
+# Any case, as the walk takes `NOTES.MD` (its suffix test lowers the name).
+TYPE_GLOBS = {
+    "md": ("*.[mM][dD]", "*.[mM][aA][rR][kK][dD][oO][wW][nN]"),
+    "qmd": ("*.qmd",),
+    "all": (),
+}
 INSTALL_HINT = (
     "ripgrep (rg) not found: install it into this environment with "
     "`pip install ripgrep==14.1.0`, or from your OS packages (e.g. `apt install ripgrep`)"

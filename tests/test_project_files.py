@@ -25,6 +25,7 @@ BODY = "# {name}\n\nThe MARKER line of {name}.\n"
 TREE = {
     "a.md": True,
     "upper.markdown": True,
+    "SHOUT.MD": True,  # any case, both
     "notes.txt": False,  # not Markdown
     ".hidden/h.md": True,  # hidden folders are read, as files are
     "sub/b.md": True,
