@@ -22,7 +22,7 @@ A source folder named in `MDVDB_SOURCE_DIRS` is used when it resolves inside the
 `MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT=true`); one that a `.gitignore` ignores is skipped; one that
 is, or lies in, an always-ignored folder is used with a warning, because naming it is a request
 but easy to make by mistake (`MDVDB_SOURCE_DIRS=.,build`). Each of these comes with one line
-(`SourceFolder.warning`, the problems list) that ingest and grep print alike.
+(`SourceFolder.problem`) that ingest and grep print alike.
 
 This module imports only the standard library at import time: `mdvdb grep` loads it on its
 ~100 ms budget; `pathspec` is imported by the walk's functions only.
@@ -76,7 +76,11 @@ class SourceFolder:
     path: Path  # absolute, resolved
     rel: str | None  # relative to the root ("" = the root itself); None when outside it
     skipped: bool = False
-    warning: str | None = None  # one line, for ingest's problems and grep's stderr
+    problem: str | None = None  # ingest reports it as `RAW: problem`, grep prints `warning`
+
+    @property
+    def warning(self) -> str | None:
+        return f"{self.raw}: {self.problem}" if self.problem else None
 
 
 def inside(path: Path, root: Path) -> bool:
@@ -101,7 +105,7 @@ def source_folders(config: Config) -> list[SourceFolder]:
                         path,
                         None,
                         True,
-                        f"source folder {raw} is outside the project root, skipped",
+                        "source folder is outside the project root, skipped",
                     )
                 )
             continue
@@ -115,8 +119,7 @@ def source_folders(config: Config) -> list[SourceFolder]:
                     path,
                     rel,
                     True,
-                    f"source folder {raw} is ignored by a .gitignore or "
-                    "MDVDB_IGNORE_PATTERNS, skipped",
+                    "source folder is ignored by a .gitignore or MDVDB_IGNORE_PATTERNS, skipped",
                 )
             )
         elif builtin:
@@ -126,7 +129,7 @@ def source_folders(config: Config) -> list[SourceFolder]:
                     path,
                     rel,
                     False,
-                    f"source folder {raw} is in the always-ignored folder {builtin[0]}/: "
+                    f"source folder is in the always-ignored folder {builtin[0]}/: "
                     "searched because MDVDB_SOURCE_DIRS names it",
                 )
             )
@@ -151,7 +154,7 @@ def walked_within(inner: Path, outer: Path) -> bool:
 def named_ignored_folders(config: Config) -> tuple[str, ...]:
     """Root-relative source folders in always-ignored folders that MDVDB_SOURCE_DIRS names
     (walked, with a warning)."""
-    return tuple(s.rel for s in source_folders(config) if s.rel and s.warning and not s.skipped)
+    return tuple(s.rel for s in source_folders(config) if s.rel and s.problem and not s.skipped)
 
 
 def always_ignored(rel: str, named: tuple[str, ...] = ()) -> bool:

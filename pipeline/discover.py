@@ -149,8 +149,8 @@ def _source_rels(
     folders = source_folders(config)
     walked = [s.path for s in folders if not s.skipped]
     for source in folders:
-        if source.warning and errors is not None:
-            errors.append((source.raw, source.warning))
+        if source.problem and errors is not None:
+            errors.append((source.raw, source.problem))
         if source.skipped:
             continue
         first = walked.index(source.path)

@@ -142,8 +142,8 @@ def test_grep_never_reads_a_source_folder_outside_the_root(tree: Path):
     env = {"MDVDB_SOURCE_DIRS": f".,{outside},/etc"}
     found, stderr = grep_paths(tree, env=env)
     assert found == EXPECTED
-    assert f"source folder {outside} is outside the project root, skipped" in stderr
-    assert "source folder /etc is outside the project root, skipped" in stderr
+    assert f"{outside}: source folder is outside the project root, skipped" in stderr
+    assert "/etc: source folder is outside the project root, skipped" in stderr
 
     everything = run_cli(
         "grep", "root:x:0:0", "--type", "all", "--json", "--root", str(tree), env=env
@@ -151,7 +151,7 @@ def test_grep_never_reads_a_source_folder_outside_the_root(tree: Path):
     assert everything.returncode == 0 and everything.stdout == ""
 
     ingest = run_cli("ingest", "--root", str(tree), env=env)
-    assert f"source folder {outside} is outside the project root, skipped" in ingest.stderr
+    assert f"{outside}: source folder is outside the project root, skipped" in ingest.stderr
 
     import os
 
@@ -167,13 +167,13 @@ def test_grep_never_reads_a_source_folder_outside_the_root(tree: Path):
     assert [r.is_error for r in replies] == [False, False, False]
     first, etc, secret = (r.structured_content for r in replies)
     assert sorted(f["path"] for f in first["files"]) == EXPECTED
-    assert "source folder /etc is outside the project root, skipped" in first["warnings"]
+    assert "/etc: source folder is outside the project root, skipped" in first["warnings"]
     assert etc["files"] == [] and secret["files"] == []
 
 
 def test_an_always_ignored_folder_named_as_a_source_is_used_with_a_warning(tree: Path):
     env = {"MDVDB_SOURCE_DIRS": ".,build"}
-    warning = "source folder build is in the always-ignored folder build/"
+    warning = "build: source folder is in the always-ignored folder build/"
     assert run_cli("ingest", "--root", str(tree)).returncode == 0
     assert indexed_paths(tree) == EXPECTED
     # a named path (the watcher's way in) is taken by its most specific source folder
@@ -190,10 +190,10 @@ def test_an_always_ignored_folder_named_as_a_source_is_used_with_a_warning(tree:
     # a source folder a .gitignore ignores is skipped, by both
     env = {"MDVDB_SOURCE_DIRS": ".,drafts"}
     done = run_cli("ingest", "--root", str(tree), env=env)
-    assert "source folder drafts is ignored by a .gitignore" in done.stderr
+    assert "drafts: source folder is ignored by a .gitignore" in done.stderr
     assert indexed_paths(tree) == EXPECTED
     found, stderr = grep_paths(tree, env=env)
-    assert found == EXPECTED and "source folder drafts is ignored" in stderr
+    assert found == EXPECTED and "drafts: source folder is ignored" in stderr
 
 
 FRONTMATTER_HEAVY = """---
