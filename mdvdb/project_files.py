@@ -248,9 +248,16 @@ def translate_inside(lines: list[str], folder: str) -> list[str]:
         line = _Line.parse(raw)
         if line is None:
             continue
-        prefix = folder.split("/") if line.anchored else [*folder.split("/"), "**"]
+        prefix = [_escaped(part) for part in folder.split("/")]
+        if not line.anchored:
+            prefix.append("**")
         out.append(line.text(prefix + line.segments, True))
     return out
+
+
+def _escaped(name: str) -> str:
+    """A folder name as a literal inside a gitignore pattern (`a[1]` is not a class)."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in name)
 
 
 def translate_above(lines: list[str], below: str) -> list[str]:

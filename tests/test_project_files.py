@@ -275,3 +275,30 @@ def test_watch_applies_the_same_rules(tmp_path: Path):
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+def test_gitignore_lines_translate_to_the_root():
+    """The rg form of .gitignore files above a folder: lines relative to the project root."""
+    from mdvdb.project_files import translate_above, translate_inside
+
+    above = ["# comment", "", "*.tmp", "/notes/drafts/", "notes/a/b.md", "**/cache/", "*/x.md"]
+    above += ["!notes/keep.md", "other/y.md", "/notes/", "notes"]
+    assert translate_above(above, "notes") == [
+        "*.tmp",  # unanchored: anywhere below
+        "/drafts/",
+        "/a/b.md",
+        "/**/cache/",  # `**` may have matched `notes` and more
+        "/x.md",  # `*` matched `notes`
+        "!/keep.md",
+        # other/y.md: another folder; /notes/: the root itself, never hidden
+        "notes",  # unanchored: folders named notes below the root (not the root itself)
+    ]
+    assert translate_above(["**/notes/drafts"], "repo/notes") == [
+        "/**/notes/drafts",
+        "/drafts",
+    ]
+    assert translate_inside(["local.md", "/gen/", "!keep.md"], "sub/a[1]") == [
+        "/sub/a\\[1\\]/**/local.md",
+        "/sub/a\\[1\\]/gen/",
+        "!/sub/a\\[1\\]/**/keep.md",
+    ]
