@@ -31,7 +31,7 @@ This module imports only the standard library at import time: `mdvdb grep` loads
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -205,12 +205,17 @@ def read_gitignore(folder: Path | str) -> list[str]:
         return []
 
 
-@dataclass(frozen=True)
 class _Line:
-    negated: bool
-    anchored: bool
-    dir_only: bool
-    segments: list[str]
+    """One pattern line of a .gitignore, taken apart (a plain class: each dataclass costs
+    import time on `mdvdb grep`'s budget)."""
+
+    __slots__ = ("negated", "anchored", "dir_only", "segments")
+
+    def __init__(self, negated: bool, anchored: bool, dir_only: bool, segments: list[str]):
+        self.negated = negated
+        self.anchored = anchored
+        self.dir_only = dir_only
+        self.segments = segments
 
     @classmethod
     def parse(cls, raw: str) -> _Line | None:
@@ -330,7 +335,6 @@ def user_patterns(config: Config) -> list[str]:
 # -- the walk's form ---------------------------------------------------------------------------
 
 
-@dataclass
 class Rules:
     """The rules in force in one folder of the walk.
 
@@ -338,9 +342,16 @@ class Rules:
     spec with an opinion decides, as in git. `user`: MDVDB_IGNORE_PATTERNS, which always wins.
     """
 
-    specs: tuple[tuple[str, pathspec.PathSpec], ...]
-    user: pathspec.PathSpec | None = None
-    active: bool = field(init=False, default=False)
+    __slots__ = ("specs", "user", "active")
+
+    def __init__(
+        self,
+        specs: tuple[tuple[str, pathspec.PathSpec], ...],
+        user: pathspec.PathSpec | None = None,
+    ):
+        self.specs = specs
+        self.user = user
+        self.active = bool(specs) or user is not None  # read per file: not a property
 
     @classmethod
     def for_folder(cls, config: Config, folder: str, above: bool = True) -> Rules:
@@ -368,10 +379,6 @@ class Rules:
         if not spec.patterns:
             return self
         return Rules((*self.specs, (rel, spec)), self.user)
-
-    def __post_init__(self) -> None:
-        # read once per file by the walk: an attribute, not a property
-        self.active = bool(self.specs) or self.user is not None
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         key = rel + "/" if is_dir else rel
