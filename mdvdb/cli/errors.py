@@ -24,7 +24,15 @@ EXIT_INTERRUPTED = 130
 
 # The library's expected failures, by class name so that none of them is imported to be caught.
 USER_ERRORS = frozenset(
-    {"IndexFormatError", "ProviderError", "QueryError", "IngestError", "LockBusy", "FilterError"}
+    {
+        "IndexFormatError",
+        "ProviderError",
+        "QueryError",
+        "IngestError",
+        "LockBusy",
+        "FilterError",
+        "UnsafePath",
+    }
 )
 
 
