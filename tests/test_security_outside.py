@@ -1,0 +1,337 @@
+"""Nothing in a folder reaches outside it (docs/security.md): writes stay inside the root,
+credentials follow the user, settings are validated. The real CLI in temp folders; the
+permission and ownership cases run as an unprivileged user through util-linux `setpriv`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, run_cli
+from tests.fake_embeddings import FakeEmbeddingServer
+
+KEY = "sk-proj-USERKEY-0a1b2c3d4e5f60718293"
+NOBODY, STRANGER = 65534, 65533
+
+
+def one_line_error(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    message = result.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message, message
+    for word in words:
+        assert word in message, message
+    return message
+
+
+def write_config(root: Path, *lines: str) -> None:
+    (root / ".markdownvdb").write_text("\n".join(lines) + "\n")
+
+
+# -- writes stay inside ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "variable", "escape"),
+    [
+        ("MDVDB_INDEX_FILE=../x.index", "MDVDB_INDEX_FILE", "x.index"),
+        ("MDVDB_STATE_DIR=../y", "MDVDB_STATE_DIR", "y"),
+        ("MDVDB_STATE_DIR=/tmp/mdvdb-escape-y", "MDVDB_STATE_DIR", None),
+    ],
+)
+def test_a_folder_config_cannot_put_the_index_or_state_outside(notes, line, variable, escape):
+    write_config(notes, line)
+    result = run_cli("ingest", "--root", str(notes))
+    one_line_error(result, 2, variable, "outside the project root", str(notes / ".markdownvdb"))
+    if escape:
+        assert not (notes.parent / escape).exists()
+    assert not Path("/tmp/mdvdb-escape-y").exists()
+    assert not (notes / ".markdownvdb.index").exists()
+
+
+def test_the_users_environment_may_put_the_index_and_state_elsewhere(notes, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    env = {
+        "MDVDB_INDEX_FILE": str(elsewhere / "notes.index"),
+        "MDVDB_STATE_DIR": str(elsewhere / "state"),
+    }
+    result = run_cli("ingest", "--root", str(notes), env=env)
+    assert result.returncode == 0, result.stderr
+    assert (elsewhere / "notes.index").is_file()
+    assert stat.S_IMODE((elsewhere / "state").stat().st_mode) == 0o700
+    assert not (notes / ".markdownvdb.index").exists()
+
+
+def test_a_state_folder_symlink_leaving_the_root_is_refused(notes, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (notes / ".markdownvdb.state").symlink_to(outside)
+    result = run_cli("ingest", "--root", str(notes))
+    one_line_error(result, 2, "MDVDB_STATE_DIR", "outside the project root")
+    assert list(outside.iterdir()) == []
+
+
+def test_an_index_symlink_is_replaced_never_written_through(notes, tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_bytes(b"precious bytes")
+    target.chmod(0o600)
+    (notes / ".markdownvdb.index").symlink_to(target)
+    result = run_cli("ingest", "--root", str(notes))
+    assert result.returncode == 0, result.stderr
+    assert target.read_bytes() == b"precious bytes"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    index = notes / ".markdownvdb.index"
+    assert not index.is_symlink() and index.is_file()
+    found = run_cli("search", "extract a tar archive", "--json", "--root", str(notes))
+    assert json.loads(found.stdout)["results"][0]["path"] == "tar.md"
+
+
+@pytest.mark.parametrize("name", ["cache.sqlite3-wal", "writer.json", "doit.sqlite3"])
+def test_a_symlink_inside_the_state_folder_is_refused(notes, tmp_path, name):
+    """A cloned repository can ship `.markdownvdb.state/<file> -> ~/.bashrc`."""
+    target = tmp_path / "bashrc"
+    target.write_text("export PATH=/usr/bin\n")
+    state = notes / ".markdownvdb.state"
+    state.mkdir()
+    (state / name).symlink_to(target)
+    result = run_cli("ingest", "--root", str(notes))
+    one_line_error(result, 1, str(state / name), "symlink")
+    assert target.read_text() == "export PATH=/usr/bin\n"
+
+
+# -- as an unprivileged user ----------------------------------------------------------------
+
+
+def _setpriv(uid: int) -> list[str]:
+    """Run as `uid` (no capabilities): needs root to switch and util-linux setpriv."""
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0):
+        pytest.skip("switching user needs a root test run")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: cannot switch user")
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+
+
+def run_as(uid: int, *args: str, cwd: Path, env: dict | None = None, umask: int = 0o022):
+    full_env = {k: v for k, v in os.environ.items() if k != "FORCE_COLOR"}
+    full_env.update({"HOME": str(cwd), "XDG_CONFIG_HOME": str(cwd / ".config"), **(env or {})})
+    old = os.umask(umask)
+    try:
+        return subprocess.run(
+            [*_setpriv(uid), sys.executable, "-m", "mdvdb", *args],
+            cwd=cwd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.umask(old)
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A folder other users can enter (pytest's tmp_path is root's own, 0700)."""
+    folder = Path(tempfile.mkdtemp(prefix="mdvdb-sec-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    for dirpath, _dirs, files in os.walk(path):
+        os.chown(dirpath, uid, uid)
+        for name in files:
+            os.chown(os.path.join(dirpath, name), uid, uid)
+
+
+@pytest.mark.slow
+def test_everything_written_is_private_under_umask_022(shared_tmp):
+    """As an unprivileged user with umask 022: the index 0600, the state folder 0700 and
+    every file in it 0600, and another user cannot read the index."""
+    root = shared_tmp / "notes"
+    shutil.copytree(FIXTURES / "notes", root)
+    _chown_tree(root, NOBODY)
+    result = run_as(NOBODY, "ingest", "--root", str(root), cwd=root)
+    assert result.returncode == 0, result.stderr
+    index, state = root / ".markdownvdb.index", root / ".markdownvdb.state"
+    assert stat.S_IMODE(index.stat().st_mode) == 0o600
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    for path in state.iterdir():
+        assert stat.S_IMODE(path.lstat().st_mode) & 0o077 == 0, path
+    peek = subprocess.run(
+        [*_setpriv(STRANGER), "cat", str(index)], capture_output=True, text=True, timeout=30
+    )
+    assert peek.returncode != 0 and "Permission denied" in peek.stderr
+
+
+def test_another_users_config_is_not_read_until_trusted(shared_tmp):
+    """Discovery walks up to the nearest `.markdownvdb`; one owned by another user stops it
+    with one line naming the file and how to trust it (git's safe.directory)."""
+    parent = shared_tmp / "shared"
+    (parent / "mine").mkdir(parents=True)
+    write_config(parent, "MDVDB_INDEX_FILE=stolen.index")
+    _chown_tree(parent, STRANGER)
+    os.chown(parent / "mine", NOBODY, NOBODY)
+    parent.chmod(0o755)
+    here = parent / "mine"
+
+    result = run_as(NOBODY, "status", "--json", cwd=here)
+    message = one_line_error(result, 2, str(parent / ".markdownvdb"), "another user")
+    assert f"MDVDB_TRUSTED_FOLDERS={parent}" in message
+
+    trust = {"MDVDB_TRUSTED_FOLDERS": str(parent)}
+    trusted = run_as(NOBODY, "status", "--json", cwd=here, env=trust)
+    assert trusted.returncode in (0, 4), trusted.stderr  # 4: no index yet
+    assert "another user" not in trusted.stderr
+
+    # The same trust from the user's own config file (owned by that user).
+    user_config = here / ".config" / "mdvdb" / "config"
+    user_config.parent.mkdir(parents=True)
+    user_config.write_text(f"MDVDB_TRUSTED_FOLDERS={parent}\n")
+    _chown_tree(here / ".config", NOBODY)
+    from_file = run_as(NOBODY, "status", "--json", cwd=here)
+    assert "another user" not in from_file.stderr, from_file.stderr
+
+    # A root-owned config is trusted (root can replace mdvdb itself).
+    os.chown(parent / ".markdownvdb", 0, 0)
+    shutil.rmtree(here / ".config")
+    root_owned = run_as(NOBODY, "status", "--json", cwd=here)
+    assert "another user" not in root_owned.stderr, root_owned.stderr
+
+
+def test_root_does_not_read_a_users_config(notes):
+    """The other direction, without setpriv: root in a folder whose `.markdownvdb` belongs to
+    an unprivileged user."""
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0):
+        pytest.skip("needs a root test run to chown")
+    write_config(notes, "MDVDB_EMBEDDING_PROVIDER=local")
+    os.chown(notes / ".markdownvdb", NOBODY, NOBODY)
+    result = run_cli("status", "--root", str(notes), env={"SUDO_UID": ""})
+    one_line_error(result, 2, "another user", "MDVDB_TRUSTED_FOLDERS")
+
+
+# -- credentials follow the user ------------------------------------------------------------
+
+
+def _remote_env(**extra: str) -> dict[str, str]:
+    return {
+        "MDVDB_EMBEDDING_TIMEOUT": "5",
+        "MDVDB_EMBEDDING_MAX_RETRIES": "0",
+        "MDVDB_EMBEDDING_DIMENSIONS": "64",
+        **extra,
+    }
+
+
+def test_a_folder_url_gets_no_key_from_the_environment(notes):
+    with FakeEmbeddingServer(dims=64, api_key=KEY) as server:
+        write_config(notes, "MDVDB_EMBEDDING_PROVIDER=openai", f"OPENAI_BASE_URL={server.url}")
+        env = _remote_env(OPENAI_API_KEY=KEY)
+        result = run_cli("ingest", "--root", str(notes), env=env)
+        one_line_error(result, 2, "OPENAI_BASE_URL", "MDVDB_TRUSTED_FOLDERS", str(notes))
+        assert KEY not in result.stderr + result.stdout
+        assert server.log == []  # not one request: no key, no notes
+
+        # The folder cannot trust itself.
+        write_config(
+            notes,
+            "MDVDB_EMBEDDING_PROVIDER=openai",
+            f"OPENAI_BASE_URL={server.url}",
+            "MDVDB_TRUSTED_FOLDERS=*",
+        )
+        again = run_cli("ingest", "--root", str(notes), env=env)
+        one_line_error(again, 2, "OPENAI_BASE_URL")
+        assert server.log == []
+
+        # The user trusts it explicitly: the key goes there.
+        trusted = run_cli(
+            "ingest", "--root", str(notes), env={**env, "MDVDB_TRUSTED_FOLDERS": str(notes)}
+        )
+        assert trusted.returncode == 0, trusted.stderr
+        assert server.log and all(r.authorization == f"Bearer {KEY}" for r in server.log)
+
+
+def test_a_url_from_the_environment_gets_the_key(notes):
+    with FakeEmbeddingServer(dims=64, api_key=KEY) as server:
+        write_config(notes, "MDVDB_EMBEDDING_PROVIDER=openai")
+        env = _remote_env(OPENAI_API_KEY=KEY, OPENAI_BASE_URL=server.url)
+        result = run_cli("ingest", "--root", str(notes), env=env)
+        assert result.returncode == 0, result.stderr
+        assert server.log and all(r.authorization == f"Bearer {KEY}" for r in server.log)
+
+
+def test_a_custom_endpoint_from_the_folder_gets_only_the_folders_key(notes):
+    with FakeEmbeddingServer(dims=64) as server:
+        lines = ("MDVDB_EMBEDDING_PROVIDER=custom", f"MDVDB_EMBEDDING_ENDPOINT={server.url}")
+        write_config(notes, *lines)
+        env = _remote_env(MDVDB_EMBEDDING_API_KEY=KEY)
+        refused = run_cli("ingest", "--root", str(notes), env=env)
+        one_line_error(refused, 2, "MDVDB_EMBEDDING_ENDPOINT", "MDVDB_EMBEDDING_API_KEY")
+        assert server.log == []
+
+        # The folder's own key (not the user's) may go to the folder's own URL.
+        write_config(notes, *lines, "MDVDB_EMBEDDING_API_KEY=folder-key")
+        result = run_cli("ingest", "--root", str(notes), env=_remote_env())
+        assert result.returncode == 0, result.stderr
+        assert server.log and all(r.authorization == "Bearer folder-key" for r in server.log)
+        assert not any(KEY in (r.authorization or "") for r in server.log)
+
+
+# -- settings validated ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("MDVDB_SEARCH_MIN_SCORE", "nan"),
+        ("MDVDB_SERVE_IDLE_TIMEOUT", "inf"),
+        ("MDVDB_SERVE_IDLE_TIMEOUT", "nan"),
+        ("MDVDB_SERVE_IDLE_TIMEOUT", "-1"),
+        ("MDVDB_EMBEDDING_TIMEOUT", "nan"),
+        ("MDVDB_EMBEDDING_RETRY_DELAY", "inf"),
+        ("MDVDB_GOVERN_WEIGHTS", "high=nan"),
+    ],
+)
+def test_non_finite_and_negative_numbers_are_one_line_usage_errors(notes, variable, value):
+    for args in (("search", "tar"), ("status",), ("serve", "--idle-timeout", "1")):
+        result = run_cli(*args, "--root", str(notes), env={variable: value, "MDVDB_NO_WARM": "1"})
+        one_line_error(result, 2, variable)
+
+
+@pytest.mark.parametrize("origin", ["environment", "file"])
+def test_a_state_dir_that_is_a_file_is_a_usage_error(notes, origin):
+    (notes / "state-file").write_text("not a folder\n")
+    env = {}
+    if origin == "environment":
+        env["MDVDB_STATE_DIR"] = str(notes / "state-file")
+    else:
+        write_config(notes, "MDVDB_STATE_DIR=state-file")
+    for args in (("ingest",), ("status",), ("search", "tar")):
+        result = run_cli(*args, "--root", str(notes), env=env)
+        one_line_error(result, 2, "MDVDB_STATE_DIR", "not a folder")
+    assert (notes / "state-file").read_text() == "not a folder\n"
+
+
+def test_source_dirs_matching_nothing_never_replace_a_non_empty_index(notes):
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    index = notes / ".markdownvdb.index"
+    before = index.read_bytes()
+    for env in ({"MDVDB_SOURCE_DIRS": "dcos"}, {"MDVDB_SOURCE_DIRS": "guides/nothing-here,typo"}):
+        result = run_cli("ingest", "--root", str(notes), env=env)
+        one_line_error(result, 1, "MDVDB_SOURCE_DIRS", "matches no Markdown file")
+        assert index.read_bytes() == before
+    # Also with the caches gone (the index alone says it has files).
+    shutil.rmtree(notes / ".markdownvdb.state")
+    result = run_cli("ingest", "--full", "--root", str(notes), env={"MDVDB_SOURCE_DIRS": "dcos"})
+    one_line_error(result, 1, "dcos")
+    assert index.read_bytes() == before
