@@ -335,3 +335,166 @@ def test_source_dirs_matching_nothing_never_replace_a_non_empty_index(notes):
     result = run_cli("ingest", "--full", "--root", str(notes), env={"MDVDB_SOURCE_DIRS": "dcos"})
     one_line_error(result, 1, "dcos")
     assert index.read_bytes() == before
+
+
+# -- MCP over HTTP needs a bearer token; tool arguments are capped --------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _start_http(root: Path, *extra: str) -> tuple[subprocess.Popen, int, str]:
+    """`mdvdb mcp --http PORT`; returns once it listens, with the first line it printed."""
+    import socket
+    import time
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", "mcp", "--http", str(port), "--root", str(root), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    banner = server.stderr.readline()
+    deadline = time.monotonic() + 60
+    while True:
+        assert server.poll() is None, banner + server.stderr.read()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server, port, banner
+        except OSError:
+            assert time.monotonic() < deadline, "mdvdb mcp --http never listened"
+            time.sleep(0.2)
+
+
+async def _mcp_http(port: int, token: str | None, steps):
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx2.AsyncClient(headers=headers) as client,
+        streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=client) as (r, w),
+        ClientSession(r, w) as session,
+    ):
+        await session.initialize()
+        return await steps(session)
+
+
+def test_mcp_http_needs_the_bearer_token(notes):
+    import asyncio
+
+    import httpx
+
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    server, port, banner = _start_http(notes)
+    try:
+        token_path = notes / ".markdownvdb.state" / "mcp-http.token"
+        token = token_path.read_text().strip()
+        assert stat.S_IMODE(token_path.stat().st_mode) == 0o600 and len(token) >= 32
+        assert f"Bearer {token}" in banner and str(token_path) in banner  # printed once
+
+        url = f"http://127.0.0.1:{port}/mcp"
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+        for headers in ({}, {"Authorization": "Bearer wrong-token-0000000000"}):
+            raw = httpx.post(url, json=hello, headers=headers, timeout=10)
+            assert raw.status_code == 401
+            assert raw.headers["www-authenticate"].startswith("Bearer")
+
+        async def search(session):
+            return await session.call_tool("search", {"query": "extract a tar archive"})
+
+        with pytest.raises(BaseException):  # noqa: B017 - the SDK surfaces the 401 its own way
+            asyncio.run(asyncio.wait_for(_mcp_http(port, None, search), 30))
+        with pytest.raises(BaseException):  # noqa: B017
+            asyncio.run(asyncio.wait_for(_mcp_http(port, "not-the-token-123456", search), 30))
+
+        found = asyncio.run(_mcp_http(port, token, search))
+        assert not found.is_error
+        assert found.structured_content["results"][0]["path"] == "tar.md"
+
+        async def oversized(session):
+            return [
+                await session.call_tool("search", {"query": "q" * 100_000}),
+                await session.call_tool("search", {"query": "tar", "limit": 2**63}),
+                await session.call_tool("grep", {"pattern": "p" * 20_000}),
+                await session.call_tool("grep", {"pattern": "tar", "limit": 2**63}),
+                await session.call_tool("grep", {"pattern": "tar", "per_file_limit": 10**9}),
+                await session.call_tool("clusters", {"limit": 2**40}),
+            ]
+
+        answers = asyncio.run(_mcp_http(port, token, oversized))
+        texts = [a.content[0].text for a in answers]
+        assert all(a.is_error for a in answers), texts
+        assert "query is 100000 characters; the cap is 2000" in texts[0]
+        assert "limit must be between 1 and 1000" in texts[1]
+        assert "pattern is 20000 characters; the cap is 1000" in texts[2]
+        assert "per_file_limit must be between 1 and 1000" in texts[4]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    # A restart keeps the token, so a client's configuration stays valid.
+    server, port, banner = _start_http(notes)
+    try:
+        assert f"Bearer {token}" in banner
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_mcp_http_token_file(notes, tmp_path):
+    import asyncio
+
+    token_file = tmp_path / "token"
+    token_file.write_text("my-own-token-0123456789abcdef\n")
+    token_file.chmod(0o644)
+    loose = run_cli("mcp", "--http", str(_free_port()), "--token-file", str(token_file))
+    one_line_error(loose, 2, "--token-file", "chmod 600")
+    token_file.chmod(0o600)
+    server, port, banner = _start_http(notes, "--token-file", str(token_file))
+    try:
+        assert str(token_file) in banner
+
+        async def status(session):
+            return await session.call_tool("status", {})
+
+        answer = asyncio.run(_mcp_http(port, "my-own-token-0123456789abcdef", status))
+        assert not answer.is_error
+        assert not (notes / ".markdownvdb.state" / "mcp-http.token").exists()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_mcp_stdio_refuses_a_5_mb_query_and_a_2_mb_pattern(notes):
+    """The issue's own sizes, over stdio (no HTTP body limit in front of the tools)."""
+    import asyncio
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(notes)]
+    )
+
+    async def run():
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
+            await session.initialize()
+            return [
+                await session.call_tool("search", {"query": "q" * 5_000_000}),
+                await session.call_tool("grep", {"pattern": "p" * 2_000_000}),
+                await session.call_tool("search", {"query": "tar", "limit": 2**63}),
+                await session.call_tool("search", {"query": "tar", "filters": ["a=b"] * 51}),
+            ]
+
+    answers = asyncio.run(run())
+    texts = [a.content[0].text for a in answers]
+    assert all(a.is_error for a in answers), texts
+    assert "the cap is 2000" in texts[0] and "the cap is 1000" in texts[1]
+    assert "between 1 and 1000" in texts[2] and "51 filters" in texts[3]
