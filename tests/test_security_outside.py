@@ -498,3 +498,47 @@ def test_mcp_stdio_refuses_a_5_mb_query_and_a_2_mb_pattern(notes):
     assert all(a.is_error for a in answers), texts
     assert "the cap is 2000" in texts[0] and "the cap is 1000" in texts[1]
     assert "between 1 and 1000" in texts[2] and "51 filters" in texts[3]
+
+
+# -- control characters escaped in human output ---------------------------------------------
+
+TITLE_ATTACK = "\x1b]0;pwned\x07"  # sets the terminal's title
+CLEAR = "\x1b[2J"
+BIDI = "\u202e"
+
+
+def test_control_characters_from_the_folder_are_escaped_in_human_output(tmp_path):
+    root = tmp_path / "notes"
+    root.mkdir()
+    name = f"evil{CLEAR}name.md"
+    (root / name).write_text(
+        f"---\ntitle: Evil {TITLE_ATTACK} title\nowner: x{CLEAR}y\n---\n"
+        f"# Heading {CLEAR} zebra\n\nThe zebra crossing {TITLE_ATTACK} text {BIDI}gnp.exe\n"
+        "tab\tand CRLF line\r\n"
+    )
+    (root / "plain.md").write_text("# Plain\n\nnothing about animals here\n")
+    done = run_cli("ingest", "--root", str(root))
+    assert done.returncode == 0, done.stderr
+    outputs = {
+        "search": run_cli("search", "zebra crossing", "--root", str(root)),
+        "search --files": run_cli("search", "zebra crossing", "--files", "--root", str(root)),
+        "grep": run_cli("grep", "zebra", "--color", "never", "--root", str(root)),
+        "grep --color": run_cli("grep", "zebra", "--color", "always", "--root", str(root)),
+        "get": run_cli("get", name, "--root", str(root)),
+    }
+    for what, result in outputs.items():
+        assert result.returncode == 0, (what, result.stderr)
+        out = result.stdout
+        assert "zebra" in out or what == "search --files", (what, out)
+        if what == "grep --color":  # only mdvdb's own colour codes: ESC [ digits ; m
+            import re
+
+            out = re.sub(r"\x1b\[[0-9;]*m", "", out)
+        assert "\x1b" not in out and "\x07" not in out and BIDI not in out, (what, out)
+        assert "\\x1b" in out, (what, out)  # visible, not dropped
+    assert "\\x1b[2J" in outputs["search --files"].stdout  # the name, escaped
+    assert "\\u202e" in outputs["get"].stdout
+    assert "tab\tand CRLF line\n" in outputs["get"].stdout  # ordinary text untouched
+    # JSON keeps the exact text (its encoder escapes control characters itself).
+    as_json = run_cli("search", "zebra crossing", "--json", "--root", str(root))
+    assert json.loads(as_json.stdout)["results"][0]["path"] == name

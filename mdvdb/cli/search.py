@@ -24,6 +24,7 @@ from mdvdb.cli.errors import (
     refuse_if_off,
     user_errors,
 )
+from mdvdb.terminal import printable
 
 DEFAULT_CAP = 20
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
@@ -190,8 +191,9 @@ def _print_tiers(response, explain: bool) -> None:
         if this_tier != tier:
             tier = this_tier
             echo("## Title Matches" if tier == "title" else "## Content Matches")
-        heading = " > ".join(hit.heading_path)
-        echo(f"{i}. {hit.path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
+        heading = printable(" > ".join(hit.heading_path), one_line=True)
+        path = printable(hit.path, one_line=True)
+        echo(f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
         if heading:
             echo(f"   {heading}")
         echo(f"   {hit.excerpt}")
@@ -208,7 +210,7 @@ def _print_by_file(query: str | None, hits, as_json: bool) -> None:
         print_json({"query": query, "files": [h.to_json() for h in hits]})
         return
     for hit in hits:
-        echo(f"{hit.score:.3f}  {hit.path}")
+        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
 
 
 def _print_files(found, total: int, as_json: bool) -> None:
@@ -227,7 +229,8 @@ def _print_files(found, total: int, as_json: bool) -> None:
         echo("No matches.")
         return
     for f in found:
-        echo(f"- [{plain_title(f.title)}]({link_target(f.path)})")
+        title, target = plain_title(f.title), link_target(f.path)
+        echo(f"- [{printable(title, one_line=True)}]({printable(target, one_line=True)})")
     if total > len(found):
         _cap_note(len(found), total)
 
