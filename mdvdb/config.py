@@ -582,10 +582,11 @@ def _validate_paths(config: Config) -> None:
         ("MDVDB_STATE_DIR", config.state_path, "folder"),
     ):
         origin = _origin(config, env)
-        if origin != "the environment" and not _inside(path, config.root):
+        if origin != "the environment" and not config.trusted and not _inside(path, config.root):
             raise ConfigError(
                 f"{env} (from {origin}): {path} is outside the project root {config.root}; "
-                "only your environment may put it elsewhere"
+                f"only your environment may put it elsewhere (or trust the folder: "
+                f"{TRUSTED_FOLDERS}={config.root})"
             )
         if path == config.root:
             raise ConfigError(f"{env} (from {origin}): {path} is the project root itself")

@@ -542,3 +542,12 @@ def test_control_characters_from_the_folder_are_escaped_in_human_output(tmp_path
     # JSON keeps the exact text (its encoder escapes control characters itself).
     as_json = run_cli("search", "zebra crossing", "--json", "--root", str(root))
     assert json.loads(as_json.stdout)["results"][0]["path"] == name
+
+
+def test_a_trusted_folder_config_may_put_the_state_elsewhere(notes, tmp_path):
+    elsewhere = tmp_path / "state-elsewhere"
+    write_config(notes, f"MDVDB_STATE_DIR={elsewhere}")
+    env = {"MDVDB_TRUSTED_FOLDERS": f"/nonexistent{os.pathsep}{notes}"}
+    result = run_cli("ingest", "--root", str(notes), env=env)
+    assert result.returncode == 0, result.stderr
+    assert (elsewhere / "cache.sqlite3").is_file()
