@@ -551,3 +551,14 @@ def test_a_trusted_folder_config_may_put_the_state_elsewhere(notes, tmp_path):
     result = run_cli("ingest", "--root", str(notes), env=env)
     assert result.returncode == 0, result.stderr
     assert (elsewhere / "cache.sqlite3").is_file()
+
+
+def test_printable_keeps_ordinary_text_and_line_ends():
+    """The helper behind every print point: CRLF and tabs survive in contents, names stay on
+    one line, 8-bit CSI and bidi isolates are escaped."""
+    from mdvdb.terminal import printable
+
+    assert printable("a\tb\r\nc\n") == "a\tb\r\nc\n"
+    assert printable("over\rwrite") == "over\\x0dwrite"
+    assert printable("name\nwith\tbreaks", one_line=True) == "name\\x0awith\\x09breaks"
+    assert printable("\x9b2J \u2067x\u2069 é 日本") == "\\x9b2J \\u2067x\\u2069 é 日本"
