@@ -14,7 +14,7 @@ import re
 
 # C0 controls but tab and newline, a carriage return not ending a line, DEL, C1 controls
 # (0x9b is an 8-bit CSI), and the bidi embeddings, overrides and isolates.
-_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
+_IN_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
 # In a name or any one-line field, also tab, newline and every carriage return.
 _IN_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
