@@ -569,3 +569,11 @@ def test_printable_keeps_ordinary_text_and_line_ends():
     assert printable("over\rwrite") == "over\\x0dwrite"
     assert printable("name\nwith\tbreaks", one_line=True) == "name\\x0awith\\x09breaks"
     assert printable("\x9b2J \u2067x\u2069 é 日本") == "\\x9b2J \\u2067x\\u2069 é 日本"
+
+
+def test_a_non_finite_min_score_flag_is_a_usage_error(notes):
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    for value in ("nan", "inf", "-inf"):
+        for args in (("--min-score", value), (f"--min-score={value}", "--json")):
+            result = run_cli("search", "tar", *args, "--root", str(notes))
+            one_line_error(result, 2, "min_score must be a finite number")

@@ -161,7 +161,7 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     `request` holds the other `SearchRequest` fields."""
     from query import open_index
     from query.filters import FilterError
-    from query.request import SearchRequest
+    from query.request import RequestError, SearchRequest
     from query.request import run as run_request
 
     index = open_index(config=config)
@@ -169,7 +169,7 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     try:
         with index.pinned():
             outcome = run_request(index, wanted)
-    except FilterError as exc:
+    except (FilterError, RequestError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     if outcome.no_such_value is not None:
         _no_such_value(outcome.no_such_value, wanted.query, as_json)
