@@ -112,6 +112,14 @@ VARIANTS: dict[str, dict] = {
     "feedback-0.2-page-0.2": {"feedback_weight": 0.2, "page_weight": 0.2},
     "feedback-idf": {"feedback_idf": True},
     "feedback-idf-page-0.2": {"feedback_idf": True, "page_weight": 0.2},
+    "page-b-0.3": {"page_b": 0.3},
+    "page-b-0.5": {"page_b": 0.5},
+    "page-b-0.9": {"page_b": 0.9},
+    "page-k1-0.9": {"page_k1": 0.9},
+    "page-k1-2.0": {"page_k1": 2.0},
+    "page-0.3-b-0.5": {"page_weight": 0.3, "page_b": 0.5},
+    "dense-long-12-0.4": {"dense_long_words": 12, "dense_long_weight": 0.4},
+    "dense-long-12-0.2": {"dense_long_words": 12, "dense_long_weight": 0.2},
 }
 
 

@@ -51,6 +51,12 @@ class FusionParams:
     feedback_idf: bool = False  # pick feedback terms by RM3 weight * idf
     page_weight: float = 0.2  # μ: share of the page-level BM25 in each section's score
     name_weight: float = 0.3  # ν: added to sections of a page whose title/stem the query names
+    page_k1: float = 1.2  # BM25 k1 of the page-level score
+    page_b: float = 0.75  # BM25 b of the page-level score (length normalisation of pages)
+    # dense weight for long queries: queries of more than `dense_long_words` words use
+    # `dense_long_weight` (0: off, the one weight for every query)
+    dense_long_words: int = 0
+    dense_long_weight: float = 0.3
 
 
 PARAMS = FusionParams()
@@ -102,6 +108,14 @@ def normalised_semantic(semantic: np.ndarray, pool: int) -> np.ndarray:
     if top <= floor:
         return (semantic >= top).astype(np.float32)
     return np.clip((semantic - floor) / (top - floor), 0.0, 1.0).astype(np.float32)
+
+
+def for_query(query: str, params: FusionParams | None = None) -> FusionParams:
+    """The settings for this query (`dense_long_*`: a dense weight that follows query length)."""
+    params = params or PARAMS
+    if params.dense_long_words and len(query.split()) > params.dense_long_words:
+        return replace(params, dense_weight=params.dense_long_weight)
+    return params
 
 
 def fuse(lexical: np.ndarray, semantic: np.ndarray, params: FusionParams | None = None) -> Fused:

@@ -116,7 +116,7 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         lex = lexical_index(index).scores(query)
         return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
     if mode == "hybrid":
-        from query.fusion import best, current, hybrid
+        from query.fusion import best, current, for_query, hybrid
 
         lexical = lexical_index(index)
         bm25 = lexical.scores(query)
@@ -126,9 +126,12 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
             return empty, {"_candidates": empty > 0}
         page = None
         if current().page_weight > 0:
-            by_file = lexical.page_scores(query)
+            by_file = lexical.page_scores(query, current().page_k1, current().page_b)
             page = by_file[index.snapshot.chunk_file_ids] if by_file is not None else None
-        fused, cosine = hybrid(lexical, vectors, query_vector(index, query), bm25, page=page)
+        params = for_query(query)
+        fused, cosine = hybrid(
+            lexical, vectors, query_vector(index, query), bm25, params=params, page=page
+        )
         parts = {"lexical": fused.lexical, "semantic": fused.semantic}
         if fused.page is not None:
             parts["page"] = fused.page
