@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from query import govern as governing
+from query.collapse import Diversity
 from query.filters import Filter, candidate_mask, count_matches
 from query.index import QueryError
 from query.results import SearchResponse, SearchResult
@@ -50,27 +51,35 @@ def search(
     filters: Sequence[Filter] = (),
     mask: np.ndarray | None = None,
     cluster: int | None = None,
+    per_file: int | None = None,
+    collapse: bool = True,
+    diversity: Diversity | None = None,
 ) -> SearchResponse:
     """`filters` (metadata) and `mask` (one boolean per chunk) restrict the candidates
-    before ranking; `total` in the response counts candidates scoring >= min_score."""
+    before ranking; `total` in the response counts candidates scoring >= min_score.
+    Near-duplicate sections come back once (`collapse`), at most `per_file` sections of a
+    file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
+    one response (query.collapse)."""
     config = index.config
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
     mode = config.search_default_mode if mode is None else mode
     governed = governing.enabled(index, govern)
+    in_cluster = None
     if cluster is not None:
         from query.clusters import chunk_mask
 
         in_cluster = chunk_mask(index, cluster)
         mask = in_cluster if mask is None else mask & in_cluster
     allowed = candidate_mask(index, filters, mask)
+    if diversity is None:
+        diversity = Diversity.of(index, per_file, collapse)
     scores, parts = _memo_scores(index, query, mode)
     matching = parts.get("_candidates")
     candidates = (
         allowed if matching is None else matching if allowed is None else allowed & matching
     )
-    order = top_k(scores, governing.candidates(limit) if governed else limit, candidates)
-    order = [int(i) for i in order if scores[i] >= min_score]
+    order = _diverse_top(scores, candidates, min_score, limit, governed, diversity, per_file)
     components = (
         {
             i: {name: round(float(v[i]), 6) for name, v in parts.items() if name[0] != "_"}
@@ -79,12 +88,39 @@ def search(
         if explain
         else None
     )
-    results = build_results(index, order, scores, components)
+    results = build_results(index, order, scores, components, query, mode)
     if governed:
         results = governing.rerank(index, results, limit, explain)
+    diversity.commit([hit.chunk_id for hit in results])
+    scope = diversity.scope
+    if scope is not None and in_cluster is not None:
+        scope = scope & in_cluster
+    diversity.attach_copies(index, results, allowed if scope is None else scope)
     response = SearchResponse(query, mode, results)
     response.total = count_matches(scores, min_score, candidates)
     return response
+
+
+def _diverse_top(
+    scores: np.ndarray,
+    candidates: np.ndarray | None,
+    min_score: float,
+    limit: int,
+    governed: bool,
+    diversity: Diversity,
+    per_file: int | None,
+) -> list[int]:
+    """The best chunk ids that repeat no near-duplicate and respect the per-file cap: rank
+    a few more candidates than wanted, and more again while collapsing leaves too few."""
+    wanted = governing.candidates(limit) if governed else limit
+    fetch = diversity.fetch_size(wanted)
+    while True:
+        ranked = top_k(scores, fetch, candidates)
+        ranked = [int(i) for i in ranked if scores[i] >= min_score]
+        order = diversity.select(ranked, wanted, per_file)
+        if len(order) >= wanted or len(ranked) < fetch:
+            return order
+        fetch *= 4
 
 
 def _memo_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict]:
@@ -137,9 +173,12 @@ def build_results(
     order: list[int],
     scores: np.ndarray,
     components: dict[int, dict[str, float]] | None = None,
+    query: str | None = None,
+    mode: str | None = None,
 ) -> list[SearchResult]:
     """Materialise only the chosen rows: the rest of the index is never decoded. Row by row
-    through the columns, not `Table.take`, which imports pyarrow.compute (~30 ms cold)."""
+    through the columns, not `Table.take`, which imports pyarrow.compute (~30 ms cold).
+    Excerpts are the passages that matched `query` (query.excerpt)."""
     snap = index.snapshot
     if not order:
         return []
@@ -148,8 +187,12 @@ def build_results(
     ccol = {name: chunks.column(name) for name in ("file_id", "heading", "heading_path", "text")}
     ccol.update({name: chunks.column(name) for name in ("start_line", "end_line")})
     fcol = {name: files.column(name) for name in ("path", "frontmatter", "title", "cluster_id")}
+    sections = [
+        (ccol["text"][chunk_id].as_py(), ccol["start_line"][chunk_id].as_py()) for chunk_id in order
+    ]
+    shown = _excerpts(index, sections, query, mode)
     results = []
-    for chunk_id in order:
+    for chunk_id, excerpt in zip(order, shown, strict=True):
         file_id = ccol["file_id"][chunk_id].as_py()
         meta: dict[str, Any] = json.loads(fcol["frontmatter"][file_id].as_py() or "{}")
         results.append(
@@ -160,13 +203,29 @@ def build_results(
                 start_line=ccol["start_line"][chunk_id].as_py(),
                 end_line=ccol["end_line"][chunk_id].as_py(),
                 score=round(float(scores[chunk_id]), 6),
-                excerpt=excerpt_of(ccol["text"][chunk_id].as_py()),
+                excerpt=excerpt.text,
                 metadata=meta,
                 title=fcol["title"][file_id].as_py(),
                 chunk_id=chunk_id,
                 file_id=file_id,
                 cluster_id=fcol["cluster_id"][file_id].as_py(),
                 explain=components.get(chunk_id) if components else None,
+                excerpt_lines=[excerpt.start_line, excerpt.end_line],
             )
         )
     return results
+
+
+def _excerpts(index: Index, sections: list[tuple[str, int]], query: str | None, mode):
+    """The matched passage of each section; by meaning (closest sentence) only with the
+    local model, whose query vector costs nothing: a remote one would be another request."""
+    from query.excerpt import excerpts
+
+    embed = query_vector_of = None
+    config = index.config
+    local = config.embedding_provider == "local" and config.embedding_model.startswith("wordllama")
+    if query and mode in ("semantic", "hybrid") and local:
+        provider = index.provider()
+        embed = provider.embed
+        query_vector_of = provider.embed([query])[0]
+    return excerpts(sections, query, embed, query_vector_of)

@@ -18,6 +18,7 @@ import numpy as np
 
 from mdvdb import index_format
 from mdvdb.text_analysis import CJK_RANGES
+from query.collapse import Diversity
 from query.filters import Filter, candidate_mask
 from query.results import SearchResponse
 
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 TITLE, CONTENT = "title", "content"
 _CJK_START = re.compile(f"[{CJK_RANGES}]")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")  # [text](url) and ![alt](src)
-# The title tier takes this many sections per wanted result, to keep one per document.
-OVERSAMPLE = 5
 
 
 @dataclass
@@ -158,10 +157,22 @@ def tiered_search(
         candidates = np.ones(snap.chunk_file_ids.shape[0], dtype=bool)
     titled = title_files(snap, query_words(query))[snap.chunk_file_ids]
     title_chunks = int(np.count_nonzero(candidates & titled))
-    # Most queries match no title: then there is one search, not two.
-    wanted = min(limit * OVERSAMPLE, title_chunks) if limit else 0
+    # One Diversity for both searches: near-duplicates and per-file caps span the response.
+    diversity = Diversity.of(
+        index, options.pop("per_file", None), options.pop("collapse", True), scope=candidates
+    )
+    # Most queries match no title: then there is one search, not two. The title search
+    # keeps one section per document (a per-file cap of 1).
+    wanted = min(limit, title_chunks) if limit else 0
     title = (
-        index.search(query, limit=wanted, mask=candidates & titled, **options)
+        index.search(
+            query,
+            limit=wanted,
+            mask=candidates & titled,
+            diversity=diversity,
+            per_file=1,
+            **options,
+        )
         if wanted
         else SearchResponse(query, "", [], 0)
     )
@@ -176,7 +187,13 @@ def tiered_search(
     else:  # more sections passed than were fetched: count the candidate title documents
         title_total = int(np.unique(snap.chunk_file_ids[candidates & titled]).shape[0])
     first = first[:limit]
-    content = index.search(query, limit=limit - len(first), mask=candidates & ~titled, **options)
+    content = index.search(
+        query,
+        limit=limit - len(first),
+        mask=candidates & ~titled,
+        diversity=diversity,
+        **options,
+    )
     rest = [(CONTENT, hit) for hit in content.results]
     return TieredResponse(
         query=query,

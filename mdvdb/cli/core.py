@@ -153,6 +153,14 @@ def search(
     cluster: Annotated[
         int | None, typer.Option("--cluster", help="Only this cluster (see `mdvdb clusters`).")
     ] = None,
+    per_file: Annotated[
+        int | None,
+        typer.Option(
+            "--per-file",
+            min=0,
+            help="Most sections of one file (default MDVDB_SEARCH_PER_FILE, 3; 0: no cap).",
+        ),
+    ] = None,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -182,6 +190,7 @@ def search(
             govern=govern,
             explain=explain,
             cluster=cluster,
+            per_file=per_file,
         )
 
 
