@@ -102,6 +102,8 @@ class Diversity:
             if len(kept) >= wanted:
                 break
             if group >= 0 and group in used:
+                if cap == 1:  # one section a file: a copy already shown stands for its file
+                    counts[file] = max(counts.get(file, 0), 1)
                 continue
             held = counts.get(file, 0)
             if cap and held >= cap:

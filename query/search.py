@@ -90,7 +90,11 @@ def search(
     )
     results = build_results(index, order, scores, components, query, mode)
     if governed:
-        results = governing.rerank(index, results, limit, explain)
+        # Governing re-orders the candidates; collapse and the per-file cap then keep the
+        # governed best of each group (the authoritative copy, not the first in path order).
+        results = governing.rerank(index, results, len(results), explain)
+        kept = set(diversity.select([hit.chunk_id for hit in results], limit, per_file))
+        results = [hit for hit in results if hit.chunk_id in kept]
     diversity.commit([hit.chunk_id for hit in results])
     scope = diversity.scope
     if scope is not None and in_cluster is not None:
@@ -117,6 +121,8 @@ def _diverse_top(
     while True:
         ranked = top_k(scores, fetch, candidates)
         ranked = [int(i) for i in ranked if scores[i] >= min_score]
+        if governed:  # collapsing waits for the governed order (see `search`)
+            return ranked
         order = diversity.select(ranked, wanted, per_file)
         if len(order) >= wanted or len(ranked) < fetch:
             return order

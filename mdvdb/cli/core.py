@@ -161,6 +161,12 @@ def search(
             help="Most sections of one file (default MDVDB_SEARCH_PER_FILE, 3; 0: no cap).",
         ),
     ] = None,
+    no_collapse: Annotated[
+        bool,
+        typer.Option(
+            "--no-collapse", help="Show every copy of a repeated section, not one with also_in."
+        ),
+    ] = False,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -191,6 +197,7 @@ def search(
             explain=explain,
             cluster=cluster,
             per_file=per_file,
+            collapse=not no_collapse,
         )
 
 

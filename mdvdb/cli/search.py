@@ -59,7 +59,12 @@ def _text(raw: str) -> str | None:
 
 # Every option of the typer `search` command, by kind. A converter returning None means "not
 # a value this parser is sure of": typer gets the call.
-FLAGS = {"--files": "files", "--explain": "explain", "--json": "as_json"}
+FLAGS = {
+    "--files": "files",
+    "--explain": "explain",
+    "--json": "as_json",
+    "--no-collapse": "no_collapse",
+}
 SWITCHES = {"--govern": ("govern", True), "--no-govern": ("govern", False)}
 VALUED = {
     "-n": ("limit", _positive),
@@ -150,6 +155,7 @@ def run(argv: list[str]) -> int | None:
             explain=args.get("explain", False),
             cluster=args.get("cluster"),
             per_file=args.get("per_file"),
+            collapse=not args.get("no_collapse", False),
         )
     return EXIT_OK
 
