@@ -11,6 +11,11 @@ collapse, no per-file cap) and as shipped (collapse + MDVDB_SEARCH_PER_FILE). Re
 - the median time of a request.
 
     python bench/diversity.py --set PATH/ray-docs-qa [--root INGESTED_COPY_OF_ITS_md] [--json]
+    python bench/diversity.py --latency INGESTED_TLDR --compare OTHER_CHECKOUT [--rounds 4]
+
+The second form times warm searches on tldr (`Index.search`, and the whole request the CLI
+and MCP run) with this checkout's code and another's (e.g. an export of main), alternating
+rounds in fresh processes so both see the same machine load.
 
 (`--set`: the unpacked set, e.g. `../shared/corpora/unpack.sh DEST ray-docs-qa`; without
 `--root` its md/ folder is copied under MDVDB_BENCH_DIR and ingested there.)
@@ -125,14 +130,87 @@ def run(root: Path, folder: Path, k: int, modes: list[str]) -> list[dict]:
     return rows
 
 
+LATENCY_SCRIPT = r"""
+import json, random, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+from bench.query import QUERIES
+from query import open_index
+from query.request import SearchRequest, run
+index = open_index(sys.argv[2])
+rng = random.Random(1)
+queries = [rng.choice(QUERIES) + f" {i % 7}" for i in range(int(sys.argv[3]))]
+index.search(queries[0]); run(index, SearchRequest(query=queries[0]))
+out = {}
+for what in ("Index.search", "request"):
+    times = []
+    for q in queries:
+        start = time.perf_counter()
+        if what == "Index.search":
+            index.search(q, limit=10)
+        else:
+            with index.pinned():
+                run(index, SearchRequest(query=q, limit=10))
+        times.append(time.perf_counter() - start)
+    out[what] = statistics.median(times) * 1000
+print(json.dumps({"code": __import__("query").__file__, **out}))
+"""
+
+
+def latency(root: Path, other: Path, rounds: int, queries: int) -> list[dict]:
+    import subprocess
+    import tempfile
+
+    here = Path(__file__).resolve().parents[1]
+    samples: dict[str, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory() as cwd:  # not a checkout: sys.path[0] decides
+        for _ in range(rounds):
+            for code in (other, here):
+                done = subprocess.run(
+                    [sys.executable, "-c", LATENCY_SCRIPT, str(code), str(root), str(queries)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    cwd=cwd,
+                )
+                found = json.loads(done.stdout.strip().splitlines()[-1])
+                assert found["code"].startswith(str(code)), found["code"]
+                for what in ("Index.search", "request"):
+                    samples.setdefault(str(code), {}).setdefault(what, []).append(found[what])
+    rows = []
+    for what in ("Index.search", "request"):
+        base = statistics.median(samples[str(other)][what])
+        mine = statistics.median(samples[str(here)][what])
+        rows.append(
+            {
+                "call": what,
+                "other_ms": base,
+                "this_ms": mine,
+                "ratio": mine / base,
+                "rounds": rounds,
+                "queries": queries,
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", type=Path, required=True, help="the unpacked ray-docs-qa set")
+    parser.add_argument("--set", type=Path, help="the unpacked ray-docs-qa set")
+    parser.add_argument("--latency", type=Path, help="an ingested tldr: time warm searches")
+    parser.add_argument("--compare", type=Path, help="another checkout to time (--latency)")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--root", type=Path, help="an ingested copy of the set's md/ folder")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--modes", nargs="+", default=["hybrid", "lexical", "semantic"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.latency:
+        rows = latency(args.latency, args.compare, args.rounds, args.queries)
+        print_table("warm search latency, median ms: this checkout vs another", rows, args.json)
+        return
+    if args.set is None:
+        parser.error("--set (or --latency) is required")
     root = args.root
     if root is None:
         import shutil

@@ -21,19 +21,16 @@ _LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\)")
 _REF_LINK = re.compile(r"\[([^\]]+)\]\[[^\]]*\]")
 _REF_DEF = re.compile(r"^[ \t]{0,3}\[[^\]]+\]:[ \t]+\S.*$", re.MULTILINE)
 _AUTOLINK = re.compile(r"<((?:https?|mailto|ftp):[^>\s]+)>")
-_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE)
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
+_HEADING_TAIL = re.compile(r"[ \t]+#+[ \t]*$", re.MULTILINE)
 _QUOTE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+", re.MULTILINE)
-_BULLET = re.compile(r"^([ \t]*)(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?", re.MULTILINE)
+_BULLET = re.compile(r"^[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?", re.MULTILINE)
 _RULE = re.compile(r"^[ \t]{0,3}(?:[-*_][ \t]*){3,}$", re.MULTILINE)
 _TABLE_RULE = re.compile(
     r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$", re.MULTILINE
 )
-# An emphasis marker opens before a non-space or closes after one, and is not inside a word
-# (`snake_case` keeps its underscores).
-_EMPHASIS = re.compile(
-    r"(?<![\w*_~])(?:\*{1,3}|_{1,3}|~~)(?=\S)|(?<=\S)(?:\*{1,3}|_{1,3}|~~)(?![\w*_~])"
-)
-_CODE = re.compile(r"`+([^`\n]+?)`+")
+# Runs of emphasis characters; `_unemphasise` keeps those inside a word (`snake_case`).
+_MARKERS = re.compile(r"[*_]{1,3}|~~")
 _PIPE = re.compile(r"[ \t]*\|[ \t]*")
 _SPACES = re.compile(r"\t[ \t]*| [ \t]+")
 _LINK_TARGET = re.compile(r"\]\((?:[^()\n]|\([^)\n]*\))*\)")
@@ -43,12 +40,25 @@ def _keep_lines(match: re.Match) -> str:
     return "\n" * match.group(0).count("\n") or " "
 
 
+def _unemphasise(match: re.Match) -> str:
+    """Drop an emphasis marker that opens (before a non-space, not after a word character)
+    or closes (after a non-space, not before a word character); keep the rest."""
+    text, start, end = match.string, match.start(), match.end()
+    before = text[start - 1] if start else " "
+    after = text[end] if end < len(text) else " "
+    opens = not (before.isalnum() or before == "_") and not after.isspace()
+    closes = not before.isspace() and not (after.isalnum() or after == "_")
+    return "" if opens or closes else match.group(0)
+
+
 def plain(text: str) -> str:
     """The visible text of Markdown (with inline HTML), same number of lines."""
     if "<!--" in text:
         text = _COMMENT.sub(_keep_lines, text)
-    text = _FENCE.sub("", text)
-    text = _REF_DEF.sub("", text)
+    if "```" in text or "~~~" in text:
+        text = _FENCE.sub("", text)
+    if "]:" in text:
+        text = _REF_DEF.sub("", text)
     if "<" in text:
         text = _AUTOLINK.sub(r"\1", text)
         text = _TAG.sub(_keep_lines, text)
@@ -57,23 +67,26 @@ def plain(text: str) -> str:
         text = _LINK.sub(r"\1", text)
         text = _REF_LINK.sub(r"\1", text)
     if "#" in text:
-        text = _HEADING.sub(r"\1", text)
+        text = _HEADING.sub("", text)
+        if "#\n" in text or text.rstrip().endswith("#"):
+            text = _HEADING_TAIL.sub("", text)
     if "---" in text:
         text = _TABLE_RULE.sub("", text)
     if "---" in text or "***" in text or "___" in text:
         text = _RULE.sub("", text)
     if ">" in text:
         text = _QUOTE.sub("", text)
-    text = _BULLET.sub(r"\1", text)
+    if "- " in text or "* " in text or "+ " in text or ". " in text or ") " in text:
+        text = _BULLET.sub("", text)
     if "`" in text:
-        text = _CODE.sub(r"\1", text)
+        text = text.replace("`", "")
     if "*" in text or "_" in text or "~~" in text:
-        text = _EMPHASIS.sub("", text)
+        text = _MARKERS.sub(_unemphasise, text)
     if "|" in text:
         text = _PIPE.sub(" ", text)
     if "&" in text:
         text = html.unescape(text)
-    return _SPACES.sub(" ", text)
+    return _SPACES.sub(" ", text) if "  " in text or "\t" in text else text
 
 
 def flat(text: str) -> str:

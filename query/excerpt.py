@@ -14,15 +14,15 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from mdvdb import text_analysis
 from mdvdb.plain_text import plain
 
 EXCERPT_CHARS = 300
 LEAD = 60  # at most this much text before the first matched term, to start a sentence
-MAX_HITS = 400  # term occurrences considered per section (a long section repeats itself)
+MAX_HITS = 100  # term occurrences considered per section (a long section repeats itself)
 MAX_SENTENCES = 40  # sentences per section embedded for a meaning-only match
-_WORD = re.compile(r"[^\W_]+")
 _SENTENCE_END = re.compile(r"[.!?:;](?=\s)|\n")
 
 
@@ -42,10 +42,10 @@ class _Flat:
     lines: list[int]  # the file line number of each kept line
 
     @classmethod
-    def of(cls, section: str, first_line: int) -> _Flat:
+    def of(cls, section: str, first_line: int, heading: bool = True) -> _Flat:
         rows = plain(section).split("\n")
         start = 0
-        if rows and section.lstrip().startswith("#") and len(rows) > 1:
+        if heading and rows and section.lstrip().startswith("#") and len(rows) > 1:
             start = 1  # the heading line: shown separately, not in the excerpt
         parts, offsets, lines, at = [], [], [], 0
         for i in range(start, len(rows)):
@@ -91,17 +91,27 @@ def query_terms(query: str) -> frozenset[str]:
     return frozenset(text_analysis.words(query))
 
 
+@lru_cache(maxsize=64)
+def _candidates(terms: frozenset[str]) -> re.Pattern:
+    """Words that may be a query term: those starting like one (a Snowball stem minus its
+    last letter is a prefix of the word: "happi" of "happy"), so that only they are stemmed."""
+    prefixes = {t[: max(2, len(t) - 1)] if len(t) > 2 else t for t in terms}
+    alternatives = "|".join(re.escape(p) for p in sorted(prefixes, key=len, reverse=True))
+    return re.compile(rf"(?<![^\W_])(?:{alternatives})[^\W_]*", re.IGNORECASE)
+
+
 def _hits(flat: _Flat, terms: frozenset[str]) -> list[tuple[int, str]]:
     """(offset, term) of every query term in the text, in order."""
-    found = [(m.start(), m.group(0).casefold()) for m in _WORD.finditer(flat.text)]
+    found = [(m.start(), m.group(0).casefold()) for m in _candidates(terms).finditer(flat.text)]
     if not found:
         return []
     english, _ = text_analysis._stemmers()
     stems = english.stemWords([w for _, w in found])
-    hits = [(at, stem) for (at, _), stem in zip(found, stems, strict=True) if stem in terms]
-    if len(hits) < len(terms):  # other scripts are kept unstemmed by the analyzer
-        hits += [(at, w) for at, w in found if w in terms and (at, w) not in hits]
-        hits.sort()
+    hits = [
+        (at, stem if stem in terms else word)
+        for (at, word), stem in zip(found, stems, strict=True)
+        if stem in terms or word in terms  # other scripts are kept unstemmed
+    ]
     return hits[:MAX_HITS]
 
 
@@ -133,15 +143,47 @@ def _sentence_start(text: str, at: int) -> int:
 
 
 def by_terms(section: str, first_line: int, terms: frozenset[str], limit: int = EXCERPT_CHARS):
-    """The excerpt around the query terms, or None when no term occurs in the section."""
-    flat = _Flat.of(section, first_line)
-    if len(flat.text) <= limit:
-        return flat.cut(0, limit), bool(terms and _hits(flat, terms))
+    """The excerpt around the query terms and whether any occurs in the section.
+
+    Stripping markup is the costly part, so a long section is stripped only around its best
+    passage, found first on the raw text (markup hides no word; a raw window is given twice
+    the room, markup included)."""
+    flat, ahead = _region(section, first_line, terms, limit), False
+    if isinstance(flat, tuple):
+        flat, ahead = flat
+    if len(flat.text) <= limit and not ahead:  # shown whole: where the terms are is moot
+        return flat.cut(0, limit), True
     hits = _hits(flat, terms) if terms else []
     if not hits:
         return flat.cut(0, limit), False
     start = _best_start(hits, limit)
-    return flat.cut(_sentence_start(flat.text, start), limit), True
+    excerpt = flat.cut(_sentence_start(flat.text, start), limit)
+    if ahead and not excerpt.text.startswith("…"):
+        excerpt.text = "…" + excerpt.text
+    return excerpt, True
+
+
+def _region(section: str, first_line: int, terms: frozenset[str], limit: int):
+    """The section as a `_Flat`, or (the `_Flat` of the lines around its best raw passage,
+    True when text before them was left out) for a long one."""
+    if len(section) <= 4 * limit or not terms:
+        return _Flat.of(section, first_line)
+    raw = [(m.start(), m.group(0).casefold()) for m in _candidates(terms).finditer(section)]
+    if not raw:
+        return _Flat.of(section, first_line)
+    english, _ = text_analysis._stemmers()
+    stems = english.stemWords([w for _, w in raw])
+    hits = [(at, st) for (at, w), st in zip(raw, stems, strict=True) if st in terms or w in terms]
+    if not hits:
+        return _Flat.of(section, first_line)
+    at = _best_start(hits[:MAX_HITS], 2 * limit)
+    begin = section.rfind("\n", 0, max(at - LEAD, 0)) + 1
+    end = section.find("\n", at + 3 * limit)
+    region = section[begin : len(section) if end < 0 else end]
+    first = first_line + section.count("\n", 0, begin)
+    if begin == 0:
+        return _Flat.of(region, first)
+    return _Flat.of(region, first, heading=False), True
 
 
 def sentences(section: str) -> list[str]:
@@ -160,24 +202,24 @@ def excerpts(
     sections: list[tuple[str, int]],
     query: str | None,
     embed=None,
-    query_vector=None,
     limit: int = EXCERPT_CHARS,
 ) -> list[Excerpt]:
-    """One excerpt per (section text, its first line). `embed` (texts -> unit vectors) and
-    `query_vector` pick the closest sentence of sections where no query term occurs."""
+    """One excerpt per (section text, its first line). `embed` (texts -> unit vectors) picks
+    the sentence closest to the query in sections where no query term occurs."""
     terms = query_terms(query) if query else frozenset()
     out: list[Excerpt] = []
     unmatched: list[int] = []
     for i, (text, first) in enumerate(sections):
         excerpt, matched = by_terms(text, first, terms, limit)
         out.append(excerpt)
-        if not matched and embed is not None and len(_Flat.of(text, first).text) > limit:
+        if not matched and embed is not None:
             unmatched.append(i)
-    if unmatched and query_vector is not None:
+    if unmatched and query:
         pieces = [(i, s) for i in unmatched for s in sentences(sections[i][0])]
         if pieces:
             import numpy as np
 
+            query_vector = embed([query])[0]
             vectors = np.asarray(embed([s for _, s in pieces]), dtype=np.float32)
             scores = vectors @ np.asarray(query_vector, dtype=np.float32)
             best: dict[int, tuple[float, str]] = {}

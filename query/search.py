@@ -224,14 +224,11 @@ def build_results(
 
 def _excerpts(index: Index, sections: list[tuple[str, int]], query: str | None, mode):
     """The matched passage of each section; by meaning (closest sentence) only with the
-    local model, whose query vector costs nothing: a remote one would be another request."""
+    local static model, whose vectors cost microseconds: an encoder or a remote provider
+    would make every search slower or cost a request."""
     from query.excerpt import excerpts
 
-    embed = query_vector_of = None
     config = index.config
     local = config.embedding_provider == "local" and config.embedding_model.startswith("wordllama")
-    if query and mode in ("semantic", "hybrid") and local:
-        provider = index.provider()
-        embed = provider.embed
-        query_vector_of = provider.embed([query])[0]
-    return excerpts(sections, query, embed, query_vector_of)
+    embed = index.provider().embed if query and mode != "lexical" and local else None
+    return excerpts(sections, query, embed)
