@@ -7,7 +7,8 @@ collapse, no per-file cap) and as shipped (collapse + MDVDB_SEARCH_PER_FILE). Re
 - repeated@5: share of the top-5 sections that repeat a higher-ranked one, judged
   independently of the index's SimHash groups: word 3-shingle Jaccard >= 0.8 of the visible
   text (digits dropped, as a reader would judge "the same section");
-- pages@5: distinct pages in the top 5; hit@5 and MRR@10 by page (the set's gold page);
+- pages@5: distinct pages in the top 5; hit@5 and MRR@10 by page (the set's gold page), and
+  hit@5 counting a page listed in a result's `also_in` (the same text under another name);
 - the median time of a request.
 
     python bench/diversity.py --set PATH/ray-docs-qa [--root INGESTED_COPY_OF_ITS_md] [--json]
@@ -86,7 +87,7 @@ def run(root: Path, folder: Path, k: int, modes: list[str]) -> list[dict]:
     for mode in modes:
         run_request(index, SearchRequest(query="warm up", mode=mode))
         for shipped in (False, True):
-            rep = shown = pages = hits = 0
+            rep = shown = pages = hits = copy_hits = 0
             rr, times = 0.0, []
             for qid, text in queries:
                 request = SearchRequest(
@@ -110,6 +111,15 @@ def run(root: Path, folder: Path, k: int, modes: list[str]) -> list[dict]:
                 pages += len({hit.path for hit in top})
                 ranked_pages = list(dict.fromkeys(page_id(hit.path) for hit in hits_))
                 hits += any(p in gold[qid] for p in ranked_pages[:k])
+                # a copy listed in `also_in` is the same text under another page's name
+                with_copies = [
+                    {page_id(hit.path), *(page_id(c["path"]) for c in hit.also_in)} for hit in hits_
+                ]
+                seen_pages: list[set[str]] = []
+                for names in with_copies:
+                    if not any(names & earlier for earlier in seen_pages):
+                        seen_pages.append(names)
+                copy_hits += any(names & gold[qid] for names in seen_pages[:k])
                 for rank, p in enumerate(ranked_pages[:10], 1):
                     if p in gold[qid]:
                         rr += 1 / rank
@@ -123,6 +133,7 @@ def run(root: Path, folder: Path, k: int, modes: list[str]) -> list[dict]:
                     f"repeated@{k}": rep / shown if shown else 0.0,
                     f"pages@{k}": pages / n,
                     f"hit@{k}": hits / n,
+                    f"hit@{k}+also_in": copy_hits / n,
                     "mrr@10": rr / n,
                     "median_ms": statistics.median(times) * 1000,
                 }
