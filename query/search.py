@@ -10,6 +10,7 @@ import numpy as np
 
 from query import govern as governing
 from query.collapse import Diversity
+from query.excerpt import Excerpt
 from query.filters import Filter, candidate_mask, count_matches
 from query.index import QueryError
 from query.results import SearchResponse, SearchResult
@@ -88,13 +89,14 @@ def search(
         if explain
         else None
     )
-    results = build_results(index, order, scores, components, query, mode)
+    results = build_results(index, order, scores, components, query, mode, excerpts=not governed)
     if governed:
         # Governing re-orders the candidates; collapse and the per-file cap then keep the
         # governed best of each group (the authoritative copy, not the first in path order).
         results = governing.rerank(index, results, len(results), explain)
         kept = set(diversity.select([hit.chunk_id for hit in results], limit, per_file))
         results = [hit for hit in results if hit.chunk_id in kept]
+        _fill_excerpts(index, results, query, mode)  # only for the results kept
     diversity.commit([hit.chunk_id for hit in results])
     scope = diversity.scope
     if scope is not None and in_cluster is not None:
@@ -181,6 +183,7 @@ def build_results(
     components: dict[int, dict[str, float]] | None = None,
     query: str | None = None,
     mode: str | None = None,
+    excerpts: bool = True,
 ) -> list[SearchResult]:
     """Materialise only the chosen rows: the rest of the index is never decoded. Row by row
     through the columns, not `Table.take`, which imports pyarrow.compute (~30 ms cold).
@@ -193,10 +196,14 @@ def build_results(
     ccol = {name: chunks.column(name) for name in ("file_id", "heading", "heading_path", "text")}
     ccol.update({name: chunks.column(name) for name in ("start_line", "end_line")})
     fcol = {name: files.column(name) for name in ("path", "frontmatter", "title", "cluster_id")}
-    sections = [
-        (ccol["text"][chunk_id].as_py(), ccol["start_line"][chunk_id].as_py()) for chunk_id in order
-    ]
-    shown = _excerpts(index, sections, query, mode)
+    if excerpts:
+        sections = [
+            (ccol["text"][chunk_id].as_py(), ccol["start_line"][chunk_id].as_py())
+            for chunk_id in order
+        ]
+        shown = _excerpts(index, sections, query, mode)
+    else:  # filled in later for the results kept (`_fill_excerpts`)
+        shown = [Excerpt("", 0, 0)] * len(order)
     results = []
     for chunk_id, excerpt in zip(order, shown, strict=True):
         file_id = ccol["file_id"][chunk_id].as_py()
@@ -220,6 +227,14 @@ def build_results(
             )
         )
     return results
+
+
+def _fill_excerpts(index: Index, results: list[SearchResult], query: str | None, mode) -> None:
+    text, start = (index.snapshot.table("chunks").column(name) for name in ("text", "start_line"))
+    sections = [(text[hit.chunk_id].as_py(), start[hit.chunk_id].as_py()) for hit in results]
+    for hit, excerpt in zip(results, _excerpts(index, sections, query, mode), strict=True):
+        hit.excerpt = excerpt.text
+        hit.excerpt_lines = [excerpt.start_line, excerpt.end_line]
 
 
 def _excerpts(index: Index, sections: list[tuple[str, int]], query: str | None, mode):
