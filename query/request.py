@@ -11,6 +11,7 @@ command line; the outcome is plain data, so each front end only decides how to s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -114,6 +115,8 @@ def run(index: Index, request: SearchRequest) -> SearchOutcome:
         raise RequestError(f"max_tokens must be at least 1, got {request.max_tokens}")
     if request.per_file is not None and request.per_file < 0:
         raise RequestError(f"per_file must be 0 (no cap) or more, got {request.per_file}")
+    if request.min_score is not None and not math.isfinite(request.min_score):
+        raise RequestError(f"min_score must be a finite number, got {request.min_score}")
     facets = facets_of(index, request.tag, request.category)
     filters = parse_filters(request.filters) + [facet.filter() for facet in facets]
     outcome = SearchOutcome(request, filters)
