@@ -549,7 +549,12 @@ def task_pack():
             result_dep("schema"),
             # One config_changed per task: doit keeps a single saved value for all of them.
             config_changed(
-                {**_settings(), "lexical": _lexical_settings(), "format": _format_version()}
+                {
+                    **_settings(),
+                    "lexical": _lexical_settings(),
+                    "format": _format_version(),
+                    "near_duplicates": _duplicate_settings(),
+                }
             ),
             _index_is_current,
         ],
@@ -564,6 +569,13 @@ def _format_version() -> int:
     from mdvdb.index_format import FORMAT_VERSION
 
     return FORMAT_VERSION
+
+
+def _duplicate_settings() -> dict:
+    """The near-duplicate signature version: a new one recomputes them on the next ingest."""
+    from pipeline.duplicates import meta
+
+    return meta()
 
 
 def _lexical_settings() -> dict:
