@@ -194,9 +194,13 @@ def _discover(ctx: RunContext) -> dict:
 
 def _refuse_emptying(config: Config, known: int) -> None:
     """Source folders that match nothing (a typo in MDVDB_SOURCE_DIRS, an unmounted drive)
-    never replace an index that has files: publishing an empty one would look like success."""
+    never replace an index that has files: publishing an empty one would look like success.
+    Only configured source folders count: with the default (the root itself), an empty folder
+    is one whose user deleted every note, and an empty index is the truth."""
     from pipeline.ingest import IngestError
 
+    if config.origin("MDVDB_SOURCE_DIRS") == "the default":
+        return
     if not known and config.index_path.is_file():
         from mdvdb import index_format
 
