@@ -487,12 +487,12 @@ def build_lexical_tables(files: pa.Table, chunks: pa.Table, inp) -> dict[str, pa
     the analyzer and parameters in the index meta."""
     source = inp.chunk_source
     old = _previous_lexical(inp.previous) if source is not None else None
-    fresh = int((source < 0).sum()) if source is not None else chunks.num_rows
-    if old is not None and fresh <= INCREMENTAL_MAX_FRESH * max(chunks.num_rows, 1):
+    if old is not None:
+        # The previous index's postings are the analysis cache: only fresh chunks are
+        # analysed, however many they are (the state folder keeps no second copy).
         postings = update_postings(old, files, chunks, source)
     else:
-        cache = Path(inp.state.folder) / CACHE_FILE if inp.state is not None else None
-        postings = build_postings(analysed_store(files, chunks, cache))
+        postings = build_postings(analysed_store(files, chunks, None))
     inp.meta["lexical"] = lexical_meta()
     return {
         "lexical": postings_table(postings),
