@@ -38,7 +38,8 @@ def cache_dir(environ: dict[str, str] | None = None) -> Path:
         return Path(override).expanduser()
     if sys.platform.startswith("linux"):
         xdg = env.get("XDG_CACHE_HOME", "").strip()
-        base = Path(xdg) if xdg and os.path.isabs(xdg) else Path(os.path.expanduser("~/.cache"))
+        home = env.get("HOME") or os.path.expanduser("~")
+        base = Path(xdg) if xdg and os.path.isabs(xdg) else Path(home) / ".cache"
         return base / APP
     import platformdirs
 

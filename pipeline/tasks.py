@@ -53,6 +53,23 @@ class IngestReport:
     def nothing_changed(self) -> bool:
         return not (self.added or self.changed or self.removed or self.published)
 
+    def to_json(self) -> dict[str, Any]:
+        """The record `mdvdb ingest --json` prints."""
+        return {
+            "files": self.files,
+            "added": self.added,
+            "changed": self.changed,
+            "removed": self.removed,
+            "unchanged": self.unchanged,
+            "chunks": self.chunks,
+            "chunks_embedded": self.chunks_embedded,
+            "published": self.published,
+            "index_bytes": self.index_bytes,
+            "seconds": round(self.seconds, 3),
+            "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
+            "errors": [{"path": p, "problem": m} for p, m in self.errors],
+        }
+
 
 @dataclass
 class RunContext:
