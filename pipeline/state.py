@@ -280,40 +280,35 @@ class State:
     def hand_over(self, chunk_key: str, model: str, keep_vectors: bool) -> None:
         """After a publish: forget what the new index holds (parse and chunk records of its
         files, their embedded marks, and unless `keep_vectors` their vectors for `model`),
-        then give the freed pages back. Costs a scan of what this database still holds, which
-        after the first run is only what the last run added."""
+        then give the freed pages back. Reads what this database still holds (after the
+        first run, only what the last run added) and asks the index which of it it has."""
         if self.published is None:
             return
-        held = self.published.contents(f"{model}|{chunk_key}")
-        if held is None:
-            return
-        files, chunk_shas = held
+        # A reader of everything the new index holds, even after `--full` (which only
+        # stopped this run from reading records out of the previous one).
+        published = Published(self.published.path)
+        build_key = f"{model}|{chunk_key}"
+        deletions: list[tuple[str, list[Any], tuple]] = []
+        for table, where, params in (
+            ("parsed", "", ()),
+            ("chunks", " AND key = ?", (chunk_key,)),
+            ("embedded", " AND model = ?", (build_key,)),
+        ):
+            sql = f"SELECT DISTINCT sha256 FROM {table} WHERE 1{where}"
+            rows = [r[0] for r in self.db.execute(sql, params)]
+            held = published.files_built_with(build_key, rows)
+            deletions.append((f"DELETE FROM {table} WHERE 1{where} AND sha256", list(held), params))
+        if not keep_vectors:
+            sql = "SELECT sha256 FROM embeddings WHERE model = ?"
+            rows = [r[0] for r in self.db.execute(sql, (model,))]
+            held = [rows[i] for i in published.vector_rows(model, rows)]
+            deletions.append(("DELETE FROM embeddings WHERE model = ? AND sha256", held, (model,)))
         with self.transaction():
-            for table, where, arg in (
-                ("parsed", "", None),
-                ("chunks", " WHERE key = ?", chunk_key),
-                ("embedded", " WHERE model = ?", f"{model}|{chunk_key}"),
-            ):
-                params = () if arg is None else (arg,)
-                rows = [r[0] for r in self.db.execute(f"SELECT sha256 FROM {table}{where}", params)]
-                gone = [s for s in rows if s in files]
-                extra = "" if arg is None else where.replace(" WHERE", " AND")
-                for start in range(0, len(gone), 500):
-                    part = gone[start : start + 500]
+            for sql, keys, params in deletions:
+                for start in range(0, len(keys), 500):
+                    part = keys[start : start + 500]
                     marks = ",".join("?" * len(part))
-                    self.db.execute(
-                        f"DELETE FROM {table} WHERE sha256 IN ({marks}){extra}", (*part, *params)
-                    )
-            if not keep_vectors:
-                sql = "SELECT sha256 FROM embeddings WHERE model = ?"
-                gone = [r[0] for r in self.db.execute(sql, (model,)) if r[0].hex() in chunk_shas]
-                for start in range(0, len(gone), 500):
-                    part = gone[start : start + 500]
-                    marks = ",".join("?" * len(part))
-                    self.db.execute(
-                        f"DELETE FROM embeddings WHERE model = ? AND sha256 IN ({marks})",
-                        (model, *part),
-                    )
+                    self.db.execute(f"{sql} IN ({marks})", (*params, *part))
         self.reclaim()
 
     def reclaim(self) -> None:
@@ -532,10 +527,3 @@ class Published:
                 "chunks": chunks,
             }
         return out
-
-    def contents(self, build_key: str) -> tuple[set[str], set[str]] | None:
-        """(file shas, chunk shas) of the index when it was built with `build_key`."""
-        if self._build_key() != build_key:
-            return None
-        files = set(self._column("files", "sha256").to_pylist())
-        return files, set(self._column("chunks", "sha256").to_pylist())

@@ -135,6 +135,11 @@ def test_the_state_keeps_only_what_the_index_lacks(notes: Path):
     os.utime(notes / "git-basics.md")
     report = ingest.run(config)
     assert report.parsed == 0 and report.chunks_embedded == 0
+    # `--full` parses everything again, embeds nothing (vectors come from the index), and
+    # leaves nothing behind that the index holds.
+    report = ingest.run(config, full=True)
+    assert report.parsed == 4 and report.chunks_embedded == 0
+    assert cache_rows(config.state_path) == dict.fromkeys(cache_rows(config.state_path), 0)
 
 
 def state_sha(config, path: str) -> str:
