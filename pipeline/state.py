@@ -39,7 +39,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (
     path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, sha256 TEXT NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS manifest_sha ON manifest(sha256);
+DROP INDEX IF EXISTS manifest_sha;
 CREATE TABLE IF NOT EXISTS parsed (sha256 TEXT PRIMARY KEY, data TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS chunks (
     sha256 TEXT, key TEXT, data TEXT NOT NULL, PRIMARY KEY (sha256, key)
@@ -270,7 +270,12 @@ class State:
                     (chunk_key,),
                 )
                 return
-            orphans = [s for s in shas if not self.db.execute(_IN_MANIFEST, (s,)).fetchone()]
+            # One scan of the manifest per 500 candidates: it has no index on sha256 (that
+            # index was 30% of the state folder, for this query alone).
+            shas = list(shas)
+            sql = "SELECT DISTINCT sha256 FROM manifest WHERE ? IS NULL AND sha256"
+            current = {r[0] for r in self._rows_in(sql, None, shas)}
+            orphans = [s for s in shas if s not in current]
             for start in range(0, len(orphans), 500):
                 part = orphans[start : start + 500]
                 marks = ",".join("?" * len(part))
@@ -342,9 +347,6 @@ class State:
             part = keys[start : start + 500]
             marks = ",".join("?" * len(part))
             yield from self.db.execute(f"{sql} IN ({marks})", (first, *part))
-
-
-_IN_MANIFEST = "SELECT 1 FROM manifest WHERE sha256 = ? LIMIT 1"
 
 
 class _Transaction:
