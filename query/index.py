@@ -327,7 +327,6 @@ class Index:
             regex=regex,
             sort=sort,
             include_frontmatter=include_frontmatter,
-            ignore_globs=tuple(config.ignore_patterns),
         )
         with tempfile.TemporaryFile() as errors:  # a file: rg can never block writing to it
             run = grepping.start(
