@@ -58,6 +58,7 @@ def run(
     try:
         remove_stale_temp_files(config)
         remove_legacy_caches(config)
+        ctx.state.reclaim()  # pages an older version's tables left (a VACUUM, once)
         doit_db = config.state_path / "doit.sqlite3"
         usable_doit_db(doit_db)
         if full:
