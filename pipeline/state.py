@@ -71,7 +71,10 @@ class State:
         """`index_path`: the published index to read as a cache of what it holds (None: only
         this database). `records=False` (`ingest --full`): take only vectors from it, so that
         every file is parsed and chunked again."""
-        folder.mkdir(parents=True, exist_ok=True)
+        from mdvdb import private
+
+        private.make_dir(folder)
+        private.touch(folder / "cache.sqlite3")  # 0600; SQLite gives -wal/-shm the same mode
         self.folder = folder
         self.published = Published(index_path, records) if index_path is not None else None
         self.db = sqlite3.connect(folder / "cache.sqlite3", timeout=60, isolation_level=None)
