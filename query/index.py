@@ -26,6 +26,7 @@ from query.results import Document, SearchResponse, Section, Status
 
 if TYPE_CHECKING:
     from query.clusters import ClusterList
+    from query.collapse import Diversity
     from query.filters import Filter
     from query.grep import Match
     from query.schema import Schema
@@ -204,10 +205,14 @@ class Index:
         filters: Sequence[Filter] = (),
         mask: np.ndarray | None = None,
         cluster: int | None = None,
+        per_file: int | None = None,
+        collapse: bool = True,
+        diversity: Diversity | None = None,
     ) -> SearchResponse:
         """Ranked sections for `query` (`mdvdb search --json`). None takes the configured
         default (MDVDB_SEARCH_DEFAULT_LIMIT, _MIN_SCORE, _MODE); `filters` and `cluster`
-        restrict the candidates, `mask` is one boolean per chunk."""
+        restrict the candidates, `mask` is one boolean per chunk; `per_file` caps sections a
+        file, `collapse=False` keeps near-duplicate copies (`diversity`: both, precomputed)."""
         from query.search import search
 
         with self.pinned():
@@ -222,6 +227,9 @@ class Index:
                 filters=filters,
                 mask=mask,
                 cluster=cluster,
+                per_file=per_file,
+                collapse=collapse,
+                diversity=diversity,
             )
 
     async def asearch(
@@ -236,6 +244,9 @@ class Index:
         filters: Sequence[Filter] = (),
         mask: np.ndarray | None = None,
         cluster: int | None = None,
+        per_file: int | None = None,
+        collapse: bool = True,
+        diversity: Diversity | None = None,
     ) -> SearchResponse:
         """The same search off the event loop, for agent loops built on asyncio."""
         import asyncio
@@ -251,6 +262,9 @@ class Index:
             filters=filters,
             mask=mask,
             cluster=cluster,
+            per_file=per_file,
+            collapse=collapse,
+            diversity=diversity,
         )
 
     def schema(self) -> Schema:
