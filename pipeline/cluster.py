@@ -376,7 +376,8 @@ def doc_matrix(
         missing = [docs[i] for i in todo]
         chunk_shas = [s for d in missing for s in d.chunk_shas]
         owner = np.repeat(np.arange(len(missing)), [len(d.chunk_shas) for d in missing])
-        vectors = state.get_embeddings(model, chunk_shas, dimensions)
+        # missing_ok: a chunk the provider gave no usable vector for counts as a zero row.
+        vectors = state.get_embeddings(model, chunk_shas, dimensions, missing_ok=True)
         fresh = document_vectors(vectors, owner, len(missing))
         out[todo] = fresh
         with state.transaction():

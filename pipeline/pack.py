@@ -91,8 +91,11 @@ def _chunk_rows(
             texts.append(c["text"])
             tokens.append(c["token_count"])
             shas.append(c["sha256"])
-    vectors = load_vectors([bytes.fromhex(s) for s in shas])
-    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+    vectors = np.ascontiguousarray(load_vectors([bytes.fromhex(s) for s in shas]), np.float32)
+    # A zero row is a chunk the provider gave no usable vector for (pipeline.embed never
+    # caches one): a null vector, searched by keywords only.
+    missing = ~vectors.any(axis=1) if len(vectors) else np.zeros(0, dtype=bool)
+    flat = pa.array(vectors.reshape(-1))
     return pa.Table.from_arrays(
         [
             pa.array(np.zeros(len(shas), dtype=np.int32)),
@@ -104,7 +107,9 @@ def _chunk_rows(
             pa.array(texts, pa.string()),
             pa.array(tokens, pa.int32()),
             pa.array(shas, pa.string()),
-            pa.FixedSizeListArray.from_arrays(flat, dimensions),
+            pa.FixedSizeListArray.from_arrays(
+                flat, dimensions, mask=pa.array(missing) if missing.any() else None
+            ),
         ],
         schema=index_format.chunks_schema(dimensions),
     )

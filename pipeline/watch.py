@@ -227,7 +227,8 @@ class Watcher:
         if gone:
             state = State(self.config.state_path)
             try:
-                keep.extend(rel for rel in gone if state.has_path(rel))
+                # A name with undecodable bytes was never indexed (the walk skips it).
+                keep.extend(rel for rel in gone if _utf8(rel) and state.has_path(rel))
             finally:
                 state.close()
         return sorted(keep)
@@ -258,6 +259,14 @@ class Watcher:
         if self.on_batch:
             self.on_batch(batch)
         return batch
+
+
+def _utf8(rel: str) -> bool:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _identity(path: Path | str) -> tuple[int, int] | None:

@@ -52,6 +52,31 @@ class VerifyReport:
         }
 
 
+def new_files(snapshot: Any, root: Path | str, walked: Any) -> list[str]:
+    """Files the walk finds that the index does not have, except those the last ingest
+    reported and left out (unreadable, an undecodable name...) and that have not changed
+    since: they are problems shown by `status`, not work for the next ingest, and counting
+    them as new would keep `status --check` at 3 however often an agent ingests."""
+    import os
+
+    indexed = set(snapshot.paths)
+    skipped = snapshot.meta.get("skipped") or {}
+    out = []
+    for path in walked:
+        if path in indexed:
+            continue
+        known = skipped.get(path) if isinstance(skipped, dict) else None
+        if known:
+            try:
+                st = os.stat(os.path.join(str(root), path))
+                if [st.st_size, st.st_mtime_ns] == list(known):
+                    continue
+            except OSError:
+                pass
+        out.append(path)
+    return sorted(out)
+
+
 def verify(index_path: Path | str, root: Path | str) -> VerifyReport:
     """Check the index at `index_path` against the project folder `root`."""
     report = VerifyReport(index_path=str(index_path))
