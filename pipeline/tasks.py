@@ -474,6 +474,10 @@ def _pack(ctx: RunContext) -> dict:
         state=state,
     )
     ctx.report.index_bytes, ctx.report.chunks = pack(config.index_path, inp)
+    for path in inp.damaged:
+        ctx.report.errors.append(
+            (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
+        )
     ctx.report.reused_files = inp.reused_files
     ctx.report.published = True
     state.set_value("published_digest", digest)
