@@ -385,7 +385,7 @@ def once_per_path(errors: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def _skipped_files(ctx: RunContext, errors: list[tuple[str, str]]) -> dict[str, list[int]]:
-    """Reported files left out of the index, with their (size, mtime_ns), so that `status`
+    """Reported files left out of the index, with their (size, mtime, ctime), so that `status`
     does not call them new until they change; carried over from the previous index for
     files this run did not look at (`mdvdb ingest PATH`, the watcher)."""
     from mdvdb import index_format
@@ -406,7 +406,7 @@ def _skipped_files(ctx: RunContext, errors: list[tuple[str, str]]) -> dict[str, 
         except (OSError, ValueError):
             continue
         if os.path.isfile(os.path.join(root, path)):
-            skipped[path] = [st.st_size, st.st_mtime_ns]
+            skipped[path] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     return dict(list(skipped.items())[:10000])
 
 

@@ -57,7 +57,8 @@ class VerifyReport:
 def new_files(snapshot: Any, root: Path | str, walked: Any) -> list[str]:
     """Files the walk finds that the index does not have, except those the last ingest
     reported and left out (unreadable, an undecodable name...) and that have not changed
-    since: they are problems shown by `status`, not work for the next ingest, and counting
+    since (ctime too: a chmod that makes a file readable changes only that): they are
+    problems shown by `status`, not work for the next ingest, and counting
     them as new would keep `status --check` at 3 however often an agent ingests."""
     import os
 
@@ -71,7 +72,7 @@ def new_files(snapshot: Any, root: Path | str, walked: Any) -> list[str]:
         if known:
             try:
                 st = os.stat(os.path.join(str(root), path))
-                if [st.st_size, st.st_mtime_ns] == list(known):
+                if [st.st_size, st.st_mtime_ns, st.st_ctime_ns] == list(known):
                     continue
             except OSError:
                 pass
