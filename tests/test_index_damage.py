@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from mdvdb import index_format
@@ -181,6 +181,7 @@ def test_any_flip_or_truncation_is_found_and_never_crashes(small_index, flips, c
         data[at % len(data)] ^= mask
     if cut is not None:
         data = data[: cut % len(data)]
+    assume(bytes(data) != clean)  # two flips of one bit cancel out
     work = root.parent / "work"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(root, work, ignore=shutil.ignore_patterns(".markdownvdb.state"))
