@@ -212,8 +212,15 @@ def test_a_provider_that_returns_nan_for_one_text(tmp_path: Path):
         assert json.loads(hybrid.stdout)["results"][0]["path"] == "poison.md"
         other = _cli("search", "topic3", "--json", "--root", str(root), env=env)
         assert json.loads(other.stdout)["results"][0]["path"] == "note3.md"
-        full = _timed_full(root, env=env, budget=False)
-        assert [e["path"] for e in full["errors"]] == ["poison.md"]
+        # --full re-chunks but does not re-embed an unchanged file: the section stays
+        # keyword-only until its file changes (then it is asked for again).
+        _timed_full(root, env=env, budget=False)
+        again = _cli("status", "--verify", "--json", "--root", str(root), env=env)
+        assert again.returncode == 0 and json.loads(again.stdout)["keyword_only"] == 1
+        (root / "poison.md").write_text("# Poison\n\npoisonword twice, still NaN\n")
+        before = len(server.requests("ok"))
+        _ingest_ok(root, "poison.md", env=env)
+        assert len(server.requests("ok")) - before == 2  # the batch and one retry
 
 
 def test_a_long_single_line_paragraph_gives_no_zero_vector(tmp_path: Path):
