@@ -169,6 +169,8 @@ def _discover(ctx: RunContext) -> dict:
     state.set_value("clean_run", None)
     manifest = {} if ctx.full else old
     found = discover(ctx.config, manifest, ctx.only)
+    if not found.entries and ctx.only is None:
+        _refuse_emptying(ctx.config, len(old))
     if ctx.full:
         found.removed = sorted(set(old) - set(found.entries))
         found.changed = [p for p in found.added if p in old]
@@ -188,6 +190,31 @@ def _discover(ctx: RunContext) -> dict:
         ctx.changed_shas = {found.entries[p].sha256 for p in (*found.added, *found.changed)}
         ctx.left_shas = {old[p].sha256 for p in (*found.changed, *found.removed) if p in old}
     return {"digest": ctx.manifest_digest}
+
+
+def _refuse_emptying(config: Config, known: int) -> None:
+    """Source folders that match nothing (a typo in MDVDB_SOURCE_DIRS, an unmounted drive)
+    never replace an index that has files: publishing an empty one would look like success.
+    Only configured source folders count: with the default (the root itself), an empty folder
+    is one whose user deleted every note, and an empty index is the truth."""
+    from pipeline.ingest import IngestError
+
+    if config.origin("MDVDB_SOURCE_DIRS") == "the default":
+        return
+    if not known and config.index_path.is_file():
+        from mdvdb import index_format
+
+        try:
+            known = int(index_format.read_meta(config.index_path).get("files") or 0)
+        except Exception:  # noqa: BLE001 - a damaged index is not worth keeping
+            known = 0
+    if known:
+        folders = ", ".join(config.source_dirs)
+        raise IngestError(
+            f"MDVDB_SOURCE_DIRS ({folders}, from {config.origin('MDVDB_SOURCE_DIRS')}) "
+            f"matches no Markdown file; the index of {known} files is left as it is "
+            f"(delete {config.index_path.name} to start empty)"
+        )
 
 
 def _build_settings(ctx: RunContext) -> str:
@@ -599,7 +626,12 @@ def task_pack():
             result_dep("schema"),
             # One config_changed per task: doit keeps a single saved value for all of them.
             config_changed(
-                {**_settings(), "lexical": _lexical_settings(), "format": _format_version()}
+                {
+                    **_settings(),
+                    "lexical": _lexical_settings(),
+                    "format": _format_version(),
+                    "near_duplicates": _duplicate_settings(),
+                }
             ),
             _index_is_current,
         ],
@@ -614,6 +646,13 @@ def _format_version() -> int:
     from mdvdb.index_format import FORMAT_VERSION
 
     return FORMAT_VERSION
+
+
+def _duplicate_settings() -> dict:
+    """The near-duplicate signature version: a new one recomputes them on the next ingest."""
+    from pipeline.duplicates import meta
+
+    return meta()
 
 
 def _lexical_settings() -> dict:

@@ -24,6 +24,7 @@ from mdvdb.cli.errors import (
     refuse_if_off,
     user_errors,
 )
+from mdvdb.terminal import printable
 
 DEFAULT_CAP = 20
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
@@ -35,6 +36,10 @@ _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 def _positive(raw: str) -> int | None:
     return int(raw) if _INT.fullmatch(raw) and int(raw) >= 1 else None
+
+
+def _count(raw: str) -> int | None:
+    return int(raw) if _INT.fullmatch(raw) and int(raw) >= 0 else None
 
 
 def _int(raw: str) -> int | None:
@@ -55,13 +60,19 @@ def _text(raw: str) -> str | None:
 
 # Every option of the typer `search` command, by kind. A converter returning None means "not
 # a value this parser is sure of": typer gets the call.
-FLAGS = {"--files": "files", "--explain": "explain", "--json": "as_json"}
+FLAGS = {
+    "--files": "files",
+    "--explain": "explain",
+    "--json": "as_json",
+    "--no-collapse": "no_collapse",
+}
 SWITCHES = {"--govern": ("govern", True), "--no-govern": ("govern", False)}
 VALUED = {
     "-n": ("limit", _positive),
     "--limit": ("limit", _positive),
     "--min-score": ("min_score", _float),
     "--max-tokens": ("max_tokens", _positive),
+    "--per-file": ("per_file", _count),
     "--mode": ("mode", _mode),
     "--cluster": ("cluster", _int),
     "--root": ("root", _text),
@@ -144,6 +155,8 @@ def run(argv: list[str]) -> int | None:
             govern=args.get("govern"),
             explain=args.get("explain", False),
             cluster=args.get("cluster"),
+            per_file=args.get("per_file"),
+            collapse=not args.get("no_collapse", False),
         )
     return EXIT_OK
 
@@ -160,7 +173,7 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     `request` holds the other `SearchRequest` fields."""
     from query import open_index
     from query.filters import FilterError
-    from query.request import SearchRequest
+    from query.request import RequestError, SearchRequest
     from query.request import run as run_request
 
     index = open_index(config=config)
@@ -168,7 +181,7 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     try:
         with index.pinned():
             outcome = run_request(index, wanted)
-    except FilterError as exc:
+    except (FilterError, RequestError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     empty = not (outcome.listed or outcome.files or (outcome.tiers and outcome.tiers.results))
     if empty:  # the same suggestions whatever left nothing (query.no_match)
@@ -200,16 +213,31 @@ def _print_tiers(response, explain: bool) -> None:
         if this_tier != tier:
             tier = this_tier
             echo("## Title Matches" if tier == "title" else "## Content Matches")
-        heading = " > ".join(hit.heading_path)
-        echo(f"{i}. {hit.path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
+        heading = printable(" > ".join(hit.heading_path), one_line=True)
+        path = printable(hit.path, one_line=True)
+        echo(f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
         if heading:
             echo(f"   {heading}")
         echo(f"   {hit.excerpt}")
+        if hit.also_in_count:
+            echo(f"   {also_in_line(hit)}")
         if explain and hit.explain:
             parts = ", ".join(f"{k}={v:+.4g}" for k, v in hit.explain.items())
             echo(f"   explain: {parts}")
-    if response.truncated:
-        _cap_note(len(response.results), response.total)
+
+
+def also_in_line(hit, shown: int = 3) -> str:
+    """`also in 4 other files: a.md, b.md, c.md, …` (or `also at lines 40-52` for a copy in
+    the same file)."""
+    from query.collapse import other_files
+
+    others = other_files(hit)
+    if not others:
+        lines = ", ".join(f"{c['start_line']}-{c['end_line']}" for c in hit.also_in[:shown])
+        return f"also at lines {lines}"
+    paths = list(dict.fromkeys(c["path"] for c in hit.also_in if c["path"] != hit.path))
+    listed = ", ".join(paths[:shown]) + (", …" if others > shown else "")
+    return f"also in {others} other file{'s' if others != 1 else ''}: {listed}"
 
 
 def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> None:
@@ -221,7 +249,7 @@ def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> Non
         print_json(data)
         return
     for hit in hits:
-        echo(f"{hit.score:.3f}  {hit.path}")
+        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
 
 
 def _print_files(found, total: int, as_json: bool, no_match=None) -> None:
@@ -238,7 +266,8 @@ def _print_files(found, total: int, as_json: bool, no_match=None) -> None:
         print_json(data)
         return
     for f in found:
-        echo(f"- [{plain_title(f.title)}]({link_target(f.path)})")
+        title, target = plain_title(f.title), link_target(f.path)
+        echo(f"- [{printable(title, one_line=True)}]({printable(target, one_line=True)})")
     if total > len(found):
         _cap_note(len(found), total)
 
