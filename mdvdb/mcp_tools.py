@@ -330,8 +330,9 @@ def status(config: Config, index: Index) -> dict[str, Any]:
 
     st = index.status()
     if st.exists:
-        indexed = set(index.snapshot.paths)
-        st.new_files = sorted(p for p in walk(config, []) if p not in indexed)
+        from query.verify import new_files
+
+        st.new_files = new_files(index.snapshot, config.root, walk(config, []))
     return {
         "exists": st.exists,
         "fresh": st.fresh,

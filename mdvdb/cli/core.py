@@ -273,12 +273,16 @@ def status(
                 typer.echo(f"  {printable(path, one_line=True)}")
         elif not st.provider_mismatch:
             typer.echo("stale:      none")
+        if st.errors:
+            typer.echo(f"problems:   {len(st.errors)} files reported by the last ingest, e.g.:")
+            for path, problem in [tuple(e) for e in st.errors[:10]]:
+                typer.echo(f"  {path}: {problem}")
 
 
 def _new_files(config, st) -> list[str]:
     """Files on disk that the index does not have (uses the ingest's own walk and rules)."""
     from pipeline.discover import walk
     from query import open_index
+    from query.verify import new_files
 
-    indexed = set(open_index(config=config).snapshot.paths)
-    return sorted(p for p in walk(config, []) if p not in indexed)
+    return new_files(open_index(config=config).snapshot, config.root, walk(config, []))

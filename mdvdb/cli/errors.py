@@ -68,7 +68,19 @@ def user_errors() -> Iterator[None]:
     except Exception as exc:
         if is_user_error(exc):
             fail(str(exc), EXIT_ERROR)
+        damaged = damage_of(exc)
+        if damaged:
+            fail(damaged, EXIT_ERROR)
         raise
+
+
+def damage_of(exc: BaseException) -> str | None:
+    """When an unexpected error happened while an index was open and that index fails its
+    checksums, the one-line damage message (the error came from damaged bytes, not a bug)."""
+    index_format = sys.modules.get("mdvdb.index_format")
+    if index_format is None or isinstance(exc, SystemExit | KeyboardInterrupt):
+        return None
+    return index_format.damage_message()
 
 
 def is_user_error(exc: BaseException, names: frozenset[str] = USER_ERRORS) -> bool:
