@@ -120,7 +120,10 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         if vectors.shape[0] == 0:
             empty = np.zeros(0, dtype=np.float32)
             return empty, {"_candidates": empty > 0}
-        fused, cosine = hybrid(lexical, vectors, query_vector(index, query), bm25)
+        from query.fusion_params import params_for
+
+        params = params_for(index)
+        fused, cosine = hybrid(lexical, vectors, query_vector(index, query), bm25, params)
         return fused.scores, {
             "lexical": fused.lexical,
             "semantic": fused.semantic,

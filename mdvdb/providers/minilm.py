@@ -44,8 +44,9 @@ PINNED_SHA256 = {
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
 }
-# Padding is the main waste in a batched forward pass; texts are sorted by length and cut into
-# sub-batches of at most this many (padded) tokens, which also bounds the attention memory.
+# Padding is the main waste in a batched forward pass (NumPy); texts are sorted by length and
+# cut into sub-batches of at most this many (padded) tokens, which also bounds the attention
+# memory. The onnx encoder runs one text per pass instead (encoder_onnx.OnnxEncoder).
 TOKENS_PER_PASS = 8192
 # How many of ingest's batches are tokenised and length-sorted together (embed_batches).
 BATCHES_PER_SORT = 16
@@ -327,6 +328,11 @@ class MiniLMProvider(SequentialBatches):
         self.model = model
         folder = model_folder(model, root)
         self.encoder, self.tokenizer = load_encoder(folder.resolve(), runtime)
+        # A model folder's weights can change under the same name: their digest is part of
+        # the embedding cache key (pipeline.embed.model_key). The pinned package cannot.
+        self.revision = (
+            "" if model.lower() == MODEL_NAME else sha256_of(folder / "model.safetensors")[:16]
+        )
         native = self.encoder.spec.hidden_size
         if dimensions not in (0, native):
             raise ProviderError(
@@ -334,7 +340,8 @@ class MiniLMProvider(SequentialBatches):
                 f"unset MDVDB_EMBEDDING_DIMENSIONS or set it to {native}"
             )
         self.dimensions = native
-        self.workers = 1
+        # Runs in flight at once: the onnx encoder runs one text per run on one thread each.
+        self.workers = getattr(self.encoder, "workers", 1)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
@@ -361,14 +368,13 @@ class MiniLMProvider(SequentialBatches):
                 start += len(batch)
 
     def _groups(self, lengths: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
-        """Length-sorted groups of at most TOKENS_PER_PASS padded tokens."""
+        """Length-sorted groups of at most the encoder's tokens per pass (padded)."""
+        budget = getattr(self.encoder, "tokens_per_pass", TOKENS_PER_PASS)
         groups, start = [], 0
         while start < len(order):
             stop = start + 1
             # Sorted by length, so the last text in a group sets the group's padded width.
-            while (
-                stop < len(order) and (stop - start + 1) * lengths[order[stop]] <= TOKENS_PER_PASS
-            ):
+            while stop < len(order) and (stop - start + 1) * lengths[order[stop]] <= budget:
                 stop += 1
             groups.append(order[start:stop])
             start = stop
@@ -395,6 +401,6 @@ class MiniLMProvider(SequentialBatches):
             return
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(self.workers) as pool:
-            for done in pool.map(run, groups):
+        with ThreadPoolExecutor(self.workers) as pool:  # longest first: even finish
+            for done in pool.map(run, groups[::-1]):
                 del done
