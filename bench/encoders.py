@@ -215,6 +215,47 @@ def runtime_ratio(root: Path, count: int) -> list[dict]:
     return rows
 
 
+def latency(roots: dict, runs: int) -> list[dict]:
+    """Per model, on the same set: a cold `mdvdb search` process (median wall of `runs`) and a
+    warm in-process `Index.search` (median of 20 after one warm-up), same queries, same run."""
+    import statistics
+
+    from mdvdb.config import load_config
+    from query import open_index
+
+    queries = ["extract a tar archive", "vitamin d and bone fractures", "rotate an api key"]
+    rows = []
+    for name, (root, _paths, _timing) in roots.items():
+        cold = []
+        for i in range(runs):
+            start = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, "-m", "mdvdb", "search", queries[i % 3], "--root", str(root)],
+                capture_output=True,
+                text=True,
+            )
+            cold.append(time.perf_counter() - start)
+            if done.returncode != 0:
+                raise SystemExit(f"search failed: {done.stderr}")
+        index = open_index(config=load_config(root, environ={}))
+        index.search("warm up")
+        warm = []
+        for i in range(20):
+            start = time.perf_counter()
+            index.search(f"{queries[i % 3]} {i}")
+            warm.append(time.perf_counter() - start)
+        rows.append(
+            {
+                "model": name,
+                "chunks": int(index.snapshot.vectors.shape[0]),
+                "cold_cli_ms": statistics.median(cold) * 1000,
+                "warm_ms": statistics.median(warm) * 1000,
+                "load": load(),
+            }
+        )
+    return rows
+
+
 def windows(raws: dict, width: int = 256, stride: int = 192) -> list[dict]:
     """MiniLM: chunks longer than `width` word-pieces re-embedded as the mean of windows of
     `width` every `stride`, then the same semantic and hybrid runs as with the cut vectors."""
@@ -281,13 +322,16 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="re-ingest every set")
     parser.add_argument("--runtimes", type=int, default=0, metavar="N")
     parser.add_argument("--windows", action="store_true")
+    parser.add_argument("--latency", type=int, default=0, metavar="RUNS", help="query latency")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
-    rows, grids, baseline, extra = [], {m: {} for m in models}, {}, []
+    rows, grids, baseline, extra, speed = [], {m: {} for m in models}, {}, [], []
     for folder in args.folders:
         folder = folder.resolve()
         roots = {m: ingest(folder, m, MODELS[m], args.fresh) for m in models}
+        if args.latency:
+            speed.extend({"set": folder.name} | r for r in latency(roots, args.latency))
         set_rows, raws = quality(folder, roots, baseline)
         rows.extend(set_rows)
         for m in models:
@@ -307,6 +351,8 @@ def main() -> None:
             loso, chosen = leave_one_out(grids[m])
             print_table(f"Fusion for {m}: leave one set out", loso, args.json)
             print_table(f"Fusion for {m}: best over all sets", [chosen], args.json)
+    if speed:
+        print_table("Query latency: cold CLI process and warm in-process search", speed, args.json)
     if extra:
         print_table("MiniLM: cut at 256 word-pieces vs mean of windows", extra, args.json)
     if args.runtimes and "minilm" in models:
