@@ -273,3 +273,25 @@ def test_offline_in_a_network_namespace(notes: Path, tmp_path: Path):
         assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["results"][0]["path"] == "tar.md"
     assert graphs({"MDVDB_CACHE_DIR": str(tmp_path / "cache")})
+
+
+def test_fusion_settings_follow_the_model_and_are_recorded_in_the_index(project):
+    from mdvdb.config import load_config
+    from mdvdb.fusion_models import LOCAL_ENCODER
+    from query import open_index
+    from query.fusion import PARAMS
+    from query.fusion_params import params_for, params_for_meta
+
+    root, env = project
+    done = run_cli("ingest", cwd=root, env=env)
+    assert done.returncode == 0, done.stderr
+    index = open_index(config=load_config(root, environ={}))
+    assert index.snapshot.meta["fusion"] == LOCAL_ENCODER
+    assert params_for(index).dense_weight == LOCAL_ENCODER["dense_weight"] != PARAMS.dense_weight
+    # WordLlama keeps the defaults; an index from before the field falls back to its model;
+    # names this version does not know are ignored.
+    assert params_for_meta({"provider": "local", "model": "wordllama-l2-supercat"}) == PARAMS
+    old = params_for_meta({"provider": "local", "model": "all-minilm-l6-v2"})
+    assert old.dense_weight == LOCAL_ENCODER["dense_weight"]
+    recorded = params_for_meta({"fusion": {"no_such_knob": 3, "dense_weight": 0.25}})
+    assert recorded.dense_weight == 0.25
