@@ -17,7 +17,11 @@ from mdvdb.config import local_model_is_encoder
 
 # Overrides of query.fusion.FusionParams fields for BERT-style encoders run by the local
 # provider (all-minilm-l6-v2 and user model folders).
-LOCAL_ENCODER: dict[str, float] = {"dense_weight": 0.5}
+LOCAL_ENCODER: dict[str, float] = {
+    "dense_weight": 0.4,
+    "feedback_weight": 0.2,
+    "dense_feedback_weight": 0.5,
+}
 
 
 def fusion_settings(provider: str | None, model: str | None) -> dict[str, float]:
