@@ -9,11 +9,12 @@ command line; the outcome is plain data, so each front end only decides how to s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from query.facets import Facet, facets_of, unmatched
+from query.facets import Facet, facets_of, keyword_mask, unmatched
 from query.filters import FileMatch, Filter, matching_files, parse_filter
 
 if TYPE_CHECKING:
@@ -106,6 +107,8 @@ def run(index: Index, request: SearchRequest) -> SearchOutcome:
         raise RequestError(f"limit must be at least 1, got {request.limit}")
     if request.max_tokens is not None and request.max_tokens < 1:
         raise RequestError(f"max_tokens must be at least 1, got {request.max_tokens}")
+    if request.min_score is not None and not math.isfinite(request.min_score):
+        raise RequestError(f"min_score must be a finite number, got {request.min_score}")
     facets = facets_of(index, request.tag, request.category)
     filters = parse_filters(request.filters) + [facet.filter() for facet in facets]
     outcome = SearchOutcome(request, filters)
@@ -126,8 +129,17 @@ def _search(index: Index, request: SearchRequest, outcome: SearchOutcome) -> Non
     from query.tiers import tiered_search
 
     wanted = request.limit * FILES_OVERSAMPLE if request.files else request.limit
+    # With a tag or category, the query's words must be on the page (query.facets).
+    keywords = (
+        keyword_mask(index, request.query or "") if (request.tag or request.category) else None
+    )
     response = tiered_search(
-        index, request.query or "", outcome.filters, limit=wanted, **request.search_options()
+        index,
+        request.query or "",
+        outcome.filters,
+        limit=wanted,
+        mask=keywords,
+        **request.search_options(),
     )
     if request.max_tokens is not None:
         kept = shaping.within_budget([hit for _, hit in response.results], request.max_tokens)

@@ -94,7 +94,20 @@ def _start_detached(root, timeout: float, folder) -> None:
 def mcp(
     http: Annotated[
         int | None,
-        typer.Option("--http", min=1, max=65535, help="Serve MCP over HTTP on 127.0.0.1:PORT."),
+        typer.Option(
+            "--http",
+            min=1,
+            max=65535,
+            help="Serve MCP over HTTP on 127.0.0.1:PORT; requests need the bearer token.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        str | None,
+        typer.Option(
+            "--token-file",
+            help="With --http: the bearer token's file (0600). Default: one generated in "
+            "the state folder (mcp-http.token), printed at start.",
+        ),
     ] = None,
     root: RootOption = None,
 ) -> None:
@@ -107,4 +120,4 @@ def mcp(
         config = load(root)
         from mdvdb import mcp_server
 
-        mcp_server.run(config, http_port=http)
+        mcp_server.run(config, http_port=http, token_file=token_file)

@@ -24,6 +24,7 @@ from mdvdb.cli.errors import (
     refuse_if_off,
     user_errors,
 )
+from mdvdb.terminal import printable
 
 DEFAULT_CAP = 20
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
@@ -160,7 +161,7 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     `request` holds the other `SearchRequest` fields."""
     from query import open_index
     from query.filters import FilterError
-    from query.request import SearchRequest
+    from query.request import RequestError, SearchRequest
     from query.request import run as run_request
 
     index = open_index(config=config)
@@ -168,18 +169,28 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     try:
         with index.pinned():
             outcome = run_request(index, wanted)
-    except FilterError as exc:
+    except (FilterError, RequestError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    empty = not (outcome.listed or outcome.files or (outcome.tiers and outcome.tiers.results))
+    if empty:  # the same suggestions whatever left nothing (query.no_match)
+        from query.no_match import explain
+
+        missed = explain(index, outcome)
+        if not as_json:
+            for line in missed.lines():
+                echo(line)
+            return
     if outcome.no_such_value is not None:
-        _no_such_value(outcome.no_such_value, wanted.query, as_json)
+        _no_such_value(outcome.no_such_value, wanted.query, as_json, missed.to_json())
     elif outcome.listed is not None:
-        _print_files(outcome.listed, outcome.total, as_json)
+        _print_files(outcome.listed, outcome.total, as_json, missed.to_json() if empty else None)
     elif outcome.files is not None:
-        _print_by_file(wanted.query, outcome.files, as_json)
+        _print_by_file(wanted.query, outcome.files, as_json, missed.to_json() if empty else None)
     elif as_json:
-        print_json(outcome.tiers.to_json(wanted.explain))
-    elif not outcome.tiers.results:
-        _suggest(index, outcome.filters)
+        data = outcome.tiers.to_json(wanted.explain)
+        if empty:
+            data["no_match"] = missed.to_json()
+        print_json(data)
     else:
         _print_tiers(outcome.tiers, wanted.explain)
 
@@ -190,8 +201,9 @@ def _print_tiers(response, explain: bool) -> None:
         if this_tier != tier:
             tier = this_tier
             echo("## Title Matches" if tier == "title" else "## Content Matches")
-        heading = " > ".join(hit.heading_path)
-        echo(f"{i}. {hit.path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
+        heading = printable(" > ".join(hit.heading_path), one_line=True)
+        path = printable(hit.path, one_line=True)
+        echo(f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
         if heading:
             echo(f"   {heading}")
         echo(f"   {hit.excerpt}")
@@ -202,32 +214,34 @@ def _print_tiers(response, explain: bool) -> None:
         _cap_note(len(response.results), response.total)
 
 
-def _print_by_file(query: str | None, hits, as_json: bool) -> None:
+def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> None:
     """`--files`: one line per file in tier order (title documents first)."""
     if as_json:
-        print_json({"query": query, "files": [h.to_json() for h in hits]})
+        data = {"query": query, "files": [h.to_json() for h in hits]}
+        if no_match is not None:
+            data["no_match"] = no_match
+        print_json(data)
         return
     for hit in hits:
-        echo(f"{hit.score:.3f}  {hit.path}")
+        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
 
 
-def _print_files(found, total: int, as_json: bool) -> None:
+def _print_files(found, total: int, as_json: bool, no_match=None) -> None:
     if as_json:
-        print_json(
-            {
-                "query": None,
-                "results": [{**f.to_json(), "tier": "filter"} for f in found],
-                "total": total,
-                "shown": len(found),
-                "truncated": total > len(found),
-            }
-        )
-        return
-    if not found:
-        echo("No matches.")
+        data = {
+            "query": None,
+            "results": [{**f.to_json(), "tier": "filter"} for f in found],
+            "total": total,
+            "shown": len(found),
+            "truncated": total > len(found),
+        }
+        if no_match is not None:
+            data["no_match"] = no_match
+        print_json(data)
         return
     for f in found:
-        echo(f"- [{plain_title(f.title)}]({link_target(f.path)})")
+        title, target = plain_title(f.title), link_target(f.path)
+        echo(f"- [{printable(title, one_line=True)}]({printable(target, one_line=True)})")
     if total > len(found):
         _cap_note(len(found), total)
 
@@ -249,33 +263,16 @@ def _cap_note(shown: int, total: int) -> None:
     echo(f"Showing top {shown} of {total} matches. Narrow the query for more specific results.")
 
 
-def _no_such_value(missing, query: str | None, as_json: bool) -> None:
-    message = missing.message(VALUES_SHOWN)
-    if as_json:
-        print_json(
-            {
-                "query": query,
-                "results": [],
-                "total": 0,
-                "message": message,
-                "facet": missing.facet.flag,
-                "valid_values": missing.values,
-            }
-        )
-        return
-    echo(message)
-
-
-def _suggest(index, filters) -> None:
-    echo("No matches.")
-    echo("Suggestions:")
-    echo("- check the spelling of the query and of any filter values")
-    echo("- try broader or fewer terms")
-    if filters:
-        echo(
-            "- drop a filter, or list valid values with `mdvdb schema` (`mdvdb schema FIELD` "
-            "for every value of one field)"
-        )
-    else:
-        echo("- list the fields and their values with `mdvdb schema`")
-    echo("- if files changed since the last ingest, run `mdvdb ingest` (`mdvdb status`)")
+def _no_such_value(missing, query: str | None, as_json: bool, no_match) -> None:
+    """`--json` only: the human form is query.no_match's, headed by the valid values."""
+    print_json(
+        {
+            "query": query,
+            "results": [],
+            "total": 0,
+            "message": missing.message(VALUES_SHOWN),
+            "facet": missing.facet.flag,
+            "valid_values": missing.values,
+            "no_match": no_match,
+        }
+    )

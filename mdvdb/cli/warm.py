@@ -164,7 +164,9 @@ def is_serving(folder: Path) -> bool:
 
 def serve(folder: Path, idle_timeout: float, on_ready=None) -> None:
     """Answer forwarded CLI calls until nothing arrives for `idle_timeout` seconds."""
-    folder.mkdir(parents=True, exist_ok=True)
+    from mdvdb import private
+
+    private.state_folder(folder)
     if (folder / SOCKET_NAME).exists():
         if is_serving(folder):
             raise ServeError(f"a warm process already serves {folder / SOCKET_NAME}")
