@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from mdvdb.fusion_models import fusion_settings
-from query.fusion import PARAMS, FusionParams
+from query.fusion import FusionParams, current
 
 
 def params_for_meta(meta: dict[str, Any]) -> FusionParams:
@@ -16,19 +16,18 @@ def params_for_meta(meta: dict[str, Any]) -> FusionParams:
     settings = meta.get("fusion")
     if not isinstance(settings, dict):
         settings = fusion_settings(meta.get("provider"), meta.get("model"))
-    known = {f.name: f.type for f in fields(PARAMS)}
+    base = current()
+    known = {f.name for f in fields(base)}
     clean = {}
     for name, value in settings.items():
         if name in known and isinstance(value, int | float) and not isinstance(value, bool):
-            clean[name] = int(value) if isinstance(getattr(PARAMS, name), int) else float(value)
-    return replace(PARAMS, **clean) if clean else PARAMS
+            kind = type(getattr(base, name))
+            if kind in (int, float):
+                clean[name] = kind(value)
+    return replace(base, **clean) if clean else base
 
 
 def params_for(index) -> FusionParams:
-    """The settings for this index's current snapshot (computed once per snapshot)."""
-    snap = index.snapshot
-    params = snap.cache.get("fusion_params")
-    if params is None:
-        params = params_for_meta(snap.meta)
-        snap.cache["fusion_params"] = params
-    return params
+    """The settings for this index's current snapshot. Not cached: the defaults are read at
+    call time (`query.fusion.current`), so a benchmark that swaps them is followed."""
+    return params_for_meta(index.snapshot.meta)
