@@ -19,6 +19,7 @@ import numpy as np
 
 from mdvdb import index_format
 from mdvdb.text_analysis import CJK_RANGES
+from query.collapse import Diversity
 from query.filters import Filter, candidate_mask
 from query.results import SearchResponse
 
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 TITLE, CONTENT = "title", "content"
 _CJK_START = re.compile(f"[{CJK_RANGES}]")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")  # [text](url) and ![alt](src)
-# The title tier takes this many sections per wanted result, to keep one per document.
-OVERSAMPLE = 5
 
 
 @dataclass
@@ -167,10 +166,22 @@ def tiered_search(
         words = []  # a question, not a title: rank it on its content
     titled = title_files(snap, words)[snap.chunk_file_ids]
     title_chunks = int(np.count_nonzero(candidates & titled))
-    # Most queries match no title: then there is one search, not two.
-    wanted = min(limit * OVERSAMPLE, title_chunks) if limit else 0
+    # One Diversity for both searches: near-duplicates and per-file caps span the response.
+    diversity = Diversity.of(
+        index, options.pop("per_file", None), options.pop("collapse", True), scope=candidates
+    )
+    # Most queries match no title: then there is one search, not two. The title search
+    # keeps one section per document (a per-file cap of 1).
+    wanted = min(limit, title_chunks) if limit else 0
     title = (
-        index.search(query, limit=wanted, mask=candidates & titled, **options)
+        index.search(
+            query,
+            limit=wanted,
+            mask=candidates & titled,
+            diversity=diversity,
+            per_file=1,
+            **options,
+        )
         if wanted
         else SearchResponse(query, "", [], 0)
     )
@@ -189,7 +200,13 @@ def tiered_search(
     # document included: a page titled "Kubernetes Guide" keeps its matching sections.
     rest_mask = candidates.copy()
     rest_mask[[hit.chunk_id for _, hit in first]] = False
-    content = index.search(query, limit=limit - len(first), mask=rest_mask, **options)
+    content = index.search(
+        query,
+        limit=limit - len(first),
+        mask=rest_mask,
+        diversity=diversity,
+        **options,
+    )
     rest = [(CONTENT, hit) for hit in content.results]
     return TieredResponse(
         query=query,
