@@ -20,7 +20,11 @@ from pipeline.state import State
 
 
 def model_key(provider: EmbeddingProvider) -> str:
-    return f"{provider.name}:{provider.model}:{provider.dimensions}"
+    """The cache key of a vector. A provider whose model can change under the same name (a
+    local model folder) adds a `revision` (its weights' SHA-256), so new weights re-embed."""
+    key = f"{provider.name}:{provider.model}:{provider.dimensions}"
+    revision = getattr(provider, "revision", "")
+    return f"{key}:{revision}" if revision else key
 
 
 def _dimensions_key(provider: EmbeddingProvider) -> str:

@@ -515,6 +515,7 @@ def _schema(ctx: RunContext) -> dict:
 
 
 def _pack(ctx: RunContext) -> dict:
+    from mdvdb.fusion_models import fusion_settings
     from pipeline.embed import model_key
     from pipeline.pack import PackInput, pack
 
@@ -528,6 +529,7 @@ def _pack(ctx: RunContext) -> dict:
         "provider": provider.name,
         "model": provider.model,
         "dimensions": provider.dimensions,
+        "fusion": fusion_settings(provider.name, provider.model),
         "config": config.fingerprint(),
         "errors": [list(e) for e in ctx.report.errors][:1000],
         "skipped": _skipped_files(ctx, ctx.report.errors),
