@@ -3,7 +3,9 @@
 One process serves one project for as long as the client keeps it: the index stays mapped
 and the embedding model loaded between calls, and every call first checks whether a newer
 index was published (the `Index` re-maps on an inode/mtime change), so an ingest run by a hook
-is picked up without restarting anything.
+is picked up without restarting anything. It also watches the source folders by default
+(`pipeline.watch.start_background`, off with MDVDB_WATCH=false): an edited file is re-indexed
+after the debounce, under the writer lock, and the next call answers from that index.
 
 This module is the protocol side: the tool descriptions (written for a model: what each tool
 returns and when to use it), argument schemas, and the mapping of expected failures to tool
@@ -269,9 +271,18 @@ def build_server(config: Config):
 
 
 def run(config: Config, http_port: int | None = None) -> None:
-    """Serve over stdio (the default) or streamable HTTP bound to 127.0.0.1 only."""
+    """Serve over stdio (the default) or streamable HTTP bound to 127.0.0.1 only, watching
+    the source folders meanwhile (unless MDVDB_WATCH=false) so that answers follow edits
+    without an `ingest` call; the watcher logs one line per batch on stderr."""
+    from pipeline.watch import start_background
+
     server = build_server(config)
-    if http_port is None:
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=http_port)
+    watcher = start_background(config)
+    try:
+        if http_port is None:
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host="127.0.0.1", port=http_port)
+    finally:
+        if watcher is not None:
+            watcher.stop()
