@@ -169,7 +169,7 @@ def build_server(config: Config):
         filters: list[str] | None = None,
         tag: str | None = None,
         category: str | None = None,
-        limit: int = 10,
+        limit: int | None = None,
         min_score: float | None = None,
         mode: Literal["hybrid", "semantic", "lexical"] | None = None,
         cluster: int | None = None,
