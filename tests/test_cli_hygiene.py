@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, run_cli
+from tests.conftest import FIXTURES, copy_markdown, run_cli
 
 BAD_FRONTMATTER = "---\ntitle: [unclosed\n---\n# Broken\n\nThe body still counts.\n"
 
@@ -24,7 +24,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The fixture notes plus 14 pages that all say `bolt`, one 2 MB page and one page whose
     frontmatter does not parse; ingested once for the module."""
     root = tmp_path_factory.mktemp("hygiene") / "notes"
-    shutil.copytree(FIXTURES / "notes", root)
+    copy_markdown(FIXTURES / "notes", root)
     for i in range(14):
         (root / f"bolt-{i:02}.md").write_text(f"# Bolt {i}\n\nA bolt note number {i}.\n")
     (root / "big.md").write_text("# Big\n\n" + "a long line of text\n" * 100_000)
