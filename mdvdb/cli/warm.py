@@ -8,10 +8,12 @@ in the warm process, so output and exit codes are identical; when the socket is 
 or refuses, the CLI simply runs the command itself.
 
 The socket lives in the state folder, is created 0600 and is only used when owned by the
-calling user. The server exits by itself after an idle timeout. One request per connection:
-a marshalled `{"argv", "cwd", "env"}` in (the client then shuts its write side), a
-marshalled `{"stdout", "stderr", "code"}` out. marshal, not JSON: both ends are this
-package, it decodes plain data only, and it is built in.
+calling user. The server exits by itself after an idle timeout, and holds an flock on
+`serve.lock` for its life: one server per project, and a socket file whose lock is free is
+stale. One request per connection: a marshalled `{"argv", "cwd", "env"}` in (the client then
+shuts its write side), a marshalled `{"stdout", "stderr", "code"}` out; `{"op": "ping"}`
+(readiness, `serve --status`) and `{"op": "stop"}` are answered without running a command.
+marshal, not JSON: both ends are this package, it decodes plain data only, and it is built in.
 
 The client half runs on every CLI call before typer, so it imports only built-in modules
 (`_socket`, `marshal`, `os`, `stat`, `sys`) and `mdvdb.dotenv`: `socket`, `json`, `pathlib`
