@@ -180,3 +180,22 @@ def test_background_server_stays_answers_100_calls_and_is_idempotent(notes: Path
     status = run_cli("serve", "--status", "--root", str(notes))
     assert status.returncode == 1 and "not serving" in status.stdout
     assert run_cli("serve", "--stop", "--root", str(notes)).returncode == 0  # nothing to stop
+
+
+@pytest.mark.slow
+def test_concurrent_background_starts_give_one_server(notes: Path):
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    argv = [sys.executable, "-m", "mdvdb", "serve", "--background", "--root", str(notes)]
+    starts = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    try:
+        outputs = [start.communicate(timeout=300) for start in starts]
+        assert [start.returncode for start in starts] == [0, 0, 0], outputs
+        pids = {pid_in(out) for out, _ in outputs}
+        assert len(pids) == 1, outputs
+        assert sum("already serving" in out for out, _ in outputs) == 2
+    finally:
+        stop = run_cli("serve", "--stop", "--root", str(notes))
+    assert stop.returncode == 0 and f"(pid {pids.pop()})" in stop.stdout

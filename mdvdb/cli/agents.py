@@ -178,6 +178,27 @@ def _start_detached(root, timeout: float, folder) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / warm.LOG_NAME
+    holder = warm.lock_holder(folder)  # one is starting (loading the model): wait for it
+    child = None if holder is not None else _spawn(root, timeout, log_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        running = warm.ping(folder, timeout=1.0)
+        if running:
+            ours = child is not None and running["pid"] == child.pid
+            typer.echo(
+                f"mdvdb: {'serving' if ours else 'already serving'} {running['socket']} "
+                f"(pid {running['pid']}, idle timeout {running['idle_timeout']:g} s)"
+            )
+            return
+        if child is not None and child.poll() is not None:
+            if warm.lock_holder(folder) is None:
+                raise CliError(f"the warm process exited: {_last_line(log_path)}")
+            child = None  # another start won the race: wait for that one to answer
+        time.sleep(0.05)
+    raise CliError(f"the warm process did not answer within 120 s (log: {log_path})")
+
+
+def _spawn(root, timeout: float, log_path) -> subprocess.Popen:
     try:
         if log_path.stat().st_size > LOG_KEEP_BYTES:
             log_path.unlink()
@@ -187,7 +208,7 @@ def _start_detached(root, timeout: float, folder) -> None:
     argv = [sys.executable, "-m", "mdvdb", "serve", "--root", str(root)]
     argv += ["--idle-timeout", str(timeout)]
     try:
-        child = subprocess.Popen(
+        return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -197,24 +218,6 @@ def _start_detached(root, timeout: float, folder) -> None:
         )
     finally:
         os.close(log)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        running = warm.ping(folder, timeout=1.0)
-        if running:
-            what = "serving" if running["pid"] == child.pid else "already serving"
-            typer.echo(
-                f"mdvdb: {what} {running['socket']} (pid {running['pid']}, "
-                f"idle timeout {running['idle_timeout']:g} s)"
-            )
-            return
-        if child.poll() is not None:
-            running = warm.ping(folder)  # lost a race to another start: that one serves
-            if running:
-                typer.echo(f"mdvdb: already serving {running['socket']} (pid {running['pid']})")
-                return
-            raise CliError(f"the warm process exited: {_last_line(log_path)}")
-        time.sleep(0.05)
-    raise CliError(f"the warm process did not answer within 120 s (log: {log_path})")
 
 
 def _last_line(path) -> str:
