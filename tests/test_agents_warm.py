@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -172,6 +173,9 @@ def test_background_server_stays_answers_100_calls_and_is_idempotent(notes: Path
         status = run_cli("serve", "--status", "--root", str(notes))
         assert status.returncode == 0 and f"pid {pid}," in status.stdout
         assert " 100 calls" in status.stdout and alive(pid)
+        data = json.loads(run_cli("serve", "--status", "--json", "--root", str(notes)).stdout)
+        assert data["running"] and data["pid"] == pid and data["requests"] == 100
+        assert data["root"] == str(notes) and data["watching"] is True
     finally:
         stop = run_cli("serve", "--stop", "--root", str(notes))
     assert stop.returncode == 0 and f"stopped the warm process (pid {pid})" in stop.stdout

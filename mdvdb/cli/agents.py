@@ -102,13 +102,14 @@ def _serve_here(config, folder, timeout: float) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    def line(text: str) -> None:
+        log.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+        log.flush()
+
     def start_watch():
         from pipeline.watch import start_background
 
-        def line(text: str) -> None:
-            log.write(f"{time.strftime('%H:%M:%S')} {text}\n")
-            log.flush()
-
+        line(f"serve: pid {os.getpid()} serving {folder / warm.SOCKET_NAME}")
         watcher = start_background(config, log=line)
         return watcher.stop if watcher else None
 
