@@ -172,10 +172,6 @@ def ping(folder: Path | str, timeout: float = PING_TIMEOUT) -> dict | None:
     return reply if reply and isinstance(reply.get("pid"), int) else None
 
 
-def is_serving(folder: Path | str) -> bool:
-    return ping(folder) is not None
-
-
 def lock_holder(folder: Path) -> int | None:
     """The pid of the process holding the serve lock (alive, maybe still starting), or
     None when the lock is free; a free lock means any socket file left here is stale."""
@@ -363,11 +359,6 @@ class WarmServer:
                 return self._runner.run(argv, str(request["cwd"]), dict(request.get("env") or {}))
         except (ValueError, KeyError, TypeError, EOFError) as exc:
             return {"stdout": "", "stderr": f"mdvdb: bad warm request: {exc}\n", "code": 1}
-
-
-def serve(folder: Path, idle_timeout: float, on_ready=None) -> None:
-    """Answer forwarded CLI calls until nothing arrives for `idle_timeout` seconds."""
-    WarmServer(folder, idle_timeout).run(preload=on_ready)
 
 
 class _Runner:
