@@ -71,7 +71,7 @@ def read_one_line_then_close(*args: str) -> subprocess.CompletedProcess:
     [
         ("get", "big.md"),
         ("search", "long line of text", "-n", "500"),
-        ("grep", "long line", "-n", "100000"),
+        ("grep", "long line", "-n", "100000", "--per-file-limit", "100000"),
     ],
     ids=["get", "search", "grep"],
 )
