@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import print_table  # noqa: E402
-from query.grep import find_rg  # noqa: E402
+from mdvdb.project_files import BUILTIN_IGNORES, RG_FLAGS  # noqa: E402
+from query.grep import TYPE_GLOBS, find_rg  # noqa: E402
 
 # (name, pattern, extra mdvdb flags). Rare patterns make rg scan everything (no early stop);
 # common ones let mdvdb stop rg after --limit matches.
@@ -46,8 +47,13 @@ def mdvdb_cmd() -> list[str]:
 def rg_argv(rg: str, pattern: str, corpus: Path, as_json: bool) -> list[str]:
     """What `mdvdb grep` runs (see query.grep.build_argv), optionally without --json."""
     argv = [rg] + (["--json"] if as_json else []) + ["--no-config", "--smart-case"]
-    argv += ["--fixed-strings", "--max-count", "50"]
-    argv += ["--type-add", "mdvdb:*.md", "--type-add", "mdvdb:*.markdown", "--type", "mdvdb"]
+    argv += ["--fixed-strings", "--max-count", "1050"]  # 50 body matches + frontmatter lines
+    for glob in TYPE_GLOBS["md"]:
+        argv += ["--type-add", f"mdvdb:{glob}"]
+    argv += ["--type", "mdvdb"]
+    argv += RG_FLAGS  # the project's rules (mdvdb.project_files): what ingest would index
+    for name in sorted(BUILTIN_IGNORES):
+        argv += ["--glob", f"!{name}/"]
     return argv + ["-e", pattern, "--", str(corpus)]
 
 

@@ -24,11 +24,6 @@ GREP_LINE_CHARS = 240  # a matching line longer than this is cut around the matc
 VALUES_SHOWN = 100  # facet values listed when a tag/category matches no file
 FIELD_VALUES_SHOWN = 200  # values listed by schema(field=...)
 MAX_CONTEXT = 10  # grep context lines either side, at most
-FRONTMATTER_ALLOWANCE = 20  # frontmatter lines a file's per-file match count may spend
-NO_MATCH_HINT = (
-    "No matches: try broader or fewer words, drop a filter (schema lists fields and values), "
-    "or grep for exact text; if files changed, run ingest."
-)
 
 
 class ToolProblem(ValueError):
@@ -50,6 +45,15 @@ def search(index: Index, request: SearchRequest, full_text: bool = False) -> dic
 
 
 def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
+    data = _search_data(index, outcome, full_text)
+    if not (data.get("results") or data.get("files")):  # the CLI's suggestions, in one line
+        from query.no_match import explain
+
+        data["hint"] = explain(index, outcome, VALUES_SHOWN).hint()
+    return data
+
+
+def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
     query = outcome.request.query
     if outcome.no_such_value is not None:
         missing = outcome.no_such_value
@@ -80,8 +84,6 @@ def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
             compact_hit(index, tier, hit, full_text, explain) for tier, hit in tiers.results
         ],
     }
-    if not tiers.results:
-        data["hint"] = NO_MATCH_HINT
     return data
 
 
@@ -128,16 +130,15 @@ def grep(
     if not 0 <= context <= MAX_CONTEXT:
         raise ToolProblem(f"context must be between 0 and {MAX_CONTEXT} lines")
     selection = select_roots(config, Registry.load(), sources=sources or ())
-    # One match more than shown, per file and in all, says whether there are more; rg's
-    # per-file count includes frontmatter lines this then drops, hence the allowance.
+    # One match more than shown, per file and in all, says whether there are more (the
+    # per-file count is of body matches: frontmatter ones are dropped before counting).
     options = grepping.GrepOptions(
         pattern=pattern,
         limit=sys.maxsize,  # `take` stops reading (and rg) one match past the limit
-        per_file_limit=per_file_limit + 1 + FRONTMATTER_ALLOWANCE,
+        per_file_limit=per_file_limit + 1,
         file_type=file_type,
         regex=regex,
         include_frontmatter=include_frontmatter,
-        ignore_globs=tuple(config.ignore_patterns),
     )
     with tempfile.TemporaryFile() as errors:  # a file, not a pipe: rg can never block on it
         run = grepping.start(options, selection, config.root, config.page_id_field, stderr=errors)
@@ -149,7 +150,10 @@ def grep(
         if run.returncode == 2 and not shown:
             errors.seek(0)
             raise ToolProblem(rg_problem(errors.read().decode("utf-8", "replace"), pattern, regex))
-    return grep_reply(config.root, pattern, shown, more, fuller, context)
+    reply = grep_reply(config.root, pattern, shown, more, fuller, context)
+    if selection.warnings:  # source folders skipped or always-ignored, as ingest reports them
+        reply["warnings"] = selection.warnings
+    return reply
 
 
 def take(matches, limit: int, per_file_limit: int) -> tuple[list, bool, set[str]]:

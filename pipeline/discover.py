@@ -13,32 +13,16 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pathspec
-
 from mdvdb.config import Config
-from pipeline.state import ManifestEntry
-
-# Always ignored, not overridable (the spec's list).
-BUILTIN_IGNORES = frozenset(
-    {
-        ".claude",
-        ".cursor",
-        ".vscode",
-        ".idea",
-        ".git",
-        "node_modules",
-        ".obsidian",
-        "__pycache__",
-        ".next",
-        ".nuxt",
-        ".svelte-kit",
-        "target",
-        "dist",
-        "build",
-        "out",
-    }
+from mdvdb.project_files import (  # noqa: F401 - BUILTIN_IGNORES: the watcher's first cut
+    BUILTIN_IGNORES,
+    MARKDOWN_SUFFIXES,
+    Rules,
+    inside,
+    source_folders,
+    walked_within,
 )
-MARKDOWN_SUFFIXES = (".md", ".markdown")
+from pipeline.state import ManifestEntry
 
 
 @dataclass
@@ -57,43 +41,12 @@ class Discovered:
         return h.hexdigest()
 
 
-@dataclass
-class _Rules:
-    """gitignore specs in force for a folder: (base folder relative to root, spec)."""
-
-    specs: tuple[tuple[str, pathspec.PathSpec], ...]
-
-    def ignored(self, rel: str, is_dir: bool) -> bool:
-        for base, spec in self.specs:
-            if base:
-                if not rel.startswith(base + "/"):
-                    continue
-                sub = rel[len(base) + 1 :]
-            else:
-                sub = rel
-            if spec.match_file(sub + "/" if is_dir else sub):
-                return True
-        return False
-
-
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while block := fh.read(1 << 20):
             h.update(block)
     return h.hexdigest()
-
-
-def _gitignore(folder: Path, rel: str) -> tuple[str, pathspec.PathSpec] | None:
-    path = folder / ".gitignore"
-    if not path.is_file():
-        return None
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    spec = pathspec.GitIgnoreSpec.from_lines(lines)
-    return (rel, spec) if spec.patterns else None
 
 
 class _Walker:
@@ -107,7 +60,7 @@ class _Walker:
         self.seen_dirs: set[tuple[int, int]] = set()
         self.skip = {str(config.index_path), str(config.state_path)}
 
-    def visit(self, folder: str, rel: str, rules: _Rules) -> None:
+    def visit(self, folder: str, rel: str, rules: Rules) -> None:
         errors = self.errors
         try:
             st = os.stat(folder)
@@ -119,9 +72,7 @@ class _Walker:
             errors.append((rel or ".", "symlink loop: folder already visited, skipped"))
             return
         self.seen_dirs.add(key)
-        ignore_file = _gitignore(Path(folder), rel)
-        if ignore_file:
-            rules = _Rules((*rules.specs, ignore_file))
+        rules = rules.entering(folder, rel)
         try:
             entries = list(os.scandir(folder))
         except OSError as exc:
@@ -160,24 +111,24 @@ def _verdict(
     rel: str,
     is_dir: bool,
     is_link: bool,
-    rules: _Rules,
+    rules: Rules,
     skip: set[str],
 ) -> bool | str:
     """The walk's rule for one entry: True to take it (or descend), False to skip it
     silently, or the problem to report when it is skipped (symlinks that escape or loop)."""
     if is_dir:
-        if name in BUILTIN_IGNORES:
+        if name in BUILTIN_IGNORES or path in skip:
             return False
     elif not name.lower().endswith(MARKDOWN_SUFFIXES) or path in skip:
         return False
-    if rules.specs and rules.ignored(rel, is_dir):
+    if rules.active and rules.ignored(rel, is_dir):
         return False
     if is_link:
         try:
             target = Path(path).resolve(strict=True)
         except (OSError, RuntimeError):
             return "broken symlink or symlink loop, skipped"
-        if not config.follow_outside_root and not _inside(target, config.root):
+        if not config.follow_outside_root and not inside(target, config.root):
             return "symlink points outside the project root, skipped"
     return True
 
@@ -188,36 +139,42 @@ def _stat_problem(exc: OSError) -> str:
     return f"cannot stat: {exc.strerror or exc}"
 
 
-def _source_rels(config: Config, errors: list[tuple[str, str]] | None) -> list[tuple[Path, str]]:
-    """(folder, root-relative path) of each source folder that may be walked."""
+def _source_rels(
+    config: Config, errors: list[tuple[str, str]] | None
+) -> list[tuple[Path, str, Rules]]:
+    """(folder, root-relative path, rules at its top) of each source folder that may be
+    walked; the one-line verdicts on the others (outside the root, ignored, always-ignored)
+    go to `errors`."""
     out = []
-    for source in config.source_paths():
-        if not _inside(source, config.root) and not config.follow_outside_root:
-            if errors is not None:
-                errors.append((str(source), "source folder is outside the project root, skipped"))
+    folders = source_folders(config)
+    walked = [s.path for s in folders if not s.skipped]
+    for source in folders:
+        if source.problem and errors is not None:
+            errors.append((source.raw, source.problem))
+        if source.skipped:
             continue
-        try:
-            rel = source.relative_to(config.root).as_posix()
-        except ValueError:
-            rel = None
-        out.append((source, "" if rel in (None, ".") else rel))
+        first = walked.index(source.path)
+        if any(
+            walked_within(source.path, other) and (other != source.path or i < first)
+            for i, other in enumerate(walked)
+        ):
+            continue  # a walk of another source folder reaches it
+        if source.rel is None:  # outside the root, allowed: its own rules only
+            out.append((source.path, "", Rules.for_folder(config, "", above=False)))
+        else:
+            out.append((source.path, source.rel, Rules.for_folder(config, source.rel)))
     return out
 
 
 def walk(config: Config, errors: list[tuple[str, str]]) -> dict[str, os.stat_result]:
     """Every Markdown file under the source folders that no rule ignores: rel path -> stat."""
     walker = _Walker(config, errors)
-    for source, rel in _source_rels(config, errors):
+    for source, rel, rules in _source_rels(config, errors):
         if not source.is_dir():
             errors.append((str(source), "source folder does not exist, skipped"))
             continue
-        walker.visit(str(source), rel, _base_rules(config))
+        walker.visit(str(source), rel, rules)
     return walker.found
-
-
-def _base_rules(config: Config) -> _Rules:
-    user = pathspec.GitIgnoreSpec.from_lines(config.ignore_patterns)
-    return _Rules((("", user),) if user.patterns else ())
 
 
 class PathFilter:
@@ -228,8 +185,9 @@ class PathFilter:
     def __init__(self, config: Config):
         self.config = config
         self.skip = {str(config.index_path), str(config.state_path)}
-        self.sources = _source_rels(config, None)
-        self._cache: dict[tuple[str, str], tuple[_Rules, str | None] | None] = {}
+        # the most specific source folder first: `build` (named) before `.`, which skips it
+        self.sources = sorted(_source_rels(config, None), key=lambda s: -len(s[1]))
+        self._cache: dict[tuple[str, str], tuple[Rules, str | None] | None] = {}
 
     def check(self, rel: str) -> tuple[bool, str | None]:
         """(taken, problem) for a root-relative path of a file or folder that exists."""
@@ -250,36 +208,31 @@ class PathFilter:
         )
         return verdict is True, (verdict if isinstance(verdict, str) else None)
 
-    def _folder_rules(self, rel: str) -> tuple[_Rules, str | None] | None:
+    def _folder_rules(self, rel: str) -> tuple[Rules, str | None] | None:
         """The rules in force in `rel`'s folder, as the walk builds them on its way down;
         None when the path is in no source folder or under a folder the walk skips."""
-        for source, source_rel in self.sources:
+        for source, source_rel, top in self.sources:
             if source_rel and rel != source_rel and not rel.startswith(source_rel + "/"):
                 continue
             if rel == source_rel:
-                return _base_rules(self.config), None
+                return top, None
             parent = rel.rpartition("/")[0] if "/" in rel else ""
-            return self._rules_inside(source, source_rel, parent)
+            return self._rules_inside(source, source_rel, top, parent)
         return None
 
     def _rules_inside(
-        self, source: Path, source_rel: str, folder_rel: str
-    ) -> tuple[_Rules, str | None] | None:
+        self, source: Path, source_rel: str, top: Rules, folder_rel: str
+    ) -> tuple[Rules, str | None] | None:
         """Rules for the entries of `folder_rel` (a source folder or below one); cached,
         so a burst of changes in one folder reads its .gitignore files once."""
         key = (source_rel, folder_rel)
         if key in self._cache:
             return self._cache[key]
         if folder_rel == source_rel:
-            rules = _base_rules(self.config)
-            ignore_file = _gitignore(source, source_rel)
-            found: tuple[_Rules, str | None] | None = (
-                (_Rules((*rules.specs, ignore_file)) if ignore_file else rules),
-                None,
-            )
+            found: tuple[Rules, str | None] | None = (top.entering(source, source_rel), None)
         else:
             parent = folder_rel.rpartition("/")[0] if "/" in folder_rel else ""
-            above = self._rules_inside(source, source_rel, parent)
+            above = self._rules_inside(source, source_rel, top, parent)
             if above is None or above[1]:
                 found = above
             else:
@@ -298,8 +251,7 @@ class PathFilter:
                 if verdict is not True:
                     found = (rules, verdict) if verdict else None
                 else:
-                    ignore_file = _gitignore(folder, folder_rel)
-                    found = (_Rules((*rules.specs, ignore_file)) if ignore_file else rules), None
+                    found = rules.entering(folder, folder_rel), None
         self._cache[key] = found
         return found
 
@@ -311,14 +263,6 @@ class PathFilter:
         walker = _Walker(self.config, errors)
         walker.visit(str(self.config.root / rel), rel, found[0])
         return walker.found
-
-
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root)
-        return True
-    except ValueError:
-        return False
 
 
 def discover(

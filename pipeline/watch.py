@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mdvdb.config import Config
-from pipeline.discover import BUILTIN_IGNORES, MARKDOWN_SUFFIXES, PathFilter
+from mdvdb.project_files import always_ignored, named_ignored_folders
+from pipeline.discover import MARKDOWN_SUFFIXES, PathFilter
 
 # A batch closes when no change came for the debounce time, or at the latest after this
 # many debounce periods (a tree that never goes quiet still gets indexed).
@@ -88,6 +89,7 @@ class Watcher:
         self.on_batch = on_batch
         self._provider = None
         self._index_name = config.index_path.name
+        self._named_ignored = named_ignored_folders(config)
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -195,7 +197,7 @@ class Watcher:
         if path == state or path.startswith(state + os.sep):
             return False
         rel = self._rel(path)
-        if rel is not None and any(part in BUILTIN_IGNORES for part in rel.split("/")[:-1]):
+        if rel is not None and always_ignored(rel, self._named_ignored):
             return False
         if name.lower().endswith(MARKDOWN_SUFFIXES) or name == ".gitignore":
             return True

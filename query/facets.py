@@ -1,10 +1,21 @@
 """Facets (`--tag`, `--category`): case-insensitive literal filters over configured fields,
-and the values an agent can pick from when it asked for one no file has."""
+the values an agent can pick from when it asked for one no file has, and the keyword rule.
+
+The keyword rule: with a facet and a query, a page is a result only if it contains every word
+of the query lexically (as keyword search reads words: any case, stemmed, stop-words left
+out; in its title, headings or text). A facet narrows to a set of pages the user knows, and a
+keyword typed into it is a fixed string to find there, not a topic to drift from: without the
+rule, hybrid search filled the answer with semantic neighbours that never say the word
+(`--tag caching zzzqqq` returned caching pages). Within those pages sections rank as usual.
+A query with no searchable word (only stop-words or one letter) adds no condition.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from query.filters import Filter
 
@@ -52,3 +63,28 @@ def unmatched(index: Index, facet: Facet) -> list[str] | None:
     if any(v.lower() == wanted for v in values):
         return None
     return values
+
+
+def keyword_mask(index: Index, query: str) -> np.ndarray | None:
+    """One boolean per chunk: its page contains every word of `query` (the keyword rule);
+    None when the query has no searchable word. Read from the postings: one slice per word."""
+    from mdvdb import text_analysis
+    from query.lexical import lexical_index
+
+    hashes = np.unique(text_analysis.term_ids(query))
+    if len(hashes) == 0:
+        return None
+    snap = index.snapshot
+    file_ids = snap.chunk_file_ids
+    n_files = snap.table("files").num_rows
+    lexical = lexical_index(index)
+    pages = np.ones(n_files, dtype=bool)
+    for row in lexical.lookup(hashes).tolist():
+        if row < 0:
+            pages[:] = False
+            break
+        a, b = int(lexical.offsets[row]), int(lexical.offsets[row + 1])
+        having = np.zeros(n_files, dtype=bool)
+        having[file_ids[lexical.chunk_ids[a:b]]] = True
+        pages &= having
+    return pages[file_ids]

@@ -6,6 +6,10 @@ roots) and handed on as soon as rg reports it. Once `limit` matches have been ha
 terminated instead of being read to the end: on a common word that is most of the work saved.
 Only files that had a match are opened, and only their head, to find the frontmatter's line range,
 the title and the page id.
+
+What rg searches is what ingest indexes: the project's rules (`mdvdb.project_files`: always-ignored
+folders, every .gitignore from the repository's top down, MDVDB_IGNORE_PATTERNS, source folders
+inside the root) go to rg as arguments, and rg runs in the project root.
 """
 
 from __future__ import annotations
@@ -17,17 +21,30 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from query.sources import Root, Selection, search_paths
 
+if TYPE_CHECKING:
+    from mdvdb.project_files import RgRules
+
 FILE_TYPES = ("md", "qmd", "all")
 # rg type definitions per --type; "all" searches every file rg would (no type restriction).
-TYPE_GLOBS = {"md": ("*.md", "*.markdown"), "qmd": ("*.qmd",), "all": ()}
+# Any case, as the walk takes `NOTES.MD` (its suffix test lowers the name).
+TYPE_GLOBS = {
+    "md": ("*.[mM][dD]", "*.[mM][aA][rR][kK][dD][oO][wW][nN]"),
+    "qmd": ("*.qmd",),
+    "all": (),
+}
 INSTALL_HINT = (
     "ripgrep (rg) not found: install it into this environment with "
     "`pip install ripgrep==14.1.0`, or from your OS packages (e.g. `apt install ripgrep`)"
 )
 HEAD_SCAN_LINES = 400  # how far into a file the title heading is looked for
+# rg counts frontmatter matches in --max-count, and they are dropped here: rg may report this
+# many more a file so that the per-file limit counts body matches (exact unless a frontmatter
+# block has more matching lines than this).
+FRONTMATTER_LINES = 1000
 
 
 class GrepError(RuntimeError):
@@ -43,7 +60,6 @@ class GrepOptions:
     regex: bool = False  # default: the pattern is literal text (rg --fixed-strings)
     sort: bool = False
     include_frontmatter: bool = False
-    ignore_globs: tuple[str, ...] = ()
 
 
 def find_rg(exe_dir: str | None = None, path_env: str | None = None) -> str:
@@ -58,20 +74,35 @@ def find_rg(exe_dir: str | None = None, path_env: str | None = None) -> str:
     raise GrepError(INSTALL_HINT)
 
 
-def build_argv(rg: str, options: GrepOptions, paths: list[Path]) -> list[str]:
-    """The exact rg command line; pattern after `-e` and paths after `--`, so neither is a flag."""
+def build_argv(
+    rg: str,
+    options: GrepOptions,
+    paths: list[Path],
+    rules: RgRules | None = None,
+    ignore_file: str | None = None,
+) -> list[str]:
+    """The exact rg command line; pattern after `-e` and paths after `--`, so neither is a flag.
+    `rules`: the project's (rg then runs in `rules.cwd`); `ignore_file`: where the translated
+    .gitignore lines above the searched folders can be read."""
     argv = [rg, "--json", "--no-config", "--smart-case"]
     if not options.regex:
         argv.append("--fixed-strings")
-    argv += ["--max-count", str(options.per_file_limit)]
+    per_file = options.per_file_limit
+    if not options.include_frontmatter:
+        per_file += FRONTMATTER_LINES
+    argv += ["--max-count", str(per_file)]
     globs = TYPE_GLOBS[options.file_type]
     if globs:
         for glob in globs:
             argv += ["--type-add", f"mdvdb:{glob}"]
         argv += ["--type", "mdvdb"]
-    for glob in options.ignore_globs:
-        argv += ["--glob", "!" + glob.lstrip("!")]
-    argv += ["-e", options.pattern, "--", *(str(p) for p in paths)]
+    shown = [str(p) for p in paths]
+    if rules is not None:
+        argv += rules.flags
+        if ignore_file is not None:
+            argv += ["--ignore-file", ignore_file]
+        shown = [rules.path_argument(p) for p in paths]
+    argv += ["-e", options.pattern, "--", *shown]
     return argv
 
 
@@ -129,8 +160,12 @@ class GrepRun:
         options: GrepOptions,
         page_id_field: str = "page_id",
         stderr=None,
+        cwd: Path | None = None,
+        ignore_lines: list[str] | None = None,
     ):
         self.argv = argv
+        self.cwd = cwd
+        self.ignore_lines = ignore_lines or []
         self.stderr = stderr
         self.selection = selection
         self.options = options
@@ -142,19 +177,31 @@ class GrepRun:
         self._drained = False  # rg's output was read to the end: it is exiting by itself
         self._heads: dict[str, FileHead | None] = {}
         self._owner_of: tuple[str | None, Root | None] = (None, None)
+        self._per_file: dict[str, int] = {}  # body matches handed on, per file
 
     @property
     def returncode(self) -> int | None:
         return None if self.process is None else self.process.returncode
 
     def __iter__(self) -> Iterator[Match]:
-        self.process = subprocess.Popen(
-            self.argv,
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            stderr=self.stderr,
-            close_fds=True,
-        )
+        rules_file = _rules_file(self.ignore_lines) if self.ignore_lines else None
+        argv = self.argv
+        if rules_file is not None:  # the placeholder names the descriptor rg inherits
+            fd_path = f"/dev/fd/{rules_file.fileno()}"
+            argv = [fd_path if arg == IGNORE_FILE_SLOT else arg for arg in argv]
+        try:
+            self.process = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                stderr=self.stderr,
+                close_fds=True,
+                pass_fds=(rules_file.fileno(),) if rules_file is not None else (),
+                cwd=self.cwd,
+            )
+        finally:
+            if rules_file is not None:
+                rules_file.close()  # rg holds its own inherited copy
         try:
             raws = self._sorted() if self.options.sort else self._stream()
             for raw in raws:
@@ -200,6 +247,8 @@ class GrepRun:
         return iter(raws)
 
     def _accept(self, raw: _RawMatch) -> Match | None:
+        if not raw.path.startswith("/"):  # rg ran in the root and was given relative paths
+            raw.path = self.root_prefix + raw.path.removeprefix("./")
         if raw.path != self._owner_of[0]:  # a file's matches come together: look up once
             self._owner_of = (raw.path, self.selection.owner(raw.path))
         owner = self._owner_of[1]
@@ -208,6 +257,10 @@ class GrepRun:
         head = self._head(raw.path)
         if not self.options.include_frontmatter and raw.line <= head.frontmatter_end:
             return None
+        counted = self._per_file.get(raw.path, 0)
+        if counted >= self.options.per_file_limit:
+            return None
+        self._per_file[raw.path] = counted + 1
         return Match(self._display(raw.path), owner.label, raw.line, raw.text, raw.spans, head)
 
     def _head(self, path: str) -> FileHead:
@@ -238,8 +291,40 @@ def start(
     paths = search_paths(selection)
     if not paths:
         raise GrepError("no source folder to search: none of the configured roots exists here")
-    argv = build_argv(rg or find_rg(), options, paths)
-    return GrepRun(argv, selection, project_root, options, page_id_field, stderr)
+    if selection.config is None:
+        argv = build_argv(rg or find_rg(), options, paths)
+        return GrepRun(argv, selection, project_root, options, page_id_field, stderr)
+    from mdvdb.project_files import rg_rules
+
+    rules = rg_rules(selection.config, paths)
+    slot = IGNORE_FILE_SLOT if rules.ignore_lines else None
+    argv = build_argv(rg or find_rg(), options, paths, rules, slot)
+    return GrepRun(
+        argv,
+        selection,
+        project_root,
+        options,
+        page_id_field,
+        stderr,
+        cwd=rules.cwd,
+        ignore_lines=rules.ignore_lines,
+    )
+
+
+# In a built argv, where the descriptor of the translated .gitignore lines goes (the file is
+# opened only when rg is spawned).
+IGNORE_FILE_SLOT = "/dev/fd/{fd}"
+
+
+def _rules_file(lines: list[str]):
+    """An unlinked temp file holding `lines`, rewound, for rg to read through /dev/fd."""
+    import tempfile
+
+    handle = tempfile.TemporaryFile()  # noqa: SIM115 - the caller closes it once rg runs
+    handle.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    handle.flush()
+    handle.seek(0)
+    return handle
 
 
 def _b64(data: str) -> bytes:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from query.facets import Facet, facets_of, unmatched
+from query.facets import Facet, facets_of, keyword_mask, unmatched
 from query.filters import FileMatch, Filter, matching_files, parse_filter
 
 if TYPE_CHECKING:
@@ -128,8 +128,17 @@ def _search(index: Index, request: SearchRequest, outcome: SearchOutcome) -> Non
     from query.tiers import tiered_search
 
     wanted = request.limit * FILES_OVERSAMPLE if request.files else request.limit
+    # With a tag or category, the query's words must be on the page (query.facets).
+    keywords = (
+        keyword_mask(index, request.query or "") if (request.tag or request.category) else None
+    )
     response = tiered_search(
-        index, request.query or "", outcome.filters, limit=wanted, **request.search_options()
+        index,
+        request.query or "",
+        outcome.filters,
+        limit=wanted,
+        mask=keywords,
+        **request.search_options(),
     )
     if request.max_tokens is not None:
         kept = shaping.within_budget([hit for _, hit in response.results], request.max_tokens)

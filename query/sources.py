@@ -20,7 +20,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mdvdb.config import Config
@@ -53,9 +53,18 @@ class Root:
 
 
 def dir_roots(config: Config) -> list[tuple[str, Path]]:
-    """The built-in `dir` type: each configured source folder, named as configured."""
-    pairs = zip(config.source_dirs, config.source_paths(), strict=True)
-    return [(_dir_id(raw), path) for raw, path in pairs]
+    """The built-in `dir` type: each configured source folder that ingest would walk (inside
+    the root, not ignored; `mdvdb.project_files`), named as configured."""
+    from mdvdb.project_files import source_folders
+
+    return [(_dir_id(s.raw), s.path) for s in source_folders(config) if not s.skipped]
+
+
+def dir_warnings(config: Config) -> list[str]:
+    """The one-line verdicts on configured source folders, as ingest reports them."""
+    from mdvdb.project_files import source_folders
+
+    return [s.warning for s in source_folders(config) if s.warning]
 
 
 def _dir_id(raw: str) -> str:
@@ -219,10 +228,14 @@ class SourceFilter:
 
 @dataclass
 class Selection:
-    """The roots of one run: `search` goes to rg; `dropped` roots only claim (and drop) files."""
+    """The roots of one run: `search` goes to rg; `dropped` roots only claim (and drop) files.
+    `config` carries the project's rules to rg; `warnings` are the skipped or always-ignored
+    source folders, one line each."""
 
     search: list[Root]
     dropped: list[Root]
+    config: Config | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def owner(self, path: str) -> Root | None:
         """The most specific root holding `path`, kept or dropped."""
@@ -277,15 +290,19 @@ def select_roots(
             drop_blacklisted and root.type != "path" and any(f.matches(root) for f in blacklist)
         )
         (dropped if is_excluded or is_black else kept).append(root)
-    return Selection(kept, dropped)
+    warnings = dir_warnings(config) if wanted_types is None or BUILTIN_TYPE in wanted_types else []
+    return Selection(kept, dropped, config, warnings)
 
 
 def search_paths(selection: Selection) -> list[Path]:
-    """The kept roots minus those nested in another kept root (rg would search them twice)."""
+    """The kept roots minus those nested in another kept root (rg would search them twice),
+    unless an always-ignored folder stands between them (rg would not search them at all)."""
+    from mdvdb.project_files import walked_within
+
     paths = sorted({r.path for r in selection.search}, key=lambda p: (len(p.parts), str(p)))
     top: list[Path] = []
     for path in paths:
-        if not any(path == t or t in path.parents for t in top):
+        if not any(walked_within(path, t) for t in top):
             top.append(path)
     order = {r.path: i for i, r in reversed(list(enumerate(selection.search)))}
     return sorted(top, key=lambda p: order[p])

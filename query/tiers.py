@@ -149,11 +149,13 @@ def tiered_search(
     query: str,
     filters: list[Filter] | tuple[Filter, ...] = (),
     limit: int = 20,
+    mask: np.ndarray | None = None,
     **options: Any,
 ) -> TieredResponse:
-    """Up to `limit` results: best section of each title document, then content sections."""
+    """Up to `limit` results: best section of each title document, then content sections.
+    `mask` (one boolean per chunk) restricts the candidates as `filters` do."""
     snap = index.snapshot
-    candidates = candidate_mask(index, filters)
+    candidates = candidate_mask(index, filters, mask)
     if candidates is None:
         candidates = np.ones(snap.chunk_file_ids.shape[0], dtype=bool)
     titled = title_files(snap, query_words(query))[snap.chunk_file_ids]

@@ -122,7 +122,9 @@ def test_facet_matches_literal_value_case_insensitively(kb: Path) -> None:
 def test_unknown_facet_value_lists_known_values(kb: Path) -> None:
     done = run_cli("search", "--category", "gardening", "--root", str(kb))
     assert done.returncode == 0
-    assert done.stdout.strip() == "No matches. Valid values: Architecture, Databases, databases"
+    first, *rest = done.stdout.splitlines()
+    assert first == "No matches. Valid values: Architecture, Databases, databases"
+    assert rest[0] == "Suggestions:" and "mdvdb schema" in rest[3]
     as_json = run_cli("search", "--tag", "nope", "--json", "--root", str(kb))
     data = json.loads(as_json.stdout)
     assert data["results"] == [] and data["valid_values"] == [
@@ -178,7 +180,8 @@ def test_query_with_facet_searches_only_facet_files(kb: Path) -> None:
 def test_zero_results_give_suggestions(kb: Path) -> None:
     done = run_cli("search", "sourdough", "--filter", "published>=2099-01-01", "--root", str(kb))
     assert done.returncode == 0
-    assert done.stdout.startswith("No matches.\nSuggestions:")
+    assert done.stdout.startswith("No matches.\nNo file passes --filter published>=2099-01-01")
+    assert "\nSuggestions:\n" in done.stdout
     assert "mdvdb schema" in done.stdout and "mdvdb ingest" in done.stdout
 
 

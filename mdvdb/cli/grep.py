@@ -118,7 +118,6 @@ def _search(args: argparse.Namespace, pattern: str) -> int:
             regex=args.regex,
             sort=args.sort,
             include_frontmatter=args.include_frontmatter,
-            ignore_globs=tuple(config.ignore_patterns),
         )
         search = grep.start(options, selection, config.root, config.page_id_field)
     except ConfigError as exc:
@@ -128,10 +127,15 @@ def _search(args: argparse.Namespace, pattern: str) -> int:
     except grep.GrepError as exc:
         return _fail(str(exc), EXIT_ERROR)
 
+    for warning in selection.warnings:
+        sys.stderr.write(f"mdvdb: warning: {warning}\n")
     if args.trace:
         import shlex
 
-        sys.stderr.write(f"[mdvdb grep] {shlex.join(search.argv)}\n")
+        where = shlex.quote(str(search.cwd or os.getcwd()))
+        sys.stderr.write(f"[mdvdb grep] cd {where} && {shlex.join(search.argv)}\n")
+        for line in search.ignore_lines:  # what rg reads through the --ignore-file descriptor
+            sys.stderr.write(f"[mdvdb grep] ignore-file line: {line}\n")
         sys.stderr.flush()
     if args.as_json:
         writer = JsonWriter(sys.stdout)

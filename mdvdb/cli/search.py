@@ -163,16 +163,26 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
             outcome = run_request(index, wanted)
     except FilterError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    empty = not (outcome.listed or outcome.files or (outcome.tiers and outcome.tiers.results))
+    if empty:  # the same suggestions whatever left nothing (query.no_match)
+        from query.no_match import explain
+
+        missed = explain(index, outcome)
+        if not as_json:
+            for line in missed.lines():
+                echo(line)
+            return
     if outcome.no_such_value is not None:
-        _no_such_value(outcome.no_such_value, wanted.query, as_json)
+        _no_such_value(outcome.no_such_value, wanted.query, as_json, missed.to_json())
     elif outcome.listed is not None:
-        _print_files(outcome.listed, outcome.total, as_json)
+        _print_files(outcome.listed, outcome.total, as_json, missed.to_json() if empty else None)
     elif outcome.files is not None:
-        _print_by_file(wanted.query, outcome.files, as_json)
+        _print_by_file(wanted.query, outcome.files, as_json, missed.to_json() if empty else None)
     elif as_json:
-        print_json(outcome.tiers.to_json(wanted.explain))
-    elif not outcome.tiers.results:
-        _suggest(index, outcome.filters)
+        data = outcome.tiers.to_json(wanted.explain)
+        if empty:
+            data["no_match"] = missed.to_json()
+        print_json(data)
     else:
         _print_tiers(outcome.tiers, wanted.explain)
 
@@ -195,29 +205,30 @@ def _print_tiers(response, explain: bool) -> None:
         _cap_note(len(response.results), response.total)
 
 
-def _print_by_file(query: str | None, hits, as_json: bool) -> None:
+def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> None:
     """`--files`: one line per file in tier order (title documents first)."""
     if as_json:
-        print_json({"query": query, "files": [h.to_json() for h in hits]})
+        data = {"query": query, "files": [h.to_json() for h in hits]}
+        if no_match is not None:
+            data["no_match"] = no_match
+        print_json(data)
         return
     for hit in hits:
         echo(f"{hit.score:.3f}  {hit.path}")
 
 
-def _print_files(found, total: int, as_json: bool) -> None:
+def _print_files(found, total: int, as_json: bool, no_match=None) -> None:
     if as_json:
-        print_json(
-            {
-                "query": None,
-                "results": [{**f.to_json(), "tier": "filter"} for f in found],
-                "total": total,
-                "shown": len(found),
-                "truncated": total > len(found),
-            }
-        )
-        return
-    if not found:
-        echo("No matches.")
+        data = {
+            "query": None,
+            "results": [{**f.to_json(), "tier": "filter"} for f in found],
+            "total": total,
+            "shown": len(found),
+            "truncated": total > len(found),
+        }
+        if no_match is not None:
+            data["no_match"] = no_match
+        print_json(data)
         return
     for f in found:
         echo(f"- [{plain_title(f.title)}]({link_target(f.path)})")
@@ -242,33 +253,16 @@ def _cap_note(shown: int, total: int) -> None:
     echo(f"Showing top {shown} of {total} matches. Narrow the query for more specific results.")
 
 
-def _no_such_value(missing, query: str | None, as_json: bool) -> None:
-    message = missing.message(VALUES_SHOWN)
-    if as_json:
-        print_json(
-            {
-                "query": query,
-                "results": [],
-                "total": 0,
-                "message": message,
-                "facet": missing.facet.flag,
-                "valid_values": missing.values,
-            }
-        )
-        return
-    echo(message)
-
-
-def _suggest(index, filters) -> None:
-    echo("No matches.")
-    echo("Suggestions:")
-    echo("- check the spelling of the query and of any filter values")
-    echo("- try broader or fewer terms")
-    if filters:
-        echo(
-            "- drop a filter, or list valid values with `mdvdb schema` (`mdvdb schema FIELD` "
-            "for every value of one field)"
-        )
-    else:
-        echo("- list the fields and their values with `mdvdb schema`")
-    echo("- if files changed since the last ingest, run `mdvdb ingest` (`mdvdb status`)")
+def _no_such_value(missing, query: str | None, as_json: bool, no_match) -> None:
+    """`--json` only: the human form is query.no_match's, headed by the valid values."""
+    print_json(
+        {
+            "query": query,
+            "results": [],
+            "total": 0,
+            "message": missing.message(VALUES_SHOWN),
+            "facet": missing.facet.flag,
+            "valid_values": missing.values,
+            "no_match": no_match,
+        }
+    )

@@ -1,0 +1,96 @@
+"""What a search that found nothing says: one set of suggestions, whatever caused the miss.
+
+A miss can come from the query (no section scores), a filter (no file passes), a facet (a value
+no file has, or pages that have it but not the query's words) or all at once; a person or an
+agent should not have to guess which, nor get a different set of next steps for each. So every
+empty answer (sections, `--files`, the filter-only listing, the CLI, `--json` and the MCP
+server alike) carries the same suggestions, and one line saying what left nothing when that
+can be told cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from query.index import Index
+    from query.request import SearchOutcome
+
+SUGGESTIONS = (
+    "check the spelling of the query and of any filter, tag or category value",
+    "try broader or fewer words",
+    "drop a filter, tag or category: `mdvdb schema` lists the fields and `mdvdb schema FIELD` "
+    "every value of one",
+    "for an exact string, `mdvdb grep TEXT` reads the files themselves",
+    "if files changed since the last ingest, run `mdvdb ingest` (`mdvdb status` says)",
+)
+
+
+@dataclass
+class NoMatch:
+    """An empty answer: what left nothing (when known) and what to try."""
+
+    reason: str | None
+    suggestions: tuple[str, ...] = SUGGESTIONS
+    headline: str = "No matches."  # "No matches. Valid values: ..." for a facet value
+
+    def lines(self) -> list[str]:
+        """The human form: the headline, the reason, then the suggestions as a list."""
+        out = [self.headline]
+        if self.reason:
+            out.append(self.reason)
+        out.append("Suggestions:")
+        out += [f"- {s}" for s in self.suggestions]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason, "suggestions": list(self.suggestions)}
+
+    def hint(self) -> str:
+        """One line (the MCP server's `hint`)."""
+        reason = f" {self.reason}" if self.reason else ""
+        return f"{self.headline}{reason} Try: " + "; ".join(self.suggestions) + "."
+
+
+def explain(index: Index, outcome: SearchOutcome, values_shown: int = 200) -> NoMatch:
+    """The NoMatch for an outcome that has no result (`values_shown`: facet values listed)."""
+    missing = outcome.no_such_value
+    if missing is not None:
+        return NoMatch(None, headline=missing.message(values_shown))
+    return NoMatch(_reason(index, outcome))
+
+
+def _reason(index: Index, outcome: SearchOutcome) -> str | None:
+    """Which part left nothing: the filters and facets (no file passes them), the keyword rule
+    (files pass them, none has the query's words), else None (the query found nothing)."""
+    from query.filters import matching_files
+
+    request = outcome.request
+    if not outcome.filters:
+        return None
+    try:
+        _, passing = matching_files(index, outcome.filters, limit=0)
+    except Exception:  # the search itself already ran these filters; never fail the message
+        return None
+    named = _named(request)
+    if passing == 0:
+        return f"No file passes {named}."
+    faceted = request.tag is not None or request.category is not None
+    if request.query and faceted:
+        pages = "1 file passes" if passing == 1 else f"{passing} files pass"
+        return (
+            f"{pages} {named}, but none contains every word of {request.query!r} "
+            "(with a tag or category, results must contain the query's words)."
+        )
+    return None
+
+
+def _named(request) -> str:
+    """The filters and facets as the user gave them."""
+    parts = [f"--filter {text}" for text in request.filters]
+    if request.tag is not None:
+        parts.append(f"--tag {request.tag}")
+    if request.category is not None:
+        parts.append(f"--category {request.category}")
+    return " ".join(parts)
