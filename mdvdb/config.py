@@ -64,9 +64,12 @@ def _int(minimum: int = 0) -> Callable[[str], int]:
 
 def _float(raw: str) -> float:
     try:
-        return float(raw.strip())
+        value = float(raw.strip())
     except ValueError:
         raise ValueError(f"expected a number, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"expected a finite number, got {raw!r}")
+    return value
 
 
 def _bool(raw: str) -> bool:
@@ -273,6 +276,16 @@ SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
 # Secrets are read with `Config.env` like OPENAI_API_KEY, never declared as settings, so no
 # listing of the settings can show them.
 SECRETS = ("MDVDB_EMBEDDING_API_KEY",)
+# Decisions a folder must not make about itself: read from the environment or the user's own
+# config file (`user_config_path`), never from a folder's `.markdownvdb` (ignored there, as git
+# ignores `safe.directory` in a repository's config). See docs/security.md.
+TRUSTED_FOLDERS = "MDVDB_TRUSTED_FOLDERS"
+USER_ONLY = (TRUSTED_FOLDERS,)
+# Variables naming a URL that an API key from the environment is sent to, with that key.
+ENDPOINT_KEYS = {
+    "OPENAI_BASE_URL": "OPENAI_API_KEY",
+    "MDVDB_EMBEDDING_ENDPOINT": "MDVDB_EMBEDDING_API_KEY",
+}
 
 
 def unknown_keys(config: Config) -> list[tuple[str, str | None]]:
@@ -340,9 +353,18 @@ class Config:
     # written anywhere: the index records only the fingerprint of the non-secret settings.
     extra: dict[str, str] = field(default_factory=dict, repr=False)
 
+    # Where each variable of `extra` came from ("the environment" or the config file).
+    extra_origins: dict[str, str] = field(default_factory=dict, repr=False)
+    # The user trusts this folder's `.markdownvdb` (MDVDB_TRUSTED_FOLDERS): it may be owned by
+    # another user and may send the user's API keys to a URL it names.
+    trusted: bool = False
+
     @property
     def index_path(self) -> Path:
-        return (self.root / self.index_file).resolve()
+        """The index, its folder resolved but not its own name: a symlink at that name is
+        replaced by the writer (`os.replace` renames over the link), never written through."""
+        path = self.root / self.index_file
+        return path.parent.resolve() / path.name
 
     @property
     def state_path(self) -> Path:
@@ -358,6 +380,29 @@ class Config:
     def env(self, name: str, default: str | None = None) -> str | None:
         """A non-MDVDB variable (OPENAI_API_KEY, OLLAMA_HOST...), environment first."""
         return self.extra.get(name, default)
+
+    def origin(self, name: str) -> str:
+        """Where a setting or an extra variable came from."""
+        return self.origins.get(name) or self.extra_origins.get(name) or "the default"
+
+    def from_folder(self, name: str) -> bool:
+        """The value of `name` was set by the project's `.markdownvdb` (not by the user)."""
+        return self.origin(name) == str(self.root / CONFIG_FILE)
+
+    def endpoint_key(self, url_var: str, provider: str) -> str | None:
+        """The API key to send to the URL `url_var` names, under the rule that credentials
+        follow the user, not the folder: a URL set by the folder's `.markdownvdb` receives a
+        key only when that same file supplies it, or when the user trusts the folder."""
+        key_var = ENDPOINT_KEYS[url_var]
+        key = self.env(key_var)
+        if not key or self.trusted or not self.from_folder(url_var) or self.from_folder(key_var):
+            return key
+        raise ConfigError(
+            f"{provider}: {url_var} comes from {self.root / CONFIG_FILE} but {key_var} from "
+            f"{self.origin(key_var)}; refusing to send your key to a URL the folder chose "
+            f"(set {url_var} in your environment, or trust the folder: "
+            f"{TRUSTED_FOLDERS}={self.root})"
+        )
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide what the index holds; secrets never appear here."""
@@ -376,13 +421,18 @@ def load_config(root: Path | str | None = None, environ: dict[str, str] | None =
     env = dict(os.environ if environ is None else environ)
     file_values: dict[str, str] = {}
     config_path = root_path / CONFIG_FILE
+    trusted = folder_is_trusted(root_path, env)
     if config_path.is_file():
+        if not trusted:
+            _check_owner(config_path, root_path)
         try:
             file_values = parse_dotenv(config_path.read_text(encoding="utf-8-sig"))
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{config_path}: cannot read configuration ({exc})") from None
+        for name in USER_ONLY:
+            file_values.pop(name, None)
 
-    config = Config(root=root_path)
+    config = Config(root=root_path, trusted=trusted)
     for setting in SETTINGS:
         if setting.env in env:
             raw, origin = env[setting.env], "the environment"
@@ -402,13 +452,82 @@ def load_config(root: Path | str | None = None, environ: dict[str, str] | None =
     for key, value in file_values.items():
         if key not in SETTINGS_BY_ENV:
             config.extra[key] = value
+            config.extra_origins[key] = str(config_path)
     for key, value in env.items():
         if key not in SETTINGS_BY_ENV and (not key.startswith("MDVDB_") or key in SECRETS):
             config.extra[key] = value
+            config.extra_origins[key] = "the environment"
 
     _apply_provider_defaults(config)
     _validate(config)
     return config
+
+
+def user_config_path(env: dict[str, str] | None = None) -> Path:
+    """The user's own settings file: `$XDG_CONFIG_HOME/mdvdb/config`, else
+    `~/.config/mdvdb/config`. Dotenv style; only `MDVDB_TRUSTED_FOLDERS` is read from it."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "mdvdb" / "config"
+
+
+def trusted_folders(env: dict[str, str] | None = None) -> list[str]:
+    """MDVDB_TRUSTED_FOLDERS from the environment, else from the user config file (only when
+    the user owns that file). `os.pathsep`-separated absolute paths; `*` trusts every folder."""
+    env = os.environ if env is None else env
+    raw = env.get(TRUSTED_FOLDERS)
+    if raw is None:
+        path = user_config_path(env)
+        try:
+            if path.stat().st_uid in _trusted_uids():
+                raw = parse_dotenv(path.read_text(encoding="utf-8-sig")).get(TRUSTED_FOLDERS)
+        except (OSError, UnicodeDecodeError):
+            raw = None
+    return [part.strip() for part in (raw or "").split(os.pathsep) if part.strip()]
+
+
+def folder_is_trusted(root: Path, env: dict[str, str] | None = None) -> bool:
+    for entry in trusted_folders(env):
+        if entry == "*":
+            return True
+        try:
+            if Path(os.path.expanduser(entry)).resolve() == root:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _trusted_uids() -> set[int]:
+    """The current user, root (who can replace mdvdb itself anyway), and under sudo the user
+    who ran sudo, as git's safe.directory check does."""
+    getuid = getattr(os, "geteuid", None)
+    if getuid is None:
+        return set()
+    uids = {getuid(), 0}
+    sudo_uid = os.environ.get("SUDO_UID", "")
+    if getuid() == 0 and sudo_uid.isdigit():
+        uids.add(int(sudo_uid))
+    return uids
+
+
+def _check_owner(config_path: Path, root: Path) -> None:
+    """A `.markdownvdb` owned by another user is not read (it could point the index, the
+    caches and the user's API keys anywhere), unless the user trusts the folder."""
+    uids = _trusted_uids()
+    if not uids:
+        return
+    try:
+        owners = {os.lstat(config_path).st_uid, os.stat(config_path).st_uid}
+    except OSError:
+        return
+    strangers = owners - uids
+    if strangers:
+        raise ConfigError(
+            f"{config_path} is owned by another user (uid {min(strangers)}); not using it. "
+            f"If you trust that folder: export {TRUSTED_FOLDERS}={root} (or put that line in "
+            f"{user_config_path()})"
+        )
 
 
 def _apply_provider_defaults(config: Config) -> None:
@@ -443,6 +562,13 @@ def _validate(config: Config) -> None:
     ):
         if value < minimum:
             raise ConfigError(f"{env} (from {_origin(config, env)}): must be positive, got {value}")
+    idle = config.serve_idle_timeout
+    if idle <= 0:
+        raise ConfigError(
+            f"MDVDB_SERVE_IDLE_TIMEOUT (from {_origin(config, 'MDVDB_SERVE_IDLE_TIMEOUT')}): "
+            f"must be positive, got {idle}"
+        )
+    _validate_paths(config)
     if config.embedding_provider == "custom" and not config.embedding_endpoint:
         raise ConfigError(
             "MDVDB_EMBEDDING_ENDPOINT: required when MDVDB_EMBEDDING_PROVIDER=custom "
@@ -458,3 +584,30 @@ def _validate(config: Config) -> None:
             f"the local model gives 64, 128 or 256 (Matryoshka truncation), "
             f"not {config.embedding_dimensions}"
         )
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _validate_paths(config: Config) -> None:
+    """The index and the state folder stay inside the project root unless the user's own
+    environment says otherwise: a folder's `.markdownvdb` (or a symlink the folder ships at
+    the default names) cannot make mdvdb write elsewhere. Each must also be of the right kind."""
+    for env, path, kind in (
+        ("MDVDB_INDEX_FILE", config.index_path, "file"),
+        ("MDVDB_STATE_DIR", config.state_path, "folder"),
+    ):
+        origin = _origin(config, env)
+        if origin != "the environment" and not config.trusted and not _inside(path, config.root):
+            raise ConfigError(
+                f"{env} (from {origin}): {path} is outside the project root {config.root}; "
+                f"only your environment may put it elsewhere (or trust the folder: "
+                f"{TRUSTED_FOLDERS}={config.root})"
+            )
+        if path == config.root:
+            raise ConfigError(f"{env} (from {origin}): {path} is the project root itself")
+        if kind == "folder" and path.exists() and not path.is_dir():
+            raise ConfigError(f"{env} (from {origin}): {path} exists and is not a folder")
+        if kind == "file" and path.is_dir():
+            raise ConfigError(f"{env} (from {origin}): {path} is a folder, not a file")

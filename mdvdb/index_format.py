@@ -547,11 +547,15 @@ def write_index(
     previous index is left untouched.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():
+        from mdvdb import private
+
+        private.make_dir(path.parent)
+    # mkstemp makes the file 0600 whatever the umask: the index holds the notes' text (see
+    # docs/security.md). `os.replace` renames over `path`: a symlink there is replaced, its
+    # target never written.
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
-        # mkstemp makes the file 0600; readers running as other users need the usual mode.
-        os.fchmod(fd, 0o666 & ~_umask())
         sink = _Sink(fd, source)
         sink.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0))
         layouts = {name: _write_table(sink, table) for name, table in tables.items()}
@@ -590,20 +594,6 @@ def temp_files(path: Path | str) -> list[Path]:
         return []
     prefix = f".{path.name}."
     return [path.parent / n for n in names if n.startswith(prefix) and n.endswith(TEMP_SUFFIX)]
-
-
-def _umask() -> int:
-    """The process umask; read from /proc where possible, because setting it to read it
-    back is not thread-safe."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _fsync_dir(folder: Path) -> None:

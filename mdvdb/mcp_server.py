@@ -181,6 +181,8 @@ def build_server(config: Config):
     ) -> CallToolResult:
         from query.request import SearchRequest
 
+        with tool_errors():
+            check_bounds(query=query, filters=filters, limit=limit, max_tokens=max_tokens)
         request = SearchRequest(
             query=query,
             filters=filters or [],
@@ -207,6 +209,8 @@ def build_server(config: Config):
         sources: list[str] | None = None,
         include_frontmatter: bool = False,
     ) -> CallToolResult:
+        with tool_errors():
+            check_bounds(pattern=pattern, limit=limit, per_file_limit=per_file_limit)
         return await call(
             mcp_tools.grep,
             config,
@@ -255,6 +259,8 @@ def build_server(config: Config):
         return await call(mcp_tools.ingest, config)
 
     async def clusters(cluster_id: int | None = None, limit: int = 100) -> CallToolResult:
+        with tool_errors():
+            check_bounds(limit=limit)
         return await call(mcp_tools.clusters, index, cluster_id, limit)
 
     async def schema(field: str | None = None) -> CallToolResult:
@@ -270,19 +276,142 @@ def build_server(config: Config):
     return server
 
 
-def run(config: Config, http_port: int | None = None) -> None:
-    """Serve over stdio (the default) or streamable HTTP bound to 127.0.0.1 only, watching
-    the source folders meanwhile (unless MDVDB_WATCH=false) so that answers follow edits
+TOKEN_NAME = "mcp-http.token"
+# Caps on what one tool call may ask for: a model (or whoever reaches the server) can send a
+# 5 MB query or limit=2**63; these answers would only cost memory and time.
+MAX_QUERY_CHARS = 2000
+MAX_PATTERN_CHARS = 1000
+MAX_LIMIT = 1000
+MAX_FILTERS = 50
+MAX_FILTER_CHARS = 500
+MAX_MAX_TOKENS = 1_000_000
+
+
+def check_bounds(**values: Any) -> None:
+    """A tool error naming the argument and its cap, before any work is done."""
+    from mdvdb.mcp_tools import ToolProblem
+
+    for name, value in values.items():
+        if value is None:
+            continue
+        if name in ("query", "pattern"):
+            cap = MAX_QUERY_CHARS if name == "query" else MAX_PATTERN_CHARS
+            if len(value) > cap:
+                raise ToolProblem(f"{name} is {len(value)} characters; the cap is {cap}")
+        elif name == "filters":
+            if len(value) > MAX_FILTERS:
+                raise ToolProblem(f"{len(value)} filters; the cap is {MAX_FILTERS}")
+            for item in value:
+                if len(item) > MAX_FILTER_CHARS:
+                    raise ToolProblem(f"a filter is {len(item)} characters; the cap is 500")
+        else:
+            cap = MAX_MAX_TOKENS if name == "max_tokens" else MAX_LIMIT
+            if not 1 <= value <= cap:
+                raise ToolProblem(f"{name} must be between 1 and {cap}, got {value}")
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`; any
+    other gets 401 before it reaches the MCP app (lifespan events pass through)."""
+
+    def __init__(self, app: Any, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        import hmac
+
+        if scope["type"] in ("http", "websocket"):
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                body = b'{"error":"missing or wrong bearer token (see mdvdb mcp --help)"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="mdvdb"'),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_token(config: Config, token_file: str | None = None) -> tuple[str, str]:
+    """The bearer token and where it is: `--token-file` (the user's own, refused when other
+    users can read it, as ssh refuses such keys), else the state folder's token, made once
+    with `secrets` (0600, never through a symlink) and kept across restarts so that a
+    client's configuration stays valid."""
+    import os
+    import secrets
+    import stat
+    from pathlib import Path
+
+    from mdvdb import private
+    from mdvdb.config import ConfigError
+
+    if token_file is not None:
+        path = Path(token_file)
+        try:
+            info = path.stat()
+            token = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--token-file {path}: cannot read it ({exc})") from None
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            raise ConfigError(f"--token-file {path}: other users can read it (chmod 600 it)")
+        if len(token) < 16 or any(c.isspace() for c in token):
+            raise ConfigError(f"--token-file {path}: the token must be 16+ characters, no spaces")
+        return token, str(path)
+    private.state_folder(config.state_path)
+    path = config.state_path / TOKEN_NAME
+    try:
+        token = path.read_text(encoding="utf-8").strip() if not path.is_symlink() else ""
+    except (OSError, UnicodeDecodeError):
+        token = ""
+    if len(token) < 16 or stat.S_IMODE(path.stat().st_mode) & 0o077:
+        if path.exists() or path.is_symlink():
+            os.unlink(path)
+        token = secrets.token_urlsafe(32)
+        private.write_file(path, (token + "\n").encode(), exclusive=True)
+    return token, str(path)
+
+
+def run(config: Config, http_port: int | None = None, token_file: str | None = None) -> None:
+    """Serve over stdio (the default) or streamable HTTP bound to 127.0.0.1 only, where every
+    request needs the bearer token (any local user can reach a loopback port). Meanwhile the
+    source folders are watched (unless MDVDB_WATCH=false) so that answers follow edits
     without an `ingest` call; the watcher logs one line per batch on stderr."""
     from pipeline.watch import start_background
 
-    server = build_server(config)
+    if http_port is None:
+        server = build_server(config)
+        watcher = start_background(config)
+        try:
+            server.run("stdio")
+        finally:
+            if watcher is not None:
+                watcher.stop()
+        return
+    import sys
+
+    import uvicorn
+
+    token, where = http_token(config, token_file)
+    app = BearerAuth(build_server(config).streamable_http_app(host="127.0.0.1"), token)
+    sys.stderr.write(
+        f"mdvdb mcp: http://127.0.0.1:{http_port}/mcp; send 'Authorization: Bearer {token}' "
+        f"(token in {where})\n"
+    )
+    sys.stderr.flush()
     watcher = start_background(config)
     try:
-        if http_port is None:
-            server.run("stdio")
-        else:
-            server.run("streamable-http", host="127.0.0.1", port=http_port)
+        uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning")
+        ).run()
     finally:
         if watcher is not None:
             watcher.stop()

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from mdvdb import private
 from mdvdb.config import Config
 from pipeline import tasks
 from pipeline.lock import WriterLock, describe_command
@@ -59,6 +60,7 @@ def run(
         remove_stale_temp_files(config)
         doit_db = config.state_path / "doit.sqlite3"
         usable_doit_db(doit_db)
+        private.touch(doit_db)  # 0600 (an empty file is an empty SQLite database)
         if full:
             with ctx.state.transaction():
                 ctx.state.db.execute("DELETE FROM parsed")

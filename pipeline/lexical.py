@@ -120,7 +120,8 @@ class Store:
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as fh:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+        with os.fdopen(os.open(tmp, flags, 0o600), "wb") as fh:  # 0600: it holds the text
             np.savez(fh, version=np.str_(CACHE_VERSION), **self.__dict__)
         os.replace(tmp, path)
 

@@ -22,11 +22,13 @@ class LockBusy(RuntimeError):
 
 class WriterLock:
     def __init__(self, state_dir: Path, command: str = "ingest"):
-        state_dir.mkdir(parents=True, exist_ok=True)
+        from mdvdb import private
+
+        private.state_folder(state_dir)  # 0700, and no symlink to write through
         self.path = state_dir / "writer.lock"
         self.info_path = state_dir / "writer.json"
         self.command = command
-        self._lock = FileLock(str(self.path))
+        self._lock = FileLock(str(self.path), mode=private.FILE_MODE)
 
     def holder(self) -> str:
         """Who holds the lock, from the side file. A side file naming a dead process is a
@@ -50,9 +52,10 @@ class WriterLock:
             if on_wait:
                 on_wait(self.holder())
             self._lock.acquire()
-        self.info_path.write_text(
-            json.dumps({"pid": os.getpid(), "command": self.command, "since": time.time()})
-        )
+        from mdvdb import private
+
+        info = {"pid": os.getpid(), "command": self.command, "since": time.time()}
+        private.write_file(self.info_path, json.dumps(info).encode())
 
     def release(self) -> None:
         if self._lock.is_locked:

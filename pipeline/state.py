@@ -55,7 +55,10 @@ class State:
     """A thin, typed layer over the cache database; one per ingest run."""
 
     def __init__(self, folder: Path):
-        folder.mkdir(parents=True, exist_ok=True)
+        from mdvdb import private
+
+        private.make_dir(folder)
+        private.touch(folder / "cache.sqlite3")  # 0600; SQLite gives -wal/-shm the same mode
         self.folder = folder
         self.db = sqlite3.connect(folder / "cache.sqlite3", timeout=60, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")

@@ -169,6 +169,8 @@ def _discover(ctx: RunContext) -> dict:
     state.set_value("clean_run", None)
     manifest = {} if ctx.full else old
     found = discover(ctx.config, manifest, ctx.only)
+    if not found.entries and ctx.only is None:
+        _refuse_emptying(ctx.config, len(old))
     if ctx.full:
         found.removed = sorted(set(old) - set(found.entries))
         found.changed = [p for p in found.added if p in old]
@@ -188,6 +190,27 @@ def _discover(ctx: RunContext) -> dict:
         ctx.changed_shas = {found.entries[p].sha256 for p in (*found.added, *found.changed)}
         ctx.left_shas = {old[p].sha256 for p in (*found.changed, *found.removed) if p in old}
     return {"digest": ctx.manifest_digest}
+
+
+def _refuse_emptying(config: Config, known: int) -> None:
+    """Source folders that match nothing (a typo in MDVDB_SOURCE_DIRS, an unmounted drive)
+    never replace an index that has files: publishing an empty one would look like success."""
+    from pipeline.ingest import IngestError
+
+    if not known and config.index_path.is_file():
+        from mdvdb import index_format
+
+        try:
+            known = int(index_format.read_meta(config.index_path).get("files") or 0)
+        except Exception:  # noqa: BLE001 - a damaged index is not worth keeping
+            known = 0
+    if known:
+        folders = ", ".join(config.source_dirs)
+        raise IngestError(
+            f"MDVDB_SOURCE_DIRS ({folders}, from {config.origin('MDVDB_SOURCE_DIRS')}) "
+            f"matches no Markdown file; the index of {known} files is left as it is "
+            f"(delete {config.index_path.name} to start empty)"
+        )
 
 
 def _build_settings(ctx: RunContext) -> str:

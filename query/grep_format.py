@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from mdvdb.terminal import printable
 from query.grep import Match
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing
@@ -69,11 +70,18 @@ def snippet(text: str, spans: list[tuple[int, int]], color: bool, width: int = M
                 s = at
             if e <= s:
                 continue
-            parts += [shown[at:s], MATCH, shown[s:e], RESET]
+            parts += [_line(shown[at:s]), MATCH, _line(shown[s:e]), RESET]
             at = e
-        parts.append(shown[at:])
+        parts.append(_line(shown[at:]))
         shown = "".join(parts)
+    else:
+        shown = _line(shown)
     return (ELLIPSIS if cut_left else "") + shown + (ELLIPSIS if cut_right else "")
+
+
+def _line(text: str) -> str:
+    """Folder text on one line of a terminal: control characters escaped."""
+    return printable(text, one_line=True)
 
 
 def _paint(code: str, text: str, color: bool) -> str:
@@ -82,10 +90,12 @@ def _paint(code: str, text: str, color: bool) -> str:
 
 def header(match: Match, color: bool) -> str:
     """The lines that open a file's group of matches."""
-    head = f"{_paint(LABEL, '[' + match.source + ']', color)} {_paint(PATH, match.path, color)}"
+    source, path = _line("[" + match.source + "]"), _line(match.path)
+    head = f"{_paint(LABEL, source, color)} {_paint(PATH, path, color)}"
     if match.head.page_id:
-        head += " " + _paint(LABEL, f"(page {match.head.page_id})", color)
-    return f"{head}\n{_paint(LABEL, 'Title:', color)} {match.head.title}\n\n"
+        head += " " + _paint(LABEL, f"(page {_line(str(match.head.page_id))})", color)
+    title = _line(str(match.head.title))
+    return f"{head}\n{_paint(LABEL, 'Title:', color)} {title}\n\n"
 
 
 def match_line(match: Match, color: bool) -> str:

@@ -9,6 +9,7 @@ command line; the outcome is plain data, so each front end only decides how to s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -108,6 +109,8 @@ def run(index: Index, request: SearchRequest) -> SearchOutcome:
         raise RequestError(f"limit must be at least 1, got {request.limit}")
     if request.max_tokens is not None and request.max_tokens < 1:
         raise RequestError(f"max_tokens must be at least 1, got {request.max_tokens}")
+    if request.min_score is not None and not math.isfinite(request.min_score):
+        raise RequestError(f"min_score must be a finite number, got {request.min_score}")
     facets = facets_of(index, request.tag, request.category)
     filters = parse_filters(request.filters) + [facet.filter() for facet in facets]
     outcome = SearchOutcome(request, filters)

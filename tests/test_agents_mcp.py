@@ -364,10 +364,16 @@ def test_http_transport_on_loopback_only(tmp_path: Path):
         assert f"0100007F:{port:04X}" in listening  # 127.0.0.1, not 0.0.0.0
         assert f"00000000:{port:04X}" not in listening
 
+        token = (root / ".markdownvdb.state" / "mcp-http.token").read_text().strip()
+
         async def call():
+            import httpx2
+
             url = f"http://127.0.0.1:{port}/mcp"
+            auth = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
             async with (
-                streamable_http_client(url) as (read, write),
+                auth,
+                streamable_http_client(url, http_client=auth) as (read, write),
                 ClientSession(read, write) as session,
             ):
                 await session.initialize()

@@ -175,9 +175,10 @@ def _preload(config):
 
 
 def _start_detached(root, timeout: float, folder) -> None:
+    from mdvdb import private
     from mdvdb.cli import warm
 
-    folder.mkdir(parents=True, exist_ok=True)
+    private.state_folder(folder)  # 0700, and no symlink to write through
     log_path = folder / warm.LOG_NAME
     holder = warm.lock_holder(folder)  # one is starting (loading the model): wait for it
     child = None if holder is not None else _spawn(root, timeout, log_path)
@@ -233,7 +234,20 @@ def _last_line(path) -> str:
 def mcp(
     http: Annotated[
         int | None,
-        typer.Option("--http", min=1, max=65535, help="Serve MCP over HTTP on 127.0.0.1:PORT."),
+        typer.Option(
+            "--http",
+            min=1,
+            max=65535,
+            help="Serve MCP over HTTP on 127.0.0.1:PORT; requests need the bearer token.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        str | None,
+        typer.Option(
+            "--token-file",
+            help="With --http: the bearer token's file (0600). Default: one generated in "
+            "the state folder (mcp-http.token), printed at start.",
+        ),
     ] = None,
     root: RootOption = None,
 ) -> None:
@@ -246,4 +260,4 @@ def mcp(
         config = load(root)
         from mdvdb import mcp_server
 
-        mcp_server.run(config, http_port=http)
+        mcp_server.run(config, http_port=http, token_file=token_file)

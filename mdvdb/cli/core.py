@@ -22,6 +22,7 @@ from mdvdb.cli.app import (
     refuse_if_off,
     user_errors,
 )
+from mdvdb.terminal import printable
 
 
 class _Progress:
@@ -105,7 +106,7 @@ def ingest(
         if quiet and report.nothing_changed and not report.errors:
             return
         for path, problem in report.errors[:20]:
-            typer.echo(f"warning: {path}: {problem}", err=True)
+            typer.echo(printable(f"warning: {path}: {problem}", one_line=True), err=True)
         if len(report.errors) > 20:
             typer.echo(f"warning: ... and {len(report.errors) - 20} more problems", err=True)
         typer.echo(
@@ -248,11 +249,11 @@ def get(
         if as_json:
             print_json(doc.to_json())
             return
-        typer.echo(f"# {doc.path}  ({doc.title})")
+        typer.echo(printable(f"# {doc.path}  ({doc.title})", one_line=True))
         for key, value in doc.metadata.items():
-            typer.echo(f"{key}: {value}")
+            typer.echo(printable(f"{key}: {value}", one_line=True))
         typer.echo("")
-        typer.echo(doc.content, nl=not doc.content.endswith("\n"))
+        typer.echo(printable(doc.content), nl=not doc.content.endswith("\n"))
 
 
 @app.command()
@@ -303,13 +304,13 @@ def status(
         if stale:
             typer.echo(f"stale:      {len(stale)} files changed since indexing, e.g.:")
             for path in stale[:10]:
-                typer.echo(f"  {path}")
+                typer.echo(f"  {printable(path, one_line=True)}")
         elif not st.provider_mismatch:
             typer.echo("stale:      none")
         if st.errors:
             typer.echo(f"problems:   {len(st.errors)} reported by the last ingest, e.g.:")
             for path, problem in st.errors[:10]:
-                typer.echo(f"  {path}: {problem}")
+                typer.echo(f"  {printable(f'{path}: {problem}', one_line=True)}")
         if config.switched_off:
             typer.echo("switched off: .mdvdb-off exists here; `mdvdb search` exits 5")
 

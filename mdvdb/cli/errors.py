@@ -24,7 +24,15 @@ EXIT_INTERRUPTED = 130
 
 # The library's expected failures, by class name so that none of them is imported to be caught.
 USER_ERRORS = frozenset(
-    {"IndexFormatError", "ProviderError", "QueryError", "IngestError", "LockBusy", "FilterError"}
+    {
+        "IndexFormatError",
+        "ProviderError",
+        "QueryError",
+        "IngestError",
+        "LockBusy",
+        "FilterError",
+        "UnsafePath",
+    }
 )
 
 
@@ -35,8 +43,10 @@ class CliError(Exception):
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> None:
+    from mdvdb.terminal import printable
+
     sys.stdout.flush()
-    sys.stderr.write(f"mdvdb: {message}\n")
+    sys.stderr.write(f"mdvdb: {printable(message, one_line=True)}\n")
     sys.stderr.flush()
     raise SystemExit(code)
 
@@ -106,5 +116,8 @@ def print_json(data: Any) -> None:
 
 
 def echo(text: str = "", err: bool = False) -> None:
-    """typer.echo's job for plain text: one line to stdout (or stderr)."""
-    (sys.stderr if err else sys.stdout).write(f"{text}\n")
+    """typer.echo's job for plain text: one line to stdout (or stderr), control characters
+    escaped (the text comes from the notes; `mdvdb.terminal`)."""
+    from mdvdb.terminal import printable
+
+    (sys.stderr if err else sys.stdout).write(f"{printable(text)}\n")

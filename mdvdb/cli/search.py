@@ -24,6 +24,7 @@ from mdvdb.cli.errors import (
     refuse_if_off,
     user_errors,
 )
+from mdvdb.terminal import printable
 
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
 MODES = ("hybrid", "semantic", "lexical")
@@ -152,7 +153,7 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     `request` holds the other `SearchRequest` fields."""
     from query import open_index
     from query.filters import FilterError
-    from query.request import SearchRequest
+    from query.request import RequestError, SearchRequest
     from query.request import run as run_request
 
     index = open_index(config=config)
@@ -161,7 +162,7 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     try:
         with index.pinned():
             outcome = run_request(index, wanted)
-    except FilterError as exc:
+    except (FilterError, RequestError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     empty = not (outcome.listed or outcome.files or (outcome.tiers and outcome.tiers.results))
     if empty:  # the same suggestions whatever left nothing (query.no_match)
@@ -193,8 +194,9 @@ def _print_tiers(response, explain: bool) -> None:
         if this_tier != tier:
             tier = this_tier
             echo("## Title Matches" if tier == "title" else "## Content Matches")
-        heading = " > ".join(hit.heading_path)
-        echo(f"{i}. {hit.path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
+        heading = printable(" > ".join(hit.heading_path), one_line=True)
+        path = printable(hit.path, one_line=True)
+        echo(f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
         if heading:
             echo(f"   {heading}")
         echo(f"   {hit.excerpt}")
@@ -214,7 +216,7 @@ def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> Non
         print_json(data)
         return
     for hit in hits:
-        echo(f"{hit.score:.3f}  {hit.path}")
+        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
 
 
 def _print_files(found, total: int, as_json: bool, no_match=None) -> None:
@@ -231,7 +233,8 @@ def _print_files(found, total: int, as_json: bool, no_match=None) -> None:
         print_json(data)
         return
     for f in found:
-        echo(f"- [{plain_title(f.title)}]({link_target(f.path)})")
+        title, target = plain_title(f.title), link_target(f.path)
+        echo(f"- [{printable(title, one_line=True)}]({printable(target, one_line=True)})")
     if total > len(found):
         _cap_note(len(found), total)
 

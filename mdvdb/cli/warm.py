@@ -253,7 +253,9 @@ class WarmServer:
         import threading
         import time
 
-        self.folder.mkdir(parents=True, exist_ok=True)
+        from mdvdb import private
+
+        private.state_folder(self.folder)  # 0700, and no symlink to write through
         lock_fd = _claim(self.folder)
         listener = None
         stop_extra = None

@@ -77,7 +77,7 @@ class CustomProvider(OpenAIProvider):
 
 
 def openai_provider(config) -> OpenAIProvider:
-    key = config.env("OPENAI_API_KEY")
+    key = config.endpoint_key("OPENAI_BASE_URL", "openai")
     if not key:
         raise ProviderError(
             "openai: OPENAI_API_KEY is not set (put it in the environment or in .markdownvdb)"
@@ -107,6 +107,6 @@ def custom_provider(config) -> CustomProvider:
         config.embedding_dimensions,
         url,
         HttpSettings.from_config(config),
-        api_key=config.env("MDVDB_EMBEDDING_API_KEY"),
+        api_key=config.endpoint_key("MDVDB_EMBEDDING_ENDPOINT", "custom"),
         max_input_tokens=config.embedding_max_input_tokens,
     )

@@ -1,0 +1,91 @@
+"""Files and folders only their owner can read, never written through a symlink.
+
+The index and the caches hold the text of the notes, so whatever mdvdb creates is 0600
+(files) and 0700 (folders) whatever the umask, and the state folder is checked before a
+writer uses it: a folder someone else prepared (a cloned repository can ship
+`.markdownvdb.state/cache.sqlite3-wal -> ~/.bashrc`) must not make mdvdb write elsewhere.
+The rules and their tests are in docs/security.md. Only `os` is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class UnsafePath(ValueError):
+    """A path mdvdb would have to write through a symlink, or one of the wrong kind."""
+
+
+def make_dir(path: Path | str) -> None:
+    """Create `path` (and missing parents) 0700; an existing folder is left as it is."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent and parent != path and not os.path.isdir(parent):
+        make_dir(parent)
+    try:
+        os.mkdir(path, DIR_MODE)
+        os.chmod(path, DIR_MODE)  # mkdir's mode goes through the umask
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise UnsafePath(f"{path} exists and is not a folder") from None
+
+
+def state_folder(path: Path | str) -> None:
+    """Make the state folder ready for a writer: created 0700, tightened to 0700 when the
+    user owns it, and refused when it holds a symlink (mdvdb would write through it)."""
+    path = os.fspath(path)
+    make_dir(path)
+    try:
+        info = os.stat(path)
+        if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != DIR_MODE:
+            os.chmod(path, DIR_MODE)
+    except (OSError, AttributeError):
+        pass
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_symlink():
+                raise UnsafePath(
+                    f"{entry.path} is a symlink; mdvdb never writes through one "
+                    "(delete it: the state folder holds only caches)"
+                )
+
+
+def touch(path: Path | str) -> None:
+    """Create an empty 0600 file unless one is there (SQLite then gives its -wal and -shm
+    files the same mode); a symlink at `path` is refused, not followed."""
+    try:
+        fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | _NOFOLLOW, FILE_MODE)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UnsafePath(f"{path} is a symlink; mdvdb never writes through one") from None
+        raise exc
+    os.close(fd)
+
+
+def write_file(path: Path | str, data: bytes, exclusive: bool = False) -> None:
+    """Write `data` to a 0600 file, never through a symlink; `exclusive`: fail if it exists."""
+    flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
+    try:
+        fd = os.open(os.fspath(path), flags, FILE_MODE)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UnsafePath(f"{path} is a symlink; mdvdb never writes through one") from None
+        raise exc
+    try:
+        os.fchmod(fd, FILE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
