@@ -1,17 +1,31 @@
-"""Retrieval quality on a BEIR-layout folder, through the real pipeline and query code.
+"""Retrieval quality over every evaluation set, through the code path of `mdvdb search`.
 
-    python bench/quality.py /work/corpora/nfcorpus /work/corpora/cranfield [--json] [--sweep]
+    python bench/quality.py [--sets nfcorpus,cacm] [--variant NAME ...] [--json]
 
-Each document is written as a Markdown file (frontmatter `id`, `title`; the title as `# H1`,
-then the text), the folder is ingested by `pipeline.ingest.run` exactly as `mdvdb ingest` does,
-and every test query is answered in-process in the lexical, semantic and hybrid modes of
-`query.search`. Chunks are rolled up to documents (a document ranks at its best chunk).
-Alongside, in the same run: plain BM25 with bm25s (English stop-words, Snowball stemming,
-title + text), the baseline the hybrid must beat.
+Sets: nfcorpus, cranfield, arguana, cacm, ray-docs-qa (unpacked from ../shared/corpora under
+$MDVDB_BENCH_DIR, default /tmp/mdvdb-bench). Each document becomes a Markdown file (frontmatter
+`id`, `title`; the title as `# H1`, then the text; ray-docs-qa pages keep their site path as
+folders, `ray-core/actors/named-actors.md`), the folder is ingested by `pipeline.ingest.run`
+with the default model, exactly as `mdvdb ingest` does, and kept: a second run re-uses the
+index and costs only the queries.
 
-Metrics: nDCG@10 (exponential gain 2^rel - 1, ideal from all judged documents), recall@100 and
-MRR@10 (relevant = judged >= 1). `--sweep` also prints hybrid nDCG@10 over a grid of fusion
-settings, which is how the defaults in `query.fusion` were chosen (docs/search-quality.md).
+Every query is answered by `query.request.run` (the library call behind `mdvdb search`, with
+its title tiers and result shaping) asking for 100 distinct files (`--files -n 100`); that
+file ranking is what is scored. ArguAna drops the query's own document from its ranking, as
+BEIR does. Alongside, in the same run: plain BM25 with bm25s (English stop-words, Snowball
+stemming, title + text), the baseline to beat.
+
+Metrics: nDCG@10 (gain 2^rel - 1, ideal from all judged documents), recall@100 and MRR@10
+(relevant = judged >= 1). For ray-docs-qa also hit@5 by page and `dup@5`: the share of the
+sections shown in a top 5 (`-n 5`) whose text repeats a higher-ranked one of the same top 5
+(equal after normalising, or word-3-shingle Jaccard >= 0.8), over all queries, and
+`sections_hit@5`: the answering page is among the pages of those 5 sections. `--per-file N`
+sets the per-file cap of those section answers (how the default cap is chosen).
+
+A variant is a named set of overrides of `query.fusion.FusionParams` (VARIANTS below): it runs
+the default mode with those settings. With variants, the leave-one-set-out table over them is
+printed too (docs/search-quality.md explains the rule). `--fast` ranks files from
+`query.search.mode_scores` (no tiers, no shaping): ~5x cheaper, for sweeps.
 """
 
 from __future__ import annotations
@@ -22,16 +36,100 @@ import math
 import re
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import WORK, print_table  # noqa: E402
+from bench.common import SHARED, WORK, print_table  # noqa: E402
 
 DEPTH = 100
+SETS = ("nfcorpus", "cranfield", "arguana", "cacm", "ray-docs-qa")
+ARCHIVES = {
+    "nfcorpus": "beir-nfcorpus.tar.gz",
+    "cranfield": "beir-cranfield.tar.gz",
+    "arguana": "beir-arguana.tar.gz",
+    "cacm": "cacm.tar.gz",
+    "ray-docs-qa": "ray-docs-qa.tar.gz",
+}
+NESTED = {"ray-docs-qa"}  # ids are site paths: written as folders, as a docs checkout has them
+METRICS = ("ndcg@10", "recall@100", "mrr@10")
+
+# Named overrides of query.fusion.FusionParams, run in the default mode. Every experiment in
+# docs/search-quality.md is one of these.
+VARIANTS: dict[str, dict] = {
+    "no-page": {"page_weight": 0.0},
+    "no-name": {"name_weight": 0.0},
+    "name-0.2": {"name_weight": 0.2},
+    "before": {"page_weight": 0.0, "name_weight": 0.0},  # the default before this work
+    "no-feedback": {"feedback_weight": 0.0},
+    "no-dense-feedback": {"dense_feedback_weight": 0.0},
+    "no-feedback-at-all": {"feedback_weight": 0.0, "dense_feedback_weight": 0.0},
+    "dense-0.2": {"dense_weight": 0.2},
+    "dense-0.4": {"dense_weight": 0.4},
+    "page-0.4": {"page_weight": 0.4},
+    "feedback-drift": {"feedback_mode": "drift"},
+    "A:page-0.2+name-0.2": {"page_weight": 0.2, "name_weight": 0.2},
+    "B:page-0.3+name-0.2+fb-0.3-chunks-5": {
+        "page_weight": 0.3,
+        "name_weight": 0.2,
+        "feedback_weight": 0.3,
+        "feedback_chunks": 5,
+    },
+    "C:page-0.2+name-0.2+fb-0.2-chunks-5": {
+        "page_weight": 0.2,
+        "name_weight": 0.2,
+        "feedback_weight": 0.2,
+        "feedback_chunks": 5,
+    },
+    **{
+        f"fb-{lam}-page-{mu}-chunks-{k}": {
+            "feedback_weight": lam,
+            "page_weight": mu,
+            "feedback_chunks": k,
+        }
+        for lam in (0.2, 0.3)
+        for mu in (0.2, 0.3, 0.4)
+        for k in (5, 10)
+    },
+    "feedback-drift-0.6": {"feedback_mode": "drift", "feedback_weight": 0.6},
+    "fb-chunks-5": {"feedback_chunks": 5},
+    "fb-terms-5": {"feedback_terms": 5},
+    "fb-terms-20": {"feedback_terms": 20},
+    "dense-fb-0.5": {"dense_feedback_weight": 0.5},
+    "page-0.3-fb-terms-20": {"page_weight": 0.3, "feedback_terms": 20},
+    "no-tiers": {"title_tiers": False},
+    "page-0.1": {"page_weight": 0.1},
+    "page-0.2": {"page_weight": 0.2},
+    "page-0.3": {"page_weight": 0.3},
+    "name-0.1": {"name_weight": 0.1},
+    "name-0.3": {"name_weight": 0.3},
+    "feedback-0.2": {"feedback_weight": 0.2},
+    "tiers-max-3": {"title_tier_max_words": 3},
+    "feedback-agreement": {"feedback_mode": "agreement"},
+    "feedback-agreement-0.8": {"feedback_mode": "agreement", "feedback_weight": 0.8},
+    "feedback-0.2-page-0.2": {"feedback_weight": 0.2, "page_weight": 0.2},
+    "feedback-idf": {"feedback_idf": True},
+    "feedback-idf-page-0.2": {"feedback_idf": True, "page_weight": 0.2},
+}
+
+
+# -- data ---------------------------------------------------------------------------------
+
+
+def set_folder(name: str, corpora: Path | None) -> Path:
+    """The unpacked set: under `corpora` if given, else unpacked once under WORK."""
+    if corpora is not None:
+        return corpora / name
+    target = WORK / "corpora" / name
+    if not (target / "corpus.jsonl").exists():
+        import tarfile
+
+        (WORK / "corpora").mkdir(parents=True, exist_ok=True)
+        with tarfile.open(SHARED / ARCHIVES[name]) as tar:
+            tar.extractall(WORK / "corpora", filter="data")
+    return target
 
 
 def load_beir(folder: Path) -> tuple[dict, dict, dict]:
@@ -55,25 +153,28 @@ def load_beir(folder: Path) -> tuple[dict, dict, dict]:
     return corpus, queries, qrels
 
 
-def file_name(doc_id: str) -> str:
+def file_name(doc_id: str, nested: bool) -> str:
+    if nested:
+        parts = [re.sub(r"[^A-Za-z0-9._-]", "_", p) or "_" for p in doc_id.split("/")]
+        return "/".join(parts) + ".md"
     return re.sub(r"[^A-Za-z0-9._-]", "_", doc_id) + ".md"
 
 
-def write_markdown(corpus: dict, root: Path) -> dict[str, str]:
+def write_markdown(corpus: dict, root: Path, nested: bool) -> dict[str, str]:
     """One Markdown file per document (kept between runs); returns relative path -> doc id."""
     docs = root / "docs"
-    docs.mkdir(parents=True, exist_ok=True)
     paths = {}
     for doc_id, (title, text) in corpus.items():
-        name = file_name(doc_id)
-        rel = f"docs/{name}"
+        rel = f"docs/{file_name(doc_id, nested)}"
         paths[rel] = doc_id
-        target = docs / name
+        target = root / rel
         if target.exists():
             continue
+        target.parent.mkdir(parents=True, exist_ok=True)
         head = f"---\nid: {json.dumps(doc_id)}\ntitle: {json.dumps(title)}\n---\n\n"
         body = f"# {title}\n\n{text}\n" if title.strip() else f"{text}\n"
         target.write_text(head + body, encoding="utf-8")
+    docs.mkdir(parents=True, exist_ok=True)
     return paths
 
 
@@ -99,19 +200,51 @@ def mrr_at(ranked: list[str], judged: dict[str, int], k: int = 10) -> float:
     return 0.0
 
 
-def evaluate(runs: dict[str, list[str]], qrels: dict) -> dict[str, float]:
+def hit_at(ranked: list[str], judged: dict[str, int], k: int = 5) -> float:
+    return float(any(judged.get(d, 0) > 0 for d in ranked[:k]))
+
+
+def evaluate(runs: dict[str, list[str]], qrels: dict, pages: bool = False) -> dict[str, float]:
     qids = list(qrels)
-    return {
+    out = {
         "ndcg@10": float(np.mean([ndcg_at(runs[q], qrels[q]) for q in qids])),
         "recall@100": float(np.mean([recall_at(runs[q], qrels[q]) for q in qids])),
         "mrr@10": float(np.mean([mrr_at(runs[q], qrels[q]) for q in qids])),
     }
+    if pages:
+        out["hit@5"] = float(np.mean([hit_at(runs[q], qrels[q]) for q in qids]))
+    return out
+
+
+def _normalised(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def _shingles(words: list[str], n: int = 3) -> set:
+    return {tuple(words[i : i + n]) for i in range(max(len(words) - n + 1, 1))}
+
+
+def repeats(texts: list[str], threshold: float = 0.8) -> int:
+    """How many of `texts` (in rank order) repeat an earlier one: equal once normalised, or
+    word 3-shingle Jaccard >= threshold."""
+    seen: list[tuple[str, set]] = []
+    count = 0
+    for text in texts:
+        norm = _normalised(text)
+        shingles = _shingles(norm.split())
+        for other, other_shingles in seen:
+            union = len(shingles | other_shingles)
+            if norm == other or (union and len(shingles & other_shingles) / union >= threshold):
+                count += 1
+                break
+        seen.append((norm, shingles))
+    return count
 
 
 # -- runs ---------------------------------------------------------------------------------
 
 
-def bm25_baseline(corpus: dict, queries: dict, qids: list[str]) -> dict[str, list[str]]:
+def bm25_baseline(corpus: dict, queries: dict, qids: list[str], drop_self: bool) -> dict:
     import bm25s
     import Stemmer
 
@@ -126,131 +259,240 @@ def bm25_baseline(corpus: dict, queries: dict, qids: list[str]) -> dict[str, lis
     tokens = bm25s.tokenize(
         [queries[q] for q in qids], stopwords="en", stemmer=stemmer, show_progress=False
     )
-    k = min(DEPTH, len(ids))
+    k = min(DEPTH + 1, len(ids))
     results, _ = model.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-    return {q: [ids[int(j)] for j in results[i]] for i, q in enumerate(qids)}
+    runs = {}
+    for i, q in enumerate(qids):
+        ranked = [ids[int(j)] for j in results[i]]
+        runs[q] = [d for d in ranked if not (drop_self and d == q)][:DEPTH]
+    return runs
 
 
-def rank_documents(scores: np.ndarray, chunk_doc: np.ndarray, valid: np.ndarray | None) -> list:
-    """Document order by best chunk score (the top DEPTH documents)."""
-    best = np.full(int(chunk_doc.max()) + 1, -np.inf, dtype=np.float64)
-    use = scores if valid is None else np.where(valid, scores, -np.inf)
-    np.maximum.at(best, chunk_doc, use)
-    order = np.argsort(-best, kind="stable")[:DEPTH]
-    return [int(i) for i in order if np.isfinite(best[i])]
+class Target:
+    """One ingested set and its judgements, ready to answer queries."""
 
+    def __init__(self, name: str, folder: Path):
+        from mdvdb.config import load_config
+        from pipeline.ingest import run as ingest
+        from query import open_index
 
-def mdvdb_runs(index, queries: dict, qids: list[str], doc_of_file: list[str], modes):
-    """Per mode: query id -> ranked document ids; also each query's BM25F scores and vector."""
-    from query.search import mode_scores, query_vector
+        self.name = name
+        self.corpus, self.queries, self.qrels = load_beir(folder)
+        self.qids = list(self.qrels)
+        root = WORK / "quality-sets" / name
+        self.doc_of_path = write_markdown(self.corpus, root, name in NESTED)
+        config = load_config(root, environ={})
+        started = time.perf_counter()
+        self.report = ingest(config)
+        self.ingest_s = time.perf_counter() - started
+        self.index = open_index(config=config)
+        self.drop_self = name == "arguana"
+        self.pages = name == "ray-docs-qa"
+        self._texts = None
+        self.shape: dict = {}  # SearchRequest fields of the `-n 5` section answers
 
-    chunk_doc = index.snapshot.chunk_file_ids
-    runs: dict[str, dict[str, list[str]]] = {m: {} for m in modes}
-    raw: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for q in qids:
-        for mode in modes:
-            scores, parts = mode_scores(index, queries[q], mode)
+    def chunk_text(self, chunk_id: int) -> str:
+        if self._texts is None:
+            self._texts = self.index.snapshot.table("chunks").column("text")
+        return self._texts[chunk_id].as_py()
+
+    def run(self, mode: str | None, fast: bool = False) -> tuple[dict[str, float], float]:
+        """Metrics of one mode (None = the configured default) and seconds per query.
+        `fast`: rank files by their best section's score from `query.search.mode_scores`
+        (the scoring of `mdvdb search` without title tiers and result shaping), ~5x cheaper:
+        for sweeping scoring parameters."""
+        from query.request import SearchRequest, run
+
+        if fast:
+            return self.run_fast(mode or self.index.config.search_default_mode)
+        runs: dict[str, list[str]] = {}
+        shown = repeated = section_hits = 0
+        started = time.perf_counter()
+        for q in self.qids:
+            text = self.queries[q]
+            outcome = run(self.index, SearchRequest(query=text, limit=DEPTH, files=True, mode=mode))
+            ranked = [self.doc_of_path[hit.path] for hit in outcome.files or []]
+            runs[q] = [d for d in ranked if not (self.drop_self and d == q)]
+            if self.pages:
+                top = run(self.index, SearchRequest(query=text, limit=5, mode=mode, **self.shape))
+                texts = [self.chunk_text(hit.chunk_id) for _, hit in top.tiers.results]
+                shown += len(texts)
+                repeated += repeats(texts)
+                pages = [self.doc_of_path[hit.path] for _, hit in top.tiers.results]
+                section_hits += hit_at(pages, self.qrels[q])
+        seconds = (time.perf_counter() - started) / max(len(self.qids), 1)
+        metrics = evaluate(runs, self.qrels, self.pages)
+        if self.pages:
+            metrics["dup@5"] = repeated / max(shown, 1)
+            metrics["sections_hit@5"] = section_hits / max(len(self.qids), 1)
+        return metrics, seconds
+
+    def run_fast(self, mode: str) -> tuple[dict[str, float], float]:
+        from query.search import mode_scores
+
+        snap = self.index.snapshot
+        chunk_files = snap.chunk_file_ids
+        doc_of_file = [self.doc_of_path[p] for p in snap.paths]
+        n_files = len(doc_of_file)
+        runs: dict[str, list[str]] = {}
+        started = time.perf_counter()
+        for q in self.qids:
+            scores, parts = mode_scores(self.index, self.queries[q], mode)
             valid = parts.get("_candidates")
-            runs[mode][q] = [doc_of_file[i] for i in rank_documents(scores, chunk_doc, valid)]
-            if mode == "hybrid":
-                raw[q] = (parts["bm25"], query_vector(index, queries[q]))
-    return runs, raw
+            use = scores if valid is None else np.where(valid, scores, -np.inf)
+            best = np.full(n_files, -np.inf, dtype=np.float64)
+            np.maximum.at(best, chunk_files, use)
+            order = np.argsort(-best, kind="stable")[: DEPTH + 1]
+            ranked = [doc_of_file[i] for i in order if np.isfinite(best[i])]
+            runs[q] = [d for d in ranked if not (self.drop_self and d == q)][:DEPTH]
+        seconds = (time.perf_counter() - started) / max(len(self.qids), 1)
+        return evaluate(runs, self.qrels, self.pages), seconds
 
 
-SWEEP = {
-    "dense_weight": (0.2, 0.3, 0.4),
-    "feedback_weight": (0.0, 0.2, 0.4),
-    "dense_feedback_weight": (0.0, 1.0),
-}
-
-
-def sweep(index, raw: dict, qrels: dict, doc_of_file: list[str]) -> list[dict]:
-    """Hybrid metrics over fusion settings (an ablation of each feedback side included)."""
-    import itertools
-
-    from query.fusion import PARAMS, hybrid
-    from query.lexical import lexical_index
-
-    lexical = lexical_index(index)
-    vectors = index.snapshot.vectors
-    chunk_doc = index.snapshot.chunk_file_ids
-    rows = []
-    for values in itertools.product(*SWEEP.values()):
-        settings = dict(zip(SWEEP, values, strict=True))
-        params = replace(PARAMS, **settings)
-        runs = {}
-        for q, (bm25, vector) in raw.items():
-            fused, _ = hybrid(lexical, vectors, vector, bm25, params)
-            order = rank_documents(fused.scores, chunk_doc, fused.scores > 0)
-            runs[q] = [doc_of_file[i] for i in order]
-        rows.append({**settings, **evaluate(runs, qrels)})
-    return rows
-
-
-def run_one(folder: Path, do_sweep: bool) -> tuple[list[dict], list[dict], dict]:
-    from mdvdb.config import load_config
-    from pipeline.ingest import run as ingest
-    from query import open_index
-
-    name = folder.name
-    corpus, queries, qrels = load_beir(folder)
-    root = WORK / "quality" / name
-    paths = write_markdown(corpus, root)
-    config = load_config(root, environ={})
-    started = time.perf_counter()
-    report = ingest(config)
-    ingest_s = time.perf_counter() - started
-    index = open_index(config=config)
-    doc_of_file = [paths[p] for p in index.snapshot.paths]
-    qids = list(qrels)
+def run_set(
+    target: Target, variants: list[str], modes: list[str], fast: bool = False
+) -> tuple[list[dict], dict]:
+    from query import fusion
 
     t = time.perf_counter()
-    baseline = bm25_baseline(corpus, queries, qids)
+    baseline = bm25_baseline(target.corpus, target.queries, target.qids, target.drop_self)
     bm25_s = time.perf_counter() - t
-    modes = ("lexical", "semantic", "hybrid")
-    t = time.perf_counter()
-    runs, raw = mdvdb_runs(index, queries, qids, doc_of_file, modes)
-    query_s = time.perf_counter() - t
-
-    rows = [{"corpus": name, "run": "bm25s baseline", **evaluate(baseline, qrels)}]
+    rows = [{"set": target.name, "run": "bm25s", **evaluate(baseline, target.qrels, target.pages)}]
+    timing = {}
+    for label in modes:
+        metrics, per_query = target.run(None if label == "default" else label, fast)
+        rows.append({"set": target.name, "run": label, **metrics})
+        timing[f"{label}_ms"] = round(per_query * 1000, 1)
+        print(f"{target.name} {label}: ndcg@10 {metrics['ndcg@10']:.4f}", file=sys.stderr)
+    for name in variants:
+        with fusion.overridden(**VARIANTS[name]):
+            metrics, per_query = target.run(None, fast)
+        rows.append({"set": target.name, "run": name, **metrics})
+        timing[f"{name}_ms"] = round(per_query * 1000, 1)
+        print(f"{target.name} {name}: ndcg@10 {metrics['ndcg@10']:.4f}", file=sys.stderr)
     base = rows[0]["ndcg@10"]
-    for mode in modes:
-        m = evaluate(runs[mode], qrels)
-        rows.append({"corpus": name, "run": f"mdvdb {mode}", **m})
     for r in rows:
         r["Δndcg"] = r["ndcg@10"] - base
+    snap = target.index.snapshot
     info = {
-        "corpus": name,
-        "documents": len(corpus),
-        "queries": len(qids),
-        "chunks": int(index.snapshot.vectors.shape[0]),
-        "ingest_s": round(ingest_s, 1),
-        "chunks_embedded": report.chunks_embedded,
+        "set": target.name,
+        "documents": len(target.corpus),
+        "queries": len(target.qids),
+        "chunks": int(snap.vectors.shape[0]),
+        "ingest_s": round(target.ingest_s, 1),
+        "chunks_embedded": target.report.chunks_embedded,
         "bm25s_s": round(bm25_s, 2),
-        "mdvdb_3_modes_s": round(query_s, 2),
+        **timing,
     }
-    sweep_rows = sweep(index, raw, qrels, doc_of_file) if do_sweep else []
-    for r in sweep_rows:
-        r["corpus"] = name
-    return rows, sweep_rows, info
+    return rows, info
+
+
+def means(rows: list[dict], sets: list[str]) -> list[dict]:
+    """Per run: the mean of each metric over the sets."""
+    out = []
+    for run in dict.fromkeys(r["run"] for r in rows):
+        mine = [r for r in rows if r["run"] == run and r["set"] in sets]
+        if len(mine) != len(sets):
+            continue
+        row = {"set": "mean", "run": run}
+        for key in (*METRICS, "Δndcg"):
+            row[key] = float(np.mean([r[key] for r in mine]))
+        out.append(row)
+    return out
+
+
+def leave_one_set_out(rows: list[dict], sets: list[str], candidates: list[str]) -> list[dict]:
+    """For each held-out set: the candidate (default or a variant) with the best mean nDCG@10
+    over the other sets, and its nDCG@10 on the held-out one against the default's."""
+    ndcg = {(r["set"], r["run"]): r["ndcg@10"] for r in rows}
+    out = []
+    for held in sets:
+        others = [s for s in sets if s != held]
+        pick = max(candidates, key=lambda c: np.mean([ndcg[(s, c)] for s in others]))
+        out.append(
+            {
+                "held_out": held,
+                "chosen_on_others": pick,
+                "others_mean": float(np.mean([ndcg[(s, pick)] for s in others])),
+                "held_out_ndcg": ndcg[(held, pick)],
+                "default_held_out": ndcg[(held, "default")],
+                "bm25s_held_out": ndcg[(held, "bm25s")],
+            }
+        )
+    return out
+
+
+def verdicts(rows: list[dict], sets: list[str], variants: list[str], tol: float = 0.005):
+    """Each variant against the default: its worst and best per-set nDCG@10 change and
+    whether it passes the rule (loses at most `tol` on every set)."""
+    ndcg = {(r["set"], r["run"]): r["ndcg@10"] for r in rows}
+    out = []
+    for v in variants:
+        deltas = {s: ndcg[(s, v)] - ndcg[(s, "default")] for s in sets}
+        out.append(
+            {
+                "variant": v,
+                **{s: round(d, 4) for s, d in deltas.items()},
+                "mean": float(np.mean(list(deltas.values()))),
+                "keeps_rule": min(deltas.values()) >= -tol,
+            }
+        )
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", type=Path, help="BEIR-layout folders")
+    parser.add_argument("--sets", default=",".join(SETS), help="comma-separated set names")
+    parser.add_argument(
+        "--variant", action="append", default=[], help=f"one of {', '.join(VARIANTS)} or all"
+    )
+    parser.add_argument("--corpora", type=Path, default=None, help="already unpacked sets")
+    parser.add_argument(
+        "--modes", default="lexical,semantic,default", help="modes run besides the variants"
+    )
+    parser.add_argument(
+        "--max-queries", type=int, default=0, help="first N queries of each set (0: all)"
+    )
+    parser.add_argument("--ingest-only", action="store_true", help="prepare the indexes, stop")
+    parser.add_argument(
+        "--per-file", type=int, default=None, help="per-file cap of the -n 5 section answers"
+    )
+    parser.add_argument(
+        "--fast", action="store_true", help="score files from mode_scores (no tiers, no shaping)"
+    )
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--sweep", action="store_true", help="also grid-search the fusion")
     args = parser.parse_args()
-    rows, sweeps, infos = [], [], []
-    for folder in args.folders:
-        r, s, info = run_one(folder.resolve(), args.sweep)
+    sets = [s for s in args.sets.split(",") if s]
+    unknown = [s for s in sets if s not in ARCHIVES]
+    variants = list(VARIANTS) if "all" in args.variant else args.variant
+    unknown += [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown set or variant: {', '.join(unknown)}")
+    modes = [m for m in args.modes.split(",") if m]
+    if variants and "default" not in modes:
+        modes.append("default")  # variants are judged against it
+    rows, infos = [], []
+    for name in sets:
+        target = Target(name, set_folder(name, args.corpora))
+        if args.ingest_only:
+            print(f"{name}: {target.report.chunks_embedded} embedded, {target.ingest_s:.0f} s")
+            continue
+        if args.per_file is not None:
+            target.shape = {"per_file": args.per_file}
+        if args.max_queries:
+            target.qids = target.qids[: args.max_queries]
+            target.qrels = {q: target.qrels[q] for q in target.qids}
+        r, info = run_set(target, variants, modes, args.fast)
         rows.extend(r)
-        sweeps.extend(s)
         infos.append(info)
-    print_table("Retrieval quality (documents ranked by best chunk)", rows, args.json)
-    print_table("Runs", infos, args.json)
-    if sweeps:
-        print_table("Hybrid fusion sweep", sweeps, args.json)
+    rows.extend(means(rows, sets))
+    print_table("Retrieval quality (files ranked by `mdvdb search --files`)", rows, args.json)
+    print_table("Runs (ms per query)", infos, args.json)
+    if variants:
+        table = verdicts(rows, sets, variants)
+        print_table("Variants against the default (nDCG@10 change)", table, args.json)
+        loso = leave_one_set_out(rows, sets, ["default", *variants])
+        print_table("Leave one set out", loso, args.json)
 
 
 if __name__ == "__main__":

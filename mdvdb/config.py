@@ -196,6 +196,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MDVDB_SEARCH_DEFAULT_LIMIT", "search_default_limit", _int(1), "10", "Results"),
     Setting("MDVDB_SEARCH_MIN_SCORE", "search_min_score", _float, "0.0", "Minimum score"),
     Setting(
+        "MDVDB_SEARCH_PER_FILE",
+        "search_per_file",
+        _int(0),
+        "3",
+        "Most sections of one file in one answer (0: no cap)",
+    ),
+    Setting(
         "MDVDB_SEARCH_DEFAULT_MODE",
         "search_default_mode",
         _choice(*SEARCH_MODES),
@@ -333,6 +340,7 @@ class Config:
     chunk_overlap_tokens: int = 50
     search_default_limit: int = 10
     search_min_score: float = 0.0
+    search_per_file: int = 3
     search_default_mode: str = "hybrid"
     watch: bool = True
     watch_debounce_ms: int = 300

@@ -210,6 +210,10 @@ def _build_lexical_forward_schema():
     )
 
 
+# Near-duplicate sections (`pipeline.duplicates`): row i is chunk i, with its 64-bit SimHash
+# `signature` (uint64) and `group` (int32: the row of the first chunk of its group of near
+# copies, -1 when it has none). The meta key `near_duplicates` records the signature version.
+
 # The clusters table's schema metadata key: JSON with k, silhouette, the candidates tried,
 # documents assigned since the last full clustering ("pending") and unclustered documents.
 CLUSTERS_META_KEY = "mdvdb.clusters"
@@ -223,6 +227,7 @@ TABLES = (
     "clusters",
     "schema",
     "schema_problems",
+    "near_duplicates",
 )
 
 

@@ -45,6 +45,8 @@ Returns {"query", "mode", "total", "results": [{"path", "heading", "lines": "sta
 "score", "excerpt", "tier"}]}. tier "title": the file's title or a heading holds every query
 word (first, one per file); "content": the other sections, best first. lines are 1-based,
 ready for get_document(path, start_line, end_line). Scores compare within one answer only.
+A section repeated nearly word for word in other files (versioned copies) comes once, with
+"also_in": ["path:start-end", ...]; at most per_file sections of one file (default 3, 0: no cap).
 Cheaper or fuller: files_only=true returns {"files": [{"path", "score"}]}, one per file;
 max_tokens caps the total excerpt text; full_text=true adds each section's whole "text".
 
@@ -178,6 +180,7 @@ def build_server(config: Config):
         full_text: bool = False,
         govern: bool | None = None,
         explain: bool = False,
+        per_file: int | None = None,
     ) -> CallToolResult:
         from query.request import SearchRequest
 
@@ -196,6 +199,7 @@ def build_server(config: Config):
             govern=govern,
             explain=explain,
             cluster=cluster,
+            per_file=per_file,
         )
         return await call(mcp_tools.search, index, request, full_text)
 

@@ -96,6 +96,10 @@ def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) ->
         "excerpt": hit.excerpt,
         "tier": tier,
     }
+    if hit.also_in_count:
+        out["also_in"] = [f"{c['path']}:{c['start_line']}-{c['end_line']}" for c in hit.also_in]
+        if hit.also_in_count > len(hit.also_in):
+            out["also_in_count"] = hit.also_in_count
     if full_text and hit.chunk_id >= 0:
         out["text"] = index.snapshot.table("chunks").column("text")[hit.chunk_id].as_py()
     if explain and hit.explain:

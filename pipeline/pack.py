@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from mdvdb import index_format
-from pipeline import schema_pack
+from pipeline import duplicates, schema_pack
 from pipeline.lexical import build_lexical_tables
 from pipeline.splice import splice
 from pipeline.state import ManifestEntry
@@ -252,6 +252,7 @@ FILES_HOOKS.append(schema_pack.files_hook)
 EXTRA_TABLES["schema"] = schema_pack.schema_table_of
 EXTRA_TABLES["schema_problems"] = schema_pack.problems_table_of
 EXTRA_TABLES["schema_stats"] = schema_pack.stats_tables_of
+EXTRA_TABLES["near_duplicates"] = duplicates.build_table
 
 
 def pack(index_path: Path, inp: PackInput) -> tuple[int, int]:

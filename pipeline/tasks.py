@@ -194,9 +194,13 @@ def _discover(ctx: RunContext) -> dict:
 
 def _refuse_emptying(config: Config, known: int) -> None:
     """Source folders that match nothing (a typo in MDVDB_SOURCE_DIRS, an unmounted drive)
-    never replace an index that has files: publishing an empty one would look like success."""
+    never replace an index that has files: publishing an empty one would look like success.
+    Only configured source folders count: with the default (the root itself), an empty folder
+    is one whose user deleted every note, and an empty index is the truth."""
     from pipeline.ingest import IngestError
 
+    if config.origin("MDVDB_SOURCE_DIRS") == "the default":
+        return
     if not known and config.index_path.is_file():
         from mdvdb import index_format
 
@@ -549,7 +553,12 @@ def task_pack():
             result_dep("schema"),
             # One config_changed per task: doit keeps a single saved value for all of them.
             config_changed(
-                {**_settings(), "lexical": _lexical_settings(), "format": _format_version()}
+                {
+                    **_settings(),
+                    "lexical": _lexical_settings(),
+                    "format": _format_version(),
+                    "near_duplicates": _duplicate_settings(),
+                }
             ),
             _index_is_current,
         ],
@@ -564,6 +573,13 @@ def _format_version() -> int:
     from mdvdb.index_format import FORMAT_VERSION
 
     return FORMAT_VERSION
+
+
+def _duplicate_settings() -> dict:
+    """The near-duplicate signature version: a new one recomputes them on the next ingest."""
+    from pipeline.duplicates import meta
+
+    return meta()
 
 
 def _lexical_settings() -> dict:

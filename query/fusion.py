@@ -25,7 +25,9 @@ in docs/search-quality.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -41,9 +43,35 @@ class FusionParams:
     feedback_weight: float = 0.4  # λ
     dense_feedback_chunks: int = 3
     dense_feedback_weight: float = 1.0  # β
+    title_tiers: bool = True  # query.tiers: title-matched documents first
+    title_tier_max_words: int = 0  # ... only for queries of at most this many words (0: any)
+    # "fixed": λ as given; "agreement": λ times the share of the lexical top 10 that is also
+    # in the dense top 10 (feedback only as far as both sides agree on the first page)
+    feedback_mode: str = "fixed"
+    feedback_idf: bool = False  # pick feedback terms by RM3 weight * idf
+    page_weight: float = 0.2  # μ: share of the page-level BM25 in each section's score
+    name_weight: float = 0.3  # ν: added to sections of a page whose title/stem the query names
 
 
 PARAMS = FusionParams()
+
+
+def current() -> FusionParams:
+    """The ranking settings in force (read at call time, so a benchmark can swap them)."""
+    return PARAMS
+
+
+@contextlib.contextmanager
+def overridden(**changes) -> Iterator[FusionParams]:
+    """Run a block with some ranking settings changed: how bench/quality.py tries a variant
+    through the same code path as `mdvdb search`."""
+    global PARAMS
+    saved = PARAMS
+    PARAMS = replace(saved, **changes)
+    try:
+        yield PARAMS
+    finally:
+        PARAMS = saved
 
 
 @dataclass
@@ -51,6 +79,7 @@ class Fused:
     scores: np.ndarray  # fused, per chunk
     lexical: np.ndarray  # the lexical part (already weighted)
     semantic: np.ndarray  # the semantic part (already weighted)
+    page: np.ndarray | None = None  # the page-level part (already weighted), if any
 
 
 def _nth_best(values: np.ndarray, n: int) -> float:
@@ -75,7 +104,8 @@ def normalised_semantic(semantic: np.ndarray, pool: int) -> np.ndarray:
     return np.clip((semantic - floor) / (top - floor), 0.0, 1.0).astype(np.float32)
 
 
-def fuse(lexical: np.ndarray, semantic: np.ndarray, params: FusionParams = PARAMS) -> Fused:
+def fuse(lexical: np.ndarray, semantic: np.ndarray, params: FusionParams | None = None) -> Fused:
+    params = params or PARAMS
     w = np.float32(params.dense_weight)
     lex = (np.float32(1) - w) * normalised_lexical(lexical).astype(np.float32)
     sem = w * normalised_semantic(semantic, params.pool)
@@ -96,7 +126,8 @@ def hybrid(
     vectors: np.ndarray,
     query_vector: np.ndarray,
     bm25: np.ndarray,
-    params: FusionParams = PARAMS,
+    params: FusionParams | None = None,
+    page: np.ndarray | None = None,
 ) -> tuple[Fused, np.ndarray]:
     """The hybrid ranking with feedback; returns it and the first-pass cosines.
 
@@ -106,6 +137,7 @@ def hybrid(
     normalised score). A second pass over only the first 64 (Matryoshka) dimensions was
     measured: 0.003 / 0.002 nDCG@10 worse on NFCorpus / Cranfield for ~1.5 ms, not kept.
     """
+    params = params or PARAMS
     query_vector = query_vector.astype(np.float32, copy=False)
     cosine = row_dots(vectors, query_vector)
     semantic = cosine
@@ -119,9 +151,50 @@ def hybrid(
         chunks = best(first, params.feedback_chunks)
         if len(chunks):
             rows, weights = lexical_index.feedback_terms(
-                chunks, first[chunks], params.feedback_terms
+                chunks, first[chunks], params.feedback_terms, params.feedback_idf
             )
             expansion = lexical_index.add_terms(np.zeros_like(bm25), rows, weights)
-            lam = np.float32(params.feedback_weight)
+            share = feedback_share(bm25, cosine, params)
+            if params.feedback_mode == "drift":
+                share = overlap(best(expansion, AGREEMENT_DEPTH), chunks[:AGREEMENT_DEPTH])
+            lam = np.float32(params.feedback_weight * share)
             lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
-    return fuse(lexical, semantic, params), cosine
+    fused = fuse(lexical, semantic, params)
+    if page is not None and params.page_weight > 0:
+        fused = with_page(fused, page, params.page_weight)
+    return fused, cosine
+
+
+def feedback_share(bm25: np.ndarray, cosine: np.ndarray, params: FusionParams) -> float:
+    """How much of λ a query gets: all of it ("fixed"), or the overlap of the lexical and
+    dense top 10 ("agreement"), a cheap sign that the first page is right."""
+    if params.feedback_mode != "agreement":
+        return 1.0
+    k = AGREEMENT_DEPTH
+    lexical_top = best(bm25, k)
+    if not len(lexical_top):
+        return 0.0
+    dense_top = best(cosine - cosine.min() + 1e-6, k)
+    return len(np.intersect1d(lexical_top, dense_top)) / k
+
+
+AGREEMENT_DEPTH = 10
+
+
+def overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of the first AGREEMENT_DEPTH of `b` that `a` also holds."""
+    return len(np.intersect1d(a, b)) / AGREEMENT_DEPTH
+
+
+def with_page(fused: Fused, page: np.ndarray, weight: float) -> Fused:
+    """Mix page-level evidence (one BM25 score per chunk: its page's) into each section's
+    score: (1 - μ) * fused + μ * page / max(page). The parts stay additive for `--explain`."""
+    mu = np.float32(weight)
+    keep = np.float32(1) - mu
+    part = mu * normalised_lexical(page.astype(np.float32, copy=False))
+    return Fused(
+        scores=keep * fused.scores + part,
+        lexical=keep * fused.lexical,
+        semantic=keep * fused.semantic,
+        page=part,
+    )

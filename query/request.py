@@ -3,6 +3,8 @@
 Filter strings in the CLI spelling, tag/category facets (with the valid values when a facet
 matches nothing), title-first tiers with a query or the files passing the filters without one,
 then the agent shapes (`files`: one entry per file; `max_tokens`: a budget on excerpt text).
+Every section list is diverse (query.collapse): near-duplicates once with their copies in
+`also_in`, at most `per_file` sections of a file, one with `files`.
 The MCP server runs searches through this so an agent gets the same answer as a person at the
 command line; the outcome is plain data, so each front end only decides how to show it.
 """
@@ -21,8 +23,6 @@ if TYPE_CHECKING:
     from query.index import Index
     from query.shaping import FileHit
     from query.tiers import TieredResponse
-
-FILES_OVERSAMPLE = 4  # `files` folds sections into files: fetch this many sections per file
 
 
 class RequestError(ValueError):
@@ -43,6 +43,8 @@ class SearchRequest:
     govern: bool | None = None
     explain: bool = False
     cluster: int | None = None
+    per_file: int | None = None  # most sections of one file (None: MDVDB_SEARCH_PER_FILE)
+    collapse: bool = True  # near-duplicate sections once, the copies in `also_in`
 
     def search_options(self) -> dict[str, Any]:
         options = {
@@ -50,10 +52,14 @@ class SearchRequest:
             "min_score": self.min_score,
             "govern": self.govern,
             "cluster": self.cluster,
+            # `files`: one section per file, so N results are N distinct files
+            "per_file": 1 if self.files else self.per_file,
         }
         options = {k: v for k, v in options.items() if v is not None}
         if self.explain:
             options["explain"] = True
+        if not self.collapse:
+            options["collapse"] = False
         return options
 
 
@@ -109,6 +115,8 @@ def run(index: Index, request: SearchRequest) -> SearchOutcome:
         raise RequestError(f"limit must be at least 1, got {request.limit}")
     if request.max_tokens is not None and request.max_tokens < 1:
         raise RequestError(f"max_tokens must be at least 1, got {request.max_tokens}")
+    if request.per_file is not None and request.per_file < 0:
+        raise RequestError(f"per_file must be 0 (no cap) or more, got {request.per_file}")
     if request.min_score is not None and not math.isfinite(request.min_score):
         raise RequestError(f"min_score must be a finite number, got {request.min_score}")
     facets = facets_of(index, request.tag, request.category)
@@ -130,7 +138,6 @@ def _search(index: Index, request: SearchRequest, outcome: SearchOutcome) -> Non
     from query import shaping
     from query.tiers import tiered_search
 
-    wanted = request.limit * FILES_OVERSAMPLE if request.files else request.limit
     # With a tag or category, the query's words must be on the page (query.facets).
     keywords = (
         keyword_mask(index, request.query or "") if (request.tag or request.category) else None
@@ -139,7 +146,7 @@ def _search(index: Index, request: SearchRequest, outcome: SearchOutcome) -> Non
         index,
         request.query or "",
         outcome.filters,
-        limit=wanted,
+        limit=request.limit,
         mask=keywords,
         **request.search_options(),
     )

@@ -22,6 +22,12 @@ class SearchResult:
     cluster_id: int = -1
     # Component scores (lexical, semantic, fused, ...) when asked to explain.
     explain: dict[str, float] | None = None
+    # Near-duplicate copies of this section elsewhere: {"path", "start_line", "end_line"}
+    # (the first 20), and how many there are in all.
+    also_in: list[dict[str, Any]] = field(default_factory=list)
+    also_in_count: int = 0
+    # The lines of the file the excerpt was taken from (inside start_line..end_line).
+    excerpt_lines: list[int] | None = None
 
     def to_json(self, explain: bool = False) -> dict[str, Any]:
         data = asdict(self)

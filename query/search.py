@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from query import govern as governing
+from query.collapse import Diversity
+from query.excerpt import Excerpt
 from query.filters import Filter, candidate_mask, count_matches
 from query.index import QueryError
 from query.results import SearchResponse, SearchResult
@@ -17,15 +19,8 @@ from query.vector import cosine_scores, top_k
 if TYPE_CHECKING:
     from query.index import Index
 
-EXCERPT_CHARS = 300
-
-
-def excerpt_of(text: str, limit: int = EXCERPT_CHARS) -> str:
-    lines = [line for line in text.split("\n") if line.strip()]
-    if lines and lines[0].lstrip().startswith("#"):
-        lines = lines[1:] or lines
-    flat = " ".join(line.strip() for line in lines)
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+NAME_POOL = 100  # the best sections whose pages are checked for a name match
+BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
 
 
 def query_vector(index: Index, query: str) -> np.ndarray:
@@ -50,27 +45,35 @@ def search(
     filters: Sequence[Filter] = (),
     mask: np.ndarray | None = None,
     cluster: int | None = None,
+    per_file: int | None = None,
+    collapse: bool = True,
+    diversity: Diversity | None = None,
 ) -> SearchResponse:
     """`filters` (metadata) and `mask` (one boolean per chunk) restrict the candidates
-    before ranking; `total` in the response counts candidates scoring >= min_score."""
+    before ranking; `total` in the response counts candidates scoring >= min_score.
+    Near-duplicate sections come back once (`collapse`), at most `per_file` sections of a
+    file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
+    one response (query.collapse)."""
     config = index.config
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
     mode = config.search_default_mode if mode is None else mode
     governed = governing.enabled(index, govern)
+    in_cluster = None
     if cluster is not None:
         from query.clusters import chunk_mask
 
         in_cluster = chunk_mask(index, cluster)
         mask = in_cluster if mask is None else mask & in_cluster
     allowed = candidate_mask(index, filters, mask)
+    if diversity is None:
+        diversity = Diversity.of(index, per_file, collapse)
     scores, parts = _memo_scores(index, query, mode)
     matching = parts.get("_candidates")
     candidates = (
         allowed if matching is None else matching if allowed is None else allowed & matching
     )
-    order = top_k(scores, governing.candidates(limit) if governed else limit, candidates)
-    order = [int(i) for i in order if scores[i] >= min_score]
+    order = _diverse_top(scores, candidates, min_score, limit, governed, diversity, per_file)
     components = (
         {
             i: {name: round(float(v[i]), 6) for name, v in parts.items() if name[0] != "_"}
@@ -79,19 +82,55 @@ def search(
         if explain
         else None
     )
-    results = build_results(index, order, scores, components)
+    results = build_results(index, order, scores, components, query, mode, excerpts=not governed)
     if governed:
-        results = governing.rerank(index, results, limit, explain)
+        # Governing re-orders the candidates; collapse and the per-file cap then keep the
+        # governed best of each group (the authoritative copy, not the first in path order).
+        results = governing.rerank(index, results, len(results), explain)
+        kept = set(diversity.select([hit.chunk_id for hit in results], limit, per_file))
+        results = [hit for hit in results if hit.chunk_id in kept]
+        _fill_excerpts(index, results, query, mode)  # only for the results kept
+    diversity.commit([hit.chunk_id for hit in results])
+    scope = diversity.scope
+    if scope is not None and in_cluster is not None:
+        scope = scope & in_cluster
+    diversity.attach_copies(index, results, allowed if scope is None else scope)
     response = SearchResponse(query, mode, results)
     response.total = count_matches(scores, min_score, candidates)
     return response
 
 
+def _diverse_top(
+    scores: np.ndarray,
+    candidates: np.ndarray | None,
+    min_score: float,
+    limit: int,
+    governed: bool,
+    diversity: Diversity,
+    per_file: int | None,
+) -> list[int]:
+    """The best chunk ids that repeat no near-duplicate and respect the per-file cap: rank
+    a few more candidates than wanted, and more again while collapsing leaves too few."""
+    wanted = governing.candidates(limit) if governed else limit
+    fetch = diversity.fetch_size(wanted)
+    while True:
+        ranked = top_k(scores, fetch, candidates)
+        ranked = [int(i) for i in ranked if scores[i] >= min_score]
+        if governed:  # collapsing waits for the governed order (see `search`)
+            return ranked
+        order = diversity.select(ranked, wanted, per_file)
+        if len(order) >= wanted or len(ranked) < fetch:
+            return order
+        fetch *= 4
+
+
 def _memo_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict]:
     """mode_scores, remembering the last query of this snapshot: title-first tiers search
     the same query twice (title documents, then the rest) with different masks."""
+    from query import fusion
+
     snap = index.snapshot
-    key = (mode, query)
+    key = (mode, query, fusion.current())
     last = snap.cache.get("last_scores")
     if last is None or last[0] != key:
         last = (key, mode_scores(index, query, mode))
@@ -112,7 +151,7 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         lex = lexical_index(index).scores(query)
         return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
     if mode == "hybrid":
-        from query.fusion import hybrid
+        from query.fusion import best, current, hybrid
 
         lexical = lexical_index(index)
         bm25 = lexical.scores(query)
@@ -120,15 +159,30 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         if vectors.shape[0] == 0:
             empty = np.zeros(0, dtype=np.float32)
             return empty, {"_candidates": empty > 0}
-        fused, cosine = hybrid(lexical, vectors, query_vector(index, query), bm25)
-        return fused.scores, {
-            "lexical": fused.lexical,
-            "semantic": fused.semantic,
-            "fused": fused.scores,
-            "bm25": bm25,
-            "cosine": cosine,
-            "_candidates": fused.scores > 0,
-        }
+        page = None
+        if current().page_weight > 0:
+            by_file = lexical.page_scores(query)
+            page = by_file[index.snapshot.chunk_file_ids] if by_file is not None else None
+        fused, cosine = hybrid(lexical, vectors, query_vector(index, query), bm25, page=page)
+        parts = {"lexical": fused.lexical, "semantic": fused.semantic}
+        if fused.page is not None:
+            parts["page"] = fused.page
+        parts.update(fused=fused.scores, bm25=bm25, cosine=cosine)
+        if page is not None:
+            parts["page_bm25"] = page
+        scores = fused.scores
+        if current().name_weight > 0:
+            from query.tiers import name_files
+
+            chunk_files = index.snapshot.chunk_file_ids
+            pool = np.unique(chunk_files[best(fused.scores, NAME_POOL)])
+            named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
+            named[pool[name_files(index.snapshot, query, pool)]] = True
+            if named.any():
+                part = np.float32(current().name_weight) * named[chunk_files]
+                scores = scores + part
+                parts = {"name": part.astype(np.float32), **parts, "fused": scores}
+        return scores, {**parts, "_candidates": scores > 0}
     raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
 
 
@@ -137,36 +191,85 @@ def build_results(
     order: list[int],
     scores: np.ndarray,
     components: dict[int, dict[str, float]] | None = None,
+    query: str | None = None,
+    mode: str | None = None,
+    excerpts: bool = True,
 ) -> list[SearchResult]:
-    """Materialise only the chosen rows: the rest of the index is never decoded. Row by row
-    through the columns, not `Table.take`, which imports pyarrow.compute (~30 ms cold)."""
+    """Materialise only the chosen rows: the rest of the index is never decoded. A few rows
+    go row by row through the columns, not `Table.take`, which imports pyarrow.compute (~30 ms
+    cold); many rows (`--files -n 100` reads 400) are one `take` per table, ~8x faster.
+    Excerpts are the passages that matched `query` (query.excerpt)."""
     snap = index.snapshot
     if not order:
         return []
     chunks = snap.table("chunks")
     files = snap.table("files")
-    ccol = {name: chunks.column(name) for name in ("file_id", "heading", "heading_path", "text")}
-    ccol.update({name: chunks.column(name) for name in ("start_line", "end_line")})
-    fcol = {name: files.column(name) for name in ("path", "frontmatter", "title", "cluster_id")}
+    names = ("file_id", "heading", "heading_path", "text", "start_line", "end_line")
+    if len(order) > BATCH_ROWS:
+        import pyarrow as pa
+
+        rows = chunks.select(list(names)).take(pa.array(order, pa.int64())).to_pydict()
+        file_ids = sorted(set(rows["file_id"]))
+        picked = files.select(["path", "frontmatter", "title", "cluster_id"])
+        picked = picked.take(pa.array(file_ids, pa.int64())).to_pydict()
+        fdata = {fid: {name: picked[name][i] for name in picked} for i, fid in enumerate(file_ids)}
+        cdata = [{name: rows[name][i] for name in names} for i in range(len(order))]
+    else:
+        ccol = {name: chunks.column(name) for name in names}
+        fcol = {name: files.column(name) for name in ("path", "frontmatter", "title", "cluster_id")}
+        cdata = [{name: ccol[name][i].as_py() for name in names} for i in order]
+        fdata = {
+            fid: {name: fcol[name][fid].as_py() for name in fcol}
+            for fid in {c["file_id"] for c in cdata}
+        }
+    if excerpts:
+        sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
+        shown = _excerpts(index, sections, query, mode)
+    else:  # filled in later for the results kept (`_fill_excerpts`)
+        shown = [Excerpt("", 0, 0)] * len(order)
+    meta: dict[int, dict[str, Any]] = {}
     results = []
-    for chunk_id in order:
-        file_id = ccol["file_id"][chunk_id].as_py()
-        meta: dict[str, Any] = json.loads(fcol["frontmatter"][file_id].as_py() or "{}")
+    for chunk_id, chunk, excerpt in zip(order, cdata, shown, strict=True):
+        file_id = chunk["file_id"]
+        info = fdata[file_id]
+        if file_id not in meta:
+            meta[file_id] = json.loads(info["frontmatter"] or "{}")
         results.append(
             SearchResult(
-                path=fcol["path"][file_id].as_py(),
-                heading=ccol["heading"][chunk_id].as_py(),
-                heading_path=ccol["heading_path"][chunk_id].as_py(),
-                start_line=ccol["start_line"][chunk_id].as_py(),
-                end_line=ccol["end_line"][chunk_id].as_py(),
+                path=info["path"],
+                heading=chunk["heading"],
+                heading_path=chunk["heading_path"],
+                start_line=chunk["start_line"],
+                end_line=chunk["end_line"],
                 score=round(float(scores[chunk_id]), 6),
-                excerpt=excerpt_of(ccol["text"][chunk_id].as_py()),
-                metadata=meta,
-                title=fcol["title"][file_id].as_py(),
+                excerpt=excerpt.text,
+                metadata=dict(meta[file_id]),
+                title=info["title"],
                 chunk_id=chunk_id,
                 file_id=file_id,
-                cluster_id=fcol["cluster_id"][file_id].as_py(),
+                cluster_id=info["cluster_id"],
                 explain=components.get(chunk_id) if components else None,
+                excerpt_lines=[excerpt.start_line, excerpt.end_line],
             )
         )
     return results
+
+
+def _fill_excerpts(index: Index, results: list[SearchResult], query: str | None, mode) -> None:
+    text, start = (index.snapshot.table("chunks").column(name) for name in ("text", "start_line"))
+    sections = [(text[hit.chunk_id].as_py(), start[hit.chunk_id].as_py()) for hit in results]
+    for hit, excerpt in zip(results, _excerpts(index, sections, query, mode), strict=True):
+        hit.excerpt = excerpt.text
+        hit.excerpt_lines = [excerpt.start_line, excerpt.end_line]
+
+
+def _excerpts(index: Index, sections: list[tuple[str, int]], query: str | None, mode):
+    """The matched passage of each section; by meaning (closest sentence) only with the
+    local static model, whose vectors cost microseconds: an encoder or a remote provider
+    would make every search slower or cost a request."""
+    from query.excerpt import excerpts
+
+    config = index.config
+    local = config.embedding_provider == "local" and config.embedding_model.startswith("wordllama")
+    embed = index.provider().embed if query and mode != "lexical" and local else None
+    return excerpts(sections, query, embed)

@@ -1,5 +1,6 @@
 """Title-first tiers (the `kb-search` behaviour): documents whose title or a heading
-contains every word of the query come first, one entry each; content matches follow.
+contains every word of the query come first, one entry each (their best section); content
+matches follow, the other sections of those documents included.
 
 A title match is found over the whole candidate set, not only among the best-scoring
 sections, so an exact title is never lost below the cap: two masked searches (title
@@ -18,6 +19,7 @@ import numpy as np
 
 from mdvdb import index_format
 from mdvdb.text_analysis import CJK_RANGES
+from query.collapse import Diversity
 from query.filters import Filter, candidate_mask
 from query.results import SearchResponse
 
@@ -28,8 +30,6 @@ if TYPE_CHECKING:
 TITLE, CONTENT = "title", "content"
 _CJK_START = re.compile(f"[{CJK_RANGES}]")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")  # [text](url) and ![alt](src)
-# The title tier takes this many sections per wanted result, to keep one per document.
-OVERSAMPLE = 5
 
 
 @dataclass
@@ -158,12 +158,30 @@ def tiered_search(
     candidates = candidate_mask(index, filters, mask)
     if candidates is None:
         candidates = np.ones(snap.chunk_file_ids.shape[0], dtype=bool)
-    titled = title_files(snap, query_words(query))[snap.chunk_file_ids]
+    from query.fusion import current
+
+    params = current()
+    words = query_words(query) if params.title_tiers else []
+    if params.title_tier_max_words and len(words) > params.title_tier_max_words:
+        words = []  # a question, not a title: rank it on its content
+    titled = title_files(snap, words)[snap.chunk_file_ids]
     title_chunks = int(np.count_nonzero(candidates & titled))
-    # Most queries match no title: then there is one search, not two.
-    wanted = min(limit * OVERSAMPLE, title_chunks) if limit else 0
+    # One Diversity for both searches: near-duplicates and per-file caps span the response.
+    diversity = Diversity.of(
+        index, options.pop("per_file", None), options.pop("collapse", True), scope=candidates
+    )
+    # Most queries match no title: then there is one search, not two. The title search
+    # keeps one section per document (a per-file cap of 1).
+    wanted = min(limit, title_chunks) if limit else 0
     title = (
-        index.search(query, limit=wanted, mask=candidates & titled, **options)
+        index.search(
+            query,
+            limit=wanted,
+            mask=candidates & titled,
+            diversity=diversity,
+            per_file=1,
+            **options,
+        )
         if wanted
         else SearchResponse(query, "", [], 0)
     )
@@ -178,7 +196,17 @@ def tiered_search(
     else:  # more sections passed than were fetched: count the candidate title documents
         title_total = int(np.unique(snap.chunk_file_ids[candidates & titled]).shape[0])
     first = first[:limit]
-    content = index.search(query, limit=limit - len(first), mask=candidates & ~titled, **options)
+    # The content tier is every other candidate section, the other sections of a title
+    # document included: a page titled "Kubernetes Guide" keeps its matching sections.
+    rest_mask = candidates.copy()
+    rest_mask[[hit.chunk_id for _, hit in first]] = False
+    content = index.search(
+        query,
+        limit=limit - len(first),
+        mask=rest_mask,
+        diversity=diversity,
+        **options,
+    )
     rest = [(CONTENT, hit) for hit in content.results]
     return TieredResponse(
         query=query,
@@ -186,6 +214,59 @@ def tiered_search(
         results=first + rest,
         total=title_total + (content.total or 0),
     )
+
+
+NAME_MAX_WORDS = 16  # longer queries are prose, not names
+NAME_MAX_GRAM = 3  # names of up to this many words ("git branch", "ray start")
+
+
+def name_files(snapshot: Snapshot, query: str, files: np.ndarray) -> np.ndarray:
+    """Which of `files` the query names: the whole title, or the file stem, is a run of the
+    query's words (`tar` for "extract a tar archive", `git-branch.md` for "create a git
+    branch"), or the last dotted part of the title is (`ray.data.Dataset.map_batches` for
+    "map_batches"). A run must hold a word that is not a stop word, and a run inside a longer
+    one that names a page does not count on its own ("git" in "create a git branch").
+    Only `files` are looked at (the best-scoring ones): a Python check of a few hundred
+    titles, nothing built per snapshot. Returns one boolean per entry of `files`."""
+    from mdvdb.text_analysis import words as terms
+
+    found = np.zeros(len(files), dtype=bool)
+    tokens = re.findall(r"\w+", query.lower())
+    if not tokens or len(tokens) > NAME_MAX_WORDS or not len(files):
+        return found
+    spans: dict[str, tuple[int, int]] = {}
+    for n in range(1, min(NAME_MAX_GRAM, len(tokens)) + 1):
+        for i in range(len(tokens) - n + 1):
+            run = tokens[i : i + n]
+            if terms(" ".join(run)):
+                for sep in (" ", "-", "_") if n > 1 else (" ",):
+                    spans.setdefault(sep.join(run), (i, i + n))
+    titles, _ = _lowered(snapshot)
+    paths = _lowered_paths(snapshot)
+    matched: list[tuple[int, int, int]] = []  # (position in files, span start, span end)
+    for at, file_id in enumerate(files.tolist()):
+        title = titles.text[titles.starts[file_id] : titles.ends[file_id]].strip()
+        stem = paths.text[paths.starts[file_id] : paths.ends[file_id]].rsplit("/", 1)[-1]
+        stem = stem.rsplit(".", 1)[0] if "." in stem else stem
+        for name in (title, title.rsplit(".", 1)[-1] if "." in title else None, stem):
+            span = spans.get(name) if name else None
+            if span is not None:
+                matched.append((at, *span))
+                break
+    longer = [(a, b) for _, a, b in matched if b - a > 1]
+    for at, a, b in matched:
+        if not any(x <= a and b <= y and (x, y) != (a, b) for x, y in longer):
+            found[at] = True
+    return found
+
+
+def _lowered_paths(snapshot: Snapshot) -> _Lowered:
+    """File paths, lowered once per snapshot (for file stems)."""
+    found = snapshot.cache.get("tiers_paths")
+    if found is None:
+        found = _Lowered.of(index_format.column_array(snapshot.table("files"), "path"))
+        snapshot.cache["tiers_paths"] = found
+    return found
 
 
 def _lowered(snapshot: Snapshot) -> tuple[_Lowered, _Lowered]:

@@ -39,20 +39,26 @@ def wiki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_governed_ranking_lifts_high_drops_low_and_breaks_ties_by_updated(wiki: Path):
-    paths = [r["path"] for r in search_json(wiki, "-n", "4")["results"]]
+    # the four pages are copies of one section: --no-collapse shows each of them
+    paths = [r["path"] for r in search_json(wiki, "-n", "4", "--no-collapse")["results"]]
     assert paths == ["b-high.md", "d-new.md", "c-old.md", "a-low.md"]
+    # collapsed, the copy shown is the governed best, the others are listed
+    best = search_json(wiki, "-n", "4")["results"][0]
+    assert best["path"] == "b-high.md"
+    assert [c["path"] for c in best["also_in"]] == ["a-low.md", "c-old.md", "d-new.md"]
 
 
 def test_no_govern_keeps_pure_relevance(wiki: Path):
-    results = search_json(wiki, "-n", "4", "--no-govern")["results"]
+    results = search_json(wiki, "-n", "4", "--no-govern", "--no-collapse")["results"]
     scores = {r["path"]: r["score"] for r in results}
     assert len(set(scores.values())) == 1  # the same body: no page is favoured
-    governed = {r["path"]: r["score"] for r in search_json(wiki, "-n", "4")["results"]}
+    governed = search_json(wiki, "-n", "4", "--no-collapse")["results"]
+    governed = {r["path"]: r["score"] for r in governed}
     assert governed["b-high.md"] > scores["b-high.md"] > governed["a-low.md"]
 
 
 def test_explain_shows_the_adjustment(wiki: Path):
-    results = search_json(wiki, "-n", "4", "--explain")["results"]
+    results = search_json(wiki, "-n", "4", "--explain", "--no-collapse")["results"]
     by_path = {r["path"]: r["explain"] for r in results}
     assert by_path["b-high.md"]["govern_factor"] == pytest.approx(1.1)
     assert by_path["b-high.md"]["govern_adjustment"] > 0

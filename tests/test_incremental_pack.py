@@ -266,3 +266,58 @@ def test_copying_from_the_previous_index_falls_back_to_writes(
     want = spliced.combine_chunks()
     for name in ("copied.index", "fallback.index"):
         assert index_format.read_index(tmp_path / name).tables["t"].equals(want), name
+
+
+def _chunk_groups(tables: dict[str, pa.Table], prefix: str) -> dict[str, set[int]]:
+    """The near-duplicate groups of the chunks of files under `prefix`, by path."""
+    paths = tables["files"].column("path").to_pylist()
+    file_ids = tables["chunks"].column("file_id").to_numpy()
+    groups = tables["near_duplicates"].column("group").to_numpy()
+    found: dict[str, set[int]] = {}
+    for chunk, file_id in enumerate(file_ids.tolist()):
+        if paths[file_id].startswith(prefix):
+            found.setdefault(paths[file_id], set()).add(int(groups[chunk]))
+    return found
+
+
+def test_near_duplicate_groups_stay_equal(corpus: Path):
+    """Copies of a page in version folders: added, joined by another, the group's first
+    member removed, one copy edited away. Signatures are reused row for row and the groups
+    recomputed; every step equals a full rebuild."""
+    root = corpus
+    text = page("git", 5).replace("git", "gitops")
+    for v in (1, 2, 3):
+        write(root, f"versions/v{v}/page.md", text)
+    groups = _chunk_groups(assert_same_as_full(root), "versions/")
+    assert len(groups) == 3 and all(g == groups["versions/v1/page.md"] for g in groups.values())
+    assert min(groups["versions/v1/page.md"]) >= 0  # every section has copies
+    write(root, "versions/v4/page.md", text)
+    (root / "versions/v1/page.md").unlink()
+    write(root, "versions/v2/page.md", page("cooking", 77).replace("cooking", "baking"))
+    groups = _chunk_groups(assert_same_as_full(root), "versions/")
+    assert groups["versions/v3/page.md"] == groups["versions/v4/page.md"]
+    assert min(groups["versions/v3/page.md"]) >= 0
+    assert not groups["versions/v2/page.md"] & groups["versions/v3/page.md"]
+
+
+def test_an_index_without_near_duplicates_is_refused_then_rebuilt_by_a_plain_ingest(
+    corpus: Path,
+):
+    config = load_config(corpus, environ={})
+    old = index_format.read_index(config.index_path)
+    tables = {name: t for name, t in old.tables.items() if name != "near_duplicates"}
+    meta = {k: v for k, v in old.meta.items() if k != "near_duplicates"}
+    index_format.write_index(config.index_path, tables, meta, source=old)
+    del old
+    out = run_cli("search", "commit", "--root", str(corpus))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "near-duplicate" in out.stderr and "mdvdb ingest" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    report = ingest.run(config)  # rows reused, signatures computed for every chunk
+    assert report.published and report.reused_files == report.files
+    assert run_cli("search", "commit", "--root", str(corpus)).returncode == 0
+    rebuilt, _ = tables_and_meta(config.index_path)
+    config.index_path.unlink()
+    assert ingest.run(config).published
+    full, _ = tables_and_meta(config.index_path)
+    assert rebuilt["near_duplicates"].equals(full["near_duplicates"])

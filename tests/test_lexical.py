@@ -90,9 +90,10 @@ def test_explain_parts_add_up_to_the_fused_score(project: Path):
     assert data["results"]
     for hit in data["results"]:
         parts = hit["explain"]
-        assert parts["lexical"] + parts["semantic"] == pytest.approx(parts["fused"], abs=2e-6)
+        additive = parts["lexical"] + parts["semantic"] + parts["page"] + parts.get("name", 0.0)
+        assert additive == pytest.approx(parts["fused"], abs=4e-6)
         assert hit["score"] == pytest.approx(parts["fused"], abs=2e-6)
-        assert {"bm25", "cosine"} <= set(parts)
+        assert {"bm25", "cosine", "page", "page_bm25"} <= set(parts)
 
 
 def test_plain_output_shows_components_and_modes_differ(project: Path):

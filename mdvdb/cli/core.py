@@ -202,6 +202,20 @@ def search(
     cluster: Annotated[
         int | None, typer.Option("--cluster", help="Only this cluster (see `mdvdb clusters`).")
     ] = None,
+    per_file: Annotated[
+        int | None,
+        typer.Option(
+            "--per-file",
+            min=0,
+            help="Most sections of one file (default MDVDB_SEARCH_PER_FILE, 3; 0: no cap).",
+        ),
+    ] = None,
+    no_collapse: Annotated[
+        bool,
+        typer.Option(
+            "--no-collapse", help="Show every copy of a repeated section, not one with also_in."
+        ),
+    ] = False,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -231,6 +245,8 @@ def search(
             govern=govern,
             explain=explain,
             cluster=cluster,
+            per_file=per_file,
+            collapse=not no_collapse,
         )
 
 

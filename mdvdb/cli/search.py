@@ -37,6 +37,10 @@ def _positive(raw: str) -> int | None:
     return int(raw) if _INT.fullmatch(raw) and int(raw) >= 1 else None
 
 
+def _count(raw: str) -> int | None:
+    return int(raw) if _INT.fullmatch(raw) and int(raw) >= 0 else None
+
+
 def _int(raw: str) -> int | None:
     return int(raw) if _INT.fullmatch(raw) else None
 
@@ -55,13 +59,19 @@ def _text(raw: str) -> str | None:
 
 # Every option of the typer `search` command, by kind. A converter returning None means "not
 # a value this parser is sure of": typer gets the call.
-FLAGS = {"--files": "files", "--explain": "explain", "--json": "as_json"}
+FLAGS = {
+    "--files": "files",
+    "--explain": "explain",
+    "--json": "as_json",
+    "--no-collapse": "no_collapse",
+}
 SWITCHES = {"--govern": ("govern", True), "--no-govern": ("govern", False)}
 VALUED = {
     "-n": ("limit", _positive),
     "--limit": ("limit", _positive),
     "--min-score": ("min_score", _float),
     "--max-tokens": ("max_tokens", _positive),
+    "--per-file": ("per_file", _count),
     "--mode": ("mode", _mode),
     "--cluster": ("cluster", _int),
     "--root": ("root", _text),
@@ -144,6 +154,8 @@ def run(argv: list[str]) -> int | None:
             govern=args.get("govern"),
             explain=args.get("explain", False),
             cluster=args.get("cluster"),
+            per_file=args.get("per_file"),
+            collapse=not args.get("no_collapse", False),
         )
     return EXIT_OK
 
@@ -200,11 +212,25 @@ def _print_tiers(response, explain: bool) -> None:
         if heading:
             echo(f"   {heading}")
         echo(f"   {hit.excerpt}")
+        if hit.also_in_count:
+            echo(f"   {also_in_line(hit)}")
         if explain and hit.explain:
             parts = ", ".join(f"{k}={v:+.4g}" for k, v in hit.explain.items())
             echo(f"   explain: {parts}")
-    if response.truncated:
-        _cap_note(len(response.results), response.total)
+
+
+def also_in_line(hit, shown: int = 3) -> str:
+    """`also in 4 other files: a.md, b.md, c.md, …` (or `also at lines 40-52` for a copy in
+    the same file)."""
+    from query.collapse import other_files
+
+    others = other_files(hit)
+    if not others:
+        lines = ", ".join(f"{c['start_line']}-{c['end_line']}" for c in hit.also_in[:shown])
+        return f"also at lines {lines}"
+    paths = list(dict.fromkeys(c["path"] for c in hit.also_in if c["path"] != hit.path))
+    listed = ", ".join(paths[:shown]) + (", …" if others > shown else "")
+    return f"also in {others} other file{'s' if others != 1 else ''}: {listed}"
 
 
 def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> None:

@@ -1,0 +1,105 @@
+"""Markdown and HTML reduced to the words a reader sees, line by line.
+
+Two users: search excerpts (a person or a model reads `Extract an archive`, not
+`~~~ <section class="x">[Extract](#extract)`), and the near-duplicate signatures computed at
+pack time (two copies of a section that differ only in markup or link targets are the same
+text). Regexes only, no Markdown parser: it runs on every chunk of a full ingest and on every
+result of a search, and what it cannot read it leaves as text, which is what a reader would
+see anyway. The output keeps the input's line breaks, so a position in it maps to a line.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+_FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)[^\n]*$", re.MULTILINE)
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>")
+_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_LINK = re.compile(r"\[([^\]\n]+)\]\((?:[^()\n]|\([^)\n]*\))*\)")
+_REF_LINK = re.compile(r"\[([^\]]+)\]\[[^\]]*\]")
+_REF_DEF = re.compile(r"^[ \t]{0,3}\[[^\]]+\]:[ \t]+\S.*$", re.MULTILINE)
+_AUTOLINK = re.compile(r"<((?:https?|mailto|ftp):[^>\s]+)>")
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.MULTILINE)
+_HEADING_TAIL = re.compile(r"[ \t]+#+[ \t]*$", re.MULTILINE)
+_QUOTE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+", re.MULTILINE)
+_BULLET = re.compile(r"^[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?", re.MULTILINE)
+_RULE = re.compile(r"^[ \t]{0,3}(?:[-*_][ \t]*){3,}$", re.MULTILINE)
+_TABLE_RULE = re.compile(
+    r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$", re.MULTILINE
+)
+# Runs of emphasis characters; `_unemphasise` keeps those inside a word (`snake_case`).
+_MARKERS = re.compile(r"[*_]{1,3}|~~")
+_PIPE = re.compile(r"[ \t]*\|[ \t]*")
+_SPACES = re.compile(r"\t[ \t]*| [ \t]+")
+_LINK_TARGET = re.compile(r"\]\((?:[^()\n]|\([^)\n]*\))*\)")
+
+
+def _keep_lines(match: re.Match) -> str:
+    return "\n" * match.group(0).count("\n") or " "
+
+
+def _unemphasise(match: re.Match) -> str:
+    """Drop an emphasis marker that opens (before a non-space, not after a word character)
+    or closes (after a non-space, not before a word character); keep the rest."""
+    text, start, end = match.string, match.start(), match.end()
+    before = text[start - 1] if start else " "
+    after = text[end] if end < len(text) else " "
+    opens = not (before.isalnum() or before == "_") and not after.isspace()
+    closes = not before.isspace() and not (after.isalnum() or after == "_")
+    return "" if opens or closes else match.group(0)
+
+
+def plain(text: str) -> str:
+    """The visible text of Markdown (with inline HTML), same number of lines."""
+    if "<!--" in text:
+        text = _COMMENT.sub(_keep_lines, text)
+    if "```" in text or "~~~" in text:
+        text = _FENCE.sub("", text)
+    if "]:" in text:
+        text = _REF_DEF.sub("", text)
+    if "<" in text:
+        text = _AUTOLINK.sub(r"\1", text)
+        text = _TAG.sub(_keep_lines, text)
+    if "[" in text:
+        text = _IMAGE.sub(r"\1", text)
+        text = _LINK.sub(r"\1", text)
+        text = _REF_LINK.sub(r"\1", text)
+    if "#" in text:
+        text = _HEADING.sub("", text)
+        if "#\n" in text or text.rstrip().endswith("#"):
+            text = _HEADING_TAIL.sub("", text)
+    if "---" in text:
+        text = _TABLE_RULE.sub("", text)
+    if "---" in text or "***" in text or "___" in text:
+        text = _RULE.sub("", text)
+    if ">" in text:
+        text = _QUOTE.sub("", text)
+    if "- " in text or "* " in text or "+ " in text or ". " in text or ") " in text:
+        text = _BULLET.sub("", text)
+    if "`" in text:
+        text = text.replace("`", "")
+    if "*" in text or "_" in text or "~~" in text:
+        text = _MARKERS.sub(_unemphasise, text)
+    if "|" in text:
+        text = _PIPE.sub(" ", text)
+    if "&" in text:
+        text = html.unescape(text)
+    return _SPACES.sub(" ", text) if "  " in text or "\t" in text else text
+
+
+def flat(text: str) -> str:
+    """`plain` on one line: blank lines dropped, the rest joined by single spaces."""
+    return " ".join(line.strip() for line in plain(text).split("\n") if line.strip())
+
+
+def signature_text(text: str) -> str:
+    """What near-duplicate signatures read: the text without HTML tags and link targets (a
+    copy in another version folder links to that version's pages). Punctuation, and so the
+    rest of the markup, is ignored by the word split that follows."""
+    if "<" in text:
+        text = _TAG.sub(" ", text)
+    if "](" in text:
+        text = _LINK_TARGET.sub("]", text)
+    return text

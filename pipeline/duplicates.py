@@ -1,0 +1,257 @@
+"""Near-duplicate sections, found at pack time: the `near_duplicates` table.
+
+Versioned documentation repeats the same section in every version folder; without this a
+search fills its top 5 with five copies of one answer. Each chunk gets a 64-bit SimHash of its
+visible text (`mdvdb.plain_text`, case-folded, words in overlapping 3-word shingles), and
+chunks whose signatures differ in at most `MAX_DISTANCE` bits are one group (transitively).
+The reader collapses a group to its best-scoring member and lists the others as `also_in`.
+
+Why SimHash: one 64-bit word per chunk, a pure function of the chunk's text (so an
+incremental pack reuses the previous index's signatures row for row and writes what a full
+pack writes), and near copies (a changed version number, a reworded link) land a few bits
+apart. Groups are recomputed over all signatures on every pack, because one new file can join
+two old groups; that is NumPy over one uint64 per chunk: four sorts by 16-bit band (two
+signatures within 3 bits agree exactly on at least one of the four bands), candidate pairs
+checked by popcount, then connected components.
+
+The group id is the row of the group's first chunk, or -1 for a chunk with no copy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from mdvdb.plain_text import signature_text
+
+SIGNATURE_VERSION = "simhash64-w3-plain-1"
+MAX_DISTANCE = 3  # bits
+BANDS = 4  # of 16 bits: MAX_DISTANCE + 1 bands make the band test exact
+WINDOW = 64  # neighbours compared within one band bucket (a bucket is small unless degenerate)
+SHINGLE = 3  # words
+META_KEY = "near_duplicates"
+_BASE = np.uint64(0x100000001B3)  # FNV's 64-bit prime
+_HEAD = 24  # word bytes hashed from the start (and the last 8 of a longer word)
+_BYTE_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+_SPREAD = np.array(  # nibble -> its 4 bits in 4 uint16 lanes (little-endian lane order)
+    [sum(((v >> i) & 1) << (16 * i) for i in range(4)) for v in range(16)], dtype=np.uint64
+)
+_BATCH_CHARS = 4_000_000  # ~100 MB of working arrays
+_M1, _M2, _M3 = (np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
+
+
+def schema() -> pa.Schema:
+    return pa.schema([("signature", pa.uint64()), ("group", pa.int32())])
+
+
+def meta() -> dict:
+    return {"signature": SIGNATURE_VERSION, "max_distance": MAX_DISTANCE}
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: every input bit moves every output bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _word_bytes(data: np.ndarray) -> np.ndarray:
+    """Bytes that belong to words: ASCII letters (the text is case-folded first) and every
+    byte of a non-ASCII character (any script makes words; its punctuation does too, a
+    harmless excess). Digits do not: copies of a page in two version folders differ in
+    version numbers, dates and ids, and are the same text to a reader."""
+    return ((data >= 97) & (data <= 122)) | (data >= 128)
+
+
+def signatures(texts: list[str]) -> np.ndarray:
+    """The SimHash of each text (0 for a text with no words: never grouped), computed over
+    batches of about `_BATCH_CHARS` characters to bound the memory of the byte arrays."""
+    out = np.zeros(len(texts), dtype=np.uint64)
+    begin, size = 0, 0
+    for i, text in enumerate(texts):
+        size += len(text) + 1
+        if size >= _BATCH_CHARS or i == len(texts) - 1:
+            out[begin : i + 1] = _signatures(texts[begin : i + 1])
+            begin, size = i + 1, 0
+    return out
+
+
+def _word_hashes(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """A hash of each word: its first `_HEAD` bytes, its last 8 and its length (enough to
+    tell words apart), read 8 bytes at a time through an unaligned uint64 view of the data."""
+    length = end - start
+    padded = np.r_[data, np.zeros(_HEAD + 8, np.uint8)]
+    eight = np.ndarray(buffer=padded, dtype="<u8", shape=(len(padded) - 7,), strides=(1,))
+    h = _mix(length.astype(np.uint64))
+    for offset in range(0, _HEAD, 8):
+        more = length > offset  # per word: a hash must not depend on the other words
+        if not more.any():
+            break
+        keep = _BYTE_MASKS[np.clip(length - offset, 0, 8)]
+        h = np.where(more, _mix(h ^ (eight[start + offset] & keep)), h)
+    long = length > _HEAD
+    if long.any():
+        h[long] = _mix(h[long] ^ eight[end[long] - 8])
+    return h
+
+
+def _bit_counts(shingles: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """(texts, 64): how many of each text's shingles have each bit set. Four bits at a time:
+    a nibble is spread into four 16-bit lanes of a uint64 and the lanes are summed per text
+    by one `reduceat` (a text has far fewer than 65,536 words: chunks are a few hundred
+    tokens; a longer one falls back to a bit at a time)."""
+    n = len(counts)
+    totals = np.zeros((n, 64), dtype=np.int64)
+    has = np.flatnonzero(counts)
+    if not len(has):
+        return totals
+    starts = (np.r_[0, np.cumsum(counts)][:-1])[has]
+    columns = shingles.view(np.uint8).reshape(-1, 8)
+    if counts.max() < 65536:
+        for byte in range(8):
+            column = columns[:, byte]
+            for half, nibble in ((0, column & 15), (1, column >> 4)):
+                summed = np.add.reduceat(_SPREAD[nibble], starts)
+                at = byte * 8 + half * 4
+                totals[has, at : at + 4] = summed.view(np.uint16).reshape(-1, 4)
+        return totals
+    for bit in range(64):
+        ones = ((shingles >> np.uint64(bit)) & np.uint64(1)).astype(np.int64)
+        totals[has, bit] = np.add.reduceat(ones, starts)
+    return totals
+
+
+def _signatures(texts: list[str]) -> np.ndarray:
+    """The SimHash of each text.
+
+    Vectorised over all texts at once: the texts are joined (NUL-separated) into one byte
+    array, words are the runs of word bytes, each hashed, and shingles of consecutive words
+    vote on each of the 64 bits."""
+    n = len(texts)
+    out = np.zeros(n, dtype=np.uint64)
+    if not n:
+        return out
+    joined = "\x00".join(signature_text(t) for t in texts).casefold().encode("utf-8")
+    data = np.frombuffer(joined, dtype=np.uint8)
+    inside = _word_bytes(data)
+    edges = np.diff(np.r_[0, inside.astype(np.int8), 0])
+    word_start, word_end = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    if not len(word_start):
+        return out
+    words = _word_hashes(data, word_start, word_end)
+    # which text each word is in: texts are separated by one NUL byte each
+    separators = np.flatnonzero(data == 0)
+    owner = np.searchsorted(separators, word_start)
+    counts = np.bincount(owner, minlength=n)
+    # shingles of SHINGLE consecutive words of one text; at a text's end, shorter ones
+    last = np.r_[owner[1:] != owner[:-1], True]
+    shingle = words * _M1
+    for k, factor in enumerate((_M2, _M3)[: SHINGLE - 1], start=1):
+        nxt = np.r_[words[k:], np.zeros(k, np.uint64)]
+        ends_before = np.zeros(len(words), bool)
+        for j in range(k):
+            ends_before |= np.r_[last[j:], np.ones(j, bool)] if j else last
+        shingle = shingle + np.where(ends_before, np.uint64(0), nxt * factor)
+    shingle = _mix(shingle)
+    totals = _bit_counts(shingle, counts)
+    ones = totals * 2 > counts[:, None]
+    out = np.packbits(ones, axis=1, bitorder="little").view("<u8").reshape(-1)
+    out = out.astype(np.uint64)
+    out[(counts > 0) & (out == 0)] = 1  # keep 0 for "no words"
+    return out
+
+
+def popcount(x: np.ndarray) -> np.ndarray:
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(x)
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return ((x * np.uint64(0x0101010101010101)) >> np.uint64(56)).astype(np.uint8)
+
+
+def groups(signatures_: np.ndarray) -> np.ndarray:
+    """Per chunk, the row of the first chunk of its near-duplicate group, or -1."""
+    n = len(signatures_)
+    out = np.full(n, -1, dtype=np.int32)
+    rows = np.flatnonzero(signatures_ != 0)
+    if len(rows) < 2:
+        return out
+    unique, inverse = np.unique(signatures_[rows], return_inverse=True)
+    labels = _components(unique)
+    label = labels[inverse]
+    sizes = np.bincount(label)
+    # rows ascend, so a label's first occurrence is its group's first chunk
+    _, first_at = np.unique(label, return_index=True)
+    first_row = np.zeros(len(sizes), dtype=np.int64)
+    first_row[label[first_at]] = rows[first_at]
+    shared = sizes[label] > 1
+    out[rows[shared]] = first_row[label[shared]]
+    return out
+
+
+def _components(unique: np.ndarray) -> np.ndarray:
+    """Connected components of distinct signatures within MAX_DISTANCE bits of each other."""
+    m = len(unique)
+    sources, targets = [], []
+    for band in range(BANDS):
+        key = (unique >> np.uint64(16 * band)) & np.uint64(0xFFFF)
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        for step in range(1, min(WINDOW, m - 1) + 1):
+            same = ordered[step:] == ordered[:-step]
+            if not same.any():
+                break
+            a, b = order[:-step][same], order[step:][same]
+            near = popcount(unique[a] ^ unique[b]) <= MAX_DISTANCE
+            sources.append(a[near])
+            targets.append(b[near])
+    labels = np.arange(m)
+    if not sources or not sum(len(s) for s in sources):
+        return labels
+    a, b = np.concatenate(sources), np.concatenate(targets)
+    # label propagation with pointer jumping: every node ends with its component's smallest
+    # index (a few rounds: groups are small and shallow)
+    while True:
+        low = np.minimum(labels[a], labels[b])
+        changed = (labels[a] != low) | (labels[b] != low)
+        np.minimum.at(labels, a, low)
+        np.minimum.at(labels, b, low)
+        labels = labels[labels]
+        if not changed.any():
+            return labels
+
+
+def build_table(files: pa.Table, chunks: pa.Table, inp) -> pa.Table:
+    """The `near_duplicates` table, row i for chunk i. Signatures of rows the pack reused are
+    read from the previous index (when it has them, of this version); the rest are computed."""
+    from pipeline.splice import rows_of
+
+    n = chunks.num_rows
+    sigs = np.zeros(n, dtype=np.uint64)
+    fresh = np.arange(n)
+    old = _previous_signatures(inp)
+    source = inp.chunk_source
+    if old is not None and source is not None and len(source) == n:
+        reused = source >= 0
+        sigs[reused] = old[source[reused]]
+        fresh = np.flatnonzero(~reused)
+    if len(fresh):
+        texts = rows_of(chunks.column("text"), fresh).to_pylist()
+        sigs[fresh] = signatures(texts)
+    inp.meta[META_KEY] = meta()
+    return pa.Table.from_arrays(
+        [pa.array(sigs, pa.uint64()), pa.array(groups(sigs))], schema=schema()
+    )
+
+
+def _previous_signatures(inp) -> np.ndarray | None:
+    previous = inp.previous
+    if previous is None or (previous.meta.get(META_KEY) or {}) != meta():
+        return None
+    table = previous.tables.get("near_duplicates")
+    if table is None or table.num_rows != previous.tables["chunks"].num_rows:
+        return None
+    return table.column("signature").to_numpy()
