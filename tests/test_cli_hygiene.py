@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import string
 import subprocess
 import sys
 from importlib.metadata import version
@@ -21,12 +22,18 @@ BAD_FRONTMATTER = "---\ntitle: [unclosed\n---\n# Broken\n\nThe body still counts
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fixture notes plus 14 pages that all say `bolt`, one 2 MB page and one page whose
-    frontmatter does not parse; ingested once for the module."""
+    """The fixture notes plus 14 distinct pages that all say `bolt`, one 2 MB page and one
+    page whose frontmatter does not parse; ingested once for the module."""
     root = tmp_path_factory.mktemp("hygiene") / "notes"
     copy_markdown(FIXTURES / "notes", root)
     for i in range(14):
-        (root / f"bolt-{i:02}.md").write_text(f"# Bolt {i}\n\nA bolt note number {i}.\n")
+        # Words of its own on each page (letters: digits are no difference to the
+        # near-duplicate signature), or the pages would collapse into one result.
+        own = " ".join(
+            "".join(string.ascii_lowercase[(i * 5 + j * 11 + k * k) % 26] for k in range(7))
+            for j in range(12)
+        )
+        (root / f"bolt-{i:02}.md").write_text(f"# Bolt {own.split()[0]}\n\nA bolt holds {own}.\n")
     (root / "big.md").write_text("# Big\n\n" + "a long line of text\n" * 100_000)
     (root / "broken.md").write_text(BAD_FRONTMATTER)
     done = run_cli("ingest", "--root", str(root))
@@ -70,7 +77,7 @@ def read_one_line_then_close(*args: str) -> subprocess.CompletedProcess:
     "args",
     [
         ("get", "big.md"),
-        ("search", "long line of text", "-n", "500"),
+        ("search", "long line of text", "-n", "500", "--per-file", "0", "--no-collapse"),
         ("grep", "long line", "-n", "100000", "--per-file-limit", "100000"),
     ],
     ids=["get", "search", "grep"],
