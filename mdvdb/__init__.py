@@ -1,3 +1,73 @@
-"""Markdown VDB: a filesystem-native vector database and search tool for folders of Markdown."""
+"""Markdown VDB: a filesystem-native vector database and search tool for folders of Markdown.
+
+The library in two calls, the same work as the CLI:
+
+    import mdvdb
+
+    report = mdvdb.ingest("my-notes")          # `mdvdb ingest --root my-notes`
+    index = mdvdb.open_index("my-notes")       # search, get_document, status, schema,
+    hits = index.search("rotate an api key")   # clusters, grep; each with an a... async form
+
+Nothing heavy is imported here: `mdvdb` is imported by every command, `mdvdb search` included.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    from pipeline.tasks import IngestReport
+    from query.index import Index
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "aingest", "ingest", "open_index"]
+
+
+def ingest(
+    root: Path | str | None = None,
+    paths: Sequence[str] | None = None,
+    *,
+    full: bool = False,
+    wait: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> IngestReport:
+    """Index a project's source folders, as `mdvdb ingest` does (`root`: the project folder,
+    default found upward from the current folder; `paths`: only re-check these files;
+    `full`: `--full`; `wait=False`: `--no-wait`, LockBusy at once if another writer runs).
+
+    Errors are the CLI's: ConfigError (a bad setting, a root that is not a folder),
+    IngestError, LockBusy, ProviderError; the previous index is intact after any of them."""
+    from pathlib import Path
+
+    from mdvdb.config import ConfigError, load_config
+    from pipeline.ingest import run
+
+    if root is not None and not Path(root).is_dir():
+        raise ConfigError(f"{root}: not a folder")
+    return run(
+        load_config(root), list(paths) if paths else None, full=full, wait=wait, progress=progress
+    )
+
+
+async def aingest(
+    root: Path | str | None = None,
+    paths: Sequence[str] | None = None,
+    *,
+    full: bool = False,
+    wait: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> IngestReport:
+    """`ingest` off the event loop (it holds the writer lock for the whole run)."""
+    import asyncio
+
+    return await asyncio.to_thread(ingest, root, paths, full=full, wait=wait, progress=progress)
+
+
+def open_index(root: Path | str | None = None) -> Index:
+    """Open a project's index for reading: `query.open_index`."""
+    from query.index import open_index as opener
+
+    return opener(root)

@@ -11,7 +11,7 @@ re-clustering. After MDVDB_CLUSTERING_REBALANCE_THRESHOLD documents were added o
 the last full clustering, the next run re-clusters everything (a rebalance).
 
 What the stage decides lives in the state database (tables `cluster_docs` and `cluster_topics`,
-plus the `clustering` value; `cluster_vectors` caches document vectors); pack turns it into the
+plus the `clustering` value); pack turns it into the
 index's `clusters` table and the `files.cluster_id` column.
 """
 
@@ -45,9 +45,6 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS cluster_docs (
     path TEXT PRIMARY KEY, sha256 TEXT NOT NULL, cluster_id INTEGER NOT NULL,
     similarity REAL NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS cluster_vectors (
-    key TEXT, sha256 TEXT, vector BLOB NOT NULL, PRIMARY KEY (key, sha256)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cluster_topics (
     cluster_id INTEGER PRIMARY KEY, label TEXT NOT NULL, keywords TEXT NOT NULL,
@@ -352,47 +349,18 @@ def load_docs(state: Any, chunk_key: str, paths: list[str], manifest: dict[str, 
 def doc_matrix(
     state: Any, model: str, dimensions: int, docs: list[Doc], chunk_key: str = ""
 ) -> np.ndarray:
-    """Document vectors, from the cache of earlier runs where it has them: a rebalance of
-    8.6k documents then reads 8.6k vectors, not the 113k chunk vectors behind them."""
-    key = f"{model}|{chunk_key}"
-    cached: dict[str, bytes] = {}
-    shas = [d.sha256 for d in docs]
-    for start in range(0, len(shas), 500):
-        part = shas[start : start + 500]
-        marks = ",".join("?" * len(part))
-        cached.update(
-            state.db.execute(
-                f"SELECT sha256, vector FROM cluster_vectors WHERE key = ? AND sha256 IN ({marks})",
-                (key, *part),
-            )
-        )
-    out = np.zeros((len(docs), dimensions), dtype=np.float32)
-    todo = [i for i, d in enumerate(docs) if d.sha256 not in cached]
-    for i, d in enumerate(docs):
-        blob = cached.get(d.sha256)
-        if blob is not None:
-            out[i] = np.frombuffer(blob, dtype=np.float32)
-    if todo:
-        missing = [docs[i] for i in todo]
-        chunk_shas = [s for d in missing for s in d.chunk_shas]
-        owner = np.repeat(np.arange(len(missing)), [len(d.chunk_shas) for d in missing])
-        vectors = state.get_embeddings(model, chunk_shas, dimensions)
-        fresh = document_vectors(vectors, owner, len(missing))
-        out[todo] = fresh
-        with state.transaction():
-            state.db.executemany(
-                "INSERT OR REPLACE INTO cluster_vectors VALUES (?, ?, ?)",
-                ((key, d.sha256, fresh[j].tobytes()) for j, d in enumerate(missing)),
-            )
-    return out
+    """Document vectors: the normalised mean of each document's chunk vectors, read from the
+    published index (and the state for chunks not published yet). No second cache of them:
+    a rebalance of 38k documents gathers their chunk rows from the mapped index."""
+    chunk_shas = [s for d in docs for s in d.chunk_shas]
+    owner = np.repeat(np.arange(len(docs)), [len(d.chunk_shas) for d in docs])
+    vectors = state.get_embeddings(model, chunk_shas, dimensions)
+    return document_vectors(vectors, owner, len(docs))
 
 
 def prune_vectors(state: Any) -> None:
-    """Drop cached document vectors of file contents no longer in the manifest."""
-    with state.transaction():
-        state.db.execute(
-            "DELETE FROM cluster_vectors WHERE sha256 NOT IN (SELECT sha256 FROM manifest)"
-        )
+    """Drop the document-vector cache older versions kept (the index holds the vectors)."""
+    state.db.execute("DROP TABLE IF EXISTS cluster_vectors")
 
 
 def _full(

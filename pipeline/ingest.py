@@ -58,6 +58,8 @@ def run(
     tasks.set_context(ctx)
     try:
         remove_stale_temp_files(config)
+        remove_legacy_caches(config)
+        ctx.state.reclaim()  # pages an older version's tables left (a VACUUM, once)
         doit_db = config.state_path / "doit.sqlite3"
         usable_doit_db(doit_db)
         private.touch(doit_db)  # 0600 (an empty file is an empty SQLite database)
@@ -112,6 +114,21 @@ def remove_stale_temp_files(config: Config) -> list[Path]:
         except FileNotFoundError:
             pass
     return removed
+
+
+# What older versions kept in the state folder and this one does not: the model table and the
+# query BPE (now once per user, mdvdb.user_cache) and the lexical analysis cache (the index's
+# postings are that cache now).
+LEGACY_STATE_FILES = ("local-*.f32.npy", "local-*-bpe-*.sqlite3", "lexical-cache.npz")
+
+
+def remove_legacy_caches(config: Config) -> None:
+    for pattern in LEGACY_STATE_FILES:
+        for path in config.state_path.glob(pattern):
+            try:
+                path.unlink()
+            except OSError:
+                pass
 
 
 def usable_doit_db(path: Path) -> None:

@@ -6,14 +6,13 @@ frequency is `sum(weight_f * tf_f)` and the chunk length is `sum(weight_f * len_
 one length normalisation), so a word in a heading counts like several in the body. The weights
 were chosen by measurement (docs/search-quality.md).
 
-Speed: analysing text is the slow part (~1.7 µs a word), so each chunk's analysed form (distinct
-term hashes, per-field counts, field lengths) is cached in the state folder (`Store`, one .npz),
-keyed by the chunk's SHA-256 (which covers the text and the parent headings) mixed with its
-heading and its file's title. A pack without a usable previous index analyses only chunks
-missing from the cache and builds the postings with NumPy (one gather, one stable sort by
-term). A pack over a previous index updates its postings instead (see "incremental update"
-below): only fresh chunks are analysed, and every weight is recomputed, which keeps them exact
-(idf and the average length change with every edit).
+Speed: analysing text is the slow part (~1.7 µs a word). A pack over a previous index updates
+its postings (see "incremental update" below): only fresh chunks are analysed, and every weight
+is recomputed, which keeps them exact (idf and the average length change with every edit). The
+previous index's postings are the only analysis cache: the state folder keeps none, since it
+would repeat what the index holds. A pack without a usable previous index analyses every chunk
+and builds the postings with NumPy (one gather, one stable sort by term); `Store` also reads
+and writes an on-disk .npz form, which only benchmarks use now.
 """
 
 from __future__ import annotations
@@ -488,12 +487,12 @@ def build_lexical_tables(files: pa.Table, chunks: pa.Table, inp) -> dict[str, pa
     the analyzer and parameters in the index meta."""
     source = inp.chunk_source
     old = _previous_lexical(inp.previous) if source is not None else None
-    fresh = int((source < 0).sum()) if source is not None else chunks.num_rows
-    if old is not None and fresh <= INCREMENTAL_MAX_FRESH * max(chunks.num_rows, 1):
+    if old is not None:
+        # The previous index's postings are the analysis cache: only fresh chunks are
+        # analysed, however many they are (the state folder keeps no second copy).
         postings = update_postings(old, files, chunks, source)
     else:
-        cache = Path(inp.state.folder) / CACHE_FILE if inp.state is not None else None
-        postings = build_postings(analysed_store(files, chunks, cache))
+        postings = build_postings(analysed_store(files, chunks, None))
     inp.meta["lexical"] = lexical_meta()
     return {
         "lexical": postings_table(postings),

@@ -5,6 +5,17 @@ as one transaction (an interrupted run keeps every batch that finished), a SIGKI
 leaves a torn WAL tail that SQLite discards by its own checksums on the next open, and readers
 of the index never touch this file. Deleting the state folder only costs a full rebuild.
 
+The published index is part of the cache (`Published`): what it holds is not kept here a
+second time. After each pack, the parse and chunk records of the files the new index holds,
+their `embedded` marks and (for a provider that is cheap to re-run, the default local model)
+their chunk vectors are deleted from this database; a later run that needs them (a file
+touched but unchanged, a moved file, a re-clustering) reads them back from the index, whose
+rows are the same records. What stays here is what the index lacks: the manifest, the work of
+a run that has not been published yet (an interrupted embed keeps its batches), the vectors
+of a remote provider or an encoder (they cost requests or minutes to recompute, so they are
+kept even when the index holds them: switching providers and back re-requests nothing), and
+the cluster assignments. `ingest --full` does not read the index as a cache.
+
 Tables:
 - manifest:   path -> (size, mtime_ns, sha256) of every file the last discover saw
 - parsed:     file sha256 -> parse result (JSON)
@@ -16,6 +27,7 @@ Tables:
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,7 +39,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (
     path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, sha256 TEXT NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS manifest_sha ON manifest(sha256);
+DROP INDEX IF EXISTS manifest_sha;
+DROP TABLE IF EXISTS cluster_vectors;
 CREATE TABLE IF NOT EXISTS parsed (sha256 TEXT PRIMARY KEY, data TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS chunks (
     sha256 TEXT, key TEXT, data TEXT NOT NULL, PRIMARY KEY (sha256, key)
@@ -54,13 +67,20 @@ class ManifestEntry(NamedTuple):
 class State:
     """A thin, typed layer over the cache database; one per ingest run."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, index_path: Path | None = None, records: bool = True):
+        """`index_path`: the published index to read as a cache of what it holds (None: only
+        this database). `records=False` (`ingest --full`): take only vectors from it, so that
+        every file is parsed and chunked again."""
         from mdvdb import private
 
         private.make_dir(folder)
         private.touch(folder / "cache.sqlite3")  # 0600; SQLite gives -wal/-shm the same mode
         self.folder = folder
+        self.published = Published(index_path, records) if index_path is not None else None
         self.db = sqlite3.connect(folder / "cache.sqlite3", timeout=60, isolation_level=None)
+        # Only takes effect on a new database (an old one is converted by `reclaim`): pages
+        # freed when a pack hands records over to the index go back to the file system.
+        self.db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
@@ -108,8 +128,17 @@ class State:
         return [sha for sha, _ in self._select_in("parsed", "1", shas)]
 
     def missing_chunks_of(self, key: str, shas: list[str]) -> list[str]:
-        known = set(self.get_chunks(key, shas))
+        known = self.chunked(key, shas)
         return [s for s in shas if s not in known]
+
+    def chunked(self, key: str, shas: Iterable[str]) -> set[str]:
+        """Which of `shas` have a chunk record for `key`, here or in the published index."""
+        shas = list(shas)
+        sql = "SELECT sha256 FROM chunks WHERE key = ? AND sha256"
+        known = {r[0] for r in self._rows_in(sql, key, shas)}
+        if self.published is not None and len(known) < len(shas):
+            known |= self.published.files_with(key, [s for s in shas if s not in known])
+        return known
 
     def put_parsed(self, items: Iterable[tuple[str, dict[str, Any]]]) -> None:
         with self.transaction():
@@ -127,7 +156,11 @@ class State:
             "(SELECT sha256 FROM chunks WHERE key = ?)",
             (key,),
         )
-        return [r[0] for r in rows]
+        shas = [r[0] for r in rows]
+        if self.published is None or not shas:
+            return shas
+        held = self.published.files_with(key, shas)
+        return [s for s in shas if s not in held]
 
     def put_chunks(self, key: str, items: Iterable[tuple[str, list[dict[str, Any]]]]) -> None:
         with self.transaction():
@@ -136,16 +169,27 @@ class State:
                 ((sha, key, json.dumps(data)) for sha, data in items),
             )
 
-    def get_chunks(self, key: str, shas: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    def get_chunks(self, key: str, shas: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Chunk records (title, metadata, error, chunks) by file sha, from this database or,
+        for files the published index holds, rebuilt from its rows."""
+        shas = list(shas)
         rows = self._rows_in("SELECT sha256, data FROM chunks WHERE key = ? AND sha256", key, shas)
-        return {sha: json.loads(data) for sha, data in rows}
+        found = {sha: json.loads(data) for sha, data in rows}
+        if self.published is not None and len(found) < len(shas):
+            found.update(self.published.documents(key, [s for s in shas if s not in found]))
+        return found
 
     # -- embeddings -----------------------------------------------------------------------
     def known_embeddings(self, model: str, shas: Iterable[bytes]) -> set[bytes]:
+        shas = list(shas)
         rows = self._rows_in(
             "SELECT sha256 FROM embeddings WHERE model = ? AND sha256", model, shas
         )
-        return {r[0] for r in rows}
+        known = {r[0] for r in rows}
+        if self.published is not None and len(known) < len(shas):
+            rest = [s for s in shas if s not in known]
+            known.update(rest[i] for i in self.published.vector_rows(model, rest))
+        return known
 
     def put_embeddings(self, model: str, shas: list[bytes], vectors: np.ndarray) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -166,6 +210,13 @@ class State:
             out[i] = np.frombuffer(blob, dtype=np.float32)
             seen[i] = True
         firsts = np.fromiter(index.values(), dtype=np.int64, count=len(index))
+        if self.published is not None and not seen[firsts].all():
+            rest = firsts[~seen[firsts]]
+            found = self.published.vector_rows(model, [shas[int(i)] for i in rest])
+            if found:
+                at = rest[np.fromiter(found, dtype=np.int64, count=len(found))]
+                out[at] = self.published.vectors(np.fromiter(found.values(), np.int64))
+                seen[at] = True
         if not seen[firsts].all():
             missing = shas[int(firsts[~seen[firsts]][0])].hex()
             raise KeyError(f"no embedding cached for chunk {missing}")
@@ -179,13 +230,19 @@ class State:
         if among is not None:
             sql = "SELECT sha256 FROM embedded WHERE model = ? AND sha256"
             known = {r[0] for r in self._rows_in(sql, model, among)}
-            return [s for s in among if s not in known]
-        rows = self.db.execute(
-            "SELECT DISTINCT sha256 FROM manifest WHERE sha256 NOT IN "
-            "(SELECT sha256 FROM embedded WHERE model = ?)",
-            (model,),
-        )
-        return [r[0] for r in rows]
+            todo = [s for s in among if s not in known]
+        else:
+            rows = self.db.execute(
+                "SELECT DISTINCT sha256 FROM manifest WHERE sha256 NOT IN "
+                "(SELECT sha256 FROM embedded WHERE model = ?)",
+                (model,),
+            )
+            todo = [r[0] for r in rows]
+        if self.published is not None and todo:
+            # The mark is the build key: every file of an index built with it is complete.
+            held = self.published.files_built_with(model, todo)
+            todo = [s for s in todo if s not in held]
+        return todo
 
     def mark_embedded(self, model: str, shas: list[str]) -> None:
         with self.transaction():
@@ -217,12 +274,66 @@ class State:
                     (chunk_key,),
                 )
                 return
-            orphans = [s for s in shas if not self.db.execute(_IN_MANIFEST, (s,)).fetchone()]
+            # One scan of the manifest per 500 candidates: it has no index on sha256 (that
+            # index was 30% of the state folder, for this query alone).
+            shas = list(shas)
+            sql = "SELECT DISTINCT sha256 FROM manifest WHERE ? IS NULL AND sha256"
+            current = {r[0] for r in self._rows_in(sql, None, shas)}
+            orphans = [s for s in shas if s not in current]
             for start in range(0, len(orphans), 500):
                 part = orphans[start : start + 500]
                 marks = ",".join("?" * len(part))
                 self.db.execute(f"DELETE FROM parsed WHERE sha256 IN ({marks})", part)
                 self.db.execute(f"DELETE FROM chunks WHERE sha256 IN ({marks})", part)
+
+    def hand_over(self, chunk_key: str, model: str, keep_vectors: bool) -> None:
+        """After a publish: forget what the new index holds (parse and chunk records of its
+        files, their embedded marks, and unless `keep_vectors` their vectors for `model`),
+        then give the freed pages back. Reads what this database still holds (after the
+        first run, only what the last run added) and asks the index which of it it has."""
+        if self.published is None:
+            return
+        # A reader of everything the new index holds, even after `--full` (which only
+        # stopped this run from reading records out of the previous one).
+        published = Published(self.published.path)
+        build_key = f"{model}|{chunk_key}"
+        deletions: list[tuple[str, list[Any], tuple]] = []
+        for table, where, params in (
+            ("parsed", "", ()),
+            ("chunks", " AND key = ?", (chunk_key,)),
+            ("embedded", " AND model = ?", (build_key,)),
+        ):
+            sql = f"SELECT DISTINCT sha256 FROM {table} WHERE 1{where}"
+            rows = [r[0] for r in self.db.execute(sql, params)]
+            held = published.files_built_with(build_key, rows)
+            deletions.append((f"DELETE FROM {table} WHERE 1{where} AND sha256", list(held), params))
+        if not keep_vectors:
+            sql = "SELECT sha256 FROM embeddings WHERE model = ?"
+            rows = [r[0] for r in self.db.execute(sql, (model,))]
+            held = [rows[i] for i in published.vector_rows(model, rows)]
+            deletions.append(("DELETE FROM embeddings WHERE model = ? AND sha256", held, (model,)))
+        with self.transaction():
+            for sql, keys, params in deletions:
+                for start in range(0, len(keys), 500):
+                    part = keys[start : start + 500]
+                    marks = ",".join("?" * len(part))
+                    self.db.execute(f"{sql} IN ({marks})", (*params, *part))
+        self.reclaim()
+
+    def reclaim(self) -> None:
+        """Give free pages back to the file system once they are a quarter of the file (a
+        database from before auto_vacuum is converted by one VACUUM, under the writer lock)."""
+        free = self.db.execute("PRAGMA freelist_count").fetchone()[0]
+        pages = self.db.execute("PRAGMA page_count").fetchone()[0]
+        if free < 64 or free * 4 < pages:
+            return
+        if self.db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0:
+            self.db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self.db.execute("VACUUM")
+        else:
+            # sqlite3_exec steps it to the end (execute() would free a single page).
+            self.db.executescript("PRAGMA incremental_vacuum;")
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     # -- helpers --------------------------------------------------------------------------
     def transaction(self) -> _Transaction:
@@ -242,9 +353,6 @@ class State:
             yield from self.db.execute(f"{sql} IN ({marks})", (first, *part))
 
 
-_IN_MANIFEST = "SELECT 1 FROM manifest WHERE sha256 = ? LIMIT 1"
-
-
 class _Transaction:
     def __init__(self, db: sqlite3.Connection):
         self.db = db
@@ -254,3 +362,174 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def embed_text_of(heading_path: list[str], text: str) -> str:
+    """What chunking embeds and hashes for a chunk: its parent headings, then its text
+    (`pipeline.chunking._make`); `tests/test_footprint.py` checks the two agree."""
+    context = " > ".join(heading_path[:-1])
+    return f"{context}\n{text}" if context else text
+
+
+class Published:
+    """The published index read as a cache: chunk records and vectors of the files it holds.
+
+    Its rows are exactly what the caches held for those files when it was packed (pack writes
+    them from the caches), keyed the same way: by file SHA-256 for records, valid for the
+    chunking in its build key; by chunk SHA-256 for vectors, valid for its model. An index
+    that cannot be read is no cache at all (everything is recomputed)."""
+
+    def __init__(self, path: Path, records: bool = True):
+        self.path = path
+        self.records = records
+        self._file: Any = None
+        self._stamp: tuple[int, int] | None = None
+        self._derived: dict[str, Any] = {}
+
+    def _index(self):
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self._file, self._stamp, self._derived = None, None, {}
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns)
+        if stamp != self._stamp:
+            from mdvdb import index_format
+
+            self._derived = {}
+            self._stamp = stamp
+            try:
+                self._file = index_format.read_index(self.path)
+            except index_format.IndexFormatError:
+                self._file = None
+        return self._file
+
+    def _build_key(self) -> str:
+        index = self._index()
+        return str(index.meta.get("build_key") or "") if index is not None else ""
+
+    def _column(self, table: str, name: str):
+        from mdvdb.index_format import column_array
+
+        return column_array(self._index().tables[table], name)
+
+    def _rows_of(self, table: str, column: str, keys: list[str]) -> dict[str, int]:
+        """key -> first row of `table` whose `column` equals it, for the keys present."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not keys:
+            return {}
+        values = self._column(table, column)
+        hit = np.flatnonzero(
+            pc.is_in(values, value_set=pa.array(keys, pa.string())).to_numpy(zero_copy_only=False)
+        )
+        found: dict[str, int] = {}
+        for row, key in zip(hit.tolist(), values.take(pa.array(hit)).to_pylist(), strict=True):
+            found.setdefault(key, row)
+        return found
+
+    def files_with(self, chunk_key: str, shas: list[str]) -> set[str]:
+        """Which file shas the index holds chunk records of, for this chunking."""
+        if not self.records or not self._build_key().endswith(f"|{chunk_key}"):
+            return set()
+        return set(self._rows_of("files", "sha256", shas))
+
+    def files_built_with(self, build_key: str, shas: list[str]) -> set[str]:
+        if not self.records or self._build_key() != build_key:
+            return set()
+        return set(self._rows_of("files", "sha256", shas))
+
+    def vector_rows(self, model: str, shas: list[bytes]) -> dict[int, int]:
+        """Position in `shas` -> chunk row holding its vector, for those the index has (a
+        vector that is not finite, from a damaged index, is not a cached one)."""
+        if not self._build_key().startswith(f"{model}|") or not shas:
+            return {}
+        hexes = [s.hex() for s in shas]
+        rows = self._rows_of("chunks", "sha256", hexes)
+        found = {i: rows[h] for i, h in enumerate(hexes) if h in rows}
+        if found:
+            at = np.fromiter(found.values(), dtype=np.int64, count=len(found))
+            finite = np.isfinite(self.vectors(at)).all(axis=1)
+            if not finite.all():
+                found = {i: r for (i, r), ok in zip(found.items(), finite, strict=True) if ok}
+        return found
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        matrix = self._derived.get("vectors")
+        if matrix is None:
+            index = self._index()
+            chunks = index.tables["chunks"]
+            dims = int(index.meta.get("dimensions") or 0)
+            column = self._column("chunks", "vector")
+            flat = column.values.to_numpy(zero_copy_only=True)
+            start = column.offset * dims
+            matrix = flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
+            self._derived["vectors"] = matrix
+        return np.asarray(matrix[rows], dtype=np.float32)
+
+    def documents(self, chunk_key: str, shas: list[str]) -> dict[str, dict[str, Any]]:
+        """The chunk records (as `pipeline.tasks` caches them) of the files the index holds."""
+        if not self.records or not self._build_key().endswith(f"|{chunk_key}"):
+            return {}
+        import pyarrow as pa
+
+        rows = self._rows_of("files", "sha256", shas)
+        if not rows:
+            return {}
+        starts = self._derived.get("chunk_starts")
+        if starts is None:
+            file_ids = self._column("chunks", "file_id").to_numpy()
+            n_files = self._index().tables["files"].num_rows
+            starts = np.searchsorted(file_ids, np.arange(n_files + 1))
+            self._derived["chunk_starts"] = starts
+        file_rows = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))
+        take = pa.array(file_rows)
+        titles = self._column("files", "title").take(take).to_pylist()
+        metas = self._column("files", "frontmatter").take(take).to_pylist()
+        errors = self._column("files", "parse_error").take(take).to_pylist()
+        counts = starts[file_rows + 1] - starts[file_rows]
+        chunk_rows = (
+            np.concatenate([np.arange(starts[r], starts[r + 1]) for r in file_rows.tolist()])
+            if len(file_rows)
+            else np.zeros(0, np.int64)
+        )
+        ctake = pa.array(chunk_rows.astype(np.int64))
+        cols = {
+            name: self._column("chunks", name).take(ctake).to_pylist()
+            for name in (
+                "heading",
+                "heading_path",
+                "start_line",
+                "end_line",
+                "text",
+                "token_count",
+                "sha256",
+            )
+        }
+        out: dict[str, dict[str, Any]] = {}
+        at = 0
+        for i, sha in enumerate(rows):
+            chunks = []
+            for j in range(at, at + int(counts[i])):
+                path = cols["heading_path"][j] or []
+                chunks.append(
+                    {
+                        "heading": cols["heading"][j],
+                        "heading_path": path,
+                        "start_line": cols["start_line"][j],
+                        "end_line": cols["end_line"][j],
+                        "text": cols["text"][j],
+                        "embed_text": embed_text_of(path, cols["text"][j]),
+                        "token_count": cols["token_count"][j],
+                        "sha256": cols["sha256"][j],
+                    }
+                )
+            at += int(counts[i])
+            out[sha] = {
+                "title": titles[i],
+                "metadata": json.loads(metas[i] or "{}"),
+                "error": errors[i],
+                "chunks": chunks,
+            }
+        return out

@@ -53,6 +53,23 @@ class IngestReport:
     def nothing_changed(self) -> bool:
         return not (self.added or self.changed or self.removed or self.published)
 
+    def to_json(self) -> dict[str, Any]:
+        """The record `mdvdb ingest --json` prints."""
+        return {
+            "files": self.files,
+            "added": self.added,
+            "changed": self.changed,
+            "removed": self.removed,
+            "unchanged": self.unchanged,
+            "chunks": self.chunks,
+            "chunks_embedded": self.chunks_embedded,
+            "published": self.published,
+            "index_bytes": self.index_bytes,
+            "seconds": round(self.seconds, 3),
+            "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
+            "errors": [{"path": p, "problem": m} for p, m in self.errors],
+        }
+
 
 @dataclass
 class RunContext:
@@ -80,7 +97,10 @@ class RunContext:
         if self._state is None:
             from pipeline.state import State
 
-            self._state = State(self.config.state_path)
+            # `--full` re-parses and re-chunks everything: only vectors come from the index.
+            self._state = State(
+                self.config.state_path, index_path=self.config.index_path, records=not self.full
+            )
         return self._state
 
     @property
@@ -165,7 +185,10 @@ def _discover(ctx: RunContext) -> dict:
 
     state = ctx.state
     old = state.manifest()
-    clean = state.get_value("clean_run") == _build_settings(ctx)
+    # The published index is part of the cache: when it is not the one the last run wrote
+    # (deleted, replaced), nothing is trusted and every stage re-checks its work.
+    current = _published_is_current(ctx)
+    clean = current and state.get_value("clean_run") == _build_settings(ctx)
     state.set_value("clean_run", None)
     manifest = {} if ctx.full else old
     found = discover(ctx.config, manifest, ctx.only)
@@ -237,8 +260,6 @@ def _pending(ctx: RunContext, done: set[str] | None) -> list[str] | None:
 
 
 def _parse(ctx: RunContext) -> dict:
-    from pipeline.parse import parse_document
-
     state = ctx.state
     pending = _pending(ctx, None)
     if pending is None:
@@ -247,6 +268,21 @@ def _parse(ctx: RunContext) -> dict:
         known = set(state.get_parsed_shas(pending))
         by_sha = {e.sha256: e.path for e in _current(ctx).values()}
         todo = [(by_sha[s], s) for s in pending if s not in known]
+    # A parse result is only needed to chunk: files already chunked (here, or in the
+    # published index) are never parsed again.
+    chunked = state.chunked(_chunk_key(ctx.config), [sha for _, sha in todo])
+    todo = [(path, sha) for path, sha in todo if sha not in chunked]
+    failed = _parse_files(ctx, todo)
+    ctx.report.parsed = len(todo)
+    _drop_unparsed(ctx, failed if pending is not None else None)
+    return {"digest": _digest(_manifest_digest(ctx))}
+
+
+def _parse_files(ctx: RunContext, todo: list[tuple[str, str]]) -> list[str]:
+    """Parse (path, sha) pairs into the cache; returns the paths that failed (reported)."""
+    from pipeline.parse import parse_document
+
+    state = ctx.state
     batch: list[tuple[str, dict]] = []
     failed: list[str] = []
     for i, (path, sha) in enumerate(todo, 1):
@@ -275,9 +311,7 @@ def _parse(ctx: RunContext) -> dict:
             batch.clear()
         ctx.tick("parse", i, len(todo))
     state.put_parsed(batch)
-    ctx.report.parsed = len(todo)
-    _drop_unparsed(ctx, failed if pending is not None else None)
-    return {"digest": _digest(_manifest_digest(ctx))}
+    return failed
 
 
 def _drop_unparsed(ctx: RunContext, failed: list[str] | None) -> None:
@@ -288,9 +322,10 @@ def _drop_unparsed(ctx: RunContext, failed: list[str] | None) -> None:
     state = ctx.state
     if failed is None:
         rows = state.db.execute(
-            "SELECT path FROM manifest WHERE sha256 NOT IN (SELECT sha256 FROM parsed)"
+            "SELECT path, sha256 FROM manifest WHERE sha256 NOT IN (SELECT sha256 FROM parsed)"
         ).fetchall()
-        failed = [r[0] for r in rows]
+        chunked = state.chunked(_chunk_key(ctx.config), {sha for _, sha in rows})
+        failed = [path for path, sha in rows if sha not in chunked]
     if failed:
         state.replace_manifest([], failed)
         entries = _current(ctx)
@@ -323,6 +358,15 @@ def _chunk(ctx: RunContext) -> dict:
     key = _chunk_key(config)
     pending = _pending(ctx, None)
     todo = state.missing_chunks(key) if pending is None else state.missing_chunks_of(key, pending)
+    # Parse results leave the cache once the index holds a file's chunks: a new chunking
+    # parses those files again first.
+    unparsed = set(todo) - set(state.get_parsed_shas(todo))
+    if unparsed:
+        by_sha = {e.sha256: e.path for e in _current(ctx).values()}
+        again = [(by_sha[s], s) for s in sorted(unparsed) if s in by_sha]
+        failed = _parse_files(ctx, again)
+        ctx.report.parsed += len(again)
+        _drop_unparsed(ctx, failed)  # the chunk loop skips them (no parse result)
     for start in range(0, len(todo), 500):
         part = todo[start : start + 500]
         parsed = state.get_parsed(part)
@@ -439,6 +483,8 @@ def _pack(ctx: RunContext) -> dict:
         state.prune(chunk_key)
     elif ctx.left_shas:
         state.prune(chunk_key, ctx.left_shas)
+    # What the new index holds leaves the caches (pipeline.state: the index is the cache).
+    state.hand_over(chunk_key, key, keep_vectors=not getattr(provider, "cheap_to_recompute", False))
     return {"digest": digest}
 
 
@@ -450,7 +496,10 @@ def _version() -> str:
 
 def _index_is_current(task: Any, values: dict) -> bool:
     """pack is up to date only while the published index is the one it last wrote."""
-    ctx = context()
+    return _published_is_current(context())
+
+
+def _published_is_current(ctx: RunContext) -> bool:
     path: Path = ctx.config.index_path
     if not path.is_file():
         return False
@@ -499,7 +548,9 @@ def task_parse():
     """Frontmatter, heading tree and body of each new file content."""
     return {
         "actions": [_stage("parse", _parse)],
-        "uptodate": [result_dep("discover")],
+        # The published index is part of the cache (pipeline.state): without it, the work
+        # it held is redone from here on.
+        "uptodate": [result_dep("discover"), _index_is_current],
         "verbosity": 0,
     }
 
@@ -508,7 +559,7 @@ def task_chunk():
     """One chunk per heading section, windows for oversized ones."""
     return {
         "actions": [_stage("chunk", _chunk)],
-        "uptodate": [result_dep("parse"), config_changed(_chunk_settings())],
+        "uptodate": [result_dep("parse"), config_changed(_chunk_settings()), _index_is_current],
         "verbosity": 0,
     }
 
@@ -517,7 +568,7 @@ def task_embed():
     """Embed chunk texts with no cached vector for the current provider."""
     return {
         "actions": [_stage("embed", _embed)],
-        "uptodate": [result_dep("chunk"), config_changed(_settings())],
+        "uptodate": [result_dep("chunk"), config_changed(_settings()), _index_is_current],
         "verbosity": 0,
     }
 

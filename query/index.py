@@ -12,17 +12,24 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mdvdb import index_format
-from mdvdb.config import Config, load_config
+from mdvdb.config import Config, ConfigError, load_config
 from query.results import Document, SearchResponse, Section, Status
+
+if TYPE_CHECKING:
+    from query.clusters import ClusterList
+    from query.collapse import Diversity
+    from query.filters import Filter
+    from query.grep import Match
+    from query.schema import Schema
 
 
 class QueryError(RuntimeError):
@@ -186,17 +193,201 @@ class Index:
         return self._provider
 
     # -- queries --------------------------------------------------------------------------
-    def search(self, query: str, **options: Any) -> SearchResponse:
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        min_score: float | None = None,
+        mode: str | None = None,
+        explain: bool = False,
+        govern: bool | None = None,
+        filters: Sequence[Filter] = (),
+        mask: np.ndarray | None = None,
+        cluster: int | None = None,
+        per_file: int | None = None,
+        collapse: bool = True,
+        diversity: Diversity | None = None,
+    ) -> SearchResponse:
+        """Ranked sections for `query` (`mdvdb search --json`). None takes the configured
+        default (MDVDB_SEARCH_DEFAULT_LIMIT, _MIN_SCORE, _MODE); `filters` and `cluster`
+        restrict the candidates, `mask` is one boolean per chunk; `per_file` caps sections a
+        file, `collapse=False` keeps near-duplicate copies (`diversity`: both, precomputed)."""
         from query.search import search
 
         with self.pinned():
-            return search(self, query, **options)
+            return search(
+                self,
+                query,
+                limit=limit,
+                min_score=min_score,
+                mode=mode,
+                explain=explain,
+                govern=govern,
+                filters=filters,
+                mask=mask,
+                cluster=cluster,
+                per_file=per_file,
+                collapse=collapse,
+                diversity=diversity,
+            )
 
-    async def asearch(self, query: str, **options: Any) -> SearchResponse:
+    async def asearch(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        min_score: float | None = None,
+        mode: str | None = None,
+        explain: bool = False,
+        govern: bool | None = None,
+        filters: Sequence[Filter] = (),
+        mask: np.ndarray | None = None,
+        cluster: int | None = None,
+        per_file: int | None = None,
+        collapse: bool = True,
+        diversity: Diversity | None = None,
+    ) -> SearchResponse:
         """The same search off the event loop, for agent loops built on asyncio."""
         import asyncio
 
-        return await asyncio.to_thread(self.search, query, **options)
+        return await asyncio.to_thread(
+            self.search,
+            query,
+            limit=limit,
+            min_score=min_score,
+            mode=mode,
+            explain=explain,
+            govern=govern,
+            filters=filters,
+            mask=mask,
+            cluster=cluster,
+            per_file=per_file,
+            collapse=collapse,
+            diversity=diversity,
+        )
+
+    def schema(self) -> Schema:
+        """The frontmatter schema merged with the overlay (`mdvdb schema --json`, less the
+        file count). QueryError for an index written before schemas were indexed."""
+        from query.schema import load_schema
+
+        with self.pinned() as snap:
+            merged = load_schema(snap)
+        if not merged.present:
+            raise QueryError("this index has no frontmatter schema yet: run `mdvdb ingest`")
+        return merged
+
+    async def aschema(self) -> Schema:
+        import asyncio
+
+        return await asyncio.to_thread(self.schema)
+
+    def clusters(self) -> ClusterList:
+        """The topic clusters (`mdvdb clusters --json`). QueryError when the index was built
+        with MDVDB_CLUSTERING_ENABLED=false."""
+        from query.clusters import list_clusters
+
+        with self.pinned():
+            return list_clusters(self)
+
+    async def aclusters(self) -> ClusterList:
+        import asyncio
+
+        return await asyncio.to_thread(self.clusters)
+
+    def grep(
+        self,
+        pattern: str,
+        *,
+        regex: bool = False,
+        limit: int = 10,
+        per_file_limit: int = 50,
+        sources: Sequence[str] = (),
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        file_type: str = "md",
+        sort: bool = False,
+        include_frontmatter: bool = False,
+        exclude_blacklisted: bool = False,
+    ) -> list[Match]:
+        """Exact text over the source folders with ripgrep, as `mdvdb grep --json` (needs no
+        index): the same options and defaults, the matches as `query.grep.Match` (`to_json()`
+        gives the CLI's records). A bad source filter is a `query.sources.SourceError`; a
+        pattern rg refuses (`regex=True`), or no root to search, a `query.grep.GrepError`."""
+        import tempfile
+
+        from query import grep as grepping
+        from query.sources import Registry, select_roots
+
+        if not pattern:
+            raise grepping.GrepError("a pattern is required")
+        if limit < 1 or per_file_limit < 1:
+            raise grepping.GrepError("limit and per_file_limit must be at least 1")
+        config = self.config
+        selection = select_roots(
+            config,
+            Registry.load(),
+            sources=sources,
+            include=include,
+            exclude=exclude,
+            drop_blacklisted=exclude_blacklisted,
+        )
+        options = grepping.GrepOptions(
+            pattern=pattern,
+            limit=limit,
+            per_file_limit=per_file_limit,
+            file_type=file_type,
+            regex=regex,
+            sort=sort,
+            include_frontmatter=include_frontmatter,
+        )
+        with tempfile.TemporaryFile() as errors:  # a file: rg can never block writing to it
+            run = grepping.start(
+                options, selection, config.root, config.page_id_field, stderr=errors
+            )
+            matches = list(run)
+            if run.returncode == 2 and not matches:
+                errors.seek(0)
+                said = [x.strip() for x in errors.read().decode("utf-8", "replace").splitlines()]
+                said = [x for x in said if x] or ["rg failed"]
+                # rg's first line says what failed, its last why ("regex parse error ...
+                # error: unclosed group"); one line for the caller.
+                first, last = said[0].rstrip(":"), said[-1].removeprefix("error: ")
+                raise grepping.GrepError(first if len(said) == 1 else f"{first}: {last}")
+        return matches
+
+    async def agrep(
+        self,
+        pattern: str,
+        *,
+        regex: bool = False,
+        limit: int = 10,
+        per_file_limit: int = 50,
+        sources: Sequence[str] = (),
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        file_type: str = "md",
+        sort: bool = False,
+        include_frontmatter: bool = False,
+        exclude_blacklisted: bool = False,
+    ) -> list[Match]:
+        import asyncio
+
+        return await asyncio.to_thread(
+            self.grep,
+            pattern,
+            regex=regex,
+            limit=limit,
+            per_file_limit=per_file_limit,
+            sources=sources,
+            include=include,
+            exclude=exclude,
+            file_type=file_type,
+            sort=sort,
+            include_frontmatter=include_frontmatter,
+            exclude_blacklisted=exclude_blacklisted,
+        )
 
     def get_document(self, path: str) -> Document:
         with self.pinned():
@@ -240,6 +431,11 @@ class Index:
         import asyncio
 
         return await asyncio.to_thread(self.get_document, path)
+
+    async def astatus(self, check_files: bool = True) -> Status:
+        import asyncio
+
+        return await asyncio.to_thread(self.status, check_files)
 
     def status(self, check_files: bool = True) -> Status:
         try:
@@ -304,5 +500,8 @@ class Index:
 
 def open_index(root: Path | str | None = None, config: Config | None = None) -> Index:
     """Open a project's index for reading (`root`: the project folder; default: found
-    upward from the current folder)."""
+    upward from the current folder). A `root` that is not a folder is a ConfigError, as
+    `--root` is for the CLI."""
+    if config is None and root is not None and not Path(root).is_dir():
+        raise ConfigError(f"{root}: not a folder")
     return Index(config or load_config(root))

@@ -68,8 +68,10 @@ class Schema:
 _CACHE: dict[tuple, Schema] = {}
 
 
-def load_schema(snapshot: Snapshot) -> Schema:
-    """The schema of one mapped snapshot (cached for as long as that snapshot is current)."""
+def load_schema(snapshot: Snapshot | Index) -> Schema:
+    """The schema of one mapped snapshot (cached for as long as that snapshot is current);
+    given an `Index`, of its current snapshot (`Index.schema()` is the public form)."""
+    snapshot = getattr(snapshot, "snapshot", snapshot)
     key = (str(snapshot.file.path), snapshot.file.inode, snapshot.file.mtime_ns)
     cached = _CACHE.get(key)
     if cached is None:

@@ -197,7 +197,11 @@ def tiered_search(
         title_total = int(np.unique(snap.chunk_file_ids[candidates & titled]).shape[0])
     first = first[:limit]
     # The content tier is every other candidate section, the other sections of a title
-    # document included: a page titled "Kubernetes Guide" keeps its matching sections.
+    # document included: a page titled "Kubernetes Guide" keeps its matching sections. Its
+    # title hit stands for the page, so it does not use up the page's per-file cap (duplicate
+    # groups it showed stay used). With one section a file (`--files`) the page is listed.
+    if diversity.per_file != 1:
+        diversity.file_counts.clear()
     rest_mask = candidates.copy()
     rest_mask[[hit.chunk_id for _, hit in first]] = False
     content = index.search(

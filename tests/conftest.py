@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 SHARED_CORPORA = Path(os.environ.get("MDVDB_SHARED_CORPORA", REPO.parent / "shared" / "corpora"))
+
+# Model tables live in a per-user cache (mdvdb/user_cache.py). The suite gets its own, shared
+# by every test and every CLI subprocess of the session (they inherit the variable), so a test
+# run never writes into the real home; tests/test_footprint.py checks the real location rules.
+if not os.environ.get("MDVDB_CACHE_DIR"):
+    os.environ["MDVDB_CACHE_DIR"] = tempfile.mkdtemp(prefix="mdvdb-test-cache-")
 
 
 MARKDOWN = (".md", ".markdown")

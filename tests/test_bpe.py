@@ -44,7 +44,7 @@ def test_lookup_bpe_matches_the_real_tokenizer(tmp_path: Path):
 
 def test_query_vectors_are_identical_either_way(tmp_path: Path):
     quick = LocalProvider(cache_dir=tmp_path)
-    bulk = LocalProvider(cache_dir=None)
+    bulk = LocalProvider(use_cache=False)
     for text in SAMPLES:
         a = quick.embed([text])
         b = bulk.embed([text])

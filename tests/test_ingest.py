@@ -129,13 +129,19 @@ def test_a_failed_pack_leaves_the_previous_index_intact(notes: Path):
     assert "extra.md" in _paths(notes)
 
 
-def test_missing_index_is_rebuilt_from_caches(notes: Path):
+def test_missing_index_is_rebuilt(notes: Path):
+    """The index is part of the cache: the state folder keeps no second copy of its records
+    or (for the local model, which re-embeds thousands of chunks a second) of its vectors, so
+    a deleted index is rebuilt by parsing and embedding again. A remote provider's vectors are
+    kept: tests/test_providers_cli.py rebuilds one without a request."""
     _ingest(notes)
     config = load_config(notes, environ={})
     config.index_path.unlink()
     report = _ingest(notes)
-    assert report.published and report.chunks_embedded == 0
+    assert report.published and report.parsed == 4 and report.chunks_embedded == report.chunks
     assert len(_paths(notes)) == 4
+    again = _ingest(notes)
+    assert again.nothing_changed and again.parsed == 0 and again.chunks_embedded == 0
 
 
 def test_full_rebuild_and_config_change(notes: Path):

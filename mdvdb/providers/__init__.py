@@ -27,9 +27,7 @@ def get_provider(config: Config) -> EmbeddingProvider:
             return MiniLMProvider(config.embedding_model, config.embedding_dimensions, config.root)
         from mdvdb.providers.local import LocalProvider
 
-        return LocalProvider(
-            config.embedding_model, config.embedding_dimensions, cache_dir=config.state_path
-        )
+        return LocalProvider(config.embedding_model, config.embedding_dimensions)
     if name == "openai":
         from mdvdb.providers.openai import openai_provider
 

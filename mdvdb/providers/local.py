@@ -58,21 +58,29 @@ def weights_path() -> Path:
 @lru_cache(maxsize=4)
 def load_table(cache_dir: Path | None = None) -> np.ndarray:
     """The token table as float32. The wheel ships it as fp16 safetensors (16 MB to read and
-    convert on every cold start); a float32 `.npy` copy in the state folder is memory-mapped
-    instead, so a query touches only the rows of its own tokens."""
+    convert on every cold start); a float32 `.npy` copy in the per-user cache
+    (`mdvdb.user_cache`, named by the weights' SHA-256) is memory-mapped instead, so a query
+    touches only the rows of its own tokens. One copy per user, whatever the number of
+    projects; `cache_dir` None: no copy (read the weights every time)."""
     source = weights_path()
-    if cache_dir is not None:
-        st = source.stat()
-        cached = cache_dir / f"local-{CONFIG_NAME}-{st.st_size}-{int(st.st_mtime)}.f32.npy"
-        if cached.is_file():
-            try:
-                return np.load(cached, mmap_mode="r")
-            except (OSError, ValueError):
-                pass
-        table = _read_safetensors(source)
-        _write_cache(cached, table)
-        return table
-    return _read_safetensors(source)
+    if cache_dir is None:
+        return _read_safetensors(source)
+    from mdvdb.user_cache import atomic_write, source_sha256
+
+    try:
+        cached = cache_dir / f"{source_sha256(source)}.f32.npy"
+    except OSError:
+        return _read_safetensors(source)
+    if cached.is_file():
+        try:
+            table = np.load(cached, mmap_mode="r")
+            if table.dtype == np.float32 and table.ndim == 2:
+                return table
+        except (OSError, ValueError):
+            pass
+    table = _read_safetensors(source)
+    atomic_write(cached, lambda fh: np.save(fh, table))
+    return table
 
 
 def _read_safetensors(path: Path) -> np.ndarray:
@@ -81,61 +89,50 @@ def _read_safetensors(path: Path) -> np.ndarray:
     return np.ascontiguousarray(load_file(str(path))["embedding.weight"], dtype=np.float32)
 
 
-def _write_cache(path: Path, table: np.ndarray) -> None:
-    """Best effort and atomic: a reader never sees a half-written table; a read-only state
-    folder just means the slower path next time."""
-    import os
-    import tempfile
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".table.", suffix=".tmp", dir=path.parent)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, table)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-
-
 QUICK_CHARS = 256  # the lookup BPE is quadratic in text length: for queries only
 
 
 @lru_cache(maxsize=4)
 def quick_bpe(cache_dir: Path | None):
-    """The lookup BPE (mdvdb.providers.bpe) kept in the state folder; None without one."""
+    """The lookup BPE (mdvdb.providers.bpe), kept in the per-user cache under the tokenizer
+    file's SHA-256; None without a cache."""
     if cache_dir is None:
         return None
     from mdvdb.providers.bpe import QueryBPE
+    from mdvdb.user_cache import source_sha256
 
-    source = tokenizer_path()
-    st = source.stat()
-    path = cache_dir / f"local-{CONFIG_NAME}-bpe-{st.st_size}-{int(st.st_mtime)}.sqlite3"
     try:
+        source = tokenizer_path()
+        path = cache_dir / f"{source_sha256(source)}.bpe.sqlite3"
         return QueryBPE(path) if path.is_file() else QueryBPE.build(source, path)
-    except Exception:  # a read-only or broken state folder: the Rust tokenizer still works
+    except Exception:  # a read-only or broken cache: the Rust tokenizer still works
         return None
 
 
 class LocalProvider(SequentialBatches):
     name = "local"
+    # Thousands of chunks a second, offline: the write side keeps no copy of vectors the
+    # index already holds (pipeline.state), re-embedding is cheaper than storing them twice.
+    cheap_to_recompute = True
 
     def __init__(
         self,
         model: str = "wordllama-l2-supercat",
         dimensions: int = 256,
         cache_dir: Path | None = None,
+        use_cache: bool = True,
     ):
+        """`cache_dir`: where the derived model files live (default: the per-user cache,
+        `mdvdb.user_cache`); `use_cache=False` reads the model's own files every time."""
         if dimensions > NATIVE_DIMENSIONS:
             raise ProviderError(f"local model gives at most {NATIVE_DIMENSIONS} dimensions")
         self.model = model
         self.dimensions = dimensions
-        self.cache_dir = cache_dir
+        if use_cache and cache_dir is None:
+            from mdvdb.user_cache import models_dir
+
+            cache_dir = models_dir()
+        self.cache_dir = cache_dir if use_cache else None
 
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Short texts (a query) go through the lookup BPE, which starts in a millisecond;
