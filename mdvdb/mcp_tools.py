@@ -351,7 +351,8 @@ def status(config: Config, index: Index) -> dict[str, Any]:
 def ingest(config: Config) -> dict[str, Any]:
     from pipeline import ingest as pipeline_ingest
 
-    report = pipeline_ingest.run(config, None, wait=False)
+    # The server's own watcher may be mid-ingest: wait for it rather than fail.
+    report = pipeline_ingest.run(config, None)
     return {
         "files": report.files,
         "added": report.added,

@@ -96,7 +96,20 @@ def load(root: Path | str | None):
         root = Path(root)
         if not root.is_dir():
             raise CliError(f"--root {root}: not a folder", EXIT_USAGE)
-    return load_config(root)
+    config = load_config(root)
+    warn_unknown_keys(config)
+    return config
+
+
+def warn_unknown_keys(config) -> None:
+    """A misspelt MDVDB_* key in `.markdownvdb` is otherwise silently ignored: say so, one
+    line on stderr per key, with the closest setting. (Unknown MDVDB_* variables in the
+    environment are left alone: a shell holds variables for other tools and versions.)"""
+    from mdvdb.config import unknown_keys
+
+    for key, suggestion in unknown_keys(config):
+        hint = f" (did you mean {suggestion}?)" if suggestion else ""
+        echo(f"mdvdb: warning: {config.root / '.markdownvdb'}: unknown key {key}{hint}", err=True)
 
 
 def refuse_if_off(config) -> None:
