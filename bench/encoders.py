@@ -1,240 +1,417 @@
-"""Dense encoders compared on BEIR-layout folders: WordLlama (the default) vs all-MiniLM-L6-v2.
+"""WordLlama vs all-MiniLM-L6-v2 through the real pipeline: ingest speed, memory, quality.
 
-Embeds title + text of every document with each provider, ranks by cosine, and prints
-nDCG@10 / recall@100 dense-only and min-max fused with a bm25s BM25 baseline (English
-stop-words + Snowball stemming) at dense weights 0.3 and 0.5, computed in the same run. Also
-prints each encoder's load time, one-short-query latency (p50) and corpus throughput.
+    python bench/encoders.py /work/corpora/{nfcorpus,cranfield,cacm,arguana,ray-docs-qa} [--json]
+    python bench/encoders.py ... --runtimes 256   # + NumPy vs onnxruntime on 256 chunk texts
+    python bench/encoders.py ... --windows        # + MiniLM: cut at 256 word-pieces vs windows
 
-    python bench/encoders.py /work/corpora/cranfield /work/corpora/nfcorpus [--json]
-    python bench/encoders.py --ingest 250 [--json]   # real `mdvdb ingest` of 250 tldr pages
+Per set and model: the documents are written as Markdown (bench/quality.py's layout) into a
+folder of their own whose `.markdownvdb` names the model, and a fresh `mdvdb ingest` process
+indexes it, timed (wall, CPU) with its peak RSS (`/usr/bin/time`). An existing index is
+reused with its recorded timing (`--fresh` re-ingests). Then every test query runs in the
+semantic and hybrid modes of `query.search`, and plain BM25 (bm25s) in the same run.
 
-The --ingest run copies the first N pages of tldr's pages/common into a fresh folder per
-model and times a fresh `mdvdb ingest` process there (wall and CPU seconds, chunks/s).
+Fusion per model: hybrid nDCG@10 over a grid of fusion settings on every set, and the
+leave-one-set-out choice (the setting best on the mean of the other sets, scored on the held
+out one), the rule that chose `mdvdb/fusion_models.py`.
 
-Document vectors (and the seconds their embedding took) are cached under
-MDVDB_BENCH_DIR/encoders, keyed by corpus, encoder and the texts' SHA-256, so a rerun only
-recomputes the metrics; --no-cache forces a fresh embed.
+`--runtimes N`: the same N chunk texts of the first set embedded by the NumPy reference and by
+the onnxruntime graph in this process, one after the other: chunks/s of each and their ratio,
+which is how the speed is stated when the machine's load makes absolute figures meaningless.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import itertools
 import json
 import os
-import resource
+import re
 import shutil
-import statistics
+import subprocess
 import sys
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import WORK, corpus, print_table  # noqa: E402
-from bench.common import run as run_cmd  # noqa: E402
+from bench.common import WORK, print_table  # noqa: E402
+from bench.quality import bm25_baseline, evaluate, load_beir  # noqa: E402
 
-ENCODERS = ("wordllama", "minilm")
-DENSE_WEIGHTS = (0.3, 0.5)
-
-
-def load_beir(folder: Path) -> tuple[list[str], list[str], dict[str, str], dict[str, dict]]:
-    ids, texts = [], []
-    with (folder / "corpus.jsonl").open(encoding="utf-8") as handle:
-        for line in handle:
-            doc = json.loads(line)
-            ids.append(str(doc["_id"]))
-            texts.append(f"{doc.get('title') or ''}\n{doc.get('text') or ''}".strip())
-    qrels: dict[str, dict[str, int]] = {}
-    with (folder / "qrels" / "test.tsv").open(encoding="utf-8") as handle:
-        next(handle)
-        for line in handle:
-            qid, did, score = line.rstrip("\n").split("\t")[:3]
-            if int(score) > 0:
-                qrels.setdefault(qid, {})[did] = int(score)
-    queries = {}
-    with (folder / "queries.jsonl").open(encoding="utf-8") as handle:
-        for line in handle:
-            q = json.loads(line)
-            if str(q["_id"]) in qrels:
-                queries[str(q["_id"])] = q["text"]
-    return ids, texts, queries, qrels
+DEPTH = 100
 
 
-def make_provider(name: str):
-    if name == "wordllama":
-        from mdvdb.providers.local import LocalProvider
-
-        return LocalProvider("wordllama-l2-supercat", 256)
-    from mdvdb.providers.minilm import MiniLMProvider
-
-    return MiniLMProvider("all-minilm-l6-v2")
+# The flat Markdown layout (docs/<id>.md) and the per-mode runs this benchmark was measured
+# with; bench/quality.py has since moved to its own layout and runner.
+def file_name(doc_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", doc_id) + ".md"
 
 
-def embed_corpus(name: str, provider, texts: list[str], corpus: str, use_cache: bool):
-    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
-    cache = WORK / "encoders" / f"{corpus}-{name}-{digest}.npy"
-    timing = cache.with_suffix(".json")
-    if use_cache and cache.is_file() and timing.is_file():
-        return np.load(cache), json.loads(timing.read_text())["seconds"]
-    start = time.perf_counter()
-    vectors = np.concatenate(
-        [provider.embed(texts[i : i + 64]) for i in range(0, len(texts), 64)]
-    ).astype(np.float32)
-    seconds = time.perf_counter() - start
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    np.save(cache, vectors)
-    timing.write_text(json.dumps({"seconds": seconds, "load_avg": os.getloadavg()[0]}))
-    print(f"{corpus}: {name} embedded {len(texts)} docs in {seconds:.0f} s", file=sys.stderr)
-    return vectors, seconds
+def write_markdown(corpus: dict, root: Path) -> dict[str, str]:
+    """One Markdown file per document (kept between runs); returns relative path -> doc id."""
+    docs = root / "docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for doc_id, (title, text) in corpus.items():
+        name = file_name(doc_id)
+        rel = f"docs/{name}"
+        paths[rel] = doc_id
+        target = docs / name
+        if target.exists():
+            continue
+        head = f"---\nid: {json.dumps(doc_id)}\ntitle: {json.dumps(title)}\n---\n\n"
+        body = f"# {title}\n\n{text}\n" if title.strip() else f"{text}\n"
+        target.write_text(head + body, encoding="utf-8")
+    return paths
 
 
-def bm25_scores(texts: list[str], queries: list[str]) -> np.ndarray:
-    import bm25s
-    import Stemmer
-
-    stemmer = Stemmer.Stemmer("english")
-    retriever = bm25s.BM25()
-    corpus_tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
-    retriever.index(corpus_tokens, show_progress=False)
-    tokens = bm25s.tokenize(
-        queries, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
-    )
-    return np.stack([retriever.get_scores(q) for q in tokens]).astype(np.float32)
+def rank_documents(scores: np.ndarray, chunk_doc: np.ndarray, valid: np.ndarray | None) -> list:
+    """Document order by best chunk score (the top DEPTH documents)."""
+    best = np.full(int(chunk_doc.max()) + 1, -np.inf, dtype=np.float64)
+    use = scores if valid is None else np.where(valid, scores, -np.inf)
+    np.maximum.at(best, chunk_doc, use)
+    order = np.argsort(-best, kind="stable")[:DEPTH]
+    return [int(i) for i in order if np.isfinite(best[i])]
 
 
-def minmax(scores: np.ndarray) -> np.ndarray:
-    low = scores.min(axis=1, keepdims=True)
-    span = scores.max(axis=1, keepdims=True) - low
-    return (scores - low) / np.where(span > 0, span, 1.0)
+def mdvdb_runs(index, queries: dict, qids: list[str], doc_of_file: list[str], modes):
+    """Per mode: query id -> ranked document ids; also each query's BM25F scores and vector."""
+    from query.search import mode_scores, query_vector
+
+    chunk_doc = index.snapshot.chunk_file_ids
+    runs: dict[str, dict[str, list[str]]] = {m: {} for m in modes}
+    raw: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for q in qids:
+        for mode in modes:
+            scores, parts = mode_scores(index, queries[q], mode)
+            valid = parts.get("_candidates")
+            runs[mode][q] = [doc_of_file[i] for i in rank_documents(scores, chunk_doc, valid)]
+            if mode == "hybrid":
+                raw[q] = (parts["bm25"], query_vector(index, queries[q]))
+    return runs, raw
 
 
-def metrics(scores: np.ndarray, qids: list[str], ids: list[str], qrels) -> tuple[float, float]:
-    """Mean nDCG@10 (graded gains, log2 discount) and recall@100 over the queries."""
-    top = np.argsort(-scores, axis=1)[:, :100]
-    ndcgs, recalls = [], []
-    discount = 1.0 / np.log2(np.arange(2, 12))
-    for row, qid in enumerate(qids):
-        rel = qrels[qid]
-        gains = np.array([rel.get(ids[j], 0) for j in top[row]], dtype=np.float64)
-        ideal = np.sort(np.array(list(rel.values()), dtype=np.float64))[::-1][:10]
-        dcg = float(((2 ** gains[:10] - 1) * discount[: len(gains[:10])]).sum())
-        idcg = float(((2**ideal - 1) * discount[: len(ideal)]).sum())
-        ndcgs.append(dcg / idcg if idcg else 0.0)
-        recalls.append(float((gains > 0).sum()) / len(rel))
-    return float(np.mean(ndcgs)), float(np.mean(recalls))
+MODELS = {"wordllama": "wordllama-l2-supercat", "minilm": "all-minilm-l6-v2"}
+GRID = {
+    "dense_weight": (0.2, 0.3, 0.4, 0.5, 0.6),
+    "feedback_weight": (0.2, 0.4),
+    "dense_feedback_weight": (0.0, 0.5, 1.0),
+}
 
 
-def query_latency_ms(provider, text: str = "how do I extract a tar archive") -> float:
-    provider.embed([text])
-    samples = []
-    for _ in range(20):
-        start = time.perf_counter()
-        provider.embed([text])
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
+def load() -> float:
+    return round(os.getloadavg()[0], 1)
 
 
-def evaluate(folders: list[Path], use_cache: bool) -> tuple[list[dict], list[dict]]:
-    quality, speed = [], []
-    providers = {}
-    for name in ENCODERS:
-        start = time.perf_counter()
-        providers[name] = make_provider(name)
-        providers[name].embed(["warm up"])
-        load = time.perf_counter() - start
-        speed.append(
-            {"encoder": name, "load_s": load, "query_p50_ms": query_latency_ms(providers[name])}
-        )
-    for folder in folders:
-        ids, texts, queries, qrels = load_beir(folder)
-        qids = list(queries)
-        lexical = bm25_scores(texts, [queries[q] for q in qids])
-        nd, rc = metrics(lexical, qids, ids, qrels)
-        quality.append({"corpus": folder.name, "method": "bm25", "ndcg@10": nd, "recall@100": rc})
-        for name, provider in providers.items():
-            vectors, seconds = embed_corpus(name, provider, texts, folder.name, use_cache)
-            if seconds:
-                for row in speed:
-                    if row["encoder"] == name:
-                        row[f"{folder.name}_docs_per_s"] = len(texts) / seconds
-            dense = provider.embed([queries[q] for q in qids]) @ vectors.T
-            nd, rc = metrics(dense, qids, ids, qrels)
-            quality.append({"corpus": folder.name, "method": name, "ndcg@10": nd, "recall@100": rc})
-            for weight in DENSE_WEIGHTS:
-                fused = weight * minmax(dense) + (1 - weight) * minmax(lexical)
-                nd, rc = metrics(fused, qids, ids, qrels)
-                quality.append(
-                    {
-                        "corpus": folder.name,
-                        "method": f"{name}+bm25 w={weight}",
-                        "ndcg@10": nd,
-                        "recall@100": rc,
-                    }
-                )
-    return quality, speed
-
-
-INGEST_MODELS = {"wordllama": "wordllama-l2-supercat", "minilm": "all-minilm-l6-v2"}
-
-
-def ingest_rows(count: int) -> list[dict]:
-    """Fresh `mdvdb ingest` processes over the same N real pages, one folder per model."""
-    pages = sorted((corpus("tldr") / "pages" / "common").glob("*.md"))[:count]
-    rows = []
-    for name, model in INGEST_MODELS.items():
-        root = WORK / "encoders-ingest" / name
+def ingest(folder: Path, name: str, model: str, fresh: bool) -> tuple[Path, dict, dict]:
+    """The set written as Markdown under WORK/encoders/<set>/<model>, ingested by a fresh
+    `mdvdb ingest` process unless an index is there; returns root, doc-id map, timing."""
+    corpus, _, _ = load_beir(folder)
+    root = WORK / "encoders" / folder.name / name
+    stamp = root / "ingest.json"
+    if fresh:
         shutil.rmtree(root, ignore_errors=True)
-        root.mkdir(parents=True)
-        for page in pages:
-            shutil.copy(page, root / page.name)
-        env = {**os.environ, "MDVDB_EMBEDDING_MODEL": model}
-        env.pop("MDVDB_EMBEDDING_DIMENSIONS", None)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        done = run_cmd(
-            [sys.executable, "-m", "mdvdb", "ingest", "--json", "--root", str(root)], env=env
-        )
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if done.returncode != 0:
-            raise SystemExit(f"ingest with {model} failed: {done.stderr[-2000:]}")
-        report = json.loads(done.stdout)
-        embed_s = report["stage_seconds"]["embed"]
+    root.mkdir(parents=True, exist_ok=True)
+    paths = write_markdown(corpus, root)
+    (root / ".markdownvdb").write_text(f"MDVDB_EMBEDDING_MODEL={model}\n", encoding="utf-8")
+    if stamp.is_file() and (root / ".markdownvdb.index").is_file():
+        return root, paths, json.loads(stamp.read_text(encoding="utf-8"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MDVDB_EMBEDDING")}
+    usage = root / "time.txt"
+    before = load()
+    start = time.perf_counter()
+    done = subprocess.run(
+        ["/usr/bin/time", "-f", "%M %U %S", "-o", str(usage), sys.executable, "-m", "mdvdb"]
+        + ["ingest", "--json", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"ingest of {root} failed: {done.stderr[-2000:]}")
+    report = json.loads(done.stdout)
+    rss_kb, user, system = usage.read_text().split()[-3:]
+    timing = {
+        "files": report["files"],
+        "chunks": report["chunks_embedded"],
+        "wall_s": round(wall, 1),
+        "cpu_s": round(float(user) + float(system), 1),
+        "embed_s": round(report["stage_seconds"]["embed"], 1),
+        "chunks_per_s": round(report["chunks_embedded"] / wall, 1),
+        "peak_rss_mb": round(int(rss_kb) / 1024),
+        "load_before": before,
+        "load_after": load(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    stamp.write_text(json.dumps(timing), encoding="utf-8")
+    return root, paths, timing
+
+
+def quality(folder: Path, roots: dict, baseline_cache: dict) -> tuple[list[dict], dict]:
+    """Rows per model (semantic, hybrid as shipped) and the raw inputs of the fusion sweep."""
+    from mdvdb.config import load_config
+    from query import open_index
+
+    corpus, queries, qrels = load_beir(folder)
+    qids = list(qrels)
+    if folder.name not in baseline_cache:
+        drop_self = folder.name == "arguana"  # BEIR: a query's own id is not an answer
+        base = evaluate(bm25_baseline(corpus, queries, qids, drop_self), qrels)["ndcg@10"]
+        baseline_cache[folder.name] = base
+    base = baseline_cache[folder.name]
+    rows, raws = [], {}
+    for name, (root, paths, timing) in roots.items():
+        index = open_index(config=load_config(root, environ={}))
+        doc_of_file = [paths[p] for p in index.snapshot.paths]
+        runs, raw = mdvdb_runs(index, queries, qids, doc_of_file, ("semantic", "hybrid"))
+        semantic = evaluate(runs["semantic"], qrels)["ndcg@10"]
+        hybrid = evaluate(runs["hybrid"], qrels)["ndcg@10"]
         rows.append(
             {
+                "set": folder.name,
                 "model": name,
-                "files": report["files"],
-                "chunks": report["chunks_embedded"],
-                "wall_s": wall,
-                "cpu_s": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
-                "embed_stage_s": embed_s,
-                "chunks_per_s_embed": report["chunks_embedded"] / max(embed_s, 1e-9),
-                "chunks_per_s_wall": report["chunks_embedded"] / wall,
-                "load_avg": os.getloadavg()[0],
+                "chunks": timing["chunks"],
+                "ingest_s": timing["wall_s"],
+                "chunks/s": timing["chunks_per_s"],
+                "peak_rss_mb": timing["peak_rss_mb"],
+                "load": f"{timing['load_before']}-{timing['load_after']}",
+                "bm25s": base,
+                "semantic": semantic,
+                "hybrid": hybrid,
+                "hybrid-bm25s": hybrid - base,
+            }
+        )
+        raws[name] = (index, raw, qrels, doc_of_file)
+    return rows, raws
+
+
+def sweep(raws: dict) -> list[dict]:
+    """Hybrid nDCG@10 of every GRID setting on one set, for one model."""
+    from query.fusion import PARAMS, hybrid
+    from query.lexical import lexical_index
+
+    index, raw, qrels, doc_of_file = raws
+    lexical = lexical_index(index)
+    vectors = index.snapshot.vectors
+    chunk_doc = index.snapshot.chunk_file_ids
+    known = {f.name for f in fields(PARAMS)}
+    rows = []
+    for values in itertools.product(*GRID.values()):
+        settings = {k: v for k, v in zip(GRID, values, strict=True) if k in known}
+        params = replace(PARAMS, **settings)
+        runs = {}
+        for q, (bm25, vector) in raw.items():
+            fused, _ = hybrid(lexical, vectors, vector, bm25, params)
+            order = rank_documents(fused.scores, chunk_doc, fused.scores > 0)
+            runs[q] = [doc_of_file[i] for i in order]
+        rows.append({**settings, "ndcg@10": evaluate(runs, qrels)["ndcg@10"]})
+    return rows
+
+
+def leave_one_out(grid: dict[str, list[dict]]) -> tuple[list[dict], dict]:
+    """grid: set -> sweep rows (same order). For each set, the setting with the best mean over
+    the other sets, scored on this one; and the setting best over all sets (what ships)."""
+    sets = list(grid)
+    keys = [k for k in grid[sets[0]][0] if k != "ndcg@10"]
+    n = len(grid[sets[0]])
+    score = {s: np.array([r["ndcg@10"] for r in grid[s]]) for s in sets}
+    rows = []
+    for held in sets:
+        others = np.mean([score[s] for s in sets if s != held], axis=0)
+        pick = int(np.argmax(others))
+        setting = {k: grid[held][pick][k] for k in keys}
+        rows.append({"held_out": held, **setting, "held_out_ndcg@10": float(score[held][pick])})
+    overall = int(np.argmax(np.mean([score[s] for s in sets], axis=0)))
+    del n
+    chosen = {k: grid[sets[0]][overall][k] for k in keys}
+    per_set = [{"set": s, **chosen, "ndcg@10": float(score[s][overall])} for s in sets]
+    return rows, per_set
+
+
+def runtime_ratio(root: Path, count: int) -> list[dict]:
+    """NumPy reference vs onnxruntime on the same chunk texts, same process, one after the
+    other (twice, alternating, to even out the machine's load)."""
+    from mdvdb.config import load_config
+    from mdvdb.providers.minilm import MiniLMProvider
+    from query import open_index
+
+    index = open_index(config=load_config(root, environ={}))
+    texts = [str(t) for t in index.snapshot.table("chunks").column("text").to_pylist()[:count]]
+    providers = {r: MiniLMProvider("all-minilm-l6-v2", runtime=r) for r in ("numpy", "onnx")}
+    seconds = {r: [] for r in providers}
+    vectors = {}
+    for _ in range(2):
+        for runtime, provider in providers.items():
+            start = time.perf_counter()
+            vectors[runtime] = provider.embed(texts)
+            seconds[runtime].append(time.perf_counter() - start)
+    cosines = (vectors["numpy"] * vectors["onnx"]).sum(axis=1)
+    rows = []
+    for runtime, secs in seconds.items():
+        rows.append(
+            {
+                "runtime": runtime,
+                "texts": len(texts),
+                "chunks/s": len(texts) / min(secs),
+                "vs numpy": min(seconds["numpy"]) / min(secs),
+                "cos min": float(cosines.min()),
+                "cos mean": float(cosines.mean()),
+                "load": load(),
             }
         )
     return rows
 
 
+def latency(roots: dict, runs: int) -> list[dict]:
+    """Per model, on the same set: a cold `mdvdb search` process (median wall of `runs`) and a
+    warm in-process `Index.search` (median of 20 after one warm-up), same queries, same run."""
+    import statistics
+
+    from mdvdb.config import load_config
+    from query import open_index
+
+    queries = ["extract a tar archive", "vitamin d and bone fractures", "rotate an api key"]
+    rows = []
+    for name, (root, _paths, _timing) in roots.items():
+        cold = []
+        for i in range(runs):
+            start = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, "-m", "mdvdb", "search", queries[i % 3], "--root", str(root)],
+                capture_output=True,
+                text=True,
+            )
+            cold.append(time.perf_counter() - start)
+            if done.returncode != 0:
+                raise SystemExit(f"search failed: {done.stderr}")
+        index = open_index(config=load_config(root, environ={}))
+        index.search("warm up")
+        warm = []
+        for i in range(20):
+            start = time.perf_counter()
+            index.search(f"{queries[i % 3]} {i}")
+            warm.append(time.perf_counter() - start)
+        rows.append(
+            {
+                "model": name,
+                "chunks": int(index.snapshot.vectors.shape[0]),
+                "cold_cli_ms": statistics.median(cold) * 1000,
+                "warm_ms": statistics.median(warm) * 1000,
+                "load": load(),
+            }
+        )
+    return rows
+
+
+def windows(raws: dict, width: int = 256, stride: int = 192) -> list[dict]:
+    """MiniLM: chunks longer than `width` word-pieces re-embedded as the mean of windows of
+    `width` every `stride`, then the same semantic and hybrid runs as with the cut vectors."""
+    from mdvdb.providers.base import normalize_rows
+    from mdvdb.providers.minilm import MiniLMProvider
+    from query.fusion import PARAMS, hybrid
+    from query.lexical import lexical_index
+
+    index, raw, qrels, doc_of_file = raws
+    provider = MiniLMProvider("all-minilm-l6-v2")
+    tokenizer = provider.tokenizer
+    texts = [str(t) for t in index.snapshot.table("chunks").column("text").to_pylist()]
+    tokenizer.no_truncation()
+    try:
+        encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    finally:
+        tokenizer.enable_truncation(max_length=provider.encoder.max_tokens)
+    inner = width - 2
+    long_rows, pieces, owners = [], [], []
+    for row, enc in enumerate(encodings):
+        if len(enc.ids) <= inner:
+            continue
+        long_rows.append(row)
+        for start in range(0, max(1, len(enc.ids) - inner + stride), stride):
+            span = enc.offsets[start : start + inner]
+            if not span:
+                break
+            pieces.append(texts[row][span[0][0] : span[-1][1]])
+            owners.append(row)
+    started = time.perf_counter()
+    piece_vectors = provider.embed(pieces) if pieces else np.zeros((0, provider.dimensions))
+    seconds = time.perf_counter() - started
+    vectors = np.array(index.snapshot.vectors, copy=True)
+    owners_arr = np.asarray(owners)
+    for row in long_rows:
+        vectors[row] = piece_vectors[owners_arr == row].mean(axis=0)
+    if long_rows:
+        vectors[long_rows] = normalize_rows(vectors[long_rows])
+    lexical = lexical_index(index)
+    chunk_doc = index.snapshot.chunk_file_ids
+    runs = {"semantic": {}, "hybrid": {}}
+    for q, (bm25, vector) in raw.items():
+        cosine = vectors @ vector
+        runs["semantic"][q] = [doc_of_file[i] for i in rank_documents(cosine, chunk_doc, None)]
+        fused, _ = hybrid(lexical, vectors, vector, bm25, PARAMS)
+        order = rank_documents(fused.scores, chunk_doc, fused.scores > 0)
+        runs["hybrid"][q] = [doc_of_file[i] for i in order]
+    return [
+        {
+            "long_chunks": len(long_rows),
+            "of_chunks": len(texts),
+            "windows": len(pieces),
+            "extra_embed_s": round(seconds, 1),
+            "semantic": evaluate(runs["semantic"], qrels)["ndcg@10"],
+            "hybrid": evaluate(runs["hybrid"], qrels)["ndcg@10"],
+        }
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="*", type=Path, help="BEIR-layout folders")
-    parser.add_argument("--ingest", type=int, metavar="N", help="time ingest of N tldr pages")
+    parser.add_argument("folders", nargs="+", type=Path, help="BEIR-layout folders")
+    parser.add_argument("--models", default="wordllama,minilm")
+    parser.add_argument("--fresh", action="store_true", help="re-ingest every set")
+    parser.add_argument("--runtimes", type=int, default=0, metavar="N")
+    parser.add_argument("--windows", action="store_true")
+    parser.add_argument("--latency", type=int, default=0, metavar="RUNS", help="query latency")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--no-cache", action="store_true", help="re-embed every corpus")
     args = parser.parse_args()
-    if args.ingest:
-        print_table(
-            "mdvdb ingest, fresh process: WordLlama vs MiniLM", ingest_rows(args.ingest), args.json
-        )
-    if not args.folders:
-        return
-    quality, speed = evaluate(args.folders, use_cache=not args.no_cache)
-    print_table("Dense encoders: retrieval quality", quality, args.json)
-    print_table("Dense encoders: load, query latency, corpus throughput", speed, args.json)
+    models = [m for m in args.models.split(",") if m]
+    rows, grids, baseline, extra, speed = [], {m: {} for m in models}, {}, [], []
+    for folder in args.folders:
+        folder = folder.resolve()
+        roots = {m: ingest(folder, m, MODELS[m], args.fresh) for m in models}
+        if args.latency:
+            speed.extend({"set": folder.name} | r for r in latency(roots, args.latency))
+        set_rows, raws = quality(folder, roots, baseline)
+        rows.extend(set_rows)
+        for m in models:
+            grids[m][folder.name] = sweep(raws[m])
+        if args.windows and "minilm" in raws:
+            cut = next(r for r in set_rows if r["model"] == "minilm")
+            for r in windows(raws["minilm"]):
+                head = {"set": folder.name, "cut semantic": cut["semantic"]}
+                head["cut hybrid"] = cut["hybrid"]
+                renamed = {"semantic": "windows semantic", "hybrid": "windows hybrid"}
+                tail = {renamed.get(k, k): v for k, v in r.items()}
+                extra.append(head | tail)
+        print(f"{folder.name}: done (load {load()})", file=sys.stderr, flush=True)
+    print_table("Encoders through the pipeline: ingest and nDCG@10", rows, args.json)
+    for m in models:
+        if len(grids[m]) > 1:
+            loso, per_set = leave_one_out(grids[m])
+            for row in loso:
+                row["vs bm25s"] = row["held_out_ndcg@10"] - baseline[row["held_out"]]
+            for row in per_set:
+                row["vs bm25s"] = row["ndcg@10"] - baseline[row["set"]]
+            print_table(f"Fusion for {m}: leave one set out", loso, args.json)
+            print_table(f"Fusion for {m}: best over all sets, per set", per_set, args.json)
+    if speed:
+        print_table("Query latency: cold CLI process and warm in-process search", speed, args.json)
+    if extra:
+        print_table("MiniLM: cut at 256 word-pieces vs mean of windows", extra, args.json)
+    if args.runtimes and "minilm" in models:
+        root = WORK / "encoders" / args.folders[0].resolve().name / "minilm"
+        print_table("MiniLM runtimes, same texts", runtime_ratio(root, args.runtimes), args.json)
 
 
 if __name__ == "__main__":

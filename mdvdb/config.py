@@ -295,6 +295,23 @@ ENDPOINT_KEYS = {
 }
 
 
+def unknown_keys(config: Config) -> list[tuple[str, str | None]]:
+    """MDVDB_* keys of the config file that are no setting, each with the closest setting
+    name (or None). Only file keys reach `extra` with this prefix (see `load_config`)."""
+    names = [k for k in config.extra if k.startswith("MDVDB_") and k not in SECRETS]
+    if not names:
+        return []
+    import difflib
+
+    # Compare what follows the shared prefix, or every key looks alike.
+    known = {k.removeprefix("MDVDB_"): k for k in [*SETTINGS_BY_ENV, *SECRETS]}
+    out = []
+    for key in names:
+        close = difflib.get_close_matches(key.removeprefix("MDVDB_"), known, n=1, cutoff=0.75)
+        out.append((key, known[close[0]] if close else None))
+    return out
+
+
 def find_root(start: Path | None = None) -> Path:
     """The nearest folder upward holding `.markdownvdb`, else the starting folder."""
     return Path(dotenv.find_root(str(start or Path.cwd())))

@@ -5,11 +5,20 @@ Layout (all integers little-endian):
     [MAGIC 8 bytes][version u32][reserved u32]            16-byte header
     [buffers] ... every Arrow buffer of every column, each starting on a 64-byte boundary
     [footer: UTF-8 JSON {"version", "tables": {name: layout}, "meta": {...}}]
-    [footer length u64][MAGIC 8 bytes]                     16-byte trailer
+    [footer length u64][footer xxh3-64 u64][MAGIC 8 bytes]  24-byte trailer
 
 A table's layout is {"schema": [offset, length] of its serialized Arrow schema, "rows": n,
-"columns": [array, ...]} and an array is {"n": length, "z": null count, "b": [[offset, length]
-or null, ...] (its Arrow buffers, in Arrow's order), "c": [child array, ...]}. A reader maps
+"columns": [array, ...], "h": xxh3 of the schema bytes} and an array is {"n": length,
+"z": null count, "b": [[offset, length] or null, ...] (its Arrow buffers, in Arrow's order),
+"h": [xxh3-64 of each buffer or null], "c": [child array, ...]}.
+
+Damage (format 3): every open checks the footer against its checksum in the trailer and
+every offsets buffer for bounds (monotone, inside its values): cheap, linear in the number
+of rows, and enough that no native call can read outside the map (a bad string offset used
+to abort or segfault a reader). The per-buffer checksums cover the bytes themselves; they
+are checked by `status --verify` (`verify_checksums`), by a writer before it reuses rows of
+the previous index, and when a reader meets an unexpected error (`damage_message`), not on
+every search: hashing a 500 MB index costs a fraction of a second. A reader maps
 the file once (`pyarrow.memory_map`) and builds every column zero-copy over its buffers
 (`pyarrow.Array.from_buffers`); the `vector` column of `chunks` is one contiguous float32
 buffer that NumPy views as an (n, d) matrix without a copy.
@@ -34,6 +43,7 @@ import re
 import struct
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,10 +51,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MAGIC = b"MDVDBIX\x00"
 HEADER = struct.Struct("<8sII")
-TRAILER = struct.Struct("<Q8s")
+TRAILER = struct.Struct("<QQ8s")  # footer length, footer xxh3-64, magic
+DAMAGED = "index damaged: run `mdvdb ingest --full`"
 ALIGN = 64
 TEMP_SUFFIX = ".tmp"
 
@@ -235,6 +246,24 @@ class IndexFormatError(RuntimeError):
     """The file is missing, foreign, torn or of another format version."""
 
 
+class IndexDamaged(IndexFormatError):
+    """The file is ours but its bytes are not the ones written: one line, always the same
+    advice."""
+
+    def __init__(self, path: Path | str, detail: str = ""):
+        self.detail = detail
+        super().__init__(f"{DAMAGED} ({path}{': ' + detail if detail else ''})")
+
+
+def _xxh3(parts: Any) -> int:
+    import xxhash
+
+    h = xxhash.xxh3_64()
+    for part in parts:
+        h.update(memoryview(part).cast("B") if not isinstance(part, bytes) else part)
+    return h.intdigest()
+
+
 @dataclass
 class IndexFile:
     """A mapped index: tables open zero-copy over one memory map."""
@@ -249,6 +278,9 @@ class IndexFile:
     # in it and copies their bytes file-to-file instead of through memory.
     source: Any = field(default=None, repr=False)
     base_address: int = 0
+    # The footer's table layouts and the file's buffer region, for `verify_checksums`.
+    layouts: dict[str, Any] = field(default_factory=dict, repr=False)
+    body: Any = field(default=None, repr=False)
 
     def table(self, name: str) -> pa.Table | None:
         return self.tables.get(name)
@@ -263,6 +295,10 @@ def column_array(table: pa.Table, name: str) -> pa.Array:
 
 
 def read_index(path: Path | str) -> IndexFile:
+    """Map the index and open every table zero-copy. Damage that could make a native call
+    read outside the map (a footer that is not the one written, a buffer outside the file,
+    an offset outside its values) raises IndexDamaged; other damage shows in
+    `verify_checksums`."""
     import pyarrow as pa
 
     path = Path(path)
@@ -285,30 +321,41 @@ def read_index(path: Path | str) -> IndexFile:
             f"{path} has index format {version}; this mdvdb reads format {FORMAT_VERSION}: "
             "run `mdvdb ingest --full` to rebuild it"
         )
-    footer_len, end_magic = TRAILER.unpack(
+    footer_len, footer_hash, end_magic = TRAILER.unpack(
         whole.slice(size - TRAILER.size, TRAILER.size).to_pybytes()
     )
     if end_magic != MAGIC or footer_len > size - HEADER.size - TRAILER.size:
-        raise IndexFormatError(f"{path} is torn or truncated: run `mdvdb ingest --full`")
+        raise IndexDamaged(path, "torn or truncated")
     footer_at = size - TRAILER.size - footer_len
+    footer_bytes = whole.slice(footer_at, footer_len).to_pybytes()
+    if _xxh3([footer_bytes]) != footer_hash:
+        raise IndexDamaged(path, "the footer does not match its checksum")
     try:
-        footer = json.loads(whole.slice(footer_at, footer_len).to_pybytes())
-    except ValueError:
-        raise IndexFormatError(
-            f"{path} has an unreadable footer: run `mdvdb ingest --full`"
-        ) from None
+        footer = json.loads(footer_bytes)
+        tables_layout = footer["tables"]
+        meta = footer.get("meta", {})
+        if not isinstance(tables_layout, dict) or not isinstance(meta, dict):
+            raise TypeError("footer of the wrong shape")
+    except (ValueError, KeyError, TypeError):
+        raise IndexDamaged(path, "unreadable footer") from None
     body = whole.slice(0, footer_at)
     tables = {}
-    for name, layout in footer["tables"].items():
+    for name, layout in tables_layout.items():
         try:
             tables[name] = _open_table(body, layout)
-        except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
-            raise IndexFormatError(
-                f"{path}: table {name} is unreadable ({exc}): run `mdvdb ingest --full`"
-            ) from None
-    return IndexFile(
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            IndexError,
+            OverflowError,
+            OSError,  # Arrow's IO errors ("Invalid flatbuffers message")
+            pa.ArrowException,
+        ) as exc:
+            raise IndexDamaged(path, f"table {name}: {exc}") from None
+    index = IndexFile(
         path=path,
-        meta=footer.get("meta", {}),
+        meta=meta,
         tables=tables,
         size=size,
         mtime_ns=stat.st_mtime_ns,
@@ -316,10 +363,17 @@ def read_index(path: Path | str) -> IndexFile:
         source=source,
         base_address=whole.address,
     )
+    index.layouts = tables_layout
+    index.body = body
+    _OPENED.append(weakref.ref(index))
+    del _OPENED[:-8]
+    return index
 
 
 def _region(body: pa.Buffer, where: list[int]) -> pa.Buffer:
     offset, length = where
+    if not (isinstance(offset, int) and isinstance(length, int)):
+        raise TypeError("a buffer location is not a pair of integers")
     if offset < 0 or length < 0 or offset + length > body.size:
         raise ValueError("a buffer lies outside the file")
     return body.slice(offset, length)
@@ -328,7 +382,12 @@ def _region(body: pa.Buffer, where: list[int]) -> pa.Buffer:
 def _open_table(body: pa.Buffer, layout: dict[str, Any]) -> pa.Table:
     import pyarrow as pa
 
-    schema = pa.ipc.read_schema(_region(body, layout["schema"]))
+    # The schema decides how every buffer is read: checked on every open (a few hundred
+    # bytes), so a flipped type can never send a native call the wrong way through a buffer.
+    schema_bytes = _region(body, layout["schema"])
+    if _xxh3([schema_bytes]) != layout["h"]:
+        raise ValueError("the schema does not match its checksum")
+    schema = pa.ipc.read_schema(schema_bytes)
     columns = [
         _open_array(f.type, desc, body) for f, desc in zip(schema, layout["columns"], strict=True)
     ]
@@ -339,18 +398,25 @@ def _open_table(body: pa.Buffer, layout: dict[str, Any]) -> pa.Table:
 
 
 def _open_array(kind: pa.DataType, desc: dict[str, Any], body: pa.Buffer) -> pa.Array:
-    """One column from its buffers, zero-copy; `validate` checks every buffer is long
-    enough for the declared length (cheap: no pass over the data)."""
+    """One column from its buffers, zero-copy. `validate` checks every buffer is long enough
+    for the declared length (cheap: no pass over the data); `_check_offsets` that every
+    offset lies inside the values, which `validate` leaves to its full (UTF-8 checking,
+    ~10x dearer) mode."""
     import pyarrow as pa
 
+    n, nulls = desc["n"], desc["z"]
+    if not (isinstance(n, int) and isinstance(nulls, int)) or n < 0 or not -1 <= nulls <= n:
+        raise ValueError("bad array length or null count")
     buffers = [None if b is None else _region(body, b) for b in desc["b"]]
     children = [
         _open_array(t, child, body) for t, child in zip(_child_types(kind), desc["c"], strict=True)
     ]
-    array = pa.Array.from_buffers(
-        kind, desc["n"], buffers, null_count=desc["z"], children=children or None
-    )
+    if len(buffers) != _buffer_count(kind):
+        raise ValueError(f"{len(buffers)} buffers for a {kind} column")
+    array = pa.Array.from_buffers(kind, n, buffers, null_count=nulls, children=children or None)
     array.validate()
+    if _has_offsets(kind) and n:
+        _check_offsets(kind, array, buffers)
     return array
 
 
@@ -362,6 +428,108 @@ def _child_types(kind: pa.DataType) -> list[pa.DataType]:
     if pa.types.is_fixed_size_list(kind):
         return [kind.value_type]
     return []
+
+
+def _buffer_count(kind: pa.DataType) -> int:
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(kind):
+        return 1
+    if _has_offsets(kind):
+        is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+        return 2 if is_list else 3
+    return 2
+
+
+def _check_offsets(kind: pa.DataType, array: pa.Array, buffers: list) -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    wide = pa.types.is_large_list(kind) or pa.types.is_large_string(kind)
+    wide = wide or pa.types.is_large_binary(kind)
+    offsets = np.frombuffer(buffers[1], dtype=np.int64 if wide else np.int32)[: len(array) + 1]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        limit = len(array.values)
+    else:
+        limit = buffers[2].size if buffers[2] is not None else 0
+    if offsets[0] < 0 or offsets[-1] > limit or (np.diff(offsets) < 0).any():
+        raise ValueError("an offset lies outside its values")
+
+
+# The last few indexes this process opened, so that an unexpected error on the read path can
+# be checked against the bytes it was reading (`damage_message`).
+_OPENED: list[weakref.ref] = []
+
+
+def verify_checksums(index: IndexFile) -> list[str]:
+    """Hash every buffer and compare with the footer: the problems, by table and column.
+    Reads the whole file (about a second per GB here)."""
+    problems: list[str] = []
+    body = getattr(index, "body", None)
+    layouts = getattr(index, "layouts", None)
+    if body is None or layouts is None:
+        return ["this index was not read from a file"]
+    regions: list[list[int]] = []
+    for name, layout in layouts.items():
+        regions.append(layout["schema"])
+        _regions_of(layout["columns"], regions)
+        schema = index.tables[name].schema
+        for field_, desc in zip(schema, layout["columns"], strict=True):
+            bad = _bad_buffers(desc, body)
+            if bad:
+                problems.append(
+                    f"table {name}: column {field_.name}: {bad} buffer(s) differ from "
+                    "their checksum"
+                )
+    # Every other byte (the header's reserved word, the padding between buffers) is zero:
+    # with that, a flip anywhere in the file is found.
+    import numpy as np
+
+    whole = np.frombuffer(body, dtype=np.uint8)
+    at, stray = HEADER.size, False
+    for offset, length in sorted(regions):
+        stray = stray or (offset > at and bool(whole[at:offset].any()))
+        at = max(at, offset + length)
+    stray = stray or bool(whole[at:].any())
+    reserved = HEADER.unpack(body.slice(0, HEADER.size).to_pybytes())[2]
+    if reserved or stray:
+        problems.append("bytes outside every buffer (header, padding) are not the ones written")
+    return problems
+
+
+def _regions_of(columns: list[dict[str, Any]], out: list[list[int]]) -> None:
+    for desc in columns:
+        out.extend(b for b in desc["b"] if b is not None)
+        _regions_of(desc["c"], out)
+
+
+def _bad_buffers(desc: dict[str, Any], body: pa.Buffer) -> int:
+    bad = 0
+    hashes = desc.get("h") or []
+    if len(hashes) != len(desc["b"]):
+        return len(desc["b"]) or 1
+    for where, expected in zip(desc["b"], hashes, strict=True):
+        if where is None:
+            bad += expected is not None
+        elif _xxh3([_region(body, where)]) != expected:
+            bad += 1
+    return bad + sum(_bad_buffers(child, body) for child in desc["c"])
+
+
+def damage_message() -> str | None:
+    """After an unexpected error on the read path: DAMAGED when an index this process has
+    open fails its checksums (the error came from damaged bytes), else None (a bug, to be
+    reported as one)."""
+    for ref in reversed(_OPENED):
+        index = ref()
+        if index is None:
+            continue
+        try:
+            if verify_checksums(index):
+                return f"{DAMAGED} ({index.path})"
+        except Exception:  # noqa: BLE001 - a footer that cannot even be walked is damage
+            return f"{DAMAGED} ({index.path})"
+    return None
 
 
 def read_meta(path: Path | str) -> dict[str, Any]:
@@ -512,25 +680,36 @@ class _Sink:
         if remainder:
             self.write(b"\x00" * (ALIGN - remainder))
 
-    def region(self, parts: list[Any]) -> list[int]:
+    def region(self, parts: list[Any]) -> tuple[list[int], int]:
+        """Write the parts as one buffer: its [offset, length] and its xxh3-64 (hashed
+        from the parts themselves, so parts copied file-to-file are read once more, from
+        the page cache)."""
         self.pad()
         start = self.at
         for part in parts:
             self.write(part)
-        return [start, self.at - start]
+        return [start, self.at - start], _xxh3(p for p in parts if _size(p))
+
+
+def _size(part: Any) -> int:
+    size = getattr(part, "size", None)
+    return len(memoryview(part).cast("B")) if size is None or not isinstance(size, int) else size
 
 
 def _write_array(sink: _Sink, plan: _Plan) -> dict[str, Any]:
+    regions = [None if parts is None else sink.region(parts) for parts in plan.buffers]
     return {
         "n": plan.length,
         "z": plan.nulls,
-        "b": [None if parts is None else sink.region(parts) for parts in plan.buffers],
+        "b": [None if r is None else r[0] for r in regions],
+        "h": [None if r is None else r[1] for r in regions],
         "c": [_write_array(sink, child) for child in plan.children],
     }
 
 
 def _write_table(sink: _Sink, table: pa.Table) -> dict[str, Any]:
-    layout = {"schema": sink.region([table.schema.serialize()]), "rows": table.num_rows}
+    where, digest = sink.region([table.schema.serialize()])
+    layout = {"schema": where, "rows": table.num_rows, "h": digest}
     layout["columns"] = [
         _write_array(sink, _plan(f.type, table.column(i).chunks))
         for i, f in enumerate(table.schema)
@@ -571,7 +750,7 @@ def write_index(
             default=str,
         ).encode()
         sink.write(footer)
-        sink.write(TRAILER.pack(len(footer), MAGIC))
+        sink.write(TRAILER.pack(len(footer), _xxh3([footer]), MAGIC))
         size = sink.at
         os.fsync(fd)
         os.close(fd)

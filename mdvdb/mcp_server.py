@@ -3,7 +3,9 @@
 One process serves one project for as long as the client keeps it: the index stays mapped
 and the embedding model loaded between calls, and every call first checks whether a newer
 index was published (the `Index` re-maps on an inode/mtime change), so an ingest run by a hook
-is picked up without restarting anything.
+is picked up without restarting anything. It also watches the source folders by default
+(`pipeline.watch.start_background`, off with MDVDB_WATCH=false): an edited file is re-indexed
+after the debounce, under the writer lock, and the next call answers from that index.
 
 This module is the protocol side: the tool descriptions (written for a model: what each tool
 returns and when to use it), argument schemas, and the mapping of expected failures to tool
@@ -169,7 +171,7 @@ def build_server(config: Config):
         filters: list[str] | None = None,
         tag: str | None = None,
         category: str | None = None,
-        limit: int = 10,
+        limit: int | None = None,
         min_score: float | None = None,
         mode: Literal["hybrid", "semantic", "lexical"] | None = None,
         cluster: int | None = None,
@@ -384,9 +386,19 @@ def http_token(config: Config, token_file: str | None = None) -> tuple[str, str]
 
 def run(config: Config, http_port: int | None = None, token_file: str | None = None) -> None:
     """Serve over stdio (the default) or streamable HTTP bound to 127.0.0.1 only, where every
-    request needs the bearer token (any local user can reach a loopback port)."""
+    request needs the bearer token (any local user can reach a loopback port). Meanwhile the
+    source folders are watched (unless MDVDB_WATCH=false) so that answers follow edits
+    without an `ingest` call; the watcher logs one line per batch on stderr."""
+    from pipeline.watch import start_background
+
     if http_port is None:
-        build_server(config).run("stdio")
+        server = build_server(config)
+        watcher = start_background(config)
+        try:
+            server.run("stdio")
+        finally:
+            if watcher is not None:
+                watcher.stop()
         return
     import sys
 
@@ -399,4 +411,11 @@ def run(config: Config, http_port: int | None = None, token_file: str | None = N
         f"(token in {where})\n"
     )
     sys.stderr.flush()
-    uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning")).run()
+    watcher = start_background(config)
+    try:
+        uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning")
+        ).run()
+    finally:
+        if watcher is not None:
+            watcher.stop()

@@ -330,8 +330,9 @@ def status(config: Config, index: Index) -> dict[str, Any]:
 
     st = index.status()
     if st.exists:
-        indexed = set(index.snapshot.paths)
-        st.new_files = sorted(p for p in walk(config, []) if p not in indexed)
+        from query.verify import new_files
+
+        st.new_files = new_files(index.snapshot, config.root, walk(config, []))
     return {
         "exists": st.exists,
         "fresh": st.fresh,
@@ -350,7 +351,8 @@ def status(config: Config, index: Index) -> dict[str, Any]:
 def ingest(config: Config) -> dict[str, Any]:
     from pipeline import ingest as pipeline_ingest
 
-    report = pipeline_ingest.run(config, None, wait=False)
+    # The server's own watcher may be mid-ingest: wait for it rather than fail.
+    report = pipeline_ingest.run(config, None)
     return {
         "files": report.files,
         "added": report.added,

@@ -31,7 +31,7 @@ class Chunk:
 
 def chunking_key(max_tokens: int, overlap: int) -> str:
     """Cache key of a chunking: changes when the rules or the settings change."""
-    return f"v1:{max_tokens}:{overlap}"
+    return f"v2:{max_tokens}:{overlap}"
 
 
 def _count(texts: list[str]) -> list[int]:
@@ -113,6 +113,10 @@ def chunk_document(doc: ParsedDoc, max_tokens: int, overlap: int) -> list[Chunk]
                 chunks.extend(_split_line(section, section.start + a, section_lines[a], max_tokens))
                 continue
             piece = "\n".join(section_lines[a:b])
+            if not piece.strip():
+                # A window of blank lines (the overlap stepping back onto the blank line
+                # before an over-budget line): nothing to embed, a zero vector if embedded.
+                continue
             chunks.append(
                 _make(
                     section, section.start + a, section.start + b - 1, piece, sum(line_tokens[a:b])
@@ -130,6 +134,8 @@ def _split_line(section: _Section, line_no: int, line: str, max_tokens: int) -> 
     for i in range(0, len(offsets), max_tokens):
         part = offsets[i : i + max_tokens]
         text = line[part[0][0] : part[-1][1]]
+        if not text.strip():
+            continue
         out.append(_make(section, line_no, line_no, text, len(part)))
     return out
 

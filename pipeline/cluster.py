@@ -354,7 +354,8 @@ def doc_matrix(
     a rebalance of 38k documents gathers their chunk rows from the mapped index."""
     chunk_shas = [s for d in docs for s in d.chunk_shas]
     owner = np.repeat(np.arange(len(docs)), [len(d.chunk_shas) for d in docs])
-    vectors = state.get_embeddings(model, chunk_shas, dimensions)
+    # missing_ok: a chunk the provider gave no usable vector for counts as a zero row.
+    vectors = state.get_embeddings(model, chunk_shas, dimensions, missing_ok=True)
     return document_vectors(vectors, owner, len(docs))
 
 

@@ -82,6 +82,9 @@ class _Walker:
         for entry in entries:
             name = entry.name
             child_rel = f"{rel}/{name}" if rel else name
+            if not _utf8_name(name):
+                errors.append((printable_path(child_rel), NON_UTF8_NAME))
+                continue
             try:
                 is_link = entry.is_symlink()
                 is_dir = entry.is_dir()
@@ -131,6 +134,24 @@ def _verdict(
         if not config.follow_outside_root and not inside(target, config.root):
             return "symlink points outside the project root, skipped"
     return True
+
+
+NON_UTF8_NAME = "file name is not valid UTF-8, skipped (rename it to index it)"
+
+
+def _utf8_name(name: str) -> bool:
+    """False for a name with bytes that are not UTF-8 (Python hands them over as lone
+    surrogates): the index, the caches and JSON output all hold UTF-8 text."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable_path(rel: str) -> str:
+    """A path that may hold undecodable bytes, with those bytes as backslash escapes."""
+    return os.fsencode(rel).decode("utf-8", errors="backslashreplace")
 
 
 def _stat_problem(exc: OSError) -> str:
@@ -336,6 +357,10 @@ def _only(
         scope.update(p for p in manifest if p.startswith(prefixes))
     for rel in only:
         path = config.root / rel
+        if not _utf8_name(rel):
+            if os.path.lexists(path):
+                errors.append((printable_path(rel), NON_UTF8_NAME))
+            continue
         if not os.path.lexists(path):
             continue
         taken, problem = rules.check(rel)

@@ -91,6 +91,7 @@ def run(
             raise IngestError("ingest finished without an index; run `mdvdb ingest --full`")
         # Lets the next run trust discover's change list instead of diffing every cache.
         ctx.state.set_value("clean_run", tasks._build_settings(ctx))
+        ctx.report.errors = tasks.once_per_path(ctx.report.errors)
         ctx.report.seconds = time.perf_counter() - started
         return ctx.report
     finally:

@@ -52,6 +52,8 @@ class PackInput:
     schema_stats: Any = None
     # The cluster stage's result, loaded once for the two places that need it.
     clusters: tuple | None = None
+    # The previous index, when it failed its checks (nothing of it was reused).
+    damaged: list[str] = field(default_factory=list)
 
 
 def _files_rows(entries: list[ManifestEntry], docs: dict[str, dict[str, Any]]) -> pa.Table:
@@ -91,8 +93,11 @@ def _chunk_rows(
             texts.append(c["text"])
             tokens.append(c["token_count"])
             shas.append(c["sha256"])
-    vectors = load_vectors([bytes.fromhex(s) for s in shas])
-    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+    vectors = np.ascontiguousarray(load_vectors([bytes.fromhex(s) for s in shas]), np.float32)
+    # A zero row is a chunk the provider gave no usable vector for (pipeline.embed never
+    # caches one): a null vector, searched by keywords only.
+    missing = ~vectors.any(axis=1) if len(vectors) else np.zeros(0, dtype=bool)
+    flat = pa.array(vectors.reshape(-1))
     return pa.Table.from_arrays(
         [
             pa.array(np.zeros(len(shas), dtype=np.int32)),
@@ -104,18 +109,31 @@ def _chunk_rows(
             pa.array(texts, pa.string()),
             pa.array(tokens, pa.int32()),
             pa.array(shas, pa.string()),
-            pa.FixedSizeListArray.from_arrays(flat, dimensions),
+            pa.FixedSizeListArray.from_arrays(
+                flat, dimensions, mask=pa.array(missing) if missing.any() else None
+            ),
         ],
         schema=index_format.chunks_schema(dimensions),
     )
 
 
-def _previous(index_path: Path, build_key: str) -> index_format.IndexFile | None:
+def _previous(
+    index_path: Path, build_key: str, damaged: list[str]
+) -> index_format.IndexFile | None:
     try:
         previous = index_format.read_index(index_path)
+    except index_format.IndexDamaged:
+        damaged.append(str(index_path))
+        return None
     except index_format.IndexFormatError:
         return None
     if previous.meta.get("build_key") != build_key:
+        return None
+    # Rows are reused only from an index whose bytes are the ones written: reused bytes get
+    # fresh checksums in the new file, so a damaged row copied now would pass every later
+    # check. Hashing reads the file once more from the page cache (~0.1 s per 100 MB).
+    if index_format.verify_checksums(previous):
+        damaged.append(str(index_path))
         return None
     # Reuse slices runs of rows, which needs chunks grouped by file in file order: true of
     # every index pack writes; anything else is rebuilt from the caches.
@@ -177,7 +195,7 @@ def assemble(index_path: Path, inp: PackInput) -> tuple[pa.Table, pa.Table]:
     """The `files` and `chunks` tables of the new index (file_id = row, chunk_id = row),
     files in path order: runs of rows of the previous index, spliced with the new or changed
     files read from the caches."""
-    previous = _previous(index_path, inp.build_key)
+    previous = _previous(index_path, inp.build_key, inp.damaged)
     entries = sorted(inp.entries, key=lambda e: e.path)
     file_source = _file_source(entries, previous)
     fresh = [e for e, src in zip(entries, file_source.tolist(), strict=True) if src < 0]

@@ -2,6 +2,17 @@
 
 A file whose frontmatter is invalid is still indexed (body and headings); its metadata is empty
 and the problem is reported with the path and the line.
+
+Frontmatter is untrusted input with bounds (`FrontmatterBounds`): its size, its nesting, its
+number of top-level keys and the number of values it expands to once YAML aliases are
+followed. A 1 KB "billion laughs" alias bomb composes in microseconds but expands to 3.5e9
+values; a recursive alias (`a: &a [*a]`) never ends. Both are measured on YAML's node graph
+(aliases are shared nodes there, so counting is linear in the text) before any Python value
+is built, and a file over a bound keeps its body and headings with empty metadata.
+
+Headings are kept to `MAX_HEADING_CHARS` characters: a heading is stored with every chunk
+under it (heading and heading path), so a 1 MB heading line would otherwise be copied into
+every chunk cut from its section.
 """
 
 from __future__ import annotations
@@ -15,6 +26,21 @@ from typing import Any
 
 import frontmatter
 import yaml
+
+# Bounds on frontmatter (see the module docstring). Generous for real notes: the largest
+# frontmatter in the shared corpora is a few KB with a few dozen keys.
+MAX_FRONTMATTER_CHARS = 128 * 1024
+MAX_FRONTMATTER_DEPTH = 32
+MAX_FRONTMATTER_KEYS = 1000  # top-level fields of one file
+MAX_FRONTMATTER_VALUES = 20_000  # scalars, lists and mappings, aliases expanded
+MAX_HEADING_CHARS = 1000
+# A longer line (minified HTML, a data URI, a generated table) is indexed up to this many
+# characters: tokenizing and storing a 1 MB line costs seconds and megabytes per copy.
+MAX_LINE_CHARS = 100_000
+
+
+class _OverBound(ValueError):
+    """Frontmatter over one of the bounds; the message names it."""
 
 
 @dataclass
@@ -95,14 +121,29 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
     head = text[: len(text) - len(content)]
     body_start = head.count("\n") + 1 if not content.startswith("\n") else head.count("\n") + 2
     try:
+        if len(fm_text) > MAX_FRONTMATTER_CHARS:
+            raise _OverBound(f"{len(fm_text)} characters (the limit is {MAX_FRONTMATTER_CHARS})")
         if isinstance(handler, frontmatter.YAMLHandler):
-            data = yaml.load(fm_text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        elif isinstance(handler, frontmatter.JSONHandler):
-            data = json.loads(
-                "{" + fm_text + "}" if not fm_text.strip().startswith("{") else fm_text
-            )
+            data = _load_yaml(fm_text)
         else:
-            data = handler.load(fm_text)
+            if isinstance(handler, frontmatter.JSONHandler):
+                data = json.loads(
+                    "{" + fm_text + "}" if not fm_text.strip().startswith("{") else fm_text
+                )
+            else:
+                data = handler.load(fm_text)
+            _check_value(data)
+    except _OverBound as exc:
+        return {}, body_start, f"frontmatter not read: {exc}; body indexed"
+    except RecursionError:
+        return (
+            {},
+            body_start,
+            (
+                f"frontmatter not read: nested deeper than {MAX_FRONTMATTER_DEPTH} levels; "
+                "body indexed"
+            ),
+        )
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 2}" if mark is not None else ""
@@ -117,6 +158,81 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
     return json_safe(data), body_start, None
 
 
+def _load_yaml(text: str) -> Any:
+    """Safe-load YAML, checking the bounds on the node graph before building values."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_nodes(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_nodes(root: yaml.Node) -> None:
+    """Raise _OverBound when the node graph, aliases followed, is too deep, too large, has
+    too many top-level keys or contains itself. Linear in the distinct nodes: each node's
+    expanded size and height are computed once (an alias is the same node object)."""
+    if isinstance(root, yaml.MappingNode) and len(root.value) > MAX_FRONTMATTER_KEYS:
+        raise _OverBound(f"{len(root.value)} keys (the limit is {MAX_FRONTMATTER_KEYS})")
+    done: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height)
+    open_nodes: set[int] = set()
+
+    def measure(node: yaml.Node, depth: int) -> tuple[int, int]:
+        key = id(node)
+        known = done.get(key)
+        if known is None:
+            if key in open_nodes:
+                raise _OverBound("an alias refers to a value that contains it (recursive alias)")
+            if depth > MAX_FRONTMATTER_DEPTH:
+                raise _OverBound(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
+            open_nodes.add(key)
+            if isinstance(node, yaml.MappingNode):
+                children = [part for pair in node.value for part in pair]
+            elif isinstance(node, yaml.SequenceNode):
+                children = node.value
+            else:
+                children = []
+            values, height = 1, 0
+            for child in children:
+                child_values, child_height = measure(child, depth + 1)
+                values += child_values
+                height = max(height, child_height + 1)
+                if values > MAX_FRONTMATTER_VALUES:
+                    raise _OverBound(
+                        f"expands to more than {MAX_FRONTMATTER_VALUES} values "
+                        "(YAML aliases followed)"
+                    )
+            open_nodes.discard(key)
+            known = done[key] = (values, height)
+        if depth + known[1] > MAX_FRONTMATTER_DEPTH:
+            raise _OverBound(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
+        return known
+
+    measure(root, 0)
+
+
+def _check_value(data: Any) -> None:
+    """The same bounds on JSON or TOML frontmatter (plain trees: no aliases, no cycles)."""
+    if isinstance(data, dict) and len(data) > MAX_FRONTMATTER_KEYS:
+        raise _OverBound(f"{len(data)} keys (the limit is {MAX_FRONTMATTER_KEYS})")
+    count = 0
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_FRONTMATTER_VALUES:
+            raise _OverBound(f"more than {MAX_FRONTMATTER_VALUES} values")
+        if depth > MAX_FRONTMATTER_DEPTH:
+            raise _OverBound(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
 def headings_of(lines: list[str], body_start: int) -> list[Heading]:
     body = "\n".join(lines[body_start - 1 :])
     tokens = _markdown().parse(body)
@@ -124,6 +240,8 @@ def headings_of(lines: list[str], body_start: int) -> list[Heading]:
     for i, token in enumerate(tokens):
         if token.type == "heading_open" and token.map:
             text = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+            if len(text) > MAX_HEADING_CHARS:
+                text = text[: MAX_HEADING_CHARS - 1].rstrip() + "…"
             found.append(Heading(int(token.tag[1:]), text, token.map[0] + body_start))
     return found
 
@@ -134,22 +252,40 @@ def parse_document(raw: bytes, path: str) -> ParsedDoc:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    long_problem = _cut_long_lines(lines)
     headings = headings_of(lines, body_start)
+    problems = [p for p in (fm_problem, decode_problem, long_problem) if p]
     doc = ParsedDoc(
         lines=lines,
         body_start=body_start,
         metadata=metadata,
         headings=headings,
-        error=fm_problem or decode_problem,
+        error="; ".join(problems) or None,
     )
     doc.title = title_of(doc, path)
     return doc
 
 
+def _cut_long_lines(lines: list[str]) -> str | None:
+    """Cut lines over MAX_LINE_CHARS in place; the problem to report, if any."""
+    cut = [i for i, line in enumerate(lines) if len(line) > MAX_LINE_CHARS]
+    if not cut:
+        return None
+    longest = max(len(lines[i]) for i in cut)
+    for i in cut:
+        lines[i] = lines[i][:MAX_LINE_CHARS]
+    where = ", ".join(str(i + 1) for i in cut[:5]) + (" ..." if len(cut) > 5 else "")
+    return (
+        f"line {where} longer than {MAX_LINE_CHARS} characters (up to {longest}); "
+        f"indexed up to {MAX_LINE_CHARS}"
+    )
+
+
 def title_of(doc: ParsedDoc, path: str) -> str:
     title = doc.metadata.get("title")
     if isinstance(title, str) and title.strip():
-        return title.strip()
+        title = title.strip()
+        return title if len(title) <= MAX_HEADING_CHARS else title[: MAX_HEADING_CHARS - 1] + "…"
     for heading in doc.headings:
         if heading.level == 1:
             return heading.text

@@ -199,8 +199,12 @@ class State:
                 ((model, sha, vectors[i].tobytes()) for i, sha in enumerate(shas)),
             )
 
-    def get_embeddings(self, model: str, shas: list[bytes], dimensions: int) -> np.ndarray:
-        """Vectors in the order of `shas`; raises KeyError naming a missing one."""
+    def get_embeddings(
+        self, model: str, shas: list[bytes], dimensions: int, missing_ok: bool = False
+    ) -> np.ndarray:
+        """Vectors in the order of `shas`; raises KeyError naming a missing one, or with
+        `missing_ok` gives it a zero row (texts whose vectors the provider failed to give:
+        `pipeline.embed` never caches a zero vector, so zero means none)."""
         index = {sha: i for i, sha in enumerate(shas)}
         out = np.zeros((len(shas), dimensions), dtype=np.float32)
         seen = np.zeros(len(shas), dtype=bool)
@@ -217,7 +221,7 @@ class State:
                 at = rest[np.fromiter(found, dtype=np.int64, count=len(found))]
                 out[at] = self.published.vectors(np.fromiter(found.values(), np.int64))
                 seen[at] = True
-        if not seen[firsts].all():
+        if not missing_ok and not seen[firsts].all():
             missing = shas[int(firsts[~seen[firsts]][0])].hex()
             raise KeyError(f"no embedding cached for chunk {missing}")
         if len(index) != len(shas):  # the same text in several places: copy its vector

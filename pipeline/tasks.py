@@ -405,15 +405,80 @@ def _embed(ctx: RunContext) -> dict:
     for doc in docs.values():
         for c in doc["chunks"]:
             texts[bytes.fromhex(c["sha256"])] = c["embed_text"]
+    rejected: list[bytes] = []
     ctx.report.chunks_embedded = embed_missing(
         state,
         provider,
         texts,
         ctx.config.embedding_batch_size,
         lambda done, total: ctx.tick("embed", done, total),
+        rejected,
     )
+    if rejected:
+        _report_rejected(ctx, docs, set(rejected))
     state.mark_embedded(mark, list(docs))
     return {"digest": _digest(_manifest_digest(ctx), _chunk_key(ctx.config), key)}
+
+
+def _report_rejected(ctx: RunContext, docs: dict[str, Any], rejected: set[bytes]) -> None:
+    """One line per file with sections the provider gave no usable vector for."""
+    paths: dict[str, list[str]] = {}
+    for entry in _current(ctx).values():
+        paths.setdefault(entry.sha256, []).append(entry.path)
+    for sha, doc in docs.items():
+        lines = [
+            f"{c['start_line']}-{c['end_line']}"
+            for c in doc["chunks"]
+            if bytes.fromhex(c["sha256"]) in rejected
+        ]
+        if not lines:
+            continue
+        for path in paths.get(sha, []):
+            ctx.report.errors.append(
+                (
+                    path,
+                    f"the embedding provider returned an unusable vector (NaN, infinite or "
+                    f"zero) twice for lines {', '.join(lines[:5])}; searched by keywords only",
+                )
+            )
+
+
+def once_per_path(errors: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The first problem reported for each path: a file that discover and parse both
+    stumble on is one problem to its user."""
+    seen: set[str] = set()
+    out = []
+    for path, problem in errors:
+        if path not in seen:
+            seen.add(path)
+            out.append((path, problem))
+    return out
+
+
+def _skipped_files(ctx: RunContext, errors: list[tuple[str, str]]) -> dict[str, list[int]]:
+    """Reported files left out of the index, with their (size, mtime, ctime), so that `status`
+    does not call them new until they change; carried over from the previous index for
+    files this run did not look at (`mdvdb ingest PATH`, the watcher)."""
+    from mdvdb import index_format
+
+    entries = _current(ctx)
+    root = ctx.config.root
+    candidates = [path for path, _ in errors]
+    try:
+        candidates += list(index_format.read_meta(ctx.config.index_path).get("skipped") or {})
+    except Exception:  # noqa: BLE001 - no previous index, or a damaged one: nothing to carry
+        pass
+    skipped: dict[str, list[int]] = {}
+    for path in candidates:
+        if path in entries or path in skipped or not isinstance(path, str):
+            continue
+        try:
+            st = os.stat(os.path.join(root, path))
+        except (OSError, ValueError):
+            continue
+        if os.path.isfile(os.path.join(root, path)):
+            skipped[path] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return dict(list(skipped.items())[:10000])
 
 
 def _cluster(ctx: RunContext) -> dict:
@@ -450,6 +515,7 @@ def _schema(ctx: RunContext) -> dict:
 
 
 def _pack(ctx: RunContext) -> dict:
+    from mdvdb.fusion_models import fusion_settings
     from pipeline.embed import model_key
     from pipeline.pack import PackInput, pack
 
@@ -457,13 +523,16 @@ def _pack(ctx: RunContext) -> dict:
     key, chunk_key = model_key(provider), _chunk_key(config)
     digest = _digest(_manifest_digest(ctx), chunk_key, key)
     entries = list(_current(ctx).values())  # pack puts them in path order
+    ctx.report.errors = once_per_path(ctx.report.errors)
     meta = {
         "digest": digest,
         "provider": provider.name,
         "model": provider.model,
         "dimensions": provider.dimensions,
+        "fusion": fusion_settings(provider.name, provider.model),
         "config": config.fingerprint(),
         "errors": [list(e) for e in ctx.report.errors][:1000],
+        "skipped": _skipped_files(ctx, ctx.report.errors),
         "mdvdb_version": _version(),
     }
     inp = PackInput(
@@ -471,11 +540,17 @@ def _pack(ctx: RunContext) -> dict:
         dimensions=provider.dimensions,
         build_key=f"{key}|{chunk_key}",
         load_documents=lambda shas: state.get_chunks(chunk_key, shas),
-        load_vectors=lambda shas: state.get_embeddings(key, shas, provider.dimensions),
+        load_vectors=lambda shas: state.get_embeddings(
+            key, shas, provider.dimensions, missing_ok=True
+        ),
         meta=meta,
         state=state,
     )
     ctx.report.index_bytes, ctx.report.chunks = pack(config.index_path, inp)
+    for path in inp.damaged:
+        ctx.report.errors.append(
+            (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
+        )
     ctx.report.reused_files = inp.reused_files
     ctx.report.published = True
     state.set_value("published_digest", digest)

@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,16 +126,21 @@ class Watcher:
                     pending = sorted({*pending, *(again or [])})
                 seen = identity
                 step = max(1, self.debounce_ms)
-                for changes in watchfiles.watch(
-                    *targets,
-                    watch_filter=self._wanted,
-                    debounce=max(step * MAX_DEBOUNCE_FACTOR, step + 1),
-                    step=step,
-                    stop_event=self.stop,
-                    rust_timeout=IDLE_CHECK_MS,
-                    yield_on_timeout=True,
-                    raise_interrupt=False,
+                for changes in self._surviving(
+                    watchfiles.watch(
+                        *targets,
+                        watch_filter=self._wanted,
+                        debounce=max(step * MAX_DEBOUNCE_FACTOR, step + 1),
+                        step=step,
+                        stop_event=self.stop,
+                        rust_timeout=IDLE_CHECK_MS,
+                        yield_on_timeout=True,
+                        raise_interrupt=False,
+                    )
                 ):
+                    if changes is None:  # the notifier failed: a new watch after a full walk
+                        pending_full = True
+                        break
                     paths = self._relevant(path for _, path in changes)
                     if pending_full:
                         paths = None
@@ -156,6 +161,16 @@ class Watcher:
             if self._provider is not None:
                 self._provider.close()
                 self._provider = None
+
+    def _surviving(self, changes: Iterable) -> Iterator:
+        """The notifier's batches; None once when it gives up on a path that is not valid
+        UTF-8 (which would take the whole watch with it): the loop then re-walks, and the
+        walk reports such names and skips them."""
+        try:
+            yield from changes
+        except _notifier_error() as exc:
+            self.log(f"watch: {str(exc).encode('utf-8', 'backslashreplace').decode()}")
+            yield None
 
     def _catch_up_paths(self, moved: list[Path]) -> list[str] | None:
         rels = []
@@ -229,7 +244,8 @@ class Watcher:
         if gone:
             state = State(self.config.state_path)
             try:
-                keep.extend(rel for rel in gone if state.has_path(rel))
+                # A name with undecodable bytes was never indexed (the walk skips it).
+                keep.extend(rel for rel in gone if _utf8(rel) and state.has_path(rel))
             finally:
                 state.close()
         return sorted(keep)
@@ -260,6 +276,22 @@ class Watcher:
         if self.on_batch:
             self.on_batch(batch)
         return batch
+
+
+def _notifier_error() -> type[Exception]:
+    try:
+        from watchfiles._rust_notify import WatchfilesRustInternalError
+    except ImportError:  # another watchfiles layout: nothing more specific to catch
+        return RuntimeError
+    return WatchfilesRustInternalError
+
+
+def _utf8(rel: str) -> bool:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _identity(path: Path | str) -> tuple[int, int] | None:

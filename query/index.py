@@ -441,6 +441,8 @@ class Index:
         try:
             with self.pinned():
                 return self._status(check_files)
+        except index_format.IndexDamaged:
+            raise  # one line telling the user to rebuild, not "no index"
         except index_format.IndexFormatError:
             return Status(index_path=str(self.config.index_path), exists=False)
 

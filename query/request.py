@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from query.facets import Facet, facets_of, keyword_mask, unmatched
@@ -35,7 +35,7 @@ class SearchRequest:
     filters: Sequence[str] = ()  # CLI spelling: field=v, field>=n, field?, !field ...
     tag: str | None = None
     category: str | None = None
-    limit: int = 20
+    limit: int | None = None  # None: MDVDB_SEARCH_DEFAULT_LIMIT (10)
     files: bool = False  # one entry per file, no excerpts
     max_tokens: int | None = None  # budget on the total excerpt text
     mode: str | None = None
@@ -109,6 +109,8 @@ def run(index: Index, request: SearchRequest) -> SearchOutcome:
     publish a new index meanwhile: a tiered search reads the snapshot more than once."""
     if not (request.query or request.filters or request.tag or request.category):
         raise RequestError("give a query, a filter, a tag or a category")
+    if request.limit is None:  # the one default, declared in mdvdb.config
+        request = replace(request, limit=index.config.search_default_limit)
     if request.limit < 1:
         raise RequestError(f"limit must be at least 1, got {request.limit}")
     if request.max_tokens is not None and request.max_tokens < 1:

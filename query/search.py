@@ -151,7 +151,7 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         lex = lexical_index(index).scores(query)
         return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
     if mode == "hybrid":
-        from query.fusion import best, current, for_query, hybrid
+        from query.fusion import best, for_query, hybrid
 
         lexical = lexical_index(index)
         bm25 = lexical.scores(query)
@@ -159,13 +159,16 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         if vectors.shape[0] == 0:
             empty = np.zeros(0, dtype=np.float32)
             return empty, {"_candidates": empty > 0}
+        from query.fusion_params import params_for
+
+        params = params_for(index)  # the defaults, as the index's model calls for
         page = None
-        if current().page_weight > 0:
-            by_file = lexical.page_scores(query, current().page_k1, current().page_b)
+        if params.page_weight > 0:
+            by_file = lexical.page_scores(query, params.page_k1, params.page_b)
             page = by_file[index.snapshot.chunk_file_ids] if by_file is not None else None
-        params = for_query(query)
+        params = for_query(query, params)
         fused, cosine = hybrid(
-            lexical, vectors, query_vector(index, query), bm25, params=params, page=page
+            lexical, vectors, query_vector(index, query), bm25, params, page=page
         )
         parts = {"lexical": fused.lexical, "semantic": fused.semantic}
         if fused.page is not None:
@@ -174,7 +177,7 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         if page is not None:
             parts["page_bm25"] = page
         scores = fused.scores
-        if current().name_weight > 0:
+        if params.name_weight > 0:
             from query.tiers import name_files
 
             chunk_files = index.snapshot.chunk_file_ids
@@ -182,7 +185,7 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
             named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
             named[pool[name_files(index.snapshot, query, pool)]] = True
             if named.any():
-                part = np.float32(current().name_weight) * named[chunk_files]
+                part = np.float32(params.name_weight) * named[chunk_files]
                 scores = scores + part
                 parts = {"name": part.astype(np.float32), **parts, "fused": scores}
         return scores, {**parts, "_candidates": scores > 0}

@@ -18,7 +18,10 @@ def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     threaded sgemv waits for a scheduler slice whenever the other core is busy, which on a
     shared 2-core machine made a 40k x 256 product 10 ms at the median against einsum's 2-3 ms
     (same minimum, 1.6 ms; bench/query_speed.py, docs/benchmarks.md)."""
-    return np.einsum("ij,j->i", matrix, vector.astype(np.float32, copy=False))
+    scores = np.einsum("ij,j->i", matrix, vector.astype(np.float32, copy=False))
+    # A NaN row (a damaged index, an old provider answer) scores nothing rather than
+    # turning every normalised hybrid score into NaN (cheap: one pass over n scores).
+    return np.nan_to_num(scores, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:

@@ -23,12 +23,30 @@ if not os.environ.get("MDVDB_CACHE_DIR"):
     os.environ["MDVDB_CACHE_DIR"] = tempfile.mkdtemp(prefix="mdvdb-test-cache-")
 
 
+MARKDOWN = (".md", ".markdown")
+
+
+def copy_markdown(source: Path, target: Path) -> Path:
+    """Copy the Markdown files of `source` (and the folders holding them) to `target`, and
+    nothing else: an index or state folder someone built in the fixtures (README command 1
+    once pointed there) must never leak into a test."""
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        return [
+            name
+            for name in names
+            if not (Path(folder, name).is_dir() and not Path(folder, name).is_symlink())
+            and not name.lower().endswith(MARKDOWN)
+        ]
+
+    shutil.copytree(source, target, ignore=ignore)
+    return target
+
+
 @pytest.fixture
 def notes(tmp_path: Path) -> Path:
-    """A copy of the small fixture folder, as a project root."""
-    root = tmp_path / "notes"
-    shutil.copytree(FIXTURES / "notes", root)
-    return root
+    """A copy of the small fixture folder's Markdown, as a project root."""
+    return copy_markdown(FIXTURES / "notes", tmp_path / "notes")
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None):

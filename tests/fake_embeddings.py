@@ -78,6 +78,7 @@ class FakeEmbeddingServer:
         self.in_flight = 0
         self._cache: dict[tuple[str, int, bool], str] = {}
         self.max_in_flight = 0  # most requests handled at once
+        self.poison: str | None = None  # texts holding this word get a NaN vector
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -130,6 +131,11 @@ class FakeEmbeddingServer:
         """A vector as JSON (a float list, or a base64 string), cached so that the server's
         own encoding does not slow a bench of the client down once warmed up."""
         dims = self.answer_dims or self.dims
+        if self.poison and self.poison in text:
+            nan = np.full(dims, np.nan, dtype=np.float32)
+            if b64:
+                return json.dumps(base64.b64encode(nan.astype("<f4").tobytes()).decode())
+            return "[" + ",".join(["NaN"] * dims) + "]"
         key = (text, dims, b64)
         found = self._cache.get(key)
         if found is None:

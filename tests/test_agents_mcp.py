@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +17,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from mdvdb.config import OFF_FILE, load_config
-from tests.conftest import FIXTURES, run_cli
+from tests.conftest import FIXTURES, copy_markdown, run_cli
 
 CACHE_MD = """---
 title: Cache layer
@@ -58,7 +58,7 @@ TOOLS = {"search", "grep", "get_document", "schema", "clusters", "status", "inge
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("mcp") / "notes"
-    shutil.copytree(FIXTURES / "notes", root)
+    copy_markdown(FIXTURES / "notes", root)
     (root / "projects").mkdir()
     (root / "projects" / "cache.md").write_text(CACHE_MD)
     (root / "projects" / "queue.md").write_text(QUEUE_MD)
@@ -74,8 +74,12 @@ def cli_json(root: Path, *args: str) -> dict:
 
 
 async def session_run(root: Path, steps):
+    # No watcher: these steps call ingest themselves and assert what it reports
+    # (tests/test_agents_live.py covers the watching server).
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(root)]
+        command=sys.executable,
+        args=["-m", "mdvdb", "mcp", "--root", str(root)],
+        env={**os.environ, "MDVDB_WATCH": "false"},
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -335,7 +339,7 @@ def test_http_transport_on_loopback_only(tmp_path: Path):
     from mcp.client.streamable_http import streamable_http_client
 
     root = tmp_path / "notes"
-    shutil.copytree(FIXTURES / "notes", root)
+    copy_markdown(FIXTURES / "notes", root)
     assert run_cli("ingest", "--root", str(root)).returncode == 0
     port = _free_port()
     server = subprocess.Popen(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import run_cli
 
@@ -94,3 +97,109 @@ def test_stale_socket_falls_back(notes: Path):
     listener.close()  # bound but nobody listening: connect is refused
     done = run_cli("search", "tar", "--root", str(notes))
     assert done.returncode == 0 and "tar.md" in done.stdout
+    # Nobody holds the serve lock, so the file is known stale: `serve --status` removes it.
+    status = run_cli("serve", "--status", "--root", str(notes))
+    assert status.returncode == 1 and "removed a stale socket" in status.stdout
+    assert not (notes / SOCKET).exists()
+
+
+def pid_in(text: str) -> int:
+    import re
+
+    match = re.search(r"\(pid (\d+)", text)
+    assert match, text
+    return int(match.group(1))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by init) is gone for our purpose.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_background_server_stays_answers_100_calls_and_is_idempotent(notes: Path, tmp_path: Path):
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    cold = run_cli("search", "extract a tar archive", "-n", "3", "--root", str(notes))
+    started = run_cli("serve", "--background", "--root", str(notes))
+    assert started.returncode == 0, started.stderr
+    pid = pid_in(started.stdout)
+    try:
+        time.sleep(3)  # it used to die within a second of its own readiness probe
+        assert alive(pid)
+        # Clients that hang up at once, or never send anything, cost it nothing.
+        sock_dir = notes / ".markdownvdb.state"
+        stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        os.chdir(sock_dir)
+        try:
+            for _ in range(5):
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as rude:
+                    rude.connect("serve.sock")
+            stalled.connect("serve.sock")
+        finally:
+            os.chdir(tmp_path)
+
+        env = broken_numpy(tmp_path)  # only a forwarded call can answer
+
+        def one(_: int):
+            return run_cli(
+                "search", "extract a tar archive", "-n", "3", "--root", str(notes), env=env
+            )
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(one, range(100)))
+        stalled.close()
+        assert [a.returncode for a in answers] == [0] * 100, answers[0].stderr
+        assert {a.stdout for a in answers} == {cold.stdout}
+
+        # A second start reports the running one and leaves it alone; so does a foreground one.
+        again = run_cli("serve", "--background", "--root", str(notes))
+        assert again.returncode == 0 and "already serving" in again.stdout
+        assert pid_in(again.stdout) == pid
+        foreground = run_cli("serve", "--root", str(notes))
+        assert foreground.returncode == 1
+        assert f"already serving {sock_dir / 'serve.sock'} (pid {pid})" in foreground.stderr
+        assert foreground.stderr.count("\n") == 1
+        status = run_cli("serve", "--status", "--root", str(notes))
+        assert status.returncode == 0 and f"pid {pid}," in status.stdout
+        assert " 100 calls" in status.stdout and alive(pid)
+        data = json.loads(run_cli("serve", "--status", "--json", "--root", str(notes)).stdout)
+        assert data["running"] and data["pid"] == pid and data["requests"] == 100
+        assert data["root"] == str(notes) and data["watching"] is True
+    finally:
+        stop = run_cli("serve", "--stop", "--root", str(notes))
+    assert stop.returncode == 0 and f"stopped the warm process (pid {pid})" in stop.stdout
+    assert wait_for(lambda: not alive(pid), 10)
+    assert not (notes / SOCKET).exists()
+    status = run_cli("serve", "--status", "--root", str(notes))
+    assert status.returncode == 1 and "not serving" in status.stdout
+    assert run_cli("serve", "--stop", "--root", str(notes)).returncode == 0  # nothing to stop
+
+
+@pytest.mark.slow
+def test_concurrent_background_starts_give_one_server(notes: Path):
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    argv = [sys.executable, "-m", "mdvdb", "serve", "--background", "--root", str(notes)]
+    starts = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    try:
+        outputs = [start.communicate(timeout=300) for start in starts]
+        assert [start.returncode for start in starts] == [0, 0, 0], outputs
+        pids = {pid_in(out) for out, _ in outputs}
+        assert len(pids) == 1, outputs
+        assert sum("already serving" in out for out, _ in outputs) == 2
+    finally:
+        stop = run_cli("serve", "--stop", "--root", str(notes))
+    assert stop.returncode == 0 and f"(pid {pids.pop()})" in stop.stdout

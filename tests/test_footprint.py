@@ -14,7 +14,7 @@ from mdvdb import user_cache
 from mdvdb.config import load_config
 from mdvdb.providers.local import tokenizer_path, weights_path
 from pipeline import ingest
-from pipeline.chunking import chunk_document
+from pipeline.chunking import chunk_document, chunking_key
 from pipeline.parse import parse_document
 from pipeline.state import State, embed_text_of
 from tests.conftest import run_cli
@@ -116,7 +116,7 @@ def test_the_state_keeps_only_what_the_index_lacks(notes: Path):
     # The records the index holds come back from it exactly as chunking made them.
     with State(config.state_path, index_path=config.index_path) as state:
         shas = [e.sha256 for e in state.manifest().values()]
-        from_index = state.get_chunks("v1:512:50", shas)
+        from_index = state.get_chunks(chunking_key(512, 50), shas)
     assert len(from_index) == 4
     for path in ("tar.md", "guides/cooking.md"):
         raw = (notes / path).read_bytes()

@@ -220,13 +220,14 @@ def test_an_index_of_format_1_is_refused_then_rebuilt_by_a_plain_ingest(corpus: 
 def test_a_footer_pointing_outside_the_file_is_a_clear_error(corpus: Path):
     config = load_config(corpus, environ={})
     raw = config.index_path.read_bytes()
-    footer_len = int.from_bytes(raw[-16:-8], "little")
-    footer = raw[-16 - footer_len : -16]
+    size = index_format.TRAILER.size
+    footer_len = int.from_bytes(raw[-size : -size + 8], "little")
+    footer = raw[-size - footer_len : -size]
     bad = footer.replace(b'"rows":', b'"rows":9', 1)  # a row count the buffers cannot hold
-    config.index_path.write_bytes(
-        raw[: -16 - footer_len] + bad + len(bad).to_bytes(8, "little") + raw[-8:]
-    )
-    with pytest.raises(index_format.IndexFormatError, match="unreadable"):
+    # A footer that matches its checksum (written so), still refused: the buffers say no.
+    trailer = index_format.TRAILER.pack(len(bad), index_format._xxh3([bad]), index_format.MAGIC)
+    config.index_path.write_bytes(raw[: -size - footer_len] + bad + trailer)
+    with pytest.raises(index_format.IndexDamaged, match="index damaged"):
         index_format.read_index(config.index_path)
 
 

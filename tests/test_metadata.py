@@ -177,7 +177,7 @@ def test_query_with_facet_searches_only_facet_files(kb: Path) -> None:
     )
     assert data["results"]
     assert all(r["path"].startswith("many/") for r in data["results"])
-    assert data["shown"] == 20 and data["total"] > 20 and data["truncated"]
+    assert data["shown"] == 10 and data["total"] > 10 and data["truncated"]  # the default -n
 
 
 def test_zero_results_give_suggestions(kb: Path) -> None:

@@ -263,9 +263,9 @@ def test_leetcode_facet_listing_is_capped_with_a_note(leetcode: Path) -> None:
     assert total > 20
     done = run_cli("search", "--tag", "array", "--root", str(leetcode))
     lines = done.stdout.splitlines()
-    assert len(lines) == 21
+    assert len(lines) == 11  # the default limit, 10, and the note
     assert lines[-1] == (
-        f"Showing top 20 of {total} matches. Narrow the query for more specific results."
+        f"Showing top 10 of {total} matches. Narrow the query for more specific results."
     )
 
 

@@ -26,6 +26,31 @@ COMMAND_MODULES = (
 # would eat most of their time budget. `run` returns the exit code, or None to leave `argv` to
 # typer (usage errors and `--help` are worded by typer everywhere).
 FAST_COMMANDS = {"grep": "mdvdb.cli.grep", "search": "mdvdb.cli.search"}
+# Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
+LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
+DIST_NAME = "markdown-vdb"
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version(DIST_NAME)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def quiet_on_closed_pipe(argv: list[str]) -> None:
+    """`mdvdb search ... | head -1`: when the reader goes away, end as Unix tools do (the
+    default SIGPIPE action: no traceback, no message) instead of Python's BrokenPipeError
+    at some write or at the final flush. Python ignores SIGPIPE; this restores the default
+    for the short commands only (a server must outlive a client that hangs up)."""
+    if argv and argv[0] in LONG_RUNNING:
+        return
+    import _signal
+
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
 
 
 def run_fast(argv: list[str]) -> int | None:
@@ -36,6 +61,10 @@ def run_fast(argv: list[str]) -> int | None:
 
 def main() -> None:
     argv = sys.argv[1:]
+    quiet_on_closed_pipe(argv)
+    if argv == ["--version"]:
+        sys.stdout.write(f"mdvdb {version()}\n")
+        sys.exit(0)
     from mdvdb.cli.warm import forward
 
     code = forward(argv)

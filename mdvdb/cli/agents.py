@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -9,7 +10,21 @@ from typing import Annotated
 
 import typer
 
-from mdvdb.cli.app import CliError, RootOption, app, load, user_errors
+from mdvdb.cli.app import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    JsonOption,
+    RootOption,
+    app,
+    load,
+    print_json,
+    user_errors,
+)
+
+# A background server's log is started afresh once it grows past this.
+LOG_KEEP_BYTES = 1 << 20
 
 
 @app.command()
@@ -24,30 +39,121 @@ def serve(
     ] = None,
     background: Annotated[
         bool,
-        typer.Option("--background", help="Start detached, return once it accepts calls."),
+        typer.Option(
+            "--background",
+            help="Start detached and return once it answers; if one already runs, say so "
+            "and leave it alone.",
+        ),
+    ] = False,
+    stop: Annotated[
+        bool, typer.Option("--stop", help="Stop the warm process serving this project.")
+    ] = False,
+    show_status: Annotated[
+        bool,
+        typer.Option("--status", help="Whether one runs (pid, uptime, calls): exit 0, else 1."),
     ] = False,
     root: RootOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Keep the index and model loaded; `mdvdb search`/`get` use it while it runs.
 
-    Listens on a Unix socket in the state folder (0600, no TCP port) and exits by itself
-    after the idle timeout. Without it every command works the same, only slower.
+    Listens on a Unix socket in the state folder (0600, no TCP port), re-indexes changed
+    files as they change (MDVDB_WATCH=false turns that off) and exits by itself after the
+    idle timeout. Without it every command works the same, only slower.
     """
     with user_errors():
+        if sum((background, stop, show_status)) > 1:
+            raise CliError("--background, --stop and --status go alone", EXIT_USAGE)
         config = load(root)
         from mdvdb.cli import warm
 
         timeout = config.serve_idle_timeout if idle_timeout is None else idle_timeout
         folder = config.state_path
-        if warm.is_serving(folder):
-            raise CliError(f"a warm process already serves {folder / warm.SOCKET_NAME}")
+        if show_status:
+            raise typer.Exit(_status(folder, as_json))
+        if stop:
+            return _stop(folder)
+        running = warm.ping(folder)
+        if running:
+            message = f"already serving {running['socket']} (pid {running['pid']})"
+            if background:  # idempotent: the one that runs is what was asked for
+                typer.echo(f"mdvdb: {message}")
+                return
+            raise CliError(message)
         if background:
             _start_detached(config.root, timeout, folder)
             return
-        try:
-            warm.serve(folder, timeout, on_ready=_preload(config))
-        except warm.ServeError as exc:
-            raise CliError(str(exc)) from None
+        _serve_here(config, folder, timeout)
+
+
+def _serve_here(config, folder, timeout: float) -> None:
+    import signal
+
+    from mdvdb.cli import warm
+
+    log = sys.stderr  # the watcher's lines; commands run with their own stderr captured
+    server = warm.WarmServer(
+        folder, timeout, info={"root": str(config.root), "watching": config.watch}
+    )
+
+    def on_signal(signum, frame) -> None:
+        server.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def line(text: str) -> None:
+        log.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+        log.flush()
+
+    def start_watch():
+        from pipeline.watch import start_background
+
+        line(f"serve: pid {os.getpid()} serving {folder / warm.SOCKET_NAME}")
+        watcher = start_background(config, log=line)
+        return watcher.stop if watcher else None
+
+    try:
+        server.run(preload=_preload(config), started=start_watch)
+    except warm.ServeError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _status(folder, as_json: bool) -> int:
+    from mdvdb.cli import warm
+
+    running = warm.ping(folder)
+    stale = False if running else warm.remove_stale_socket(folder)
+    if as_json:
+        print_json({"running": running is not None, **(running or {})})
+    elif running:
+        typer.echo(
+            f"serving {running['socket']}: pid {running['pid']}, up {running['uptime']:.0f} s, "
+            f"{running['requests']} calls, idle timeout {running['idle_timeout']:g} s, "
+            f"watching {'on' if running.get('watching') else 'off'}"
+        )
+    else:
+        note = " (removed a stale socket)" if stale else ""
+        typer.echo(f"not serving {folder / warm.SOCKET_NAME}{note}")
+    return EXIT_OK if running else EXIT_ERROR
+
+
+def _stop(folder) -> None:
+    from mdvdb.cli import warm
+
+    reply = warm.ask(folder, {"op": "stop"})
+    if not reply or not reply.get("stopping"):
+        stale = warm.remove_stale_socket(folder)
+        note = " (removed a stale socket)" if stale else ""
+        typer.echo(f"mdvdb: not serving {folder / warm.SOCKET_NAME}{note}")
+        return
+    # It finishes the call in hand and the running ingest, then lets go of its lock.
+    deadline = time.monotonic() + 120
+    while warm.lock_holder(folder) is not None:
+        if time.monotonic() > deadline:
+            raise CliError(f"pid {reply['pid']} did not stop within 120 s")
+        time.sleep(0.05)
+    typer.echo(f"mdvdb: stopped the warm process (pid {reply['pid']})")
 
 
 def _preload(config):
@@ -69,25 +175,59 @@ def _preload(config):
 
 
 def _start_detached(root, timeout: float, folder) -> None:
+    from mdvdb import private
     from mdvdb.cli import warm
 
+    private.state_folder(folder)  # 0700, and no symlink to write through
+    log_path = folder / warm.LOG_NAME
+    holder = warm.lock_holder(folder)  # one is starting (loading the model): wait for it
+    child = None if holder is not None else _spawn(root, timeout, log_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        running = warm.ping(folder, timeout=1.0)
+        if running:
+            ours = child is not None and running["pid"] == child.pid
+            typer.echo(
+                f"mdvdb: {'serving' if ours else 'already serving'} {running['socket']} "
+                f"(pid {running['pid']}, idle timeout {running['idle_timeout']:g} s)"
+            )
+            return
+        if child is not None and child.poll() is not None:
+            if warm.lock_holder(folder) is None:
+                raise CliError(f"the warm process exited: {_last_line(log_path)}")
+            child = None  # another start won the race: wait for that one to answer
+        time.sleep(0.05)
+    raise CliError(f"the warm process did not answer within 120 s (log: {log_path})")
+
+
+def _spawn(root, timeout: float, log_path) -> subprocess.Popen:
+    try:
+        if log_path.stat().st_size > LOG_KEEP_BYTES:
+            log_path.unlink()
+    except OSError:
+        pass
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     argv = [sys.executable, "-m", "mdvdb", "serve", "--root", str(root)]
     argv += ["--idle-timeout", str(timeout)]
-    subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if warm.is_serving(folder):
-            typer.echo(f"mdvdb: serving {folder / warm.SOCKET_NAME} (idle timeout {timeout:g} s)")
-            return
-        time.sleep(0.05)
-    raise CliError("the warm process did not start within 60 s")
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(log)
+
+
+def _last_line(path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    return lines[-1].removeprefix("mdvdb: ") if lines else "no log"
 
 
 @app.command()

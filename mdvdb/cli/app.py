@@ -35,3 +35,23 @@ RootOption = Annotated[
     typer.Option("--root", help="Project root (default: nearest folder with .markdownvdb)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from mdvdb.cli import version
+
+        typer.echo(f"mdvdb {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Markdown VDB: search folders of Markdown by meaning, keywords or exact text."""

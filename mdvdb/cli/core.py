@@ -56,13 +56,26 @@ def ingest(
     no_wait: Annotated[
         bool, typer.Option("--no-wait", help="Exit 1 at once if another writer runs.")
     ] = False,
+    if_present: Annotated[
+        bool,
+        typer.Option(
+            "--if-present",
+            help="For hooks: do nothing (exit 0, silent) unless the folder is set up "
+            "(.markdownvdb or an index) and not switched off (.mdvdb-off).",
+        ),
+    ] = False,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Index the source folders (only what changed since the last run)."""
     with user_errors():
         config = load(root)
+        if if_present and (config.switched_off or not is_set_up(config)):
+            return
         from pipeline import ingest as pipeline_ingest
+
+        if paths:
+            _refuse_missing(config, paths)
 
         def waiting(holder: str) -> None:
             if not quiet:
@@ -101,6 +114,41 @@ def ingest(
             f"{report.removed} removed, {report.unchanged} unchanged; "
             f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
         )
+
+
+def is_set_up(config) -> bool:
+    """Someone chose to use mdvdb here: a `.markdownvdb` file, or an index already built."""
+    from mdvdb.dotenv import CONFIG_FILE
+
+    return (config.root / CONFIG_FILE).is_file() or config.index_path.exists()
+
+
+def _refuse_missing(config, paths: list[str]) -> None:
+    """A path that is not on disk is fine when the index has it (re-checking it removes it);
+    otherwise it is a typo, which used to pass in silence."""
+    import os
+
+    from pipeline.ingest import relative_paths
+
+    gone = [p for p in paths if not os.path.lexists(p)]
+    if not gone:
+        return
+    indexed = None
+    if (config.state_path / "cache.sqlite3").exists():
+        from pipeline.state import State
+
+        indexed = State(config.state_path)
+    try:
+        missing = [
+            raw
+            for raw, rel in zip(gone, relative_paths(config, gone), strict=True)
+            if indexed is None or not indexed.has_path(rel)
+        ]
+    finally:
+        if indexed is not None:
+            indexed.close()
+    if missing:
+        raise CliError(f"ingest: no such file or folder: {', '.join(missing)}")
 
 
 class SearchMode(StrEnum):
@@ -239,13 +287,13 @@ def status(
     """What the index holds and whether it is up to date."""
     with user_errors():
         config = load(root)
+        if check:
+            refuse_if_off(config)  # the same line and code as `search`: one check suffices
         if verify:
             from mdvdb.cli.verify import run_verify
 
             return run_verify(config, as_json)
-        from query import open_index
-
-        st = open_index(config=config).status()
+        st, damage = _status_of(config)
         if st.exists:
             st.new_files = _new_files(config, st)
         if check:
@@ -254,8 +302,10 @@ def status(
                 print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
             raise typer.Exit(code)
         if as_json:
-            print_json(st.to_json())
+            print_json({**st.to_json(), "damaged": damage, "switched_off": config.switched_off})
             return
+        if damage:
+            raise CliError(f"damaged index: {damage}")
         if not st.exists:
             raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
         updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
@@ -273,12 +323,46 @@ def status(
                 typer.echo(f"  {printable(path, one_line=True)}")
         elif not st.provider_mismatch:
             typer.echo("stale:      none")
+        if st.errors:
+            typer.echo(f"problems:   {len(st.errors)} reported by the last ingest, e.g.:")
+            for path, problem in st.errors[:10]:
+                typer.echo(f"  {printable(f'{path}: {problem}', one_line=True)}")
+        if config.switched_off:
+            typer.echo("switched off: .mdvdb-off exists here; `mdvdb search` exits 5")
+
+
+def _status_of(config):
+    """The index's status, and what is wrong with it when the file is there but unreadable
+    (`Index.status` calls such an index absent)."""
+    from query import open_index
+
+    index = open_index(config=config)
+    try:
+        st = index.status()
+    except (OSError, ValueError) as exc:  # a reader that did not name the damage itself
+        from query.results import Status
+
+        st, reason = Status(index_path=str(config.index_path), exists=False), str(exc)
+    else:
+        if st.exists or not config.index_path.exists():
+            return st, None
+        try:
+            index.snapshot  # noqa: B018 - the load says why it failed
+            reason = "unreadable"
+        except Exception as exc:
+            reason = str(exc)
+    if not config.index_path.exists():
+        return st, None
+    reason = reason.rstrip(".")
+    if str(config.index_path) not in reason:
+        reason = f"{config.index_path}: {reason}; run `mdvdb ingest --full`"
+    return st, reason
 
 
 def _new_files(config, st) -> list[str]:
     """Files on disk that the index does not have (uses the ingest's own walk and rules)."""
     from pipeline.discover import walk
     from query import open_index
+    from query.verify import new_files
 
-    indexed = set(open_index(config=config).snapshot.paths)
-    return sorted(p for p in walk(config, []) if p not in indexed)
+    return new_files(open_index(config=config).snapshot, config.root, walk(config, []))

@@ -68,7 +68,19 @@ def user_errors() -> Iterator[None]:
     except Exception as exc:
         if is_user_error(exc):
             fail(str(exc), EXIT_ERROR)
+        damaged = damage_of(exc)
+        if damaged:
+            fail(damaged, EXIT_ERROR)
         raise
+
+
+def damage_of(exc: BaseException) -> str | None:
+    """When an unexpected error happened while an index was open and that index fails its
+    checksums, the one-line damage message (the error came from damaged bytes, not a bug)."""
+    index_format = sys.modules.get("mdvdb.index_format")
+    if index_format is None or isinstance(exc, SystemExit | KeyboardInterrupt):
+        return None
+    return index_format.damage_message()
 
 
 def is_user_error(exc: BaseException, names: frozenset[str] = USER_ERRORS) -> bool:
@@ -84,7 +96,20 @@ def load(root: Path | str | None):
         root = Path(root)
         if not root.is_dir():
             raise CliError(f"--root {root}: not a folder", EXIT_USAGE)
-    return load_config(root)
+    config = load_config(root)
+    warn_unknown_keys(config)
+    return config
+
+
+def warn_unknown_keys(config) -> None:
+    """A misspelt MDVDB_* key in `.markdownvdb` is otherwise silently ignored: say so, one
+    line on stderr per key, with the closest setting. (Unknown MDVDB_* variables in the
+    environment are left alone: a shell holds variables for other tools and versions.)"""
+    from mdvdb.config import unknown_keys
+
+    for key, suggestion in unknown_keys(config):
+        hint = f" (did you mean {suggestion}?)" if suggestion else ""
+        echo(f"mdvdb: warning: {config.root / '.markdownvdb'}: unknown key {key}{hint}", err=True)
 
 
 def refuse_if_off(config) -> None:

@@ -26,7 +26,6 @@ from mdvdb.cli.errors import (
 )
 from mdvdb.terminal import printable
 
-DEFAULT_CAP = 20
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
 MODES = ("hybrid", "semantic", "lexical")
 
@@ -161,13 +160,6 @@ def run(argv: list[str]) -> int | None:
     return EXIT_OK
 
 
-def default_cap(config) -> int:
-    """20 results, the kb-search cap, unless MDVDB_SEARCH_DEFAULT_LIMIT was set."""
-    if config.origins.get("MDVDB_SEARCH_DEFAULT_LIMIT", "the default") != "the default":
-        return config.search_default_limit
-    return DEFAULT_CAP
-
-
 def run_search(config, as_json: bool, limit: int | None = None, **request: Any) -> None:
     """Run one `query.request` search (the library the MCP server uses too) and print it;
     `request` holds the other `SearchRequest` fields."""
@@ -177,7 +169,8 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
     from query.request import run as run_request
 
     index = open_index(config=config)
-    wanted = SearchRequest(limit=limit or default_cap(config), **request)
+    # No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request as for the library.
+    wanted = SearchRequest(limit=limit, **request)
     try:
         with index.pinned():
             outcome = run_request(index, wanted)

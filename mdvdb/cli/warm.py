@@ -8,10 +8,12 @@ in the warm process, so output and exit codes are identical; when the socket is 
 or refuses, the CLI simply runs the command itself.
 
 The socket lives in the state folder, is created 0600 and is only used when owned by the
-calling user. The server exits by itself after an idle timeout. One request per connection:
-a marshalled `{"argv", "cwd", "env"}` in (the client then shuts its write side), a
-marshalled `{"stdout", "stderr", "code"}` out. marshal, not JSON: both ends are this
-package, it decodes plain data only, and it is built in.
+calling user. The server exits by itself after an idle timeout, and holds an flock on
+`serve.lock` for its life: one server per project, and a socket file whose lock is free is
+stale. One request per connection: a marshalled `{"argv", "cwd", "env"}` in (the client then
+shuts its write side), a marshalled `{"stdout", "stderr", "code"}` out; `{"op": "ping"}`
+(readiness, `serve --status`) and `{"op": "stop"}` are answered without running a command.
+marshal, not JSON: both ends are this package, it decodes plain data only, and it is built in.
 
 The client half runs on every CLI call before typer, so it imports only built-in modules
 (`_socket`, `marshal`, `os`, `stat`, `sys`) and `mdvdb.dotenv`: `socket`, `json`, `pathlib`
@@ -115,11 +117,11 @@ def forward(argv: list[str]) -> int | None:
     return int(reply["code"])
 
 
-def _exchange(folder: str, request: dict) -> dict:
+def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> dict:
     import _socket
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    sock.settimeout(CLIENT_TIMEOUT)
+    sock.settimeout(timeout)
     try:
         with _in_folder(folder):
             sock.connect(SOCKET_NAME)
@@ -143,83 +145,222 @@ def _exchange(folder: str, request: dict) -> dict:
 
 
 # -- server -------------------------------------------------------------------------------
+LOCK_NAME = "serve.lock"  # held (flock) by the serving process for its whole life
+LOG_NAME = "serve.log"  # a background server's stdout and stderr (the watcher's lines)
+PING_TIMEOUT = 2.0
+# How often the accept loop looks at its stop event and its idle clock.
+POLL_SECONDS = 0.2
+
+
 class ServeError(RuntimeError):
-    """The warm process cannot start (already running, no state folder...)."""
+    """The warm process cannot start (another one serves this project...)."""
 
 
-def is_serving(folder: Path) -> bool:
-    import socket
-
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
+def ask(folder: Path | str, request: dict, timeout: float = PING_TIMEOUT) -> dict | None:
+    """One exchange with the warm process of `folder`; None when nothing answers."""
     try:
-        with _in_folder(folder):
-            probe.connect(SOCKET_NAME)
-        return True
+        return _exchange(str(folder), request, timeout)
+    except (OSError, ValueError):
+        return None
+
+
+def ping(folder: Path | str, timeout: float = PING_TIMEOUT) -> dict | None:
+    """What the running warm process says about itself (pid, root, uptime...), or None.
+    A readiness probe must speak the protocol: a bare connect-and-close is a client that
+    hung up, which the server survives but which proves nothing."""
+    reply = ask(folder, {"op": "ping"}, timeout)
+    return reply if reply and isinstance(reply.get("pid"), int) else None
+
+
+def lock_holder(folder: Path) -> int | None:
+    """The pid of the process holding the serve lock (alive, maybe still starting), or
+    None when the lock is free; a free lock means any socket file left here is stale."""
+    import fcntl
+
+    path = folder / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            return int(raw) if raw.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def remove_stale_socket(folder: Path) -> bool:
+    """Delete a socket file nobody serves (its server was killed); True if one was removed."""
+    sock = folder / SOCKET_NAME
+    if not sock.is_socket() or lock_holder(folder) is not None:
+        return False
+    try:
+        sock.unlink()
     except OSError:
         return False
-    finally:
-        probe.close()
+    return True
 
 
-def serve(folder: Path, idle_timeout: float, on_ready=None) -> None:
-    """Answer forwarded CLI calls until nothing arrives for `idle_timeout` seconds."""
-    from mdvdb import private
+def _claim(folder: Path) -> int:
+    """Take the serve lock (an flock the kernel drops when this process dies, so a killed
+    server never blocks the next) and write our pid in it; ServeError if another holds it."""
+    import fcntl
 
-    private.state_folder(folder)
-    if (folder / SOCKET_NAME).exists():
-        if is_serving(folder):
-            raise ServeError(f"a warm process already serves {folder / SOCKET_NAME}")
-        (folder / SOCKET_NAME).unlink()
-    import socket
-
-    runner = _Runner()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_mask = os.umask(0o177)  # the socket is born 0600: no window where others could connect
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        with _in_folder(folder):
-            listener.bind(SOCKET_NAME)
-    finally:
-        os.umask(old_mask)
-    inode = os.stat(folder / SOCKET_NAME).st_ino
-    try:
-        listener.listen(16)
-        listener.settimeout(idle_timeout)
-        if on_ready:
-            on_ready()
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                return
-            with conn:
-                _handle(conn, runner)
-    finally:
-        listener.close()
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        who = f"pid {raw}" if raw.isdigit() else "another process"
+        raise ServeError(f"already served by {who} ({folder / SOCKET_NAME})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+class WarmServer:
+    """The accept loop: one thread per connection reads the request and answers, so a
+    client that hangs up, stalls or sends garbage costs only its own thread; the commands
+    themselves run one at a time (each changes the process's cwd, environment and
+    sys.stdout for its length)."""
+
+    def __init__(self, folder: Path, idle_timeout: float, info: dict | None = None):
+        import threading
+
+        self.folder = folder
+        self.idle_timeout = idle_timeout
+        self.stop = threading.Event()
+        self.info = dict(info or {})
+        self._busy = threading.Lock()
+        self._count = threading.Lock()
+        self._active = 0
+        self._last = 0.0
+        self._requests = 0
+        self._started = 0.0
+        self._runner: _Runner | None = None
+
+    def run(self, preload=None, started=None) -> None:
+        """Serve until stopped or idle. `preload()` runs before the socket exists (so the
+        first call is warm and a readiness ping means ready); `started()` runs once
+        calls are accepted and may return a `stop()` to call on the way out (the watcher)."""
+        import socket
+        import threading
+        import time
+
+        from mdvdb import private
+
+        private.state_folder(self.folder)  # 0700, and no symlink to write through
+        lock_fd = _claim(self.folder)
+        listener = None
+        stop_extra = None
+        inode = None
         try:
-            if os.stat(folder / SOCKET_NAME).st_ino == inode:
-                (folder / SOCKET_NAME).unlink()
+            self._runner = _Runner()
+            if preload:
+                preload()
+            sock_path = self.folder / SOCKET_NAME
+            if sock_path.is_socket() or sock_path.exists():
+                sock_path.unlink()  # we hold the lock: whatever is there is stale
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old_mask = os.umask(0o177)  # born 0600: no window where others could connect
+            try:
+                with _in_folder(self.folder):
+                    listener.bind(SOCKET_NAME)
+            finally:
+                os.umask(old_mask)
+            inode = os.stat(sock_path).st_ino
+            listener.listen(64)
+            listener.settimeout(POLL_SECONDS)
+            self._started = time.time()
+            self._last = time.monotonic()
+            if started:
+                stop_extra = started()
+            while not self.stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    with self._count:
+                        idle = time.monotonic() - self._last
+                        if self._active == 0 and idle >= self.idle_timeout:
+                            return
+                    continue
+                except InterruptedError:
+                    continue
+                with self._count:
+                    self._active += 1
+                    self._last = time.monotonic()
+                threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
+        finally:
+            if listener is not None:
+                listener.close()
+            try:
+                if inode is not None and os.stat(self.folder / SOCKET_NAME).st_ino == inode:
+                    (self.folder / SOCKET_NAME).unlink()
+            except OSError:
+                pass
+            if stop_extra:
+                stop_extra()
+            os.close(lock_fd)  # releases the lock, last: the next server may start now
+
+    def _serve_one(self, conn: socket.socket) -> None:
+        import time
+
+        try:
+            with conn:
+                conn.settimeout(CLIENT_TIMEOUT)
+                chunks = []
+                while True:  # the client shuts its write side after the request
+                    data = conn.recv(1 << 16)
+                    if not data:
+                        break
+                    chunks.append(data)
+                reply = self._answer(b"".join(chunks))
+                conn.sendall(marshal.dumps(reply))
         except OSError:
-            pass
+            pass  # the client hung up or stalled: there is nobody to answer
+        finally:
+            with self._count:
+                self._active -= 1
+                self._last = time.monotonic()
 
+    def _answer(self, raw: bytes) -> dict:
+        import time
 
-def _handle(conn: socket.socket, runner: _Runner) -> None:
-    conn.settimeout(CLIENT_TIMEOUT)
-    chunks = []
-    while True:  # the client shuts its write side after the request
-        data = conn.recv(1 << 16)
-        if not data:
-            break
-        chunks.append(data)
-    try:
-        request = marshal.loads(b"".join(chunks))
-        argv = [str(a) for a in request["argv"]]
-        if not argv or argv[0] not in FORWARDED:
-            raise ValueError("not a forwarded command")
-        reply = runner.run(argv, str(request["cwd"]), dict(request.get("env") or {}))
-    except (ValueError, KeyError, TypeError, EOFError) as exc:
-        reply = {"stdout": "", "stderr": f"mdvdb: bad warm request: {exc}\n", "code": 1}
-    conn.sendall(marshal.dumps(reply))
+        try:
+            request = marshal.loads(raw)
+            if not isinstance(request, dict):
+                raise ValueError("not a request")
+            op = request.get("op", "run")
+            if op == "ping":
+                return {
+                    **self.info,
+                    "pid": os.getpid(),
+                    "socket": str(self.folder / SOCKET_NAME),
+                    "uptime": round(time.time() - self._started, 3),
+                    "requests": self._requests,
+                    "idle_timeout": self.idle_timeout,
+                    "code": 0,
+                }
+            if op == "stop":
+                self.stop.set()
+                return {"pid": os.getpid(), "stopping": True, "code": 0}
+            if op != "run":
+                raise ValueError(f"unknown op {op!r}")
+            argv = [str(a) for a in request["argv"]]
+            if not argv or argv[0] not in FORWARDED:
+                raise ValueError("not a forwarded command")
+            with self._busy:
+                self._requests += 1
+                assert self._runner is not None
+                return self._runner.run(argv, str(request["cwd"]), dict(request.get("env") or {}))
+        except (ValueError, KeyError, TypeError, EOFError) as exc:
+            return {"stdout": "", "stderr": f"mdvdb: bad warm request: {exc}\n", "code": 1}
 
 
 class _Runner:

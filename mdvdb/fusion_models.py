@@ -1,0 +1,32 @@
+"""Hybrid fusion settings as a function of the embedding model.
+
+A static model (WordLlama averages word vectors) and a contextual encoder (MiniLM reads words
+in context) deserve different dense weights: the encoder's cosines are worth more against BM25.
+The settings here override `query.fusion.PARAMS` (the WordLlama-tuned defaults). They were
+chosen by leave-one-set-out over the five sets in ../shared/corpora (bench/encoders.py; the
+numbers are in docs/search-quality.md, "Fusion per model").
+
+Ingest records the settings of the model it embedded with in the index's meta (`fusion`), so
+an index is always searched with the settings of the model that built it; `query.fusion_params`
+reads them back (and falls back to this table for an index written before they were recorded).
+"""
+
+from __future__ import annotations
+
+from mdvdb.config import local_model_is_encoder
+
+# Overrides of query.fusion.FusionParams fields for BERT-style encoders run by the local
+# provider (all-minilm-l6-v2 and user model folders).
+LOCAL_ENCODER: dict[str, float] = {
+    "dense_weight": 0.4,
+    "feedback_weight": 0.2,
+    "dense_feedback_weight": 0.5,
+}
+
+
+def fusion_settings(provider: str | None, model: str | None) -> dict[str, float]:
+    """The FusionParams overrides for an index embedded by (provider, model); {} = defaults.
+    Remote models are left at the defaults: they were not measured here."""
+    if provider == "local" and local_model_is_encoder(model):
+        return dict(LOCAL_ENCODER)
+    return {}
