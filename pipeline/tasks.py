@@ -583,7 +583,19 @@ def _published_is_current(ctx: RunContext) -> bool:
         st = os.stat(path)
     except OSError:
         return False
-    return stamp == [st.st_size, st.st_mtime_ns]
+    if stamp != [st.st_size, st.st_mtime_ns]:
+        return False
+    # The index this run's code can read: since the state keeps only what the index lacks,
+    # an index of another format (written by an older mdvdb) cannot stand in for the parse,
+    # chunk and embed caches, so those stages must run again.
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(16)
+    except OSError:
+        return False
+    from mdvdb.index_format import FORMAT_VERSION, MAGIC
+
+    return header[:8] == MAGIC and int.from_bytes(header[8:12], "little") == FORMAT_VERSION
 
 
 def _stamp_index(ctx: RunContext) -> None:

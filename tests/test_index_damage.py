@@ -187,8 +187,7 @@ def test_any_flip_or_truncation_is_found_and_never_crashes(small_index, flips, c
     shutil.copytree(root, work, ignore=shutil.ignore_patterns(".markdownvdb.state"))
     (work / ".markdownvdb.index").write_bytes(bytes(data))
     assert not verify(work / ".markdownvdb.index", work).ok
-    config = load_config(work)
-    os.environ.update(ENV)
+    config = load_config(work, environ={**os.environ, **ENV})
     try:
         index = open_index(config=config)
         index.search("tar archive", limit=5)

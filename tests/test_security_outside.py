@@ -162,6 +162,8 @@ def test_everything_written_is_private_under_umask_022(shared_tmp):
     root = shared_tmp / "notes"
     shutil.copytree(FIXTURES / "notes", root)
     _chown_tree(root, NOBODY)
+    # The test session's per-user cache is root's (0700): this user cannot read it, and
+    # ingest still works (the model's weights are read directly).
     result = run_as(NOBODY, "ingest", "--root", str(root), cwd=root)
     assert result.returncode == 0, result.stderr
     index, state = root / ".markdownvdb.index", root / ".markdownvdb.state"

@@ -296,6 +296,11 @@ def status(
         st, damage = _status_of(config)
         if st.exists:
             st.new_files = _new_files(config, st)
+        if damage and not as_json:
+            # the readers' own line ("index damaged: run `mdvdb ingest --full` (...)") as is
+            raise CliError(
+                damage if damage.startswith("index damaged") else f"damaged index: {damage}"
+            )
         if check:
             code = EXIT_OK if st.fresh else EXIT_STALE if st.exists else EXIT_NO_INDEX
             if as_json:
@@ -304,8 +309,6 @@ def status(
         if as_json:
             print_json({**st.to_json(), "damaged": damage, "switched_off": config.switched_off})
             return
-        if damage:
-            raise CliError(f"damaged index: {damage}")
         if not st.exists:
             raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
         updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
@@ -334,12 +337,13 @@ def status(
 def _status_of(config):
     """The index's status, and what is wrong with it when the file is there but unreadable
     (`Index.status` calls such an index absent)."""
+    from mdvdb.index_format import IndexFormatError
     from query import open_index
 
     index = open_index(config=config)
     try:
         st = index.status()
-    except (OSError, ValueError) as exc:  # a reader that did not name the damage itself
+    except (OSError, ValueError, IndexFormatError) as exc:  # damaged, torn or foreign
         from query.results import Status
 
         st, reason = Status(index_path=str(config.index_path), exists=False), str(exc)

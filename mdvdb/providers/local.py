@@ -69,15 +69,12 @@ def load_table(cache_dir: Path | None = None) -> np.ndarray:
 
     try:
         cached = cache_dir / f"{source_sha256(source)}.f32.npy"
-    except OSError:
-        return _read_safetensors(source)
-    if cached.is_file():
-        try:
+        if cached.is_file():
             table = np.load(cached, mmap_mode="r")
             if table.dtype == np.float32 and table.ndim == 2:
                 return table
-        except (OSError, ValueError):
-            pass
+    except (OSError, ValueError):  # an unreadable or foreign cache: read the weights
+        return _read_safetensors(source)
     table = _read_safetensors(source)
     atomic_write(cached, lambda fh: np.save(fh, table))
     return table
