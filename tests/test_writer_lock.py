@@ -60,6 +60,22 @@ def test_second_writer_waits_then_runs(notes: Path):
     assert (notes / ".markdownvdb.index").is_file()
 
 
+def test_the_hook_form_is_quiet_while_another_writer_runs(notes: Path):
+    """`ingest --if-present --no-wait` (the Stop hook) in a set-up folder while a watcher holds
+    the lock: that writer is already bringing the index up to date, so exit 0 and silence;
+    plain `--no-wait` still exits 1."""
+    (notes / ".markdownvdb").write_text("# set up\n")
+    holder = _hold(notes / ".markdownvdb.state", 30)
+    try:
+        hook = run_cli("ingest", "--if-present", "--quiet", "--no-wait", "--root", str(notes))
+        assert (hook.returncode, hook.stdout, hook.stderr) == (0, "", "")
+        plain = run_cli("ingest", "--no-wait", "--root", str(notes))
+        assert plain.returncode == 1 and "another writer" in plain.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_killed_holder_blocks_nobody(notes: Path):
     state = notes / ".markdownvdb.state"
     holder = _hold(state, 60)

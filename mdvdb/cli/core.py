@@ -73,6 +73,7 @@ def ingest(
         if if_present and (config.switched_off or not is_set_up(config)):
             return
         from pipeline import ingest as pipeline_ingest
+        from pipeline.lock import LockBusy
 
         if paths:
             _refuse_missing(config, paths)
@@ -82,9 +83,19 @@ def ingest(
                 typer.echo(f"mdvdb: waiting for the index lock held by {holder}", err=True)
 
         progress = _Progress(sys.stderr.isatty() and not quiet and not as_json)
-        report = pipeline_ingest.run(
-            config, paths or None, full=full, progress=progress, wait=not no_wait, on_wait=waiting
-        )
+        try:
+            report = pipeline_ingest.run(
+                config,
+                paths or None,
+                full=full,
+                progress=progress,
+                wait=not no_wait,
+                on_wait=waiting,
+            )
+        except LockBusy:
+            if if_present:  # a hook: another writer (a watcher) is already bringing it up to date
+                return
+            raise
         if as_json:
             print_json(
                 {
