@@ -120,10 +120,10 @@ class Watcher:
                 # Folders that appeared or were replaced since the last watch: walk them at
                 # the first yield, when the new watch is live.
                 reborn = [p for p, key in identity.items() if key and key != seen.get(p)]
-                if seen and reborn and not pending_full:
-                    again = self._catch_up_paths(reborn)
-                    pending_full = again is None
-                    pending = sorted({*pending, *(again or [])})
+                if seen and reborn:
+                    # A folder that is there again: a full walk, not its path, finds whatever
+                    # was written into it before this watch went live.
+                    pending_full, pending = True, []
                 seen = identity
                 step = max(1, self.debounce_ms)
                 for changes in self._surviving(
@@ -152,8 +152,11 @@ class Watcher:
                     moved = [p for p in self._sources() if _identity(p) != identity.get(p)]
                     if moved:
                         # A source folder was deleted, recreated or moved: its watch is dead.
-                        again = self._catch_up_paths(moved)
-                        pending_full, pending = again is None, again or []
+                        if all(_identity(p) is not None for p in moved):
+                            pending_full, pending = True, []  # there again: walk it all
+                        else:  # gone: its paths leave the index
+                            again = self._catch_up_paths(moved)
+                            pending_full, pending = again is None, again or []
                         break
                     if self.stop.is_set():
                         break
