@@ -114,6 +114,9 @@ class Watcher:
                     if pending_full or pending:
                         self._ingest(None if pending_full else pending)
                         pending_full, pending = False, []
+                    # A folder that comes back is new, even on the inode the old one had
+                    # (file systems reuse them): it is walked once its watch is live.
+                    seen = {p: None for p in self._sources()}
                     self.stop.wait(IDLE_CHECK_MS / 1000)
                     continue
                 identity = {p: _identity(p) for p in self._sources()}
