@@ -97,22 +97,7 @@ def ingest(
                 return
             raise
         if as_json:
-            print_json(
-                {
-                    "files": report.files,
-                    "added": report.added,
-                    "changed": report.changed,
-                    "removed": report.removed,
-                    "unchanged": report.unchanged,
-                    "chunks": report.chunks,
-                    "chunks_embedded": report.chunks_embedded,
-                    "published": report.published,
-                    "index_bytes": report.index_bytes,
-                    "seconds": round(report.seconds, 3),
-                    "stage_seconds": {k: round(v, 3) for k, v in report.stage_seconds.items()},
-                    "errors": [{"path": p, "problem": m} for p, m in report.errors],
-                }
-            )
+            print_json(report.to_json())  # the library's report, as `mdvdb.ingest` gives it
             return
         if quiet and report.nothing_changed and not report.errors:
             return
