@@ -1,7 +1,13 @@
-"""Shared fixtures: real folders in tmp, the real CLI, and the shared corpora when present."""
+"""Shared fixtures: real folders in tmp, the real CLI, and the shared corpora when present.
+
+Also the suite's markers (README, "Tests"): a test that uses the shared corpora is marked
+`corpus` here, whatever its file says, so `-m "not slow and not corpus"` (the inner loop)
+never waits on an archive; tests sharing a module-scoped fixture stay in one pytest-xdist
+worker (`--dist loadgroup`), so the fixture is built once per run, not once per worker."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -19,8 +25,15 @@ SHARED_CORPORA = Path(os.environ.get("MDVDB_SHARED_CORPORA", REPO.parent / "shar
 # Model tables live in a per-user cache (mdvdb/user_cache.py). The suite gets its own, shared
 # by every test and every CLI subprocess of the session (they inherit the variable), so a test
 # run never writes into the real home; tests/test_footprint.py checks the real location rules.
+# Under pytest-xdist the workers inherit the variable from the controller, so one run builds
+# the tables once (the cache's writes are atomic renames: workers racing on a file are safe).
+_OWN_CACHE: str | None = None
 if not os.environ.get("MDVDB_CACHE_DIR"):
-    os.environ["MDVDB_CACHE_DIR"] = tempfile.mkdtemp(prefix="mdvdb-test-cache-")
+    _OWN_CACHE = os.environ["MDVDB_CACHE_DIR"] = tempfile.mkdtemp(prefix="mdvdb-test-cache-")
+
+# A test over this (call + setup, seconds) without `@pytest.mark.slow` is named at the end of
+# the run: the inner loop's budget is kept by marking, and this says what to mark.
+SLOW_SECONDS = 10.0
 
 
 MARKDOWN = (".md", ".markdown")
@@ -49,6 +62,23 @@ def notes(tmp_path: Path) -> Path:
     return copy_markdown(FIXTURES / "notes", tmp_path / "notes")
 
 
+@pytest.fixture(scope="session")
+def _indexed_notes_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = copy_markdown(FIXTURES / "notes", tmp_path_factory.mktemp("indexed") / "notes")
+    done = run_cli("ingest", "--root", str(root))
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+@pytest.fixture
+def indexed_notes(_indexed_notes_once: Path, tmp_path: Path) -> Path:
+    """`notes` with its default index already built: one `mdvdb ingest` per worker, copied
+    (index, state and Markdown, mtimes kept, so the copy is current) into this test's own
+    folder. For tests whose subject comes after the ingest; a test about ingest itself
+    starts from `notes`."""
+    return Path(shutil.copytree(_indexed_notes_once, tmp_path / "notes", symlinks=True))
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None):
     """Run the real `mdvdb` command in a subprocess."""
     full_env = {**os.environ, **(env or {})}
@@ -64,15 +94,71 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input:
     )
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The per-run model cache goes with the run that made it (not a worker's copy of the
+    variable: the controller made it and removes it)."""
+    if _OWN_CACHE and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "corpora_dir" in item.fixturenames and item.get_closest_marker("corpus") is None:
+            item.add_marker(pytest.mark.corpus)
+        fixturedefs = getattr(item, "_fixtureinfo", None)
+        if fixturedefs is None or item.get_closest_marker("xdist_group") is not None:
+            continue
+        shared = any(
+            defs[-1].scope == "module" for defs in fixturedefs.name2fixturedefs.values() if defs
+        )
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+_SPENT: dict[str, float] = {}
+_MARKED_SLOW: set[str] = set()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Runs where the reports arrive (the controller under xdist): sums setup + call."""
+    if report.when in ("setup", "call"):
+        _SPENT[report.nodeid] = _SPENT.get(report.nodeid, 0.0) + report.duration
+        if "slow" in report.keywords:
+            _MARKED_SLOW.add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    unmarked = sorted(
+        ((spent, nodeid) for nodeid, spent in _SPENT.items() if nodeid not in _MARKED_SLOW),
+        reverse=True,
+    )
+    unmarked = [(spent, nodeid) for spent, nodeid in unmarked if spent > SLOW_SECONDS]
+    if unmarked:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        terminalreporter.section(f"over {SLOW_SECONDS:.0f} s without @pytest.mark.slow")
+        for spent, nodeid in unmarked:
+            terminalreporter.write_line(f"{spent:7.1f} s  {nodeid}")
+        terminalreporter.write_line(f"(load average now {load:.1f}: mark only what is slow quiet)")
+
+
 @pytest.fixture(scope="session")
 def corpora_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the corpora are unpacked: one folder per run, shared by the xdist workers (each
+    worker's base temp is a child of the run's), so each archive is unpacked once per run.
+    The unpacked folders are read-only by convention: a test that ingests copies first."""
     if not SHARED_CORPORA.is_dir():
         pytest.skip("../shared/corpora is not here")
-    return tmp_path_factory.mktemp("corpora")
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    target = base / "corpora"
+    target.mkdir(exist_ok=True)
+    return target
 
 
 def unpack_corpus(corpora_dir: Path, name: str) -> Path:
-    """Unpack ../shared/corpora/<archive> once per session; returns the unpacked folder."""
+    """Unpack ../shared/corpora/<archive> once per run (an exclusive lock per archive: two
+    workers asking at once unpack it once); returns the unpacked folder, not to be written."""
     archives = {
         "tldr": "tldr.tar.gz",
         "leetcode": "leetcode.tar.gz",
@@ -82,9 +168,13 @@ def unpack_corpus(corpora_dir: Path, name: str) -> Path:
         "cranfield": "beir-cranfield.tar.gz",
     }
     target = corpora_dir / name
-    if not target.exists():
-        with tarfile.open(SHARED_CORPORA / archives[name]) as tar:
-            tar.extractall(corpora_dir, filter="data")
+    with open(corpora_dir / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = corpora_dir / f".{name}.unpacked"
+        if not done.exists():
+            with tarfile.open(SHARED_CORPORA / archives[name]) as tar:
+                tar.extractall(corpora_dir, filter="data")
+            done.touch()
     if not target.exists():
         pytest.skip(f"corpus {name} did not unpack to {target}")
     return target

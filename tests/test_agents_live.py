@@ -51,8 +51,7 @@ def found_paths(result) -> list[str]:
 
 
 @pytest.mark.slow
-def test_mcp_search_finds_a_new_file_without_ingest(notes: Path, tmp_path: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+def test_mcp_search_finds_a_new_file_without_ingest(indexed_notes: Path, tmp_path: Path):
     log = tmp_path / "mcp.log"
 
     async def steps(session: ClientSession):
@@ -60,7 +59,7 @@ def test_mcp_search_finds_a_new_file_without_ingest(notes: Path, tmp_path: Path)
         await asyncio.to_thread(wait_for_line, log, "watch: full walk")
         before = await session.call_tool("search", {"query": "zebracorn", "mode": "lexical"})
         assert "zebracorn.md" not in found_paths(before)
-        (notes / "zebracorn.md").write_text(NEW_NOTE)
+        (indexed_notes / "zebracorn.md").write_text(NEW_NOTE)
         written = time.monotonic()
         while True:
             result = await session.call_tool("search", {"query": "zebracorn stripes"})
@@ -69,43 +68,41 @@ def test_mcp_search_finds_a_new_file_without_ingest(notes: Path, tmp_path: Path)
                 return found_paths(result), elapsed
             await asyncio.sleep(0.1)
 
-    paths, elapsed = asyncio.run(mcp_session(notes, log, {}, steps))
+    paths, elapsed = asyncio.run(mcp_session(indexed_notes, log, {}, steps))
     print(f"\nMCP: a new file found {elapsed:.2f} s after it was written")
     assert paths and paths[0] == "zebracorn.md", (paths, log.read_text())
     assert elapsed <= LIVE_SECONDS
 
 
 @pytest.mark.slow
-def test_mcp_watch_false_leaves_the_index_alone(notes: Path, tmp_path: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+def test_mcp_watch_false_leaves_the_index_alone(indexed_notes: Path, tmp_path: Path):
     log = tmp_path / "mcp.log"
     env = {"MDVDB_WATCH": "false", "MDVDB_WATCH_DEBOUNCE_MS": "50"}
 
     async def steps(session: ClientSession):
-        (notes / "zebracorn.md").write_text(NEW_NOTE)
+        (indexed_notes / "zebracorn.md").write_text(NEW_NOTE)
         await asyncio.sleep(2.0)  # ten times what a watched folder needs here
         unseen = await session.call_tool("search", {"query": "zebracorn", "mode": "lexical"})
         await session.call_tool("ingest", {})
         seen = await session.call_tool("search", {"query": "zebracorn", "mode": "lexical"})
         return found_paths(unseen), found_paths(seen)
 
-    unseen, seen = asyncio.run(mcp_session(notes, log, env, steps))
+    unseen, seen = asyncio.run(mcp_session(indexed_notes, log, env, steps))
     assert "zebracorn.md" not in unseen
     assert seen[0] == "zebracorn.md"
     assert "watch:" not in log.read_text()
 
 
 @pytest.mark.slow
-def test_serve_answers_a_new_file_without_ingest(notes: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
-    started = run_cli("serve", "--background", "--root", str(notes))
+def test_serve_answers_a_new_file_without_ingest(indexed_notes: Path):
+    started = run_cli("serve", "--background", "--root", str(indexed_notes))
     assert started.returncode == 0, started.stderr
     try:
-        wait_for_line(notes / ".markdownvdb.state" / "serve.log", "watch: full walk")
-        (notes / "zebracorn.md").write_text(NEW_NOTE)
+        wait_for_line(indexed_notes / ".markdownvdb.state" / "serve.log", "watch: full walk")
+        (indexed_notes / "zebracorn.md").write_text(NEW_NOTE)
         written = time.monotonic()
         while True:
-            done = run_cli("search", "zebracorn stripes", "--files", "--root", str(notes))
+            done = run_cli("search", "zebracorn stripes", "--files", "--root", str(indexed_notes))
             elapsed = time.monotonic() - written
             assert done.returncode == 0, done.stderr
             if "zebracorn.md" in done.stdout or elapsed > LIVE_SECONDS:
@@ -114,8 +111,8 @@ def test_serve_answers_a_new_file_without_ingest(notes: Path):
         print(f"\nserve: a new file found {elapsed:.2f} s after it was written")
         assert done.stdout.splitlines()[0].endswith("zebracorn.md"), done.stdout
         assert elapsed <= LIVE_SECONDS
-        status = run_cli("serve", "--status", "--root", str(notes))
+        status = run_cli("serve", "--status", "--root", str(indexed_notes))
         assert status.returncode == 0 and "watching on" in status.stdout
         assert "calls" in status.stdout
     finally:
-        assert run_cli("serve", "--stop", "--root", str(notes)).returncode == 0
+        assert run_cli("serve", "--stop", "--root", str(indexed_notes)).returncode == 0

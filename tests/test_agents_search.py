@@ -78,17 +78,15 @@ def test_weights_and_field_names_are_configurable(wiki: Path):
     assert "Traceback" not in bad.stderr
 
 
-def test_govern_is_off_by_default_without_the_fields(notes: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
-    plain = search_json(notes, "--explain")["results"]
+def test_govern_is_off_by_default_without_the_fields(indexed_notes: Path):
+    plain = search_json(indexed_notes, "--explain")["results"]
     assert all("govern_factor" not in r["explain"] for r in plain)
-    forced = search_json(notes, "--explain", "--govern")["results"]
+    forced = search_json(indexed_notes, "--explain", "--govern")["results"]
     assert all(r["explain"]["govern_factor"] == 1.0 for r in forced)
 
 
-def test_files_prints_one_line_per_file(notes: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
-    done = run_cli("search", "extract a tar archive", "--files", "--root", str(notes))
+def test_files_prints_one_line_per_file(indexed_notes: Path):
+    done = run_cli("search", "extract a tar archive", "--files", "--root", str(indexed_notes))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     paths = [line.split(None, 1)[1] for line in lines]
@@ -96,26 +94,24 @@ def test_files_prints_one_line_per_file(notes: Path):
     assert len(paths) == len(set(paths)) >= 3  # every file once, sections collapsed
     scores = [float(line.split()[0]) for line in lines]
     assert scores == sorted(scores, reverse=True)
-    two = run_cli("search", "tar", "--files", "-n", "2", "--root", str(notes))
+    two = run_cli("search", "tar", "--files", "-n", "2", "--root", str(indexed_notes))
     assert len(two.stdout.splitlines()) == 2
 
 
-def test_max_tokens_caps_total_excerpt_size(notes: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
-    full = search_json(notes, "-n", "10")["results"]
-    capped = search_json(notes, "-n", "10", "--max-tokens", "40")["results"]
+def test_max_tokens_caps_total_excerpt_size(indexed_notes: Path):
+    full = search_json(indexed_notes, "-n", "10")["results"]
+    capped = search_json(indexed_notes, "-n", "10", "--max-tokens", "40")["results"]
     assert sum(len(r["excerpt"]) for r in full) > 160
     assert 0 < len(capped) < len(full)
     assert sum(len(r["excerpt"]) for r in capped) <= 160
     assert [r["path"] for r in capped] == [r["path"] for r in full[: len(capped)]]
 
 
-def test_min_score_and_limit(notes: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
-    assert len(search_json(notes, "-n", "2")["results"]) == 2
-    every = search_json(notes, "-n", "20")["results"]
+def test_min_score_and_limit(indexed_notes: Path):
+    assert len(search_json(indexed_notes, "-n", "2")["results"]) == 2
+    every = search_json(indexed_notes, "-n", "20")["results"]
     cut = sorted(r["score"] for r in every)[len(every) // 2]
-    high = search_json(notes, "-n", "20", "--min-score", str(cut))["results"]
+    high = search_json(indexed_notes, "-n", "20", "--min-score", str(cut))["results"]
     assert 0 < len(high) < len(every) and all(r["score"] >= cut for r in high)
 
 
@@ -133,17 +129,17 @@ def test_status_check_exit_codes(notes: Path):
 
 
 def test_ingest_quiet_prints_nothing_on_a_noop(notes: Path):
+    # Its own first ingest: a copied index (indexed_notes) is republished once at its new path.
     assert run_cli("ingest", "--root", str(notes)).returncode == 0
     done = run_cli("ingest", "--quiet", "--root", str(notes))
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
-def test_mdvdb_off_refuses_search(notes: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
-    (notes / ".mdvdb-off").write_text("", encoding="utf-8")
-    done = run_cli("search", "tar", "--root", str(notes))
+def test_mdvdb_off_refuses_search(indexed_notes: Path):
+    (indexed_notes / ".mdvdb-off").write_text("", encoding="utf-8")
+    done = run_cli("search", "tar", "--root", str(indexed_notes))
     assert done.returncode == 5
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and ".mdvdb-off" in done.stderr
-    (notes / ".mdvdb-off").unlink()
-    assert run_cli("search", "tar", "--root", str(notes)).returncode == 0
+    (indexed_notes / ".mdvdb-off").unlink()
+    assert run_cli("search", "tar", "--root", str(indexed_notes)).returncode == 0

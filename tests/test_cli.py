@@ -46,14 +46,13 @@ def test_ingest_search_get_status_json(notes: Path):
     assert status["provider"] == "local" and status["dimensions"] == 256
 
 
-def test_min_score_and_limit(notes: Path):
-    run_cli("ingest", "--root", str(notes))
+def test_min_score_and_limit(indexed_notes: Path):
     # A cosine of 0.99 is out of reach; (hybrid scores are relative: the best hit is near 1).
     r = run_cli(
         "search",
         "bread",
         "--root",
-        str(notes),
+        str(indexed_notes),
         "--json",
         "--min-score",
         "0.99",
@@ -61,9 +60,9 @@ def test_min_score_and_limit(notes: Path):
         "semantic",
     )
     assert json.loads(r.stdout)["results"] == []
-    r = run_cli("search", "bread", "--root", str(notes), "--json", "--min-score", "1.01")
+    r = run_cli("search", "bread", "--root", str(indexed_notes), "--json", "--min-score", "1.01")
     assert json.loads(r.stdout)["results"] == []
-    r = run_cli("search", "bread", "--root", str(notes), "--json", "-n", "1")
+    r = run_cli("search", "bread", "--root", str(indexed_notes), "--json", "-n", "1")
     assert len(json.loads(r.stdout)["results"]) == 1
 
 
@@ -76,11 +75,10 @@ def test_human_output_and_summary_line(notes: Path):
     assert r.stdout.startswith("## Title Matches\n1. guides/networking.md:")
 
 
-def test_status_reports_stale_and_new_files(notes: Path):
-    run_cli("ingest", "--root", str(notes))
-    (notes / "tar.md").write_text("# tar\n\nchanged\n")
-    (notes / "fresh.md").write_text("# Fresh\n")
-    status = json.loads(run_cli("status", "--root", str(notes), "--json").stdout)
+def test_status_reports_stale_and_new_files(indexed_notes: Path):
+    (indexed_notes / "tar.md").write_text("# tar\n\nchanged\n")
+    (indexed_notes / "fresh.md").write_text("# Fresh\n")
+    status = json.loads(run_cli("status", "--root", str(indexed_notes), "--json").stdout)
     assert status["stale_files"] == ["tar.md"]
     assert status["new_files"] == ["fresh.md"]
     assert status["fresh"] is False

@@ -116,10 +116,9 @@ def test_ingest_reports_missing_paths(project: Path):
     assert done.stderr == "mdvdb: ingest: no such file or folder: does/not/exist.md\n"
 
 
-def test_ingest_of_a_deleted_indexed_file_removes_it(notes: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
-    (notes / "tar.md").unlink()
-    done = run_cli("ingest", "tar.md", "--json", "--root", str(notes), cwd=notes)
+def test_ingest_of_a_deleted_indexed_file_removes_it(indexed_notes: Path):
+    (indexed_notes / "tar.md").unlink()
+    done = run_cli("ingest", "tar.md", "--json", "--root", str(indexed_notes), cwd=indexed_notes)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["removed"] == 1
 

@@ -1,6 +1,7 @@
 """Real third-party corpora (skipped when ../shared/corpora is absent)."""
 
 import json
+import shutil
 from pathlib import Path
 
 from mdvdb.config import load_config
@@ -9,8 +10,9 @@ from query import open_index
 from tests.conftest import unpack_corpus
 
 
-def test_edge_cases_every_file_indexed_or_reported(corpora_dir: Path):
-    root = unpack_corpus(corpora_dir, "edge-cases")
+def test_edge_cases_every_file_indexed_or_reported(corpora_dir: Path, tmp_path: Path):
+    # A copy: ingest writes its index into the folder, and the unpacked corpora are shared.
+    root = shutil.copytree(unpack_corpus(corpora_dir, "edge-cases"), tmp_path / "edge-cases")
     config = load_config(root, environ={})
     report = ingest.run(config)
     md_files = {

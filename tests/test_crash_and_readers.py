@@ -37,22 +37,21 @@ def test_sigkilled_ingests_leave_a_sound_index(corpora_dir: Path):
     assert result["leftover_temp_files"] == 0
 
 
-def test_verify_finds_damage_and_tells_stale_from_damaged(notes: Path):
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
-    ok = run_cli("status", "--verify", "--root", str(notes))
+def test_verify_finds_damage_and_tells_stale_from_damaged(indexed_notes: Path):
+    ok = run_cli("status", "--verify", "--root", str(indexed_notes))
     assert ok.returncode == 0, ok.stderr
     assert "verify:   ok" in ok.stdout
 
     # Same size and mtime, other bytes: the index records a version that is not on disk.
-    tar = notes / "tar.md"
+    tar = indexed_notes / "tar.md"
     st = tar.stat()
     data = bytearray(tar.read_bytes())
     data[-2] = ord("X") if data[-2] != ord("X") else ord("Y")
     tar.write_bytes(bytes(data))
     os.utime(tar, ns=(st.st_atime_ns, st.st_mtime_ns))
     # A merely edited file is stale, not damage.
-    (notes / "git-basics.md").write_text("# Git\n\nRewritten.\n")
-    bad = run_cli("status", "--verify", "--json", "--root", str(notes))
+    (indexed_notes / "git-basics.md").write_text("# Git\n\nRewritten.\n")
+    bad = run_cli("status", "--verify", "--json", "--root", str(indexed_notes))
     assert bad.returncode == 1
     import json
 
@@ -61,10 +60,10 @@ def test_verify_finds_damage_and_tells_stale_from_damaged(notes: Path):
     assert report["stale"] == ["git-basics.md: changed since indexing"]
 
     # A vector that is no longer unit length, at the bytes of the published file.
-    assert run_cli("ingest", "--full", "--root", str(notes)).returncode == 0
+    assert run_cli("ingest", "--full", "--root", str(indexed_notes)).returncode == 0
     from mdvdb.index_format import read_index
 
-    index = notes / ".markdownvdb.index"
+    index = indexed_notes / ".markdownvdb.index"
     chunks = read_index(index).tables["chunks"]
     first = chunks.column("vector").combine_chunks().values.to_numpy()[:4].tobytes()
     raw = bytearray(index.read_bytes())
@@ -72,12 +71,12 @@ def test_verify_finds_damage_and_tells_stale_from_damaged(notes: Path):
     assert at > 0
     raw[at : at + 4] = struct.pack("<f", 3.0)
     index.write_bytes(bytes(raw))
-    damaged = run_cli("status", "--verify", "--root", str(notes))
+    damaged = run_cli("status", "--verify", "--root", str(indexed_notes))
     assert damaged.returncode == 1
     assert "not unit length for chunks 0" in damaged.stderr
 
     index.write_bytes(bytes(raw[: len(raw) // 2]))  # torn
-    torn = run_cli("status", "--verify", "--root", str(notes))
+    torn = run_cli("status", "--verify", "--root", str(indexed_notes))
     assert torn.returncode == 1
     assert "torn or truncated" in torn.stderr
 
