@@ -76,7 +76,9 @@ def indexed_notes(_indexed_notes_once: Path, tmp_path: Path) -> Path:
     (index, state and Markdown, mtimes kept, so the copy is current) into this test's own
     folder. For tests whose subject comes after the ingest; a test about ingest itself
     starts from `notes`."""
-    return Path(shutil.copytree(_indexed_notes_once, tmp_path / "notes", symlinks=True))
+    # Not tmp_path / "notes": a test may take both fixtures (before and after an ingest).
+    target = tmp_path / "indexed" / "notes"
+    return Path(shutil.copytree(_indexed_notes_once, target, symlinks=True))
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None):

@@ -115,16 +115,15 @@ def test_min_score_and_limit(indexed_notes: Path):
     assert 0 < len(high) < len(every) and all(r["score"] >= cut for r in high)
 
 
-def test_status_check_exit_codes(notes: Path):
-    assert run_cli("status", "--check", "--root", str(notes)).returncode == 4
-    assert run_cli("ingest", "--root", str(notes)).returncode == 0
-    assert run_cli("status", "--check", "--root", str(notes)).returncode == 0
-    (notes / "tar.md").write_text("# tar\n\nchanged\n", encoding="utf-8")
-    assert run_cli("status", "--check", "--root", str(notes)).returncode == 3
-    assert run_cli("ingest", "--quiet", "--root", str(notes)).returncode == 0
-    assert run_cli("status", "--check", "--root", str(notes)).returncode == 0
-    (notes / "new.md").write_text("# new\n\nfresh page\n", encoding="utf-8")
-    done = run_cli("status", "--check", "--json", "--root", str(notes))
+def test_status_check_exit_codes(notes: Path, indexed_notes: Path):
+    assert run_cli("status", "--check", "--root", str(notes)).returncode == 4  # no index yet
+    assert run_cli("status", "--check", "--root", str(indexed_notes)).returncode == 0
+    (indexed_notes / "tar.md").write_text("# tar\n\nchanged\n", encoding="utf-8")
+    assert run_cli("status", "--check", "--root", str(indexed_notes)).returncode == 3
+    assert run_cli("ingest", "--quiet", "--root", str(indexed_notes)).returncode == 0
+    assert run_cli("status", "--check", "--root", str(indexed_notes)).returncode == 0
+    (indexed_notes / "new.md").write_text("# new\n\nfresh page\n", encoding="utf-8")
+    done = run_cli("status", "--check", "--json", "--root", str(indexed_notes))
     assert done.returncode == 3 and json.loads(done.stdout)["fresh"] is False
 
 

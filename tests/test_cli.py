@@ -84,7 +84,7 @@ def test_status_reports_stale_and_new_files(indexed_notes: Path):
     assert status["fresh"] is False
 
 
-def test_exit_codes(notes: Path, tmp_path: Path):
+def test_exit_codes(notes: Path, indexed_notes: Path, tmp_path: Path):
     # No index yet: a clear error, exit 1, no traceback.
     r = run_cli("search", "x", "--root", str(notes))
     assert r.returncode == 1 and "mdvdb ingest" in r.stderr and "Traceback" not in r.stderr
@@ -92,11 +92,10 @@ def test_exit_codes(notes: Path, tmp_path: Path):
     assert run_cli("search", "--root", str(notes)).returncode == 2
     assert run_cli("search", "x", "--bogus-flag").returncode == 2
     assert run_cli("search", "x", "-n", "zero").returncode == 2
-    # A path outside the root is refused.
-    run_cli("ingest", "--root", str(notes))
-    r = run_cli("get", "../../etc/passwd", "--root", str(notes))
+    # A path outside the root is refused (indexed_notes: the same notes, ingested).
+    r = run_cli("get", "../../etc/passwd", "--root", str(indexed_notes))
     assert r.returncode == 1 and "outside the project root" in r.stderr
-    r = run_cli("get", "nope.md", "--root", str(notes))
+    r = run_cli("get", "nope.md", "--root", str(indexed_notes))
     assert r.returncode == 1 and "not in the index" in r.stderr
     # A foreign file where the index should be.
     (tmp_path / "foreign").mkdir()
