@@ -2,8 +2,9 @@
 
 Also the suite's markers (README, "Tests"): a test that uses the shared corpora is marked
 `corpus` here, whatever its file says, so `-m "not slow and not corpus"` (the inner loop)
-never waits on an archive; tests sharing a module-scoped fixture stay in one pytest-xdist
-worker (`--dist loadgroup`), so the fixture is built once per run, not once per worker."""
+never waits on an archive. Under pytest-xdist the suite runs `--dist loadfile`: a file's tests
+share one worker, so a module-scoped fixture is built once (with `load`, a worker switching
+files tears it down and builds it again)."""
 
 from __future__ import annotations
 
@@ -103,19 +104,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads xdist_group into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "corpora_dir" in item.fixturenames and item.get_closest_marker("corpus") is None:
             item.add_marker(pytest.mark.corpus)
-        fixturedefs = getattr(item, "_fixtureinfo", None)
-        if fixturedefs is None or item.get_closest_marker("xdist_group") is not None:
-            continue
-        shared = any(
-            defs[-1].scope == "module" for defs in fixturedefs.name2fixturedefs.values() if defs
-        )
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 _SPENT: dict[str, float] = {}

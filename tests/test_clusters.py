@@ -135,6 +135,7 @@ def test_same_input_gives_same_clusters(topics: Path, tmp_path: Path):
     )
 
 
+@pytest.mark.slow  # three ingests and four `clusters` runs: ~20 s of CPU
 def test_rebalance_at_the_threshold_and_not_before(tmp_path: Path):
     root = tmp_path / "grow"
     write_corpus(root, per_topic=6)

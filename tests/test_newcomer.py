@@ -41,7 +41,7 @@ def test_readme_has_the_two_commands():
     first, second = readme_commands()
     assert "mdvdb ingest" in first and "mdvdb search" in first
     assert "tests/" not in first  # command 1 must leave the tests' fixtures alone
-    assert second == "python -m pytest -q -n 4 --dist loadgroup"
+    assert second == "python -m pytest -q -n 4 --dist loadfile"
 
 
 def test_fixture_copies_hold_only_markdown(tmp_path: Path):
