@@ -243,7 +243,8 @@ def transpose(chunk_ids: np.ndarray, n: int) -> pa.ListArray:
     """The forward view of term-major postings: for each of the `n` chunks, the positions of
     its postings, ascending (a stable order by chunk id). Linear time: NumPy's stable sort of
     16-bit keys is a radix sort, so the ids are ordered by their low, then their high 16 bits
-    (~20 ms for tldr's 1.5M postings, where a sort of int32 keys takes several times that)."""
+    (~55 ms of CPU for tldr's 1.3M postings on a loaded 2-core machine, about 2% of a
+    one-file edit's ingest)."""
     if n <= 1 << 16:
         order = np.argsort(chunk_ids.astype(np.uint16), kind="stable")
     else:
