@@ -12,7 +12,7 @@ A table's layout is {"schema": [offset, length] of its serialized Arrow schema, 
 "z": null count, "b": [[offset, length] or null, ...] (its Arrow buffers, in Arrow's order),
 "h": [xxh3-64 of each buffer or null], "c": [child array, ...]}.
 
-Damage (format 3): every open checks the footer against its checksum in the trailer and
+Damage (format 3 on): every open checks the footer against its checksum in the trailer and
 every offsets buffer for bounds (monotone, inside its values): cheap, linear in the number
 of rows, and enough that no native call can read outside the map (a bad string offset used
 to abort or segfault a reader). The per-buffer checksums cover the bytes themselves; they
@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MAGIC = b"MDVDBIX\x00"
 HEADER = struct.Struct("<8sII")
 TRAILER = struct.Struct("<QQ8s")  # footer length, footer xxh3-64, magic
@@ -188,12 +188,14 @@ def _build_schema_problems_schema():
 
 
 # Lexical postings, CSC-like and zero-copy: one row per distinct term, sorted by `term` (the
-# analyzer's 64-bit hash, see `mdvdb.text_analysis`). The two list columns are Arrow list
-# arrays, i.e. one offsets buffer (term -> start, end) over flat `chunk_ids` and `weights`
-# buffers: a reader finds a term by `searchsorted` and adds its precomputed BM25F weights to a
-# score vector. Row order inside a term is by chunk_id. The index meta key `lexical` records the
-# analyzer version and the BM25F parameters the weights were computed with; a reader refuses
-# postings of another analyzer version.
+# analyzer's 64-bit hash, see `mdvdb.text_analysis`). `chunk_ids` is an Arrow list array, i.e.
+# one offsets buffer (term -> start, end) over a flat buffer of chunk ids (ascending inside a
+# term); the `lexical_tf` table holds each posting's field-weighted tf in the same order and
+# `lexical_lengths` each chunk's field-weighted length. A reader finds a term by
+# `searchsorted` and computes its BM25F weights from those (idf from df, the length norm per
+# chunk, with the k1 and b the index meta key `lexical` records): weights are not stored,
+# since they would repeat what tf and the lengths say at 4 bytes a posting (format 4). The
+# meta records the analyzer version too; a reader refuses postings of another analyzer.
 def _build_lexical_schema():
     import pyarrow as pa
 
@@ -202,23 +204,18 @@ def _build_lexical_schema():
             ("term", pa.uint64()),
             ("df", pa.int32()),  # chunks holding the term
             ("chunk_ids", pa.list_(pa.int32())),
-            ("weights", pa.list_(pa.float32())),  # idf * saturated field-weighted tf
         ]
     )
 
 
 # The forward view of the same postings, for pseudo-relevance feedback: row i is chunk i, with
-# the rows of its terms in `lexical` and each term's share of the chunk's field-weighted length
-# (p(term | chunk), the relevance-model estimate).
+# the positions of its postings in `lexical`'s flat order (ascending, hence by term). A
+# position gives the term (the row whose offsets hold it) and the tf (`lexical_tf`), so
+# p(term | chunk) = tf / length, the relevance-model estimate, is not stored either.
 def _build_lexical_forward_schema():
     import pyarrow as pa
 
-    return pa.schema(
-        [
-            ("term_rows", pa.list_(pa.int32())),
-            ("shares", pa.list_(pa.float32())),
-        ]
-    )
+    return pa.schema([("postings", pa.list_(pa.int32()))])
 
 
 # Near-duplicate sections (`pipeline.duplicates`): row i is chunk i, with its 64-bit SimHash
@@ -292,6 +289,23 @@ def column_array(table: pa.Table, name: str) -> pa.Array:
     one array, so the copy is only for tables someone built in several pieces."""
     column = table.column(name)
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def list_parts(table: pa.Table, name: str) -> tuple[Any, Any]:
+    """(offsets, values) of a list column of a fixed-width type as NumPy arrays over the map,
+    rebased so that row i is values[offsets[i]:offsets[i + 1]] (a sliced array costs a copy
+    of its offsets only). The one decoder of list columns both sides use."""
+    import numpy as np
+
+    kind = table.schema.field(name).type.value_type.to_pandas_dtype()
+    if table.num_rows == 0:
+        return np.zeros(1, np.int32), np.zeros(0, kind)
+    array = column_array(table, name)
+    offsets = array.offsets.to_numpy(zero_copy_only=True)
+    values = array.values.to_numpy(zero_copy_only=True)
+    if offsets[0]:
+        return offsets - offsets[0], values[offsets[0] : offsets[-1]]
+    return offsets, values
 
 
 def read_index(path: Path | str) -> IndexFile:

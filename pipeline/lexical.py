@@ -1,4 +1,5 @@
-"""Lexical postings: BM25F weights per (term, chunk), built at pack time into the `lexical` table.
+"""Lexical postings: field-weighted tf per (term, chunk), built at pack time into the `lexical`
+tables; readers compute the BM25F weights from them (`query.lexical`).
 
 Each chunk has three fields: the file's title, its heading path (headings equal to the title
 left out, since the title field already holds them) and its text. A term's field-weighted
@@ -7,8 +8,9 @@ one length normalisation), so a word in a heading counts like several in the bod
 were chosen by measurement (docs/search-quality.md).
 
 Speed: analysing text is the slow part (~1.7 µs a word). A pack over a previous index updates
-its postings (see "incremental update" below): only fresh chunks are analysed, and every weight
-is recomputed, which keeps them exact (idf and the average length change with every edit). The
+its postings (see "incremental update" below): only fresh chunks are analysed. Weights are not
+stored: idf and the average length change with every edit, so stored weights would all be
+rewritten each time, and they cost 4 bytes a posting that tf and the lengths already say. The
 previous index's postings are the only analysis cache: the state folder keeps none, since it
 would repeat what the index holds. A pack without a usable previous index analyses every chunk
 and builds the postings with NumPy (one gather, one stable sort by term); `Store` also reads
@@ -27,7 +29,7 @@ import pyarrow as pa
 
 from mdvdb import index_format
 from mdvdb.text_analysis import ANALYZER_VERSION, term_ids
-from pipeline.splice import rows_of, splice
+from pipeline.splice import rows_of
 
 FIELDS = ("title", "headings", "body")
 
@@ -213,16 +215,18 @@ def analysed_store(files: pa.Table, chunks: pa.Table, cache: Path | None) -> Sto
 
 @dataclass
 class Postings:
+    """The postings as the index stores them. No BM25F weights: the reader computes them from
+    tf, the lengths and df (they would add 4 bytes a posting to the index, and change on
+    every edit anyway)."""
+
     terms: np.ndarray  # uint64, sorted distinct
     df: np.ndarray  # int32
     offsets: np.ndarray  # int32, len(terms) + 1
     chunk_ids: np.ndarray  # int32, grouped by term, ascending inside a term
-    weights: np.ndarray  # float32
     tf: np.ndarray  # float32, field-weighted term frequency of each posting (same order)
     lengths: np.ndarray  # float32 per chunk: field-weighted length
-    # Forward view, chunk-major: term row and p(term | chunk); pa arrays when spliced.
-    forward_rows: object
-    forward_shares: object
+    # Forward view, chunk-major: the positions of each chunk's postings (`transpose`).
+    forward: pa.ListArray
 
 
 def weighted(values: np.ndarray, params: Bm25fParams = PARAMS) -> np.ndarray:
@@ -235,41 +239,31 @@ def weighted(values: np.ndarray, params: Bm25fParams = PARAMS) -> np.ndarray:
     return values[:, 0] * fw[0] + values[:, 1] * fw[1] + values[:, 2] * fw[2]
 
 
-def bm25_weights(
-    tf: np.ndarray, chunk_ids: np.ndarray, lengths: np.ndarray, df: np.ndarray, params=PARAMS
-) -> np.ndarray:
-    """BM25F weight of each posting (term-major arrays), idf * saturated tf. One function for
-    the full and the incremental build, so both compute the same bits."""
-    n = len(lengths)
-    avg = float(lengths.mean()) or 1.0
-    norm = params.k1 * (1.0 - params.b + params.b * lengths / avg)
-    idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
-    # In place, term-major: tf * (k1 + 1) / (tf + norm) * idf, one buffer reused.
-    denominator = norm[chunk_ids]
-    denominator += tf
-    out = tf * np.float32(params.k1 + 1.0)
-    out /= denominator
-    del denominator
-    out *= np.repeat(idf, df)
-    return out.astype(np.float32, copy=False)
-
-
-def shares_of(tf: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    return (tf / np.maximum(lengths, 1.0)).astype(np.float32)
+def transpose(chunk_ids: np.ndarray, n: int) -> pa.ListArray:
+    """The forward view of term-major postings: for each of the `n` chunks, the positions of
+    its postings, ascending (a stable order by chunk id). Linear time: NumPy's stable sort of
+    16-bit keys is a radix sort, so the ids are ordered by their low, then their high 16 bits
+    (~55 ms of CPU for tldr's 1.3M postings on a loaded 2-core machine, about 2% of a
+    one-file edit's ingest)."""
+    if n <= 1 << 16:
+        order = np.argsort(chunk_ids.astype(np.uint16), kind="stable")
+    else:
+        order = np.argsort((chunk_ids & 0xFFFF).astype(np.uint16), kind="stable")
+        order = order[np.argsort((chunk_ids[order] >> 16).astype(np.uint16), kind="stable")]
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(chunk_ids, minlength=n), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(order.astype(np.int32)))
 
 
 def _empty_postings(n: int) -> Postings:
     empty = np.zeros(0, dtype=np.int32)
     none = empty.astype(np.float32)
-    starts = np.zeros(n + 1, np.int32)
-    rows = pa.ListArray.from_arrays(pa.array(starts), pa.array(empty, pa.int32()))
-    shares = pa.ListArray.from_arrays(pa.array(starts), pa.array(none, pa.float32()))
     lengths = np.zeros(n, np.float32)
-    return Postings(_U64, empty, np.zeros(1, np.int32), empty, none, none, lengths, rows, shares)
+    return Postings(_U64, empty, np.zeros(1, np.int32), empty, none, lengths, transpose(empty, n))
 
 
 def build_postings(store: Store, params: Bm25fParams = PARAMS) -> Postings:
-    """BM25F weights for every (term, chunk), grouped by term."""
+    """Every (term, chunk) posting with its field-weighted tf, grouped by term."""
     n = len(store.keys)
     if n == 0 or len(store.terms) == 0:
         return _empty_postings(n)
@@ -280,36 +274,28 @@ def build_postings(store: Store, params: Bm25fParams = PARAMS) -> Postings:
     terms = store.terms[order]
     starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
     df = np.diff(np.r_[starts, len(terms)]).astype(np.int32)
-    rows = np.empty(len(terms), dtype=np.int32)
-    rows[order] = np.repeat(np.arange(len(starts), dtype=np.int32), df)
-    chunk_ids, tf_sorted = chunk_of[order], tf[order]
-    offsets = pa.array(store.starts.astype(np.int32), pa.int32())
+    chunk_ids = chunk_of[order]
     return Postings(
         terms=terms[starts],
         df=df,
         offsets=np.r_[starts, len(terms)].astype(np.int32),
         chunk_ids=chunk_ids,
-        weights=bm25_weights(tf_sorted, chunk_ids, lengths, df, params),
-        tf=tf_sorted,
+        tf=tf[order],
         lengths=lengths,
-        forward_rows=pa.ListArray.from_arrays(offsets, pa.array(rows, pa.int32())),
-        forward_shares=pa.ListArray.from_arrays(
-            offsets, pa.array(shares_of(tf, lengths[chunk_of]), pa.float32())
-        ),
+        forward=transpose(chunk_ids, n),
     )
 
 
 # -- incremental update -----------------------------------------------------------------
 #
 # An edit changes idf and the average length, so every weight changes, but the postings
-# themselves barely move. The index keeps, beside the read side's tables, each posting's
-# field-weighted tf (`lexical_tf`, term-major like `lexical`) and each chunk's field-weighted
-# length (`lexical_lengths`). An incremental pack drops the postings of chunks that left,
-# renumbers the rest (a monotone map: kept chunks keep their order), merges in the postings
-# of the fresh chunks (analysed now: they are few) at their places, and recomputes every
-# weight with NumPy: linear passes instead of a sort of every posting (0.5 s at 3.4M). The
-# forward view of kept chunks is spliced from the previous index, its term rows renumbered
-# only when terms came or went.
+# themselves barely move. The index keeps each posting's field-weighted tf (`lexical_tf`,
+# term-major like `lexical`) and each chunk's field-weighted length (`lexical_lengths`), from
+# which readers compute the weights. An incremental pack drops the postings of chunks that
+# left, renumbers the rest (a monotone map: kept chunks keep their order) and merges in the
+# postings of the fresh chunks (analysed now: they are few) at their places: linear passes
+# instead of a sort of every posting (0.5 s at 3.4M). The forward view is the transpose of
+# the result (`transpose`, linear too): every position after an inserted posting moves.
 
 TF_TABLE = "lexical_tf"
 LENGTHS_TABLE = "lexical_lengths"
@@ -319,14 +305,6 @@ INCREMENTAL_MAX_FRESH = 0.2
 # Up to this many fresh postings of known terms are placed by a search each; more, by one
 # search over keys of every old posting.
 SEARCH_EACH_MAX = 2000
-
-
-def _list_parts(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
-    array = index_format.column_array(table, name)
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[
-        array.offset : array.offset + len(array) + 1
-    ]
-    return offsets, array.values.to_numpy(zero_copy_only=False)
 
 
 def _analyse_rows(files: pa.Table, chunks: pa.Table, rows: np.ndarray) -> Store:
@@ -352,10 +330,7 @@ def _analyse_rows(files: pa.Table, chunks: pa.Table, rows: np.ndarray) -> Store:
 def _previous_lexical(previous) -> dict | None:
     if previous is None or previous.meta.get("lexical") != lexical_meta():
         return None
-    tables = {
-        name: previous.tables.get(name)
-        for name in ("lexical", "lexical_forward", TF_TABLE, LENGTHS_TABLE)
-    }
+    tables = {name: previous.tables.get(name) for name in ("lexical", TF_TABLE, LENGTHS_TABLE)}
     return None if any(t is None for t in tables.values()) else tables
 
 
@@ -371,7 +346,7 @@ def update_postings(
     new_of_old[source[kept]] = kept
     # Old postings, term-major, renumbered, without the chunks that left.
     old_terms = old["lexical"].column("term").to_numpy()
-    old_offsets, old_chunks = _list_parts(old["lexical"], "chunk_ids")
+    old_offsets, old_chunks = index_format.list_parts(old["lexical"], "chunk_ids")
     tf = index_format.column_array(old[TF_TABLE], "tf").to_numpy()
     old_df = np.diff(old_offsets)
     chunk_ids = new_of_old[old_chunks]
@@ -415,49 +390,20 @@ def update_postings(
     df_all[np.searchsorted(every, old_terms)] += old_df
     np.add.at(df_all, np.searchsorted(every, fresh_terms), 1)
     present = df_all > 0
-    row_of_rank = (np.cumsum(present) - 1).astype(np.int32)
     df = df_all[present].astype(np.int32)
-    # Forward view: kept chunks' rows renumbered, fresh chunks' computed.
-    old_term_rows = index_format.column_array(old["lexical_forward"], "term_rows")
-    renumber = row_of_rank[np.searchsorted(every, old_terms)]
-    kept_rows = old_term_rows
-    if not np.array_equal(renumber, np.arange(len(old_terms), dtype=np.int32)):
-        # Terms came or went before some old ones: renumber every kept chunk's term rows
-        # (when none did, the old lists are spliced as they are, bytes copied file-to-file).
-        fwd_offsets, fwd_rows = _list_parts(old["lexical_forward"], "term_rows")
-        kept_rows = pa.ListArray.from_arrays(
-            pa.array(fwd_offsets), pa.array(renumber[fwd_rows], pa.int32())
-        )
-    fresh_offsets = pa.array(store.starts.astype(np.int32), pa.int32())
-    fresh_term_rows = row_of_rank[np.searchsorted(every, store.terms)]
-    chunk_len = lengths[np.repeat(fresh_rows, np.diff(store.starts))]
-    fresh_shares = shares_of(weighted(store.counts, params), chunk_len)
     return Postings(
         terms=every[present],
         df=df,
         offsets=np.r_[0, np.cumsum(df)].astype(np.int32),
         chunk_ids=chunk_ids,
-        weights=bm25_weights(tf, chunk_ids, lengths, df, params),
         tf=tf,
         lengths=lengths,
-        forward_rows=splice(
-            kept_rows,
-            pa.ListArray.from_arrays(fresh_offsets, pa.array(fresh_term_rows, pa.int32())),
-            source,
-        ),
-        forward_shares=splice(
-            index_format.column_array(old["lexical_forward"], "shares"),
-            pa.ListArray.from_arrays(fresh_offsets, pa.array(fresh_shares, pa.float32())),
-            source,
-        ),
+        forward=transpose(chunk_ids, n),
     )
 
 
 def forward_table(postings: Postings) -> pa.Table:
-    return pa.Table.from_arrays(
-        [postings.forward_rows, postings.forward_shares],
-        schema=index_format.LEXICAL_FORWARD_SCHEMA,
-    )
+    return pa.Table.from_arrays([postings.forward], schema=index_format.LEXICAL_FORWARD_SCHEMA)
 
 
 def postings_table(postings: Postings) -> pa.Table:
@@ -467,7 +413,6 @@ def postings_table(postings: Postings) -> pa.Table:
             pa.array(postings.terms, pa.uint64()),
             pa.array(postings.df, pa.int32()),
             pa.ListArray.from_arrays(offsets, pa.array(postings.chunk_ids, pa.int32())),
-            pa.ListArray.from_arrays(offsets, pa.array(postings.weights, pa.float32())),
         ],
         schema=index_format.LEXICAL_SCHEMA,
     )
@@ -476,7 +421,7 @@ def postings_table(postings: Postings) -> pa.Table:
 def lexical_meta(params: Bm25fParams = PARAMS) -> dict:
     return {
         "analyzer": ANALYZER_VERSION,
-        "tables": ["lexical", "lexical_forward"],
+        "tables": ["lexical", "lexical_forward", TF_TABLE, LENGTHS_TABLE],
         **params.to_json(),
     }
 

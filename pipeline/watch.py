@@ -14,6 +14,9 @@ What it survives, and how:
   the watcher checks the source folders' identity between batches, re-watches, and re-checks
   the whole folder to catch what happened while nothing was watching.
 - a changed `.gitignore`: the rules changed, so the batch is a full walk.
+- the off-switch (`.mdvdb-off` in the root): while it is there nothing is indexed (one log
+  line when it appears, one when it goes); once it is removed, a full walk catches up with
+  what changed meanwhile.
 
 It stops on the stop event (set by SIGINT/SIGTERM in the CLI) once the running ingest has
 published or failed; the ingest releases its lock and deletes its temp file either way.
@@ -29,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mdvdb.config import Config
+from mdvdb.config import OFF_FILE, Config
 from mdvdb.project_files import always_ignored, named_ignored_folders
 from pipeline.discover import MARKDOWN_SUFFIXES, PathFilter
 
@@ -90,6 +93,7 @@ class Watcher:
         self._provider = None
         self._index_name = config.index_path.name
         self._named_ignored = named_ignored_folders(config)
+        self._off = False
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -111,7 +115,7 @@ class Watcher:
                 if not targets:
                     # Nothing left to watch (the source folders are gone): what was in them
                     # leaves the index now, not when a folder comes back.
-                    if pending_full or pending:
+                    if (pending_full or pending) and not self._switched_off():
                         self._ingest(None if pending_full else pending)
                         pending_full, pending = False, []
                     # A folder that comes back is new, even on the inode the old one had
@@ -144,6 +148,9 @@ class Watcher:
                     if changes is None:  # the notifier failed: a new watch after a full walk
                         pending_full = True
                         break
+                    if self._switched_off():  # the notifier wakes at least every 500 ms
+                        pending_full, pending = True, []
+                        continue
                     paths = self._relevant(path for _, path in changes)
                     if pending_full:
                         paths = None
@@ -167,6 +174,19 @@ class Watcher:
             if self._provider is not None:
                 self._provider.close()
                 self._provider = None
+
+    def _switched_off(self) -> bool:
+        """Whether `.mdvdb-off` is in the root now; says so once when that changes."""
+        off = self.config.switched_off
+        if off != self._off:
+            self._off = off
+            path = self.config.root / OFF_FILE
+            self.log(
+                f"watch: paused: {path} exists; indexing resumes when it is removed"
+                if off
+                else f"watch: resumed: {path} was removed"
+            )
+        return off
 
     def _surviving(self, changes: Iterable) -> Iterator:
         """The notifier's batches; None once when it gives up on a path that is not valid

@@ -1,10 +1,10 @@
 """Lexical scoring: BM25F over the postings in the mapped index, with NumPy only.
 
 The `lexical` table (see `mdvdb.index_format.LEXICAL_SCHEMA`) is CSC-like: sorted term hashes,
-one offsets buffer, flat chunk ids and precomputed weights. A query is analysed with the same
-`mdvdb.text_analysis` as the index, its terms found by `searchsorted`, and each term's weights
-added into a dense score vector: no per-query allocation beyond that vector, no Python loop over
-postings.
+one offsets buffer and flat chunk ids, with each posting's field-weighted tf beside it
+(`lexical_tf`). A query is analysed with the same `mdvdb.text_analysis` as the index, its terms
+found by `searchsorted`, and each term's BM25F weights computed from its tf slice and added into
+a dense score vector: no Python loop over postings.
 """
 
 from __future__ import annotations
@@ -26,21 +26,26 @@ class LexicalIndex:
     terms: np.ndarray  # uint64, sorted
     offsets: np.ndarray  # int32 or int64, len(terms) + 1
     chunk_ids: np.ndarray  # int32
-    weights: np.ndarray  # float32
+    tf: np.ndarray  # float32: each posting's field-weighted tf
+    lengths: np.ndarray  # float32: each chunk's field-weighted length
     n_chunks: int
-    # Forward view (chunk -> its term rows and p(term | chunk)) for pseudo-relevance feedback.
+    # Forward view (chunk -> positions of its postings) for pseudo-relevance feedback.
     forward_offsets: np.ndarray
-    forward_rows: np.ndarray
-    forward_shares: np.ndarray
-    # Page level (`page_scores`): each posting's field-weighted tf, each chunk's length and
-    # file; None in an index without the tf tables.
-    tf: np.ndarray | None = None
-    lengths: np.ndarray | None = None
+    forward_postings: np.ndarray
+    k1: float = 1.2
+    b: float = 0.75
+    # Page level (`page_scores`): each chunk's file.
     chunk_files: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        # BM25's length norm per chunk, once per snapshot (a pass over the chunks, not the
+        # postings); the same expression and dtypes as the weights packs used to store.
+        avg = float(self.lengths.mean()) if len(self.lengths) else 0.0
+        self.norm = self.k1 * (1.0 - self.b + self.b * self.lengths / (avg or 1.0))
 
     @classmethod
     def from_snapshot(cls, snapshot) -> LexicalIndex:
-        """Zero-copy views over the mapped `lexical` table; refuses other analyzers."""
+        """Zero-copy views over the mapped lexical tables; refuses other analyzers."""
         meta = snapshot.meta.get("lexical") or {}
         table = snapshot.table("lexical")
         path = snapshot.file.path
@@ -53,26 +58,27 @@ class LexicalIndex:
                 f"{path} holds lexical postings of analyzer {meta.get('analyzer')!r}; this mdvdb "
                 f"reads {text_analysis.ANALYZER_VERSION!r}: run `mdvdb ingest` to rebuild them"
             )
-        forward = snapshot.table("lexical_forward")
-        if forward is None:
-            raise LexicalUnavailable(f"{path} has no lexical_forward table: run `mdvdb ingest`")
-        n_chunks = snapshot.table("chunks").num_rows
-        ids, weights = _lists(table, "chunk_ids"), _lists(table, "weights")
-        rows, shares = _lists(forward, "term_rows"), _lists(forward, "shares")
-        tf_table, lengths_table = snapshot.table("lexical_tf"), snapshot.table("lexical_lengths")
-        page = tf_table is not None and lengths_table is not None
+        names = ("lexical_forward", "lexical_tf", "lexical_lengths")
+        tables = {name: snapshot.table(name) for name in names}
+        missing = [n for n, t in tables.items() if t is None]
+        if missing:
+            raise LexicalUnavailable(f"{path} has no {missing[0]} table: run `mdvdb ingest`")
+        offsets, chunk_ids = index_format.list_parts(table, "chunk_ids")
+        forward_offsets, forward_postings = index_format.list_parts(
+            tables["lexical_forward"], "postings"
+        )
         return cls(
             terms=_values(table, "term", np.uint64),
-            offsets=ids[0],
-            chunk_ids=ids[1],
-            weights=weights[1],
-            n_chunks=n_chunks,
-            forward_offsets=rows[0],
-            forward_rows=rows[1],
-            forward_shares=shares[1],
-            tf=_values(tf_table, "tf", np.float32) if page else None,
-            lengths=_values(lengths_table, "length", np.float32) if page else None,
-            chunk_files=snapshot.chunk_file_ids if page else None,
+            offsets=offsets,
+            chunk_ids=chunk_ids,
+            tf=_values(tables["lexical_tf"], "tf", np.float32),
+            lengths=_values(tables["lexical_lengths"], "length", np.float32),
+            n_chunks=snapshot.table("chunks").num_rows,
+            forward_offsets=forward_offsets,
+            forward_postings=forward_postings,
+            k1=float(meta.get("k1", 1.2)),
+            b=float(meta.get("b", 0.75)),
+            chunk_files=snapshot.chunk_file_ids,
         )
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
@@ -83,13 +89,30 @@ class LexicalIndex:
         rows = np.minimum(rows, len(self.terms) - 1)
         return np.where(self.terms[rows] == hashes, rows, -1)
 
+    def idf(self, df: np.ndarray | int) -> np.ndarray:
+        return np.log1p((self.n_chunks - df + 0.5) / (df + 0.5)).astype(np.float32)
+
+    def term_weights(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, BM25F weights) of one term's postings: idf * saturated tf, computed
+        from the stored tf in the order of operations the stored weights of format 3 had, so
+        the scores are the same bits."""
+        a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+        ids, tf = self.chunk_ids[a:b], self.tf[a:b]
+        out = tf * np.float32(self.k1 + 1.0)
+        denominator = self.norm[ids]
+        denominator += tf
+        out /= denominator
+        out *= self.idf(b - a)
+        return ids, out
+
     def add_terms(self, out: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """out += sum of weight * postings(row): the one scoring loop, over query terms."""
         for row, weight in zip(rows.tolist(), weights.tolist(), strict=True):
             if row < 0:
                 continue
-            a, b = int(self.offsets[row]), int(self.offsets[row + 1])
-            out[self.chunk_ids[a:b]] += self.weights[a:b] * np.float32(weight)
+            ids, term = self.term_weights(row)
+            term *= np.float32(weight)
+            out[ids] += term
         return out
 
     def feedback_terms(
@@ -99,15 +122,20 @@ class LexicalIndex:
         p(term | chunk) * the chunk's share of the feedback scores; the `count` heaviest as
         (rows, weights). `by_idf` picks the terms by weight * idf instead (keeping their RM3
         weights): boilerplate that fills short chunks (a journal name, a year) is frequent
-        in them but in every chunk, so it does not tell the feedback chunks apart."""
+        in them but in every chunk, so it does not tell the feedback chunks apart.
+        p(term | chunk) is the posting's tf over the chunk's length, found through the
+        forward view's positions."""
         begin, end = self.forward_offsets[chunks], self.forward_offsets[chunks + 1]
         sizes = end - begin
         if sizes.sum() == 0 or scores.sum() <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         starts = np.r_[0, np.cumsum(sizes)]
         gather = np.repeat(begin - starts[:-1], sizes) + np.arange(starts[-1])
-        rows = self.forward_rows[gather]
-        mass = self.forward_shares[gather] * np.repeat(scores / scores.sum(), sizes)
+        positions = self.forward_postings[gather]
+        rows = np.searchsorted(self.offsets, positions, side="right") - 1
+        lengths = np.repeat(np.maximum(self.lengths[chunks], np.float32(1.0)), sizes)
+        shares = self.tf[positions] / lengths
+        mass = shares * np.repeat(scores / scores.sum(), sizes)
         unique, inverse = np.unique(rows, return_inverse=True)
         totals = np.bincount(inverse, weights=mass)
         rank = totals
@@ -123,8 +151,8 @@ class LexicalIndex:
         the chunk postings: a page's tf is the sum of its chunks' field-weighted tf (so the
         title, in every chunk, saturates), its length the sum of their lengths, and df counts
         pages. Chunks of a file are contiguous and a term's chunk ids ascend, so a term's
-        pages come sorted and one `reduceat` per term does it. None without the tf tables."""
-        if self.tf is None or self.lengths is None or self.chunk_files is None:
+        pages come sorted and one `reduceat` per term does it. None without chunk files."""
+        if self.chunk_files is None:
             return None
         n_files = int(self.chunk_files[-1]) + 1 if len(self.chunk_files) else 0
         out = np.zeros(n_files, dtype=np.float32)
@@ -165,19 +193,6 @@ class LexicalIndex:
             return out
         unique, counts = np.unique(hashes, return_counts=True)
         return self.add_terms(out, self.lookup(unique), counts.astype(np.float32))
-
-
-def _lists(table, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, values) of a list column, zero-copy over the map."""
-    if table.num_rows == 0:
-        value_type = table.column(name).type.value_type.to_pandas_dtype()
-        return np.zeros(1, np.int32), np.zeros(0, value_type)
-    array = index_format.column_array(table, name)
-    offsets = array.offsets.to_numpy(zero_copy_only=True)
-    values = array.values.to_numpy(zero_copy_only=True)
-    if offsets[0]:  # a sliced array: rebase (a copy of the small offsets only)
-        return offsets - offsets[0], values[offsets[0] : offsets[-1]]
-    return offsets, values
 
 
 def _values(table, name: str, dtype) -> np.ndarray:

@@ -116,3 +116,37 @@ def test_serve_answers_a_new_file_without_ingest(indexed_notes: Path):
         assert "calls" in status.stdout
     finally:
         assert run_cli("serve", "--stop", "--root", str(indexed_notes)).returncode == 0
+
+
+@pytest.mark.slow
+def test_mcp_watch_pauses_while_switched_off(notes: Path, tmp_path: Path):
+    """A watching MCP server indexes nothing while `.mdvdb-off` is there (its log says so
+    once) and picks up what changed meanwhile once it is removed."""
+    from query import open_index
+
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    log = tmp_path / "mcp.log"
+    off = notes / ".mdvdb-off"
+
+    async def steps(session: ClientSession):
+        await asyncio.to_thread(wait_for_line, log, "watch: full walk")
+        off.write_text("")
+        await asyncio.to_thread(wait_for_line, log, "watch: paused:", LIVE_SECONDS)
+        (notes / "zebracorn.md").write_text(NEW_NOTE)
+        await asyncio.sleep(2.0)
+        switched = await session.call_tool("search", {"query": "zebracorn", "mode": "lexical"})
+        indexed_while_off = "zebracorn.md" in open_index(notes).snapshot.paths
+        off.unlink()
+        removed = time.monotonic()
+        while True:
+            result = await session.call_tool("search", {"query": "zebracorn stripes"})
+            elapsed = time.monotonic() - removed
+            if "zebracorn.md" in found_paths(result) or elapsed > LIVE_SECONDS:
+                return switched, indexed_while_off, found_paths(result), elapsed
+
+    switched, indexed_while_off, paths, elapsed = asyncio.run(mcp_session(notes, log, {}, steps))
+    text = log.read_text()
+    assert switched.is_error and ".mdvdb-off" in str(switched.content)
+    assert not indexed_while_off, text
+    assert paths and paths[0] == "zebracorn.md" and elapsed <= LIVE_SECONDS, (paths, text)
+    assert text.count("watch: paused:") == 1 and "watch: resumed:" in text, text

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mdvdb import user_cache
 from mdvdb.config import load_config
 from mdvdb.providers.local import tokenizer_path, weights_path
@@ -17,7 +19,7 @@ from pipeline import ingest
 from pipeline.chunking import chunk_document, chunking_key
 from pipeline.parse import parse_document
 from pipeline.state import State, embed_text_of
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unpack_corpus
 
 MB = 1024 * 1024
 
@@ -178,3 +180,27 @@ def test_a_lost_state_folder_costs_no_parse(notes: Path):
     shutil.rmtree(config.state_path)
     report = ingest.run(config)
     assert report.parsed == 0 and report.chunks_embedded == 0 and report.files == 4
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_nfcorpus_footprint_meets_the_goal(corpora_dir: Path, tmp_path: Path):
+    """The whole on-disk footprint (index + state folder) of NFCorpus after `mdvdb ingest`:
+    at most 2 x (its Markdown + its float32 vectors), and at most qmd's 15 MB."""
+    root = tmp_path / "nfcorpus"
+    shutil.copytree(unpack_corpus(corpora_dir, "nfcorpus") / "md", root)
+    env = {"MDVDB_CACHE_DIR": str(tmp_path / "user-cache")}
+    out = run_cli("ingest", "--json", "--root", str(root), env=env)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    from mdvdb import index_format
+
+    chunks = json.loads(out.stdout)["chunks"]
+    index = root / ".markdownvdb.index"
+    dims = int(index_format.read_meta(index)["dimensions"])
+    markdown = sum(p.stat().st_size for p in root.glob("*.md"))
+    total = index.stat().st_size + folder_bytes(root / ".markdownvdb.state")
+    goal = 2 * (markdown + chunks * dims * 4)
+    print(f"\nNFCorpus: index + state {total / 1e6:.2f} MB, goal {goal / 1e6:.2f} MB")
+    assert total <= goal and total <= 15e6, (total, goal)

@@ -131,10 +131,11 @@ def test_an_old_format_is_refused_in_one_line_and_rebuilt_by_a_plain_ingest(tmp_
     assert _cli("ingest", "--root", str(root)).returncode == 0
     index = root / ".markdownvdb.index"
     data = bytearray(index.read_bytes())
-    data[8:12] = (2).to_bytes(4, "little")
+    previous = index_format.FORMAT_VERSION - 1  # what the last release wrote
+    data[8:12] = previous.to_bytes(4, "little")
     index.write_bytes(bytes(data))
     found = _cli("search", "tar", "--root", str(root))
-    assert found.returncode == 1 and "format 2" in found.stderr
+    assert found.returncode == 1 and f"format {previous}" in found.stderr
     assert len(found.stderr.strip().splitlines()) == 1
     assert _cli("ingest", "--root", str(root)).returncode == 0
     assert _cli("search", "tar", "--root", str(root)).returncode == 0

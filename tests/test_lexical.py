@@ -181,3 +181,52 @@ def test_a_project_with_no_text_searches_to_nothing(tmp_path: Path):
         out = run_cli("search", "anything", "--mode", mode, "--root", str(root))
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith("No matches.")
+
+
+def test_weights_and_feedback_shares_are_computed_from_the_stored_tf(project: Path):
+    """Format 4 stores tf and lengths, not weights: the reader's weights are BM25 of them (with
+    the k1 and b the meta records), and the forward view names exactly each chunk's postings."""
+    import numpy as np
+
+    from query.lexical import lexical_index
+
+    index = open_index(config=load_config(project, environ={}))
+    lexical = lexical_index(index)
+    meta = index.snapshot.meta["lexical"]
+    n, lengths = lexical.n_chunks, lexical.lengths.astype(np.float64)
+    norm = meta["k1"] * (1 - meta["b"] + meta["b"] * lengths / lengths.mean())
+    pairs = set()
+    for row in range(len(lexical.terms)):
+        ids, weights = lexical.term_weights(row)
+        a, b = lexical.offsets[row], lexical.offsets[row + 1]
+        tf = lexical.tf[a:b].astype(np.float64)
+        idf = np.log1p((n - (b - a) + 0.5) / ((b - a) + 0.5))
+        expected = idf * tf * (meta["k1"] + 1) / (tf + norm[ids])
+        assert np.allclose(weights, expected, rtol=1e-5), row
+        pairs.update((int(c), row) for c in ids)
+    forward = set()
+    for chunk in range(n):
+        start, end = lexical.forward_offsets[chunk], lexical.forward_offsets[chunk + 1]
+        positions = lexical.forward_postings[start:end]
+        assert (np.diff(positions) > 0).all()
+        assert (lexical.chunk_ids[positions] == chunk).all()
+        rows = np.searchsorted(lexical.offsets, positions, side="right") - 1
+        forward.update((chunk, int(r)) for r in rows)
+    assert forward == pairs and len(pairs) == len(lexical.tf)
+    assert index.snapshot.table("lexical").schema.names == ["term", "df", "chunk_ids"]
+
+
+def test_the_forward_view_past_16_bits_of_chunk_ids():
+    """`transpose` orders by the low, then the high 16 bits when chunk ids need more."""
+    import numpy as np
+
+    from pipeline.lexical import transpose
+
+    rng = np.random.default_rng(7)
+    n = 200_000
+    chunk_ids = np.sort(rng.integers(0, n, 5000)).astype(np.int32)
+    chunk_ids = np.concatenate([chunk_ids, np.sort(rng.integers(0, n, 3000)).astype(np.int32)])
+    forward = transpose(chunk_ids, n)
+    assert forward.values.to_numpy().tolist() == np.argsort(chunk_ids, kind="stable").tolist()
+    offsets = forward.offsets.to_numpy()
+    assert len(offsets) == n + 1 and (np.diff(offsets) == np.bincount(chunk_ids, minlength=n)).all()

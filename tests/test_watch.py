@@ -167,3 +167,51 @@ def test_watch_setting_controls_implicit_watchers(tmp_path: Path):
     assert not background.thread.is_alive()
     assert threading.active_count() >= 1
     assert any("paths: " in line for line in lines), lines
+
+
+def _wait_for_log(log: Path, needle: str) -> None:
+    started = time.monotonic()
+    while needle not in log.read_text():
+        assert time.monotonic() - started < DEADLINE, f"{needle!r} not logged:\n{log.read_text()}"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_watch_stops_indexing_while_switched_off_and_resumes_after(tmp_path: Path):
+    """`.mdvdb-off` is the user's off-switch: a running `mdvdb watch` indexes nothing while
+    it is there (one line says so), and catches up once it is removed."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / ".markdownvdb").write_text(f"MDVDB_WATCH_DEBOUNCE_MS={DEBOUNCE_MS}\n")
+    (root / "first.md").write_text("# First\n\nThe first note.\n")
+    log_path = tmp_path / "watch.log"
+    log = open(log_path, "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", "watch", "--root", str(root)], cwd=REPO, stderr=log
+    )
+    try:
+        _wait_for_log(log_path, "watch: full walk")
+        assert _paths(root) == {"first.md"}
+        (root / ".mdvdb-off").write_text("")
+        _wait_for_log(log_path, "watch: paused:")
+        (root / "second.md").write_text("# Second\n\nWritten while switched off.\n")
+        (root / "first.md").unlink()
+        time.sleep(10 * DEBOUNCE_MS / 1000 + 1.0)  # ten debounces and two idle wake-ups
+        assert _paths(root) == {"first.md"}, log_path.read_text()
+        (root / ".mdvdb-off").unlink()
+        _wait_for(root, lambda p: p == {"second.md"}, "what changed while switched off")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    err = log_path.read_text()
+    assert proc.returncode == 0, err
+    assert err.count("watch: paused:") == 1 and err.count("watch: resumed:") == 1, err
+    assert f"{root / '.mdvdb-off'} exists; indexing resumes when it is removed" in err
+    # Nothing was indexed between the two lines.
+    paused = err[err.index("watch: paused:") : err.index("watch: resumed:")]
+    assert "chunks indexed" not in paused, err
