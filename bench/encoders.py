@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -76,28 +76,55 @@ def rank_documents(scores: np.ndarray, chunk_doc: np.ndarray, valid: np.ndarray 
     return [int(i) for i in order if np.isfinite(best[i])]
 
 
-def mdvdb_runs(index, queries: dict, qids: list[str], doc_of_file: list[str], modes):
-    """Per mode: query id -> ranked document ids; also each query's BM25F scores and vector."""
-    from query.search import mode_scores, query_vector
+def memoize_inputs(index) -> None:
+    """Per query, the BM25F scores, page scores and query vector are the same for every
+    fusion setting: remember them on this index's own objects, so a sweep of many settings
+    runs `query.search.mode_scores` itself (page-level and name evidence included) at the
+    cost of the fusion only."""
+    from query.lexical import lexical_index
 
+    lexical = lexical_index(index)
+    provider = index.provider()
+    for owner, name in ((lexical, "scores"), (lexical, "page_scores"), (provider, "embed_query")):
+        real = getattr(owner, name, None)
+        if real is None or hasattr(real, "memo"):
+            continue
+        memo: dict = {}
+
+        def cached(*args, _real=real, _memo=memo):
+            if args not in _memo:
+                _memo[args] = _real(*args)
+            return _memo[args]
+
+        cached.memo = memo
+        setattr(owner, name, cached)
+
+
+def mdvdb_runs(index, queries: dict, qids: list[str], doc_of_file: list[str], modes, drop_self):
+    """Per mode: query id -> ranked document ids, files ranked by their best section's
+    score from `query.search.mode_scores` (bench/quality.py's --fast ranking)."""
+    from query.search import mode_scores
+
+    memoize_inputs(index)
     chunk_doc = index.snapshot.chunk_file_ids
     runs: dict[str, dict[str, list[str]]] = {m: {} for m in modes}
-    raw: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for q in qids:
         for mode in modes:
             scores, parts = mode_scores(index, queries[q], mode)
             valid = parts.get("_candidates")
-            runs[mode][q] = [doc_of_file[i] for i in rank_documents(scores, chunk_doc, valid)]
-            if mode == "hybrid":
-                raw[q] = (parts["bm25"], query_vector(index, queries[q]))
-    return runs, raw
+            ranked = [doc_of_file[i] for i in rank_documents(scores, chunk_doc, valid)]
+            runs[mode][q] = [d for d in ranked if not (drop_self and d == q)]
+    return runs
 
 
+HYBRID = ("hybrid",)
 MODELS = {"wordllama": "wordllama-l2-supercat", "minilm": "all-minilm-l6-v2"}
+# The neighbourhood of the earlier choices (no set ever picked dense weight 0.2 or Rocchio
+# β 0 on the wider grid of the first round: docs/search-quality.md).
 GRID = {
-    "dense_weight": (0.2, 0.3, 0.4, 0.5, 0.6),
+    "dense_weight": (0.3, 0.4, 0.5, 0.6),
     "feedback_weight": (0.2, 0.4),
-    "dense_feedback_weight": (0.0, 0.5, 1.0),
+    "dense_feedback_weight": (0.5, 1.0),
 }
 
 
@@ -166,7 +193,8 @@ def quality(folder: Path, roots: dict, baseline_cache: dict) -> tuple[list[dict]
     for name, (root, paths, timing) in roots.items():
         index = open_index(config=load_config(root, environ={}))
         doc_of_file = [paths[p] for p in index.snapshot.paths]
-        runs, raw = mdvdb_runs(index, queries, qids, doc_of_file, ("semantic", "hybrid"))
+        drop_self = folder.name == "arguana"
+        runs = mdvdb_runs(index, queries, qids, doc_of_file, ("semantic", "hybrid"), drop_self)
         semantic = evaluate(runs["semantic"], qrels)["ndcg@10"]
         hybrid = evaluate(runs["hybrid"], qrels)["ndcg@10"]
         rows.append(
@@ -184,30 +212,31 @@ def quality(folder: Path, roots: dict, baseline_cache: dict) -> tuple[list[dict]
                 "hybrid-bm25s": hybrid - base,
             }
         )
-        raws[name] = (index, raw, qrels, doc_of_file)
+        raws[name] = (index, {q: queries[q] for q in qids}, qrels, doc_of_file, drop_self)
     return rows, raws
 
 
-def sweep(raws: dict) -> list[dict]:
-    """Hybrid nDCG@10 of every GRID setting on one set, for one model."""
-    from query.fusion import PARAMS, hybrid
-    from query.lexical import lexical_index
+def sweep(raws: tuple) -> list[dict]:
+    """Hybrid nDCG@10 of every GRID setting on one set, for one model, through
+    `query.search.mode_scores` (the shipped hybrid with page-level and name evidence) with
+    the index's recorded settings set aside and the GRID values in force."""
+    from query import fusion
 
-    index, raw, qrels, doc_of_file = raws
-    lexical = lexical_index(index)
-    vectors = index.snapshot.vectors
-    chunk_doc = index.snapshot.chunk_file_ids
-    known = {f.name for f in fields(PARAMS)}
+    index, queries, qrels, doc_of_file, drop_self = raws
+    known = {f.name for f in fields(fusion.PARAMS)}
+    meta = index.snapshot.meta
+    recorded = meta.get("fusion")
+    meta["fusion"] = {}  # the grid's values, not those recorded at ingest
     rows = []
-    for values in itertools.product(*GRID.values()):
-        settings = {k: v for k, v in zip(GRID, values, strict=True) if k in known}
-        params = replace(PARAMS, **settings)
-        runs = {}
-        for q, (bm25, vector) in raw.items():
-            fused, _ = hybrid(lexical, vectors, vector, bm25, params)
-            order = rank_documents(fused.scores, chunk_doc, fused.scores > 0)
-            runs[q] = [doc_of_file[i] for i in order]
-        rows.append({**settings, "ndcg@10": evaluate(runs, qrels)["ndcg@10"]})
+    try:
+        for values in itertools.product(*GRID.values()):
+            settings = {k: v for k, v in zip(GRID, values, strict=True) if k in known}
+            with fusion.overridden(**settings):
+                runs = mdvdb_runs(index, queries, list(queries), doc_of_file, HYBRID, drop_self)
+            judged = {q: qrels[q] for q in queries}
+            rows.append({**settings, "ndcg@10": evaluate(runs["hybrid"], judged)["ndcg@10"]})
+    finally:
+        meta["fusion"] = recorded
     return rows
 
 
@@ -314,7 +343,7 @@ def windows(raws: dict, width: int = 256, stride: int = 192) -> list[dict]:
     from query.fusion import PARAMS, hybrid
     from query.lexical import lexical_index
 
-    index, raw, qrels, doc_of_file = raws
+    index, queries, qrels, doc_of_file, drop_self = raws
     provider = MiniLMProvider("all-minilm-l6-v2")
     tokenizer = provider.tokenizer
     texts = [str(t) for t in index.snapshot.table("chunks").column("text").to_pylist()]
@@ -347,7 +376,8 @@ def windows(raws: dict, width: int = 256, stride: int = 192) -> list[dict]:
     lexical = lexical_index(index)
     chunk_doc = index.snapshot.chunk_file_ids
     runs = {"semantic": {}, "hybrid": {}}
-    for q, (bm25, vector) in raw.items():
+    for q, text in queries.items():
+        bm25, vector = lexical.scores(text), index.provider().embed_query(text)
         cosine = vectors @ vector
         runs["semantic"][q] = [doc_of_file[i] for i in rank_documents(cosine, chunk_doc, None)]
         fused, _ = hybrid(lexical, vectors, vector, bm25, PARAMS)
@@ -373,19 +403,43 @@ def main() -> None:
     parser.add_argument("--runtimes", type=int, default=0, metavar="N")
     parser.add_argument("--windows", action="store_true")
     parser.add_argument("--latency", type=int, default=0, metavar="RUNS", help="query latency")
+    parser.add_argument("--sweep", default="wordllama,minilm", help="models whose fusion to sweep")
+    parser.add_argument(
+        "--sweep-queries", type=int, default=0, metavar="N", help="first N queries per set (0: all)"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="a set's saved quality rows and sweep, if there"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
-    rows, grids, baseline, extra, speed = [], {m: {} for m in models}, {}, [], []
+    swept = [m for m in args.sweep.split(",") if m in models]
+    rows, grids, baseline, extra, speed = [], {m: {} for m in swept}, {}, [], []
     for folder in args.folders:
         folder = folder.resolve()
         roots = {m: ingest(folder, m, MODELS[m], args.fresh) for m in models}
         if args.latency:
             speed.extend({"set": folder.name} | r for r in latency(roots, args.latency))
+        saved = WORK / "encoders" / folder.name / f"result-{'-'.join(models)}.json"
+        if args.reuse and saved.is_file() and not args.windows:
+            result = json.loads(saved.read_text(encoding="utf-8"))
+            baseline[folder.name] = result["bm25s"]
+            rows.extend(result["rows"])
+            for m in swept:
+                grids[m][folder.name] = result["grids"][m]
+            print(f"{folder.name}: reused {saved}", file=sys.stderr, flush=True)
+            continue
         set_rows, raws = quality(folder, roots, baseline)
         rows.extend(set_rows)
-        for m in models:
-            grids[m][folder.name] = sweep(raws[m])
+        for m in swept:
+            index, queries, qrels, doc_of_file, drop_self = raws[m]
+            if args.sweep_queries:
+                queries = dict(itertools.islice(queries.items(), args.sweep_queries))
+            grids[m][folder.name] = sweep((index, queries, qrels, doc_of_file, drop_self))
+        result = {"bm25s": baseline[folder.name], "rows": set_rows, "grids": {}}
+        result["grids"] = {m: grids[m][folder.name] for m in swept}
+        result["sweep_queries"] = args.sweep_queries
+        saved.write_text(json.dumps(result), encoding="utf-8")
         if args.windows and "minilm" in raws:
             cut = next(r for r in set_rows if r["model"] == "minilm")
             for r in windows(raws["minilm"]):
@@ -396,7 +450,7 @@ def main() -> None:
                 extra.append(head | tail)
         print(f"{folder.name}: done (load {load()})", file=sys.stderr, flush=True)
     print_table("Encoders through the pipeline: ingest and nDCG@10", rows, args.json)
-    for m in models:
+    for m in swept:
         if len(grids[m]) > 1:
             loso, per_set = leave_one_out(grids[m])
             for row in loso:
