@@ -289,6 +289,22 @@ def test_a_weights_error_is_a_provider_error(tmp_path: Path):
         minilm.MiniLMProvider(str(folder), runtime="onnx")
 
 
+def test_a_half_precision_model_folder_is_read_as_float32(tmp_path: Path):
+    """Weights are memory-mapped as float32 views; an fp16 checkpoint is converted on load
+    and embeds like its float32 original."""
+    from safetensors.numpy import load_file, save_file
+
+    full = tiny_model(tmp_path / "full")
+    half = tmp_path / "half"
+    shutil.copytree(full, half)
+    weights = load_file(str(full / "model.safetensors"))
+    halved = {k: v.astype(np.float16) for k, v in weights.items()}
+    save_file(halved, str(half / "model.safetensors"))
+    a = minilm.MiniLMProvider(str(full), runtime="numpy").embed_query("bread starter")
+    b = minilm.MiniLMProvider(str(half), runtime="numpy").embed_query("bread starter")
+    assert b.dtype == np.float32 and float(a @ b) > 0.999
+
+
 def _unshare_works() -> bool:
     if shutil.which("unshare") is None:
         return False
