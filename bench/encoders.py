@@ -295,40 +295,57 @@ def runtime_ratio(root: Path, count: int) -> list[dict]:
 
 
 def latency(roots: dict, runs: int) -> list[dict]:
-    """Per model, on the same set: a cold `mdvdb search` process (median wall of `runs`) and a
-    warm in-process `Index.search` (median of 20 after one warm-up), same queries, same run."""
+    """Per model, on the same set: a cold `mdvdb search` process (median wall and CPU time of
+    `runs`, interleaved across the models so they share the machine's load), a warm
+    in-process `Index.search` and the query embedding alone (medians of 20 after one
+    warm-up), same queries, same run. CPU time (user + system of the child) is what to
+    compare on a loaded machine: wall time there is mostly waiting for a core."""
+    import resource
     import statistics
 
     from mdvdb.config import load_config
     from query import open_index
+    from query.search import query_vector
 
     queries = ["extract a tar archive", "vitamin d and bone fractures", "rotate an api key"]
-    rows = []
-    for name, (root, _paths, _timing) in roots.items():
-        cold = []
-        for i in range(runs):
+    env = {**os.environ, "MDVDB_NO_WARM": "1"}  # never answered by a warm server
+    cold: dict[str, list[float]] = {name: [] for name in roots}
+    cpu: dict[str, list[float]] = {name: [] for name in roots}
+    for i in range(runs):
+        for name, (root, _paths, _timing) in roots.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             done = subprocess.run(
                 [sys.executable, "-m", "mdvdb", "search", queries[i % 3], "--root", str(root)],
                 capture_output=True,
                 text=True,
+                env=env,
             )
-            cold.append(time.perf_counter() - start)
+            cold[name].append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             if done.returncode != 0:
                 raise SystemExit(f"search failed: {done.stderr}")
+    rows = []
+    for name, (root, _paths, _timing) in roots.items():
         index = open_index(config=load_config(root, environ={}))
         index.search("warm up")
-        warm = []
+        warm, embed = [], []
         for i in range(20):
             start = time.perf_counter()
             index.search(f"{queries[i % 3]} {i}")
             warm.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            query_vector(index, f"{queries[i % 3]} {i}")
+            embed.append(time.perf_counter() - start)
         rows.append(
             {
                 "model": name,
                 "chunks": int(index.snapshot.vectors.shape[0]),
-                "cold_cli_ms": statistics.median(cold) * 1000,
+                "cold_cli_ms": statistics.median(cold[name]) * 1000,
+                "cold_cpu_ms": statistics.median(cpu[name]) * 1000,
                 "warm_ms": statistics.median(warm) * 1000,
+                "embed_ms": statistics.median(embed) * 1000,
                 "load": load(),
             }
         )
