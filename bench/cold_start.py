@@ -8,6 +8,8 @@ Figures depend on the install: an editable install adds ~13 ms to every interpre
 (its import hook), so quote a regular `pip install .`.
 
     python bench/cold_start.py [--runs 7] [--json]   # needs an ingested tldr (see --root)
+    python bench/cold_start.py --root TLDR_MINILM     # a tldr copy whose .markdownvdb says
+                                                      # MDVDB_EMBEDDING_MODEL=all-minilm-l6-v2
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ s = t(); from query import tiers; tiers._lowered(ix.snapshot)
 marks["title tier: lower titles + headings"] = t() - s
 s = t(); from query.lexical import lexical_index; lexical_index(ix)
 marks["lexical postings (views)"] = t() - s
-s = t(); ix.provider().embed([query]); marks["model (BPE lookup, table) + embed"] = t() - s
+s = t(); from query.search import query_vector; query_vector(ix, query)
+marks["model (BPE lookup, table / encoder weights) + embed"] = t() - s
 s = t(); tiers.tiered_search(ix, query, limit=20); marks["score + rank (hybrid, 2 tiers)"] = t() - s
 s = t()
 with redirect_stdout(io.StringIO()):

@@ -3,6 +3,7 @@
     python bench/encoders.py /work/corpora/{nfcorpus,cranfield,cacm,arguana,ray-docs-qa} [--json]
     python bench/encoders.py ... --runtimes 256   # + NumPy vs onnxruntime on 256 chunk texts
     python bench/encoders.py ... --windows        # + MiniLM: cut at 256 word-pieces vs windows
+    python bench/encoders.py ... --batching 128   # + the int8 graph: 1 text/run vs batches
 
 Per set and model: the documents are written as Markdown (bench/quality.py's layout) into a
 folder of their own whose `.markdownvdb` names the model, and a fresh `mdvdb ingest` process
@@ -30,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -76,28 +77,55 @@ def rank_documents(scores: np.ndarray, chunk_doc: np.ndarray, valid: np.ndarray 
     return [int(i) for i in order if np.isfinite(best[i])]
 
 
-def mdvdb_runs(index, queries: dict, qids: list[str], doc_of_file: list[str], modes):
-    """Per mode: query id -> ranked document ids; also each query's BM25F scores and vector."""
-    from query.search import mode_scores, query_vector
+def memoize_inputs(index) -> None:
+    """Per query, the BM25F scores, page scores and query vector are the same for every
+    fusion setting: remember them on this index's own objects, so a sweep of many settings
+    runs `query.search.mode_scores` itself (page-level and name evidence included) at the
+    cost of the fusion only."""
+    from query.lexical import lexical_index
 
+    lexical = lexical_index(index)
+    provider = index.provider()
+    for owner, name in ((lexical, "scores"), (lexical, "page_scores"), (provider, "embed_query")):
+        real = getattr(owner, name, None)
+        if real is None or hasattr(real, "memo"):
+            continue
+        memo: dict = {}
+
+        def cached(*args, _real=real, _memo=memo):
+            if args not in _memo:
+                _memo[args] = _real(*args)
+            return _memo[args]
+
+        cached.memo = memo
+        setattr(owner, name, cached)
+
+
+def mdvdb_runs(index, queries: dict, qids: list[str], doc_of_file: list[str], modes, drop_self):
+    """Per mode: query id -> ranked document ids, files ranked by their best section's
+    score from `query.search.mode_scores` (bench/quality.py's --fast ranking)."""
+    from query.search import mode_scores
+
+    memoize_inputs(index)
     chunk_doc = index.snapshot.chunk_file_ids
     runs: dict[str, dict[str, list[str]]] = {m: {} for m in modes}
-    raw: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for q in qids:
         for mode in modes:
             scores, parts = mode_scores(index, queries[q], mode)
             valid = parts.get("_candidates")
-            runs[mode][q] = [doc_of_file[i] for i in rank_documents(scores, chunk_doc, valid)]
-            if mode == "hybrid":
-                raw[q] = (parts["bm25"], query_vector(index, queries[q]))
-    return runs, raw
+            ranked = [doc_of_file[i] for i in rank_documents(scores, chunk_doc, valid)]
+            runs[mode][q] = [d for d in ranked if not (drop_self and d == q)]
+    return runs
 
 
+HYBRID = ("hybrid",)
 MODELS = {"wordllama": "wordllama-l2-supercat", "minilm": "all-minilm-l6-v2"}
+# The neighbourhood of the earlier choices (no set ever picked dense weight 0.2 or Rocchio
+# β 0 on the wider grid of the first round: docs/search-quality.md).
 GRID = {
-    "dense_weight": (0.2, 0.3, 0.4, 0.5, 0.6),
+    "dense_weight": (0.3, 0.4, 0.5, 0.6),
     "feedback_weight": (0.2, 0.4),
-    "dense_feedback_weight": (0.0, 0.5, 1.0),
+    "dense_feedback_weight": (0.5, 1.0),
 }
 
 
@@ -166,7 +194,8 @@ def quality(folder: Path, roots: dict, baseline_cache: dict) -> tuple[list[dict]
     for name, (root, paths, timing) in roots.items():
         index = open_index(config=load_config(root, environ={}))
         doc_of_file = [paths[p] for p in index.snapshot.paths]
-        runs, raw = mdvdb_runs(index, queries, qids, doc_of_file, ("semantic", "hybrid"))
+        drop_self = folder.name == "arguana"
+        runs = mdvdb_runs(index, queries, qids, doc_of_file, ("semantic", "hybrid"), drop_self)
         semantic = evaluate(runs["semantic"], qrels)["ndcg@10"]
         hybrid = evaluate(runs["hybrid"], qrels)["ndcg@10"]
         rows.append(
@@ -184,30 +213,31 @@ def quality(folder: Path, roots: dict, baseline_cache: dict) -> tuple[list[dict]
                 "hybrid-bm25s": hybrid - base,
             }
         )
-        raws[name] = (index, raw, qrels, doc_of_file)
+        raws[name] = (index, {q: queries[q] for q in qids}, qrels, doc_of_file, drop_self)
     return rows, raws
 
 
-def sweep(raws: dict) -> list[dict]:
-    """Hybrid nDCG@10 of every GRID setting on one set, for one model."""
-    from query.fusion import PARAMS, hybrid
-    from query.lexical import lexical_index
+def sweep(raws: tuple) -> list[dict]:
+    """Hybrid nDCG@10 of every GRID setting on one set, for one model, through
+    `query.search.mode_scores` (the shipped hybrid with page-level and name evidence) with
+    the index's recorded settings set aside and the GRID values in force."""
+    from query import fusion
 
-    index, raw, qrels, doc_of_file = raws
-    lexical = lexical_index(index)
-    vectors = index.snapshot.vectors
-    chunk_doc = index.snapshot.chunk_file_ids
-    known = {f.name for f in fields(PARAMS)}
+    index, queries, qrels, doc_of_file, drop_self = raws
+    known = {f.name for f in fields(fusion.PARAMS)}
+    meta = index.snapshot.meta
+    recorded = meta.get("fusion")
+    meta["fusion"] = {}  # the grid's values, not those recorded at ingest
     rows = []
-    for values in itertools.product(*GRID.values()):
-        settings = {k: v for k, v in zip(GRID, values, strict=True) if k in known}
-        params = replace(PARAMS, **settings)
-        runs = {}
-        for q, (bm25, vector) in raw.items():
-            fused, _ = hybrid(lexical, vectors, vector, bm25, params)
-            order = rank_documents(fused.scores, chunk_doc, fused.scores > 0)
-            runs[q] = [doc_of_file[i] for i in order]
-        rows.append({**settings, "ndcg@10": evaluate(runs, qrels)["ndcg@10"]})
+    try:
+        for values in itertools.product(*GRID.values()):
+            settings = {k: v for k, v in zip(GRID, values, strict=True) if k in known}
+            with fusion.overridden(**settings):
+                runs = mdvdb_runs(index, queries, list(queries), doc_of_file, HYBRID, drop_self)
+            judged = {q: qrels[q] for q in queries}
+            rows.append({**settings, "ndcg@10": evaluate(runs["hybrid"], judged)["ndcg@10"]})
+    finally:
+        meta["fusion"] = recorded
     return rows
 
 
@@ -265,41 +295,107 @@ def runtime_ratio(root: Path, count: int) -> list[dict]:
     return rows
 
 
+def batching(root: Path, count: int, rounds: int = 3) -> list[dict]:
+    """The int8 graph over the same `count` chunk texts, four ways, alternating `rounds`
+    times in one process (the best round of each): one text per run on one worker per core
+    (what ships), one text per run on one worker with every core as intra-op threads, and
+    length-sorted padded batches (up to minilm.TOKENS_PER_PASS tokens) on either layout.
+    Texts/s, the ratio to what ships, and the CPU seconds each took."""
+    from mdvdb.config import load_config
+    from mdvdb.providers import encoder_onnx
+    from mdvdb.providers.minilm import TOKENS_PER_PASS, MiniLMProvider
+    from query import open_index
+
+    index = open_index(config=load_config(root, environ={}))
+    texts = [str(t) for t in index.snapshot.table("chunks").column("text").to_pylist()[:count]]
+    cores = os.cpu_count() or 1
+    provider = MiniLMProvider("all-minilm-l6-v2", runtime="onnx")
+    spec, path = provider.spec, provider.encoder.path
+    ways = {}
+    for label, threads, workers, per_pass in (
+        ("1 text/run, workers = cores", 1, cores, 1),
+        ("1 text/run, threads = cores", cores, 1, 1),
+        ("padded batches, threads = cores", cores, 1, TOKENS_PER_PASS),
+        ("padded batches, workers = cores", 1, cores, TOKENS_PER_PASS),
+    ):
+        encoder = encoder_onnx.OnnxEncoder(path, spec, threads)
+        encoder.workers, encoder.tokens_per_pass = workers, per_pass
+        ways[label] = encoder
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(rounds):
+        for label, encoder in ways.items():
+            provider.encoder = encoder
+            cpu, start = time.process_time(), time.perf_counter()
+            provider.embed(texts)
+            wall, used = time.perf_counter() - start, time.process_time() - cpu
+            if label not in best or wall < best[label][0]:
+                best[label] = (wall, used)
+    shipped = best["1 text/run, workers = cores"][0]
+    return [
+        {
+            "way": label,
+            "texts": len(texts),
+            "texts/s": len(texts) / wall,
+            "vs shipped": shipped / wall,
+            "cpu_s": round(used, 1),
+            "load": load(),
+        }
+        for label, (wall, used) in best.items()
+    ]
+
+
 def latency(roots: dict, runs: int) -> list[dict]:
-    """Per model, on the same set: a cold `mdvdb search` process (median wall of `runs`) and a
-    warm in-process `Index.search` (median of 20 after one warm-up), same queries, same run."""
+    """Per model, on the same set: a cold `mdvdb search` process (median wall and CPU time of
+    `runs`, interleaved across the models so they share the machine's load), a warm
+    in-process `Index.search` and the query embedding alone (medians of 20 after one
+    warm-up), same queries, same run. CPU time (user + system of the child) is what to
+    compare on a loaded machine: wall time there is mostly waiting for a core."""
+    import resource
     import statistics
 
     from mdvdb.config import load_config
     from query import open_index
+    from query.search import query_vector
 
     queries = ["extract a tar archive", "vitamin d and bone fractures", "rotate an api key"]
-    rows = []
-    for name, (root, _paths, _timing) in roots.items():
-        cold = []
-        for i in range(runs):
+    env = {**os.environ, "MDVDB_NO_WARM": "1"}  # never answered by a warm server
+    cold: dict[str, list[float]] = {name: [] for name in roots}
+    cpu: dict[str, list[float]] = {name: [] for name in roots}
+    for i in range(runs):
+        for name, (root, _paths, _timing) in roots.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             done = subprocess.run(
                 [sys.executable, "-m", "mdvdb", "search", queries[i % 3], "--root", str(root)],
                 capture_output=True,
                 text=True,
+                env=env,
             )
-            cold.append(time.perf_counter() - start)
+            cold[name].append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             if done.returncode != 0:
                 raise SystemExit(f"search failed: {done.stderr}")
+    rows = []
+    for name, (root, _paths, _timing) in roots.items():
         index = open_index(config=load_config(root, environ={}))
         index.search("warm up")
-        warm = []
+        warm, embed = [], []
         for i in range(20):
             start = time.perf_counter()
             index.search(f"{queries[i % 3]} {i}")
             warm.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            query_vector(index, f"{queries[i % 3]} {i}")
+            embed.append(time.perf_counter() - start)
         rows.append(
             {
                 "model": name,
                 "chunks": int(index.snapshot.vectors.shape[0]),
-                "cold_cli_ms": statistics.median(cold) * 1000,
+                "cold_cli_ms": statistics.median(cold[name]) * 1000,
+                "cold_cpu_ms": statistics.median(cpu[name]) * 1000,
                 "warm_ms": statistics.median(warm) * 1000,
+                "embed_ms": statistics.median(embed) * 1000,
                 "load": load(),
             }
         )
@@ -314,7 +410,7 @@ def windows(raws: dict, width: int = 256, stride: int = 192) -> list[dict]:
     from query.fusion import PARAMS, hybrid
     from query.lexical import lexical_index
 
-    index, raw, qrels, doc_of_file = raws
+    index, queries, qrels, doc_of_file, drop_self = raws
     provider = MiniLMProvider("all-minilm-l6-v2")
     tokenizer = provider.tokenizer
     texts = [str(t) for t in index.snapshot.table("chunks").column("text").to_pylist()]
@@ -347,7 +443,8 @@ def windows(raws: dict, width: int = 256, stride: int = 192) -> list[dict]:
     lexical = lexical_index(index)
     chunk_doc = index.snapshot.chunk_file_ids
     runs = {"semantic": {}, "hybrid": {}}
-    for q, (bm25, vector) in raw.items():
+    for q, text in queries.items():
+        bm25, vector = lexical.scores(text), index.provider().embed_query(text)
         cosine = vectors @ vector
         runs["semantic"][q] = [doc_of_file[i] for i in rank_documents(cosine, chunk_doc, None)]
         fused, _ = hybrid(lexical, vectors, vector, bm25, PARAMS)
@@ -372,20 +469,47 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="re-ingest every set")
     parser.add_argument("--runtimes", type=int, default=0, metavar="N")
     parser.add_argument("--windows", action="store_true")
+    parser.add_argument(
+        "--batching", type=int, default=0, metavar="N", help="onnx: batches vs 1 text/run"
+    )
     parser.add_argument("--latency", type=int, default=0, metavar="RUNS", help="query latency")
+    parser.add_argument("--sweep", default="wordllama,minilm", help="models whose fusion to sweep")
+    parser.add_argument(
+        "--sweep-queries", type=int, default=0, metavar="N", help="first N queries per set (0: all)"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="a set's saved quality rows and sweep, if there"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
-    rows, grids, baseline, extra, speed = [], {m: {} for m in models}, {}, [], []
+    swept = [m for m in args.sweep.split(",") if m in models]
+    rows, grids, baseline, extra, speed = [], {m: {} for m in swept}, {}, [], []
     for folder in args.folders:
         folder = folder.resolve()
         roots = {m: ingest(folder, m, MODELS[m], args.fresh) for m in models}
         if args.latency:
             speed.extend({"set": folder.name} | r for r in latency(roots, args.latency))
+        saved = WORK / "encoders" / folder.name / f"result-{'-'.join(models)}.json"
+        if args.reuse and saved.is_file() and not args.windows:
+            result = json.loads(saved.read_text(encoding="utf-8"))
+            baseline[folder.name] = result["bm25s"]
+            rows.extend(result["rows"])
+            for m in swept:
+                grids[m][folder.name] = result["grids"][m]
+            print(f"{folder.name}: reused {saved}", file=sys.stderr, flush=True)
+            continue
         set_rows, raws = quality(folder, roots, baseline)
         rows.extend(set_rows)
-        for m in models:
-            grids[m][folder.name] = sweep(raws[m])
+        for m in swept:
+            index, queries, qrels, doc_of_file, drop_self = raws[m]
+            if args.sweep_queries:
+                queries = dict(itertools.islice(queries.items(), args.sweep_queries))
+            grids[m][folder.name] = sweep((index, queries, qrels, doc_of_file, drop_self))
+        result = {"bm25s": baseline[folder.name], "rows": set_rows, "grids": {}}
+        result["grids"] = {m: grids[m][folder.name] for m in swept}
+        result["sweep_queries"] = args.sweep_queries
+        saved.write_text(json.dumps(result), encoding="utf-8")
         if args.windows and "minilm" in raws:
             cut = next(r for r in set_rows if r["model"] == "minilm")
             for r in windows(raws["minilm"]):
@@ -396,7 +520,7 @@ def main() -> None:
                 extra.append(head | tail)
         print(f"{folder.name}: done (load {load()})", file=sys.stderr, flush=True)
     print_table("Encoders through the pipeline: ingest and nDCG@10", rows, args.json)
-    for m in models:
+    for m in swept:
         if len(grids[m]) > 1:
             loso, per_set = leave_one_out(grids[m])
             for row in loso:
@@ -409,6 +533,9 @@ def main() -> None:
         print_table("Query latency: cold CLI process and warm in-process search", speed, args.json)
     if extra:
         print_table("MiniLM: cut at 256 word-pieces vs mean of windows", extra, args.json)
+    if args.batching and "minilm" in models:
+        root = WORK / "encoders" / args.folders[0].resolve().name / "minilm"
+        print_table("MiniLM int8 graph: runs and batches", batching(root, args.batching), args.json)
     if args.runtimes and "minilm" in models:
         root = WORK / "encoders" / args.folders[0].resolve().name / "minilm"
         print_table("MiniLM runtimes, same texts", runtime_ratio(root, args.runtimes), args.json)

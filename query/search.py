@@ -24,7 +24,11 @@ BATCH_ROWS = 64  # above this many results, gather rows with one `take` per tabl
 
 
 def query_vector(index: Index, query: str) -> np.ndarray:
-    return index.provider().embed([query])[0]
+    """A provider with a query path of its own (the local encoder's, which loads no
+    runtime) embeds the query through it."""
+    provider = index.provider()
+    embed_query = getattr(provider, "embed_query", None)
+    return embed_query(query) if embed_query is not None else provider.embed([query])[0]
 
 
 def semantic_scores(index: Index, query: str) -> np.ndarray:

@@ -32,6 +32,8 @@ if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("
 from mdvdb.providers import encoder_onnx, minilm  # noqa: E402
 from mdvdb.providers.base import ProviderError  # noqa: E402
 
+MODEL_ENV = {"MDVDB_EMBEDDING_MODEL": "all-minilm-l6-v2"}
+
 # A fixed set: short queries, prose, code, a text past 256 word-pieces, CJK, Cyrillic.
 TEXTS = [
     "how do I extract a tar archive",
@@ -90,6 +92,40 @@ def test_without_the_extra_numpy_is_used(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["BertEncoder", "(1,", "384)"]
+
+
+def test_a_query_is_embedded_by_the_reference_and_agrees_with_the_fast_path():
+    """Queries take the NumPy path over the mapped weights (no session to create): the same
+    vector as the reference runtime, and within cosine 0.99 of the int8 document vectors."""
+    provider = minilm.MiniLMProvider("all-minilm-l6-v2")
+    reference = minilm.MiniLMProvider("all-minilm-l6-v2", runtime="numpy")
+    queries = TEXTS[:3] + TEXTS[7:9]
+    by_query = np.stack([provider.embed_query(q) for q in queries])
+    np.testing.assert_allclose(by_query, reference.embed(queries), atol=1e-5)
+    cosines = (by_query * provider.embed(queries)).sum(axis=1)
+    assert cosines.min() >= 0.99, cosines
+
+
+def test_a_search_process_never_imports_onnxruntime(notes: Path, tmp_path: Path):
+    """A cold `mdvdb search` embeds its query without onnxruntime (its import and session
+    creation were most of a cold MiniLM search); ingest does use it."""
+    env = {**MODEL_ENV, "MDVDB_CACHE_DIR": str(tmp_path / "cache")}
+    assert run_cli("ingest", cwd=notes, env=env).returncode == 0
+    assert graphs(env), "ingest embeds through the onnx graph"
+    found = run_cli(
+        "search",
+        "unpack a compressed archive",
+        "--json",
+        "-n",
+        "1",
+        cwd=notes,
+        env={**env, "PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert json.loads(found.stdout)["results"][0]["path"] == "tar.md"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in found.stderr.splitlines()}
+    assert "tokenizers" in imported  # the import log is there: the check below can fail
+    assert not {m for m in imported if m.startswith("onnx")}, sorted(imported)
 
 
 # -- a tiny BERT model folder ------------------------------------------------------------
@@ -193,9 +229,14 @@ def test_a_damaged_cached_graph_is_rebuilt(project):
     assert run_cli("ingest", cwd=root, env=env).returncode == 0
     [built] = graphs(env)
     built.write_bytes(built.read_bytes()[:1000])  # cut short (a full disk, a crash elsewhere)
+    # A search does not load the graph (queries take the NumPy path); the next ingest that
+    # embeds something does, and rebuilds it.
+    (root / "new-note.md").write_text("# Sourdough\n\nFeed the starter daily.\n")
+    done = run_cli("ingest", cwd=root, env=env)
+    assert done.returncode == 0, done.stderr
+    assert built.stat().st_size > 100_000
     found = run_cli("search", "bread starter", cwd=root, env=env)
     assert found.returncode == 0, found.stderr
-    assert built.stat().st_size > 100_000
 
 
 @pytest.mark.parametrize(
@@ -246,6 +287,22 @@ def test_a_weights_error_is_a_provider_error(tmp_path: Path):
     (folder / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ProviderError, match="model.safetensors"):
         minilm.MiniLMProvider(str(folder), runtime="onnx")
+
+
+def test_a_half_precision_model_folder_is_read_as_float32(tmp_path: Path):
+    """Weights are memory-mapped as float32 views; an fp16 checkpoint is converted on load
+    and embeds like its float32 original."""
+    from safetensors.numpy import load_file, save_file
+
+    full = tiny_model(tmp_path / "full")
+    half = tmp_path / "half"
+    shutil.copytree(full, half)
+    weights = load_file(str(full / "model.safetensors"))
+    halved = {k: v.astype(np.float16) for k, v in weights.items()}
+    save_file(halved, str(half / "model.safetensors"))
+    a = minilm.MiniLMProvider(str(full), runtime="numpy").embed_query("bread starter")
+    b = minilm.MiniLMProvider(str(half), runtime="numpy").embed_query("bread starter")
+    assert b.dtype == np.float32 and float(a @ b) > 0.999
 
 
 def _unshare_works() -> bool:

@@ -167,7 +167,9 @@ def _preload(config):
             # Only the local model is worth warming: a remote provider would bill a request
             # at every server start (and fail quietly when it is down).
             if index.snapshot.vectors.shape[0] and config.embedding_provider == "local":
-                index.provider().embed(["warm up"])
+                from query.search import query_vector
+
+                query_vector(index, "warm up")
         except Exception:  # no index yet: the forwarded command reports it as usual
             pass
 

