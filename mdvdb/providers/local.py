@@ -87,6 +87,7 @@ def _read_safetensors(path: Path) -> np.ndarray:
 
 
 QUICK_CHARS = 256  # the lookup BPE is quadratic in text length: for queries only
+QUICK_TEXTS = 64  # ... and at most this many of them (a query's words)
 
 
 @lru_cache(maxsize=4)
@@ -132,9 +133,9 @@ class LocalProvider(SequentialBatches):
         self.cache_dir = cache_dir if use_cache else None
 
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Short texts (a query) go through the lookup BPE, which starts in a millisecond;
-        bulk text through the Rust tokenizer. Both give the same ids."""
-        if len(texts) == 1 and len(texts[0]) <= QUICK_CHARS:
+        """A few short texts (a query, its words) go through the lookup BPE, which starts in
+        a millisecond; bulk text through the Rust tokenizer. Both give the same ids."""
+        if len(texts) <= QUICK_TEXTS and all(len(t) <= QUICK_CHARS for t in texts):
             bpe = quick_bpe(self.cache_dir)
             if bpe is not None:
                 return [bpe.encode(t) for t in texts]
@@ -144,6 +145,15 @@ class LocalProvider(SequentialBatches):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
+        sums, lengths = self._sums(texts)
+        return normalize_rows(sums / np.maximum(lengths, 1)[:, None])
+
+    def token_sums(self, texts: Sequence[str]) -> np.ndarray:
+        """The sum of each text's token vectors, not normalised: a query can weight its
+        words' tokens before they are pooled (query.search.query_vector)."""
+        return self._sums(texts)[0]
+
+    def _sums(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         table = load_table(self.cache_dir)
         token_ids = self._token_ids(texts)
         lengths = np.fromiter((len(t) for t in token_ids), dtype=np.int64, count=len(texts))
@@ -158,4 +168,4 @@ class LocalProvider(SequentialBatches):
         if nonempty.any():
             starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[nonempty]
             sums[nonempty] = np.add.reduceat(rows, starts, axis=0)
-        return normalize_rows(sums / np.maximum(lengths, 1)[:, None])
+        return sums, lengths
