@@ -66,6 +66,8 @@ VARIANTS: dict[str, dict] = {
     "no-name": {"name_weight": 0.0},
     "name-0.2": {"name_weight": 0.2},
     "before": {"page_weight": 0.0, "name_weight": 0.0},  # the default before this work
+    # the default before the CACM round (plain query vector, section BM25F k1 1.2)
+    "previous": {"query_vector": "plain", "section_k1": 1.2},
     "no-feedback": {"feedback_weight": 0.0},
     "no-dense-feedback": {"dense_feedback_weight": 0.0},
     "no-feedback-at-all": {"feedback_weight": 0.0, "dense_feedback_weight": 0.0},
@@ -149,6 +151,10 @@ VARIANTS: dict[str, dict] = {
         for t in (30, 40, 60)
         for w in (0.2, 0.4, 0.6)
     },
+    "len-floor-1.0-qvec-idf-raw": {"section_length_floor": 1.0, "query_vector": "idf-raw"},
+    "len-floor-1.0-k1-1.5": {"section_length_floor": 1.0, "section_k1": 1.5},
+    "qvec-idf-sqrt-k1-1.5": {"query_vector": "idf-sqrt", "section_k1": 1.5},
+    "qvec-idf-sqrt-len-floor-1.0": {"query_vector": "idf-sqrt", "section_length_floor": 1.0},
     "k1-1.2-b-0.75": {"section_k1": 1.2, "section_b": 0.75},  # the packed values: a check
 }
 
@@ -309,7 +315,7 @@ def bm25_baseline(corpus: dict, queries: dict, qids: list[str], drop_self: bool)
 class Target:
     """One ingested set and its judgements, ready to answer queries."""
 
-    def __init__(self, name: str, folder: Path):
+    def __init__(self, name: str, folder: Path, repack: bool = False):
         from mdvdb.config import load_config
         from pipeline.ingest import run as ingest
         from query import open_index
@@ -321,7 +327,7 @@ class Target:
         self.doc_of_path = write_markdown(self.corpus, root, name in NESTED)
         config = load_config(root, environ={})
         started = time.perf_counter()
-        self.report = ingest(config)
+        self.report = ingest(config, full=repack)
         self.ingest_s = time.perf_counter() - started
         self.index = open_index(config=config)
         self.drop_self = name == "arguana"
@@ -507,6 +513,9 @@ def main() -> None:
     )
     parser.add_argument("--ingest-only", action="store_true", help="prepare the indexes, stop")
     parser.add_argument(
+        "--repack", action="store_true", help="ingest each set again in full (new pack settings)"
+    )
+    parser.add_argument(
         "--per-file", type=int, default=None, help="per-file cap of the -n 5 section answers"
     )
     parser.add_argument(
@@ -525,7 +534,7 @@ def main() -> None:
         modes.append("default")  # variants are judged against it
     rows, infos = [], []
     for name in sets:
-        target = Target(name, set_folder(name, args.corpora))
+        target = Target(name, set_folder(name, args.corpora), args.repack)
         if args.ingest_only:
             print(f"{name}: {target.report.chunks_embedded} embedded, {target.ingest_s:.0f} s")
             continue
