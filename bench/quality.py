@@ -21,6 +21,10 @@ sections shown in a top 5 (`-n 5`) whose text repeats a higher-ranked one of the
 (equal after normalising, or word-3-shingle Jaccard >= 0.8), over all queries, and
 `sections_hit@5`: the answering page is among the pages of those 5 sections. `--per-file N`
 sets the per-file cap of those section answers (how the default cap is chosen).
+`ndcg@10+copies` and `recall@100+copies` score the same answers crediting the copies a
+collapsed result lists in `also_in` (a user sees "also in N other files"), each ranked right
+after its result, on every set. `--repack` ingests each set again in full (after a change to
+what pack computes, such as the BM25F parameters).
 
 A variant is a named set of overrides of `query.fusion.FusionParams` (VARIANTS below): it runs
 the default mode with those settings. With variants, the leave-one-set-out table over them is
