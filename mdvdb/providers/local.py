@@ -87,7 +87,6 @@ def _read_safetensors(path: Path) -> np.ndarray:
 
 
 QUICK_CHARS = 256  # the lookup BPE is quadratic in text length: for queries only
-QUICK_TEXTS = 64  # ... and at most this many of them (a query's words)
 
 
 @lru_cache(maxsize=4)
@@ -133,9 +132,9 @@ class LocalProvider(SequentialBatches):
         self.cache_dir = cache_dir if use_cache else None
 
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """A few short texts (a query, its words) go through the lookup BPE, which starts in
-        a millisecond; bulk text through the Rust tokenizer. Both give the same ids."""
-        if len(texts) <= QUICK_TEXTS and all(len(t) <= QUICK_CHARS for t in texts):
+        """Short texts (a query) go through the lookup BPE, which starts in a millisecond;
+        bulk text through the Rust tokenizer. Both give the same ids."""
+        if len(texts) == 1 and len(texts[0]) <= QUICK_CHARS:
             bpe = quick_bpe(self.cache_dir)
             if bpe is not None:
                 return [bpe.encode(t) for t in texts]
@@ -150,8 +149,11 @@ class LocalProvider(SequentialBatches):
 
     def token_sums(self, texts: Sequence[str]) -> np.ndarray:
         """The sum of each text's token vectors, not normalised: a query can weight its
-        words' tokens before they are pooled (query.search.query_vector)."""
-        return self._sums(texts)[0]
+        words' tokens before they are pooled (query.search.query_vector). One text at a
+        time: a query's words are short, and the lookup BPE spares loading the tokenizer."""
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        return np.concatenate([self._sums([text])[0] for text in texts])
 
     def _sums(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         table = load_table(self.cache_dir)
