@@ -21,6 +21,10 @@ sections shown in a top 5 (`-n 5`) whose text repeats a higher-ranked one of the
 (equal after normalising, or word-3-shingle Jaccard >= 0.8), over all queries, and
 `sections_hit@5`: the answering page is among the pages of those 5 sections. `--per-file N`
 sets the per-file cap of those section answers (how the default cap is chosen).
+`ndcg@10+copies` and `recall@100+copies` score the same answers crediting the copies a
+collapsed result lists in `also_in` (a user sees "also in N other files"), each ranked right
+after its result, on every set. `--repack` ingests each set again in full (after a change to
+what pack computes, such as the BM25F parameters).
 
 A variant is a named set of overrides of `query.fusion.FusionParams` (VARIANTS below): it runs
 the default mode with those settings. With variants, the leave-one-set-out table over them is
@@ -55,6 +59,9 @@ ARCHIVES = {
 }
 NESTED = {"ray-docs-qa"}  # ids are site paths: written as folders, as a docs checkout has them
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
+# The same, crediting the copies a collapsed result lists in `also_in` (the user sees them),
+# each ranked right after its result (full library path only).
+COPY_METRICS = ("ndcg@10+copies", "recall@100+copies")
 
 # Named overrides of query.fusion.FusionParams, run in the default mode. Every experiment in
 # docs/search-quality.md is one of these.
@@ -63,6 +70,8 @@ VARIANTS: dict[str, dict] = {
     "no-name": {"name_weight": 0.0},
     "name-0.2": {"name_weight": 0.2},
     "before": {"page_weight": 0.0, "name_weight": 0.0},  # the default before this work
+    # the default before the CACM round (plain query vector, section BM25F k1 1.2)
+    "previous": {"query_vector": "plain", "section_k1": 1.2},
     "no-feedback": {"feedback_weight": 0.0},
     "no-dense-feedback": {"dense_feedback_weight": 0.0},
     "no-feedback-at-all": {"feedback_weight": 0.0, "dense_feedback_weight": 0.0},
@@ -120,6 +129,37 @@ VARIANTS: dict[str, dict] = {
     "page-0.3-b-0.5": {"page_weight": 0.3, "page_b": 0.5},
     "dense-long-12-0.4": {"dense_long_words": 12, "dense_long_weight": 0.4},
     "dense-long-12-0.2": {"dense_long_words": 12, "dense_long_weight": 0.2},
+    "qvec-content": {"query_vector": "content"},
+    "qvec-idf": {"query_vector": "idf"},
+    "qvec-idf-sqrt": {"query_vector": "idf-sqrt"},
+    "qvec-idf-raw": {"query_vector": "idf-raw"},
+    "qvec-idf-raw-sqrt": {"query_vector": "idf-raw-sqrt"},
+    "k1-0.9": {"section_k1": 0.9},
+    "k1-1.5": {"section_k1": 1.5},
+    "k1-2.0": {"section_k1": 2.0},
+    "b-0.5": {"section_b": 0.5},
+    "b-0.9": {"section_b": 0.9},
+    "b-0.3": {"section_b": 0.3},
+    "b-0.2": {"section_b": 0.2},
+    "b-0.4": {"section_b": 0.4},
+    "b-0.6": {"section_b": 0.6},
+    "k1-0.9-b-0.3": {"section_k1": 0.9, "section_b": 0.3},
+    "b-0.3-qvec-idf": {"section_b": 0.3, "query_vector": "idf"},
+    "b-0.5-qvec-idf": {"section_b": 0.5, "query_vector": "idf"},
+    "len-floor-0.25": {"section_length_floor": 0.25},
+    "len-floor-0.5": {"section_length_floor": 0.5},
+    "len-floor-0.75": {"section_length_floor": 0.75},
+    "len-floor-1.0": {"section_length_floor": 1.0},
+    **{
+        f"stub-{t}-{w}": {"stub_length": t, "stub_weight": w}
+        for t in (30, 40, 60)
+        for w in (0.2, 0.4, 0.6)
+    },
+    "len-floor-1.0-qvec-idf-raw": {"section_length_floor": 1.0, "query_vector": "idf-raw"},
+    "len-floor-1.0-k1-1.5": {"section_length_floor": 1.0, "section_k1": 1.5},
+    "qvec-idf-sqrt-k1-1.5": {"query_vector": "idf-sqrt", "section_k1": 1.5},
+    "qvec-idf-sqrt-len-floor-1.0": {"query_vector": "idf-sqrt", "section_length_floor": 1.0},
+    "k1-1.2-b-0.75": {"section_k1": 1.2, "section_b": 0.75},  # the packed values: a check
 }
 
 
@@ -279,7 +319,7 @@ def bm25_baseline(corpus: dict, queries: dict, qids: list[str], drop_self: bool)
 class Target:
     """One ingested set and its judgements, ready to answer queries."""
 
-    def __init__(self, name: str, folder: Path):
+    def __init__(self, name: str, folder: Path, repack: bool = False):
         from mdvdb.config import load_config
         from pipeline.ingest import run as ingest
         from query import open_index
@@ -291,7 +331,7 @@ class Target:
         self.doc_of_path = write_markdown(self.corpus, root, name in NESTED)
         config = load_config(root, environ={})
         started = time.perf_counter()
-        self.report = ingest(config)
+        self.report = ingest(config, full=repack)
         self.ingest_s = time.perf_counter() - started
         self.index = open_index(config=config)
         self.drop_self = name == "arguana"
@@ -314,6 +354,7 @@ class Target:
         if fast:
             return self.run_fast(mode or self.index.config.search_default_mode)
         runs: dict[str, list[str]] = {}
+        with_copies: dict[str, list[str]] = {}
         shown = repeated = section_hits = 0
         started = time.perf_counter()
         for q in self.qids:
@@ -321,6 +362,15 @@ class Target:
             outcome = run(self.index, SearchRequest(query=text, limit=DEPTH, files=True, mode=mode))
             ranked = [self.doc_of_path[hit.path] for hit in outcome.files or []]
             runs[q] = [d for d in ranked if not (self.drop_self and d == q)]
+            hits = [hit for _, hit in outcome.tiers.results] if outcome.tiers else []
+            copied = [
+                self.doc_of_path[path]
+                for hit in hits
+                for path in (hit.path, *(copy["path"] for copy in hit.also_in))
+            ]
+            with_copies[q] = [d for d in dict.fromkeys(copied) if not (self.drop_self and d == q)][
+                :DEPTH
+            ]
             if self.pages:
                 top = run(self.index, SearchRequest(query=text, limit=5, mode=mode, **self.shape))
                 texts = [self.chunk_text(hit.chunk_id) for _, hit in top.tiers.results]
@@ -330,6 +380,9 @@ class Target:
                 section_hits += hit_at(pages, self.qrels[q])
         seconds = (time.perf_counter() - started) / max(len(self.qids), 1)
         metrics = evaluate(runs, self.qrels, self.pages)
+        copies = evaluate(with_copies, self.qrels)
+        metrics["ndcg@10+copies"] = copies["ndcg@10"]
+        metrics["recall@100+copies"] = copies["recall@100"]
         if self.pages:
             metrics["dup@5"] = repeated / max(shown, 1)
             metrics["sections_hit@5"] = section_hits / max(len(self.qids), 1)
@@ -403,8 +456,9 @@ def means(rows: list[dict], sets: list[str]) -> list[dict]:
         if len(mine) != len(sets):
             continue
         row = {"set": "mean", "run": run}
-        for key in (*METRICS, "Δndcg"):
-            row[key] = float(np.mean([r[key] for r in mine]))
+        for key in (*METRICS, *COPY_METRICS, "Δndcg"):
+            if all(key in r for r in mine):
+                row[key] = float(np.mean([r[key] for r in mine]))
         out.append(row)
     return out
 
@@ -463,6 +517,9 @@ def main() -> None:
     )
     parser.add_argument("--ingest-only", action="store_true", help="prepare the indexes, stop")
     parser.add_argument(
+        "--repack", action="store_true", help="ingest each set again in full (new pack settings)"
+    )
+    parser.add_argument(
         "--per-file", type=int, default=None, help="per-file cap of the -n 5 section answers"
     )
     parser.add_argument(
@@ -481,7 +538,7 @@ def main() -> None:
         modes.append("default")  # variants are judged against it
     rows, infos = [], []
     for name in sets:
-        target = Target(name, set_folder(name, args.corpora))
+        target = Target(name, set_folder(name, args.corpora), args.repack)
         if args.ingest_only:
             print(f"{name}: {target.report.chunks_embedded} embedded, {target.ingest_s:.0f} s")
             continue

@@ -37,7 +37,7 @@ QUERIES = [
 ]
 
 
-def bench(name: str, n_queries: int, cold_runs: int) -> list[dict]:
+def bench(name: str, n_queries: int, cold_runs: int, against: dict | None = None) -> list[dict]:
     root = prepare(name) if name.startswith("gen") else corpus(name)
     if not (root / ".markdownvdb.index").exists():
         run([*MDVDB, "ingest", "--root", str(root)])
@@ -48,11 +48,18 @@ def bench(name: str, n_queries: int, cold_runs: int) -> list[dict]:
     rng = random.Random(1)
     queries = [rng.choice(QUERIES) + f" {i % 7}" for i in range(n_queries)]
     index.search(queries[0])  # load the model and map the index
-    warm = []
+    warm, other = [], []
+    from query import fusion
+
     for q in queries:
         start = time.perf_counter()
         index.search(q, limit=10)
         warm.append(time.perf_counter() - start)
+        if against is not None:  # the same query with other ranking settings, interleaved
+            with fusion.overridden(**against):
+                start = time.perf_counter()
+                index.search(q, limit=10)
+                other.append(time.perf_counter() - start)
 
     import numpy as np
 
@@ -89,8 +96,10 @@ def bench(name: str, n_queries: int, cold_runs: int) -> list[dict]:
             "p95_ms": p95_ms(samples),
         }
 
+    settings = ", ".join(f"{k}={v}" for k, v in (against or {}).items())
     return [
         row("mdvdb search, warm, in-process", warm),
+        *([row(f"mdvdb search, warm, in-process ({settings})", other)] if other else []),
         row("brute force argsort, RAM copy", brute),
         row("mdvdb search, cold process", cold),
         row("rg -l -i WORD, cold process", rg),
@@ -102,9 +111,24 @@ def main() -> None:
     parser.add_argument("--corpus", nargs="+", default=["tldr"])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--cold", type=int, default=10)
+    parser.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="also time warm search with these query.fusion settings, interleaved",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rows = [row for name in args.corpus for row in bench(name, args.queries, args.cold)]
+    against = None
+    if args.against:
+        from query.fusion import PARAMS
+
+        against = {}
+        for item in args.against:
+            name, _, value = item.partition("=")
+            against[name] = type(getattr(PARAMS, name))(value)
+    rows = [row for name in args.corpus for row in bench(name, args.queries, args.cold, against)]
     print_table("mdvdb search latency", rows, args.json)
 
 

@@ -57,6 +57,21 @@ class FusionParams:
     # `dense_long_weight` (0: off, the one weight for every query)
     dense_long_words: int = 0
     dense_long_weight: float = 0.3
+    # the query's embedding: "plain" (the whole query), "content" (its analysed words only:
+    # stop words dropped), "idf" (each content word embedded alone, weighted by its idf in
+    # the index: a static model's mean of word vectors, led by the words that discriminate)
+    query_vector: str = "plain"
+    # section-level BM25F k1 / b; 0 = as packed into the index (recomputed in memory from
+    # the index's tf and lengths when set: how other values are measured without a re-pack)
+    section_k1: float = 0.0
+    section_b: float = -1.0
+    # a floor on a section's length in BM25F's normalisation, as a share of the mean length:
+    # a stub (a title and a byline) is not rewarded for being short below it (0: no floor)
+    section_length_floor: float = 0.0
+    # stub pages: a page whose indexed (field-weighted) length is under `stub_length` scores
+    # x (1 - stub_weight * (1 - length / stub_length)) (0: off)
+    stub_length: float = 0.0
+    stub_weight: float = 0.0
 
 
 PARAMS = FusionParams()
@@ -86,6 +101,7 @@ class Fused:
     lexical: np.ndarray  # the lexical part (already weighted)
     semantic: np.ndarray  # the semantic part (already weighted)
     page: np.ndarray | None = None  # the page-level part (already weighted), if any
+    stub: np.ndarray | None = None  # the stub-page part (<= 0), if any
 
 
 def _nth_best(values: np.ndarray, n: int) -> float:
@@ -177,6 +193,22 @@ def hybrid(
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight)
     return fused, cosine
+
+
+def with_stub_prior(fused: Fused, page_length: np.ndarray, params: FusionParams) -> Fused:
+    """Scale down the sections of stub pages (a title and a byline, an index page): a page
+    with under `stub_length` indexed words rarely answers. The cut is its own part
+    (`stub`, <= 0), so `--explain` still adds up."""
+    short = np.clip(page_length / np.float32(params.stub_length), 0.0, 1.0)
+    factor = np.float32(1) - np.float32(params.stub_weight) * (np.float32(1) - short)
+    part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
+    return Fused(
+        scores=fused.scores + part,
+        lexical=fused.lexical,
+        semantic=fused.semantic,
+        page=fused.page,
+        stub=part,
+    )
 
 
 def feedback_share(bm25: np.ndarray, cosine: np.ndarray, params: FusionParams) -> float:

@@ -175,6 +175,12 @@ class LexicalIndex:
             out[pages] += np.float32(count * idf) * (tf * (k1 + 1.0) / (tf + norm))
         return out
 
+    def page_lengths(self) -> np.ndarray | None:
+        """Each page's indexed (field-weighted) length; None without the tf tables."""
+        if self.lengths is None or self.chunk_files is None or not len(self.chunk_files):
+            return None
+        return self._page_lengths(int(self.chunk_files[-1]) + 1)[0]
+
     def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:
         """Each page's length and the mean over pages with text, once per snapshot."""
         found = getattr(self, "_page_len", None)
@@ -184,6 +190,31 @@ class LexicalIndex:
             found = (lengths.astype(np.float32), float(filled.mean()) if len(filled) else 1.0)
             self._page_len = found
         return found
+
+    def rescored(self, k1: float, b: float, floor: float = 0.0) -> LexicalIndex:
+        """The same postings with BM25F weights of another k1 / b, recomputed from the
+        index's field-weighted tf and lengths (the formula of `pipeline.lexical`): how other
+        values are measured without a re-pack. Self without the tf tables."""
+        if self.tf is None or self.lengths is None:
+            return self
+        from dataclasses import replace
+
+        df = np.diff(self.offsets).astype(np.int64)
+        n = len(self.lengths)
+        avg = float(self.lengths.mean()) or 1.0
+        lengths = np.maximum(self.lengths, np.float32(floor * avg)) if floor else self.lengths
+        norm = np.float32(k1) * (np.float32(1.0 - b) + np.float32(b) * lengths / avg)
+        idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        weights = self.tf * np.float32(k1 + 1.0) / (self.tf + norm[self.chunk_ids])
+        weights *= np.repeat(idf, df)
+        return replace(self, weights=weights.astype(np.float32, copy=False))
+
+    def idf(self, hashes: np.ndarray) -> np.ndarray:
+        """Chunk-level idf of each term hash (a term the index lacks gets the highest)."""
+        rows = self.lookup(hashes)
+        df = np.where(rows >= 0, self.offsets[rows + 1] - self.offsets[np.maximum(rows, 0)], 0)
+        n = self.n_chunks
+        return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
 
     def scores(self, query: str) -> np.ndarray:
         """BM25F score of every chunk (0 where no query term occurs)."""

@@ -23,12 +23,43 @@ NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
 
 
-def query_vector(index: Index, query: str) -> np.ndarray:
-    """A provider with a query path of its own (the local encoder's, which loads no
-    runtime) embeds the query through it."""
+def query_vector(index: Index, query: str, form: str = "plain") -> np.ndarray:
+    """The query's embedding. `form` (query.fusion.FusionParams.query_vector):
+    - "plain": the whole query, as the provider embeds any text;
+    - "idf-raw": for a static model (a vector is the mean of its tokens' vectors: the
+      provider has `token_sums`), the tokens of each analysed query word weighted by that
+      word's idf in this index; stop words and punctuation weigh nothing. The query's
+      "I am interested in articles about" stops steering the dense side, the words that tell
+      sections apart lead it. Any other provider: "plain".
+    - "idf" (normalised word vectors), "content" (stop words dropped) and "-sqrt" forms
+      (weight sqrt(idf)): the variants measured in docs/search-quality.md."""
     provider = index.provider()
-    embed_query = getattr(provider, "embed_query", None)
-    return embed_query(query) if embed_query is not None else provider.embed([query])[0]
+    token_sums = getattr(provider, "token_sums", None)
+    if form == "plain" or token_sums is None:
+        # A provider with a query path of its own (the local encoder's, which loads no
+        # runtime) embeds the query through it.
+        embed_query = getattr(provider, "embed_query", None)
+        return embed_query(query) if embed_query is not None else provider.embed([query])[0]
+    from mdvdb import text_analysis
+
+    words = [(w, ids) for w in text_analysis.tokens(query) if len(ids := text_analysis.term_ids(w))]
+    if not words:
+        return provider.embed([query])[0]
+    if form == "content":
+        return provider.embed([" ".join(w for w, _ in words)])[0]
+    from query.lexical import lexical_index
+
+    lexical = lexical_index(index)
+    weights = np.array([float(lexical.idf(ids).mean()) for _, ids in words], dtype=np.float32)
+    if form.endswith("-sqrt"):
+        weights = np.sqrt(weights)
+    if form.startswith("idf-raw"):
+        vectors = token_sums([w for w, _ in words])
+    else:
+        vectors = provider.embed([w for w, _ in words])
+    q = (weights[:, None] * vectors).sum(axis=0)
+    norm = float(np.linalg.norm(q))
+    return (q / norm).astype(np.float32) if norm > 0 else provider.embed([query])[0]
 
 
 def semantic_scores(index: Index, query: str) -> np.ndarray:
@@ -166,17 +197,42 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
         from query.fusion_params import params_for
 
         params = params_for(index)  # the defaults, as the index's model calls for
+        if params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor:
+            floor = params.section_length_floor
+            key = ("lexical_rescored", params.section_k1, params.section_b, floor)
+            if key not in index.snapshot.cache:
+                index.snapshot.cache[key] = lexical.rescored(
+                    params.section_k1 or 1.2,
+                    params.section_b if params.section_b >= 0 else 0.75,
+                    floor,
+                )
+            lexical = index.snapshot.cache[key]
+            bm25 = lexical.scores(query)
         page = None
         if params.page_weight > 0:
             by_file = lexical.page_scores(query, params.page_k1, params.page_b)
             page = by_file[index.snapshot.chunk_file_ids] if by_file is not None else None
         params = for_query(query, params)
         fused, cosine = hybrid(
-            lexical, vectors, query_vector(index, query), bm25, params, page=page
+            lexical,
+            vectors,
+            query_vector(index, query, params.query_vector),
+            bm25,
+            params,
+            page=page,
         )
+        if params.stub_length > 0 and params.stub_weight > 0:
+            from query.fusion import with_stub_prior
+
+            page_length = lexical.page_lengths()
+            if page_length is not None:
+                chunk_length = page_length[index.snapshot.chunk_file_ids]
+                fused = with_stub_prior(fused, chunk_length, params)
         parts = {"lexical": fused.lexical, "semantic": fused.semantic}
         if fused.page is not None:
             parts["page"] = fused.page
+        if fused.stub is not None:
+            parts["stub"] = fused.stub
         parts.update(fused=fused.scores, bm25=bm25, cosine=cosine)
         if page is not None:
             parts["page_bm25"] = page

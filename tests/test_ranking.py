@@ -119,3 +119,27 @@ def test_tar_first_for_extract_a_tar_archive_over_tldr_common(corpora_dir: Path,
     for query in ("extract a tar archive", "tar"):
         results = search(root, query, "-n", "3")["results"]
         assert results[0]["path"] == "common/tar.md", (query, [r["path"] for r in results])
+
+
+def test_explain_adds_up_with_the_stub_prior_and_other_query_vectors(project: Path):
+    """The settings measured off by default (a stub-page prior, idf-weighted query vectors,
+    section k1/b recomputed in memory) keep `--explain`'s parts adding up to the score; the
+    stub prior shows as its own (negative) part."""
+    from query import fusion, open_index
+
+    index = open_index(config=load_config(project, environ={}))
+    settings = {
+        "stub_length": 200.0,
+        "stub_weight": 0.5,
+        "query_vector": "idf-sqrt",
+        "section_k1": 1.5,
+    }
+    with fusion.overridden(**settings):
+        results = index.search("drain kubernetes nodes", limit=6, explain=True).results
+    assert results
+    additive = ("lexical", "semantic", "page", "name", "stub")
+    assert any(hit.explain.get("stub", 0.0) < 0 for hit in results)
+    for hit in results:
+        total = sum(hit.explain.get(name, 0.0) for name in additive)
+        assert total == pytest.approx(hit.explain["fused"], abs=5e-6)
+        assert hit.score == pytest.approx(hit.explain["fused"], abs=5e-6)

@@ -144,6 +144,18 @@ class LocalProvider(SequentialBatches):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
+        sums, lengths = self._sums(texts)
+        return normalize_rows(sums / np.maximum(lengths, 1)[:, None])
+
+    def token_sums(self, texts: Sequence[str]) -> np.ndarray:
+        """The sum of each text's token vectors, not normalised: a query can weight its
+        words' tokens before they are pooled (query.search.query_vector). One text at a
+        time: a query's words are short, and the lookup BPE spares loading the tokenizer."""
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        return np.concatenate([self._sums([text])[0] for text in texts])
+
+    def _sums(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         table = load_table(self.cache_dir)
         token_ids = self._token_ids(texts)
         lengths = np.fromiter((len(t) for t in token_ids), dtype=np.int64, count=len(texts))
@@ -158,4 +170,4 @@ class LocalProvider(SequentialBatches):
         if nonempty.any():
             starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[nonempty]
             sums[nonempty] = np.add.reduceat(rows, starts, axis=0)
-        return normalize_rows(sums / np.maximum(lengths, 1)[:, None])
+        return sums, lengths
