@@ -40,7 +40,7 @@ def search(index: Index, request: SearchRequest, full_text: bool = False) -> dic
     if index.config.switched_off:
         raise ToolProblem(f"search is switched off here ({index.config.root / OFF_FILE} exists)")
     with index.pinned():  # one snapshot for the whole request, even if an ingest publishes
-        outcome = requests.run(index, request)
+        outcome = requests.run_request(index, request)
         return search_reply(index, outcome, full_text)
 
 

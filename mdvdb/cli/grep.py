@@ -1,8 +1,8 @@
 """`mdvdb grep PATTERN`: exact text search over the source roots with ripgrep.
 
 This command has a budget of about 100 ms over raw rg, Python start-up included, and typer alone
-costs more than half of that. So `mdvdb.cli.main` hands `grep` straight to `run()` below, which
-parses with argparse and never imports typer, NumPy or Arrow; `register(app)` only puts a
+costs more than half of that. So `mdvdb.cli.main` hands `grep` straight to `fast_main()` below,
+which parses with argparse and never imports typer, NumPy or Arrow; `register(app)` only puts a
 pass-through entry on the typer app so that `mdvdb --help` lists the command.
 """
 
@@ -75,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(argv: list[str]) -> int:
+def fast_main(argv: list[str]) -> int:
     """Parse, search, print; returns the exit code."""
     args = parser().parse_args(_glue_pattern(argv))
     if args.pattern is not None and args.pattern_opt is not None:
@@ -178,11 +178,11 @@ def _fail(message: str, code: int) -> int:
 
 
 def register(app) -> None:
-    """List `grep` on the typer app; it forwards its raw arguments to `run`."""
+    """List `grep` on the typer app; it forwards its raw arguments to `fast_main`."""
     import typer
 
     def grep_command(ctx) -> None:
-        raise typer.Exit(run(list(ctx.args)))
+        raise typer.Exit(fast_main(list(ctx.args)))
 
     # A real annotation object: this module's annotations are strings typer cannot resolve.
     grep_command.__annotations__ = {"ctx": typer.Context, "return": None}
