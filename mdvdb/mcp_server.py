@@ -25,7 +25,8 @@ from mcp.types import CallToolResult, TextContent
 
 from mdvdb import mcp_tools
 from mdvdb.cli.errors import USER_ERRORS, is_user_error
-from mdvdb.config import Config
+from mdvdb.config import DEFAULT_LIMIT, Config
+from query.grep import FILE_TYPES
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
@@ -80,7 +81,7 @@ Frontmatter lines are skipped unless include_frontmatter=true.
 
 Returns {"pattern", "matches", "more", "files": [{"path", "title", "hits": [{"line",
 "text"}]}]}: 1-based line numbers and the matching line (a long one cut around the match with
-"…"). limit (default 20) caps all matches, per_file_limit (default 5) those of one file;
+"…"). limit (default 10) caps all matches, per_file_limit (default 5) those of one file;
 "more": true says matches were left out, and on a file that it has more.
 context=N (up to 10) adds N lines "before" and "after" each hit. file_type: "md" (default,
 .md/.markdown), "qmd" or "all"; sources: only these roots ("dir:docs"). A bad regex is an
@@ -231,10 +232,10 @@ def build_server(config: Config):
     async def grep(
         pattern: str,
         regex: bool = False,
-        limit: int = 20,
+        limit: int = DEFAULT_LIMIT,
         per_file_limit: int = 5,
         context: int = 0,
-        file_type: Literal["md", "qmd", "all"] = "md",
+        file_type: Literal[FILE_TYPES] = "md",
         sources: list[str] | None = None,
         include_frontmatter: bool = False,
     ) -> CallToolResult:

@@ -33,6 +33,10 @@ def _positive(raw: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from mdvdb.config import DEFAULT_LIMIT
+    from query.grep import FILE_TYPES
+    from query.grep_format import COLOR_CHOICES
+
     p = _Parser(
         prog="mdvdb grep",
         description=HELP
@@ -54,8 +58,14 @@ def parser() -> argparse.ArgumentParser:
         "--include", action="append", default=[], metavar="PATH", help="Also search PATH."
     )
     p.add_argument("--exclude", action="append", default=[], metavar="PATH", help="Leave PATH out.")
-    p.add_argument("--type", dest="file_type", choices=("md", "qmd", "all"), default="md")
-    p.add_argument("-n", "--limit", type=_positive, default=10, help="Matches in all (10).")
+    p.add_argument("--type", dest="file_type", choices=FILE_TYPES, default="md")
+    p.add_argument(
+        "-n",
+        "--limit",
+        type=_positive,
+        default=DEFAULT_LIMIT,
+        help=f"Matches in all ({DEFAULT_LIMIT}).",
+    )
     p.add_argument(
         "--per-file-limit", type=_positive, default=50, help="Matches a file at most (50)."
     )
@@ -69,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
         help="Leave out the roots in MDVDB_BLACKLISTED_SOURCES.",
     )
     p.add_argument("--trace", action="store_true", help="Print the rg command on stderr.")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--color", choices=COLOR_CHOICES, default="auto")
     p.add_argument("--json", dest="as_json", action="store_true", help="One JSON record a line.")
     p.add_argument("--root", help="Project root (default: nearest folder with .markdownvdb).")
     return p
