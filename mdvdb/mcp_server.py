@@ -410,7 +410,7 @@ def http_token(config: Config, token_file: str | None = None) -> tuple[str, str]
     return token, str(path)
 
 
-def run(config: Config, http_port: int | None = None, token_file: str | None = None) -> None:
+def serve(config: Config, http_port: int | None = None, token_file: str | None = None) -> None:
     """Serve over stdio (the default) or streamable HTTP bound to 127.0.0.1 only, where every
     request needs the bearer token (any local user can reach a loopback port). Meanwhile the
     source folders are watched (unless MDVDB_WATCH=false) so that answers follow edits

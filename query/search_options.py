@@ -177,4 +177,3 @@ class Option:
 OPTIONS: tuple[Option, ...] = tuple(
     Option(f.name, f.default, f.metadata["option"]) for f in fields(SearchRequest)
 )
-BY_NAME = {option.name: option for option in OPTIONS}
