@@ -94,6 +94,8 @@ ANSWERED = [
     ["archive", "--cluster", "0", "--json"],
     ["--", "-v flags"],
     ["zzzqqq nothing like it"],
+    ["archive", "--no-collapse", "--per-file", "0", "--json"],
+    ["archive", "--per-file=1", "--govern", "--category", "nothing"],
 ]
 
 DECLINED = [
@@ -114,6 +116,9 @@ DECLINED = [
     ["-v flags"],
     ["--json"],
     ["archive", "--no-govern", "--govern"],
+    ["archive", "--per-file", "-1"],
+    ["archive", "--no-collapse=yes"],
+    ["archive", "--mode"],
 ]
 
 
