@@ -48,7 +48,7 @@ marks["model (BPE lookup, table / encoder weights) + embed"] = t() - s
 s = t(); tiers.tiered_search(ix, query, limit=20); marks["score + rank (hybrid, 2 tiers)"] = t() - s
 s = t()
 with redirect_stdout(io.StringIO()):
-    cli.run_search(cfg, False, query=query)
+    cli.run_search(cfg, False, {"query": query})
 marks["whole search again, warm"] = t() - s
 print(json.dumps(marks))
 """

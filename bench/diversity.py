@@ -76,8 +76,7 @@ def page_id(path: str) -> str:
 
 def run(root: Path, folder: Path, k: int, modes: list[str]) -> list[dict]:
     from query import open_index
-    from query.request import SearchRequest
-    from query.request import run as run_request
+    from query.request import SearchRequest, run_request
 
     queries, gold = load_set(folder)
     index = open_index(root)
@@ -146,11 +145,13 @@ import json, random, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 from bench.query import QUERIES
 from query import open_index
-from query.request import SearchRequest, run
+import query.request as requests
+from query.request import SearchRequest
+run_request = getattr(requests, "run_request", None) or requests.run  # an older checkout: run
 index = open_index(sys.argv[2])
 rng = random.Random(1)
 queries = [rng.choice(QUERIES) + f" {i % 7}" for i in range(int(sys.argv[3]))]
-index.search(queries[0]); run(index, SearchRequest(query=queries[0]))
+index.search(queries[0]); run_request(index, SearchRequest(query=queries[0]))
 out = {}
 for what in ("Index.search", "request"):
     times = []
@@ -160,7 +161,7 @@ for what in ("Index.search", "request"):
             index.search(q, limit=10)
         else:
             with index.pinned():
-                run(index, SearchRequest(query=q, limit=10))
+                run_request(index, SearchRequest(query=q, limit=10))
         times.append(time.perf_counter() - start)
     out[what] = statistics.median(times) * 1000
 print(json.dumps({"code": __import__("query").__file__, **out}))

@@ -349,7 +349,8 @@ class Target:
         `fast`: rank files by their best section's score from `query.search.mode_scores`
         (the scoring of `mdvdb search` without title tiers and result shaping), ~5x cheaper:
         for sweeping scoring parameters."""
-        from query.request import SearchRequest, run
+        from query.request import SearchRequest
+        from query.request import run_request as run
 
         if fast:
             return self.run_fast(mode or self.index.config.search_default_mode)

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from pipeline.tasks import IngestReport
     from query.index import Index
 
+from mdvdb.off_loop import async_twin  # noqa: E402 - after the type-only imports
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "aingest", "ingest", "open_index"]
@@ -52,18 +54,8 @@ def ingest(
     )
 
 
-async def aingest(
-    root: Path | str | None = None,
-    paths: Sequence[str] | None = None,
-    *,
-    full: bool = False,
-    wait: bool = True,
-    progress: Callable[[str, int, int], None] | None = None,
-) -> IngestReport:
-    """`ingest` off the event loop (it holds the writer lock for the whole run)."""
-    import asyncio
-
-    return await asyncio.to_thread(ingest, root, paths, full=full, wait=wait, progress=progress)
+# `ingest` off the event loop (it holds the writer lock for the whole run).
+aingest = async_twin(ingest)
 
 
 def open_index(root: Path | str | None = None) -> Index:

@@ -26,6 +26,10 @@ OFF_FILE = ".mdvdb-off"
 SCHEMA_OVERLAY_FILE = ".markdownvdb.schema.yml"
 PROVIDERS = ("local", "openai", "ollama", "custom")
 SEARCH_MODES = ("hybrid", "semantic", "lexical")
+# Results of a search and matches of a grep when nobody says how many, on every front end
+# (`mdvdb search`/`grep`, the MCP tools, the library); MDVDB_SEARCH_DEFAULT_LIMIT overrides it
+# for search.
+DEFAULT_LIMIT = 10
 
 # Per-provider defaults for model and dimensions (the spec's defaults for openai).
 PROVIDER_DEFAULTS: dict[str, tuple[str, int]] = {
@@ -193,7 +197,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("MDVDB_CHUNK_MAX_TOKENS", "chunk_max_tokens", _int(16), "512", "Tokens a chunk"),
     Setting("MDVDB_CHUNK_OVERLAP_TOKENS", "chunk_overlap_tokens", _int(0), "50", "Window overlap"),
-    Setting("MDVDB_SEARCH_DEFAULT_LIMIT", "search_default_limit", _int(1), "10", "Results"),
+    Setting(
+        "MDVDB_SEARCH_DEFAULT_LIMIT", "search_default_limit", _int(1), str(DEFAULT_LIMIT), "Results"
+    ),
     Setting("MDVDB_SEARCH_MIN_SCORE", "search_min_score", _float, "0.0", "Minimum score"),
     Setting(
         "MDVDB_SEARCH_PER_FILE",
@@ -207,7 +213,7 @@ SETTINGS: tuple[Setting, ...] = (
         "search_default_mode",
         _choice(*SEARCH_MODES),
         "hybrid",
-        "hybrid | semantic | lexical",
+        " | ".join(SEARCH_MODES),
     ),
     Setting("MDVDB_WATCH", "watch", _bool, "true", "Allow the watcher"),
     Setting("MDVDB_WATCH_DEBOUNCE_MS", "watch_debounce_ms", _int(0), "300", "Debounce (ms)"),
@@ -338,7 +344,7 @@ class Config:
     embedding_endpoint: str | None = None
     chunk_max_tokens: int = 512
     chunk_overlap_tokens: int = 50
-    search_default_limit: int = 10
+    search_default_limit: int = DEFAULT_LIMIT
     search_min_score: float = 0.0
     search_per_file: int = 3
     search_default_mode: str = "hybrid"

@@ -226,18 +226,6 @@ def _build_lexical_forward_schema():
 # documents assigned since the last full clustering ("pending") and unclustered documents.
 CLUSTERS_META_KEY = "mdvdb.clusters"
 
-# Table names a reader may find; unknown extra tables are ignored by older readers.
-TABLES = (
-    "files",
-    "chunks",
-    "lexical",
-    "lexical_forward",
-    "clusters",
-    "schema",
-    "schema_problems",
-    "near_duplicates",
-)
-
 
 class IndexFormatError(RuntimeError):
     """The file is missing, foreign, torn or of another format version."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -24,7 +25,10 @@ from mcp.types import CallToolResult, TextContent
 
 from mdvdb import mcp_tools
 from mdvdb.cli.errors import USER_ERRORS, is_user_error
-from mdvdb.config import Config
+from mdvdb.config import DEFAULT_LIMIT, Config
+from query.grep import FILE_TYPES
+
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 INSTRUCTIONS = (
     "Tools over a folder of Markdown notes. `search` finds sections by meaning (questions, "
@@ -46,7 +50,8 @@ Returns {"query", "mode", "total", "results": [{"path", "heading", "lines": "sta
 word (first, one per file); "content": the other sections, best first. lines are 1-based,
 ready for get_document(path, start_line, end_line). Scores compare within one answer only.
 A section repeated nearly word for word in other files (versioned copies) comes once, with
-"also_in": ["path:start-end", ...]; at most per_file sections of one file (default 3, 0: no cap).
+"also_in": ["path:start-end", ...] (collapse=false: every copy); at most per_file sections
+of one file (default 3, 0: no cap).
 Cheaper or fuller: files_only=true returns {"files": [{"path", "score"}]}, one per file;
 max_tokens caps the total excerpt text; full_text=true adds each section's whole "text".
 
@@ -76,7 +81,7 @@ Frontmatter lines are skipped unless include_frontmatter=true.
 
 Returns {"pattern", "matches", "more", "files": [{"path", "title", "hits": [{"line",
 "text"}]}]}: 1-based line numbers and the matching line (a long one cut around the match with
-"…"). limit (default 20) caps all matches, per_file_limit (default 5) those of one file;
+"…"). limit (default 10) caps all matches, per_file_limit (default 5) those of one file;
 "more": true says matches were left out, and on a file that it has more.
 context=N (up to 10) adds N lines "before" and "after" each hit. file_type: "md" (default,
 .md/.markdown), "qmd" or "all"; sources: only these roots ("dir:docs"). A bad regex is an
@@ -157,6 +162,54 @@ async def call(function, *args: Any, **kwargs: Any) -> CallToolResult:
         return reply(await asyncio.to_thread(function, *args, **kwargs))
 
 
+BOUNDED = ("query", "filters", "limit", "max_tokens")  # the caps check_bounds applies
+
+
+def search_parameters() -> list[inspect.Parameter]:
+    """The search tool's arguments, from the one declaration of the search options
+    (`query.search_options`, which the CLI's parsers are built from too), then `full_text`,
+    a reply shape only the tool has."""
+    from query.search_options import OPTIONS
+
+    parameters = []
+    for option in OPTIONS:
+        spec = option.spec
+        if spec.choices is not None:
+            kind: Any = Literal[spec.choices] | None
+        elif spec.repeat == "many":
+            kind = list[spec.value] | None
+        elif option.default is None:
+            kind = spec.value | None
+        else:
+            kind = spec.value
+        default = list(option.default) if isinstance(option.default, tuple) else option.default
+        parameters.append(
+            inspect.Parameter(option.mcp_name, KEYWORD, default=default, annotation=kind)
+        )
+    parameters.append(inspect.Parameter("full_text", KEYWORD, default=False, annotation=bool))
+    return parameters
+
+
+def declare_search_arguments(function) -> None:
+    """Give the tool function the declared arguments: the SDK builds the input schema from
+    its signature."""
+    signature = inspect.Signature(search_parameters(), return_annotation=CallToolResult)
+    function.__signature__ = signature
+    function.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    function.__annotations__["return"] = CallToolResult
+
+
+def request_fields(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The tool's arguments as `SearchRequest` fields (`files_only` is `files`)."""
+    from query.search_options import OPTIONS
+
+    fields = {}
+    for option in OPTIONS:
+        value = arguments.get(option.mcp_name, option.default)
+        fields[option.name] = [] if option.spec.repeat == "many" and value is None else value
+    return fields
+
+
 def build_server(config: Config):
     """An MCPServer with the tools bound to one project's index."""
     from mcp.server.mcpserver import MCPServer
@@ -166,50 +219,23 @@ def build_server(config: Config):
     index = open_index(config=config)
     server = MCPServer(name="mdvdb", instructions=INSTRUCTIONS, log_level="WARNING")
 
-    async def search(
-        query: str | None = None,
-        filters: list[str] | None = None,
-        tag: str | None = None,
-        category: str | None = None,
-        limit: int | None = None,
-        min_score: float | None = None,
-        mode: Literal["hybrid", "semantic", "lexical"] | None = None,
-        cluster: int | None = None,
-        files_only: bool = False,
-        max_tokens: int | None = None,
-        full_text: bool = False,
-        govern: bool | None = None,
-        explain: bool = False,
-        per_file: int | None = None,
-    ) -> CallToolResult:
+    async def search(full_text: bool = False, **arguments: Any) -> CallToolResult:
         from query.request import SearchRequest
 
+        fields = request_fields(arguments)
         with tool_errors():
-            check_bounds(query=query, filters=filters, limit=limit, max_tokens=max_tokens)
-        request = SearchRequest(
-            query=query,
-            filters=filters or [],
-            tag=tag,
-            category=category,
-            limit=limit,
-            files=files_only,
-            max_tokens=max_tokens,
-            mode=mode,
-            min_score=min_score,
-            govern=govern,
-            explain=explain,
-            cluster=cluster,
-            per_file=per_file,
-        )
-        return await call(mcp_tools.search, index, request, full_text)
+            check_bounds(**{name: fields[name] for name in BOUNDED})
+        return await call(mcp_tools.search, index, SearchRequest(**fields), full_text)
+
+    declare_search_arguments(search)
 
     async def grep(
         pattern: str,
         regex: bool = False,
-        limit: int = 20,
+        limit: int = DEFAULT_LIMIT,
         per_file_limit: int = 5,
         context: int = 0,
-        file_type: Literal["md", "qmd", "all"] = "md",
+        file_type: Literal[FILE_TYPES] = "md",
         sources: list[str] | None = None,
         include_frontmatter: bool = False,
     ) -> CallToolResult:
@@ -384,7 +410,7 @@ def http_token(config: Config, token_file: str | None = None) -> tuple[str, str]
     return token, str(path)
 
 
-def run(config: Config, http_port: int | None = None, token_file: str | None = None) -> None:
+def serve(config: Config, http_port: int | None = None, token_file: str | None = None) -> None:
     """Serve over stdio (the default) or streamable HTTP bound to 127.0.0.1 only, where every
     request needs the bearer token (any local user can reach a loopback port). Meanwhile the
     source folders are watched (unless MDVDB_WATCH=false) so that answers follow edits

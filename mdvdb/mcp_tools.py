@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mdvdb.config import OFF_FILE, Config
+from mdvdb.config import DEFAULT_LIMIT, OFF_FILE, Config
 
 if TYPE_CHECKING:
     from query.index import Index
@@ -40,7 +40,7 @@ def search(index: Index, request: SearchRequest, full_text: bool = False) -> dic
     if index.config.switched_off:
         raise ToolProblem(f"search is switched off here ({index.config.root / OFF_FILE} exists)")
     with index.pinned():  # one snapshot for the whole request, even if an ingest publishes
-        outcome = requests.run(index, request)
+        outcome = requests.run_request(index, request)
         return search_reply(index, outcome, full_text)
 
 
@@ -114,7 +114,7 @@ def grep(
     config: Config,
     pattern: str,
     regex: bool = False,
-    limit: int = 20,
+    limit: int = DEFAULT_LIMIT,
     per_file_limit: int = 5,
     context: int = 0,
     sources: list[str] | None = None,

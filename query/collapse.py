@@ -159,21 +159,3 @@ def other_files(hit: SearchResult) -> int:
     the ones not listed, each counted as a file of its own)."""
     listed = {copy["path"] for copy in hit.also_in} - {hit.path}
     return len(listed) + max(hit.also_in_count - len(hit.also_in), 0)
-
-
-def repeated_share(index: Index, ranked: Sequence[Sequence[int]], k: int = 5) -> float:
-    """Over ranked lists of chunk ids (one per query), the share of the first `k` ids of
-    each that repeat the near-duplicate group of a higher-ranked id: the measure of how
-    much of an answer is copies."""
-    groups = groups_of(index.snapshot)
-    repeated = shown = 0
-    for ids in ranked:
-        seen: set[int] = set()
-        for chunk in list(ids)[:k]:
-            shown += 1
-            group = int(groups[chunk])
-            if group >= 0 and group in seen:
-                repeated += 1
-            if group >= 0:
-                seen.add(group)
-    return repeated / shown if shown else 0.0

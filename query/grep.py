@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mdvdb.config import DEFAULT_LIMIT
 from query.sources import Root, Selection, search_paths
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class GrepError(RuntimeError):
 @dataclass
 class GrepOptions:
     pattern: str
-    limit: int = 10
+    limit: int = DEFAULT_LIMIT
     per_file_limit: int = 50
     file_type: str = "md"
     regex: bool = False  # default: the pattern is literal text (rg --fixed-strings)

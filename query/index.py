@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdvdb import index_format
-from mdvdb.config import Config, ConfigError, load_config
+from mdvdb.config import DEFAULT_LIMIT, Config, ConfigError, load_config
+from mdvdb.off_loop import async_twin
 from query.results import Document, SearchResponse, Section, Status
 
 if TYPE_CHECKING:
@@ -172,14 +173,9 @@ class Index:
 
             meta = self.snapshot.meta
             cfg = self.config
-            wanted = (cfg.embedding_provider, cfg.embedding_model, cfg.embedding_dimensions)
-            built = (meta.get("provider"), meta.get("model"), meta.get("dimensions"))
-            if built != wanted and not (cfg.embedding_dimensions == 0 and built[:2] == wanted[:2]):
-                raise QueryError(
-                    f"the index was built with {built[0]}:{built[1]} ({built[2]} dims) but the "
-                    f"configuration asks for {wanted[0]}:{wanted[1]} ({wanted[2]} dims): "
-                    "run `mdvdb ingest` to re-embed"
-                )
+            mismatch = provider_mismatch(meta, cfg)
+            if mismatch is not None:
+                raise QueryError(f"{mismatch}: run `mdvdb ingest` to re-embed")
             # A search is interactive: two retries ride out a blip, more would keep the user
             # waiting ~15 s for "cannot connect" when the server is simply not running.
             provider = get_provider(
@@ -188,7 +184,7 @@ class Index:
             if provider.dimensions == 0:
                 # dimensions 0 takes what the model returns: the index recorded that size,
                 # so a query vector of another size is an error, not a silent mismatch.
-                provider.dimensions = int(built[2] or 0)
+                provider.dimensions = int(meta.get("dimensions") or 0)
             self._provider = provider
         return self._provider
 
@@ -232,41 +228,6 @@ class Index:
                 diversity=diversity,
             )
 
-    async def asearch(
-        self,
-        query: str,
-        *,
-        limit: int | None = None,
-        min_score: float | None = None,
-        mode: str | None = None,
-        explain: bool = False,
-        govern: bool | None = None,
-        filters: Sequence[Filter] = (),
-        mask: np.ndarray | None = None,
-        cluster: int | None = None,
-        per_file: int | None = None,
-        collapse: bool = True,
-        diversity: Diversity | None = None,
-    ) -> SearchResponse:
-        """The same search off the event loop, for agent loops built on asyncio."""
-        import asyncio
-
-        return await asyncio.to_thread(
-            self.search,
-            query,
-            limit=limit,
-            min_score=min_score,
-            mode=mode,
-            explain=explain,
-            govern=govern,
-            filters=filters,
-            mask=mask,
-            cluster=cluster,
-            per_file=per_file,
-            collapse=collapse,
-            diversity=diversity,
-        )
-
     def schema(self) -> Schema:
         """The frontmatter schema merged with the overlay (`mdvdb schema --json`, less the
         file count). QueryError for an index written before schemas were indexed."""
@@ -278,11 +239,6 @@ class Index:
             raise QueryError("this index has no frontmatter schema yet: run `mdvdb ingest`")
         return merged
 
-    async def aschema(self) -> Schema:
-        import asyncio
-
-        return await asyncio.to_thread(self.schema)
-
     def clusters(self) -> ClusterList:
         """The topic clusters (`mdvdb clusters --json`). QueryError when the index was built
         with MDVDB_CLUSTERING_ENABLED=false."""
@@ -291,17 +247,12 @@ class Index:
         with self.pinned():
             return list_clusters(self)
 
-    async def aclusters(self) -> ClusterList:
-        import asyncio
-
-        return await asyncio.to_thread(self.clusters)
-
     def grep(
         self,
         pattern: str,
         *,
         regex: bool = False,
-        limit: int = 10,
+        limit: int = DEFAULT_LIMIT,
         per_file_limit: int = 50,
         sources: Sequence[str] = (),
         include: Sequence[str] = (),
@@ -357,38 +308,6 @@ class Index:
                 raise grepping.GrepError(first if len(said) == 1 else f"{first}: {last}")
         return matches
 
-    async def agrep(
-        self,
-        pattern: str,
-        *,
-        regex: bool = False,
-        limit: int = 10,
-        per_file_limit: int = 50,
-        sources: Sequence[str] = (),
-        include: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        file_type: str = "md",
-        sort: bool = False,
-        include_frontmatter: bool = False,
-        exclude_blacklisted: bool = False,
-    ) -> list[Match]:
-        import asyncio
-
-        return await asyncio.to_thread(
-            self.grep,
-            pattern,
-            regex=regex,
-            limit=limit,
-            per_file_limit=per_file_limit,
-            sources=sources,
-            include=include,
-            exclude=exclude,
-            file_type=file_type,
-            sort=sort,
-            include_frontmatter=include_frontmatter,
-            exclude_blacklisted=exclude_blacklisted,
-        )
-
     def get_document(self, path: str) -> Document:
         with self.pinned():
             return self._get_document(path)
@@ -427,16 +346,6 @@ class Index:
             cluster_id=row["cluster_id"],
         )
 
-    async def aget_document(self, path: str) -> Document:
-        import asyncio
-
-        return await asyncio.to_thread(self.get_document, path)
-
-    async def astatus(self, check_files: bool = True) -> Status:
-        import asyncio
-
-        return await asyncio.to_thread(self.status, check_files)
-
     def status(self, check_files: bool = True) -> Status:
         try:
             with self.pinned():
@@ -460,14 +369,7 @@ class Index:
         status.dimensions = meta.get("dimensions")
         status.format_version = meta.get("format_version")
         status.errors = meta.get("errors", [])
-        cfg = self.config
-        built = (status.provider, status.model, status.dimensions)
-        wanted = (cfg.embedding_provider, cfg.embedding_model, cfg.embedding_dimensions)
-        if built != wanted and not (cfg.embedding_dimensions == 0 and built[:2] == wanted[:2]):
-            status.provider_mismatch = (
-                f"index built with {built[0]}:{built[1]} ({built[2]} dims), configuration "
-                f"asks for {wanted[0]}:{wanted[1]} ({wanted[2]} dims)"
-            )
+        status.provider_mismatch = provider_mismatch(meta, self.config)
         if check_files:
             status.stale_files = self._stale_files()
         return status
@@ -489,6 +391,14 @@ class Index:
                 stale.append(path)
         return stale
 
+    # The async twins, for agent loops built on asyncio: the same calls on a worker thread.
+    asearch = async_twin(search)
+    aschema = async_twin(schema)
+    aclusters = async_twin(clusters)
+    agrep = async_twin(grep)
+    aget_document = async_twin(get_document)
+    astatus = async_twin(status)
+
     def _relative(self, path: str) -> str:
         """A root-relative POSIX path; anything outside the root is refused."""
         root = self.config.root
@@ -498,6 +408,20 @@ class Index:
             return absolute.relative_to(root).as_posix()
         except ValueError:
             raise QueryError(f"{path}: outside the project root, refused") from None
+
+
+def provider_mismatch(meta: dict[str, Any], config: Config) -> str | None:
+    """What differs between the embedding model an index was built with (its meta) and the
+    one the configuration asks for, or None when a query vector fits the index (dimensions 0
+    in the configuration takes whatever size the model gave)."""
+    built = (meta.get("provider"), meta.get("model"), meta.get("dimensions"))
+    wanted = (config.embedding_provider, config.embedding_model, config.embedding_dimensions)
+    if built == wanted or (config.embedding_dimensions == 0 and built[:2] == wanted[:2]):
+        return None
+    return (
+        f"index built with {built[0]}:{built[1]} ({built[2]} dims), configuration "
+        f"asks for {wanted[0]}:{wanted[1]} ({wanted[2]} dims)"
+    )
 
 
 def open_index(root: Path | str | None = None, config: Config | None = None) -> Index:

@@ -240,7 +240,3 @@ def lexical_index(index) -> LexicalIndex:
         found = LexicalIndex.from_snapshot(snap)
         snap.cache["lexical"] = found
     return found
-
-
-def lexical_scores(index, query: str) -> np.ndarray:
-    return lexical_index(index).scores(query)

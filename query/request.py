@@ -14,10 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from query.facets import Facet, facets_of, keyword_mask, unmatched
 from query.filters import FileMatch, Filter, matching_files, parse_filter
+from query.search_options import OPTIONS, SearchRequest
+
+__all__ = ["NoSuchValue", "RequestError", "SearchOutcome", "SearchRequest", "run_request"]
 
 if TYPE_CHECKING:
     from query.index import Index
@@ -27,40 +30,6 @@ if TYPE_CHECKING:
 
 class RequestError(ValueError):
     """A request that cannot run as given (nothing to search for, a limit below 1)."""
-
-
-@dataclass
-class SearchRequest:
-    query: str | None = None
-    filters: Sequence[str] = ()  # CLI spelling: field=v, field>=n, field?, !field ...
-    tag: str | None = None
-    category: str | None = None
-    limit: int | None = None  # None: MDVDB_SEARCH_DEFAULT_LIMIT (10)
-    files: bool = False  # one entry per file, no excerpts
-    max_tokens: int | None = None  # budget on the total excerpt text
-    mode: str | None = None
-    min_score: float | None = None
-    govern: bool | None = None
-    explain: bool = False
-    cluster: int | None = None
-    per_file: int | None = None  # most sections of one file (None: MDVDB_SEARCH_PER_FILE)
-    collapse: bool = True  # near-duplicate sections once, the copies in `also_in`
-
-    def search_options(self) -> dict[str, Any]:
-        options = {
-            "mode": self.mode,
-            "min_score": self.min_score,
-            "govern": self.govern,
-            "cluster": self.cluster,
-            # `files`: one section per file, so N results are N distinct files
-            "per_file": 1 if self.files else self.per_file,
-        }
-        options = {k: v for k, v in options.items() if v is not None}
-        if self.explain:
-            options["explain"] = True
-        if not self.collapse:
-            options["collapse"] = False
-        return options
 
 
 @dataclass
@@ -104,19 +73,17 @@ def parse_filters(texts: Sequence[str]) -> list[Filter]:
     return [parse_filter(text) for text in texts]
 
 
-def run(index: Index, request: SearchRequest) -> SearchOutcome:
+def run_request(index: Index, request: SearchRequest) -> SearchOutcome:
     """Run one request on `index`. Call it inside `index.pinned()` when other threads may
     publish a new index meanwhile: a tiered search reads the snapshot more than once."""
     if not (request.query or request.filters or request.tag or request.category):
         raise RequestError("give a query, a filter, a tag or a category")
     if request.limit is None:  # the one default, declared in mdvdb.config
         request = replace(request, limit=index.config.search_default_limit)
-    if request.limit < 1:
-        raise RequestError(f"limit must be at least 1, got {request.limit}")
-    if request.max_tokens is not None and request.max_tokens < 1:
-        raise RequestError(f"max_tokens must be at least 1, got {request.max_tokens}")
-    if request.per_file is not None and request.per_file < 0:
-        raise RequestError(f"per_file must be 0 (no cap) or more, got {request.per_file}")
+    for option in OPTIONS:  # the bounds the front ends declare (query.search_options)
+        problem = option.bound_problem(getattr(request, option.name))
+        if problem is not None:
+            raise RequestError(problem)
     if request.min_score is not None and not math.isfinite(request.min_score):
         raise RequestError(f"min_score must be a finite number, got {request.min_score}")
     facets = facets_of(index, request.tag, request.category)

@@ -32,10 +32,6 @@ def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileH
     return files if limit is None else files[:limit]
 
 
-def estimate_tokens(text: str) -> int:
-    return -(-len(text) // CHARS_PER_TOKEN)
-
-
 def within_budget(results: list[SearchResult], max_tokens: int) -> list[SearchResult]:
     """Keep results in order while their excerpts fit in `max_tokens`; the one that crosses
     the budget is cut short, the rest are dropped."""

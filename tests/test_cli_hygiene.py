@@ -43,8 +43,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_default_limit_is_ten_in_cli_library_and_request(project: Path):
     from query import open_index
-    from query.request import SearchRequest
-    from query.request import run as run_request
+    from query.request import SearchRequest, run_request
 
     data = json.loads(run_cli("search", "bolt", "--json", "--root", str(project)).stdout)
     assert len(data["results"]) == 10 and data["total"] >= 14

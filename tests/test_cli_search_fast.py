@@ -1,7 +1,7 @@
 """`mdvdb search` parses its own arguments on the hot path; typer must never notice.
 
 Every argument list is run both ways in this process, through the hand parser
-(`mdvdb.cli.search.run`) and through the typer command, and the two must print the same bytes
+(`mdvdb.cli.search.fast_main`) and through the typer command, and the two must print the same bytes
 and exit with the same code. Lists the hand parser is not sure of must go to typer.
 """
 
@@ -64,7 +64,7 @@ def _fast(argv: list[str]) -> tuple[int | None, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            code = fast.run(argv)
+            code = fast.fast_main(argv)
         except SystemExit as exc:
             code = exc.code
     return code, out.getvalue(), err.getvalue()
@@ -94,6 +94,8 @@ ANSWERED = [
     ["archive", "--cluster", "0", "--json"],
     ["--", "-v flags"],
     ["zzzqqq nothing like it"],
+    ["archive", "--no-collapse", "--per-file", "0", "--json"],
+    ["archive", "--per-file=1", "--govern", "--category", "nothing"],
 ]
 
 DECLINED = [
@@ -114,6 +116,9 @@ DECLINED = [
     ["-v flags"],
     ["--json"],
     ["archive", "--no-govern", "--govern"],
+    ["archive", "--per-file", "-1"],
+    ["archive", "--no-collapse=yes"],
+    ["archive", "--mode"],
 ]
 
 
@@ -138,7 +143,7 @@ def test_hand_parser_knows_every_option_of_the_typer_command() -> None:
     command = typer.main.get_command(app).commands["search"]  # type: ignore[attr-defined]
     declared = {opt for param in command.params for opt in param.opts + param.secondary_opts}
     declared.discard("query")
-    known = set(fast.FLAGS) | set(fast.SWITCHES) | set(fast.VALUED) | set(fast.REPEATED)
+    known = set(fast.FLAGS) | set(fast.VALUED) | set(fast.REPEATED)
     assert known == declared
 
 

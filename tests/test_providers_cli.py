@@ -135,6 +135,12 @@ def test_switching_provider_and_back_requests_nothing(notes):
         assert status.returncode == 0
         assert "index built with openai:text-embedding-3-small" in status.stdout
         assert "ollama:nomic-embed-text" in status.stdout
+        # a search says the same (one check), with what to do, and asks no server anything
+        found = cli(notes, to_ollama, "search", "anything", "--mode", "semantic")
+        assert found.returncode == 1 and found.stderr.count("\n") == 1
+        assert "index built with openai:text-embedding-3-small" in found.stderr
+        assert "asks for ollama:nomic-embed-text (48 dims): run `mdvdb ingest`" in found.stderr
+        assert len(ollama_server.log) == 0
 
         assert ingest(notes, to_ollama).chunks_embedded > 0
         check_index(notes, ollama_server)

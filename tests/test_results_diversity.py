@@ -152,8 +152,7 @@ def test_human_output_says_also_in_other_files(docs: Path) -> None:
 
 def test_library_collapses_and_can_be_asked_not_to(docs: Path) -> None:
     from query import open_index
-    from query.request import SearchRequest
-    from query.request import run as run_request
+    from query.request import SearchRequest, run_request
 
     index = open_index(docs)
     hits = index.search("autoscaler max_workers idle nodes", limit=10).results

@@ -22,9 +22,9 @@ COMMAND_MODULES = (
     "mdvdb.cli.metadata",
     "mdvdb.cli.clusters",
 )
-# Commands whose module parses its own arguments with `run(argv)`, because typer's import alone
-# would eat most of their time budget. `run` returns the exit code, or None to leave `argv` to
-# typer (usage errors and `--help` are worded by typer everywhere).
+# Commands whose module parses its own arguments with `fast_main(argv)`, because typer's import
+# alone would eat most of their time budget. `fast_main` returns the exit code, or None to leave
+# `argv` to typer (usage errors and `--help` are worded by typer everywhere).
 FAST_COMMANDS = {"grep": "mdvdb.cli.grep", "search": "mdvdb.cli.search"}
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
@@ -55,7 +55,7 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
 
 def run_fast(argv: list[str]) -> int | None:
     if argv and argv[0] in FAST_COMMANDS:
-        return importlib.import_module(FAST_COMMANDS[argv[0]]).run(argv[1:])
+        return importlib.import_module(FAST_COMMANDS[argv[0]]).fast_main(argv[1:])
     return None
 
 

@@ -262,4 +262,4 @@ def mcp(
         config = load(root)
         from mdvdb import mcp_server
 
-        mcp_server.run(config, http_port=http, token_file=token_file)
+        mcp_server.serve(config, http_port=http, token_file=token_file)

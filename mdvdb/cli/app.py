@@ -14,6 +14,10 @@ from mdvdb.cli.errors import (  # noqa: F401 - re-exported for the command modul
     EXIT_OK,
     EXIT_STALE,
     EXIT_USAGE,
+    JSON_FLAG,
+    JSON_HELP,
+    ROOT_FLAG,
+    ROOT_HELP,
     CliError,
     load,
     print_json,
@@ -30,11 +34,8 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-RootOption = Annotated[
-    Path | None,
-    typer.Option("--root", help="Project root (default: nearest folder with .markdownvdb)."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+RootOption = Annotated[Path | None, typer.Option(ROOT_FLAG, help=ROOT_HELP)]
+JsonOption = Annotated[bool, typer.Option(JSON_FLAG, help=JSON_HELP)]
 
 
 def _print_version(value: bool) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -23,6 +24,7 @@ from mdvdb.cli.app import (
     user_errors,
 )
 from mdvdb.terminal import printable
+from query.search_options import MODES, OPTIONS, Option
 
 
 class _Progress:
@@ -147,103 +149,78 @@ def _refuse_missing(config, paths: list[str]) -> None:
         raise CliError(f"ingest: no such file or folder: {', '.join(missing)}")
 
 
-class SearchMode(StrEnum):
-    hybrid = "hybrid"
-    semantic = "semantic"
-    lexical = "lexical"
+# The typer command below is generated from the one declaration of the search options
+# (`query.search_options`): help, bounds and choices come from there, as for the hand parser
+# in `search.py` (the cold path) and the MCP tool.
+SearchMode = StrEnum("SearchMode", {mode: mode for mode in MODES})
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
-@app.command()
-def search(
-    ctx: typer.Context,
-    query: Annotated[
-        str | None, typer.Argument(help="What to look for (optional with --filter/--tag).")
-    ] = None,
-    limit: Annotated[int | None, typer.Option("-n", "--limit", min=1)] = None,
-    min_score: Annotated[float | None, typer.Option("--min-score")] = None,
-    files: Annotated[
-        bool, typer.Option("--files", help="One line per file: score and path (cheapest).")
-    ] = False,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option("--max-tokens", min=1, help="Budget on the total excerpt size (≈4 chars)."),
-    ] = None,
-    govern: Annotated[
-        bool | None,
-        typer.Option("--govern/--no-govern", help="Weigh pages by confidence/updated fields."),
-    ] = None,
-    mode: Annotated[
-        SearchMode | None,
-        typer.Option(
-            "--mode",
-            help="hybrid (default: MDVDB_SEARCH_DEFAULT_MODE), semantic, or lexical "
-            "(keywords only; never loads the embedding model).",
-        ),
-    ] = None,
-    explain: Annotated[bool, typer.Option("--explain", help="Show score components.")] = False,
-    filters: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--filter",
-            help="Frontmatter filter, repeatable (AND): field=v, field=a,b, field!=v, "
-            "field>=n (<, <=, >), field? (present), !field (missing).",
-        ),
-    ] = None,
-    tag: Annotated[
-        list[str] | None, typer.Option("--tag", help="Files with this tag (any case).")
-    ] = None,
-    category: Annotated[
-        list[str] | None, typer.Option("--category", help="Files in this category (any case).")
-    ] = None,
-    cluster: Annotated[
-        int | None, typer.Option("--cluster", help="Only this cluster (see `mdvdb clusters`).")
-    ] = None,
-    per_file: Annotated[
-        int | None,
-        typer.Option(
-            "--per-file",
-            min=0,
-            help="Most sections of one file (default MDVDB_SEARCH_PER_FILE, 3; 0: no cap).",
-        ),
-    ] = None,
-    no_collapse: Annotated[
-        bool,
-        typer.Option(
-            "--no-collapse", help="Show every copy of a repeated section, not one with also_in."
-        ),
-    ] = False,
-    root: RootOption = None,
-    as_json: JsonOption = False,
-) -> None:
+def _typer_parameter(option: Option) -> inspect.Parameter:
+    spec = option.spec
+    if not spec.flags:  # the positional query
+        annotation = Annotated[spec.value | None, typer.Argument(help=spec.help)]
+        return inspect.Parameter(option.dest, KEYWORD, default=None, annotation=annotation)
+    switch = spec.value is bool and len(spec.flags) == 2  # --govern/--no-govern
+    declared = ["/".join(spec.flags)] if switch else spec.flags
+    info = typer.Option(*declared, min=spec.minimum, help=spec.help or None)
+    if spec.value is bool:
+        kind: Any = bool if option.default is not None else bool | None
+        default: Any = False if option.is_negative_flag else option.default
+    elif spec.repeat:
+        kind, default = list[spec.value] | None, None
+    else:
+        kind, default = (SearchMode if spec.choices else spec.value) | None, None
+    return inspect.Parameter(
+        option.dest, KEYWORD, default=default, annotation=Annotated[kind, info]
+    )
+
+
+def request_fields(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """The typer command's values as `SearchRequest` fields, as the hand parser gives them."""
+    from mdvdb.cli.metadata import one_facet
+
+    fields: dict[str, Any] = {}
+    for option in OPTIONS:
+        value = values[option.dest]
+        if option.is_negative_flag:
+            value = not value
+        elif option.spec.repeat == "once":
+            value = one_facet(ctx, option.spec.flags[0], value)
+        elif option.spec.repeat == "many":
+            value = value or []
+        elif isinstance(value, SearchMode):
+            value = value.value
+        fields[option.name] = value
+    return fields
+
+
+def search(ctx: typer.Context, **values: Any) -> None:
     """Search the index; title matches first, then content. With no query, list the files
     that pass the filters."""
-    from mdvdb.cli.metadata import one_facet, usage_error
+    from mdvdb.cli.metadata import usage_error
     from mdvdb.cli.search import run_search
 
-    one_tag, one_category = one_facet(ctx, "--tag", tag), one_facet(ctx, "--category", category)
-    if not (query or filters or tag or category):
+    root, as_json = values.pop("root"), values.pop("as_json")
+    fields = request_fields(ctx, values)
+    if not (fields["query"] or fields["filters"] or fields["tag"] or fields["category"]):
         usage_error(ctx, "give a QUERY, --filter, --tag or --category")
     with user_errors():
         config = load(root)
         refuse_if_off(config)
-        run_search(
-            config,
-            as_json,
-            limit=limit,
-            query=query,
-            filters=filters or [],
-            tag=one_tag,
-            category=one_category,
-            files=files,
-            max_tokens=max_tokens,
-            mode=mode.value if mode else None,
-            min_score=min_score,
-            govern=govern,
-            explain=explain,
-            cluster=cluster,
-            per_file=per_file,
-            collapse=not no_collapse,
-        )
+        run_search(config, as_json, fields)
+
+
+search.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter("ctx", KEYWORD, annotation=typer.Context),
+        *(_typer_parameter(option) for option in OPTIONS),
+        inspect.Parameter("root", KEYWORD, default=None, annotation=RootOption),
+        inspect.Parameter("as_json", KEYWORD, default=False, annotation=JsonOption),
+    ]
+)
+search.__annotations__ = {p.name: p.annotation for p in search.__signature__.parameters.values()}
+app.command()(search)
 
 
 @app.command()

@@ -22,6 +22,11 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_STALE, EXIT_NO_INDEX, EXIT_OFF = 3, 4, 5
 EXIT_INTERRUPTED = 130
 
+# The options every command shares, declared once for typer (`app.RootOption`, `JsonOption`)
+# and for the hand parsers of the hot path.
+ROOT_FLAG, ROOT_HELP = "--root", "Project root (default: nearest folder with .markdownvdb)."
+JSON_FLAG, JSON_HELP = "--json", "One JSON document on stdout."
+
 # The library's expected failures, by class name so that none of them is imported to be caught.
 USER_ERRORS = frozenset(
     {

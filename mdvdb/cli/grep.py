@@ -1,8 +1,8 @@
 """`mdvdb grep PATTERN`: exact text search over the source roots with ripgrep.
 
 This command has a budget of about 100 ms over raw rg, Python start-up included, and typer alone
-costs more than half of that. So `mdvdb.cli.main` hands `grep` straight to `run()` below, which
-parses with argparse and never imports typer, NumPy or Arrow; `register(app)` only puts a
+costs more than half of that. So `mdvdb.cli.main` hands `grep` straight to `fast_main()` below,
+which parses with argparse and never imports typer, NumPy or Arrow; `register(app)` only puts a
 pass-through entry on the typer app so that `mdvdb --help` lists the command.
 """
 
@@ -33,6 +33,10 @@ def _positive(raw: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from mdvdb.config import DEFAULT_LIMIT
+    from query.grep import FILE_TYPES
+    from query.grep_format import COLOR_CHOICES
+
     p = _Parser(
         prog="mdvdb grep",
         description=HELP
@@ -54,8 +58,14 @@ def parser() -> argparse.ArgumentParser:
         "--include", action="append", default=[], metavar="PATH", help="Also search PATH."
     )
     p.add_argument("--exclude", action="append", default=[], metavar="PATH", help="Leave PATH out.")
-    p.add_argument("--type", dest="file_type", choices=("md", "qmd", "all"), default="md")
-    p.add_argument("-n", "--limit", type=_positive, default=10, help="Matches in all (10).")
+    p.add_argument("--type", dest="file_type", choices=FILE_TYPES, default="md")
+    p.add_argument(
+        "-n",
+        "--limit",
+        type=_positive,
+        default=DEFAULT_LIMIT,
+        help=f"Matches in all ({DEFAULT_LIMIT}).",
+    )
     p.add_argument(
         "--per-file-limit", type=_positive, default=50, help="Matches a file at most (50)."
     )
@@ -69,13 +79,13 @@ def parser() -> argparse.ArgumentParser:
         help="Leave out the roots in MDVDB_BLACKLISTED_SOURCES.",
     )
     p.add_argument("--trace", action="store_true", help="Print the rg command on stderr.")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--color", choices=COLOR_CHOICES, default="auto")
     p.add_argument("--json", dest="as_json", action="store_true", help="One JSON record a line.")
     p.add_argument("--root", help="Project root (default: nearest folder with .markdownvdb).")
     return p
 
 
-def run(argv: list[str]) -> int:
+def fast_main(argv: list[str]) -> int:
     """Parse, search, print; returns the exit code."""
     args = parser().parse_args(_glue_pattern(argv))
     if args.pattern is not None and args.pattern_opt is not None:
@@ -178,11 +188,11 @@ def _fail(message: str, code: int) -> int:
 
 
 def register(app) -> None:
-    """List `grep` on the typer app; it forwards its raw arguments to `run`."""
+    """List `grep` on the typer app; it forwards its raw arguments to `fast_main`."""
     import typer
 
     def grep_command(ctx) -> None:
-        raise typer.Exit(run(list(ctx.args)))
+        raise typer.Exit(fast_main(list(ctx.args)))
 
     # A real annotation object: this module's annotations are strings typer cannot resolve.
     grep_command.__annotations__ = {"ctx": typer.Context, "return": None}

@@ -1,22 +1,26 @@
 """`mdvdb search` without typer: the argument parser of the hot path, and the printers.
 
 Agents call search hundreds of times a session; typer's import and per-call setup cost ~100 ms
-of a ~350 ms cold call. So `mdvdb.cli.main` gives `search` to `run()` first: it parses the
-argument forms agents and people use (flags, `--opt value`, `--opt=value`, `-n5`, `--`) and
+of a ~350 ms cold call. So `mdvdb.cli.main` gives `search` to `fast_main()` first: it parses
+the argument forms agents and people use (flags, `--opt value`, `--opt=value`, `-n5`, `--`) and
 hands back None for anything else (`--help`, an unknown option, a bad number, a missing query,
-a repeated facet...), which typer then parses and reports exactly as before. The typer command
-in `core.py` declares the same options (a test checks the two agree) and calls the same
-`run_search`, so both paths print the same bytes.
+a repeated facet...), which typer then parses and reports exactly as before. This parser is
+kept, rather than typer's alone, only because of that cold-path cost; it is built from the same
+declaration as the typer command in `core.py` (`query.search_options`), and both call
+`run_search`, so both paths print the same bytes (a test runs both on the same argument lists).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from mdvdb.cli.errors import (
     EXIT_OK,
     EXIT_USAGE,
+    JSON_FLAG,
+    ROOT_FLAG,
     CliError,
     echo,
     load,
@@ -25,63 +29,64 @@ from mdvdb.cli.errors import (
     user_errors,
 )
 from mdvdb.terminal import printable
+from query.search_options import OPTIONS, Option
 
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
-MODES = ("hybrid", "semantic", "lexical")
 
 _INT = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-
-
-def _positive(raw: str) -> int | None:
-    return int(raw) if _INT.fullmatch(raw) and int(raw) >= 1 else None
-
-
-def _count(raw: str) -> int | None:
-    return int(raw) if _INT.fullmatch(raw) and int(raw) >= 0 else None
-
-
-def _int(raw: str) -> int | None:
-    return int(raw) if _INT.fullmatch(raw) else None
 
 
 def _float(raw: str) -> float | None:
     return float(raw) if _FLOAT.fullmatch(raw) else None
 
 
-def _mode(raw: str) -> str | None:
-    return raw if raw in MODES else None
+def _converter(option: Option) -> Callable[[str], Any]:
+    """A value of `option` from its text, or None when this parser is not sure of it (typer
+    then gets the call, and words the usage error)."""
+    spec = option.spec
+    if spec.choices is not None:
+        return lambda raw: raw if raw in spec.choices else None
+    if spec.value is float:
+        return _float
+    if spec.value is int:
+        low = spec.minimum
+
+        def whole(raw: str) -> int | None:
+            if not _INT.fullmatch(raw):
+                return None
+            value = int(raw)
+            return value if low is None or value >= low else None
+
+        return whole
+    return lambda raw: raw
 
 
-def _text(raw: str) -> str | None:
-    return raw
-
-
-# Every option of the typer `search` command, by kind. A converter returning None means "not
-# a value this parser is sure of": typer gets the call.
-FLAGS = {
-    "--files": "files",
-    "--explain": "explain",
-    "--json": "as_json",
-    "--no-collapse": "no_collapse",
-}
-SWITCHES = {"--govern": ("govern", True), "--no-govern": ("govern", False)}
-VALUED = {
-    "-n": ("limit", _positive),
-    "--limit": ("limit", _positive),
-    "--min-score": ("min_score", _float),
-    "--max-tokens": ("max_tokens", _positive),
-    "--per-file": ("per_file", _count),
-    "--mode": ("mode", _mode),
-    "--cluster": ("cluster", _int),
-    "--root": ("root", _text),
-}
-REPEATED = {"--filter": "filters", "--tag": "tag", "--category": "category"}
+# The options of the typer `search` command, by kind, from the declaration. A flag sets its
+# field to a constant; a valued option converts its text; a repeated one collects a list.
+FLAGS: dict[str, tuple[str, bool]] = {JSON_FLAG: ("as_json", True)}
+VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {ROOT_FLAG: ("root", lambda raw: raw)}
+REPEATED: dict[str, str] = {}
+for _option in OPTIONS:
+    _flags, _spec = _option.spec.flags, _option.spec
+    if not _flags:
+        continue  # the positional query
+    if _spec.value is bool:
+        if len(_flags) == 2:  # --govern / --no-govern
+            FLAGS[_flags[0]], FLAGS[_flags[1]] = (_option.name, True), (_option.name, False)
+        else:
+            FLAGS[_flags[0]] = (_option.name, not _option.default)
+    elif _spec.repeat:
+        REPEATED.update(dict.fromkeys(_flags, _option.name))
+    else:
+        VALUED.update(dict.fromkeys(_flags, (_option.name, _converter(_option))))
+ONCE = [option.name for option in OPTIONS if option.spec.repeat == "once"]
 
 
 def parse(argv: list[str]) -> dict[str, Any] | None:
-    """The search arguments, or None when typer should parse (and maybe reject) them."""
-    args: dict[str, Any] = {"filters": [], "tag": [], "category": []}
+    """The search arguments (`SearchRequest` fields, `root`, `as_json`), or None when typer
+    should parse (and maybe reject) them."""
+    args: dict[str, Any] = {dest: [] for dest in REPEATED.values()}
     positional: list[str] = []
     i = 0
     while i < len(argv):
@@ -100,10 +105,10 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
             name, value = "-n", arg[2:]
         else:
             name, value = arg, None
-        if name in FLAGS or name in SWITCHES:
+        if name in FLAGS:
             if value is not None:
                 return None
-            dest, const = (FLAGS[name], True) if name in FLAGS else SWITCHES[name]
+            dest, const = FLAGS[name]
             if dest in args and args[dest] != const:
                 return None  # --govern --no-govern: let typer decide
             args[dest] = const
@@ -123,54 +128,39 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
         if converted is None or dest in args:
             return None
         args[dest] = converted
-    if len(positional) > 1 or len(args["tag"]) > 1 or len(args["category"]) > 1:
+    if len(positional) > 1 or any(len(args[name]) > 1 for name in ONCE):
         return None
+    for name in ONCE:
+        args[name] = args[name][0] if args[name] else None
     args["query"] = positional[0] if positional else None
     if not (args["query"] or args["filters"] or args["tag"] or args["category"]):
         return None
     return args
 
 
-def run(argv: list[str]) -> int | None:
+def fast_main(argv: list[str]) -> int | None:
     """Search and print; the exit code, or None to have typer parse `argv`."""
     args = parse(argv)
     if args is None:
         return None
     with user_errors():
-        config = load(args.get("root"))
+        root, as_json = args.pop("root", None), args.pop("as_json", False)
+        config = load(root)
         refuse_if_off(config)
-        run_search(
-            config,
-            args.get("as_json", False),
-            limit=args.get("limit"),
-            query=args["query"],
-            filters=args["filters"],
-            tag=args["tag"][0] if args["tag"] else None,
-            category=args["category"][0] if args["category"] else None,
-            files=args.get("files", False),
-            max_tokens=args.get("max_tokens"),
-            mode=args.get("mode"),
-            min_score=args.get("min_score"),
-            govern=args.get("govern"),
-            explain=args.get("explain", False),
-            cluster=args.get("cluster"),
-            per_file=args.get("per_file"),
-            collapse=not args.get("no_collapse", False),
-        )
+        run_search(config, as_json, args)
     return EXIT_OK
 
 
-def run_search(config, as_json: bool, limit: int | None = None, **request: Any) -> None:
+def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
     """Run one `query.request` search (the library the MCP server uses too) and print it;
-    `request` holds the other `SearchRequest` fields."""
+    `fields` are `SearchRequest` fields as either parser gives them."""
     from query import open_index
     from query.filters import FilterError
-    from query.request import RequestError, SearchRequest
-    from query.request import run as run_request
+    from query.request import RequestError, SearchRequest, run_request
 
     index = open_index(config=config)
     # No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request as for the library.
-    wanted = SearchRequest(limit=limit, **request)
+    wanted = SearchRequest(**fields)
     try:
         with index.pinned():
             outcome = run_request(index, wanted)

@@ -1,0 +1,179 @@
+"""The options of one search, declared once: `SearchRequest`, whose fields each carry how the
+front ends spell them.
+
+Three front ends take a search: `mdvdb search` (a hand parser on the cold path,
+`mdvdb.cli.search`, and the typer command that prints help and usage errors,
+`mdvdb.cli.core`), the MCP `search` tool (`mdvdb.mcp_server`) and the library
+(`query.request.run_request`). Each builds its parameters from `OPTIONS` below, so an option
+added here is on all of them with the same name, default, bounds and help, and a test checks
+that they agree. This module sits on the read side's bottom (it imports only the kernel's
+`mdvdb.config`), so the CLI and the MCP server import it without pulling in the index reader,
+and it imports nothing heavy: the hand parser reads it on every cold `mdvdb search`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+
+from mdvdb.config import SEARCH_MODES
+
+MODES = (
+    SEARCH_MODES  # the one list of search modes, kept with the settings (MDVDB_SEARCH_DEFAULT_MODE)
+)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How the front ends spell one `SearchRequest` field (its name and default are the
+    field's own)."""
+
+    value: type  # one value's type: str, int, float or bool
+    help: str = ""
+    flags: tuple[str, ...] = ()  # the CLI's spellings; () for the positional query
+    mcp: str = ""  # the MCP argument's name when it is not the field's
+    repeat: str = ""  # "many": repeatable, a list; "once": the CLI refuses a repeat by name
+    minimum: int | None = None
+    choices: tuple[str, ...] | None = None
+    setting: str | None = None  # the MDVDB_ setting that supplies the value when None
+
+
+def _option(default, spec: Spec):
+    return field(default=default, metadata={"option": spec})
+
+
+@dataclass
+class SearchRequest:
+    """One search as `mdvdb search` defines it; every field is an option of every front end."""
+
+    query: str | None = _option(None, Spec(str, "What to look for (optional with --filter/--tag)."))
+    limit: int | None = _option(
+        None,
+        Spec(
+            int,
+            "Results (default MDVDB_SEARCH_DEFAULT_LIMIT, 10).",
+            ("-n", "--limit"),
+            minimum=1,
+            setting="MDVDB_SEARCH_DEFAULT_LIMIT",
+        ),
+    )
+    min_score: float | None = _option(
+        None,
+        Spec(
+            float,
+            "Leave out lower scores (default MDVDB_SEARCH_MIN_SCORE, 0).",
+            ("--min-score",),
+            setting="MDVDB_SEARCH_MIN_SCORE",
+        ),
+    )
+    files: bool = _option(
+        False,
+        Spec(bool, "One line per file: score and path (cheapest).", ("--files",), "files_only"),
+    )
+    max_tokens: int | None = _option(
+        None,
+        Spec(int, "Budget on the total excerpt size (≈4 chars).", ("--max-tokens",), minimum=1),
+    )
+    govern: bool | None = _option(
+        None,
+        Spec(bool, "Weigh pages by confidence/updated fields.", ("--govern", "--no-govern")),
+    )
+    mode: str | None = _option(
+        None,
+        Spec(
+            str,
+            "hybrid (default: MDVDB_SEARCH_DEFAULT_MODE), semantic, or lexical "
+            "(keywords only; never loads the embedding model).",
+            ("--mode",),
+            choices=MODES,
+            setting="MDVDB_SEARCH_DEFAULT_MODE",
+        ),
+    )
+    explain: bool = _option(False, Spec(bool, "Show score components.", ("--explain",)))
+    filters: Sequence[str] = _option(
+        (),
+        Spec(
+            str,
+            "Frontmatter filter, repeatable (AND): field=v, field=a,b, field!=v, "
+            "field>=n (<, <=, >), field? (present), !field (missing).",
+            ("--filter",),
+            repeat="many",
+        ),
+    )
+    tag: str | None = _option(
+        None, Spec(str, "Files with this tag (any case).", ("--tag",), repeat="once")
+    )
+    category: str | None = _option(
+        None, Spec(str, "Files in this category (any case).", ("--category",), repeat="once")
+    )
+    cluster: int | None = _option(
+        None, Spec(int, "Only this cluster (see `mdvdb clusters`).", ("--cluster",))
+    )
+    per_file: int | None = _option(
+        None,
+        Spec(
+            int,
+            "Most sections of one file (default MDVDB_SEARCH_PER_FILE, 3; 0: no cap).",
+            ("--per-file",),
+            minimum=0,
+            setting="MDVDB_SEARCH_PER_FILE",
+        ),
+    )
+    collapse: bool = _option(
+        True,
+        Spec(
+            bool, "Show every copy of a repeated section, not one with also_in.", ("--no-collapse",)
+        ),
+    )
+
+    def search_options(self) -> dict:
+        options = {
+            "mode": self.mode,
+            "min_score": self.min_score,
+            "govern": self.govern,
+            "cluster": self.cluster,
+            # `files`: one section per file, so N results are N distinct files
+            "per_file": 1 if self.files else self.per_file,
+        }
+        options = {k: v for k, v in options.items() if v is not None}
+        if self.explain:
+            options["explain"] = True
+        if not self.collapse:
+            options["collapse"] = False
+        return options
+
+
+@dataclass(frozen=True)
+class Option:
+    """One declared option: the `SearchRequest` field's name and default with its `Spec`."""
+
+    name: str
+    default: object
+    spec: Spec
+
+    @property
+    def mcp_name(self) -> str:
+        return self.spec.mcp or self.name
+
+    @property
+    def dest(self) -> str:
+        """The CLI's parameter name: `no_collapse` for a flag that turns a True off."""
+        return f"no_{self.name}" if self.is_negative_flag else self.name
+
+    @property
+    def is_negative_flag(self) -> bool:
+        return self.spec.value is bool and self.default is True
+
+    def bound_problem(self, value) -> str | None:
+        """Why `value` is outside this option's bounds, or None."""
+        minimum = self.spec.minimum
+        if value is None or minimum is None or value >= minimum:
+            return None
+        if minimum == 0:
+            return f"{self.name} must be 0 (no cap) or more, got {value}"
+        return f"{self.name} must be at least {minimum}, got {value}"
+
+
+OPTIONS: tuple[Option, ...] = tuple(
+    Option(f.name, f.default, f.metadata["option"]) for f in fields(SearchRequest)
+)
