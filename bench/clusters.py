@@ -78,9 +78,9 @@ def republish(config) -> None:
 
 
 def ingest(config):
-    from pipeline.ingest import run
+    from pipeline.ingest import ingest_folder
 
-    return run(config)
+    return ingest_folder(config)
 
 
 def first_tags(config) -> tuple[list[str], np.ndarray, list[str | None]]:

@@ -281,7 +281,7 @@ class Target:
 
     def __init__(self, name: str, folder: Path):
         from mdvdb.config import load_config
-        from pipeline.ingest import run as ingest
+        from pipeline.ingest import ingest_folder as ingest
         from query import open_index
 
         self.name = name

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from pipeline.tasks import IngestReport
+    from pipeline.report import IngestReport
     from query.index import Index
 
 __version__ = "0.1.0"
@@ -43,11 +43,11 @@ def ingest(
     from pathlib import Path
 
     from mdvdb.config import ConfigError, load_config
-    from pipeline.ingest import run
+    from pipeline.ingest import ingest_folder
 
     if root is not None and not Path(root).is_dir():
         raise ConfigError(f"{root}: not a folder")
-    return run(
+    return ingest_folder(
         load_config(root), list(paths) if paths else None, full=full, wait=wait, progress=progress
     )
 

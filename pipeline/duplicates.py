@@ -224,16 +224,18 @@ def _components(unique: np.ndarray) -> np.ndarray:
             return labels
 
 
-def build_table(files: pa.Table, chunks: pa.Table, inp) -> pa.Table:
+def update(plan) -> pa.Table:
     """The `near_duplicates` table, row i for chunk i. Signatures of rows the pack reused are
-    read from the previous index (when it has them, of this version); the rest are computed."""
+    read from the previous index (when it has them, of this version); the rest are computed.
+    (The version goes to the index meta under META_KEY: `pipeline.pack.assemble`.)"""
     from pipeline.splice import rows_of
 
+    chunks = plan.chunks
     n = chunks.num_rows
     sigs = np.zeros(n, dtype=np.uint64)
     fresh = np.arange(n)
-    old = _previous_signatures(inp)
-    source = inp.chunk_source
+    old = _previous_signatures(plan.previous)
+    source = plan.chunk_source
     if old is not None and source is not None and len(source) == n:
         reused = source >= 0
         sigs[reused] = old[source[reused]]
@@ -241,14 +243,12 @@ def build_table(files: pa.Table, chunks: pa.Table, inp) -> pa.Table:
     if len(fresh):
         texts = rows_of(chunks.column("text"), fresh).to_pylist()
         sigs[fresh] = signatures(texts)
-    inp.meta[META_KEY] = meta()
     return pa.Table.from_arrays(
         [pa.array(sigs, pa.uint64()), pa.array(groups(sigs))], schema=schema()
     )
 
 
-def _previous_signatures(inp) -> np.ndarray | None:
-    previous = inp.previous
+def _previous_signatures(previous) -> np.ndarray | None:
     if previous is None or (previous.meta.get(META_KEY) or {}) != meta():
         return None
     table = previous.tables.get("near_duplicates")

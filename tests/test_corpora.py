@@ -12,7 +12,7 @@ from tests.conftest import unpack_corpus
 def test_edge_cases_every_file_indexed_or_reported(corpora_dir: Path):
     root = unpack_corpus(corpora_dir, "edge-cases")
     config = load_config(root, environ={})
-    report = ingest.run(config)
+    report = ingest.ingest_folder(config)
     md_files = {
         p.relative_to(root).as_posix()
         for p in root.rglob("*")
