@@ -40,7 +40,8 @@ class PackSources:
     # chunk sha bytes (in order) -> (n, dimensions) float32
     load_vectors: Callable[[list[bytes]], np.ndarray]
     meta: Mapping[str, Any]
-    state: State  # the overlay and the clusters the schema and cluster stages stored
+    # The overlay and the clusters the schema and cluster stages stored (None: neither).
+    state: State | None
 
 
 @dataclass(frozen=True)
