@@ -484,12 +484,13 @@ class ClusterAssignment:
     table: Any  # pa.Table | None (clustering off or never run)
 
 
-def assign_rows(files: Any, state: Any) -> ClusterAssignment:
-    """The stage's stored result laid over the files being packed (read from the state
-    once: 100k assignments). Reused rows may carry ids from an earlier index: every id is
-    set again (all -1 when clustering is off)."""
+def assign(plan: Any, state: Any) -> ClusterAssignment:
+    """pack's step: the stage's stored result laid over the files being packed (read from
+    the state once: 100k assignments). Reused rows may carry ids from an earlier index:
+    every id is set again (all -1 when clustering is off)."""
     import pyarrow as pa
 
+    files = plan.files
     stored = load_stored(state)
     if stored is None:
         ids = np.full(files.num_rows, -1, dtype=np.int32)

@@ -489,7 +489,7 @@ class LexicalTables:
     meta: dict
 
 
-def update_lexical(plan) -> LexicalTables:
+def update(plan) -> LexicalTables:
     """The previous index's postings updated for the plan's fresh and departed chunks, or,
     without a usable previous index, built by analysing every chunk; the analyzer and the
     parameters go to the index meta."""

@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 from mdvdb import index_format
-from pipeline import duplicates, schema_pack
+from pipeline import cluster, duplicates, lexical, schema_pack
 from pipeline.cluster import ClusterAssignment
-from pipeline.lexical import LexicalTables, update_lexical
+from pipeline.lexical import LexicalTables
 from pipeline.splice import splice
 from pipeline.state import ManifestEntry, State
 
@@ -39,7 +39,6 @@ class PackSources:
     load_documents: Callable[[set[str]], dict[str, dict[str, Any]]]
     # chunk sha bytes (in order) -> (n, dimensions) float32
     load_vectors: Callable[[list[bytes]], np.ndarray]
-    meta: Mapping[str, Any]
     # The overlay and the clusters the schema and cluster stages stored (None: neither).
     state: State | None
 
@@ -268,18 +267,25 @@ def write(index_path: Path, tables: dict[str, pa.Table], meta: dict[str, Any], p
     return index_format.write_index(index_path, tables, meta, source=plan.previous)
 
 
-def publish(index_path: Path, sources: PackSources) -> Written:
-    """pack in its named steps: plan, schema.update, lexical.update, clusters.assign (and the
-    near-duplicate signatures), assemble, write."""
-    from pipeline.cluster import assign_rows
-
-    rows = plan(index_path, sources)
-    schema = schema_pack.update(rows, sources.state)
-    lexical = update_lexical(rows)
-    clusters = assign_rows(rows.files, sources.state)
+def publish(
+    index_path: Path,
+    sources: PackSources,
+    meta: Mapping[str, Any],
+    rows: Plan | None = None,
+    schema: schema_pack.SchemaUpdate | None = None,
+) -> Written:
+    """pack in its named steps: `plan`, `schema_pack.update`, `lexical.update`,
+    `cluster.assign`, `duplicates.update`, `assemble`, `write`. `rows` and `schema`: the plan
+    and schema the `schema` stage already made from the same sources in this run."""
+    if rows is None:
+        rows = plan(index_path, sources)
+    if schema is None:
+        schema = schema_pack.update(rows, sources.state)
+    postings = lexical.update(rows)
+    clusters = cluster.assign(rows, sources.state)
     near = duplicates.update(rows)
-    tables, meta = assemble(
-        rows, schema, lexical, clusters, near, {**sources.meta, "build_key": sources.build_key}
+    tables, full_meta = assemble(
+        rows, schema, postings, clusters, near, {**meta, "build_key": sources.build_key}
     )
-    written = write(index_path, tables, meta, rows)
+    written = write(index_path, tables, full_meta, rows)
     return Written(written, rows.chunks.num_rows, rows.reused_files, rows.damaged)

@@ -6,8 +6,8 @@ record carrying its digest.
     chunk(config, manifest, state) -> Chunked
     embed(config, manifest, state, provider) -> Embedded
     cluster(config, manifest, state, provider) -> Clustered
-    schema(config, state) -> SchemaRead
-    pack(config, manifest, state, provider, problems) -> Packed
+    schema(config, manifest, state, provider) -> Schema  (with pack's plan)
+    pack(config, manifest, state, provider, problems, schema) -> Packed
 
 Each stage does its per-file work against its own SHA-256-keyed cache (`pipeline.state.State`,
 which owns every SQL statement) and returns a digest of what it produced; `pipeline.tasks`
@@ -30,6 +30,8 @@ from pipeline.state import ManifestEntry, State
 
 if TYPE_CHECKING:
     from mdvdb.providers.base import EmbeddingProvider
+    from pipeline.pack import PackSources, Plan
+    from pipeline.schema_pack import SchemaUpdate
 
 Progress = Callable[[str, int, int], None]
 Problem = tuple[str, str]  # (path, what is wrong with it)
@@ -130,8 +132,13 @@ class Clustered:
 
 
 @dataclass(frozen=True)
-class SchemaRead:
-    overlay_digest: str | None
+class Schema:
+    """The frontmatter schema of the files to publish, and the plan it was inferred over
+    (pack reuses both when they were made from the same manifest in the same run)."""
+
+    manifest_digest: str
+    plan: Plan
+    update: SchemaUpdate
     problems: tuple[Problem, ...]
     digest: str
 
@@ -472,17 +479,43 @@ def cluster(
 # -- schema ---------------------------------------------------------------------------------
 
 
-def schema(config: Config, state: State) -> SchemaRead:
-    """Read the schema overlay and keep it in the state; pack's `schema` step infers the
-    schema from the files it publishes and merges it (`pipeline.schema_pack.update`)."""
+def schema(config: Config, manifest: Manifest, state: State, provider: EmbeddingProvider) -> Schema:
+    """Read the overlay (kept in the state), diff the previous index against the manifest
+    (`pipeline.pack.plan`) and infer the schema of the files to publish from it, by
+    difference where the previous index has the counts (`pipeline.schema_pack.update`),
+    merged with the overlay and checked against it."""
+    from pipeline import pack as packing
+    from pipeline import schema_pack
     from pipeline.schema import stage
 
     overlay = stage(config.root, state)
     problems = ((overlay.path, overlay.error),) if overlay.error else ()
-    return SchemaRead(overlay.digest, problems, digest_of(overlay.digest, overlay.error))
+    rows = packing.plan(config.index_path, _pack_sources(config, manifest, state, provider))
+    update = schema_pack.update(rows, state)
+    digest = digest_of(manifest.digest, overlay.digest, overlay.error)
+    return Schema(manifest.digest, rows, update, problems, digest)
 
 
 # -- pack -----------------------------------------------------------------------------------
+
+
+def _pack_sources(
+    config: Config, manifest: Manifest, state: State, provider: EmbeddingProvider
+) -> PackSources:
+    from pipeline.embed import model_key
+    from pipeline.pack import PackSources
+
+    key, chunks = model_key(provider), chunk_key(config)
+    return PackSources(
+        entries=tuple(manifest.entries.values()),  # pack puts them in path order
+        dimensions=provider.dimensions,
+        build_key=f"{key}|{chunks}",
+        load_documents=lambda shas: state.get_chunks(chunks, shas),
+        load_vectors=lambda shas: state.get_embeddings(
+            key, shas, provider.dimensions, missing_ok=True
+        ),
+        state=state,
+    )
 
 
 def pack(
@@ -491,12 +524,14 @@ def pack(
     state: State,
     provider: EmbeddingProvider,
     problems: tuple[Problem, ...],
+    schema: Schema | None = None,
 ) -> Packed:
     """Assemble every table and publish the one index file atomically, then hand what the
-    new index holds over from the caches to it (`State.hand_over`)."""
+    new index holds over from the caches to it (`State.hand_over`). `schema`: the schema
+    stage's output of this run, used when it was made from this manifest."""
     from mdvdb.fusion_models import fusion_settings
     from pipeline.embed import model_key
-    from pipeline.pack import PackSources, publish
+    from pipeline.pack import publish
 
     key, chunks = model_key(provider), chunk_key(config)
     digest = digest_of(manifest.digest, chunks, key)
@@ -512,18 +547,11 @@ def pack(
         "skipped": _skipped_files(config, manifest, problems),
         "mdvdb_version": _version(),
     }
-    sources = PackSources(
-        entries=tuple(manifest.entries.values()),  # pack puts them in path order
-        dimensions=provider.dimensions,
-        build_key=f"{key}|{chunks}",
-        load_documents=lambda shas: state.get_chunks(chunks, shas),
-        load_vectors=lambda shas: state.get_embeddings(
-            key, shas, provider.dimensions, missing_ok=True
-        ),
-        meta=meta,
-        state=state,
-    )
-    written = publish(config.index_path, sources)
+    sources = _pack_sources(config, manifest, state, provider)
+    if schema is not None and schema.manifest_digest == manifest.digest:
+        written = publish(config.index_path, sources, meta, schema.plan, schema.update)
+    else:
+        written = publish(config.index_path, sources, meta)
     damaged = tuple(
         (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
         for path in written.damaged

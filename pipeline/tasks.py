@@ -101,6 +101,8 @@ class IngestRun:
         return tuple(p for out in self.outputs.values() for p in getattr(out, "problems", ()))
 
     def close(self) -> None:
+        # The schema stage's plan keeps the previous index mapped: let it go with the run.
+        self.outputs.clear()
         if self._state is not None:
             self._state.close()
             self._state = None
@@ -172,12 +174,14 @@ def _cluster(run: IngestRun) -> stages.Clustered:
     return stages.cluster(run.config, run.manifest(), run.state, run.provider, run.full)
 
 
-def _schema(run: IngestRun) -> stages.SchemaRead:
-    return stages.schema(run.config, run.state)
+def _schema(run: IngestRun) -> stages.Schema:
+    return stages.schema(run.config, run.manifest(), run.state, run.provider)
 
 
 def _pack(run: IngestRun) -> stages.Packed:
-    return stages.pack(run.config, run.manifest(), run.state, run.provider, run.problems())
+    schema = run.outputs.get("schema")
+    assert schema is None or isinstance(schema, stages.Schema)
+    return stages.pack(run.config, run.manifest(), run.state, run.provider, run.problems(), schema)
 
 
 def _config(run: IngestRun | None) -> Config:
@@ -305,7 +309,7 @@ def task_cluster(run: IngestRun | None = None):
 
 @task_params(RUN_PARAM)
 def task_schema(run: IngestRun | None = None):
-    """Read the frontmatter schema overlay (pack infers the schema and merges it)."""
+    """Frontmatter schema of the files to publish, merged with the overlay."""
     from mdvdb.config import SCHEMA_OVERLAY_FILE
     from pipeline.schema import overlay_digest
 
@@ -316,7 +320,11 @@ def task_schema(run: IngestRun | None = None):
     return {
         "actions": [_action(run, "schema", _schema)],
         "file_dep": [str(overlay_file)] if overlay_file.is_file() else [],
-        "uptodate": [result_dep("parse"), config_changed({**_settings(config), **overlay})],
+        "uptodate": [
+            result_dep("embed"),
+            config_changed({**_settings(config), **overlay}),
+            _index_is_current(run, config),
+        ],
         "verbosity": 0,
     }
 
