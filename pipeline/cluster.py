@@ -21,9 +21,15 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pipeline.pack import Plan
+    from pipeline.state import State
 
 SEED = 0
 CANDIDATES = 4  # k values tried by silhouette, between half the bound and the bound
@@ -480,11 +486,11 @@ def assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarray
 class ClusterAssignment:
     """pack's `clusters` step: each file row's cluster id and the `clusters` table."""
 
-    cluster_ids: Any  # pa.Array of int32, -1: in no cluster
-    table: Any  # pa.Table | None (clustering off or never run)
+    cluster_ids: pa.Array  # int32, -1: in no cluster
+    table: pa.Table | None  # None: clustering off or never run
 
 
-def assign(plan: Any, state: Any) -> ClusterAssignment:
+def assign(plan: Plan, state: State | None) -> ClusterAssignment:
     """pack's step: the stage's stored result laid over the files being packed (read from
     the state once: 100k assignments). Reused rows may carry ids from an earlier index:
     every id is set again (all -1 when clustering is off)."""

@@ -19,10 +19,15 @@ The group id is the row of the group's first chunk, or -1 for a chunk with no co
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 
 from mdvdb.plain_text import signature_text
+
+if TYPE_CHECKING:
+    from pipeline.pack import Plan
 
 SIGNATURE_VERSION = "simhash64-w3-plain-1"
 MAX_DISTANCE = 3  # bits
@@ -224,7 +229,7 @@ def _components(unique: np.ndarray) -> np.ndarray:
             return labels
 
 
-def update(plan) -> pa.Table:
+def update(plan: Plan) -> pa.Table:
     """The `near_duplicates` table, row i for chunk i. Signatures of rows the pack reused are
     read from the previous index (when it has them, of this version); the rest are computed.
     (The version goes to the index meta under META_KEY: `pipeline.pack.assemble`.)"""

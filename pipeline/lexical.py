@@ -21,6 +21,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,9 @@ import pyarrow as pa
 from mdvdb import index_format
 from mdvdb.text_analysis import ANALYZER_VERSION, term_ids
 from pipeline.splice import rows_of, splice
+
+if TYPE_CHECKING:
+    from pipeline.pack import Plan
 
 FIELDS = ("title", "headings", "body")
 
@@ -489,7 +493,7 @@ class LexicalTables:
     meta: dict
 
 
-def update(plan) -> LexicalTables:
+def update(plan: Plan) -> LexicalTables:
     """The previous index's postings updated for the plan's fresh and departed chunks, or,
     without a usable previous index, built by analysing every chunk; the analyzer and the
     parameters go to the index meta."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +42,10 @@ from pipeline.schema import (
     typed_column,
 )
 from pipeline.splice import rows_of, splice
+
+if TYPE_CHECKING:
+    from pipeline.pack import Plan
+    from pipeline.state import State
 
 FIELDS_TABLE = "schema_fields"
 VALUES_TABLE = "schema_values"
@@ -200,7 +204,7 @@ class SchemaUpdate:
 
     result: SchemaResult
     typed_names: tuple[str, ...]
-    typed_columns: tuple[Any, ...]
+    typed_columns: tuple[pa.Array | pa.ChunkedArray, ...]
     tables: dict[str, pa.Table]  # schema, schema_problems, schema_fields, schema_values
     overlay_meta: dict[str, Any]
 
@@ -215,7 +219,7 @@ class SchemaUpdate:
         )
 
 
-def update(plan: Any, state: Any) -> SchemaUpdate:
+def update(plan: Plan, state: State | None) -> SchemaUpdate:
     """The schema of `plan.files`: by difference from the previous index's counts when it has
     them (subtract the frontmatter of the rows that left, add the fresh rows'), else
     inferred over every file; merged with the overlay the schema stage stored."""
