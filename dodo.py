@@ -2,14 +2,12 @@
 
 Any Markdown repository can do the same with a `dodo.py` of one line:
     from pipeline.tasks import *  # noqa: F401,F403
+(doit's settings then are its defaults; these are the ones `mdvdb ingest` uses). Importing
+this file reads the configuration and nothing else: no lock, no database, no state.
 """
 
+from mdvdb.config import load_config
 from pipeline.tasks import *  # noqa: F401,F403
-from pipeline.tasks import STAGES, context
+from pipeline.tasks import doit_config
 
-DOIT_CONFIG = {
-    "default_tasks": list(STAGES),
-    "backend": "sqlite3",
-    "dep_file": str(context().config.state_path / "doit.sqlite3"),
-    "verbosity": 0,
-}
+DOIT_CONFIG = doit_config(load_config())

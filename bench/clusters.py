@@ -78,9 +78,9 @@ def republish(config) -> None:
 
 
 def ingest(config):
-    from pipeline.ingest import run
+    from pipeline.ingest import ingest_folder
 
-    return run(config)
+    return ingest_folder(config)
 
 
 def first_tags(config) -> tuple[list[str], np.ndarray, list[str | None]]:
@@ -243,11 +243,9 @@ def assign_cpu(config, repeats: int = 7) -> dict:
     walls, cpus = [], []
     with State(config.state_path) as state:
         info = state.get_value(cluster.STATE_KEY)
-        path = state.db.execute(
-            "SELECT path FROM cluster_docs WHERE cluster_id >= 0 ORDER BY path LIMIT 1"
-        ).fetchone()[0]
+        path = min(p for p, cid, _, _ in state.cluster_docs() if cid >= 0)
         for _ in range(repeats):
-            state.db.execute("DELETE FROM cluster_docs WHERE path = ?", (path,))
+            state.update_cluster_docs([path], [])
             started, cpu = time.perf_counter(), time.process_time()
             result = cluster.run_stage(
                 state, chunk_key(config), model_key(provider), provider.dimensions, 50, 10**9

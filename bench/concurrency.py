@@ -99,7 +99,7 @@ def writer(root: Path, rounds: int) -> dict:
     for r in range(1, rounds + 1):
         write_round(root, r)
         started = time.perf_counter()
-        ingest.run(config, provider=provider)
+        ingest.ingest_folder(config, provider=provider)
         times.append(time.perf_counter() - started)
     return {"rounds": rounds, "ingest_median_ms": sorted(times)[len(times) // 2] * 1000}
 

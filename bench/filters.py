@@ -48,7 +48,7 @@ def leetcode_root() -> tuple[Path, float | None]:
 def generated_root(chunks: int) -> Path:
     """A project whose index holds `chunks` chunks of random vectors, 5 per file."""
     from mdvdb.config import load_config
-    from pipeline.pack import PackInput, pack
+    from pipeline.pack import PackSources, publish
     from pipeline.state import ManifestEntry
 
     root = WORK / f"generated-{chunks}"
@@ -97,15 +97,16 @@ def generated_root(chunks: int) -> Path:
         "model": config.embedding_model,
         "dimensions": dims,
     }
-    inp = PackInput(
-        entries=entries,
+    sources = PackSources(
+        entries=tuple(entries),
         dimensions=dims,
         build_key="generated",
         load_documents=lambda shas: {s: documents[s] for s in shas},
         load_vectors=lambda shas: vectors[[rows[s] for s in shas]],
         meta=meta,
+        state=None,
     )
-    pack(config.index_path, inp)
+    publish(config.index_path, sources)
     return root
 
 

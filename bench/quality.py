@@ -5,9 +5,9 @@
 Sets: nfcorpus, cranfield, arguana, cacm, ray-docs-qa (unpacked from ../shared/corpora under
 $MDVDB_BENCH_DIR, default /tmp/mdvdb-bench). Each document becomes a Markdown file (frontmatter
 `id`, `title`; the title as `# H1`, then the text; ray-docs-qa pages keep their site path as
-folders, `ray-core/actors/named-actors.md`), the folder is ingested by `pipeline.ingest.run`
-with the default model, exactly as `mdvdb ingest` does, and kept: a second run re-uses the
-index and costs only the queries.
+folders, `ray-core/actors/named-actors.md`), the folder is ingested by
+`pipeline.ingest.ingest_folder` with the default model, exactly as `mdvdb ingest` does, and
+kept: a second run re-uses the index and costs only the queries.
 
 Every query is answered by `query.request.run` (the library call behind `mdvdb search`, with
 its title tiers and result shaping) asking for 100 distinct files (`--files -n 100`); that
@@ -321,7 +321,7 @@ class Target:
 
     def __init__(self, name: str, folder: Path, repack: bool = False):
         from mdvdb.config import load_config
-        from pipeline.ingest import run as ingest
+        from pipeline.ingest import ingest_folder as ingest
         from query import open_index
 
         self.name = name

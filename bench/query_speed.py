@@ -69,7 +69,7 @@ def main() -> None:
     root = args.root or corpus("tldr")
     config = load_config(root, environ={})
     if args.root is None:
-        from pipeline.ingest import run as ingest
+        from pipeline.ingest import ingest_folder as ingest
 
         ingest(config)
     index = open_index(config=config)

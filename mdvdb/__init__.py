@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from pipeline.tasks import IngestReport
+    from pipeline.report import IngestReport
     from query.index import Index
 
 from mdvdb.off_loop import async_twin  # noqa: E402 - after the type-only imports
@@ -45,11 +45,11 @@ def ingest(
     from pathlib import Path
 
     from mdvdb.config import ConfigError, load_config
-    from pipeline.ingest import run
+    from pipeline.ingest import ingest_folder
 
     if root is not None and not Path(root).is_dir():
         raise ConfigError(f"{root}: not a folder")
-    return run(
+    return ingest_folder(
         load_config(root), list(paths) if paths else None, full=full, wait=wait, progress=progress
     )
 

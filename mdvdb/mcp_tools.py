@@ -352,7 +352,7 @@ def ingest(config: Config) -> dict[str, Any]:
     from pipeline import ingest as pipeline_ingest
 
     # The server's own watcher may be mid-ingest: wait for it rather than fail.
-    report = pipeline_ingest.run(config, None)
+    report = pipeline_ingest.ingest_folder(config, None)
     return {
         "files": report.files,
         "added": report.added,

@@ -1,4 +1,5 @@
 """The write side: scan, parse, chunk, embed and pack Markdown into one index file.
 
-`pipeline.ingest.run(config)` is the entry point; `pipeline.tasks` holds the doit stages.
+`pipeline.ingest.ingest_folder(config)` is the entry point; `pipeline.stages` holds the
+typed stages and `pipeline.tasks` their doit tasks.
 """

@@ -21,9 +21,15 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pipeline.pack import Plan
+    from pipeline.state import State
 
 SEED = 0
 CANDIDATES = 4  # k values tried by silhouette, between half the bound and the bound
@@ -41,16 +47,6 @@ MINIBATCH_ABOVE = 20000
 # is 2/k (a topic word of a cluster of average size stays in), clamped to [0.1, 0.5].
 MIN_MAX_DOC_FREQ, MAX_MAX_DOC_FREQ = 0.1, 0.5
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS cluster_docs (
-    path TEXT PRIMARY KEY, sha256 TEXT NOT NULL, cluster_id INTEGER NOT NULL,
-    similarity REAL NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS cluster_topics (
-    cluster_id INTEGER PRIMARY KEY, label TEXT NOT NULL, keywords TEXT NOT NULL,
-    centroid BLOB NOT NULL
-);
-"""
 STATE_KEY = "clustering"
 
 
@@ -247,17 +243,9 @@ class StageResult:
         return f"{self.mode}:{self.documents}:{self.k}:{self.pending}"
 
 
-def ensure_schema(state: Any) -> None:
-    state.db.executescript(SCHEMA)
-
-
 def clear(state: Any) -> None:
     """Clustering turned off: forget everything, so pack publishes no clusters."""
-    ensure_schema(state)
-    with state.transaction():
-        state.db.execute("DELETE FROM cluster_docs")
-        state.db.execute("DELETE FROM cluster_topics")
-        state.db.execute("DELETE FROM kv WHERE key = ?", (STATE_KEY,))
+    state.clear_clusters(STATE_KEY)
 
 
 def run_stage(
@@ -277,24 +265,11 @@ def run_stage(
     only the changed documents are read and assigned to their nearest centroid.
     """
     started = time.perf_counter()
-    ensure_schema(state)
     info = state.get_value(STATE_KEY) or {}
-    # The diff against the manifest runs inside SQLite (both tables are keyed by path): on a
-    # one-file edit of tldr that is 5 ms, where building both as Python dicts was 30 ms.
-    changed_rows = state.db.execute(
-        "SELECT m.path, m.sha256 FROM manifest m LEFT JOIN cluster_docs c ON c.path = m.path "
-        "WHERE c.sha256 IS NULL OR c.sha256 != m.sha256 ORDER BY m.path"
-    ).fetchall()
+    changed_rows, removed = state.cluster_changes()
     manifest = dict(changed_rows)
     changed = [path for path, _ in changed_rows]
-    removed = [
-        r[0]
-        for r in state.db.execute(
-            "SELECT path FROM cluster_docs WHERE path NOT IN (SELECT path FROM manifest) "
-            "ORDER BY path"
-        )
-    ]
-    documents = state.db.execute("SELECT count(*) FROM manifest").fetchone()[0]
+    documents = state.manifest_size()
     settings = {"model": model, "chunk_key": chunk_key, "max_clusters": max_clusters}
     same_model = all(info.get(key) == value for key, value in settings.items())
     pending = int(info.get("pending", 0)) + len(changed)
@@ -359,19 +334,13 @@ def doc_matrix(
     return document_vectors(vectors, owner, len(docs))
 
 
-def prune_vectors(state: Any) -> None:
-    """Drop the document-vector cache older versions kept (the index holds the vectors)."""
-    state.db.execute("DROP TABLE IF EXISTS cluster_vectors")
-
-
 def _full(
     state: Any, chunk_key: str, model: str, dimensions: int, max_clusters: int
 ) -> StageResult:
-    manifest = dict(state.db.execute("SELECT path, sha256 FROM manifest ORDER BY path"))
+    manifest = state.manifest_shas()
     docs = load_docs(state, chunk_key, list(manifest), manifest)
     with_chunks = [d for d in docs if d.chunk_shas]
     vectors = doc_matrix(state, model, dimensions, with_chunks, chunk_key)
-    prune_vectors(state)
     if not with_chunks:
         _store_full(state, docs, [], np.zeros(0), np.zeros(0), [], np.zeros((0, dimensions)))
         return StageResult("full", documents=len(docs), k=0)
@@ -417,20 +386,13 @@ def _store_full(
     centroids: np.ndarray,
 ) -> None:
     assigned = {d.path: (int(labels[i]), float(similarity[i])) for i, d in enumerate(with_chunks)}
-    with state.transaction():
-        state.db.execute("DELETE FROM cluster_docs")
-        state.db.execute("DELETE FROM cluster_topics")
-        state.db.executemany(
-            "INSERT INTO cluster_docs VALUES (?, ?, ?, ?)",
-            ((d.path, d.sha256, *assigned.get(d.path, (-1, 0.0))) for d in docs),
-        )
-        state.db.executemany(
-            "INSERT INTO cluster_topics VALUES (?, ?, ?, ?)",
-            (
-                (c, label_of(keywords[c], f"cluster {c}"), json.dumps(keywords[c]), centroids[c])
-                for c in range(len(keywords))
-            ),
-        )
+    state.replace_clusters(
+        ((d.path, d.sha256, *assigned.get(d.path, (-1, 0.0))) for d in docs),
+        (
+            (c, label_of(keywords[c], f"cluster {c}"), json.dumps(keywords[c]), centroids[c])
+            for c in range(len(keywords))
+        ),
+    )
 
 
 def _assign(
@@ -443,9 +405,7 @@ def _assign(
     manifest: dict[str, str],
 ) -> StageResult:
     """Nearest existing centroid for each changed document; nothing else is read."""
-    rows = list(
-        state.db.execute("SELECT cluster_id, centroid FROM cluster_topics ORDER BY cluster_id")
-    )
+    rows = [(cid, blob) for cid, _, _, blob in state.cluster_topics()]
     ids = [cid for cid, _ in rows]
     docs = load_docs(state, chunk_key, changed, manifest)
     with_chunks = [d for d in docs if d.chunk_shas]
@@ -457,12 +417,9 @@ def _assign(
         best = scores.argmax(axis=1)
         for i, d in enumerate(with_chunks):
             placed[d.path] = (int(ids[best[i]]), float(scores[i, best[i]]))
-    with state.transaction():
-        state.db.executemany("DELETE FROM cluster_docs WHERE path = ?", ((p,) for p in removed))
-        state.db.executemany(
-            "INSERT OR REPLACE INTO cluster_docs VALUES (?, ?, ?, ?)",
-            ((d.path, d.sha256, *placed.get(d.path, (-1, 0.0))) for d in docs),
-        )
+    state.update_cluster_docs(
+        removed, ((d.path, d.sha256, *placed.get(d.path, (-1, 0.0))) for d in docs)
+    )
     return StageResult("assign", assigned=len(with_chunks), removed=len(removed))
 
 
@@ -486,19 +443,14 @@ def load_stored(state: Any) -> StoredClusters | None:
     """None when clustering is off or has never run."""
     if state is None:
         return None
-    ensure_schema(state)
     info = state.get_value(STATE_KEY)
     if not info:
         return None
-    rows = state.db.execute(
-        "SELECT path, cluster_id, similarity, sha256 FROM cluster_docs"
-    ).fetchall()
+    rows = state.cluster_docs()
     paths, ids, sims, shas = zip(*rows, strict=True) if rows else ((), (), (), ())
     topics = [
         (cid, label, json.loads(keywords), np.frombuffer(blob, dtype=np.float32))
-        for cid, label, keywords, blob in state.db.execute(
-            "SELECT cluster_id, label, keywords, centroid FROM cluster_topics ORDER BY cluster_id"
-        )
+        for cid, label, keywords, blob in state.cluster_topics()
     ]
     return StoredClusters(
         list(paths),
@@ -530,19 +482,30 @@ def assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarray
     return ids, similarity
 
 
-def with_cluster_ids(files: Any, state: Any, ids: np.ndarray | None = None) -> Any:
-    """The packed `files` table with its `cluster_id` column filled from the stage's result
-    (all -1 when clustering is off: reused rows may carry ids from an earlier index).
-    `ids`: the ids when the caller already has them (pack computes them once)."""
+@dataclass(frozen=True)
+class ClusterAssignment:
+    """pack's `clusters` step: each file row's cluster id and the `clusters` table."""
+
+    cluster_ids: pa.Array  # int32, -1: in no cluster
+    table: pa.Table | None  # None: clustering off or never run
+
+
+def assign(plan: Plan, state: State | None) -> ClusterAssignment:
+    """pack's step: the stage's stored result laid over the files being packed (read from
+    the state once: 100k assignments). Reused rows may carry ids from an earlier index:
+    every id is set again (all -1 when clustering is off)."""
     import pyarrow as pa
 
-    if ids is None:
-        stored = load_stored(state)
+    files = plan.files
+    stored = load_stored(state)
+    if stored is None:
         ids = np.full(files.num_rows, -1, dtype=np.int32)
-        if stored is not None:
-            ids = assigned(files, stored)[0]
-    column = files.schema.get_field_index("cluster_id")
-    return files.set_column(column, "cluster_id", pa.array(ids, pa.int32()))
+        return ClusterAssignment(pa.array(ids, pa.int32()), None)
+    ids, similarity = assigned(files, stored)
+    column = pa.array(ids, pa.int32())
+    at = files.schema.get_field_index("cluster_id")
+    table = clusters_table(files.set_column(at, "cluster_id", column), state, stored, similarity)
+    return ClusterAssignment(column, table)
 
 
 def clusters_table(

@@ -19,10 +19,15 @@ The group id is the row of the group's first chunk, or -1 for a chunk with no co
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 
 from mdvdb.plain_text import signature_text
+
+if TYPE_CHECKING:
+    from pipeline.pack import Plan
 
 SIGNATURE_VERSION = "simhash64-w3-plain-1"
 MAX_DISTANCE = 3  # bits
@@ -224,16 +229,18 @@ def _components(unique: np.ndarray) -> np.ndarray:
             return labels
 
 
-def build_table(files: pa.Table, chunks: pa.Table, inp) -> pa.Table:
+def update(plan: Plan) -> pa.Table:
     """The `near_duplicates` table, row i for chunk i. Signatures of rows the pack reused are
-    read from the previous index (when it has them, of this version); the rest are computed."""
+    read from the previous index (when it has them, of this version); the rest are computed.
+    (The version goes to the index meta under META_KEY: `pipeline.pack.assemble`.)"""
     from pipeline.splice import rows_of
 
+    chunks = plan.chunks
     n = chunks.num_rows
     sigs = np.zeros(n, dtype=np.uint64)
     fresh = np.arange(n)
-    old = _previous_signatures(inp)
-    source = inp.chunk_source
+    old = _previous_signatures(plan.previous)
+    source = plan.chunk_source
     if old is not None and source is not None and len(source) == n:
         reused = source >= 0
         sigs[reused] = old[source[reused]]
@@ -241,14 +248,12 @@ def build_table(files: pa.Table, chunks: pa.Table, inp) -> pa.Table:
     if len(fresh):
         texts = rows_of(chunks.column("text"), fresh).to_pylist()
         sigs[fresh] = signatures(texts)
-    inp.meta[META_KEY] = meta()
     return pa.Table.from_arrays(
         [pa.array(sigs, pa.uint64()), pa.array(groups(sigs))], schema=schema()
     )
 
 
-def _previous_signatures(inp) -> np.ndarray | None:
-    previous = inp.previous
+def _previous_signatures(previous) -> np.ndarray | None:
     if previous is None or (previous.meta.get(META_KEY) or {}) != meta():
         return None
     table = previous.tables.get("near_duplicates")

@@ -7,15 +7,19 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mdvdb import private
 from mdvdb.config import Config
-from pipeline import tasks
 from pipeline.lock import WriterLock, describe_command
+from pipeline.report import IngestReport
+from pipeline.stages import IngestError, Progress, build_settings
+from pipeline.tasks import STAGES, TASK_CREATORS, IngestRun, doit_config
 
+if TYPE_CHECKING:
+    from mdvdb.providers.base import EmbeddingProvider
 
-class IngestError(RuntimeError):
-    """A stage failed; the previous index is intact."""
+__all__ = ["IngestError", "IngestReport", "ingest_folder", "relative_paths"]
 
 
 def relative_paths(config: Config, paths: list[str]) -> list[str]:
@@ -35,70 +39,55 @@ def relative_paths(config: Config, paths: list[str]) -> list[str]:
     return out
 
 
-def run(
+def ingest_folder(
     config: Config,
     paths: list[str] | None = None,
     full: bool = False,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Progress | None = None,
     wait: bool = True,
     on_wait: Callable[[str], None] | None = None,
-    provider=None,
-) -> tasks.IngestReport:
-    """One ingest under the writer lock. `provider`: an embedder to reuse (a long-lived
-    caller such as the watcher loads its model once); it is not closed here."""
+    provider: EmbeddingProvider | None = None,
+) -> IngestReport:
+    """One ingest under the writer lock: the doit tasks of `pipeline.tasks`, given one
+    `IngestRun` as their parameter. `provider`: an embedder to reuse (a long-lived caller
+    such as the watcher loads its model once); it is not closed here."""
+    from doit.api import run_tasks
     from doit.cmd_base import ModuleTaskLoader
-    from doit.doit_cmd import DoitMain
 
     started = time.perf_counter()
-    only = relative_paths(config, paths) if paths else None
+    only = tuple(relative_paths(config, paths)) if paths else None
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
-    ctx = tasks.RunContext(config=config, only=only, full=full, progress=progress)
-    ctx._provider = provider
-    tasks.set_context(ctx)
+    run = IngestRun(config, only=only, full=full, borrowed_provider=provider)
+    if progress is not None:
+        run.progress = progress
     try:
         remove_stale_temp_files(config)
         remove_legacy_caches(config)
-        ctx.state.reclaim()  # pages an older version's tables left (a VACUUM, once)
+        run.state.reclaim()  # pages an older version's tables left (a VACUUM, once)
         doit_db = config.state_path / "doit.sqlite3"
         usable_doit_db(doit_db)
         private.touch(doit_db)  # 0600 (an empty file is an empty SQLite database)
         if full:
-            with ctx.state.transaction():
-                ctx.state.db.execute("DELETE FROM parsed")
-                ctx.state.db.execute("DELETE FROM chunks")
-        args = [
-            "run",
-            "--db-file",
-            str(doit_db),
-            "--backend",
-            "sqlite3",
-            "--reporter",
-            "zero",
-        ]
-        if full:
-            args.append("--always-execute")
-        code = DoitMain(ModuleTaskLoader(tasks), extra_config={"GLOBAL": {}}).run(
-            [*args, *tasks.STAGES]
+            run.state.forget_records()
+        loader = ModuleTaskLoader({**TASK_CREATORS, "DOIT_CONFIG": doit_config(config, full)})
+        code = run_tasks(
+            loader, {name: {"run": run} for name in STAGES}, extra_config={"GLOBAL": {}}
         )
-        if ctx.error is not None:
-            raise ctx.error
+        if run.error is not None:
+            raise run.error
         if code != 0:
             raise IngestError(
                 f"ingest failed (doit exit code {code}); the previous index is intact"
             )
-        if not ctx.report.published and not config.index_path.exists():
+        report = IngestReport.of_outputs(run.outputs, run.seconds, time.perf_counter() - started)
+        if not report.published and not config.index_path.exists():
             raise IngestError("ingest finished without an index; run `mdvdb ingest --full`")
         # Lets the next run trust discover's change list instead of diffing every cache.
-        ctx.state.set_value("clean_run", tasks._build_settings(ctx))
-        ctx.report.errors = tasks.once_per_path(ctx.report.errors)
-        ctx.report.seconds = time.perf_counter() - started
-        return ctx.report
+        run.state.set_value("clean_run", build_settings(config))
+        return report
     finally:
-        if provider is not None:
-            ctx._provider = None  # the caller's to close
-        ctx.close()
-        tasks.set_context(None)
+        run.close()
         lock.release()
 
 

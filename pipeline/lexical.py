@@ -23,6 +23,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +31,9 @@ import pyarrow as pa
 from mdvdb import index_format
 from mdvdb.text_analysis import ANALYZER_VERSION, term_ids
 from pipeline.splice import rows_of
+
+if TYPE_CHECKING:
+    from pipeline.pack import Plan
 
 FIELDS = ("title", "headings", "body")
 
@@ -426,22 +430,30 @@ def lexical_meta(params: Bm25fParams = PARAMS) -> dict:
     }
 
 
-def build_lexical_tables(files: pa.Table, chunks: pa.Table, inp) -> dict[str, pa.Table]:
-    """The pack builder (see `pipeline.pack.EXTRA_TABLES`): updates the previous index's
-    postings when few chunks are fresh, else rebuilds them from the analysis cache; records
-    the analyzer and parameters in the index meta."""
-    source = inp.chunk_source
-    old = _previous_lexical(inp.previous) if source is not None else None
+@dataclass(frozen=True)
+class LexicalTables:
+    """pack's `lexical` step: the postings tables and what a reader must know of them."""
+
+    tables: dict[str, pa.Table]
+    meta: dict
+
+
+def update(plan: Plan) -> LexicalTables:
+    """The previous index's postings updated for the plan's fresh and departed chunks, or,
+    without a usable previous index, built by analysing every chunk; the analyzer and the
+    parameters go to the index meta."""
+    files, chunks, source = plan.files, plan.chunks, plan.chunk_source
+    old = _previous_lexical(plan.previous)
     if old is not None:
         # The previous index's postings are the analysis cache: only fresh chunks are
         # analysed, however many they are (the state folder keeps no second copy).
         postings = update_postings(old, files, chunks, source)
     else:
         postings = build_postings(analysed_store(files, chunks, None))
-    inp.meta["lexical"] = lexical_meta()
-    return {
+    tables = {
         "lexical": postings_table(postings),
         "lexical_forward": forward_table(postings),
         TF_TABLE: pa.table({"tf": pa.array(postings.tf, pa.float32())}),
         LENGTHS_TABLE: pa.table({"length": pa.array(postings.lengths, pa.float32())}),
     }
+    return LexicalTables(tables, lexical_meta())

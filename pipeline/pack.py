@@ -12,8 +12,8 @@ the caches.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,39 +21,53 @@ import numpy as np
 import pyarrow as pa
 
 from mdvdb import index_format
-from pipeline import duplicates, schema_pack
-from pipeline.lexical import build_lexical_tables
+from pipeline import cluster, duplicates, lexical, schema_pack
+from pipeline.cluster import ClusterAssignment
+from pipeline.lexical import LexicalTables
 from pipeline.splice import splice
-from pipeline.state import ManifestEntry
+from pipeline.state import ManifestEntry, State
 
 
-@dataclass
-class PackInput:
-    entries: list[ManifestEntry]  # every current file (any order: pack sorts them by path)
+@dataclass(frozen=True)
+class PackSources:
+    """What pack reads: the current files and where their fresh rows come from."""
+
+    entries: tuple[ManifestEntry, ...]  # every current file (any order: pack sorts by path)
     dimensions: int
     build_key: str  # model key + chunking key: what makes old rows reusable
     # sha -> {"title", "metadata", "error", "chunks"} for the files that must be read fresh
     load_documents: Callable[[set[str]], dict[str, dict[str, Any]]]
     # chunk sha bytes (in order) -> (n, dimensions) float32
     load_vectors: Callable[[list[bytes]], np.ndarray]
-    meta: dict[str, Any] = field(default_factory=dict)
-    # The run's cache database (pipeline.state.State), for stages that stored results there.
-    state: Any = None
-    # Filled by pack: the previous index when its rows were reused, how many were, and for
-    # every new file and chunk row the row of the previous index it repeats (-1: fresh).
-    # Stages that keep their own tables in step with the rows (schema, lexical) read these.
-    previous: index_format.IndexFile | None = None
-    reused_files: int = 0
-    file_source: np.ndarray | None = None
-    chunk_source: np.ndarray | None = None
-    # Filled by the frontmatter schema hook (pipeline.schema_pack) for the schema tables:
-    # the merged schema, and the (fields, values) counts tables for the next pack.
-    schema: Any = None
-    schema_stats: Any = None
-    # The cluster stage's result, loaded once for the two places that need it.
-    clusters: tuple | None = None
-    # The previous index, when it failed its checks (nothing of it was reused).
-    damaged: list[str] = field(default_factory=list)
+    # The overlay and the clusters the schema and cluster stages stored (None: neither).
+    state: State | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The previous index diffed against the manifest: the new `files` and `chunks` rows,
+    and for each the row of the previous index it repeats (-1: fresh). The steps that keep
+    their own tables in step with the rows (schema, lexical, clusters, near-duplicates)
+    update them from this."""
+
+    previous: index_format.IndexFile | None  # when its rows are reused (still mapped)
+    files: pa.Table  # path order; file_id = row
+    chunks: pa.Table  # file order; chunk_id = row
+    file_source: np.ndarray
+    chunk_source: np.ndarray
+    damaged: tuple[str, ...]  # the previous index, when it failed its checks
+
+    @property
+    def reused_files(self) -> int:
+        return int((self.file_source >= 0).sum())
+
+
+@dataclass(frozen=True)
+class Written:
+    bytes: int
+    chunks: int
+    reused_files: int
+    damaged: tuple[str, ...]
 
 
 def _files_rows(entries: list[ManifestEntry], docs: dict[str, dict[str, Any]]) -> pa.Table:
@@ -191,17 +205,17 @@ def _chunk_source(previous, file_source: np.ndarray, fresh_counts: np.ndarray):
     return source, file_of
 
 
-def assemble(index_path: Path, inp: PackInput) -> tuple[pa.Table, pa.Table]:
-    """The `files` and `chunks` tables of the new index (file_id = row, chunk_id = row),
-    files in path order: runs of rows of the previous index, spliced with the new or changed
-    files read from the caches."""
-    previous = _previous(index_path, inp.build_key, inp.damaged)
-    entries = sorted(inp.entries, key=lambda e: e.path)
+def plan(index_path: Path, sources: PackSources) -> Plan:
+    """Runs of rows of the previous index, spliced with the new or changed files read from
+    the caches; files in path order."""
+    damaged: list[str] = []
+    previous = _previous(index_path, sources.build_key, damaged)
+    entries = sorted(sources.entries, key=lambda e: e.path)
     file_source = _file_source(entries, previous)
     fresh = [e for e, src in zip(entries, file_source.tolist(), strict=True) if src < 0]
-    docs = inp.load_documents({e.sha256 for e in fresh})
+    docs = sources.load_documents({e.sha256 for e in fresh})
     fresh_files = _files_rows(fresh, docs)
-    fresh_chunks = _chunk_rows(fresh, docs, 0, inp.load_vectors, inp.dimensions)
+    fresh_chunks = _chunk_rows(fresh, docs, 0, sources.load_vectors, sources.dimensions)
     fresh_counts = np.array([len(docs[e.sha256]["chunks"]) for e in fresh], dtype=np.int64)
     chunk_source, file_of = _chunk_source(previous, file_source, fresh_counts)
     old_files = old_chunks = None
@@ -214,87 +228,64 @@ def assemble(index_path: Path, inp: PackInput) -> tuple[pa.Table, pa.Table]:
     files = files.set_column(0, "file_id", pa.array(np.arange(files.num_rows, dtype=np.int32)))
     chunks = chunks.set_column(0, "chunk_id", pa.array(np.arange(chunks.num_rows, dtype=np.int32)))
     chunks = chunks.set_column(1, "file_id", pa.array(file_of, pa.int32()))
-    inp.previous = previous
-    inp.file_source = file_source
-    inp.chunk_source = chunk_source
-    inp.reused_files = int((file_source >= 0).sum())
-    return files, chunks
+    return Plan(previous, files, chunks, file_source, chunk_source, tuple(damaged))
 
 
-# Stages that add columns to `files` (typed frontmatter, cluster ids): applied in order to the
-# assembled table. Each gets the table and the input and returns the new table.
-FilesHook = Callable[[pa.Table, PackInput], pa.Table]
-
-
-def _stored_clusters(inp: PackInput, files: pa.Table):
-    """The cluster stage's result (read from the state once per pack: 100k assignments) and
-    each file row's (cluster id, similarity) under it."""
-    from pipeline.cluster import assigned, load_stored
-
-    if inp.clusters is None:
-        stored = load_stored(inp.state)
-        if stored is None:
-            found = (np.full(files.num_rows, -1, dtype=np.int32), None)
-        else:
-            found = assigned(files, stored)
-        inp.clusters = (stored, *found)
-    return inp.clusters
-
-
-def _cluster_ids(files: pa.Table, inp: PackInput) -> pa.Table:
-    from pipeline.cluster import with_cluster_ids
-
-    return with_cluster_ids(files, inp.state, _stored_clusters(inp, files)[1])
-
-
-FILES_HOOKS: list[FilesHook] = [_cluster_ids]
-
-# Extra tables other stages contribute (lexical postings, clusters...): name -> builder.
-# A builder gets the packed `files` and `chunks` tables and the input, returns a table, a
-# {name: table} family of tables computed together, or None; it may record what a reader needs
-# to know about its tables under its own key of `inp.meta`.
-TableBuilder = Callable[[pa.Table, pa.Table, PackInput], "pa.Table | dict[str, pa.Table] | None"]
-EXTRA_TABLES: dict[str, TableBuilder] = {"lexical": build_lexical_tables}
-
-
-def _clusters_table(files: pa.Table, chunks: pa.Table, inp: PackInput) -> pa.Table | None:
-    from pipeline.cluster import clusters_table
-
-    stored, _, similarity = _stored_clusters(inp, files)
-    return clusters_table(files, inp.state, stored, similarity) if stored is not None else None
-
-
-EXTRA_TABLES["clusters"] = _clusters_table
-
-FILES_HOOKS.append(schema_pack.files_hook)
-EXTRA_TABLES["schema"] = schema_pack.schema_table_of
-EXTRA_TABLES["schema_problems"] = schema_pack.problems_table_of
-EXTRA_TABLES["schema_stats"] = schema_pack.stats_tables_of
-EXTRA_TABLES["near_duplicates"] = duplicates.build_table
-
-
-def pack(index_path: Path, inp: PackInput) -> tuple[int, int]:
-    """Publish the index; returns (bytes written, chunk count)."""
-    files, chunks = assemble(index_path, inp)
-    for hook in FILES_HOOKS:
-        files = hook(files, inp)
-    tables = {"files": files, "chunks": chunks}
-    for name, build in EXTRA_TABLES.items():
-        table = build(files, chunks, inp)
-        if isinstance(table, dict):
-            tables.update(table)
-        elif table is not None:
-            tables[name] = table
+def assemble(
+    plan: Plan,
+    schema: schema_pack.SchemaUpdate,
+    lexical: LexicalTables,
+    clusters: ClusterAssignment,
+    near_duplicates: pa.Table,
+    meta: Mapping[str, Any],
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    """Every table of the new index and its meta, from the plan and the steps' outputs."""
+    files = plan.files.set_column(
+        plan.files.schema.get_field_index("cluster_id"), "cluster_id", clusters.cluster_ids
+    )
+    files = schema.with_typed_columns(files)
+    tables = {"files": files, "chunks": plan.chunks, **lexical.tables}
+    if clusters.table is not None:
+        tables["clusters"] = clusters.table
+    tables.update(schema.tables)
+    tables["near_duplicates"] = near_duplicates
     meta = {
-        **inp.meta,
-        "build_key": inp.build_key,
+        **meta,
+        "lexical": lexical.meta,
+        "schema_overlay": schema.overlay_meta,
+        duplicates.META_KEY: duplicates.meta(),
+        "build_key": meta["build_key"],
         "files": files.num_rows,
-        "chunks": chunks.num_rows,
+        "chunks": plan.chunks.num_rows,
     }
-    # The previous index stays mapped while the new one is written: its unchanged bytes are
-    # copied from it. Only then is it released.
-    try:
-        written = index_format.write_index(index_path, tables, meta, source=inp.previous)
-    finally:
-        inp.previous = None
-    return written, chunks.num_rows
+    return tables, meta
+
+
+def write(index_path: Path, tables: dict[str, pa.Table], meta: dict[str, Any], plan: Plan) -> int:
+    """Publish atomically. The previous index stays mapped while the new one is written:
+    its unchanged bytes are copied from it."""
+    return index_format.write_index(index_path, tables, meta, source=plan.previous)
+
+
+def publish(
+    index_path: Path,
+    sources: PackSources,
+    meta: Mapping[str, Any],
+    rows: Plan | None = None,
+    schema: schema_pack.SchemaUpdate | None = None,
+) -> Written:
+    """pack in its named steps: `plan`, `schema_pack.update`, `lexical.update`,
+    `cluster.assign`, `duplicates.update`, `assemble`, `write`. `rows` and `schema`: the plan
+    and schema the `schema` stage already made from the same sources in this run."""
+    if rows is None:
+        rows = plan(index_path, sources)
+    if schema is None:
+        schema = schema_pack.update(rows, sources.state)
+    postings = lexical.update(rows)
+    clusters = cluster.assign(rows, sources.state)
+    near = duplicates.update(rows)
+    tables, full_meta = assemble(
+        rows, schema, postings, clusters, near, {**meta, "build_key": sources.build_key}
+    )
+    written = write(index_path, tables, full_meta, rows)
+    return Written(written, rows.chunks.num_rows, rows.reused_files, rows.damaged)

@@ -203,11 +203,6 @@ def fields_of(stats: dict[str, FieldStats]) -> dict[str, FieldSchema]:
     return out
 
 
-def infer(metadatas: Iterable[dict[str, Any]]) -> dict[str, FieldSchema]:
-    """Fields in first-seen order with types, file counts and low-cardinality values."""
-    return fields_of(count({}, metadatas))
-
-
 # -- overlay ------------------------------------------------------------------------------
 
 
@@ -360,7 +355,7 @@ def _short(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
-# -- the stage and the pack hook -------------------------------------------------------
+# -- the stage: the overlay, kept for pack's schema step ----------------------------------
 
 
 OVERLAY_STATE_KEY = "schema_overlay"
@@ -439,18 +434,6 @@ def typed_column(kind: str, values: list[Any]) -> pa.Array:
     if kind in ("list", "mixed"):
         return pa.array([_texts(v) for v in values], pa.list_(pa.string()))
     return pa.array([_object(v) for v in values], pa.string())
-
-
-def add_typed_columns(
-    files: pa.Table, metadatas: list[dict[str, Any]], result: SchemaResult
-) -> pa.Table:
-    """Append `fm:<field>` for every field some file has, typed by the merged schema."""
-    for spec in result.fields.values():
-        if spec.column is None:
-            continue
-        values = [m.get(spec.name) for m in metadatas]
-        files = files.append_column(spec.column, typed_column(spec.type, values))
-    return files
 
 
 def schema_table(result: SchemaResult) -> pa.Table:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +42,10 @@ from pipeline.schema import (
     typed_column,
 )
 from pipeline.splice import rows_of, splice
+
+if TYPE_CHECKING:
+    from pipeline.pack import Plan
+    from pipeline.state import State
 
 FIELDS_TABLE = "schema_fields"
 VALUES_TABLE = "schema_values"
@@ -189,20 +194,41 @@ def _load_listable(stats: dict[str, FieldStats], values: pa.Table) -> None:
             stats[name].values[value] = n
 
 
-# -- the pack hook ------------------------------------------------------------------------
+# -- pack's schema step ---------------------------------------------------------------------
 
 
-def files_hook(files: pa.Table, inp: Any) -> pa.Table:
-    """Pack's hook on the assembled `files` table: the schema (inferred, merged with the
-    overlay, checked), the typed `fm:` columns, and the counts for the next pack; results
-    are left on `inp` for the table builders below."""
-    overlay = stored_overlay(inp.state)
+@dataclass(frozen=True)
+class SchemaUpdate:
+    """The schema of the files being packed (inferred, merged with the overlay, checked), its
+    typed `fm:` columns, and the counts the next pack updates it from."""
+
+    result: SchemaResult
+    typed_names: tuple[str, ...]
+    typed_columns: tuple[pa.Array | pa.ChunkedArray, ...]
+    tables: dict[str, pa.Table]  # schema, schema_problems, schema_fields, schema_values
+    overlay_meta: dict[str, Any]
+
+    def with_typed_columns(self, files: pa.Table) -> pa.Table:
+        # Collected, then one table: `append_column` per field copies the column list each
+        # time (quadratic: 16k fields took minutes).
+        if not self.typed_names:
+            return files
+        return pa.Table.from_arrays(
+            [*files.columns, *self.typed_columns],
+            names=[*files.column_names, *self.typed_names],
+        )
+
+
+def update(plan: Plan, state: State | None) -> SchemaUpdate:
+    """The schema of `plan.files`: by difference from the previous index's counts when it has
+    them (subtract the frontmatter of the rows that left, add the fresh rows'), else
+    inferred over every file; merged with the overlay the schema stage stored."""
+    files = plan.files
+    overlay = stored_overlay(state)
     decoded = _Frontmatter(files)
-    source = inp.file_source
-    if source is None:
-        source = np.full(files.num_rows, -1, dtype=np.int64)
+    source = plan.file_source
     fresh_rows = np.flatnonzero(source < 0)
-    previous = inp.previous
+    previous = plan.previous
     known = _previous_stats(previous)
     gone_rows = np.zeros(0, dtype=np.int64)
     if known is None:
@@ -219,11 +245,17 @@ def files_hook(files: pa.Table, inp: Any) -> pa.Table:
         old = _decode(old_files.column("frontmatter").take(pa.array(gone_rows)).to_pylist())
         values = _updated(stats, values, old, fresh)
     fields = merge(fields_of(stats), overlay)
-    problems = _problems(files, fields, overlay, inp, decoded, fresh_rows, fresh, gone_rows)
-    inp.schema = SchemaResult(fields=fields, problems=problems, overlay=overlay)
-    inp.schema_stats = (fields_table(stats), values)
-    inp.meta["schema_overlay"] = {"digest": overlay.digest, "error": overlay.error}
-    return _typed_columns(files, fields, inp, decoded, fresh)
+    problems = _problems(files, fields, overlay, previous, decoded, fresh_rows, fresh, gone_rows)
+    result = SchemaResult(fields=fields, problems=problems, overlay=overlay)
+    names, columns = _typed_columns(files, fields, plan, decoded, fresh)
+    tables = {
+        "schema": schema_table(result),
+        "schema_problems": problems_table(result),
+        FIELDS_TABLE: fields_table(stats),
+        VALUES_TABLE: values,
+    }
+    overlay_meta = {"digest": overlay.digest, "error": overlay.error}
+    return SchemaUpdate(result, tuple(names), tuple(columns), tables, overlay_meta)
 
 
 def _previous_types(previous) -> dict[str, str]:
@@ -234,15 +266,16 @@ def _previous_types(previous) -> dict[str, str]:
     return dict(zip(names, types, strict=True))
 
 
-def _typed_columns(files, fields: dict[str, FieldSchema], inp, decoded, fresh) -> pa.Table:
+def _typed_columns(
+    files, fields: dict[str, FieldSchema], plan, decoded, fresh
+) -> tuple[list[str], list[Any]]:
     """`fm:<field>` for every field some file has: spliced from the previous index when the
     field's type is the same (a kept row's value is then the same), else built over all."""
-    previous = inp.previous
+    previous = plan.previous
     old_files = previous.tables["files"] if previous is not None else None
     old_types = _previous_types(previous)
-    # Collected, then one table: `append_column` per field copies the column list each time
-    # (quadratic: 16k fields took minutes).
-    names, columns = list(files.column_names), list(files.columns)
+    names: list[str] = []
+    columns: list[Any] = []
     all_rows = None
     for spec in fields.values():
         if spec.column is None:
@@ -253,27 +286,24 @@ def _typed_columns(files, fields: dict[str, FieldSchema], inp, decoded, fresh) -
             and spec.column in old_files.column_names
         ):
             new = typed_column(spec.type, [m.get(spec.name) for m in fresh])
-            column = splice(old_files.column(spec.column), new, inp.file_source)
+            column = splice(old_files.column(spec.column), new, plan.file_source)
         else:
             all_rows = decoded.all() if all_rows is None else all_rows
             column = typed_column(spec.type, [m.get(spec.name) for m in all_rows])
         names.append(spec.column)
         columns.append(column)
-    if len(names) == files.num_columns:
-        return files
-    return pa.Table.from_arrays(columns, names=names)
+    return names, columns
 
 
 def _declared(fields: dict[str, FieldSchema]) -> list[tuple]:
     return [(f.name, f.type, f.allowed, f.required) for f in fields.values() if f.declared]
 
 
-def _problems(files, fields, overlay, inp, decoded, fresh_rows, fresh, gone_rows) -> list:
+def _problems(files, fields, overlay, previous, decoded, fresh_rows, fresh, gone_rows) -> list:
     """The overlay's problems: those of kept files carried over when the declared part of
     the schema is unchanged (a file's problems depend only on it and on that part)."""
     if not overlay.fields:
         return []
-    previous = inp.previous
     old_schema = previous.tables.get("schema") if previous is not None else None
     old_problems = previous.tables.get("schema_problems") if previous is not None else None
     paths = files.column("path")
@@ -304,18 +334,3 @@ def _old_declared(table: pa.Table) -> list[tuple]:
         )
         if declared
     ]
-
-
-def schema_table_of(files: pa.Table, chunks: pa.Table, inp: Any) -> pa.Table | None:
-    return None if inp.schema is None else schema_table(inp.schema)
-
-
-def problems_table_of(files: pa.Table, chunks: pa.Table, inp: Any) -> pa.Table | None:
-    return None if inp.schema is None else problems_table(inp.schema)
-
-
-def stats_tables_of(files: pa.Table, chunks: pa.Table, inp: Any) -> dict[str, pa.Table] | None:
-    stats = getattr(inp, "schema_stats", None)
-    if stats is None:
-        return None
-    return {FIELDS_TABLE: stats[0], VALUES_TABLE: stats[1]}

@@ -1,9 +1,9 @@
 """`mdvdb watch`: re-index what changes, through the same pipeline as `mdvdb ingest`.
 
 `watchfiles` reports changes; a batch is closed once the tree has been quiet for the debounce
-time (MDVDB_WATCH_DEBOUNCE_MS), and only its paths are re-checked (`ingest.run(paths=...)`),
-under the writer lock for the length of that one ingest: other writers interleave and readers,
-which take no lock, never wait.
+time (MDVDB_WATCH_DEBOUNCE_MS), and only its paths are re-checked
+(`ingest.ingest_folder(paths=...)`), under the writer lock for the length of that one ingest:
+other writers interleave and readers, which take no lock, never wait.
 
 What it survives, and how:
 - editors that write a temp file and rename it over the note: the rename's target arrives as
@@ -284,7 +284,7 @@ class Watcher:
         started = time.perf_counter()
         try:
             absolute = None if paths is None else [str(self.config.root / p) for p in paths]
-            report = ingest.run(
+            report = ingest.ingest_folder(
                 self.config,
                 absolute,
                 provider=self._provider,

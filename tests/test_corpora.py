@@ -14,7 +14,7 @@ def test_edge_cases_every_file_indexed_or_reported(corpora_dir: Path, tmp_path: 
     # A copy: ingest writes its index into the folder, and the unpacked corpora are shared.
     root = shutil.copytree(unpack_corpus(corpora_dir, "edge-cases"), tmp_path / "edge-cases")
     config = load_config(root, environ={})
-    report = ingest.run(config)
+    report = ingest.ingest_folder(config)
     md_files = {
         p.relative_to(root).as_posix()
         for p in root.rglob("*")

@@ -87,11 +87,11 @@ def test_a_query_keeps_its_snapshot_while_a_new_index_is_published(notes: Path):
     from query import open_index
 
     config = load_config(notes)
-    ingest.run(config)
+    ingest.ingest_folder(config)
     index = open_index(config=config)
     with index.pinned() as held:
         (notes / "extra.md").write_text("# Extra\n\nA new note.\n")
-        ingest.run(config)
+        ingest.ingest_folder(config)
         assert index.snapshot is held
         assert "extra.md" not in index.snapshot.paths
     assert "extra.md" in index.snapshot.paths

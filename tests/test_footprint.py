@@ -112,7 +112,7 @@ def test_two_processes_building_the_table_at_once_both_get_a_whole_one(tmp_path:
 
 def test_the_state_keeps_only_what_the_index_lacks(notes: Path):
     config = load_config(notes, environ={})
-    ingest.run(config)
+    ingest.ingest_folder(config)
     assert cache_rows(config.state_path) == dict.fromkeys(cache_rows(config.state_path), 0)
 
     # The records the index holds come back from it exactly as chunking made them.
@@ -130,16 +130,16 @@ def test_the_state_keeps_only_what_the_index_lacks(notes: Path):
 
     # An edit: one file parsed and embedded, nothing else; then the state is empty again.
     (notes / "tar.md").write_text("# tar\n\n## Create\n\nNew text.\n", encoding="utf-8")
-    report = ingest.run(config)
+    report = ingest.ingest_folder(config)
     assert report.parsed == 1 and 0 < report.chunks_embedded <= 2
     assert cache_rows(config.state_path) == dict.fromkeys(cache_rows(config.state_path), 0)
     # Touched but unchanged: nothing parsed, nothing embedded.
     os.utime(notes / "git-basics.md")
-    report = ingest.run(config)
+    report = ingest.ingest_folder(config)
     assert report.parsed == 0 and report.chunks_embedded == 0
     # `--full` parses everything again, embeds nothing (vectors come from the index), and
     # leaves nothing behind that the index holds.
-    report = ingest.run(config, full=True)
+    report = ingest.ingest_folder(config, full=True)
     assert report.parsed == 4 and report.chunks_embedded == 0
     assert cache_rows(config.state_path) == dict.fromkeys(cache_rows(config.state_path), 0)
 
@@ -153,7 +153,7 @@ def test_an_old_state_folder_is_cleaned_and_shrunk(notes: Path):
     """A state folder written before: the per-project table, the BPE DB and the analysis
     cache go, and the database gives its pages back."""
     config = load_config(notes, environ={})
-    ingest.run(config)
+    ingest.ingest_folder(config)
     state = config.state_path
     for name in ("local-l2_supercat-16384096-1.f32.npy", "local-l2_supercat-bpe-1-2.sqlite3"):
         (state / name).write_bytes(b"\0" * 1024)
@@ -166,7 +166,7 @@ def test_an_old_state_folder_is_cleaned_and_shrunk(notes: Path):
     db.commit()
     db.close()
     (notes / "extra.md").write_text("# Extra\n\ntext\n", encoding="utf-8")
-    ingest.run(config)
+    ingest.ingest_folder(config)
     assert sorted(p.name for p in state.iterdir() if p.suffix in (".npy", ".npz")) == []
     assert not list(state.glob("*bpe*"))
     assert folder_bytes(state) < 2 * MB
@@ -176,9 +176,9 @@ def test_a_lost_state_folder_costs_no_parse(notes: Path):
     """The index is the cache of what it holds: with the state folder gone, the next ingest
     re-hashes every file but parses and embeds none."""
     config = load_config(notes, environ={})
-    ingest.run(config)
+    ingest.ingest_folder(config)
     shutil.rmtree(config.state_path)
-    report = ingest.run(config)
+    report = ingest.ingest_folder(config)
     assert report.parsed == 0 and report.chunks_embedded == 0 and report.files == 4
 
 

@@ -61,13 +61,13 @@ def assert_same_as_full(root: Path, touched: int = 0) -> dict[str, pa.Table]:
     """Ingest incrementally, then rebuild without the index; the two indexes must be equal.
     `touched`: files whose mtime alone changed since the last pack (their rows are rebuilt)."""
     config = load_config(root, environ={})
-    report = ingest.run(config)
+    report = ingest.ingest_folder(config)
     assert report.published
     # Rows were reused: every file but the added and changed ones (renamed: added).
     assert report.reused_files == report.files - report.added - report.changed - touched
     incremental, inc_meta = tables_and_meta(config.index_path)
     config.index_path.unlink()
-    assert ingest.run(config).published
+    assert ingest.ingest_folder(config).published
     full, full_meta = tables_and_meta(config.index_path)
     assert sorted(incremental) == sorted(full)
     for name in full:
@@ -83,7 +83,7 @@ def corpus(tmp_path: Path) -> Path:
     for i in range(36):
         topic = list(TOPICS)[i % 3]
         write(root, f"{topic}/note-{i:02d}.md", page(topic, i))
-    ingest.run(load_config(root, environ={}))
+    ingest.ingest_folder(load_config(root, environ={}))
     return root
 
 
@@ -99,7 +99,7 @@ def test_incremental_packs_equal_full_packs(corpus: Path):
     path = root / "cooking/note-13.md"
     path.write_text(path.read_text() + "\nA new line about sourdough kayaks.\n")
     config = load_config(root, environ={})
-    ingest.run(config)
+    ingest.ingest_folder(config)
     assert not (root / ".markdownvdb.state" / "lexical-cache.npz").exists()
     path.write_text(path.read_text() + "\nAnd one more.\n")
     assert_same_as_full(root)
@@ -144,7 +144,7 @@ def test_incremental_packs_equal_full_packs(corpus: Path):
     # 6. A file whose mtime alone changed (no publish for that) is rebuilt with its new
     # mtime at the next pack, as a full pack would write it.
     os.utime(root / "cooking/note-01.md", ns=(1_700_000_000_000_000_000,) * 2)
-    assert not ingest.run(load_config(root, environ={})).published
+    assert not ingest.ingest_folder(load_config(root, environ={})).published
     write(root, "git/note-00.md", page("git", 0) + "\nOne more line.\n")
     tables = assert_same_as_full(root, touched=1)
     at = tables["files"].column("path").to_pylist().index("cooking/note-01.md")
@@ -216,7 +216,7 @@ def test_an_index_of_format_1_is_refused_then_rebuilt_by_a_plain_ingest(corpus: 
     out = run_cli("search", "commit", "--root", str(corpus))
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "format 1" in out.stderr and "mdvdb ingest --full" in out.stderr
-    report = ingest.run(config)  # no file changed, but the index is of an old format
+    report = ingest.ingest_folder(config)  # no file changed, but the index is of an old format
     assert report.published and report.reused_files == 0
     assert run_cli("search", "commit", "--root", str(corpus)).returncode == 0
 
@@ -317,11 +317,11 @@ def test_an_index_without_near_duplicates_is_refused_then_rebuilt_by_a_plain_ing
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "near-duplicate" in out.stderr and "mdvdb ingest" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
-    report = ingest.run(config)  # rows reused, signatures computed for every chunk
+    report = ingest.ingest_folder(config)  # rows reused, signatures computed for every chunk
     assert report.published and report.reused_files == report.files
     assert run_cli("search", "commit", "--root", str(corpus)).returncode == 0
     rebuilt, _ = tables_and_meta(config.index_path)
     config.index_path.unlink()
-    assert ingest.run(config).published
+    assert ingest.ingest_folder(config).published
     full, _ = tables_and_meta(config.index_path)
     assert rebuilt["near_duplicates"].equals(full["near_duplicates"])

@@ -12,7 +12,7 @@ from query import open_index
 
 
 def _ingest(root: Path, **kwargs):
-    return ingest.run(load_config(root, environ={}), **kwargs)
+    return ingest.ingest_folder(load_config(root, environ={}), **kwargs)
 
 
 def _paths(root: Path) -> list[str]:
@@ -107,21 +107,20 @@ def test_index_is_replaced_atomically_and_old_readers_keep_their_snapshot(notes:
     assert leftovers == []
 
 
-def test_a_failed_pack_leaves_the_previous_index_intact(notes: Path):
+def test_a_failed_pack_leaves_the_previous_index_intact(notes: Path, monkeypatch):
     _ingest(notes)
     config = load_config(notes, environ={})
     before = config.index_path.read_bytes()
     (notes / "extra.md").write_text("# Extra\n\nkayaks\n")
 
-    def broken(files, chunks, inp):
+    def broken(plan):
         raise OSError("disk full (simulated)")
 
-    pack.EXTRA_TABLES["broken"] = broken
-    try:
-        with pytest.raises(OSError, match="disk full"):
-            _ingest(notes)
-    finally:
-        del pack.EXTRA_TABLES["broken"]
+    # A step between the plan and the write fails (the previous index is still mapped).
+    monkeypatch.setattr(pack.duplicates, "update", broken)
+    with pytest.raises(OSError, match="disk full"):
+        _ingest(notes)
+    monkeypatch.undo()
     assert config.index_path.read_bytes() == before
     assert [p for p in os.listdir(notes) if p.endswith(".tmp")] == []
     # The next run completes and picks the file up.
@@ -146,13 +145,13 @@ def test_missing_index_is_rebuilt(notes: Path):
 
 def test_full_rebuild_and_config_change(notes: Path):
     _ingest(notes)
-    report = ingest.run(load_config(notes, environ={}), full=True)
+    report = ingest.ingest_folder(load_config(notes, environ={}), full=True)
     assert report.published and report.chunks_embedded == 0
     # Changing the chunk size re-chunks; the index records the new chunking.
     small = load_config(
         notes, environ={"MDVDB_CHUNK_MAX_TOKENS": "20", "MDVDB_CHUNK_OVERLAP_TOKENS": "5"}
     )
-    ingest.run(small)
+    ingest.ingest_folder(small)
     meta = index_format.read_index(small.index_path).meta
     assert meta["config"]["chunk_max_tokens"] == 20
     chunks = index_format.read_index(small.index_path).tables["chunks"]

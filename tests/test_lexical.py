@@ -10,7 +10,7 @@ import pytest
 from mdvdb import index_format
 from mdvdb.config import load_config
 from mdvdb.text_analysis import words
-from pipeline.ingest import run as ingest
+from pipeline.ingest import ingest_folder as ingest
 from query import open_index
 from tests.conftest import run_cli
 from tests.fake_embeddings import FakeEmbeddingServer

@@ -37,6 +37,28 @@ def _cli_json(*args: str, root: Path) -> dict:
     return json.loads(out.stdout)
 
 
+def test_two_ingests_at_once_in_one_process(tmp_path: Path):
+    """Each ingest's stages get their run as an argument (no module global holds it): two
+    projects ingested concurrently from one event loop each get their own files, report and
+    problems."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    shutil.copytree(FIXTURES / "notes", first)
+    second.mkdir()
+    (second / "only-here.md").write_text("# Only here\n\nkayak paddles and spray decks\n")
+    (second / "broken.md").write_text("---\ntitle: [unclosed\n---\n# Broken\n\ntext\n")
+
+    async def both():
+        return await asyncio.gather(mdvdb.aingest(first), mdvdb.aingest(second))
+
+    one, two = asyncio.run(both())
+    assert (one.files, two.files) == (4, 2)
+    assert one.published and two.published
+    assert not one.errors and [path for path, _ in two.errors] == ["broken.md"]
+    hits = mdvdb.open_index(second).search("kayak paddles", limit=5).results
+    paths = {hit.path for hit in hits}
+    assert paths <= {"only-here.md", "broken.md"} and "only-here.md" in paths
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "notes"

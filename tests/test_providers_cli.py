@@ -73,7 +73,7 @@ def ingest(root: Path, env: dict[str, str]):
     from mdvdb.config import load_config
     from pipeline import ingest as pipeline_ingest
 
-    return pipeline_ingest.run(load_config(root, environ={**os.environ, **env}))
+    return pipeline_ingest.ingest_folder(load_config(root, environ={**os.environ, **env}))
 
 
 def check_index(root: Path, server: FakeEmbeddingServer) -> int:

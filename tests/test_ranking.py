@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mdvdb.config import load_config
-from pipeline.ingest import run as ingest
+from pipeline.ingest import ingest_folder as ingest
 from tests.conftest import run_cli, unpack_corpus
 
 GUIDE = """# Kubernetes Guide

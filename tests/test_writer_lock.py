@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from pipeline.tasks import STAGES
 from tests.conftest import REPO, run_cli
 
 HOLDER = """
@@ -120,3 +121,38 @@ def test_published_index_is_private_whatever_the_umask(notes: Path):
     finally:
         os.umask(old)
     assert (notes / ".markdownvdb.index").stat().st_mode & 0o777 == 0o600
+
+
+def test_doit_list_answers_while_an_ingest_holds_the_lock(notes: Path):
+    """Importing the tasks (a `dodo.py`) takes no lock and opens no database: `doit list`
+    and `doit help` answer at once while another writer holds the lock; `doit` itself (a
+    real run) waits for it like any writer."""
+    state = notes / ".markdownvdb.state"
+    assert run_cli("ingest", "--root", str(notes)).returncode == 0
+    (notes / "dodo.py").write_text((REPO / "dodo.py").read_text())
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    holder = _hold(state, 60)
+    try:
+        started = time.monotonic()
+        listed = subprocess.run(
+            [sys.executable, "-m", "doit", "list"],
+            cwd=notes,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert listed.returncode == 0, listed.stderr
+        names = sorted(line.split()[0] for line in listed.stdout.splitlines() if line.strip())
+        assert names == sorted(STAGES)
+        assert time.monotonic() - started < 20
+        # A run is a writer: it waits for the holder instead of writing beside it.
+        running = subprocess.Popen(
+            [sys.executable, "-m", "doit"], cwd=notes, env=env, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(2)
+        assert running.poll() is None
+    finally:
+        holder.kill()
+        holder.wait()
+    assert running.wait(timeout=120) == 0, running.stderr.read()

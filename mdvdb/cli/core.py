@@ -86,7 +86,7 @@ def ingest(
 
         progress = _Progress(sys.stderr.isatty() and not quiet and not as_json)
         try:
-            report = pipeline_ingest.run(
+            report = pipeline_ingest.ingest_folder(
                 config,
                 paths or None,
                 full=full,

@@ -1,0 +1,77 @@
+"""The one record an ingest reports: `mdvdb ingest` (text and --json), `mdvdb.ingest()`, the
+MCP `ingest` tool and the watcher all read this type."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.stages import Chunked, Clustered, Embedded, Manifest, Packed, Parsed, once_per_path
+
+
+@dataclass
+class IngestReport:
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    files: int = 0
+    chunks: int = 0
+    chunks_embedded: int = 0
+    parsed: int = 0
+    published: bool = False
+    index_bytes: int = 0
+    seconds: float = 0.0
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
+    reused_files: int = 0  # files whose rows pack reused from the previous index
+
+    @property
+    def nothing_changed(self) -> bool:
+        return not (self.added or self.changed or self.removed or self.published)
+
+    @classmethod
+    def of_outputs(
+        cls, outputs: Mapping[str, object], stage_seconds: Mapping[str, float], seconds: float
+    ) -> IngestReport:
+        """The report of a run from what its stages returned (a stage doit found up to date
+        returned nothing and adds nothing)."""
+        report = cls(stage_seconds=dict(stage_seconds), seconds=seconds)
+        problems: list[tuple[str, str]] = []
+        for output in outputs.values():
+            problems.extend(getattr(output, "problems", ()))
+            if isinstance(output, Manifest):
+                report.added, report.changed = output.added, output.changed
+                report.removed, report.unchanged = output.removed, output.unchanged
+                report.files = len(output.entries)
+            elif isinstance(output, Parsed | Chunked):
+                report.parsed += output.parsed
+            elif isinstance(output, Embedded):
+                report.chunks_embedded = output.chunks_embedded
+            elif isinstance(output, Clustered) and output.mode != "disabled":
+                report.clustering = output.mode
+            elif isinstance(output, Packed):
+                report.index_bytes, report.chunks = output.index_bytes, output.chunks
+                report.reused_files = output.reused_files
+                report.published = True
+        report.errors = list(once_per_path(problems))
+        return report
+
+    def to_json(self) -> dict[str, Any]:
+        """The record `mdvdb ingest --json` prints."""
+        return {
+            "files": self.files,
+            "added": self.added,
+            "changed": self.changed,
+            "removed": self.removed,
+            "unchanged": self.unchanged,
+            "chunks": self.chunks,
+            "chunks_embedded": self.chunks_embedded,
+            "published": self.published,
+            "index_bytes": self.index_bytes,
+            "seconds": round(self.seconds, 3),
+            "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
+            "errors": [{"path": p, "problem": m} for p, m in self.errors],
+        }

@@ -1,0 +1,613 @@
+"""The write side as typed stages: each takes its inputs as arguments and returns a frozen
+record carrying its digest.
+
+    discover(config, state) -> Manifest
+    parse(config, manifest, state) -> Parsed          (Parsed.manifest: minus unreadable files)
+    chunk(config, manifest, state) -> Chunked
+    embed(config, manifest, state, provider) -> Embedded
+    cluster(config, manifest, state, provider) -> Clustered
+    schema(config, manifest, state, provider) -> Schema  (with pack's plan)
+    pack(config, manifest, state, provider, problems, schema) -> Packed
+
+Each stage does its per-file work against its own SHA-256-keyed cache (`pipeline.state.State`,
+which owns every SQL statement) and returns a digest of what it produced; `pipeline.tasks`
+wraps each in a doit task that depends on the previous stage's digest (`result_dep`), so a
+touched-but-unchanged file stops the chain after `discover`. Nothing here is a module global:
+what a stage needs is in its arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from mdvdb.config import Config
+from pipeline.state import ManifestEntry, State
+
+if TYPE_CHECKING:
+    from mdvdb.providers.base import EmbeddingProvider
+    from pipeline.pack import PackSources, Plan
+    from pipeline.schema_pack import SchemaUpdate
+
+Progress = Callable[[str, int, int], None]
+Problem = tuple[str, str]  # (path, what is wrong with it)
+
+
+class IngestError(RuntimeError):
+    """A stage failed; the previous index is intact."""
+
+
+def digest_of(*parts: object) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(repr(part).encode())
+    return h.hexdigest()
+
+
+def manifest_digest(entries: Mapping[str, ManifestEntry]) -> str:
+    """Digest of (path, sha) of every current file, in path order."""
+    h = hashlib.sha256()
+    for path in sorted(entries):
+        h.update(f"{path}\0{entries[path].sha256}\n".encode())
+    return h.hexdigest()
+
+
+def _quiet(stage: str, done: int, total: int) -> None:
+    pass
+
+
+# -- records --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Every current file (path -> entry), what changed since the last run and, when that
+    run finished cleanly with the same build settings, the content hashes later stages may
+    look at instead of diffing the whole manifest against their caches."""
+
+    entries: Mapping[str, ManifestEntry]
+    digest: str
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    problems: tuple[Problem, ...] = ()
+    # Shas discover saw added or changed, when they can be trusted; None: diff everything.
+    changed_shas: frozenset[str] | None = None
+    # Shas of the previous versions of changed and removed files (with changed_shas): the
+    # only cache entries a trusted run can orphan.
+    left_shas: frozenset[str] = frozenset()
+
+    @classmethod
+    def of_state(cls, state: State) -> Manifest:
+        """The manifest the last discover stored (a stage run on its own: `doit pack`)."""
+        entries = state.manifest()
+        return cls(MappingProxyType(entries), manifest_digest(entries))
+
+    def pending(self) -> list[str] | None:
+        """Shas a stage must look at: discover's changes when they can be trusted, else
+        None (the stage then diffs the whole manifest against its cache)."""
+        return None if self.changed_shas is None else sorted(self.changed_shas)
+
+    def without(self, paths: list[str]) -> Manifest:
+        gone = set(paths)
+        entries = {p: e for p, e in self.entries.items() if p not in gone}
+        return replace(self, entries=MappingProxyType(entries), digest=manifest_digest(entries))
+
+    def path_of_sha(self) -> dict[str, str]:
+        return {e.sha256: e.path for e in self.entries.values()}
+
+
+@dataclass(frozen=True)
+class Parsed:
+    manifest: Manifest  # the files that could be read and parsed
+    parsed: int
+    problems: tuple[Problem, ...]
+    digest: str
+
+
+@dataclass(frozen=True)
+class Chunked:
+    manifest: Manifest
+    parsed: int  # files parsed again because a new chunking needed them
+    problems: tuple[Problem, ...]
+    digest: str
+
+
+@dataclass(frozen=True)
+class Embedded:
+    chunks_embedded: int
+    problems: tuple[Problem, ...]
+    digest: str
+
+
+@dataclass(frozen=True)
+class Clustered:
+    mode: str  # full, assign, unchanged or disabled
+    digest: str
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The frontmatter schema of the files to publish, and the plan it was inferred over
+    (pack reuses both when they were made from the same manifest in the same run)."""
+
+    manifest_digest: str
+    plan: Plan
+    update: SchemaUpdate
+    problems: tuple[Problem, ...]
+    digest: str
+
+
+@dataclass(frozen=True)
+class Packed:
+    index_bytes: int
+    chunks: int
+    reused_files: int
+    problems: tuple[Problem, ...]
+    digest: str
+
+
+# -- settings every stage agrees on --------------------------------------------------------
+
+
+def chunk_key(config: Config) -> str:
+    from pipeline.chunking import chunking_key
+
+    return chunking_key(config.chunk_max_tokens, config.chunk_overlap_tokens)
+
+
+def build_settings(config: Config) -> str:
+    """What a clean run is clean for: the next run trusts discover's change list only
+    under the same settings."""
+    return digest_of(config.fingerprint(), config.clustering_enabled, str(config.index_path))
+
+
+def published_is_current(config: Config, state: State) -> bool:
+    """The published index is the one the last pack wrote, in this code's format (the state
+    keeps only what the index lacks: an index of another format cannot stand in for the
+    parse, chunk and embed caches)."""
+    path = config.index_path
+    if not path.is_file():
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if state.get_value("published_stamp") != [st.st_size, st.st_mtime_ns]:
+        return False
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(16)
+    except OSError:
+        return False
+    from mdvdb.index_format import FORMAT_VERSION, MAGIC
+
+    return header[:8] == MAGIC and int.from_bytes(header[8:12], "little") == FORMAT_VERSION
+
+
+def stamp_index(config: Config, state: State) -> None:
+    st = os.stat(config.index_path)
+    state.set_value("published_stamp", [st.st_size, st.st_mtime_ns])
+
+
+# -- discover -------------------------------------------------------------------------------
+
+
+def discover(
+    config: Config, state: State, only: tuple[str, ...] | None = None, full: bool = False
+) -> Manifest:
+    """Walk the source folders, re-hash what changed, store the new manifest."""
+    from pipeline.discover import discover as walk_and_compare
+
+    old = state.manifest()
+    # The published index is part of the cache: when it is not the one the last run wrote
+    # (deleted, replaced), nothing is trusted and every stage re-checks its work.
+    clean = published_is_current(config, state) and state.get_value("clean_run") == build_settings(
+        config
+    )
+    state.set_value("clean_run", None)
+    found = walk_and_compare(config, {} if full else old, list(only) if only else None)
+    if not found.entries and only is None:
+        _refuse_emptying(config, len(old))
+    added, changed, removed = found.added, found.changed, found.removed
+    if full:
+        removed = sorted(set(old) - set(found.entries))
+        changed = [p for p in added if p in old]
+        added = [p for p in added if p not in old]
+        upserts = list(found.entries.values())
+    else:
+        upserts = [found.entries[p] for p in (*added, *changed)]
+    state.replace_manifest(upserts, removed)
+    changed_shas = left_shas = None
+    if clean and not full:
+        changed_shas = frozenset(found.entries[p].sha256 for p in (*added, *changed))
+        left_shas = frozenset(old[p].sha256 for p in (*changed, *removed) if p in old)
+    return Manifest(
+        entries=MappingProxyType(found.entries),
+        digest=found.digest(),
+        added=len(added),
+        changed=len(changed),
+        removed=len(removed),
+        unchanged=found.unchanged,
+        problems=tuple(found.errors),
+        changed_shas=changed_shas,
+        left_shas=left_shas or frozenset(),
+    )
+
+
+def _refuse_emptying(config: Config, known: int) -> None:
+    """Source folders that match nothing (a typo in MDVDB_SOURCE_DIRS, an unmounted drive)
+    never replace an index that has files: publishing an empty one would look like success.
+    Only configured source folders count: with the default (the root itself), an empty folder
+    is one whose user deleted every note, and an empty index is the truth."""
+    if config.origin("MDVDB_SOURCE_DIRS") == "the default":
+        return
+    if not known and config.index_path.is_file():
+        from mdvdb import index_format
+
+        try:
+            known = int(index_format.read_meta(config.index_path).get("files") or 0)
+        except Exception:  # noqa: BLE001 - a damaged index is not worth keeping
+            known = 0
+    if known:
+        folders = ", ".join(config.source_dirs)
+        raise IngestError(
+            f"MDVDB_SOURCE_DIRS ({folders}, from {config.origin('MDVDB_SOURCE_DIRS')}) "
+            f"matches no Markdown file; the index of {known} files is left as it is "
+            f"(delete {config.index_path.name} to start empty)"
+        )
+
+
+# -- parse ----------------------------------------------------------------------------------
+
+
+def parse(config: Config, manifest: Manifest, state: State, progress: Progress = _quiet) -> Parsed:
+    """Frontmatter, heading tree and body of each new file content. Files that cannot be
+    read or parsed leave the manifest (reported, retried next run, never packed)."""
+    pending = manifest.pending()
+    if pending is None:
+        todo = state.missing_parsed()
+    else:
+        known = set(state.get_parsed_shas(pending))
+        by_sha = manifest.path_of_sha()
+        todo = [(by_sha[s], s) for s in pending if s not in known]
+    # A parse result is only needed to chunk: files already chunked (here, or in the
+    # published index) are never parsed again.
+    chunked = state.chunked(chunk_key(config), [sha for _, sha in todo])
+    todo = [(path, sha) for path, sha in todo if sha not in chunked]
+    problems: list[Problem] = []
+    failed = _parse_files(config, state, todo, problems, progress)
+    kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
+    return Parsed(kept, len(todo), tuple(problems), digest_of(kept.digest))
+
+
+def _parse_files(
+    config: Config,
+    state: State,
+    todo: list[tuple[str, str]],
+    problems: list[Problem],
+    progress: Progress,
+) -> list[str]:
+    """Parse (path, sha) pairs into the cache; returns the paths that failed (reported)."""
+    from pipeline.parse import parse_document
+
+    batch: list[tuple[str, dict]] = []
+    failed: list[str] = []
+    for i, (path, sha) in enumerate(todo, 1):
+        try:
+            raw = (config.root / path).read_bytes()
+        except OSError as exc:
+            problems.append((path, f"cannot read: {exc.strerror or exc}"))
+            failed.append(path)
+            continue
+        if hashlib.sha256(raw).hexdigest() != sha:
+            # Changed between discover and parse: the next run picks the new version up.
+            problems.append((path, "changed while indexing; indexed at next run"))
+            failed.append(path)
+            continue
+        try:
+            doc = parse_document(raw, path)
+        except Exception as exc:  # a parser bug must not lose the rest of the run
+            problems.append((path, f"cannot parse: {type(exc).__name__}: {exc}"))
+            failed.append(path)
+            continue
+        if doc.error:
+            problems.append((path, doc.error))
+        batch.append((sha, doc.to_json()))
+        if len(batch) >= 500:
+            state.put_parsed(batch)
+            batch.clear()
+        progress("parse", i, len(todo))
+    state.put_parsed(batch)
+    return failed
+
+
+def _drop_unparsed(
+    config: Config, manifest: Manifest, state: State, failed: list[str] | None
+) -> Manifest:
+    """The manifest without the files that could not be read or parsed. `failed`: this
+    run's failures when discover's changes are trusted (every other file was parsed by the
+    last clean run); None: look over the whole manifest (~0.4 s at 100k files)."""
+    if failed is None:
+        rows = state.unparsed()
+        chunked = state.chunked(chunk_key(config), {sha for _, sha in rows})
+        failed = [path for path, sha in rows if sha not in chunked]
+    if not failed:
+        return manifest
+    state.replace_manifest([], failed)
+    return manifest.without(failed)
+
+
+# -- chunk ----------------------------------------------------------------------------------
+
+
+def chunk(config: Config, manifest: Manifest, state: State, progress: Progress = _quiet) -> Chunked:
+    """One chunk per heading section, windows for oversized ones."""
+    from pipeline.chunking import chunk_document
+    from pipeline.parse import ParsedDoc
+
+    key = chunk_key(config)
+    pending = manifest.pending()
+    todo = state.missing_chunks(key) if pending is None else state.missing_chunks_of(key, pending)
+    problems: list[Problem] = []
+    reparsed = 0
+    # Parse results leave the cache once the index holds a file's chunks: a new chunking
+    # parses those files again first.
+    unparsed = set(todo) - set(state.get_parsed_shas(todo))
+    if unparsed:
+        by_sha = manifest.path_of_sha()
+        again = [(by_sha[s], s) for s in sorted(unparsed) if s in by_sha]
+        failed = _parse_files(config, state, again, problems, progress)
+        reparsed = len(again)
+        manifest = _drop_unparsed(config, manifest, state, failed)  # skipped below
+    for start in range(0, len(todo), 500):
+        part = todo[start : start + 500]
+        out = []
+        for sha, data in state.get_parsed(part).items():
+            doc = ParsedDoc.from_json(data)
+            chunks = chunk_document(doc, config.chunk_max_tokens, config.chunk_overlap_tokens)
+            record = {
+                "title": doc.title,
+                "metadata": doc.metadata,
+                "error": doc.error,
+                "chunks": [c.to_json() for c in chunks],
+            }
+            out.append((sha, record))
+        state.put_chunks(key, out)
+        progress("chunk", min(start + 500, len(todo)), len(todo))
+    return Chunked(manifest, reparsed, tuple(problems), digest_of(manifest.digest, key))
+
+
+# -- embed ----------------------------------------------------------------------------------
+
+
+def embed(
+    config: Config,
+    manifest: Manifest,
+    state: State,
+    provider: EmbeddingProvider,
+    progress: Progress = _quiet,
+) -> Embedded:
+    """Embed chunk texts with no cached vector for the provider."""
+    from pipeline.embed import embed_missing, model_key
+
+    key, chunks = model_key(provider), chunk_key(config)
+    mark = f"{key}|{chunks}"
+    # Only files not yet marked complete for this model and chunking: a one-file edit reads
+    # one chunk record, not every file's.
+    todo = state.files_to_embed(mark, manifest.pending())
+    docs = state.get_chunks(chunks, todo)
+    texts: dict[bytes, str] = {}
+    for doc in docs.values():
+        for c in doc["chunks"]:
+            texts[bytes.fromhex(c["sha256"])] = c["embed_text"]
+    rejected: list[bytes] = []
+    embedded = embed_missing(
+        state,
+        provider,
+        texts,
+        config.embedding_batch_size,
+        lambda done, total: progress("embed", done, total),
+        rejected,
+    )
+    problems = _rejected(manifest, docs, set(rejected)) if rejected else ()
+    state.mark_embedded(mark, list(docs))
+    return Embedded(embedded, problems, digest_of(manifest.digest, chunks, key))
+
+
+def _rejected(
+    manifest: Manifest, docs: dict[str, Any], rejected: set[bytes]
+) -> tuple[Problem, ...]:
+    """One line per file with sections the provider gave no usable vector for."""
+    paths: dict[str, list[str]] = {}
+    for entry in manifest.entries.values():
+        paths.setdefault(entry.sha256, []).append(entry.path)
+    out: list[Problem] = []
+    for sha, doc in docs.items():
+        lines = [
+            f"{c['start_line']}-{c['end_line']}"
+            for c in doc["chunks"]
+            if bytes.fromhex(c["sha256"]) in rejected
+        ]
+        if not lines:
+            continue
+        for path in paths.get(sha, []):
+            out.append(
+                (
+                    path,
+                    f"the embedding provider returned an unusable vector (NaN, infinite or "
+                    f"zero) twice for lines {', '.join(lines[:5])}; searched by keywords only",
+                )
+            )
+    return tuple(out)
+
+
+# -- cluster --------------------------------------------------------------------------------
+
+
+def cluster(
+    config: Config,
+    manifest: Manifest,
+    state: State,
+    provider: EmbeddingProvider,
+    full: bool = False,
+) -> Clustered:
+    """Topic clusters of documents (kept in the state; pack publishes them)."""
+    from pipeline import cluster as clustering
+    from pipeline.embed import model_key
+
+    if not config.clustering_enabled:
+        clustering.clear(state)
+        return Clustered("disabled", "disabled")
+    result = clustering.run_stage(
+        state,
+        chunk_key(config),
+        model_key(provider),
+        provider.dimensions,
+        config.clustering_max_clusters,
+        config.clustering_rebalance_threshold,
+        full=full,
+    )
+    return Clustered(result.mode, digest_of(manifest.digest, result.digest()))
+
+
+# -- schema ---------------------------------------------------------------------------------
+
+
+def schema(config: Config, manifest: Manifest, state: State, provider: EmbeddingProvider) -> Schema:
+    """Read the overlay (kept in the state), diff the previous index against the manifest
+    (`pipeline.pack.plan`) and infer the schema of the files to publish from it, by
+    difference where the previous index has the counts (`pipeline.schema_pack.update`),
+    merged with the overlay and checked against it."""
+    from pipeline import pack as packing
+    from pipeline import schema_pack
+    from pipeline.schema import stage
+
+    overlay = stage(config.root, state)
+    problems = ((overlay.path, overlay.error),) if overlay.error else ()
+    rows = packing.plan(config.index_path, _pack_sources(config, manifest, state, provider))
+    update = schema_pack.update(rows, state)
+    digest = digest_of(manifest.digest, overlay.digest, overlay.error)
+    return Schema(manifest.digest, rows, update, problems, digest)
+
+
+# -- pack -----------------------------------------------------------------------------------
+
+
+def _pack_sources(
+    config: Config, manifest: Manifest, state: State, provider: EmbeddingProvider
+) -> PackSources:
+    from pipeline.embed import model_key
+    from pipeline.pack import PackSources
+
+    key, chunks = model_key(provider), chunk_key(config)
+    return PackSources(
+        entries=tuple(manifest.entries.values()),  # pack puts them in path order
+        dimensions=provider.dimensions,
+        build_key=f"{key}|{chunks}",
+        load_documents=lambda shas: state.get_chunks(chunks, shas),
+        load_vectors=lambda shas: state.get_embeddings(
+            key, shas, provider.dimensions, missing_ok=True
+        ),
+        state=state,
+    )
+
+
+def pack(
+    config: Config,
+    manifest: Manifest,
+    state: State,
+    provider: EmbeddingProvider,
+    problems: tuple[Problem, ...],
+    schema: Schema | None = None,
+) -> Packed:
+    """Assemble every table and publish the one index file atomically, then hand what the
+    new index holds over from the caches to it (`State.hand_over`). `schema`: the schema
+    stage's output of this run, used when it was made from this manifest."""
+    from mdvdb.fusion_models import fusion_settings
+    from pipeline.embed import model_key
+    from pipeline.pack import publish
+
+    key, chunks = model_key(provider), chunk_key(config)
+    digest = digest_of(manifest.digest, chunks, key)
+    problems = once_per_path(problems)
+    meta = {
+        "digest": digest,
+        "provider": provider.name,
+        "model": provider.model,
+        "dimensions": provider.dimensions,
+        "fusion": fusion_settings(provider.name, provider.model),
+        "config": config.fingerprint(),
+        "errors": [list(e) for e in problems][:1000],
+        "skipped": _skipped_files(config, manifest, problems),
+        "mdvdb_version": _version(),
+    }
+    sources = _pack_sources(config, manifest, state, provider)
+    if schema is not None and schema.manifest_digest == manifest.digest:
+        written = publish(config.index_path, sources, meta, schema.plan, schema.update)
+    else:
+        written = publish(config.index_path, sources, meta)
+    damaged = tuple(
+        (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
+        for path in written.damaged
+    )
+    state.set_value("published_digest", digest)
+    if manifest.changed_shas is None:
+        state.prune(chunks)
+    elif manifest.left_shas:
+        state.prune(chunks, manifest.left_shas)
+    # What the new index holds leaves the caches (pipeline.state: the index is the cache).
+    state.hand_over(chunks, key, keep_vectors=not getattr(provider, "cheap_to_recompute", False))
+    stamp_index(config, state)
+    return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
+
+
+def once_per_path(problems: tuple[Problem, ...] | list[Problem]) -> tuple[Problem, ...]:
+    """The first problem reported for each path: a file that discover and parse both
+    stumble on is one problem to its user."""
+    seen: set[str] = set()
+    out = []
+    for path, problem in problems:
+        if path not in seen:
+            seen.add(path)
+            out.append((path, problem))
+    return tuple(out)
+
+
+def _skipped_files(
+    config: Config, manifest: Manifest, problems: tuple[Problem, ...]
+) -> dict[str, list[int]]:
+    """Reported files left out of the index, with their (size, mtime, ctime), so that `status`
+    does not call them new until they change; carried over from the previous index for
+    files this run did not look at (`mdvdb ingest PATH`, the watcher)."""
+    from mdvdb import index_format
+
+    entries = manifest.entries
+    root = config.root
+    candidates = [path for path, _ in problems]
+    try:
+        candidates += list(index_format.read_meta(config.index_path).get("skipped") or {})
+    except Exception:  # noqa: BLE001 - no previous index, or a damaged one: nothing to carry
+        pass
+    skipped: dict[str, list[int]] = {}
+    for path in candidates:
+        if path in entries or path in skipped or not isinstance(path, str):
+            continue
+        try:
+            st = os.stat(os.path.join(root, path))
+        except (OSError, ValueError):
+            continue
+        if os.path.isfile(os.path.join(root, path)):
+            skipped[path] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return dict(list(skipped.items())[:10000])
+
+
+def _version() -> str:
+    from mdvdb import __version__
+
+    return __version__
