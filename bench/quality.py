@@ -9,7 +9,7 @@ folders, `ray-core/actors/named-actors.md`), the folder is ingested by
 `pipeline.ingest.ingest_folder` with the default model, exactly as `mdvdb ingest` does, and
 kept: a second run re-uses the index and costs only the queries.
 
-Every query is answered by `query.request.run` (the library call behind `mdvdb search`, with
+Every query is answered by `query.request.run_request` (the library call behind `mdvdb search`, with
 its title tiers and result shaping) asking for 100 distinct files (`--files -n 100`); that
 file ranking is what is scored. ArguAna drops the query's own document from its ranking, as
 BEIR does. Alongside, in the same run: plain BM25 with bm25s (English stop-words, Snowball

@@ -192,24 +192,20 @@ class LexicalIndex:
         return found
 
     def rescored(self, k1: float, b: float, floor: float = 0.0) -> LexicalIndex:
-        """The same postings with BM25F weights of another k1 / b, recomputed from the
-        index's field-weighted tf and lengths (the formula of `pipeline.lexical`): how other
-        values are measured without a re-pack. Self without the tf tables."""
-        if self.tf is None or self.lengths is None:
-            return self
+        """The same postings scored with another k1 / b (the weights are computed from the
+        stored tf at query time, so this is only another length norm): how other values are
+        measured without a re-pack. `floor` (a fraction of the mean length) lifts shorter
+        chunks' lengths in the norm only; feedback shares keep the true lengths."""
         from dataclasses import replace
 
-        df = np.diff(self.offsets).astype(np.int64)
-        n = len(self.lengths)
-        avg = float(self.lengths.mean()) or 1.0
-        lengths = np.maximum(self.lengths, np.float32(floor * avg)) if floor else self.lengths
-        norm = np.float32(k1) * (np.float32(1.0 - b) + np.float32(b) * lengths / avg)
-        idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
-        weights = self.tf * np.float32(k1 + 1.0) / (self.tf + norm[self.chunk_ids])
-        weights *= np.repeat(idf, df)
-        return replace(self, weights=weights.astype(np.float32, copy=False))
+        out = replace(self, k1=float(k1), b=float(b))
+        if floor and len(self.lengths):
+            avg = float(self.lengths.mean()) or 1.0
+            lengths = np.maximum(self.lengths, np.float32(floor * avg))
+            out.norm = out.k1 * (1.0 - out.b + out.b * lengths / avg)
+        return out
 
-    def idf(self, hashes: np.ndarray) -> np.ndarray:
+    def term_idf(self, hashes: np.ndarray) -> np.ndarray:
         """Chunk-level idf of each term hash (a term the index lacks gets the highest)."""
         rows = self.lookup(hashes)
         df = np.where(rows >= 0, self.offsets[rows + 1] - self.offsets[np.maximum(rows, 0)], 0)

@@ -50,7 +50,7 @@ def query_vector(index: Index, query: str, form: str = "plain") -> np.ndarray:
     from query.lexical import lexical_index
 
     lexical = lexical_index(index)
-    weights = np.array([float(lexical.idf(ids).mean()) for _, ids in words], dtype=np.float32)
+    weights = np.array([float(lexical.term_idf(ids).mean()) for _, ids in words], dtype=np.float32)
     if form.endswith("-sqrt"):
         weights = np.sqrt(weights)
     if form.startswith("idf-raw"):
