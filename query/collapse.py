@@ -24,8 +24,8 @@ import numpy as np
 from mdvdb.index_format import IndexFormatError
 
 if TYPE_CHECKING:
-    from query.index import Index, Snapshot
     from query.results import SearchResult
+    from query.snapshot import Reader, Snapshot
 
 SIGNATURE_META_KEY = "near_duplicates"
 ALSO_IN_SHOWN = 20  # copies listed per result (`also_in_count` has them all)
@@ -72,7 +72,7 @@ class Diversity:
     @classmethod
     def of(
         cls,
-        index: Index,
+        index: Reader,
         per_file: int | None = None,
         collapse: bool = True,
         scope: np.ndarray | None = None,
@@ -123,7 +123,7 @@ class Diversity:
                 self.used_groups.add(int(self.groups[chunk]))
 
     def attach_copies(
-        self, index: Index, results: list[SearchResult], scope: np.ndarray | None = None
+        self, index: Reader, results: list[SearchResult], scope: np.ndarray | None = None
     ) -> None:
         """Fill each result's `also_in`: the other members of its group inside `scope`."""
         if self.groups is None:
@@ -161,7 +161,7 @@ def other_files(hit: SearchResult) -> int:
     return len(listed) + max(hit.also_in_count - len(hit.also_in), 0)
 
 
-def repeated_share(index: Index, ranked: Sequence[Sequence[int]], k: int = 5) -> float:
+def repeated_share(index: Reader, ranked: Sequence[Sequence[int]], k: int = 5) -> float:
     """Over ranked lists of chunk ids (one per query), the share of the first `k` ids of
     each that repeat the near-duplicate group of a higher-ranked id: the measure of how
     much of an answer is copies."""

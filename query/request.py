@@ -20,8 +20,8 @@ from query.facets import Facet, facets_of, keyword_mask, unmatched
 from query.filters import FileMatch, Filter, matching_files, parse_filter
 
 if TYPE_CHECKING:
-    from query.index import Index
     from query.shaping import FileHit
+    from query.snapshot import Reader
     from query.tiers import TieredResponse
 
 
@@ -104,7 +104,7 @@ def parse_filters(texts: Sequence[str]) -> list[Filter]:
     return [parse_filter(text) for text in texts]
 
 
-def run(index: Index, request: SearchRequest) -> SearchOutcome:
+def run(index: Reader, request: SearchRequest) -> SearchOutcome:
     """Run one request on `index`. Call it inside `index.pinned()` when other threads may
     publish a new index meanwhile: a tiered search reads the snapshot more than once."""
     if not (request.query or request.filters or request.tag or request.category):
@@ -134,7 +134,7 @@ def run(index: Index, request: SearchRequest) -> SearchOutcome:
     return outcome
 
 
-def _search(index: Index, request: SearchRequest, outcome: SearchOutcome) -> None:
+def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> None:
     from query import shaping
     from query.tiers import tiered_search
 
