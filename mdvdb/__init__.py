@@ -13,15 +13,15 @@ Nothing heavy is imported here: `mdvdb` is imported by every command, `mdvdb sea
 
 from __future__ import annotations
 
+from mdvdb.version import __version__
+
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from pipeline.tasks import IngestReport
-    from query.index import Index
-
-__version__ = "0.1.0"
+    from pipeline import IngestReport
+    from query import Index
 
 __all__ = ["__version__", "aingest", "ingest", "open_index"]
 
@@ -43,7 +43,7 @@ def ingest(
     from pathlib import Path
 
     from mdvdb.config import ConfigError, load_config
-    from pipeline.ingest import run
+    from pipeline import run_ingest as run
 
     if root is not None and not Path(root).is_dir():
         raise ConfigError(f"{root}: not a folder")
@@ -68,6 +68,6 @@ async def aingest(
 
 def open_index(root: Path | str | None = None) -> Index:
     """Open a project's index for reading: `query.open_index`."""
-    from query.index import open_index as opener
+    from query import open_index as opener
 
     return opener(root)

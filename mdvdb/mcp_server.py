@@ -182,7 +182,7 @@ def build_server(config: Config):
         explain: bool = False,
         per_file: int | None = None,
     ) -> CallToolResult:
-        from query.request import SearchRequest
+        from query import SearchRequest
 
         with tool_errors():
             check_bounds(query=query, filters=filters, limit=limit, max_tokens=max_tokens)
@@ -389,7 +389,7 @@ def run(config: Config, http_port: int | None = None, token_file: str | None = N
     request needs the bearer token (any local user can reach a loopback port). Meanwhile the
     source folders are watched (unless MDVDB_WATCH=false) so that answers follow edits
     without an `ingest` call; the watcher logs one line per batch on stderr."""
-    from pipeline.watch import start_background
+    from pipeline import start_background
 
     if http_port is None:
         server = build_server(config)

@@ -564,7 +564,7 @@ def _pack(ctx: RunContext) -> dict:
 
 
 def _version() -> str:
-    from mdvdb import __version__
+    from mdvdb.version import __version__
 
     return __version__
 

@@ -72,8 +72,7 @@ def ingest(
         config = load(root)
         if if_present and (config.switched_off or not is_set_up(config)):
             return
-        from pipeline import ingest as pipeline_ingest
-        from pipeline.lock import LockBusy
+        from pipeline import LockBusy, run_ingest
 
         if paths:
             _refuse_missing(config, paths)
@@ -84,7 +83,7 @@ def ingest(
 
         progress = _Progress(sys.stderr.isatty() and not quiet and not as_json)
         try:
-            report = pipeline_ingest.run(
+            report = run_ingest(
                 config,
                 paths or None,
                 full=full,
@@ -124,14 +123,14 @@ def _refuse_missing(config, paths: list[str]) -> None:
     otherwise it is a typo, which used to pass in silence."""
     import os
 
-    from pipeline.ingest import relative_paths
+    from pipeline import relative_paths
 
     gone = [p for p in paths if not os.path.lexists(p)]
     if not gone:
         return
     indexed = None
     if (config.state_path / "cache.sqlite3").exists():
-        from pipeline.state import State
+        from pipeline import State
 
         indexed = State(config.state_path)
     try:
@@ -340,7 +339,7 @@ def _status_of(config):
     try:
         st = index.status()
     except (OSError, ValueError, IndexFormatError) as exc:  # damaged, torn or foreign
-        from query.results import Status
+        from query import Status
 
         st, reason = Status(index_path=str(config.index_path), exists=False), str(exc)
     else:
@@ -361,8 +360,7 @@ def _status_of(config):
 
 def _new_files(config, st) -> list[str]:
     """Files on disk that the index does not have (uses the ingest's own walk and rules)."""
-    from pipeline.discover import walk
-    from query import open_index
-    from query.verify import new_files
+    from pipeline import walk
+    from query import new_files, open_index
 
     return new_files(open_index(config=config).snapshot, config.root, walk(config, []))

@@ -163,10 +163,7 @@ def run(argv: list[str]) -> int | None:
 def run_search(config, as_json: bool, limit: int | None = None, **request: Any) -> None:
     """Run one `query.request` search (the library the MCP server uses too) and print it;
     `request` holds the other `SearchRequest` fields."""
-    from query import open_index
-    from query.filters import FilterError
-    from query.request import RequestError, SearchRequest
-    from query.request import run as run_request
+    from query import FilterError, RequestError, SearchRequest, open_index, run_request
 
     index = open_index(config=config)
     # No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request as for the library.
@@ -178,7 +175,7 @@ def run_search(config, as_json: bool, limit: int | None = None, **request: Any) 
         raise CliError(str(exc), EXIT_USAGE) from None
     empty = not (outcome.listed or outcome.files or (outcome.tiers and outcome.tiers.results))
     if empty:  # the same suggestions whatever left nothing (query.no_match)
-        from query.no_match import explain
+        from query import explain_no_match as explain
 
         missed = explain(index, outcome)
         if not as_json:
@@ -222,7 +219,7 @@ def _print_tiers(response, explain: bool) -> None:
 def also_in_line(hit, shown: int = 3) -> str:
     """`also in 4 other files: a.md, b.md, c.md, …` (or `also at lines 40-52` for a copy in
     the same file)."""
-    from query.collapse import other_files
+    from query import other_files
 
     others = other_files(hit)
     if not others:
