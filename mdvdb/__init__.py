@@ -8,7 +8,9 @@ The library in two calls, the same work as the CLI:
     index = mdvdb.open_index("my-notes")       # search, get_document, status, schema,
     hits = index.search("rotate an api key")   # clusters, grep; each with an a... async form
 
-Nothing heavy is imported here: `mdvdb` is imported by every command, `mdvdb search` included.
+The errors a call can raise are importable from here too (`mdvdb.ConfigError`...), each loaded
+from its layer on first use. Nothing heavy is imported here: `mdvdb` is imported by every
+command, `mdvdb search` included.
 """
 
 from __future__ import annotations
@@ -23,7 +25,33 @@ if TYPE_CHECKING:
     from pipeline import IngestReport
     from query import Index
 
-__all__ = ["__version__", "aingest", "ingest", "open_index"]
+# The library's errors: name -> the module (in the kernel or the public front of pipeline or
+# query) that declares it; loaded on first use.
+_ERRORS = {
+    "ConfigError": "mdvdb.config",
+    "GrepError": "query",
+    "IndexFormatError": "mdvdb.index_format",
+    "IngestError": "pipeline",
+    "LockBusy": "pipeline",
+    "ProviderError": "mdvdb.providers",
+    "QueryError": "query",
+    "SourceError": "query",
+}
+
+__all__ = [
+    "ConfigError",
+    "GrepError",
+    "IndexFormatError",
+    "IngestError",
+    "LockBusy",
+    "ProviderError",
+    "QueryError",
+    "SourceError",
+    "__version__",
+    "aingest",
+    "ingest",
+    "open_index",
+]
 
 
 def ingest(
@@ -71,3 +99,14 @@ def open_index(root: Path | str | None = None) -> Index:
     from query import open_index as opener
 
     return opener(root)
+
+
+def __getattr__(name: str):
+    module = _ERRORS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mdvdb' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

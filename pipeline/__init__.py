@@ -16,6 +16,7 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the CLI imports this packag
 
 # public name -> (module, name in that module)
 _PUBLIC = {
+    "IngestError": ("pipeline.ingest", "IngestError"),
     "IngestReport": ("pipeline.tasks", "IngestReport"),
     "LockBusy": ("pipeline.lock", "LockBusy"),
     "State": ("pipeline.state", "State"),
@@ -27,6 +28,7 @@ _PUBLIC = {
 }
 
 __all__ = [
+    "IngestError",
     "IngestReport",
     "LockBusy",
     "State",
@@ -39,7 +41,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from pipeline.discover import walk
-    from pipeline.ingest import relative_paths
+    from pipeline.ingest import IngestError, relative_paths
     from pipeline.ingest import run as run_ingest
     from pipeline.lock import LockBusy
     from pipeline.state import State
