@@ -9,12 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("mdvdb", "pipeline", "query")
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+PACKAGES = tuple(PYPROJECT["tool"]["importlinter"]["root_packages"])
 KERNEL_MODULE = "mdvdb/text_analysis.py"  # a kernel module, at the bottom
 LINT = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
 
