@@ -105,8 +105,6 @@ def __getattr__(name: str):
     module = _ERRORS.get(name)
     if module is None:
         raise AttributeError(f"module 'mdvdb' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(__import__(module, fromlist=[name]), name)
     globals()[name] = value
     return value

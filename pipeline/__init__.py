@@ -10,8 +10,6 @@ names that need them).
 
 from __future__ import annotations
 
-import importlib
-
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the CLI imports this package
 
 # public name -> (module, name in that module)
@@ -53,7 +51,8 @@ def __getattr__(name: str):
     where = _PUBLIC.get(name)
     if where is None:
         raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where[0]), where[1])
+    # the import statement's path (importlib.import_module would hide it from -X importtime)
+    value = getattr(__import__(where[0], fromlist=[where[1]]), where[1])
     globals()[name] = value
     return value
 
