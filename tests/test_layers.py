@@ -97,3 +97,18 @@ def test_every_package_declares_its_public_names():
         if init.parts[len(REPO.parts)] not in PACKAGES or "tests" in init.parts:
             continue
         assert "__all__" in init.read_text(encoding="utf-8"), init
+
+
+def test_the_search_path_takes_no_untyped_keyword_bags():
+    """`**options: Any` once erased the search signature between the index and the tiers:
+    every function on the search path names and types what it takes."""
+    import inspect
+
+    from query.index import Index
+    from query.search import search
+    from query.tiers import tiered_search
+
+    for function in (Index.search, Index.asearch, search, tiered_search):
+        for param in inspect.signature(function).parameters.values():
+            assert param.kind is not inspect.Parameter.VAR_KEYWORD, (function, param)
+            assert param.name == "self" or param.annotation is not inspect.Parameter.empty
