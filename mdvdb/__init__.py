@@ -8,24 +8,52 @@ The library in two calls, the same work as the CLI:
     index = mdvdb.open_index("my-notes")       # search, get_document, status, schema,
     hits = index.search("rotate an api key")   # clusters, grep; each with an a... async form
 
-Nothing heavy is imported here: `mdvdb` is imported by every command, `mdvdb search` included.
+The errors a call can raise are importable from here too (`mdvdb.ConfigError`...), each loaded
+from its layer on first use. Nothing heavy is imported here: `mdvdb` is imported by every
+command, `mdvdb search` included.
 """
 
 from __future__ import annotations
+
+from mdvdb.version import __version__
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from pipeline.report import IngestReport
-    from query.index import Index
+    from pipeline import IngestReport
+    from query import Index
 
 from mdvdb.off_loop import async_twin  # noqa: E402 - after the type-only imports
 
-__version__ = "0.1.0"
+# The library's errors: name -> the module (in the kernel or the public front of pipeline or
+# query) that declares it; loaded on first use.
+_ERRORS = {
+    "ConfigError": "mdvdb.config",
+    "GrepError": "query",
+    "IndexFormatError": "mdvdb.index_format",
+    "IngestError": "pipeline",
+    "LockBusy": "pipeline",
+    "ProviderError": "mdvdb.providers",
+    "QueryError": "query",
+    "SourceError": "query",
+}
 
-__all__ = ["__version__", "aingest", "ingest", "open_index"]
+__all__ = [
+    "ConfigError",
+    "GrepError",
+    "IndexFormatError",
+    "IngestError",
+    "LockBusy",
+    "ProviderError",
+    "QueryError",
+    "SourceError",
+    "__version__",
+    "aingest",
+    "ingest",
+    "open_index",
+]
 
 
 def ingest(
@@ -45,7 +73,7 @@ def ingest(
     from pathlib import Path
 
     from mdvdb.config import ConfigError, load_config
-    from pipeline.ingest import ingest_folder
+    from pipeline import ingest_folder
 
     if root is not None and not Path(root).is_dir():
         raise ConfigError(f"{root}: not a folder")
@@ -60,6 +88,15 @@ aingest = async_twin(ingest)
 
 def open_index(root: Path | str | None = None) -> Index:
     """Open a project's index for reading: `query.open_index`."""
-    from query.index import open_index as opener
+    from query import open_index as opener
 
     return opener(root)
+
+
+def __getattr__(name: str):
+    module = _ERRORS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mdvdb' has no attribute {name!r}")
+    value = getattr(__import__(module, fromlist=[name]), name)
+    globals()[name] = value
+    return value

@@ -1,5 +1,60 @@
 """The write side: scan, parse, chunk, embed and pack Markdown into one index file.
 
-`pipeline.ingest.ingest_folder(config)` is the entry point; `pipeline.stages` holds the
-typed stages and `pipeline.tasks` their doit tasks.
+`ingest_folder(config)` (`pipeline.ingest`) is the entry point; `pipeline.stages` holds the
+typed stages and `pipeline.tasks` their doit tasks. `__all__` is the write side's public
+surface: the CLI, the MCP server and the (`mdvdb`) import these names from `pipeline` and nothing from its modules (an import-linter contract in pyproject.toml checks it). Each name is loaded from its module on
+first use, so importing `pipeline` costs nothing (doit, watchfiles and NumPy load with the
+names that need them).
 """
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the CLI imports this package
+
+# public name -> (module, name in that module)
+_PUBLIC = {
+    "IngestError": ("pipeline.ingest", "IngestError"),
+    "IngestReport": ("pipeline.tasks", "IngestReport"),
+    "LockBusy": ("pipeline.lock", "LockBusy"),
+    "State": ("pipeline.state", "State"),
+    "Watcher": ("pipeline.watch", "Watcher"),
+    "relative_paths": ("pipeline.ingest", "relative_paths"),
+    "run_ingest": ("pipeline.ingest", "run"),
+    "start_background": ("pipeline.watch", "start_background"),
+    "walk": ("pipeline.discover", "walk"),
+}
+
+__all__ = [
+    "IngestError",
+    "IngestReport",
+    "LockBusy",
+    "State",
+    "Watcher",
+    "relative_paths",
+    "run_ingest",
+    "start_background",
+    "walk",
+]
+
+if TYPE_CHECKING:
+    from pipeline.discover import walk
+    from pipeline.ingest import IngestError, relative_paths
+    from pipeline.ingest import run as run_ingest
+    from pipeline.lock import LockBusy
+    from pipeline.state import State
+    from pipeline.tasks import IngestReport
+    from pipeline.watch import Watcher, start_background
+
+
+def __getattr__(name: str):
+    where = _PUBLIC.get(name)
+    if where is None:
+        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+    # the import statement's path (importlib.import_module would hide it from -X importtime)
+    value = getattr(__import__(where[0], fromlist=[where[1]]), where[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -5,45 +5,126 @@ index = open_index("path/to/notes")
 for hit in index.search("how do I extract a tar archive", limit=5).results:
     print(hit.score, hit.path, hit.start_line, hit.heading)
 
-The names below load on first use, so `query.grep` (which needs neither NumPy nor Arrow) can be
-imported without paying for the index reader.
+`__all__` is the read side's public surface: the CLI, the MCP server and the library front
+door (`mdvdb`) import these names from `query` and nothing from its modules (an import-linter
+contract in pyproject.toml checks it). A name is loaded from its module on first use, so
+`from query import GrepOptions` (which needs neither NumPy nor Arrow) does not pay for the
+index reader. A public name that differs from the module's own says what it does once out of
+its module (`run_request` is `query.request.run`).
 """
 
 from __future__ import annotations
 
-import importlib
-
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs mdvdb grep ~3 ms
 
-_LAZY = {
-    "Index": "query.index",
-    "QueryError": "query.index",
-    "open_index": "query.index",
-    "Document": "query.results",
-    "SearchResponse": "query.results",
-    "SearchResult": "query.results",
-    "Status": "query.results",
+# public name -> (module, name in that module)
+_PUBLIC = {
+    "ClusterList": ("query.clusters", "ClusterList"),
+    "Document": ("query.results", "Document"),
+    "FilterError": ("query.filters", "FilterError"),
+    "GrepError": ("query.grep", "GrepError"),
+    "GrepOptions": ("query.grep", "GrepOptions"),
+    "HumanWriter": ("query.grep_format", "HumanWriter"),
+    "Index": ("query.index", "Index"),
+    "JsonWriter": ("query.grep_format", "JsonWriter"),
+    "Match": ("query.grep", "Match"),
+    "QueryError": ("query.snapshot", "QueryError"),
+    "Registry": ("query.sources", "Registry"),
+    "RequestError": ("query.request", "RequestError"),
+    "Schema": ("query.schema", "Schema"),
+    "SearchOutcome": ("query.request", "SearchOutcome"),
+    "SearchRequest": ("query.request", "SearchRequest"),
+    "SearchResponse": ("query.results", "SearchResponse"),
+    "SearchResult": ("query.results", "SearchResult"),
+    "SourceError": ("query.sources", "SourceError"),
+    "Status": ("query.results", "Status"),
+    "cluster_members": ("query.clusters", "members"),
+    "explain_no_match": ("query.no_match", "explain"),
+    "grep_snippet": ("query.grep_format", "snippet"),
+    "list_clusters": ("query.clusters", "list_clusters"),
+    "load_schema": ("query.schema", "load_schema"),
+    "new_files": ("query.verify", "new_files"),
+    "open_index": ("query.index", "open_index"),
+    "other_files": ("query.collapse", "other_files"),
+    "overlay_is_stale": ("query.schema", "overlay_is_stale"),
+    "run_request": ("query.request", "run"),
+    "select_roots": ("query.sources", "select_roots"),
+    "start_grep": ("query.grep", "start"),
+    "use_color": ("query.grep_format", "use_color"),
+    "value_counts": ("query.schema", "value_counts"),
+    "verify_index": ("query.verify", "verify"),
+    "write_cluster_map": ("query.clusters", "write_map"),
 }
 
 __all__ = [
+    "ClusterList",
     "Document",
+    "FilterError",
+    "GrepError",
+    "GrepOptions",
+    "HumanWriter",
     "Index",
+    "JsonWriter",
+    "Match",
     "QueryError",
+    "Registry",
+    "RequestError",
+    "Schema",
+    "SearchOutcome",
+    "SearchRequest",
     "SearchResponse",
     "SearchResult",
+    "SourceError",
     "Status",
+    "cluster_members",
+    "explain_no_match",
+    "grep_snippet",
+    "list_clusters",
+    "load_schema",
+    "new_files",
     "open_index",
+    "other_files",
+    "overlay_is_stale",
+    "run_request",
+    "select_roots",
+    "start_grep",
+    "use_color",
+    "value_counts",
+    "verify_index",
+    "write_cluster_map",
 ]
 
 if TYPE_CHECKING:
-    from query.index import Index, QueryError, open_index
+    from query.clusters import ClusterList, list_clusters
+    from query.clusters import members as cluster_members
+    from query.clusters import write_map as write_cluster_map
+    from query.collapse import other_files
+    from query.filters import FilterError
+    from query.grep import GrepError, GrepOptions, Match
+    from query.grep import start as start_grep
+    from query.grep_format import HumanWriter, JsonWriter, use_color
+    from query.grep_format import snippet as grep_snippet
+    from query.index import Index, open_index
+    from query.no_match import explain as explain_no_match
+    from query.request import RequestError, SearchOutcome, SearchRequest
+    from query.request import run as run_request
     from query.results import Document, SearchResponse, SearchResult, Status
+    from query.schema import Schema, load_schema, overlay_is_stale, value_counts
+    from query.snapshot import QueryError
+    from query.sources import Registry, SourceError, select_roots
+    from query.verify import new_files
+    from query.verify import verify as verify_index
 
 
 def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
+    where = _PUBLIC.get(name)
+    if where is None:
         raise AttributeError(f"module 'query' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    # the import statement's path (importlib.import_module would hide it from -X importtime)
+    value = getattr(__import__(where[0], fromlist=[where[1]]), where[1])
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -16,7 +16,7 @@ import numpy as np
 from mdvdb import index_format
 
 if TYPE_CHECKING:
-    from query.index import Index
+    from query.snapshot import Reader
 
 
 @dataclass
@@ -56,8 +56,8 @@ class ClusterList:
         }
 
 
-def _no_clusters_error(index: Index) -> Exception:
-    from query.index import QueryError
+def _no_clusters_error(index: Reader) -> Exception:
+    from query.snapshot import QueryError
 
     return QueryError(
         f"the index at {index.config.index_path} has no clusters (built with "
@@ -65,14 +65,14 @@ def _no_clusters_error(index: Index) -> Exception:
     )
 
 
-def clusters_table(index: Index):
+def clusters_table(index: Reader):
     table = index.snapshot.table("clusters")
     if table is None:
         raise _no_clusters_error(index)
     return table
 
 
-def list_clusters(index: Index) -> ClusterList:
+def list_clusters(index: Reader) -> ClusterList:
     table = clusters_table(index)
     snap = index.snapshot
     titles = snap.table("files").column("title").to_pylist()
@@ -91,9 +91,9 @@ def list_clusters(index: Index) -> ClusterList:
     return ClusterList(clusters, len(ids), int((ids < 0).sum()), summary)
 
 
-def file_mask(index: Index, cluster_id: int) -> np.ndarray:
+def file_mask(index: Reader, cluster_id: int) -> np.ndarray:
     """True for the documents in the cluster; an unknown id is a QueryError."""
-    from query.index import QueryError
+    from query.snapshot import QueryError
 
     table = clusters_table(index)
     known = table.column("cluster_id").to_pylist()
@@ -107,12 +107,12 @@ def file_mask(index: Index, cluster_id: int) -> np.ndarray:
     return index.snapshot.table("files").column("cluster_id").to_numpy() == cluster_id
 
 
-def chunk_mask(index: Index, cluster_id: int) -> np.ndarray:
+def chunk_mask(index: Reader, cluster_id: int) -> np.ndarray:
     """True for the chunks of documents in the cluster; an unknown id is a QueryError."""
     return file_mask(index, cluster_id)[index.snapshot.chunk_file_ids]
 
 
-def members(index: Index, cluster_id: int) -> list[Representative]:
+def members(index: Reader, cluster_id: int) -> list[Representative]:
     """Every document of one cluster (path and title), in path order."""
     files = index.snapshot.table("files")
     ids = np.flatnonzero(file_mask(index, cluster_id)).tolist()
@@ -121,7 +121,7 @@ def members(index: Index, cluster_id: int) -> list[Representative]:
     return sorted(found, key=lambda rep: rep.path)
 
 
-def document_vectors(index: Index) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def document_vectors(index: Reader) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(unit document vectors, their cluster ids, their paths): the normalised mean of each
     file's chunks, as the cluster stage computes it. Files without chunks are left out."""
     snap = index.snapshot
@@ -137,7 +137,7 @@ def document_vectors(index: Index) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return vectors, files.column("cluster_id").to_numpy()[keep], paths
 
 
-def write_map(index: Index, target: Path) -> int:
+def write_map(index: Reader, target: Path) -> int:
     """Write the cluster map to `target` (.html: a page with the SVG inline; .svg: the SVG
     alone); returns the number of documents on it."""
     from query.cluster_map import MapLabel, project, render_html, render_svg

@@ -20,7 +20,7 @@ import numpy as np
 from query.filters import Filter
 
 if TYPE_CHECKING:
-    from query.index import Index
+    from query.snapshot import Reader
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Facet:
         return Filter(self.field, "=", self.value, ignore_case=True)
 
 
-def facets_of(index: Index, tag: str | None, category: str | None) -> list[Facet]:
+def facets_of(index: Reader, tag: str | None, category: str | None) -> list[Facet]:
     config = index.config
     out = []
     if tag is not None:
@@ -43,7 +43,7 @@ def facets_of(index: Index, tag: str | None, category: str | None) -> list[Facet
     return out
 
 
-def known_values(index: Index, field: str) -> list[str]:
+def known_values(index: Reader, field: str) -> list[str]:
     """Every value of `field` in the index (list items one by one), sorted, no duplicates."""
     import pyarrow.compute as pc
 
@@ -56,7 +56,7 @@ def known_values(index: Index, field: str) -> list[str]:
     return sorted(v for v in pc.unique(column).to_pylist() if v != "")
 
 
-def unmatched(index: Index, facet: Facet) -> list[str] | None:
+def unmatched(index: Reader, facet: Facet) -> list[str] | None:
     """None when some file has the facet's value (any case); else the values there are."""
     values = known_values(index, facet.field)
     wanted = facet.value.lower()
@@ -65,7 +65,7 @@ def unmatched(index: Index, facet: Facet) -> list[str] | None:
     return values
 
 
-def keyword_mask(index: Index, query: str) -> np.ndarray | None:
+def keyword_mask(index: Reader, query: str) -> np.ndarray | None:
     """One boolean per chunk: its page contains every word of `query` (the keyword rule);
     None when the query has no searchable word. Read from the postings: one slice per word."""
     from mdvdb import text_analysis

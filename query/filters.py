@@ -30,8 +30,8 @@ from mdvdb import index_format
 from mdvdb.index_format import frontmatter_date, frontmatter_text
 
 if TYPE_CHECKING:
-    from query.index import Index, Snapshot
     from query.schema import FieldInfo, Schema
+    from query.snapshot import Reader, Snapshot
 
 COMPARISONS = ("<=", ">=", "!=", "=", "<", ">")  # longest first, for parsing
 RANGES = ("<", "<=", ">", ">=")
@@ -286,7 +286,7 @@ class FileMatch:
 
 
 def matching_files(
-    index: Index, filters: Sequence[Filter], limit: int | None = None
+    index: Reader, filters: Sequence[Filter], limit: int | None = None
 ) -> tuple[list[FileMatch], int]:
     """Files passing every filter, in path order, at most `limit`; and how many there are."""
     import json
@@ -305,7 +305,7 @@ def matching_files(
 
 
 def candidate_mask(
-    index: Index, filters: Sequence[Filter] = (), mask: np.ndarray | None = None
+    index: Reader, filters: Sequence[Filter] = (), mask: np.ndarray | None = None
 ) -> np.ndarray | None:
     """The search hook: chunks a search may return (files passing `filters`, and `mask` if
     given, one boolean per chunk); None when nothing restricts the search."""

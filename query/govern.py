@@ -16,14 +16,14 @@ import datetime as _dt
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from query.index import Index
     from query.results import SearchResult
+    from query.snapshot import Reader
 
 # Snapshots already checked for governance fields: (path, inode, mtime_ns) -> has fields.
 _DETECTED: dict[tuple[str, int, int], bool] = {}
 
 
-def enabled(index: Index, requested: bool | None) -> bool:
+def enabled(index: Reader, requested: bool | None) -> bool:
     """`requested` (from --govern/--no-govern) wins; otherwise the MDVDB_GOVERN setting,
     where `auto` means on only if some indexed page carries one of the fields."""
     if requested is not None:
@@ -34,7 +34,7 @@ def enabled(index: Index, requested: bool | None) -> bool:
     return corpus_has_fields(index)
 
 
-def corpus_has_fields(index: Index) -> bool:
+def corpus_has_fields(index: Reader) -> bool:
     snap = index.snapshot
     key = (str(snap.file.path), snap.file.inode, snap.file.mtime_ns)
     if key not in _DETECTED:
@@ -97,7 +97,7 @@ def adjusted(score: float, weight: float) -> float:
 
 
 def rerank(
-    index: Index, results: list[SearchResult], limit: int, explain: bool = False
+    index: Reader, results: list[SearchResult], limit: int, explain: bool = False
 ) -> list[SearchResult]:
     """Re-order by the governed score, newer `updated` first on exact ties; keep `limit`."""
     cfg = index.config

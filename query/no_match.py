@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from query.index import Index
     from query.request import SearchOutcome
+    from query.snapshot import Reader
 
 SUGGESTIONS = (
     "check the spelling of the query and of any filter, tag or category value",
@@ -53,7 +53,7 @@ class NoMatch:
         return f"{self.headline}{reason} Try: " + "; ".join(self.suggestions) + "."
 
 
-def explain(index: Index, outcome: SearchOutcome, values_shown: int = 200) -> NoMatch:
+def explain(index: Reader, outcome: SearchOutcome, values_shown: int = 200) -> NoMatch:
     """The NoMatch for an outcome that has no result (`values_shown`: facet values listed)."""
     missing = outcome.no_such_value
     if missing is not None:
@@ -61,7 +61,7 @@ def explain(index: Index, outcome: SearchOutcome, values_shown: int = 200) -> No
     return NoMatch(_reason(index, outcome))
 
 
-def _reason(index: Index, outcome: SearchOutcome) -> str | None:
+def _reason(index: Reader, outcome: SearchOutcome) -> str | None:
     """Which part left nothing: the filters and facets (no file passes them), the keyword rule
     (files pass them, none has the query's words), else None (the query found nothing)."""
     from query.filters import matching_files

@@ -15,7 +15,7 @@ from mdvdb import index_format
 from mdvdb.config import SCHEMA_OVERLAY_FILE
 
 if TYPE_CHECKING:
-    from query.index import Index, Snapshot
+    from query.snapshot import Reader, Snapshot
 
 
 @dataclass
@@ -68,9 +68,9 @@ class Schema:
 _CACHE: dict[tuple, Schema] = {}
 
 
-def load_schema(snapshot: Snapshot | Index) -> Schema:
+def load_schema(snapshot: Snapshot | Reader) -> Schema:
     """The schema of one mapped snapshot (cached for as long as that snapshot is current);
-    given an `Index`, of its current snapshot (`Index.schema()` is the public form)."""
+    given a `Reader`, of its current snapshot (`Index.schema()` is the public form)."""
     snapshot = getattr(snapshot, "snapshot", snapshot)
     key = (str(snapshot.file.path), snapshot.file.inode, snapshot.file.mtime_ns)
     cached = _CACHE.get(key)
@@ -109,7 +109,7 @@ def _read(snapshot: Snapshot) -> Schema:
     return schema
 
 
-def overlay_is_stale(index: Index) -> bool:
+def overlay_is_stale(index: Reader) -> bool:
     """The overlay on disk differs from the one the index was built with."""
     try:
         current = hashlib.sha256((index.config.root / SCHEMA_OVERLAY_FILE).read_bytes())

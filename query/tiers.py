@@ -11,25 +11,24 @@ insensitively, where a word of the title begins ("archive" in "Archives", "tar" 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mdvdb import index_format
-from mdvdb.text_analysis import CJK_RANGES
 from query.collapse import Diversity
 from query.filters import Filter, candidate_mask
 from query.results import SearchResponse
+from query.search import search
+from query.titles import query_words, title_files
 
 if TYPE_CHECKING:
-    from query.index import Index, Snapshot
     from query.results import SearchResult
+    from query.snapshot import Reader
+
+__all__ = ["CONTENT", "TITLE", "TieredResponse", "tiered_search"]
 
 TITLE, CONTENT = "title", "content"
-_CJK_START = re.compile(f"[{CJK_RANGES}]")
-_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")  # [text](url) and ![alt](src)
 
 
 @dataclass
@@ -54,230 +53,94 @@ class TieredResponse:
         }
 
 
-def query_words(query: str) -> list[str]:
-    """Lowercased words of two or more characters (one letter matches nearly any title)."""
-    return [w for w in re.findall(r"\w+", query.lower()) if len(w) >= 2]
-
-
-def title_files(snapshot: Snapshot, words: list[str]) -> np.ndarray:
-    """One boolean per file: its title, or one of its headings, contains every word."""
-    titles, headings = _lowered(snapshot)
-    mask = np.zeros(len(titles.starts), dtype=bool)
-    if not words:
-        return mask
-    mask[titles.containing_all(words)] = True
-    mask[snapshot.chunk_file_ids[headings.containing_all(words)]] = True
-    return mask
-
-
-@dataclass
-class _Lowered:
-    """A column's texts lowered (links reduced to their text) as one string, with the
-    character span of each row.
-
-    One `str.lower()` over the column's whole UTF-8 buffer, with row bounds counted in NumPy,
-    instead of a Python call per row, is what keeps a cold search cheap: ~2 ms instead of
-    ~40-80 ms for tldr's 78k titles and headings. A word is found with `str.find` and mapped
-    to its row by binary search; a match that runs past its row's end is not a match.
-    """
-
-    text: str
-    starts: np.ndarray  # character position where each row begins
-    ends: np.ndarray  # and where it ends (exclusive)
-
-    @classmethod
-    def of(cls, array) -> _Lowered:
-        """From a pyarrow string array, reading its buffers directly where lowering keeps
-        every character's position (nearly always); else row by row."""
-        if len(array) == 0:
-            return cls("", np.zeros(0, np.int64), np.zeros(0, np.int64))
-        _, offsets_buffer, data_buffer = array.buffers()
-        offsets = np.frombuffer(offsets_buffer, np.int32, len(array) + 1, array.offset * 4)
-        data = np.frombuffer(data_buffer or b"", np.uint8)[offsets[0] : offsets[-1]]
-        text = data.tobytes().decode("utf-8")
-        lowered = text.lower()
-        if len(lowered) != len(text) or "](" in lowered:
-            return cls.of_rows(array.to_pylist())
-        # a character starts at every byte that is not a UTF-8 continuation byte (10xxxxxx)
-        starts = np.cumsum((data & 0xC0) != 0x80, dtype=np.int32)  # int32: ~5× faster
-        chars = np.concatenate(([0], starts))[offsets - offsets[0]]
-        return cls(lowered, chars[:-1], chars[1:])
-
-    @classmethod
-    def of_rows(cls, texts: list[str | None]) -> _Lowered:
-        rows = [
-            _LINK.sub(r"\1", t).lower() if t and "](" in t else (t or "").lower() for t in texts
-        ]
-        lengths = np.fromiter(map(len, rows), np.int64, len(rows))
-        ends = np.cumsum(lengths)
-        return cls("".join(rows), ends - lengths, ends)
-
-    def containing(self, word: str) -> np.ndarray:
-        """Rows where `word` begins a word ("tar" is in "tar archives", not in "start"), or
-        occurs anywhere for Chinese, Japanese and Korean, which have no spaces to begin at."""
-        text, anywhere = self.text, _CJK_START.match(word) is not None
-        found, after_letter = [], []
-        at = text.find(word)
-        while at >= 0:
-            found.append(at)
-            after_letter.append(at > 0 and text[at - 1].isalnum() and not anywhere)
-            at = text.find(word, at + 1)
-        at = np.asarray(found, np.int64)
-        rows = np.searchsorted(self.starts, at, side="right") - 1
-        # inside its row, and at a word start (the row's first character is one, whatever
-        # the previous row ends with)
-        keep = (at + len(word) <= self.ends[rows]) & (
-            ~np.asarray(after_letter, bool) | (at == self.starts[rows])
-        )
-        rows = rows[keep]
-        # sorted already (matches come in text order): drop repeats without np.unique, whose
-        # first call imports numpy.ma (~7 ms of a cold query)
-        return rows[np.concatenate(([True], rows[1:] != rows[:-1]))] if len(rows) else rows
-
-    def containing_all(self, words: list[str]) -> np.ndarray:
-        rows = None
-        for word in sorted(words, key=len, reverse=True):  # long words are the rarer ones
-            found = self.containing(word)
-            rows = found if rows is None else np.intersect1d(rows, found, assume_unique=True)
-            if len(rows) == 0:
-                break
-        return np.arange(len(self.starts)) if rows is None else rows.astype(np.int64)
-
-
 def tiered_search(
-    index: Index,
+    index: Reader,
     query: str,
     filters: list[Filter] | tuple[Filter, ...] = (),
     limit: int = 20,
     mask: np.ndarray | None = None,
-    **options: Any,
+    *,
+    min_score: float | None = None,
+    mode: str | None = None,
+    explain: bool = False,
+    govern: bool | None = None,
+    cluster: int | None = None,
+    per_file: int | None = None,
+    collapse: bool = True,
 ) -> TieredResponse:
     """Up to `limit` results: best section of each title document, then content sections.
-    `mask` (one boolean per chunk) restricts the candidates as `filters` do."""
-    snap = index.snapshot
-    candidates = candidate_mask(index, filters, mask)
-    if candidates is None:
-        candidates = np.ones(snap.chunk_file_ids.shape[0], dtype=bool)
-    from query.fusion import current
+    `mask` (one boolean per chunk) restricts the candidates as `filters` do; the other
+    options are `query.search.search`'s. Both searches read one snapshot."""
+    with index.pinned():
+        snap = index.snapshot
+        candidates = candidate_mask(index, filters, mask)
+        if candidates is None:
+            candidates = np.ones(snap.chunk_file_ids.shape[0], dtype=bool)
+        from query.fusion import current
 
-    params = current()
-    words = query_words(query) if params.title_tiers else []
-    if params.title_tier_max_words and len(words) > params.title_tier_max_words:
-        words = []  # a question, not a title: rank it on its content
-    titled = title_files(snap, words)[snap.chunk_file_ids]
-    title_chunks = int(np.count_nonzero(candidates & titled))
-    # One Diversity for both searches: near-duplicates and per-file caps span the response.
-    diversity = Diversity.of(
-        index, options.pop("per_file", None), options.pop("collapse", True), scope=candidates
-    )
-    # Most queries match no title: then there is one search, not two. The title search
-    # keeps one section per document (a per-file cap of 1).
-    wanted = min(limit, title_chunks) if limit else 0
-    title = (
-        index.search(
-            query,
-            limit=wanted,
-            mask=candidates & titled,
-            diversity=diversity,
-            per_file=1,
-            **options,
+        params = current()
+        words = query_words(query) if params.title_tiers else []
+        if params.title_tier_max_words and len(words) > params.title_tier_max_words:
+            words = []  # a question, not a title: rank it on its content
+        titled = title_files(snap, words)[snap.chunk_file_ids]
+        title_chunks = int(np.count_nonzero(candidates & titled))
+        # One Diversity for both searches: near-duplicates and per-file caps span the response.
+        diversity = Diversity.of(index, per_file, collapse, scope=candidates)
+        # Most queries match no title: then there is one search, not two. The title search
+        # keeps one section per document (a per-file cap of 1).
+        wanted = min(limit, title_chunks) if limit else 0
+        title = (
+            search(
+                index,
+                query,
+                limit=wanted,
+                mask=candidates & titled,
+                diversity=diversity,
+                per_file=1,
+                min_score=min_score,
+                mode=mode,
+                explain=explain,
+                govern=govern,
+                cluster=cluster,
+            )
+            if wanted
+            else SearchResponse(query, "", [], 0)
         )
-        if wanted
-        else SearchResponse(query, "", [], 0)
-    )
-    first: list[tuple[str, SearchResult]] = []
-    seen: set[int] = set()
-    for hit in title.results:
-        if hit.file_id not in seen:
-            seen.add(hit.file_id)
-            first.append((TITLE, hit))
-    if (title.total or 0) <= len(title.results):
-        title_total = len(first)  # the title search saw every passing section
-    else:  # more sections passed than were fetched: count the candidate title documents
-        title_total = int(np.unique(snap.chunk_file_ids[candidates & titled]).shape[0])
-    first = first[:limit]
-    # The content tier is every other candidate section, the other sections of a title
-    # document included: a page titled "Kubernetes Guide" keeps its matching sections. Its
-    # title hit stands for the page, so it does not use up the page's per-file cap (duplicate
-    # groups it showed stay used). With one section a file (`--files`) the page is listed.
-    if diversity.per_file != 1:
-        diversity.file_counts.clear()
-    rest_mask = candidates.copy()
-    rest_mask[[hit.chunk_id for _, hit in first]] = False
-    content = index.search(
-        query,
-        limit=limit - len(first),
-        mask=rest_mask,
-        diversity=diversity,
-        **options,
-    )
-    rest = [(CONTENT, hit) for hit in content.results]
-    return TieredResponse(
-        query=query,
-        mode=content.mode,
-        results=first + rest,
-        total=title_total + (content.total or 0),
-    )
-
-
-NAME_MAX_WORDS = 16  # longer queries are prose, not names
-NAME_MAX_GRAM = 3  # names of up to this many words ("git branch", "ray start")
-
-
-def name_files(snapshot: Snapshot, query: str, files: np.ndarray) -> np.ndarray:
-    """Which of `files` the query names: the whole title, or the file stem, is a run of the
-    query's words (`tar` for "extract a tar archive", `git-branch.md` for "create a git
-    branch"), or the last dotted part of the title is (`ray.data.Dataset.map_batches` for
-    "map_batches"). A run must hold a word that is not a stop word, and a run inside a longer
-    one that names a page does not count on its own ("git" in "create a git branch").
-    Only `files` are looked at (the best-scoring ones): a Python check of a few hundred
-    titles, nothing built per snapshot. Returns one boolean per entry of `files`."""
-    from mdvdb.text_analysis import words as terms
-
-    found = np.zeros(len(files), dtype=bool)
-    tokens = re.findall(r"\w+", query.lower())
-    if not tokens or len(tokens) > NAME_MAX_WORDS or not len(files):
-        return found
-    spans: dict[str, tuple[int, int]] = {}
-    for n in range(1, min(NAME_MAX_GRAM, len(tokens)) + 1):
-        for i in range(len(tokens) - n + 1):
-            run = tokens[i : i + n]
-            if terms(" ".join(run)):
-                for sep in (" ", "-", "_") if n > 1 else (" ",):
-                    spans.setdefault(sep.join(run), (i, i + n))
-    titles, _ = _lowered(snapshot)
-    paths = _lowered_paths(snapshot)
-    matched: list[tuple[int, int, int]] = []  # (position in files, span start, span end)
-    for at, file_id in enumerate(files.tolist()):
-        title = titles.text[titles.starts[file_id] : titles.ends[file_id]].strip()
-        stem = paths.text[paths.starts[file_id] : paths.ends[file_id]].rsplit("/", 1)[-1]
-        stem = stem.rsplit(".", 1)[0] if "." in stem else stem
-        for name in (title, title.rsplit(".", 1)[-1] if "." in title else None, stem):
-            span = spans.get(name) if name else None
-            if span is not None:
-                matched.append((at, *span))
-                break
-    longer = [(a, b) for _, a, b in matched if b - a > 1]
-    for at, a, b in matched:
-        if not any(x <= a and b <= y and (x, y) != (a, b) for x, y in longer):
-            found[at] = True
-    return found
-
-
-def _lowered_paths(snapshot: Snapshot) -> _Lowered:
-    """File paths, lowered once per snapshot (for file stems)."""
-    found = snapshot.cache.get("tiers_paths")
-    if found is None:
-        found = _Lowered.of(index_format.column_array(snapshot.table("files"), "path"))
-        snapshot.cache["tiers_paths"] = found
-    return found
-
-
-def _lowered(snapshot: Snapshot) -> tuple[_Lowered, _Lowered]:
-    """Titles and chunk headings, lowered once per snapshot."""
-    found = snapshot.cache.get("tiers")
-    if found is None:
-        titles = _Lowered.of(index_format.column_array(snapshot.table("files"), "title"))
-        headings = _Lowered.of(index_format.column_array(snapshot.table("chunks"), "heading"))
-        found = snapshot.cache["tiers"] = (titles, headings)
-    return found
+        first: list[tuple[str, SearchResult]] = []
+        seen: set[int] = set()
+        for hit in title.results:
+            if hit.file_id not in seen:
+                seen.add(hit.file_id)
+                first.append((TITLE, hit))
+        if (title.total or 0) <= len(title.results):
+            title_total = len(first)  # the title search saw every passing section
+        else:  # more sections passed than were fetched: count the candidate title documents
+            title_total = int(np.unique(snap.chunk_file_ids[candidates & titled]).shape[0])
+        first = first[:limit]
+        # The content tier is every other candidate section, the other sections of a title
+        # document included: a page titled "Kubernetes Guide" keeps its matching sections. Its
+        # title hit stands for the page, so it does not use up the page's per-file cap (duplicate
+        # groups it showed stay used). With one section a file (`--files`) the page is listed.
+        if diversity.per_file != 1:
+            diversity.file_counts.clear()
+        rest_mask = candidates.copy()
+        rest_mask[[hit.chunk_id for _, hit in first]] = False
+        content = search(
+            index,
+            query,
+            limit=limit - len(first),
+            mask=rest_mask,
+            diversity=diversity,
+            min_score=min_score,
+            mode=mode,
+            explain=explain,
+            govern=govern,
+            cluster=cluster,
+        )
+        rest = [(CONTENT, hit) for hit in content.results]
+        return TieredResponse(
+            query=query,
+            mode=content.mode,
+            results=first + rest,
+            total=title_total + (content.total or 0),
+        )

@@ -22,7 +22,7 @@ from mdvdb.cli import search as fast
 from mdvdb.cli.app import app
 from mdvdb.config import load_config
 from query import open_index
-from query.tiers import _lowered, query_words, title_files
+from query.titles import _lowered, query_words, title_files
 from tests.conftest import run_cli
 
 PAGES = {

@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 
 import mdvdb
-from mdvdb.config import ConfigError
-from query import Index, QueryError
-from query.grep import GrepError
+from mdvdb import ConfigError, GrepError, QueryError, SourceError
+from query import Index
 from query.schema import load_schema
-from query.sources import SourceError
 from tests.conftest import FIXTURES, run_cli
 
 TIMINGS = ("seconds", "stage_seconds")
@@ -155,6 +153,19 @@ def test_every_call_has_a_typed_signature_and_an_async_twin():
             p.kind is not inspect.Parameter.VAR_KEYWORD
             for p in inspect.signature(call).parameters.values()
         )
+
+
+def test_the_front_door_names_every_error_it_documents():
+    """`mdvdb.ConfigError`... as the README lists them: the classes the layers raise."""
+    errors = [name for name in mdvdb.__all__ if name.endswith(("Error", "Busy"))]
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert len(errors) == 8
+    for name in errors:
+        error = getattr(mdvdb, name)
+        assert issubclass(error, Exception) and error.__name__ == name
+        assert f"`mdvdb.{name}`" in readme, name
+    with pytest.raises(AttributeError):
+        mdvdb.NoSuchError  # noqa: B018
 
 
 def test_the_library_raises_what_the_cli_reports(project: Path, tmp_path: Path):

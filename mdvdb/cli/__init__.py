@@ -30,6 +30,8 @@ FAST_COMMANDS = {"grep": "mdvdb.cli.grep", "search": "mdvdb.cli.search"}
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
 DIST_NAME = "markdown-vdb"
 
+__all__ = ["main"]
+
 
 def version() -> str:
     from importlib.metadata import PackageNotFoundError

@@ -107,7 +107,7 @@ def _serve_here(config, folder, timeout: float) -> None:
         log.flush()
 
     def start_watch():
-        from pipeline.watch import start_background
+        from pipeline import start_background
 
         line(f"serve: pid {os.getpid()} serving {folder / warm.SOCKET_NAME}")
         watcher = start_background(config, log=line)

@@ -37,8 +37,8 @@ def clusters(
             raise CliError(f"--plot {plot}: write a .html or .svg file", EXIT_USAGE)
         if plot is not None and not plot.parent.is_dir():
             raise CliError(f"--plot {plot}: folder {plot.parent} does not exist", EXIT_USAGE)
-        from query import open_index
-        from query.clusters import list_clusters, write_map
+        from query import list_clusters, open_index
+        from query import write_cluster_map as write_map
 
         index = open_index(config=config)
         listing = list_clusters(index)

@@ -104,9 +104,17 @@ def _search(args: argparse.Namespace, pattern: str) -> int:
     from pathlib import Path
 
     from mdvdb.config import ConfigError, load_config
-    from query import grep
-    from query.grep_format import HumanWriter, JsonWriter, use_color
-    from query.sources import Registry, SourceError, select_roots
+    from query import (
+        GrepError,
+        GrepOptions,
+        HumanWriter,
+        JsonWriter,
+        Registry,
+        SourceError,
+        select_roots,
+        start_grep,
+        use_color,
+    )
 
     if args.root is not None and not os.path.isdir(args.root):
         return _fail(f"--root {args.root}: not a folder", EXIT_USAGE)
@@ -120,7 +128,7 @@ def _search(args: argparse.Namespace, pattern: str) -> int:
             exclude=args.exclude,
             drop_blacklisted=args.exclude_blacklisted,
         )
-        options = grep.GrepOptions(
+        options = GrepOptions(
             pattern=pattern,
             limit=args.limit,
             per_file_limit=args.per_file_limit,
@@ -129,12 +137,12 @@ def _search(args: argparse.Namespace, pattern: str) -> int:
             sort=args.sort,
             include_frontmatter=args.include_frontmatter,
         )
-        search = grep.start(options, selection, config.root, config.page_id_field)
+        search = start_grep(options, selection, config.root, config.page_id_field)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except SourceError as exc:
         return _fail(str(exc), EXIT_USAGE if exc.usage else EXIT_ERROR)
-    except grep.GrepError as exc:
+    except GrepError as exc:
         return _fail(str(exc), EXIT_ERROR)
 
     for warning in selection.warnings:

@@ -34,8 +34,7 @@ def schema(
     """The frontmatter schema: fields, types, file counts, values; merged with the overlay."""
     with user_errors():
         config = load(root)
-        from query import open_index
-        from query.schema import load_schema, overlay_is_stale
+        from query import load_schema, open_index, overlay_is_stale
 
         index = open_index(config=config)
         merged = load_schema(index.snapshot)
@@ -88,7 +87,7 @@ def _one_field(index, merged, name: str, as_json: bool) -> None:
     if info is None:
         known = ", ".join(merged.field_names()) or "(none)"
         raise CliError(f"unknown field {name!r}; known: {known}", EXIT_USAGE)
-    from query.schema import value_counts
+    from query import value_counts
 
     counts = value_counts(index.snapshot, info)
     if as_json:

@@ -9,7 +9,7 @@ from mdvdb.cli.app import EXIT_ERROR, print_json
 
 def run_verify(config, as_json: bool) -> None:
     """Check the whole index; exit 1 listing the problems when it is not sound."""
-    from query.verify import verify
+    from query import verify_index as verify
 
     report = verify(config.index_path, config.root)
     if as_json:

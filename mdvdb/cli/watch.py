@@ -28,7 +28,7 @@ def watch(
         import threading
 
         config = load(root)
-        from pipeline.watch import Watcher
+        from pipeline import Watcher
 
         stop = threading.Event()
 

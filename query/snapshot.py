@@ -1,0 +1,201 @@
+"""One published index, mapped, and the reader that holds it: what every query module reads.
+
+Readers take no lock. The writer publishes a new file by atomic rename, so a mapped index is
+one consistent snapshot; a long-lived reader checks the path's inode between queries and
+re-maps when a newer index was published. A query pins one snapshot for its whole duration
+(`Reader.pinned`), so the rows it scores and the rows it returns come from the same file even
+when a new index is published mid-query.
+
+This module is the bottom of `query/`: the query modules (search, filters, schema, clusters,
+tiers...) take a `Reader` and never import `query.index`, whose `Index` is the front that
+calls them; so no import inside `query/` runs in a circle.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mdvdb import index_format
+from mdvdb.config import Config
+
+__all__ = ["QueryError", "Reader", "Snapshot"]
+
+
+class QueryError(RuntimeError):
+    """A query that cannot be answered (bad path, provider mismatch...); one line."""
+
+
+@dataclass
+class Snapshot:
+    """One published index, mapped: arrow tables plus NumPy views over them."""
+
+    file: index_format.IndexFile
+    vectors: np.ndarray  # (chunks, dimensions) float32 view over the map
+    chunk_file_ids: np.ndarray
+    _path_ids: dict[str, int] | None = field(default=None, repr=False)
+    # Structures derived from this snapshot once (the lexical index...), dropped with it.
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Snapshot:
+        file = index_format.read_index(path)
+        chunks = file.tables["chunks"]
+        dims = int(file.meta.get("dimensions") or 0)
+        column = index_format.column_array(chunks, "vector")
+        if chunks.num_rows:
+            # `.values` ignores a slice offset (`flatten()` would honour it, but imports
+            # pyarrow.compute: ~30 ms of a cold query), so apply the offset by hand.
+            flat = column.values.to_numpy(zero_copy_only=True)
+            start = column.offset * dims
+            vectors = flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
+        else:
+            vectors = np.zeros((0, dims), dtype=np.float32)
+        return cls(
+            file=file,
+            vectors=vectors,
+            chunk_file_ids=index_format.column_array(chunks, "file_id").to_numpy(),
+        )
+
+    @property
+    def paths(self) -> list[str]:
+        """Every file's path, by file id: built on first use (~5 ms on 38k files), which a
+        search that returns ten results never needs."""
+        found = self.cache.get("paths")
+        if found is None:
+            found = self.cache["paths"] = self.table("files").column("path").to_pylist()
+        return found
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.file.meta
+
+    def table(self, name: str):
+        return self.file.table(name)
+
+
+# The last snapshot mapped per index path, shared by every Index in this process, so a
+# long-lived process (`mdvdb serve`, `mdvdb mcp`) that opens an Index per call maps each
+# published file once. A snapshot is immutable, so sharing it is safe.
+_SNAPSHOTS: dict[Path, Snapshot] = {}
+
+
+def _shared_snapshot(path: Path) -> Snapshot:
+    cached = _SNAPSHOTS.get(path)
+    if cached is not None:
+        try:
+            st = os.stat(path)
+            if st.st_ino == cached.file.inode and st.st_mtime_ns == cached.file.mtime_ns:
+                return cached
+        except OSError:
+            pass
+    snap = Snapshot.load(path)
+    _SNAPSHOTS[path] = snap
+    return snap
+
+
+class Reader:
+    """A project's index, opened read-only: the snapshot management and the query embedder
+    every query needs. Cheap to create; maps the file on first use. `query.Index` adds the
+    queries themselves."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self._snapshot: Snapshot | None = None
+        self._provider = None
+        self._pins = threading.local()  # the snapshot each thread's current query holds
+
+    # -- snapshot management --------------------------------------------------------------
+    @property
+    def snapshot(self) -> Snapshot:
+        """The snapshot pinned by the running query, else the newest published one."""
+        pinned = getattr(self._pins, "snapshot", None)
+        if pinned is not None:
+            return pinned
+        return self._current()
+
+    def _current(self) -> Snapshot:
+        snap = self._snapshot
+        if snap is None or self._is_outdated(snap):
+            snap = _shared_snapshot(self.config.index_path)
+            self._snapshot = snap
+        return snap
+
+    @contextmanager
+    def pinned(self) -> Iterator[Snapshot]:
+        """Hold one snapshot for a whole query (nested calls share it). Without this, a
+        query that reads `snapshot` twice could score rows of one file and return rows of
+        a newer one published in between."""
+        held = getattr(self._pins, "snapshot", None)
+        if held is not None:
+            yield held
+            return
+        self._pins.snapshot = self._current()
+        try:
+            yield self._pins.snapshot
+        finally:
+            self._pins.snapshot = None
+
+    def _is_outdated(self, snap: Snapshot) -> bool:
+        try:
+            st = os.stat(self.config.index_path)
+        except OSError:
+            return False  # keep serving the last snapshot if the file vanished
+        return st.st_ino != snap.file.inode or st.st_mtime_ns != snap.file.mtime_ns
+
+    def refresh(self) -> bool:
+        """Switch to a newer published index if there is one; True if it switched."""
+        if self._snapshot is not None and not self._is_outdated(self._snapshot):
+            return False
+        self._snapshot = None
+        self._current()
+        return True
+
+    def path_id(self, path: str) -> int | None:
+        snap = self.snapshot
+        if snap._path_ids is None:
+            snap._path_ids = {p: i for i, p in enumerate(snap.paths)}
+        return snap._path_ids.get(path)
+
+    def provider(self):
+        """The query embedder; it must match what the index was built with."""
+        if self._provider is None:
+            from mdvdb.providers import get_provider
+
+            meta = self.snapshot.meta
+            cfg = self.config
+            mismatch = provider_mismatch(meta, cfg)
+            if mismatch is not None:
+                raise QueryError(f"{mismatch}: run `mdvdb ingest` to re-embed")
+            # A search is interactive: two retries ride out a blip, more would keep the user
+            # waiting ~15 s for "cannot connect" when the server is simply not running.
+            provider = get_provider(
+                replace(cfg, embedding_max_retries=min(cfg.embedding_max_retries, 2))
+            )
+            if provider.dimensions == 0:
+                # dimensions 0 takes what the model returns: the index recorded that size,
+                # so a query vector of another size is an error, not a silent mismatch.
+                provider.dimensions = int(meta.get("dimensions") or 0)
+            self._provider = provider
+        return self._provider
+
+
+def provider_mismatch(meta: dict[str, Any], config: Config) -> str | None:
+    """What differs between the embedding model an index was built with (its meta) and the
+    one the configuration asks for, or None when a query vector fits the index (dimensions 0
+    in the configuration takes whatever size the model gave)."""
+    built = (meta.get("provider"), meta.get("model"), meta.get("dimensions"))
+    wanted = (config.embedding_provider, config.embedding_model, config.embedding_dimensions)
+    if built == wanted or (config.embedding_dimensions == 0 and built[:2] == wanted[:2]):
+        return None
+    return (
+        f"index built with {built[0]}:{built[1]} ({built[2]} dims), configuration "
+        f"asks for {wanted[0]}:{wanted[1]} ({wanted[2]} dims)"
+    )

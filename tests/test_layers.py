@@ -1,0 +1,114 @@
+"""The layering as a contributor meets it: `lint-imports` (the contracts in pyproject.toml)
+passes on the code, and fails, naming the contract, when an import runs back up a layer, joins
+pipeline/ and query/, or closes a cycle in query/. The public fronts (`__all__`) resolve."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+PACKAGES = tuple(PYPROJECT["tool"]["importlinter"]["root_packages"])
+KERNEL_MODULE = "mdvdb/text_analysis.py"  # a kernel module, at the bottom
+LINT = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        [LINT, "--config", str(root / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """The packages and pyproject.toml in a folder of their own, to break on purpose."""
+    for package in PACKAGES:
+        shutil.copytree(
+            REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def add_import(path: Path, statement: str) -> None:
+    """A function-level import, as the code base's lazy imports are: it counts too."""
+    with path.open("a", encoding="utf-8") as f:
+        f.write(f"\n\ndef _added_by_the_test():\n    {statement}\n")
+
+
+def test_lint_imports_passes_on_the_code():
+    result = lint(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "broken" in result.stdout and " 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("where", "statement", "contract"),
+    [
+        # the kernel importing the shell: a back-up import
+        (KERNEL_MODULE, "from mdvdb.cli import main", "Layers"),
+        # the kernel importing the read side
+        (KERNEL_MODULE, "from query import open_index", "Layers"),
+        # the write side importing the read side
+        ("pipeline/discover.py", "from query import open_index", "never import each other"),
+        # the read side importing the shell
+        ("query/search.py", "from mdvdb.cli import search", "Layers"),
+        # the shell reaching past the read side's public names
+        ("mdvdb/cli/verify.py", "from query.verify import verify", "public names"),
+        # a cycle inside query/: snapshot is the bottom, index the front
+        ("query/snapshot.py", "from query.index import Index", "no import cycle"),
+    ],
+)
+def test_a_wrong_import_breaks_a_contract(copy: Path, where: str, statement: str, contract: str):
+    add_import(copy / where, statement)
+    result = lint(copy)
+    assert result.returncode != 0, result.stdout
+    broken = [line for line in result.stdout.splitlines() if line.endswith("BROKEN")]
+    assert any(contract in line for line in broken), result.stdout
+
+
+@pytest.mark.parametrize("package", ["pipeline", "query"])
+def test_every_public_name_resolves(package: str):
+    module = importlib.import_module(package)
+    assert module.__all__ == sorted(module.__all__)
+    assert set(module.__all__) == set(module._PUBLIC)
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+    with pytest.raises(AttributeError):
+        module.no_such_name  # noqa: B018
+
+
+def test_every_package_declares_its_public_names():
+    for init in sorted(REPO.glob("*/**/__init__.py")):
+        if init.parts[len(REPO.parts)] not in PACKAGES or "tests" in init.parts:
+            continue
+        assert "__all__" in init.read_text(encoding="utf-8"), init
+
+
+def test_the_search_path_takes_no_untyped_keyword_bags():
+    """`**options: Any` once erased the search signature between the index and the tiers:
+    every function on the search path names and types what it takes."""
+    import inspect
+
+    from query.index import Index
+    from query.search import search
+    from query.tiers import tiered_search
+
+    for function in (Index.search, Index.asearch, search, tiered_search):
+        for param in inspect.signature(function).parameters.values():
+            assert param.kind is not inspect.Parameter.VAR_KEYWORD, (function, param)
+            assert param.name == "self" or param.annotation is not inspect.Parameter.empty
