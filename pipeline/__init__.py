@@ -2,9 +2,10 @@
 
 `ingest_folder(config)` (`pipeline.ingest`) is the entry point; `pipeline.stages` holds the
 typed stages and `pipeline.tasks` their doit tasks. `__all__` is the write side's public
-surface: the CLI, the MCP server and the (`mdvdb`) import these names from `pipeline` and nothing from its modules (an import-linter contract in pyproject.toml checks it). Each name is loaded from its module on
-first use, so importing `pipeline` costs nothing (doit, watchfiles and NumPy load with the
-names that need them).
+surface: the CLI, the MCP server and the library front door (`mdvdb`) import these names
+from `pipeline` and nothing from its modules (an import-linter contract in pyproject.toml
+checks it). Each name is loaded from its module on first use, so importing `pipeline` costs
+nothing (doit, watchfiles and NumPy load with the names that need them).
 """
 
 from __future__ import annotations
