@@ -6,7 +6,7 @@ Any Markdown repository can do the same with a `dodo.py` of one line:
 this file reads the configuration and nothing else: no lock, no database, no state.
 """
 
-from mdvdb.config import load_config
+from kernel.config import load_config
 from pipeline.tasks import *  # noqa: F401,F403
 from pipeline.tasks import doit_config
 

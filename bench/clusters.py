@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import WORK, corpus, print_table
-from mdvdb.config import load_config
+from kernel.config import load_config
 from pipeline import cluster
 from pipeline.embed import model_key
 from pipeline.state import ManifestEntry, State
@@ -51,7 +51,7 @@ def chunk_key(config) -> str:
 
 
 def timed_full_stage(config) -> tuple[float, float, cluster.StageResult]:
-    from mdvdb.providers import get_provider
+    from kernel.providers import get_provider
 
     provider = get_provider(config)
     with State(config.state_path) as state:
@@ -85,7 +85,7 @@ def ingest(config):
 
 def first_tags(config) -> tuple[list[str], np.ndarray, list[str | None]]:
     """(paths, cluster ids, dominant tag) of every indexed document."""
-    from mdvdb import index_format
+    from kernel import index_format
 
     files = index_format.read_index(config.index_path).tables["files"]
     tags = []
@@ -115,7 +115,7 @@ def heuristic_alternative(config, tags_by_path: dict[str, str | None] | None):
     """One k-means fit at k = min(MAX, sqrt(n/2)): the size heuristic, for comparison."""
     from threadpoolctl import threadpool_limits
 
-    from mdvdb.providers import get_provider
+    from kernel.providers import get_provider
 
     provider = get_provider(config)
     with State(config.state_path) as state:
@@ -145,7 +145,7 @@ def real_corpus(name: str, root: Path, work: Path, rows: list, labels_out: dict)
     ingest(config)
     wall, cpu, result = timed_full_stage(config)
     republish(config)
-    from mdvdb import index_format
+    from kernel import index_format
 
     chunks = index_format.read_meta(config.index_path).get("chunks")
     paths, ids, tags = first_tags(config)
@@ -237,7 +237,7 @@ def incremental(work: Path, rows: list) -> None:
 def assign_cpu(config, repeats: int = 7) -> dict:
     """The stage alone, in this process, for CPU time: one document is made to look new (its
     stored assignment removed) and assigned again."""
-    from mdvdb.providers import get_provider
+    from kernel.providers import get_provider
 
     provider = get_provider(config)
     walls, cpus = [], []

@@ -89,8 +89,8 @@ def reader(root: Path, stop_file: Path, fresh_each_query: bool) -> dict:
 
 
 def writer(root: Path, rounds: int) -> dict:
-    from mdvdb.config import load_config
-    from mdvdb.providers import get_provider
+    from kernel.config import load_config
+    from kernel.providers import get_provider
     from pipeline import ingest
 
     config = load_config(root)

@@ -80,7 +80,7 @@ def index_content(root: Path) -> tuple:
     (an incremental pack may append files where a full build sorts them)."""
     import numpy as np
 
-    from mdvdb.index_format import read_index
+    from kernel.index_format import read_index
 
     f = read_index(root / ".markdownvdb.index")
     files, chunks = f.tables["files"], f.tables["chunks"]

@@ -41,7 +41,7 @@ _WORD = re.compile(r"[^\W\d_]+")
 
 
 def shingles(text: str) -> frozenset[int]:
-    from mdvdb.plain_text import plain
+    from kernel.plain_text import plain
 
     words = _WORD.findall(plain(text).casefold())
     if len(words) < 3:

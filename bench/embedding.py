@@ -80,8 +80,8 @@ def throughput(
     batch_size: int,
     dims: int,
 ) -> float:
-    from mdvdb.config import load_config
-    from mdvdb.providers import get_provider
+    from kernel.config import load_config
+    from kernel.providers import get_provider
     from pipeline.embed import embed_missing
     from pipeline.state import State
 

@@ -9,7 +9,7 @@ float precision (tests/test_minilm.py): cosine agreement, corpus throughput, one
     python bench/encoder_runtimes.py [--docs 32] [--json]
 
 This is the measurement that first compared the runtimes (docs/benchmarks.md). The graph mdvdb
-ships is built by mdvdb/providers/encoder_graph.py; `bench/encoders.py --runtimes N` compares it
+ships is built by kernel/providers/encoder_graph.py; `bench/encoders.py --runtimes N` compares it
 with NumPy through the provider.
 """
 
@@ -27,8 +27,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import WORK, corpus, print_table  # noqa: E402
-from mdvdb.providers.base import normalize_rows  # noqa: E402
-from mdvdb.providers.minilm import MiniLMProvider, model_folder, read_spec  # noqa: E402
+from kernel.providers.base import normalize_rows  # noqa: E402
+from kernel.providers.minilm import MiniLMProvider, model_folder, read_spec  # noqa: E402
 
 
 def build_graph(folder: Path, out: Path) -> list[str]:

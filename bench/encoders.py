@@ -13,7 +13,7 @@ semantic and hybrid modes of `query.search`, and plain BM25 (bm25s) in the same 
 
 Fusion per model: hybrid nDCG@10 over a grid of fusion settings on every set, and the
 leave-one-set-out choice (the setting best on the mean of the other sets, scored on the held
-out one), the rule that chose `mdvdb/fusion_models.py`.
+out one), the rule that chose `kernel/fusion_models.py`.
 
 `--runtimes N`: the same N chunk texts of the first set embedded by the NumPy reference and by
 the onnxruntime graph in this process, one after the other: chunks/s of each and their ratio,
@@ -180,7 +180,7 @@ def ingest(folder: Path, name: str, model: str, fresh: bool) -> tuple[Path, dict
 
 def quality(folder: Path, roots: dict, baseline_cache: dict) -> tuple[list[dict], dict]:
     """Rows per model (semantic, hybrid as shipped) and the raw inputs of the fusion sweep."""
-    from mdvdb.config import load_config
+    from kernel.config import load_config
     from query import open_index
 
     corpus, queries, qrels = load_beir(folder)
@@ -264,8 +264,8 @@ def leave_one_out(grid: dict[str, list[dict]]) -> tuple[list[dict], dict]:
 def runtime_ratio(root: Path, count: int) -> list[dict]:
     """NumPy reference vs onnxruntime on the same chunk texts, same process, one after the
     other (twice, alternating, to even out the machine's load)."""
-    from mdvdb.config import load_config
-    from mdvdb.providers.minilm import MiniLMProvider
+    from kernel.config import load_config
+    from kernel.providers.minilm import MiniLMProvider
     from query import open_index
 
     index = open_index(config=load_config(root, environ={}))
@@ -301,9 +301,9 @@ def batching(root: Path, count: int, rounds: int = 3) -> list[dict]:
     (what ships), one text per run on one worker with every core as intra-op threads, and
     length-sorted padded batches (up to minilm.TOKENS_PER_PASS tokens) on either layout.
     Texts/s, the ratio to what ships, and the CPU seconds each took."""
-    from mdvdb.config import load_config
-    from mdvdb.providers import encoder_onnx
-    from mdvdb.providers.minilm import TOKENS_PER_PASS, MiniLMProvider
+    from kernel.config import load_config
+    from kernel.providers import encoder_onnx
+    from kernel.providers.minilm import TOKENS_PER_PASS, MiniLMProvider
     from query import open_index
 
     index = open_index(config=load_config(root, environ={}))
@@ -353,7 +353,7 @@ def latency(roots: dict, runs: int) -> list[dict]:
     import resource
     import statistics
 
-    from mdvdb.config import load_config
+    from kernel.config import load_config
     from query import open_index
     from query.search import query_vector
 
@@ -405,8 +405,8 @@ def latency(roots: dict, runs: int) -> list[dict]:
 def windows(raws: dict, width: int = 256, stride: int = 192) -> list[dict]:
     """MiniLM: chunks longer than `width` word-pieces re-embedded as the mean of windows of
     `width` every `stride`, then the same semantic and hybrid runs as with the cut vectors."""
-    from mdvdb.providers.base import normalize_rows
-    from mdvdb.providers.minilm import MiniLMProvider
+    from kernel.providers.base import normalize_rows
+    from kernel.providers.minilm import MiniLMProvider
     from query.fusion import PARAMS, hybrid
     from query.lexical import lexical_index
 

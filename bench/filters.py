@@ -47,7 +47,7 @@ def leetcode_root() -> tuple[Path, float | None]:
 
 def generated_root(chunks: int) -> Path:
     """A project whose index holds `chunks` chunks of random vectors, 5 per file."""
-    from mdvdb.config import load_config
+    from kernel.config import load_config
     from pipeline.pack import PackSources, publish
     from pipeline.state import ManifestEntry
 
@@ -126,7 +126,7 @@ def json_scan(index, filters) -> int:
 
 
 def _holds(meta: dict, typed) -> bool:
-    from mdvdb.index_format import frontmatter_text
+    from kernel.index_format import frontmatter_text
 
     f, value = typed.filter, meta.get(typed.filter.field)
     if value is None:

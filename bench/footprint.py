@@ -1,7 +1,7 @@
 """On-disk footprint: what `mdvdb ingest` leaves in a project (index + state folder), against
 the Markdown it indexes and the float32 vectors it must hold, through the real CLI.
 
-The per-user model cache (mdvdb.user_cache: the model's float32 table and the query BPE, once
+The per-user model cache (kernel.user_cache: the model's float32 table and the query BPE, once
 per user whatever the number of projects) is shown apart: it is not part of any project.
 Reference points: the Markdown itself, 2 x (Markdown + vectors), and qmd's footprint on
 NFCorpus as reported in the project's issue (15 MB; qmd is not installed here).
@@ -63,7 +63,7 @@ def measure(name: str, cache: Path) -> dict:
     import json
 
     report = json.loads(out.stdout)
-    from mdvdb import index_format
+    from kernel import index_format
 
     index_path = root / ".markdownvdb.index"
     dims = int(index_format.read_meta(index_path).get("dimensions") or 0)

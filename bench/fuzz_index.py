@@ -23,7 +23,7 @@ from pathlib import Path
 
 CHILD = r"""
 import os, sys
-from mdvdb import index_format
+from kernel import index_format
 from query import open_index
 from query.verify import verify
 root = sys.argv[1]
@@ -134,7 +134,7 @@ def run_atheris(root: Path, clean: bytes, seconds: float) -> None:
     import atheris
 
     with atheris.instrument_imports():
-        from mdvdb import index_format
+        from kernel import index_format
         from query.verify import verify
 
     path = root / ".markdownvdb.index"

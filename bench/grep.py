@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import print_table  # noqa: E402
-from mdvdb.project_files import BUILTIN_IGNORES, RG_FLAGS  # noqa: E402
+from kernel.project_files import BUILTIN_IGNORES, RG_FLAGS  # noqa: E402
 from query.grep import TYPE_GLOBS, find_rg  # noqa: E402
 
 # (name, pattern, extra mdvdb flags). Rare patterns make rg scan everything (no early stop);
@@ -51,7 +51,7 @@ def rg_argv(rg: str, pattern: str, corpus: Path, as_json: bool) -> list[str]:
     for glob in TYPE_GLOBS["md"]:
         argv += ["--type-add", f"mdvdb:{glob}"]
     argv += ["--type", "mdvdb"]
-    argv += RG_FLAGS  # the project's rules (mdvdb.project_files): what ingest would index
+    argv += RG_FLAGS  # the project's rules (kernel.project_files): what ingest would index
     for name in sorted(BUILTIN_IGNORES):
         argv += ["--glob", f"!{name}/"]
     return argv + ["-e", pattern, "--", str(corpus)]

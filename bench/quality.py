@@ -320,7 +320,7 @@ class Target:
     """One ingested set and its judgements, ready to answer queries."""
 
     def __init__(self, name: str, folder: Path, repack: bool = False):
-        from mdvdb.config import load_config
+        from kernel.config import load_config
         from pipeline.ingest import ingest_folder as ingest
         from query import open_index
 

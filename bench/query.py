@@ -41,7 +41,7 @@ def bench(name: str, n_queries: int, cold_runs: int, against: dict | None = None
     root = prepare(name) if name.startswith("gen") else corpus(name)
     if not (root / ".markdownvdb.index").exists():
         run([*MDVDB, "ingest", "--root", str(root)])
-    from mdvdb.config import load_config
+    from kernel.config import load_config
     from query import open_index
 
     index = open_index(config=load_config(root))

@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from mdvdb.config import load_config
+    from kernel.config import load_config
     from query import open_index
     from query.lexical import lexical_index
     from query.vector import row_dots

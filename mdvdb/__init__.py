@@ -15,7 +15,7 @@ command, `mdvdb search` included.
 
 from __future__ import annotations
 
-from mdvdb.version import __version__
+from kernel.version import __version__
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
@@ -25,17 +25,17 @@ if TYPE_CHECKING:
     from pipeline import IngestReport
     from query import Index
 
-from mdvdb.off_loop import async_twin  # noqa: E402 - after the type-only imports
+from kernel.off_loop import async_twin  # noqa: E402 - after the type-only imports
 
 # The library's errors: name -> the module (in the kernel or the public front of pipeline or
 # query) that declares it; loaded on first use.
 _ERRORS = {
-    "ConfigError": "mdvdb.config",
+    "ConfigError": "kernel.config",
     "GrepError": "query",
-    "IndexFormatError": "mdvdb.index_format",
+    "IndexFormatError": "kernel.index_format",
     "IngestError": "pipeline",
     "LockBusy": "pipeline",
-    "ProviderError": "mdvdb.providers",
+    "ProviderError": "kernel.providers",
     "QueryError": "query",
     "SourceError": "query",
 }
@@ -72,7 +72,7 @@ def ingest(
     IngestError, LockBusy, ProviderError; the previous index is intact after any of them."""
     from pathlib import Path
 
-    from mdvdb.config import ConfigError, load_config
+    from kernel.config import ConfigError, load_config
     from pipeline import ingest_folder
 
     if root is not None and not Path(root).is_dir():

@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 from mcp.types import CallToolResult, TextContent
 
+from kernel.config import DEFAULT_LIMIT, Config
 from mdvdb import mcp_tools
 from mdvdb.cli.errors import USER_ERRORS, is_user_error
-from mdvdb.config import DEFAULT_LIMIT, Config
-from query.grep import FILE_TYPES
+from query import FILE_TYPES
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
@@ -169,7 +169,7 @@ def search_parameters() -> list[inspect.Parameter]:
     """The search tool's arguments, from the one declaration of the search options
     (`query.search_options`, which the CLI's parsers are built from too), then `full_text`,
     a reply shape only the tool has."""
-    from query.search_options import OPTIONS
+    from query import OPTIONS
 
     parameters = []
     for option in OPTIONS:
@@ -201,7 +201,7 @@ def declare_search_arguments(function) -> None:
 
 def request_fields(arguments: dict[str, Any]) -> dict[str, Any]:
     """The tool's arguments as `SearchRequest` fields (`files_only` is `files`)."""
-    from query.search_options import OPTIONS
+    from query import OPTIONS
 
     fields = {}
     for option in OPTIONS:
@@ -220,7 +220,7 @@ def build_server(config: Config):
     server = MCPServer(name="mdvdb", instructions=INSTRUCTIONS, log_level="WARNING")
 
     async def search(full_text: bool = False, **arguments: Any) -> CallToolResult:
-        from query.request import SearchRequest
+        from query import SearchRequest
 
         fields = request_fields(arguments)
         with tool_errors():
@@ -381,8 +381,8 @@ def http_token(config: Config, token_file: str | None = None) -> tuple[str, str]
     import stat
     from pathlib import Path
 
-    from mdvdb import private
-    from mdvdb.config import ConfigError
+    from kernel import private
+    from kernel.config import ConfigError
 
     if token_file is not None:
         path = Path(token_file)
@@ -415,7 +415,7 @@ def serve(config: Config, http_port: int | None = None, token_file: str | None =
     request needs the bearer token (any local user can reach a loopback port). Meanwhile the
     source folders are watched (unless MDVDB_WATCH=false) so that answers follow edits
     without an `ingest` call; the watcher logs one line per batch on stderr."""
-    from pipeline.watch import start_background
+    from pipeline import start_background
 
     if http_port is None:
         server = build_server(config)

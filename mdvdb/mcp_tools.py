@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mdvdb.config import DEFAULT_LIMIT, OFF_FILE, Config
+from kernel.config import DEFAULT_LIMIT, OFF_FILE, Config
 
 if TYPE_CHECKING:
-    from query.index import Index
-    from query.request import SearchOutcome, SearchRequest
+    from query import Index, SearchOutcome, SearchRequest
 
 GREP_LINE_CHARS = 240  # a matching line longer than this is cut around the match
 VALUES_SHOWN = 100  # facet values listed when a tag/category matches no file
@@ -35,19 +34,19 @@ class ToolProblem(ValueError):
 
 def search(index: Index, request: SearchRequest, full_text: bool = False) -> dict[str, Any]:
     """`mdvdb search --json` semantics (tiers, filters, facets, shaping), compact output."""
-    from query import request as requests
+    from query import run_request
 
     if index.config.switched_off:
         raise ToolProblem(f"search is switched off here ({index.config.root / OFF_FILE} exists)")
     with index.pinned():  # one snapshot for the whole request, even if an ingest publishes
-        outcome = requests.run_request(index, request)
+        outcome = run_request(index, request)
         return search_reply(index, outcome, full_text)
 
 
 def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
     data = _search_data(index, outcome, full_text)
     if not (data.get("results") or data.get("files")):  # the CLI's suggestions, in one line
-        from query.no_match import explain
+        from query import explain_no_match as explain
 
         data["hint"] = explain(index, outcome, VALUES_SHOWN).hint()
     return data
@@ -124,8 +123,7 @@ def grep(
     """`mdvdb grep --json` over the source folders, grouped by file, lines cut to size."""
     import tempfile
 
-    from query import grep as grepping
-    from query.sources import Registry, select_roots
+    from query import GrepOptions, Registry, select_roots, start_grep
 
     if not pattern:
         raise ToolProblem("pattern is empty: give the text (or regex) to look for")
@@ -136,7 +134,7 @@ def grep(
     selection = select_roots(config, Registry.load(), sources=sources or ())
     # One match more than shown, per file and in all, says whether there are more (the
     # per-file count is of body matches: frontmatter ones are dropped before counting).
-    options = grepping.GrepOptions(
+    options = GrepOptions(
         pattern=pattern,
         limit=sys.maxsize,  # `take` stops reading (and rg) one match past the limit
         per_file_limit=per_file_limit + 1,
@@ -145,7 +143,7 @@ def grep(
         include_frontmatter=include_frontmatter,
     )
     with tempfile.TemporaryFile() as errors:  # a file, not a pipe: rg can never block on it
-        run = grepping.start(options, selection, config.root, config.page_id_field, stderr=errors)
+        run = start_grep(options, selection, config.root, config.page_id_field, stderr=errors)
         matches = iter(run)
         try:
             shown, more, fuller = take(matches, limit, per_file_limit)
@@ -181,7 +179,7 @@ def take(matches, limit: int, per_file_limit: int) -> tuple[list, bool, set[str]
 def grep_reply(
     root: Path, pattern: str, matches: list, more: bool, fuller: set[str], context: int
 ) -> dict[str, Any]:
-    from query.grep_format import snippet
+    from query import grep_snippet as snippet
 
     files: list[dict[str, Any]] = []
     lines_of: dict[str, list[str]] = {}
@@ -242,7 +240,7 @@ def rg_problem(stderr: str, pattern: str, regex: bool) -> str:
 def schema(index: Index, field: str | None = None) -> dict[str, Any]:
     """`mdvdb schema --json` (inferred fields merged with the overlay), compact; with `field`,
     that field and every value with its file count, as `mdvdb schema FIELD`."""
-    from query.schema import load_schema, overlay_is_stale, value_counts
+    from query import load_schema, overlay_is_stale, value_counts
 
     with index.pinned() as snapshot:
         merged = load_schema(snapshot)
@@ -301,7 +299,8 @@ def compact_field(info) -> dict[str, Any]:
 
 def clusters(index: Index, cluster_id: int | None = None, limit: int = 100) -> dict[str, Any]:
     """`mdvdb clusters --json`; with `cluster_id`, that cluster's documents."""
-    from query.clusters import list_clusters, members
+    from query import cluster_members as members
+    from query import list_clusters
 
     with index.pinned():
         listing = list_clusters(index)
@@ -326,11 +325,11 @@ def clusters(index: Index, cluster_id: int | None = None, limit: int = 100) -> d
 
 
 def status(config: Config, index: Index) -> dict[str, Any]:
-    from pipeline.discover import walk
+    from pipeline import walk
 
     st = index.status()
     if st.exists:
-        from query.verify import new_files
+        from query import new_files
 
         st.new_files = new_files(index.snapshot, config.root, walk(config, []))
     return {
@@ -349,10 +348,10 @@ def status(config: Config, index: Index) -> dict[str, Any]:
 
 
 def ingest(config: Config) -> dict[str, Any]:
-    from pipeline import ingest as pipeline_ingest
+    from pipeline import ingest_folder
 
     # The server's own watcher may be mid-ingest: wait for it rather than fail.
-    report = pipeline_ingest.ingest_folder(config, None)
+    report = ingest_folder(config, None)
     return {
         "files": report.files,
         "added": report.added,

@@ -15,12 +15,12 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the CLI imports this packag
 # public name -> (module, name in that module)
 _PUBLIC = {
     "IngestError": ("pipeline.ingest", "IngestError"),
-    "IngestReport": ("pipeline.tasks", "IngestReport"),
+    "IngestReport": ("pipeline.report", "IngestReport"),
     "LockBusy": ("pipeline.lock", "LockBusy"),
     "State": ("pipeline.state", "State"),
     "Watcher": ("pipeline.watch", "Watcher"),
+    "ingest_folder": ("pipeline.ingest", "ingest_folder"),
     "relative_paths": ("pipeline.ingest", "relative_paths"),
-    "run_ingest": ("pipeline.ingest", "run"),
     "start_background": ("pipeline.watch", "start_background"),
     "walk": ("pipeline.discover", "walk"),
 }
@@ -31,19 +31,18 @@ __all__ = [
     "LockBusy",
     "State",
     "Watcher",
+    "ingest_folder",
     "relative_paths",
-    "run_ingest",
     "start_background",
     "walk",
 ]
 
 if TYPE_CHECKING:
     from pipeline.discover import walk
-    from pipeline.ingest import IngestError, relative_paths
-    from pipeline.ingest import run as run_ingest
+    from pipeline.ingest import IngestError, ingest_folder, relative_paths
     from pipeline.lock import LockBusy
+    from pipeline.report import IngestReport
     from pipeline.state import State
-    from pipeline.tasks import IngestReport
     from pipeline.watch import Watcher, start_background
 
 

@@ -37,7 +37,7 @@ def chunking_key(max_tokens: int, overlap: int) -> str:
 def _count(texts: list[str]) -> list[int]:
     if not texts:
         return []
-    from mdvdb.providers.local import load_tokenizer
+    from kernel.providers.local import load_tokenizer
 
     return [len(e.ids) for e in load_tokenizer().encode_batch(texts, add_special_tokens=False)]
 
@@ -127,7 +127,7 @@ def chunk_document(doc: ParsedDoc, max_tokens: int, overlap: int) -> list[Chunk]
 
 def _split_line(section: _Section, line_no: int, line: str, max_tokens: int) -> list[Chunk]:
     """A single line longer than the budget (minified HTML, a data URI): cut by token offsets."""
-    from mdvdb.providers.local import load_tokenizer
+    from kernel.providers.local import load_tokenizer
 
     offsets = load_tokenizer().encode(line, add_special_tokens=False).offsets
     out = []

@@ -516,7 +516,7 @@ def clusters_table(
     documents assigned since the last full clustering) rides along as schema metadata."""
     import pyarrow as pa
 
-    from mdvdb import index_format
+    from kernel import index_format
 
     if stored is None:
         stored = load_stored(state)

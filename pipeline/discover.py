@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mdvdb.config import Config
-from mdvdb.project_files import (  # noqa: F401 - BUILTIN_IGNORES: the watcher's first cut
+from kernel.config import Config
+from kernel.project_files import (  # noqa: F401 - BUILTIN_IGNORES: the watcher's first cut
     BUILTIN_IGNORES,
     MARKDOWN_SUFFIXES,
     Rules,

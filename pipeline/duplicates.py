@@ -2,7 +2,7 @@
 
 Versioned documentation repeats the same section in every version folder; without this a
 search fills its top 5 with five copies of one answer. Each chunk gets a 64-bit SimHash of its
-visible text (`mdvdb.plain_text`, case-folded, words in overlapping 3-word shingles), and
+visible text (`kernel.plain_text`, case-folded, words in overlapping 3-word shingles), and
 chunks whose signatures differ in at most `MAX_DISTANCE` bits are one group (transitively).
 The reader collapses a group to its best-scoring member and lists the others as `also_in`.
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from mdvdb.plain_text import signature_text
+from kernel.plain_text import signature_text
 
 if TYPE_CHECKING:
     from pipeline.pack import Plan

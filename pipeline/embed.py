@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mdvdb.providers.base import EmbeddingProvider, ProviderError
+from kernel.providers.base import EmbeddingProvider, ProviderError
 from pipeline.state import State
 
 

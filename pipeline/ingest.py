@@ -9,15 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mdvdb import private
-from mdvdb.config import Config
+from kernel import private
+from kernel.config import Config
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
 from pipeline.stages import IngestError, Progress, build_settings
 from pipeline.tasks import STAGES, TASK_CREATORS, IngestRun, doit_config
 
 if TYPE_CHECKING:
-    from mdvdb.providers.base import EmbeddingProvider
+    from kernel.providers.base import EmbeddingProvider
 
 __all__ = ["IngestError", "IngestReport", "ingest_folder", "relative_paths"]
 
@@ -94,7 +94,7 @@ def ingest_folder(
 def remove_stale_temp_files(config: Config) -> list[Path]:
     """Delete index temp files a killed writer left behind. Safe only under the writer
     lock: no other writer can be mid-write, so every such file is dead."""
-    from mdvdb.index_format import temp_files
+    from kernel.index_format import temp_files
 
     removed = []
     for path in temp_files(config.index_path):
@@ -107,7 +107,7 @@ def remove_stale_temp_files(config: Config) -> list[Path]:
 
 
 # What older versions kept in the state folder and this one does not: the model table and the
-# query BPE (now once per user, mdvdb.user_cache) and the lexical analysis cache (the index's
+# query BPE (now once per user, kernel.user_cache) and the lexical analysis cache (the index's
 # postings are that cache now).
 LEGACY_STATE_FILES = ("local-*.f32.npy", "local-*-bpe-*.sqlite3", "lexical-cache.npz")
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from mdvdb import index_format
-from mdvdb.text_analysis import ANALYZER_VERSION, term_ids
+from kernel import index_format
+from kernel.text_analysis import ANALYZER_VERSION, term_ids
 from pipeline.splice import rows_of
 
 if TYPE_CHECKING:

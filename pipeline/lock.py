@@ -22,7 +22,7 @@ class LockBusy(RuntimeError):
 
 class WriterLock:
     def __init__(self, state_dir: Path, command: str = "ingest"):
-        from mdvdb import private
+        from kernel import private
 
         private.state_folder(state_dir)  # 0700, and no symlink to write through
         self.path = state_dir / "writer.lock"
@@ -52,7 +52,7 @@ class WriterLock:
             if on_wait:
                 on_wait(self.holder())
             self._lock.acquire()
-        from mdvdb import private
+        from kernel import private
 
         info = {"pid": os.getpid(), "command": self.command, "since": time.time()}
         private.write_file(self.info_path, json.dumps(info).encode())

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mdvdb import index_format
+from kernel import index_format
 from pipeline import cluster, duplicates, lexical, schema_pack
 from pipeline.cluster import ClusterAssignment
 from pipeline.lexical import LexicalTables

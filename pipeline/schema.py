@@ -27,8 +27,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from mdvdb import index_format
-from mdvdb.config import SCHEMA_OVERLAY_FILE
+from kernel import index_format
+from kernel.config import SCHEMA_OVERLAY_FILE
 
 TYPES = ("string", "number", "boolean", "date", "list", "object", "mixed")
 # A field's values are listed (with counts) when it has at most this many distinct values.

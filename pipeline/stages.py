@@ -25,11 +25,11 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from mdvdb.config import Config
+from kernel.config import Config
 from pipeline.state import ManifestEntry, State
 
 if TYPE_CHECKING:
-    from mdvdb.providers.base import EmbeddingProvider
+    from kernel.providers.base import EmbeddingProvider
     from pipeline.pack import PackSources, Plan
     from pipeline.schema_pack import SchemaUpdate
 
@@ -185,7 +185,7 @@ def published_is_current(config: Config, state: State) -> bool:
             header = fh.read(16)
     except OSError:
         return False
-    from mdvdb.index_format import FORMAT_VERSION, MAGIC
+    from kernel.index_format import FORMAT_VERSION, MAGIC
 
     return header[:8] == MAGIC and int.from_bytes(header[8:12], "little") == FORMAT_VERSION
 
@@ -248,7 +248,7 @@ def _refuse_emptying(config: Config, known: int) -> None:
     if config.origin("MDVDB_SOURCE_DIRS") == "the default":
         return
     if not known and config.index_path.is_file():
-        from mdvdb import index_format
+        from kernel import index_format
 
         try:
             known = int(index_format.read_meta(config.index_path).get("files") or 0)
@@ -529,7 +529,7 @@ def pack(
     """Assemble every table and publish the one index file atomically, then hand what the
     new index holds over from the caches to it (`State.hand_over`). `schema`: the schema
     stage's output of this run, used when it was made from this manifest."""
-    from mdvdb.fusion_models import fusion_settings
+    from kernel.fusion_models import fusion_settings
     from pipeline.embed import model_key
     from pipeline.pack import publish
 
@@ -585,7 +585,7 @@ def _skipped_files(
     """Reported files left out of the index, with their (size, mtime, ctime), so that `status`
     does not call them new until they change; carried over from the previous index for
     files this run did not look at (`mdvdb ingest PATH`, the watcher)."""
-    from mdvdb import index_format
+    from kernel import index_format
 
     entries = manifest.entries
     root = config.root
@@ -608,6 +608,6 @@ def _skipped_files(
 
 
 def _version() -> str:
-    from mdvdb import __version__
+    from kernel.version import __version__
 
     return __version__

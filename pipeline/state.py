@@ -143,7 +143,7 @@ class State:
         """`index_path`: the published index to read as a cache of what it holds (None: only
         this database). `records=False` (`ingest --full`): take only vectors from it, so that
         every file is parsed and chunked again."""
-        from mdvdb import private
+        from kernel import private
 
         private.make_dir(folder)
         private.touch(folder / "cache.sqlite3")  # 0600; SQLite gives -wal/-shm the same mode
@@ -550,7 +550,7 @@ class Published:
             return None
         stamp = (st.st_ino, st.st_mtime_ns)
         if stamp != self._stamp:
-            from mdvdb import index_format
+            from kernel import index_format
 
             self._derived = {}
             self._stamp = stamp
@@ -565,7 +565,7 @@ class Published:
         return str(index.meta.get("build_key") or "") if index is not None else ""
 
     def _column(self, table: str, name: str):
-        from mdvdb.index_format import column_array
+        from kernel.index_format import column_array
 
         return column_array(self._index().tables[table], name)
 

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 from doit import task_params
 from doit.tools import config_changed, result_dep
 
-from mdvdb.config import Config, load_config
+from kernel.config import Config, load_config
 from pipeline import stages
 from pipeline.state import State
 
 if TYPE_CHECKING:
-    from mdvdb.providers.base import EmbeddingProvider
+    from kernel.providers.base import EmbeddingProvider
 
 STAGES = ("discover", "parse", "chunk", "embed", "cluster", "schema", "pack")
 
@@ -81,7 +81,7 @@ class IngestRun:
     @property
     def provider(self) -> EmbeddingProvider:
         if self._provider is None:
-            from mdvdb.providers import get_provider
+            from kernel.providers import get_provider
             from pipeline.embed import restore_dimensions
 
             self._provider = self.borrowed_provider or get_provider(self.config)
@@ -224,7 +224,7 @@ def _cluster_settings(config: Config) -> dict[str, Any]:
 def _pack_settings(config: Config) -> dict[str, Any]:
     """A new index format, analyzer, BM25F parameters or near-duplicate signature rebuilds
     the index on the next plain `mdvdb ingest`."""
-    from mdvdb.index_format import FORMAT_VERSION
+    from kernel.index_format import FORMAT_VERSION
     from pipeline.duplicates import meta
     from pipeline.lexical import lexical_meta
 
@@ -310,7 +310,7 @@ def task_cluster(run: IngestRun | None = None):
 @task_params(RUN_PARAM)
 def task_schema(run: IngestRun | None = None):
     """Frontmatter schema of the files to publish, merged with the overlay."""
-    from mdvdb.config import SCHEMA_OVERLAY_FILE
+    from kernel.config import SCHEMA_OVERLAY_FILE
     from pipeline.schema import overlay_digest
 
     config = _config(run)

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mdvdb.config import OFF_FILE, Config
-from mdvdb.project_files import always_ignored, named_ignored_folders
+from kernel.config import OFF_FILE, Config
+from kernel.project_files import always_ignored, named_ignored_folders
 from pipeline.discover import MARKDOWN_SUFFIXES, PathFilter
 
 # A batch closes when no change came for the debounce time, or at the latest after this
@@ -100,7 +100,7 @@ class Watcher:
         """Index what changed since the last ingest, then follow changes until stopped."""
         import watchfiles
 
-        from mdvdb.providers import get_provider
+        from kernel.providers import get_provider
 
         self._provider = get_provider(self.config)
         # The first pass is a full walk: it catches up with what changed while nothing

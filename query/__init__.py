@@ -19,15 +19,20 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs mdvd
 
 # public name -> (module, name in that module)
 _PUBLIC = {
+    "COLOR_CHOICES": ("query.grep_format", "COLOR_CHOICES"),
     "ClusterList": ("query.clusters", "ClusterList"),
     "Document": ("query.results", "Document"),
+    "FILE_TYPES": ("query.grep", "FILE_TYPES"),
     "FilterError": ("query.filters", "FilterError"),
     "GrepError": ("query.grep", "GrepError"),
     "GrepOptions": ("query.grep", "GrepOptions"),
     "HumanWriter": ("query.grep_format", "HumanWriter"),
     "Index": ("query.index", "Index"),
     "JsonWriter": ("query.grep_format", "JsonWriter"),
+    "MODES": ("query.search_options", "MODES"),
     "Match": ("query.grep", "Match"),
+    "OPTIONS": ("query.search_options", "OPTIONS"),
+    "Option": ("query.search_options", "Option"),
     "QueryError": ("query.snapshot", "QueryError"),
     "Registry": ("query.sources", "Registry"),
     "RequestError": ("query.request", "RequestError"),
@@ -47,7 +52,8 @@ _PUBLIC = {
     "open_index": ("query.index", "open_index"),
     "other_files": ("query.collapse", "other_files"),
     "overlay_is_stale": ("query.schema", "overlay_is_stale"),
-    "run_request": ("query.request", "run"),
+    "query_vector": ("query.search", "query_vector"),
+    "run_request": ("query.request", "run_request"),
     "select_roots": ("query.sources", "select_roots"),
     "start_grep": ("query.grep", "start"),
     "use_color": ("query.grep_format", "use_color"),
@@ -57,15 +63,20 @@ _PUBLIC = {
 }
 
 __all__ = [
+    "COLOR_CHOICES",
     "ClusterList",
     "Document",
+    "FILE_TYPES",
     "FilterError",
     "GrepError",
     "GrepOptions",
     "HumanWriter",
     "Index",
     "JsonWriter",
+    "MODES",
     "Match",
+    "OPTIONS",
+    "Option",
     "QueryError",
     "Registry",
     "RequestError",
@@ -85,6 +96,7 @@ __all__ = [
     "open_index",
     "other_files",
     "overlay_is_stale",
+    "query_vector",
     "run_request",
     "select_roots",
     "start_grep",
@@ -100,16 +112,17 @@ if TYPE_CHECKING:
     from query.clusters import write_map as write_cluster_map
     from query.collapse import other_files
     from query.filters import FilterError
-    from query.grep import GrepError, GrepOptions, Match
+    from query.grep import FILE_TYPES, GrepError, GrepOptions, Match
     from query.grep import start as start_grep
-    from query.grep_format import HumanWriter, JsonWriter, use_color
+    from query.grep_format import COLOR_CHOICES, HumanWriter, JsonWriter, use_color
     from query.grep_format import snippet as grep_snippet
     from query.index import Index, open_index
     from query.no_match import explain as explain_no_match
-    from query.request import RequestError, SearchOutcome, SearchRequest
-    from query.request import run as run_request
+    from query.request import RequestError, SearchOutcome, SearchRequest, run_request
     from query.results import Document, SearchResponse, SearchResult, Status
     from query.schema import Schema, load_schema, overlay_is_stale, value_counts
+    from query.search import query_vector
+    from query.search_options import MODES, OPTIONS, Option
     from query.snapshot import QueryError
     from query.sources import Registry, SourceError, select_roots
     from query.verify import new_files

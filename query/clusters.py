@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mdvdb import index_format
+from kernel import index_format
 
 if TYPE_CHECKING:
     from query.snapshot import Reader

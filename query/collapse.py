@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mdvdb.index_format import IndexFormatError
+from kernel.index_format import IndexFormatError
 
 if TYPE_CHECKING:
-    from query.index import Index, Snapshot
     from query.results import SearchResult
+    from query.snapshot import Reader, Snapshot
 
 SIGNATURE_META_KEY = "near_duplicates"
 ALSO_IN_SHOWN = 20  # copies listed per result (`also_in_count` has them all)
@@ -51,7 +51,7 @@ def groups_of(snapshot: Snapshot) -> np.ndarray:
         if chunks == 0:
             found = np.zeros(0, np.int32)
         else:
-            from mdvdb import index_format
+            from kernel import index_format
 
             found = index_format.column_array(table, "group").to_numpy(zero_copy_only=True)
         snapshot.cache["duplicate_groups"] = found
@@ -72,7 +72,7 @@ class Diversity:
     @classmethod
     def of(
         cls,
-        index: Index,
+        index: Reader,
         per_file: int | None = None,
         collapse: bool = True,
         scope: np.ndarray | None = None,
@@ -123,7 +123,7 @@ class Diversity:
                 self.used_groups.add(int(self.groups[chunk]))
 
     def attach_copies(
-        self, index: Index, results: list[SearchResult], scope: np.ndarray | None = None
+        self, index: Reader, results: list[SearchResult], scope: np.ndarray | None = None
     ) -> None:
         """Fill each result's `also_in`: the other members of its group inside `scope`."""
         if self.groups is None:

@@ -2,7 +2,7 @@
 
 A section's first 300 characters are often a code fence, an HTML wrapper or an introduction
 that says nothing about the query. The excerpt is instead the window of the section (markup
-stripped, `mdvdb.plain_text`) holding the most distinct query terms, matched as the lexical
+stripped, `kernel.plain_text`) holding the most distinct query terms, matched as the lexical
 index matches them (same analyzer: case, stemming, stop-words); when no term occurs (a match by
 meaning only) it is the sentence closest to the query by the embedding model, when that model
 is the local one (a remote provider would cost a request per search); else the section's start.
@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from mdvdb import text_analysis
-from mdvdb.plain_text import plain
+from kernel import text_analysis
+from kernel.plain_text import plain
 
 EXCERPT_CHARS = 300
 LEAD = 60  # at most this much text before the first matched term, to start a sentence

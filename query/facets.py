@@ -68,7 +68,7 @@ def unmatched(index: Reader, facet: Facet) -> list[str] | None:
 def keyword_mask(index: Reader, query: str) -> np.ndarray | None:
     """One boolean per chunk: its page contains every word of `query` (the keyword rule);
     None when the query has no searchable word. Read from the postings: one slice per word."""
-    from mdvdb import text_analysis
+    from kernel import text_analysis
     from query.lexical import lexical_index
 
     hashes = np.unique(text_analysis.term_ids(query))

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mdvdb import index_format
-from mdvdb.index_format import frontmatter_date, frontmatter_text
+from kernel import index_format
+from kernel.index_format import frontmatter_date, frontmatter_text
 
 if TYPE_CHECKING:
     from query.schema import FieldInfo, Schema

@@ -1,12 +1,12 @@
 """The fusion settings an index is searched with: the defaults of `query.fusion`, overridden by
-those its model calls for (`mdvdb.fusion_models`), as recorded in the index's meta at ingest."""
+those its model calls for (`kernel.fusion_models`), as recorded in the index's meta at ingest."""
 
 from __future__ import annotations
 
 from dataclasses import fields, replace
 from typing import Any
 
-from mdvdb.fusion_models import fusion_settings
+from kernel.fusion_models import fusion_settings
 from query.fusion import FusionParams, current
 
 

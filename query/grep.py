@@ -7,7 +7,7 @@ terminated instead of being read to the end: on a common word that is most of th
 Only files that had a match are opened, and only their head, to find the frontmatter's line range,
 the title and the page id.
 
-What rg searches is what ingest indexes: the project's rules (`mdvdb.project_files`: always-ignored
+What rg searches is what ingest indexes: the project's rules (`kernel.project_files`: always-ignored
 folders, every .gitignore from the repository's top down, MDVDB_IGNORE_PATTERNS, source folders
 inside the root) go to rg as arguments, and rg runs in the project root.
 """
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mdvdb.config import DEFAULT_LIMIT
+from kernel.config import DEFAULT_LIMIT
 from query.sources import Root, Selection, search_paths
 
 if TYPE_CHECKING:
-    from mdvdb.project_files import RgRules
+    from kernel.project_files import RgRules
 
 FILE_TYPES = ("md", "qmd", "all")
 # rg type definitions per --type; "all" searches every file rg would (no type restriction).
@@ -295,7 +295,7 @@ def start(
     if selection.config is None:
         argv = build_argv(rg or find_rg(), options, paths)
         return GrepRun(argv, selection, project_root, options, page_id_field, stderr)
-    from mdvdb.project_files import rg_rules
+    from kernel.project_files import rg_rules
 
     rules = rg_rules(selection.config, paths)
     slot = IGNORE_FILE_SLOT if rules.ignore_lines else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from mdvdb.terminal import printable
+from kernel.terminal import printable
 from query.grep import Match
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mdvdb import index_format
-from mdvdb.config import DEFAULT_LIMIT, Config, ConfigError, load_config
-from mdvdb.off_loop import async_twin
+from kernel import index_format
+from kernel.config import DEFAULT_LIMIT, Config, ConfigError, load_config
+from kernel.off_loop import async_twin
 from query.results import Document, SearchResponse, Section, Status
 from query.snapshot import QueryError, Reader, Snapshot, provider_mismatch
 

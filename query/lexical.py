@@ -1,8 +1,8 @@
 """Lexical scoring: BM25F over the postings in the mapped index, with NumPy only.
 
-The `lexical` table (see `mdvdb.index_format.LEXICAL_SCHEMA`) is CSC-like: sorted term hashes,
+The `lexical` table (see `kernel.index_format.LEXICAL_SCHEMA`) is CSC-like: sorted term hashes,
 one offsets buffer and flat chunk ids, with each posting's field-weighted tf beside it
-(`lexical_tf`). A query is analysed with the same `mdvdb.text_analysis` as the index, its terms
+(`lexical_tf`). A query is analysed with the same `kernel.text_analysis` as the index, its terms
 found by `searchsorted`, and each term's BM25F weights computed from its tf slice and added into
 a dense score vector: no Python loop over postings.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mdvdb import index_format, text_analysis
-from mdvdb.index_format import IndexFormatError
+from kernel import index_format, text_analysis
+from kernel.index_format import IndexFormatError
 
 
 class LexicalUnavailable(IndexFormatError):

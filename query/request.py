@@ -23,8 +23,8 @@ from query.search_options import OPTIONS, SearchRequest
 __all__ = ["NoSuchValue", "RequestError", "SearchOutcome", "SearchRequest", "run_request"]
 
 if TYPE_CHECKING:
-    from query.index import Index
     from query.shaping import FileHit
+    from query.snapshot import Reader
     from query.tiers import TieredResponse
 
 
@@ -73,12 +73,12 @@ def parse_filters(texts: Sequence[str]) -> list[Filter]:
     return [parse_filter(text) for text in texts]
 
 
-def run_request(index: Index, request: SearchRequest) -> SearchOutcome:
+def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
     """Run one request on `index`. Call it inside `index.pinned()` when other threads may
     publish a new index meanwhile: a tiered search reads the snapshot more than once."""
     if not (request.query or request.filters or request.tag or request.category):
         raise RequestError("give a query, a filter, a tag or a category")
-    if request.limit is None:  # the one default, declared in mdvdb.config
+    if request.limit is None:  # the one default, declared in kernel.config
         request = replace(request, limit=index.config.search_default_limit)
     for option in OPTIONS:  # the bounds the front ends declare (query.search_options)
         problem = option.bound_problem(getattr(request, option.name))
@@ -101,7 +101,7 @@ def run_request(index: Index, request: SearchRequest) -> SearchOutcome:
     return outcome
 
 
-def _search(index: Index, request: SearchRequest, outcome: SearchOutcome) -> None:
+def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> None:
     from query import shaping
     from query.tiers import tiered_search
 

@@ -11,8 +11,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mdvdb import index_format
-from mdvdb.config import SCHEMA_OVERLAY_FILE
+from kernel import index_format
+from kernel.config import SCHEMA_OVERLAY_FILE
 
 if TYPE_CHECKING:
     from query.snapshot import Reader, Snapshot

@@ -12,18 +12,18 @@ from query import govern as governing
 from query.collapse import Diversity
 from query.excerpt import Excerpt
 from query.filters import Filter, candidate_mask, count_matches
-from query.index import QueryError
 from query.results import SearchResponse, SearchResult
+from query.snapshot import QueryError
 from query.vector import cosine_scores, top_k
 
 if TYPE_CHECKING:
-    from query.index import Index
+    from query.snapshot import Reader
 
 NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
 
 
-def query_vector(index: Index, query: str, form: str = "plain") -> np.ndarray:
+def query_vector(index: Reader, query: str, form: str = "plain") -> np.ndarray:
     """The query's embedding. `form` (query.fusion.FusionParams.query_vector):
     - "plain": the whole query, as the provider embeds any text;
     - "idf-raw": for a static model (a vector is the mean of its tokens' vectors: the
@@ -40,7 +40,7 @@ def query_vector(index: Index, query: str, form: str = "plain") -> np.ndarray:
         # runtime) embeds the query through it.
         embed_query = getattr(provider, "embed_query", None)
         return embed_query(query) if embed_query is not None else provider.embed([query])[0]
-    from mdvdb import text_analysis
+    from kernel import text_analysis
 
     words = [(w, ids) for w in text_analysis.tokens(query) if len(ids := text_analysis.term_ids(w))]
     if not words:
@@ -62,7 +62,7 @@ def query_vector(index: Index, query: str, form: str = "plain") -> np.ndarray:
     return (q / norm).astype(np.float32) if norm > 0 else provider.embed([query])[0]
 
 
-def semantic_scores(index: Index, query: str) -> np.ndarray:
+def semantic_scores(index: Reader, query: str) -> np.ndarray:
     snap = index.snapshot
     if snap.vectors.shape[0] == 0:
         return np.zeros(0, dtype=np.float32)
@@ -70,7 +70,7 @@ def semantic_scores(index: Index, query: str) -> np.ndarray:
 
 
 def search(
-    index: Index,
+    index: Reader,
     query: str,
     limit: int | None = None,
     min_score: float | None = None,
@@ -159,7 +159,7 @@ def _diverse_top(
         fetch *= 4
 
 
-def _memo_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict]:
+def _memo_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict]:
     """mode_scores, remembering the last query of this snapshot: title-first tiers search
     the same query twice (title documents, then the rest) with different masks."""
     from query import fusion
@@ -173,7 +173,7 @@ def _memo_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict]
     return last[1]
 
 
-def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Per-chunk scores for a mode, and the named components `--explain` shows. In hybrid
     mode `lexical + semantic == fused`; `bm25` and `cosine` are the raw inputs. Lexical mode
     never loads the embedding provider."""
@@ -238,7 +238,7 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
             parts["page_bm25"] = page
         scores = fused.scores
         if params.name_weight > 0:
-            from query.tiers import name_files
+            from query.titles import name_files
 
             chunk_files = index.snapshot.chunk_file_ids
             pool = np.unique(chunk_files[best(fused.scores, NAME_POOL)])
@@ -253,7 +253,7 @@ def mode_scores(index: Index, query: str, mode: str) -> tuple[np.ndarray, dict[s
 
 
 def build_results(
-    index: Index,
+    index: Reader,
     order: list[int],
     scores: np.ndarray,
     components: dict[int, dict[str, float]] | None = None,
@@ -321,7 +321,7 @@ def build_results(
     return results
 
 
-def _fill_excerpts(index: Index, results: list[SearchResult], query: str | None, mode) -> None:
+def _fill_excerpts(index: Reader, results: list[SearchResult], query: str | None, mode) -> None:
     text, start = (index.snapshot.table("chunks").column(name) for name in ("text", "start_line"))
     sections = [(text[hit.chunk_id].as_py(), start[hit.chunk_id].as_py()) for hit in results]
     for hit, excerpt in zip(results, _excerpts(index, sections, query, mode), strict=True):
@@ -329,7 +329,7 @@ def _fill_excerpts(index: Index, results: list[SearchResult], query: str | None,
         hit.excerpt_lines = [excerpt.start_line, excerpt.end_line]
 
 
-def _excerpts(index: Index, sections: list[tuple[str, int]], query: str | None, mode):
+def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None, mode):
     """The matched passage of each section; by meaning (closest sentence) only with the
     local static model, whose vectors cost microseconds: an encoder or a remote provider
     would make every search slower or cost a request."""

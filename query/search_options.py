@@ -7,7 +7,7 @@ Three front ends take a search: `mdvdb search` (a hand parser on the cold path,
 (`query.request.run_request`). Each builds its parameters from `OPTIONS` below, so an option
 added here is on all of them with the same name, default, bounds and help, and a test checks
 that they agree. This module sits on the read side's bottom (it imports only the kernel's
-`mdvdb.config`), so the CLI and the MCP server import it without pulling in the index reader,
+`kernel.config`), so the CLI and the MCP server import it without pulling in the index reader,
 and it imports nothing heavy: the hand parser reads it on every cold `mdvdb search`.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
-from mdvdb.config import SEARCH_MODES
+from kernel.config import SEARCH_MODES
 
 MODES = (
     SEARCH_MODES  # the one list of search modes, kept with the settings (MDVDB_SEARCH_DEFAULT_MODE)

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from mdvdb import index_format
-from mdvdb.config import Config
+from kernel import index_format
+from kernel.config import Config
 
 __all__ = ["QueryError", "Reader", "Snapshot"]
 
@@ -167,7 +167,7 @@ class Reader:
     def provider(self):
         """The query embedder; it must match what the index was built with."""
         if self._provider is None:
-            from mdvdb.providers import get_provider
+            from kernel.providers import get_provider
 
             meta = self.snapshot.meta
             cfg = self.config

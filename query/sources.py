@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mdvdb.config import Config
+from kernel.config import Config
 
 ENTRY_POINT_GROUP = "mdvdb.sources"
 BUILTIN_TYPE = "dir"
@@ -54,15 +54,15 @@ class Root:
 
 def dir_roots(config: Config) -> list[tuple[str, Path]]:
     """The built-in `dir` type: each configured source folder that ingest would walk (inside
-    the root, not ignored; `mdvdb.project_files`), named as configured."""
-    from mdvdb.project_files import source_folders
+    the root, not ignored; `kernel.project_files`), named as configured."""
+    from kernel.project_files import source_folders
 
     return [(_dir_id(s.raw), s.path) for s in source_folders(config) if not s.skipped]
 
 
 def dir_warnings(config: Config) -> list[str]:
     """The one-line verdicts on configured source folders, as ingest reports them."""
-    from mdvdb.project_files import source_folders
+    from kernel.project_files import source_folders
 
     return [s.warning for s in source_folders(config) if s.warning]
 
@@ -297,7 +297,7 @@ def select_roots(
 def search_paths(selection: Selection) -> list[Path]:
     """The kept roots minus those nested in another kept root (rg would search them twice),
     unless an always-ignored folder stands between them (rg would not search them at all)."""
-    from mdvdb.project_files import walked_within
+    from kernel.project_files import walked_within
 
     paths = sorted({r.path for r in selection.search}, key=lambda p: (len(p.parts), str(p)))
     top: list[Path] = []

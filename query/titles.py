@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mdvdb import index_format
-from mdvdb.text_analysis import CJK_RANGES
+from kernel import index_format
+from kernel.text_analysis import CJK_RANGES
 
 if TYPE_CHECKING:
     from query.snapshot import Snapshot
@@ -132,7 +132,7 @@ def name_files(snapshot: Snapshot, query: str, files: np.ndarray) -> np.ndarray:
     one that names a page does not count on its own ("git" in "create a git branch").
     Only `files` are looked at (the best-scoring ones): a Python check of a few hundred
     titles, nothing built per snapshot. Returns one boolean per entry of `files`."""
-    from mdvdb.text_analysis import words as terms
+    from kernel.text_analysis import words as terms
 
     found = np.zeros(len(files), dtype=bool)
     tokens = re.findall(r"\w+", query.lower())

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mdvdb import index_format
+from kernel import index_format
 
 # A vector is unit length when its norm is within this of 1 (float32 rounding is ~1e-7).
 NORM_TOLERANCE = 1e-3

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 SHARED_CORPORA = Path(os.environ.get("MDVDB_SHARED_CORPORA", REPO.parent / "shared" / "corpora"))
 
-# Model tables live in a per-user cache (mdvdb/user_cache.py). The suite gets its own, shared
+# Model tables live in a per-user cache (kernel/user_cache.py). The suite gets its own, shared
 # by every test and every CLI subprocess of the session (they inherit the variable), so a test
 # run never writes into the real home; tests/test_footprint.py checks the real location rules.
 # Under pytest-xdist the workers inherit the variable from the controller, so one run builds

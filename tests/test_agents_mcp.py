@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from mdvdb.config import OFF_FILE, load_config
+from kernel.config import OFF_FILE, load_config
 from tests.conftest import FIXTURES, copy_markdown, run_cli
 
 CACHE_MD = """---

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mdvdb.providers.bpe import QueryBPE
-from mdvdb.providers.local import LocalProvider, load_tokenizer, tokenizer_path
+from kernel.providers.bpe import QueryBPE
+from kernel.providers.local import LocalProvider, load_tokenizer, tokenizer_path
 from tests.conftest import FIXTURES
 
 SAMPLES = [

@@ -17,10 +17,10 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from kernel.config import load_config
 from mdvdb.cli import COMMAND_MODULES
 from mdvdb.cli import search as fast
 from mdvdb.cli.app import app
-from mdvdb.config import load_config
 from query import open_index
 from query.titles import _lowered, query_words, title_files
 from tests.conftest import run_cli

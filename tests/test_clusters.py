@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mdvdb import index_format
+from kernel import index_format
 from tests.conftest import run_cli
 
 TOPICS = {

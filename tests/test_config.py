@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from mdvdb.config import ConfigError, find_root, load_config
+from kernel.config import ConfigError, find_root, load_config
 from tests.conftest import run_cli
 
 

@@ -4,7 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
-from mdvdb.config import load_config
+from kernel.config import load_config
 from pipeline import ingest
 from query import open_index
 from tests.conftest import unpack_corpus

@@ -61,7 +61,7 @@ def test_verify_finds_damage_and_tells_stale_from_damaged(indexed_notes: Path):
 
     # A vector that is no longer unit length, at the bytes of the published file.
     assert run_cli("ingest", "--full", "--root", str(indexed_notes)).returncode == 0
-    from mdvdb.index_format import read_index
+    from kernel.index_format import read_index
 
     index = indexed_notes / ".markdownvdb.index"
     chunks = read_index(index).tables["chunks"]
@@ -82,7 +82,7 @@ def test_verify_finds_damage_and_tells_stale_from_damaged(indexed_notes: Path):
 
 
 def test_a_query_keeps_its_snapshot_while_a_new_index_is_published(notes: Path):
-    from mdvdb.config import load_config
+    from kernel.config import load_config
     from pipeline import ingest
     from query import open_index
 
@@ -123,7 +123,7 @@ def test_corpus_files_are_indexed_or_reported(corpora_dir: Path, tmp_path: Path,
     on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     on_disk = {p for p in on_disk if p.lower().endswith((".md", ".markdown"))}
     on_disk = {p for p in on_disk if not p.startswith(".markdownvdb")}
-    from mdvdb.config import load_config
+    from kernel.config import load_config
     from pipeline.discover import walk
 
     wanted = set(walk(load_config(root), []))  # what the ignore rules leave

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mdvdb.config import load_config
+from kernel.config import load_config
 from pipeline.discover import PathFilter, walk
 from tests.conftest import run_cli
 

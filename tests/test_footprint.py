@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mdvdb import user_cache
-from mdvdb.config import load_config
-from mdvdb.providers.local import tokenizer_path, weights_path
+from kernel import user_cache
+from kernel.config import load_config
+from kernel.providers.local import tokenizer_path, weights_path
 from pipeline import ingest
 from pipeline.chunking import chunk_document, chunking_key
 from pipeline.parse import parse_document
@@ -91,7 +91,7 @@ def test_the_cache_folder_is_the_users_and_can_be_overridden(tmp_path: Path):
 def test_two_processes_building_the_table_at_once_both_get_a_whole_one(tmp_path: Path):
     cache = tmp_path / "fresh-cache"
     code = (
-        "from mdvdb.providers.local import LocalProvider\n"
+        "from kernel.providers.local import LocalProvider\n"
         "v = LocalProvider().embed(['extract a tar archive', 'rotate a key'])\n"
         "print(v.shape)\n"
     )
@@ -194,7 +194,7 @@ def test_nfcorpus_footprint_meets_the_goal(corpora_dir: Path, tmp_path: Path):
     assert out.returncode == 0, out.stderr
     import json
 
-    from mdvdb import index_format
+    from kernel import index_format
 
     chunks = json.loads(out.stdout)["chunks"]
     index = root / ".markdownvdb.index"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mdvdb.config import load_config
+from kernel.config import load_config
 from query import grep
 from query.grep_format import ELLIPSIS, MAX_LINE
 from query.sources import Registry, entry_points, select_roots

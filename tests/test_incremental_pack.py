@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from mdvdb import index_format
-from mdvdb.config import load_config
+from kernel import index_format
+from kernel.config import load_config
 from pipeline import ingest, lexical
 from pipeline import splice as splice_module
 from pipeline.splice import runs, splice

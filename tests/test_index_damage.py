@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from mdvdb import index_format
-from mdvdb.config import load_config
+from kernel import index_format
+from kernel.config import load_config
 from query import open_index
 from query.verify import verify
 

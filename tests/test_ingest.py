@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from mdvdb import index_format
-from mdvdb.config import load_config
+from kernel import index_format
+from kernel.config import load_config
 from pipeline import ingest, pack
 from query import open_index
 

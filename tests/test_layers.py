@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGES = tuple(PYPROJECT["tool"]["importlinter"]["root_packages"])
-KERNEL_MODULE = "mdvdb/text_analysis.py"  # a kernel module, at the bottom
+KERNEL_MODULE = "kernel/text_analysis.py"  # a kernel module, at the bottom
 LINT = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
 
 

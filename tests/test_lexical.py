@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mdvdb import index_format
-from mdvdb.config import load_config
-from mdvdb.text_analysis import words
+from kernel import index_format
+from kernel.config import load_config
+from kernel.text_analysis import words
 from pipeline.ingest import ingest_folder as ingest
 from query import open_index
 from tests.conftest import run_cli

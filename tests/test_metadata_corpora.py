@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mdvdb.config import SEARCH_MODES
+from kernel.config import SEARCH_MODES
 from query import open_index
 from query.filters import Filter, FilterError, matching_files, parse_filter
 from query.schema import load_schema

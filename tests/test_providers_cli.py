@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdvdb.providers.base import normalize_rows
+from kernel.providers.base import normalize_rows
 from query.index import Snapshot
 from tests.conftest import run_cli
 from tests.fake_embeddings import Action, FakeEmbeddingServer, text_hash, vector_for
@@ -70,7 +70,7 @@ def cli(root: Path, env: dict[str, str], *args: str, outputs: list | None = None
 
 def ingest(root: Path, env: dict[str, str]):
     """An ingest in this process (for set-up steps; the behaviour under test uses the CLI)."""
-    from mdvdb.config import load_config
+    from kernel.config import load_config
     from pipeline import ingest as pipeline_ingest
 
     return pipeline_ingest.ingest_folder(load_config(root, environ={**os.environ, **env}))

@@ -9,12 +9,12 @@ import httpx
 import numpy as np
 import pytest
 
-from mdvdb.providers import ProviderError
-from mdvdb.providers.base import normalize_rows
-from mdvdb.providers.http import HttpSettings, retry_after_seconds, split_long_texts
-from mdvdb.providers.local import load_tokenizer
-from mdvdb.providers.ollama import OllamaProvider, ollama_url
-from mdvdb.providers.openai import CustomProvider, OpenAIProvider, embeddings_url
+from kernel.providers import ProviderError
+from kernel.providers.base import normalize_rows
+from kernel.providers.http import HttpSettings, retry_after_seconds, split_long_texts
+from kernel.providers.local import load_tokenizer
+from kernel.providers.ollama import OllamaProvider, ollama_url
+from kernel.providers.openai import CustomProvider, OpenAIProvider, embeddings_url
 from tests.fake_embeddings import Action, FakeEmbeddingServer, text_hash, vector_for
 
 KEY = "sk-test-9f8e7d6c5b4a39281706"

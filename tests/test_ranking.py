@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mdvdb.config import load_config
+from kernel.config import load_config
 from pipeline.ingest import ingest_folder as ingest
 from tests.conftest import run_cli, unpack_corpus
 

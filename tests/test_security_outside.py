@@ -565,7 +565,7 @@ def test_a_trusted_folder_config_may_put_the_state_elsewhere(notes, tmp_path):
 def test_printable_keeps_ordinary_text_and_line_ends():
     """The helper behind every print point: CRLF and tabs survive in contents, names stay on
     one line, 8-bit CSI and bidi isolates are escaped."""
-    from mdvdb.terminal import printable
+    from kernel.terminal import printable
 
     assert printable("a\tb\r\nc\n") == "a\tb\r\nc\n"
     assert printable("over\rwrite") == "over\\x0dwrite"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mdvdb.config import load_config
+from kernel.config import load_config
 from query import open_index
 from tests.conftest import REPO
 

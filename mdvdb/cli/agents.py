@@ -167,7 +167,7 @@ def _preload(config):
             # Only the local model is worth warming: a remote provider would bill a request
             # at every server start (and fail quietly when it is down).
             if index.snapshot.vectors.shape[0] and config.embedding_provider == "local":
-                from query.search import query_vector
+                from query import query_vector
 
                 query_vector(index, "warm up")
         except Exception:  # no index yet: the forwarded command reports it as usual
@@ -177,7 +177,7 @@ def _preload(config):
 
 
 def _start_detached(root, timeout: float, folder) -> None:
-    from mdvdb import private
+    from kernel import private
     from mdvdb.cli import warm
 
     private.state_folder(folder)  # 0700, and no symlink to write through

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kernel.terminal import printable
 from mdvdb.cli.app import (
     EXIT_NO_INDEX,
     EXIT_OK,
@@ -23,8 +24,7 @@ from mdvdb.cli.app import (
     refuse_if_off,
     user_errors,
 )
-from mdvdb.terminal import printable
-from query.search_options import MODES, OPTIONS, Option
+from query import MODES, OPTIONS, Option
 
 
 class _Progress:
@@ -74,8 +74,7 @@ def ingest(
         config = load(root)
         if if_present and (config.switched_off or not is_set_up(config)):
             return
-        from pipeline import ingest as pipeline_ingest
-        from pipeline.lock import LockBusy
+        from pipeline import LockBusy, ingest_folder
 
         if paths:
             _refuse_missing(config, paths)
@@ -86,7 +85,7 @@ def ingest(
 
         progress = _Progress(sys.stderr.isatty() and not quiet and not as_json)
         try:
-            report = pipeline_ingest.ingest_folder(
+            report = ingest_folder(
                 config,
                 paths or None,
                 full=full,
@@ -116,7 +115,7 @@ def ingest(
 
 def is_set_up(config) -> bool:
     """Someone chose to use mdvdb here: a `.markdownvdb` file, or an index already built."""
-    from mdvdb.dotenv import CONFIG_FILE
+    from kernel.dotenv import CONFIG_FILE
 
     return (config.root / CONFIG_FILE).is_file() or config.index_path.exists()
 
@@ -126,14 +125,14 @@ def _refuse_missing(config, paths: list[str]) -> None:
     otherwise it is a typo, which used to pass in silence."""
     import os
 
-    from pipeline.ingest import relative_paths
+    from pipeline import relative_paths
 
     gone = [p for p in paths if not os.path.lexists(p)]
     if not gone:
         return
     indexed = None
     if (config.state_path / "cache.sqlite3").exists():
-        from pipeline.state import State
+        from pipeline import State
 
         indexed = State(config.state_path)
     try:
@@ -310,14 +309,14 @@ def status(
 def _status_of(config):
     """The index's status, and what is wrong with it when the file is there but unreadable
     (`Index.status` calls such an index absent)."""
-    from mdvdb.index_format import IndexFormatError
+    from kernel.index_format import IndexFormatError
     from query import open_index
 
     index = open_index(config=config)
     try:
         st = index.status()
     except (OSError, ValueError, IndexFormatError) as exc:  # damaged, torn or foreign
-        from query.results import Status
+        from query import Status
 
         st, reason = Status(index_path=str(config.index_path), exists=False), str(exc)
     else:
@@ -338,8 +337,7 @@ def _status_of(config):
 
 def _new_files(config, st) -> list[str]:
     """Files on disk that the index does not have (uses the ingest's own walk and rules)."""
-    from pipeline.discover import walk
-    from query import open_index
-    from query.verify import new_files
+    from pipeline import walk
+    from query import new_files, open_index
 
     return new_files(open_index(config=config).snapshot, config.root, walk(config, []))

@@ -48,7 +48,7 @@ class CliError(Exception):
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> None:
-    from mdvdb.terminal import printable
+    from kernel.terminal import printable
 
     sys.stdout.flush()
     sys.stderr.write(f"mdvdb: {printable(message, one_line=True)}\n")
@@ -60,7 +60,7 @@ def fail(message: str, code: int = EXIT_ERROR) -> None:
 def user_errors() -> Iterator[None]:
     """Turn the library's expected failures into one line on stderr and an exit code; anything
     else is a bug and keeps its traceback."""
-    from mdvdb.config import ConfigError
+    from kernel.config import ConfigError
 
     try:
         yield
@@ -82,7 +82,7 @@ def user_errors() -> Iterator[None]:
 def damage_of(exc: BaseException) -> str | None:
     """When an unexpected error happened while an index was open and that index fails its
     checksums, the one-line damage message (the error came from damaged bytes, not a bug)."""
-    index_format = sys.modules.get("mdvdb.index_format")
+    index_format = sys.modules.get("kernel.index_format")
     if index_format is None or isinstance(exc, SystemExit | KeyboardInterrupt):
         return None
     return index_format.damage_message()
@@ -95,7 +95,7 @@ def is_user_error(exc: BaseException, names: frozenset[str] = USER_ERRORS) -> bo
 def load(root: Path | str | None):
     from pathlib import Path
 
-    from mdvdb.config import load_config
+    from kernel.config import load_config
 
     if root is not None:
         root = Path(root)
@@ -110,7 +110,7 @@ def warn_unknown_keys(config) -> None:
     """A misspelt MDVDB_* key in `.markdownvdb` is otherwise silently ignored: say so, one
     line on stderr per key, with the closest setting. (Unknown MDVDB_* variables in the
     environment are left alone: a shell holds variables for other tools and versions.)"""
-    from mdvdb.config import unknown_keys
+    from kernel.config import unknown_keys
 
     for key, suggestion in unknown_keys(config):
         hint = f" (did you mean {suggestion}?)" if suggestion else ""
@@ -120,7 +120,7 @@ def warn_unknown_keys(config) -> None:
 def refuse_if_off(config) -> None:
     """A `.mdvdb-off` file in the root switches search off (exit 5), for users who want an
     agent to stop using mdvdb without uninstalling it."""
-    from mdvdb.config import OFF_FILE
+    from kernel.config import OFF_FILE
 
     if config.switched_off:
         raise CliError(f"search is switched off here ({config.root / OFF_FILE} exists)", EXIT_OFF)
@@ -134,7 +134,7 @@ def print_json(data: Any) -> None:
 
 def echo(text: str = "", err: bool = False) -> None:
     """typer.echo's job for plain text: one line to stdout (or stderr), control characters
-    escaped (the text comes from the notes; `mdvdb.terminal`)."""
-    from mdvdb.terminal import printable
+    escaped (the text comes from the notes; `kernel.terminal`)."""
+    from kernel.terminal import printable
 
     (sys.stderr if err else sys.stdout).write(f"{printable(text)}\n")

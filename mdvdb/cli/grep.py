@@ -33,9 +33,8 @@ def _positive(raw: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    from mdvdb.config import DEFAULT_LIMIT
-    from query.grep import FILE_TYPES
-    from query.grep_format import COLOR_CHOICES
+    from kernel.config import DEFAULT_LIMIT
+    from query import COLOR_CHOICES, FILE_TYPES
 
     p = _Parser(
         prog="mdvdb grep",
@@ -103,7 +102,7 @@ def fast_main(argv: list[str]) -> int:
 def _search(args: argparse.Namespace, pattern: str) -> int:
     from pathlib import Path
 
-    from mdvdb.config import ConfigError, load_config
+    from kernel.config import ConfigError, load_config
     from query import (
         GrepError,
         GrepOptions,

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kernel.terminal import printable
 from mdvdb.cli.errors import (
     EXIT_OK,
     EXIT_USAGE,
@@ -28,8 +29,7 @@ from mdvdb.cli.errors import (
     refuse_if_off,
     user_errors,
 )
-from mdvdb.terminal import printable
-from query.search_options import OPTIONS, Option
+from query import OPTIONS, Option
 
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
 
@@ -154,9 +154,7 @@ def fast_main(argv: list[str]) -> int | None:
 def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
     """Run one `query.request` search (the library the MCP server uses too) and print it;
     `fields` are `SearchRequest` fields as either parser gives them."""
-    from query import open_index
-    from query.filters import FilterError
-    from query.request import RequestError, SearchRequest, run_request
+    from query import FilterError, RequestError, SearchRequest, open_index, run_request
 
     index = open_index(config=config)
     # No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request as for the library.
@@ -168,7 +166,7 @@ def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
         raise CliError(str(exc), EXIT_USAGE) from None
     empty = not (outcome.listed or outcome.files or (outcome.tiers and outcome.tiers.results))
     if empty:  # the same suggestions whatever left nothing (query.no_match)
-        from query.no_match import explain
+        from query import explain_no_match as explain
 
         missed = explain(index, outcome)
         if not as_json:
@@ -212,7 +210,7 @@ def _print_tiers(response, explain: bool) -> None:
 def also_in_line(hit, shown: int = 3) -> str:
     """`also in 4 other files: a.md, b.md, c.md, …` (or `also at lines 40-52` for a copy in
     the same file)."""
-    from query.collapse import other_files
+    from query import other_files
 
     others = other_files(hit)
     if not others:

@@ -16,7 +16,7 @@ shuts its write side), a marshalled `{"stdout", "stderr", "code"}` out; `{"op": 
 marshal, not JSON: both ends are this package, it decodes plain data only, and it is built in.
 
 The client half runs on every CLI call before typer, so it imports only built-in modules
-(`_socket`, `marshal`, `os`, `stat`, `sys`) and `mdvdb.dotenv`: `socket`, `json`, `pathlib`
+(`_socket`, `marshal`, `os`, `stat`, `sys`) and `kernel.dotenv`: `socket`, `json`, `pathlib`
 and `dataclasses` alone would cost ~20 ms of a ~25 ms warm call.
 """
 
@@ -66,10 +66,10 @@ def root_from_argv(argv: list[str]) -> str | None:
 
 
 def socket_folder(argv: list[str]) -> str | None:
-    """The state folder, resolved as `mdvdb.config` would (--root, else the nearest folder
+    """The state folder, resolved as `kernel.config` would (--root, else the nearest folder
     with `.markdownvdb`; MDVDB_STATE_DIR from the environment, else that file, else the
     default) but with plain strings. A bad configuration is left to the real command."""
-    from mdvdb import dotenv
+    from kernel import dotenv
 
     root = root_from_argv(argv)
     if root is not None and not os.path.isdir(root):
@@ -253,7 +253,7 @@ class WarmServer:
         import threading
         import time
 
-        from mdvdb import private
+        from kernel import private
 
         private.state_folder(self.folder)  # 0700, and no symlink to write through
         lock_fd = _claim(self.folder)

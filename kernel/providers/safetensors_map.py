@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mdvdb.providers.base import ProviderError
+from kernel.providers.base import ProviderError
 
 MAX_HEADER = 100 << 20  # the format's own limit (100 MB of JSON)
 _KINDS = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8", "I32": "<i4"}

@@ -1,6 +1,6 @@
 """The `.markdownvdb` file format and root discovery, with nothing but `os` imported.
 
-Shared by `mdvdb.config` and the warm-path client (`mdvdb.cli.warm`), which runs before
+Shared by `kernel.config` and the warm-path client (`mdvdb.cli.warm`), which runs before
 anything else on every forwarded CLI call and cannot afford dataclasses or pathlib (~20 ms).
 """
 

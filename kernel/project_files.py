@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pathspec
 
-    from mdvdb.config import Config
+    from kernel.config import Config
 
 # Always ignored at any depth, whatever the .gitignore files say.
 BUILTIN_IGNORES = frozenset(

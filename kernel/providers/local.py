@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mdvdb.providers.base import ProviderError, SequentialBatches, normalize_rows
+from kernel.providers.base import ProviderError, SequentialBatches, normalize_rows
 
 CONFIG_NAME = "l2_supercat"
 NATIVE_DIMENSIONS = 256
@@ -59,13 +59,13 @@ def weights_path() -> Path:
 def load_table(cache_dir: Path | None = None) -> np.ndarray:
     """The token table as float32. The wheel ships it as fp16 safetensors (16 MB to read and
     convert on every cold start); a float32 `.npy` copy in the per-user cache
-    (`mdvdb.user_cache`, named by the weights' SHA-256) is memory-mapped instead, so a query
+    (`kernel.user_cache`, named by the weights' SHA-256) is memory-mapped instead, so a query
     touches only the rows of its own tokens. One copy per user, whatever the number of
     projects; `cache_dir` None: no copy (read the weights every time)."""
     source = weights_path()
     if cache_dir is None:
         return _read_safetensors(source)
-    from mdvdb.user_cache import atomic_write, source_sha256
+    from kernel.user_cache import atomic_write, source_sha256
 
     try:
         cached = cache_dir / f"{source_sha256(source)}.f32.npy"
@@ -91,12 +91,12 @@ QUICK_CHARS = 256  # the lookup BPE is quadratic in text length: for queries onl
 
 @lru_cache(maxsize=4)
 def quick_bpe(cache_dir: Path | None):
-    """The lookup BPE (mdvdb.providers.bpe), kept in the per-user cache under the tokenizer
+    """The lookup BPE (kernel.providers.bpe), kept in the per-user cache under the tokenizer
     file's SHA-256; None without a cache."""
     if cache_dir is None:
         return None
-    from mdvdb.providers.bpe import QueryBPE
-    from mdvdb.user_cache import source_sha256
+    from kernel.providers.bpe import QueryBPE
+    from kernel.user_cache import source_sha256
 
     try:
         source = tokenizer_path()
@@ -120,13 +120,13 @@ class LocalProvider(SequentialBatches):
         use_cache: bool = True,
     ):
         """`cache_dir`: where the derived model files live (default: the per-user cache,
-        `mdvdb.user_cache`); `use_cache=False` reads the model's own files every time."""
+        `kernel.user_cache`); `use_cache=False` reads the model's own files every time."""
         if dimensions > NATIVE_DIMENSIONS:
             raise ProviderError(f"local model gives at most {NATIVE_DIMENSIONS} dimensions")
         self.model = model
         self.dimensions = dimensions
         if use_cache and cache_dir is None:
-            from mdvdb.user_cache import models_dir
+            from kernel.user_cache import models_dir
 
             cache_dir = models_dir()
         self.cache_dir = cache_dir if use_cache else None

@@ -188,7 +188,7 @@ def _build_schema_problems_schema():
 
 
 # Lexical postings, CSC-like and zero-copy: one row per distinct term, sorted by `term` (the
-# analyzer's 64-bit hash, see `mdvdb.text_analysis`). `chunk_ids` is an Arrow list array, i.e.
+# analyzer's 64-bit hash, see `kernel.text_analysis`). `chunk_ids` is an Arrow list array, i.e.
 # one offsets buffer (term -> start, end) over a flat buffer of chunk ids (ascending inside a
 # term); the `lexical_tf` table holds each posting's field-weighted tf in the same order and
 # `lexical_lengths` each chunk's field-weighted length. A reader finds a term by
@@ -734,7 +734,7 @@ def write_index(
     """
     path = Path(path)
     if not path.parent.is_dir():
-        from mdvdb import private
+        from kernel import private
 
         private.make_dir(path.parent)
     # mkstemp makes the file 0600 whatever the umask: the index holds the notes' text (see

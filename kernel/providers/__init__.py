@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mdvdb.providers.base import EmbeddingProvider, ProviderError
+from kernel.providers.base import EmbeddingProvider, ProviderError
 
 if TYPE_CHECKING:
-    from mdvdb.config import Config
+    from kernel.config import Config
 
 __all__ = ["EmbeddingProvider", "ProviderError", "get_provider"]
 
@@ -19,25 +19,25 @@ def get_provider(config: Config) -> EmbeddingProvider:
     """The configured provider. Remote ones connect lazily: creating one costs no request."""
     name = config.embedding_provider
     if name == "local":
-        from mdvdb.config import local_model_is_encoder
+        from kernel.config import local_model_is_encoder
 
         if local_model_is_encoder(config.embedding_model):
-            from mdvdb.providers.minilm import MiniLMProvider
+            from kernel.providers.minilm import MiniLMProvider
 
             return MiniLMProvider(config.embedding_model, config.embedding_dimensions, config.root)
-        from mdvdb.providers.local import LocalProvider
+        from kernel.providers.local import LocalProvider
 
         return LocalProvider(config.embedding_model, config.embedding_dimensions)
     if name == "openai":
-        from mdvdb.providers.openai import openai_provider
+        from kernel.providers.openai import openai_provider
 
         return openai_provider(config)
     if name == "custom":
-        from mdvdb.providers.openai import custom_provider
+        from kernel.providers.openai import custom_provider
 
         return custom_provider(config)
     if name == "ollama":
-        from mdvdb.providers.ollama import ollama_provider
+        from kernel.providers.ollama import ollama_provider
 
         return ollama_provider(config)
     raise ProviderError(

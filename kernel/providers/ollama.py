@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from mdvdb.providers.base import ProviderError
-from mdvdb.providers.http import HttpEmbeddingProvider, HttpSettings
+from kernel.providers.base import ProviderError
+from kernel.providers.http import HttpEmbeddingProvider, HttpSettings
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 

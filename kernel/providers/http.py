@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mdvdb.providers.base import ProviderError, normalize_rows
+from kernel.providers.base import ProviderError, normalize_rows
 
 if TYPE_CHECKING:
     import httpx
 
-    from mdvdb.config import Config
+    from kernel.config import Config
 
 # 408 timeout, 409 conflict (Azure uses it while scaling), 425 too early, 429 rate limit, 5xx.
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
@@ -382,7 +382,7 @@ def split_long_texts(texts: list[str], max_tokens: int) -> tuple[list[str], list
     long_ones = [i for i, t in enumerate(texts) if len(t.encode("utf-8")) > budget]
     if not long_ones:
         return texts, list(range(len(texts))), [1] * len(texts)
-    from mdvdb.providers.local import load_tokenizer
+    from kernel.providers.local import load_tokenizer
 
     encodings = load_tokenizer().encode_batch(
         [texts[i] for i in long_ones], add_special_tokens=False

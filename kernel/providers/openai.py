@@ -13,8 +13,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from mdvdb.providers.base import ProviderError
-from mdvdb.providers.http import HttpEmbeddingProvider, HttpSettings
+from kernel.providers.base import ProviderError
+from kernel.providers.http import HttpEmbeddingProvider, HttpSettings
 
 OPENAI_BASE = "https://api.openai.com"
 # All of OpenAI's embedding models take 8192 tokens (8191 plus an end token).

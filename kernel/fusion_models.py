@@ -13,7 +13,7 @@ reads them back (and falls back to this table for an index written before they w
 
 from __future__ import annotations
 
-from mdvdb.config import local_model_is_encoder
+from kernel.config import local_model_is_encoder
 
 # Overrides of query.fusion.FusionParams fields for BERT-style encoders run by the local
 # provider (all-minilm-l6-v2 and user model folders). Re-chosen over all five sets with the

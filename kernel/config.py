@@ -1,7 +1,7 @@
 """Configuration: shell environment > `.markdownvdb` (dotenv style) > built-in defaults.
 
 This module is one of the two things the read and the write side share (the other is
-`mdvdb.index_format`). It is imported on every CLI call, so it imports nothing heavy.
+`kernel.index_format`). It is imported on every CLI call, so it imports nothing heavy.
 Every setting is declared once in `SETTINGS`; a bad value is a `ConfigError` that names the
 variable and where its value came from, which the CLI turns into a one-line message, exit 2.
 """
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mdvdb import dotenv
-from mdvdb.dotenv import CONFIG_FILE, parse_dotenv
+from kernel import dotenv
+from kernel.dotenv import CONFIG_FILE, parse_dotenv
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing on every CLI call
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ PROVIDER_DEFAULTS: dict[str, tuple[str, int]] = {
     "ollama": ("nomic-embed-text", 768),
     "custom": ("default", 0),  # 0: take the dimension the endpoint returns on first call
 }
-# Opt-in local transformer encoders (mdvdb/providers/minilm.py), chosen by model name under
+# Opt-in local transformer encoders (kernel/providers/minilm.py), chosen by model name under
 # provider=local; any other non-WordLlama model value is a BERT-style model folder
 # (dimensions 0: the model's own size).
 LOCAL_ENCODERS: dict[str, int] = {"all-minilm-l6-v2": 384}

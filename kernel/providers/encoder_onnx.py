@@ -2,7 +2,7 @@
 
 The graph is built from the model's own safetensors on first use (`encoder_graph`, with the
 `onnx` package; no torch, nothing downloaded) and kept in the per-user cache
-(`mdvdb.user_cache`), named by the SHA-256 of the weights and of config.json plus the graph
+(`kernel.user_cache`), named by the SHA-256 of the weights and of config.json plus the graph
 version: a changed model file gets a new graph, an unchanged one reuses the file. The write is
 atomic (temp file + rename), so concurrent first uses each build and the last rename wins.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mdvdb.providers.base import ProviderError, normalize_rows
+from kernel.providers.base import ProviderError, normalize_rows
 
 
 def available() -> bool:
@@ -30,8 +30,8 @@ def available() -> bool:
 
 def graph_path(folder: Path) -> Path:
     """Where the built graph of this model folder lives: keyed by its files' digests."""
-    from mdvdb import user_cache
-    from mdvdb.providers.encoder_graph import GRAPH_VERSION
+    from kernel import user_cache
+    from kernel.providers.encoder_graph import GRAPH_VERSION
 
     weights = user_cache.source_sha256(folder / "model.safetensors")
     config = hashlib.sha256((folder / "config.json").read_bytes())
@@ -52,8 +52,8 @@ def ensure_graph(folder: Path, spec, rebuild: bool = False) -> Path:
 
     from safetensors.numpy import load_file
 
-    from mdvdb import user_cache
-    from mdvdb.providers.encoder_graph import build_graph
+    from kernel import user_cache
+    from kernel.providers.encoder_graph import build_graph
 
     try:
         weights = load_file(str(folder / "model.safetensors"))
