@@ -11,6 +11,7 @@ __all__ = [
     "dotenv",
     "fusion_models",
     "index_format",
+    "lazy_exports",
     "off_loop",
     "plain_text",
     "private",

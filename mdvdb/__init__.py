@@ -15,6 +15,7 @@ command, `mdvdb search` included.
 
 from __future__ import annotations
 
+from kernel.lazy_exports import lazy_exports
 from kernel.version import __version__
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
@@ -93,10 +94,6 @@ def open_index(root: Path | str | None = None) -> Index:
     return opener(root)
 
 
-def __getattr__(name: str):
-    module = _ERRORS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mdvdb' has no attribute {name!r}")
-    value = getattr(__import__(module, fromlist=[name]), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(
+    __name__, {name: (module, name) for name, module in _ERRORS.items()}, __all__
+)

@@ -10,6 +10,8 @@ nothing (doit, watchfiles and NumPy load with the names that need them).
 
 from __future__ import annotations
 
+from kernel.lazy_exports import lazy_exports
+
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the CLI imports this package
 
 # public name -> (module, name in that module)
@@ -46,15 +48,4 @@ if TYPE_CHECKING:
     from pipeline.watch import Watcher, start_background
 
 
-def __getattr__(name: str):
-    where = _PUBLIC.get(name)
-    if where is None:
-        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
-    # the import statement's path (importlib.import_module would hide it from -X importtime)
-    value = getattr(__import__(where[0], fromlist=[where[1]]), where[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, __all__)

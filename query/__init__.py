@@ -15,6 +15,8 @@ its module (`run_request` is `query.request.run`).
 
 from __future__ import annotations
 
+from kernel.lazy_exports import lazy_exports
+
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs mdvdb grep ~3 ms
 
 # public name -> (module, name in that module)
@@ -129,15 +131,4 @@ if TYPE_CHECKING:
     from query.verify import verify as verify_index
 
 
-def __getattr__(name: str):
-    where = _PUBLIC.get(name)
-    if where is None:
-        raise AttributeError(f"module 'query' has no attribute {name!r}")
-    # the import statement's path (importlib.import_module would hide it from -X importtime)
-    value = getattr(__import__(where[0], fromlist=[where[1]]), where[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, __all__)
