@@ -143,7 +143,7 @@ def test_hand_parser_knows_every_option_of_the_typer_command() -> None:
     command = typer.main.get_command(app).commands["search"]  # type: ignore[attr-defined]
     declared = {opt for param in command.params for opt in param.opts + param.secondary_opts}
     declared.discard("query")
-    known = set(fast.FLAGS) | set(fast.VALUED) | set(fast.REPEATED)
+    known = set(fast.PARSER.flags) | set(fast.PARSER.valued) | set(fast.PARSER.repeated)
     assert known == declared
 
 

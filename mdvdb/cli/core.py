@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
 import sys
 import time
-from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -24,7 +22,8 @@ from mdvdb.cli.app import (
     refuse_if_off,
     user_errors,
 )
-from query import MODES, OPTIONS, Option
+from mdvdb.cli.declared import declare_command, field_values
+from query import OPTIONS
 
 
 class _Progress:
@@ -149,49 +148,13 @@ def _refuse_missing(config, paths: list[str]) -> None:
 
 
 # The typer command below is generated from the one declaration of the search options
-# (`query.search_options`): help, bounds and choices come from there, as for the hand parser
-# in `search.py` (the cold path) and the MCP tool.
-SearchMode = StrEnum("SearchMode", {mode: mode for mode in MODES})
-KEYWORD = inspect.Parameter.KEYWORD_ONLY
-
-
-def _typer_parameter(option: Option) -> inspect.Parameter:
-    spec = option.spec
-    if not spec.flags:  # the positional query
-        annotation = Annotated[spec.value | None, typer.Argument(help=spec.help)]
-        return inspect.Parameter(option.dest, KEYWORD, default=None, annotation=annotation)
-    switch = spec.value is bool and len(spec.flags) == 2  # --govern/--no-govern
-    declared = ["/".join(spec.flags)] if switch else spec.flags
-    info = typer.Option(*declared, min=spec.minimum, help=spec.help or None)
-    if spec.value is bool:
-        kind: Any = bool if option.default is not None else bool | None
-        default: Any = False if option.is_negative_flag else option.default
-    elif spec.repeat:
-        kind, default = list[spec.value] | None, None
-    else:
-        kind, default = (SearchMode if spec.choices else spec.value) | None, None
-    return inspect.Parameter(
-        option.dest, KEYWORD, default=default, annotation=Annotated[kind, info]
-    )
-
-
+# (`query.search_options`, by `mdvdb.cli.declared`): help, bounds and choices come from there,
+# as for the hand parser in `search.py` (the cold path) and the MCP tool.
 def request_fields(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:
     """The typer command's values as `SearchRequest` fields, as the hand parser gives them."""
     from mdvdb.cli.metadata import one_facet
 
-    fields: dict[str, Any] = {}
-    for option in OPTIONS:
-        value = values[option.dest]
-        if option.is_negative_flag:
-            value = not value
-        elif option.spec.repeat == "once":
-            value = one_facet(ctx, option.spec.flags[0], value)
-        elif option.spec.repeat == "many":
-            value = value or []
-        elif isinstance(value, SearchMode):
-            value = value.value
-        fields[option.name] = value
-    return fields
+    return field_values(OPTIONS, values, lambda flag, given: one_facet(ctx, flag, given))
 
 
 def search(ctx: typer.Context, **values: Any) -> None:
@@ -210,16 +173,7 @@ def search(ctx: typer.Context, **values: Any) -> None:
         run_search(config, as_json, fields)
 
 
-search.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [
-        inspect.Parameter("ctx", KEYWORD, annotation=typer.Context),
-        *(_typer_parameter(option) for option in OPTIONS),
-        inspect.Parameter("root", KEYWORD, default=None, annotation=RootOption),
-        inspect.Parameter("as_json", KEYWORD, default=False, annotation=JsonOption),
-    ]
-)
-search.__annotations__ = {p.name: p.annotation for p in search.__signature__.parameters.values()}
-app.command()(search)
+app.command()(declare_command(search, OPTIONS))
 
 
 @app.command()
