@@ -30,7 +30,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from pipeline.pack import Plan
+    from pipeline.plan import Plan
     from pipeline.state import State
 
 SEED = 0

@@ -27,7 +27,7 @@ import pyarrow as pa
 from kernel.plain_text import signature_text
 
 if TYPE_CHECKING:
-    from pipeline.pack import Plan
+    from pipeline.plan import Plan
 
 SIGNATURE_VERSION = "simhash64-w3-plain-1"
 MAX_DISTANCE = 3  # bits

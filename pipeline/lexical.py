@@ -33,7 +33,7 @@ from kernel.text_analysis import ANALYZER_VERSION, term_ids
 from pipeline.splice import rows_of
 
 if TYPE_CHECKING:
-    from pipeline.pack import Plan
+    from pipeline.plan import Plan
 
 FIELDS = ("title", "headings", "body")
 

@@ -44,7 +44,7 @@ from pipeline.schema import (
 from pipeline.splice import rows_of, splice
 
 if TYPE_CHECKING:
-    from pipeline.pack import Plan
+    from pipeline.plan import Plan
     from pipeline.state import State
 
 FIELDS_TABLE = "schema_fields"

@@ -30,7 +30,8 @@ from pipeline.state import ManifestEntry, State
 
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
-    from pipeline.pack import PackSources, Plan
+    from pipeline.pack import PackSources
+    from pipeline.plan import Plan
     from pipeline.schema_pack import SchemaUpdate
 
 Progress = Callable[[str, int, int], None]
