@@ -115,7 +115,7 @@ _SPENT: dict[str, float] = {}
 _MARKED_SLOW: set[str] = set()
 _CPU: dict[str, float] = {}
 _CPU_START = pytest.StashKey[float]()
-CPU_SHOWN = 15  # tests listed by CPU at the end of a run
+CPU_SHOWN = int(os.environ.get("MDVDB_TEST_CPU_SHOWN", "15"))  # tests listed by CPU at the end
 
 
 def _cpu_seconds() -> float:
