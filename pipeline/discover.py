@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel.config import Config
+from kernel.file_hash import sha256_file
 from kernel.project_files import (  # noqa: F401 - BUILTIN_IGNORES: the watcher's first cut
     BUILTIN_IGNORES,
     MARKDOWN_SUFFIXES,
@@ -39,14 +40,6 @@ class Discovered:
         for path in sorted(self.entries):
             h.update(f"{path}\0{self.entries[path].sha256}\n".encode())
         return h.hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 class _Walker:

@@ -13,7 +13,6 @@ file on disk. It separates two things a user must not confuse:
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from kernel import index_format
+from kernel.file_hash import sha256_file
 
 # A vector is unit length when its norm is within this of 1 (float32 rounding is ~1e-7).
 NORM_TOLERANCE = 1e-3
@@ -274,7 +274,7 @@ def _check_disk(files, root: Path, report: VerifyReport) -> None:
         target = root / path
         try:
             st = target.stat()
-            digest = _sha256(target)
+            digest = sha256_file(target)
         except FileNotFoundError:
             report.stale.append(f"{path}: deleted since indexing")
             continue
@@ -293,11 +293,3 @@ def _check_disk(files, root: Path, report: VerifyReport) -> None:
             "file hash differs from the index although size and mtime are the indexed ones: "
             + _listed(mismatched)
         )
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()

@@ -8,21 +8,20 @@ from typing import Annotated, Any
 
 import typer
 
+from kernel.config import Config
 from kernel.terminal import printable
 from mdvdb.cli.app import (
     EXIT_NO_INDEX,
     EXIT_OK,
     EXIT_STALE,
     CliError,
-    JsonOption,
-    RootOption,
     app,
     load,
     print_json,
     refuse_if_off,
     user_errors,
 )
-from mdvdb.cli.declared import declare_command, field_values
+from mdvdb.cli.declared import declare_command, field_values, on_project
 from query import OPTIONS
 
 
@@ -48,7 +47,10 @@ class _Progress:
 
 
 @app.command()
+@on_project
 def ingest(
+    config: Config,
+    as_json: bool,
     paths: Annotated[list[str] | None, typer.Argument(help="Only re-check these files.")] = None,
     full: Annotated[bool, typer.Option("--full", help="Re-hash, re-parse, re-chunk all.")] = False,
     quiet: Annotated[
@@ -65,51 +67,47 @@ def ingest(
             "(.markdownvdb or an index) and not switched off (.mdvdb-off).",
         ),
     ] = False,
-    root: RootOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """Index the source folders (only what changed since the last run)."""
-    with user_errors():
-        config = load(root)
-        if if_present and (config.switched_off or not is_set_up(config)):
-            return
-        from pipeline import LockBusy, ingest_folder
+    if if_present and (config.switched_off or not is_set_up(config)):
+        return
+    from pipeline import LockBusy, ingest_folder
 
-        if paths:
-            _refuse_missing(config, paths)
+    if paths:
+        _refuse_missing(config, paths)
 
-        def waiting(holder: str) -> None:
-            if not quiet:
-                typer.echo(f"mdvdb: waiting for the index lock held by {holder}", err=True)
+    def waiting(holder: str) -> None:
+        if not quiet:
+            typer.echo(f"mdvdb: waiting for the index lock held by {holder}", err=True)
 
-        progress = _Progress(sys.stderr.isatty() and not quiet and not as_json)
-        try:
-            report = ingest_folder(
-                config,
-                paths or None,
-                full=full,
-                progress=progress,
-                wait=not no_wait,
-                on_wait=waiting,
-            )
-        except LockBusy:
-            if if_present:  # a hook: another writer (a watcher) is already bringing it up to date
-                return
-            raise
-        if as_json:
-            print_json(report.to_json())  # the library's report, as `mdvdb.ingest` gives it
-            return
-        if quiet and report.nothing_changed and not report.errors:
-            return
-        for path, problem in report.errors[:20]:
-            typer.echo(printable(f"warning: {path}: {problem}", one_line=True), err=True)
-        if len(report.errors) > 20:
-            typer.echo(f"warning: ... and {len(report.errors) - 20} more problems", err=True)
-        typer.echo(
-            f"{report.files} files: {report.added} added, {report.changed} changed, "
-            f"{report.removed} removed, {report.unchanged} unchanged; "
-            f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
+    progress = _Progress(sys.stderr.isatty() and not quiet and not as_json)
+    try:
+        report = ingest_folder(
+            config,
+            paths or None,
+            full=full,
+            progress=progress,
+            wait=not no_wait,
+            on_wait=waiting,
         )
+    except LockBusy:
+        if if_present:  # a hook: another writer (a watcher) is already bringing it up to date
+            return
+        raise
+    if as_json:
+        print_json(report.to_json())  # the library's report, as `mdvdb.ingest` gives it
+        return
+    if quiet and report.nothing_changed and not report.errors:
+        return
+    for path, problem in report.errors[:20]:
+        typer.echo(printable(f"warning: {path}: {problem}", one_line=True), err=True)
+    if len(report.errors) > 20:
+        typer.echo(f"warning: ... and {len(report.errors) - 20} more problems", err=True)
+    typer.echo(
+        f"{report.files} files: {report.added} added, {report.changed} changed, "
+        f"{report.removed} removed, {report.unchanged} unchanged; "
+        f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
+    )
 
 
 def is_set_up(config) -> bool:
@@ -177,29 +175,31 @@ app.command()(declare_command(search, OPTIONS))
 
 
 @app.command()
+@on_project
 def get(
+    config: Config,
+    as_json: bool,
     path: Annotated[str, typer.Argument(help="A file path, relative to the project root.")],
-    root: RootOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """Print one indexed document: its content and metadata."""
-    with user_errors():
-        config = load(root)
-        from query import open_index
+    from query import open_index
 
-        doc = open_index(config=config).get_document(path)
-        if as_json:
-            print_json(doc.to_json())
-            return
-        typer.echo(printable(f"# {doc.path}  ({doc.title})", one_line=True))
-        for key, value in doc.metadata.items():
-            typer.echo(printable(f"{key}: {value}", one_line=True))
-        typer.echo("")
-        typer.echo(printable(doc.content), nl=not doc.content.endswith("\n"))
+    doc = open_index(config=config).get_document(path)
+    if as_json:
+        print_json(doc.to_json())
+        return
+    typer.echo(printable(f"# {doc.path}  ({doc.title})", one_line=True))
+    for key, value in doc.metadata.items():
+        typer.echo(printable(f"{key}: {value}", one_line=True))
+    typer.echo("")
+    typer.echo(printable(doc.content), nl=not doc.content.endswith("\n"))
 
 
 @app.command()
+@on_project
 def status(
+    config: Config,
+    as_json: bool,
     check: Annotated[
         bool,
         typer.Option("--check", help="Only an exit code: 0 fresh, 3 stale, 4 no index."),
@@ -207,57 +207,51 @@ def status(
     verify: Annotated[
         bool, typer.Option("--verify", help="Read and check the whole index; exit 1 if unsound.")
     ] = False,
-    root: RootOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """What the index holds and whether it is up to date."""
-    with user_errors():
-        config = load(root)
-        if check:
-            refuse_if_off(config)  # the same line and code as `search`: one check suffices
-        if verify:
-            from mdvdb.cli.verify import run_verify
+    if check:
+        refuse_if_off(config)  # the same line and code as `search`: one check suffices
+    if verify:
+        from mdvdb.cli.verify import run_verify
 
-            return run_verify(config, as_json)
-        st, damage = _status_of(config)
-        if st.exists:
-            st.new_files = _new_files(config, st)
-        if damage and not as_json:
-            # the readers' own line ("index damaged: run `mdvdb ingest --full` (...)") as is
-            raise CliError(
-                damage if damage.startswith("index damaged") else f"damaged index: {damage}"
-            )
-        if check:
-            code = EXIT_OK if st.fresh else EXIT_STALE if st.exists else EXIT_NO_INDEX
-            if as_json:
-                print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
-            raise typer.Exit(code)
+        return run_verify(config, as_json)
+    st, damage = _status_of(config)
+    if st.exists:
+        st.new_files = _new_files(config, st)
+    if damage and not as_json:
+        # the readers' own line ("index damaged: run `mdvdb ingest --full` (...)") as is
+        raise CliError(damage if damage.startswith("index damaged") else f"damaged index: {damage}")
+    if check:
+        code = EXIT_OK if st.fresh else EXIT_STALE if st.exists else EXIT_NO_INDEX
         if as_json:
-            print_json({**st.to_json(), "damaged": damage, "switched_off": config.switched_off})
-            return
-        if not st.exists:
-            raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
-        updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
-        typer.echo(f"index:      {st.index_path} ({st.index_bytes / 1e6:.1f} MB)")
-        typer.echo(f"documents:  {st.files}")
-        typer.echo(f"chunks:     {st.chunks}")
-        typer.echo(f"updated:    {updated}")
-        typer.echo(f"embeddings: {st.provider}:{st.model} ({st.dimensions} dims)")
-        if st.provider_mismatch:
-            typer.echo(f"stale:      {st.provider_mismatch}; run `mdvdb ingest`")
-        stale = st.stale_files + st.new_files
-        if stale:
-            typer.echo(f"stale:      {len(stale)} files changed since indexing, e.g.:")
-            for path in stale[:10]:
-                typer.echo(f"  {printable(path, one_line=True)}")
-        elif not st.provider_mismatch:
-            typer.echo("stale:      none")
-        if st.errors:
-            typer.echo(f"problems:   {len(st.errors)} reported by the last ingest, e.g.:")
-            for path, problem in st.errors[:10]:
-                typer.echo(f"  {printable(f'{path}: {problem}', one_line=True)}")
-        if config.switched_off:
-            typer.echo("switched off: .mdvdb-off exists here; `mdvdb search` exits 5")
+            print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
+        raise typer.Exit(code)
+    if as_json:
+        print_json({**st.to_json(), "damaged": damage, "switched_off": config.switched_off})
+        return
+    if not st.exists:
+        raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
+    updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
+    typer.echo(f"index:      {st.index_path} ({st.index_bytes / 1e6:.1f} MB)")
+    typer.echo(f"documents:  {st.files}")
+    typer.echo(f"chunks:     {st.chunks}")
+    typer.echo(f"updated:    {updated}")
+    typer.echo(f"embeddings: {st.provider}:{st.model} ({st.dimensions} dims)")
+    if st.provider_mismatch:
+        typer.echo(f"stale:      {st.provider_mismatch}; run `mdvdb ingest`")
+    stale = st.stale_files + st.new_files
+    if stale:
+        typer.echo(f"stale:      {len(stale)} files changed since indexing, e.g.:")
+        for path in stale[:10]:
+            typer.echo(f"  {printable(path, one_line=True)}")
+    elif not st.provider_mismatch:
+        typer.echo("stale:      none")
+    if st.errors:
+        typer.echo(f"problems:   {len(st.errors)} reported by the last ingest, e.g.:")
+        for path, problem in st.errors[:10]:
+            typer.echo(f"  {printable(f'{path}: {problem}', one_line=True)}")
+    if config.switched_off:
+        typer.echo("switched off: .mdvdb-off exists here; `mdvdb search` exits 5")
 
 
 def _status_of(config):

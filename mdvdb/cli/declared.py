@@ -8,6 +8,7 @@ their `--help`, bounds and choices are the declaration's.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -91,3 +92,30 @@ def field_values(
             value = value.value
         fields[option.name] = value
     return fields
+
+
+def on_project(command: Callable[..., Any]) -> Callable[..., Any]:
+    """A typer command over one project: `command(config, as_json, **options)` gets the
+    configuration `--root` names (`errors.load`) and `--json`, and runs inside
+    `user_errors()`. The two shared options and that prelude, declared once for every
+    command that has them (they come last in `--help`, as before)."""
+    from mdvdb.cli.errors import load, user_errors
+
+    own = list(inspect.signature(command, eval_str=True).parameters.values())[2:]
+
+    @functools.wraps(command)
+    def run(root: Any = None, as_json: bool = False, **options: Any) -> Any:
+        with user_errors():
+            return command(load(root), as_json, **options)
+
+    signature = inspect.Signature(
+        [
+            *(p.replace(kind=KEYWORD) for p in own),
+            inspect.Parameter("root", KEYWORD, default=None, annotation=RootOption),
+            inspect.Parameter("as_json", KEYWORD, default=False, annotation=JsonOption),
+        ],
+        return_annotation=None,
+    )
+    run.__signature__ = signature  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    return run
