@@ -175,7 +175,9 @@ def hybrid(
     query_vector = query_vector.astype(np.float32, copy=False)
     dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
     direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
-    cosine, semantic = dense.scores(query_vector, direction, params.dense_feedback_weight)
+    cosine, semantic = dense.scores(
+        query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1
+    )
     first = fuse(bm25, cosine, params).scores
     lexical = bm25
     if params.feedback_weight > 0 and params.feedback_terms > 0:

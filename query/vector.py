@@ -90,30 +90,31 @@ class DenseScorer:
         self.compact = compact
         self.depth = depth or RESCORE_DEPTH
 
-    @property
-    def fast(self) -> bool:
-        return self.compact is not None and self.matrix.shape[0] > self.depth
-
     def scores(
-        self, query: np.ndarray, direction: np.ndarray | None = None, beta: float = 0.0
+        self,
+        query: np.ndarray,
+        direction: np.ndarray | None = None,
+        beta: float = 0.0,
+        keep: int = 0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(matrix @ q, matrix @ (q + beta * direction)): the first-pass cosine and the
-        dense-feedback score (the second is the first when `direction` is None)."""
+        dense-feedback score (the second is the first when `direction` is None). `keep`: the
+        caller reads the best `keep` scores, so at least that many rows are rescored."""
         query = query.astype(np.float32, copy=False)
         beta32 = np.float32(beta)
-        if not self.fast:
+        depth = max(self.depth, keep)
+        if self.compact is None or self.matrix.shape[0] <= depth:
             cosine = row_dots(self.matrix, query)
             if direction is None:
                 return cosine, cosine
             return cosine, cosine + beta32 * row_dots(self.matrix, direction)
-        assert self.compact is not None
         rows = query[None] if direction is None else np.stack([query, direction])
         approx = self.compact.dots(rows)
         cosine = approx[0]
         moved = cosine if direction is None else cosine + beta32 * approx[1]
-        picked = _best_rows(cosine, self.depth)
+        picked = _best_rows(cosine, depth)
         if direction is not None:
-            picked = np.union1d(picked, _best_rows(moved, self.depth))
+            picked = np.union1d(picked, _best_rows(moved, depth))
         exact = self.matrix[picked]  # gather: depth rows, not n
         exact_cos = row_dots(exact, query)
         cosine = _with_exact(cosine, picked, exact_cos)
