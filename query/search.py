@@ -165,7 +165,7 @@ def _memo_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict
     from query import fusion
 
     snap = index.snapshot
-    key = (mode, query, fusion.current())
+    key = (mode, query, fusion.current(), index.config.search_first_pass)
     last = snap.cache.get("last_scores")
     if last is None or last[0] != key:
         last = (key, mode_scores(index, query, mode))
