@@ -74,8 +74,10 @@ class Int8Rows:
         top = np.abs(weighted).max(axis=1)
         step = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
         query = np.rint(weighted / step[:, None]).astype(np.int8)
-        raw = np.asarray(simsimd.cdist(query, self.codes, metric="dot", out_dtype="float32"))
-        return raw * step[:, None]
+        # codes first: each row of codes is read once for all k vectors (the other order
+        # reads the matrix k times: 52 against 32-47 ms for k=2 at 131k under load).
+        raw = np.asarray(simsimd.cdist(self.codes, query, metric="dot", out_dtype="float32"))
+        return np.multiply(raw.T, step[:, None], order="C")
 
 
 class DenseScorer:
