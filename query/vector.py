@@ -148,6 +148,8 @@ def dense_scorer(index) -> DenseScorer:
     n = matrix.shape[0]
     if mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS):
         return DenseScorer(matrix)
+    if not _has_simsimd():  # a platform without its wheel: the exact scans, same results
+        return DenseScorer(matrix)
     compact = snap.cache.get("int8_rows")
     if compact is None:
         seen = snap.cache.get("vector_queries", 0)
@@ -156,6 +158,14 @@ def dense_scorer(index) -> DenseScorer:
             return DenseScorer(matrix)
         compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
     return DenseScorer(matrix, compact)
+
+
+def _has_simsimd() -> bool:
+    try:
+        import simsimd  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
