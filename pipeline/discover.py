@@ -32,6 +32,10 @@ class Discovered:
     changed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     unchanged: int = 0
+    # Files whose stat changed but whose content did not (touched, copied without -p): the
+    # manifest takes their new stat, or every later run would read and hash them again.
+    restamped: list[str] = field(default_factory=list)
+    hashed: int = 0  # files read and hashed by this walk (the rest matched the manifest)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (path, problem)
 
     def digest(self) -> str:
@@ -323,13 +327,17 @@ def discover(
         except OSError as exc:
             errors.append((rel, f"cannot read: {exc.strerror or exc}"))
             continue
-        result.entries[rel] = ManifestEntry(rel, st.st_size, st.st_mtime_ns, sha)
+        result.hashed += 1
+        entry = ManifestEntry(rel, st.st_size, st.st_mtime_ns, sha)
+        result.entries[rel] = entry
         if old is None:
             result.added.append(rel)
         elif old.sha256 != sha:
             result.changed.append(rel)
         else:
             result.unchanged += 1
+            if old != entry:
+                result.restamped.append(rel)
 
     if only is None:
         scope = set(manifest)

@@ -75,6 +75,7 @@ class Manifest:
     changed: int = 0
     removed: int = 0
     unchanged: int = 0
+    hashed: int = 0  # files discover read and hashed (their stat did not match)
     problems: tuple[Problem, ...] = ()
     # Shas discover saw added or changed, when they can be trusted; None: diff everything.
     changed_shas: frozenset[str] | None = None
@@ -221,7 +222,7 @@ def discover(
         added = [p for p in added if p not in old]
         upserts = list(found.entries.values())
     else:
-        upserts = [found.entries[p] for p in (*added, *changed)]
+        upserts = [found.entries[p] for p in (*added, *changed, *found.restamped)]
     state.replace_manifest(upserts, removed)
     changed_shas = left_shas = None
     if clean and not full:
@@ -234,6 +235,7 @@ def discover(
         changed=len(changed),
         removed=len(removed),
         unchanged=found.unchanged,
+        hashed=found.hashed,
         problems=tuple(found.errors),
         changed_shas=changed_shas,
         left_shas=left_shas or frozenset(),
