@@ -186,13 +186,25 @@ class State:
     def manifest_size(self) -> int:
         return self.db.execute("SELECT count(*) FROM manifest").fetchone()[0]
 
-    def replace_manifest(self, upserts: Iterable[ManifestEntry], removed: Iterable[str]) -> None:
+    def replace_manifest(
+        self, upserts: Iterable[ManifestEntry], removed: Iterable[str], digest: str | None = None
+    ) -> None:
+        """`digest`: the digest of (path, sha256) of the manifest this leaves, kept with it
+        (`manifest_digest` value) so that a run that changes nothing need not hash every path
+        again; without it, any stored digest is dropped."""
+        upserts, removed = list(upserts), list(removed)
+        if not upserts and not removed and digest == self.get_value("manifest_digest"):
+            return  # a no-op: no write transaction
         with self.transaction():
             self.db.executemany(
                 "INSERT OR REPLACE INTO manifest VALUES (?, ?, ?, ?)",
                 ((e.path, e.size, e.mtime_ns, e.sha256) for e in upserts),
             )
             self.db.executemany("DELETE FROM manifest WHERE path = ?", ((p,) for p in removed))
+            if digest is None:
+                self.db.execute("DELETE FROM kv WHERE key = 'manifest_digest'")
+            elif self.get_value("manifest_digest") != digest:
+                self.set_value("manifest_digest", digest)
 
     # -- parsed and chunks ----------------------------------------------------------------
     def missing_parsed(self) -> list[tuple[str, str]]:
