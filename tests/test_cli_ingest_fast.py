@@ -23,7 +23,8 @@ try:
     main()
 except SystemExit as exc:
     code = exc.code
-heavy = sorted(m for m in ("typer", "pydantic", "numpy", "pyarrow", "sklearn") if m in sys.modules)
+names = ("typer", "pydantic", "numpy", "pyarrow", "sklearn", "cloudpickle")
+heavy = sorted(m for m in names if m in sys.modules)
 print("HEAVY", ",".join(heavy), code, file=sys.stderr)
 """
 
@@ -39,9 +40,16 @@ def _probe(*argv: str) -> tuple[subprocess.CompletedProcess, str]:
 def test_a_noop_imports_no_heavy_library(indexed_notes: Path):
     assert run_cli("ingest", "--root", str(indexed_notes)).returncode == 0  # the copy's first
     done, heavy = _probe("ingest", "--json", "--root", str(indexed_notes))
-    assert heavy == "HEAVY  0", done.stderr
+    assert heavy == "HEAVY cloudpickle 0", done.stderr  # (doit's own import)
     report = json.loads(done.stdout)
     assert (report["published"], report["hashed"]) == (False, 0)
+
+
+def test_a_cold_search_skips_cloudpickle(indexed_notes: Path):
+    """pyarrow would import it (doit installs it); a search never pickles."""
+    done, heavy = _probe("search", "tar archive", "--root", str(indexed_notes))
+    assert heavy == "HEAVY numpy,pyarrow 0", done.stderr
+    assert "tar.md" in done.stdout
 
 
 def test_help_and_unknown_options_go_to_typer(indexed_notes: Path):
