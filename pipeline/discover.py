@@ -307,17 +307,28 @@ class PathFilter:
         return walker.found
 
 
+def stat_signature(stats: dict[str, os.stat_result]) -> str:
+    """A digest of (path, size, mtime) of every file a walk found: equal to the one stored
+    with the manifest, nothing on disk moved since, and the manifest need not be read."""
+    lines = sorted(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}" for rel, st in stats.items())
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
 def discover(
-    config: Config, manifest: dict[str, ManifestEntry], only: list[str] | None = None
+    config: Config,
+    manifest: dict[str, ManifestEntry],
+    only: list[str] | None = None,
+    walked: tuple[dict[str, os.stat_result], list[tuple[str, str]]] | None = None,
 ) -> Discovered:
     """Compare the folders with the manifest. `only`: re-check just these relative paths
     (files or folders, present or gone), keep every other manifest entry as it is
-    (`mdvdb ingest docs/a.md`, the watcher)."""
-    errors: list[tuple[str, str]] = []
+    (`mdvdb ingest docs/a.md`, the watcher). `walked`: the (stats, problems) of a full walk
+    the caller already made."""
+    errors: list[tuple[str, str]] = walked[1] if walked is not None else []
     if only is not None and any(rel in ("", ".") for rel in only):
         only = None  # the project root itself: a full walk
     if only is None:
-        stats = walk(config, errors)
+        stats = walked[0] if walked is not None else walk(config, errors)
         scope: set[str] | dict[str, ManifestEntry] = manifest
         # Start from the manifest and fix up what differs: a no-op at 100k files then builds
         # no entry, no set and no list, only a copy of the dict.
