@@ -33,6 +33,9 @@ def ingest(python: str, root: Path) -> tuple[float, float]:
         [python, "-m", "mdvdb", "ingest", "--root", str(root)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        # Not this checkout: `python -m mdvdb` puts the working folder first on sys.path, so
+        # run from a repository, install A would run that repository's code.
+        cwd="/",
     )
     err = proc.stderr.read() if proc.stderr else b""
     _, status, usage = os.wait4(proc.pid, 0)
