@@ -25,6 +25,11 @@ def test_touched_file_is_hashed_once_then_trusted_by_its_new_stat(indexed_notes:
     second = _ingest_json(indexed_notes)
     assert (second["hashed"], second["changed"]) == (0, 0)
     assert second["unchanged"] == first["unchanged"] == first["files"]
+    # A new file makes the next run compare every stat with the manifest (not only the
+    # walk's signature): the touched file is not read again, only the new one.
+    (indexed_notes / "new.md").write_text("# New\n\nA page about zstd frames.\n")
+    third = _ingest_json(indexed_notes)
+    assert (third["hashed"], third["added"]) == (1, 1)
 
 
 def test_a_copy_without_kept_mtimes_is_rehashed_once(indexed_notes: Path, tmp_path: Path):
@@ -35,6 +40,8 @@ def test_a_copy_without_kept_mtimes_is_rehashed_once(indexed_notes: Path, tmp_pa
     first = _ingest_json(copy)
     assert first["hashed"] == first["files"] > 0 and first["changed"] == 0
     assert _ingest_json(copy)["hashed"] == 0
+    (copy / "new.md").write_text("# New\n\nA page about zstd frames.\n")
+    assert _ingest_json(copy)["hashed"] == 1  # the new file only, not the copied ones
 
 
 def test_an_edit_is_still_seen_after_a_touch(indexed_notes: Path):
@@ -48,3 +55,17 @@ def test_an_edit_is_still_seen_after_a_touch(indexed_notes: Path):
     assert (edited["hashed"], edited["changed"], edited["published"]) == (1, 1, True)
     found = run_cli("search", "zstd frames", "--json", "--root", str(indexed_notes))
     assert found.returncode == 0 and "tar.md" in found.stdout
+
+
+def test_after_a_noop_an_added_and_a_deleted_file_are_seen(indexed_notes: Path):
+    """A run that finds every stat as stored reads no manifest row (the walk's signature is
+    kept with it); anything added or deleted changes the signature and is compared in full."""
+    _ingest_json(indexed_notes)
+    noop = _ingest_json(indexed_notes)
+    assert (noop["hashed"], noop["published"], noop["unchanged"]) == (0, False, noop["files"])
+    (indexed_notes / "tar.md").unlink()
+    (indexed_notes / "new.md").write_text("# New\n\nA page about zstd frames.\n")
+    after = _ingest_json(indexed_notes)
+    assert (after["added"], after["removed"], after["files"]) == (1, 1, noop["files"])
+    again = _ingest_json(indexed_notes)
+    assert (again["added"], again["removed"], again["hashed"]) == (0, 0, 0)
