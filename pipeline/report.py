@@ -25,6 +25,9 @@ class IngestReport:
     seconds: float = 0.0
     errors: list[tuple[str, str]] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # CPU seconds (this process and its worker processes), per stage and for the run.
+    stage_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: float = 0.0
     clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
     reused_files: int = 0  # files whose rows pack reused from the previous index
 
@@ -48,8 +51,10 @@ class IngestReport:
                 report.files = len(output.entries)
             elif isinstance(output, Parsed | Chunked):
                 report.parsed += output.parsed
+                if isinstance(output, Parsed):
+                    report.chunks_embedded += output.embedded
             elif isinstance(output, Embedded):
-                report.chunks_embedded = output.chunks_embedded
+                report.chunks_embedded += output.chunks_embedded
             elif isinstance(output, Clustered) and output.mode != "disabled":
                 report.clustering = output.mode
             elif isinstance(output, Packed):
@@ -73,5 +78,7 @@ class IngestReport:
             "index_bytes": self.index_bytes,
             "seconds": round(self.seconds, 3),
             "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            "stage_cpu_seconds": {k: round(v, 3) for k, v in self.stage_cpu_seconds.items()},
             "errors": [{"path": p, "problem": m} for p, m in self.errors],
         }
