@@ -110,6 +110,7 @@ class Parsed:
     digest: str
     chunks: int = 0  # chunks cut from the parsed files (pipeline.workers chunks as it parses)
     embedded: int = 0  # of which embedded on the way (the local model)
+    workers: int = 1  # processes that did it (pipeline.workers)
 
 
 @dataclass(frozen=True)
@@ -293,7 +294,11 @@ def parse(
     problems: list[Problem] = []
     failed, chunks, embedded = _prepare_files(config, state, todo, problems, progress, provider)
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
-    return Parsed(kept, len(todo), tuple(problems), digest_of(kept.digest), chunks, embedded)
+    from pipeline.workers import processes_for
+
+    workers = processes_for(config, len(todo))
+    digest = digest_of(kept.digest)
+    return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers)
 
 
 def _prepare_files(

@@ -178,6 +178,14 @@ def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
     return out
 
 
+def processes_for(config: Config, files: int) -> int:
+    """Worker processes a run of `files` files gets: 1 (this process) when it is too small
+    to pay for a pool."""
+    if files < POOL_MIN_FILES:
+        return 1
+    return max(1, min(worker_count(config), -(-files // BATCH_FILES)))
+
+
 def prepare(
     config: Config,
     todo: list[tuple[str, str]],
@@ -185,11 +193,11 @@ def prepare(
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[Batch]:
     """The batches of `todo`, in order: in this process, or from a pool of
-    `worker_count(config)` processes when the run is big enough to pay for one."""
+    `processes_for(config, len(todo))` processes."""
     spec = Spec(str(config.root), config.chunk_max_tokens, config.chunk_overlap_tokens, embed)
     batches = [todo[i : i + BATCH_FILES] for i in range(0, len(todo), BATCH_FILES)]
-    workers = min(worker_count(config), len(batches))
-    if workers <= 1 or len(todo) < POOL_MIN_FILES:
+    workers = processes_for(config, len(todo))
+    if workers <= 1:
         done = 0
         for items in batches:
             yield prepare_batch(spec, items)
