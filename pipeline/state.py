@@ -286,6 +286,8 @@ class State:
         as JSON (file sha -> the text `put_chunks` would store), chunk vectors for `model`,
         and the `embedded` marks (`model` is then the build key's model part) of the files
         whose chunks all got one."""
+        import numpy as np
+
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with self.transaction():
             self.db.executemany(
