@@ -180,8 +180,8 @@ def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
 
 def processes_for(config: Config, files: int) -> int:
     """Worker processes a run of `files` files gets: 1 (this process) when it is too small
-    to pay for a pool."""
-    if files < POOL_MIN_FILES:
+    to pay for a pool, or when workers cannot be forked safely (`pool_is_safe`)."""
+    if files < POOL_MIN_FILES or not pool_is_safe():
         return 1
     return max(1, min(worker_count(config), -(-files // BATCH_FILES)))
 
@@ -248,17 +248,24 @@ def _pooled(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def pool_is_safe() -> bool:
+    """Workers are forked (they start with the parser imported, and run nothing but their
+    tasks): on Linux, from a single-threaded process such as `mdvdb ingest`. A threaded
+    process (the MCP server, an application calling `mdvdb.ingest`) could fork while another
+    thread holds a lock, and spawning instead would re-import the caller's main module in
+    every worker; there, and on macOS and Windows, the work runs in this process."""
+    import threading
+
+    return sys.platform.startswith("linux") and threading.active_count() == 1
+
+
 def _context():
-    """fork where it is safe and cheap (Linux: the worker starts with the parser already
-    imported); spawn elsewhere (macOS and Windows, where fork is unsafe or missing)."""
     import multiprocessing
 
-    if sys.platform.startswith("linux"):
-        # The tokenizer's own threads would fight the workers for the same cores, and a
-        # tokenizer used before the fork prints a warning in each child unless this is set.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
+    # The tokenizer's own threads would fight the workers for the same cores, and a
+    # tokenizer used before the fork prints a warning in each child unless this is set.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return multiprocessing.get_context("fork")
 
 
 def _quiet_worker() -> None:
