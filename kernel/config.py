@@ -195,6 +195,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_EMBEDDING_ENDPOINT", "embedding_endpoint", _str, None, "URL for provider=custom"
     ),
+    Setting(
+        "MDVDB_WORKERS",
+        "workers",
+        _int(0),
+        "0",
+        "Processes that parse, chunk and embed an ingest (0: one per CPU; 1: no pool)",
+    ),
     Setting("MDVDB_CHUNK_MAX_TOKENS", "chunk_max_tokens", _int(16), "512", "Tokens a chunk"),
     Setting("MDVDB_CHUNK_OVERLAP_TOKENS", "chunk_overlap_tokens", _int(0), "50", "Window overlap"),
     Setting(
@@ -349,6 +356,7 @@ class Config:
     embedding_retry_max_delay: float = 30.0
     embedding_max_input_tokens: int = 0
     embedding_endpoint: str | None = None
+    workers: int = 0  # 0: one per CPU (pipeline.workers.worker_count)
     chunk_max_tokens: int = 512
     chunk_overlap_tokens: int = 50
     search_default_limit: int = DEFAULT_LIMIT

@@ -110,6 +110,9 @@ class Parsed:
     parsed: int
     problems: tuple[Problem, ...]
     digest: str
+    chunks: int = 0  # chunks cut from the parsed files (pipeline.workers chunks as it parses)
+    embedded: int = 0  # of which embedded on the way (the local model)
+    workers: int = 1  # processes that did it (pipeline.workers)
 
 
 @dataclass(frozen=True)
@@ -330,9 +333,17 @@ def _refuse_emptying(config: Config, known: int) -> None:
 # -- parse ----------------------------------------------------------------------------------
 
 
-def parse(config: Config, manifest: Manifest, state: State, progress: Progress = _quiet) -> Parsed:
-    """Frontmatter, heading tree and body of each new file content. Files that cannot be
-    read or parsed leave the manifest (reported, retried next run, never packed)."""
+def parse(
+    config: Config,
+    manifest: Manifest,
+    state: State,
+    progress: Progress = _quiet,
+    provider: EmbeddingProvider | None = None,
+) -> Parsed:
+    """Frontmatter, heading tree and body of each new file content, chunked at once and, for
+    the local model (`provider`), embedded (`pipeline.workers`: over a process pool when
+    the run is big enough). Files that cannot be read or parsed leave the manifest
+    (reported, retried next run, never packed)."""
     pending = manifest.pending()
     if pending is None:
         todo = state.missing_parsed()
@@ -345,9 +356,71 @@ def parse(config: Config, manifest: Manifest, state: State, progress: Progress =
     chunked = state.chunked(chunk_key(config), [sha for _, sha in todo])
     todo = [(path, sha) for path, sha in todo if sha not in chunked]
     problems: list[Problem] = []
-    failed = _parse_files(config, state, todo, problems, progress)
+    failed, chunks, embedded = _prepare_files(config, state, todo, problems, progress, provider)
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
-    return Parsed(kept, len(todo), tuple(problems), digest_of(kept.digest))
+    from pipeline.workers import processes_for
+
+    workers = processes_for(config, len(todo))
+    digest = digest_of(kept.digest)
+    return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers)
+
+
+def _prepare_files(
+    config: Config,
+    state: State,
+    todo: list[tuple[str, str]],
+    problems: list[Problem],
+    progress: Progress,
+    provider: EmbeddingProvider | None,
+) -> tuple[list[str], int, int]:
+    """Parse, chunk (and embed) (path, sha) pairs into the caches, one transaction per
+    batch; returns the paths that failed (reported), the chunks cut and the chunks
+    embedded."""
+    from pipeline.embed import model_key
+    from pipeline.workers import WorkerDied, embed_spec, prepare
+
+    spec = embed_spec(provider) if provider is not None else None
+    model = model_key(provider) if spec is not None and provider is not None else ""
+    key = chunk_key(config)
+    failed: list[str] = []
+    chunks = embedded = 0
+    batches = prepare(config, todo, spec, lambda done: progress("parse", done, len(todo)))
+    try:
+        for batch in batches:  # streamed: written as each comes back
+            for path, _, problem, broken in batch.files:
+                if problem:
+                    problems.append((path, problem))
+                if broken:
+                    failed.append(path)
+            shas, vectors = _unknown_vectors(state, model, batch.vector_shas, batch.vectors)
+            state.put_prepared(key, batch.records, model, shas, vectors, batch.embedded)
+            chunks += batch.chunks
+            embedded += len(shas)
+    except WorkerDied as exc:
+        raise IngestError(str(exc)) from None
+    if embedded and spec is not None and spec.cache_dir is not None:
+        # The query side's lookup tokenizer, built once per user (~1 s) by the ingest
+        # rather than by the first search.
+        from pathlib import Path
+
+        from kernel.providers.local import quick_bpe
+
+        quick_bpe(Path(spec.cache_dir))
+    return failed, chunks, embedded
+
+
+def _unknown_vectors(state: State, model: str, shas: list[bytes], vectors: Any) -> tuple:
+    """The vectors of a batch that no cache holds yet (what `chunks_embedded` counts: a
+    moved file or `--full` embeds nothing new, as with the embed stage)."""
+    import numpy as np
+
+    if not shas:
+        return [], np.zeros((0, 0), dtype=np.float32)
+    known = state.known_embeddings(model, shas)
+    if not known:
+        return shas, vectors
+    keep = [i for i, sha in enumerate(shas) if sha not in known]
+    return [shas[i] for i in keep], vectors[keep]
 
 
 def _parse_files(

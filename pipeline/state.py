@@ -273,6 +273,36 @@ class State:
                 ((sha, key, json.dumps(data)) for sha, data in items),
             )
 
+    def put_prepared(
+        self,
+        key: str,
+        records: list[tuple[str, str]],
+        model: str,
+        vector_shas: list[bytes],
+        vectors: np.ndarray,
+        embedded: list[str],
+    ) -> None:
+        """One batch of `pipeline.workers`, in one transaction: chunk records already encoded
+        as JSON (file sha -> the text `put_chunks` would store), chunk vectors for `model`,
+        and the `embedded` marks (`model` is then the build key's model part) of the files
+        whose chunks all got one."""
+        import numpy as np
+
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        with self.transaction():
+            self.db.executemany(
+                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)",
+                ((sha, key, data) for sha, data in records),
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
+                ((model, sha, vectors[i].tobytes()) for i, sha in enumerate(vector_shas)),
+            )
+            self.db.executemany(
+                "INSERT OR IGNORE INTO embedded VALUES (?, ?)",
+                ((f"{model}|{key}", s) for s in embedded),
+            )
+
     def get_chunks(self, key: str, shas: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Chunk records (title, metadata, error, chunks) by file sha, from this database or,
         for files the published index holds, rebuilt from its rows."""

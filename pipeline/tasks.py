@@ -63,6 +63,8 @@ class IngestRun:
     progress: stages.Progress = stages._quiet
     outputs: dict[str, object] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    # CPU seconds of each stage, this process and the worker processes it waited for.
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
     error: BaseException | None = None
     # A provider the caller owns (the watcher loads its model once): used, never closed.
     borrowed_provider: EmbeddingProvider | None = None
@@ -111,6 +113,18 @@ class IngestRun:
         self._provider = None
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of the worker processes it has
+    reaped (a stage's pool is shut down before the stage returns)."""
+    try:
+        import resource
+    except ImportError:  # Windows: this process only
+        return time.process_time()
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 # -- the adapters: stage output <-> doit ----------------------------------------------------
 
 Body = Callable[[IngestRun], Any]
@@ -123,7 +137,7 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
     def action() -> dict | bool:
         if run is None:
             return _alone(name, body)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         try:
             output = body(run)
         except BaseException as exc:  # noqa: BLE001 - re-raised by pipeline.ingest
@@ -131,6 +145,7 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
             return False
         finally:
             run.seconds[name] = time.perf_counter() - started
+            run.cpu_seconds[name] = cpu_seconds() - cpu
         run.outputs[name] = output
         return {"digest": output.digest}
 
@@ -159,7 +174,16 @@ def _discover(run: IngestRun) -> stages.Manifest:
 
 
 def _parse(run: IngestRun) -> stages.Parsed:
-    return stages.parse(run.config, run.manifest(), run.state, run.progress)
+    # The local WordLlama model embeds as files are parsed (pipeline.workers); other
+    # providers are not even built here (a remote one is the embed stage's business).
+    from kernel.config import local_model_is_encoder
+
+    config = run.config
+    local = config.embedding_provider == "local" and not local_model_is_encoder(
+        config.embedding_model
+    )
+    provider = run.provider if local or run.borrowed_provider is not None else None
+    return stages.parse(config, run.manifest(), run.state, run.progress, provider)
 
 
 def _chunk(run: IngestRun) -> stages.Chunked:
