@@ -38,19 +38,25 @@ def _digest(*parts: object) -> str:
 
 
 def _unchanged(rows, schema, clusters, count: int) -> bool:
-    """The shard's new tables would be its previous file's: same files, reused whole, the
-    same cluster ids and the same schema tables."""
+    """The shard's rows would be its previous file's: the same files, reused whole, the
+    same cluster ids, the same typed `fm:` columns (same field types) and the same
+    problems. (Its `schema` table may be behind: readers take the schema from the global
+    file.)"""
     previous = rows.previous
     if previous is None or rows.reused_files != count or previous_rows(previous) != count:
         return False
-    old_ids = previous.tables["files"].column("cluster_id").to_numpy()
+    old_files = previous.tables["files"]
+    old_ids = old_files.column("cluster_id").to_numpy()
     if not np.array_equal(old_ids, clusters.cluster_ids.to_numpy(zero_copy_only=False)):
         return False
-    for name, table in schema.tables.items():
-        old = previous.tables.get(name)
-        if old is None or not old.equals(table):
-            return False
-    return True
+    types = schema_pack.column_types(schema.result.fields)
+    old_types = schema_pack._previous_types(previous)
+    if {name: old_types.get(name) for name in types} != types:
+        return False
+    if {c for c in old_files.column_names if c.startswith("fm:")} != set(schema.typed_names):
+        return False
+    old_problems = previous.tables.get("schema_problems")
+    return old_problems is not None and old_problems.equals(schema.tables["schema_problems"])
 
 
 def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Written:
@@ -76,12 +82,24 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
     damaged: list[str] = []
     lexical_meta: dict[str, Any] = {}
     overlay_meta: dict[str, Any] = {}
+    planned = []
     for shard, members in enumerate(parts):
         own = replace(sources, entries=tuple(members))
         previous = folder / old.entries[shard].name if old is not None else folder / "-"
         rows = plan(previous, own)
+        planned.append((rows, schema_pack.update(rows, own.state)))
+    # One schema over every shard: the fields' types (hence the typed columns a filter
+    # reads) are those of the whole index, not of the shard's files.
+    fields = schema_pack.global_fields([update for _, update in planned], sources.state)
+    types = schema_pack.column_types(fields)
+    problems = []
+    for shard, members in enumerate(parts):
+        own = replace(sources, entries=tuple(members))
+        rows, schema = planned[shard]
+        if schema_pack.column_types(schema.result.fields) != types:
+            schema = schema_pack.update(rows, own.state, fields)
+        problems += schema.result.problems
         damaged += rows.damaged
-        schema = schema_pack.update(rows, own.state)
         clusters = cluster.assign(rows, own.state)
         digest = _digest(sources.build_key, sorted((e.path, e.sha256, e.mtime_ns) for e in members))
         reused += rows.reused_files
@@ -107,7 +125,16 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
             )
         )
     global_name = shards.global_name(generation)
-    files = _write_global(folder, global_name, entries, sources, meta)
+    result = schema_pack.SchemaResult(
+        fields=fields,
+        problems=sorted(problems, key=lambda p: p.path),
+        overlay=schema_pack.stored_overlay(sources.state),
+    )
+    schema_tables = {
+        "schema": schema_pack.schema_table(result),
+        "schema_problems": schema_pack.problems_table(result),
+    }
+    files = _write_global(folder, global_name, entries, sources, meta, schema_tables)
     manifest = shards.Manifest(
         count,
         generation,
@@ -134,7 +161,12 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
 
 
 def _write_global(
-    folder, name: str, entries: list[shards.ShardEntry], sources: PackSources, meta
+    folder,
+    name: str,
+    entries: list[shards.ShardEntry],
+    sources: PackSources,
+    meta,
+    schema_tables: dict[str, pa.Table],
 ) -> int:
     """The corpus-wide tables, from the shards just published: near-duplicate groups over
     every signature in the one-file chunk order, and the clusters over every file."""
@@ -150,7 +182,7 @@ def _write_global(
         [pa.array(signatures, pa.uint64()), pa.array(duplicates.groups(signatures))],
         schema=duplicates.schema(),
     )
-    tables: dict[str, pa.Table] = {"near_duplicates": near}
+    tables: dict[str, pa.Table] = {"near_duplicates": near, **schema_tables}
     files = pa.concat_tables(
         [f.tables["files"].select(["path", "sha256", "cluster_id"]) for f in opened]
     ).take(pa.array(order.file_order))

@@ -20,7 +20,7 @@ are gathered in the one-file order before they are summed.
 What is gathered rather than fanned out (docs/scale-out.md): the vectors (one matrix in the
 global order, a copy made when the snapshot opens; the dense side's cosines are per row, so a
 per-shard product would give the same values), the corpus-wide tables from the `global` file
-(near-duplicate groups, clusters), and the schema (the shards' inferred schemas, merged here).
+(near-duplicate groups, clusters, and the schema: counts summed over the shards at pack time).
 """
 
 from __future__ import annotations
@@ -128,10 +128,9 @@ class ShardedSnapshot:
         vectors = np.concatenate([p.vectors for p in parts] or [np.zeros((0, dims), np.float32)])
         vectors = vectors[order.chunk_order]
         tables = {"files": files, "chunks": chunks}
-        for name in ("near_duplicates", "clusters"):
+        for name in ("near_duplicates", "clusters", "schema", "schema_problems"):
             if extra.tables.get(name) is not None:
                 tables[name] = extra.tables[name]
-        tables.update(_merged_schema(parts))
         file = index_format.IndexFile(
             path=path,
             meta={**manifest.meta, "files": files.num_rows, "chunks": chunks.num_rows},
@@ -154,35 +153,6 @@ class ShardedSnapshot:
 
     def build_lexical(self) -> ShardedLexical:
         return ShardedLexical.of(self)
-
-
-def _merged_schema(parts: list) -> dict[str, Any]:
-    """The `schema` table over every shard: a field's row from the shard where it covers
-    the most files, with the counts summed (`files` and `present`, where present)."""
-    import pyarrow as pa
-
-    tables = [p.table("schema") for p in parts if p.table("schema") is not None]
-    out: dict[str, Any] = {}
-    if tables:
-        rows: dict[str, dict] = {}
-        counts: dict[str, dict[str, int]] = {}
-        schema = tables[0].schema
-        for table in tables:
-            for row in table.to_pylist():
-                name = row.get("field") or row.get("name")
-                summed = counts.setdefault(name, {})
-                for key in ("files", "present", "count"):
-                    if isinstance(row.get(key), int):
-                        summed[key] = summed.get(key, 0) + row[key]
-                best = rows.get(name)
-                if best is None or (row.get("files") or 0) > (best.get("files") or 0):
-                    rows[name] = row
-        merged = [{**row, **counts[name]} for name, row in sorted(rows.items())]
-        out["schema"] = pa.Table.from_pylist(merged, schema=schema)
-    problems = [p.table("schema_problems") for p in parts if p.table("schema_problems") is not None]
-    if problems:
-        out["schema_problems"] = pa.concat_tables(problems)
-    return out
 
 
 def shard_term_scores(
