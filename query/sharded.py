@@ -37,7 +37,7 @@ import numpy as np
 from kernel import index_format, shards, text_analysis
 from query.lexical import LexicalIndex
 
-__all__ = ["ShardedLexical", "ShardedSnapshot", "shard_term_scores"]
+__all__ = ["ShardedLexical", "ShardedSnapshot", "score_shard_file", "shard_term_scores"]
 
 _POOL: ThreadPoolExecutor | None = None
 
@@ -184,6 +184,21 @@ def shard_term_scores(
         term *= np.float32(weight)
         out[ids] += term
     return out
+
+
+def score_shard_file(
+    path: str, hashes: np.ndarray, weights: np.ndarray, idf: np.ndarray, norm: np.ndarray
+) -> np.ndarray:
+    """`shard_term_scores` as another process (or node) runs it: map the shard file, score
+    its chunks with the global `idf` and `norm` the caller sends, return the local scores."""
+    from types import SimpleNamespace
+
+    file = index_format.read_index(path)
+    chunk_files = index_format.column_array(file.tables["chunks"], "file_id").to_numpy()
+    view = SimpleNamespace(meta=file.meta, table=file.table, file=file, chunk_file_ids=chunk_files)
+    lexical = LexicalIndex.from_snapshot(view)
+    out = np.zeros(lexical.n_chunks, dtype=np.float32)
+    return shard_term_scores(lexical, hashes, weights, idf, norm, out)
 
 
 @dataclass
