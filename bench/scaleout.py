@@ -7,6 +7,7 @@ A corpus of ~chunks/3 files is generated (bench/generate.py: 2-4 sections a file
 MDVDB_BENCH_DIR, copied once per layout and ingested with `mdvdb ingest` (MDVDB_SHARDS=1,
 then each N); ingests are timed too. Then, warm and in process:
 
+0. opening the index: one map, or N maps and the gathered one-file view;
 1. `Index.search` (limit 10) per mode, one file vs N shards (the shards scored in threads),
    median and p95 over the queries x rounds, and whether every answer is the same (paths,
    lines, scores);
@@ -112,6 +113,30 @@ def search_rows(indexes: dict[int, object], rounds: int) -> list[dict]:
                     "same_answers": same if shards != 1 else "reference",
                 }
             )
+    return rows
+
+
+def open_rows(roots: dict[int, Path], rounds: int) -> list[dict]:
+    """Opening the index (files in the page cache): map one file, or map N shards and
+    gather the one-file view (files and chunks tables, the vectors matrix)."""
+    from kernel.config import load_config
+    from kernel.shards import published_source
+    from query.sharded import ShardedSnapshot
+    from query.snapshot import Snapshot
+
+    rows = []
+    for shards, root in roots.items():
+        source = published_source(load_config(root, {**os.environ, "MDVDB_SHARDS": str(shards)}))
+        samples = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            if shards == 1:
+                Snapshot.load(source)
+            else:
+                ShardedSnapshot.load(source, Snapshot.load)
+            samples.append(time.perf_counter() - started)
+        name = "one file" if shards == 1 else f"{shards} shards"
+        rows.append({"layout": name, "open_ms": median_ms(samples)})
     return rows
 
 
@@ -222,6 +247,11 @@ def main() -> None:
             {"layout": "one file" if n == 1 else f"{n} shards", "ingest_s": s}
             for n, s in built.items()
         ],
+        args.json,
+    )
+    print_table(
+        f"open the index, warm page cache ({total} chunks)",
+        open_rows({n: base / f"shards-{n}" for n in [1, *counts]}, args.rounds),
         args.json,
     )
     print_table(
