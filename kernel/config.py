@@ -222,6 +222,13 @@ SETTINGS: tuple[Setting, ...] = (
         "hybrid",
         " | ".join(SEARCH_MODES),
     ),
+    Setting(
+        "MDVDB_SEARCH_FIRST_PASS",
+        "search_first_pass",
+        _choice("auto", "int8", "exact"),
+        "auto",
+        "Hybrid search's dense pass: int8 + exact rescoring (auto: warm, 20k+ chunks) | exact",
+    ),
     Setting("MDVDB_WATCH", "watch", _bool, "true", "Allow the watcher"),
     Setting("MDVDB_WATCH_DEBOUNCE_MS", "watch_debounce_ms", _int(0), "300", "Debounce (ms)"),
     Setting("MDVDB_CLUSTERING_ENABLED", "clustering_enabled", _bool, "true", "Build clusters"),
@@ -356,6 +363,7 @@ class Config:
     search_min_score: float = 0.0
     search_per_file: int = 3
     search_default_mode: str = "hybrid"
+    search_first_pass: str = "auto"
     watch: bool = True
     watch_debounce_ms: int = 300
     clustering_enabled: bool = True

@@ -16,6 +16,7 @@ class IngestReport:
     changed: int = 0
     removed: int = 0
     unchanged: int = 0
+    hashed: int = 0  # files read and hashed because their stat changed
     files: int = 0
     chunks: int = 0
     chunks_embedded: int = 0
@@ -45,6 +46,7 @@ class IngestReport:
             if isinstance(output, Manifest):
                 report.added, report.changed = output.added, output.changed
                 report.removed, report.unchanged = output.removed, output.unchanged
+                report.hashed = output.hashed
                 report.files = len(output.entries)
             elif isinstance(output, Parsed | Chunked):
                 report.parsed += output.parsed
@@ -67,6 +69,7 @@ class IngestReport:
             "changed": self.changed,
             "removed": self.removed,
             "unchanged": self.unchanged,
+            "hashed": self.hashed,
             "chunks": self.chunks,
             "chunks_embedded": self.chunks_embedded,
             "published": self.published,

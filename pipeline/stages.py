@@ -75,6 +75,7 @@ class Manifest:
     changed: int = 0
     removed: int = 0
     unchanged: int = 0
+    hashed: int = 0  # files discover read and hashed (their stat did not match)
     problems: tuple[Problem, ...] = ()
     # Shas discover saw added or changed, when they can be trusted; None: diff everything.
     changed_shas: frozenset[str] | None = None
@@ -203,21 +204,72 @@ def stamp_index(config: Config, state: State) -> None:
 
 # -- discover -------------------------------------------------------------------------------
 
+MANIFEST_DIGEST = "manifest_digest"  # the stored manifest's `manifest_digest`, while current
+STAT_SIGNATURE = "stat_signature"  # `pipeline.discover.stat_signature` of the walk it holds
+
+
+class StoredEntries(Mapping[str, ManifestEntry]):
+    """The stored manifest, read on first use: a run that finds nothing moved reports its
+    size and never reads 100k rows unless a later stage has work to do."""
+
+    def __init__(self, state: State, count: int):
+        self._state, self._count = state, count
+        self._entries: dict[str, ManifestEntry] | None = None
+
+    def _loaded(self) -> dict[str, ManifestEntry]:
+        if self._entries is None:
+            self._entries = self._state.manifest()
+        return self._entries
+
+    def __getitem__(self, path: str) -> ManifestEntry:
+        return self._loaded()[path]
+
+    def __iter__(self):
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return self._count if self._entries is None else len(self._entries)
+
+
+def _unmoved(state: State, signature: str, walked: tuple[dict, list]) -> Manifest | None:
+    """The manifest of a run in which no file moved (the walk's stat signature is the one
+    stored with the manifest, and so is its digest): no row of it is read; else None."""
+    digest = state.get_value(MANIFEST_DIGEST)
+    count = len(walked[0])
+    if not count or digest is None or state.get_value(STAT_SIGNATURE) != signature:
+        return None
+    return Manifest(
+        entries=StoredEntries(state, count),
+        digest=digest,
+        unchanged=count,
+        problems=tuple(walked[1]),
+        changed_shas=frozenset(),
+    )
+
 
 def discover(
     config: Config, state: State, only: tuple[str, ...] | None = None, full: bool = False
 ) -> Manifest:
     """Walk the source folders, re-hash what changed, store the new manifest."""
     from pipeline.discover import discover as walk_and_compare
+    from pipeline.discover import stat_signature, walk
 
-    old = state.manifest()
     # The published index is part of the cache: when it is not the one the last run wrote
     # (deleted, replaced), nothing is trusted and every stage re-checks its work.
     clean = published_is_current(config, state) and state.get_value("clean_run") == build_settings(
         config
     )
     state.set_value("clean_run", None)
-    found = walk_and_compare(config, {} if full else old, list(only) if only else None)
+    walked = signature = None
+    if not only and not full:
+        problems: list[Problem] = []
+        walked = (walk(config, problems), problems)
+        signature = stat_signature(walked[0])
+        unmoved = _unmoved(state, signature, walked)
+        if unmoved is not None:
+            return unmoved if clean else replace(unmoved, changed_shas=None)
+    old = state.manifest()
+    found = walk_and_compare(config, {} if full else old, list(only) if only else None, walked)
     if not found.entries and only is None:
         _refuse_emptying(config, len(old))
     added, changed, removed = found.added, found.changed, found.removed
@@ -227,19 +279,30 @@ def discover(
         added = [p for p in added if p not in old]
         upserts = list(found.entries.values())
     else:
-        upserts = [found.entries[p] for p in (*added, *changed)]
-    state.replace_manifest(upserts, removed)
+        upserts = [found.entries[p] for p in (*added, *changed, *found.restamped)]
+    # The digest covers (path, sha) of every file: with none added, changed or removed it is
+    # the stored manifest's, kept by the last run (hashing 100k paths again costs ~0.1 s).
+    digest = state.get_value(MANIFEST_DIGEST) if not (added or changed or removed) else None
+    if digest is None:
+        digest = found.digest()
+    state.replace_manifest(upserts, removed, digest=digest)
+    # Kept only when the manifest now holds exactly what the walk found (no file unreadable).
+    if signature is not None and len(found.entries) == len(walked[0]):
+        state.set_value(STAT_SIGNATURE, signature)
+    else:
+        state.delete_value(STAT_SIGNATURE)
     changed_shas = left_shas = None
     if clean and not full:
         changed_shas = frozenset(found.entries[p].sha256 for p in (*added, *changed))
         left_shas = frozenset(old[p].sha256 for p in (*changed, *removed) if p in old)
     return Manifest(
         entries=MappingProxyType(found.entries),
-        digest=found.digest(),
+        digest=digest,
         added=len(added),
         changed=len(changed),
         removed=len(removed),
         unchanged=found.unchanged,
+        hashed=found.hashed,
         problems=tuple(found.errors),
         changed_shas=changed_shas,
         left_shas=left_shas or frozenset(),

@@ -226,15 +226,14 @@ def _pack_settings(config: Config) -> dict[str, Any]:
     """A new index format, analyzer, BM25F parameters or near-duplicate signature rebuilds
     the index on the next plain `mdvdb ingest`."""
     from kernel.index_format import FORMAT_VERSION
-    from pipeline.duplicates import meta
-    from pipeline.lexical import lexical_meta
+    from pipeline.pack_versions import lexical_meta, near_duplicates_meta
 
     return {
         **_settings(config),
         "lexical": lexical_meta(),
         "format": FORMAT_VERSION,
         "shards": config.shards,
-        "near_duplicates": meta(),
+        "near_duplicates": near_duplicates_meta(),
     }
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from query.vector import row_dots
+from query.vector import DenseScorer
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,7 @@ def hybrid(
     bm25: np.ndarray,
     params: FusionParams | None = None,
     page: np.ndarray | None = None,
+    dense: DenseScorer | None = None,
 ) -> tuple[Fused, np.ndarray]:
     """The hybrid ranking with feedback; returns it and the first-pass cosines.
 
@@ -166,15 +167,17 @@ def hybrid(
     of the feedback vectors (the common factor 1/|q + β·c| does not change a min-max
     normalised score). A second pass over only the first 64 (Matryoshka) dimensions was
     measured: 0.003 / 0.002 nDCG@10 worse on NFCorpus / Cranfield for ~1.5 ms, not kept.
+    `dense` scores both directions (query.vector: exact, or an int8 pass rescored exactly);
+    by default an exact scorer over `vectors`.
     """
     params = params or PARAMS
+    dense = dense or DenseScorer(vectors)
     query_vector = query_vector.astype(np.float32, copy=False)
-    cosine = row_dots(vectors, query_vector)
-    semantic = cosine
     dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
-    if len(dense_top):
-        beta = np.float32(params.dense_feedback_weight)
-        semantic = cosine + beta * row_dots(vectors, vectors[dense_top].mean(axis=0))
+    direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
+    cosine, semantic = dense.scores(
+        query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1
+    )
     first = fuse(bm25, cosine, params).scores
     lexical = bm25
     if params.feedback_weight > 0 and params.feedback_terms > 0:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import sys
 import time
 from enum import StrEnum
 from typing import Annotated, Any
@@ -25,27 +24,6 @@ from mdvdb.cli.app import (
     user_errors,
 )
 from query import MODES, OPTIONS, Option
-
-
-class _Progress:
-    """A one-line progress display on a terminal; silent otherwise."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.last = 0.0
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last < 0.1 and done < total):
-            return
-        self.last = now
-        width = 30
-        filled = int(width * done / max(total, 1))
-        bar = "#" * filled + "-" * (width - filled)
-        sys.stderr.write(f"\r{stage:>8} [{bar}] {done}/{total}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
 
 
 @app.command()
@@ -70,82 +48,18 @@ def ingest(
     as_json: JsonOption = False,
 ) -> None:
     """Index the source folders (only what changed since the last run)."""
-    with user_errors():
-        config = load(root)
-        if if_present and (config.switched_off or not is_set_up(config)):
-            return
-        from pipeline import LockBusy, ingest_folder
+    # The same run as the parser of the hot path (`mdvdb.cli.ingest`, no typer).
+    from mdvdb.cli.ingest import run_ingest
 
-        if paths:
-            _refuse_missing(config, paths)
-
-        def waiting(holder: str) -> None:
-            if not quiet:
-                typer.echo(f"mdvdb: waiting for the index lock held by {holder}", err=True)
-
-        progress = _Progress(sys.stderr.isatty() and not quiet and not as_json)
-        try:
-            report = ingest_folder(
-                config,
-                paths or None,
-                full=full,
-                progress=progress,
-                wait=not no_wait,
-                on_wait=waiting,
-            )
-        except LockBusy:
-            if if_present:  # a hook: another writer (a watcher) is already bringing it up to date
-                return
-            raise
-        if as_json:
-            print_json(report.to_json())  # the library's report, as `mdvdb.ingest` gives it
-            return
-        if quiet and report.nothing_changed and not report.errors:
-            return
-        for path, problem in report.errors[:20]:
-            typer.echo(printable(f"warning: {path}: {problem}", one_line=True), err=True)
-        if len(report.errors) > 20:
-            typer.echo(f"warning: ... and {len(report.errors) - 20} more problems", err=True)
-        typer.echo(
-            f"{report.files} files: {report.added} added, {report.changed} changed, "
-            f"{report.removed} removed, {report.unchanged} unchanged; "
-            f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
-        )
-
-
-def is_set_up(config) -> bool:
-    """Someone chose to use mdvdb here: a `.markdownvdb` file, or an index already built."""
-    from kernel.dotenv import CONFIG_FILE
-
-    return (config.root / CONFIG_FILE).is_file() or config.index_path.exists()
-
-
-def _refuse_missing(config, paths: list[str]) -> None:
-    """A path that is not on disk is fine when the index has it (re-checking it removes it);
-    otherwise it is a typo, which used to pass in silence."""
-    import os
-
-    from pipeline import relative_paths
-
-    gone = [p for p in paths if not os.path.lexists(p)]
-    if not gone:
-        return
-    indexed = None
-    if (config.state_path / "cache.sqlite3").exists():
-        from pipeline import State
-
-        indexed = State(config.state_path)
-    try:
-        missing = [
-            raw
-            for raw, rel in zip(gone, relative_paths(config, gone), strict=True)
-            if indexed is None or not indexed.has_path(rel)
-        ]
-    finally:
-        if indexed is not None:
-            indexed.close()
-    if missing:
-        raise CliError(f"ingest: no such file or folder: {', '.join(missing)}")
+    run_ingest(
+        paths,
+        None if root is None else str(root),
+        full=full,
+        quiet=quiet,
+        no_wait=no_wait,
+        if_present=if_present,
+        as_json=as_json,
+    )
 
 
 # The typer command below is generated from the one declaration of the search options
