@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from kernel import private
 from kernel.config import Config
+from kernel.shards import published_file
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
 from pipeline.stages import IngestError, Progress, build_settings
@@ -83,7 +84,7 @@ def ingest_folder(
         report = IngestReport.of_outputs(run.outputs, run.seconds, time.perf_counter() - started)
         report.stage_cpu_seconds = dict(run.cpu_seconds)
         report.cpu_seconds = cpu_seconds() - cpu_started
-        if not report.published and not config.index_path.exists():
+        if not report.published and not published_file(config).exists():
             raise IngestError("ingest finished without an index; run `mdvdb ingest --full`")
         # Lets the next run trust discover's change list instead of diffing every cache.
         run.state.set_value("clean_run", build_settings(config))
@@ -99,7 +100,10 @@ def remove_stale_temp_files(config: Config) -> list[Path]:
     from kernel.index_format import temp_files
 
     removed = []
-    for path in temp_files(config.index_path):
+    stale = temp_files(config.index_path)
+    if config.shards_path.is_dir():  # a sharded pack's temp files sit beside its shards
+        stale += [p for p in config.shards_path.iterdir() if p.name.startswith(".")]
+    for path in stale:
         try:
             path.unlink()
             removed.append(path)

@@ -142,8 +142,8 @@ class Schema:
     (pack reuses both when they were made from the same manifest in the same run)."""
 
     manifest_digest: str
-    plan: Plan
-    update: SchemaUpdate
+    plan: Plan | None  # None for a sharded index: each shard plans its own rows
+    update: SchemaUpdate | None
     problems: tuple[Problem, ...]
     digest: str
 
@@ -176,7 +176,9 @@ def published_is_current(config: Config, state: State) -> bool:
     """The published index is the one the last pack wrote, in this code's format (the state
     keeps only what the index lacks: an index of another format cannot stand in for the
     parse, chunk and embed caches)."""
-    path = config.index_path
+    from kernel.shards import published_file
+
+    path = published_file(config)
     if not path.is_file():
         return False
     try:
@@ -185,6 +187,8 @@ def published_is_current(config: Config, state: State) -> bool:
         return False
     if state.get_value("published_stamp") != [st.st_size, st.st_mtime_ns]:
         return False
+    if config.shards > 1:
+        return True  # a sharded pack hands nothing over: the caches hold every record
     try:
         with open(path, "rb") as fh:
             header = fh.read(16)
@@ -196,7 +200,9 @@ def published_is_current(config: Config, state: State) -> bool:
 
 
 def stamp_index(config: Config, state: State) -> None:
-    st = os.stat(config.index_path)
+    from kernel.shards import published_file
+
+    st = os.stat(published_file(config))
     state.set_value("published_stamp", [st.st_size, st.st_mtime_ns])
 
 
@@ -627,9 +633,11 @@ def schema(config: Config, manifest: Manifest, state: State, provider: Embedding
 
     overlay = stage(config.root, state)
     problems = ((overlay.path, overlay.error),) if overlay.error else ()
+    digest = digest_of(manifest.digest, overlay.digest, overlay.error)
+    if config.shards > 1:  # pipeline.shard_pack infers each shard's schema with its plan
+        return Schema("", None, None, problems, digest)
     rows = packing.plan(config.index_path, _pack_sources(config, manifest, state, provider))
     update = schema_pack.update(rows, state)
-    digest = digest_of(manifest.digest, overlay.digest, overlay.error)
     return Schema(manifest.digest, rows, update, problems, digest)
 
 
@@ -685,6 +693,8 @@ def pack(
         "mdvdb_version": _version(),
     }
     sources = _pack_sources(config, manifest, state, provider)
+    if config.shards > 1:
+        return _pack_shards(config, manifest, state, sources, meta, digest)
     if schema is not None and schema.manifest_digest == manifest.digest:
         written = publish(config.index_path, sources, meta, schema.plan, schema.update)
     else:
@@ -700,6 +710,25 @@ def pack(
         state.prune(chunks, manifest.left_shas)
     # What the new index holds leaves the caches (pipeline.state: the index is the cache).
     state.hand_over(chunks, key, keep_vectors=not getattr(provider, "cheap_to_recompute", False))
+    stamp_index(config, state)
+    return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
+
+
+def _pack_shards(config, manifest, state, sources, meta, digest) -> Packed:
+    """`MDVDB_SHARDS` > 1: one pack per shard (pipeline.shard_pack). Nothing is handed over
+    from the caches: the records stay in the state, which every shard's next pack reads."""
+    from pipeline import shard_pack
+
+    written = shard_pack.publish(config, sources, meta)
+    damaged = tuple(
+        (os.path.basename(path), "the previous shard was damaged; rebuilt from the caches")
+        for path in written.damaged
+    )
+    state.set_value("published_digest", digest)
+    if manifest.changed_shas is None:
+        state.prune(chunk_key(config))
+    elif manifest.left_shas:
+        state.prune(chunk_key(config), manifest.left_shas)
     stamp_index(config, state)
     return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
 

@@ -29,6 +29,7 @@ from doit import task_params
 from doit.tools import config_changed, result_dep
 
 from kernel.config import Config, load_config
+from kernel.shards import manifest_path, published_file
 from pipeline import stages
 from pipeline.state import State
 
@@ -255,6 +256,7 @@ def _pack_settings(config: Config) -> dict[str, Any]:
         **_settings(config),
         "lexical": lexical_meta(),
         "format": FORMAT_VERSION,
+        "shards": config.shards,
         "near_duplicates": near_duplicates_meta(),
     }
 
@@ -366,7 +368,7 @@ def task_pack(run: IngestRun | None = None):
             config_changed(_pack_settings(config)),
             _index_is_current(run, config),
         ],
-        "targets": [str(config.index_path)],
+        "targets": [str(published_file(config))],
         "verbosity": 0,
         "clean": [lambda: _clean_index(config)],
     }
@@ -376,6 +378,9 @@ def _clean_index(config: Config) -> None:
     path = config.index_path
     if path.exists():
         path.unlink()
+    manifest = manifest_path(config.shards_path)
+    if manifest.exists():
+        manifest.unlink()
 
 
 def _clean_state(config: Config, run: IngestRun | None) -> None:
