@@ -160,6 +160,7 @@ def answers(folder: Path) -> dict:
     return asyncio.run(session_run(folder, steps))
 
 
+@pytest.mark.slow
 def test_lists_the_seven_tools_described_for_a_model(answers: dict):
     tools = answers["tools"]
     assert set(tools) == TOOLS
@@ -388,6 +389,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_http_transport_on_loopback_only(tmp_path: Path):
     """`mdvdb mcp --http PORT`: the same tools over streamable HTTP, bound to 127.0.0.1."""
     import socket

@@ -78,6 +78,7 @@ def test_weights_and_field_names_are_configurable(wiki: Path):
     assert "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_govern_is_off_by_default_without_the_fields(indexed_notes: Path):
     plain = search_json(indexed_notes, "--explain")["results"]
     assert all("govern_factor" not in r["explain"] for r in plain)
@@ -115,6 +116,7 @@ def test_min_score_and_limit(indexed_notes: Path):
     assert 0 < len(high) < len(every) and all(r["score"] >= cut for r in high)
 
 
+@pytest.mark.slow
 def test_status_check_exit_codes(notes: Path, indexed_notes: Path):
     assert run_cli("status", "--check", "--root", str(notes)).returncode == 4  # no index yet
     assert run_cli("status", "--check", "--root", str(indexed_notes)).returncode == 0

@@ -35,6 +35,7 @@ def wait_for(predicate, seconds: float) -> bool:
     return predicate()
 
 
+@pytest.mark.slow
 def test_serve_answers_identically_then_exits_when_idle(indexed_notes: Path, tmp_path: Path):
     cold = run_cli("search", "extract a tar archive", "--root", str(indexed_notes))
     cold_json = run_cli("search", "tar", "--json", "-n", "3", "--root", str(indexed_notes))

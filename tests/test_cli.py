@@ -3,9 +3,12 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 
+@pytest.mark.slow
 def test_ingest_search_get_status_json(notes: Path):
     r = run_cli("ingest", "--root", str(notes), "--json")
     assert r.returncode == 0, r.stderr
@@ -84,6 +87,7 @@ def test_status_reports_stale_and_new_files(indexed_notes: Path):
     assert status["fresh"] is False
 
 
+@pytest.mark.slow
 def test_exit_codes(notes: Path, indexed_notes: Path, tmp_path: Path):
     # No index yet: a clear error, exit 1, no traceback.
     r = run_cli("search", "x", "--root", str(notes))
@@ -109,6 +113,7 @@ def test_bad_config_in_search_is_usage_error(notes: Path):
     assert r.returncode == 2 and "MDVDB_SEARCH_DEFAULT_LIMIT (from the environment)" in r.stderr
 
 
+@pytest.mark.slow
 def test_doit_runs_the_same_tasks(notes: Path):
     (notes / "dodo.py").write_text("from pipeline.tasks import *  # noqa\n")
     import subprocess

@@ -41,6 +41,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_default_limit_is_ten_in_cli_library_and_request(project: Path):
     from query import open_index
     from query.request import SearchRequest, run_request
@@ -147,6 +148,7 @@ def test_status_calls_a_damaged_index_damaged(project: Path, tmp_path: Path):
     assert data["exists"] is False and str(index) in data["damaged"]
 
 
+@pytest.mark.slow
 def test_status_check_says_off_as_search_does(project: Path):
     off = project / ".mdvdb-off"
     off.touch()
@@ -183,6 +185,7 @@ def test_ingest_if_present_is_dormant_where_mdvdb_is_not_used(notes: Path):
     assert (notes / ".markdownvdb.index").exists()
 
 
+@pytest.mark.slow
 def test_plain_ingest_still_sets_a_folder_up(notes: Path):
     done = run_cli("ingest", cwd=notes)
     assert done.returncode == 0, done.stderr

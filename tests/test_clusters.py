@@ -58,6 +58,7 @@ def topics(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_clusters_json_shape_and_topics(topics: Path):
     data = clusters_json(topics)
     assert set(data) >= {"documents", "unclustered", "k", "silhouette", "clusters"}
@@ -87,6 +88,7 @@ def test_labels_exclude_stop_words_and_corpus_wide_words(topics: Path):
     assert words <= vocab
 
 
+@pytest.mark.slow
 def test_search_cluster_restricts_results(topics: Path):
     data = clusters_json(topics)
     wanted = next(
@@ -106,6 +108,7 @@ def test_search_cluster_restricts_results(topics: Path):
     assert "no cluster 99" in missing.stderr and "Traceback" not in missing.stderr
 
 
+@pytest.mark.slow
 def test_plot_writes_a_readable_map(topics: Path, tmp_path: Path):
     target = tmp_path / "map.html"
     data = clusters_json(topics, "--plot", str(target))
@@ -171,6 +174,7 @@ def test_rebalance_at_the_threshold_and_not_before(tmp_path: Path):
     assert clusters_json(root, **env)["assigned_since_rebalance"] == 0
 
 
+@pytest.mark.slow
 def test_disabled_skips_the_stage(tmp_path: Path):
     root = tmp_path / "off"
     write_corpus(root, per_topic=3)

@@ -37,6 +37,7 @@ def test_sigkilled_ingests_leave_a_sound_index(corpora_dir: Path):
     assert result["leftover_temp_files"] == 0
 
 
+@pytest.mark.slow
 def test_verify_finds_damage_and_tells_stale_from_damaged(indexed_notes: Path):
     ok = run_cli("status", "--verify", "--root", str(indexed_notes))
     assert ok.returncode == 0, ok.stderr

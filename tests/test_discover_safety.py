@@ -49,6 +49,7 @@ def test_path_filter_agrees_with_the_walk(tmp_path: Path):
             assert rules.check(rel)[0] == (rel in walked), rel
 
 
+@pytest.mark.slow
 def test_named_paths_follow_the_rules(tmp_path: Path):
     _tree(tmp_path)
     assert run_cli("ingest", "--root", str(tmp_path)).returncode == 0
@@ -68,6 +69,7 @@ def test_named_paths_follow_the_rules(tmp_path: Path):
     assert (report["files"], report["removed"]) == (3, 2)
 
 
+@pytest.mark.slow
 def test_symlinks_that_loop_or_escape_are_reported_and_skipped(tmp_path: Path):
     root = tmp_path / "project"
     outside = tmp_path / "outside"

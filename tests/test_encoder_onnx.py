@@ -72,6 +72,7 @@ def test_fast_path_agrees_with_the_numpy_reference():
     assert float(alone @ a[0]) > 0.9999
 
 
+@pytest.mark.slow
 def test_the_fast_path_is_the_default_when_installed():
     assert isinstance(minilm.MiniLMProvider("all-minilm-l6-v2").encoder, encoder_onnx.OnnxEncoder)
 
@@ -106,6 +107,7 @@ def test_a_query_is_embedded_by_the_reference_and_agrees_with_the_fast_path():
     assert cosines.min() >= 0.99, cosines
 
 
+@pytest.mark.slow
 def test_a_search_process_never_imports_onnxruntime(notes: Path, tmp_path: Path):
     """A cold `mdvdb search` embeds its query without onnxruntime (its import and session
     creation were most of a cold MiniLM search); ingest does use it."""

@@ -48,6 +48,7 @@ def suggestions(stdout: str) -> list[str]:
     return lines[lines.index("Suggestions:") :]
 
 
+@pytest.mark.slow
 def test_a_facet_and_a_keyword_return_only_pages_with_the_keyword(kb: Path):
     # zzzqqq is only on a page outside the facet: nothing, in every mode
     for mode in ("hybrid", "semantic", "lexical"):
@@ -70,6 +71,7 @@ def test_a_facet_and_a_keyword_return_only_pages_with_the_keyword(kb: Path):
     assert search_json(kb, "--tag", "caching", "the", "-n", "10")["results"]
 
 
+@pytest.mark.slow
 def test_no_matches_gives_the_same_suggestions_whatever_missed(kb: Path):
     outputs = {
         "query": search(kb, "qqqzzz", "--mode", "lexical"),
@@ -97,6 +99,7 @@ def test_no_matches_gives_the_same_suggestions_whatever_missed(kb: Path):
     assert all(d["no_match"]["suggestions"] == [s[2:] for s in first[1:]] for d in as_json)
 
 
+@pytest.mark.slow
 def test_mcp_search_applies_the_rule_and_the_same_hint(kb: Path):
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(kb)]

@@ -41,6 +41,7 @@ def cache_rows(state: Path) -> dict[str, int]:
         db.close()
 
 
+@pytest.mark.slow
 def test_one_page_project_keeps_its_state_small_and_the_model_table_per_user(tmp_path: Path):
     cache = tmp_path / "user-cache"
     env = {"MDVDB_CACHE_DIR": str(cache)}
@@ -88,6 +89,7 @@ def test_the_cache_folder_is_the_users_and_can_be_overridden(tmp_path: Path):
     assert platformdirs  # the dependency is installed with mdvdb
 
 
+@pytest.mark.slow
 def test_two_processes_building_the_table_at_once_both_get_a_whole_one(tmp_path: Path):
     cache = tmp_path / "fresh-cache"
     code = (

@@ -89,7 +89,12 @@ FRONTMATTER = {
 }
 
 
-@pytest.mark.parametrize("case", list(FRONTMATTER))
+# One case runs in the inner loop; the others are the same end-to-end check (ingest, search,
+# get, a full re-ingest, status) on other frontmatter, about 3 CPU-s each: `slow`.
+@pytest.mark.parametrize(
+    "case",
+    [c if c == "recursive alias" else pytest.param(c, marks=pytest.mark.slow) for c in FRONTMATTER],
+)
 def test_hostile_frontmatter_is_reported_and_its_body_indexed(tmp_path: Path, case: str):
     root = _folder(tmp_path / "notes")
     (root / "bad.md").write_text(FRONTMATTER[case])
@@ -102,6 +107,7 @@ def test_hostile_frontmatter_is_reported_and_its_body_indexed(tmp_path: Path, ca
     _settles(root)
 
 
+@pytest.mark.slow
 def test_a_megabyte_heading_line_is_cut_for_storage(tmp_path: Path):
     root = _folder(tmp_path / "notes")
     (root / "big.md").write_text("# " + "x" * 1_000_000 + "\n\nafter the long heading\n")
@@ -113,6 +119,7 @@ def test_a_megabyte_heading_line_is_cut_for_storage(tmp_path: Path):
     assert _cli("status", "--verify", "--root", str(root)).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_name_that_is_not_utf8_is_reported_and_watch_survives_it(tmp_path: Path):
     root = _folder(tmp_path / "notes")
     bad = os.fsencode(root) + b"/bad\xff\xfe.md"
@@ -153,6 +160,7 @@ def test_a_name_that_is_not_utf8_is_reported_and_watch_survives_it(tmp_path: Pat
     assert "Traceback" not in (tmp_path / "watch.log").read_text()
 
 
+@pytest.mark.slow
 def test_unreadable_folder_and_file_are_reported_and_status_settles(tmp_path: Path):
     prefix = _without_root_read_powers()
     root = _folder(tmp_path / "notes")
@@ -184,6 +192,7 @@ def test_unreadable_folder_and_file_are_reported_and_status_settles(tmp_path: Pa
     assert _cli("status", "--check", "--root", str(root)).returncode == 3
 
 
+@pytest.mark.slow
 def test_a_provider_that_returns_nan_for_one_text(tmp_path: Path):
     """A real HTTP server answers NaN for one text: that section is reported, retried once,
     indexed for keywords only, never cached; clustering and hybrid search still work."""
@@ -223,6 +232,7 @@ def test_a_provider_that_returns_nan_for_one_text(tmp_path: Path):
         assert len(server.requests("ok")) - before == 2  # the batch and one retry
 
 
+@pytest.mark.slow
 def test_a_long_single_line_paragraph_gives_no_zero_vector(tmp_path: Path):
     root = _folder(tmp_path / "notes")
     words = " ".join(f"word{i % 50}" for i in range(600))
@@ -233,6 +243,7 @@ def test_a_long_single_line_paragraph_gives_no_zero_vector(tmp_path: Path):
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+@pytest.mark.slow
 def test_many_frontmatter_fields_pack_in_linear_time(tmp_path: Path):
     """16 files x 1000 distinct keys = 16k typed columns: pack took 360 s (a column appended
     at a time); now seconds."""

@@ -92,6 +92,7 @@ def schema_of(tables: dict[str, pa.Table]) -> dict[str, dict]:
     return {r["field"]: r for r in rows}
 
 
+@pytest.mark.slow
 def test_incremental_packs_equal_full_packs(corpus: Path):
     root = corpus
     # 1. One body edit in the middle. The postings are updated from the previous index's:

@@ -105,6 +105,7 @@ def test_forty_flips_in_a_400_page_index(tmp_path: Path):
         assert _results(root) == clean_results
 
 
+@pytest.mark.slow
 def test_a_damaged_index_is_one_line_for_each_reader(tmp_path: Path):
     """A bad string offset used to abort search (rc 134) and segfault get/status (rc 139)."""
     root = _pages(tmp_path / "notes", 12)
@@ -126,6 +127,7 @@ def test_a_damaged_index_is_one_line_for_each_reader(tmp_path: Path):
     assert _cli("status", "--verify", "--root", str(root)).returncode == 0
 
 
+@pytest.mark.slow
 def test_an_old_format_is_refused_in_one_line_and_rebuilt_by_a_plain_ingest(tmp_path: Path):
     root = _pages(tmp_path / "notes", 5)
     assert _cli("ingest", "--root", str(root)).returncode == 0
@@ -141,6 +143,7 @@ def test_an_old_format_is_refused_in_one_line_and_rebuilt_by_a_plain_ingest(tmp_
     assert _cli("search", "tar", "--root", str(root)).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_nan_vector_in_the_index_does_not_empty_hybrid_search(tmp_path: Path):
     root = _pages(tmp_path / "notes", 12)
     assert _cli("ingest", "--root", str(root)).returncode == 0

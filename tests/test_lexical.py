@@ -173,6 +173,7 @@ def test_edits_reach_the_postings_incrementally(tmp_path: Path):
     assert not (config.state_path / "lexical-cache.npz").exists()  # the index is the cache
 
 
+@pytest.mark.slow
 def test_a_project_with_no_text_searches_to_nothing(tmp_path: Path):
     root = tmp_path / "empty"
     write_pages(root, {"blank.md": "\n"})

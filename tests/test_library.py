@@ -92,6 +92,7 @@ def test_ingest_reports_what_the_cli_reports(tmp_path: Path):
     assert (again.changed, again.unchanged) == (1, 0)
 
 
+@pytest.mark.slow
 def test_schema_clusters_and_grep_match_the_cli_json(project: Path):
     index = mdvdb.open_index(project)
     schema = _cli_json("schema", root=project)

@@ -220,6 +220,7 @@ def test_parse_filter_forms() -> None:
             parse_filter(bad)
 
 
+@pytest.mark.slow
 def test_overlay_is_merged_checked_and_persisted(tmp_path: Path) -> None:
     root = _project(tmp_path / "kb", overlay=OVERLAY)
     data = json.loads(run_cli("schema", "--json", "--root", str(root)).stdout)
@@ -258,6 +259,7 @@ def test_overlay_is_merged_checked_and_persisted(tmp_path: Path) -> None:
     assert "Every file fits the overlay." in ok.stdout
 
 
+@pytest.mark.slow
 def test_overlay_change_reindexes_schema_and_bad_overlay_is_reported(tmp_path: Path) -> None:
     root = _project(tmp_path / "kb", overlay=OVERLAY)
     (root / ".markdownvdb.schema.yml").write_text(
@@ -291,6 +293,7 @@ def test_schema_field_lists_every_value(kb: Path) -> None:
     assert unknown.returncode == 2 and "known: " in unknown.stderr
 
 
+@pytest.mark.slow
 def test_incremental_ingest_updates_columns_and_schema(tmp_path: Path) -> None:
     root = _project(tmp_path / "kb")
     index = open_index(root)

@@ -133,6 +133,7 @@ def test_a_model_folder_relative_to_the_root(tmp_path: Path, provider):
     assert float(folder_provider.embed(text)[0] @ provider.embed(text)[0]) > floor
 
 
+@pytest.mark.slow
 def test_cli_ingest_and_search_with_minilm(notes: Path):
     done = run_cli("ingest", cwd=notes, env=MODEL_ENV)
     assert done.returncode == 0, done.stderr

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BLOCK = """
 import socket, sys
 def _refuse(*a, **k):
@@ -19,6 +21,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_ingest_and_search_with_sockets_blocked(notes: Path, tmp_path: Path):
     env = {"HF_HUB_OFFLINE": "0", "HOME": str(tmp_path)}  # no cache to fall back on
     for args in (

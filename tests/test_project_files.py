@@ -97,6 +97,8 @@ def mcp_grep(root: Path, calls: list[dict], env: dict | None = None) -> list:
     return asyncio.run(run())
 
 
+# Not `slow` though it costs ~3.5 CPU-s: it ingests the module's tree, which the next test
+# (named paths) reads, and it is the one inner-loop check that every reader sees the same files.
 def test_ingest_grep_mcp_and_status_see_the_same_files(tree: Path):
     done = run_cli("ingest", "--root", str(tree))
     assert done.returncode == 0, done.stderr
@@ -135,6 +137,7 @@ def test_ingest_of_named_paths_keeps_the_rules(tree: Path):
     assert indexed_paths(tree) == EXPECTED
 
 
+@pytest.mark.slow
 def test_grep_never_reads_a_source_folder_outside_the_root(tree: Path):
     """MDVDB_SOURCE_DIRS=.,/etc must not let grep (CLI or MCP) read /etc: the same rule as
     ingest, with the same one line."""
@@ -171,6 +174,7 @@ def test_grep_never_reads_a_source_folder_outside_the_root(tree: Path):
     assert etc["files"] == [] and secret["files"] == []
 
 
+@pytest.mark.slow
 def test_an_always_ignored_folder_named_as_a_source_is_used_with_a_warning(tree: Path):
     env = {"MDVDB_SOURCE_DIRS": ".,build"}
     warning = "build: source folder is in the always-ignored folder build/"
@@ -213,6 +217,7 @@ Third cache line.
 """
 
 
+@pytest.mark.slow
 def test_per_file_limit_counts_body_matches_only(tmp_path: Path):
     root = tmp_path / "p"
     root.mkdir()

@@ -95,6 +95,7 @@ def assert_key_nowhere(root: Path, outputs: list[str]) -> None:
         assert KEY not in output
 
 
+@pytest.mark.slow
 def test_openai_ingest_retries_and_builds_a_correct_index_without_writing_the_key(notes):
     outputs: list[str] = []
     with FakeEmbeddingServer(dims=DIMS, api_key=KEY) as server:
@@ -120,6 +121,7 @@ def test_openai_ingest_retries_and_builds_a_correct_index_without_writing_the_ke
     assert_key_nowhere(notes, outputs)
 
 
+@pytest.mark.slow
 def test_switching_provider_and_back_requests_nothing(notes):
     with (
         FakeEmbeddingServer(dims=DIMS, api_key=KEY) as openai_server,
@@ -220,6 +222,7 @@ def test_kill_9_mid_run_then_resume_requests_only_the_rest(notes):
         assert check_index(notes, server) == len(server.served)
 
 
+@pytest.mark.slow
 def test_query_time_failures_are_one_line_exit_1(notes):
     outputs: list[str] = []
     with FakeEmbeddingServer(dims=DIMS, api_key=KEY) as server:
@@ -250,6 +253,7 @@ def test_a_wrong_dimension_stops_before_anything_is_written(notes):
     db.close()
 
 
+@pytest.mark.slow
 def test_custom_endpoint_with_dimensions_0_takes_the_endpoint_size(notes):
     with FakeEmbeddingServer(dims=DIMS) as server:
         env = {

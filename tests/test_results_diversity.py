@@ -166,6 +166,7 @@ def test_library_collapses_and_can_be_asked_not_to(docs: Path) -> None:
     assert len([h for h in tiered if h.start_line == 3]) == 1
 
 
+@pytest.mark.slow
 def test_one_page_cannot_fill_the_answer(docs: Path) -> None:
     def from_crowded(*args: str, env: dict | None = None) -> int:
         data = search_json(docs, "autoscaler note worker pools", "-n", "20", *args, env=env)
@@ -230,6 +231,7 @@ def test_excerpt_by_meaning_when_no_word_matches(docs: Path) -> None:
     assert not hit["excerpt"].startswith("Stock markets")
 
 
+@pytest.mark.slow
 def test_mcp_search_lists_the_copies(docs: Path) -> None:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 

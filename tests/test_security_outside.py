@@ -79,6 +79,7 @@ def test_a_state_folder_symlink_leaving_the_root_is_refused(notes, tmp_path):
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_index_symlink_is_replaced_never_written_through(notes, tmp_path):
     target = tmp_path / "precious.txt"
     target.write_bytes(b"precious bytes")
@@ -177,6 +178,7 @@ def test_everything_written_is_private_under_umask_022(shared_tmp):
     assert peek.returncode != 0 and "Permission denied" in peek.stderr
 
 
+@pytest.mark.slow
 def test_another_users_config_is_not_read_until_trusted(shared_tmp):
     """Discovery walks up to the nearest `.markdownvdb`; one owned by another user stops it
     with one line naming the file and how to trust it (git's safe.directory)."""
@@ -235,6 +237,7 @@ def _remote_env(**extra: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_a_folder_url_gets_no_key_from_the_environment(notes):
     with FakeEmbeddingServer(dims=64, api_key=KEY) as server:
         write_config(notes, "MDVDB_EMBEDDING_PROVIDER=openai", f"OPENAI_BASE_URL={server.url}")
@@ -272,6 +275,7 @@ def test_a_url_from_the_environment_gets_the_key(notes):
         assert server.log and all(r.authorization == f"Bearer {KEY}" for r in server.log)
 
 
+@pytest.mark.slow
 def test_a_custom_endpoint_from_the_folder_gets_only_the_folders_key(notes):
     with FakeEmbeddingServer(dims=64) as server:
         lines = ("MDVDB_EMBEDDING_PROVIDER=custom", f"MDVDB_EMBEDDING_ENDPOINT={server.url}")
@@ -324,6 +328,7 @@ def test_a_state_dir_that_is_a_file_is_a_usage_error(notes, origin):
     assert (notes / "state-file").read_text() == "not a folder\n"
 
 
+@pytest.mark.slow
 def test_source_dirs_matching_nothing_never_replace_a_non_empty_index(notes):
     assert run_cli("ingest", "--root", str(notes)).returncode == 0
     index = notes / ".markdownvdb.index"
@@ -396,6 +401,7 @@ def _leaf_names(error: BaseException) -> set[str]:
     return set().union(*(_leaf_names(e) for e in inner))
 
 
+@pytest.mark.slow
 def test_mcp_http_needs_the_bearer_token(notes):
     import asyncio
 
@@ -458,6 +464,7 @@ def test_mcp_http_needs_the_bearer_token(notes):
         server.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_mcp_http_token_file(notes, tmp_path):
     import asyncio
 
@@ -482,6 +489,7 @@ def test_mcp_http_token_file(notes, tmp_path):
         server.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_mcp_stdio_refuses_a_5_mb_query_and_a_2_mb_pattern(notes):
     """The issue's own sizes, over stdio (no HTTP body limit in front of the tools)."""
     import asyncio
@@ -516,6 +524,7 @@ CLEAR = "\x1b[2J"
 BIDI = "\u202e"
 
 
+@pytest.mark.slow
 def test_control_characters_from_the_folder_are_escaped_in_human_output(tmp_path):
     root = tmp_path / "notes"
     root.mkdir()
@@ -573,6 +582,7 @@ def test_printable_keeps_ordinary_text_and_line_ends():
     assert printable("\x9b2J \u2067x\u2069 é 日本") == "\\x9b2J \\u2067x\\u2069 é 日本"
 
 
+@pytest.mark.slow
 def test_a_non_finite_min_score_flag_is_a_usage_error(notes):
     assert run_cli("ingest", "--root", str(notes)).returncode == 0
     for value in ("nan", "inf", "-inf"):

@@ -83,6 +83,7 @@ QUERIES = ["tar archive gzip", "secure shell key", "pattern text lines"]
 
 
 @pytest.mark.parametrize("mode", ["lexical", "hybrid", "semantic"])
+@pytest.mark.slow
 def test_sharded_search_ranks_as_one_file(twins, mode: str) -> None:
     one, four = twins
     assert (four / ".markdownvdb.index.shards" / "manifest.json").is_file()
@@ -93,6 +94,7 @@ def test_sharded_search_ranks_as_one_file(twins, mode: str) -> None:
         assert _search(four, query, "--mode", mode, env=SHARDED) == expected, query
 
 
+@pytest.mark.slow
 def test_sharded_filters_facets_get_schema_status(twins) -> None:
     one, four = twins
     for args in (
@@ -160,6 +162,7 @@ def test_a_shard_scores_in_another_process_as_in_a_thread(twins) -> None:
     assert np.array_equal(merged, expected)
 
 
+@pytest.mark.slow
 def test_verify_names_a_damaged_shard(tmp_path: Path) -> None:
     root = _project(tmp_path / "p")
     _ingest(root, SHARDED)
@@ -173,6 +176,7 @@ def test_verify_names_a_damaged_shard(tmp_path: Path) -> None:
     assert manifest.entries[2].name in verify.stderr
 
 
+@pytest.mark.slow
 def test_an_edit_rewrites_only_its_shard(tmp_path: Path) -> None:
     root = _project(tmp_path / "p")
     folder = root / ".markdownvdb.index.shards"
@@ -200,6 +204,7 @@ def test_an_edit_rewrites_only_its_shard(tmp_path: Path) -> None:
     assert names <= after.names() | same.names()
 
 
+@pytest.mark.slow
 def test_a_reader_holds_its_generation_while_the_next_is_published(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -41,6 +41,7 @@ def test_stop_words_are_scikit_learns():
     assert ours == ENGLISH_STOP_WORDS
 
 
+@pytest.mark.slow
 def test_kmeans_finds_the_groups_scikit_learn_finds(monkeypatch: pytest.MonkeyPatch):
     points, truth = blobs()
     centres, labels = cluster.fit_kmeans(points, 4)

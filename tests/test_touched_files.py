@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 
@@ -16,6 +18,7 @@ def _ingest_json(root: Path) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_touched_file_is_hashed_once_then_trusted_by_its_new_stat(indexed_notes: Path):
     assert _ingest_json(indexed_notes)["hashed"] == 0  # (the copy's own first run)
     os.utime(indexed_notes / "tar.md", (1_700_000_000, 1_700_000_000))
@@ -32,6 +35,7 @@ def test_touched_file_is_hashed_once_then_trusted_by_its_new_stat(indexed_notes:
     assert (third["hashed"], third["added"]) == (1, 1)
 
 
+@pytest.mark.slow
 def test_a_copy_without_kept_mtimes_is_rehashed_once(indexed_notes: Path, tmp_path: Path):
     """`cp -r` (no -p) gives every file a new mtime: one ingest re-hashes them all, the
     next none."""
@@ -44,6 +48,7 @@ def test_a_copy_without_kept_mtimes_is_rehashed_once(indexed_notes: Path, tmp_pa
     assert _ingest_json(copy)["hashed"] == 1  # the new file only, not the copied ones
 
 
+@pytest.mark.slow
 def test_an_edit_is_still_seen_after_a_touch(indexed_notes: Path):
     """The stored stat is the one hashed: a later edit (new size) is read and indexed."""
     target = indexed_notes / "tar.md"
@@ -57,6 +62,7 @@ def test_an_edit_is_still_seen_after_a_touch(indexed_notes: Path):
     assert found.returncode == 0 and "tar.md" in found.stdout
 
 
+@pytest.mark.slow
 def test_after_a_noop_an_added_and_a_deleted_file_are_seen(indexed_notes: Path):
     """A run that finds every stat as stored reads no manifest row (the walk's signature is
     kept with it); anything added or deleted changes the signature and is compared in full."""

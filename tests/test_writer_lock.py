@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from pipeline.tasks import STAGES
 from tests.conftest import REPO, run_cli
 
@@ -89,6 +91,7 @@ def test_killed_holder_blocks_nobody(notes: Path):
     assert not (state / "writer.json").exists()
 
 
+@pytest.mark.slow
 def test_stale_temp_file_removed_and_live_index_kept(notes: Path):
     assert run_cli("ingest", "--root", str(notes)).returncode == 0
     # write_index's temp name: "." + the index name + random part + ".tmp"
@@ -103,6 +106,7 @@ def test_stale_temp_file_removed_and_live_index_kept(notes: Path):
     assert other.exists()
 
 
+@pytest.mark.slow
 def test_damaged_doit_db_does_not_block_the_next_run(notes: Path):
     assert run_cli("ingest", "--root", str(notes)).returncode == 0
     db = notes / ".markdownvdb.state" / "doit.sqlite3"
@@ -123,6 +127,7 @@ def test_published_index_is_private_whatever_the_umask(notes: Path):
     assert (notes / ".markdownvdb.index").stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.slow
 def test_doit_list_answers_while_an_ingest_holds_the_lock(notes: Path):
     """Importing the tasks (a `dodo.py`) takes no lock and opens no database: `doit list`
     and `doit help` answer at once while another writer holds the lock; `doit` itself (a
