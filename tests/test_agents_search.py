@@ -129,6 +129,7 @@ def test_status_check_exit_codes(notes: Path, indexed_notes: Path):
     assert done.returncode == 3 and json.loads(done.stdout)["fresh"] is False
 
 
+@pytest.mark.slow
 def test_ingest_quiet_prints_nothing_on_a_noop(notes: Path):
     # Its own first ingest: a copied index (indexed_notes) is republished once at its new path.
     assert run_cli("ingest", "--root", str(notes)).returncode == 0

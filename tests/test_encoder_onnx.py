@@ -95,6 +95,7 @@ def test_without_the_extra_numpy_is_used(tmp_path: Path):
     assert done.stdout.split() == ["BertEncoder", "(1,", "384)"]
 
 
+@pytest.mark.slow
 def test_a_query_is_embedded_by_the_reference_and_agrees_with_the_fast_path():
     """Queries take the NumPy path over the mapped weights (no session to create): the same
     vector as the reference runtime, and within cosine 0.99 of the int8 document vectors."""

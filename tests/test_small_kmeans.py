@@ -33,6 +33,7 @@ def with_sklearn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cluster, "NUMPY_BELOW", 0)
 
 
+@pytest.mark.slow
 def test_stop_words_are_scikit_learns():
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
@@ -60,6 +61,7 @@ def test_kmeans_more_clusters_than_distinct_points():
     assert len(set(labels.tolist())) >= 3
 
 
+@pytest.mark.slow
 def test_silhouette_is_scikit_learns(monkeypatch: pytest.MonkeyPatch):
     points, truth = blobs(per=7)
     rng = np.random.default_rng(0)
