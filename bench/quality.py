@@ -1,6 +1,6 @@
 """Retrieval quality over every evaluation set, through the code path of `mdvdb search`.
 
-    python bench/quality.py [--sets nfcorpus,cacm] [--variant NAME ...] [--json]
+    python bench/quality.py [--sets nfcorpus,cacm] [--variant NAME ...] [--query-path warm] [--json]
 
 Sets: nfcorpus, cranfield, arguana, cacm, ray-docs-qa (unpacked from ../shared/corpora under
 $MDVDB_BENCH_DIR, default /tmp/mdvdb-bench). Each document becomes a Markdown file (frontmatter
@@ -526,8 +526,19 @@ def main() -> None:
     parser.add_argument(
         "--fast", action="store_true", help="score files from mode_scores (no tiers, no shaping)"
     )
+    parser.add_argument(
+        "--query-path",
+        choices=("reference", "warm"),
+        default=None,
+        help="a local encoder's queries: its NumPy reference throughout, or its int8 session "
+        "from the first query, as a warm process (`mdvdb serve`, an open Index) has them",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.query_path == "reference":
+        from kernel.providers import minilm
+
+        minilm.WARM_AFTER = 0  # never switch to the int8 session
     sets = [s for s in args.sets.split(",") if s]
     unknown = [s for s in sets if s not in ARCHIVES]
     variants = list(VARIANTS) if "all" in args.variant else args.variant
@@ -543,6 +554,8 @@ def main() -> None:
         if args.ingest_only:
             print(f"{name}: {target.report.chunks_embedded} embedded, {target.ingest_s:.0f} s")
             continue
+        if args.query_path == "warm" and not target.index.warm_up():
+            parser.error(f"{name}: no fast query path (not a local encoder, or no built graph)")
         if args.per_file is not None:
             target.shape = {"per_file": args.per_file}
         if args.max_queries:

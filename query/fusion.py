@@ -169,12 +169,16 @@ def hybrid(
     """
     params = params or PARAMS
     query_vector = query_vector.astype(np.float32, copy=False)
-    cosine = row_dots(vectors, query_vector)
-    semantic = cosine
     dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
     if len(dense_top):
-        beta = np.float32(params.dense_feedback_weight)
-        semantic = cosine + beta * row_dots(vectors, vectors[dense_top].mean(axis=0))
+        # The feedback vector depends on BM25 only, so both products run at once.
+        from query.parallel_dots import row_dots_pair
+
+        centroid = vectors[dense_top].mean(axis=0)
+        cosine, moved = row_dots_pair(vectors, query_vector, centroid)
+        semantic = cosine + np.float32(params.dense_feedback_weight) * moved
+    else:
+        cosine = semantic = row_dots(vectors, query_vector)
     first = fuse(bm25, cosine, params).scores
     lexical = bm25
     if params.feedback_weight > 0 and params.feedback_terms > 0:

