@@ -528,17 +528,21 @@ def main() -> None:
     )
     parser.add_argument(
         "--query-path",
-        choices=("reference", "warm"),
+        choices=("reference", "warm", "warm-int8"),
         default=None,
-        help="a local encoder's queries: its NumPy reference throughout, or its int8 session "
-        "from the first query, as a warm process (`mdvdb serve`, an open Index) has them",
+        help="a local encoder's queries: its NumPy reference throughout, or from the first "
+        "query the onnxruntime session a warm process (`mdvdb serve`, an open Index) uses "
+        "(warm-int8: the int8 document graph instead of the float32 one)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.query_path == "reference":
+    if args.query_path:
         from kernel.providers import minilm
 
-        minilm.WARM_AFTER = 0  # never switch to the int8 session
+        if args.query_path == "reference":
+            minilm.WARM_AFTER = 0  # never switch to the onnxruntime session
+        elif args.query_path == "warm-int8":
+            minilm.QUERY_GRAPH = "int8"
     sets = [s for s in args.sets.split(",") if s]
     unknown = [s for s in sets if s not in ARCHIVES]
     variants = list(VARIANTS) if "all" in args.variant else args.variant
@@ -554,8 +558,8 @@ def main() -> None:
         if args.ingest_only:
             print(f"{name}: {target.report.chunks_embedded} embedded, {target.ingest_s:.0f} s")
             continue
-        if args.query_path == "warm" and not target.index.warm_up():
-            parser.error(f"{name}: no fast query path (not a local encoder, or no built graph)")
+        if args.query_path in ("warm", "warm-int8") and not target.index.warm_up():
+            parser.error(f"{name}: no fast query path (not a local encoder, or no onnxruntime)")
         if args.per_file is not None:
             target.shape = {"per_file": args.per_file}
         if args.max_queries:

