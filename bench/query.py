@@ -146,7 +146,11 @@ def bench(
         }
 
     settings = ", ".join(f"{k}={v}" for k, v in (against or {}).items())
-    embedder = "int8 session" if fast_queries else "reference"
+    embedder = "reference"
+    if fast_queries:
+        from kernel.providers import minilm
+
+        embedder = f"onnxruntime, {minilm.QUERY_GRAPH} graph"
     return [
         row("mdvdb search, warm, in-process", warm),
         *([row(f"mdvdb search, warm, in-process ({settings})", other)] if other else []),

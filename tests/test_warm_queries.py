@@ -117,6 +117,7 @@ def test_the_numpy_runtime_never_switches():
     assert provider.warm_up() is False
 
 
+@pytest.mark.slow
 def test_mdvdb_serve_embeds_queries_with_onnxruntime(minilm_notes: Path):
     """A real `mdvdb serve`: once it answers, its process has the onnxruntime session loaded
     (the library is mapped into it), and its answers rank as a cold search's."""
