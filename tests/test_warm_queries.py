@@ -205,3 +205,49 @@ def test_a_process_that_exits_while_the_session_loads_exits_cleanly(minilm_notes
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "done" and not done.stderr
+
+
+def _server_pid(root: Path) -> int | None:
+    """The pid of the `mdvdb mcp --root root` process (Linux /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mcp" in argv and str(root).encode() in argv:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+def test_mdvdb_mcp_warms_up_in_the_background_and_answers_meanwhile(minilm_notes: Path):
+    """A real MCP session: the first search is answered (NumPy path if the session is not
+    ready yet), and the server process loads the onnxruntime session by itself."""
+    import asyncio
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    async def session() -> tuple[str, bool]:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "mdvdb", "mcp", "--root", str(minilm_notes)],
+            env={**os.environ, "MDVDB_WATCH": "false"},
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            found = await client.call_tool("search", {"query": "unpack a compressed archive"})
+            top = json.loads(found.content[0].text)["results"][0]["path"]
+            pid = _server_pid(minilm_notes)
+            assert pid is not None
+            maps = Path(f"/proc/{pid}/maps")
+            deadline = time.monotonic() + 120
+            while "onnxruntime" not in maps.read_text() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            return top, "onnxruntime" in maps.read_text()
+
+    top, loaded = asyncio.run(session())
+    assert top == "tar.md"
+    assert loaded, "mdvdb mcp did not load the query session"
