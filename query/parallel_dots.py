@@ -1,15 +1,17 @@
-"""Two matrix-vector products over the index's vectors at once, one per core.
+"""Work a search hands to a second core: the two dense products, a warm query's embedding.
 
 Hybrid search scores every chunk against the query and, for the dense feedback, against the
 mean of the best BM25 chunks (query.fusion.hybrid). Each product streams the whole mapped
 matrix (40k x 384 float32 = 62 MB on tldr, ~2.5 ms) and is bound by one core's memory
-bandwidth, so reading it once for both (one (n, 384) @ (384, 2) product) saves nothing (einsum) or
-loses (OpenBLAS's sgemm with two columns, measured 2-3x slower than two einsums). Two
-threads, each running one einsum (which releases the GIL), read it on both cores at once.
+bandwidth, so reading it once for both (one (n, 384) @ (384, 2) product) saves nothing (einsum)
+or loses (OpenBLAS's sgemm with two columns, measured 2-3x slower than two einsums). Two
+threads, each running one einsum (which releases the GIL), read it on both cores at once. In
+the same way a warm process embeds the query (onnxruntime, which releases the GIL) while the
+caller scores BM25 (query.search.mode_scores).
 
-On a busy machine the second core may not be free: the caller's thread runs its product, and
-if the helper has not started the other one by then, runs it too (whoever claims
-the product first computes it), so a busy core never makes a search wait for a scheduler slice.
+On a busy machine the second core may not be free: the caller runs its own part, and if the
+helper has not started the other by then, runs that too (whoever claims a job first runs it),
+so a busy core never makes a search wait for a scheduler slice.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ PARALLEL_ROWS = 20_000
 
 
 class _Job:
-    """One product for the helper; whoever claims it first (helper or caller) computes it."""
+    """One call for the helper; whoever claims it first (helper or caller) runs it."""
 
-    def __init__(self, matrix: np.ndarray, vector: np.ndarray):
-        self.matrix, self.vector = matrix, vector
-        self.result: np.ndarray | None = None
+    def __init__(self, function, *args):
+        self.function, self.args = function, args
+        self.value = None
+        self.error: BaseException | None = None
         self.done = threading.Event()
         self._lock = threading.Lock()
         self._claimed = False
@@ -45,11 +48,21 @@ class _Job:
 
     def run(self) -> None:
         try:
-            self.result = row_dots(self.matrix, self.vector)
-        except Exception:  # the caller sees no result and computes it, raising it there
-            self.result = None
+            self.value = self.function(*self.args)
+        except BaseException as exc:  # handed to the caller by `result`
+            self.error = exc
         finally:
             self.done.set()
+
+    def result(self):
+        """The call's value (its exception re-raised here): run now by the caller if the
+        helper has not started it, else waited for."""
+        if self.claim():
+            return self.function(*self.args)
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 class _Helper:
@@ -86,6 +99,17 @@ def _helper() -> _Helper:
     return _Helper()
 
 
+def in_background(function, *args) -> _Job:
+    """Start `function(*args)` on the helper thread; `.result()` gives its value. The call
+    must release the GIL for most of its time to gain anything (NumPy products,
+    onnxruntime runs); when the helper is busy or has not started it, the caller runs it."""
+    job = _Job(function, *args)
+    if (os.cpu_count() or 1) < 2:
+        return job  # `result` runs it in the caller
+    _helper().submit(job)
+    return job
+
+
 def row_dots_pair(
     matrix: np.ndarray, a: np.ndarray, b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -93,13 +117,6 @@ def row_dots_pair(
     and the matrix is large enough to be worth it."""
     if matrix.shape[0] < PARALLEL_ROWS or (os.cpu_count() or 1) < 2:
         return row_dots(matrix, a), row_dots(matrix, b)
-    second = _Job(matrix, b)
-    if not _helper().submit(second):
-        return row_dots(matrix, a), row_dots(matrix, b)
+    second = in_background(row_dots, matrix, b)
     first = row_dots(matrix, a)
-    if second.claim():  # the helper never got a core: do it here rather than wait for one
-        return first, row_dots(matrix, b)
-    second.done.wait()
-    if second.result is None:  # the helper's product failed: the caller's raises the error
-        return first, row_dots(matrix, b)
-    return first, second.result
+    return first, second.result()

@@ -186,6 +186,11 @@ class Reader:
             self._provider = provider
         return self._provider
 
+    @property
+    def loaded_provider(self):
+        """The query embedder if a query has loaded it already, else None (loads nothing)."""
+        return self._provider
+
     def warm_up(self, wait: bool = True) -> bool:
         """Get ready for many queries: map the index, load the query embedder and, for a
         local encoder, switch this process's queries to its fast session (loaded now, or in
