@@ -61,6 +61,17 @@ class FusionParams:
     # stop words dropped), "idf" (each content word embedded alone, weighted by its idf in
     # the index: a static model's mean of word vectors, led by the words that discriminate)
     query_vector: str = "plain"
+    # idf forms only: a word's weight is at least this share of the query's heaviest word
+    # (0: none), so a topic word common in a small one-topic folder still counts
+    query_idf_floor: float = 0.0
+    # idf forms only: where a word's idf comes from: "sections" (chunks) or "pages" (files)
+    query_idf_from: str = "sections"
+    # RM3 picks its feedback chunks from the first fused ranking with the page-level part in
+    # it (the ranking the user is shown), not from the fusion of the two sides alone
+    feedback_with_page: bool = False
+    # ρ: page-level evidence on the dense side: each section's cosine becomes
+    # (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector) (0: off)
+    page_dense_weight: float = 0.0
     # section-level BM25F k1 / b; 0 = as packed into the index (recomputed in memory from
     # the index's tf and lengths when set: how other values are measured without a re-pack)
     section_k1: float = 0.0
@@ -158,6 +169,7 @@ def hybrid(
     bm25: np.ndarray,
     params: FusionParams | None = None,
     page: np.ndarray | None = None,
+    page_cosine: np.ndarray | None = None,
 ) -> tuple[Fused, np.ndarray]:
     """The hybrid ranking with feedback; returns it and the first-pass cosines.
 
@@ -170,12 +182,18 @@ def hybrid(
     params = params or PARAMS
     query_vector = query_vector.astype(np.float32, copy=False)
     cosine = row_dots(vectors, query_vector)
+    if page_cosine is not None and params.page_dense_weight > 0:
+        rho = np.float32(params.page_dense_weight)
+        cosine = (np.float32(1) - rho) * cosine + rho * page_cosine
     semantic = cosine
     dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
     if len(dense_top):
         beta = np.float32(params.dense_feedback_weight)
         semantic = cosine + beta * row_dots(vectors, vectors[dense_top].mean(axis=0))
-    first = fuse(bm25, cosine, params).scores
+    first = fuse(bm25, cosine, params)
+    if params.feedback_with_page and page is not None and params.page_weight > 0:
+        first = with_page(first, page, params.page_weight)
+    first = first.scores
     lexical = bm25
     if params.feedback_weight > 0 and params.feedback_terms > 0:
         chunks = best(first, params.feedback_chunks)

@@ -14,7 +14,7 @@ from query.excerpt import Excerpt
 from query.filters import Filter, candidate_mask, count_matches
 from query.results import SearchResponse, SearchResult
 from query.snapshot import QueryError
-from query.vector import cosine_scores, top_k
+from query.vector import cosine_scores, row_dots, top_k
 
 if TYPE_CHECKING:
     from query.snapshot import Reader
@@ -23,7 +23,9 @@ NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
 
 
-def query_vector(index: Reader, query: str, form: str = "plain") -> np.ndarray:
+def query_vector(
+    index: Reader, query: str, form: str = "plain", floor: float = 0.0, idf_from: str = "sections"
+) -> np.ndarray:
     """The query's embedding. `form` (query.fusion.FusionParams.query_vector):
     - "plain": the whole query, as the provider embeds any text;
     - "idf-raw": for a static model (a vector is the mean of its tokens' vectors: the
@@ -50,9 +52,12 @@ def query_vector(index: Reader, query: str, form: str = "plain") -> np.ndarray:
     from query.lexical import lexical_index
 
     lexical = lexical_index(index)
-    weights = np.array([float(lexical.term_idf(ids).mean()) for _, ids in words], dtype=np.float32)
+    idf = lexical.term_page_idf if idf_from == "pages" else lexical.term_idf
+    weights = np.array([float(idf(ids).mean()) for _, ids in words], dtype=np.float32)
     if form.endswith("-sqrt"):
         weights = np.sqrt(weights)
+    if floor > 0 and len(weights):
+        weights = np.maximum(weights, np.float32(floor) * weights.max())
     if form.startswith("idf-raw"):
         vectors = token_sums([w for w, _ in words])
     else:
@@ -60,6 +65,24 @@ def query_vector(index: Reader, query: str, form: str = "plain") -> np.ndarray:
     q = (weights[:, None] * vectors).sum(axis=0)
     norm = float(np.linalg.norm(q))
     return (q / norm).astype(np.float32) if norm > 0 else provider.embed([query])[0]
+
+
+def page_vectors(index: Reader) -> np.ndarray:
+    """Each page's (file's) mean section vector, normalised: the dense side's view of the
+    page as a whole. A file's chunks are contiguous, so one `reduceat`; once per snapshot."""
+    snap = index.snapshot
+    found = snap.cache.get("page_vectors")
+    if found is None:
+        files = snap.chunk_file_ids
+        n_files = int(files[-1]) + 1 if len(files) else 0
+        found = np.zeros((n_files, snap.vectors.shape[1]), dtype=np.float32)
+        if len(files):
+            starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+            sums = np.add.reduceat(np.asarray(snap.vectors, dtype=np.float32), starts, axis=0)
+            norms = np.linalg.norm(sums, axis=1, keepdims=True)
+            found[files[starts]] = sums / np.maximum(norms, np.float32(1e-12))
+        snap.cache["page_vectors"] = found
+    return found
 
 
 def semantic_scores(index: Reader, query: str) -> np.ndarray:
@@ -213,13 +236,14 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             by_file = lexical.page_scores(query, params.page_k1, params.page_b)
             page = by_file[index.snapshot.chunk_file_ids] if by_file is not None else None
         params = for_query(query, params)
+        qvec = query_vector(
+            index, query, params.query_vector, params.query_idf_floor, params.query_idf_from
+        )
+        page_cosine = None
+        if params.page_dense_weight > 0:
+            page_cosine = row_dots(page_vectors(index), qvec)[index.snapshot.chunk_file_ids]
         fused, cosine = hybrid(
-            lexical,
-            vectors,
-            query_vector(index, query, params.query_vector),
-            bm25,
-            params,
-            page=page,
+            lexical, vectors, qvec, bm25, params, page=page, page_cosine=page_cosine
         )
         if params.stub_length > 0 and params.stub_weight > 0:
             from query.fusion import with_stub_prior
