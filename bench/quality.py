@@ -70,8 +70,9 @@ VARIANTS: dict[str, dict] = {
     "no-name": {"name_weight": 0.0},
     "name-0.2": {"name_weight": 0.2},
     "before": {"page_weight": 0.0, "name_weight": 0.0},  # the default before this work
-    # the default before the CACM round (plain query vector, section BM25F k1 1.2)
-    "previous": {"query_vector": "plain", "section_k1": 1.2},
+    # the default before the third CACM round (section BM25F k1 as packed, 1.2; no page-level
+    # evidence on the dense side)
+    "previous": {"query_vector": "plain", "section_k1": 0.0, "page_dense_weight": 0.0},
     "no-feedback": {"feedback_weight": 0.0},
     "no-dense-feedback": {"dense_feedback_weight": 0.0},
     "no-feedback-at-all": {"feedback_weight": 0.0, "dense_feedback_weight": 0.0},
@@ -181,6 +182,25 @@ VARIANTS: dict[str, dict] = {
         }
         for r in (0.3, 0.5)
         for k1 in (False, True)
+    },
+    **{f"page-dense-{r}-k1-1.5": {"page_dense_weight": r, "section_k1": 1.5} for r in (0.3, 0.5)},
+    # on top of page-dense 0.5 + k1 1.5: feedback settings measured on CACM alone before
+    **{
+        f"page-dense-0.5-k1-1.5-{name}": {"page_dense_weight": 0.5, "section_k1": 1.5, **extra}
+        for name, extra in (
+            ("dense-fb-0.5", {"dense_feedback_weight": 0.5}),
+            ("fb-chunks-5", {"feedback_chunks": 5}),
+            ("qvec-idf-raw-pages", {"query_vector": "idf-raw", "query_idf_from": "pages"}),
+            (
+                "qvec-idf-raw-sqrt-pages",
+                {"query_vector": "idf-raw-sqrt", "query_idf_from": "pages"},
+            ),
+            (
+                "qvec-idf-raw-pages-floor-0.5",
+                {"query_vector": "idf-raw", "query_idf_from": "pages", "query_idf_floor": 0.5},
+            ),
+            ("qvec-content", {"query_vector": "content"}),
+        )
     },
     "fbpage": {"feedback_with_page": True},
     "fbpage-k1-1.5": {"feedback_with_page": True, "section_k1": 1.5},

@@ -71,10 +71,10 @@ class FusionParams:
     feedback_with_page: bool = False
     # ρ: page-level evidence on the dense side: each section's cosine becomes
     # (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector) (0: off)
-    page_dense_weight: float = 0.0
+    page_dense_weight: float = 0.5
     # section-level BM25F k1 / b; 0 = as packed into the index (recomputed in memory from
     # the index's tf and lengths when set: how other values are measured without a re-pack)
-    section_k1: float = 0.0
+    section_k1: float = 1.5
     section_b: float = -1.0
     # a floor on a section's length in BM25F's normalisation, as a share of the mean length:
     # a stub (a title and a byline) is not rewarded for being short below it (0: no floor)
