@@ -169,7 +169,7 @@ def hybrid(
     bm25: np.ndarray,
     params: FusionParams | None = None,
     page: np.ndarray | None = None,
-    page_cosine: np.ndarray | None = None,
+    pages=None,
 ) -> tuple[Fused, np.ndarray]:
     """The hybrid ranking with feedback; returns it and the first-pass cosines.
 
@@ -181,10 +181,14 @@ def hybrid(
     """
     params = params or PARAMS
     query_vector = query_vector.astype(np.float32, copy=False)
-    cosine = row_dots(vectors, query_vector)
-    if page_cosine is not None and params.page_dense_weight > 0:
+    cosine = raw = row_dots(vectors, query_vector)
+    if pages is not None and params.page_dense_weight > 0 and len(pages.chunks):
+        # `pages` (query.search.PageVectors): pages of several sections; a one-section
+        # page's cosine is its section's, so mixing leaves it as it is
         rho = np.float32(params.page_dense_weight)
-        cosine = (np.float32(1) - rho) * cosine + rho * page_cosine
+        page_cosine = row_dots(pages.vectors, query_vector)[pages.rows]
+        cosine = cosine.copy()
+        cosine[pages.chunks] = (np.float32(1) - rho) * cosine[pages.chunks] + rho * page_cosine
     semantic = cosine
     dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
     if len(dense_top):
@@ -210,7 +214,7 @@ def hybrid(
     fused = fuse(lexical, semantic, params)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight)
-    return fused, cosine
+    return fused, raw
 
 
 def with_stub_prior(fused: Fused, page_length: np.ndarray, params: FusionParams) -> Fused:

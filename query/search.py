@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from query.excerpt import Excerpt
 from query.filters import Filter, candidate_mask, count_matches
 from query.results import SearchResponse, SearchResult
 from query.snapshot import QueryError
-from query.vector import cosine_scores, row_dots, top_k
+from query.vector import cosine_scores, top_k
 
 if TYPE_CHECKING:
     from query.snapshot import Reader
@@ -67,20 +68,40 @@ def query_vector(
     return (q / norm).astype(np.float32) if norm > 0 else provider.embed([query])[0]
 
 
-def page_vectors(index: Reader) -> np.ndarray:
-    """Each page's (file's) mean section vector, normalised: the dense side's view of the
-    page as a whole. A file's chunks are contiguous, so one `reduceat`; once per snapshot."""
+@dataclass
+class PageVectors:
+    """The dense side's view of pages of more than one section: each one's mean section
+    vector, normalised (`vectors`), and for every section of such a page (`chunks`) the row
+    of its page (`rows`). A one-section page's vector is its section's, so its cosine is
+    known already: only these pages cost a matrix-vector product per query."""
+
+    vectors: np.ndarray
+    chunks: np.ndarray
+    rows: np.ndarray
+
+
+def page_vectors(index: Reader) -> PageVectors:
+    """Once per snapshot: a file's chunks are contiguous, so one `reduceat`."""
     snap = index.snapshot
     found = snap.cache.get("page_vectors")
     if found is None:
         files = snap.chunk_file_ids
-        n_files = int(files[-1]) + 1 if len(files) else 0
-        found = np.zeros((n_files, snap.vectors.shape[1]), dtype=np.float32)
+        dims = snap.vectors.shape[1]
+        empty = np.zeros(0, dtype=np.int64)
+        found = PageVectors(np.zeros((0, dims), dtype=np.float32), empty, empty)
         if len(files):
             starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
-            sums = np.add.reduceat(np.asarray(snap.vectors, dtype=np.float32), starts, axis=0)
-            norms = np.linalg.norm(sums, axis=1, keepdims=True)
-            found[files[starts]] = sums / np.maximum(norms, np.float32(1e-12))
+            sizes = np.diff(np.r_[starts, len(files)])
+            multi = sizes > 1
+            if multi.any():
+                vectors = np.asarray(snap.vectors, dtype=np.float32)
+                sums = np.add.reduceat(vectors, starts, axis=0)[multi]
+                norms = np.linalg.norm(sums, axis=1, keepdims=True)
+                chunks = np.concatenate(
+                    [np.arange(a, a + n) for a, n in zip(starts[multi], sizes[multi], strict=True)]
+                )
+                rows = np.repeat(np.arange(int(multi.sum())), sizes[multi])
+                found = PageVectors(sums / np.maximum(norms, np.float32(1e-12)), chunks, rows)
         snap.cache["page_vectors"] = found
     return found
 
@@ -239,12 +260,8 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
         qvec = query_vector(
             index, query, params.query_vector, params.query_idf_floor, params.query_idf_from
         )
-        page_cosine = None
-        if params.page_dense_weight > 0:
-            page_cosine = row_dots(page_vectors(index), qvec)[index.snapshot.chunk_file_ids]
-        fused, cosine = hybrid(
-            lexical, vectors, qvec, bm25, params, page=page, page_cosine=page_cosine
-        )
+        pages = page_vectors(index) if params.page_dense_weight > 0 else None
+        fused, cosine = hybrid(lexical, vectors, qvec, bm25, params, page=page, pages=pages)
         if params.stub_length > 0 and params.stub_weight > 0:
             from query.fusion import with_stub_prior
 
