@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from query.vector import row_dots
+from query.vector import DenseScorer, row_dots
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,7 @@ def hybrid(
     params: FusionParams | None = None,
     page: np.ndarray | None = None,
     pages=None,
+    dense: DenseScorer | None = None,
 ) -> tuple[Fused, np.ndarray]:
     """The hybrid ranking with feedback; returns it and the first-pass cosines.
 
@@ -178,22 +179,35 @@ def hybrid(
     of the feedback vectors (the common factor 1/|q + β·c| does not change a min-max
     normalised score). A second pass over only the first 64 (Matryoshka) dimensions was
     measured: 0.003 / 0.002 nDCG@10 worse on NFCorpus / Cranfield for ~1.5 ms, not kept.
+    `dense` scores both directions (query.vector: exact, or an int8 pass rescored exactly);
+    by default an exact scorer over `vectors`.
     """
     params = params or PARAMS
+    dense = dense or DenseScorer(vectors)
     query_vector = query_vector.astype(np.float32, copy=False)
-    cosine = raw = row_dots(vectors, query_vector)
+    dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
+    direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
+    cosine, semantic = dense.scores(
+        query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1
+    )
+    raw = cosine
     if pages is not None and params.page_dense_weight > 0 and len(pages.chunks):
         # `pages` (query.search.PageVectors): pages of several sections; a one-section
-        # page's cosine is its section's, so mixing leaves it as it is
+        # page's cosine is its section's, so mixing leaves it as it is. Their sections'
+        # cosines are taken exactly here (an int8 first pass may have left them as capped
+        # estimates, and the page's share could lift one past a rescored row).
         rho = np.float32(params.page_dense_weight)
+        sub = vectors[pages.chunks]
         page_cosine = row_dots(pages.vectors, query_vector)[pages.rows]
+        mixed = (np.float32(1) - rho) * row_dots(sub, query_vector) + rho * page_cosine
         cosine = cosine.copy()
-        cosine[pages.chunks] = (np.float32(1) - rho) * cosine[pages.chunks] + rho * page_cosine
-    semantic = cosine
-    dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
-    if len(dense_top):
-        beta = np.float32(params.dense_feedback_weight)
-        semantic = cosine + beta * row_dots(vectors, vectors[dense_top].mean(axis=0))
+        cosine[pages.chunks] = mixed
+        if direction is None:
+            semantic = cosine
+        else:
+            beta = np.float32(params.dense_feedback_weight)
+            semantic = semantic.copy()
+            semantic[pages.chunks] = mixed + beta * row_dots(sub, direction.astype(np.float32))
     first = fuse(bm25, cosine, params)
     if params.feedback_with_page and page is not None and params.page_weight > 0:
         first = with_page(first, page, params.page_weight)

@@ -89,6 +89,14 @@ class LexicalIndex:
         rows = np.minimum(rows, len(self.terms) - 1)
         return np.where(self.terms[rows] == hashes, rows, -1)
 
+    def term_chunks(self, hashes: np.ndarray) -> list[np.ndarray | None]:
+        """The chunk ids of each term's postings (None: a term the index lacks)."""
+        out: list[np.ndarray | None] = []
+        for row in self.lookup(hashes).tolist():
+            a, b = (int(self.offsets[row]), int(self.offsets[row + 1])) if row >= 0 else (0, 0)
+            out.append(self.chunk_ids[a:b] if row >= 0 else None)
+        return out
+
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return np.log1p((self.n_chunks - df + 0.5) / (df + 0.5)).astype(np.float32)
 
@@ -249,6 +257,8 @@ def lexical_index(index) -> LexicalIndex:
     snap = index.snapshot
     found = snap.cache.get("lexical")
     if found is None:
-        found = LexicalIndex.from_snapshot(snap)
+        # A sharded index scores its shards' postings where they are (query.sharded).
+        build = getattr(snap, "build_lexical", None)
+        found = build() if build is not None else LexicalIndex.from_snapshot(snap)
         snap.cache["lexical"] = found
     return found

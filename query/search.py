@@ -15,7 +15,7 @@ from query.excerpt import Excerpt
 from query.filters import Filter, candidate_mask, count_matches
 from query.results import SearchResponse, SearchResult
 from query.snapshot import QueryError
-from query.vector import cosine_scores, top_k
+from query.vector import cosine_scores, dense_scorer, top_k
 
 if TYPE_CHECKING:
     from query.snapshot import Reader
@@ -209,7 +209,7 @@ def _memo_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict
     from query import fusion
 
     snap = index.snapshot
-    key = (mode, query, fusion.current())
+    key = (mode, query, fusion.current(), index.config.search_first_pass)
     last = snap.cache.get("last_scores")
     if last is None or last[0] != key:
         last = (key, mode_scores(index, query, mode))
@@ -261,7 +261,9 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             index, query, params.query_vector, params.query_idf_floor, params.query_idf_from
         )
         pages = page_vectors(index) if params.page_dense_weight > 0 else None
-        fused, cosine = hybrid(lexical, vectors, qvec, bm25, params, page=page, pages=pages)
+        fused, cosine = hybrid(
+            lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense_scorer(index)
+        )
         if params.stub_length > 0 and params.stub_weight > 0:
             from query.fusion import with_stub_prior
 
