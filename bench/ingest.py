@@ -5,6 +5,12 @@ median of --repeat runs for the no-op and the edit. The reference alternative me
 same run: `rg --files` over the same folder (the floor for merely listing the files).
 
     python bench/ingest.py [--corpora tldr gen10k gen100k] [--repeat 5] [--json] [--keep-index]
+
+`--workers 1 2` instead measures full builds only, one per MDVDB_WORKERS value, each on a
+fresh copy (1 = one process, the serial build, measured in the same run): wall, chunks/s,
+CPU/wall (the ingest's own `--json` figures) and the peak RSS of the largest process.
+
+    python bench/ingest.py --corpora tldr --workers 1 2 [--json]
 """
 
 from __future__ import annotations
@@ -104,6 +110,44 @@ def bench(name: str, repeat: int, keep_index: bool = False) -> dict:
     }
 
 
+def full_build(name: str, workers: int) -> dict:
+    """One full `mdvdb ingest --json` with MDVDB_WORKERS=workers on a fresh copy."""
+    import json
+    import subprocess
+
+    root = prepare(name)
+    for leftover in (root / ".markdownvdb.index", root / ".markdownvdb.state"):
+        if leftover.is_dir():
+            shutil.rmtree(leftover)
+        elif leftover.exists():
+            leftover.unlink()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    env = {**os.environ, "MDVDB_WORKERS": str(workers)}
+    start = time.perf_counter()
+    done = subprocess.run(
+        [*MDVDB, "ingest", "--json", "--root", str(root)], env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"mdvdb ingest failed: {done.stderr[-2000:]}")
+    report = json.loads(done.stdout)
+    # ru_maxrss of children: the largest process that has ended (parent or a worker), KB.
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {
+        "corpus": name,
+        "workers": workers,
+        "chunks": report["chunks"],
+        "wall_s": round(wall, 2),
+        "chunks_per_s": round(report["chunked"] / wall, 1),
+        "cpu_per_wall": report["cpu_per_wall"],
+        "parse_s": report["stage_seconds"].get("parse"),
+        "cluster_s": report["stage_seconds"].get("cluster"),
+        "pack_s": report["stage_seconds"].get("pack"),
+        "peak_rss_MB": round(max(peak, before) / 1024, 1) if peak > before else None,
+        "load_avg": round(os.getloadavg()[0], 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", nargs="+", default=["tldr", "gen10k", "gen100k"])
@@ -115,7 +159,17 @@ def main() -> None:
         help="reuse an index already built in MDVDB_BENCH_DIR (no full ingest: for 100k files "
         "it takes 5 minutes); only the no-op and the edit are measured",
     )
+    parser.add_argument(
+        "--workers",
+        nargs="+",
+        type=int,
+        help="full builds only, one per MDVDB_WORKERS value (include 1: the serial build)",
+    )
     args = parser.parse_args()
+    if args.workers:
+        rows = [full_build(name, n) for name in args.corpora for n in args.workers]
+        print_table("mdvdb ingest, full build per MDVDB_WORKERS", rows, args.json)
+        return
     rows = [bench(name, args.repeat, args.keep_index) for name in args.corpora]
     print_table("mdvdb ingest (fresh process each run)", rows, args.json)
 

@@ -1,12 +1,21 @@
-"""Warm, in-process query latency per search mode on tldr (38k files, ~40k chunks).
+"""Warm, in-process query latency per search mode, int8 first pass against the exact scan.
 
-    python bench/query_speed.py [--root /path/to/ingested/tldr] [--rounds 5] [--json]
+    python bench/query_speed.py [--root /ingested/folder ...] [--rounds 5] [--json]
+    python bench/query_speed.py --synthetic 1000000      # the dense pass alone at 1M rows
 
 Without --root, tldr is unpacked under MDVDB_BENCH_DIR and ingested first (minutes, once).
-Each query runs once to warm up (maps the index, loads the model, builds the lexical views),
-then `rounds` times per mode through `Index.search` (limit 10), the same call `mdvdb search`
-makes. `lexical scoring only` times just the BM25F scoring, the part the issue bounds at 5 ms;
-the last two rows time the corpus-matrix product both ways (BLAS, and the einsum we use).
+Each query runs once to warm up (maps the index, loads the model, builds the lexical views
+and the int8 copy), then `rounds` times per run through `Index.search` (limit 10), the call
+`mdvdb serve` makes. Per index, in the same run:
+- `search --mode hybrid` with MDVDB_SEARCH_FIRST_PASS=exact (the float32 scans) and =int8;
+- lexical and semantic search;
+- the reference: one float32 brute-force scan of the whole matrix (einsum, what `exact` does
+  per direction), the int8 pass alone, and bm25s (its own index of the chunk texts, top 10);
+- recall@10 of the int8 hybrid ranking against the exact one, and the share of queries whose
+  fused scores are bit-identical.
+`--synthetic N` times the dense pass alone (two directions, as hybrid search asks) on N random
+unit vectors of 256 dimensions against the float32 scan: no 1M-chunk index is ingested (about
+half an hour here), so the lexical side at that size is not in it.
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -54,68 +65,184 @@ QUERIES = [
 ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", type=Path, help="an already ingested tldr folder")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+def samples_of(fn, queries: list[str], rounds: int) -> list[float]:
+    out = []
+    for _ in range(rounds):
+        for q in queries:
+            start = time.perf_counter()
+            fn(q)
+            out.append(time.perf_counter() - start)
+    return out
 
+
+def row(name: str, samples: list[float], **extra) -> dict:
+    return {
+        "run": name,
+        "queries": len(samples),
+        "p50_ms": round(median_ms(samples), 2),
+        "p95_ms": round(p95_ms(samples), 2),
+        **extra,
+    }
+
+
+def agreement(exact_index, fast_index, queries: list[str]) -> tuple[float, float]:
+    """Mean recall@10 of the int8 hybrid ranking vs the exact one; share of queries whose
+    fused scores are the same bits."""
+    from query.search import mode_scores
+    from query.vector import top_k
+
+    recalls, same = [], 0
+    for q in queries:
+        a, _ = mode_scores(exact_index, q, "hybrid")
+        b, _ = mode_scores(fast_index, q, "hybrid")
+        ta, tb = set(top_k(a, 10).tolist()), set(top_k(b, 10).tolist())
+        recalls.append(len(ta & tb) / max(len(ta), 1))
+        same += bool(np.array_equal(a, b))
+    return float(np.mean(recalls)), same / len(queries)
+
+
+def recall_only(root: Path, queries: list[str]) -> list[dict]:
+    from kernel.config import load_config
+    from query import open_index, vector
+
+    exact = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "exact"}))
+    fast = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "int8"}))
+    recall, same = agreement(exact, fast, queries)
+    n = exact.snapshot.vectors.shape[0]
+    row = {"root": root.name, "chunks": n, "depth": vector.RESCORE_DEPTH, "queries": len(queries)}
+    return [row | {"recall@10": round(recall, 4), "identical_scores": round(same, 3)}]
+
+
+def bm25s_runner(index):
+    """bm25s over the same chunk texts (English stop-words, Snowball): the plain BM25 a
+    user would reach for, timed on the same queries."""
+    import bm25s
+    import Stemmer
+
+    stemmer = Stemmer.Stemmer("english")
+    texts = index.snapshot.table("chunks").column("text").to_pylist()
+    model = bm25s.BM25()
+    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
+    model.index(tokens, show_progress=False)
+
+    def run(q: str):
+        tokens = bm25s.tokenize([q], stopwords="en", stemmer=stemmer, show_progress=False)
+        return model.retrieve(tokens, k=10, show_progress=False, n_threads=1)
+
+    return run
+
+
+def bench_root(
+    root: Path, rounds: int, queries: list[str], with_bm25s: bool
+) -> tuple[list[dict], list[dict]]:
     from kernel.config import load_config
     from query import open_index
-    from query.lexical import lexical_index
-    from query.vector import row_dots
+    from query.vector import Int8Rows, row_dots
 
-    root = args.root or corpus("tldr")
-    config = load_config(root, environ={})
-    if args.root is None:
-        from pipeline.ingest import ingest_folder as ingest
-
-        ingest(config)
-    index = open_index(config=config)
-    lexical = lexical_index(index)
-    vectors = index.snapshot.vectors
-    probe = index.provider().embed([QUERIES[0]])[0]
-
-    for q in QUERIES:  # warm-up: map, model, lexical views
+    exact = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "exact"}))
+    fast = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "int8"}))
+    vectors = exact.snapshot.vectors
+    probe = np.asarray(exact.provider().embed([queries[0]])[0], dtype=np.float32)
+    compact = Int8Rows.of(vectors)
+    for q in queries:  # warm-up: map, model, lexical views, the int8 copy
         for mode in ("lexical", "semantic", "hybrid"):
-            index.search(q, mode=mode)
-
-    def timed(fn) -> list[float]:
-        samples = []
-        for _ in range(args.rounds):
-            for q in QUERIES:
-                start = time.perf_counter()
-                fn(q)
-                samples.append(time.perf_counter() - start)
-        return samples
-
+            exact.search(q, mode=mode)
+        fast.search(q, mode="hybrid")
     runs = {
-        "lexical scoring only": lambda q: lexical.scores(q),
-        "search --mode lexical": lambda q: index.search(q, mode="lexical"),
-        "search --mode semantic": lambda q: index.search(q, mode="semantic"),
-        "search --mode hybrid": lambda q: index.search(q, mode="hybrid"),
-        "query embedding only": lambda q: index.provider().embed([q]),
-        "chunks x query, BLAS sgemv (V @ q)": lambda q: vectors @ probe,
-        "chunks x query, einsum (used)": lambda q: row_dots(vectors, probe),
+        "search --mode hybrid, exact": lambda q: exact.search(q, mode="hybrid"),
+        "search --mode hybrid, int8 + rescoring": lambda q: fast.search(q, mode="hybrid"),
+        "search --mode lexical": lambda q: fast.search(q, mode="lexical"),
+        "search --mode semantic (exact)": lambda q: fast.search(q, mode="semantic"),
+        "float32 brute-force scan (einsum)": lambda q: row_dots(vectors, probe),
+        "int8 pass alone, 2 directions": lambda q: compact.dots(np.stack([probe, probe])),
     }
+    if with_bm25s:
+        runs["bm25s top 10"] = bm25s_runner(exact)
+    n, d = vectors.shape
     rows = []
     for name, fn in runs.items():
-        samples = timed(fn)
-        rows.append(
-            {
-                "run": name,
-                "queries": len(samples),
-                "p50_ms": round(median_ms(samples), 2),
-                "p95_ms": round(p95_ms(samples), 2),
-            }
-        )
-    snap = index.snapshot
-    title = (
-        f"Warm in-process query latency, tldr ({len(snap.paths)} files, "
-        f"{snap.vectors.shape[0]} chunks, {len(lexical.terms)} terms)"
-    )
-    print_table(title, rows, args.json)
+        rows.append(row(name, samples_of(fn, queries, rounds), root=root.name, chunks=n))
+    recall, same = agreement(exact, fast, queries)
+    scan = next(r for r in rows if r["run"].startswith("float32"))["p50_ms"]
+    for r in rows:
+        r["x_scan"] = round(r["p50_ms"] / scan, 2) if scan else None
+    agree = {"root": root.name, "chunks": n, "queries": len(queries), "recall@10": recall}
+    return rows, [agree | {"identical_scores": round(same, 3)}]
+
+
+def bench_synthetic(n: int, rounds: int, d: int = 256) -> list[dict]:
+    from query.vector import DenseScorer, Int8Rows, row_dots
+
+    rng = np.random.default_rng(7)
+    matrix = np.empty((n, d), dtype=np.float32)
+    for a in range(0, n, 100_000):
+        part = rng.standard_normal((min(100_000, n - a), d), dtype=np.float32)
+        matrix[a : a + len(part)] = part / np.linalg.norm(part, axis=1, keepdims=True)
+    compact = Int8Rows.of(matrix)
+    fast = DenseScorer(matrix, compact)
+    probes = [matrix[i] + matrix[i + 1] for i in range(30)]
+    direction = matrix[100:103].mean(axis=0)
+    runs = {
+        "float32 brute-force scan (einsum)": lambda i: row_dots(matrix, probes[i]),
+        "dense pass exact, 2 directions": lambda i: DenseScorer(matrix).scores(
+            probes[i], direction, 1.0
+        ),
+        "dense pass int8 + rescoring, 2 directions": lambda i: fast.scores(
+            probes[i], direction, 1.0
+        ),
+    }
+    rows = [
+        row(name, samples_of(fn, list(range(30)), rounds), root="synthetic", chunks=n)
+        for name, fn in runs.items()
+    ]
+    scan = rows[0]["p50_ms"]
+    for r in rows:
+        r["x_scan"] = round(r["p50_ms"] / scan, 2)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, action="append", help="an ingested folder")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-bm25s", action="store_true")
+    parser.add_argument("--synthetic", type=int, action="append", help="rows of random vectors")
+    parser.add_argument("--queries", type=Path, help="a queries.jsonl (BEIR) to use instead")
+    parser.add_argument("--depth", type=int, help="rows rescored exactly (default 1000)")
+    parser.add_argument("--recall-only", action="store_true", help="no timings")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    from query import vector
+
+    if args.depth:
+        vector.RESCORE_DEPTH = args.depth
+    queries = QUERIES
+    if args.queries:
+        import json
+
+        queries = [json.loads(line)["text"] for line in args.queries.open(encoding="utf-8")]
+
+    rows: list[dict] = []
+    agreements: list[dict] = []
+    for n in args.synthetic or []:
+        rows += bench_synthetic(n, args.rounds)
+    roots = args.root or ([] if args.synthetic else [None])
+    for root in roots:
+        if root is None:
+            from kernel.config import load_config
+            from pipeline.ingest import ingest_folder
+
+            root = corpus("tldr")
+            ingest_folder(load_config(root, environ={}))
+        if args.recall_only:
+            agreements += recall_only(root, queries)
+            continue
+        timed, agreed = bench_root(root, args.rounds, queries, not args.no_bm25s)
+        rows += timed
+        agreements += agreed
+    print_table("Warm in-process query latency (ms), int8 first pass vs exact", rows, args.json)
+    if agreements:
+        print_table("int8 hybrid ranking vs the exact scan", agreements, args.json)
 
 
 if __name__ == "__main__":

@@ -195,7 +195,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_EMBEDDING_ENDPOINT", "embedding_endpoint", _str, None, "URL for provider=custom"
     ),
+    Setting(
+        "MDVDB_WORKERS",
+        "workers",
+        _int(0),
+        "0",
+        "Processes that parse, chunk and embed an ingest (0: one per CPU; 1: no pool)",
+    ),
     Setting("MDVDB_CHUNK_MAX_TOKENS", "chunk_max_tokens", _int(16), "512", "Tokens a chunk"),
+    Setting(
+        "MDVDB_SHARDS",
+        "shards",
+        _int(1),
+        "1",
+        "Index shard files, split by a hash of the path (1: one index file; docs/scale-out.md)",
+    ),
     Setting("MDVDB_CHUNK_OVERLAP_TOKENS", "chunk_overlap_tokens", _int(0), "50", "Window overlap"),
     Setting(
         "MDVDB_SEARCH_DEFAULT_LIMIT", "search_default_limit", _int(1), str(DEFAULT_LIMIT), "Results"
@@ -214,6 +228,13 @@ SETTINGS: tuple[Setting, ...] = (
         _choice(*SEARCH_MODES),
         "hybrid",
         " | ".join(SEARCH_MODES),
+    ),
+    Setting(
+        "MDVDB_SEARCH_FIRST_PASS",
+        "search_first_pass",
+        _choice("auto", "int8", "exact"),
+        "auto",
+        "Hybrid search's dense pass: int8 + exact rescoring (auto: warm, 20k+ chunks) | exact",
     ),
     Setting("MDVDB_WATCH", "watch", _bool, "true", "Allow the watcher"),
     Setting("MDVDB_WATCH_DEBOUNCE_MS", "watch_debounce_ms", _int(0), "300", "Debounce (ms)"),
@@ -342,12 +363,15 @@ class Config:
     embedding_retry_max_delay: float = 30.0
     embedding_max_input_tokens: int = 0
     embedding_endpoint: str | None = None
+    workers: int = 0  # 0: one per CPU (pipeline.workers.worker_count)
     chunk_max_tokens: int = 512
     chunk_overlap_tokens: int = 50
+    shards: int = 1
     search_default_limit: int = DEFAULT_LIMIT
     search_min_score: float = 0.0
     search_per_file: int = 3
     search_default_mode: str = "hybrid"
+    search_first_pass: str = "auto"
     watch: bool = True
     watch_debounce_ms: int = 300
     clustering_enabled: bool = True
@@ -379,6 +403,12 @@ class Config:
         replaced by the writer (`os.replace` renames over the link), never written through."""
         path = self.root / self.index_file
         return path.parent.resolve() / path.name
+
+    @property
+    def shards_path(self) -> Path:
+        """The folder of a sharded index (`MDVDB_SHARDS` > 1): its shard files and the
+        manifest that publishes one consistent set of them (kernel/shards.py)."""
+        return self.index_path.parent / (self.index_path.name + ".shards")
 
     @property
     def state_path(self) -> Path:

@@ -440,7 +440,7 @@ def rg_rules(config: Config, paths: list[Path]) -> RgRules:
     for name in sorted(BUILTIN_IGNORES):
         flags += ["--glob", f"!{name}/"]
     root = config.root
-    for own in (config.state_path, config.index_path):
+    for own in (config.state_path, config.index_path, config.shards_path):
         if inside(own, root) and own != root:
             flags += ["--glob", "!/" + own.resolve().relative_to(root).as_posix()]
     for pattern in user_patterns(config):

@@ -27,8 +27,10 @@ import hashlib
 import re
 import unicodedata
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 ANALYZER_VERSION = "mdvdb-text-1"
 
@@ -104,5 +106,7 @@ def term_hash(term: str) -> int:
 
 def term_ids(text: str) -> np.ndarray:
     """`words(text)` as uint64 term hashes, in order."""
+    import numpy as np  # not at the top: `mdvdb ingest`'s no-op reads ANALYZER_VERSION only
+
     terms = words(text)
     return np.fromiter((term_hash(t) for t in terms), dtype=np.uint64, count=len(terms))

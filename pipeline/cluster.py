@@ -3,7 +3,9 @@
 A document's vector is the normalised mean of its chunk vectors. A full clustering runs k-means
 (scikit-learn, fixed seed) with k chosen by silhouette over a bounded grid of candidates (see
 docs/clusters.md for the measurements behind the choice), names each cluster by class-based
-TF-IDF over its documents' text, and keeps its most central documents.
+TF-IDF over its documents' text, and keeps its most central documents. Below NUMPY_BELOW
+documents the same three computations run in plain NumPy (`pipeline/small_kmeans.py`):
+importing scikit-learn would cost a small folder's ingest more than all its other work.
 
 Between full clusterings, a new or changed document is only assigned to its nearest centroid:
 that reads the vectors of the changed files alone, so one new file costs milliseconds, not a
@@ -28,7 +30,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from pipeline.pack import Plan
+    from pipeline.plan import Plan
     from pipeline.state import State
 
 SEED = 0
@@ -46,6 +48,11 @@ MINIBATCH_ABOVE = 20000
 # A term in more than this share of all documents is corpus-wide: never a keyword. The bound
 # is 2/k (a topic word of a cluster of average size stays in), clamped to [0.1, 0.5].
 MIN_MAX_DOC_FREQ, MAX_MAX_DOC_FREQ = 0.1, 0.5
+# Below this many documents, k-means, silhouette and keyword counts run in plain NumPy
+# (pipeline/small_kmeans.py) and scikit-learn is never imported: its import is ~4 CPU-s,
+# the fits themselves milliseconds. Every shared corpus (1,400 documents and up) stays on
+# scikit-learn, so the measurements of docs/clusters.md stand.
+NUMPY_BELOW = 1000
 
 STATE_KEY = "clustering"
 
@@ -81,11 +88,16 @@ def candidate_ks(n_docs: int, max_clusters: int) -> list[int]:
 
 def fit_kmeans(vectors: np.ndarray, k: int, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
     """(unit centroids, labels) for k clusters; deterministic for the same input and seed."""
-    from sklearn.cluster import KMeans, MiniBatchKMeans
-
     if k <= 1:
         centroid = _unit(vectors.mean(axis=0, keepdims=True))
         return centroid, np.zeros(len(vectors), dtype=np.int64)
+    if len(vectors) < NUMPY_BELOW:
+        from pipeline.small_kmeans import kmeans
+
+        centers, labels = kmeans(vectors, k, seed)
+        return _unit(centers.astype(np.float32)), labels
+    from sklearn.cluster import KMeans, MiniBatchKMeans
+
     if len(vectors) > MINIBATCH_ABOVE:
         model = MiniBatchKMeans(
             n_clusters=k, random_state=seed, n_init=3, batch_size=4096, max_iter=100
@@ -98,10 +110,14 @@ def fit_kmeans(vectors: np.ndarray, k: int, seed: int = SEED) -> tuple[np.ndarra
 
 def silhouette(vectors: np.ndarray, labels: np.ndarray, seed: int = SEED) -> float:
     """Cosine silhouette on a fixed-seed sample (exact silhouette is quadratic)."""
-    from sklearn.metrics import silhouette_score
-
     if len(set(labels.tolist())) < 2:
         return 0.0
+    if len(vectors) < NUMPY_BELOW:  # below the sample size: exact, as scikit-learn's
+        from pipeline.small_kmeans import silhouette_cosine
+
+        return silhouette_cosine(vectors, labels)
+    from sklearn.metrics import silhouette_score
+
     size = min(len(vectors), SILHOUETTE_SAMPLE)
     return float(
         silhouette_score(vectors, labels, metric="cosine", sample_size=size, random_state=seed)
@@ -165,32 +181,14 @@ def cluster_keywords(
 
     Counting documents, not occurrences, keeps one page family that repeats its own name
     (tldr's dozens of `wacli` pages) from naming a cluster of 400 documents."""
-    from sklearn.feature_extraction.text import CountVectorizer
-
     if not texts:
         return [[] for _ in range(k)]
     large = len(texts) >= 20
     max_df = min(MAX_MAX_DOC_FREQ, max(MIN_MAX_DOC_FREQ, 2 / max(k, 1)))
-    vectorizer = CountVectorizer(
-        stop_words="english",
-        token_pattern=TOKEN_PATTERN,
-        max_df=max_df if large else 1.0,
-        min_df=2 if large else 1,
-        preprocessor=lambda t: clean_text(t).lower(),
-        binary=True,
-        dtype=np.float64,
-    )
-    try:
-        counts = vectorizer.fit_transform(texts)
-    except ValueError:  # every term was pruned (tiny or empty corpus)
+    counted = class_counts(texts, labels, k, max_df if large else 1.0, 2 if large else 1)
+    if counted is None:  # every term was pruned (tiny or empty corpus)
         return [[] for _ in range(k)]
-    terms = vectorizer.get_feature_names_out()
-    from scipy import sparse
-
-    membership = sparse.csr_matrix(
-        (np.ones(len(labels)), (labels, np.arange(len(labels)))), shape=(k, len(labels))
-    )
-    per_class = np.asarray((membership @ counts).todense())  # (k, terms)
+    terms, per_class = counted
     words_in_class = per_class.sum(axis=1, keepdims=True)
     words_in_class[words_in_class == 0] = 1.0
     tf = per_class / words_in_class
@@ -203,6 +201,49 @@ def cluster_keywords(
         order = np.lexsort((terms, -row))  # ties broken by the term, for determinism
         out.append([str(terms[i]) for i in order[:top] if row[i] > 0])
     return out
+
+
+def _preprocess(text: str) -> str:
+    return clean_text(text).lower()
+
+
+def class_counts(
+    texts: list[str], labels: np.ndarray, k: int, max_df: float, min_df: int
+) -> tuple[Any, np.ndarray] | None:
+    """(terms sorted, (k, terms) count of each cluster's documents using each term), from the
+    binary document-term matrix: plain NumPy below NUMPY_BELOW documents, else
+    scikit-learn's CountVectorizer (sparse). None when no term is left after the stop words
+    and the document-frequency bounds."""
+    if len(texts) < NUMPY_BELOW:
+        from pipeline.small_kmeans import document_counts
+
+        dense = document_counts(texts, TOKEN_PATTERN, _preprocess, max_df, min_df)
+        if dense is None:
+            return None
+        terms, matrix = dense
+        per_class = np.zeros((k, matrix.shape[1]))
+        np.add.at(per_class, labels, matrix)
+        return terms, per_class
+    from scipy import sparse
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    vectorizer = CountVectorizer(
+        stop_words="english",
+        token_pattern=TOKEN_PATTERN,
+        max_df=max_df,
+        min_df=min_df,
+        preprocessor=_preprocess,
+        binary=True,
+        dtype=np.float64,
+    )
+    try:
+        counts = vectorizer.fit_transform(texts)
+    except ValueError:
+        return None
+    membership = sparse.csr_matrix(
+        (np.ones(len(labels)), (labels, np.arange(len(labels)))), shape=(k, len(labels))
+    )
+    return vectorizer.get_feature_names_out(), np.asarray((membership @ counts).todense())
 
 
 def label_of(keywords: list[str], fallback: str) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel.config import Config
+from kernel.file_hash import sha256_file
 from kernel.project_files import (  # noqa: F401 - BUILTIN_IGNORES: the watcher's first cut
     BUILTIN_IGNORES,
     MARKDOWN_SUFFIXES,
@@ -32,6 +33,10 @@ class Discovered:
     changed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     unchanged: int = 0
+    # Files whose stat changed but whose content did not (touched, copied without -p): the
+    # manifest takes their new stat, or every later run would read and hash them again.
+    restamped: list[str] = field(default_factory=list)
+    hashed: int = 0  # files read and hashed by this walk (the rest matched the manifest)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (path, problem)
 
     def digest(self) -> str:
@@ -39,14 +44,6 @@ class Discovered:
         for path in sorted(self.entries):
             h.update(f"{path}\0{self.entries[path].sha256}\n".encode())
         return h.hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 class _Walker:
@@ -78,11 +75,15 @@ class _Walker:
         except OSError as exc:
             errors.append((rel or ".", f"cannot list folder: {exc.strerror or exc}"))
             return
-        # Plain strings, not Path objects: this loop runs once per file (38k on tldr).
+        # Plain strings, not Path objects: this loop runs once per file (100k in a large
+        # project), so the common case (a plain Markdown file, no ignore rules to apply) is
+        # decided inline; everything else goes through `_verdict`.
+        found, skip, suffixes = self.found, self.skip, MARKDOWN_SUFFIXES
+        plain_rules = not rules.active
         for entry in entries:
             name = entry.name
             child_rel = f"{rel}/{name}" if rel else name
-            if not _utf8_name(name):
+            if not name.isascii() and not _utf8_name(name):
                 errors.append((printable_path(child_rel), NON_UTF8_NAME))
                 continue
             try:
@@ -90,6 +91,19 @@ class _Walker:
                 is_dir = entry.is_dir()
             except OSError as exc:
                 errors.append((child_rel, _stat_problem(exc)))
+                continue
+            if not is_dir and not is_link:
+                if not name.lower().endswith(suffixes) or (
+                    not plain_rules and rules.ignored(child_rel, False)
+                ):
+                    continue
+                path = entry.path
+                if path in skip:
+                    continue
+                try:
+                    found[child_rel] = entry.stat()
+                except OSError as exc:
+                    errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
                 continue
             verdict = _verdict(
                 self.config, entry.path, name, child_rel, is_dir, is_link, rules, self.skip
@@ -102,7 +116,7 @@ class _Walker:
                 self.visit(entry.path, child_rel, rules)
                 continue
             try:
-                self.found[child_rel] = entry.stat()
+                found[child_rel] = entry.stat()
             except OSError as exc:
                 errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
 
@@ -286,54 +300,77 @@ class PathFilter:
         return walker.found
 
 
+def stat_signature(stats: dict[str, os.stat_result]) -> str:
+    """A digest of (path, size, mtime) of every file a walk found: equal to the one stored
+    with the manifest, nothing on disk moved since, and the manifest need not be read. In walk
+    order, unsorted: a folder lists its entries in the same order while nothing in it changes,
+    and another order only costs the run the full comparison."""
+    lines = [f"{rel}\0{st.st_size}\0{st.st_mtime_ns}" for rel, st in stats.items()]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
 def discover(
-    config: Config, manifest: dict[str, ManifestEntry], only: list[str] | None = None
+    config: Config,
+    manifest: dict[str, ManifestEntry],
+    only: list[str] | None = None,
+    walked: tuple[dict[str, os.stat_result], list[tuple[str, str]]] | None = None,
 ) -> Discovered:
     """Compare the folders with the manifest. `only`: re-check just these relative paths
     (files or folders, present or gone), keep every other manifest entry as it is
-    (`mdvdb ingest docs/a.md`, the watcher)."""
-    errors: list[tuple[str, str]] = []
+    (`mdvdb ingest docs/a.md`, the watcher). `walked`: the (stats, problems) of a full walk
+    the caller already made."""
+    errors: list[tuple[str, str]] = walked[1] if walked is not None else []
     if only is not None and any(rel in ("", ".") for rel in only):
         only = None  # the project root itself: a full walk
     if only is None:
-        stats = walk(config, errors)
-        candidates = stats
-        result = Discovered(entries={})
+        stats = walked[0] if walked is not None else walk(config, errors)
+        scope: set[str] | dict[str, ManifestEntry] = manifest
+        # Start from the manifest and fix up what differs: a no-op at 100k files then builds
+        # no entry, no set and no list, only a copy of the dict.
+        result = Discovered(entries=dict(manifest))
     else:
         stats, scope = _only(config, manifest, only, errors)
-        candidates = stats
         result = Discovered(entries={p: e for p, e in manifest.items() if p not in scope})
 
     # Named paths are always re-hashed: the caller (the watcher) saw them change, and two
     # writes within one filesystem timestamp tick can leave size and mtime as they were.
     trust_stat = only is None
-    for rel, st in candidates.items():
-        old = manifest.get(rel)
+    entries, known = result.entries, manifest.get
+    unreadable: list[str] = []
+    for rel, st in stats.items():
+        old = known(rel)
         if (
             trust_stat
             and old is not None
-            and old.size == st.st_size
             and old.mtime_ns == st.st_mtime_ns
+            and old.size == st.st_size
         ):
-            result.entries[rel] = old
-            result.unchanged += 1
             continue
         try:
             sha = sha256_file(config.root / rel)
         except OSError as exc:
             errors.append((rel, f"cannot read: {exc.strerror or exc}"))
+            unreadable.append(rel)
             continue
-        result.entries[rel] = ManifestEntry(rel, st.st_size, st.st_mtime_ns, sha)
+        result.hashed += 1
+        entry = ManifestEntry(rel, st.st_size, st.st_mtime_ns, sha)
+        entries[rel] = entry
         if old is None:
             result.added.append(rel)
         elif old.sha256 != sha:
             result.changed.append(rel)
-        else:
-            result.unchanged += 1
+        elif old != entry:
+            result.restamped.append(rel)
+    result.unchanged = len(stats) - len(unreadable) - len(result.added) - len(result.changed)
 
-    if only is None:
-        scope = set(manifest)
-    result.removed = sorted(p for p in scope if p not in result.entries)
+    # Every manifest path was walked when the walk found as many known files as the
+    # manifest holds (the usual case: nothing to look up); else the ones it did not find,
+    # and those it could not read, leave.
+    if unreadable or len(stats) - len(result.added) != len(scope):
+        failed = set(unreadable)
+        result.removed = sorted(p for p in scope if p not in stats or p in failed)
+        for rel in result.removed:
+            entries.pop(rel, None)
     result.errors = errors
     return result
 

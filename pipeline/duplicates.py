@@ -25,16 +25,19 @@ import numpy as np
 import pyarrow as pa
 
 from kernel.plain_text import signature_text
+from pipeline.pack_versions import (  # noqa: F401 - declared there (tasks reads them cheaply)
+    MAX_DISTANCE,
+    META_KEY,
+    SIGNATURE_VERSION,
+    near_duplicates_meta,
+)
 
 if TYPE_CHECKING:
-    from pipeline.pack import Plan
+    from pipeline.plan import Plan
 
-SIGNATURE_VERSION = "simhash64-w3-plain-1"
-MAX_DISTANCE = 3  # bits
 BANDS = 4  # of 16 bits: MAX_DISTANCE + 1 bands make the band test exact
 WINDOW = 64  # neighbours compared within one band bucket (a bucket is small unless degenerate)
 SHINGLE = 3  # words
-META_KEY = "near_duplicates"
 _BASE = np.uint64(0x100000001B3)  # FNV's 64-bit prime
 _HEAD = 24  # word bytes hashed from the start (and the last 8 of a longer word)
 _BYTE_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
@@ -50,7 +53,7 @@ def schema() -> pa.Schema:
 
 
 def meta() -> dict:
-    return {"signature": SIGNATURE_VERSION, "max_distance": MAX_DISTANCE}
+    return near_duplicates_meta()
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from kernel import private
 from kernel.config import Config
+from kernel.shards import published_file
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
 from pipeline.stages import IngestError, Progress, build_settings
-from pipeline.tasks import STAGES, TASK_CREATORS, IngestRun, doit_config
+from pipeline.tasks import STAGES, TASK_CREATORS, IngestRun, cpu_seconds, doit_config
 
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
@@ -54,7 +55,7 @@ def ingest_folder(
     from doit.api import run_tasks
     from doit.cmd_base import ModuleTaskLoader
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     only = tuple(relative_paths(config, paths)) if paths else None
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
@@ -81,7 +82,9 @@ def ingest_folder(
                 f"ingest failed (doit exit code {code}); the previous index is intact"
             )
         report = IngestReport.of_outputs(run.outputs, run.seconds, time.perf_counter() - started)
-        if not report.published and not config.index_path.exists():
+        report.stage_cpu_seconds = dict(run.cpu_seconds)
+        report.cpu_seconds = cpu_seconds() - cpu_started
+        if not report.published and not published_file(config).exists():
             raise IngestError("ingest finished without an index; run `mdvdb ingest --full`")
         # Lets the next run trust discover's change list instead of diffing every cache.
         run.state.set_value("clean_run", build_settings(config))
@@ -97,7 +100,10 @@ def remove_stale_temp_files(config: Config) -> list[Path]:
     from kernel.index_format import temp_files
 
     removed = []
-    for path in temp_files(config.index_path):
+    stale = temp_files(config.index_path)
+    if config.shards_path.is_dir():  # a sharded pack's temp files sit beside its shards
+        stale += [p for p in config.shards_path.iterdir() if p.name.startswith(".")]
+    for path in stale:
         try:
             path.unlink()
             removed.append(path)

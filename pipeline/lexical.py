@@ -30,34 +30,19 @@ import pyarrow as pa
 
 from kernel import index_format
 from kernel.text_analysis import ANALYZER_VERSION, term_ids
+from pipeline.pack_versions import (  # noqa: F401 - declared there, used here and by name
+    FIELDS,
+    LENGTHS_TABLE,
+    PARAMS,
+    TF_TABLE,
+    Bm25fParams,
+    lexical_meta,
+)
 from pipeline.splice import rows_of
 
 if TYPE_CHECKING:
-    from pipeline.pack import Plan
+    from pipeline.plan import Plan
 
-FIELDS = ("title", "headings", "body")
-
-
-@dataclass(frozen=True)
-class Bm25fParams:
-    k1: float = 1.2
-    b: float = 0.75
-    title: float = 2.0
-    headings: float = 2.0
-    body: float = 1.0
-
-    def weights(self) -> np.ndarray:
-        return np.array([self.title, self.headings, self.body], dtype=np.float32)
-
-    def to_json(self) -> dict:
-        return {
-            "k1": self.k1,
-            "b": self.b,
-            "field_weights": dict(zip(FIELDS, self.weights().tolist(), strict=True)),
-        }
-
-
-PARAMS = Bm25fParams()
 
 CACHE_FILE = "lexical-cache.npz"
 # What the cache holds depends on the analyzer and on how chunk keys are made.
@@ -301,8 +286,6 @@ def build_postings(store: Store, params: Bm25fParams = PARAMS) -> Postings:
 # instead of a sort of every posting (0.5 s at 3.4M). The forward view is the transpose of
 # the result (`transpose`, linear too): every position after an inserted posting moves.
 
-TF_TABLE = "lexical_tf"
-LENGTHS_TABLE = "lexical_lengths"
 # Above this share of fresh chunks a pack rebuilds from the analysis cache instead (and
 # refreshes that cache, which incremental packs leave alone).
 INCREMENTAL_MAX_FRESH = 0.2
@@ -420,14 +403,6 @@ def postings_table(postings: Postings) -> pa.Table:
         ],
         schema=index_format.LEXICAL_SCHEMA,
     )
-
-
-def lexical_meta(params: Bm25fParams = PARAMS) -> dict:
-    return {
-        "analyzer": ANALYZER_VERSION,
-        "tables": ["lexical", "lexical_forward", TF_TABLE, LENGTHS_TABLE],
-        **params.to_json(),
-    }
 
 
 @dataclass(frozen=True)

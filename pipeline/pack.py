@@ -24,6 +24,7 @@ from kernel import index_format
 from pipeline import cluster, duplicates, lexical, schema_pack
 from pipeline.cluster import ClusterAssignment
 from pipeline.lexical import LexicalTables
+from pipeline.plan import Plan
 from pipeline.splice import splice
 from pipeline.state import ManifestEntry, State
 
@@ -41,25 +42,6 @@ class PackSources:
     load_vectors: Callable[[list[bytes]], np.ndarray]
     # The overlay and the clusters the schema and cluster stages stored (None: neither).
     state: State | None
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The previous index diffed against the manifest: the new `files` and `chunks` rows,
-    and for each the row of the previous index it repeats (-1: fresh). The steps that keep
-    their own tables in step with the rows (schema, lexical, clusters, near-duplicates)
-    update them from this."""
-
-    previous: index_format.IndexFile | None  # when its rows are reused (still mapped)
-    files: pa.Table  # path order; file_id = row
-    chunks: pa.Table  # file order; chunk_id = row
-    file_source: np.ndarray
-    chunk_source: np.ndarray
-    damaged: tuple[str, ...]  # the previous index, when it failed its checks
-
-    @property
-    def reused_files(self) -> int:
-        return int((self.file_source >= 0).sum())
 
 
 @dataclass(frozen=True)

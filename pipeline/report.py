@@ -16,6 +16,7 @@ class IngestReport:
     changed: int = 0
     removed: int = 0
     unchanged: int = 0
+    hashed: int = 0  # files read and hashed because their stat changed
     files: int = 0
     chunks: int = 0
     chunks_embedded: int = 0
@@ -25,6 +26,11 @@ class IngestReport:
     seconds: float = 0.0
     errors: list[tuple[str, str]] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # CPU seconds (this process and its worker processes), per stage and for the run.
+    stage_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: float = 0.0
+    chunked: int = 0  # chunks cut from new or changed files this run
+    workers: int = 1  # processes that parsed, chunked and embedded them (MDVDB_WORKERS)
     clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
     reused_files: int = 0  # files whose rows pack reused from the previous index
 
@@ -45,11 +51,16 @@ class IngestReport:
             if isinstance(output, Manifest):
                 report.added, report.changed = output.added, output.changed
                 report.removed, report.unchanged = output.removed, output.unchanged
+                report.hashed = output.hashed
                 report.files = len(output.entries)
             elif isinstance(output, Parsed | Chunked):
                 report.parsed += output.parsed
+                if isinstance(output, Parsed):
+                    report.chunks_embedded += output.embedded
+                    report.chunked += output.chunks
+                    report.workers = output.workers
             elif isinstance(output, Embedded):
-                report.chunks_embedded = output.chunks_embedded
+                report.chunks_embedded += output.chunks_embedded
             elif isinstance(output, Clustered) and output.mode != "disabled":
                 report.clustering = output.mode
             elif isinstance(output, Packed):
@@ -67,11 +78,20 @@ class IngestReport:
             "changed": self.changed,
             "removed": self.removed,
             "unchanged": self.unchanged,
+            "hashed": self.hashed,
             "chunks": self.chunks,
             "chunks_embedded": self.chunks_embedded,
             "published": self.published,
             "index_bytes": self.index_bytes,
             "seconds": round(self.seconds, 3),
             "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            # Throughput of this run: chunks cut (and embedded) a wall second, and how many
+            # cores it kept busy on average.
+            "chunked": self.chunked,
+            "chunks_per_second": round(self.chunked / self.seconds, 1) if self.seconds else 0.0,
+            "cpu_per_wall": round(self.cpu_seconds / self.seconds, 2) if self.seconds else 0.0,
+            "workers": self.workers,
+            "stage_cpu_seconds": {k: round(v, 3) for k, v in self.stage_cpu_seconds.items()},
             "errors": [{"path": p, "problem": m} for p, m in self.errors],
         }

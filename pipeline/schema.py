@@ -23,9 +23,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 from kernel import index_format
 from kernel.config import SCHEMA_OVERLAY_FILE
@@ -423,6 +424,8 @@ def _object(value: Any) -> str | None:
 
 def typed_column(kind: str, values: list[Any]) -> pa.Array:
     """One typed Arrow column for a field; values that do not fit the type become null."""
+    import pyarrow as pa
+
     if kind == "number":
         return pa.array([_number(v) for v in values], pa.float64())
     if kind == "boolean":
@@ -437,6 +440,8 @@ def typed_column(kind: str, values: list[Any]) -> pa.Array:
 
 
 def schema_table(result: SchemaResult) -> pa.Table:
+    import pyarrow as pa
+
     fields = list(result.fields.values())
 
     def col(fn, kind):
@@ -465,6 +470,8 @@ def schema_table(result: SchemaResult) -> pa.Table:
 
 
 def problems_table(result: SchemaResult) -> pa.Table:
+    import pyarrow as pa
+
     problems = result.problems
     return pa.Table.from_arrays(
         [

@@ -44,7 +44,7 @@ from pipeline.schema import (
 from pipeline.splice import rows_of, splice
 
 if TYPE_CHECKING:
-    from pipeline.pack import Plan
+    from pipeline.plan import Plan
     from pipeline.state import State
 
 FIELDS_TABLE = "schema_fields"
@@ -219,10 +219,15 @@ class SchemaUpdate:
         )
 
 
-def update(plan: Plan, state: State | None) -> SchemaUpdate:
+def update(
+    plan: Plan, state: State | None, fields: dict[str, FieldSchema] | None = None
+) -> SchemaUpdate:
     """The schema of `plan.files`: by difference from the previous index's counts when it has
     them (subtract the frontmatter of the rows that left, add the fresh rows'), else
-    inferred over every file; merged with the overlay the schema stage stored."""
+    inferred over every file; merged with the overlay the schema stage stored. `fields`:
+    the schema to type the columns and check the files by instead (a shard of a sharded
+    index is typed by the schema of every shard: `global_fields`); the counts stay the
+    plan's own."""
     files = plan.files
     overlay = stored_overlay(state)
     decoded = _Frontmatter(files)
@@ -244,7 +249,8 @@ def update(plan: Plan, state: State | None) -> SchemaUpdate:
         fresh = decoded.rows(fresh_rows)
         old = _decode(old_files.column("frontmatter").take(pa.array(gone_rows)).to_pylist())
         values = _updated(stats, values, old, fresh)
-    fields = merge(fields_of(stats), overlay)
+    if fields is None:
+        fields = merge(fields_of(stats), overlay)
     problems = _problems(files, fields, overlay, previous, decoded, fresh_rows, fresh, gone_rows)
     result = SchemaResult(fields=fields, problems=problems, overlay=overlay)
     names, columns = _typed_columns(files, fields, plan, decoded, fresh)
@@ -256,6 +262,39 @@ def update(plan: Plan, state: State | None) -> SchemaUpdate:
     }
     overlay_meta = {"digest": overlay.digest, "error": overlay.error}
     return SchemaUpdate(result, tuple(names), tuple(columns), tables, overlay_meta)
+
+
+def global_fields(updates: list[SchemaUpdate], state: State | None) -> dict[str, FieldSchema]:
+    """The schema over the files of several packs (the shards of one index): their counts
+    summed, then inferred and merged with the overlay as one pack's would be."""
+    from types import SimpleNamespace
+
+    stats: dict[str, FieldStats] = {}
+    parts = []
+    for one in updates:
+        known = _previous_stats(SimpleNamespace(tables=one.tables))
+        if known is None:
+            continue
+        for name, entry in known[0].items():
+            total = stats.setdefault(name, FieldStats())
+            total.present += entry.present
+            total.files += entry.files
+            total.kinds.update(entry.kinds)
+        parts.append(known[1].cast(VALUES_SCHEMA))
+    if parts:
+        summed = pa.concat_tables(parts).group_by(["field", "value"]).aggregate([("count", "sum")])
+        values = _sorted_values(
+            pa.table(
+                {"field": summed["field"], "value": summed["value"], "count": summed["count_sum"]}
+            )
+        )
+        _load_listable(stats, values)
+    return merge(fields_of(stats), stored_overlay(state))
+
+
+def column_types(fields: dict[str, FieldSchema]) -> dict[str, str]:
+    """The type of each field that has an `fm:` column: what the typed columns depend on."""
+    return {spec.name: spec.type for spec in fields.values() if spec.column is not None}
 
 
 def _previous_types(previous) -> dict[str, str]:

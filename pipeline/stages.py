@@ -30,7 +30,8 @@ from pipeline.state import ManifestEntry, State
 
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
-    from pipeline.pack import PackSources, Plan
+    from pipeline.pack import PackSources
+    from pipeline.plan import Plan
     from pipeline.schema_pack import SchemaUpdate
 
 Progress = Callable[[str, int, int], None]
@@ -75,6 +76,7 @@ class Manifest:
     changed: int = 0
     removed: int = 0
     unchanged: int = 0
+    hashed: int = 0  # files discover read and hashed (their stat did not match)
     problems: tuple[Problem, ...] = ()
     # Shas discover saw added or changed, when they can be trusted; None: diff everything.
     changed_shas: frozenset[str] | None = None
@@ -108,6 +110,9 @@ class Parsed:
     parsed: int
     problems: tuple[Problem, ...]
     digest: str
+    chunks: int = 0  # chunks cut from the parsed files (pipeline.workers chunks as it parses)
+    embedded: int = 0  # of which embedded on the way (the local model)
+    workers: int = 1  # processes that did it (pipeline.workers)
 
 
 @dataclass(frozen=True)
@@ -137,8 +142,8 @@ class Schema:
     (pack reuses both when they were made from the same manifest in the same run)."""
 
     manifest_digest: str
-    plan: Plan
-    update: SchemaUpdate
+    plan: Plan | None  # None for a sharded index: each shard plans its own rows
+    update: SchemaUpdate | None
     problems: tuple[Problem, ...]
     digest: str
 
@@ -171,7 +176,9 @@ def published_is_current(config: Config, state: State) -> bool:
     """The published index is the one the last pack wrote, in this code's format (the state
     keeps only what the index lacks: an index of another format cannot stand in for the
     parse, chunk and embed caches)."""
-    path = config.index_path
+    from kernel.shards import published_file
+
+    path = published_file(config)
     if not path.is_file():
         return False
     try:
@@ -180,6 +187,8 @@ def published_is_current(config: Config, state: State) -> bool:
         return False
     if state.get_value("published_stamp") != [st.st_size, st.st_mtime_ns]:
         return False
+    if config.shards > 1:
+        return True  # a sharded pack hands nothing over: the caches hold every record
     try:
         with open(path, "rb") as fh:
             header = fh.read(16)
@@ -191,11 +200,55 @@ def published_is_current(config: Config, state: State) -> bool:
 
 
 def stamp_index(config: Config, state: State) -> None:
-    st = os.stat(config.index_path)
+    from kernel.shards import published_file
+
+    st = os.stat(published_file(config))
     state.set_value("published_stamp", [st.st_size, st.st_mtime_ns])
 
 
 # -- discover -------------------------------------------------------------------------------
+
+MANIFEST_DIGEST = "manifest_digest"  # the stored manifest's `manifest_digest`, while current
+STAT_SIGNATURE = "stat_signature"  # `pipeline.discover.stat_signature` of the walk it holds
+
+
+class StoredEntries(Mapping[str, ManifestEntry]):
+    """The stored manifest, read on first use: a run that finds nothing moved reports its
+    size and never reads 100k rows unless a later stage has work to do."""
+
+    def __init__(self, state: State, count: int):
+        self._state, self._count = state, count
+        self._entries: dict[str, ManifestEntry] | None = None
+
+    def _loaded(self) -> dict[str, ManifestEntry]:
+        if self._entries is None:
+            self._entries = self._state.manifest()
+        return self._entries
+
+    def __getitem__(self, path: str) -> ManifestEntry:
+        return self._loaded()[path]
+
+    def __iter__(self):
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return self._count if self._entries is None else len(self._entries)
+
+
+def _unmoved(state: State, signature: str, walked: tuple[dict, list]) -> Manifest | None:
+    """The manifest of a run in which no file moved (the walk's stat signature is the one
+    stored with the manifest, and so is its digest): no row of it is read; else None."""
+    digest = state.get_value(MANIFEST_DIGEST)
+    count = len(walked[0])
+    if not count or digest is None or state.get_value(STAT_SIGNATURE) != signature:
+        return None
+    return Manifest(
+        entries=StoredEntries(state, count),
+        digest=digest,
+        unchanged=count,
+        problems=tuple(walked[1]),
+        changed_shas=frozenset(),
+    )
 
 
 def discover(
@@ -203,15 +256,24 @@ def discover(
 ) -> Manifest:
     """Walk the source folders, re-hash what changed, store the new manifest."""
     from pipeline.discover import discover as walk_and_compare
+    from pipeline.discover import stat_signature, walk
 
-    old = state.manifest()
     # The published index is part of the cache: when it is not the one the last run wrote
     # (deleted, replaced), nothing is trusted and every stage re-checks its work.
     clean = published_is_current(config, state) and state.get_value("clean_run") == build_settings(
         config
     )
     state.set_value("clean_run", None)
-    found = walk_and_compare(config, {} if full else old, list(only) if only else None)
+    walked = signature = None
+    if not only and not full:
+        problems: list[Problem] = []
+        walked = (walk(config, problems), problems)
+        signature = stat_signature(walked[0])
+        unmoved = _unmoved(state, signature, walked)
+        if unmoved is not None:
+            return unmoved if clean else replace(unmoved, changed_shas=None)
+    old = state.manifest()
+    found = walk_and_compare(config, {} if full else old, list(only) if only else None, walked)
     if not found.entries and only is None:
         _refuse_emptying(config, len(old))
     added, changed, removed = found.added, found.changed, found.removed
@@ -221,19 +283,30 @@ def discover(
         added = [p for p in added if p not in old]
         upserts = list(found.entries.values())
     else:
-        upserts = [found.entries[p] for p in (*added, *changed)]
-    state.replace_manifest(upserts, removed)
+        upserts = [found.entries[p] for p in (*added, *changed, *found.restamped)]
+    # The digest covers (path, sha) of every file: with none added, changed or removed it is
+    # the stored manifest's, kept by the last run (hashing 100k paths again costs ~0.1 s).
+    digest = state.get_value(MANIFEST_DIGEST) if not (added or changed or removed) else None
+    if digest is None:
+        digest = found.digest()
+    state.replace_manifest(upserts, removed, digest=digest)
+    # Kept only when the manifest now holds exactly what the walk found (no file unreadable).
+    if signature is not None and len(found.entries) == len(walked[0]):
+        state.set_value(STAT_SIGNATURE, signature)
+    else:
+        state.delete_value(STAT_SIGNATURE)
     changed_shas = left_shas = None
     if clean and not full:
         changed_shas = frozenset(found.entries[p].sha256 for p in (*added, *changed))
         left_shas = frozenset(old[p].sha256 for p in (*changed, *removed) if p in old)
     return Manifest(
         entries=MappingProxyType(found.entries),
-        digest=found.digest(),
+        digest=digest,
         added=len(added),
         changed=len(changed),
         removed=len(removed),
         unchanged=found.unchanged,
+        hashed=found.hashed,
         problems=tuple(found.errors),
         changed_shas=changed_shas,
         left_shas=left_shas or frozenset(),
@@ -266,9 +339,17 @@ def _refuse_emptying(config: Config, known: int) -> None:
 # -- parse ----------------------------------------------------------------------------------
 
 
-def parse(config: Config, manifest: Manifest, state: State, progress: Progress = _quiet) -> Parsed:
-    """Frontmatter, heading tree and body of each new file content. Files that cannot be
-    read or parsed leave the manifest (reported, retried next run, never packed)."""
+def parse(
+    config: Config,
+    manifest: Manifest,
+    state: State,
+    progress: Progress = _quiet,
+    provider: EmbeddingProvider | None = None,
+) -> Parsed:
+    """Frontmatter, heading tree and body of each new file content, chunked at once and, for
+    the local model (`provider`), embedded (`pipeline.workers`: over a process pool when
+    the run is big enough). Files that cannot be read or parsed leave the manifest
+    (reported, retried next run, never packed)."""
     pending = manifest.pending()
     if pending is None:
         todo = state.missing_parsed()
@@ -281,9 +362,71 @@ def parse(config: Config, manifest: Manifest, state: State, progress: Progress =
     chunked = state.chunked(chunk_key(config), [sha for _, sha in todo])
     todo = [(path, sha) for path, sha in todo if sha not in chunked]
     problems: list[Problem] = []
-    failed = _parse_files(config, state, todo, problems, progress)
+    failed, chunks, embedded = _prepare_files(config, state, todo, problems, progress, provider)
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
-    return Parsed(kept, len(todo), tuple(problems), digest_of(kept.digest))
+    from pipeline.workers import processes_for
+
+    workers = processes_for(config, len(todo))
+    digest = digest_of(kept.digest)
+    return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers)
+
+
+def _prepare_files(
+    config: Config,
+    state: State,
+    todo: list[tuple[str, str]],
+    problems: list[Problem],
+    progress: Progress,
+    provider: EmbeddingProvider | None,
+) -> tuple[list[str], int, int]:
+    """Parse, chunk (and embed) (path, sha) pairs into the caches, one transaction per
+    batch; returns the paths that failed (reported), the chunks cut and the chunks
+    embedded."""
+    from pipeline.embed import model_key
+    from pipeline.workers import WorkerDied, embed_spec, prepare
+
+    spec = embed_spec(provider) if provider is not None else None
+    model = model_key(provider) if spec is not None and provider is not None else ""
+    key = chunk_key(config)
+    failed: list[str] = []
+    chunks = embedded = 0
+    batches = prepare(config, todo, spec, lambda done: progress("parse", done, len(todo)))
+    try:
+        for batch in batches:  # streamed: written as each comes back
+            for path, _, problem, broken in batch.files:
+                if problem:
+                    problems.append((path, problem))
+                if broken:
+                    failed.append(path)
+            shas, vectors = _unknown_vectors(state, model, batch.vector_shas, batch.vectors)
+            state.put_prepared(key, batch.records, model, shas, vectors, batch.embedded)
+            chunks += batch.chunks
+            embedded += len(shas)
+    except WorkerDied as exc:
+        raise IngestError(str(exc)) from None
+    if embedded and spec is not None and spec.cache_dir is not None:
+        # The query side's lookup tokenizer, built once per user (~1 s) by the ingest
+        # rather than by the first search.
+        from pathlib import Path
+
+        from kernel.providers.local import quick_bpe
+
+        quick_bpe(Path(spec.cache_dir))
+    return failed, chunks, embedded
+
+
+def _unknown_vectors(state: State, model: str, shas: list[bytes], vectors: Any) -> tuple:
+    """The vectors of a batch that no cache holds yet (what `chunks_embedded` counts: a
+    moved file or `--full` embeds nothing new, as with the embed stage)."""
+    import numpy as np
+
+    if not shas:
+        return [], np.zeros((0, 0), dtype=np.float32)
+    known = state.known_embeddings(model, shas)
+    if not known:
+        return shas, vectors
+    keep = [i for i, sha in enumerate(shas) if sha not in known]
+    return [shas[i] for i in keep], vectors[keep]
 
 
 def _parse_files(
@@ -490,9 +633,11 @@ def schema(config: Config, manifest: Manifest, state: State, provider: Embedding
 
     overlay = stage(config.root, state)
     problems = ((overlay.path, overlay.error),) if overlay.error else ()
+    digest = digest_of(manifest.digest, overlay.digest, overlay.error)
+    if config.shards > 1:  # pipeline.shard_pack infers each shard's schema with its plan
+        return Schema("", None, None, problems, digest)
     rows = packing.plan(config.index_path, _pack_sources(config, manifest, state, provider))
     update = schema_pack.update(rows, state)
-    digest = digest_of(manifest.digest, overlay.digest, overlay.error)
     return Schema(manifest.digest, rows, update, problems, digest)
 
 
@@ -548,6 +693,8 @@ def pack(
         "mdvdb_version": _version(),
     }
     sources = _pack_sources(config, manifest, state, provider)
+    if config.shards > 1:
+        return _pack_shards(config, manifest, state, sources, meta, digest)
     if schema is not None and schema.manifest_digest == manifest.digest:
         written = publish(config.index_path, sources, meta, schema.plan, schema.update)
     else:
@@ -563,6 +710,25 @@ def pack(
         state.prune(chunks, manifest.left_shas)
     # What the new index holds leaves the caches (pipeline.state: the index is the cache).
     state.hand_over(chunks, key, keep_vectors=not getattr(provider, "cheap_to_recompute", False))
+    stamp_index(config, state)
+    return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
+
+
+def _pack_shards(config, manifest, state, sources, meta, digest) -> Packed:
+    """`MDVDB_SHARDS` > 1: one pack per shard (pipeline.shard_pack). Nothing is handed over
+    from the caches: the records stay in the state, which every shard's next pack reads."""
+    from pipeline import shard_pack
+
+    written = shard_pack.publish(config, sources, meta)
+    damaged = tuple(
+        (os.path.basename(path), "the previous shard was damaged; rebuilt from the caches")
+        for path in written.damaged
+    )
+    state.set_value("published_digest", digest)
+    if manifest.changed_shas is None:
+        state.prune(chunk_key(config))
+    elif manifest.left_shas:
+        state.prune(chunk_key(config), manifest.left_shas)
     stamp_index(config, state)
     return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
 

@@ -37,9 +37,10 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
+if TYPE_CHECKING:  # NumPy only where vectors are read: a no-op ingest never imports it
+    import numpy as np
 
 
 def _script(db: sqlite3.Connection, sql: str) -> None:
@@ -186,13 +187,25 @@ class State:
     def manifest_size(self) -> int:
         return self.db.execute("SELECT count(*) FROM manifest").fetchone()[0]
 
-    def replace_manifest(self, upserts: Iterable[ManifestEntry], removed: Iterable[str]) -> None:
+    def replace_manifest(
+        self, upserts: Iterable[ManifestEntry], removed: Iterable[str], digest: str | None = None
+    ) -> None:
+        """`digest`: the digest of (path, sha256) of the manifest this leaves, kept with it
+        (`manifest_digest` value) so that a run that changes nothing need not hash every path
+        again; without it, any stored digest is dropped."""
+        upserts, removed = list(upserts), list(removed)
+        if not upserts and not removed and digest == self.get_value("manifest_digest"):
+            return  # a no-op: no write transaction
         with self.transaction():
             self.db.executemany(
                 "INSERT OR REPLACE INTO manifest VALUES (?, ?, ?, ?)",
                 ((e.path, e.size, e.mtime_ns, e.sha256) for e in upserts),
             )
             self.db.executemany("DELETE FROM manifest WHERE path = ?", ((p,) for p in removed))
+            if digest is None:
+                self.db.execute("DELETE FROM kv WHERE key = 'manifest_digest'")
+            elif self.get_value("manifest_digest") != digest:
+                self.set_value("manifest_digest", digest)
 
     # -- parsed and chunks ----------------------------------------------------------------
     def missing_parsed(self) -> list[tuple[str, str]]:
@@ -260,6 +273,36 @@ class State:
                 ((sha, key, json.dumps(data)) for sha, data in items),
             )
 
+    def put_prepared(
+        self,
+        key: str,
+        records: list[tuple[str, str]],
+        model: str,
+        vector_shas: list[bytes],
+        vectors: np.ndarray,
+        embedded: list[str],
+    ) -> None:
+        """One batch of `pipeline.workers`, in one transaction: chunk records already encoded
+        as JSON (file sha -> the text `put_chunks` would store), chunk vectors for `model`,
+        and the `embedded` marks (`model` is then the build key's model part) of the files
+        whose chunks all got one."""
+        import numpy as np
+
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        with self.transaction():
+            self.db.executemany(
+                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)",
+                ((sha, key, data) for sha, data in records),
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
+                ((model, sha, vectors[i].tobytes()) for i, sha in enumerate(vector_shas)),
+            )
+            self.db.executemany(
+                "INSERT OR IGNORE INTO embedded VALUES (?, ?)",
+                ((f"{model}|{key}", s) for s in embedded),
+            )
+
     def get_chunks(self, key: str, shas: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Chunk records (title, metadata, error, chunks) by file sha, from this database or,
         for files the published index holds, rebuilt from its rows."""
@@ -283,6 +326,8 @@ class State:
         return known
 
     def put_embeddings(self, model: str, shas: list[bytes], vectors: np.ndarray) -> None:
+        import numpy as np
+
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with self.transaction():
             self.db.executemany(
@@ -296,6 +341,8 @@ class State:
         """Vectors in the order of `shas`; raises KeyError naming a missing one, or with
         `missing_ok` gives it a zero row (texts whose vectors the provider failed to give:
         `pipeline.embed` never caches a zero vector, so zero means none)."""
+        import numpy as np
+
         index = {sha: i for i, sha in enumerate(shas)}
         out = np.zeros((len(shas), dimensions), dtype=np.float32)
         seen = np.zeros(len(shas), dtype=bool)
@@ -571,6 +618,7 @@ class Published:
 
     def _rows_of(self, table: str, column: str, keys: list[str]) -> dict[str, int]:
         """key -> first row of `table` whose `column` equals it, for the keys present."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -599,6 +647,8 @@ class Published:
     def vector_rows(self, model: str, shas: list[bytes]) -> dict[int, int]:
         """Position in `shas` -> chunk row holding its vector, for those the index has (a
         vector that is not finite, from a damaged index, is not a cached one)."""
+        import numpy as np
+
         if not self._build_key().startswith(f"{model}|") or not shas:
             return {}
         hexes = [s.hex() for s in shas]
@@ -612,6 +662,8 @@ class Published:
         return found
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
+        import numpy as np
+
         matrix = self._derived.get("vectors")
         if matrix is None:
             index = self._index()
@@ -626,6 +678,8 @@ class Published:
 
     def documents(self, chunk_key: str, shas: list[str]) -> dict[str, dict[str, Any]]:
         """The chunk records (as `pipeline.tasks` caches them) of the files the index holds."""
+        import numpy as np
+
         if not self.records or not self._build_key().endswith(f"|{chunk_key}"):
             return {}
         import pyarrow as pa

@@ -29,6 +29,7 @@ from doit import task_params
 from doit.tools import config_changed, result_dep
 
 from kernel.config import Config, load_config
+from kernel.shards import manifest_path, published_file
 from pipeline import stages
 from pipeline.state import State
 
@@ -63,6 +64,8 @@ class IngestRun:
     progress: stages.Progress = stages._quiet
     outputs: dict[str, object] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    # CPU seconds of each stage, this process and the worker processes it waited for.
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
     error: BaseException | None = None
     # A provider the caller owns (the watcher loads its model once): used, never closed.
     borrowed_provider: EmbeddingProvider | None = None
@@ -111,6 +114,18 @@ class IngestRun:
         self._provider = None
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of the worker processes it has
+    reaped (a stage's pool is shut down before the stage returns)."""
+    try:
+        import resource
+    except ImportError:  # Windows: this process only
+        return time.process_time()
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 # -- the adapters: stage output <-> doit ----------------------------------------------------
 
 Body = Callable[[IngestRun], Any]
@@ -123,7 +138,7 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
     def action() -> dict | bool:
         if run is None:
             return _alone(name, body)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         try:
             output = body(run)
         except BaseException as exc:  # noqa: BLE001 - re-raised by pipeline.ingest
@@ -131,6 +146,7 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
             return False
         finally:
             run.seconds[name] = time.perf_counter() - started
+            run.cpu_seconds[name] = cpu_seconds() - cpu
         run.outputs[name] = output
         return {"digest": output.digest}
 
@@ -159,7 +175,16 @@ def _discover(run: IngestRun) -> stages.Manifest:
 
 
 def _parse(run: IngestRun) -> stages.Parsed:
-    return stages.parse(run.config, run.manifest(), run.state, run.progress)
+    # The local WordLlama model embeds as files are parsed (pipeline.workers); other
+    # providers are not even built here (a remote one is the embed stage's business).
+    from kernel.config import local_model_is_encoder
+
+    config = run.config
+    local = config.embedding_provider == "local" and not local_model_is_encoder(
+        config.embedding_model
+    )
+    provider = run.provider if local or run.borrowed_provider is not None else None
+    return stages.parse(config, run.manifest(), run.state, run.progress, provider)
 
 
 def _chunk(run: IngestRun) -> stages.Chunked:
@@ -225,14 +250,14 @@ def _pack_settings(config: Config) -> dict[str, Any]:
     """A new index format, analyzer, BM25F parameters or near-duplicate signature rebuilds
     the index on the next plain `mdvdb ingest`."""
     from kernel.index_format import FORMAT_VERSION
-    from pipeline.duplicates import meta
-    from pipeline.lexical import lexical_meta
+    from pipeline.pack_versions import lexical_meta, near_duplicates_meta
 
     return {
         **_settings(config),
         "lexical": lexical_meta(),
         "format": FORMAT_VERSION,
-        "near_duplicates": meta(),
+        "shards": config.shards,
+        "near_duplicates": near_duplicates_meta(),
     }
 
 
@@ -343,7 +368,7 @@ def task_pack(run: IngestRun | None = None):
             config_changed(_pack_settings(config)),
             _index_is_current(run, config),
         ],
-        "targets": [str(config.index_path)],
+        "targets": [str(published_file(config))],
         "verbosity": 0,
         "clean": [lambda: _clean_index(config)],
     }
@@ -353,6 +378,9 @@ def _clean_index(config: Config) -> None:
     path = config.index_path
     if path.exists():
         path.unlink()
+    manifest = manifest_path(config.shards_path)
+    if manifest.exists():
+        manifest.unlink()
 
 
 def _clean_state(config: Config, run: IngestRun | None) -> None:

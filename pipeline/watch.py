@@ -234,9 +234,9 @@ class Watcher:
         name = os.path.basename(path)
         if name.startswith(f".{self._index_name}.") or name == self._index_name:
             return False
-        state = str(self.config.state_path)
-        if path == state or path.startswith(state + os.sep):
-            return False
+        for own in (str(self.config.state_path), str(self.config.shards_path)):
+            if path == own or path.startswith(own + os.sep):
+                return False
         rel = self._rel(path)
         if rel is not None and always_ignored(rel, self._named_ignored):
             return False

@@ -27,14 +27,18 @@ _PUBLIC = {
     "FILE_TYPES": ("query.grep", "FILE_TYPES"),
     "FilterError": ("query.filters", "FilterError"),
     "GrepError": ("query.grep", "GrepError"),
+    "GREP_OPTIONS": ("query.grep_options", "GREP_OPTIONS"),
+    "GREP_HELP": ("query.grep_options", "HELP"),
+    "GREP_DESCRIPTION": ("query.grep_options", "DESCRIPTION"),
     "GrepOptions": ("query.grep", "GrepOptions"),
+    "GrepRequest": ("query.grep_options", "GrepRequest"),
     "HumanWriter": ("query.grep_format", "HumanWriter"),
     "Index": ("query.index", "Index"),
     "JsonWriter": ("query.grep_format", "JsonWriter"),
     "MODES": ("query.search_options", "MODES"),
     "Match": ("query.grep", "Match"),
     "OPTIONS": ("query.search_options", "OPTIONS"),
-    "Option": ("query.search_options", "Option"),
+    "Option": ("query.options", "Option"),
     "QueryError": ("query.snapshot", "QueryError"),
     "Registry": ("query.sources", "Registry"),
     "RequestError": ("query.request", "RequestError"),
@@ -70,8 +74,12 @@ __all__ = [
     "Document",
     "FILE_TYPES",
     "FilterError",
+    "GREP_DESCRIPTION",
+    "GREP_HELP",
+    "GREP_OPTIONS",
     "GrepError",
     "GrepOptions",
+    "GrepRequest",
     "HumanWriter",
     "Index",
     "JsonWriter",
@@ -118,13 +126,17 @@ if TYPE_CHECKING:
     from query.grep import start as start_grep
     from query.grep_format import COLOR_CHOICES, HumanWriter, JsonWriter, use_color
     from query.grep_format import snippet as grep_snippet
+    from query.grep_options import DESCRIPTION as GREP_DESCRIPTION
+    from query.grep_options import GREP_OPTIONS, GrepRequest
+    from query.grep_options import HELP as GREP_HELP
     from query.index import Index, open_index
     from query.no_match import explain as explain_no_match
+    from query.options import Option
     from query.request import RequestError, SearchOutcome, SearchRequest, run_request
     from query.results import Document, SearchResponse, SearchResult, Status
     from query.schema import Schema, load_schema, overlay_is_stale, value_counts
     from query.search import query_vector
-    from query.search_options import MODES, OPTIONS, Option
+    from query.search_options import MODES, OPTIONS
     from query.snapshot import QueryError
     from query.sources import Registry, SourceError, select_roots
     from query.verify import new_files

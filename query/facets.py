@@ -79,12 +79,11 @@ def keyword_mask(index: Reader, query: str) -> np.ndarray | None:
     n_files = snap.table("files").num_rows
     lexical = lexical_index(index)
     pages = np.ones(n_files, dtype=bool)
-    for row in lexical.lookup(hashes).tolist():
-        if row < 0:
+    for chunks in lexical.term_chunks(hashes):
+        if chunks is None:
             pages[:] = False
             break
-        a, b = int(lexical.offsets[row]), int(lexical.offsets[row + 1])
         having = np.zeros(n_files, dtype=bool)
-        having[file_ids[lexical.chunk_ids[a:b]]] = True
+        having[file_ids[chunks]] = True
         pages &= having
     return pages[file_ids]

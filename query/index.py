@@ -8,28 +8,71 @@ reader and never import this one, so `query/` has no import cycle.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import MethodType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kernel import index_format
 from kernel.config import DEFAULT_LIMIT, Config, ConfigError, load_config
 from kernel.off_loop import async_twin
-from query.results import Document, SearchResponse, Section, Status
+from query.results import Document, Section, Status
 from query.snapshot import QueryError, Reader, Snapshot, provider_mismatch
 
 if TYPE_CHECKING:
     from query.clusters import ClusterList
-    from query.collapse import Diversity
-    from query.filters import Filter
     from query.grep import Match
     from query.schema import Schema
 
 __all__ = ["Index", "QueryError", "Snapshot", "open_index"]
+
+
+class OnPinnedSnapshot:
+    """A method of `Index` that calls `module.name(index, ...)` on one pinned snapshot.
+
+    The function is the one declaration of the method's parameters: `inspect.signature` and
+    `help()` give the function's own typed signature (read from it on first use), and type
+    checkers see it through `_typed_as_method`. The module is imported on the first call, so
+    opening an index for `get` or `status` does not load the search code."""
+
+    def __init__(self, module: str, name: str, doc: str) -> None:
+        self.module, self.name = module, name
+        self.__name__ = self.__qualname__ = name
+        self.__doc__ = inspect.cleandoc(doc)
+
+    def function(self) -> Callable[..., Any]:
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def __call__(self, index: Reader, *args: Any, **kwargs: Any) -> Any:
+        function = self.function()
+        with index.pinned():
+            return function(index, *args, **kwargs)
+
+    def __get__(self, instance: Reader | None, owner: type | None = None) -> Any:
+        return self if instance is None else MethodType(self, instance)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self.function())
+
+
+if TYPE_CHECKING:
+    from typing import Concatenate, ParamSpec, TypeVar
+
+    from query.search import search as query_search
+
+    P = ParamSpec("P")
+    R = TypeVar("R")
+
+    def _typed_as_method(
+        function: Callable[Concatenate[Reader, P], R],
+    ) -> Callable[Concatenate[Index, P], R]: ...
 
 
 class Index(Reader):
@@ -37,44 +80,18 @@ class Index(Reader):
     grep and their `a...` forms. Cheap to create; maps the file on first use."""
 
     # -- queries --------------------------------------------------------------------------
-    def search(
-        self,
-        query: str,
-        *,
-        limit: int | None = None,
-        min_score: float | None = None,
-        mode: str | None = None,
-        explain: bool = False,
-        govern: bool | None = None,
-        filters: Sequence[Filter] = (),
-        mask: np.ndarray | None = None,
-        cluster: int | None = None,
-        per_file: int | None = None,
-        collapse: bool = True,
-        diversity: Diversity | None = None,
-    ) -> SearchResponse:
-        """Ranked sections for `query` (`mdvdb search --json`). None takes the configured
-        default (MDVDB_SEARCH_DEFAULT_LIMIT, _MIN_SCORE, _MODE); `filters` and `cluster`
-        restrict the candidates, `mask` is one boolean per chunk; `per_file` caps sections a
-        file, `collapse=False` keeps near-duplicate copies (`diversity`: both, precomputed)."""
-        from query.search import search
-
-        with self.pinned():
-            return search(
-                self,
-                query,
-                limit=limit,
-                min_score=min_score,
-                mode=mode,
-                explain=explain,
-                govern=govern,
-                filters=filters,
-                mask=mask,
-                cluster=cluster,
-                per_file=per_file,
-                collapse=collapse,
-                diversity=diversity,
-            )
+    if TYPE_CHECKING:
+        search = _typed_as_method(query_search)
+    else:
+        search = OnPinnedSnapshot(
+            "query.search",
+            "search",
+            """Ranked sections for `query` (`mdvdb search --json`): `query.search.search` on
+            one pinned snapshot, with its parameters. None takes the configured default
+            (MDVDB_SEARCH_DEFAULT_LIMIT, _MIN_SCORE, _MODE); `filters` and `cluster` restrict
+            the candidates, `mask` is one boolean per chunk; `per_file` caps sections a file,
+            `collapse=False` keeps near-duplicate copies (`diversity`: both, precomputed).""",
+        )
 
     def schema(self) -> Schema:
         """The frontmatter schema merged with the overlay (`mdvdb schema --json`, less the
@@ -201,10 +218,10 @@ class Index(Reader):
         except index_format.IndexDamaged:
             raise  # one line telling the user to rebuild, not "no index"
         except index_format.IndexFormatError:
-            return Status(index_path=str(self.config.index_path), exists=False)
+            return Status(index_path=str(self.source), exists=False)
 
     def _status(self, check_files: bool) -> Status:
-        status = Status(index_path=str(self.config.index_path), exists=False)
+        status = Status(index_path=str(self.source), exists=False)
         snap = self.snapshot
         meta = snap.meta
         status.exists = True

@@ -14,32 +14,15 @@ and it imports nothing heavy: the hand parser reads it on every cold `mdvdb sear
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 
 from kernel.config import SEARCH_MODES
+from query.options import Option, Spec, declared
+from query.options import option as _option
 
 MODES = (
     SEARCH_MODES  # the one list of search modes, kept with the settings (MDVDB_SEARCH_DEFAULT_MODE)
 )
-
-
-@dataclass(frozen=True)
-class Spec:
-    """How the front ends spell one `SearchRequest` field (its name and default are the
-    field's own)."""
-
-    value: type  # one value's type: str, int, float or bool
-    help: str = ""
-    flags: tuple[str, ...] = ()  # the CLI's spellings; () for the positional query
-    mcp: str = ""  # the MCP argument's name when it is not the field's
-    repeat: str = ""  # "many": repeatable, a list; "once": the CLI refuses a repeat by name
-    minimum: int | None = None
-    choices: tuple[str, ...] | None = None
-    setting: str | None = None  # the MDVDB_ setting that supplies the value when None
-
-
-def _option(default, spec: Spec):
-    return field(default=default, metadata={"option": spec})
 
 
 @dataclass
@@ -143,37 +126,4 @@ class SearchRequest:
         return options
 
 
-@dataclass(frozen=True)
-class Option:
-    """One declared option: the `SearchRequest` field's name and default with its `Spec`."""
-
-    name: str
-    default: object
-    spec: Spec
-
-    @property
-    def mcp_name(self) -> str:
-        return self.spec.mcp or self.name
-
-    @property
-    def dest(self) -> str:
-        """The CLI's parameter name: `no_collapse` for a flag that turns a True off."""
-        return f"no_{self.name}" if self.is_negative_flag else self.name
-
-    @property
-    def is_negative_flag(self) -> bool:
-        return self.spec.value is bool and self.default is True
-
-    def bound_problem(self, value) -> str | None:
-        """Why `value` is outside this option's bounds, or None."""
-        minimum = self.spec.minimum
-        if value is None or minimum is None or value >= minimum:
-            return None
-        if minimum == 0:
-            return f"{self.name} must be 0 (no cap) or more, got {value}"
-        return f"{self.name} must be at least {minimum}, got {value}"
-
-
-OPTIONS: tuple[Option, ...] = tuple(
-    Option(f.name, f.default, f.metadata["option"]) for f in fields(SearchRequest)
-)
+OPTIONS: tuple[Option, ...] = declared(SearchRequest)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kernel import index_format
+from kernel import index_format, shards
 from kernel.config import Config
 
 __all__ = ["QueryError", "Reader", "Snapshot"]
@@ -96,7 +96,12 @@ def _shared_snapshot(path: Path) -> Snapshot:
                 return cached
         except OSError:
             pass
-    snap = Snapshot.load(path)
+    if path.name == shards.MANIFEST:  # a sharded index (query.sharded)
+        from query.sharded import ShardedSnapshot
+
+        snap: Snapshot = ShardedSnapshot.load(path, Snapshot.load)  # type: ignore[assignment]
+    else:
+        snap = Snapshot.load(path)
     _SNAPSHOTS[path] = snap
     return snap
 
@@ -114,6 +119,11 @@ class Reader:
 
     # -- snapshot management --------------------------------------------------------------
     @property
+    def source(self) -> Path:
+        """The published index file, or the manifest of a sharded one (kernel.shards)."""
+        return shards.published_source(self.config)
+
+    @property
     def snapshot(self) -> Snapshot:
         """The snapshot pinned by the running query, else the newest published one."""
         pinned = getattr(self._pins, "snapshot", None)
@@ -124,7 +134,7 @@ class Reader:
     def _current(self) -> Snapshot:
         snap = self._snapshot
         if snap is None or self._is_outdated(snap):
-            snap = _shared_snapshot(self.config.index_path)
+            snap = _shared_snapshot(self.source)
             self._snapshot = snap
         return snap
 
@@ -145,7 +155,7 @@ class Reader:
 
     def _is_outdated(self, snap: Snapshot) -> bool:
         try:
-            st = os.stat(self.config.index_path)
+            st = os.stat(self.source)
         except OSError:
             return False  # keep serving the last snapshot if the file vanished
         return st.st_ino != snap.file.inode or st.st_mtime_ns != snap.file.mtime_ns

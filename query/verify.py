@@ -13,7 +13,6 @@ file on disk. It separates two things a user must not confuse:
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -21,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from kernel import index_format
+from kernel import index_format, shards
+from kernel.file_hash import sha256_file
 
 # A vector is unit length when its norm is within this of 1 (float32 rounding is ~1e-7).
 NORM_TOLERANCE = 1e-3
@@ -81,7 +81,58 @@ def new_files(snapshot: Any, root: Path | str, walked: Any) -> list[str]:
 
 
 def verify(index_path: Path | str, root: Path | str) -> VerifyReport:
-    """Check the index at `index_path` against the project folder `root`."""
+    """Check the index at `index_path` against the project folder `root`; a shard manifest
+    (`MDVDB_SHARDS`) checks every shard file it names."""
+    if Path(index_path).name == shards.MANIFEST:
+        return _verify_sharded(Path(index_path), root)
+    return _verify_file(index_path, root)
+
+
+def _verify_sharded(path: Path, root: Path | str) -> VerifyReport:
+    """Each shard as an index of its own (checksums, tables, files on disk), every file in
+    the shard its path hashes to, the counts the manifest records, and the global file."""
+    report = VerifyReport(index_path=str(path))
+    try:
+        manifest = shards.read_manifest(path.parent)
+    except shards.ShardsError as exc:
+        report.problems.append(str(exc))
+        return report
+    if manifest is None:
+        report.problems.append(f"no index at {path}: run `mdvdb ingest` first")
+        return report
+    for entry in manifest.entries:
+        part = _verify_file(path.parent / entry.name, root)
+        report.files += part.files
+        report.chunks += part.chunks
+        report.stale += part.stale
+        report.problems += [f"{entry.name}: {problem}" for problem in part.problems]
+        if part.ok and (part.files, part.chunks) != (entry.files, entry.chunks):
+            report.problems.append(f"{entry.name}: the manifest records other row counts")
+        if part.ok:
+            paths = index_format.read_index(path.parent / entry.name).tables["files"]
+            wrong = [
+                p
+                for p in paths.column("path").to_pylist()
+                if shards.shard_of(p, manifest.shards) != entry.shard
+            ]
+            if wrong:
+                report.problems.append(
+                    f"{entry.name}: holds files of other shards: " + _listed(wrong)
+                )
+    try:
+        extra = index_format.read_index(path.parent / manifest.global_file)
+        report.problems += [
+            f"{manifest.global_file}: {p}" for p in index_format.verify_checksums(extra)
+        ]
+        near = extra.tables.get("near_duplicates")
+        if near is None or near.num_rows != report.chunks:
+            report.problems.append(f"{manifest.global_file}: near-duplicate rows != chunks")
+    except index_format.IndexFormatError as exc:
+        report.problems.append(str(exc))
+    return report
+
+
+def _verify_file(index_path: Path | str, root: Path | str) -> VerifyReport:
     report = VerifyReport(index_path=str(index_path))
     try:
         file = index_format.read_index(index_path)
@@ -274,7 +325,7 @@ def _check_disk(files, root: Path, report: VerifyReport) -> None:
         target = root / path
         try:
             st = target.stat()
-            digest = _sha256(target)
+            digest = sha256_file(target)
         except FileNotFoundError:
             report.stale.append(f"{path}: deleted since indexing")
             continue
@@ -293,11 +344,3 @@ def _check_disk(files, root: Path, report: VerifyReport) -> None:
             "file hash differs from the index although size and mtime are the indexed ones: "
             + _listed(mismatched)
         )
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()

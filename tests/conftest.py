@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 _SPENT: dict[str, float] = {}
 _MARKED_SLOW: set[str] = set()
+_CPU: dict[str, float] = {}
+_CPU_START = pytest.StashKey[float]()
+CPU_SHOWN = int(os.environ.get("MDVDB_TEST_CPU_SHOWN", "15"))  # tests listed by CPU at the end
+
+
+def _cpu_seconds() -> float:
+    """CPU of this process and of every child it waited for (the `mdvdb` subprocesses): the
+    cost of a test that the others' load does not inflate as it does wall time."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CPU_START] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Where the test runs (a worker under xdist): its CPU, setup to teardown, rides on the
+    teardown report to the controller."""
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        spent = _cpu_seconds() - item.stash[_CPU_START]
+        outcome.get_result().user_properties.append(("cpu_s", spent))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -120,9 +149,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _SPENT[report.nodeid] = _SPENT.get(report.nodeid, 0.0) + report.duration
         if "slow" in report.keywords:
             _MARKED_SLOW.add(report.nodeid)
+    for name, value in report.user_properties:
+        if name == "cpu_s":
+            _CPU[report.nodeid] = value
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    if _CPU:
+        terminalreporter.section(f"CPU: {sum(_CPU.values()):.0f} s in all, the {CPU_SHOWN} most")
+        for nodeid, spent in sorted(_CPU.items(), key=lambda kv: -kv[1])[:CPU_SHOWN]:
+            terminalreporter.write_line(f"{spent:7.1f} s  {nodeid}")
     unmarked = sorted(
         ((spent, nodeid) for nodeid, spent in _SPENT.items() if nodeid not in _MARKED_SLOW),
         reverse=True,

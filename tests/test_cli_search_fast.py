@@ -140,10 +140,11 @@ def test_fast_path_leaves_what_it_is_unsure_of_to_typer(project: Path, argv: lis
 
 
 def test_hand_parser_knows_every_option_of_the_typer_command() -> None:
+    _typer(["--help"])  # registers every command module on the app
     command = typer.main.get_command(app).commands["search"]  # type: ignore[attr-defined]
     declared = {opt for param in command.params for opt in param.opts + param.secondary_opts}
     declared.discard("query")
-    known = set(fast.FLAGS) | set(fast.VALUED) | set(fast.REPEATED)
+    known = set(fast.PARSER.flags) | set(fast.PARSER.valued) | set(fast.PARSER.repeated)
     assert known == declared
 
 

@@ -17,7 +17,14 @@ from query import Index
 from query.schema import load_schema
 from tests.conftest import FIXTURES, run_cli
 
-TIMINGS = ("seconds", "stage_seconds")
+TIMINGS = (
+    "seconds",
+    "stage_seconds",
+    "cpu_seconds",
+    "stage_cpu_seconds",
+    "chunks_per_second",
+    "cpu_per_wall",
+)
 
 
 def _plain(data: object) -> object:

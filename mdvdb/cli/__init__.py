@@ -4,8 +4,8 @@ Each command group lives in its own module that registers on `app` when imported
 `register(app)` function, for a module that must not import typer itself); this module only
 imports them. Commands import heavy libraries inside their bodies, so `mdvdb --help` never pays
 for NumPy, Arrow or the model. A query forwarded to a warm `mdvdb serve` process does not even
-import typer (see `mdvdb.cli.warm`), and `mdvdb grep` and `mdvdb search` parse their own
-arguments (`FAST_COMMANDS`), leaving to typer only what they cannot parse.
+import typer (see `mdvdb.cli.warm`), and `mdvdb grep`, `mdvdb ingest` and `mdvdb search` parse
+their own arguments (`FAST_COMMANDS`), leaving to typer only what they cannot parse.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ COMMAND_MODULES = (
 # Commands whose module parses its own arguments with `fast_main(argv)`, because typer's import
 # alone would eat most of their time budget. `fast_main` returns the exit code, or None to leave
 # `argv` to typer (usage errors and `--help` are worded by typer everywhere).
-FAST_COMMANDS = {"grep": "mdvdb.cli.grep", "search": "mdvdb.cli.search"}
+FAST_COMMANDS = {
+    "grep": "mdvdb.cli.grep",
+    "ingest": "mdvdb.cli.ingest",
+    "search": "mdvdb.cli.search",
+}
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
 DIST_NAME = "markdown-vdb"

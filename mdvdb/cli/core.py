@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import sys
 import time
-from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
+from kernel.config import Config
 from kernel.terminal import printable
 from mdvdb.cli.app import (
     EXIT_NO_INDEX,
@@ -24,7 +23,8 @@ from mdvdb.cli.app import (
     refuse_if_off,
     user_errors,
 )
-from query import MODES, OPTIONS, Option
+from mdvdb.cli.declared import declare_command, field_values, on_project
+from query import OPTIONS
 
 
 class _Progress:
@@ -70,128 +70,28 @@ def ingest(
     as_json: JsonOption = False,
 ) -> None:
     """Index the source folders (only what changed since the last run)."""
-    with user_errors():
-        config = load(root)
-        if if_present and (config.switched_off or not is_set_up(config)):
-            return
-        from pipeline import LockBusy, ingest_folder
+    # The same run as the parser of the hot path (`mdvdb.cli.ingest`, no typer).
+    from mdvdb.cli.ingest import run_ingest
 
-        if paths:
-            _refuse_missing(config, paths)
-
-        def waiting(holder: str) -> None:
-            if not quiet:
-                typer.echo(f"mdvdb: waiting for the index lock held by {holder}", err=True)
-
-        progress = _Progress(sys.stderr.isatty() and not quiet and not as_json)
-        try:
-            report = ingest_folder(
-                config,
-                paths or None,
-                full=full,
-                progress=progress,
-                wait=not no_wait,
-                on_wait=waiting,
-            )
-        except LockBusy:
-            if if_present:  # a hook: another writer (a watcher) is already bringing it up to date
-                return
-            raise
-        if as_json:
-            print_json(report.to_json())  # the library's report, as `mdvdb.ingest` gives it
-            return
-        if quiet and report.nothing_changed and not report.errors:
-            return
-        for path, problem in report.errors[:20]:
-            typer.echo(printable(f"warning: {path}: {problem}", one_line=True), err=True)
-        if len(report.errors) > 20:
-            typer.echo(f"warning: ... and {len(report.errors) - 20} more problems", err=True)
-        typer.echo(
-            f"{report.files} files: {report.added} added, {report.changed} changed, "
-            f"{report.removed} removed, {report.unchanged} unchanged; "
-            f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
-        )
-
-
-def is_set_up(config) -> bool:
-    """Someone chose to use mdvdb here: a `.markdownvdb` file, or an index already built."""
-    from kernel.dotenv import CONFIG_FILE
-
-    return (config.root / CONFIG_FILE).is_file() or config.index_path.exists()
-
-
-def _refuse_missing(config, paths: list[str]) -> None:
-    """A path that is not on disk is fine when the index has it (re-checking it removes it);
-    otherwise it is a typo, which used to pass in silence."""
-    import os
-
-    from pipeline import relative_paths
-
-    gone = [p for p in paths if not os.path.lexists(p)]
-    if not gone:
-        return
-    indexed = None
-    if (config.state_path / "cache.sqlite3").exists():
-        from pipeline import State
-
-        indexed = State(config.state_path)
-    try:
-        missing = [
-            raw
-            for raw, rel in zip(gone, relative_paths(config, gone), strict=True)
-            if indexed is None or not indexed.has_path(rel)
-        ]
-    finally:
-        if indexed is not None:
-            indexed.close()
-    if missing:
-        raise CliError(f"ingest: no such file or folder: {', '.join(missing)}")
-
-
-# The typer command below is generated from the one declaration of the search options
-# (`query.search_options`): help, bounds and choices come from there, as for the hand parser
-# in `search.py` (the cold path) and the MCP tool.
-SearchMode = StrEnum("SearchMode", {mode: mode for mode in MODES})
-KEYWORD = inspect.Parameter.KEYWORD_ONLY
-
-
-def _typer_parameter(option: Option) -> inspect.Parameter:
-    spec = option.spec
-    if not spec.flags:  # the positional query
-        annotation = Annotated[spec.value | None, typer.Argument(help=spec.help)]
-        return inspect.Parameter(option.dest, KEYWORD, default=None, annotation=annotation)
-    switch = spec.value is bool and len(spec.flags) == 2  # --govern/--no-govern
-    declared = ["/".join(spec.flags)] if switch else spec.flags
-    info = typer.Option(*declared, min=spec.minimum, help=spec.help or None)
-    if spec.value is bool:
-        kind: Any = bool if option.default is not None else bool | None
-        default: Any = False if option.is_negative_flag else option.default
-    elif spec.repeat:
-        kind, default = list[spec.value] | None, None
-    else:
-        kind, default = (SearchMode if spec.choices else spec.value) | None, None
-    return inspect.Parameter(
-        option.dest, KEYWORD, default=default, annotation=Annotated[kind, info]
+    run_ingest(
+        paths,
+        None if root is None else str(root),
+        full=full,
+        quiet=quiet,
+        no_wait=no_wait,
+        if_present=if_present,
+        as_json=as_json,
     )
 
 
+# The typer command below is generated from the one declaration of the search options
+# (`query.search_options`, by `mdvdb.cli.declared`): help, bounds and choices come from there,
+# as for the hand parser in `search.py` (the cold path) and the MCP tool.
 def request_fields(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:
     """The typer command's values as `SearchRequest` fields, as the hand parser gives them."""
     from mdvdb.cli.metadata import one_facet
 
-    fields: dict[str, Any] = {}
-    for option in OPTIONS:
-        value = values[option.dest]
-        if option.is_negative_flag:
-            value = not value
-        elif option.spec.repeat == "once":
-            value = one_facet(ctx, option.spec.flags[0], value)
-        elif option.spec.repeat == "many":
-            value = value or []
-        elif isinstance(value, SearchMode):
-            value = value.value
-        fields[option.name] = value
-    return fields
+    return field_values(OPTIONS, values, lambda flag, given: one_facet(ctx, flag, given))
 
 
 def search(ctx: typer.Context, **values: Any) -> None:
@@ -210,42 +110,35 @@ def search(ctx: typer.Context, **values: Any) -> None:
         run_search(config, as_json, fields)
 
 
-search.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [
-        inspect.Parameter("ctx", KEYWORD, annotation=typer.Context),
-        *(_typer_parameter(option) for option in OPTIONS),
-        inspect.Parameter("root", KEYWORD, default=None, annotation=RootOption),
-        inspect.Parameter("as_json", KEYWORD, default=False, annotation=JsonOption),
-    ]
-)
-search.__annotations__ = {p.name: p.annotation for p in search.__signature__.parameters.values()}
-app.command()(search)
+app.command()(declare_command(search, OPTIONS))
 
 
 @app.command()
+@on_project
 def get(
+    config: Config,
+    as_json: bool,
     path: Annotated[str, typer.Argument(help="A file path, relative to the project root.")],
-    root: RootOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """Print one indexed document: its content and metadata."""
-    with user_errors():
-        config = load(root)
-        from query import open_index
+    from query import open_index
 
-        doc = open_index(config=config).get_document(path)
-        if as_json:
-            print_json(doc.to_json())
-            return
-        typer.echo(printable(f"# {doc.path}  ({doc.title})", one_line=True))
-        for key, value in doc.metadata.items():
-            typer.echo(printable(f"{key}: {value}", one_line=True))
-        typer.echo("")
-        typer.echo(printable(doc.content), nl=not doc.content.endswith("\n"))
+    doc = open_index(config=config).get_document(path)
+    if as_json:
+        print_json(doc.to_json())
+        return
+    typer.echo(printable(f"# {doc.path}  ({doc.title})", one_line=True))
+    for key, value in doc.metadata.items():
+        typer.echo(printable(f"{key}: {value}", one_line=True))
+    typer.echo("")
+    typer.echo(printable(doc.content), nl=not doc.content.endswith("\n"))
 
 
 @app.command()
+@on_project
 def status(
+    config: Config,
+    as_json: bool,
     check: Annotated[
         bool,
         typer.Option("--check", help="Only an exit code: 0 fresh, 3 stale, 4 no index."),
@@ -253,57 +146,51 @@ def status(
     verify: Annotated[
         bool, typer.Option("--verify", help="Read and check the whole index; exit 1 if unsound.")
     ] = False,
-    root: RootOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """What the index holds and whether it is up to date."""
-    with user_errors():
-        config = load(root)
-        if check:
-            refuse_if_off(config)  # the same line and code as `search`: one check suffices
-        if verify:
-            from mdvdb.cli.verify import run_verify
+    if check:
+        refuse_if_off(config)  # the same line and code as `search`: one check suffices
+    if verify:
+        from mdvdb.cli.verify import run_verify
 
-            return run_verify(config, as_json)
-        st, damage = _status_of(config)
-        if st.exists:
-            st.new_files = _new_files(config, st)
-        if damage and not as_json:
-            # the readers' own line ("index damaged: run `mdvdb ingest --full` (...)") as is
-            raise CliError(
-                damage if damage.startswith("index damaged") else f"damaged index: {damage}"
-            )
-        if check:
-            code = EXIT_OK if st.fresh else EXIT_STALE if st.exists else EXIT_NO_INDEX
-            if as_json:
-                print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
-            raise typer.Exit(code)
+        return run_verify(config, as_json)
+    st, damage = _status_of(config)
+    if st.exists:
+        st.new_files = _new_files(config, st)
+    if damage and not as_json:
+        # the readers' own line ("index damaged: run `mdvdb ingest --full` (...)") as is
+        raise CliError(damage if damage.startswith("index damaged") else f"damaged index: {damage}")
+    if check:
+        code = EXIT_OK if st.fresh else EXIT_STALE if st.exists else EXIT_NO_INDEX
         if as_json:
-            print_json({**st.to_json(), "damaged": damage, "switched_off": config.switched_off})
-            return
-        if not st.exists:
-            raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
-        updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
-        typer.echo(f"index:      {st.index_path} ({st.index_bytes / 1e6:.1f} MB)")
-        typer.echo(f"documents:  {st.files}")
-        typer.echo(f"chunks:     {st.chunks}")
-        typer.echo(f"updated:    {updated}")
-        typer.echo(f"embeddings: {st.provider}:{st.model} ({st.dimensions} dims)")
-        if st.provider_mismatch:
-            typer.echo(f"stale:      {st.provider_mismatch}; run `mdvdb ingest`")
-        stale = st.stale_files + st.new_files
-        if stale:
-            typer.echo(f"stale:      {len(stale)} files changed since indexing, e.g.:")
-            for path in stale[:10]:
-                typer.echo(f"  {printable(path, one_line=True)}")
-        elif not st.provider_mismatch:
-            typer.echo("stale:      none")
-        if st.errors:
-            typer.echo(f"problems:   {len(st.errors)} reported by the last ingest, e.g.:")
-            for path, problem in st.errors[:10]:
-                typer.echo(f"  {printable(f'{path}: {problem}', one_line=True)}")
-        if config.switched_off:
-            typer.echo("switched off: .mdvdb-off exists here; `mdvdb search` exits 5")
+            print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
+        raise typer.Exit(code)
+    if as_json:
+        print_json({**st.to_json(), "damaged": damage, "switched_off": config.switched_off})
+        return
+    if not st.exists:
+        raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
+    updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
+    typer.echo(f"index:      {st.index_path} ({st.index_bytes / 1e6:.1f} MB)")
+    typer.echo(f"documents:  {st.files}")
+    typer.echo(f"chunks:     {st.chunks}")
+    typer.echo(f"updated:    {updated}")
+    typer.echo(f"embeddings: {st.provider}:{st.model} ({st.dimensions} dims)")
+    if st.provider_mismatch:
+        typer.echo(f"stale:      {st.provider_mismatch}; run `mdvdb ingest`")
+    stale = st.stale_files + st.new_files
+    if stale:
+        typer.echo(f"stale:      {len(stale)} files changed since indexing, e.g.:")
+        for path in stale[:10]:
+            typer.echo(f"  {printable(path, one_line=True)}")
+    elif not st.provider_mismatch:
+        typer.echo("stale:      none")
+    if st.errors:
+        typer.echo(f"problems:   {len(st.errors)} reported by the last ingest, e.g.:")
+        for path, problem in st.errors[:10]:
+            typer.echo(f"  {printable(f'{path}: {problem}', one_line=True)}")
+    if config.switched_off:
+        typer.echo("switched off: .mdvdb-off exists here; `mdvdb search` exits 5")
 
 
 def _status_of(config):

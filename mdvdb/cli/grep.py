@@ -2,110 +2,60 @@
 
 This command has a budget of about 100 ms over raw rg, Python start-up included, and typer alone
 costs more than half of that. So `mdvdb.cli.main` hands `grep` straight to `fast_main()` below,
-which parses with argparse and never imports typer, NumPy or Arrow; `register(app)` only puts a
-pass-through entry on the typer app so that `mdvdb --help` lists the command.
+which parses with the hand parser (`mdvdb.cli.hand_parser`) and never imports typer, NumPy or
+Arrow. `register(app)` puts the typer command on the app, built from the same declaration
+(`query.grep_options`): it lists the command in `mdvdb --help` and prints `mdvdb grep --help`.
+A usage error is one line from the hand parser, exit 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+from typing import Any
 
 from mdvdb.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from mdvdb.cli.hand_parser import HandParser, Problem
+from query import GREP_OPTIONS, GrepRequest
 
-HELP = "Exact text search over the source folders with ripgrep (no index needed)."
+# A repeated option takes its last value, as typer does.
+PARSER = HandParser(GREP_OPTIONS, last_wins=True)
+HELP_FLAGS = ("-h", "--help")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like every other usage error
-        self.exit(EXIT_USAGE, f"mdvdb grep: {message} (see `mdvdb grep --help`)\n")
+def fast_main(argv: list[str]) -> int | None:
+    """Parse, search, print; the exit code, or None for `--help` (typer prints it)."""
+    args = PARSER.parse(argv)
+    if isinstance(args, Problem):
+        before_dashes = argv[: argv.index("--")] if "--" in argv else argv
+        if any(flag in before_dashes for flag in HELP_FLAGS):
+            return None
+        sys.stderr.write(f"mdvdb grep: {args.message} (see `mdvdb grep --help`)\n")
+        return EXIT_USAGE
+    return run_grep(args.pop("root", None), args.pop("as_json", False), args)
 
 
-def _positive(raw: str) -> int:
+def run_grep(root: str | None, as_json: bool, fields: dict[str, Any]) -> int:
+    """Run one grep (`fields`: `GrepRequest` fields, as either parser gives them) and print
+    its matches; the exit code."""
+    request = GrepRequest(**fields)
     try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def parser() -> argparse.ArgumentParser:
-    from kernel.config import DEFAULT_LIMIT
-    from query import COLOR_CHOICES, FILE_TYPES
-
-    p = _Parser(
-        prog="mdvdb grep",
-        description=HELP
-        + " The pattern is literal text (use --regex for rg's regex syntax); smart case as rg:"
-        " case-insensitive unless it has an upper-case letter. A pattern starting with `-`"
-        " goes after `--` or `-e`.",
-    )
-    p.add_argument("pattern", nargs="?", help="The text to look for.")
-    p.add_argument("-e", "--regexp", dest="pattern_opt", metavar="PATTERN", help="The pattern.")
-    p.add_argument("--regex", action="store_true", help="Treat the pattern as an rg regex.")
-    p.add_argument(
-        "--source",
-        action="append",
-        default=[],
-        metavar="TYPE[:ID]",
-        help="Only this root (repeatable; ids case-insensitive), e.g. dir:docs.",
-    )
-    p.add_argument(
-        "--include", action="append", default=[], metavar="PATH", help="Also search PATH."
-    )
-    p.add_argument("--exclude", action="append", default=[], metavar="PATH", help="Leave PATH out.")
-    p.add_argument("--type", dest="file_type", choices=FILE_TYPES, default="md")
-    p.add_argument(
-        "-n",
-        "--limit",
-        type=_positive,
-        default=DEFAULT_LIMIT,
-        help=f"Matches in all ({DEFAULT_LIMIT}).",
-    )
-    p.add_argument(
-        "--per-file-limit", type=_positive, default=50, help="Matches a file at most (50)."
-    )
-    p.add_argument("--sort", action="store_true", help="Read all matches, group them by file.")
-    p.add_argument(
-        "--include-frontmatter", action="store_true", help="Keep matches in YAML frontmatter."
-    )
-    p.add_argument(
-        "--exclude-blacklisted",
-        action="store_true",
-        help="Leave out the roots in MDVDB_BLACKLISTED_SOURCES.",
-    )
-    p.add_argument("--trace", action="store_true", help="Print the rg command on stderr.")
-    p.add_argument("--color", choices=COLOR_CHOICES, default="auto")
-    p.add_argument("--json", dest="as_json", action="store_true", help="One JSON record a line.")
-    p.add_argument("--root", help="Project root (default: nearest folder with .markdownvdb).")
-    return p
-
-
-def fast_main(argv: list[str]) -> int:
-    """Parse, search, print; returns the exit code."""
-    args = parser().parse_args(_glue_pattern(argv))
-    if args.pattern is not None and args.pattern_opt is not None:
-        return _fail("give the pattern once: as an argument or with -e", EXIT_USAGE)
-    pattern = args.pattern_opt if args.pattern_opt is not None else args.pattern
-    if pattern is None:
-        return _fail("a pattern is required (see `mdvdb grep --help`)", EXIT_USAGE)
+        request.the_pattern()
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     try:
-        return _search(args, pattern)
+        return _search(request, root, as_json)
     except KeyboardInterrupt:
         sys.stderr.write("mdvdb: interrupted\n")
         return EXIT_INTERRUPTED
 
 
-def _search(args: argparse.Namespace, pattern: str) -> int:
+def _search(args: GrepRequest, root: str | None, as_json: bool) -> int:
     from pathlib import Path
 
     from kernel.config import ConfigError, load_config
     from query import (
         GrepError,
-        GrepOptions,
         HumanWriter,
         JsonWriter,
         Registry,
@@ -115,28 +65,19 @@ def _search(args: argparse.Namespace, pattern: str) -> int:
         use_color,
     )
 
-    if args.root is not None and not os.path.isdir(args.root):
-        return _fail(f"--root {args.root}: not a folder", EXIT_USAGE)
+    if root is not None and not os.path.isdir(root):
+        return _fail(f"--root {root}: not a folder", EXIT_USAGE)
     try:
-        config = load_config(Path(args.root) if args.root else None)
+        config = load_config(Path(root) if root else None)
         selection = select_roots(
             config,
             Registry.load(),
-            sources=args.source,
-            include=args.include,
-            exclude=args.exclude,
+            sources=list(args.source),
+            include=list(args.include),
+            exclude=list(args.exclude),
             drop_blacklisted=args.exclude_blacklisted,
         )
-        options = GrepOptions(
-            pattern=pattern,
-            limit=args.limit,
-            per_file_limit=args.per_file_limit,
-            file_type=args.file_type,
-            regex=args.regex,
-            sort=args.sort,
-            include_frontmatter=args.include_frontmatter,
-        )
-        search = start_grep(options, selection, config.root, config.page_id_field)
+        search = start_grep(args.grep_options(), selection, config.root, config.page_id_field)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except SourceError as exc:
@@ -154,7 +95,7 @@ def _search(args: argparse.Namespace, pattern: str) -> int:
         for line in search.ignore_lines:  # what rg reads through the --ignore-file descriptor
             sys.stderr.write(f"[mdvdb grep] ignore-file line: {line}\n")
         sys.stderr.flush()
-    if args.as_json:
+    if as_json:
         writer = JsonWriter(sys.stdout)
     else:
         writer = HumanWriter(sys.stdout, use_color(args.color, sys.stdout, os.environ))
@@ -167,26 +108,9 @@ def _search(args: argparse.Namespace, pattern: str) -> int:
         return EXIT_OK
     if search.returncode == 2 and search.emitted == 0:
         return EXIT_ERROR  # rg said why on stderr (a bad --regex, an unreadable root)
-    if search.emitted == 0 and not args.as_json:
+    if search.emitted == 0 and not as_json:
         sys.stdout.write("No matches.\n")
     return EXIT_OK
-
-
-def _glue_pattern(argv: list[str]) -> list[str]:
-    """`-e -x` → `--regexp=-x`: argparse would refuse a value that looks like an option."""
-    out: list[str] = []
-    args = iter(argv)
-    for arg in args:
-        if arg == "--":
-            out.append(arg)
-            out.extend(args)
-            break
-        if arg in ("-e", "--regexp"):
-            value = next(args, None)
-            out.append(arg if value is None else f"--regexp={value}")
-        else:
-            out.append(arg)
-    return out
 
 
 def _fail(message: str, code: int) -> int:
@@ -195,17 +119,17 @@ def _fail(message: str, code: int) -> int:
 
 
 def register(app) -> None:
-    """List `grep` on the typer app; it forwards its raw arguments to `fast_main`."""
+    """Put `grep` on the typer app: its signature from the declaration, its body `run_grep`."""
     import typer
 
-    def grep_command(ctx) -> None:
-        raise typer.Exit(fast_main(list(ctx.args)))
+    from mdvdb.cli.declared import declare_command, field_values
+    from query import GREP_DESCRIPTION, GREP_HELP
 
-    # A real annotation object: this module's annotations are strings typer cannot resolve.
-    grep_command.__annotations__ = {"ctx": typer.Context, "return": None}
+    def grep(ctx: typer.Context, **values: Any) -> None:
+        root, as_json = values.pop("root"), values.pop("as_json")
+        raise typer.Exit(run_grep(root, as_json, field_values(GREP_OPTIONS, values)))
+
+    grep.__doc__ = GREP_DESCRIPTION
     app.command(
-        "grep",
-        help=HELP + " See `mdvdb grep --help`.",
-        add_help_option=False,
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )(grep_command)
+        "grep", short_help=GREP_HELP, context_settings={"help_option_names": list(HELP_FLAGS)}
+    )(declare_command(grep, GREP_OPTIONS))

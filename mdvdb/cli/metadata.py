@@ -6,21 +6,22 @@ from typing import Annotated
 
 import typer
 
+from kernel.config import Config
 from mdvdb.cli.app import (
     EXIT_ERROR,
     EXIT_USAGE,
     CliError,
-    JsonOption,
-    RootOption,
     app,
-    load,
     print_json,
-    user_errors,
 )
+from mdvdb.cli.declared import on_project
 
 
 @app.command()
+@on_project
 def schema(
+    config: Config,
+    as_json: bool,
     field: Annotated[
         str | None, typer.Argument(help="One field: its details and every value with counts.")
     ] = None,
@@ -28,32 +29,28 @@ def schema(
         bool,
         typer.Option("--check", help="List files that break the overlay; exit 1 if any."),
     ] = False,
-    root: RootOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """The frontmatter schema: fields, types, file counts, values; merged with the overlay."""
-    with user_errors():
-        config = load(root)
-        from query import load_schema, open_index, overlay_is_stale
+    from query import load_schema, open_index, overlay_is_stale
 
-        index = open_index(config=config)
-        merged = load_schema(index.snapshot)
-        if not merged.present:
-            raise CliError("this index has no frontmatter schema yet: run `mdvdb ingest`")
-        if overlay_is_stale(index):
-            typer.echo(
-                "warning: .markdownvdb.schema.yml changed since the last ingest; "
-                "run `mdvdb ingest` to merge it",
-                err=True,
-            )
-        if check:
-            _check(merged, as_json)
-        elif field is not None:
-            _one_field(index, merged, field, as_json)
-        elif as_json:
-            print_json({"files": index.snapshot.file.meta.get("files", 0), **merged.to_json()})
-        else:
-            _print_schema(merged, int(index.snapshot.meta.get("files", 0)))
+    index = open_index(config=config)
+    merged = load_schema(index.snapshot)
+    if not merged.present:
+        raise CliError("this index has no frontmatter schema yet: run `mdvdb ingest`")
+    if overlay_is_stale(index):
+        typer.echo(
+            "warning: .markdownvdb.schema.yml changed since the last ingest; "
+            "run `mdvdb ingest` to merge it",
+            err=True,
+        )
+    if check:
+        _check(merged, as_json)
+    elif field is not None:
+        _one_field(index, merged, field, as_json)
+    elif as_json:
+        print_json({"files": index.snapshot.file.meta.get("files", 0), **merged.to_json()})
+    else:
+        _print_schema(merged, int(index.snapshot.meta.get("files", 0)))
 
 
 def _print_schema(merged, files: int) -> None:

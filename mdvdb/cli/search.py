@@ -5,23 +5,20 @@ of a ~350 ms cold call. So `mdvdb.cli.main` gives `search` to `fast_main()` firs
 the argument forms agents and people use (flags, `--opt value`, `--opt=value`, `-n5`, `--`) and
 hands back None for anything else (`--help`, an unknown option, a bad number, a missing query,
 a repeated facet...), which typer then parses and reports exactly as before. This parser is
-kept, rather than typer's alone, only because of that cold-path cost; it is built from the same
-declaration as the typer command in `core.py` (`query.search_options`), and both call
-`run_search`, so both paths print the same bytes (a test runs both on the same argument lists).
+kept, rather than typer's alone, only because of that cold-path cost; it is built
+(`mdvdb.cli.hand_parser`) from the same declaration as the typer command in `core.py`
+(`query.search_options`), and both call `run_search`, so both paths print the same bytes (a
+test runs both on the same argument lists).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from typing import Any
 
 from kernel.terminal import printable
 from mdvdb.cli.errors import (
     EXIT_OK,
     EXIT_USAGE,
-    JSON_FLAG,
-    ROOT_FLAG,
     CliError,
     echo,
     load,
@@ -29,110 +26,21 @@ from mdvdb.cli.errors import (
     refuse_if_off,
     user_errors,
 )
-from query import OPTIONS, Option
+from mdvdb.cli.hand_parser import HandParser, Problem
+from query import OPTIONS
 
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
 
-_INT = re.compile(r"-?[0-9]+")
-_FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-
-
-def _float(raw: str) -> float | None:
-    return float(raw) if _FLOAT.fullmatch(raw) else None
-
-
-def _converter(option: Option) -> Callable[[str], Any]:
-    """A value of `option` from its text, or None when this parser is not sure of it (typer
-    then gets the call, and words the usage error)."""
-    spec = option.spec
-    if spec.choices is not None:
-        return lambda raw: raw if raw in spec.choices else None
-    if spec.value is float:
-        return _float
-    if spec.value is int:
-        low = spec.minimum
-
-        def whole(raw: str) -> int | None:
-            if not _INT.fullmatch(raw):
-                return None
-            value = int(raw)
-            return value if low is None or value >= low else None
-
-        return whole
-    return lambda raw: raw
-
-
-# The options of the typer `search` command, by kind, from the declaration. A flag sets its
-# field to a constant; a valued option converts its text; a repeated one collects a list.
-FLAGS: dict[str, tuple[str, bool]] = {JSON_FLAG: ("as_json", True)}
-VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {ROOT_FLAG: ("root", lambda raw: raw)}
-REPEATED: dict[str, str] = {}
-for _option in OPTIONS:
-    _flags, _spec = _option.spec.flags, _option.spec
-    if not _flags:
-        continue  # the positional query
-    if _spec.value is bool:
-        if len(_flags) == 2:  # --govern / --no-govern
-            FLAGS[_flags[0]], FLAGS[_flags[1]] = (_option.name, True), (_option.name, False)
-        else:
-            FLAGS[_flags[0]] = (_option.name, not _option.default)
-    elif _spec.repeat:
-        REPEATED.update(dict.fromkeys(_flags, _option.name))
-    else:
-        VALUED.update(dict.fromkeys(_flags, (_option.name, _converter(_option))))
-ONCE = [option.name for option in OPTIONS if option.spec.repeat == "once"]
+# Unsure of an argument list (a repeat, a bad value, an unknown option): typer parses it.
+PARSER = HandParser(OPTIONS)
 
 
 def parse(argv: list[str]) -> dict[str, Any] | None:
     """The search arguments (`SearchRequest` fields, `root`, `as_json`), or None when typer
     should parse (and maybe reject) them."""
-    args: dict[str, Any] = {dest: [] for dest in REPEATED.values()}
-    positional: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        i += 1
-        if arg == "--":
-            positional += argv[i:]
-            break
-        if arg == "-" or not arg.startswith("-"):
-            positional.append(arg)
-            continue
-        if arg.startswith("--"):
-            name, equals, inline = arg.partition("=")
-            value = inline if equals else None
-        elif arg.startswith("-n") and len(arg) > 2 and arg[2] != "=":
-            name, value = "-n", arg[2:]
-        else:
-            name, value = arg, None
-        if name in FLAGS:
-            if value is not None:
-                return None
-            dest, const = FLAGS[name]
-            if dest in args and args[dest] != const:
-                return None  # --govern --no-govern: let typer decide
-            args[dest] = const
-            continue
-        if name not in VALUED and name not in REPEATED:
-            return None
-        if value is None:
-            if i >= len(argv) or (argv[i].startswith("-") and _float(argv[i]) is None):
-                return None
-            value = argv[i]
-            i += 1
-        if name in REPEATED:
-            args[REPEATED[name]].append(value)
-            continue
-        dest, convert = VALUED[name]
-        converted = convert(value)
-        if converted is None or dest in args:
-            return None
-        args[dest] = converted
-    if len(positional) > 1 or any(len(args[name]) > 1 for name in ONCE):
+    args = PARSER.parse(argv)
+    if isinstance(args, Problem):
         return None
-    for name in ONCE:
-        args[name] = args[name][0] if args[name] else None
-    args["query"] = positional[0] if positional else None
     if not (args["query"] or args["filters"] or args["tag"] or args["category"]):
         return None
     return args
@@ -143,12 +51,29 @@ def fast_main(argv: list[str]) -> int | None:
     args = parse(argv)
     if args is None:
         return None
+    import_arrow_without_cloudpickle()
     with user_errors():
         root, as_json = args.pop("root", None), args.pop("as_json", False)
         config = load(root)
         refuse_if_off(config)
         run_search(config, as_json, args)
     return EXIT_OK
+
+
+def import_arrow_without_cloudpickle() -> None:
+    """Import pyarrow as a search needs it. pyarrow imports cloudpickle whenever it is
+    installed (doit depends on it), for pickling Arrow objects, which a search never does;
+    with it (and uuid, logging) that is ~15 ms of CPU of a ~200 ms cold search. Hidden for
+    the length of this import only, so that anything later can still import it."""
+    import sys
+
+    if "pyarrow" in sys.modules or "cloudpickle" in sys.modules:
+        return
+    sys.modules["cloudpickle"] = None  # type: ignore[assignment]  # makes its import fail
+    try:
+        import pyarrow  # noqa: F401
+    finally:
+        del sys.modules["cloudpickle"]
 
 
 def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:

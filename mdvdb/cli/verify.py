@@ -9,9 +9,10 @@ from mdvdb.cli.app import EXIT_ERROR, print_json
 
 def run_verify(config, as_json: bool) -> None:
     """Check the whole index; exit 1 listing the problems when it is not sound."""
+    from kernel.shards import published_source
     from query import verify_index as verify
 
-    report = verify(config.index_path, config.root)
+    report = verify(published_source(config), config.root)
     if as_json:
         print_json(report.to_json())
     else:

@@ -1,0 +1,233 @@
+"""A sharded index (`MDVDB_SHARDS` > 1): N ordinary index files and the manifest that
+publishes one consistent set of them.
+
+Layout, in `Config.shards_path` (the index file's name + `.shards`):
+
+    manifest.json              {"format", "shards", "generation", "files": [...], "global", "meta"}
+    shard-003-g000012.index    shard 3 as written by generation 12: an index file of the usual
+                               format over the files whose path hashes to 3
+    global-g000012.index       the corpus-wide tables: `near_duplicates` in global chunk
+                               order (groups span shards) and `clusters` (sizes over all files)
+
+Why a manifest and generation-named files: a shard file is never rewritten in place. A pack
+writes the shards an edit touches under new names, then publishes the manifest by atomic
+rename; that rename is the commit. A reader reads the manifest once and maps the files it
+names, so it holds one consistent set even while the next generation is being written. Files
+that neither the new manifest nor the one before it name are removed after the publish (one
+generation of grace for a reader that read the old manifest and has not mapped its files yet;
+a reader that still misses a file re-reads the manifest).
+
+Global order: a sharded index presents its rows exactly as the one-file index of the same
+files would: files in path order, each file's chunks in file order. `global_order` computes
+that permutation from the shards' own (path-ordered) rows; the writer and the reader share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # NumPy only where the global order is built: a no-op ingest never loads it
+    import numpy as np
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+class ShardsError(RuntimeError):
+    """A sharded index that cannot be read (a torn or foreign manifest...); one line."""
+
+
+def shard_of(path: str, shards: int) -> int:
+    """The shard a file belongs to: a stable hash of its relative path (the same in every
+    process, on every machine, unlike `hash()`)."""
+    if shards <= 1:
+        return 0
+    digest = hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % shards
+
+
+def shard_name(shard: int, generation: int) -> str:
+    return f"shard-{shard:03d}-g{generation:06d}.index"
+
+
+def global_name(generation: int) -> str:
+    return f"global-g{generation:06d}.index"
+
+
+@dataclass
+class ShardEntry:
+    """One shard file of a manifest."""
+
+    shard: int
+    name: str
+    generation: int
+    digest: str  # what the shard holds (its files' paths, contents and build): skip test
+    files: int = 0
+    chunks: int = 0
+
+
+@dataclass
+class Manifest:
+    shards: int
+    generation: int
+    entries: list[ShardEntry]
+    global_file: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def names(self) -> set[str]:
+        return {e.name for e in self.entries} | {self.global_file}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "shards": self.shards,
+            "generation": self.generation,
+            "files": [vars(e) for e in self.entries],
+            "global": self.global_file,
+            "meta": self.meta,
+        }
+
+
+def published_file(config) -> Path:
+    """The file whose rename publishes the index the configuration asks for: the manifest
+    of a sharded index, else the index file itself."""
+    if config.shards > 1:
+        return manifest_path(config.shards_path)
+    return config.index_path
+
+
+def published_source(config) -> Path:
+    """What a reader opens: the layout the setting asks for (the index file, or the
+    manifest of a sharded index), or the other one when it is the only one there (an index
+    built with another `MDVDB_SHARDS`)."""
+    single = config.index_path
+    manifest = manifest_path(config.shards_path)
+    wanted, other = (manifest, single) if config.shards > 1 else (single, manifest)
+    if not wanted.exists() and other.exists():
+        return other
+    return wanted
+
+
+def manifest_path(folder: Path) -> Path:
+    return folder / MANIFEST
+
+
+def read_manifest(folder: Path) -> Manifest | None:
+    """The published manifest, None when the folder has none."""
+    path = manifest_path(folder)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ShardsError(f"{path}: cannot read the shard manifest ({exc})") from None
+    try:
+        data = json.loads(raw)
+        if data.get("format") != FORMAT:
+            raise ValueError(f"format {data.get('format')!r}")
+        entries = [ShardEntry(**e) for e in data["files"]]
+        manifest = Manifest(
+            int(data["shards"]), int(data["generation"]), entries, data["global"], data["meta"]
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ShardsError(
+            f"{path}: not a shard manifest of this mdvdb ({exc}): run `mdvdb ingest --full`"
+        ) from None
+    for name in manifest.names():
+        if "/" in name or "\\" in name or name.startswith("."):
+            raise ShardsError(f"{path}: names a file outside its folder ({name!r})")
+    return manifest
+
+
+def publish_manifest(folder: Path, manifest: Manifest) -> None:
+    """The commit of a sharded pack: write a temp file, fsync, rename over the manifest,
+    fsync the folder. Before this every new shard file is unreferenced; after it readers
+    that open the index get the new set."""
+    data = json.dumps(manifest.to_json(), indent=1, sort_keys=True).encode()
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, manifest_path(folder))
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_unlisted(folder: Path, keep: set[str]) -> list[str]:
+    """Remove shard and global files no kept manifest names (after a publish)."""
+    removed = []
+    for entry in os.scandir(folder):
+        name = entry.name
+        if name.endswith(".index") and name.startswith(("shard-", "global-")) and name not in keep:
+            try:
+                os.unlink(entry.path)
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+@dataclass(frozen=True)
+class GlobalOrder:
+    """Where each shard's rows go in the global (one-file) order.
+
+    `file_ids[s][i]` is the global file id of shard s's file i, `chunk_ids[s][j]` the global
+    chunk id of its chunk j; `chunk_order` lists, for each global chunk id, its position in the
+    concatenation of the shards' chunks (shard 0's first): `concatenated[chunk_order]` is the
+    global order (the same for files with `file_order`)."""
+
+    file_ids: list[np.ndarray]
+    chunk_ids: list[np.ndarray]
+    file_order: np.ndarray
+    chunk_order: np.ndarray
+
+
+def global_order(paths: list[list[str]], chunk_files: list[np.ndarray]) -> GlobalOrder:
+    """The one-file order of the shards' rows: files by path (pack sorts the same way:
+    Python's string order), chunks by file then within-file order. `paths[s]`: shard s's
+    file paths in its row order; `chunk_files[s]`: its chunks' (shard-local) file ids."""
+    import numpy as np
+
+    all_paths = [p for shard in paths for p in shard]
+    by_path = sorted(range(len(all_paths)), key=all_paths.__getitem__)
+    file_order = np.asarray(by_path, dtype=np.int64)
+    global_of = np.empty(len(all_paths), dtype=np.int64)
+    global_of[file_order] = np.arange(len(all_paths), dtype=np.int64)
+    counts = np.zeros(len(all_paths), dtype=np.int64)  # chunks per global file
+    file_ids, local_globals = [], []
+    start = 0
+    for shard_paths, files in zip(paths, chunk_files, strict=True):
+        ids = global_of[start : start + len(shard_paths)]
+        file_ids.append(ids)
+        g = ids[np.asarray(files, dtype=np.int64)] if len(files) else np.zeros(0, np.int64)
+        local_globals.append(g)
+        np.add.at(counts, g, 1)
+        start += len(shard_paths)
+    first = np.r_[0, np.cumsum(counts)][:-1]
+    chunk_ids = []
+    for g in local_globals:
+        # chunks of one file are contiguous and in order within their shard
+        if len(g):
+            starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+            within = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
+            chunk_ids.append(first[g] + within)
+        else:
+            chunk_ids.append(np.zeros(0, np.int64))
+    concatenated = np.concatenate(chunk_ids) if chunk_ids else np.zeros(0, np.int64)
+    chunk_order = np.empty(len(concatenated), dtype=np.int64)
+    chunk_order[concatenated] = np.arange(len(concatenated), dtype=np.int64)
+    return GlobalOrder(file_ids, chunk_ids, file_order, chunk_order)

@@ -1,0 +1,37 @@
+"""The record pack's steps share: `Plan`, the previous index diffed against the manifest.
+
+`pipeline.pack.plan` makes it; the steps that keep their own tables in step with its rows
+(`schema_pack.update`, `lexical.update`, `cluster.assign`, `duplicates.update`) read it. It
+lives apart from `pipeline.pack`, which imports those steps, so that no step imports pack
+back (the "pipeline has no import cycle" contract in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from kernel import index_format
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The previous index diffed against the manifest: the new `files` and `chunks` rows,
+    and for each the row of the previous index it repeats (-1: fresh). The steps that keep
+    their own tables in step with the rows (schema, lexical, clusters, near-duplicates)
+    update them from this."""
+
+    previous: index_format.IndexFile | None  # when its rows are reused (still mapped)
+    files: pa.Table  # path order; file_id = row
+    chunks: pa.Table  # file order; chunk_id = row
+    file_source: np.ndarray
+    chunk_source: np.ndarray
+    damaged: tuple[str, ...]  # the previous index, when it failed its checks
+
+    @property
+    def reused_files(self) -> int:
+        return int((self.file_source >= 0).sum())

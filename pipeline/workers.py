@@ -1,0 +1,275 @@
+"""Parse, chunk and embed new files, in this process or spread over a process pool.
+
+The per-file work of an ingest (read, check the SHA-256 discover saw, parse, chunk and, for
+the local model, embed) needs nothing but the file and the settings, so it runs in worker
+processes that share nothing with the parent but their inputs (root, batches of (path, sha))
+and their outputs (the chunk records as JSON text, the vectors as one float32 array). Only
+the parent writes the caches, one transaction per batch, as batches come back, in the order
+they were sent: the result is the same whatever the number of workers (a test compares the
+index files byte for byte) and memory stays bounded (a few batches in flight, never the
+corpus's parsed form).
+
+One file is parsed, chunked and embedded in one go: its parse result is only ever needed to
+chunk it, so it is not cached (writing a whole file's lines as JSON and reading them back was
+a third of the parse and chunk stages), and the token ids counted to chunk a section are the
+ids the local model pools for it (tokenizing twice was a quarter of the embed stage).
+
+`MDVDB_WORKERS` sizes the pool (0, the default: one process per CPU; 1: no pool). Small runs
+never pay for starting one: under `POOL_MIN_FILES` files the work runs in this process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from kernel.config import Config
+    from kernel.providers.local import LocalProvider
+
+# Fewer files than this run in this process: starting workers (each imports the parser and
+# loads the tokenizer, ~0.3 s) would cost more than it saves.
+POOL_MIN_FILES = 1000
+# Files a worker handles per task: big enough that sending a batch and its result costs
+# little next to its work, small enough that a few in flight hold little memory.
+BATCH_FILES = 128
+# Batches in flight per worker: enough to keep each busy while the parent writes.
+IN_FLIGHT_PER_WORKER = 3
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without an answer (killed, out of memory)."""
+
+
+def worker_count(config: Config) -> int:
+    """MDVDB_WORKERS, or the CPUs this process may run on when it is 0."""
+    if config.workers:
+        return config.workers
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class EmbedSpec:
+    """What a worker needs to build its own copy of the local model."""
+
+    model: str
+    dimensions: int
+    cache_dir: str | None
+
+
+@dataclass(frozen=True)
+class Spec:
+    root: str
+    max_tokens: int
+    overlap: int
+    embed: EmbedSpec | None  # None: chunk only (the embed stage embeds)
+
+
+@dataclass
+class Batch:
+    """What one batch of files gave: per file (path, sha, problem or None, failed), the
+    chunk records of the files that were parsed, and the usable vectors of their chunks."""
+
+    files: list[tuple[str, str, str | None, bool]] = field(default_factory=list)
+    records: list[tuple[str, str]] = field(default_factory=list)  # (file sha, record JSON)
+    chunks: int = 0
+    vector_shas: list[bytes] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+    embedded: list[str] = field(default_factory=list)  # file shas whose chunks all have one
+
+
+def embed_spec(provider: object) -> EmbedSpec | None:
+    """The local WordLlama model embeds in the workers; any other provider (a remote one
+    with its own concurrency, the encoder with its own threads and a model too big to load
+    once per worker) is left to the embed stage."""
+    from kernel.providers.local import LocalProvider
+
+    if type(provider) is not LocalProvider:
+        return None
+    cache = provider.cache_dir  # type: ignore[attr-defined]
+    return EmbedSpec(
+        provider.model,  # type: ignore[attr-defined]
+        provider.dimensions,  # type: ignore[attr-defined]
+        None if cache is None else str(cache),
+    )
+
+
+@lru_cache(maxsize=2)
+def _provider(spec: EmbedSpec) -> LocalProvider:
+    from pathlib import Path
+
+    from kernel.providers.local import LocalProvider
+
+    cache = None if spec.cache_dir is None else Path(spec.cache_dir)
+    return LocalProvider(spec.model, spec.dimensions, cache, use_cache=cache is not None)
+
+
+def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
+    """Read, check, parse, chunk (and embed) each (path, sha); a worker's task, also run
+    as is in this process."""
+    from pipeline.chunking import chunk_with_token_ids, token_ids
+    from pipeline.embed import usable_rows
+    from pipeline.parse import parse_document
+
+    out = Batch()
+    texts: dict[bytes, int] = {}  # chunk sha -> row in `ids`
+    ids: list[list[int] | str] = []  # token ids, or the text to tokenize
+    file_chunks: list[tuple[str, list[bytes]]] = []
+    for path, sha in items:
+        try:
+            raw = open(os.path.join(spec.root, path), "rb").read()  # noqa: SIM115
+        except OSError as exc:
+            out.files.append((path, sha, f"cannot read: {exc.strerror or exc}", True))
+            continue
+        if hashlib.sha256(raw).hexdigest() != sha:
+            # Changed between discover and parse: the next run picks the new version up.
+            out.files.append((path, sha, "changed while indexing; indexed at next run", True))
+            continue
+        try:
+            doc = parse_document(raw, path)
+        except Exception as exc:  # noqa: BLE001 - a parser bug must not lose the run
+            out.files.append((path, sha, f"cannot parse: {type(exc).__name__}: {exc}", True))
+            continue
+        out.files.append((path, sha, doc.error, False))
+        chunks, counted = chunk_with_token_ids(doc, spec.max_tokens, spec.overlap)
+        record = {
+            "title": doc.title,
+            "metadata": doc.metadata,
+            "error": doc.error,
+            "chunks": [c.to_json() for c in chunks],
+        }
+        out.records.append((sha, json.dumps(record)))
+        out.chunks += len(chunks)
+        if spec.embed is not None:
+            mine = []
+            for chunk, known in zip(chunks, counted, strict=True):
+                key = bytes.fromhex(chunk.sha256)
+                mine.append(key)
+                if key not in texts:
+                    texts[key] = len(ids)
+                    ids.append(known if known is not None else chunk.embed_text)
+            file_chunks.append((sha, mine))
+    if spec.embed is not None and texts:
+        strings = [i for i, v in enumerate(ids) if isinstance(v, str)]
+        tokenized = token_ids([ids[i] for i in strings])  # type: ignore[misc]
+        for i, tokens in zip(strings, tokenized, strict=True):
+            ids[i] = tokens
+        vectors = _provider(spec.embed).embed_token_ids(ids)  # type: ignore[arg-type]
+        ok = usable_rows(vectors)
+        shas = list(texts)
+        out.vector_shas = [s for s, good in zip(shas, ok, strict=True) if good]
+        out.vectors = vectors[ok]
+        # A file with an unusable vector is left to the embed stage, which asks again and
+        # reports it (pipeline.embed).
+        bad = {s for s, good in zip(shas, ok, strict=True) if not good}
+        out.embedded = [sha for sha, mine in file_chunks if not bad.intersection(mine)]
+    return out
+
+
+def processes_for(config: Config, files: int) -> int:
+    """Worker processes a run of `files` files gets: 1 (this process) when it is too small
+    to pay for a pool, or when workers cannot be forked safely (`pool_is_safe`)."""
+    if files < POOL_MIN_FILES or not pool_is_safe():
+        return 1
+    return max(1, min(worker_count(config), -(-files // BATCH_FILES)))
+
+
+def prepare(
+    config: Config,
+    todo: list[tuple[str, str]],
+    embed: EmbedSpec | None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[Batch]:
+    """The batches of `todo`, in order: in this process, or from a pool of
+    `processes_for(config, len(todo))` processes."""
+    spec = Spec(str(config.root), config.chunk_max_tokens, config.chunk_overlap_tokens, embed)
+    batches = [todo[i : i + BATCH_FILES] for i in range(0, len(todo), BATCH_FILES)]
+    workers = processes_for(config, len(todo))
+    if workers <= 1:
+        done = 0
+        for items in batches:
+            yield prepare_batch(spec, items)
+            done += len(items)
+            if progress:
+                progress(done)
+        return
+    yield from _pooled(spec, batches, workers, progress)
+
+
+def _pooled(
+    spec: Spec,
+    batches: list[list[tuple[str, str]]],
+    workers: int,
+    progress: Callable[[int], None] | None,
+) -> Iterator[Batch]:
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = ProcessPoolExecutor(workers, mp_context=_context(), initializer=_quiet_worker)
+    pending: deque[tuple[Future[Batch], int]] = deque()
+    todo = iter(batches)
+    done = 0
+    try:
+        for items in todo:
+            pending.append((pool.submit(prepare_batch, spec, items), len(items)))
+            if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
+                break
+        while pending:
+            future, size = pending.popleft()
+            try:
+                batch = future.result()
+            except BrokenProcessPool:
+                raise WorkerDied(
+                    "an ingest worker process died (out of memory?); the previous index is "
+                    "intact; MDVDB_WORKERS=1 runs without worker processes"
+                ) from None
+            for items in todo:  # refill before writing, so the workers never wait
+                pending.append((pool.submit(prepare_batch, spec, items), len(items)))
+                break
+            yield batch
+            done += size
+            if progress:
+                progress(done)
+    finally:
+        for future, _ in pending:
+            future.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def pool_is_safe() -> bool:
+    """Workers are forked (they start with the parser imported, and run nothing but their
+    tasks): on Linux, from a single-threaded process such as `mdvdb ingest`. A threaded
+    process (the MCP server, an application calling `mdvdb.ingest`) could fork while another
+    thread holds a lock, and spawning instead would re-import the caller's main module in
+    every worker; there, and on macOS and Windows, the work runs in this process."""
+    import threading
+
+    return sys.platform.startswith("linux") and threading.active_count() == 1
+
+
+def _context():
+    import multiprocessing
+
+    # The tokenizer's own threads would fight the workers for the same cores, and a
+    # tokenizer used before the fork prints a warning in each child unless this is set.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return multiprocessing.get_context("fork")
+
+
+def _quiet_worker() -> None:
+    """A worker ignores Ctrl-C: the parent receives it and shuts the pool down."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
