@@ -307,7 +307,7 @@ def _embed_meanwhile(index: Reader, query: str, params):
     provider = index.loaded_provider
     if params.query_vector != "plain" or getattr(provider, "embed_query", None) is None:
         return None
-    from query.parallel_dots import in_background
+    from query.second_core import in_background
 
     return in_background(provider.embed_query, query)
 

@@ -1,4 +1,4 @@
-"""Work a search hands to a second core: the two dense products, a warm query's embedding.
+"""The second core's helper thread: a dense product or a warm query's embedding.
 
 Hybrid search scores every chunk against the query and, for the dense feedback, against the
 mean of the best BM25 chunks (query.fusion.hybrid). Each product streams the whole mapped
@@ -19,13 +19,6 @@ from __future__ import annotations
 import os
 import threading
 from functools import lru_cache
-
-import numpy as np
-
-from query.vector import row_dots
-
-# Below this many rows a product is cheaper than handing it to another thread (~50 us).
-PARALLEL_ROWS = 20_000
 
 
 class _Job:
@@ -108,15 +101,3 @@ def in_background(function, *args) -> _Job:
         return job  # `result` runs it in the caller
     _helper().submit(job)
     return job
-
-
-def row_dots_pair(
-    matrix: np.ndarray, a: np.ndarray, b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(matrix @ a, matrix @ b) as `row_dots` computes each; on two cores when there are two
-    and the matrix is large enough to be worth it."""
-    if matrix.shape[0] < PARALLEL_ROWS or (os.cpu_count() or 1) < 2:
-        return row_dots(matrix, a), row_dots(matrix, b)
-    second = in_background(row_dots, matrix, b)
-    first = row_dots(matrix, a)
-    return first, second.result()
