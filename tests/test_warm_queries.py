@@ -33,8 +33,7 @@ if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("
     )
 
 from kernel.providers import encoder_onnx, minilm  # noqa: E402
-from query.parallel_dots import PARALLEL_ROWS, row_dots_pair  # noqa: E402
-from query.vector import row_dots  # noqa: E402
+from query.vector import PARALLEL_ROWS, DenseScorer, row_dots  # noqa: E402
 from tests.test_encoder_onnx import TEXTS  # noqa: E402
 
 MODEL = "MDVDB_EMBEDDING_MODEL=all-minilm-l6-v2\n"
@@ -177,16 +176,17 @@ def test_mdvdb_serve_embeds_queries_with_onnxruntime(minilm_notes: Path):
 
 
 def test_two_products_at_once_equal_one_after_the_other():
-    """The hybrid's query and feedback products run on two threads: same numbers."""
+    """The exact dense pass runs the query's and the feedback's products on two threads
+    (query.second_core): the same numbers as one after the other."""
     rng = np.random.default_rng(0)
     matrix = rng.standard_normal((PARALLEL_ROWS + 5, 64)).astype(np.float32)
     a, b = rng.standard_normal((2, 64)).astype(np.float32)
-    for _ in range(3):
-        first, second = row_dots_pair(matrix, a, b)
-        assert np.array_equal(first, row_dots(matrix, a))
-        assert np.array_equal(second, row_dots(matrix, b))
-    small = matrix[:100]
-    assert np.array_equal(row_dots_pair(small, a, b)[1], row_dots(small, b))
+    beta = np.float32(0.5)
+    for rows in (matrix, matrix[:100]):
+        for _ in range(3):
+            cosine, moved = DenseScorer(rows).scores(a, b, 0.5)
+            assert np.array_equal(cosine, row_dots(rows, a))
+            assert np.array_equal(moved, row_dots(rows, a) + beta * row_dots(rows, b))
 
 
 def test_a_process_that_exits_while_the_session_loads_exits_cleanly(minilm_notes: Path):
