@@ -23,6 +23,10 @@ LOCAL_ENCODER: dict[str, float] = {
     "dense_weight": 0.4,
     "feedback_weight": 0.4,
     "dense_feedback_weight": 0.5,
+    # page-level evidence on the dense side and section k1 1.5 were chosen with WordLlama
+    # (docs/search-quality.md, "CACM round 3") and not measured with an encoder: off here
+    "page_dense_weight": 0.0,
+    "section_k1": 0.0,
 }
 
 

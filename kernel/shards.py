@@ -30,9 +30,10 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # NumPy only where the global order is built: a no-op ingest never loads it
+    import numpy as np
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -199,6 +200,8 @@ def global_order(paths: list[list[str]], chunk_files: list[np.ndarray]) -> Globa
     """The one-file order of the shards' rows: files by path (pack sorts the same way:
     Python's string order), chunks by file then within-file order. `paths[s]`: shard s's
     file paths in its row order; `chunk_files[s]`: its chunks' (shard-local) file ids."""
+    import numpy as np
+
     all_paths = [p for shard in paths for p in shard]
     by_path = sorted(range(len(all_paths)), key=all_paths.__getitem__)
     file_order = np.asarray(by_path, dtype=np.int64)

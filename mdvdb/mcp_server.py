@@ -217,6 +217,9 @@ def build_server(config: Config):
     from query import open_index
 
     index = open_index(config=config)
+    # The server stays up: a local encoder's queries move to its fast session, loaded in the
+    # background so the first call is not held up (it takes the NumPy path meanwhile).
+    index.warm_up(wait=False)
     server = MCPServer(name="mdvdb", instructions=INSTRUCTIONS, log_level="WARNING")
 
     async def search(full_text: bool = False, **arguments: Any) -> CallToolResult:

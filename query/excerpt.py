@@ -119,13 +119,21 @@ def _best_start(hits: list[tuple[int, str]], limit: int) -> int:
     """Start of the window of `limit` characters covering the most distinct terms (then the
     most occurrences, then the earliest)."""
     best, best_key = hits[0][0], (-1, -1)
-    j = 0
+    counts: dict[str, int] = {}  # term -> occurrences in the window hits[i : j + 1]
+    j = -1
     for i, (start, _) in enumerate(hits):
-        j = max(j, i)
+        if i:  # the window slides: its first hit leaves (one pass, not a set per window)
+            gone = hits[i - 1][1]
+            counts[gone] -= 1
+            if not counts[gone]:
+                del counts[gone]
+        if j < i:
+            j = i
+            counts[hits[i][1]] = counts.get(hits[i][1], 0) + 1
         while j + 1 < len(hits) and hits[j + 1][0] < start + limit - 20:
             j += 1
-        window = hits[i : j + 1]
-        key = (len({t for _, t in window}), len(window))
+            counts[hits[j][1]] = counts.get(hits[j][1], 0) + 1
+        key = (len(counts), j - i + 1)
         if key > best_key:
             best, best_key = start, key
     return best

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from query.vector import DenseScorer
+from query.vector import DenseScorer, row_dots
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,20 @@ class FusionParams:
     # stop words dropped), "idf" (each content word embedded alone, weighted by its idf in
     # the index: a static model's mean of word vectors, led by the words that discriminate)
     query_vector: str = "plain"
+    # idf forms only: a word's weight is at least this share of the query's heaviest word
+    # (0: none), so a topic word common in a small one-topic folder still counts
+    query_idf_floor: float = 0.0
+    # idf forms only: where a word's idf comes from: "sections" (chunks) or "pages" (files)
+    query_idf_from: str = "sections"
+    # RM3 picks its feedback chunks from the first fused ranking with the page-level part in
+    # it (the ranking the user is shown), not from the fusion of the two sides alone
+    feedback_with_page: bool = False
+    # ρ: page-level evidence on the dense side: each section's cosine becomes
+    # (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector) (0: off)
+    page_dense_weight: float = 0.5
     # section-level BM25F k1 / b; 0 = as packed into the index (recomputed in memory from
     # the index's tf and lengths when set: how other values are measured without a re-pack)
-    section_k1: float = 0.0
+    section_k1: float = 1.5
     section_b: float = -1.0
     # a floor on a section's length in BM25F's normalisation, as a share of the mean length:
     # a stub (a title and a byline) is not rewarded for being short below it (0: no floor)
@@ -158,6 +169,7 @@ def hybrid(
     bm25: np.ndarray,
     params: FusionParams | None = None,
     page: np.ndarray | None = None,
+    pages=None,
     dense: DenseScorer | None = None,
 ) -> tuple[Fused, np.ndarray]:
     """The hybrid ranking with feedback; returns it and the first-pass cosines.
@@ -178,7 +190,28 @@ def hybrid(
     cosine, semantic = dense.scores(
         query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1
     )
-    first = fuse(bm25, cosine, params).scores
+    raw = cosine
+    if pages is not None and params.page_dense_weight > 0 and len(pages.chunks):
+        # `pages` (query.search.PageVectors): pages of several sections; a one-section
+        # page's cosine is its section's, so mixing leaves it as it is. Their sections'
+        # cosines are taken exactly here (an int8 first pass may have left them as capped
+        # estimates, and the page's share could lift one past a rescored row).
+        rho = np.float32(params.page_dense_weight)
+        sub = vectors[pages.chunks]
+        page_cosine = row_dots(pages.vectors, query_vector)[pages.rows]
+        mixed = (np.float32(1) - rho) * row_dots(sub, query_vector) + rho * page_cosine
+        cosine = cosine.copy()
+        cosine[pages.chunks] = mixed
+        if direction is None:
+            semantic = cosine
+        else:
+            beta = np.float32(params.dense_feedback_weight)
+            semantic = semantic.copy()
+            semantic[pages.chunks] = mixed + beta * row_dots(sub, direction.astype(np.float32))
+    first = fuse(bm25, cosine, params)
+    if params.feedback_with_page and page is not None and params.page_weight > 0:
+        first = with_page(first, page, params.page_weight)
+    first = first.scores
     lexical = bm25
     if params.feedback_weight > 0 and params.feedback_terms > 0:
         chunks = best(first, params.feedback_chunks)
@@ -195,7 +228,7 @@ def hybrid(
     fused = fuse(lexical, semantic, params)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight)
-    return fused, cosine
+    return fused, raw
 
 
 def with_stub_prior(fused: Fused, page_length: np.ndarray, params: FusionParams) -> Fused:

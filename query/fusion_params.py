@@ -11,11 +11,13 @@ from query.fusion import FusionParams, current
 
 
 def params_for_meta(meta: dict[str, Any]) -> FusionParams:
-    """Recorded settings first; an index from before they were recorded gets its model's.
-    Unknown names (written by another version) are ignored, bad values too."""
-    settings = meta.get("fusion")
-    if not isinstance(settings, dict):
-        settings = fusion_settings(meta.get("provider"), meta.get("model"))
+    """Recorded settings first; its model's for any name not recorded (an index from before
+    they were recorded, or before a setting joined the model's table). Unknown names (written
+    by another version) are ignored, bad values too."""
+    recorded = meta.get("fusion")
+    settings = fusion_settings(meta.get("provider"), meta.get("model"))
+    if isinstance(recorded, dict):
+        settings = {**settings, **recorded}
     base = current()
     known = {f.name for f in fields(base)}
     clean = {}

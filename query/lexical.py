@@ -220,6 +220,22 @@ class LexicalIndex:
         n = self.n_chunks
         return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
 
+    def term_page_idf(self, hashes: np.ndarray) -> np.ndarray:
+        """Page-level idf of each term hash: df counts the files holding it (a term's chunk
+        ids ascend and a file's chunks are contiguous, so its files come sorted). Falls back
+        to the chunk-level idf without chunk files."""
+        if self.chunk_files is None or not len(self.chunk_files):
+            return self.term_idf(hashes)
+        n = int(self.chunk_files[-1]) + 1
+        out = np.empty(len(hashes), dtype=np.float32)
+        for i, row in enumerate(self.lookup(hashes).tolist()):
+            df = 0
+            if row >= 0:
+                files = self.chunk_files[self.chunk_ids[self.offsets[row] : self.offsets[row + 1]]]
+                df = int(np.count_nonzero(files[1:] != files[:-1])) + 1 if len(files) else 0
+            out[i] = np.log1p((n - df + 0.5) / (df + 0.5))
+        return out
+
     def scores(self, query: str) -> np.ndarray:
         """BM25F score of every chunk (0 where no query term occurs)."""
         hashes = text_analysis.term_ids(query)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +24,9 @@ NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
 
 
-def query_vector(index: Reader, query: str, form: str = "plain") -> np.ndarray:
+def query_vector(
+    index: Reader, query: str, form: str = "plain", floor: float = 0.0, idf_from: str = "sections"
+) -> np.ndarray:
     """The query's embedding. `form` (query.fusion.FusionParams.query_vector):
     - "plain": the whole query, as the provider embeds any text;
     - "idf-raw": for a static model (a vector is the mean of its tokens' vectors: the
@@ -50,9 +53,12 @@ def query_vector(index: Reader, query: str, form: str = "plain") -> np.ndarray:
     from query.lexical import lexical_index
 
     lexical = lexical_index(index)
-    weights = np.array([float(lexical.term_idf(ids).mean()) for _, ids in words], dtype=np.float32)
+    idf = lexical.term_page_idf if idf_from == "pages" else lexical.term_idf
+    weights = np.array([float(idf(ids).mean()) for _, ids in words], dtype=np.float32)
     if form.endswith("-sqrt"):
         weights = np.sqrt(weights)
+    if floor > 0 and len(weights):
+        weights = np.maximum(weights, np.float32(floor) * weights.max())
     if form.startswith("idf-raw"):
         vectors = token_sums([w for w, _ in words])
     else:
@@ -60,6 +66,44 @@ def query_vector(index: Reader, query: str, form: str = "plain") -> np.ndarray:
     q = (weights[:, None] * vectors).sum(axis=0)
     norm = float(np.linalg.norm(q))
     return (q / norm).astype(np.float32) if norm > 0 else provider.embed([query])[0]
+
+
+@dataclass
+class PageVectors:
+    """The dense side's view of pages of more than one section: each one's mean section
+    vector, normalised (`vectors`), and for every section of such a page (`chunks`) the row
+    of its page (`rows`). A one-section page's vector is its section's, so its cosine is
+    known already: only these pages cost a matrix-vector product per query."""
+
+    vectors: np.ndarray
+    chunks: np.ndarray
+    rows: np.ndarray
+
+
+def page_vectors(index: Reader) -> PageVectors:
+    """Once per snapshot: a file's chunks are contiguous, so one `reduceat`."""
+    snap = index.snapshot
+    found = snap.cache.get("page_vectors")
+    if found is None:
+        files = snap.chunk_file_ids
+        dims = snap.vectors.shape[1]
+        empty = np.zeros(0, dtype=np.int64)
+        found = PageVectors(np.zeros((0, dims), dtype=np.float32), empty, empty)
+        if len(files):
+            starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+            sizes = np.diff(np.r_[starts, len(files)])
+            multi = sizes > 1
+            if multi.any():
+                vectors = np.asarray(snap.vectors, dtype=np.float32)
+                sums = np.add.reduceat(vectors, starts, axis=0)[multi]
+                norms = np.linalg.norm(sums, axis=1, keepdims=True)
+                chunks = np.concatenate(
+                    [np.arange(a, a + n) for a, n in zip(starts[multi], sizes[multi], strict=True)]
+                )
+                rows = np.repeat(np.arange(int(multi.sum())), sizes[multi])
+                found = PageVectors(sums / np.maximum(norms, np.float32(1e-12)), chunks, rows)
+        snap.cache["page_vectors"] = found
+    return found
 
 
 def semantic_scores(index: Reader, query: str) -> np.ndarray:
@@ -187,15 +231,15 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
         return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
     if mode == "hybrid":
         from query.fusion import best, for_query, hybrid
+        from query.fusion_params import params_for
 
+        embedding = _embed_meanwhile(index, query, for_query(query, params_for(index)))
         lexical = lexical_index(index)
         bm25 = lexical.scores(query)
         vectors = index.snapshot.vectors
         if vectors.shape[0] == 0:
             empty = np.zeros(0, dtype=np.float32)
             return empty, {"_candidates": empty > 0}
-        from query.fusion_params import params_for
-
         params = params_for(index)  # the defaults, as the index's model calls for
         if params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor:
             floor = params.section_length_floor
@@ -213,14 +257,16 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             by_file = lexical.page_scores(query, params.page_k1, params.page_b)
             page = by_file[index.snapshot.chunk_file_ids] if by_file is not None else None
         params = for_query(query, params)
+        qvec = (
+            embedding.result()
+            if embedding
+            else query_vector(
+                index, query, params.query_vector, params.query_idf_floor, params.query_idf_from
+            )
+        )
+        pages = page_vectors(index) if params.page_dense_weight > 0 else None
         fused, cosine = hybrid(
-            lexical,
-            vectors,
-            query_vector(index, query, params.query_vector),
-            bm25,
-            params,
-            page=page,
-            dense=dense_scorer(index),
+            lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense_scorer(index)
         )
         if params.stub_length > 0 and params.stub_weight > 0:
             from query.fusion import with_stub_prior
@@ -251,6 +297,19 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                 parts = {"name": part.astype(np.float32), **parts, "fused": scores}
         return scores, {**parts, "_candidates": scores > 0}
     raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
+
+
+def _embed_meanwhile(index: Reader, query: str, params):
+    """The query's embedding started on the second core while BM25 is scored, for a warm
+    process whose query embedder is an encoder (`embed_query`: ~3 ms a query that releases
+    the GIL); None otherwise (a cold search, whose provider is not loaded yet, keeps the
+    plain order; WordLlama's embedding is a fraction of a millisecond)."""
+    provider = index.loaded_provider
+    if params.query_vector != "plain" or getattr(provider, "embed_query", None) is None:
+        return None
+    from query.second_core import in_background
+
+    return in_background(provider.embed_query, query)
 
 
 def build_results(

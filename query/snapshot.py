@@ -196,6 +196,32 @@ class Reader:
             self._provider = provider
         return self._provider
 
+    @property
+    def loaded_provider(self):
+        """The query embedder if a query has loaded it already, else None (loads nothing)."""
+        return self._provider
+
+    def warm_up(self, wait: bool = True) -> bool:
+        """Get ready for many queries: map the index, load the query embedder and, for a
+        local encoder, switch this process's queries to its fast session (loaded now, or in
+        the background when not `wait`). `mdvdb serve` and `mdvdb mcp` call it at start; a
+        library Index does it by itself from its second query. True when the fast query
+        path is in use (or loading); False when there is none, or no index yet."""
+        from kernel.config import local_model_is_encoder
+
+        config = self.config
+        if config.embedding_provider != "local" or not local_model_is_encoder(
+            config.embedding_model
+        ):
+            return False  # the static model has no slower path; a remote one bills requests
+        try:
+            if self.snapshot.vectors.shape[0] == 0:
+                return False
+            warm = getattr(self.provider(), "warm_up", None)
+            return bool(warm(wait)) if warm is not None else False
+        except Exception:  # no index yet, a model that does not load: the query reports it
+            return False
+
 
 def provider_mismatch(meta: dict[str, Any], config: Config) -> str | None:
     """What differs between the embedding model an index was built with (its meta) and the

@@ -143,3 +143,35 @@ def test_explain_adds_up_with_the_stub_prior_and_other_query_vectors(project: Pa
         total = sum(hit.explain.get(name, 0.0) for name in additive)
         assert total == pytest.approx(hit.explain["fused"], abs=5e-6)
         assert hit.score == pytest.approx(hit.explain["fused"], abs=5e-6)
+
+
+def test_the_dense_side_sees_a_sections_page(project: Path):
+    """Page-level evidence on the dense side (ρ): the upgrades page's "Before you start" does
+    not say kubernetes, its sibling section does; with ρ its semantic part gains on the
+    hardware page's same-worded section, and without ρ it does not."""
+    from query import fusion, open_index
+
+    index = open_index(config=load_config(project, environ={}))
+
+    def semantic(**settings) -> dict[str, float]:
+        with fusion.overridden(**settings):
+            hits = index.search("drain kubernetes nodes", limit=10, explain=True).results
+        drains = [hit for hit in hits if hit.heading == "Before you start"]
+        return {hit.path: hit.explain["semantic"] for hit in drains}
+
+    with_page, without = semantic(), semantic(page_dense_weight=0.0)
+    assert fusion.current().page_dense_weight > 0
+    assert without["upgrades.md"] < without["maintenance.md"]
+    assert with_page["upgrades.md"] > with_page["maintenance.md"]
+
+
+def test_an_encoder_index_keeps_the_settings_it_was_measured_with():
+    """The round-3 settings were chosen with WordLlama: an encoder's index, even one recorded
+    before they existed, gets its model's values (off), a WordLlama index the defaults."""
+    from query.fusion_params import params_for_meta
+
+    minilm = {"provider": "local", "model": "all-minilm-l6-v2", "fusion": {"dense_weight": 0.4}}
+    old = params_for_meta(minilm)
+    assert (old.dense_weight, old.page_dense_weight, old.section_k1) == (0.4, 0.0, 0.0)
+    static = params_for_meta({"provider": "local", "model": "wordllama-l2-supercat", "fusion": {}})
+    assert static.page_dense_weight == 0.5 and static.section_k1 == 1.5

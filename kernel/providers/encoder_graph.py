@@ -38,10 +38,17 @@ def _int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return quantised, scale
 
 
-def build_graph(weights: dict[str, np.ndarray], spec, out: Path) -> None:
-    """Write the encoder graph to `out`: inputs input_ids, attention_mask (int64, batch x
+def build_graph(weights: dict[str, np.ndarray], spec, out: Path, quantise: bool = True) -> None:
+    """Write the encoder graph to `out` (`graph_bytes`)."""
+    out.write_bytes(graph_bytes(weights, spec, quantise))
+
+
+def graph_bytes(weights: dict[str, np.ndarray], spec, quantise: bool = True) -> bytes:
+    """The encoder graph, serialised: inputs input_ids, attention_mask (int64, batch x
     length); output `embedding` (batch x hidden), pooled as the model's pooling config says
-    (mean over the mask, or the [CLS] row), not yet unit length."""
+    (mean over the mask, or the [CLS] row), not yet unit length. `quantise=False` keeps every
+    product float32: the reference's function on onnxruntime's kernels (a warm process's
+    query path, `minilm.warm_queries`)."""
     from onnx import TensorProto
     from onnx import helper as oh
     from onnx import numpy_helper as nh
@@ -62,6 +69,9 @@ def build_graph(weights: dict[str, np.ndarray], spec, out: Path) -> None:
         return name
 
     def int8_linear(x: str, name: str, weight: np.ndarray, bias: np.ndarray) -> str:
+        if not quantise:
+            product = node("MatMul", [x, const(name + ".weight.T", np.ascontiguousarray(weight.T))])
+            return node("Add", [product, const(name + ".bias", bias.astype(np.float32))])
         quantised, scale = _int8_columns(np.ascontiguousarray(weight.T))
         return node(
             "DynamicQuantizeMatMul",
@@ -148,4 +158,4 @@ def build_graph(weights: dict[str, np.ndarray], spec, out: Path) -> None:
         graph, opset_imports=[oh.make_opsetid("", OPSET), oh.make_opsetid(MS_DOMAIN, 1)]
     )
     model.ir_version = 9
-    out.write_bytes(model.SerializeToString())
+    return model.SerializeToString()

