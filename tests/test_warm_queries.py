@@ -64,6 +64,7 @@ def fresh_query_path(folder: Path) -> minilm._QueryPath:
     return state
 
 
+@pytest.mark.slow
 def test_an_open_index_switches_to_onnxruntime_from_its_second_query(minilm_notes: Path):
     from kernel.config import load_config
     from query import open_index
@@ -189,6 +190,7 @@ def test_two_products_at_once_equal_one_after_the_other():
             assert np.array_equal(moved, row_dots(rows, a) + beta * row_dots(rows, b))
 
 
+@pytest.mark.slow
 def test_a_process_that_exits_while_the_session_loads_exits_cleanly(minilm_notes: Path):
     """Two queries, then exit at once: the background load is waited for, no crash."""
     code = (
