@@ -294,7 +294,7 @@ def test_ctrl_c_during_a_hung_request_exits_at_once_and_keeps_the_batches(notes)
         interrupted = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
-        assert proc.returncode == 130 and stderr == "mdvdb: interrupted\n"
+        assert proc.returncode == 130 and stderr == "mdvdb: interrupted\n", stderr
         assert time.monotonic() - interrupted < 5  # not held up by the hung socket
         db = sqlite3.connect(notes / ".markdownvdb.state" / "cache.sqlite3")
         assert db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 6  # 3 batches of 2

@@ -206,9 +206,15 @@ class HttpEmbeddingProvider(ABC):
             raise error
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        client, self._client = self._client, None
+        if client is None:
+            return
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - a batch still in flight on a worker thread (Ctrl-C
+            # mid-request): the run is ending either way, and an error here would replace the
+            # interrupt (exit 130) with a traceback (exit 1)
+            pass
 
     # -- one batch --------------------------------------------------------------------------
     def _embed_batch(self, texts: list[str], stop: threading.Event) -> np.ndarray:
