@@ -191,7 +191,13 @@ class HttpEmbeddingProvider(ABC):
         finished = 0
         try:
             while finished < workers:
-                i, vectors, exc = results.get()
+                try:
+                    i, vectors, exc = results.get(timeout=0.2)
+                except queue.Empty:
+                    # A timed wait: Ctrl-C may be delivered to a worker thread blocked in a
+                    # socket, and an untimed wait here would only see it when that thread
+                    # gives up (after all its retries); waking up raises it at once.
+                    continue
                 if i < 0:
                     finished += 1
                 elif exc is not None:
