@@ -284,6 +284,9 @@ def test_ctrl_c_during_a_hung_request_exits_at_once_and_keeps_the_batches(notes)
         proc = subprocess.Popen(
             [sys.executable, "-m", "mdvdb", "ingest", "--root", str(notes)],
             env=env,
+            # Ctrl-C as a terminal delivers it: a test run started in the background by a
+            # non-interactive shell ignores SIGINT, and the child would inherit that.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
