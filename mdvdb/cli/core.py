@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Annotated, Any
 
@@ -25,27 +24,6 @@ from mdvdb.cli.app import (
 )
 from mdvdb.cli.declared import declare_command, field_values, on_project
 from query import OPTIONS
-
-
-class _Progress:
-    """A one-line progress display on a terminal; silent otherwise."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.last = 0.0
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last < 0.1 and done < total):
-            return
-        self.last = now
-        width = 30
-        filled = int(width * done / max(total, 1))
-        bar = "#" * filled + "-" * (width - filled)
-        sys.stderr.write(f"\r{stage:>8} [{bar}] {done}/{total}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
 
 
 @app.command()
