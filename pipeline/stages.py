@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +113,9 @@ class Parsed:
     chunks: int = 0  # chunks cut from the parsed files (pipeline.workers chunks as it parses)
     embedded: int = 0  # of which embedded on the way (the local model)
     workers: int = 1  # processes that did it (pipeline.workers)
+    # The lexical analyses of the chunks cut (`pipeline.lexical.Store`): pack merges them
+    # into postings instead of analysing every chunk again on one core.
+    analysed: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -362,13 +365,18 @@ def parse(
     chunked = state.chunked(chunk_key(config), [sha for _, sha in todo])
     todo = [(path, sha) for path, sha in todo if sha not in chunked]
     problems: list[Problem] = []
-    failed, chunks, embedded = _prepare_files(config, state, todo, problems, progress, provider)
+    analysed: list = []
+    failed, chunks, embedded = _prepare_files(
+        config, state, todo, problems, progress, provider, analysed
+    )
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
+    from pipeline.lexical import Store
     from pipeline.workers import processes_for
 
     workers = processes_for(config, len(todo))
     digest = digest_of(kept.digest)
-    return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers)
+    lexical = Store.join(analysed) if analysed else None
+    return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers, lexical)
 
 
 def _prepare_files(
@@ -378,10 +386,11 @@ def _prepare_files(
     problems: list[Problem],
     progress: Progress,
     provider: EmbeddingProvider | None,
+    analysed: list | None = None,
 ) -> tuple[list[str], int, int]:
     """Parse, chunk (and embed) (path, sha) pairs into the caches, one transaction per
     batch; returns the paths that failed (reported), the chunks cut and the chunks
-    embedded."""
+    embedded. The batches' lexical analyses go to `analysed`."""
     from pipeline.embed import model_key
     from pipeline.workers import WorkerDied, embed_spec, prepare
 
@@ -402,6 +411,8 @@ def _prepare_files(
             state.put_prepared(key, batch.records, model, shas, vectors, batch.embedded)
             chunks += batch.chunks
             embedded += len(shas)
+            if analysed is not None and batch.lexical is not None:
+                analysed.append(batch.lexical)
     except WorkerDied as exc:
         raise IngestError(str(exc)) from None
     if embedded and spec is not None and spec.cache_dir is not None:
@@ -670,10 +681,12 @@ def pack(
     provider: EmbeddingProvider,
     problems: tuple[Problem, ...],
     schema: Schema | None = None,
+    analysed: Any = None,
 ) -> Packed:
     """Assemble every table and publish the one index file atomically, then hand what the
     new index holds over from the caches to it (`State.hand_over`). `schema`: the schema
-    stage's output of this run, used when it was made from this manifest."""
+    stage's output of this run, used when it was made from this manifest; `analysed`: the
+    lexical analyses the parse stage made (`Parsed.analysed`)."""
     from kernel.fusion_models import fusion_settings
     from pipeline.embed import model_key
     from pipeline.pack import publish
@@ -696,9 +709,9 @@ def pack(
     if config.shards > 1:
         return _pack_shards(config, manifest, state, sources, meta, digest)
     if schema is not None and schema.manifest_digest == manifest.digest:
-        written = publish(config.index_path, sources, meta, schema.plan, schema.update)
+        written = publish(config.index_path, sources, meta, schema.plan, schema.update, analysed)
     else:
-        written = publish(config.index_path, sources, meta)
+        written = publish(config.index_path, sources, meta, analysed=analysed)
     damaged = tuple(
         (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
         for path in written.damaged

@@ -35,6 +35,7 @@ import numpy as np
 if TYPE_CHECKING:
     from kernel.config import Config
     from kernel.providers.local import LocalProvider
+    from pipeline.lexical import Store
 
 # Fewer files than this run in this process: starting workers (each imports the parser and
 # loads the tokenizer, ~0.3 s) would cost more than it saves.
@@ -75,6 +76,7 @@ class Spec:
     max_tokens: int
     overlap: int
     embed: EmbedSpec | None  # None: chunk only (the embed stage embeds)
+    lexical: bool = True  # analyse each chunk's words for the lexical postings
 
 
 @dataclass
@@ -88,6 +90,9 @@ class Batch:
     vector_shas: list[bytes] = field(default_factory=list)
     vectors: np.ndarray | None = None
     embedded: list[str] = field(default_factory=list)  # file shas whose chunks all have one
+    # The lexical analysis of every chunk (`pipeline.lexical.Store`), made here so that pack
+    # only merges postings; None when the batch was not asked for it.
+    lexical: Store | None = None
 
 
 def embed_spec(provider: object) -> EmbedSpec | None:
@@ -121,9 +126,12 @@ def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
     as is in this process."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
     from pipeline.embed import usable_rows
+    from pipeline.lexical import Store, analyse_chunks
     from pipeline.parse import parse_document
 
     out = Batch()
+    lex_keys: list[np.ndarray] = []
+    lex: list = []
     texts: dict[bytes, int] = {}  # chunk sha -> row in `ids`
     ids: list[list[int] | str] = []  # token ids, or the text to tokenize
     file_chunks: list[tuple[str, list[bytes]]] = []
@@ -152,6 +160,12 @@ def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
         }
         out.records.append((sha, json.dumps(record)))
         out.chunks += len(chunks)
+        if spec.lexical and chunks:
+            keys, analysed = analyse_chunks(
+                doc.title, [(c.heading, c.heading_path, c.text, c.sha256) for c in chunks]
+            )
+            lex_keys.append(keys)
+            lex.extend(analysed)
         if spec.embed is not None:
             mine = []
             for chunk, known in zip(chunks, counted, strict=True):
@@ -161,6 +175,9 @@ def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
                     texts[key] = len(ids)
                     ids.append(known if known is not None else chunk.embed_text)
             file_chunks.append((sha, mine))
+    if spec.lexical:
+        keys = np.concatenate(lex_keys) if lex_keys else np.zeros(0, np.uint64)
+        out.lexical = Store.of(keys, lex)
     if spec.embed is not None and texts:
         strings = [i for i, v in enumerate(ids) if isinstance(v, str)]
         tokenized = token_ids([ids[i] for i in strings])  # type: ignore[misc]
@@ -194,7 +211,13 @@ def prepare(
 ) -> Iterator[Batch]:
     """The batches of `todo`, in order: in this process, or from a pool of
     `processes_for(config, len(todo))` processes."""
-    spec = Spec(str(config.root), config.chunk_max_tokens, config.chunk_overlap_tokens, embed)
+    spec = Spec(
+        str(config.root),
+        config.chunk_max_tokens,
+        config.chunk_overlap_tokens,
+        embed,
+        lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
+    )
     batches = [todo[i : i + BATCH_FILES] for i in range(0, len(todo), BATCH_FILES)]
     workers = processes_for(config, len(todo))
     if workers <= 1:
