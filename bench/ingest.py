@@ -23,6 +23,7 @@ byte but the times of writing and of clustering).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -252,11 +253,11 @@ def main() -> None:
         rows = []
         for name in args.corpora:
             for n in args.workers:
-                runs = [
-                    full_build(name, n, python, label)
-                    for _ in range(args.rounds)
-                    for label, python in codes
-                ]
+                runs = []
+                for _ in range(args.rounds):
+                    for label, python in codes:
+                        runs.append(full_build(name, n, python, label))
+                        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)  # as it comes
                 rows += _medians(runs) if args.rounds > 1 else runs
         print_table("mdvdb ingest, full build per MDVDB_WORKERS", rows, args.json)
         return
