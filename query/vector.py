@@ -82,6 +82,28 @@ class Int8Rows:
         return np.multiply(raw.T, step[:, None], order="C")
 
 
+@dataclass(frozen=True)
+class PageSide:
+    """Page-level dense evidence as the scorer mixes it in (`mixed`): the normalised mean
+    vector of each page of several sections (`vectors`), for each section of such a page
+    (`chunks`) the row of its page (`rows`), and per chunk that row or -1 (`page_of`), so
+    a rescored row finds its page without a search. `compact`: the pages' int8 copy, beside
+    the chunks' one in a long-lived reader."""
+
+    vectors: np.ndarray
+    chunks: np.ndarray
+    rows: np.ndarray
+    page_of: np.ndarray
+    compact: Int8Rows | None = None
+
+    @classmethod
+    def of(cls, pages, n: int, quantise: bool = False) -> PageSide:
+        page_of = np.full(n, -1, dtype=np.int64)
+        page_of[pages.chunks] = pages.rows
+        compact = Int8Rows.of(pages.vectors) if quantise and len(pages.chunks) else None
+        return cls(pages.vectors, pages.chunks, pages.rows, page_of, compact)
+
+
 class DenseScorer:
     """Cosines of every row against a query (and the dense-feedback direction), exact or by
     an int8 pass plus exact rescoring. The rows outside the rescored set keep their int8
@@ -89,10 +111,17 @@ class DenseScorer:
     one, so a top-k or a top-`pool` floor taken on the result is the exact one whenever the
     exact top-k is among the rescored rows (and `explain` still shows a near cosine)."""
 
-    def __init__(self, matrix: np.ndarray, compact: Int8Rows | None = None, depth: int = 0):
+    def __init__(
+        self,
+        matrix: np.ndarray,
+        compact: Int8Rows | None = None,
+        depth: int = 0,
+        pages: PageSide | None = None,
+    ):
         self.matrix = matrix
         self.compact = compact
         self.depth = depth or RESCORE_DEPTH
+        self.pages = pages
 
     def scores(
         self,
@@ -101,40 +130,100 @@ class DenseScorer:
         beta: float = 0.0,
         keep: int = 0,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(matrix @ q, matrix @ (q + beta * direction)): the first-pass cosine and the
-        dense-feedback score (the second is the first when `direction` is None). `keep`: the
-        caller reads the best `keep` scores, so at least that many rows are rescored."""
+        """(matrix @ q, matrix @ q + beta * (matrix @ direction)): the first-pass cosine and
+        the dense-feedback score (the second is the first when `direction` is None). `keep`:
+        the caller reads the best `keep` scores, so at least that many rows are rescored."""
+        _, cosine, moved = self.mixed(query, direction, beta, keep)
+        return cosine, moved
+
+    def mixed(
+        self,
+        query: np.ndarray,
+        direction: np.ndarray | None = None,
+        beta: float = 0.0,
+        keep: int = 0,
+        rho: float = 0.0,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(raw cosine, cosine, moved): `scores`, with page-level evidence when the scorer
+        has `pages` and rho > 0: a section of a page of several sections scores
+        (1 - rho) * cos(q, section) + rho * cos(q, page), and its moved score adds
+        beta * (section . direction). The raw cosine is the section's own (`explain`)."""
         query = query.astype(np.float32, copy=False)
-        beta32 = np.float32(beta)
+        if direction is not None:
+            direction = direction.astype(np.float32, copy=False)
+        pages = self.pages if rho > 0 and self.pages is not None else None
+        if pages is not None and not len(pages.chunks):
+            pages = None
         depth = max(self.depth, keep)
         if self.compact is None or self.matrix.shape[0] <= depth:
-            if direction is None:
-                cosine = row_dots(self.matrix, query)
-                return cosine, cosine
-            direction = direction.astype(np.float32)
-            if self.matrix.shape[0] < PARALLEL_ROWS:
-                cosine = row_dots(self.matrix, query)
-                return cosine, cosine + beta32 * row_dots(self.matrix, direction)
+            return self._exact(query, direction, np.float32(beta), pages, np.float32(rho))
+        return self._rescored(query, direction, np.float32(beta), pages, np.float32(rho), depth)
+
+    def _exact(self, query, direction, beta, pages, rho):
+        """Every row scored from float32; the page mix reuses the rows' products (no
+        gather of the sections of multi-section pages: at 131k chunks that was a 134 MB copy
+        and two more scans per query)."""
+        moved_dots = None
+        if direction is None:
+            cosine = row_dots(self.matrix, query)
+        elif self.matrix.shape[0] < PARALLEL_ROWS:
+            cosine = row_dots(self.matrix, query)
+            moved_dots = row_dots(self.matrix, direction)
+        else:
             # Both products at once, the second on the other core (query.second_core).
             from query.second_core import in_background
 
             moved = in_background(row_dots, self.matrix, direction)
             cosine = row_dots(self.matrix, query)
-            return cosine, cosine + beta32 * moved.result()
+            moved_dots = moved.result()
+        raw = cosine
+        if pages is not None:
+            page_cosine = row_dots(pages.vectors, query)[pages.rows]
+            mix = (np.float32(1) - rho) * cosine[pages.chunks] + rho * page_cosine
+            cosine = cosine.copy()
+            cosine[pages.chunks] = mix
+        if moved_dots is None:
+            return raw, cosine, cosine
+        semantic = raw + beta * moved_dots
+        if pages is not None:
+            semantic[pages.chunks] = mix + beta * moved_dots[pages.chunks]
+        return raw, cosine, semantic
+
+    def _rescored(self, query, direction, beta, pages, rho, depth):
+        """The int8 pass over every row (and every page), the best `depth` rows of each
+        score rescored exactly from float32, the rest capped below them."""
         rows = query[None] if direction is None else np.stack([query, direction])
         approx = self.compact.dots(rows)
-        cosine = approx[0]
-        moved = cosine if direction is None else cosine + beta32 * approx[1]
+        raw = approx[0]
+        cosine = raw
+        if pages is not None:
+            page_approx = pages.compact.dots(query[None])[0] if pages.compact is not None else None
+            if page_approx is None:
+                page_approx = row_dots(pages.vectors, query)
+            cosine = raw.copy()
+            cosine[pages.chunks] = (np.float32(1) - rho) * raw[pages.chunks] + rho * page_approx[
+                pages.rows
+            ]
+        moved = cosine if direction is None else cosine + beta * approx[1]
         picked = _best_rows(cosine, depth)
         if direction is not None:
             picked = np.union1d(picked, _best_rows(moved, depth))
         exact = self.matrix[picked]  # gather: depth rows, not n
-        exact_cos = row_dots(exact, query)
-        cosine = _with_exact(cosine, picked, exact_cos)
+        exact_raw = row_dots(exact, query)
+        exact_cos = exact_raw
+        if pages is not None:
+            page_rows = pages.page_of[picked]
+            multi = np.flatnonzero(page_rows >= 0)
+            if len(multi):
+                page_cosine = row_dots(pages.vectors[page_rows[multi]], query)
+                exact_cos = exact_raw.copy()
+                exact_cos[multi] = (np.float32(1) - rho) * exact_raw[multi] + rho * page_cosine
+        raw = _with_exact(raw, picked, exact_raw)  # in place: approx is ours
+        cosine = raw if pages is None else _with_exact(cosine, picked, exact_cos)
         if direction is None:
-            return cosine, cosine
-        exact_moved = exact_cos + beta32 * row_dots(exact, direction.astype(np.float32))
-        return cosine, _with_exact(moved, picked, exact_moved)
+            return raw, cosine, cosine
+        exact_moved = exact_cos + beta * row_dots(exact, direction)
+        return raw, cosine, _with_exact(moved, picked, exact_moved)
 
 
 def _best_rows(scores: np.ndarray, k: int) -> np.ndarray:
@@ -148,27 +237,33 @@ def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.n
     return approx
 
 
-def dense_scorer(index) -> DenseScorer:
+def dense_scorer(index, pages=None) -> DenseScorer:
     """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS: `exact`; `int8`;
     `auto` (default) = int8 from AUTO_MIN_ROWS chunks on, once the snapshot has answered a
     vector query (a one-shot `mdvdb search` never pays for a copy it would use once: building
-    it is a pass over the matrix, as dear as the exact scan)."""
+    it is a pass over the matrix, as dear as the exact scan). `pages` (query.search.
+    PageVectors, or None): the page-level side, quantised beside the rows when they are."""
     snap = index.snapshot
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
     n = matrix.shape[0]
+    compact = None
     if mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS):
-        return DenseScorer(matrix)
-    if not _has_simsimd():  # a platform without its wheel: the exact scans, same results
-        return DenseScorer(matrix)
-    compact = snap.cache.get("int8_rows")
-    if compact is None:
-        seen = snap.cache.get("vector_queries", 0)
-        snap.cache["vector_queries"] = seen + 1
-        if mode == "auto" and seen == 0:
-            return DenseScorer(matrix)
-        compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
-    return DenseScorer(matrix, compact)
+        pass
+    elif _has_simsimd():  # a platform without its wheel: the exact scans, same results
+        compact = snap.cache.get("int8_rows")
+        if compact is None:
+            seen = snap.cache.get("vector_queries", 0)
+            snap.cache["vector_queries"] = seen + 1
+            if not (mode == "auto" and seen == 0):
+                compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
+    side = None
+    if pages is not None:
+        key = "page_side_int8" if compact is not None else "page_side"
+        side = snap.cache.get(key)
+        if side is None:
+            side = snap.cache[key] = PageSide.of(pages, n, quantise=compact is not None)
+    return DenseScorer(matrix, compact, pages=side)
 
 
 def _has_simsimd() -> bool:
