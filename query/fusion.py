@@ -194,7 +194,7 @@ def hybrid(
     if rho > 0 and dense.pages is None:
         from query.vector import PageSide
 
-        dense.pages = PageSide.of(pages, vectors.shape[0])
+        dense.pages = PageSide.of(pages, vectors)
     raw, cosine, semantic = dense.mixed(
         query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1, rho=rho
     )

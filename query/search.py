@@ -268,7 +268,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             )
         )
         pages = page_vectors(index) if params.page_dense_weight > 0 else None
-        dense = dense_scorer(index, pages)
+        dense = dense_scorer(index, pages, params.page_dense_weight)
         fused, cosine = hybrid(
             lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense
         )

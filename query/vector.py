@@ -87,21 +87,50 @@ class PageSide:
     """Page-level dense evidence as the scorer mixes it in (`mixed`): the normalised mean
     vector of each page of several sections (`vectors`), for each section of such a page
     (`chunks`) the row of its page (`rows`), and per chunk that row or -1 (`page_of`), so
-    a rescored row finds its page without a search. `compact`: the pages' int8 copy, beside
-    the chunks' one in a long-lived reader."""
+    a rescored row finds its page without a search. `compact`, in a long-lived reader: an
+    int8 copy of every chunk's mixed vector (1 - rho) * section + rho * page (a section of a
+    one-section page: itself) for the `rho` it was built with; a cosine is linear in the
+    vector, so one int8 pass over it estimates every mixed cosine, with no pass over the
+    pages and no gather per query."""
 
     vectors: np.ndarray
     chunks: np.ndarray
     rows: np.ndarray
     page_of: np.ndarray
     compact: Int8Rows | None = None
+    rho: float = 0.0
 
     @classmethod
-    def of(cls, pages, n: int, quantise: bool = False) -> PageSide:
-        page_of = np.full(n, -1, dtype=np.int64)
+    def of(cls, pages, matrix: np.ndarray, rho: float = 0.0) -> PageSide:
+        """`rho` > 0: with the int8 copy of the mixed vectors (a pass over the matrix)."""
+        page_of = np.full(matrix.shape[0], -1, dtype=np.int64)
         page_of[pages.chunks] = pages.rows
-        compact = Int8Rows.of(pages.vectors) if quantise and len(pages.chunks) else None
-        return cls(pages.vectors, pages.chunks, pages.rows, page_of, compact)
+        compact = None
+        if rho > 0 and len(pages.chunks):
+            compact = Int8Rows.of(_MixedRows(matrix, pages.vectors, page_of, np.float32(rho)))
+        return cls(pages.vectors, pages.chunks, pages.rows, page_of, compact, rho)
+
+
+@dataclass(frozen=True)
+class _MixedRows:
+    """The mixed vectors of `PageSide.compact`, made a block of rows at a time (Int8Rows.of
+    slices them): never a whole float32 copy of the matrix."""
+
+    matrix: np.ndarray
+    pages: np.ndarray
+    page_of: np.ndarray
+    rho: np.float32
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.matrix.shape
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        part = np.array(self.matrix[rows], dtype=np.float32)
+        page = self.page_of[rows]
+        multi = page >= 0
+        part[multi] = (np.float32(1) - self.rho) * part[multi] + self.rho * self.pages[page[multi]]
+        return part
 
 
 class DenseScorer:
@@ -155,7 +184,10 @@ class DenseScorer:
         if pages is not None and not len(pages.chunks):
             pages = None
         depth = max(self.depth, keep)
-        if self.compact is None or self.matrix.shape[0] <= depth:
+        fast = self.compact is not None or (
+            pages is not None and pages.compact is not None and pages.rho == rho
+        )
+        if not fast or self.matrix.shape[0] <= depth:
             return self._exact(query, direction, np.float32(beta), pages, np.float32(rho))
         return self._rescored(query, direction, np.float32(beta), pages, np.float32(rho), depth)
 
@@ -190,24 +222,28 @@ class DenseScorer:
         return raw, cosine, semantic
 
     def _rescored(self, query, direction, beta, pages, rho, depth):
-        """The int8 pass over every row (and every page), the best `depth` rows of each
-        score rescored exactly from float32, the rest capped below them."""
+        """The int8 pass over every row, the best `depth` rows of each score rescored exactly
+        from float32, the rest capped below them. With pages, the pass is over the mixed
+        vectors (`PageSide.compact`) and the feedback direction is estimated on them too
+        (only which rows get rescored depends on it); rescored rows are exact."""
+        mixed = pages is not None and pages.compact is not None and pages.rho == rho
         rows = query[None] if direction is None else np.stack([query, direction])
-        approx = self.compact.dots(rows)
-        raw = approx[0]
-        cosine = raw
-        if pages is not None:
-            page_approx = pages.compact.dots(query[None])[0] if pages.compact is not None else None
-            if page_approx is None:
-                page_approx = row_dots(pages.vectors, query)
+        # With pages, both directions on the mixed vectors in one pass: the query's is the
+        # mixed cosine itself, the direction's only estimates (section . direction) (it is
+        # (page . direction) in part), so the moved score's rescored set is twice as deep.
+        approx = (pages.compact if mixed else self.compact).dots(rows)
+        raw = cosine = approx[0]
+        moved_dots = approx[1] if direction is not None else None
+        moved_depth = 2 * depth if mixed else depth
+        if pages is not None and not mixed:  # another rho than the copy's: mix here
+            page_cosine = row_dots(pages.vectors, query)[pages.rows]
             cosine = raw.copy()
-            cosine[pages.chunks] = (np.float32(1) - rho) * raw[pages.chunks] + rho * page_approx[
-                pages.rows
-            ]
-        moved = cosine if direction is None else cosine + beta * approx[1]
+            cosine[pages.chunks] *= np.float32(1) - rho
+            cosine[pages.chunks] += rho * page_cosine
+        moved = cosine if direction is None else cosine + beta * moved_dots
         picked = _best_rows(cosine, depth)
         if direction is not None:
-            picked = np.union1d(picked, _best_rows(moved, depth))
+            picked = np.union1d(picked, _best_rows(moved, min(moved_depth, len(moved))))
         exact = self.matrix[picked]  # gather: depth rows, not n
         exact_raw = row_dots(exact, query)
         exact_cos = exact_raw
@@ -218,8 +254,13 @@ class DenseScorer:
                 page_cosine = row_dots(pages.vectors[page_rows[multi]], query)
                 exact_cos = exact_raw.copy()
                 exact_cos[multi] = (np.float32(1) - rho) * exact_raw[multi] + rho * page_cosine
-        raw = _with_exact(raw, picked, exact_raw)  # in place: approx is ours
-        cosine = raw if pages is None else _with_exact(cosine, picked, exact_cos)
+        if pages is None:
+            cosine = raw = _with_exact(raw, picked, exact_raw)  # in place: approx is ours
+        else:
+            # The raw cosine is only shown (`explain`): outside the rescored rows, the
+            # mixed estimate stands in for it.
+            raw = _with_exact(cosine.copy() if mixed else raw, picked, exact_raw)
+            cosine = _with_exact(cosine, picked, exact_cos)
         if direction is None:
             return raw, cosine, cosine
         exact_moved = exact_cos + beta * row_dots(exact, direction)
@@ -227,7 +268,10 @@ class DenseScorer:
 
 
 def _best_rows(scores: np.ndarray, k: int) -> np.ndarray:
-    return np.argpartition(-scores, k - 1)[:k]
+    """The k best rows, in no order (partitioning the scores themselves, not their
+    negation: no n-sized temporary)."""
+    n = scores.shape[0]
+    return np.argpartition(scores, n - k)[n - k :]
 
 
 def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.ndarray:
@@ -237,32 +281,35 @@ def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.n
     return approx
 
 
-def dense_scorer(index, pages=None) -> DenseScorer:
+def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
     """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS: `exact`; `int8`;
     `auto` (default) = int8 from AUTO_MIN_ROWS chunks on, once the snapshot has answered a
     vector query (a one-shot `mdvdb search` never pays for a copy it would use once: building
     it is a pass over the matrix, as dear as the exact scan). `pages` (query.search.
-    PageVectors, or None): the page-level side, quantised beside the rows when they are."""
+    PageVectors, or None) and `rho`: the page-level side; then the int8 copy is one of the
+    mixed vectors for this rho (PageSide), so a query costs no pass over the pages."""
     snap = index.snapshot
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
     n = matrix.shape[0]
-    compact = None
-    if mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS):
-        pass
-    elif _has_simsimd():  # a platform without its wheel: the exact scans, same results
+    quantise = not (mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS))
+    quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
+    mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
+    if quantise and ("page_side", float(rho)) not in snap.cache and "int8_rows" not in snap.cache:
+        seen = snap.cache.get("vector_queries", 0)
+        snap.cache["vector_queries"] = seen + 1
+        quantise = not (mode == "auto" and seen == 0)
+    side = compact = None
+    if quantise and not mixed:
         compact = snap.cache.get("int8_rows")
         if compact is None:
-            seen = snap.cache.get("vector_queries", 0)
-            snap.cache["vector_queries"] = seen + 1
-            if not (mode == "auto" and seen == 0):
-                compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
-    side = None
-    if pages is not None:
-        key = "page_side_int8" if compact is not None else "page_side"
+            compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
+    if mixed:
+        # The mixed vectors' int8 copy takes the place of the rows' one.
+        key = ("page_side", float(rho)) if quantise else ("page_side", 0.0)
         side = snap.cache.get(key)
         if side is None:
-            side = snap.cache[key] = PageSide.of(pages, n, quantise=compact is not None)
+            side = snap.cache[key] = PageSide.of(pages, matrix, key[1])
     return DenseScorer(matrix, compact, pages=side)
 
 
