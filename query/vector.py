@@ -9,7 +9,9 @@ Hybrid fusion only ever uses the best `pool` (100) cosines (every lower one is c
 query.fusion), so when the exact top `pool` is among the rescored rows every fused score is
 the exact one, whatever mask a tier or filter applies after; recall of that is measured per
 corpus (bench/query_speed.py, tests). `--mode semantic` ranks raw cosines under any mask, so
-it stays an exact scan.
+it stays an exact scan. Page-level dense evidence (a section's cosine mixed with its page's,
+query.fusion) is mixed in here: the int8 copy is then one of each chunk's mixed vector (still
+n x d bytes), and only the rescored rows' pages are read exactly.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import numpy as np
 PARALLEL_ROWS = 20_000
 # Rows rescored exactly after the int8 pass (10x hybrid fusion's pool of 100).
 RESCORE_DEPTH = 1000
+# With page evidence, the feedback direction is estimated on the mixed vectors: its rows'
+# rescored set is this many times deeper.
+MOVED_DEPTH_FACTOR = 4
 # `auto`: the int8 pass only from this many chunks on (below, float32 is already cheap).
 AUTO_MIN_ROWS = 20_000
 
@@ -230,11 +235,11 @@ class DenseScorer:
         rows = query[None] if direction is None else np.stack([query, direction])
         # With pages, both directions on the mixed vectors in one pass: the query's is the
         # mixed cosine itself, the direction's only estimates (section . direction) (it is
-        # (page . direction) in part), so the moved score's rescored set is twice as deep.
+        # (page . direction) in part), so the moved score's rescored set is deeper.
         approx = (pages.compact if mixed else self.compact).dots(rows)
         raw = cosine = approx[0]
         moved_dots = approx[1] if direction is not None else None
-        moved_depth = 2 * depth if mixed else depth
+        moved_depth = MOVED_DEPTH_FACTOR * depth if mixed else depth
         if pages is not None and not mixed:  # another rho than the copy's: mix here
             page_cosine = row_dots(pages.vectors, query)[pages.rows]
             cosine = raw.copy()
