@@ -17,9 +17,10 @@ import pytest
 
 from kernel import index_format
 from kernel.config import load_config
-from pipeline import ingest, lexical
+from pipeline import ingest, lexical, stages
 from pipeline import splice as splice_module
 from pipeline.splice import runs, splice
+from pipeline.state import State
 from tests.conftest import run_cli
 
 TOPICS = {
@@ -66,6 +67,11 @@ def assert_same_as_full(root: Path, touched: int = 0) -> dict[str, pa.Table]:
     # Rows were reused: every file but the added and changed ones (renamed: added).
     assert report.reused_files == report.files - report.added - report.changed - touched
     incremental, inc_meta = tables_and_meta(config.index_path)
+    # The manifest digest the run updated from the last one's (sum in, sum out) is the one
+    # hashing every entry gives.
+    with State(config.state_path) as state:
+        stored = state.get_value(stages.MANIFEST_DIGEST)
+        assert stored == stages.manifest_digest(state.manifest())
     config.index_path.unlink()
     assert ingest.ingest_folder(config).published
     full, full_meta = tables_and_meta(config.index_path)
@@ -394,3 +400,20 @@ def test_updated_forward_view_equals_a_fresh_transpose(seed: int):
     del old["lexical_forward"]
     again = lexical.update_postings(old, files, chunks, source_array)
     assert again.forward.equals(expected)
+
+
+def test_the_manifest_digest_is_updated_from_the_stored_one():
+    """An edit updates the stored digest by the entries that left and came: the same value
+    as hashing every entry, in any order; a digest of the older kind is not updated."""
+    from pipeline.discover import manifest_digest, updated_digest
+    from pipeline.state import ManifestEntry
+
+    before = [ManifestEntry(f"d/{i}.md", i, i, f"{i:064x}") for i in range(50)]
+    edited = ManifestEntry("d/7.md", 8, 9, "f" * 64)
+    added = ManifestEntry("a/new.md", 1, 1, "e" * 64)
+    after = [e for e in before if e.path not in ("d/7.md", "d/9.md")] + [edited, added]
+    stored = manifest_digest(before)
+    assert stored == manifest_digest(list(reversed(before)))
+    updated = updated_digest(stored, [before[7], before[9]], [edited, added])
+    assert updated == manifest_digest(after) != stored
+    assert updated_digest("0" * 64, [before[7]], [edited]) is None
