@@ -423,25 +423,40 @@ def update_forward(
         return None
     offsets, positions = index_format.list_parts(old_forward, "postings")
     old_counts = np.diff(offsets)
-    # Survivor rank of each old posting (its position once the postings of chunks that left
-    # are dropped).
-    rank = np.cumsum(posting_alive, dtype=np.int64) - 1
-    kept_entry = np.repeat(new_of_old >= 0, old_counts)
-    kept_values = rank[positions[kept_entry]]
-    kept_values += np.searchsorted(at, kept_values, side="right")
-    # Fresh postings: the i-th inserted (in `at` order) lands at at[i] + i.
-    fresh_positions = at + np.arange(len(at), dtype=np.int64)
-    order = np.lexsort((fresh_positions, fresh_chunk))
-    fresh_positions = fresh_positions[order]
     n = len(source)
+    # New position of every surviving old posting, in order: its rank among the survivors
+    # plus the fresh postings inserted at or before that rank (one pass: a running count).
+    survivors = int(np.count_nonzero(posting_alive))
+    inserted = np.bincount(at, minlength=survivors + 1)[: survivors + 1] if len(at) else None
+    moved = np.arange(survivors, dtype=np.int32)
+    if inserted is not None:
+        moved += np.cumsum(inserted[:survivors], dtype=np.int32)
+    if survivors == len(posting_alive):
+        new_position = moved
+    else:
+        new_position = np.full(len(posting_alive), -1, dtype=np.int32)
+        new_position[posting_alive] = moved
     counts = np.bincount(fresh_chunk, minlength=n).astype(np.int64)
     counts[kept] = old_counts[source[kept]]
     new_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=new_offsets[1:])
-    values = np.empty(int(new_offsets[-1]), dtype=np.int32)
-    entry_kept = np.repeat(kept, counts)
-    values[entry_kept] = kept_values
-    values[~entry_kept] = fresh_positions
+    if len(kept) and kept.all() and n == len(old_counts) and not len(at):
+        values = new_position[positions]  # nothing came or left: the same view
+    else:
+        mapped = new_position[positions]
+        gone = new_of_old < 0
+        if gone.any():
+            mapped = mapped[~np.repeat(gone, old_counts)]
+        # Fresh postings: the i-th inserted (in `at` order) lands at at[i] + i.
+        fresh_positions = at + np.arange(len(at), dtype=np.int64)
+        fresh_positions = fresh_positions[np.lexsort((fresh_positions, fresh_chunk))]
+        values = np.empty(int(new_offsets[-1]), dtype=np.int32)
+        if len(fresh_positions):
+            entry_fresh = np.repeat(~kept, counts)
+            values[~entry_fresh] = mapped
+            values[entry_fresh] = fresh_positions
+        else:
+            values[:] = mapped
     return pa.ListArray.from_arrays(
         pa.array(new_offsets.astype(np.int32)), pa.array(values, pa.int32())
     )
