@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import WORK, corpus, print_table, run  # noqa: E402
+from bench.common import REPO, WORK, corpus, print_table, run  # noqa: E402
 from bench.generate import generate  # noqa: E402
 
 MDVDB = [sys.executable, "-m", "mdvdb"]
@@ -170,11 +170,15 @@ def full_build(name: str, workers: int, python: str = sys.executable, label: str
     start = time.perf_counter()
     # A fresh wrapper per build reports the ru_maxrss of its children: the largest process
     # of this build alone (the ingest or one of its workers, which it waits for), in KB.
+    # Run from the checkout that owns `python`: `-m` puts the working folder first on
+    # sys.path, so a reference run from this folder would import this checkout's code.
+    checkout = Path(python).parents[2] if label == "reference" else REPO
     done = subprocess.run(
         [python, "-c", _PEAK, python, "-m", "mdvdb", "ingest", "--json", "--root", str(root)],
         env=env,
         capture_output=True,
         text=True,
+        cwd=checkout,
     )
     wall = time.perf_counter() - start
     if done.returncode != 0:
