@@ -105,6 +105,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session):
+    """pytest caches each test module rewritten for its assertions (in `__pycache__`), unless
+    PYTHONDONTWRITEBYTECODE is set, as it is in some shells and CI images: then every run, and
+    every xdist worker, parses and rewrites all 50 files again (~2-3 CPU-s a worker). The
+    suite writes them anyway while it collects (the .pyc files of modules imported then too:
+    all in `__pycache__`, which git ignores); the code under test runs as it would."""
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = saved
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "corpora_dir" in item.fixturenames and item.get_closest_marker("corpus") is None:

@@ -60,15 +60,48 @@ def test_help_and_unknown_options_go_to_typer(indexed_notes: Path):
     assert run_cli("ingest", "--help").returncode == 0
 
 
+ARGVS = [
+    ["-q"],
+    ["--json", "tar.md"],
+    ["--full", "--quiet"],
+    ["--no-wait", "--", "tar.md"],
+    ["missing.md"],
+    ["--if-present", "--json"],
+]
+
+
+def test_the_two_parsers_read_the_same_arguments():
+    """Both paths end in one `run_ingest` call, so equal arguments print equal bytes: every
+    form below, in-process (the inner loop's cover for the end-to-end cases that are `slow`)."""
+    import typer.main
+
+    from mdvdb.cli import COMMAND_MODULES
+    from mdvdb.cli.app import app
+    from mdvdb.cli.ingest import FLAGS
+
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(name)
+        if hasattr(module, "register"):
+            module.register(app)
+    command = typer.main.get_command(app).commands["ingest"]  # type: ignore[attr-defined]
+    forms = [*ARGVS, ["--root=r", "a.md", "b.md"], ["--root", "r", "-q", "--", "--full"], []]
+    for argv in forms:
+        by_hand = parse(argv)
+        assert by_hand is not None, argv
+        values = command.make_context("ingest", list(argv)).params
+        by_typer = {"paths": list(values["paths"] or []), "root": values["root"]}
+        by_typer["root"] = None if values["root"] is None else str(values["root"])
+        by_typer.update({dest: values[dest] for dest in FLAGS.values()})
+        assert {**dict.fromkeys(FLAGS.values(), False), **by_hand} == by_typer, argv
+
+
+# Three forms end to end in the inner loop (0.7-1.7 CPU-s each); the others in CI, and all of
+# them in-process above.
 @pytest.mark.parametrize(
     "argv",
     [
-        ["-q"],
-        ["--json", "tar.md"],
-        ["--full", "--quiet"],
-        ["--no-wait", "--", "tar.md"],
-        ["missing.md"],
-        ["--if-present", "--json"],
+        a if a[0] in ("-q", "--json", "missing.md") else pytest.param(a, marks=pytest.mark.slow)
+        for a in ARGVS
     ],
 )
 def test_the_two_parsers_print_the_same(indexed_notes: Path, argv: list[str]):

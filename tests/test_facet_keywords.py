@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import run_cli
+
+# mcp is imported where used: it costs ~1 CPU-s, and every xdist worker imports every
+# test module, inner-loop tests or not.
 
 PAGES = {
     "redis.md": ("caching", "Redis cache", "Keep hot keys in memory and evict them with LRU."),
@@ -101,6 +103,8 @@ def test_no_matches_gives_the_same_suggestions_whatever_missed(kb: Path):
 
 @pytest.mark.slow
 def test_mcp_search_applies_the_rule_and_the_same_hint(kb: Path):
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(kb)]
     )

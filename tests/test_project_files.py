@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import run_cli
+
+# mcp is imported where used: it costs ~1 CPU-s, and every xdist worker imports every
+# test module, inner-loop tests or not.
 
 BODY = "# {name}\n\nThe MARKER line of {name}.\n"
 
@@ -85,6 +87,8 @@ def grep_paths(root: Path, *extra: str, env: dict | None = None) -> tuple[list[s
 
 
 def mcp_grep(root: Path, calls: list[dict], env: dict | None = None) -> list:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(root)], env=env
     )

@@ -88,7 +88,11 @@ def test_an_open_index_switches_to_onnxruntime_from_its_second_query(minilm_note
     assert again.results[0].path == "tar.md"
 
 
-@pytest.mark.parametrize(("graph", "floor"), [("float32", 0.9999), ("int8", 0.99)])
+# The shipped graph in the inner loop; the int8 alternative (not shipped, ~2 CPU-s) in CI.
+@pytest.mark.parametrize(
+    ("graph", "floor"),
+    [("float32", 0.9999), pytest.param("int8", 0.99, marks=pytest.mark.slow)],
+)
 def test_the_warm_query_path_agrees_with_the_reference(
     monkeypatch: pytest.MonkeyPatch, graph: str, floor: float
 ):
