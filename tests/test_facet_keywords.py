@@ -50,6 +50,19 @@ def suggestions(stdout: str) -> list[str]:
     return lines[lines.index("Suggestions:") :]
 
 
+def test_with_a_category_semantic_results_hold_the_query_words(indexed_notes: Path):
+    """The inner loop's case of the rule (the tests below are `slow`): the fixture notes, two
+    pages in category `tools`. Semantic search in it returns only the page with the word, and
+    a query that no one page holds finds nothing, with the reason."""
+    found = search_json(indexed_notes, "--category", "tools", "committing", "--mode", "semantic")
+    assert {r["path"] for r in found["results"]} == {"git-basics.md"}
+    data = search_json(indexed_notes, "--category", "tools", "gzip branch")
+    assert data["results"] == []
+    assert (
+        "2 files pass --category tools, but none contains every word" in data["no_match"]["reason"]
+    )
+
+
 @pytest.mark.slow
 def test_a_facet_and_a_keyword_return_only_pages_with_the_keyword(kb: Path):
     # zzzqqq is only on a page outside the facet: nothing, in every mode
