@@ -64,11 +64,27 @@ def notes(tmp_path: Path) -> Path:
     return copy_markdown(FIXTURES / "notes", tmp_path / "notes")
 
 
+def _run_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's temp folder, shared by its xdist workers (each worker's base temp is a child
+    of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def _indexed_notes_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = copy_markdown(FIXTURES / "notes", tmp_path_factory.mktemp("indexed") / "notes")
-    done = run_cli("ingest", "--root", str(root))
-    assert done.returncode == 0, done.stderr
+    """One `mdvdb ingest` of the notes per run, whichever worker asks first (the others wait
+    on the lock); nobody writes into it: `indexed_notes` hands out copies."""
+    base = _run_base(tmp_path_factory)
+    root = base / "indexed-once" / "notes"
+    with open(base / ".indexed-once.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (base / ".indexed-once.done").exists():
+            shutil.rmtree(root.parent, ignore_errors=True)
+            copy_markdown(FIXTURES / "notes", root)
+            done = run_cli("ingest", "--root", str(root))
+            assert done.returncode == 0, done.stderr
+            (base / ".indexed-once.done").touch()
     return root
 
 
@@ -194,10 +210,7 @@ def corpora_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     The unpacked folders are read-only by convention: a test that ingests copies first."""
     if not SHARED_CORPORA.is_dir():
         pytest.skip("../shared/corpora is not here")
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    target = base / "corpora"
+    target = _run_base(tmp_path_factory) / "corpora"
     target.mkdir(exist_ok=True)
     return target
 
