@@ -145,6 +145,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _SPENT: dict[str, float] = {}
 _MARKED_SLOW: set[str] = set()
 _CPU: dict[str, float] = {}
+_WORKER_CPU: dict[str, float] = {}  # xdist worker -> its tests' CPU: the wall's floor
 _CPU_START = pytest.StashKey[float]()
 CPU_SHOWN = int(os.environ.get("MDVDB_TEST_CPU_SHOWN", "15"))  # tests listed by CPU at the end
 
@@ -171,7 +172,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     if call.when == "teardown" and _CPU_START in item.stash:
         spent = _cpu_seconds() - item.stash[_CPU_START]
-        outcome.get_result().user_properties.append(("cpu_s", spent))
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        outcome.get_result().user_properties.extend([("cpu_s", spent), ("worker", worker)])
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -180,14 +182,20 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _SPENT[report.nodeid] = _SPENT.get(report.nodeid, 0.0) + report.duration
         if "slow" in report.keywords:
             _MARKED_SLOW.add(report.nodeid)
-    for name, value in report.user_properties:
-        if name == "cpu_s":
-            _CPU[report.nodeid] = value
+    properties = dict(report.user_properties)
+    if "cpu_s" in properties:
+        _CPU[report.nodeid] = properties["cpu_s"]
+        _WORKER_CPU[properties["worker"]] = (
+            _WORKER_CPU.get(properties["worker"], 0.0) + properties["cpu_s"]
+        )
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
     if _CPU:
         terminalreporter.section(f"CPU: {sum(_CPU.values()):.0f} s in all, the {CPU_SHOWN} most")
+        if len(_WORKER_CPU) > 1:
+            shares = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(_WORKER_CPU.items()))
+            terminalreporter.write_line(f"by worker: {shares}")
         for nodeid, spent in sorted(_CPU.items(), key=lambda kv: -kv[1])[:CPU_SHOWN]:
             terminalreporter.write_line(f"{spent:7.1f} s  {nodeid}")
     unmarked = sorted(
