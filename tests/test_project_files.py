@@ -101,8 +101,8 @@ def mcp_grep(root: Path, calls: list[dict], env: dict | None = None) -> list:
     return asyncio.run(run())
 
 
-# Not `slow` though it costs ~3.5 CPU-s: it ingests the module's tree, which the next test
-# (named paths) reads, and it is the one inner-loop check that every reader sees the same files.
+# Not `slow` though it costs ~3.5 CPU-s: it is the one inner-loop check that every reader
+# (ingest, grep, MCP, status) sees the same files.
 def test_ingest_grep_mcp_and_status_see_the_same_files(tree: Path):
     done = run_cli("ingest", "--root", str(tree))
     assert done.returncode == 0, done.stderr
@@ -129,6 +129,9 @@ def test_ingest_grep_mcp_and_status_see_the_same_files(tree: Path):
 
 def test_ingest_of_named_paths_keeps_the_rules(tree: Path):
     """`mdvdb ingest PATH` (the watcher's way in) takes a path exactly when a walk would."""
+    # The walk's index first (a no-op after the test above; this one may run alone or on
+    # another xdist worker, with a tree of its own).
+    assert run_cli("ingest", "--root", str(tree)).returncode == 0
     done = run_cli(
         "ingest",
         "--root",
