@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from query.vector import DenseScorer, row_dots
+from query.vector import DenseScorer
 
 
 @dataclass(frozen=True)
@@ -187,27 +187,17 @@ def hybrid(
     query_vector = query_vector.astype(np.float32, copy=False)
     dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
     direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
-    cosine, semantic = dense.scores(
-        query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1
+    # Page-level evidence (`pages`, query.search.PageVectors: pages of several sections) is
+    # mixed in by the scorer: (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector);
+    # a one-section page's cosine is its section's, so mixing leaves it as it is.
+    rho = params.page_dense_weight if pages is not None else 0.0
+    if rho > 0 and dense.pages is None:
+        from query.vector import PageSide
+
+        dense.pages = PageSide.of(pages, vectors)
+    raw, cosine, semantic = dense.mixed(
+        query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1, rho=rho
     )
-    raw = cosine
-    if pages is not None and params.page_dense_weight > 0 and len(pages.chunks):
-        # `pages` (query.search.PageVectors): pages of several sections; a one-section
-        # page's cosine is its section's, so mixing leaves it as it is. Their sections'
-        # cosines are taken exactly here (an int8 first pass may have left them as capped
-        # estimates, and the page's share could lift one past a rescored row).
-        rho = np.float32(params.page_dense_weight)
-        sub = vectors[pages.chunks]
-        page_cosine = row_dots(pages.vectors, query_vector)[pages.rows]
-        mixed = (np.float32(1) - rho) * row_dots(sub, query_vector) + rho * page_cosine
-        cosine = cosine.copy()
-        cosine[pages.chunks] = mixed
-        if direction is None:
-            semantic = cosine
-        else:
-            beta = np.float32(params.dense_feedback_weight)
-            semantic = semantic.copy()
-            semantic[pages.chunks] = mixed + beta * row_dots(sub, direction.astype(np.float32))
     first = fuse(bm25, cosine, params)
     if params.feedback_with_page and page is not None and params.page_weight > 0:
         first = with_page(first, page, params.page_weight)
