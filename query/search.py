@@ -291,7 +291,8 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             from query.titles import name_files
 
             chunk_files = index.snapshot.chunk_file_ids
-            pool = np.unique(chunk_files[best(fused.scores, NAME_POOL)])
+            # return_counts: a plain np.unique imports numpy.ma (~8 ms of a cold search)
+            pool = np.unique(chunk_files[best(fused.scores, NAME_POOL)], return_counts=True)[0]
             named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
             named[pool[name_files(index.snapshot, query, pool)]] = True
             if named.any():

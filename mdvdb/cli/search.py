@@ -51,12 +51,18 @@ def fast_main(argv: list[str]) -> int | None:
     args = parse(argv)
     if args is None:
         return None
-    import_arrow_without_cloudpickle()
+    import os
+
+    from kernel.index_format import ARROW_READER_ENV
+
+    if os.environ.get(ARROW_READER_ENV):
+        import_arrow_without_cloudpickle()
     with user_errors():
         root, as_json = args.pop("root", None), args.pop("as_json", False)
         config = load(root)
         refuse_if_off(config)
-        run_search(config, as_json, args)
+        # One search, then exit: the index is read without pyarrow (kernel.arrow_lite).
+        run_search(config, as_json, args, lite=True)
     return EXIT_OK
 
 
@@ -76,12 +82,13 @@ def import_arrow_without_cloudpickle() -> None:
         del sys.modules["cloudpickle"]
 
 
-def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
+def run_search(config, as_json: bool, fields: dict[str, Any], lite: bool = False) -> None:
     """Run one `query.request` search (the library the MCP server uses too) and print it;
-    `fields` are `SearchRequest` fields as either parser gives them."""
+    `fields` are `SearchRequest` fields as either parser gives them; `lite`: map the index
+    without pyarrow (`query.open_index`)."""
     from query import FilterError, RequestError, SearchRequest, open_index, run_request
 
-    index = open_index(config=config)
+    index = open_index(config=config, lite=lite)
     # No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request as for the library.
     wanted = SearchRequest(**fields)
     try:
