@@ -286,7 +286,9 @@ class LiteArray:
 
     def __getitem__(self, i: int) -> LiteScalar:
         if not isinstance(i, int):
-            return self._fallback("__getitem__")(i)
+            if not hasattr(i, "__index__"):  # a slice...
+                return self._fallback("__getitem__")(i)
+            i = i.__index__()  # a NumPy integer
         if i < 0:
             i += self._n
         if not 0 <= i < self._n:
@@ -337,6 +339,10 @@ class LiteTable:
         if found is None:
             found = self._columns[i] = self._opener(i)
         return found
+
+    def arrow(self) -> Any:
+        """The pyarrow Table of the same bytes (built on first call)."""
+        return self._real()
 
     @property
     def num_columns(self) -> int:

@@ -279,6 +279,13 @@ def column_array(table: pa.Table, name: str) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
+def arrow_array(table: pa.Table, name: str) -> pa.Array:
+    """`column_array`, always a pyarrow Array (a lite-read table's column built with pyarrow
+    over the same map): for `pyarrow.compute`, which takes nothing else."""
+    real = getattr(table, "arrow", None)
+    return column_array(real() if real is not None else table, name)
+
+
 def list_parts(table: pa.Table, name: str) -> tuple[Any, Any]:
     """(offsets, values) of a list column of a fixed-width type as NumPy arrays over the map,
     rebased so that row i is values[offsets[i]:offsets[i + 1]] (a sliced array costs a copy
