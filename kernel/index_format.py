@@ -41,7 +41,6 @@ import json
 import os
 import re
 import struct
-import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -927,6 +926,8 @@ def write_index(
     # mkstemp makes the file 0600 whatever the umask: the index holds the notes' text (see
     # docs/security.md). `os.replace` renames over `path`: a symlink there is replaced, its
     # target never written.
+    import tempfile  # the write side only: a search does not pay for its import
+
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         sink = _Sink(fd, source)

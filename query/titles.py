@@ -67,14 +67,17 @@ class _Lowered:
             return cls("", np.zeros(0, np.int64), np.zeros(0, np.int64))
         _, offsets_buffer, data_buffer = array.buffers()
         offsets = np.frombuffer(offsets_buffer, np.int32, len(array) + 1, array.offset * 4)
-        data = np.frombuffer(data_buffer or b"", np.uint8)[offsets[0] : offsets[-1]]
-        text = data.tobytes().decode("utf-8")
+        text = str(memoryview(data_buffer or b"")[offsets[0] : offsets[-1]], "utf-8")
         lowered = text.lower()
         if len(lowered) != len(text) or "](" in lowered:
             return cls.of_rows(array.to_pylist())
-        # a character starts at every byte that is not a UTF-8 continuation byte (10xxxxxx)
-        starts = np.cumsum((data & 0xC0) != 0x80, dtype=np.int32)  # int32: ~5× faster
-        chars = np.concatenate(([0], starts))[offsets - offsets[0]]
+        if len(text) == offsets[-1] - offsets[0]:  # ASCII: characters are bytes (~10 ms less)
+            chars = offsets - offsets[0]
+        else:
+            data = np.frombuffer(data_buffer, np.uint8)[offsets[0] : offsets[-1]]
+            # a character starts at every byte that is not a UTF-8 continuation byte (10xxxxxx)
+            starts = np.cumsum((data & 0xC0) != 0x80, dtype=np.int32)  # int32: ~5× faster
+            chars = np.concatenate(([0], starts))[offsets - offsets[0]]
         return cls(lowered, chars[:-1], chars[1:])
 
     @classmethod
