@@ -59,21 +59,32 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
     _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
 
 
-# Fast commands that run one short query and exit: the cyclic garbage collector is off for
-# them. Their imports and first query allocate enough objects for ~45 collections that find
-# almost nothing (450 objects) and cost 15-40 ms of a ~200 ms cold `mdvdb search`;
-# reference counting still frees everything else, and the process ends in a moment.
+# Fast commands that run one short query in a process of their own and exit. Two costs of a
+# cold `mdvdb search` that do nothing for it (~200 ms in all) are skipped there: the cyclic
+# garbage collector (its imports and first query allocate enough objects for ~45 collections
+# that find ~450 objects; reference counting frees everything else), and the interpreter's
+# teardown (a last full collection and the unloading of NumPy: tens of ms) once the output is
+# flushed. Only from `main`: a warm `mdvdb serve` runs `run_fast` in its own long-lived process.
 ONE_SHOT = frozenset({"search"})
 
 
 def run_fast(argv: list[str]) -> int | None:
     if argv and argv[0] in FAST_COMMANDS:
-        if argv[0] in ONE_SHOT:
-            import gc
-
-            gc.disable()
         return importlib.import_module(FAST_COMMANDS[argv[0]]).fast_main(argv[1:])
     return None
+
+
+def exit_now(code: int) -> None:
+    """End a one-shot command without the interpreter's teardown: flush what it printed, then
+    `os._exit`. If a flush fails (a closed pipe...), the ordinary exit reports it as before."""
+    import os
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code)
 
 
 def main() -> None:
@@ -86,7 +97,14 @@ def main() -> None:
 
     code = forward(argv)
     if code is None:
+        one_shot = bool(argv) and argv[0] in ONE_SHOT
+        if one_shot:
+            import gc
+
+            gc.disable()
         code = run_fast(argv)
+        if code is not None and one_shot:
+            exit_now(code)
     if code is not None:
         sys.stdout.flush()
         sys.exit(code)
