@@ -68,9 +68,15 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
 ONE_SHOT = frozenset({"search"})
 
 
-def run_fast(argv: list[str]) -> int | None:
+def run_fast(argv: list[str], one_shot: bool = False) -> int | None:
+    """`one_shot` (a `ONE_SHOT` command, from `main`): the process ends after this command,
+    so it may skip what only a long-lived process needs (the search reads its index without
+    pyarrow); a warm server's calls share its mapped index instead."""
     if argv and argv[0] in FAST_COMMANDS:
-        return importlib.import_module(FAST_COMMANDS[argv[0]]).fast_main(argv[1:])
+        module = importlib.import_module(FAST_COMMANDS[argv[0]])
+        if one_shot:
+            return module.fast_main(argv[1:], one_shot=True)
+        return module.fast_main(argv[1:])
     return None
 
 
@@ -102,7 +108,7 @@ def main() -> None:
             import gc
 
             gc.disable()
-        code = run_fast(argv)
+        code = run_fast(argv, one_shot)
         if code is not None and one_shot:
             exit_now(code)
     if code is not None:

@@ -46,8 +46,11 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
     return args
 
 
-def fast_main(argv: list[str]) -> int | None:
-    """Search and print; the exit code, or None to have typer parse `argv`."""
+def fast_main(argv: list[str], one_shot: bool = False) -> int | None:
+    """Search and print; the exit code, or None to have typer parse `argv`. `one_shot`: this
+    process exits after the search (`mdvdb.cli.main`), so the index is read without pyarrow
+    (`kernel.arrow_lite`; MDVDB_ARROW_READER=1 reads it with pyarrow all the same); a warm
+    server's calls use the index it mapped and warmed at start."""
     args = parse(argv)
     if args is None:
         return None
@@ -55,14 +58,13 @@ def fast_main(argv: list[str]) -> int | None:
 
     from kernel.index_format import ARROW_READER_ENV
 
-    if os.environ.get(ARROW_READER_ENV):
+    if not one_shot or os.environ.get(ARROW_READER_ENV):
         import_arrow_without_cloudpickle()
     with user_errors():
         root, as_json = args.pop("root", None), args.pop("as_json", False)
         config = load(root)
         refuse_if_off(config)
-        # One search, then exit: the index is read without pyarrow (kernel.arrow_lite).
-        run_search(config, as_json, args, lite=True)
+        run_search(config, as_json, args, lite=one_shot)
     return EXIT_OK
 
 
