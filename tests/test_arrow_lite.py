@@ -293,16 +293,3 @@ def test_the_lite_reader_never_falls_back_on_a_plain_search(project: Path, monke
             hits = index.search(query, limit=5, mode=mode).results
             assert hits
     assert used == []
-
-
-def test_page_sums_are_reduceat_bit_for_bit():
-    from query.search import page_sums
-
-    rng = np.random.default_rng(5)
-    for high in (3, 9, 40):
-        count = rng.integers(1, high, size=500)
-        vectors = (rng.standard_normal((int(count.sum()), 64)) * 100).astype(np.float32)
-        offsets = np.cumsum(count) - count
-        want = np.add.reduceat(vectors, offsets, axis=0)
-        got = page_sums(vectors, offsets, count)
-        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), high
