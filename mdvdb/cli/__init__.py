@@ -59,12 +59,13 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
     _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
 
 
-# Fast commands that run one short query in a process of their own and exit. Two costs of a
-# cold `mdvdb search` that do nothing for it (~200 ms in all) are skipped there: the cyclic
-# garbage collector (its imports and first query allocate enough objects for ~45 collections
-# that find ~450 objects; reference counting frees everything else), and the interpreter's
-# teardown (a last full collection and the unloading of NumPy: tens of ms) once the output is
-# flushed. Only from `main`: a warm `mdvdb serve` runs `run_fast` in its own long-lived process.
+# Fast commands that run one short query in a process of their own and exit. Costs that do
+# nothing for a cold `mdvdb search` are skipped there: the cyclic garbage collector (its
+# imports and first query allocate enough objects for ~45 collections that find ~450 objects;
+# reference counting frees everything else), OpenBLAS's thread per core, and the
+# interpreter's teardown (a last full collection and the unloading of NumPy, tens of ms) once
+# the output is flushed. Only from `main`: a warm `mdvdb serve` runs `run_fast` in its own
+# long-lived process.
 ONE_SHOT = frozenset({"search"})
 
 
@@ -106,8 +107,13 @@ def main() -> None:
         one_shot = bool(argv) and argv[0] in ONE_SHOT
         if one_shot:
             import gc
+            import os
 
             gc.disable()
+            # OpenBLAS starts a thread per core when NumPy loads (~10-25 ms of a cold search);
+            # the search never runs a product big enough to use them (its scans are einsum's
+            # and simsimd's, `query.vector`). A user's own setting is kept.
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         code = run_fast(argv, one_shot)
         if code is not None and one_shot:
             exit_now(code)
