@@ -53,10 +53,14 @@ class FusionParams:
     name_weight: float = 0.3  # ν: added to sections of a page whose title/stem the query names
     page_k1: float = 1.2  # BM25 k1 of the page-level score
     page_b: float = 0.75  # BM25 b of the page-level score (length normalisation of pages)
-    # dense weight for long queries: queries of more than `dense_long_words` words use
-    # `dense_long_weight` (0: off, the one weight for every query)
+    # settings for long queries: a query of more than `dense_long_words` words (0: off, the
+    # same settings for every query) uses each of these that is >= 0 (-1: unchanged) as its
+    # dense weight, Rocchio β and RM3 λ. A long query already says what it wants; feedback
+    # mostly helps the short ones.
     dense_long_words: int = 0
-    dense_long_weight: float = 0.3
+    dense_long_weight: float = -1.0
+    dense_feedback_long_weight: float = -1.0
+    feedback_long_weight: float = -1.0
     # the query's embedding: "plain" (the whole query), "content" (its analysed words only:
     # stop words dropped), "idf" (each content word embedded alone, weighted by its idf in
     # the index: a static model's mean of word vectors, led by the words that discriminate)
@@ -80,7 +84,9 @@ class FusionParams:
     # a stub (a title and a byline) is not rewarded for being short below it (0: no floor)
     section_length_floor: float = 0.0
     # stub pages: a page whose indexed (field-weighted) length is under `stub_length` scores
-    # x (1 - stub_weight * (1 - length / stub_length)) (0: off)
+    # x (1 - stub_weight * (1 - length / stub_length)) (0: off). Off: it lifts CACM (many
+    # title-only records) but buries short real answers, e.g. a tldr page of three examples
+    # (docs/search-quality.md, "CACM round 4")
     stub_length: float = 0.0
     stub_weight: float = 0.0
 
@@ -138,11 +144,20 @@ def normalised_semantic(semantic: np.ndarray, pool: int) -> np.ndarray:
 
 
 def for_query(query: str, params: FusionParams | None = None) -> FusionParams:
-    """The settings for this query (`dense_long_*`: a dense weight that follows query length)."""
+    """The settings for this query (`dense_long_words`: weights that follow query length)."""
     params = params or PARAMS
-    if params.dense_long_words and len(query.split()) > params.dense_long_words:
-        return replace(params, dense_weight=params.dense_long_weight)
-    return params
+    if not params.dense_long_words or len(query.split()) <= params.dense_long_words:
+        return params
+    changes = {
+        name: value
+        for name, value in (
+            ("dense_weight", params.dense_long_weight),
+            ("dense_feedback_weight", params.dense_feedback_long_weight),
+            ("feedback_weight", params.feedback_long_weight),
+        )
+        if value >= 0
+    }
+    return replace(params, **changes) if changes else params
 
 
 def fuse(lexical: np.ndarray, semantic: np.ndarray, params: FusionParams | None = None) -> Fused:
