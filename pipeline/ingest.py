@@ -59,8 +59,12 @@ def ingest_folder(
     only = tuple(relative_paths(config, paths)) if paths else None
     if config.executor != "local":
         from pipeline.ray_executor import check
+        from pipeline.workers import ExecutorUnavailable
 
-        check(config)  # a missing extra or an unreachable cluster: one line, nothing written
+        try:
+            check(config)  # a missing extra or an unreachable cluster: one line, nothing written
+        except ExecutorUnavailable as exc:
+            raise IngestError(str(exc)) from None
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
     run = IngestRun(config, only=only, full=full, borrowed_provider=provider)

@@ -30,7 +30,16 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from pipeline.workers import Batch, Spec, WorkerDied, prepare_batch, read_file
+from pipeline.workers import (
+    Batch,
+    EmbedSpec,
+    ExecutorUnavailable,
+    Spec,
+    WorkerDied,
+    batches_of,
+    prepare_batch,
+    read_file,
+)
 
 if TYPE_CHECKING:
     from kernel.config import Config
@@ -53,11 +62,6 @@ EXIT_HOOK = "MDVDB_TEST_RAY_EXIT_AT_BATCH"
 _last_run = {"actors": 0}
 
 
-def actors_of_last_run() -> int:
-    """The actors the last run of this process used (what the report calls its workers)."""
-    return _last_run["actors"]
-
-
 def address_of(config: Config) -> str | None:
     """The cluster's address, or None for a cluster started for the run."""
     kind, _, address = config.executor.partition(":")
@@ -73,23 +77,22 @@ def files_mode(config: Config) -> str:
 
 def check(config: Config) -> None:
     """Before the run takes the lock: the extra is installed, the folder did not choose the
-    cluster, and the address answers. Raises IngestError (one line, nothing written)."""
-    import importlib.util
-
-    from pipeline.stages import IngestError
-
+    cluster, and the address answers. Raises ExecutorUnavailable (one line, nothing written)."""
     origin = config.origin("MDVDB_EXECUTOR")
-    if importlib.util.find_spec("ray") is None:
-        raise IngestError(
+    _quiet_ray()
+    try:
+        import ray  # noqa: F401 - the run needs it; a broken install fails here, not mid-run
+    except ImportError:
+        raise ExecutorUnavailable(
             f"MDVDB_EXECUTOR={config.executor} (from {origin}) needs Ray: "
             "pip install 'markdown-vdb[ray]'; the previous index is intact"
-        )
+        ) from None
     address = address_of(config)
     if address is None:
         return
     if config.from_folder("MDVDB_EXECUTOR") and not config.trusted:
         # The folder's own config would send its files to a machine it names.
-        raise IngestError(
+        raise ExecutorUnavailable(
             f"MDVDB_EXECUTOR={config.executor} comes from {origin}: a folder does not choose "
             "the cluster its files are sent to (set it in your environment or pass --executor)"
         )
@@ -99,7 +102,7 @@ def check(config: Config) -> None:
     try:
         socket.create_connection(host_port, timeout=CONNECT_TIMEOUT).close()
     except OSError as exc:
-        raise IngestError(
+        raise ExecutorUnavailable(
             f"cannot reach the Ray cluster at {address} (MDVDB_EXECUTOR from {origin}): "
             f"{exc.strerror or exc}; the previous index is intact"
         ) from None
@@ -151,15 +154,26 @@ def _maybe_exit(hook: str, batch: int) -> None:
     os._exit(17)
 
 
-def prepared(
+def processes_for(config: Config, files: int) -> int:
+    """The actors the last run of this process used (what the report calls its workers)."""
+    return _last_run["actors"]
+
+
+def prepare(
     config: Config,
-    spec: Spec,
-    batches: list[list[tuple[str, str]]],
+    todo: list[tuple[str, str]],
+    embed: EmbedSpec | None,
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[Batch]:
-    """The batches' results in the order of `batches`, computed by a pool of Ray actors."""
+    """`pipeline.workers.prepare` on Ray: the batches of `todo` in order, computed by a pool
+    of actors. Nothing to do starts no cluster."""
     from kernel.version import __version__
 
+    _last_run["actors"] = 0
+    if not todo:
+        return
+    spec = Spec(str(config.root), config.chunk_max_tokens, config.chunk_overlap_tokens, embed)
+    batches = batches_of(todo)
     ray = _start(config)
     try:
         import ray.exceptions
@@ -183,19 +197,11 @@ def prepared(
 
 def _start(config: Config):
     """`ray`, connected to the cluster of MDVDB_EXECUTOR (or to one started for the run)."""
-    for name, value in (
-        ("RAY_USAGE_STATS_ENABLED", "0"),
-        ("RAY_USAGE_STATS_PROMPT_ENABLED", "0"),
-        ("RAY_DISABLE_IMPORT_WARNING", "1"),
-        ("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0"),
-        ("TOKENIZERS_PARALLELISM", "false"),
-    ):
-        os.environ.setdefault(name, value)
+    _quiet_ray()
     import logging
 
     import ray
 
-    from pipeline.stages import IngestError
     from pipeline.workers import worker_count
 
     address = address_of(config)
@@ -218,7 +224,9 @@ def _start(config: Config):
     except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; each is one line here
         where = "a local Ray cluster" if address is None else f"the Ray cluster at {address}"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise IngestError(f"cannot start {where}: {first}; the previous index is intact") from None
+        raise ExecutorUnavailable(
+            f"cannot start {where}: {first}; the previous index is intact"
+        ) from None
     return ray
 
 
@@ -271,4 +279,16 @@ def _stream(
             progress(done)
 
 
-__all__ = ["actors_of_last_run", "check", "prepared"]
+def _quiet_ray() -> None:
+    """No usage statistics, no prompts: set before `import ray` reads them."""
+    for name, value in (
+        ("RAY_USAGE_STATS_ENABLED", "0"),
+        ("RAY_USAGE_STATS_PROMPT_ENABLED", "0"),
+        ("RAY_DISABLE_IMPORT_WARNING", "1"),
+        ("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+    ):
+        os.environ.setdefault(name, value)
+
+
+__all__ = ["check", "prepare", "processes_for"]

@@ -364,11 +364,21 @@ def parse(
     problems: list[Problem] = []
     failed, chunks, embedded = _prepare_files(config, state, todo, problems, progress, provider)
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
-    from pipeline.workers import processes_for
-
-    workers = processes_for(config, len(todo))
+    workers = executor(config).processes_for(config, len(todo))
     digest = digest_of(kept.digest)
     return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers)
+
+
+def executor(config: Config):
+    """The module that runs the per-file work (`prepare`, `processes_for`): a process pool
+    here (pipeline.workers), or Ray actors (pipeline.ray_executor, MDVDB_EXECUTOR)."""
+    if config.executor == "local":
+        from pipeline import workers
+
+        return workers
+    from pipeline import ray_executor
+
+    return ray_executor
 
 
 def _prepare_files(
@@ -383,14 +393,16 @@ def _prepare_files(
     batch; returns the paths that failed (reported), the chunks cut and the chunks
     embedded."""
     from pipeline.embed import model_key
-    from pipeline.workers import WorkerDied, embed_spec, prepare
+    from pipeline.workers import ExecutorUnavailable, WorkerDied, embed_spec
 
     spec = embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""
     key = chunk_key(config)
     failed: list[str] = []
     chunks = embedded = 0
-    batches = prepare(config, todo, spec, lambda done: progress("parse", done, len(todo)))
+    batches = executor(config).prepare(
+        config, todo, spec, lambda done: progress("parse", done, len(todo))
+    )
     try:
         for batch in batches:  # streamed: written as each comes back
             for path, _, problem, broken in batch.files:
@@ -402,7 +414,7 @@ def _prepare_files(
             state.put_prepared(key, batch.records, model, shas, vectors, batch.embedded)
             chunks += batch.chunks
             embedded += len(shas)
-    except WorkerDied as exc:
+    except (WorkerDied, ExecutorUnavailable) as exc:
         raise IngestError(str(exc)) from None
     if embedded and spec is not None and spec.cache_dir is not None:
         # The query side's lookup tokenizer, built once per user (~1 s) by the ingest

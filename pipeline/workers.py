@@ -16,7 +16,8 @@ ids the local model pools for it (tokenizing twice was a quarter of the embed st
 
 `MDVDB_WORKERS` sizes the pool (0, the default: one process per CPU; 1: no pool). Small runs
 never pay for starting one: under `POOL_MIN_FILES` files the work runs in this process.
-`MDVDB_EXECUTOR=ray[:ADDRESS]` runs the same batches as Ray tasks (pipeline/ray_executor.py).
+`MDVDB_EXECUTOR=ray[:ADDRESS]` runs the same batches as Ray tasks: pipeline/ray_executor.py,
+behind the same two functions (`prepare`, `processes_for`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ IN_FLIGHT_PER_WORKER = 3
 
 class WorkerDied(RuntimeError):
     """A worker process ended without an answer (killed, out of memory)."""
+
+
+class ExecutorUnavailable(RuntimeError):
+    """The executor cannot run here (a missing extra, an unreachable cluster): one line."""
 
 
 def worker_count(config: Config) -> int:
@@ -191,15 +196,14 @@ def read_file(root: str, path: str) -> bytes | str:
 
 def processes_for(config: Config, files: int) -> int:
     """Worker processes a run of `files` files gets: 1 (this process) when it is too small
-    to pay for a pool, or when workers cannot be forked safely (`pool_is_safe`); on Ray,
-    the actors of the run."""
-    if config.executor != "local":
-        from pipeline.ray_executor import actors_of_last_run
-
-        return actors_of_last_run()
+    to pay for a pool, or when workers cannot be forked safely (`pool_is_safe`)."""
     if files < POOL_MIN_FILES or not pool_is_safe():
         return 1
     return max(1, min(worker_count(config), -(-files // BATCH_FILES)))
+
+
+def batches_of(todo: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    return [todo[i : i + BATCH_FILES] for i in range(0, len(todo), BATCH_FILES)]
 
 
 def prepare(
@@ -211,13 +215,7 @@ def prepare(
     """The batches of `todo`, in order: in this process, or from a pool of
     `processes_for(config, len(todo))` processes."""
     spec = Spec(str(config.root), config.chunk_max_tokens, config.chunk_overlap_tokens, embed)
-    batches = [todo[i : i + BATCH_FILES] for i in range(0, len(todo), BATCH_FILES)]
-    if config.executor != "local" and batches:
-        # Another executor behind the same interface: batches in, batches out in order.
-        from pipeline.ray_executor import prepared
-
-        yield from prepared(config, spec, batches, progress)
-        return
+    batches = batches_of(todo)
     workers = processes_for(config, len(todo))
     if workers <= 1:
         done = 0
