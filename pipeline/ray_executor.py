@@ -59,7 +59,7 @@ LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 # (it creates FILE), so the run survives by a retry.
 EXIT_HOOK = "MDVDB_TEST_RAY_EXIT_AT_BATCH"
 
-_last_run = {"actors": 0}
+_last_run = {"actors": 0, "start_seconds": 0.0}
 
 
 def address_of(config: Config) -> str | None:
@@ -80,6 +80,8 @@ def check(config: Config) -> None:
     cluster, and the address answers. Raises ExecutorUnavailable (one line, nothing written)."""
     origin = config.origin("MDVDB_EXECUTOR")
     _quiet_ray()
+    if address_of(config) is not None:
+        _token_auth()  # read by `import ray`
     try:
         import ray  # noqa: F401 - the run needs it; a broken install fails here, not mid-run
     except ImportError:
@@ -156,7 +158,13 @@ def _maybe_exit(hook: str, batch: int) -> None:
 
 def processes_for(config: Config, files: int) -> int:
     """The actors the last run of this process used (what the report calls its workers)."""
-    return _last_run["actors"]
+    return int(_last_run["actors"])
+
+
+def start_seconds() -> float:
+    """The last run's Ray start-up: connecting (or starting a cluster) until every actor
+    holds its model; the rest of the parse stage is the work."""
+    return float(_last_run["start_seconds"])
 
 
 def prepare(
@@ -167,13 +175,16 @@ def prepare(
 ) -> Iterator[Batch]:
     """`pipeline.workers.prepare` on Ray: the batches of `todo` in order, computed by a pool
     of actors. Nothing to do starts no cluster."""
+    import time
+
     from kernel.version import __version__
 
-    _last_run["actors"] = 0
+    _last_run.update(actors=0, start_seconds=0.0)
     if not todo:
         return
     spec = Spec(str(config.root), config.chunk_max_tokens, config.chunk_overlap_tokens, embed)
     batches = batches_of(todo)
+    started = time.perf_counter()
     ray = _start(config)
     try:
         import ray.exceptions
@@ -185,6 +196,7 @@ def prepare(
                 f"the Ray workers run mdvdb {', '.join(sorted(versions))}, this is "
                 f"{__version__}: install the same version on every node"
             )
+        _last_run["start_seconds"] = time.perf_counter() - started
         yield from _stream(ray, config, actors, batches, progress)
     except ray.exceptions.RayError as exc:
         raise WorkerDied(
@@ -220,6 +232,7 @@ def _start(config: Config):
                 **options,
             )
         else:
+            _token_auth()
             ray.init(address=address, **options)
     except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; each is one line here
         where = "a local Ray cluster" if address is None else f"the Ray cluster at {address}"
@@ -286,9 +299,23 @@ def _quiet_ray() -> None:
         ("RAY_USAGE_STATS_PROMPT_ENABLED", "0"),
         ("RAY_DISABLE_IMPORT_WARNING", "1"),
         ("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0"),
+        ("RAY_BACKEND_LOG_LEVEL", "error"),  # the C++ core's own warnings on stderr
         ("TOKENIZERS_PARALLELISM", "false"),
     ):
         os.environ.setdefault(name, value)
+
+
+def _token_auth() -> None:
+    """Ray turns token authentication on by itself for a cluster it starts when the user has
+    a token (`ray get-auth-token --generate`, ~/.ray/auth_token), but a driver given an
+    address sends none unless RAY_AUTH_MODE says so: say so when a token is there."""
+    from pathlib import Path
+
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(path):
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 __all__ = ["check", "prepare", "processes_for"]

@@ -112,7 +112,9 @@ class Parsed:
     digest: str
     chunks: int = 0  # chunks cut from the parsed files (pipeline.workers chunks as it parses)
     embedded: int = 0  # of which embedded on the way (the local model)
-    workers: int = 1  # processes that did it (pipeline.workers)
+    workers: int = 1  # processes that did it (pipeline.workers), or Ray actors
+    executor: str = "local"  # local or ray (MDVDB_EXECUTOR)
+    executor_start_seconds: float = 0.0  # Ray: connecting or starting, until the actors are up
 
 
 @dataclass(frozen=True)
@@ -366,7 +368,15 @@ def parse(
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
     workers = executor(config).processes_for(config, len(todo))
     digest = digest_of(kept.digest)
-    return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers)
+    started = 0.0
+    if config.executor != "local":
+        from pipeline.ray_executor import start_seconds
+
+        started = start_seconds()
+    kind = config.executor.partition(":")[0]
+    return Parsed(
+        kept, len(todo), tuple(problems), digest, chunks, embedded, workers, kind, started
+    )
 
 
 def executor(config: Config):

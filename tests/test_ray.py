@@ -49,6 +49,7 @@ def head():
     port = _free_port()
     temp = tempfile.mkdtemp(prefix="mdvdb-ray-", dir="/tmp")  # short: Ray's socket paths
     ray_bin = Path(sys.executable).parent / "ray"
+    log = open(os.path.join(temp, "head.log"), "w")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
         [
             str(ray_bin),
@@ -64,21 +65,17 @@ def head():
             "--object-store-memory=200000000",
         ],
         env={**os.environ, **QUIET},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail("ray start --head did not come up")
-            time.sleep(0.5)
+    deadline = time.monotonic() + 180  # a loaded 2-core machine: ~30 s seen
+    while "Ray runtime started" not in Path(log.name).read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("ray start --head did not come up: " + Path(log.name).read_text())
+        time.sleep(0.5)
     try:
         yield address
     finally:
@@ -88,6 +85,7 @@ def head():
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        log.close()
         shutil.rmtree(temp, ignore_errors=True)
 
 
