@@ -225,16 +225,18 @@ def _start(config: Config):
     }
     try:
         if address is None:
-            ray.init(
-                address="local",
-                num_cpus=worker_count(config),
-                object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                **options,
-            )
+            local = {"num_cpus": worker_count(config), **options}
+            local["object_store_memory"] = LOCAL_OBJECT_STORE_BYTES
+            try:
+                ray.init(address="local", **local)
+            except Exception:  # noqa: BLE001 - Ray gives its raylet 30 s, fixed: once more
+                ray.shutdown()
+                ray.init(address="local", **local)
         else:
             _token_auth()
             ray.init(address=address, **options)
     except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; each is one line here
+        ray.shutdown()
         where = "a local Ray cluster" if address is None else f"the Ray cluster at {address}"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ExecutorUnavailable(
@@ -299,7 +301,6 @@ def _quiet_ray() -> None:
         ("RAY_USAGE_STATS_PROMPT_ENABLED", "0"),
         ("RAY_DISABLE_IMPORT_WARNING", "1"),
         ("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0"),
-        ("RAY_BACKEND_LOG_LEVEL", "error"),  # the C++ core's own warnings on stderr
         ("TOKENIZERS_PARALLELISM", "false"),
     ):
         os.environ.setdefault(name, value)

@@ -155,9 +155,10 @@ def test_files_shipped_in_the_task_build_the_local_index(head: str, tmp_path: Pa
     assert ray["workers"] == 2 and ray["errors"] == one["errors"] and one["errors"]
     assert _index_parts(on_ray / ".markdownvdb.index") == _index_parts(local / ".markdownvdb.index")
     assert _cache_rows(on_ray / ".markdownvdb.state") == _cache_rows(local / ".markdownvdb.state")
-    for root in (local, on_ray):  # an edit: only that file goes to the cluster
-        page = root / "d3" / "page-00003.md"
-        page.write_bytes(page.read_bytes() + b"\n## Added\n\nkayak paddles\n")
+    page, twin = (root / "d3" / "page-00003.md" for root in (local, on_ray))
+    page.write_bytes(page.read_bytes() + b"\n## Added\n\nkayak paddles\n")
+    twin.write_bytes(page.read_bytes())  # an edit: only that file goes to the cluster
+    os.utime(twin, ns=(page.stat().st_atime_ns, page.stat().st_mtime_ns))  # mtimes: indexed
     one = _ok(_ingest(local, env={"MDVDB_WORKERS": "1"}))
     ray = _ok(_ingest(on_ray, env={"MDVDB_EXECUTOR": f"ray:{head}"}))
     assert ray["changed"] == one["changed"] == 1 and ray["workers"] == 1
