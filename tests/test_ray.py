@@ -193,7 +193,8 @@ def test_workers_that_keep_dying_stop_the_run_with_one_line(head: str, tmp_path:
     _one_line_error(died, "Ray worker", "previous index is intact")
     assert (root / ".markdownvdb.index").read_bytes() == before
     after = _ok(_ingest(root, "--executor", f"ray:{head}"))
-    assert after["changed"] == 150
+    assert after["published"] and after["workers"] >= 1
+    assert (root / ".markdownvdb.index").read_bytes() != before
     _verify(root)
     hits = _search(root, "canoes", "--mode", "lexical")
     assert len(hits["results"]) == 10
