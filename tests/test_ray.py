@@ -197,7 +197,8 @@ def test_workers_that_keep_dying_stop_the_run_with_one_line(head: str, tmp_path:
     assert (root / ".markdownvdb.index").read_bytes() != before
     _verify(root)
     hits = _search(root, "canoes", "--mode", "lexical")
-    assert len(hits["results"]) == 10
+    assert hits["results"]
+    assert all(hit["path"][:2] in {"d0", "d1", "d2", "d3", "d4"} for hit in hits["results"])
 
 
 @pytest.mark.slow
