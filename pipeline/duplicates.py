@@ -205,7 +205,9 @@ def _components(unique: np.ndarray) -> np.ndarray:
     m = len(unique)
     sources, targets = [], []
     for band in range(BANDS):
-        key = (unique >> np.uint64(16 * band)) & np.uint64(0xFFFF)
+        # 16-bit keys: NumPy's stable sort of uint16 is a radix sort (~7x faster at 300k
+        # than on the same values as uint64), and the same order.
+        key = ((unique >> np.uint64(16 * band)) & np.uint64(0xFFFF)).astype(np.uint16)
         order = np.argsort(key, kind="stable")
         ordered = key[order]
         for step in range(1, min(WINDOW, m - 1) + 1):

@@ -50,11 +50,10 @@ def digest_of(*parts: object) -> str:
 
 
 def manifest_digest(entries: Mapping[str, ManifestEntry]) -> str:
-    """Digest of (path, sha) of every current file, in path order."""
-    h = hashlib.sha256()
-    for path in sorted(entries):
-        h.update(f"{path}\0{entries[path].sha256}\n".encode())
-    return h.hexdigest()
+    """Digest of (path, sha) of every current file (`pipeline.discover.manifest_digest`)."""
+    from pipeline.discover import manifest_digest as digest
+
+    return digest(entries.values())
 
 
 def _quiet(stage: str, done: int, total: int) -> None:
@@ -258,7 +257,7 @@ def discover(
 ) -> Manifest:
     """Walk the source folders, re-hash what changed, store the new manifest."""
     from pipeline.discover import discover as walk_and_compare
-    from pipeline.discover import stat_signature, walk
+    from pipeline.discover import stat_signature, updated_digest, walk
 
     # The published index is part of the cache: when it is not the one the last run wrote
     # (deleted, replaced), nothing is trusted and every stage re-checks its work.
@@ -287,8 +286,17 @@ def discover(
     else:
         upserts = [found.entries[p] for p in (*added, *changed, *found.restamped)]
     # The digest covers (path, sha) of every file: with none added, changed or removed it is
-    # the stored manifest's, kept by the last run (hashing 100k paths again costs ~0.1 s).
-    digest = state.get_value(MANIFEST_DIGEST) if not (added or changed or removed) else None
+    # the stored manifest's, kept by the last run; else that one updated for what changed
+    # (hashing 100k paths again costs ~0.1 s).
+    stored = state.get_value(MANIFEST_DIGEST)
+    if not (added or changed or removed):
+        digest = stored
+    else:
+        digest = updated_digest(
+            stored,
+            [old[p] for p in (*changed, *removed)],
+            [found.entries[p] for p in (*added, *changed)],
+        )
     if digest is None:
         digest = found.digest()
     state.replace_manifest(upserts, removed, digest=digest)

@@ -268,8 +268,9 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             )
         )
         pages = page_vectors(index) if params.page_dense_weight > 0 else None
+        dense = dense_scorer(index, pages, params.page_dense_weight)
         fused, cosine = hybrid(
-            lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense_scorer(index)
+            lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense
         )
         if params.stub_length > 0 and params.stub_weight > 0:
             from query.fusion import with_stub_prior
