@@ -111,7 +111,9 @@ class Parsed:
     digest: str
     chunks: int = 0  # chunks cut from the parsed files (pipeline.workers chunks as it parses)
     embedded: int = 0  # of which embedded on the way (the local model)
-    workers: int = 1  # processes that did it (pipeline.workers)
+    workers: int = 1  # processes that did it (pipeline.workers), or Ray actors
+    executor: str = "local"  # local or ray (MDVDB_EXECUTOR)
+    executor_start_seconds: float = 0.0  # Ray: connecting or starting, until the actors are up
     # The lexical analyses of the chunks cut (`pipeline.lexical.Store`): pack merges them
     # into postings instead of analysing every chunk again on one core.
     analysed: Any = field(default=None, repr=False, compare=False)
@@ -378,13 +380,32 @@ def parse(
         config, state, todo, problems, progress, provider, analysed
     )
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
-    from pipeline.lexical import Store
-    from pipeline.workers import processes_for
-
-    workers = processes_for(config, len(todo))
+    workers = executor(config).processes_for(config, len(todo))
     digest = digest_of(kept.digest)
+    started = 0.0
+    if config.executor != "local":
+        from pipeline.ray_executor import start_seconds
+
+        started = start_seconds()
+    kind = config.executor.partition(":")[0]
+    from pipeline.lexical import Store
+
     lexical = Store.join(analysed) if analysed else None
-    return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers, lexical)
+    return Parsed(
+        kept, len(todo), tuple(problems), digest, chunks, embedded, workers, kind, started, lexical
+    )
+
+
+def executor(config: Config):
+    """The module that runs the per-file work (`prepare`, `processes_for`): a process pool
+    here (pipeline.workers), or Ray actors (pipeline.ray_executor, MDVDB_EXECUTOR)."""
+    if config.executor == "local":
+        from pipeline import workers
+
+        return workers
+    from pipeline import ray_executor
+
+    return ray_executor
 
 
 def _prepare_files(
@@ -400,14 +421,16 @@ def _prepare_files(
     batch; returns the paths that failed (reported), the chunks cut and the chunks
     embedded. The batches' lexical analyses go to `analysed`."""
     from pipeline.embed import model_key
-    from pipeline.workers import WorkerDied, embed_spec, prepare
+    from pipeline.workers import ExecutorUnavailable, WorkerDied, embed_spec
 
     spec = embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""
     key = chunk_key(config)
     failed: list[str] = []
     chunks = embedded = 0
-    batches = prepare(config, todo, spec, lambda done: progress("parse", done, len(todo)))
+    batches = executor(config).prepare(
+        config, todo, spec, lambda done: progress("parse", done, len(todo))
+    )
     try:
         for batch in batches:  # streamed: written as each comes back
             for path, _, problem, broken in batch.files:
@@ -421,7 +444,7 @@ def _prepare_files(
             embedded += len(shas)
             if analysed is not None and batch.lexical is not None:
                 analysed.append(batch.lexical)
-    except WorkerDied as exc:
+    except (WorkerDied, ExecutorUnavailable) as exc:
         raise IngestError(str(exc)) from None
     if embedded and spec is not None and spec.cache_dir is not None:
         # The query side's lookup tokenizer, built once per user (~1 s) by the ingest
