@@ -633,16 +633,29 @@ class Published:
             found.setdefault(key, row)
         return found
 
+    def _keys_in(self, table: str, column: str, keys: list[str]) -> set[str]:
+        """The keys that some row of `table` holds in `column`. Only membership: no row
+        numbers, so no Python loop over the hits (a run that does not trust discover's
+        change list asks this for every file, 100k of them)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not keys:
+            return set()
+        asked = pa.array(keys, pa.string())
+        held = pc.is_in(asked, value_set=self._column(table, column))
+        return set(asked.filter(held).to_pylist())
+
     def files_with(self, chunk_key: str, shas: list[str]) -> set[str]:
         """Which file shas the index holds chunk records of, for this chunking."""
         if not self.records or not self._build_key().endswith(f"|{chunk_key}"):
             return set()
-        return set(self._rows_of("files", "sha256", shas))
+        return self._keys_in("files", "sha256", shas)
 
     def files_built_with(self, build_key: str, shas: list[str]) -> set[str]:
         if not self.records or self._build_key() != build_key:
             return set()
-        return set(self._rows_of("files", "sha256", shas))
+        return self._keys_in("files", "sha256", shas)
 
     def vector_rows(self, model: str, shas: list[bytes]) -> dict[int, int]:
         """Position in `shas` -> chunk row holding its vector, for those the index has (a
