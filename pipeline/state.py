@@ -643,8 +643,12 @@ class Published:
         if not keys:
             return set()
         asked = pa.array(keys, pa.string())
-        held = pc.is_in(asked, value_set=self._column(table, column))
-        return set(asked.filter(held).to_pylist())
+        values = self._column(table, column)
+        # The hash table is built over the smaller side: the few shas of an edit are looked
+        # for in the column, every file's sha has the column's looked for among them.
+        if len(asked) * 4 < len(values):
+            return set(pc.unique(values.filter(pc.is_in(values, value_set=asked))).to_pylist())
+        return set(asked.filter(pc.is_in(asked, value_set=values)).to_pylist())
 
     def files_with(self, chunk_key: str, shas: list[str]) -> set[str]:
         """Which file shas the index holds chunk records of, for this chunking."""

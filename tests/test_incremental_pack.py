@@ -435,6 +435,9 @@ def test_the_published_index_says_exactly_which_files_it_holds(corpus: Path):
     assert published.files_with(chunk_key, asked) == set(held)
     assert published.files_built_with(build_key, asked) == set(held)
     assert published.files_with(chunk_key, ["0" * 64]) == set()
+    # A few shas (the other way round: the column is searched for them).
+    assert published.files_with(chunk_key, [held[3], "0" * 64, held[3]]) == {held[3]}
+    assert published.files_built_with(build_key, [held[0]]) == {held[0]}
     assert published.files_with(chunk_key, []) == set()
     assert published.files_with(chunk_key + "x", held) == set()
     assert published.files_built_with(build_key + "x", held) == set()
