@@ -152,5 +152,93 @@ def main() -> None:
         print(" | ".join(str(r[c]) for c in cols))
 
 
+def sql_only(files: int, way: str) -> dict:
+    """The hand-over's SQL alone on a state filled like a first build's (per file: a 16 KB
+    chunk record, three 1 KB vectors, an embedded mark), without an ingest: `old` deletes
+    row by row, `new` is `State._rebuild_without`; both then `State.reclaim`."""
+    import numpy as np
+
+    sys.path.insert(0, str(HERE))
+    from pipeline.state import State
+
+    folder = Path(tempfile.mkdtemp(prefix="mdvdb-reclaim-sql-"))
+    try:
+        state = State(folder)
+        rng = np.random.default_rng(0)
+        text = "x" * 16000
+        for start in range(0, files, 2000):
+            n = min(2000, files - start)
+            shas = [f"{i:064x}" for i in range(start, start + n)]
+            vshas = [rng.bytes(32) for _ in range(3 * n)]
+            vectors = rng.standard_normal((3 * n, 256), dtype=np.float32)
+            state.put_prepared("k", [(s, f'"{text}{s}"') for s in shas], "m", vshas, vectors, shas)
+        state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        filled = _state_bytes(folder)
+        gone = [f"{i:064x}" for i in range(files)]
+        vgone = [r[0] for r in state.db.execute("SELECT sha256 FROM embeddings")]
+        plans = [
+            ("chunks", "key = ?", ("k",), gone),
+            ("embedded", "model = ?", ("m|k",), gone),
+            ("embeddings", "model = ?", ("m",), vgone),
+        ]
+        peak = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.2):
+                peak[0] = max(peak[0], _state_bytes(folder))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        with state.transaction():
+            for table, where, params, keys in plans:
+                if way == "new":
+                    state._rebuild_without(table, where, params, keys)
+                    continue
+                for at in range(0, len(keys), 500):
+                    part = keys[at : at + 500]
+                    marks = ",".join("?" * len(part))
+                    state.db.execute(
+                        f"DELETE FROM {table} WHERE {where} AND sha256 IN ({marks})",
+                        (*params, *part),
+                    )
+        t1 = time.perf_counter()
+        state.reclaim()
+        t2 = time.perf_counter()
+        done.set()
+        sampler.join()
+        row = {
+            "way": way,
+            "files": files,
+            "state_filled_mb": round(filled / 2**20),
+            "delete_s": round(t1 - t0, 2),
+            "reclaim_s": round(t2 - t1, 2),
+            "cpu_s": round(time.process_time() - c0, 2),
+            "state_peak_mb": round(max(peak[0], filled) / 2**20),
+            "state_after_mb": round(_state_bytes(folder) / 2**20, 1),
+        }
+        state.close()
+        return row
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main_sql() -> None:
+    ap = argparse.ArgumentParser(description="the hand-over's SQL alone, old vs new")
+    ap.add_argument("--sql-files", type=int, required=True)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rows = [sql_only(args.sql_files, way) for way in ("old", "new")]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    cols = list(rows[0])
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(str(r[c]) for c in cols))
+
+
 if __name__ == "__main__":
-    main()
+    main_sql() if "--sql-files" in sys.argv else main()
