@@ -87,8 +87,10 @@ class Snapshot:
 _SNAPSHOTS: dict[Path, Snapshot] = {}
 
 
-def _shared_snapshot(path: Path) -> Snapshot:
+def _shared_snapshot(path: Path, servers: tuple[str, ...] = ()) -> Snapshot:
     cached = _SNAPSHOTS.get(path)
+    if cached is not None and getattr(cached, "servers", servers) != servers:
+        cached = None  # the same sharded index, read through other shard servers
     if cached is not None:
         try:
             st = os.stat(path)
@@ -99,7 +101,7 @@ def _shared_snapshot(path: Path) -> Snapshot:
     if path.name == shards.MANIFEST:  # a sharded index (query.sharded)
         from query.sharded import ShardedSnapshot
 
-        snap: Snapshot = ShardedSnapshot.load(path, Snapshot.load)  # type: ignore[assignment]
+        snap: Snapshot = ShardedSnapshot.load(path, servers)  # type: ignore[assignment]
     else:
         snap = Snapshot.load(path)
     _SNAPSHOTS[path] = snap
@@ -134,7 +136,7 @@ class Reader:
     def _current(self) -> Snapshot:
         snap = self._snapshot
         if snap is None or self._is_outdated(snap):
-            snap = _shared_snapshot(self.source)
+            snap = _shared_snapshot(self.source, self.config.shard_servers)
             self._snapshot = snap
         return snap
 

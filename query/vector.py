@@ -35,7 +35,11 @@ def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """matrix @ vector through einsum's single-threaded SIMD loop, not BLAS: OpenBLAS's
     threaded sgemv waits for a scheduler slice whenever the other core is busy, which on a
     shared 2-core machine made a 40k x 256 product 10 ms at the median against einsum's 2-3 ms
-    (same minimum, 1.6 ms; bench/query_speed.py, docs/benchmarks.md)."""
+    (same minimum, 1.6 ms; bench/query_speed.py, docs/benchmarks.md). A matrix left in the
+    shards of a sharded index (query.sharded.ShardedVectors) computes it shard by shard."""
+    fanned = getattr(matrix, "row_dots", None)
+    if fanned is not None:
+        return fanned(vector)
     scores = np.einsum("ij,j->i", matrix, vector.astype(np.float32, copy=False))
     # A NaN row (a damaged index, an old provider answer) scores nothing rather than
     # turning every normalised hybrid score into NaN (cheap: one pass over n scores).
@@ -157,6 +161,8 @@ def dense_scorer(index) -> DenseScorer:
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
     n = matrix.shape[0]
+    if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
+        return DenseScorer(matrix)
     if mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS):
         return DenseScorer(matrix)
     if not _has_simsimd():  # a platform without its wheel: the exact scans, same results
