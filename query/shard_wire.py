@@ -3,11 +3,12 @@ answers the `ShardPart` calls of the shards it serves, and a reader with
 `MDVDB_SHARD_SERVERS=HOST:PORT,...` (a router: `mdvdb serve`, `mdvdb search`, the library)
 sends them there instead of mapping postings and vectors itself.
 
-The protocol is the warm server's (mdvdb/cli/warm.py): one request per connection, the client
-shuts its write side after the request, the server answers and closes. The encoding is not
-marshal (a TCP port is reachable by other users of the machine, and marshal is not meant for
-untrusted bytes): an 8-byte length, a JSON header, then the raw bytes of every NumPy array
-the header names (dtype from a short allow-list, shape). A request names the shard FILE
+The protocol follows the warm server's (mdvdb/cli/warm.py): a request, then its answer; but a
+connection carries one request after another (a hybrid search makes ~15 calls per shard, a
+connection each cost more than the work), so every message says its own length. The encoding
+is not marshal (a TCP port is reachable by other users of the machine, and marshal is not
+meant for untrusted bytes): an 8-byte length, a JSON header, then the raw bytes of every NumPy
+array the header names (dtype from a short allow-list, shape). A request names the shard FILE
 (`shard-003-g000012.index`), so the server scores exactly the generation the router pinned.
 
 There is no authentication: bind a shard server to 127.0.0.1 or a private network
@@ -37,6 +38,7 @@ from query.shard_part import CALLS, ShardPart
 DTYPES = frozenset({"float32", "float64", "int32", "int64", "uint64", "uint8", "bool"})
 MAX_MESSAGE = 1 << 30
 TIMEOUT = 60.0
+IDLE_CONNECTION = 300.0  # a server closes a connection idle this long
 SHARD_FILE = re.compile(r"shard-(\d{3})-g(\d{6})\.index")
 _LENGTH = struct.Struct("<Q")
 
@@ -106,16 +108,41 @@ def decode(data: bytes) -> Any:
     return restore(header["value"])
 
 
-def _read_all(sock: socket.socket) -> bytes:
-    chunks, total = [], 0
-    while True:
-        data = sock.recv(1 << 20)
-        if not data:
-            return b"".join(chunks)
-        total += len(data)
-        if total > MAX_MESSAGE:
-            raise ValueError("message too large")
-        chunks.append(data)
+def _read_exact(sock: socket.socket, size: int) -> bytes:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:], size - got)
+        if n == 0:
+            raise EOFError("the connection closed mid-message")
+        got += n
+    return bytes(buffer)
+
+
+def read_message(sock: socket.socket) -> bytes | None:
+    """One whole message off a connection (its length, its header, the arrays the header
+    sizes); None at a clean end of the connection."""
+    first = sock.recv(_LENGTH.size, socket.MSG_WAITALL)
+    if not first:
+        return None
+    if len(first) < _LENGTH.size:
+        raise ValueError("short message")
+    (size,) = _LENGTH.unpack(first)
+    if size > MAX_MESSAGE:
+        raise ValueError("message too large")
+    header = _read_exact(sock, size)
+    try:
+        arrays = json.loads(header).get("arrays") or []
+        body = sum(
+            int(np.prod(a["shape"])) * np.dtype(a["dtype"]).itemsize
+            for a in arrays
+            if a.get("dtype") in DTYPES
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ValueError("unreadable header") from None
+    if body > MAX_MESSAGE:
+        raise ValueError("message too large")
+    return first + header + _read_exact(sock, body)
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -123,15 +150,36 @@ def _split(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+_CONNECTIONS = threading.local()  # per thread: address -> an open connection
+
+
 def exchange(address: str, request: dict, timeout: float = TIMEOUT) -> Any:
-    """One request to a shard server; its answer, or ShardServerError (one line)."""
-    try:
-        with socket.create_connection(_split(address), timeout=timeout) as sock:
-            sock.sendall(encode(request))
-            sock.shutdown(socket.SHUT_WR)
-            reply = decode(_read_all(sock))
-    except (OSError, ValueError) as exc:
-        raise ShardServerError(f"shard server {address}: {exc}") from None
+    """One request to a shard server on this thread's connection to it (opened on first
+    use, opened again once when the server closed it); its answer, or ShardServerError."""
+    held = getattr(_CONNECTIONS, "held", None)
+    if held is None:
+        held = _CONNECTIONS.held = {}
+    message = encode(request)
+    for attempt in (0, 1):
+        sock = held.pop(address, None)
+        fresh = sock is None
+        try:
+            if sock is None:
+                sock = socket.create_connection(_split(address), timeout=timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(timeout)
+            sock.sendall(message)
+            raw = read_message(sock)
+            if raw is None:
+                raise EOFError("the server closed the connection")
+            reply = decode(raw)
+            held[address] = sock
+            break
+        except (OSError, ValueError, EOFError) as exc:
+            if sock is not None:
+                sock.close()
+            if fresh or attempt:
+                raise ShardServerError(f"shard server {address}: {exc}") from None
     if not isinstance(reply, dict):
         raise ShardServerError(f"shard server {address}: malformed reply")
     if "error" in reply:
@@ -257,14 +305,19 @@ class ShardServer:
             listener.close()
 
     def _one(self, conn: socket.socket) -> None:
+        """A connection: message after message until the client closes it (or idles out)."""
         try:
             with conn:
-                conn.settimeout(TIMEOUT)
-                try:
-                    raw = _read_all(conn)
-                except ValueError as exc:
-                    conn.sendall(encode({"error": str(exc)}))
-                    return
-                conn.sendall(self.answer(raw))
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.settimeout(IDLE_CONNECTION)
+                while not self.stop.is_set():
+                    try:
+                        raw = read_message(conn)
+                    except (ValueError, EOFError) as exc:
+                        conn.sendall(encode({"error": str(exc)}))
+                        return
+                    if raw is None:
+                        return
+                    conn.sendall(self.answer(raw))
         except OSError:
-            pass  # the client hung up: nobody to answer
+            pass  # the client hung up or idled out: nobody to answer

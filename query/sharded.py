@@ -84,7 +84,7 @@ class _GatheredTables(Mapping):
             if name == "files":
                 found = self._snapshot._gather_files()
             elif name == "chunks":
-                found = self._snapshot._gather_chunks()
+                found = _ShardChunks(self._snapshot)
             elif name in self._names:
                 found = self._extra.tables[name]
             else:
@@ -201,14 +201,48 @@ class ShardedSnapshot:
         ids = pa.array(np.arange(files.num_rows, dtype=np.int32))
         return files.set_column(0, "file_id", ids)
 
-    def _gather_chunks(self):
+    def _gather_column(self, name: str):
+        """One column of the one-file `chunks` view, gathered whole (ChunkedArray)."""
         import pyarrow as pa
 
-        tables = [f.file.tables["chunks"].drop_columns(["vector"]) for f in self.files]
-        chunks = pa.concat_tables(tables).take(pa.array(self.order.chunk_order))
-        ids = pa.array(np.arange(chunks.num_rows, dtype=np.int32))
-        chunks = chunks.set_column(0, "chunk_id", ids)
-        return chunks.set_column(1, "file_id", pa.array(self.chunk_file_ids))
+        if name == "chunk_id":
+            return pa.chunked_array([pa.array(np.arange(len(self.chunk_file_ids), dtype=np.int32))])
+        if name == "file_id":
+            return pa.chunked_array([pa.array(self.chunk_file_ids)])
+        pieces = [f.file.tables["chunks"].column(name) for f in self.files]
+        whole = pa.chunked_array([c for piece in pieces for c in piece.chunks], pieces[0].type)
+        return whole.take(pa.array(self.order.chunk_order))
+
+    def _take_chunks(self, names: list[str], rows: np.ndarray):
+        """Some rows of the one-file `chunks` view (these columns), read shard by shard."""
+        import pyarrow as pa
+
+        rows = np.asarray(rows, dtype=np.int64)
+        out: dict[str, Any] = {}
+        shard_of, local_of = self.vectors.where
+        owners = shard_of[rows]
+        pieces, positions = [], []
+        own = [n for n in names if n not in ("chunk_id", "file_id")]
+        for shard in np.unique(owners).tolist():
+            at = np.flatnonzero(owners == shard)
+            table = self.files[shard].file.tables["chunks"].select(own)
+            pieces.append(table.take(pa.array(local_of[rows[at]])))
+            positions.append(at)
+        placed = np.empty(len(rows), dtype=np.int64)
+        if positions:
+            placed[np.concatenate(positions)] = np.arange(len(rows))
+        for name in names:
+            if name == "chunk_id":
+                out[name] = pa.array(rows.astype(np.int32))
+            elif name == "file_id":
+                out[name] = pa.array(self.chunk_file_ids[rows])
+            elif pieces:
+                column = pa.concat_tables([p.select([name]) for p in pieces]).column(0)
+                out[name] = column.take(pa.array(placed))
+            else:
+                kind = self.files[0].file.tables["chunks"].schema.field(name).type
+                out[name] = pa.array([], kind)
+        return pa.table(out)
 
     def build_lexical(self) -> ShardedLexical:
         return ShardedLexical.of(self)
@@ -237,6 +271,79 @@ class ShardedSnapshot:
         ]
         dims = self.vectors.shape[1]
         return ShardedPageVectors(self.parts, where, len(first), dims), chunks, rows
+
+
+class _ShardColumn:
+    """One column of the one-file `chunks` view: a row (`column[i]`) is read in its shard;
+    anything else gathers the whole column once (`ShardedSnapshot._gather_column`)."""
+
+    def __init__(self, snapshot: ShardedSnapshot, name: str):
+        self._snapshot = snapshot
+        self._name = name
+        self._whole = None
+
+    def __len__(self) -> int:
+        return len(self._snapshot.chunk_file_ids)
+
+    def __getitem__(self, i):
+        import pyarrow as pa
+
+        if isinstance(i, int | np.integer):
+            snap, name = self._snapshot, self._name
+            if name == "chunk_id":
+                return pa.scalar(int(i), pa.int32())
+            if name == "file_id":
+                return pa.scalar(int(snap.chunk_file_ids[i]), pa.int32())
+            shard_of, local_of = snap.vectors.where
+            chunks = snap.files[int(shard_of[i])].file.tables["chunks"]
+            return chunks.column(name)[int(local_of[i])]
+        return self.whole()[i]
+
+    def whole(self):
+        if self._whole is None:
+            self._whole = self._snapshot._gather_column(self._name)
+        return self._whole
+
+    def __getattr__(self, attr: str):
+        return getattr(self.whole(), attr)
+
+
+class _ShardChunks:
+    """The one-file `chunks` table of a sharded index, vectors aside, read where it lies:
+    a result's row from its shard, a whole column gathered only when a query reads one
+    (title tiers read the headings), never the whole table at open."""
+
+    def __init__(self, snapshot: ShardedSnapshot):
+        self._snapshot = snapshot
+        first = snapshot.files[0].file.tables["chunks"] if snapshot.files else None
+        self.schema = first.schema.remove(first.schema.get_field_index("vector")) if first else None
+        self.column_names = list(self.schema.names) if first else []
+        self.num_rows = len(snapshot.chunk_file_ids)
+        self._columns: dict[str, _ShardColumn] = {}
+
+    def column(self, name: str) -> _ShardColumn:
+        if name not in self.column_names:
+            raise KeyError(f'Field "{name}" does not exist in schema')
+        found = self._columns.get(name)
+        if found is None:
+            found = self._columns[name] = _ShardColumn(self._snapshot, name)
+        return found
+
+    def select(self, names: list[str]) -> _SelectedChunks:
+        return _SelectedChunks(self._snapshot, list(names))
+
+
+class _SelectedChunks:
+    def __init__(self, snapshot: ShardedSnapshot, names: list[str]):
+        self._snapshot = snapshot
+        self._names = names
+
+    def take(self, rows):
+        import pyarrow as pa
+
+        if isinstance(rows, pa.Array | pa.ChunkedArray):
+            rows = rows.to_numpy()
+        return self._snapshot._take_chunks(self._names, np.asarray(rows))
 
 
 def _stored_order(extra: index_format.IndexFile, files: list[ShardFile]):

@@ -136,9 +136,23 @@ class Reader:
     def _current(self) -> Snapshot:
         snap = self._snapshot
         if snap is None or self._is_outdated(snap):
-            snap = _shared_snapshot(self.source, self.config.shard_servers)
+            snap = _shared_snapshot(self.source, self._shard_servers())
             self._snapshot = snap
         return snap
+
+    def _shard_servers(self) -> tuple[str, ...]:
+        """MDVDB_SHARD_SERVERS, unless an untrusted folder's `.markdownvdb` chose them: the
+        query's words and vector go to those servers."""
+        from kernel.config import CONFIG_FILE, TRUSTED_FOLDERS
+
+        cfg = self.config
+        if cfg.shard_servers and cfg.from_folder("MDVDB_SHARD_SERVERS") and not cfg.trusted:
+            raise QueryError(
+                f"MDVDB_SHARD_SERVERS comes from {cfg.root / CONFIG_FILE}; refusing to send "
+                f"queries to servers the folder chose (set it in your environment, or trust "
+                f"the folder: {TRUSTED_FOLDERS}={cfg.root})"
+            )
+        return cfg.shard_servers
 
     @contextmanager
     def pinned(self) -> Iterator[Snapshot]:

@@ -335,3 +335,14 @@ def test_a_shard_server_refuses_what_it_does_not_serve(twins) -> None:
     ):
         assert "error" in decode(server.answer(encode(request))), request
     assert "error" in decode(server.answer(b"\x00" * 3 + b"garbage"))
+
+
+def test_shard_servers_chosen_by_the_folder_are_refused(tmp_path: Path) -> None:
+    """A folder's `.markdownvdb` may not send the user's queries to servers it names."""
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "a.md").write_text("# a\n\ntext\n", encoding="utf-8")
+    (root / ".markdownvdb").write_text("MDVDB_SHARD_SERVERS=203.0.113.9:7001\n", encoding="utf-8")
+    done = run_cli("search", "text", "--root", str(root), env=SHARDED)
+    assert done.returncode == 1, done.stdout
+    assert done.stderr.count("\n") == 1 and "refusing to send queries" in done.stderr
