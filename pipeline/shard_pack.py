@@ -175,7 +175,8 @@ def _write_global(
     """The corpus-wide tables, from the shards just published: near-duplicate groups over
     every signature in the one-file chunk order, the clusters over every file, and the
     one-file order itself (`shard_files`, `shard_chunks`: the global id of each shard row,
-    shard after shard), so a reader opens the shards without sorting every path.
+    shard after shard; `chunk_files`: each chunk's file in that order), so a reader opens
+    the shards without sorting every path or opening a shard's tables.
     Near-duplicate groups are taken from the previous global file when the signatures in
     the one-file order are the same (an ingest that re-packs without changing any text)."""
     opened = [index_format.read_index(folder / e.name, lazy=True) for e in entries]
@@ -192,6 +193,9 @@ def _write_global(
             [pa.array(signatures, pa.uint64()), pa.array(duplicates.groups(signatures))],
             schema=duplicates.schema(),
         )
+    chunk_file_ids = np.empty(len(order.chunk_order), dtype=np.int32)
+    for ids, chunk_ids, local in zip(order.file_ids, order.chunk_ids, chunk_files, strict=True):
+        chunk_file_ids[chunk_ids] = ids[np.asarray(local, dtype=np.int64)]
     concatenated = [
         np.concatenate(ids or [np.zeros(0, np.int64)]) for ids in (order.file_ids, order.chunk_ids)
     ]
@@ -200,6 +204,7 @@ def _write_global(
         **schema_tables,
         "shard_files": pa.table({"file_id": pa.array(concatenated[0], pa.int64())}),
         "shard_chunks": pa.table({"chunk_id": pa.array(concatenated[1], pa.int64())}),
+        "chunk_files": pa.table({"file_id": pa.array(chunk_file_ids, pa.int32())}),
     }
     files = pa.concat_tables(
         [f.tables["files"].select(["path", "sha256", "cluster_id"]) for f in opened]

@@ -346,3 +346,30 @@ def test_shard_servers_chosen_by_the_folder_are_refused(tmp_path: Path) -> None:
     done = run_cli("search", "text", "--root", str(root), env=SHARDED)
     assert done.returncode == 1, done.stdout
     assert done.stderr.count("\n") == 1 and "refusing to send queries" in done.stderr
+
+
+@pytest.mark.slow
+def test_verify_checks_the_stored_row_order(tmp_path: Path) -> None:
+    """The global file stores the one-file order (a reader numbers rows by it without
+    sorting paths); `status --verify` recomputes it from the shards and names a wrong one."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kernel import index_format
+
+    root = _project(tmp_path / "p")
+    _ingest(root, SHARDED)
+    folder = root / ".markdownvdb.index.shards"
+    manifest = shards.read_manifest(folder)
+    extra = index_format.read_index(folder / manifest.global_file)
+    assert {"shard_files", "shard_chunks", "chunk_files"} <= set(extra.tables)
+    tables = {name: table.combine_chunks() for name, table in extra.tables.items()}
+    ids = tables["chunk_files"].column("file_id").to_numpy().copy()
+    ids[[0, -1]] = ids[[-1, 0]]  # still a valid-looking column, but not the shards' files
+    ids = np.sort(ids)
+    ids[0] += 1
+    tables["chunk_files"] = pa.table({"file_id": pa.array(ids, pa.int32())})
+    index_format.write_index(folder / manifest.global_file, tables, extra.meta)
+    verify = run_cli("status", "--verify", "--root", str(root), env=SHARDED)
+    assert verify.returncode == 1
+    assert "stored chunk files" in verify.stderr + verify.stdout
