@@ -127,7 +127,7 @@ def _serve_shards(config, which: str, listen: str) -> None:
                 EXIT_USAGE,
             )
     host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or int(port) > 65535:
         raise CliError(f"--listen: expected HOST:PORT, got {listen!r}", EXIT_USAGE)
     server = ShardServer(config.shards_path, served, manifest.shards)
 
