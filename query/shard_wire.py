@@ -191,6 +191,8 @@ def exchange(address: str, request: dict, timeout: float = TIMEOUT) -> Any:
 class RemotePart:
     """A `ShardPart` in a shard server: the same calls, on the pinned shard file."""
 
+    remote = True  # query.sharded.fan_out gives remote calls a wider pool
+
     def __init__(self, address: str, name: str):
         self.address = address
         self.name = name

@@ -48,23 +48,24 @@ __all__ = [
     "shard_term_scores",
 ]
 
-_POOL: ThreadPoolExecutor | None = None
+_POOLS: dict[bool, ThreadPoolExecutor] = {}
 GLOBAL_TABLES = ("near_duplicates", "clusters", "schema", "schema_problems")
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(4, min(32, 2 * (os.cpu_count() or 2))))
-    return _POOL
-
-
-def fan_out(function, items: Sequence) -> list:
-    """`function` over every shard, in threads (NumPy drops the GIL in the heavy parts; a
-    remote shard waits on its socket)."""
+def fan_out(function, items: Sequence, parts: Sequence = ()) -> list:
+    """`function` over every item (a shard, or a group of rows of one), in threads: NumPy
+    drops the GIL in the heavy parts, and a remote shard waits on its socket, so calls to
+    shard servers get a wider pool than local work (`parts`: the shards, when the items
+    are not them)."""
     if len(items) <= 1:
         return [function(item) for item in items]
-    return list(_pool().map(function, items))
+    remote = bool(getattr((parts or items)[0], "remote", False))
+    pool = _POOLS.get(remote)
+    if pool is None:
+        cores = os.cpu_count() or 2
+        width = min(64, 8 * cores) if remote else max(4, min(32, 2 * cores))
+        pool = _POOLS[remote] = ThreadPoolExecutor(max_workers=width)
+    return list(pool.map(function, items))
 
 
 class _GatheredTables(Mapping):
@@ -491,7 +492,7 @@ class ShardRows:
         out = np.empty(len(self.rows), dtype=np.float32)
         parts = self.matrix.parts
         groups = self._groups()
-        answers = fan_out(lambda g: parts[g[0]].call("dots_rows", g[2], vector), groups)
+        answers = fan_out(lambda g: parts[g[0]].call("dots_rows", g[2], vector), groups, parts)
         for (_, at, _), local in zip(groups, answers, strict=True):
             out[at] = local
         return out
@@ -501,7 +502,7 @@ class ShardRows:
         parts = self.matrix.parts
         groups = self._groups()
         for (_, at, _), rows in zip(
-            groups, fan_out(lambda g: parts[g[0]].call("rows", g[2]), groups), strict=True
+            groups, fan_out(lambda g: parts[g[0]].call("rows", g[2]), groups, parts), strict=True
         ):
             out[at] = rows
         return out if dtype is None else out.astype(dtype, copy=False)
@@ -658,7 +659,7 @@ class ShardedLexical:
             start = out[self.chunk_ids[shard]] if started else None
             return self.parts[shard].call("term_scores", hashes, weights, idf, spec, start)
 
-        answers = fan_out(one, list(range(len(self.parts))))
+        answers = fan_out(one, list(range(len(self.parts))), self.parts)
         for ids, local in zip(self.chunk_ids, answers, strict=True):
             out[ids] = local
         return out
@@ -687,7 +688,9 @@ class ShardedLexical:
         owners = shard_of[chunks]
         groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
         answers = fan_out(
-            lambda g: self.parts[g[0]].call("feedback_postings", local_of[chunks[g[1]]]), groups
+            lambda g: self.parts[g[0]].call("feedback_postings", local_of[chunks[g[1]]]),
+            groups,
+            self.parts,
         )
         per_chunk: list[tuple[np.ndarray, np.ndarray]] = [None] * len(chunks)  # type: ignore[list-item]
         for (_, at), (hashes, tf, sizes) in zip(groups, answers, strict=True):
