@@ -298,8 +298,12 @@ def main() -> None:
     )
     parser.add_argument("--servers", type=int, default=0, help="shard servers for the router")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--queries", type=int, default=len(QUERIES), help="use the first N queries only"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    del QUERIES[max(1, args.queries) :]
     built: dict[int, float | None] = {}
     if args.layouts:
         roots = {
