@@ -61,7 +61,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    sides = {"A": (args.a, args.root_a), "B": (args.b, args.root_b)}
+    # The children run from `/`: a relative interpreter path is taken from here.
+    a, b = (os.path.abspath(p) if os.sep in p else p for p in (args.a, args.b))
+    sides = {"A": (a, args.root_a.resolve()), "B": (b, args.root_b.resolve())}
     for python, root in sides.values():
         ingest(python, root)  # settle (a copy's first run may republish)
     rel = pick_file(args.root_a).relative_to(args.root_a)

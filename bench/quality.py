@@ -72,7 +72,14 @@ VARIANTS: dict[str, dict] = {
     "before": {"page_weight": 0.0, "name_weight": 0.0},  # the default before this work
     # the default before the third CACM round (section BM25F k1 as packed, 1.2; no page-level
     # evidence on the dense side)
-    "previous": {"query_vector": "plain", "section_k1": 0.0, "page_dense_weight": 0.0},
+    "previous": {
+        "query_vector": "plain",
+        "section_k1": 0.0,
+        "page_dense_weight": 0.0,
+        "stub_length": 0.0,
+    },
+    # the default before the fourth CACM round (no stub-page prior)
+    "round-3": {"stub_length": 0.0},
     "no-feedback": {"feedback_weight": 0.0},
     "no-dense-feedback": {"dense_feedback_weight": 0.0},
     "no-feedback-at-all": {"feedback_weight": 0.0, "dense_feedback_weight": 0.0},
@@ -220,6 +227,26 @@ VARIANTS: dict[str, dict] = {
         for f in (0.5, 0.7, 0.9)
     },
 }
+
+
+def variant_settings(name: str) -> dict:
+    """A named variant's overrides, or an ad-hoc one spelt `field=value,field=value` (fields of
+    `query.fusion.FusionParams`, values cast to the field's type): sweeps need no new name."""
+    if name in VARIANTS:
+        return VARIANTS[name]
+    from dataclasses import fields
+
+    from query.fusion import FusionParams
+
+    kinds = {f.name: type(getattr(FusionParams(), f.name)) for f in fields(FusionParams)}
+    out = {}
+    for part in name.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or key not in kinds:
+            raise ValueError(f"unknown variant or setting: {part}")
+        kind = kinds[key]
+        out[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+    return out
 
 
 # -- data ---------------------------------------------------------------------------------
@@ -486,7 +513,7 @@ def run_set(
         timing[f"{label}_ms"] = round(per_query * 1000, 1)
         print(f"{target.name} {label}: ndcg@10 {metrics['ndcg@10']:.4f}", file=sys.stderr)
     for name in variants:
-        with fusion.overridden(**VARIANTS[name]):
+        with fusion.overridden(**variant_settings(name)):
             metrics, per_query = target.run(None, fast)
         rows.append({"set": target.name, "run": name, **metrics})
         timing[f"{name}_ms"] = round(per_query * 1000, 1)
@@ -613,7 +640,11 @@ def main() -> None:
     sets = [s for s in args.sets.split(",") if s]
     unknown = [s for s in sets if s not in ARCHIVES]
     variants = list(VARIANTS) if "all" in args.variant else args.variant
-    unknown += [v for v in variants if v not in VARIANTS]
+    for v in variants:
+        try:
+            variant_settings(v)
+        except ValueError:
+            unknown.append(v)
     if unknown:
         parser.error(f"unknown set or variant: {', '.join(unknown)}")
     modes = [m for m in args.modes.split(",") if m]

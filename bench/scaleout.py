@@ -4,6 +4,7 @@
     python bench/scaleout.py --chunks 1000000 --shards 4,20        # the 1M-chunk point
     python bench/scaleout.py --layouts 1=ONE_FILE_ROOT,20=SHARDED_ROOT [--servers 4]
         # folders already ingested (one file, and MDVDB_SHARDS=20): nothing is built
+    python bench/scaleout.py ingest --files 4000 --workers 1,2     # Ray vs local ingest
 
 A corpus of ~chunks/3 files is generated (bench/generate.py: 2-4 sections a file) under
 MDVDB_BENCH_DIR, copied once per layout and ingested with `mdvdb ingest` (MDVDB_SHARDS=1,
@@ -359,4 +360,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["ingest"]:  # the ingest rows: Ray vs the local pool
+        from bench.scaleout_ingest import main as ingest_main
+
+        ingest_main(sys.argv[2:])
+    else:
+        main()

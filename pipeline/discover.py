@@ -40,10 +40,41 @@ class Discovered:
     errors: list[tuple[str, str]] = field(default_factory=list)  # (path, problem)
 
     def digest(self) -> str:
-        h = hashlib.sha256()
-        for path in sorted(self.entries):
-            h.update(f"{path}\0{self.entries[path].sha256}\n".encode())
-        return h.hexdigest()
+        return manifest_digest(self.entries.values())
+
+
+# The manifest digest is a sum, not a hash of the sorted list: the same value for the same
+# (path, sha) set in any order, and a run that changes one file updates it from the stored
+# one by subtracting the old entry and adding the new (hashing 100k paths again cost ~0.1 s
+# of CPU a run). 128 bits of SHA-256 per entry, summed modulo 2**128.
+DIGEST_PREFIX = "sum1:"
+_MOD = 1 << 128
+
+
+def _entry_terms(entries) -> int:
+    sha256 = hashlib.sha256
+    return sum(
+        int.from_bytes(sha256(f"{e.path}\0{e.sha256}".encode()).digest()[:16], "big")
+        for e in entries
+    )
+
+
+def manifest_digest(entries) -> str:
+    """Digest of (path, sha256) of every entry of a manifest, in any order."""
+    return f"{DIGEST_PREFIX}{_entry_terms(entries) % _MOD:032x}"
+
+
+def updated_digest(stored: str | None, left, came) -> str | None:
+    """The digest of a manifest from the stored one's, with the entries `left` taken out and
+    `came` put in; None when `stored` is not a digest of this kind (then hash them all)."""
+    if not stored or not stored.startswith(DIGEST_PREFIX):
+        return None
+    try:
+        total = int(stored[len(DIGEST_PREFIX) :], 16)
+    except ValueError:
+        return None
+    total = (total - _entry_terms(left) + _entry_terms(came)) % _MOD
+    return f"{DIGEST_PREFIX}{total:032x}"
 
 
 class _Walker:

@@ -318,7 +318,13 @@ def _previous_lexical(previous) -> dict | None:
     if previous is None or previous.meta.get("lexical") != lexical_meta():
         return None
     tables = {name: previous.tables.get(name) for name in ("lexical", TF_TABLE, LENGTHS_TABLE)}
-    return None if any(t is None for t in tables.values()) else tables
+    if any(t is None for t in tables.values()):
+        return None
+    # The forward view too when present: it is updated rather than transposed again.
+    forward = previous.tables.get("lexical_forward")
+    if forward is not None and forward.num_rows == previous.tables["chunks"].num_rows:
+        tables["lexical_forward"] = forward
+    return tables
 
 
 def update_postings(
@@ -337,6 +343,7 @@ def update_postings(
     tf = index_format.column_array(old[TF_TABLE], "tf").to_numpy()
     old_df = np.diff(old_offsets)
     chunk_ids = new_of_old[old_chunks]
+    alive = np.ones(len(chunk_ids), dtype=bool)
     if len(kept) < len(old_lengths):
         alive = chunk_ids >= 0
         old_df = np.bincount(
@@ -370,6 +377,9 @@ def update_postings(
         width = np.int64(n + 1)
         keys = np.repeat(np.arange(len(old_terms), dtype=np.int64), old_df) * width + chunk_ids
         at[inside] = np.searchsorted(keys, row[inside] * width + fresh_chunk[inside])
+    forward = None
+    if "lexical_forward" in old:
+        forward = update_forward(old["lexical_forward"], source, new_of_old, alive, at, fresh_chunk)
     chunk_ids = np.insert(chunk_ids, at, fresh_chunk)
     tf = np.insert(tf, at, fresh_tf)
     every = np.union1d(old_terms, fresh_terms)
@@ -385,7 +395,70 @@ def update_postings(
         chunk_ids=chunk_ids,
         tf=tf,
         lengths=lengths,
-        forward=transpose(chunk_ids, n),
+        forward=forward if forward is not None else transpose(chunk_ids, n),
+    )
+
+
+def update_forward(
+    old_forward: pa.Table,
+    source: np.ndarray,
+    new_of_old: np.ndarray,
+    posting_alive: np.ndarray,
+    at: np.ndarray,
+    fresh_chunk: np.ndarray,
+) -> pa.ListArray | None:
+    """The forward view of the updated postings from the previous one, equal to `transpose`
+    of them without sorting every posting again (an edit at 300k chunks and 3.4M postings:
+    a few linear passes instead of two radix sorts).
+
+    The postings update keeps the old postings of kept chunks in their order and inserts
+    the fresh ones before positions `at` (ascending; `np.insert`), so old posting k, the
+    k-th survivor, lands at k + (fresh postings inserted at or before k): a monotone map,
+    which keeps each kept chunk's positions ascending. A fresh chunk's positions are where
+    its postings were inserted. None (the caller transposes) when `at` is not ascending or
+    the kept chunks changed order (never, for rows in path order)."""
+    at = np.asarray(at, dtype=np.int64)
+    kept = source >= 0
+    if (len(at) > 1 and np.any(np.diff(at) < 0)) or np.any(np.diff(source[kept]) <= 0):
+        return None
+    offsets, positions = index_format.list_parts(old_forward, "postings")
+    old_counts = np.diff(offsets)
+    n = len(source)
+    # New position of every surviving old posting, in order: its rank among the survivors
+    # plus the fresh postings inserted at or before that rank (one pass: a running count).
+    survivors = int(np.count_nonzero(posting_alive))
+    inserted = np.bincount(at, minlength=survivors + 1)[: survivors + 1] if len(at) else None
+    moved = np.arange(survivors, dtype=np.int32)
+    if inserted is not None:
+        moved += np.cumsum(inserted[:survivors], dtype=np.int32)
+    if survivors == len(posting_alive):
+        new_position = moved
+    else:
+        new_position = np.full(len(posting_alive), -1, dtype=np.int32)
+        new_position[posting_alive] = moved
+    counts = np.bincount(fresh_chunk, minlength=n).astype(np.int64)
+    counts[kept] = old_counts[source[kept]]
+    new_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_offsets[1:])
+    if len(kept) and kept.all() and n == len(old_counts) and not len(at):
+        values = new_position[positions]  # nothing came or left: the same view
+    else:
+        mapped = new_position[positions]
+        gone = new_of_old < 0
+        if gone.any():
+            mapped = mapped[~np.repeat(gone, old_counts)]
+        # Fresh postings: the i-th inserted (in `at` order) lands at at[i] + i.
+        fresh_positions = at + np.arange(len(at), dtype=np.int64)
+        fresh_positions = fresh_positions[np.lexsort((fresh_positions, fresh_chunk))]
+        values = np.empty(int(new_offsets[-1]), dtype=np.int32)
+        if len(fresh_positions):
+            entry_fresh = np.repeat(~kept, counts)
+            values[~entry_fresh] = mapped
+            values[entry_fresh] = fresh_positions
+        else:
+            values[:] = mapped
+    return pa.ListArray.from_arrays(
+        pa.array(new_offsets.astype(np.int32)), pa.array(values, pa.int32())
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +193,7 @@ def plan(index_path: Path, sources: PackSources) -> Plan:
     the caches; files in path order."""
     damaged: list[str] = []
     previous = _previous(index_path, sources.build_key, damaged)
-    entries = sorted(sources.entries, key=lambda e: e.path)
+    entries = sorted(sources.entries, key=itemgetter(0))  # ManifestEntry.path
     file_source = _file_source(entries, previous)
     fresh = [e for e, src in zip(entries, file_source.tolist(), strict=True) if src < 0]
     docs = sources.load_documents({e.sha256 for e in fresh})

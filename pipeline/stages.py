@@ -50,11 +50,10 @@ def digest_of(*parts: object) -> str:
 
 
 def manifest_digest(entries: Mapping[str, ManifestEntry]) -> str:
-    """Digest of (path, sha) of every current file, in path order."""
-    h = hashlib.sha256()
-    for path in sorted(entries):
-        h.update(f"{path}\0{entries[path].sha256}\n".encode())
-    return h.hexdigest()
+    """Digest of (path, sha) of every current file (`pipeline.discover.manifest_digest`)."""
+    from pipeline.discover import manifest_digest as digest
+
+    return digest(entries.values())
 
 
 def _quiet(stage: str, done: int, total: int) -> None:
@@ -112,7 +111,9 @@ class Parsed:
     digest: str
     chunks: int = 0  # chunks cut from the parsed files (pipeline.workers chunks as it parses)
     embedded: int = 0  # of which embedded on the way (the local model)
-    workers: int = 1  # processes that did it (pipeline.workers)
+    workers: int = 1  # processes that did it (pipeline.workers), or Ray actors
+    executor: str = "local"  # local or ray (MDVDB_EXECUTOR)
+    executor_start_seconds: float = 0.0  # Ray: connecting or starting, until the actors are up
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,7 @@ def discover(
 ) -> Manifest:
     """Walk the source folders, re-hash what changed, store the new manifest."""
     from pipeline.discover import discover as walk_and_compare
-    from pipeline.discover import stat_signature, walk
+    from pipeline.discover import stat_signature, updated_digest, walk
 
     # The published index is part of the cache: when it is not the one the last run wrote
     # (deleted, replaced), nothing is trusted and every stage re-checks its work.
@@ -285,8 +286,17 @@ def discover(
     else:
         upserts = [found.entries[p] for p in (*added, *changed, *found.restamped)]
     # The digest covers (path, sha) of every file: with none added, changed or removed it is
-    # the stored manifest's, kept by the last run (hashing 100k paths again costs ~0.1 s).
-    digest = state.get_value(MANIFEST_DIGEST) if not (added or changed or removed) else None
+    # the stored manifest's, kept by the last run; else that one updated for what changed
+    # (hashing 100k paths again costs ~0.1 s).
+    stored = state.get_value(MANIFEST_DIGEST)
+    if not (added or changed or removed):
+        digest = stored
+    else:
+        digest = updated_digest(
+            stored,
+            [old[p] for p in (*changed, *removed)],
+            [found.entries[p] for p in (*added, *changed)],
+        )
     if digest is None:
         digest = found.digest()
     state.replace_manifest(upserts, removed, digest=digest)
@@ -364,11 +374,29 @@ def parse(
     problems: list[Problem] = []
     failed, chunks, embedded = _prepare_files(config, state, todo, problems, progress, provider)
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
-    from pipeline.workers import processes_for
-
-    workers = processes_for(config, len(todo))
+    workers = executor(config).processes_for(config, len(todo))
     digest = digest_of(kept.digest)
-    return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers)
+    started = 0.0
+    if config.executor != "local":
+        from pipeline.ray_executor import start_seconds
+
+        started = start_seconds()
+    kind = config.executor.partition(":")[0]
+    return Parsed(
+        kept, len(todo), tuple(problems), digest, chunks, embedded, workers, kind, started
+    )
+
+
+def executor(config: Config):
+    """The module that runs the per-file work (`prepare`, `processes_for`): a process pool
+    here (pipeline.workers), or Ray actors (pipeline.ray_executor, MDVDB_EXECUTOR)."""
+    if config.executor == "local":
+        from pipeline import workers
+
+        return workers
+    from pipeline import ray_executor
+
+    return ray_executor
 
 
 def _prepare_files(
@@ -383,14 +411,16 @@ def _prepare_files(
     batch; returns the paths that failed (reported), the chunks cut and the chunks
     embedded."""
     from pipeline.embed import model_key
-    from pipeline.workers import WorkerDied, embed_spec, prepare
+    from pipeline.workers import ExecutorUnavailable, WorkerDied, embed_spec
 
     spec = embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""
     key = chunk_key(config)
     failed: list[str] = []
     chunks = embedded = 0
-    batches = prepare(config, todo, spec, lambda done: progress("parse", done, len(todo)))
+    batches = executor(config).prepare(
+        config, todo, spec, lambda done: progress("parse", done, len(todo))
+    )
     try:
         for batch in batches:  # streamed: written as each comes back
             for path, _, problem, broken in batch.files:
@@ -402,7 +432,7 @@ def _prepare_files(
             state.put_prepared(key, batch.records, model, shas, vectors, batch.embedded)
             chunks += batch.chunks
             embedded += len(shas)
-    except WorkerDied as exc:
+    except (WorkerDied, ExecutorUnavailable) as exc:
         raise IngestError(str(exc)) from None
     if embedded and spec is not None and spec.cache_dir is not None:
         # The query side's lookup tokenizer, built once per user (~1 s) by the ingest

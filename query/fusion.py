@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from query.vector import DenseScorer, row_dots
+from query.vector import DenseScorer
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,14 @@ class FusionParams:
     name_weight: float = 0.3  # ν: added to sections of a page whose title/stem the query names
     page_k1: float = 1.2  # BM25 k1 of the page-level score
     page_b: float = 0.75  # BM25 b of the page-level score (length normalisation of pages)
-    # dense weight for long queries: queries of more than `dense_long_words` words use
-    # `dense_long_weight` (0: off, the one weight for every query)
+    # settings for long queries: a query of more than `dense_long_words` words (0: off, the
+    # same settings for every query) uses each of these that is >= 0 (-1: unchanged) as its
+    # dense weight, Rocchio β and RM3 λ. A long query already says what it wants; feedback
+    # mostly helps the short ones.
     dense_long_words: int = 0
-    dense_long_weight: float = 0.3
+    dense_long_weight: float = -1.0
+    dense_feedback_long_weight: float = -1.0
+    feedback_long_weight: float = -1.0
     # the query's embedding: "plain" (the whole query), "content" (its analysed words only:
     # stop words dropped), "idf" (each content word embedded alone, weighted by its idf in
     # the index: a static model's mean of word vectors, led by the words that discriminate)
@@ -80,7 +84,9 @@ class FusionParams:
     # a stub (a title and a byline) is not rewarded for being short below it (0: no floor)
     section_length_floor: float = 0.0
     # stub pages: a page whose indexed (field-weighted) length is under `stub_length` scores
-    # x (1 - stub_weight * (1 - length / stub_length)) (0: off)
+    # x (1 - stub_weight * (1 - length / stub_length)) (0: off). Off: it lifts CACM (many
+    # title-only records) but buries short real answers, e.g. a tldr page of three examples
+    # (docs/search-quality.md, "CACM round 4")
     stub_length: float = 0.0
     stub_weight: float = 0.0
 
@@ -138,11 +144,20 @@ def normalised_semantic(semantic: np.ndarray, pool: int) -> np.ndarray:
 
 
 def for_query(query: str, params: FusionParams | None = None) -> FusionParams:
-    """The settings for this query (`dense_long_*`: a dense weight that follows query length)."""
+    """The settings for this query (`dense_long_words`: weights that follow query length)."""
     params = params or PARAMS
-    if params.dense_long_words and len(query.split()) > params.dense_long_words:
-        return replace(params, dense_weight=params.dense_long_weight)
-    return params
+    if not params.dense_long_words or len(query.split()) <= params.dense_long_words:
+        return params
+    changes = {
+        name: value
+        for name, value in (
+            ("dense_weight", params.dense_long_weight),
+            ("dense_feedback_weight", params.dense_feedback_long_weight),
+            ("feedback_weight", params.feedback_long_weight),
+        )
+        if value >= 0
+    }
+    return replace(params, **changes) if changes else params
 
 
 def fuse(lexical: np.ndarray, semantic: np.ndarray, params: FusionParams | None = None) -> Fused:
@@ -187,27 +202,17 @@ def hybrid(
     query_vector = query_vector.astype(np.float32, copy=False)
     dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
     direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
-    cosine, semantic = dense.scores(
-        query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1
+    # Page-level evidence (`pages`, query.search.PageVectors: pages of several sections) is
+    # mixed in by the scorer: (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector);
+    # a one-section page's cosine is its section's, so mixing leaves it as it is.
+    rho = params.page_dense_weight if pages is not None else 0.0
+    if rho > 0 and dense.pages is None:
+        from query.vector import PageSide
+
+        dense.pages = PageSide.of(pages, vectors)
+    raw, cosine, semantic = dense.mixed(
+        query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1, rho=rho
     )
-    raw = cosine
-    if pages is not None and params.page_dense_weight > 0 and len(pages.chunks):
-        # `pages` (query.search.PageVectors): pages of several sections; a one-section
-        # page's cosine is its section's, so mixing leaves it as it is. Their sections'
-        # cosines are taken exactly here (an int8 first pass may have left them as capped
-        # estimates, and the page's share could lift one past a rescored row).
-        rho = np.float32(params.page_dense_weight)
-        sub = vectors[pages.chunks]
-        page_cosine = row_dots(pages.vectors, query_vector)[pages.rows]
-        mixed = (np.float32(1) - rho) * row_dots(sub, query_vector) + rho * page_cosine
-        cosine = cosine.copy()
-        cosine[pages.chunks] = mixed
-        if direction is None:
-            semantic = cosine
-        else:
-            beta = np.float32(params.dense_feedback_weight)
-            semantic = semantic.copy()
-            semantic[pages.chunks] = mixed + beta * row_dots(sub, direction.astype(np.float32))
     first = fuse(bm25, cosine, params)
     if params.feedback_with_page and page is not None and params.page_weight > 0:
         first = with_page(first, page, params.page_weight)

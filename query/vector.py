@@ -9,7 +9,9 @@ Hybrid fusion only ever uses the best `pool` (100) cosines (every lower one is c
 query.fusion), so when the exact top `pool` is among the rescored rows every fused score is
 the exact one, whatever mask a tier or filter applies after; recall of that is measured per
 corpus (bench/query_speed.py, tests). `--mode semantic` ranks raw cosines under any mask, so
-it stays an exact scan.
+it stays an exact scan. Page-level dense evidence (a section's cosine mixed with its page's,
+query.fusion) is mixed in here: the int8 copy is then one of each chunk's mixed vector (still
+n x d bytes), and only the rescored rows' pages are read exactly.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import numpy as np
 PARALLEL_ROWS = 20_000
 # Rows rescored exactly after the int8 pass (10x hybrid fusion's pool of 100).
 RESCORE_DEPTH = 1000
+# With page evidence, the feedback direction is estimated on the mixed vectors: its rows'
+# rescored set is this many times deeper.
+MOVED_DEPTH_FACTOR = 4
 # `auto`: the int8 pass only from this many chunks on (below, float32 is already cheap).
 AUTO_MIN_ROWS = 20_000
 
@@ -86,6 +91,57 @@ class Int8Rows:
         return np.multiply(raw.T, step[:, None], order="C")
 
 
+@dataclass(frozen=True)
+class PageSide:
+    """Page-level dense evidence as the scorer mixes it in (`mixed`): the normalised mean
+    vector of each page of several sections (`vectors`), for each section of such a page
+    (`chunks`) the row of its page (`rows`), and per chunk that row or -1 (`page_of`), so
+    a rescored row finds its page without a search. `compact`, in a long-lived reader: an
+    int8 copy of every chunk's mixed vector (1 - rho) * section + rho * page (a section of a
+    one-section page: itself) for the `rho` it was built with; a cosine is linear in the
+    vector, so one int8 pass over it estimates every mixed cosine, with no pass over the
+    pages and no gather per query."""
+
+    vectors: np.ndarray
+    chunks: np.ndarray
+    rows: np.ndarray
+    page_of: np.ndarray
+    compact: Int8Rows | None = None
+    rho: float = 0.0
+
+    @classmethod
+    def of(cls, pages, matrix: np.ndarray, rho: float = 0.0) -> PageSide:
+        """`rho` > 0: with the int8 copy of the mixed vectors (a pass over the matrix)."""
+        page_of = np.full(matrix.shape[0], -1, dtype=np.int64)
+        page_of[pages.chunks] = pages.rows
+        compact = None
+        if rho > 0 and len(pages.chunks):
+            compact = Int8Rows.of(_MixedRows(matrix, pages.vectors, page_of, np.float32(rho)))
+        return cls(pages.vectors, pages.chunks, pages.rows, page_of, compact, rho)
+
+
+@dataclass(frozen=True)
+class _MixedRows:
+    """The mixed vectors of `PageSide.compact`, made a block of rows at a time (Int8Rows.of
+    slices them): never a whole float32 copy of the matrix."""
+
+    matrix: np.ndarray
+    pages: np.ndarray
+    page_of: np.ndarray
+    rho: np.float32
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.matrix.shape
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        part = np.array(self.matrix[rows], dtype=np.float32)
+        page = self.page_of[rows]
+        multi = page >= 0
+        part[multi] = (np.float32(1) - self.rho) * part[multi] + self.rho * self.pages[page[multi]]
+        return part
+
+
 class DenseScorer:
     """Cosines of every row against a query (and the dense-feedback direction), exact or by
     an int8 pass plus exact rescoring. The rows outside the rescored set keep their int8
@@ -93,10 +149,17 @@ class DenseScorer:
     one, so a top-k or a top-`pool` floor taken on the result is the exact one whenever the
     exact top-k is among the rescored rows (and `explain` still shows a near cosine)."""
 
-    def __init__(self, matrix: np.ndarray, compact: Int8Rows | None = None, depth: int = 0):
+    def __init__(
+        self,
+        matrix: np.ndarray,
+        compact: Int8Rows | None = None,
+        depth: int = 0,
+        pages: PageSide | None = None,
+    ):
         self.matrix = matrix
         self.compact = compact
         self.depth = depth or RESCORE_DEPTH
+        self.pages = pages
 
     def scores(
         self,
@@ -105,44 +168,119 @@ class DenseScorer:
         beta: float = 0.0,
         keep: int = 0,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(matrix @ q, matrix @ (q + beta * direction)): the first-pass cosine and the
-        dense-feedback score (the second is the first when `direction` is None). `keep`: the
-        caller reads the best `keep` scores, so at least that many rows are rescored."""
+        """(matrix @ q, matrix @ q + beta * (matrix @ direction)): the first-pass cosine and
+        the dense-feedback score (the second is the first when `direction` is None). `keep`:
+        the caller reads the best `keep` scores, so at least that many rows are rescored."""
+        _, cosine, moved = self.mixed(query, direction, beta, keep)
+        return cosine, moved
+
+    def mixed(
+        self,
+        query: np.ndarray,
+        direction: np.ndarray | None = None,
+        beta: float = 0.0,
+        keep: int = 0,
+        rho: float = 0.0,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(raw cosine, cosine, moved): `scores`, with page-level evidence when the scorer
+        has `pages` and rho > 0: a section of a page of several sections scores
+        (1 - rho) * cos(q, section) + rho * cos(q, page), and its moved score adds
+        beta * (section . direction). The raw cosine is the section's own (`explain`)."""
         query = query.astype(np.float32, copy=False)
-        beta32 = np.float32(beta)
+        if direction is not None:
+            direction = direction.astype(np.float32, copy=False)
+        pages = self.pages if rho > 0 and self.pages is not None else None
+        if pages is not None and not len(pages.chunks):
+            pages = None
         depth = max(self.depth, keep)
-        if self.compact is None or self.matrix.shape[0] <= depth:
-            if direction is None:
-                cosine = row_dots(self.matrix, query)
-                return cosine, cosine
-            direction = direction.astype(np.float32)
-            if self.matrix.shape[0] < PARALLEL_ROWS:
-                cosine = row_dots(self.matrix, query)
-                return cosine, cosine + beta32 * row_dots(self.matrix, direction)
+        fast = self.compact is not None or (
+            pages is not None and pages.compact is not None and pages.rho == rho
+        )
+        if not fast or self.matrix.shape[0] <= depth:
+            return self._exact(query, direction, np.float32(beta), pages, np.float32(rho))
+        return self._rescored(query, direction, np.float32(beta), pages, np.float32(rho), depth)
+
+    def _exact(self, query, direction, beta, pages, rho):
+        """Every row scored from float32; the page mix reuses the rows' products (no
+        gather of the sections of multi-section pages: at 131k chunks that was a 134 MB copy
+        and two more scans per query)."""
+        moved_dots = None
+        if direction is None:
+            cosine = row_dots(self.matrix, query)
+        elif self.matrix.shape[0] < PARALLEL_ROWS:
+            cosine = row_dots(self.matrix, query)
+            moved_dots = row_dots(self.matrix, direction)
+        else:
             # Both products at once, the second on the other core (query.second_core).
             from query.second_core import in_background
 
             moved = in_background(row_dots, self.matrix, direction)
             cosine = row_dots(self.matrix, query)
-            return cosine, cosine + beta32 * moved.result()
+            moved_dots = moved.result()
+        raw = cosine
+        if pages is not None:
+            page_cosine = row_dots(pages.vectors, query)[pages.rows]
+            mix = (np.float32(1) - rho) * cosine[pages.chunks] + rho * page_cosine
+            cosine = cosine.copy()
+            cosine[pages.chunks] = mix
+        if moved_dots is None:
+            return raw, cosine, cosine
+        semantic = raw + beta * moved_dots
+        if pages is not None:
+            semantic[pages.chunks] = mix + beta * moved_dots[pages.chunks]
+        return raw, cosine, semantic
+
+    def _rescored(self, query, direction, beta, pages, rho, depth):
+        """The int8 pass over every row, the best `depth` rows of each score rescored exactly
+        from float32, the rest capped below them. With pages, the pass is over the mixed
+        vectors (`PageSide.compact`) and the feedback direction is estimated on them too
+        (only which rows get rescored depends on it); rescored rows are exact."""
+        mixed = pages is not None and pages.compact is not None and pages.rho == rho
         rows = query[None] if direction is None else np.stack([query, direction])
-        approx = self.compact.dots(rows)
-        cosine = approx[0]
-        moved = cosine if direction is None else cosine + beta32 * approx[1]
+        # With pages, both directions on the mixed vectors in one pass: the query's is the
+        # mixed cosine itself, the direction's only estimates (section . direction) (it is
+        # (page . direction) in part), so the moved score's rescored set is deeper.
+        approx = (pages.compact if mixed else self.compact).dots(rows)
+        raw = cosine = approx[0]
+        moved_dots = approx[1] if direction is not None else None
+        moved_depth = MOVED_DEPTH_FACTOR * depth if mixed else depth
+        if pages is not None and not mixed:  # another rho than the copy's: mix here
+            page_cosine = row_dots(pages.vectors, query)[pages.rows]
+            cosine = raw.copy()
+            cosine[pages.chunks] *= np.float32(1) - rho
+            cosine[pages.chunks] += rho * page_cosine
+        moved = cosine if direction is None else cosine + beta * moved_dots
         picked = _best_rows(cosine, depth)
         if direction is not None:
-            picked = np.union1d(picked, _best_rows(moved, depth))
+            picked = np.union1d(picked, _best_rows(moved, min(moved_depth, len(moved))))
         exact = self.matrix[picked]  # gather: depth rows, not n
-        exact_cos = row_dots(exact, query)
-        cosine = _with_exact(cosine, picked, exact_cos)
+        exact_raw = row_dots(exact, query)
+        exact_cos = exact_raw
+        if pages is not None:
+            page_rows = pages.page_of[picked]
+            multi = np.flatnonzero(page_rows >= 0)
+            if len(multi):
+                page_cosine = row_dots(pages.vectors[page_rows[multi]], query)
+                exact_cos = exact_raw.copy()
+                exact_cos[multi] = (np.float32(1) - rho) * exact_raw[multi] + rho * page_cosine
+        if pages is None:
+            cosine = raw = _with_exact(raw, picked, exact_raw)  # in place: approx is ours
+        else:
+            # The raw cosine is only shown (`explain`): outside the rescored rows, the
+            # mixed estimate stands in for it.
+            raw = _with_exact(cosine.copy() if mixed else raw, picked, exact_raw)
+            cosine = _with_exact(cosine, picked, exact_cos)
         if direction is None:
-            return cosine, cosine
-        exact_moved = exact_cos + beta32 * row_dots(exact, direction.astype(np.float32))
-        return cosine, _with_exact(moved, picked, exact_moved)
+            return raw, cosine, cosine
+        exact_moved = exact_cos + beta * row_dots(exact, direction)
+        return raw, cosine, _with_exact(moved, picked, exact_moved)
 
 
 def _best_rows(scores: np.ndarray, k: int) -> np.ndarray:
-    return np.argpartition(-scores, k - 1)[:k]
+    """The k best rows, in no order (partitioning the scores themselves, not their
+    negation: no n-sized temporary)."""
+    n = scores.shape[0]
+    return np.argpartition(scores, n - k)[n - k :]
 
 
 def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.ndarray:
@@ -152,29 +290,43 @@ def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.n
     return approx
 
 
-def dense_scorer(index) -> DenseScorer:
+def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
     """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS: `exact`; `int8`;
     `auto` (default) = int8 from AUTO_MIN_ROWS chunks on, once the snapshot has answered a
     vector query (a one-shot `mdvdb search` never pays for a copy it would use once: building
-    it is a pass over the matrix, as dear as the exact scan)."""
+    it is a pass over the matrix, as dear as the exact scan). `pages` (query.search.
+    PageVectors, or None) and `rho`: the page-level side; then the int8 copy is one of the
+    mixed vectors for this rho (PageSide), so a query costs no pass over the pages."""
     snap = index.snapshot
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
     n = matrix.shape[0]
     if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
-        return DenseScorer(matrix)
-    if mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS):
-        return DenseScorer(matrix)
-    if not _has_simsimd():  # a platform without its wheel: the exact scans, same results
-        return DenseScorer(matrix)
-    compact = snap.cache.get("int8_rows")
-    if compact is None:
+        side = None
+        if pages is not None and rho > 0 and len(pages.chunks) > 0:
+            side = snap.cache.get(("page_side", 0.0))
+            if side is None:
+                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
+        return DenseScorer(matrix, pages=side)
+    quantise = not (mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS))
+    quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
+    mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
+    if quantise and ("page_side", float(rho)) not in snap.cache and "int8_rows" not in snap.cache:
         seen = snap.cache.get("vector_queries", 0)
         snap.cache["vector_queries"] = seen + 1
-        if mode == "auto" and seen == 0:
-            return DenseScorer(matrix)
-        compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
-    return DenseScorer(matrix, compact)
+        quantise = not (mode == "auto" and seen == 0)
+    side = compact = None
+    if quantise and not mixed:
+        compact = snap.cache.get("int8_rows")
+        if compact is None:
+            compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
+    if mixed:
+        # The mixed vectors' int8 copy takes the place of the rows' one.
+        key = ("page_side", float(rho)) if quantise else ("page_side", 0.0)
+        side = snap.cache.get(key)
+        if side is None:
+            side = snap.cache[key] = PageSide.of(pages, matrix, key[1])
+    return DenseScorer(matrix, compact, pages=side)
 
 
 def _has_simsimd() -> bool:

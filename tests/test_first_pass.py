@@ -12,8 +12,8 @@ import pytest
 
 from kernel.config import load_config
 from query import open_index, vector
-from query.search import mode_scores
-from query.vector import DenseScorer, Int8Rows
+from query.search import PageVectors, mode_scores
+from query.vector import DenseScorer, Int8Rows, PageSide
 from tests.conftest import run_cli, unpack_corpus
 
 
@@ -53,6 +53,61 @@ def test_rescored_rows_are_exact_and_the_rest_never_outrank_them():
     np.testing.assert_allclose(plain_moved, exact_moved, rtol=1e-5, atol=1e-6)
 
 
+def _has_int8_copy(cache: dict) -> bool:
+    """The rows' int8 copy, or (pages of several sections) the mixed vectors' one."""
+    return "int8_rows" in cache or any(
+        isinstance(key, tuple) and key[0] == "page_side" and cache[key].compact is not None
+        for key in cache
+    )
+
+
+def _pages(n: int, size: int = 3) -> PageVectors:
+    """Pages of `size` contiguous rows, the last one alone (a one-section page)."""
+    chunks = np.arange(n - 1)
+    rows = chunks // size
+    return PageVectors(np.zeros((rows[-1] + 1, 0), np.float32), chunks, rows)
+
+
+def test_page_mixed_scores_exact_and_int8_agree_with_the_gathered_formula():
+    """Page-level evidence mixed in by the scorer: the exact path gives the bits of the
+    formula over gathered rows (as fusion computed it before), the int8 pass over the mixed
+    vectors rescores the best rows to those same bits and caps the rest below them."""
+    matrix = clustered()
+    n = matrix.shape[0]
+    layout = _pages(n)
+    sums = np.add.reduceat(
+        matrix[layout.chunks], np.flatnonzero(np.r_[True, np.diff(layout.rows) > 0])
+    )
+    page_vecs = (sums / np.linalg.norm(sums, axis=1, keepdims=True)).astype(np.float32)
+    pages = PageVectors(page_vecs, layout.chunks, layout.rows)
+    query, direction = matrix[0] + matrix[1], matrix[10:13].mean(axis=0)
+    rho, beta = np.float32(0.5), np.float32(1.0)
+    # The formula as query.fusion applied it, over the gathered rows of multi-section pages.
+    sub = matrix[pages.chunks]
+    plain = matrix @ query
+    mix = (np.float32(1) - rho) * np.einsum("ij,j->i", sub, query) + rho * np.einsum(
+        "ij,j->i", page_vecs, query
+    )[pages.rows]
+    want_cos = np.einsum("ij,j->i", matrix, query)
+    want_cos[pages.chunks] = mix
+    want_moved = np.einsum("ij,j->i", matrix, query) + beta * np.einsum(
+        "ij,j->i", matrix, direction
+    )
+    want_moved[pages.chunks] = mix + beta * np.einsum("ij,j->i", sub, direction)
+    exact = DenseScorer(matrix, pages=PageSide.of(pages, matrix))
+    raw, cos, moved = exact.mixed(query, direction, 1.0, rho=0.5)
+    assert np.array_equal(cos, want_cos) and np.array_equal(moved, want_moved)
+    np.testing.assert_allclose(raw, plain, rtol=1e-5, atol=1e-6)
+    fast = DenseScorer(matrix, depth=300, pages=PageSide.of(pages, matrix, 0.5))
+    assert fast.pages.compact is not None
+    _, cos8, moved8 = fast.mixed(query, direction, 1.0, keep=101, rho=0.5)
+    for got, want in ((cos8, want_cos), (moved8, want_moved)):
+        top = np.argsort(-want)[:101]
+        assert set(np.argsort(-got)[:101].tolist()) == set(top.tolist())
+        assert np.array_equal(got[top], want[top])
+        assert np.sort(got)[-102] <= np.sort(want)[-102]  # the pool floor holds
+
+
 def test_auto_builds_the_int8_copy_on_the_second_query(indexed_notes: Path, monkeypatch):
     monkeypatch.setattr(vector, "AUTO_MIN_ROWS", 0)
     monkeypatch.setattr(vector, "RESCORE_DEPTH", 2)
@@ -61,9 +116,9 @@ def test_auto_builds_the_int8_copy_on_the_second_query(indexed_notes: Path, monk
         config=load_config(indexed_notes, environ={"MDVDB_SEARCH_FIRST_PASS": "exact"})
     )
     first = fast.search("how to extract an archive", mode="hybrid")
-    assert "int8_rows" not in fast.snapshot.cache  # a one-shot search pays no copy
+    assert not _has_int8_copy(fast.snapshot.cache)  # a one-shot search pays no copy
     second = fast.search("git branch and merge", mode="hybrid")
-    assert "int8_rows" in fast.snapshot.cache
+    assert _has_int8_copy(fast.snapshot.cache)
     for response, query in ((first, "how to extract an archive"), (second, "git branch and merge")):
         reference = exact.search(query, mode="hybrid")
         assert [(r.chunk_id, r.score) for r in response.results] == [
@@ -103,7 +158,7 @@ def test_int8_hybrid_equals_the_exact_scan_on_cranfield(
         top_want = set(vector.top_k(want, 10).tolist())
         recalls.append(len(top_want & set(vector.top_k(got, 10).tolist())) / 10)
         identical += bool(np.array_equal(want, got))
-    assert "int8_rows" in fast.snapshot.cache
+    assert _has_int8_copy(fast.snapshot.cache)
     assert np.mean(recalls) >= 0.99
     assert identical >= 0.99 * len(queries)
     for query in queries[:3]:  # the CLI, whole (depth 1000 here: the int8 pass still runs)

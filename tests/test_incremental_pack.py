@@ -17,9 +17,10 @@ import pytest
 
 from kernel import index_format
 from kernel.config import load_config
-from pipeline import ingest, lexical
+from pipeline import ingest, lexical, stages
 from pipeline import splice as splice_module
 from pipeline.splice import runs, splice
+from pipeline.state import State
 from tests.conftest import run_cli
 
 TOPICS = {
@@ -66,6 +67,11 @@ def assert_same_as_full(root: Path, touched: int = 0) -> dict[str, pa.Table]:
     # Rows were reused: every file but the added and changed ones (renamed: added).
     assert report.reused_files == report.files - report.added - report.changed - touched
     incremental, inc_meta = tables_and_meta(config.index_path)
+    # The manifest digest the run updated from the last one's (sum in, sum out) is the one
+    # hashing every entry gives.
+    with State(config.state_path) as state:
+        stored = state.get_value(stages.MANIFEST_DIGEST)
+        assert stored == stages.manifest_digest(state.manifest())
     config.index_path.unlink()
     assert ingest.ingest_folder(config).published
     full, full_meta = tables_and_meta(config.index_path)
@@ -326,3 +332,88 @@ def test_an_index_without_near_duplicates_is_refused_then_rebuilt_by_a_plain_ing
     assert ingest.ingest_folder(config).published
     full, _ = tables_and_meta(config.index_path)
     assert rebuilt["near_duplicates"].equals(full["near_duplicates"])
+
+
+def _lexical_tables(files: pa.Table, chunks: pa.Table) -> dict[str, pa.Table]:
+    postings = lexical.build_postings(lexical.analysed_store(files, chunks, None))
+    return {
+        "lexical": lexical.postings_table(postings),
+        "lexical_forward": lexical.forward_table(postings),
+        lexical.TF_TABLE: pa.table({"tf": pa.array(postings.tf, pa.float32())}),
+        lexical.LENGTHS_TABLE: pa.table({"length": pa.array(postings.lengths, pa.float32())}),
+    }
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_updated_forward_view_equals_a_fresh_transpose(seed: int):
+    """The forward view an incremental pack derives from the previous one (no sort of every
+    posting) is the transpose of the updated postings, whatever chunks left, came or were
+    kept (including new terms, terms that vanish, empty chunks, edits at both ends)."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(seed)
+    words = " ".join(TOPICS.values()).split() + [f"rare{k}" for k in range(40)]
+
+    def text() -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.randint(0, 12)))
+
+    old_texts = [text() for _ in range(rng.randint(30, 80))]
+    # The new chunks: each old chunk kept (same row content) or dropped, fresh ones inserted.
+    source, new_texts = [], []
+    for row, old_text in enumerate(old_texts):
+        while rng.random() < 0.15:
+            source.append(-1)
+            new_texts.append(text())
+        if rng.random() < 0.8:
+            source.append(row)
+            new_texts.append(old_text)
+    for _ in range(rng.randint(0, 3)):
+        source.append(-1)
+        new_texts.append(text())
+
+    def tables(texts: list[str]) -> tuple[pa.Table, pa.Table]:
+        files = pa.table({"title": pa.array(["Note"], pa.string())})
+        chunks = pa.table(
+            {
+                "file_id": pa.array(np.zeros(len(texts), np.int32)),
+                "heading": pa.array([""] * len(texts), pa.string()),
+                "heading_path": pa.array([[] for _ in texts], pa.list_(pa.string())),
+                "text": pa.array(texts, pa.string()),
+                "sha256": pa.array([str(i) for i in range(len(texts))], pa.string()),
+            }
+        )
+        return files, chunks
+
+    old = _lexical_tables(*tables(old_texts))
+    files, chunks = tables(new_texts)
+    source_array = np.array(source, dtype=np.int64)
+    updated = lexical.update_postings(old, files, chunks, source_array)
+    expected = lexical.transpose(updated.chunk_ids, len(source))
+    assert updated.forward.equals(expected)
+    # and the postings themselves are those of a build from scratch
+    rebuilt = lexical.build_postings(lexical.analysed_store(files, chunks, None))
+    assert np.array_equal(updated.chunk_ids, rebuilt.chunk_ids)
+    assert updated.forward.equals(rebuilt.forward)
+    # without the previous forward view, the same result by a transpose
+    del old["lexical_forward"]
+    again = lexical.update_postings(old, files, chunks, source_array)
+    assert again.forward.equals(expected)
+
+
+def test_the_manifest_digest_is_updated_from_the_stored_one():
+    """An edit updates the stored digest by the entries that left and came: the same value
+    as hashing every entry, in any order; a digest of the older kind is not updated."""
+    from pipeline.discover import manifest_digest, updated_digest
+    from pipeline.state import ManifestEntry
+
+    before = [ManifestEntry(f"d/{i}.md", i, i, f"{i:064x}") for i in range(50)]
+    edited = ManifestEntry("d/7.md", 8, 9, "f" * 64)
+    added = ManifestEntry("a/new.md", 1, 1, "e" * 64)
+    after = [e for e in before if e.path not in ("d/7.md", "d/9.md")] + [edited, added]
+    stored = manifest_digest(before)
+    assert stored == manifest_digest(list(reversed(before)))
+    updated = updated_digest(stored, [before[7], before[9]], [edited, added])
+    assert updated == manifest_digest(after) != stored
+    assert updated_digest("0" * 64, [before[7]], [edited]) is None

@@ -91,6 +91,7 @@ def test_explain_parts_add_up_to_the_fused_score(project: Path):
     for hit in data["results"]:
         parts = hit["explain"]
         additive = parts["lexical"] + parts["semantic"] + parts["page"] + parts.get("name", 0.0)
+        additive += parts.get("stub", 0.0)
         assert additive == pytest.approx(parts["fused"], abs=4e-6)
         assert hit["score"] == pytest.approx(parts["fused"], abs=2e-6)
         assert {"bm25", "cosine", "page", "page_bm25"} <= set(parts)

@@ -89,7 +89,7 @@ def test_a_page_named_by_the_query_ranks_first(project: Path):
 def test_explain_parts_add_up_with_every_component(project: Path, query: str):
     data = search(project, query, "--explain", "-n", "6")
     assert data["results"]
-    additive = ("lexical", "semantic", "page", "name")
+    additive = ("lexical", "semantic", "page", "name", "stub")
     seen: set[str] = set()
     for hit in data["results"]:
         parts = hit["explain"]
@@ -175,3 +175,19 @@ def test_an_encoder_index_keeps_the_settings_it_was_measured_with():
     assert (old.dense_weight, old.page_dense_weight, old.section_k1) == (0.4, 0.0, 0.0)
     static = params_for_meta({"provider": "local", "model": "wordllama-l2-supercat", "fusion": {}})
     assert static.page_dense_weight == 0.5 and static.section_k1 == 1.5
+
+
+def test_long_queries_can_get_their_own_feedback_weights():
+    """`dense_long_words` (off by default) gives queries of more than N words their own dense
+    weight, Rocchio β and RM3 λ; -1 leaves a weight as it is, shorter queries are untouched."""
+    from query import fusion
+
+    base = fusion.current()
+    assert base.dense_long_words == 0
+    assert fusion.for_query("a query of many words here", base) is base
+    with fusion.overridden(dense_long_words=3, dense_feedback_long_weight=0.5) as params:
+        long = fusion.for_query("one two three four", params)
+        short = fusion.for_query("one two three", params)
+    assert long.dense_feedback_weight == 0.5
+    assert (long.dense_weight, long.feedback_weight) == (base.dense_weight, base.feedback_weight)
+    assert short == params
