@@ -488,16 +488,17 @@ def load_stored(state: Any) -> StoredClusters | None:
     if not info:
         return None
     rows = state.cluster_docs()
-    paths, ids, sims, shas = zip(*rows, strict=True) if rows else ((), (), (), ())
+    n = len(rows)
     topics = [
         (cid, label, json.loads(keywords), np.frombuffer(blob, dtype=np.float32))
         for cid, label, keywords, blob in state.cluster_topics()
     ]
+    # One pass per column (not zip(*rows): 100k arguments unpacked into four tuples).
     return StoredClusters(
-        list(paths),
-        np.array(ids, dtype=np.int32),
-        np.array(sims, dtype=np.float64),
-        list(shas),
+        [r[0] for r in rows],
+        np.fromiter((r[1] for r in rows), dtype=np.int32, count=n),
+        np.fromiter((r[2] for r in rows), dtype=np.float64, count=n),
+        [r[3] for r in rows],
         topics,
         info,
     )

@@ -202,7 +202,20 @@ ARGUMENT_LISTS = [
 ]
 
 
-@pytest.mark.parametrize("args", ARGUMENT_LISTS, ids=" ".join)
+# Two `mdvdb` processes a list (~0.45 CPU-s): these six run in the inner loop, the other
+# fourteen in CI. Every column is compared in-process above, and tests/test_cold_start.py
+# compares the plain, --json and no-match outputs of both readers in the inner loop too.
+IN_THE_INNER_LOOP = [2, 4, 7, 9, 11, 12]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        args if i in IN_THE_INNER_LOOP else pytest.param(args, marks=pytest.mark.slow)
+        for i, args in enumerate(ARGUMENT_LISTS)
+    ],
+    ids=" ".join,
+)
 def test_the_cli_prints_what_the_pyarrow_reader_prints(project: Path, args: list[str]):
     lite = run_cli("search", *args, "--root", str(project), env=ENV)
     arrow = run_cli("search", *args, "--root", str(project), env=ARROW)
