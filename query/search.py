@@ -238,12 +238,13 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
 
         embedding = _embed_meanwhile(index, query, for_query(query, params_for(index)))
         lexical = lexical_index(index)
-        bm25 = lexical.scores(query)
         vectors = index.snapshot.vectors
         if vectors.shape[0] == 0:
             empty = np.zeros(0, dtype=np.float32)
             return empty, {"_candidates": empty > 0}
         params = params_for(index)  # the defaults, as the index's model calls for
+        # BM25F is scored once, by the view the settings call for (the packed k1 / b, or
+        # a rescored one): not by the packed view first and then again.
         if params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor:
             floor = params.section_length_floor
             key = ("lexical_rescored", params.section_k1, params.section_b, floor)
@@ -254,7 +255,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                     floor,
                 )
             lexical = index.snapshot.cache[key]
-            bm25 = lexical.scores(query)
+        bm25 = lexical.scores(query)
         page = None
         if params.page_weight > 0:
             by_file = lexical.page_scores(query, params.page_k1, params.page_b)
