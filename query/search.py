@@ -164,14 +164,20 @@ def search(
         if explain
         else None
     )
-    results = build_results(index, order, scores, components, query, mode, excerpts=not governed)
     if governed:
         # Governing re-orders the candidates; collapse and the per-file cap then keep the
         # governed best of each group (the authoritative copy, not the first in path order).
-        results = governing.rerank(index, results, len(results), explain)
-        kept = set(diversity.select([hit.chunk_id for hit in results], limit, per_file))
-        results = [hit for hit in results if hit.chunk_id in kept]
-        _fill_excerpts(index, results, query, mode)  # only for the results kept
+        # It reads only each candidate's score and page metadata: the rows shown are
+        # materialised (headings, lines, excerpts) after it, not the 3x more it weighs.
+        weighed = _governing_view(index, order, scores, components)
+        weighed = governing.rerank(index, weighed, len(weighed), explain)
+        kept = set(diversity.select([hit.chunk_id for hit in weighed], limit, per_file))
+        weighed = [hit for hit in weighed if hit.chunk_id in kept]
+        results = build_results(index, [hit.chunk_id for hit in weighed], scores, None, query, mode)
+        for hit, governed_hit in zip(results, weighed, strict=True):
+            hit.score, hit.explain = governed_hit.score, governed_hit.explain
+    else:
+        results = build_results(index, order, scores, components, query, mode)
     diversity.commit([hit.chunk_id for hit in results])
     scope = diversity.scope
     if scope is not None and in_cluster is not None:
@@ -356,7 +362,7 @@ def build_results(
     if excerpts:
         sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
         shown = _excerpts(index, sections, query, mode)
-    else:  # filled in later for the results kept (`_fill_excerpts`)
+    else:  # a caller that shows no excerpts
         shown = [Excerpt("", 0, 0)] * len(order)
     meta: dict[int, dict[str, Any]] = {}
     results = []
@@ -386,12 +392,34 @@ def build_results(
     return results
 
 
-def _fill_excerpts(index: Reader, results: list[SearchResult], query: str | None, mode) -> None:
-    text, start = (index.snapshot.table("chunks").column(name) for name in ("text", "start_line"))
-    sections = [(text[hit.chunk_id].as_py(), start[hit.chunk_id].as_py()) for hit in results]
-    for hit, excerpt in zip(results, _excerpts(index, sections, query, mode), strict=True):
-        hit.excerpt = excerpt.text
-        hit.excerpt_lines = [excerpt.start_line, excerpt.end_line]
+def _governing_view(
+    index: Reader,
+    order: list[int],
+    scores: np.ndarray,
+    components: dict[int, dict[str, float]] | None,
+) -> list[SearchResult]:
+    """The candidates as governing weighs them: score, explain parts and their page's
+    metadata (the same values `build_results` gives); nothing else is read."""
+    snap = index.snapshot
+    file_ids = snap.chunk_file_ids[order].tolist() if order else []
+    column = snap.table("files").column("frontmatter")
+    meta = {fid: json.loads(column[fid].as_py() or "{}") for fid in set(file_ids)}
+    return [
+        SearchResult(
+            path="",
+            heading="",
+            heading_path=[],
+            start_line=0,
+            end_line=0,
+            score=round(float(scores[chunk_id]), 6),
+            excerpt="",
+            metadata=dict(meta[file_id]),
+            chunk_id=chunk_id,
+            file_id=file_id,
+            explain=components.get(chunk_id) if components else None,
+        )
+        for chunk_id, file_id in zip(order, file_ids, strict=True)
+    ]
 
 
 def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None, mode):
