@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
+FRONTMATTER_CACHE = 50_000  # parsed pages a reader keeps for governing (then starts over)
 
 
 def query_vector(
@@ -402,8 +403,15 @@ def _governing_view(
     metadata (the same values `build_results` gives); nothing else is read."""
     snap = index.snapshot
     file_ids = snap.chunk_file_ids[order].tolist() if order else []
-    column = snap.table("files").column("frontmatter")
-    meta = {fid: json.loads(column[fid].as_py() or "{}") for fid in set(file_ids)}
+    # Each page's parsed frontmatter is kept by the reader: a long-lived one weighs ~100
+    # candidates a query, mostly pages it has parsed before.
+    meta = snap.cache.get("frontmatter")
+    if meta is None or len(meta) > FRONTMATTER_CACHE:
+        meta = snap.cache["frontmatter"] = {}
+    missing = set(file_ids).difference(meta)
+    if missing:
+        column = snap.table("files").column("frontmatter")
+        meta.update((fid, json.loads(column[fid].as_py() or "{}")) for fid in missing)
     return [
         SearchResult(
             path="",
