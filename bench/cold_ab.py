@@ -8,6 +8,12 @@ bytecode of both installs first (`python -m compileall`): with PYTHONDONTWRITEBY
 an install without .pyc files pays the compiler on every start (2x here).
 
     python bench/cold_ab.py --against OTHER/.venv/bin/mdvdb --root NOTES [--runs 20] [--json]
+
+Two reference rows run in the same rotation: this checkout with MDVDB_ARROW_READER=1 (the
+index read through pyarrow, as before the lite reader) and `python -c "import numpy"` in this
+checkout's interpreter (the floor any NumPy-based search pays). The two readers of this
+checkout must print the same bytes, or the run fails; whether the other install answers the
+same is reported (an install with other ranking code may legitimately differ).
 """
 
 from __future__ import annotations
@@ -32,24 +38,36 @@ def main() -> None:
     parser.add_argument("--against", required=True, help="the other install's mdvdb executable")
     parser.add_argument("--root", required=True, help="an ingested project folder")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--query", default=QUERY)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     here = shutil.which("mdvdb", path=str(Path(sys.executable).parent)) or "mdvdb"
-    commands = {"this checkout": here, "other install": args.against}
+    search = ["search", args.query, "--root", args.root, "-n", "3"]
     env = {**os.environ, "MDVDB_NO_WARM": "1"}
+    env.pop("MDVDB_ARROW_READER", None)
+    commands = {
+        "this checkout": ([here, *search], env),
+        "other install": ([args.against, *search], env),
+        "this checkout, pyarrow reader": ([here, *search], {**env, "MDVDB_ARROW_READER": "1"}),
+        'python -c "import numpy"': ([sys.executable, "-c", "import numpy"], env),
+    }
     samples: dict[str, list[float]] = {name: [] for name in commands}
+    answers: dict[str, set[bytes]] = {}  # every distinct stdout of each search command
     for i in range(args.runs):
         order = list(commands) if i % 2 == 0 else list(commands)[::-1]
         for name in order:
+            argv, environ = commands[name]
             start = time.perf_counter()
-            done = subprocess.run(
-                [commands[name], "search", QUERY, "--root", args.root, "-n", "3"],
-                capture_output=True,
-                env=env,
-            )
+            done = subprocess.run(argv, capture_output=True, env=environ)
             samples[name].append(time.perf_counter() - start)
             if done.returncode != 0:
                 sys.exit(f"{name}: {done.stderr.decode(errors='replace').strip()}")
+            if argv[1:2] == ["search"]:
+                answers.setdefault(name, set()).add(done.stdout)
+    ours = answers["this checkout"] | answers["this checkout, pyarrow reader"]
+    if len(ours) > 1:
+        sys.exit("this checkout's two readers answered differently")
+    same = answers["other install"] == ours
     base = statistics.median(samples["other install"])
     rows = [
         {
@@ -60,7 +78,10 @@ def main() -> None:
         }
         for name, times in samples.items()
     ]
-    title = f"cold mdvdb search, {args.runs} alternating runs, load {os.getloadavg()[0]:.1f}"
+    title = (
+        f"cold mdvdb search, {args.runs} alternating runs, load {os.getloadavg()[0]:.1f}; "
+        f"the other install's answer is {'the same' if same else 'different'}"
+    )
     print_table(title, rows, args.json)
 
 

@@ -11,11 +11,19 @@ fresh copy (1 = one process, the serial build, measured in the same run): wall, 
 CPU/wall (the ingest's own `--json` figures) and the peak RSS of the largest process.
 
     python bench/ingest.py --corpora tldr --workers 1 2 [--json]
+
+`--reference DIR` adds the same builds by another checkout (its own `.venv`), interleaved
+with this one's in the same run (`--rounds N` times each: medians come from alternating
+runs under the same load), and checks that both wrote the same index (`same_index`: every
+byte but the times of writing and of clustering).
+
+    python bench/ingest.py --corpora tldr --workers 1 2 --reference /work/base-s6 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -26,10 +34,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import WORK, corpus, print_table, run  # noqa: E402
+from bench.common import REPO, WORK, corpus, print_table, run  # noqa: E402
 from bench.generate import generate  # noqa: E402
 
 MDVDB = [sys.executable, "-m", "mdvdb"]
+_PEAK = (
+    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+    "print('peak_rss_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+    "file=sys.stderr); sys.exit(rc)"
+)
 
 
 def _rg() -> str:
@@ -110,8 +123,40 @@ def bench(name: str, repeat: int, keep_index: bool = False) -> dict:
     }
 
 
-def full_build(name: str, workers: int) -> dict:
-    """One full `mdvdb ingest --json` with MDVDB_WORKERS=workers on a fresh copy."""
+def index_digest(path: Path) -> str:
+    """SHA-256 over every table of an index (schema, metadata and rows) and its meta,
+    without what differs between two identical builds: the time of writing and the time
+    of clustering (the clusters table's summary)."""
+    import hashlib
+    import json
+
+    import pyarrow as pa
+
+    from kernel import index_format
+
+    index = index_format.read_index(path)
+    h = hashlib.sha256()
+    meta = {k: v for k, v in index.meta.items() if k != "written_at"}
+    h.update(json.dumps(meta, sort_keys=True, default=str).encode())
+    for name in sorted(index.tables):
+        table = index.tables[name]
+        metadata = dict(table.schema.metadata or {})
+        key = index_format.CLUSTERS_META_KEY.encode()
+        if key in metadata:
+            summary = json.loads(metadata[key])
+            summary.pop("built_at", None)
+            metadata[key] = json.dumps(summary, sort_keys=True).encode()
+        table = table.replace_schema_metadata(metadata)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        h.update(name.encode() + sink.getvalue().to_pybytes())
+    return h.hexdigest()[:16]
+
+
+def full_build(name: str, workers: int, python: str = sys.executable, label: str = "") -> dict:
+    """One full `mdvdb ingest --json` with MDVDB_WORKERS=workers on a fresh copy, by
+    `python` (another checkout's interpreter for a reference row)."""
     import json
     import subprocess
 
@@ -121,19 +166,28 @@ def full_build(name: str, workers: int) -> dict:
             shutil.rmtree(leftover)
         elif leftover.exists():
             leftover.unlink()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     env = {**os.environ, "MDVDB_WORKERS": str(workers)}
     start = time.perf_counter()
+    # A fresh wrapper per build reports the ru_maxrss of its children: the largest process
+    # of this build alone (the ingest or one of its workers, which it waits for), in KB.
+    # Run from the checkout that owns `python`: `-m` puts the working folder first on
+    # sys.path, so a reference run from this folder would import this checkout's code.
+    checkout = Path(python).parents[2] if label == "reference" else REPO
     done = subprocess.run(
-        [*MDVDB, "ingest", "--json", "--root", str(root)], env=env, capture_output=True, text=True
+        [python, "-c", _PEAK, python, "-m", "mdvdb", "ingest", "--json", "--root", str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=checkout,
     )
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"mdvdb ingest failed: {done.stderr[-2000:]}")
     report = json.loads(done.stdout)
-    # ru_maxrss of children: the largest process that has ended (parent or a worker), KB.
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    peak = int(done.stderr.strip().splitlines()[-1].split()[-1])
+    cpu = report.get("stage_cpu_seconds", {})
     return {
+        "code": label or "this",
         "corpus": name,
         "workers": workers,
         "chunks": report["chunks"],
@@ -142,10 +196,34 @@ def full_build(name: str, workers: int) -> dict:
         "cpu_per_wall": report["cpu_per_wall"],
         "parse_s": report["stage_seconds"].get("parse"),
         "cluster_s": report["stage_seconds"].get("cluster"),
+        "schema_s": report["stage_seconds"].get("schema"),
         "pack_s": report["stage_seconds"].get("pack"),
-        "peak_rss_MB": round(max(peak, before) / 1024, 1) if peak > before else None,
+        "parse_cpu_s": cpu.get("parse"),
+        "cluster_cpu_s": cpu.get("cluster"),
+        "pack_cpu_s": cpu.get("pack"),
+        "index": index_digest(root / ".markdownvdb.index"),
+        "peak_rss_MB": round(peak / 1024, 1),
         "load_avg": round(os.getloadavg()[0], 2),
     }
+
+
+def _medians(runs: list[dict]) -> list[dict]:
+    """One row per code: the median of each figure over its runs; `same_index` says whether
+    every run of every code wrote the same index."""
+    digests = {r["index"] for r in runs}
+    out = []
+    for label in dict.fromkeys(r["code"] for r in runs):
+        mine = [r for r in runs if r["code"] == label]
+        row = dict(mine[0])
+        for key, value in row.items():
+            if isinstance(value, float) or key == "peak_rss_MB":
+                values = [r[key] for r in mine if r[key] is not None]
+                row[key] = round(statistics.median(values), 2) if values else None
+        row["peak_rss_MB"] = max((r["peak_rss_MB"] or 0) for r in mine) or None
+        row["runs"] = len(mine)
+        row["same_index"] = len(digests) == 1
+        out.append(row)
+    return out
 
 
 def main() -> None:
@@ -165,9 +243,26 @@ def main() -> None:
         type=int,
         help="full builds only, one per MDVDB_WORKERS value (include 1: the serial build)",
     )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        help="with --workers: another checkout (with its own .venv) measured in the same run",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="with --workers: builds of each")
     args = parser.parse_args()
     if args.workers:
-        rows = [full_build(name, n) for name in args.corpora for n in args.workers]
+        codes = [("this", sys.executable)]
+        if args.reference:
+            codes.append(("reference", str(args.reference / ".venv" / "bin" / "python")))
+        rows = []
+        for name in args.corpora:
+            for n in args.workers:
+                runs = []
+                for _ in range(args.rounds):
+                    for label, python in codes:
+                        runs.append(full_build(name, n, python, label))
+                        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)  # as it comes
+                rows += _medians(runs) if args.rounds > 1 else runs
         print_table("mdvdb ingest, full build per MDVDB_WORKERS", rows, args.json)
         return
     rows = [bench(name, args.repeat, args.keep_index) for name in args.corpora]

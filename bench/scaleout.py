@@ -2,6 +2,7 @@
 
     python bench/scaleout.py --chunks 131000 --shards 4,20 [--rounds 5] [--json]
     python bench/scaleout.py --chunks 1000000 --shards 4,20        # the 1M-chunk point
+    python bench/scaleout.py ingest --files 4000 --workers 1,2     # Ray vs local ingest
 
 A corpus of ~chunks/3 files is generated (bench/generate.py: 2-4 sections a file) under
 MDVDB_BENCH_DIR, copied once per layout and ingested with `mdvdb ingest` (MDVDB_SHARDS=1,
@@ -270,4 +271,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["ingest"]:  # the ingest rows: Ray vs the local pool
+        from bench.scaleout_ingest import main as ingest_main
+
+        ingest_main(sys.argv[2:])
+    else:
+        main()

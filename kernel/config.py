@@ -117,6 +117,16 @@ def _str(raw: str) -> str:
     return raw.strip()
 
 
+def _executor(raw: str) -> str:
+    """local, ray (a Ray cluster started for the run) or ray:ADDRESS (an existing one)."""
+    kind, colon, address = raw.strip().partition(":")
+    if kind.lower() in ("local", "ray") and not colon:
+        return kind.lower()
+    if kind.lower() == "ray" and address.strip():
+        return f"ray:{address.strip()}"
+    raise ValueError(f"expected local, ray or ray:ADDRESS, got {raw!r}")
+
+
 @dataclass(frozen=True)
 class Setting:
     env: str
@@ -201,6 +211,21 @@ SETTINGS: tuple[Setting, ...] = (
         _int(0),
         "0",
         "Processes that parse, chunk and embed an ingest (0: one per CPU; 1: no pool)",
+    ),
+    Setting(
+        "MDVDB_EXECUTOR",
+        "executor",
+        _executor,
+        "local",
+        "Where an ingest parses, chunks and embeds: local | ray | ray:ADDRESS (docs/scale-out.md)",
+    ),
+    Setting(
+        "MDVDB_EXECUTOR_FILES",
+        "executor_files",
+        _choice("auto", "paths", "bytes"),
+        "auto",
+        "How Ray workers get the Markdown: paths (a shared filesystem) | bytes (in the task); "
+        "auto: paths on a cluster started for the run, bytes on ray:ADDRESS",
     ),
     Setting("MDVDB_CHUNK_MAX_TOKENS", "chunk_max_tokens", _int(16), "512", "Tokens a chunk"),
     Setting(
@@ -364,6 +389,8 @@ class Config:
     embedding_max_input_tokens: int = 0
     embedding_endpoint: str | None = None
     workers: int = 0  # 0: one per CPU (pipeline.workers.worker_count)
+    executor: str = "local"  # local | ray | ray:ADDRESS (pipeline/ray_executor.py)
+    executor_files: str = "auto"  # auto | paths | bytes
     chunk_max_tokens: int = 512
     chunk_overlap_tokens: int = 50
     shards: int = 1

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,6 +149,8 @@ def publish_manifest(folder: Path, manifest: Manifest) -> None:
     fsync the folder. Before this every new shard file is unreferenced; after it readers
     that open the index get the new set."""
     data = json.dumps(manifest.to_json(), indent=1, sort_keys=True).encode()
+    import tempfile  # the write side only: a search does not pay for its import
+
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as fh:

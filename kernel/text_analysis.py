@@ -39,7 +39,24 @@ CJK_RANGES = (
     "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
     "\uff66-\uff9f\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
 )
-_TOKEN = re.compile(rf"([{CJK_RANGES}]+)|([^\W_{CJK_RANGES}]+)")
+# Tokens: a CJK run (group 1) or a run of other letters and digits (group 2). Compiling this
+# pattern costs ~5-12 ms (its character classes span most of Unicode), a good part of a cold
+# search, so it is compiled on first use by a non-ASCII text; an ASCII text, where no CJK
+# character can occur, is split by the equivalent ASCII pattern (group 1 always empty).
+_TOKEN_PATTERN = rf"([{CJK_RANGES}]+)|([^\W_{CJK_RANGES}]+)"
+_ASCII_TOKEN = re.compile(r"()([^\W_]+)")
+
+
+@lru_cache(maxsize=1)
+def _token() -> re.Pattern[str]:
+    return re.compile(_TOKEN_PATTERN)
+
+
+def _token_pairs(text: str) -> list[tuple[str, str]]:
+    """(cjk run, other word) per token, one of them empty: `findall` of the token pattern."""
+    return (_ASCII_TOKEN if text.isascii() else _token()).findall(text)
+
+
 _LATIN = re.compile(r"[a-z0-9\u00c0-\u024f]+")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]+")
 
@@ -69,7 +86,7 @@ def words(text: str) -> list[str]:
     out: list[str] = []
     latin: list[str] = []
     cyrillic: list[str] = []
-    for cjk, word in _TOKEN.findall(text):
+    for cjk, word in _token_pairs(text):
         if cjk:
             if len(cjk) == 1:
                 out.append(cjk)
@@ -95,7 +112,7 @@ def tokens(text: str) -> list[str]:
     """The text's words as written (NFKC, casefolded; a Han/Kana/Hangul run is one token),
     before stop words and stemming: the pieces `words` analyses one by one."""
     text = unicodedata.normalize("NFKC", text).casefold()
-    return [cjk or word for cjk, word in _TOKEN.findall(text)]
+    return [cjk or word for cjk, word in _token_pairs(text)]
 
 
 @lru_cache(maxsize=200_000)

@@ -57,6 +57,14 @@ def ingest_folder(
 
     started, cpu_started = time.perf_counter(), cpu_seconds()
     only = tuple(relative_paths(config, paths)) if paths else None
+    if config.executor != "local":
+        from pipeline.ray_executor import check
+        from pipeline.workers import ExecutorUnavailable
+
+        try:
+            check(config)  # a missing extra or an unreachable cluster: one line, nothing written
+        except ExecutorUnavailable as exc:
+            raise IngestError(str(exc)) from None
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
     run = IngestRun(config, only=only, full=full, borrowed_provider=provider)

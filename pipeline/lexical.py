@@ -128,13 +128,36 @@ class Store:
 
     @staticmethod
     def concat(a: Store, b: Store) -> Store:
+        return Store.join([a, b])
+
+    @staticmethod
+    def join(parts: list[Store]) -> Store:
+        """The stores one after the other, with one copy of each array."""
+        if not parts:
+            return Store.of(_U64, [])
+        sizes = np.array([len(p.terms) for p in parts], dtype=np.int64)
+        shift = np.r_[0, np.cumsum(sizes)[:-1]]
         return Store(
-            np.r_[a.keys, b.keys],
-            np.r_[a.starts[:-1], b.starts + a.starts[-1]],
-            np.concatenate([a.lengths, b.lengths]),
-            np.r_[a.terms, b.terms],
-            np.concatenate([a.counts, b.counts]),
+            np.concatenate([p.keys for p in parts]).astype(np.uint64, copy=False),
+            np.concatenate(
+                [p.starts[:-1] + s for p, s in zip(parts, shift, strict=True)]
+                + [np.array([sizes.sum()], np.int64)]
+            ).astype(np.int64),
+            np.concatenate([p.lengths for p in parts]).astype(np.float32, copy=False),
+            np.concatenate([p.terms for p in parts]).astype(np.uint64, copy=False),
+            np.concatenate([p.counts for p in parts]).astype(np.float32, copy=False),
         )
+
+    def rows_for(self, keys: np.ndarray) -> np.ndarray:
+        """The row holding each of `keys`, or -1 where this store has none."""
+        rows = np.full(len(keys), -1, dtype=np.int64)
+        if not len(self.keys) or not len(keys):
+            return rows
+        sorter = np.argsort(self.keys, kind="stable")
+        at = np.minimum(np.searchsorted(self.keys, keys, sorter=sorter), len(sorter) - 1)
+        hit = self.keys[sorter[at]] == keys
+        rows[hit] = sorter[at[hit]]
+        return rows
 
 
 _U64 = np.zeros(0, np.uint64)
@@ -160,9 +183,28 @@ def chunk_keys(file_titles: list[str], file_ids: np.ndarray, headings: list[str]
     return sha ^ title ^ heading
 
 
-def analysed_store(files: pa.Table, chunks: pa.Table, cache: Path | None) -> Store:
-    """Every chunk analysed, in chunk order; only chunks missing from the cache are analysed,
-    and the cache is rewritten when the set of chunks changed."""
+def analyse_chunks(
+    title: str | None, chunks: list[tuple[str, list[str], str, str]]
+) -> tuple[np.ndarray, list[Analysed]]:
+    """The keys (`chunk_keys`) and analyses of one file's chunks, each given as (heading,
+    heading path, text, sha256): what the ingest workers hand over with the chunks, so that
+    pack only merges postings (`analysed_store`)."""
+    title = title or ""
+    keys = chunk_keys(
+        [title],
+        np.zeros(len(chunks), dtype=np.int64),
+        [c[0] for c in chunks],
+        [c[3] for c in chunks],
+    )
+    return keys, [analyse(title, chunk_fields(title, c[1] or []), c[2]) for c in chunks]
+
+
+def analysed_store(
+    files: pa.Table, chunks: pa.Table, cache: Path | None, analysed: Store | None = None
+) -> Store:
+    """Every chunk analysed, in chunk order. Analyses come from `analysed` (made by the
+    ingest workers in this run) or the on-disk cache; only chunks in neither are analysed
+    here, and the cache is rewritten when the set of chunks changed."""
     all_titles = [t or "" for t in files.column("title").to_pylist()]
     file_ids = chunks.column("file_id").to_numpy()
     keys = chunk_keys(
@@ -172,12 +214,9 @@ def analysed_store(files: pa.Table, chunks: pa.Table, cache: Path | None) -> Sto
         chunks.column("sha256").to_pylist(),
     )
     old = Store.load(cache) if cache is not None and cache.is_file() else None
-    rows = np.full(len(keys), -1, dtype=np.int64)
-    if old is not None and len(old.keys):
-        sorter = np.argsort(old.keys)
-        at = np.minimum(np.searchsorted(old.keys, keys, sorter=sorter), len(sorter) - 1)
-        hit = old.keys[sorter[at]] == keys
-        rows[hit] = sorter[at[hit]]
+    if analysed is not None and len(analysed.keys):
+        old = analysed if old is None else Store.concat(old, analysed)
+    rows = old.rows_for(keys) if old is not None else np.full(len(keys), -1, dtype=np.int64)
     missing = np.flatnonzero(rows < 0)
     if len(missing):
         take = pa.array(missing)
@@ -294,24 +333,46 @@ INCREMENTAL_MAX_FRESH = 0.2
 SEARCH_EACH_MAX = 2000
 
 
-def _analyse_rows(files: pa.Table, chunks: pa.Table, rows: np.ndarray) -> Store:
-    """Analyses of the chunks at `rows` (few: the fresh ones), in that order."""
+def _analyse_rows(
+    files: pa.Table, chunks: pa.Table, rows: np.ndarray, made: Store | None = None
+) -> Store:
+    """Analyses of the chunks at `rows` (the fresh ones), in that order: taken from `made`
+    (the ingest workers' analyses of this run) where it has them, else made here."""
     if not len(rows):
         return Store.of(_U64, [])
-    picked = rows_of(chunks.select(["file_id", "heading_path", "text"]), rows)
+    picked = rows_of(chunks.select(["file_id", "heading", "heading_path", "text", "sha256"]), rows)
     file_ids = picked.column("file_id").to_numpy()
     titles = files.column("title").to_pylist() if len(rows) > 1000 else None
     if titles is None:
         titles = [files.column("title")[int(i)].as_py() for i in file_ids]
     else:
         titles = [titles[i] for i in file_ids.tolist()]
-    paths = picked.column("heading_path").to_pylist()
-    texts = picked.column("text").to_pylist()
-    analysed = []
-    for title, path, text in zip(titles, paths, texts, strict=True):
-        title = title or ""
-        analysed.append(analyse(title, chunk_fields(title, path or []), text))
-    return Store.of(np.zeros(len(rows), np.uint64), analysed)
+    titles = [t or "" for t in titles]
+    found = np.full(len(rows), -1, dtype=np.int64)
+    if made is not None and len(made.keys):
+        keys = chunk_keys(
+            titles,
+            np.arange(len(rows)),
+            picked.column("heading").to_pylist(),
+            picked.column("sha256").to_pylist(),
+        )
+        found = made.rows_for(keys)
+    missing = np.flatnonzero(found < 0)
+    if not len(missing):
+        return made.take(found)  # type: ignore[union-attr]
+    take = pa.array(missing)
+    paths = picked.column("heading_path").take(take).to_pylist()
+    texts = picked.column("text").take(take).to_pylist()
+    analysed = [
+        analyse(title, chunk_fields(title, path or []), text)
+        for title, path, text in zip([titles[i] for i in missing], paths, texts, strict=True)
+    ]
+    fresh = Store.of(np.zeros(len(missing), np.uint64), analysed)
+    if len(missing) == len(rows):
+        return fresh
+    base = made if made is not None else Store.of(_U64, [])
+    found[missing] = len(base.keys) + np.arange(len(missing))
+    return Store.concat(base, fresh).take(found)
 
 
 def _previous_lexical(previous) -> dict | None:
@@ -328,7 +389,12 @@ def _previous_lexical(previous) -> dict | None:
 
 
 def update_postings(
-    old: dict, files: pa.Table, chunks: pa.Table, source: np.ndarray, params=PARAMS
+    old: dict,
+    files: pa.Table,
+    chunks: pa.Table,
+    source: np.ndarray,
+    params=PARAMS,
+    analysed: Store | None = None,
 ) -> Postings:
     """The postings of the new chunks from the previous index's and the fresh chunks'."""
     n = len(source)
@@ -351,7 +417,7 @@ def update_postings(
         )
         chunk_ids, tf = chunk_ids[alive], tf[alive]
     # Fresh postings (analysed now), sorted by (term, chunk).
-    store = _analyse_rows(files, chunks, fresh_rows)
+    store = _analyse_rows(files, chunks, fresh_rows, analysed)
     fresh_chunk = np.repeat(fresh_rows, np.diff(store.starts)).astype(np.int32)
     fresh_tf = weighted(store.counts, params)
     lengths = np.zeros(n, dtype=np.float32)
@@ -486,18 +552,19 @@ class LexicalTables:
     meta: dict
 
 
-def update(plan: Plan) -> LexicalTables:
+def update(plan: Plan, analysed: Store | None = None) -> LexicalTables:
     """The previous index's postings updated for the plan's fresh and departed chunks, or,
-    without a usable previous index, built by analysing every chunk; the analyzer and the
-    parameters go to the index meta."""
+    without a usable previous index, built from every chunk's analysis; the analyzer and the
+    parameters go to the index meta. `analysed`: the analyses the ingest workers made of
+    this run's new chunks (any chunk missing from it is analysed here)."""
     files, chunks, source = plan.files, plan.chunks, plan.chunk_source
     old = _previous_lexical(plan.previous)
     if old is not None:
         # The previous index's postings are the analysis cache: only fresh chunks are
         # analysed, however many they are (the state folder keeps no second copy).
-        postings = update_postings(old, files, chunks, source)
+        postings = update_postings(old, files, chunks, source, analysed=analysed)
     else:
-        postings = build_postings(analysed_store(files, chunks, None))
+        postings = build_postings(analysed_store(files, chunks, None, analysed))
     tables = {
         "lexical": postings_table(postings),
         "lexical_forward": forward_table(postings),

@@ -256,15 +256,17 @@ def publish(
     meta: Mapping[str, Any],
     rows: Plan | None = None,
     schema: schema_pack.SchemaUpdate | None = None,
+    analysed: lexical.Store | None = None,
 ) -> Written:
     """pack in its named steps: `plan`, `schema_pack.update`, `lexical.update`,
     `cluster.assign`, `duplicates.update`, `assemble`, `write`. `rows` and `schema`: the plan
-    and schema the `schema` stage already made from the same sources in this run."""
+    and schema the `schema` stage already made from the same sources in this run;
+    `analysed`: lexical analyses the ingest workers made of this run's new chunks."""
     if rows is None:
         rows = plan(index_path, sources)
     if schema is None:
         schema = schema_pack.update(rows, sources.state)
-    postings = lexical.update(rows)
+    postings = lexical.update(rows, analysed)
     clusters = cluster.assign(rows, sources.state)
     near = duplicates.update(rows)
     tables, full_meta = assemble(

@@ -31,6 +31,8 @@ class IngestReport:
     cpu_seconds: float = 0.0
     chunked: int = 0  # chunks cut from new or changed files this run
     workers: int = 1  # processes that parsed, chunked and embedded them (MDVDB_WORKERS)
+    executor: str = "local"  # where they ran: local or ray (MDVDB_EXECUTOR)
+    executor_start_seconds: float = 0.0  # of `seconds`, Ray's start-up (cluster and actors)
     clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
     reused_files: int = 0  # files whose rows pack reused from the previous index
 
@@ -59,6 +61,8 @@ class IngestReport:
                     report.chunks_embedded += output.embedded
                     report.chunked += output.chunks
                     report.workers = output.workers
+                    report.executor = output.executor
+                    report.executor_start_seconds = output.executor_start_seconds
             elif isinstance(output, Embedded):
                 report.chunks_embedded += output.chunks_embedded
             elif isinstance(output, Clustered) and output.mode != "disabled":
@@ -92,6 +96,8 @@ class IngestReport:
             "chunks_per_second": round(self.chunked / self.seconds, 1) if self.seconds else 0.0,
             "cpu_per_wall": round(self.cpu_seconds / self.seconds, 2) if self.seconds else 0.0,
             "workers": self.workers,
+            "executor": self.executor,
+            "executor_start_seconds": round(self.executor_start_seconds, 3),
             "stage_cpu_seconds": {k: round(v, 3) for k, v in self.stage_cpu_seconds.items()},
             "errors": [{"path": p, "problem": m} for p, m in self.errors],
         }

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +111,12 @@ class Parsed:
     digest: str
     chunks: int = 0  # chunks cut from the parsed files (pipeline.workers chunks as it parses)
     embedded: int = 0  # of which embedded on the way (the local model)
-    workers: int = 1  # processes that did it (pipeline.workers)
+    workers: int = 1  # processes that did it (pipeline.workers), or Ray actors
+    executor: str = "local"  # local or ray (MDVDB_EXECUTOR)
+    executor_start_seconds: float = 0.0  # Ray: connecting or starting, until the actors are up
+    # The lexical analyses of the chunks cut (`pipeline.lexical.Store`): pack merges them
+    # into postings instead of analysing every chunk again on one core.
+    analysed: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -370,13 +375,37 @@ def parse(
     chunked = state.chunked(chunk_key(config), [sha for _, sha in todo])
     todo = [(path, sha) for path, sha in todo if sha not in chunked]
     problems: list[Problem] = []
-    failed, chunks, embedded = _prepare_files(config, state, todo, problems, progress, provider)
+    analysed: list = []
+    failed, chunks, embedded = _prepare_files(
+        config, state, todo, problems, progress, provider, analysed
+    )
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
-    from pipeline.workers import processes_for
-
-    workers = processes_for(config, len(todo))
+    workers = executor(config).processes_for(config, len(todo))
     digest = digest_of(kept.digest)
-    return Parsed(kept, len(todo), tuple(problems), digest, chunks, embedded, workers)
+    started = 0.0
+    if config.executor != "local":
+        from pipeline.ray_executor import start_seconds
+
+        started = start_seconds()
+    kind = config.executor.partition(":")[0]
+    from pipeline.lexical import Store
+
+    lexical = Store.join(analysed) if analysed else None
+    return Parsed(
+        kept, len(todo), tuple(problems), digest, chunks, embedded, workers, kind, started, lexical
+    )
+
+
+def executor(config: Config):
+    """The module that runs the per-file work (`prepare`, `processes_for`): a process pool
+    here (pipeline.workers), or Ray actors (pipeline.ray_executor, MDVDB_EXECUTOR)."""
+    if config.executor == "local":
+        from pipeline import workers
+
+        return workers
+    from pipeline import ray_executor
+
+    return ray_executor
 
 
 def _prepare_files(
@@ -386,19 +415,22 @@ def _prepare_files(
     problems: list[Problem],
     progress: Progress,
     provider: EmbeddingProvider | None,
+    analysed: list | None = None,
 ) -> tuple[list[str], int, int]:
     """Parse, chunk (and embed) (path, sha) pairs into the caches, one transaction per
     batch; returns the paths that failed (reported), the chunks cut and the chunks
-    embedded."""
+    embedded. The batches' lexical analyses go to `analysed`."""
     from pipeline.embed import model_key
-    from pipeline.workers import WorkerDied, embed_spec, prepare
+    from pipeline.workers import ExecutorUnavailable, WorkerDied, embed_spec
 
     spec = embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""
     key = chunk_key(config)
     failed: list[str] = []
     chunks = embedded = 0
-    batches = prepare(config, todo, spec, lambda done: progress("parse", done, len(todo)))
+    batches = executor(config).prepare(
+        config, todo, spec, lambda done: progress("parse", done, len(todo))
+    )
     try:
         for batch in batches:  # streamed: written as each comes back
             for path, _, problem, broken in batch.files:
@@ -410,7 +442,9 @@ def _prepare_files(
             state.put_prepared(key, batch.records, model, shas, vectors, batch.embedded)
             chunks += batch.chunks
             embedded += len(shas)
-    except WorkerDied as exc:
+            if analysed is not None and batch.lexical is not None:
+                analysed.append(batch.lexical)
+    except (WorkerDied, ExecutorUnavailable) as exc:
         raise IngestError(str(exc)) from None
     if embedded and spec is not None and spec.cache_dir is not None:
         # The query side's lookup tokenizer, built once per user (~1 s) by the ingest
@@ -678,10 +712,12 @@ def pack(
     provider: EmbeddingProvider,
     problems: tuple[Problem, ...],
     schema: Schema | None = None,
+    analysed: Any = None,
 ) -> Packed:
     """Assemble every table and publish the one index file atomically, then hand what the
     new index holds over from the caches to it (`State.hand_over`). `schema`: the schema
-    stage's output of this run, used when it was made from this manifest."""
+    stage's output of this run, used when it was made from this manifest; `analysed`: the
+    lexical analyses the parse stage made (`Parsed.analysed`)."""
     from kernel.fusion_models import fusion_settings
     from pipeline.embed import model_key
     from pipeline.pack import publish
@@ -704,9 +740,9 @@ def pack(
     if config.shards > 1:
         return _pack_shards(config, manifest, state, sources, meta, digest)
     if schema is not None and schema.manifest_digest == manifest.digest:
-        written = publish(config.index_path, sources, meta, schema.plan, schema.update)
+        written = publish(config.index_path, sources, meta, schema.plan, schema.update, analysed)
     else:
-        written = publish(config.index_path, sources, meta)
+        written = publish(config.index_path, sources, meta, analysed=analysed)
     damaged = tuple(
         (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
         for path in written.damaged

@@ -633,16 +633,33 @@ class Published:
             found.setdefault(key, row)
         return found
 
+    def _keys_in(self, table: str, column: str, keys: list[str]) -> set[str]:
+        """The keys that some row of `table` holds in `column`. Only membership: no row
+        numbers, so no Python loop over the hits (a run that does not trust discover's
+        change list asks this for every file, 100k of them)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not keys:
+            return set()
+        asked = pa.array(keys, pa.string())
+        values = self._column(table, column)
+        # The hash table is built over the smaller side: the few shas of an edit are looked
+        # for in the column, every file's sha has the column's looked for among them.
+        if len(asked) * 4 < len(values):
+            return set(pc.unique(values.filter(pc.is_in(values, value_set=asked))).to_pylist())
+        return set(asked.filter(pc.is_in(asked, value_set=values)).to_pylist())
+
     def files_with(self, chunk_key: str, shas: list[str]) -> set[str]:
         """Which file shas the index holds chunk records of, for this chunking."""
         if not self.records or not self._build_key().endswith(f"|{chunk_key}"):
             return set()
-        return set(self._rows_of("files", "sha256", shas))
+        return self._keys_in("files", "sha256", shas)
 
     def files_built_with(self, build_key: str, shas: list[str]) -> set[str]:
         if not self.records or self._build_key() != build_key:
             return set()
-        return set(self._rows_of("files", "sha256", shas))
+        return self._keys_in("files", "sha256", shas)
 
     def vector_rows(self, model: str, shas: list[bytes]) -> dict[int, int]:
         """Position in `shas` -> chunk row holding its vector, for those the index has (a

@@ -206,7 +206,11 @@ def _schema(run: IngestRun) -> stages.Schema:
 def _pack(run: IngestRun) -> stages.Packed:
     schema = run.outputs.get("schema")
     assert schema is None or isinstance(schema, stages.Schema)
-    return stages.pack(run.config, run.manifest(), run.state, run.provider, run.problems(), schema)
+    parsed = run.outputs.get("parse")
+    analysed = parsed.analysed if isinstance(parsed, stages.Parsed) else None
+    return stages.pack(
+        run.config, run.manifest(), run.state, run.provider, run.problems(), schema, analysed
+    )
 
 
 def _config(run: IngestRun | None) -> Config:

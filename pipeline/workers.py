@@ -16,6 +16,8 @@ ids the local model pools for it (tokenizing twice was a quarter of the embed st
 
 `MDVDB_WORKERS` sizes the pool (0, the default: one process per CPU; 1: no pool). Small runs
 never pay for starting one: under `POOL_MIN_FILES` files the work runs in this process.
+`MDVDB_EXECUTOR=ray[:ADDRESS]` runs the same batches as Ray tasks: pipeline/ray_executor.py,
+behind the same two functions (`prepare`, `processes_for`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 if TYPE_CHECKING:
     from kernel.config import Config
     from kernel.providers.local import LocalProvider
+    from pipeline.lexical import Store
 
 # Fewer files than this run in this process: starting workers (each imports the parser and
 # loads the tokenizer, ~0.3 s) would cost more than it saves.
@@ -48,6 +51,10 @@ IN_FLIGHT_PER_WORKER = 3
 
 class WorkerDied(RuntimeError):
     """A worker process ended without an answer (killed, out of memory)."""
+
+
+class ExecutorUnavailable(RuntimeError):
+    """The executor cannot run here (a missing extra, an unreachable cluster): one line."""
 
 
 def worker_count(config: Config) -> int:
@@ -75,6 +82,7 @@ class Spec:
     max_tokens: int
     overlap: int
     embed: EmbedSpec | None  # None: chunk only (the embed stage embeds)
+    lexical: bool = True  # analyse each chunk's words for the lexical postings
 
 
 @dataclass
@@ -88,6 +96,9 @@ class Batch:
     vector_shas: list[bytes] = field(default_factory=list)
     vectors: np.ndarray | None = None
     embedded: list[str] = field(default_factory=list)  # file shas whose chunks all have one
+    # The lexical analysis of every chunk (`pipeline.lexical.Store`), made here so that pack
+    # only merges postings; None when the batch was not asked for it.
+    lexical: Store | None = None
 
 
 def embed_spec(provider: object) -> EmbedSpec | None:
@@ -116,22 +127,27 @@ def _provider(spec: EmbedSpec) -> LocalProvider:
     return LocalProvider(spec.model, spec.dimensions, cache, use_cache=cache is not None)
 
 
-def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
+def prepare_batch(
+    spec: Spec, items: list[tuple[str, str]], contents: list[bytes | str] | None = None
+) -> Batch:
     """Read, check, parse, chunk (and embed) each (path, sha); a worker's task, also run
-    as is in this process."""
+    as is in this process. `contents`: the files' bytes read by the caller (or why they
+    could not be read), for a worker that does not see the folder (pipeline/ray_executor.py)."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
     from pipeline.embed import usable_rows
+    from pipeline.lexical import Store, analyse_chunks
     from pipeline.parse import parse_document
 
     out = Batch()
+    lex_keys: list[np.ndarray] = []
+    lex: list = []
     texts: dict[bytes, int] = {}  # chunk sha -> row in `ids`
     ids: list[list[int] | str] = []  # token ids, or the text to tokenize
     file_chunks: list[tuple[str, list[bytes]]] = []
-    for path, sha in items:
-        try:
-            raw = open(os.path.join(spec.root, path), "rb").read()  # noqa: SIM115
-        except OSError as exc:
-            out.files.append((path, sha, f"cannot read: {exc.strerror or exc}", True))
+    for n, (path, sha) in enumerate(items):
+        raw = read_file(spec.root, path) if contents is None else contents[n]
+        if isinstance(raw, str):
+            out.files.append((path, sha, raw, True))
             continue
         if hashlib.sha256(raw).hexdigest() != sha:
             # Changed between discover and parse: the next run picks the new version up.
@@ -152,6 +168,12 @@ def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
         }
         out.records.append((sha, json.dumps(record)))
         out.chunks += len(chunks)
+        if spec.lexical and chunks:
+            keys, analysed = analyse_chunks(
+                doc.title, [(c.heading, c.heading_path, c.text, c.sha256) for c in chunks]
+            )
+            lex_keys.append(keys)
+            lex.extend(analysed)
         if spec.embed is not None:
             mine = []
             for chunk, known in zip(chunks, counted, strict=True):
@@ -161,6 +183,9 @@ def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
                     texts[key] = len(ids)
                     ids.append(known if known is not None else chunk.embed_text)
             file_chunks.append((sha, mine))
+    if spec.lexical:
+        keys = np.concatenate(lex_keys) if lex_keys else np.zeros(0, np.uint64)
+        out.lexical = Store.of(keys, lex)
     if spec.embed is not None and texts:
         strings = [i for i, v in enumerate(ids) if isinstance(v, str)]
         tokenized = token_ids([ids[i] for i in strings])  # type: ignore[misc]
@@ -178,12 +203,24 @@ def prepare_batch(spec: Spec, items: list[tuple[str, str]]) -> Batch:
     return out
 
 
+def read_file(root: str, path: str) -> bytes | str:
+    """A file's bytes, or the problem that stopped reading it."""
+    try:
+        return open(os.path.join(root, path), "rb").read()  # noqa: SIM115
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+
+
 def processes_for(config: Config, files: int) -> int:
     """Worker processes a run of `files` files gets: 1 (this process) when it is too small
     to pay for a pool, or when workers cannot be forked safely (`pool_is_safe`)."""
     if files < POOL_MIN_FILES or not pool_is_safe():
         return 1
     return max(1, min(worker_count(config), -(-files // BATCH_FILES)))
+
+
+def batches_of(todo: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    return [todo[i : i + BATCH_FILES] for i in range(0, len(todo), BATCH_FILES)]
 
 
 def prepare(
@@ -194,8 +231,14 @@ def prepare(
 ) -> Iterator[Batch]:
     """The batches of `todo`, in order: in this process, or from a pool of
     `processes_for(config, len(todo))` processes."""
-    spec = Spec(str(config.root), config.chunk_max_tokens, config.chunk_overlap_tokens, embed)
-    batches = [todo[i : i + BATCH_FILES] for i in range(0, len(todo), BATCH_FILES)]
+    spec = Spec(
+        str(config.root),
+        config.chunk_max_tokens,
+        config.chunk_overlap_tokens,
+        embed,
+        lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
+    )
+    batches = batches_of(todo)
     workers = processes_for(config, len(todo))
     if workers <= 1:
         done = 0

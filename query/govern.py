@@ -54,7 +54,7 @@ def _column_contains(column, needles: list[bytes]) -> bool:
         data = chunk.buffers()[2]
         if data is None:
             continue
-        raw = data.to_pybytes()
+        raw = bytes(data)  # a pyarrow Buffer, or a memoryview (kernel.arrow_lite)
         if any(raw.find(n) >= 0 for n in needles):
             return True
     return False

@@ -103,11 +103,38 @@ def page_vectors(index: Reader) -> PageVectors:
                 offsets = np.cumsum(count) - count
                 chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
                 vectors = np.asarray(snap.vectors[chunks], dtype=np.float32)
-                sums = np.add.reduceat(vectors, offsets, axis=0)
+                sums = page_sums(vectors, offsets, count)
                 norms = np.linalg.norm(sums, axis=1, keepdims=True)
                 found = PageVectors(sums / np.maximum(norms, np.float32(1e-12)), chunks, rows)
         snap.cache["page_vectors"] = found
     return found
+
+
+def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """`np.add.reduceat(vectors, offsets, axis=0)`, bit for bit, ~8x faster for short pages.
+    Along axis 0, reduceat calls its inner loop once per page and dimension (~30 ms of a cold
+    tldr search for 1,778 pages of 2-4 sections). Pages of up to 8 sections are summed here
+    a section at a time over all pages of that length, in reduceat's order (the first row
+    plus the sum of the others, left to right); longer ones still go to reduceat.
+    `tests/test_arrow_lite.py` checks the bits against reduceat."""
+    out = np.empty((len(count), vectors.shape[1]), dtype=vectors.dtype)
+    long = count > 8
+    for size in np.unique(count[~long], return_counts=True)[0].tolist():
+        pages = np.flatnonzero(count == size)
+        first = offsets[pages]
+        if size == 1:
+            out[pages] = vectors[first]
+            continue
+        rest = vectors[first + 1]
+        for k in range(2, size):
+            rest = rest + vectors[first + k]
+        out[pages] = vectors[first] + rest
+    if long.any():
+        pages = np.flatnonzero(long)
+        rows = np.concatenate([np.arange(offsets[p], offsets[p] + count[p]) for p in pages])
+        local = np.cumsum(count[pages]) - count[pages]
+        out[pages] = np.add.reduceat(vectors[rows], local, axis=0)
+    return out
 
 
 def semantic_scores(index: Reader, query: str) -> np.ndarray:
@@ -300,7 +327,8 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             from query.titles import name_files
 
             chunk_files = index.snapshot.chunk_file_ids
-            pool = np.unique(chunk_files[best(fused.scores, NAME_POOL)])
+            # return_counts: a plain np.unique imports numpy.ma (~8 ms of a cold search)
+            pool = np.unique(chunk_files[best(fused.scores, NAME_POOL)], return_counts=True)[0]
             named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
             named[pool[name_files(index.snapshot, query, pool)]] = True
             if named.any():

@@ -45,8 +45,9 @@ class Snapshot:
     cache: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path) -> Snapshot:
-        file = index_format.read_index(path)
+    def load(cls, path: Path, lite: bool = False) -> Snapshot:
+        """`lite`: columns of `kernel.arrow_lite`, without importing pyarrow."""
+        file = index_format.read_index(path, lite=lite)
         chunks = file.tables["chunks"]
         dims = int(file.meta.get("dimensions") or 0)
         column = index_format.column_array(chunks, "vector")
@@ -84,11 +85,12 @@ class Snapshot:
 # The last snapshot mapped per index path, shared by every Index in this process, so a
 # long-lived process (`mdvdb serve`, `mdvdb mcp`) that opens an Index per call maps each
 # published file once. A snapshot is immutable, so sharing it is safe.
-_SNAPSHOTS: dict[Path, Snapshot] = {}
+_SNAPSHOTS: dict[tuple[Path, bool], Snapshot] = {}  # by path and lite
 
 
-def _shared_snapshot(path: Path) -> Snapshot:
-    cached = _SNAPSHOTS.get(path)
+def _shared_snapshot(path: Path, lite: bool = False) -> Snapshot:
+    key = (path, lite)
+    cached = _SNAPSHOTS.get(key)
     if cached is not None:
         try:
             st = os.stat(path)
@@ -101,8 +103,8 @@ def _shared_snapshot(path: Path) -> Snapshot:
 
         snap: Snapshot = ShardedSnapshot.load(path, Snapshot.load)  # type: ignore[assignment]
     else:
-        snap = Snapshot.load(path)
-    _SNAPSHOTS[path] = snap
+        snap = Snapshot.load(path, lite)
+    _SNAPSHOTS[key] = snap
     return snap
 
 
@@ -111,8 +113,13 @@ class Reader:
     every query needs. Cheap to create; maps the file on first use. `query.Index` adds the
     queries themselves."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, lite: bool = False):
         self.config = config
+        # Map with `kernel.arrow_lite` rather than pyarrow: for a one-shot process (the CLI's
+        # `mdvdb search`), which reads a dozen columns once and exits, pyarrow's import
+        # (35-150 ms) would be most of its cost. Anything the lite columns do not offer is
+        # handed to pyarrow over the same map, so answers are the same either way.
+        self.lite = lite
         self._snapshot: Snapshot | None = None
         self._provider = None
         self._pins = threading.local()  # the snapshot each thread's current query holds
@@ -134,7 +141,7 @@ class Reader:
     def _current(self) -> Snapshot:
         snap = self._snapshot
         if snap is None or self._is_outdated(snap):
-            snap = _shared_snapshot(self.source)
+            snap = _shared_snapshot(self.source, self.lite)
             self._snapshot = snap
         return snap
 

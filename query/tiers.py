@@ -115,7 +115,9 @@ def tiered_search(
         if (title.total or 0) <= len(title.results):
             title_total = len(first)  # the title search saw every passing section
         else:  # more sections passed than were fetched: count the candidate title documents
-            title_total = int(np.unique(snap.chunk_file_ids[candidates & titled]).shape[0])
+            # return_counts: a plain np.unique imports numpy.ma (~8 ms of a cold search)
+            titled_files = snap.chunk_file_ids[candidates & titled]
+            title_total = len(np.unique(titled_files, return_counts=True)[0])
         first = first[:limit]
         # The content tier is every other candidate section, the other sections of a title
         # document included: a page titled "Kubernetes Guide" keeps its matching sections. Its

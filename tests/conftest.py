@@ -64,11 +64,27 @@ def notes(tmp_path: Path) -> Path:
     return copy_markdown(FIXTURES / "notes", tmp_path / "notes")
 
 
+def _run_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's temp folder, shared by its xdist workers (each worker's base temp is a child
+    of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def _indexed_notes_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = copy_markdown(FIXTURES / "notes", tmp_path_factory.mktemp("indexed") / "notes")
-    done = run_cli("ingest", "--root", str(root))
-    assert done.returncode == 0, done.stderr
+    """One `mdvdb ingest` of the notes per run, whichever worker asks first (the others wait
+    on the lock); nobody writes into it: `indexed_notes` hands out copies."""
+    base = _run_base(tmp_path_factory)
+    root = base / "indexed-once" / "notes"
+    with open(base / ".indexed-once.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (base / ".indexed-once.done").exists():
+            shutil.rmtree(root.parent, ignore_errors=True)
+            copy_markdown(FIXTURES / "notes", root)
+            done = run_cli("ingest", "--root", str(root))
+            assert done.returncode == 0, done.stderr
+            (base / ".indexed-once.done").touch()
     return root
 
 
@@ -105,6 +121,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session):
+    """pytest caches each test module rewritten for its assertions (in `__pycache__`), unless
+    PYTHONDONTWRITEBYTECODE is set, as it is in some shells and CI images: then every run, and
+    every xdist worker, parses and rewrites all 50 files again (~2-3 CPU-s a worker). The
+    suite writes them anyway while it collects (the .pyc files of modules imported then too:
+    all in `__pycache__`, which git ignores); the code under test runs as it would."""
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = saved
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "corpora_dir" in item.fixturenames and item.get_closest_marker("corpus") is None:
@@ -114,6 +145,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _SPENT: dict[str, float] = {}
 _MARKED_SLOW: set[str] = set()
 _CPU: dict[str, float] = {}
+_WORKER_CPU: dict[str, float] = {}  # xdist worker -> its tests' CPU: the wall's floor
 _CPU_START = pytest.StashKey[float]()
 CPU_SHOWN = int(os.environ.get("MDVDB_TEST_CPU_SHOWN", "15"))  # tests listed by CPU at the end
 
@@ -140,7 +172,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     if call.when == "teardown" and _CPU_START in item.stash:
         spent = _cpu_seconds() - item.stash[_CPU_START]
-        outcome.get_result().user_properties.append(("cpu_s", spent))
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        outcome.get_result().user_properties.extend([("cpu_s", spent), ("worker", worker)])
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -149,14 +182,20 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _SPENT[report.nodeid] = _SPENT.get(report.nodeid, 0.0) + report.duration
         if "slow" in report.keywords:
             _MARKED_SLOW.add(report.nodeid)
-    for name, value in report.user_properties:
-        if name == "cpu_s":
-            _CPU[report.nodeid] = value
+    properties = dict(report.user_properties)
+    if "cpu_s" in properties:
+        _CPU[report.nodeid] = properties["cpu_s"]
+        _WORKER_CPU[properties["worker"]] = (
+            _WORKER_CPU.get(properties["worker"], 0.0) + properties["cpu_s"]
+        )
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
     if _CPU:
         terminalreporter.section(f"CPU: {sum(_CPU.values()):.0f} s in all, the {CPU_SHOWN} most")
+        if len(_WORKER_CPU) > 1:
+            shares = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(_WORKER_CPU.items()))
+            terminalreporter.write_line(f"by worker: {shares}")
         for nodeid, spent in sorted(_CPU.items(), key=lambda kv: -kv[1])[:CPU_SHOWN]:
             terminalreporter.write_line(f"{spent:7.1f} s  {nodeid}")
     unmarked = sorted(
@@ -179,10 +218,7 @@ def corpora_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     The unpacked folders are read-only by convention: a test that ingests copies first."""
     if not SHARED_CORPORA.is_dir():
         pytest.skip("../shared/corpora is not here")
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    target = base / "corpora"
+    target = _run_base(tmp_path_factory) / "corpora"
     target.mkdir(exist_ok=True)
     return target
 

@@ -8,11 +8,15 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import run_cli
+
+if TYPE_CHECKING:  # imported where used: mcp costs ~1 CPU-s to import, and every xdist
+    # worker imports every test module, inner-loop tests or not
+    from mcp import ClientSession
 
 NEW_NOTE = "# Zebracorn husbandry\n\nFeeding the zebracorn at dawn keeps its stripes bright.\n"
 # A new file must be found within this long once the watch is live (the promise).
@@ -31,6 +35,8 @@ def wait_for_line(path: Path, needle: str, seconds: float = START_SECONDS) -> No
 
 
 async def mcp_session(root: Path, log: Path, env: dict[str, str], steps):
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mdvdb", "mcp", "--root", str(root)],

@@ -12,12 +12,16 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from kernel.config import OFF_FILE, load_config
 from tests.conftest import FIXTURES, copy_markdown, run_cli
+
+if TYPE_CHECKING:  # imported where used: mcp costs ~1 CPU-s to import, and every xdist
+    # worker imports every test module, inner-loop tests or not
+    from mcp import ClientSession
 
 CACHE_MD = """---
 title: Cache layer
@@ -74,6 +78,8 @@ def cli_json(root: Path, *args: str) -> dict:
 
 
 async def session_run(root: Path, steps):
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
     # No watcher: these steps call ingest themselves and assert what it reports
     # (tests/test_agents_live.py covers the watching server).
     params = StdioServerParameters(
@@ -396,6 +402,7 @@ def test_http_transport_on_loopback_only(tmp_path: Path):
     import subprocess
     import time
 
+    from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     root = tmp_path / "notes"

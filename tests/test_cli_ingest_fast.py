@@ -18,7 +18,9 @@ from tests.conftest import run_cli
 PROBE = """
 import sys
 sys.argv = ["mdvdb", *sys.argv[1:]]
+import mdvdb.cli
 from mdvdb.cli import main
+mdvdb.cli.exit_now = sys.exit  # a one-shot search ends in os._exit: this probe reports after it
 try:
     main()
 except SystemExit as exc:
@@ -46,9 +48,10 @@ def test_a_noop_imports_no_heavy_library(indexed_notes: Path):
 
 
 def test_a_cold_search_skips_cloudpickle(indexed_notes: Path):
-    """pyarrow would import it (doit installs it); a search never pickles."""
+    """pyarrow would import it (doit installs it); a search never pickles, and its one-shot
+    process reads the index without pyarrow at all (kernel/arrow_lite.py)."""
     done, heavy = _probe("search", "tar archive", "--root", str(indexed_notes))
-    assert heavy == "HEAVY numpy,pyarrow 0", done.stderr
+    assert heavy == "HEAVY numpy 0", done.stderr
     assert "tar.md" in done.stdout
 
 
@@ -60,15 +63,50 @@ def test_help_and_unknown_options_go_to_typer(indexed_notes: Path):
     assert run_cli("ingest", "--help").returncode == 0
 
 
+ARGVS = [
+    ["-q"],
+    ["--json", "tar.md"],
+    ["--full", "--quiet"],
+    ["--no-wait", "--", "tar.md"],
+    ["missing.md"],
+    ["--if-present", "--json"],
+]
+
+
+def test_the_two_parsers_read_the_same_arguments():
+    """Both paths end in one `run_ingest` call, so equal arguments print equal bytes: every
+    form below, in-process (the inner loop's cover for the end-to-end cases that are `slow`)."""
+    import typer.main
+
+    from mdvdb.cli import COMMAND_MODULES
+    from mdvdb.cli.app import app
+    from mdvdb.cli.ingest import FLAGS
+
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(name)
+        if hasattr(module, "register"):
+            module.register(app)
+    command = typer.main.get_command(app).commands["ingest"]  # type: ignore[attr-defined]
+    forms = [*ARGVS, ["--root=r", "a.md", "b.md"], ["--root", "r", "-q", "--", "--full"], []]
+    defaults = {param.name: param.default for param in command.params}
+    defaults.update(paths=[], root=None)  # as `core.ingest` hands them to `run_ingest`
+    assert set(FLAGS.values()) <= set(defaults)
+    for argv in forms:
+        by_hand = parse(argv)
+        assert by_hand is not None, argv
+        by_typer = dict(command.make_context("ingest", list(argv)).params)
+        by_typer["paths"] = list(by_typer["paths"] or [])
+        by_typer["root"] = None if by_typer["root"] is None else str(by_typer["root"])
+        assert {**defaults, **by_hand} == by_typer, argv
+
+
+# Three forms end to end in the inner loop (0.7-1.7 CPU-s each); the others in CI, and all of
+# them in-process above.
 @pytest.mark.parametrize(
     "argv",
     [
-        ["-q"],
-        ["--json", "tar.md"],
-        ["--full", "--quiet"],
-        ["--no-wait", "--", "tar.md"],
-        ["missing.md"],
-        ["--if-present", "--json"],
+        a if a[0] in ("-q", "--json", "missing.md") else pytest.param(a, marks=pytest.mark.slow)
+        for a in ARGVS
     ],
 )
 def test_the_two_parsers_print_the_same(indexed_notes: Path, argv: list[str]):

@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import run_cli
+
+# mcp is imported where used: it costs ~1 CPU-s, and every xdist worker imports every
+# test module, inner-loop tests or not.
 
 PAGES = {
     "redis.md": ("caching", "Redis cache", "Keep hot keys in memory and evict them with LRU."),
@@ -46,6 +48,19 @@ def search_json(kb: Path, *args: str) -> dict:
 def suggestions(stdout: str) -> list[str]:
     lines = stdout.splitlines()
     return lines[lines.index("Suggestions:") :]
+
+
+def test_with_a_category_semantic_results_hold_the_query_words(indexed_notes: Path):
+    """The inner loop's case of the rule (the tests below are `slow`): the fixture notes, two
+    pages in category `tools`. Semantic search in it returns only the page with the word, and
+    a query that no one page holds finds nothing, with the reason."""
+    found = search_json(indexed_notes, "--category", "tools", "committing", "--mode", "semantic")
+    assert {r["path"] for r in found["results"]} == {"git-basics.md"}
+    data = search_json(indexed_notes, "--category", "tools", "gzip branch")
+    assert data["results"] == []
+    assert (
+        "2 files pass --category tools, but none contains every word" in data["no_match"]["reason"]
+    )
 
 
 @pytest.mark.slow
@@ -101,6 +116,8 @@ def test_no_matches_gives_the_same_suggestions_whatever_missed(kb: Path):
 
 @pytest.mark.slow
 def test_mcp_search_applies_the_rule_and_the_same_hint(kb: Path):
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(kb)]
     )

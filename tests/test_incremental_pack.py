@@ -417,3 +417,28 @@ def test_the_manifest_digest_is_updated_from_the_stored_one():
     updated = updated_digest(stored, [before[7], before[9]], [edited, added])
     assert updated == manifest_digest(after) != stored
     assert updated_digest("0" * 64, [before[7]], [edited]) is None
+
+
+def test_the_published_index_says_exactly_which_files_it_holds(corpus: Path):
+    """A run that cannot trust discover's change list asks the index which of every file's
+    shas it already holds (those are not parsed again): exactly the held ones, for the
+    index's own chunking and build only; a sha it does not hold is asked again."""
+    from pipeline.state import Published
+
+    config = load_config(corpus, environ={})
+    index = index_format.read_index(config.index_path)
+    held = index.tables["files"].column("sha256").to_pylist()
+    build_key = index.meta["build_key"]
+    chunk_key = build_key.rpartition("|")[2]
+    published = Published(config.index_path, True)
+    asked = [*held, "0" * 64, held[3], "f" * 64]
+    assert published.files_with(chunk_key, asked) == set(held)
+    assert published.files_built_with(build_key, asked) == set(held)
+    assert published.files_with(chunk_key, ["0" * 64]) == set()
+    # A few shas (the other way round: the column is searched for them).
+    assert published.files_with(chunk_key, [held[3], "0" * 64, held[3]]) == {held[3]}
+    assert published.files_built_with(build_key, [held[0]]) == {held[0]}
+    assert published.files_with(chunk_key, []) == set()
+    assert published.files_with(chunk_key + "x", held) == set()
+    assert published.files_built_with(build_key + "x", held) == set()
+    assert Published(config.index_path, False).files_with(chunk_key, held) == set()

@@ -57,17 +57,20 @@ def test_lint_imports_passes_on_the_code():
     assert "broken" in result.stdout and " 0 broken" in result.stdout
 
 
+SLOW = pytest.mark.slow  # one case of each contract runs in the inner loop, the others in CI
+
+
 @pytest.mark.parametrize(
     ("where", "statement", "contract"),
     [
         # the kernel importing the shell: a back-up import
         (KERNEL_MODULE, "from mdvdb.cli import main", "Layers"),
         # the kernel importing the read side
-        (KERNEL_MODULE, "from query import open_index", "Layers"),
+        pytest.param(KERNEL_MODULE, "from query import open_index", "Layers", marks=SLOW),
         # the write side importing the read side
         ("pipeline/discover.py", "from query import open_index", "never import each other"),
         # the read side importing the shell
-        ("query/search.py", "from mdvdb.cli import search", "Layers"),
+        pytest.param("query/search.py", "from mdvdb.cli import search", "Layers", marks=SLOW),
         # the shell reaching past the read side's public names
         ("mdvdb/cli/verify.py", "from query.verify import verify", "public names"),
         # a cycle inside query/: snapshot is the bottom, index the front
@@ -75,7 +78,12 @@ def test_lint_imports_passes_on_the_code():
         # a cycle inside pipeline/: a pack step reaching back into pack
         ("pipeline/lexical.py", "from pipeline.pack import plan", "pipeline has no import cycle"),
         # the stages and their doit adapters: tasks calls the stages, never the reverse
-        ("pipeline/stages.py", "from pipeline.tasks import IngestRun", "pipeline has no import"),
+        pytest.param(
+            "pipeline/stages.py",
+            "from pipeline.tasks import IngestRun",
+            "pipeline has no import",
+            marks=SLOW,
+        ),
     ],
 )
 def test_a_wrong_import_breaks_a_contract(copy: Path, where: str, statement: str, contract: str):

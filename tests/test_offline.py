@@ -21,6 +21,18 @@ main()
 """
 
 
+def test_search_loads_its_model_with_sockets_blocked_and_no_cache(indexed_notes: Path, tmp_path):
+    """The inner loop's case (an ingest without a model cache, below, is `slow`): a search
+    in a home with no cache at all loads the model from the installed package alone."""
+    env = {"HF_HUB_OFFLINE": "0", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    args = ["search", "bread starter", "--root", str(indexed_notes), "--json"]
+    r = subprocess.run(
+        [sys.executable, "-c", BLOCK, *args], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["results"][0]["path"] == "guides/cooking.md"
+
+
 @pytest.mark.slow
 def test_ingest_and_search_with_sockets_blocked(notes: Path, tmp_path: Path):
     env = {"HF_HUB_OFFLINE": "0", "HOME": str(tmp_path)}  # no cache to fall back on

@@ -126,3 +126,43 @@ def test_a_small_run_starts_no_pool_and_a_bad_value_is_one_line(tmp_path: Path):
     out = run_cli("ingest", "--root", str(root), env={"MDVDB_WORKERS": "-2"})
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "MDVDB_WORKERS" in out.stderr
+
+
+def test_the_workers_analyses_are_the_ones_pack_would_make(tmp_path: Path):
+    """The workers analyse each chunk's words as they cut it (pipeline/workers.py); pack then
+    only merges postings. Their analyses, looked up by chunk key, equal pack's own for every
+    kind of page, and a chunk they lack is analysed by pack (here: every other one)."""
+    import hashlib
+
+    import numpy as np
+
+    from pipeline import lexical, pack
+    from pipeline.state import ManifestEntry
+    from pipeline.workers import Spec, prepare_batch
+
+    root = _project(tmp_path / "p", 64)
+    items = []
+    for path in sorted(root.rglob("*.md")):
+        rel = str(path.relative_to(root))
+        items.append((rel, hashlib.sha256(path.read_bytes()).hexdigest()))
+    batch = prepare_batch(Spec(str(root), 400, 0, None), items)
+    docs = {sha: json.loads(record) for sha, record in batch.records}
+    entries = [ManifestEntry(p, 0, 0, s) for p, s in items if s in docs]
+    files = pack._files_rows(entries, docs)
+    chunks = pack._chunk_rows(entries, docs, 0, lambda shas: np.zeros((len(shas), 4)), 4)
+    assert batch.lexical is not None and len(batch.lexical.keys) == chunks.num_rows > 64
+
+    keys = lexical.chunk_keys(
+        [t or "" for t in files.column("title").to_pylist()],
+        chunks.column("file_id").to_numpy(),
+        chunks.column("heading").to_pylist(),
+        chunks.column("sha256").to_pylist(),
+    )
+    assert (batch.lexical.rows_for(keys) >= 0).all()  # pack finds every chunk's analysis
+    own = lexical.analysed_store(files, chunks, None)
+    given = lexical.analysed_store(files, chunks, None, batch.lexical)
+    half = batch.lexical.take(np.arange(0, chunks.num_rows, 2))
+    partly = lexical.analysed_store(files, chunks, None, half)
+    for store in (given, partly):
+        for name in ("keys", "starts", "lengths", "terms", "counts"):
+            assert np.array_equal(getattr(store, name), getattr(own, name)), name

@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import run_cli
+
+# mcp is imported where used: it costs ~1 CPU-s, and every xdist worker imports every
+# test module, inner-loop tests or not.
 
 BODY = "# {name}\n\nThe MARKER line of {name}.\n"
 
@@ -85,6 +87,8 @@ def grep_paths(root: Path, *extra: str, env: dict | None = None) -> tuple[list[s
 
 
 def mcp_grep(root: Path, calls: list[dict], env: dict | None = None) -> list:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(root)], env=env
     )
@@ -97,8 +101,8 @@ def mcp_grep(root: Path, calls: list[dict], env: dict | None = None) -> list:
     return asyncio.run(run())
 
 
-# Not `slow` though it costs ~3.5 CPU-s: it ingests the module's tree, which the next test
-# (named paths) reads, and it is the one inner-loop check that every reader sees the same files.
+# Not `slow` though it costs ~3.5 CPU-s: it is the one inner-loop check that every reader
+# (ingest, grep, MCP, status) sees the same files.
 def test_ingest_grep_mcp_and_status_see_the_same_files(tree: Path):
     done = run_cli("ingest", "--root", str(tree))
     assert done.returncode == 0, done.stderr
@@ -125,6 +129,9 @@ def test_ingest_grep_mcp_and_status_see_the_same_files(tree: Path):
 
 def test_ingest_of_named_paths_keeps_the_rules(tree: Path):
     """`mdvdb ingest PATH` (the watcher's way in) takes a path exactly when a walk would."""
+    # The walk's index first (a no-op after the test above; this one may run alone or on
+    # another xdist worker, with a tree of its own).
+    assert run_cli("ingest", "--root", str(tree)).returncode == 0
     done = run_cli(
         "ingest",
         "--root",

@@ -296,16 +296,36 @@ def test_a_custom_endpoint_from_the_folder_gets_only_the_folders_key(notes):
 # -- settings validated ---------------------------------------------------------------------
 
 
+NOT_NUMBERS = [
+    ("MDVDB_SEARCH_MIN_SCORE", "nan"),
+    ("MDVDB_SERVE_IDLE_TIMEOUT", "inf"),
+    ("MDVDB_SERVE_IDLE_TIMEOUT", "nan"),
+    ("MDVDB_SERVE_IDLE_TIMEOUT", "-1"),
+    ("MDVDB_EMBEDDING_TIMEOUT", "nan"),
+    ("MDVDB_EMBEDDING_RETRY_DELAY", "inf"),
+    ("MDVDB_GOVERN_WEIGHTS", "high=nan"),
+]
+
+
+def test_every_non_finite_or_negative_number_is_refused_by_the_config(tmp_path):
+    """Every case below, where all commands read their settings (the inner loop's cover for
+    the end-to-end cases that are `slow`)."""
+    from kernel.config import ConfigError, load_config
+
+    for variable, value in NOT_NUMBERS:
+        with pytest.raises(ConfigError, match=variable):
+            load_config(tmp_path, environ={variable: value})
+
+
+# Three `mdvdb` processes per case (0.7 CPU-s): one case runs in the inner loop, the others
+# in CI; the test above checks every value in-process.
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
-        ("MDVDB_SEARCH_MIN_SCORE", "nan"),
-        ("MDVDB_SERVE_IDLE_TIMEOUT", "inf"),
-        ("MDVDB_SERVE_IDLE_TIMEOUT", "nan"),
-        ("MDVDB_SERVE_IDLE_TIMEOUT", "-1"),
-        ("MDVDB_EMBEDDING_TIMEOUT", "nan"),
-        ("MDVDB_EMBEDDING_RETRY_DELAY", "inf"),
-        ("MDVDB_GOVERN_WEIGHTS", "high=nan"),
+        case
+        if case == ("MDVDB_SERVE_IDLE_TIMEOUT", "-1")
+        else pytest.param(*case, marks=pytest.mark.slow)
+        for case in NOT_NUMBERS
     ],
 )
 def test_non_finite_and_negative_numbers_are_one_line_usage_errors(notes, variable, value):

@@ -116,3 +116,19 @@ def test_small_ingest_never_imports_scikit_learn(tmp_path: Path):
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     assert "pipeline.small_kmeans" in imported  # the stage ran, on the NumPy path
     assert not {m for m in imported if m.split(".")[0] in ("sklearn", "scipy")}
+
+
+def test_above_20k_documents_k_is_chosen_on_a_sample_and_fitted_on_all():
+    """Many documents: the candidate k are tried on a sample (`K_SEARCH_SAMPLE`) and only
+    the chosen one is fitted on every document; on 24 separated topics it finds all 24."""
+    from sklearn.metrics import adjusted_rand_score
+
+    rng = np.random.default_rng(7)
+    n = cluster.MINIBATCH_ABOVE + 1000
+    centres = rng.normal(size=(24, 16))
+    truth = rng.integers(24, size=n)
+    vectors = (centres[truth] + 0.05 * rng.normal(size=(n, 16))).astype(np.float32)
+    choice = cluster.choose_and_fit(vectors, 24)
+    assert sorted(choice.tried) == cluster.candidate_ks(n, 24) == [12, 15, 19, 24]
+    assert choice.k == 24 and len(choice.labels) == n
+    assert adjusted_rand_score(truth, choice.labels) > 0.95

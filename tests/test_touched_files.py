@@ -18,6 +18,16 @@ def _ingest_json(root: Path) -> dict:
     return json.loads(done.stdout)
 
 
+def test_a_touched_file_is_read_once(indexed_notes: Path):
+    """The inner loop's case (the fuller ones below are `slow`): after a touch, one ingest
+    reads the file and publishes nothing; the next reads no file."""
+    assert _ingest_json(indexed_notes)["hashed"] == 0  # (the copy's own first run)
+    os.utime(indexed_notes / "tar.md", (1_700_000_000, 1_700_000_000))
+    first = _ingest_json(indexed_notes)
+    assert (first["hashed"], first["changed"], first["published"]) == (1, 0, False)
+    assert _ingest_json(indexed_notes)["hashed"] == 0
+
+
 @pytest.mark.slow
 def test_touched_file_is_hashed_once_then_trusted_by_its_new_stat(indexed_notes: Path):
     assert _ingest_json(indexed_notes)["hashed"] == 0  # (the copy's own first run)

@@ -88,13 +88,19 @@ def test_an_open_index_switches_to_onnxruntime_from_its_second_query(minilm_note
     assert again.results[0].path == "tar.md"
 
 
-@pytest.mark.parametrize(("graph", "floor"), [("float32", 0.9999), ("int8", 0.99)])
+# The shipped graph in the inner loop; the int8 alternative (not shipped, ~2 CPU-s) in CI.
+@pytest.mark.parametrize(
+    ("graph", "floor"),
+    [("float32", 0.9999), pytest.param("int8", 0.99, marks=pytest.mark.slow)],
+)
 def test_the_warm_query_path_agrees_with_the_reference(
-    monkeypatch: pytest.MonkeyPatch, graph: str, floor: float
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, graph: str, floor: float
 ):
     """Per text, the cosine between a warm process's query vectors and the NumPy reference a
     cold one uses: float precision for the shipped float32 graph, >= 0.99 for the int8
     alternative (QUERY_GRAPH); min and mean are printed."""
+    if graph == "int8":  # only an ingest builds (and caches) the int8 graph
+        request.getfixturevalue("_minilm_notes_once")
     provider = minilm.MiniLMProvider("all-minilm-l6-v2")
     fresh_query_path(provider.folder)
     monkeypatch.setattr(minilm, "WARM_AFTER", 0)  # every query of this loop stays cold

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import sqlite3
-import tempfile
 from pathlib import Path
 
 SPACE = "\u2581"
@@ -35,6 +34,8 @@ class QueryBPE:
         data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
         model = data["model"]
         db_path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile  # building the table only: a search does not pay for its import
+
         fd, tmp = tempfile.mkstemp(prefix=".bpe.", suffix=".tmp", dir=db_path.parent)
         os.close(fd)
         try:

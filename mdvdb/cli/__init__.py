@@ -59,10 +59,39 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
     _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
 
 
-def run_fast(argv: list[str]) -> int | None:
+# Fast commands that run one short query in a process of their own and exit. Costs that do
+# nothing for a cold `mdvdb search` are skipped there: the cyclic garbage collector (its
+# imports and first query allocate enough objects for ~45 collections that find ~450 objects;
+# reference counting frees everything else), OpenBLAS's thread per core, and the
+# interpreter's teardown (a last full collection and the unloading of NumPy, tens of ms) once
+# the output is flushed. Only from `main`: a warm `mdvdb serve` runs `run_fast` in its own
+# long-lived process.
+ONE_SHOT = frozenset({"search"})
+
+
+def run_fast(argv: list[str], one_shot: bool = False) -> int | None:
+    """`one_shot` (a `ONE_SHOT` command, from `main`): the process ends after this command,
+    so it may skip what only a long-lived process needs (the search reads its index without
+    pyarrow); a warm server's calls share its mapped index instead."""
     if argv and argv[0] in FAST_COMMANDS:
-        return importlib.import_module(FAST_COMMANDS[argv[0]]).fast_main(argv[1:])
+        module = importlib.import_module(FAST_COMMANDS[argv[0]])
+        if one_shot:
+            return module.fast_main(argv[1:], one_shot=True)
+        return module.fast_main(argv[1:])
     return None
+
+
+def exit_now(code: int) -> None:
+    """End a one-shot command without the interpreter's teardown: flush what it printed, then
+    `os._exit`. If a flush fails (a closed pipe...), the ordinary exit reports it as before."""
+    import os
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code)
 
 
 def main() -> None:
@@ -75,7 +104,19 @@ def main() -> None:
 
     code = forward(argv)
     if code is None:
-        code = run_fast(argv)
+        one_shot = bool(argv) and argv[0] in ONE_SHOT
+        if one_shot:
+            import gc
+            import os
+
+            gc.disable()
+            # OpenBLAS starts a thread per core when NumPy loads (~10-25 ms of a cold search);
+            # the search never runs a product big enough to use them (its scans are einsum's
+            # and simsimd's, `query.vector`). A user's own setting is kept.
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        code = run_fast(argv, one_shot)
+        if code is not None and one_shot:
+            exit_now(code)
     if code is not None:
         sys.stdout.flush()
         sys.exit(code)

@@ -44,6 +44,14 @@ def ingest(
             "(.markdownvdb or an index) and not switched off (.mdvdb-off).",
         ),
     ] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help="local, ray (a Ray cluster started for the run) or ray:ADDRESS "
+            "(MDVDB_EXECUTOR; docs/scale-out.md).",
+        ),
+    ] = None,
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -59,6 +67,7 @@ def ingest(
         no_wait=no_wait,
         if_present=if_present,
         as_json=as_json,
+        executor=executor,
     )
 
 

@@ -12,7 +12,16 @@ from __future__ import annotations
 import sys
 import time
 
-from mdvdb.cli.errors import EXIT_OK, JSON_FLAG, ROOT_FLAG, CliError, load, print_json, user_errors
+from mdvdb.cli.errors import (
+    EXIT_OK,
+    EXIT_USAGE,
+    JSON_FLAG,
+    ROOT_FLAG,
+    CliError,
+    load,
+    print_json,
+    user_errors,
+)
 
 # flag -> the `run_ingest` argument it sets to True
 FLAGS = {
@@ -23,11 +32,12 @@ FLAGS = {
     "--if-present": "if_present",
     JSON_FLAG: "as_json",
 }
+EXECUTOR_FLAG = "--executor"
 
 
 def parse(argv: list[str]) -> dict | None:
     """`run_ingest`'s arguments, or None when typer should parse `argv`."""
-    args: dict = {"paths": [], "root": None}
+    args: dict = {"paths": [], "root": None, "executor": None}
     rest = iter(argv)
     for token in rest:
         if token == "--":
@@ -35,6 +45,13 @@ def parse(argv: list[str]) -> dict | None:
             break
         if token in FLAGS:
             args[FLAGS[token]] = True
+        elif token == EXECUTOR_FLAG:
+            value = next(rest, None)
+            if value is None or args["executor"] is not None:
+                return None
+            args["executor"] = value
+        elif token.startswith(f"{EXECUTOR_FLAG}=") and args["executor"] is None:
+            args["executor"] = token.partition("=")[2]
         elif token == ROOT_FLAG:
             value = next(rest, None)
             if value is None or args["root"] is not None:
@@ -86,12 +103,15 @@ def run_ingest(
     no_wait: bool = False,
     if_present: bool = False,
     as_json: bool = False,
+    executor: str | None = None,
 ) -> None:
     """Index the source folders (only what changed since the last run) and print the report."""
     from kernel.terminal import printable
 
     with user_errors():
         config = load(root)
+        if executor is not None:
+            choose_executor(config, executor)
         if if_present and (config.switched_off or not is_set_up(config)):
             return
         from pipeline import LockBusy, ingest_folder
@@ -138,6 +158,17 @@ def _line(text: str, err: bool = False) -> None:
     stream = sys.stderr if err else sys.stdout
     stream.write(f"{text}\n")
     stream.flush()
+
+
+def choose_executor(config, value: str) -> None:
+    """`--executor` over MDVDB_EXECUTOR, parsed by the setting's own rule."""
+    from kernel.config import SETTINGS_BY_ENV
+
+    try:
+        config.executor = SETTINGS_BY_ENV["MDVDB_EXECUTOR"].parse(value)
+    except ValueError as exc:
+        raise CliError(f"--executor: {exc}", EXIT_USAGE) from None
+    config.origins["MDVDB_EXECUTOR"] = "--executor"
 
 
 def is_set_up(config) -> bool:

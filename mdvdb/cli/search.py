@@ -46,17 +46,25 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
     return args
 
 
-def fast_main(argv: list[str]) -> int | None:
-    """Search and print; the exit code, or None to have typer parse `argv`."""
+def fast_main(argv: list[str], one_shot: bool = False) -> int | None:
+    """Search and print; the exit code, or None to have typer parse `argv`. `one_shot`: this
+    process exits after the search (`mdvdb.cli.main`), so the index is read without pyarrow
+    (`kernel.arrow_lite`; MDVDB_ARROW_READER=1 reads it with pyarrow all the same); a warm
+    server's calls use the index it mapped and warmed at start."""
     args = parse(argv)
     if args is None:
         return None
-    import_arrow_without_cloudpickle()
+    import os
+
+    from kernel.index_format import ARROW_READER_ENV
+
+    if not one_shot or os.environ.get(ARROW_READER_ENV):
+        import_arrow_without_cloudpickle()
     with user_errors():
         root, as_json = args.pop("root", None), args.pop("as_json", False)
         config = load(root)
         refuse_if_off(config)
-        run_search(config, as_json, args)
+        run_search(config, as_json, args, lite=one_shot)
     return EXIT_OK
 
 
@@ -76,12 +84,13 @@ def import_arrow_without_cloudpickle() -> None:
         del sys.modules["cloudpickle"]
 
 
-def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
+def run_search(config, as_json: bool, fields: dict[str, Any], lite: bool = False) -> None:
     """Run one `query.request` search (the library the MCP server uses too) and print it;
-    `fields` are `SearchRequest` fields as either parser gives them."""
+    `fields` are `SearchRequest` fields as either parser gives them; `lite`: map the index
+    without pyarrow (`query.open_index`)."""
     from query import FilterError, RequestError, SearchRequest, open_index, run_request
 
-    index = open_index(config=config)
+    index = open_index(config=config, lite=lite)
     # No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request as for the library.
     wanted = SearchRequest(**fields)
     try:

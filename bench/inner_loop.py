@@ -1,0 +1,86 @@
+"""The inner test loop's cost: wall, CPU-seconds (pytest, its workers and every `mdvdb` process
+they waited for) and each xdist worker's share, for this checkout and, in the same run, for
+another checkout of the project (`--ref`, e.g. main before a change) with its own venv.
+
+    python bench/inner_loop.py [--workers 2] [--ref /path/to/other/checkout] [--json]
+    python bench/inner_loop.py tests/test_config.py     # the same for some files only
+
+The goal (README, "Tests"): under 60 s wall with two workers on an idle 2-core machine. On a
+loaded machine the wall says little; the CPU-seconds say what the loop costs (<= ~95 CPU-s, no
+worker over ~50 s, is under 60 s when nothing else runs). Each checkout runs once after an
+untimed collection, so that pytest's cache of rewritten test modules is warm as in daily use.
+Every run loads the machine for a minute or more: run it rarely.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import print_table  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = "not slow and not corpus"
+
+
+def _python(checkout: Path) -> str:
+    venv = checkout / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def measure(checkout: Path, workers: int, files: list[str]) -> dict:
+    python = _python(checkout)
+    base = [python, "-m", "pytest", "-q", "-m", MARK, "-p", "no:cacheprovider", *files]
+    subprocess.run([*base, "--collect-only"], cwd=checkout, capture_output=True, check=False)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    done = subprocess.run(
+        [*base, "-n", str(workers)], cwd=checkout, capture_output=True, text=True, check=False
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = sum(getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime"))
+    out = done.stdout
+    summary = re.findall(r"(\d+) (passed|failed|error)", out)
+    workers_cpu = re.search(r"^by worker: (.*)$", out, re.M)
+    return {
+        "checkout": str(checkout),
+        "exit": done.returncode,
+        "tests": ", ".join(f"{n} {what}" for n, what in summary),
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "tests_cpu_s": _number(re.search(r"CPU: (\d+) s in all", out)),
+        "by_worker": workers_cpu.group(1) if workers_cpu else "",
+        "load_before": round(load, 1),
+        "load_after": round(os.getloadavg()[0], 1),
+    }
+
+
+def _number(found: re.Match | None) -> float | None:
+    return float(found.group(1)) if found else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--ref", type=Path, help="another checkout, measured in the same run")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("files", nargs="*", help="test files (default: the whole inner loop)")
+    args = parser.parse_args()
+    rows = [measure(REPO, args.workers, args.files)]
+    if args.ref:
+        rows.append(measure(args.ref.resolve(), args.workers, args.files))
+    print_table(f'pytest -m "{MARK}" -n {args.workers}', rows, as_json=args.json)
+
+
+if __name__ == "__main__":
+    main()
