@@ -2,13 +2,16 @@
 
     python bench/scaleout.py --chunks 131000 --shards 4,20 [--rounds 5] [--json]
     python bench/scaleout.py --chunks 1000000 --shards 4,20        # the 1M-chunk point
+    python bench/scaleout.py --layouts 1=ONE_FILE_ROOT,20=SHARDED_ROOT [--servers 4]
+        # folders already ingested (one file, and MDVDB_SHARDS=20): nothing is built
     python bench/scaleout.py ingest --files 4000 --workers 1,2     # Ray vs local ingest
 
 A corpus of ~chunks/3 files is generated (bench/generate.py: 2-4 sections a file) under
 MDVDB_BENCH_DIR, copied once per layout and ingested with `mdvdb ingest` (MDVDB_SHARDS=1,
 then each N); ingests are timed too. Then, warm and in process:
 
-0. opening the index: one map, or N maps and the gathered one-file view;
+0. opening the index: one map, or the manifest, N lazy maps and the one-file order (stored
+   by the pack), and the same plus a first lexical search (the tables it reads);
 1. `Index.search` (limit 10) per mode, one file vs N shards (the shards scored in threads),
    median and p95 over the queries x rounds, and whether every answer is the same (paths,
    lines, scores);
@@ -17,7 +20,10 @@ then each N); ingests are timed too. Then, warm and in process:
    product over its vectors, its local top 10), and the merge of the N top-10 lists. If each
    shard ran on its own node, a query would cost about the slowest shard plus the merge
    (plus the network): the `fan-out critical path` row, next to the one-file cost of the same
-   work. docs/scale-out.md builds the 10M-document plan from these rows.
+   work. docs/scale-out.md builds the 10M-document plan from these rows;
+3. with --servers K: K real shard servers (`mdvdb serve --shards`, on 127.0.0.1) share the
+   largest N's shards, and a router (`MDVDB_SHARD_SERVERS`) answers the same searches over
+   TCP: latency and whether every answer is the one-file one.
 """
 
 from __future__ import annotations
@@ -118,37 +124,59 @@ def search_rows(indexes: dict[int, object], rounds: int) -> list[dict]:
 
 
 def open_rows(roots: dict[int, Path], rounds: int) -> list[dict]:
-    """Opening the index (files in the page cache): map one file, or map N shards and
-    gather the one-file view (files and chunks tables, the vectors matrix)."""
+    """Opening the index (files in the page cache): map one file, or read the manifest and
+    map N shards lazily; then the same plus a first lexical search (what it opens)."""
     from kernel.config import load_config
     from kernel.shards import published_source
     from query.sharded import ShardedSnapshot
-    from query.snapshot import Snapshot
+    from query.snapshot import Reader, Snapshot
 
     rows = []
     for shards, root in roots.items():
-        source = published_source(load_config(root, {**os.environ, "MDVDB_SHARDS": str(shards)}))
-        samples = []
+        config = load_config(root, {**os.environ, "MDVDB_SHARDS": str(shards)})
+        source = published_source(config)
+        opened, first = [], []
         for _ in range(rounds):
             started = time.perf_counter()
-            if shards == 1:
-                Snapshot.load(source)
-            else:
-                ShardedSnapshot.load(source, Snapshot.load)
-            samples.append(time.perf_counter() - started)
+            snap = Snapshot.load(source) if shards == 1 else ShardedSnapshot.load(source)
+            opened.append(time.perf_counter() - started)
+            from query import search as searching
+
+            reader = Reader(config)
+            reader._snapshot = snap
+            searching.search(reader, "extract a tar archive", limit=10, mode="lexical")
+            first.append(time.perf_counter() - started)
+        # What the reader allocates to open and answer a first hybrid search (NumPy and
+        # Arrow buffers are traced; mapped files are not): a gathered copy would show here.
+        import tracemalloc
+
+        tracemalloc.start()
+        snap = Snapshot.load(source) if shards == 1 else ShardedSnapshot.load(source)
+        reader = Reader(config)
+        reader._snapshot = snap
+        searching.search(reader, "extract a tar archive", limit=10, mode="hybrid")
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
         name = "one file" if shards == 1 else f"{shards} shards"
-        rows.append({"layout": name, "open_ms": median_ms(samples)})
+        rows.append(
+            {
+                "layout": name,
+                "open_ms": median_ms(opened),
+                "open_and_search_ms": median_ms(first),
+                "hybrid_peak_alloc_mb": round(peak / 1e6, 1),
+            }
+        )
     return rows
 
 
 def simulation_rows(one, sharded, rounds: int) -> list[dict]:
-    """Each shard's own work timed alone, the merge, and the one-file cost of the same."""
+    """Each shard's own work timed alone (the `ShardPart` calls a shard server answers),
+    the merge, and the one-file cost of the same."""
     import numpy as np
 
     from kernel import text_analysis
     from query.lexical import lexical_index
     from query.search import query_vector
-    from query.sharded import shard_term_scores
     from query.vector import row_dots
 
     def top10(scores):
@@ -160,9 +188,13 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
         lexical = lexical_index(sharded)
         whole = lexical_index(one)
         parts = snap.parts
+        spec = lexical.norm_spec()
         lex_shard = [[] for _ in parts]
         dense_shard = [[] for _ in parts]
         merges, lex_one, dense_one = [], [], []
+        for part in parts:  # map what the calls read (a shard server keeps it mapped)
+            part.call("df", np.zeros(1, np.uint64))
+            part.call("dots", np.zeros(flat.vectors.shape[1], np.float32))
         for _ in range(rounds):
             for q in QUERIES:
                 hashes, counts = np.unique(text_analysis.term_ids(q), return_counts=True)
@@ -171,19 +203,14 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
                 vector = query_vector(one, q)
                 tops = []
                 for i, part in enumerate(parts):
-                    ids = lexical.chunk_ids[i]
-                    norm = lexical.norm[ids]  # what a shard server holds for its chunks
                     started = time.perf_counter()
-                    local = shard_term_scores(
-                        lexical.parts[i], hashes, weights, idf, norm, np.zeros(len(ids), np.float32)
-                    )
+                    local = part.call("term_scores", hashes, weights, idf, spec)
                     best = top10(local)
                     lex_shard[i].append(time.perf_counter() - started)
                     started = time.perf_counter()
-                    cos = row_dots(part.vectors, vector)
-                    top10(cos)
+                    top10(part.call("dots", vector))
                     dense_shard[i].append(time.perf_counter() - started)
-                    tops.append((ids[best], local[best]))
+                    tops.append((lexical.chunk_ids[i][best], local[best]))
                 started = time.perf_counter()
                 ids = np.concatenate([t[0] for t in tops])
                 scores = np.concatenate([t[1] for t in tops])
@@ -197,62 +224,118 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
                 dense_one.append(time.perf_counter() - started)
     per_lex = [statistics.median(s) * 1000 for s in lex_shard]
     per_dense = [statistics.median(s) * 1000 for s in dense_shard]
-    chunks = [len(p.chunk_file_ids) for p in parts]
+    chunks = [len(ids) for ids in lexical.chunk_ids]
     merge = median_ms(merges)
     return [
         {
-            "work": "BM25F + top 10",
-            "one_file_ms": median_ms(lex_one),
-            "shard_median_ms": statistics.median(per_lex),
-            "shard_max_ms": max(per_lex),
-            "sum_of_shards_ms": sum(per_lex),
+            "work": work,
+            "one_file_ms": median_ms(one_ms),
+            "shard_median_ms": statistics.median(per),
+            "shard_max_ms": max(per),
+            "sum_of_shards_ms": sum(per),
             "merge_ms": merge,
-            "fan_out_critical_path_ms": max(per_lex) + merge,
+            "fan_out_critical_path_ms": max(per) + merge,
             "chunks_per_shard": int(statistics.median(chunks)),
-        },
-        {
-            "work": "dense product + top 10",
-            "one_file_ms": median_ms(dense_one),
-            "shard_median_ms": statistics.median(per_dense),
-            "shard_max_ms": max(per_dense),
-            "sum_of_shards_ms": sum(per_dense),
-            "merge_ms": merge,
-            "fan_out_critical_path_ms": max(per_dense) + merge,
-            "chunks_per_shard": int(statistics.median(chunks)),
-        },
+        }
+        for work, one_ms, per in (
+            ("BM25F + top 10", lex_one, per_lex),
+            ("dense product + top 10", dense_one, per_dense),
+        )
     ]
+
+
+def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list[dict]:
+    """`servers` real shard servers share the shards; a router answers the searches."""
+    from kernel.config import load_config
+    from query import open_index
+
+    owned = [list(range(shards))[i::servers] for i in range(servers)]
+    procs, addresses = [], []
+    env = {**os.environ, "MDVDB_SHARDS": str(shards)}
+    try:
+        for mine in owned:
+            argv = [sys.executable, "-m", "mdvdb", "serve", "--shards", ",".join(map(str, mine))]
+            proc = subprocess.Popen(
+                [*argv, "--root", str(root)], env=env, stdout=subprocess.PIPE, text=True
+            )
+            procs.append(proc)
+            addresses.append(proc.stdout.readline().split()[-1])
+        config = load_config(root, {**env, "MDVDB_SHARD_SERVERS": ",".join(addresses)})
+        router = open_index(config=config)
+        rows = []
+        for mode in ("lexical", "hybrid"):
+            reference = {q: answers(one, q, mode) for q in QUERIES}
+            same = all(answers(router, q, mode) == reference[q] for q in QUERIES)
+            samples = []
+            for _ in range(rounds):
+                for q in QUERIES:
+                    started = time.perf_counter()
+                    router.search(q, limit=10, mode=mode)
+                    samples.append(time.perf_counter() - started)
+            rows.append(
+                {
+                    "mode": mode,
+                    "layout": f"router, {servers} servers x {shards // servers} shards",
+                    "median_ms": median_ms(samples),
+                    "p95_ms": p95_ms(samples),
+                    "same_answers": same,
+                }
+            )
+        return rows
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=60)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=131_000, help="about this many chunks")
     parser.add_argument("--shards", default="4,20", help="shard counts to compare, e.g. 4,20")
+    parser.add_argument(
+        "--layouts",
+        default="",
+        help="N=ROOT,... of folders already ingested (1 = one file): nothing is generated",
+    )
+    parser.add_argument("--servers", type=int, default=0, help="shard servers for the router")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--queries", type=int, default=len(QUERIES), help="use the first N queries only"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    counts = [int(n) for n in args.shards.split(",") if int(n) > 1]
-    files = max(1, args.chunks // 3)
-    base = WORK / f"scaleout-{files}"
-    corpus = generate(base / "corpus", files)
-    built = {}
-    for shards in [1, *counts]:
-        _, seconds = layout(base, corpus, shards)
-        built[shards] = seconds
-    indexes = {shards: open_at(base / f"shards-{shards}", shards) for shards in [1, *counts]}
+    del QUERIES[max(1, args.queries) :]
+    built: dict[int, float | None] = {}
+    if args.layouts:
+        roots = {
+            int(n): Path(p) for n, p in (item.split("=", 1) for item in args.layouts.split(","))
+        }
+        counts = [n for n in roots if n > 1]
+        files = None
+    else:
+        counts = [int(n) for n in args.shards.split(",") if int(n) > 1]
+        files = max(1, args.chunks // 3)
+        base = WORK / f"scaleout-{files}"
+        corpus = generate(base / "corpus", files)
+        roots = {}
+        for shards in [1, *counts]:
+            roots[shards], built[shards] = layout(base, corpus, shards)
+    indexes = {shards: open_at(roots[shards], shards) for shards in [1, *counts]}
     with indexes[1].pinned() as snap:
         total = len(snap.chunk_file_ids)
-    print_table(
-        f"ingest ({files} generated files, {total} chunks; s, blank: reused; shards: "
-        "from the one-file folder's caches, so the pack alone)",
-        [
-            {"layout": "one file" if n == 1 else f"{n} shards", "ingest_s": s}
-            for n, s in built.items()
-        ],
-        args.json,
-    )
+    if built:
+        print_table(
+            f"ingest ({files} generated files, {total} chunks; s, blank: reused; shards: "
+            "from the one-file folder's caches, so the pack alone)",
+            [
+                {"layout": "one file" if n == 1 else f"{n} shards", "ingest_s": s}
+                for n, s in built.items()
+            ],
+            args.json,
+        )
     print_table(
         f"open the index, warm page cache ({total} chunks)",
-        open_rows({n: base / f"shards-{n}" for n in [1, *counts]}, args.rounds),
+        open_rows({n: roots[n] for n in [1, *counts]}, args.rounds),
         args.json,
     )
     print_table(
@@ -267,6 +350,12 @@ def main() -> None:
             simulation_rows(indexes[1], indexes[most], args.rounds),
             args.json,
         )
+        if args.servers:
+            print_table(
+                f"router over shard servers on 127.0.0.1 ({total} chunks, {most} shards)",
+                router_rows(indexes[1], roots[most], most, args.servers, args.rounds),
+                args.json,
+            )
     print(f"load average: {os.getloadavg()[0]:.1f}", file=sys.stderr)
 
 

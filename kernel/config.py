@@ -117,6 +117,20 @@ def _str(raw: str) -> str:
     return raw.strip()
 
 
+def _addresses(raw: str) -> tuple[str, ...]:
+    """HOST:PORT[,HOST:PORT...] (empty: none)."""
+    out = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"expected HOST:PORT, got {item!r}")
+        out.append(item)
+    return tuple(out)
+
+
 def _executor(raw: str) -> str:
     """local, ray (a Ray cluster started for the run) or ray:ADDRESS (an existing one)."""
     kind, colon, address = raw.strip().partition(":")
@@ -234,6 +248,13 @@ SETTINGS: tuple[Setting, ...] = (
         _int(1),
         "1",
         "Index shard files, split by a hash of the path (1: one index file; docs/scale-out.md)",
+    ),
+    Setting(
+        "MDVDB_SHARD_SERVERS",
+        "shard_servers",
+        _addresses,
+        "",
+        "HOST:PORT,... of `mdvdb serve --shards` processes a reader sends its per-shard work to",
     ),
     Setting("MDVDB_CHUNK_OVERLAP_TOKENS", "chunk_overlap_tokens", _int(0), "50", "Window overlap"),
     Setting(
@@ -394,6 +415,7 @@ class Config:
     chunk_max_tokens: int = 512
     chunk_overlap_tokens: int = 50
     shards: int = 1
+    shard_servers: tuple[str, ...] = ()
     search_default_limit: int = DEFAULT_LIMIT
     search_min_score: float = 0.0
     search_per_file: int = 3

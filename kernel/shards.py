@@ -232,3 +232,29 @@ def global_order(paths: list[list[str]], chunk_files: list[np.ndarray]) -> Globa
     chunk_order = np.empty(len(concatenated), dtype=np.int64)
     chunk_order[concatenated] = np.arange(len(concatenated), dtype=np.int64)
     return GlobalOrder(file_ids, chunk_ids, file_order, chunk_order)
+
+
+def order_from_ids(
+    file_ids: np.ndarray, file_counts: list[int], chunk_ids: np.ndarray, chunk_counts: list[int]
+) -> GlobalOrder:
+    """The `GlobalOrder` from the global ids of every shard's rows, shard after shard (what
+    the pack stores in the global file, so a reader never sorts the paths): ValueError when
+    they do not fit the shards' row counts or are not a permutation."""
+    import numpy as np
+
+    def split(ids: np.ndarray, counts: list[int], what: str) -> tuple[list, np.ndarray]:
+        if len(ids) != sum(counts):
+            raise ValueError(f"the stored {what} order has {len(ids)} rows, not {sum(counts)}")
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(ids)):
+            raise ValueError(f"the stored {what} order is not a permutation")
+        order = np.full(len(ids), -1, dtype=np.int64)
+        order[ids] = np.arange(len(ids), dtype=np.int64)
+        if len(ids) and (order < 0).any():
+            raise ValueError(f"the stored {what} order is not a permutation")
+        bounds = np.r_[0, np.cumsum(counts)].astype(np.int64)
+        return [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)], order
+
+    files, file_order = split(file_ids, file_counts, "file")
+    chunks, chunk_order = split(chunk_ids, chunk_counts, "chunk")
+    return GlobalOrder(files, chunks, file_order, chunk_order)

@@ -134,7 +134,10 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
         "schema": schema_pack.schema_table(result),
         "schema_problems": schema_pack.problems_table(result),
     }
-    files = _write_global(folder, global_name, entries, sources, meta, schema_tables)
+    previous_global = folder / old.global_file if old is not None else None
+    files = _write_global(
+        folder, global_name, entries, sources, meta, schema_tables, previous_global
+    )
     manifest = shards.Manifest(
         count,
         generation,
@@ -167,10 +170,16 @@ def _write_global(
     sources: PackSources,
     meta,
     schema_tables: dict[str, pa.Table],
+    previous_global=None,
 ) -> int:
     """The corpus-wide tables, from the shards just published: near-duplicate groups over
-    every signature in the one-file chunk order, and the clusters over every file."""
-    opened = [index_format.read_index(folder / e.name) for e in entries]
+    every signature in the one-file chunk order, the clusters over every file, and the
+    one-file order itself (`shard_files`, `shard_chunks`: the global id of each shard row,
+    shard after shard; `chunk_files`: each chunk's file in that order), so a reader opens
+    the shards without sorting every path or opening a shard's tables.
+    Near-duplicate groups are taken from the previous global file when the signatures in
+    the one-file order are the same (an ingest that re-packs without changing any text)."""
+    opened = [index_format.read_index(folder / e.name, lazy=True) for e in entries]
     paths = [f.tables["files"].column("path").to_pylist() for f in opened]
     chunk_files = [f.tables["chunks"].column("file_id").to_numpy() for f in opened]
     order = shards.global_order(paths, chunk_files)
@@ -178,11 +187,25 @@ def _write_global(
         [f.tables["near_duplicates"].column("signature").to_numpy() for f in opened]
         or [np.zeros(0, np.uint64)]
     )[order.chunk_order]
-    near = pa.Table.from_arrays(
-        [pa.array(signatures, pa.uint64()), pa.array(duplicates.groups(signatures))],
-        schema=duplicates.schema(),
-    )
-    tables: dict[str, pa.Table] = {"near_duplicates": near, **schema_tables}
+    near = _previous_groups(previous_global, signatures)
+    if near is None:
+        near = pa.Table.from_arrays(
+            [pa.array(signatures, pa.uint64()), pa.array(duplicates.groups(signatures))],
+            schema=duplicates.schema(),
+        )
+    chunk_file_ids = np.empty(len(order.chunk_order), dtype=np.int32)
+    for ids, chunk_ids, local in zip(order.file_ids, order.chunk_ids, chunk_files, strict=True):
+        chunk_file_ids[chunk_ids] = ids[np.asarray(local, dtype=np.int64)]
+    concatenated = [
+        np.concatenate(ids or [np.zeros(0, np.int64)]) for ids in (order.file_ids, order.chunk_ids)
+    ]
+    tables: dict[str, pa.Table] = {
+        "near_duplicates": near,
+        **schema_tables,
+        "shard_files": pa.table({"file_id": pa.array(concatenated[0], pa.int64())}),
+        "shard_chunks": pa.table({"chunk_id": pa.array(concatenated[1], pa.int64())}),
+        "chunk_files": pa.table({"file_id": pa.array(chunk_file_ids, pa.int32())}),
+    }
     files = pa.concat_tables(
         [f.tables["files"].select(["path", "sha256", "cluster_id"]) for f in opened]
     ).take(pa.array(order.file_order))
@@ -194,3 +217,22 @@ def _write_global(
         folder / name, tables, {**meta, duplicates.META_KEY: duplicates.meta()}
     )
     return files.num_rows
+
+
+def _previous_groups(path, signatures: np.ndarray) -> pa.Table | None:
+    """The previous global file's near-duplicate table when its signatures (same version)
+    are these, in this order: the groups are a function of them."""
+    if path is None:
+        return None
+    try:
+        previous = index_format.read_index(path, lazy=True)
+        if (previous.meta.get(duplicates.META_KEY) or {}) != duplicates.meta():
+            return None
+        table = previous.tables.get("near_duplicates")
+    except index_format.IndexFormatError:
+        return None
+    if table is None or table.num_rows != len(signatures):
+        return None
+    if not np.array_equal(table.column("signature").to_numpy(), signatures):
+        return None
+    return table.combine_chunks()

@@ -90,7 +90,10 @@ def page_vectors(index: Reader) -> PageVectors:
         dims = snap.vectors.shape[1]
         empty = np.zeros(0, dtype=np.int64)
         found = PageVectors(np.zeros((0, dims), dtype=np.float32), empty, empty)
-        if len(files):
+        in_shards = getattr(snap, "page_vectors", None)  # each page summed in its shard
+        if in_shards is not None:
+            found = PageVectors(*in_shards())
+        elif len(files):
             starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
             sizes = np.diff(np.r_[starts, len(files)])
             multi = sizes > 1

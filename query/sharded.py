@@ -1,32 +1,35 @@
 """Reading a sharded index (`MDVDB_SHARDS` > 1; kernel/shards.py): one consistent set of
-shard files, presented in the one-file order, with BM25 computed by fan-out.
+shard files, presented in the one-file order, with BM25 and the dense side computed by
+fan-out.
 
-`ShardedSnapshot` reads the manifest once and maps every file it names, so a query pins one
-generation (a pack publishes the next by renaming the manifest). It reads as a `Snapshot`: the
-`files` and `chunks` tables (vectors aside) are the shards' rows gathered into the order the
-one-file index has (files by path, chunks by file), so filters, facets, tiers, clusters, `get`,
-collapse and the results read it unchanged, and row ids mean the same in both layouts.
+`ShardedSnapshot` reads the manifest once and maps the files it names, so a query pins one
+generation (a pack publishes the next by renaming the manifest). Opening is cheap: each shard
+file's tables are opened on first use (`index_format.read_index(lazy=True)`), the one-file
+order comes from the global file (written by the pack), and the `files` and `chunks` tables
+are gathered into the one-file order only when a query first reads them, vectors aside. So
+filters, facets, tiers, clusters, `get`, collapse and the results read it as one index, and
+row ids mean the same in both layouts.
 
-The lexical side is not gathered: `ShardedLexical` keeps each shard's postings where they are
-mapped and scores them shard by shard (in threads here; `shard_term_scores` takes only arrays,
-so the same call runs in another process or on another node) with GLOBAL statistics: the
-chunk count, each term's document frequency summed over the shards, the length norm from the
-mean length over every chunk. Each chunk's score is then the same float32 operations in the
-same order as the one-file index's, so a sharded search ranks exactly as the unsharded one
-(tests/test_shards.py compares them through the CLI). Page-level BM25 (files) and feedback
-(RM3) are merged the same way: a file's chunks are all in one shard, and the feedback terms
-are gathered in the one-file order before they are summed.
-
-What is gathered rather than fanned out (docs/scale-out.md): the vectors (one matrix in the
-global order, a copy made when the snapshot opens; the dense side's cosines are per row, so a
-per-shard product would give the same values), the corpus-wide tables from the `global` file
-(near-duplicate groups, clusters, and the schema: counts summed over the shards at pack time).
+Nothing per chunk is gathered: every score is computed where the shard is mapped, by its
+`ShardPart` (query/shard_part.py: arrays in, arrays out), in threads here or in a shard server
+(`mdvdb serve --shards`, `MDVDB_SHARD_SERVERS`), and scattered into the one-file order:
+- BM25F (`ShardedLexical`) with GLOBAL statistics: the chunk count, each term's document
+  frequency summed over the shards, the length norm from the mean length over every chunk
+  in the one-file order (a float32 mean is order-sensitive);
+- page-level BM25 (a file's chunks all live in one shard) and feedback (RM3: the feedback
+  chunks' postings laid out in the given order before they are summed);
+- the dense side (`ShardedVectors`): each shard's cosines over its own mapped rows, the
+  cosines of some rows, its pages' mean vectors and their cosines, and the few rows the
+  Rocchio centroid needs. A cosine is a per-row dot product, so the merged array has the
+  one-file bits.
+Each chunk's score is therefore the same float32 operations in the same order as the one-file
+index's, and a sharded search answers exactly as the unsharded one (tests/test_shards.py).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,25 +38,66 @@ from typing import Any
 import numpy as np
 
 from kernel import index_format, shards, text_analysis
-from query.lexical import LexicalIndex
+from query.shard_part import ShardFile, ShardPart, shard_term_scores
 
-__all__ = ["ShardedLexical", "ShardedSnapshot", "score_shard_file", "shard_term_scores"]
+__all__ = [
+    "ShardedLexical",
+    "ShardedSnapshot",
+    "ShardedVectors",
+    "score_shard_file",
+    "shard_term_scores",
+]
 
-_POOL: ThreadPoolExecutor | None = None
+_POOLS: dict[bool, ThreadPoolExecutor] = {}
+GLOBAL_TABLES = ("near_duplicates", "clusters", "schema", "schema_problems")
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)))
-    return _POOL
-
-
-def fan_out(function, items: list) -> list:
-    """`function` over every shard, in threads (NumPy drops the GIL in the heavy parts)."""
+def fan_out(function, items: Sequence, parts: Sequence = ()) -> list:
+    """`function` over every item (a shard, or a group of rows of one), in threads: NumPy
+    drops the GIL in the heavy parts, and a remote shard waits on its socket, so calls to
+    shard servers get a wider pool than local work (`parts`: the shards, when the items
+    are not them)."""
     if len(items) <= 1:
         return [function(item) for item in items]
-    return list(_pool().map(function, items))
+    remote = bool(getattr((parts or items)[0], "remote", False))
+    pool = _POOLS.get(remote)
+    if pool is None:
+        cores = os.cpu_count() or 2
+        width = min(64, 8 * cores) if remote else max(4, min(32, 2 * cores))
+        pool = _POOLS[remote] = ThreadPoolExecutor(max_workers=width)
+    return list(pool.map(function, items))
+
+
+class _GatheredTables(Mapping):
+    """The tables of the one-file view: `files` and `chunks` gathered from the shards into
+    the one-file order on first use (vectors stay in the shards), the corpus-wide tables
+    from the global file."""
+
+    def __init__(self, snapshot: ShardedSnapshot, extra: index_format.IndexFile):
+        self._snapshot = snapshot
+        self._extra = extra
+        self._names = ["files", "chunks", *(n for n in GLOBAL_TABLES if n in extra.tables)]
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str):
+        found = self._built.get(name)
+        if found is None:
+            if name == "files":
+                found = self._snapshot._gather_files()
+            elif name == "chunks":
+                found = _ShardChunks(self._snapshot)
+            elif name in self._names:
+                found = self._extra.tables[name]
+            else:
+                raise KeyError(name)
+            self._built[name] = found
+        return found
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass
@@ -64,30 +108,37 @@ class ShardedSnapshot:
     opens it), to keep query/ free of import cycles."""
 
     file: index_format.IndexFile
-    vectors: np.ndarray
+    vectors: ShardedVectors
     chunk_file_ids: np.ndarray
-    parts: list = field(default_factory=list)  # each shard's Snapshot
-    order: shards.GlobalOrder | None = None
-    manifest: shards.Manifest | None = None
+    parts: list  # per shard: what answers its calls (a ShardPart, or a remote one)
+    files: list[ShardFile]  # per shard: the mapped file (metadata tables)
+    order: shards.GlobalOrder
+    manifest: shards.Manifest
+    servers: tuple[str, ...] = ()  # the shard servers answering `parts`, if any
     _path_ids: dict[str, int] | None = field(default=None, repr=False)
     cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def paths(self) -> list[str]:
-        return self.cache["paths"]
+        found = self.cache.get("paths")
+        if found is None:
+            every = [p for shard in self.files for p in shard.paths]
+            found = self.cache["paths"] = [every[i] for i in self.order.file_order.tolist()]
+        return found
 
     @property
     def meta(self) -> dict[str, Any]:
         return self.file.meta
 
     def table(self, name: str):
-        return self.file.table(name)
+        return self.file.tables.get(name)
 
     @classmethod
-    def load(cls, path: Path, load_part: Callable[[Path], Any]) -> ShardedSnapshot:
-        """`path`: the manifest; `load_part` maps one shard file (`Snapshot.load`). A file
-        the manifest names may be removed by a pack that published two generations since
-        the manifest was read: read it again."""
+    def load(cls, path: Path, servers: Sequence[str] = ()) -> ShardedSnapshot:
+        """`path`: the manifest. `servers`: shard servers (HOST:PORT) that answer the
+        per-shard calls instead of this process (query.shard_wire). A file the manifest
+        names may be removed by a pack that published two generations since the manifest
+        was read: read it again."""
         folder = path.parent
         for attempt in range(5):
             manifest = shards.read_manifest(folder)
@@ -95,95 +146,390 @@ class ShardedSnapshot:
                 raise index_format.IndexFormatError(f"no index at {path}: run `mdvdb ingest` first")
             try:
                 st = os.stat(path)
-                parts = [load_part(folder / e.name) for e in manifest.entries]
-                extra = index_format.read_index(folder / manifest.global_file)
+                files = [ShardFile.load(folder / e.name) for e in manifest.entries]
+                extra = index_format.read_index(folder / manifest.global_file, lazy=True)
             except index_format.IndexFormatError:
                 if attempt == 4:
                     raise
                 continue
-            return cls._merged(path, st, manifest, parts, extra)
+            return cls._opened(path, st, manifest, files, extra, servers)
         raise AssertionError("unreachable")
 
     @classmethod
-    def _merged(cls, path, st, manifest, parts, extra) -> ShardedSnapshot:
-        import pyarrow as pa
-
-        paths = [p.paths for p in parts]
-        order = shards.global_order(paths, [p.chunk_file_ids for p in parts])
-        files = pa.concat_tables(
-            [p.table("files") for p in parts], promote_options="permissive"
-        ).take(pa.array(order.file_order))
-        files = files.set_column(0, "file_id", pa.array(np.arange(files.num_rows, dtype=np.int32)))
-        chunk_tables = [p.table("chunks").drop_columns(["vector"]) for p in parts]
-        chunk_file_ids = np.concatenate(
-            [ids[p.chunk_file_ids] for ids, p in zip(order.file_ids, parts, strict=True)]
-            or [np.zeros(0, np.int64)]
-        )[order.chunk_order].astype(np.int32)
-        chunks = pa.concat_tables(chunk_tables).take(pa.array(order.chunk_order))
-        chunks = chunks.set_column(
-            0, "chunk_id", pa.array(np.arange(chunks.num_rows, dtype=np.int32))
+    def _opened(cls, path, st, manifest, files, extra, servers) -> ShardedSnapshot:
+        order = _stored_order(extra, files) or shards.global_order(
+            [f.paths for f in files], [f.chunk_file_ids for f in files]
         )
-        chunks = chunks.set_column(1, "file_id", pa.array(chunk_file_ids))
+        chunk_file_ids = _stored_chunk_files(extra, len(order.chunk_order), len(order.file_order))
+        if chunk_file_ids is None:
+            chunk_file_ids = np.empty(len(order.chunk_order), dtype=np.int32)
+            for ids, chunk_ids, f in zip(order.file_ids, order.chunk_ids, files, strict=True):
+                chunk_file_ids[chunk_ids] = ids[f.chunk_file_ids]
+        if servers:
+            from query.shard_wire import remote_parts
+
+            parts = remote_parts(servers, manifest)
+        else:
+            parts = [ShardPart(f) for f in files]
         dims = int(manifest.meta.get("dimensions") or 0)
-        vectors = np.concatenate([p.vectors for p in parts] or [np.zeros((0, dims), np.float32)])
-        vectors = vectors[order.chunk_order]
-        tables = {"files": files, "chunks": chunks}
-        for name in ("near_duplicates", "clusters", "schema", "schema_problems"):
-            if extra.tables.get(name) is not None:
-                tables[name] = extra.tables[name]
+        meta = {**manifest.meta, "chunks": len(chunk_file_ids)}
+        meta["files"] = sum(len(ids) for ids in order.file_ids)
         file = index_format.IndexFile(
             path=path,
-            meta={**manifest.meta, "files": files.num_rows, "chunks": chunks.num_rows},
-            tables=tables,
-            size=sum(p.file.size for p in parts) + extra.size,
+            meta=meta,
+            tables={},
+            size=sum(f.file.size for f in files) + extra.size,
             mtime_ns=st.st_mtime_ns,
             inode=st.st_ino,
         )
         snap = cls(
             file=file,
-            vectors=vectors,
+            vectors=ShardedVectors(parts, order.chunk_ids, len(chunk_file_ids), dims),
             chunk_file_ids=chunk_file_ids,
             parts=parts,
+            files=files,
             order=order,
             manifest=manifest,
+            servers=tuple(servers),
         )
-        snap.cache["paths"] = [p for shard in paths for p in shard]
-        snap.cache["paths"] = [snap.cache["paths"][i] for i in order.file_order]
+        file.tables = _GatheredTables(snap, extra)
         return snap
+
+    def _gather_files(self):
+        import pyarrow as pa
+
+        files = pa.concat_tables(
+            [f.file.tables["files"] for f in self.files], promote_options="permissive"
+        ).take(pa.array(self.order.file_order))
+        ids = pa.array(np.arange(files.num_rows, dtype=np.int32))
+        return files.set_column(0, "file_id", ids)
+
+    def _gather_column(self, name: str):
+        """One column of the one-file `chunks` view, gathered whole (ChunkedArray)."""
+        import pyarrow as pa
+
+        if name == "chunk_id":
+            return pa.chunked_array([pa.array(np.arange(len(self.chunk_file_ids), dtype=np.int32))])
+        if name == "file_id":
+            return pa.chunked_array([pa.array(self.chunk_file_ids)])
+        pieces = [f.file.tables["chunks"].column(name) for f in self.files]
+        whole = pa.chunked_array([c for piece in pieces for c in piece.chunks], pieces[0].type)
+        return whole.take(pa.array(self.order.chunk_order))
+
+    def _take_chunks(self, names: list[str], rows: np.ndarray):
+        """Some rows of the one-file `chunks` view (these columns), read shard by shard."""
+        import pyarrow as pa
+
+        rows = np.asarray(rows, dtype=np.int64)
+        out: dict[str, Any] = {}
+        shard_of, local_of = self.vectors.where
+        owners = shard_of[rows]
+        pieces, positions = [], []
+        own = [n for n in names if n not in ("chunk_id", "file_id")]
+        for shard in np.unique(owners).tolist():
+            at = np.flatnonzero(owners == shard)
+            table = self.files[shard].file.tables["chunks"].select(own)
+            pieces.append(table.take(pa.array(local_of[rows[at]])))
+            positions.append(at)
+        placed = np.empty(len(rows), dtype=np.int64)
+        if positions:
+            placed[np.concatenate(positions)] = np.arange(len(rows))
+        for name in names:
+            if name == "chunk_id":
+                out[name] = pa.array(rows.astype(np.int32))
+            elif name == "file_id":
+                out[name] = pa.array(self.chunk_file_ids[rows])
+            elif pieces:
+                column = pa.concat_tables([p.select([name]) for p in pieces]).column(0)
+                out[name] = column.take(pa.array(placed))
+            else:
+                kind = self.files[0].file.tables["chunks"].schema.field(name).type
+                out[name] = pa.array([], kind)
+        return pa.table(out)
 
     def build_lexical(self) -> ShardedLexical:
         return ShardedLexical.of(self)
 
+    def page_vectors(self) -> tuple[ShardedPageVectors, np.ndarray, np.ndarray]:
+        """(page vectors, chunks, rows) of `query.search.PageVectors`: `chunks` and `rows`
+        from the one-file chunk order; each page's mean vector stays in its shard, which
+        computes its cosines (`ShardedPageVectors.row_dots`)."""
+        files = self.chunk_file_ids
+        empty = np.zeros(0, dtype=np.int64)
+        if not len(files):
+            return ShardedPageVectors(self.parts, [empty] * len(self.parts), 0, 0), empty, empty
+        starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+        sizes = np.diff(np.r_[starts, len(files)])
+        multi = sizes > 1
+        first, count = starts[multi], sizes[multi]
+        rows = np.repeat(np.arange(len(count)), count)
+        offsets = np.cumsum(count) - count
+        chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
+        row_of_file = np.full(len(self.order.file_order), -1, dtype=np.int64)
+        row_of_file[files[first]] = np.arange(len(first))
+        local_files = fan_out(lambda part: part.call("page_files"), self.parts)
+        where = [
+            row_of_file[ids[local]]
+            for ids, local in zip(self.order.file_ids, local_files, strict=True)
+        ]
+        dims = self.vectors.shape[1]
+        return ShardedPageVectors(self.parts, where, len(first), dims), chunks, rows
 
-def shard_term_scores(
-    lexical: LexicalIndex,
-    hashes: np.ndarray,
-    weights: np.ndarray,
-    idf: np.ndarray,
-    norm: np.ndarray,
-    out: np.ndarray,
-) -> np.ndarray:
-    """One shard's part of a BM25F query: `out` (this shard's chunks, local order) += the sum
-    over terms of weight * idf * saturated tf, term by term in the given order. `idf` and
-    `norm` (this shard's chunks' length norms) come from the global statistics. Arrays in,
-    an array out: the function a shard server runs. The float32 operations are those of
-    `LexicalIndex.term_weights` / `add_terms`, so each chunk gets the one-file bits."""
-    k1 = np.float32(lexical.k1 + 1.0)
-    for row, weight, term_idf in zip(
-        lexical.lookup(hashes).tolist(), weights.tolist(), idf.tolist(), strict=True
+
+class _ShardColumn:
+    """One column of the one-file `chunks` view: a row (`column[i]`) is read in its shard;
+    anything else gathers the whole column once (`ShardedSnapshot._gather_column`)."""
+
+    def __init__(self, snapshot: ShardedSnapshot, name: str):
+        self._snapshot = snapshot
+        self._name = name
+        self._whole = None
+
+    def __len__(self) -> int:
+        return len(self._snapshot.chunk_file_ids)
+
+    def __getitem__(self, i):
+        import pyarrow as pa
+
+        if isinstance(i, int | np.integer):
+            snap, name = self._snapshot, self._name
+            if name == "chunk_id":
+                return pa.scalar(int(i), pa.int32())
+            if name == "file_id":
+                return pa.scalar(int(snap.chunk_file_ids[i]), pa.int32())
+            shard_of, local_of = snap.vectors.where
+            chunks = snap.files[int(shard_of[i])].file.tables["chunks"]
+            return chunks.column(name)[int(local_of[i])]
+        return self.whole()[i]
+
+    def whole(self):
+        if self._whole is None:
+            self._whole = self._snapshot._gather_column(self._name)
+        return self._whole
+
+    def __getattr__(self, attr: str):
+        return getattr(self.whole(), attr)
+
+
+class _ShardChunks:
+    """The one-file `chunks` table of a sharded index, vectors aside, read where it lies:
+    a result's row from its shard, a whole column gathered only when a query reads one
+    (title tiers read the headings), never the whole table at open."""
+
+    def __init__(self, snapshot: ShardedSnapshot):
+        self._snapshot = snapshot
+        first = snapshot.files[0].file.tables["chunks"] if snapshot.files else None
+        self.schema = first.schema.remove(first.schema.get_field_index("vector")) if first else None
+        self.column_names = list(self.schema.names) if first else []
+        self.num_rows = len(snapshot.chunk_file_ids)
+        self._columns: dict[str, _ShardColumn] = {}
+
+    def column(self, name: str) -> _ShardColumn:
+        if name not in self.column_names:
+            raise KeyError(f'Field "{name}" does not exist in schema')
+        found = self._columns.get(name)
+        if found is None:
+            found = self._columns[name] = _ShardColumn(self._snapshot, name)
+        return found
+
+    def select(self, names: list[str]) -> _SelectedChunks:
+        return _SelectedChunks(self._snapshot, list(names))
+
+
+class _SelectedChunks:
+    def __init__(self, snapshot: ShardedSnapshot, names: list[str]):
+        self._snapshot = snapshot
+        self._names = names
+
+    def take(self, rows):
+        import pyarrow as pa
+
+        if isinstance(rows, pa.Array | pa.ChunkedArray):
+            rows = rows.to_numpy()
+        return self._snapshot._take_chunks(self._names, np.asarray(rows))
+
+
+def _stored_order(extra: index_format.IndexFile, files: list[ShardFile]):
+    """The one-file order the pack stored in the global file (`shard_files`,
+    `shard_chunks`: the global id of each shard row, shard after shard), checked against
+    the shards' row counts; None when absent (an index packed before it was stored)."""
+    tables = extra.tables
+    if "shard_files" not in tables or "shard_chunks" not in tables:
+        return None
+    file_ids = index_format.column_array(tables["shard_files"], "file_id").to_numpy()
+    chunk_ids = index_format.column_array(tables["shard_chunks"], "chunk_id").to_numpy()
+    # row counts from the footers: opening `files` and `chunks` to count them checks every
+    # column (text offsets included): most of a 20-shard open
+    file_counts = [int(f.file.layouts["files"]["rows"]) for f in files]
+    chunk_counts = [int(f.file.layouts["chunks"]["rows"]) for f in files]
+    try:
+        return shards.order_from_ids(file_ids, file_counts, chunk_ids, chunk_counts)
+    except ValueError as exc:
+        raise index_format.IndexDamaged(extra.path, str(exc)) from None
+
+
+def order_problems(folder: Path, manifest: shards.Manifest) -> list[str]:
+    """`status --verify`: the one-file order the global file stores is the one the shards'
+    paths give (a reader trusts it to number rows)."""
+    files = [ShardFile.load(folder / e.name) for e in manifest.entries]
+    extra = index_format.read_index(folder / manifest.global_file, lazy=True)
+    try:
+        stored = _stored_order(extra, files)
+        chunk_files = _stored_chunk_files(
+            extra, sum(len(f.chunk_file_ids) for f in files), sum(len(f.paths) for f in files)
+        )
+    except index_format.IndexFormatError as exc:
+        return [str(exc)]
+    if stored is None:
+        return []  # packed before the order was stored: readers compute it
+    computed = shards.global_order([f.paths for f in files], [f.chunk_file_ids for f in files])
+    name = manifest.global_file
+    if not (
+        np.array_equal(stored.file_order, computed.file_order)
+        and np.array_equal(stored.chunk_order, computed.chunk_order)
     ):
-        if row < 0:
-            continue
-        a, b = int(lexical.offsets[row]), int(lexical.offsets[row + 1])
-        ids, tf = lexical.chunk_ids[a:b], lexical.tf[a:b]
-        term = tf * k1
-        denominator = norm[ids]
-        denominator += tf
-        term /= denominator
-        term *= np.float32(term_idf)
-        term *= np.float32(weight)
-        out[ids] += term
-    return out
+        return [f"{name}: the stored row order is not the shards' path order"]
+    if chunk_files is not None:
+        expected = np.empty(len(computed.chunk_order), dtype=np.int64)
+        for ids, chunk_ids, f in zip(computed.file_ids, computed.chunk_ids, files, strict=True):
+            expected[chunk_ids] = ids[f.chunk_file_ids]
+        if not np.array_equal(expected, chunk_files):
+            return [f"{name}: the stored chunk files are not the shards' own"]
+    return []
+
+
+def _stored_chunk_files(extra: index_format.IndexFile, chunks: int, files: int):
+    """Each chunk's global file id in the one-file order, as the pack stored it (so no
+    shard's `chunks` table is opened to open the index); None when absent."""
+    table = extra.tables.get("chunk_files")
+    if table is None:
+        return None
+    ids = index_format.column_array(table, "file_id").to_numpy()
+    if len(ids) != chunks or (len(ids) and (ids.min() < 0 or ids.max() >= files)):
+        raise index_format.IndexDamaged(extra.path, "the stored chunk files do not fit")
+    if len(ids) > 1 and (np.diff(ids) < 0).any():
+        raise index_format.IndexDamaged(extra.path, "the stored chunk files are not in order")
+    return ids
+
+
+def _by_shard(chunk_ids: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each global chunk: its shard and its local row."""
+    shard_of = np.empty(n, dtype=np.int32)
+    local_of = np.empty(n, dtype=np.int64)
+    for shard, ids in enumerate(chunk_ids):
+        shard_of[ids] = shard
+        local_of[ids] = np.arange(len(ids))
+    return shard_of, local_of
+
+
+class ShardedVectors:
+    """The (chunks, dims) float32 matrix of a sharded index, left in its shards: what the
+    dense side of a search asks of the matrix, done per shard. `query.vector.row_dots`
+    hands a product to `row_dots` here; `matrix[rows]` is a `ShardRows` (the same, for some
+    rows); `np.asarray` gathers it all (the cluster map only)."""
+
+    dtype = np.dtype(np.float32)
+    ndim = 2
+
+    def __init__(self, parts: list, chunk_ids: list[np.ndarray], n: int, dims: int):
+        self.parts = parts
+        self.chunk_ids = chunk_ids
+        self.shape = (n, dims)
+        self._where: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def where(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._where is None:
+            self._where = _by_shard(self.chunk_ids, self.shape[0])
+        return self._where
+
+    def row_dots(self, vector: np.ndarray) -> np.ndarray:
+        """Every row's cosine: each shard's product over its own rows, merged."""
+        vector = np.asarray(vector, dtype=np.float32)
+        out = np.empty(self.shape[0], dtype=np.float32)
+        answers = fan_out(lambda part: part.call("dots", vector), self.parts)
+        for ids, local in zip(self.chunk_ids, answers, strict=True):
+            out[ids] = local
+        return out
+
+    def __getitem__(self, rows) -> ShardRows:
+        rows = np.arange(self.shape[0])[rows] if isinstance(rows, slice) else rows
+        return ShardRows(self, np.asarray(rows, dtype=np.int64).reshape(-1))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return ShardRows(self, np.arange(self.shape[0])).__array__(dtype)
+
+
+class ShardRows:
+    """Some rows of a `ShardedVectors`, in the given order, still in their shards."""
+
+    dtype = np.dtype(np.float32)
+    ndim = 2
+
+    def __init__(self, matrix: ShardedVectors, rows: np.ndarray):
+        self.matrix = matrix
+        self.rows = rows
+        self.shape = (len(rows), matrix.shape[1])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _groups(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(shard, positions in `rows`, local rows) per shard holding some."""
+        shard_of, local_of = self.matrix.where
+        owners = shard_of[self.rows]
+        out = []
+        for shard in np.unique(owners).tolist():
+            at = np.flatnonzero(owners == shard)
+            out.append((shard, at, local_of[self.rows[at]]))
+        return out
+
+    def row_dots(self, vector: np.ndarray) -> np.ndarray:
+        vector = np.asarray(vector, dtype=np.float32)
+        out = np.empty(len(self.rows), dtype=np.float32)
+        parts = self.matrix.parts
+        groups = self._groups()
+        answers = fan_out(lambda g: parts[g[0]].call("dots_rows", g[2], vector), groups, parts)
+        for (_, at, _), local in zip(groups, answers, strict=True):
+            out[at] = local
+        return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = np.empty(self.shape, dtype=np.float32)
+        parts = self.matrix.parts
+        groups = self._groups()
+        for (_, at, _), rows in zip(
+            groups, fan_out(lambda g: parts[g[0]].call("rows", g[2]), groups, parts), strict=True
+        ):
+            out[at] = rows
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def mean(self, axis=None, **kwargs):
+        return np.asarray(self).mean(axis=axis, **kwargs)
+
+
+class ShardedPageVectors:
+    """The pages' mean vectors, each in the shard holding the page: `row_dots` gives every
+    page's cosine in the one-file page order (`ShardedSnapshot.page_vectors`)."""
+
+    def __init__(self, parts: list, where: list[np.ndarray], n: int, dims: int):
+        self.parts = parts
+        self.where = where  # per shard: the page row of each of its pages
+        self.shape = (n, dims)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def row_dots(self, vector: np.ndarray) -> np.ndarray:
+        vector = np.asarray(vector, dtype=np.float32)
+        out = np.zeros(self.shape[0], dtype=np.float32)
+        answers = fan_out(lambda part: part.call("page_dots", vector), self.parts)
+        for rows, local in zip(self.where, answers, strict=True):
+            out[rows] = local
+        return out
 
 
 def score_shard_file(
@@ -191,12 +537,7 @@ def score_shard_file(
 ) -> np.ndarray:
     """`shard_term_scores` as another process (or node) runs it: map the shard file, score
     its chunks with the global `idf` and `norm` the caller sends, return the local scores."""
-    from types import SimpleNamespace
-
-    file = index_format.read_index(path)
-    chunk_files = index_format.column_array(file.tables["chunks"], "file_id").to_numpy()
-    view = SimpleNamespace(meta=file.meta, table=file.table, file=file, chunk_file_ids=chunk_files)
-    lexical = LexicalIndex.from_snapshot(view)
+    lexical = ShardPart.load(path).lexical
     out = np.zeros(lexical.n_chunks, dtype=np.float32)
     return shard_term_scores(lexical, hashes, weights, idf, norm, out)
 
@@ -207,7 +548,7 @@ class ShardedLexical:
     Term "rows" here are the term hashes themselves: a row number means nothing across
     shards."""
 
-    parts: list[LexicalIndex]
+    parts: list  # per shard: what answers its calls
     chunk_ids: list[np.ndarray]  # per shard: local chunk -> global chunk
     file_ids: list[np.ndarray]  # per shard: local file -> global file
     lengths: np.ndarray  # global order
@@ -215,38 +556,56 @@ class ShardedLexical:
     n_chunks: int
     k1: float = 1.2
     b: float = 0.75
-    norm: np.ndarray = field(default=None)  # type: ignore[assignment]
+    floor: float = 0.0
 
-    def __post_init__(self) -> None:
-        if self.norm is None:
-            avg = float(self.lengths.mean()) if len(self.lengths) else 0.0
-            self.norm = self.k1 * (1.0 - self.b + self.b * self.lengths / (avg or 1.0))
+    @property
+    def avg(self) -> float:
+        """The mean length, over every chunk in the one-file order (the same bits)."""
+        found = getattr(self, "_avg", None)
+        if found is None:
+            found = float(self.lengths.mean()) if len(self.lengths) else 0.0
+            self._avg = found
+        return found
+
+    def norm_spec(self) -> tuple[float, float, float, float]:
+        """What a shard needs to build its slice of the global length norm."""
+        avg = self.avg
+        if self.floor and len(self.lengths):
+            avg = avg or 1.0
+        return (self.k1, self.b, avg, self.floor if len(self.lengths) else 0.0)
+
+    @property
+    def norm(self) -> np.ndarray:
+        """The global length norm per chunk (what each shard computes for its slice)."""
+        k1, b, avg, floor = self.norm_spec()
+        lengths = np.maximum(self.lengths, np.float32(floor * avg)) if floor else self.lengths
+        return k1 * (1.0 - b + b * lengths / (avg or 1.0))
 
     @classmethod
     def of(cls, snapshot: ShardedSnapshot) -> ShardedLexical:
-        parts = [LexicalIndex.from_snapshot(p) for p in snapshot.parts]
+        parts = snapshot.parts
         order = snapshot.order
-        lengths = np.concatenate([p.lengths for p in parts] or [np.zeros(0, np.float32)])
+        infos = fan_out(lambda part: part.call("info"), parts)
+        lengths = fan_out(lambda part: part.call("lengths"), parts)
+        gathered = np.concatenate(lengths or [np.zeros(0, np.float32)])[order.chunk_order]
         return cls(
             parts=parts,
             chunk_ids=order.chunk_ids,
             file_ids=order.file_ids,
-            lengths=lengths[order.chunk_order],
+            lengths=np.asarray(gathered, dtype=np.float32),
             chunk_files=snapshot.chunk_file_ids,
             n_chunks=len(snapshot.chunk_file_ids),
-            k1=parts[0].k1 if parts else 1.2,
-            b=parts[0].b if parts else 0.75,
+            k1=float(infos[0]["k1"]) if infos else 1.2,
+            b=float(infos[0]["b"]) if infos else 0.75,
         )
 
     # -- global statistics ----------------------------------------------------------------
     def document_frequency(self, hashes: np.ndarray) -> np.ndarray:
         """Chunks holding each term, summed over the shards."""
+        hashes = np.asarray(hashes, dtype=np.uint64)
         df = np.zeros(len(hashes), dtype=np.int64)
-        for part in self.parts:
-            rows = part.lookup(hashes)
-            found = rows >= 0
-            safe = np.maximum(rows, 0)
-            df += np.where(found, part.offsets[safe + 1] - part.offsets[safe], 0)
+        for counts in fan_out(lambda part: part.call("df", hashes), self.parts):
+            df += counts
         return df
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
@@ -255,14 +614,26 @@ class ShardedLexical:
     def term_idf(self, hashes: np.ndarray) -> np.ndarray:
         return self.idf(self.document_frequency(hashes))
 
+    def term_page_idf(self, hashes: np.ndarray) -> np.ndarray:
+        """Page-level idf: df counts the files holding the term, over every shard."""
+        hashes = np.asarray(hashes, dtype=np.uint64)
+        n = int(self.chunk_files[-1]) + 1 if len(self.chunk_files) else 0
+        if n == 0:
+            return self.term_idf(hashes)
+        df = np.zeros(len(hashes), dtype=np.int64)
+        for found in fan_out(lambda part: part.call("page_tf", hashes), self.parts):
+            df += [0 if f is None else len(f[0]) for f in found]
+        return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
+
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """Present for the interface; the sharded "row" of a term is its hash."""
         return np.asarray(hashes)
 
     def term_chunks(self, hashes: np.ndarray) -> list[np.ndarray | None]:
         """The global chunk ids of each term's postings (None: in no shard)."""
+        hashes = np.asarray(hashes, dtype=np.uint64)
         out: list[np.ndarray | None] = []
-        per_shard = [part.term_chunks(hashes) for part in self.parts]
+        per_shard = fan_out(lambda part: part.call("term_chunks", hashes), self.parts)
         for i in range(len(hashes)):
             found = [
                 ids[chunks[i]]
@@ -281,16 +652,16 @@ class ShardedLexical:
             return out
         # The one-file index skips a term it lacks; so do the shards (no posting anywhere).
         idf = self.idf(self.document_frequency(hashes))
+        spec = self.norm_spec()
+        started = out.any()
 
-        def one(shard: int) -> tuple[int, np.ndarray]:
-            ids = self.chunk_ids[shard]
-            local = shard_term_scores(
-                self.parts[shard], hashes, weights, idf, self.norm[ids], out[ids].copy()
-            )
-            return shard, local
+        def one(shard: int) -> np.ndarray:
+            start = out[self.chunk_ids[shard]] if started else None
+            return self.parts[shard].call("term_scores", hashes, weights, idf, spec, start)
 
-        for shard, local in fan_out(one, list(range(len(self.parts)))):
-            out[self.chunk_ids[shard]] = local
+        answers = fan_out(one, list(range(len(self.parts))), self.parts)
+        for ids, local in zip(self.chunk_ids, answers, strict=True):
+            out[ids] = local
         return out
 
     def scores(self, query: str) -> np.ndarray:
@@ -302,11 +673,8 @@ class ShardedLexical:
         return self.add_terms(out, unique, counts.astype(np.float32))
 
     def rescored(self, k1: float, b: float, floor: float = 0.0) -> ShardedLexical:
-        out = replace(self, k1=float(k1), b=float(b), norm=None)
-        if floor and len(self.lengths):
-            avg = float(self.lengths.mean()) or 1.0
-            lengths = np.maximum(self.lengths, np.float32(floor * avg))
-            out.norm = out.k1 * (1.0 - out.b + out.b * lengths / avg)
+        out = replace(self, k1=float(k1), b=float(b), floor=float(floor))
+        out._avg = self.avg
         return out
 
     def feedback_terms(
@@ -315,27 +683,27 @@ class ShardedLexical:
         """`LexicalIndex.feedback_terms` over shards: each feedback chunk's postings are
         read from its shard and laid out in the given chunk order, so the per-term sums run
         in the order the one-file index sums them."""
-        shard_of = np.empty(self.n_chunks, dtype=np.int64)
-        local_of = np.empty(self.n_chunks, dtype=np.int64)
-        for shard, ids in enumerate(self.chunk_ids):
-            shard_of[ids] = shard
-            local_of[ids] = np.arange(len(ids))
-        hashes, tfs, sizes = [], [], []
-        for chunk in np.asarray(chunks).tolist():
-            part = self.parts[shard_of[chunk]]
-            local = local_of[chunk]
-            a, b = int(part.forward_offsets[local]), int(part.forward_offsets[local + 1])
-            positions = part.forward_postings[a:b]
-            rows = np.searchsorted(part.offsets, positions, side="right") - 1
-            hashes.append(part.terms[rows])
-            tfs.append(part.tf[positions])
-            sizes.append(b - a)
-        size = np.asarray(sizes, dtype=np.int64)
+        chunks = np.asarray(chunks, dtype=np.int64)
+        shard_of, local_of = _by_shard(self.chunk_ids, self.n_chunks)
+        owners = shard_of[chunks]
+        groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
+        answers = fan_out(
+            lambda g: self.parts[g[0]].call("feedback_postings", local_of[chunks[g[1]]]),
+            groups,
+            self.parts,
+        )
+        per_chunk: list[tuple[np.ndarray, np.ndarray]] = [None] * len(chunks)  # type: ignore[list-item]
+        for (_, at), (hashes, tf, sizes) in zip(groups, answers, strict=True):
+            bounds = np.r_[0, np.cumsum(sizes)]
+            for i, position in enumerate(at.tolist()):
+                a, b = int(bounds[i]), int(bounds[i + 1])
+                per_chunk[position] = (hashes[a:b], tf[a:b])
+        size = np.asarray([len(h) for h, _ in per_chunk], dtype=np.int64)
         if size.sum() == 0 or scores.sum() <= 0:
             return np.zeros(0, np.uint64), np.zeros(0, np.float32)
-        terms = np.concatenate(hashes)
+        terms = np.concatenate([h for h, _ in per_chunk])
         lengths = np.repeat(np.maximum(self.lengths[chunks], np.float32(1.0)), size)
-        shares = np.concatenate(tfs) / lengths
+        shares = np.concatenate([t for _, t in per_chunk]) / lengths
         mass = shares * np.repeat(scores / scores.sum(), size)
         unique, inverse = np.unique(terms, return_inverse=True)
         totals = np.bincount(inverse, weights=mass)
@@ -371,16 +739,13 @@ class ShardedLexical:
             return out
         page_len, avg = self._page_lengths(n_files)
         unique, counts = np.unique(hashes, return_counts=True)
-        for h, count in zip(unique.tolist(), counts.tolist(), strict=True):
-            found = []
-            for part, files in zip(self.parts, self.file_ids, strict=True):
-                row = int(part.lookup(np.array([h], np.uint64))[0])
-                if row < 0:
-                    continue
-                a, b_ = int(part.offsets[row]), int(part.offsets[row + 1])
-                local = part.chunk_files[part.chunk_ids[a:b_]]
-                starts = np.flatnonzero(np.r_[True, local[1:] != local[:-1]])
-                found.append((files[local[starts]], np.add.reduceat(part.tf[a:b_], starts)))
+        per_shard = fan_out(lambda part: part.call("page_tf", unique), self.parts)
+        for i, count in enumerate(counts.tolist()):
+            found = [
+                (files[got[i][0]], got[i][1])
+                for got, files in zip(per_shard, self.file_ids, strict=True)
+                if got[i] is not None
+            ]
             if not found:
                 continue
             pages = np.concatenate([p for p, _ in found])

@@ -88,9 +88,11 @@ class Snapshot:
 _SNAPSHOTS: dict[tuple[Path, bool], Snapshot] = {}  # by path and lite
 
 
-def _shared_snapshot(path: Path, lite: bool = False) -> Snapshot:
+def _shared_snapshot(path: Path, lite: bool = False, servers: tuple[str, ...] = ()) -> Snapshot:
     key = (path, lite)
     cached = _SNAPSHOTS.get(key)
+    if cached is not None and getattr(cached, "servers", servers) != servers:
+        cached = None  # the same sharded index, read through other shard servers
     if cached is not None:
         try:
             st = os.stat(path)
@@ -101,7 +103,7 @@ def _shared_snapshot(path: Path, lite: bool = False) -> Snapshot:
     if path.name == shards.MANIFEST:  # a sharded index (query.sharded)
         from query.sharded import ShardedSnapshot
 
-        snap: Snapshot = ShardedSnapshot.load(path, Snapshot.load)  # type: ignore[assignment]
+        snap: Snapshot = ShardedSnapshot.load(path, servers)  # type: ignore[assignment]
     else:
         snap = Snapshot.load(path, lite)
     _SNAPSHOTS[key] = snap
@@ -141,9 +143,23 @@ class Reader:
     def _current(self) -> Snapshot:
         snap = self._snapshot
         if snap is None or self._is_outdated(snap):
-            snap = _shared_snapshot(self.source, self.lite)
+            snap = _shared_snapshot(self.source, self.lite, self._shard_servers())
             self._snapshot = snap
         return snap
+
+    def _shard_servers(self) -> tuple[str, ...]:
+        """MDVDB_SHARD_SERVERS, unless an untrusted folder's `.markdownvdb` chose them: the
+        query's words and vector go to those servers."""
+        from kernel.config import CONFIG_FILE, TRUSTED_FOLDERS
+
+        cfg = self.config
+        if cfg.shard_servers and cfg.from_folder("MDVDB_SHARD_SERVERS") and not cfg.trusted:
+            raise QueryError(
+                f"MDVDB_SHARD_SERVERS comes from {cfg.root / CONFIG_FILE}; refusing to send "
+                f"queries to servers the folder chose (set it in your environment, or trust "
+                f"the folder: {TRUSTED_FOLDERS}={cfg.root})"
+            )
+        return cfg.shard_servers
 
     @contextmanager
     def pinned(self) -> Iterator[Snapshot]:

@@ -40,7 +40,11 @@ def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """matrix @ vector through einsum's single-threaded SIMD loop, not BLAS: OpenBLAS's
     threaded sgemv waits for a scheduler slice whenever the other core is busy, which on a
     shared 2-core machine made a 40k x 256 product 10 ms at the median against einsum's 2-3 ms
-    (same minimum, 1.6 ms; bench/query_speed.py, docs/benchmarks.md)."""
+    (same minimum, 1.6 ms; bench/query_speed.py, docs/benchmarks.md). A matrix left in the
+    shards of a sharded index (query.sharded.ShardedVectors) computes it shard by shard."""
+    fanned = getattr(matrix, "row_dots", None)
+    if fanned is not None:
+        return fanned(vector)
     scores = np.einsum("ij,j->i", matrix, vector.astype(np.float32, copy=False))
     # A NaN row (a damaged index, an old provider answer) scores nothing rather than
     # turning every normalised hybrid score into NaN (cheap: one pass over n scores).
@@ -297,6 +301,13 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
     n = matrix.shape[0]
+    if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
+        side = None
+        if pages is not None and rho > 0 and len(pages.chunks) > 0:
+            side = snap.cache.get(("page_side", 0.0))
+            if side is None:
+                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
+        return DenseScorer(matrix, pages=side)
     quantise = not (mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS))
     quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0

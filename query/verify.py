@@ -127,6 +127,10 @@ def _verify_sharded(path: Path, root: Path | str) -> VerifyReport:
         near = extra.tables.get("near_duplicates")
         if near is None or near.num_rows != report.chunks:
             report.problems.append(f"{manifest.global_file}: near-duplicate rows != chunks")
+        if report.ok:
+            from query.sharded import order_problems
+
+            report.problems += order_problems(path.parent, manifest)
     except index_format.IndexFormatError as exc:
         report.problems.append(str(exc))
     return report

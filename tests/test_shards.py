@@ -264,3 +264,112 @@ def test_tldr_subset_sharded_ranks_as_one_file(corpora_dir: Path, tmp_path: Path
             expected = _search(one, query, "--mode", mode)
             assert expected["results"], query
             assert _search(four, query, "--mode", mode, env=SHARDED) == expected, (mode, query)
+
+
+def _shard_server(root: Path, which: str):
+    """A real `mdvdb serve --shards` on 127.0.0.1 (any free port); (process, address)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", "serve", "--shards", which, "--root", str(root)],
+        env={**os.environ, **SHARDED},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()  # "serve: shards 0,1 of ROOT on 127.0.0.1:PORT"
+    assert line.startswith("serve: shards"), line + proc.stderr.read()
+    return proc, line.split()[-1]
+
+
+@pytest.mark.slow
+def test_a_router_over_shard_servers_answers_as_one_file(twins) -> None:
+    """Two shard servers (shards 0-1 and 2-3) on 127.0.0.1; `mdvdb search` with
+    MDVDB_SHARD_SERVERS sends them its per-shard work (BM25F with the global statistics,
+    cosines, pages, feedback) and merges: the whole JSON answer is the one-file one."""
+    from query.shard_wire import exchange
+
+    one, four = twins
+    servers = [_shard_server(four, "0,1"), _shard_server(four, "2,3")]
+    try:
+        routed = {**SHARDED, "MDVDB_SHARD_SERVERS": ",".join(a for _, a in servers)}
+        for mode in ("lexical", "hybrid", "semantic"):
+            for query in QUERIES:
+                expected = _search(one, query, "--mode", mode)
+                assert expected["results"], query
+                assert _search(four, query, "--mode", mode, env=routed) == expected, (mode, query)
+        expected = _search(one, "example work", "--filter", "category=network")
+        assert _search(four, "example work", "--filter", "category=network", env=routed) == (
+            expected
+        )
+        # The work was done by the servers (each served its own shards' calls).
+        for _, address in servers:
+            assert exchange(address, {"op": "ping"})["requests"] > 0
+        # A shard nobody serves: one line, exit 1.
+        alone = {**SHARDED, "MDVDB_SHARD_SERVERS": servers[0][1]}
+        done = run_cli("search", "tar", "--root", str(four), env=alone)
+        assert done.returncode == 1
+        assert done.stderr.count("\n") == 1 and "serves shard(s) 2, 3" in done.stderr
+    finally:
+        for proc, _ in servers:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_a_shard_server_refuses_what_it_does_not_serve(twins) -> None:
+    """Requests for another shard's file, a path, an unknown call: an error answer each."""
+    from kernel.config import load_config
+    from query.shard_wire import ShardServer, decode, encode
+
+    _, four = twins
+    config = load_config(four, {**os.environ, **SHARDED})
+    manifest = shards.read_manifest(config.shards_path)
+    server = ShardServer(config.shards_path, [0], 4)
+    mine, other = manifest.entries[0].name, manifest.entries[1].name
+    assert "value" in decode(server.answer(encode({"file": mine, "call": "info", "args": []})))
+    for request in (
+        {"file": other, "call": "info", "args": []},
+        {"file": "../" + mine, "call": "info", "args": []},
+        {"file": mine, "call": "__init__", "args": []},
+    ):
+        assert "error" in decode(server.answer(encode(request))), request
+    assert "error" in decode(server.answer(b"\x00" * 3 + b"garbage"))
+
+
+def test_shard_servers_chosen_by_the_folder_are_refused(tmp_path: Path) -> None:
+    """A folder's `.markdownvdb` may not send the user's queries to servers it names."""
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "a.md").write_text("# a\n\ntext\n", encoding="utf-8")
+    (root / ".markdownvdb").write_text("MDVDB_SHARD_SERVERS=203.0.113.9:7001\n", encoding="utf-8")
+    done = run_cli("search", "text", "--root", str(root), env=SHARDED)
+    assert done.returncode == 1, done.stdout
+    assert done.stderr.count("\n") == 1 and "refusing to send queries" in done.stderr
+
+
+@pytest.mark.slow
+def test_verify_checks_the_stored_row_order(tmp_path: Path) -> None:
+    """The global file stores the one-file order (a reader numbers rows by it without
+    sorting paths); `status --verify` recomputes it from the shards and names a wrong one."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kernel import index_format
+
+    root = _project(tmp_path / "p")
+    _ingest(root, SHARDED)
+    folder = root / ".markdownvdb.index.shards"
+    manifest = shards.read_manifest(folder)
+    extra = index_format.read_index(folder / manifest.global_file)
+    assert {"shard_files", "shard_chunks", "chunk_files"} <= set(extra.tables)
+    tables = {name: table.combine_chunks() for name, table in extra.tables.items()}
+    ids = tables["chunk_files"].column("file_id").to_numpy().copy()
+    ids[[0, -1]] = ids[[-1, 0]]  # still a valid-looking column, but not the shards' files
+    ids = np.sort(ids)
+    ids[0] += 1
+    tables["chunk_files"] = pa.table({"file_id": pa.array(ids, pa.int32())})
+    index_format.write_index(folder / manifest.global_file, tables, extra.meta)
+    verify = run_cli("status", "--verify", "--root", str(root), env=SHARDED)
+    assert verify.returncode == 1
+    assert "stored chunk files" in verify.stderr + verify.stdout

@@ -52,6 +52,18 @@ def serve(
         bool,
         typer.Option("--status", help="Whether one runs (pid, uptime, calls): exit 0, else 1."),
     ] = False,
+    shards: Annotated[
+        str | None,
+        typer.Option(
+            "--shards",
+            help="Serve these shards of a sharded index (e.g. 0,1 or all) to a router over "
+            "TCP (--listen), instead of the warm path (docs/scale-out.md).",
+        ),
+    ] = None,
+    listen: Annotated[
+        str,
+        typer.Option("--listen", help="HOST:PORT for --shards (port 0: any free one)."),
+    ] = "127.0.0.1:0",
     root: RootOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -59,12 +71,17 @@ def serve(
 
     Listens on a Unix socket in the state folder (0600, no TCP port), re-indexes changed
     files as they change (MDVDB_WATCH=false turns that off) and exits by itself after the
-    idle timeout. Without it every command works the same, only slower.
+    idle timeout. Without it every command works the same, only slower. With
+    MDVDB_SHARD_SERVERS set it is a router: the per-shard work goes to those servers.
     """
     with user_errors():
         if sum((background, stop, show_status)) > 1:
             raise CliError("--background, --stop and --status go alone", EXIT_USAGE)
         config = load(root)
+        if shards is not None:
+            if background or stop or show_status:
+                raise CliError("--shards serves in the foreground, alone", EXIT_USAGE)
+            return _serve_shards(config, shards, listen)
         from mdvdb.cli import warm
 
         timeout = config.serve_idle_timeout if idle_timeout is None else idle_timeout
@@ -84,6 +101,51 @@ def serve(
             _start_detached(config.root, timeout, folder)
             return
         _serve_here(config, folder, timeout)
+
+
+def _serve_shards(config, which: str, listen: str) -> None:
+    """A shard server: the per-shard calls of some shards, over TCP, until SIGTERM."""
+    import signal
+
+    from kernel import shards as shard_files
+    from query import ShardServer
+
+    manifest = shard_files.read_manifest(config.shards_path)
+    if manifest is None:
+        raise CliError(f"no sharded index at {config.shards_path}: run `mdvdb ingest` first")
+    if which.strip() == "all":
+        served = list(range(manifest.shards))
+    else:
+        try:
+            served = sorted({int(part) for part in which.split(",") if part.strip()})
+        except ValueError:
+            raise CliError(f"--shards: expected N,M,... or all: {which!r}", EXIT_USAGE) from None
+        outside = [n for n in served if not 0 <= n < manifest.shards]
+        if not served or outside:
+            raise CliError(
+                f"--shards: the index has shards 0-{manifest.shards - 1}, got {which!r}",
+                EXIT_USAGE,
+            )
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise CliError(f"--listen: expected HOST:PORT, got {listen!r}", EXIT_USAGE)
+    server = ShardServer(config.shards_path, served, manifest.shards)
+
+    def on_signal(signum, frame) -> None:
+        server.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def ready(bound: int) -> None:
+        names = ",".join(map(str, served))
+        typer.echo(f"serve: shards {names} of {config.root} on {host}:{bound}")
+        sys.stdout.flush()
+
+    try:
+        server.serve(host.strip("[]"), int(port), ready)
+    except OSError as exc:
+        raise CliError(f"--listen {listen}: {exc}") from None
 
 
 def _serve_here(config, folder, timeout: float) -> None:

@@ -1,0 +1,285 @@
+"""One shard's share of a query: the work a shard does for the fan-out, arrays in, arrays out.
+
+`ShardPart` holds one shard file, mapped lazily (only the tables a call needs are opened),
+and answers every per-shard call a sharded search makes: the document frequency of terms,
+BM25F scores of its chunks with the GLOBAL idf and length norm the caller sends, the page
+(file) tf sums page-level BM25 adds up, the postings of feedback chunks, and the dense side:
+cosines of its rows (or some of them) and of its pages' mean vectors, and rows themselves.
+
+Every method takes and returns plain arrays and numbers, in the shard's local numbering, so
+the same object serves a thread of this process (`query.sharded`) and a shard server in
+another process or on another node (`query.shard_wire` + `mdvdb serve --shards`): the
+router scatters the answers into the one-file order. Each value is computed with the float32
+operations of the one-file index, row by row, so a merged answer has the one-file bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernel import index_format
+from query.lexical import LexicalIndex
+from query.vector import row_dots
+
+# The calls a remote shard answers (query.shard_wire refuses anything else).
+CALLS = frozenset(
+    {
+        "info",
+        "lengths",
+        "df",
+        "term_scores",
+        "term_chunks",
+        "page_tf",
+        "feedback_postings",
+        "dots",
+        "dots_rows",
+        "rows",
+        "page_files",
+        "page_dots",
+    }
+)
+
+
+@dataclass
+class ShardFile:
+    """A shard file mapped with its tables opened on first use; what `LexicalIndex` and
+    the dense calls read (it quacks like `query.snapshot.Snapshot`)."""
+
+    file: index_format.IndexFile
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path | str) -> ShardFile:
+        return cls(index_format.read_index(path, lazy=True))
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.file.meta
+
+    def table(self, name: str):
+        return self.file.tables.get(name)
+
+    @property
+    def chunk_file_ids(self) -> np.ndarray:
+        found = self.cache.get("chunk_file_ids")
+        if found is None:
+            chunks = self.file.tables["chunks"]
+            found = index_format.column_array(chunks, "file_id").to_numpy()
+            self.cache["chunk_file_ids"] = found
+        return found
+
+    @property
+    def paths(self) -> list[str]:
+        found = self.cache.get("paths")
+        if found is None:
+            found = self.cache["paths"] = self.file.tables["files"].column("path").to_pylist()
+        return found
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """(chunks, dims) float32 view over the map: no copy (as `Snapshot.load`)."""
+        found = self.cache.get("vectors")
+        if found is None:
+            chunks = self.file.tables["chunks"]
+            dims = int(self.file.meta.get("dimensions") or 0)
+            if chunks.num_rows:
+                column = index_format.column_array(chunks, "vector")
+                flat = column.values.to_numpy(zero_copy_only=True)
+                start = column.offset * dims
+                found = flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
+            else:
+                found = np.zeros((0, dims), dtype=np.float32)
+            self.cache["vectors"] = found
+        return found
+
+
+class ShardPart:
+    """The per-shard calls (module docstring) over one `ShardFile`."""
+
+    def __init__(self, shard: ShardFile):
+        self.shard = shard
+        self._lexical: LexicalIndex | None = None
+        self._norms: dict[tuple, np.ndarray] = {}
+        self._pages: tuple[np.ndarray, np.ndarray] | None = None
+
+    @classmethod
+    def load(cls, path: Path | str) -> ShardPart:
+        return cls(ShardFile.load(path))
+
+    @property
+    def lexical(self) -> LexicalIndex:
+        if self._lexical is None:
+            self._lexical = LexicalIndex.from_snapshot(self.shard)
+        return self._lexical
+
+    def call(self, name: str, *args):
+        """A named call, as a shard server dispatches it."""
+        if name not in CALLS:
+            raise ValueError(f"unknown shard call {name!r}")
+        return getattr(self, name)(*args)
+
+    # -- lexical ---------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        lexical = self.lexical
+        return {"chunks": int(lexical.n_chunks), "k1": lexical.k1, "b": lexical.b}
+
+    def lengths(self) -> np.ndarray:
+        """Each chunk's field-weighted length (the router needs them all, once, for the
+        mean length in the one-file order: float32 means are order-sensitive)."""
+        return self.lexical.lengths
+
+    def df(self, hashes: np.ndarray) -> np.ndarray:
+        """Chunks of this shard holding each term."""
+        part = self.lexical
+        rows = part.lookup(hashes)
+        safe = np.maximum(rows, 0)
+        return np.where(rows >= 0, part.offsets[safe + 1] - part.offsets[safe], 0).astype(np.int64)
+
+    def norm(self, k1: float, b: float, avg: float, floor: float) -> np.ndarray:
+        """This shard's slice of the global length norm, from the global mean length: the
+        expression of `LexicalIndex` element by element, so each chunk gets the same bits."""
+        key = (k1, b, avg, floor)
+        found = self._norms.get(key)
+        if found is None:
+            lengths = self.lexical.lengths
+            if floor:
+                lengths = np.maximum(lengths, np.float32(floor * avg))
+            found = k1 * (1.0 - b + b * lengths / (avg or 1.0))
+            if len(self._norms) > 4:
+                self._norms.clear()
+            self._norms[key] = found
+        return found
+
+    def term_scores(
+        self,
+        hashes: np.ndarray,
+        weights: np.ndarray,
+        idf: np.ndarray,
+        norm: tuple[float, float, float, float],
+        start: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """BM25F of this shard's chunks (local order) for the terms, with the global idf
+        and the global norm's parameters (k1, b, mean length, floor)."""
+        lexical = self.lexical
+        out = np.zeros(lexical.n_chunks, np.float32) if start is None else start.copy()
+        k1 = float(norm[0])
+        return shard_term_scores(lexical, hashes, weights, idf, self.norm(*norm), out, k1)
+
+    def term_chunks(self, hashes: np.ndarray) -> list[np.ndarray | None]:
+        return self.lexical.term_chunks(hashes)
+
+    def page_tf(self, hashes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """For each term, the local files holding it and their summed tf (a file's chunks
+        all live in one shard): what page-level BM25 adds up over the shards."""
+        part = self.lexical
+        out: list[tuple[np.ndarray, np.ndarray] | None] = []
+        for row in part.lookup(hashes).tolist():
+            if row < 0:
+                out.append(None)
+                continue
+            a, b = int(part.offsets[row]), int(part.offsets[row + 1])
+            local = part.chunk_files[part.chunk_ids[a:b]]
+            starts = np.flatnonzero(np.r_[True, local[1:] != local[:-1]])
+            out.append((local[starts].astype(np.int64), np.add.reduceat(part.tf[a:b], starts)))
+        return out
+
+    def feedback_postings(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(term hashes, tf, postings per chunk) of the given local chunks, chunk by chunk."""
+        part = self.lexical
+        hashes, tfs, sizes = [], [], []
+        for local in np.asarray(chunks).tolist():
+            a, b = int(part.forward_offsets[local]), int(part.forward_offsets[local + 1])
+            positions = part.forward_postings[a:b]
+            rows = np.searchsorted(part.offsets, positions, side="right") - 1
+            hashes.append(part.terms[rows])
+            tfs.append(part.tf[positions])
+            sizes.append(b - a)
+        return (
+            np.concatenate(hashes) if hashes else np.zeros(0, np.uint64),
+            np.concatenate(tfs) if tfs else np.zeros(0, np.float32),
+            np.asarray(sizes, dtype=np.int64),
+        )
+
+    # -- dense -----------------------------------------------------------------------------
+    def dots(self, vector: np.ndarray) -> np.ndarray:
+        """The cosine of every row of this shard (rows and query are unit length)."""
+        return row_dots(self.shard.vectors, vector)
+
+    def dots_rows(self, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        return row_dots(self.shard.vectors[rows], vector)
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(self.shard.vectors[rows])
+
+    def page_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(local file ids, normalised mean vectors) of this shard's pages of several
+        sections: the sums of `query.search.page_vectors`, page by page (a page's sum
+        does not depend on the pages around it, so the bits are the one-file ones)."""
+        if self._pages is None:
+            files = self.shard.chunk_file_ids
+            vectors = self.shard.vectors
+            dims = vectors.shape[1]
+            found = (np.zeros(0, np.int64), np.zeros((0, dims), np.float32))
+            if len(files):
+                starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+                sizes = np.diff(np.r_[starts, len(files)])
+                multi = sizes > 1
+                if multi.any():
+                    first, count = starts[multi], sizes[multi]
+                    rows = np.repeat(np.arange(len(count)), count)
+                    offsets = np.cumsum(count) - count
+                    chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
+                    picked = np.asarray(vectors[chunks], dtype=np.float32)
+                    sums = np.add.reduceat(picked, offsets, axis=0)
+                    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+                    found = (
+                        files[first].astype(np.int64),
+                        sums / np.maximum(norms, np.float32(1e-12)),
+                    )
+            self._pages = found
+        return self._pages
+
+    def page_files(self) -> np.ndarray:
+        """The local file ids of this shard's multi-section pages (`page_vectors` order)."""
+        return self.page_vectors()[0]
+
+    def page_dots(self, vector: np.ndarray) -> np.ndarray:
+        """Cosines of this shard's multi-section pages (in `page_vectors` order)."""
+        return row_dots(self.page_vectors()[1], vector)
+
+
+def shard_term_scores(
+    lexical: LexicalIndex,
+    hashes: np.ndarray,
+    weights: np.ndarray,
+    idf: np.ndarray,
+    norm: np.ndarray,
+    out: np.ndarray,
+    k1: float | None = None,
+) -> np.ndarray:
+    """One shard's part of a BM25F query: `out` (this shard's chunks, local order) += the sum
+    over terms of weight * idf * saturated tf, term by term in the given order. `idf` and
+    `norm` (this shard's chunks' length norms) come from the global statistics. The float32
+    operations are those of `LexicalIndex.term_weights` / `add_terms`, so each chunk gets
+    the one-file bits. `k1`: the saturation the norm was built with (default: the
+    shard's own, as packed)."""
+    saturation = np.float32((lexical.k1 if k1 is None else k1) + 1.0)
+    for row, weight, term_idf in zip(
+        lexical.lookup(hashes).tolist(), weights.tolist(), idf.tolist(), strict=True
+    ):
+        if row < 0:
+            continue
+        a, b = int(lexical.offsets[row]), int(lexical.offsets[row + 1])
+        ids, tf = lexical.chunk_ids[a:b], lexical.tf[a:b]
+        term = tf * saturation
+        denominator = norm[ids]
+        denominator += tf
+        term /= denominator
+        term *= np.float32(term_idf)
+        term *= np.float32(weight)
+        out[ids] += term
+    return out
