@@ -169,11 +169,16 @@ def fuse(lexical: np.ndarray, semantic: np.ndarray, params: FusionParams | None 
 
 
 def best(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k best positive scores, best first."""
-    k = min(k, int((scores > 0).sum()))
+    """Indices of the k best positive scores, best first. Only the positive rows are
+    partitioned when they are few (a BM25 vector: the chunks that hold a query term)."""
+    positive = np.flatnonzero(scores > 0)
+    k = min(k, len(positive))
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
-    part = np.argpartition(-scores, k - 1)[:k]
+    if 2 * len(positive) <= len(scores):
+        part = positive[np.argpartition(-scores[positive], k - 1)[:k]]
+    else:
+        part = np.argpartition(-scores, k - 1)[:k]
     return part[np.argsort(-scores[part], kind="stable")]
 
 

@@ -42,6 +42,29 @@ class LexicalIndex:
         # postings); the same expression and dtypes as the weights packs used to store.
         avg = float(self.lengths.mean()) if len(self.lengths) else 0.0
         self.norm = self.k1 * (1.0 - self.b + self.b * self.lengths / (avg or 1.0))
+        # Every posting's BM25F weight, computed once this view has scored a query (a
+        # long-lived reader): later queries and their feedback terms slice it instead of
+        # gathering the length norm per posting. A one-shot search never builds it.
+        self.weights: np.ndarray | None = None
+        self.queries = 0
+
+    def all_weights(self) -> np.ndarray:
+        """`term_weights` of every term at once: the same operations per posting in the
+        same order and dtypes, so the same bits (4 bytes a posting, once per view)."""
+        if self.weights is None:
+            df = np.diff(self.offsets)
+            # idf per distinct df through the scalar path `term_weights` takes (a vector
+            # log1p may round differently from the scalar one); few distinct values
+            values, inverse = np.unique(df, return_inverse=True)
+            per_value = np.array([self.idf(int(v)) for v in values.tolist()], np.float32)
+            idf = np.repeat(per_value[inverse], df)
+            out = self.tf * np.float32(self.k1 + 1.0)
+            denominator = self.norm[self.chunk_ids]
+            denominator += self.tf
+            out /= denominator
+            out *= idf
+            self.weights = out
+        return self.weights
 
     @classmethod
     def from_snapshot(cls, snapshot) -> LexicalIndex:
@@ -105,6 +128,8 @@ class LexicalIndex:
         from the stored tf in the order of operations the stored weights of format 3 had, so
         the scores are the same bits."""
         a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+        if self.weights is not None:
+            return self.chunk_ids[a:b], self.weights[a:b]
         ids, tf = self.chunk_ids[a:b], self.tf[a:b]
         out = tf * np.float32(self.k1 + 1.0)
         denominator = self.norm[ids]
@@ -119,8 +144,7 @@ class LexicalIndex:
             if row < 0:
                 continue
             ids, term = self.term_weights(row)
-            term *= np.float32(weight)
-            out[ids] += term
+            out[ids] += term * np.float32(weight)
         return out
 
     def feedback_terms(
@@ -239,6 +263,9 @@ class LexicalIndex:
     def scores(self, query: str) -> np.ndarray:
         """BM25F score of every chunk (0 where no query term occurs)."""
         hashes = text_analysis.term_ids(query)
+        self.queries += 1
+        if self.queries == 2:  # a long-lived reader: worth the one pass
+            self.all_weights()
         out = np.zeros(self.n_chunks, dtype=np.float32)
         if len(hashes) == 0:
             return out

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
+FRONTMATTER_CACHE = 50_000  # parsed pages a reader keeps for governing (then starts over)
 
 
 def query_vector(
@@ -194,14 +195,20 @@ def search(
         if explain
         else None
     )
-    results = build_results(index, order, scores, components, query, mode, excerpts=not governed)
     if governed:
         # Governing re-orders the candidates; collapse and the per-file cap then keep the
         # governed best of each group (the authoritative copy, not the first in path order).
-        results = governing.rerank(index, results, len(results), explain)
-        kept = set(diversity.select([hit.chunk_id for hit in results], limit, per_file))
-        results = [hit for hit in results if hit.chunk_id in kept]
-        _fill_excerpts(index, results, query, mode)  # only for the results kept
+        # It reads only each candidate's score and page metadata: the rows shown are
+        # materialised (headings, lines, excerpts) after it, not the 3x more it weighs.
+        weighed = _governing_view(index, order, scores, components)
+        weighed = governing.rerank(index, weighed, len(weighed), explain)
+        kept = set(diversity.select([hit.chunk_id for hit in weighed], limit, per_file))
+        weighed = [hit for hit in weighed if hit.chunk_id in kept]
+        results = build_results(index, [hit.chunk_id for hit in weighed], scores, None, query, mode)
+        for hit, governed_hit in zip(results, weighed, strict=True):
+            hit.score, hit.explain = governed_hit.score, governed_hit.explain
+    else:
+        results = build_results(index, order, scores, components, query, mode)
     diversity.commit([hit.chunk_id for hit in results])
     scope = diversity.scope
     if scope is not None and in_cluster is not None:
@@ -268,12 +275,13 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
 
         embedding = _embed_meanwhile(index, query, for_query(query, params_for(index)))
         lexical = lexical_index(index)
-        bm25 = lexical.scores(query)
         vectors = index.snapshot.vectors
         if vectors.shape[0] == 0:
             empty = np.zeros(0, dtype=np.float32)
             return empty, {"_candidates": empty > 0}
         params = params_for(index)  # the defaults, as the index's model calls for
+        # BM25F is scored once, by the view the settings call for (the packed k1 / b, or
+        # a rescored one): not by the packed view first and then again.
         if params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor:
             floor = params.section_length_floor
             key = ("lexical_rescored", params.section_k1, params.section_b, floor)
@@ -284,7 +292,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                     floor,
                 )
             lexical = index.snapshot.cache[key]
-            bm25 = lexical.scores(query)
+        bm25 = lexical.scores(query)
         page = None
         if params.page_weight > 0:
             by_file = lexical.page_scores(query, params.page_k1, params.page_b)
@@ -386,7 +394,7 @@ def build_results(
     if excerpts:
         sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
         shown = _excerpts(index, sections, query, mode)
-    else:  # filled in later for the results kept (`_fill_excerpts`)
+    else:  # a caller that shows no excerpts
         shown = [Excerpt("", 0, 0)] * len(order)
     meta: dict[int, dict[str, Any]] = {}
     results = []
@@ -416,12 +424,41 @@ def build_results(
     return results
 
 
-def _fill_excerpts(index: Reader, results: list[SearchResult], query: str | None, mode) -> None:
-    text, start = (index.snapshot.table("chunks").column(name) for name in ("text", "start_line"))
-    sections = [(text[hit.chunk_id].as_py(), start[hit.chunk_id].as_py()) for hit in results]
-    for hit, excerpt in zip(results, _excerpts(index, sections, query, mode), strict=True):
-        hit.excerpt = excerpt.text
-        hit.excerpt_lines = [excerpt.start_line, excerpt.end_line]
+def _governing_view(
+    index: Reader,
+    order: list[int],
+    scores: np.ndarray,
+    components: dict[int, dict[str, float]] | None,
+) -> list[SearchResult]:
+    """The candidates as governing weighs them: score, explain parts and their page's
+    metadata (the same values `build_results` gives); nothing else is read."""
+    snap = index.snapshot
+    file_ids = snap.chunk_file_ids[order].tolist() if order else []
+    # Each page's parsed frontmatter is kept by the reader: a long-lived one weighs ~100
+    # candidates a query, mostly pages it has parsed before.
+    meta = snap.cache.get("frontmatter")
+    if meta is None or len(meta) > FRONTMATTER_CACHE:
+        meta = snap.cache["frontmatter"] = {}
+    missing = set(file_ids).difference(meta)
+    if missing:
+        column = snap.table("files").column("frontmatter")
+        meta.update((fid, json.loads(column[fid].as_py() or "{}")) for fid in missing)
+    return [
+        SearchResult(
+            path="",
+            heading="",
+            heading_path=[],
+            start_line=0,
+            end_line=0,
+            score=round(float(scores[chunk_id]), 6),
+            excerpt="",
+            metadata=dict(meta[file_id]),
+            chunk_id=chunk_id,
+            file_id=file_id,
+            explain=components.get(chunk_id) if components else None,
+        )
+        for chunk_id, file_id in zip(order, file_ids, strict=True)
+    ]
 
 
 def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None, mode):

@@ -338,13 +338,17 @@ def _has_simsimd() -> bool:
 
 
 def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
-    """Indices of the k best scores, best first; rows where mask is False are skipped."""
+    """Indices of the k best scores, best first; rows where mask is False are skipped (only
+    the candidates are partitioned: no n-length copy with the rest set to -inf)."""
+    rows = None
     if mask is not None:
-        scores = np.where(mask, scores, -np.inf)
+        rows = np.flatnonzero(mask)
+        scores = scores[rows]
     n = scores.shape[0]
     if n == 0 or k <= 0:
         return np.zeros(0, dtype=np.int64)
     k = min(k, n)
     part = np.argpartition(-scores, k - 1)[:k]
     order = part[np.argsort(-scores[part], kind="stable")]
-    return order[np.isfinite(scores[order])]
+    order = order[np.isfinite(scores[order])]
+    return order if rows is None else rows[order]

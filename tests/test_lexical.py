@@ -218,6 +218,35 @@ def test_weights_and_feedback_shares_are_computed_from_the_stored_tf(project: Pa
     assert index.snapshot.table("lexical").schema.names == ["term", "df", "chunk_ids"]
 
 
+def test_a_long_lived_reader_scores_with_the_same_bits_from_its_weights(project: Path):
+    """From its second query on, a reader slices every posting's weight from one array built
+    once; each term's weights, and every query's scores, are the bits computed per term."""
+    import numpy as np
+
+    from query.lexical import lexical_index
+
+    index = open_index(config=load_config(project, environ={}))
+    queries = ["kubernetes pods", "extract a tar archive", "le fichier caché", "git"]
+    for lexical in (lexical_index(index), lexical_index(index).rescored(1.5, 0.75, 0.25)):
+        lexical.weights = None  # the view may have served other tests' queries
+        per_term = []
+        for query in queries:
+            lexical.queries = 0  # every query a first one: scored term by term
+            per_term.append(lexical.scores(query))
+            assert lexical.weights is None  # a one-shot search builds nothing
+        lexical.scores(queries[0])  # the view's second query builds the weights
+        built = lexical.weights
+        assert built is not None and len(built) == len(lexical.chunk_ids)
+        for query, expected in zip(queries, per_term, strict=True):
+            got = lexical.scores(query)
+            assert np.array_equal(got.view(np.uint32), expected.view(np.uint32)), query
+        lexical.weights = None
+        for row in range(len(lexical.terms)):
+            start, end = lexical.offsets[row], lexical.offsets[row + 1]
+            _, weights = lexical.term_weights(row)
+            assert np.array_equal(weights.view(np.uint32), built[start:end].view(np.uint32))
+
+
 def test_the_forward_view_past_16_bits_of_chunk_ids():
     """`transpose` orders by the low, then the high 16 bits when chunk ids need more."""
     import numpy as np
