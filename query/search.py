@@ -15,7 +15,7 @@ from query.excerpt import Excerpt
 from query.filters import Filter, candidate_mask, count_matches
 from query.results import SearchResponse, SearchResult
 from query.snapshot import QueryError
-from query.vector import cosine_scores, dense_scorer, top_k
+from query.vector import cosine_scores, dense_scorer, multi_section_pages, top_k
 
 if TYPE_CHECKING:
     from query.snapshot import Reader
@@ -82,7 +82,7 @@ class PageVectors:
 
 
 def page_vectors(index: Reader) -> PageVectors:
-    """Once per snapshot: a file's chunks are contiguous, so one `reduceat`."""
+    """Once per snapshot: the normalised sums of the pages of several sections."""
     snap = index.snapshot
     found = snap.cache.get("page_vectors")
     if found is None:
@@ -94,50 +94,12 @@ def page_vectors(index: Reader) -> PageVectors:
         if in_shards is not None:
             found = PageVectors(*in_shards())
         elif len(files):
-            starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
-            sizes = np.diff(np.r_[starts, len(files)])
-            multi = sizes > 1
-            if multi.any():
-                # Only the rows of pages with several sections are read and summed: a
-                # reduceat over the whole matrix cost a cold tldr search ~150 ms. Each
-                # page's rows are added in the same order, so the sums are the same bits.
-                first, count = starts[multi], sizes[multi]
-                rows = np.repeat(np.arange(len(count)), count)
-                offsets = np.cumsum(count) - count
-                chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
-                vectors = np.asarray(snap.vectors[chunks], dtype=np.float32)
-                sums = page_sums(vectors, offsets, count)
-                norms = np.linalg.norm(sums, axis=1, keepdims=True)
-                found = PageVectors(sums / np.maximum(norms, np.float32(1e-12)), chunks, rows)
+            pages = multi_section_pages(files, snap.vectors)
+            if pages is not None:
+                _, chunks, rows, unit = pages
+                found = PageVectors(unit, chunks, rows)
         snap.cache["page_vectors"] = found
     return found
-
-
-def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """`np.add.reduceat(vectors, offsets, axis=0)`, bit for bit, ~8x faster for short pages.
-    Along axis 0, reduceat calls its inner loop once per page and dimension (~30 ms of a cold
-    tldr search for 1,778 pages of 2-4 sections). Pages of up to 8 sections are summed here
-    a section at a time over all pages of that length, in reduceat's order (the first row
-    plus the sum of the others, left to right); longer ones still go to reduceat.
-    `tests/test_arrow_lite.py` checks the bits against reduceat."""
-    out = np.empty((len(count), vectors.shape[1]), dtype=vectors.dtype)
-    long = count > 8
-    for size in np.unique(count[~long], return_counts=True)[0].tolist():
-        pages = np.flatnonzero(count == size)
-        first = offsets[pages]
-        if size == 1:
-            out[pages] = vectors[first]
-            continue
-        rest = vectors[first + 1]
-        for k in range(2, size):
-            rest = rest + vectors[first + k]
-        out[pages] = vectors[first] + rest
-    if long.any():
-        pages = np.flatnonzero(long)
-        rows = np.concatenate([np.arange(offsets[p], offsets[p] + count[p]) for p in pages])
-        local = np.cumsum(count[pages]) - count[pages]
-        out[pages] = np.add.reduceat(vectors[rows], local, axis=0)
-    return out
 
 
 def semantic_scores(index: Reader, query: str) -> np.ndarray:

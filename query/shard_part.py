@@ -23,7 +23,7 @@ import numpy as np
 
 from kernel import index_format
 from query.lexical import LexicalIndex
-from query.vector import row_dots
+from query.vector import multi_section_pages, row_dots
 
 # The calls a remote shard answers (query.shard_wire refuses anything else).
 CALLS = frozenset(
@@ -224,22 +224,10 @@ class ShardPart:
             vectors = self.shard.vectors
             dims = vectors.shape[1]
             found = (np.zeros(0, np.int64), np.zeros((0, dims), np.float32))
-            if len(files):
-                starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
-                sizes = np.diff(np.r_[starts, len(files)])
-                multi = sizes > 1
-                if multi.any():
-                    first, count = starts[multi], sizes[multi]
-                    rows = np.repeat(np.arange(len(count)), count)
-                    offsets = np.cumsum(count) - count
-                    chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
-                    picked = np.asarray(vectors[chunks], dtype=np.float32)
-                    sums = np.add.reduceat(picked, offsets, axis=0)
-                    norms = np.linalg.norm(sums, axis=1, keepdims=True)
-                    found = (
-                        files[first].astype(np.int64),
-                        sums / np.maximum(norms, np.float32(1e-12)),
-                    )
+            pages = multi_section_pages(files, vectors)
+            if pages is not None:
+                first, _, _, unit = pages
+                found = (files[first].astype(np.int64), unit)
             self._pages = found
         return self._pages
 

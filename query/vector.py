@@ -352,3 +352,55 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
     order = part[np.argsort(-scores[part], kind="stable")]
     order = order[np.isfinite(scores[order])]
     return order if rows is None else rows[order]
+
+
+def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """`np.add.reduceat(vectors, offsets, axis=0)`, bit for bit, ~8x faster for short pages.
+    Along axis 0, reduceat calls its inner loop once per page and dimension (~30 ms of a cold
+    tldr search for 1,778 pages of 2-4 sections). Pages of up to 8 sections are summed here
+    a section at a time over all pages of that length, in reduceat's order (the first row
+    plus the sum of the others, left to right); longer ones still go to reduceat.
+    `tests/test_cold_start.py` checks the bits against reduceat."""
+    out = np.empty((len(count), vectors.shape[1]), dtype=vectors.dtype)
+    long = count > 8
+    for size in np.unique(count[~long], return_counts=True)[0].tolist():
+        pages = np.flatnonzero(count == size)
+        first = offsets[pages]
+        if size == 1:
+            out[pages] = vectors[first]
+            continue
+        rest = vectors[first + 1]
+        for k in range(2, size):
+            rest = rest + vectors[first + k]
+        out[pages] = vectors[first] + rest
+    if long.any():
+        pages = np.flatnonzero(long)
+        rows = np.concatenate([np.arange(offsets[p], offsets[p] + count[p]) for p in pages])
+        local = np.cumsum(count[pages]) - count[pages]
+        out[pages] = np.add.reduceat(vectors[rows], local, axis=0)
+    return out
+
+
+def multi_section_pages(
+    files: np.ndarray, vectors: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The pages of several sections, from each chunk's file id (a file's chunks are
+    contiguous): each such page's first chunk, the chunks read (page by page, in order),
+    the page of each chunk read, and the pages' normalised vector sums; None if no page
+    has two sections. Only those rows are read and summed: a reduceat over the whole
+    matrix cost a cold tldr search ~150 ms. A page's sum does not depend on the pages
+    around it, so a shard computes the one-file bits for its own pages."""
+    if not len(files):
+        return None
+    starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+    sizes = np.diff(np.r_[starts, len(files)])
+    multi = sizes > 1
+    if not multi.any():
+        return None
+    first, count = starts[multi], sizes[multi]
+    rows = np.repeat(np.arange(len(count)), count)
+    offsets = np.cumsum(count) - count
+    chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
+    sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    return first, chunks, rows, sums / np.maximum(norms, np.float32(1e-12))

@@ -17,7 +17,7 @@ from tests.conftest import run_cli
 
 
 def test_page_sums_are_reduceat_bit_for_bit():
-    from query.search import page_sums
+    from query.vector import page_sums
 
     rng = np.random.default_rng(5)
     for high in (3, 9, 40):
