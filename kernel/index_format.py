@@ -303,6 +303,38 @@ def list_parts(table: pa.Table, name: str) -> tuple[Any, Any]:
     return offsets, values
 
 
+def _footer(path: Path, view: memoryview) -> tuple[int, dict, dict]:
+    """The header and footer checks both readers make before they trust a byte of the
+    body: (where the footer starts, the tables' layout, the index's meta)."""
+    size = view.nbytes
+    if size < HEADER.size + TRAILER.size:
+        raise IndexFormatError(f"{path} is not a Markdown VDB index (too short)")
+    magic, version, _ = HEADER.unpack_from(view, 0)
+    if magic != MAGIC:
+        raise IndexFormatError(f"{path} is not a Markdown VDB index (unknown header)")
+    if version != FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{path} has index format {version}; this mdvdb reads format {FORMAT_VERSION}: "
+            "run `mdvdb ingest --full` to rebuild it"
+        )
+    footer_len, footer_hash, end_magic = TRAILER.unpack_from(view, size - TRAILER.size)
+    if end_magic != MAGIC or footer_len > size - HEADER.size - TRAILER.size:
+        raise IndexDamaged(path, "torn or truncated")
+    footer_at = size - TRAILER.size - footer_len
+    footer_bytes = bytes(view[footer_at : footer_at + footer_len])
+    if _xxh3([footer_bytes]) != footer_hash:
+        raise IndexDamaged(path, "the footer does not match its checksum")
+    try:
+        footer = json.loads(footer_bytes)
+        tables_layout = footer["tables"]
+        meta = footer.get("meta", {})
+        if not isinstance(tables_layout, dict) or not isinstance(meta, dict):
+            raise TypeError("footer of the wrong shape")
+    except (ValueError, KeyError, TypeError):
+        raise IndexDamaged(path, "unreadable footer") from None
+    return footer_at, tables_layout, meta
+
+
 def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> IndexFile:
     """Map the index and open every table zero-copy. Damage that could make a native call
     read outside the map (a footer that is not the one written, a buffer outside the file,
@@ -326,33 +358,8 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
         raise IndexFormatError(f"cannot open index {path}: {exc}") from None
     size = source.size()
     whole = source.read_buffer(size)  # zero-copy view of the whole map
-    if size < HEADER.size + TRAILER.size:
-        raise IndexFormatError(f"{path} is not a Markdown VDB index (too short)")
-    magic, version, _ = HEADER.unpack(whole.slice(0, HEADER.size).to_pybytes())
-    if magic != MAGIC:
-        raise IndexFormatError(f"{path} is not a Markdown VDB index (unknown header)")
-    if version != FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{path} has index format {version}; this mdvdb reads format {FORMAT_VERSION}: "
-            "run `mdvdb ingest --full` to rebuild it"
-        )
-    footer_len, footer_hash, end_magic = TRAILER.unpack(
-        whole.slice(size - TRAILER.size, TRAILER.size).to_pybytes()
-    )
-    if end_magic != MAGIC or footer_len > size - HEADER.size - TRAILER.size:
-        raise IndexDamaged(path, "torn or truncated")
-    footer_at = size - TRAILER.size - footer_len
-    footer_bytes = whole.slice(footer_at, footer_len).to_pybytes()
-    if _xxh3([footer_bytes]) != footer_hash:
-        raise IndexDamaged(path, "the footer does not match its checksum")
-    try:
-        footer = json.loads(footer_bytes)
-        tables_layout = footer["tables"]
-        meta = footer.get("meta", {})
-        if not isinstance(tables_layout, dict) or not isinstance(meta, dict):
-            raise TypeError("footer of the wrong shape")
-    except (ValueError, KeyError, TypeError):
-        raise IndexDamaged(path, "unreadable footer") from None
+    with memoryview(whole) as view:
+        footer_at, tables_layout, meta = _footer(path, view)
     body = whole.slice(0, footer_at)
     tables: Any = _LazyTables(path, body, tables_layout)
     if not lazy:
@@ -443,31 +450,7 @@ def _read_index_lite(path: Path) -> IndexFile:
         raise IndexFormatError(f"cannot open index {path}: {exc}") from None
     whole = memoryview(source)
     size = whole.nbytes
-    if size < HEADER.size + TRAILER.size:
-        raise IndexFormatError(f"{path} is not a Markdown VDB index (too short)")
-    magic, version, _ = HEADER.unpack_from(whole, 0)
-    if magic != MAGIC:
-        raise IndexFormatError(f"{path} is not a Markdown VDB index (unknown header)")
-    if version != FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{path} has index format {version}; this mdvdb reads format {FORMAT_VERSION}: "
-            "run `mdvdb ingest --full` to rebuild it"
-        )
-    footer_len, footer_hash, end_magic = TRAILER.unpack_from(whole, size - TRAILER.size)
-    if end_magic != MAGIC or footer_len > size - HEADER.size - TRAILER.size:
-        raise IndexDamaged(path, "torn or truncated")
-    footer_at = size - TRAILER.size - footer_len
-    footer_bytes = bytes(whole[footer_at : footer_at + footer_len])
-    if _xxh3([footer_bytes]) != footer_hash:
-        raise IndexDamaged(path, "the footer does not match its checksum")
-    try:
-        footer = json.loads(footer_bytes)
-        tables_layout = footer["tables"]
-        meta = footer.get("meta", {})
-        if not isinstance(tables_layout, dict) or not isinstance(meta, dict):
-            raise TypeError("footer of the wrong shape")
-    except (ValueError, KeyError, TypeError):
-        raise IndexDamaged(path, "unreadable footer") from None
+    footer_at, tables_layout, meta = _footer(path, whole)
     body = whole[:footer_at]
     index = IndexFile(
         path=path,
