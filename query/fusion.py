@@ -89,6 +89,26 @@ class FusionParams:
     # (docs/search-quality.md, "CACM round 4")
     stub_length: float = 0.0
     stub_weight: float = 0.0
+    # term proximity (query.proximity): a BM25TP-style bonus for pairs of query terms at most
+    # `proximity_window` content words apart, found in the `proximity_pool` best BM25F
+    # sections; pairs of words next to each other in the query (sequential dependence) or,
+    # `proximity_adjacent` False, every pair. τ = `proximity_weight` (0: off; measured, not
+    # kept: it lifts CACM and costs Cranfield and Ray, docs/search-quality.md "CACM round 5");
+    # `proximity_into` "bm25": BM25F + τ * bonus before fusion and feedback, as BM25TP adds
+    # it; "fused": (1 - τ) * fused + τ * bonus / max(bonus), its own part in `--explain`
+    proximity_weight: float = 0.0
+    proximity_pool: int = 50
+    proximity_window: int = 1
+    proximity_adjacent: bool = True
+    proximity_into: str = "bm25"
+    proximity_specific: bool = False  # weight a pair by its idf within the pool too
+    # γ: query-term reweighting (query.term_weights): each query term's idf becomes its
+    # Robertson/Sparck Jones relevance weight with the first fused ranking's best
+    # `term_feedback_chunks` sections as the relevant set (0: off, plain BM25F; measured, not
+    # kept: a CACM-only gain)
+    term_feedback_weight: float = 0.0
+    term_feedback_chunks: int = 10  # R: the pseudo-relevant sections
+    term_feedback_down: bool = False  # only discount (a term in most of them keeps its idf)
 
 
 PARAMS = FusionParams()
@@ -119,6 +139,7 @@ class Fused:
     semantic: np.ndarray  # the semantic part (already weighted)
     page: np.ndarray | None = None  # the page-level part (already weighted), if any
     stub: np.ndarray | None = None  # the stub-page part (<= 0), if any
+    proximity: np.ndarray | None = None  # the term-proximity part (already weighted), if any
 
 
 def _nth_best(values: np.ndarray, n: int) -> float:
@@ -191,6 +212,7 @@ def hybrid(
     page: np.ndarray | None = None,
     pages=None,
     dense: DenseScorer | None = None,
+    query: str | None = None,
 ) -> tuple[Fused, np.ndarray]:
     """The hybrid ranking with feedback; returns it and the first-pass cosines.
 
@@ -222,6 +244,12 @@ def hybrid(
     if params.feedback_with_page and page is not None and params.page_weight > 0:
         first = with_page(first, page, params.page_weight)
     first = first.scores
+    if params.term_feedback_weight > 0 and query:
+        from query.term_weights import reweighted
+
+        top = best(first, params.term_feedback_chunks)
+        gamma, down = params.term_feedback_weight, params.term_feedback_down
+        bm25 = reweighted(lexical_index, query, top, gamma, len(bm25), down)
     lexical = bm25
     if params.feedback_weight > 0 and params.feedback_terms > 0:
         chunks = best(first, params.feedback_chunks)
@@ -289,4 +317,20 @@ def with_page(fused: Fused, page: np.ndarray, weight: float) -> Fused:
         lexical=keep * fused.lexical,
         semantic=keep * fused.semantic,
         page=part,
+    )
+
+
+def with_proximity(fused: Fused, bonus: np.ndarray, weight: float) -> Fused:
+    """Mix the term-proximity bonus into each section's score: (1 - τ) * fused + τ * bonus /
+    max(bonus). The parts stay additive for `--explain`."""
+    tau = np.float32(weight)
+    keep = np.float32(1) - tau
+    part = tau * normalised_lexical(bonus.astype(np.float32, copy=False))
+    return Fused(
+        scores=keep * fused.scores + part,
+        lexical=keep * fused.lexical,
+        semantic=keep * fused.semantic,
+        page=None if fused.page is None else keep * fused.page,
+        stub=None if fused.stub is None else keep * fused.stub,
+        proximity=part,
     )

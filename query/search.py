@@ -255,6 +255,23 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                 )
             lexical = index.snapshot.cache[key]
         bm25 = lexical.scores(query)
+        bonus = None
+        if params.proximity_weight > 0:
+            from query import proximity
+
+            bonus = proximity.scores(
+                lexical,
+                index.snapshot,
+                query,
+                bm25,
+                params.proximity_pool,
+                params.proximity_window,
+                params.proximity_adjacent,
+                params.proximity_specific,
+            )
+        first_pass = bm25
+        if bonus is not None and params.proximity_into == "bm25":
+            bm25 = bm25 + np.float32(params.proximity_weight) * bonus
         page = None
         if params.page_weight > 0:
             by_file = lexical.page_scores(query, params.page_k1, params.page_b)
@@ -270,7 +287,15 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
         pages = page_vectors(index) if params.page_dense_weight > 0 else None
         dense = dense_scorer(index, pages, params.page_dense_weight)
         fused, cosine = hybrid(
-            lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense
+            lexical,
+            vectors,
+            qvec,
+            bm25,
+            params,
+            page=page,
+            pages=pages,
+            dense=dense,
+            query=query,
         )
         if params.stub_length > 0 and params.stub_weight > 0:
             from query.fusion import with_stub_prior
@@ -279,12 +304,20 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             if page_length is not None:
                 chunk_length = page_length[index.snapshot.chunk_file_ids]
                 fused = with_stub_prior(fused, chunk_length, params)
+        if bonus is not None and params.proximity_into == "fused":
+            from query.fusion import with_proximity
+
+            fused = with_proximity(fused, bonus, params.proximity_weight)
         parts = {"lexical": fused.lexical, "semantic": fused.semantic}
         if fused.page is not None:
             parts["page"] = fused.page
         if fused.stub is not None:
             parts["stub"] = fused.stub
-        parts.update(fused=fused.scores, bm25=bm25, cosine=cosine)
+        if fused.proximity is not None:
+            parts["proximity"] = fused.proximity
+        parts.update(fused=fused.scores, bm25=first_pass, cosine=cosine)
+        if bonus is not None:
+            parts["proximity_bonus"] = bonus
         if page is not None:
             parts["page_bm25"] = page
         scores = fused.scores

@@ -191,3 +191,86 @@ def test_long_queries_can_get_their_own_feedback_weights():
     assert long.dense_feedback_weight == 0.5
     assert (long.dense_weight, long.feedback_weight) == (base.dense_weight, base.feedback_weight)
     assert short == params
+
+
+def _section(index, path: str, heading: str) -> int:
+    """The chunk id of a page's section, by heading."""
+    snap = index.snapshot
+    headings = snap.table("chunks").column("heading").to_pylist()
+    files = snap.chunk_file_ids.tolist()
+    return next(
+        i
+        for i, (h, f) in enumerate(zip(headings, files, strict=True))
+        if h == heading and snap.paths[f] == path
+    )
+
+
+def test_proximity_rewards_query_words_said_together(project: Path):
+    """The term-proximity bonus (off by default; docs/search-quality.md "CACM round 5"): for
+    "kubernetes version" the upgrades page's section headed "Kubernetes versions" has the two
+    words side by side and gets a bonus; the guide's "Upgrades" section has them three content
+    words apart ("kubernetes one minor version") and gets none with a window of 1, a smaller
+    one with a window of 3."""
+    from query import open_index, proximity
+    from query.lexical import lexical_index
+
+    index = open_index(config=load_config(project, environ={}))
+    lexical = lexical_index(index)
+    query = "kubernetes version"
+    bm25 = lexical.scores(query)
+    together = _section(index, "upgrades.md", "Kubernetes versions")
+    apart = _section(index, "guide.md", "Upgrades")
+    assert bm25[together] > 0 and bm25[apart] > 0
+    tight = proximity.scores(lexical, index.snapshot, query, bm25, pool=50, window=1)
+    assert tight[together] > 0 and tight[apart] == 0
+    wide = proximity.scores(lexical, index.snapshot, query, bm25, pool=50, window=3)
+    assert 0 < wide[apart] < wide[together]
+    # one query word: no pair, nothing to measure
+    assert proximity.scores(lexical, index.snapshot, "kubernetes", bm25, 50, 1) is None
+
+
+def test_term_reweighting_discounts_words_absent_from_the_first_answers(project: Path):
+    """Query-term reweighting (off by default): with the kubernetes sections as the first
+    answers, "bread" (in none of them) is discounted and "kubernetes" (in all) counts more;
+    the discount-only form leaves "kubernetes" at its idf."""
+    from kernel.text_analysis import term_ids
+    from query import open_index
+    from query.lexical import lexical_index
+    from query.term_weights import factors
+
+    index = open_index(config=load_config(project, environ={}))
+    lexical = lexical_index(index)
+    hashes = term_ids("kubernetes bread")
+    top = lexical.term_chunks(hashes[:1])[0][:3]
+    kubernetes, bread = factors(lexical, hashes, top, 0.25).tolist()
+    assert bread < 1 < kubernetes
+    kubernetes, bread = factors(lexical, hashes, top, 0.25, down_only=True).tolist()
+    assert bread < 1 == kubernetes
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"proximity_weight": 0.5},
+        {"proximity_weight": 0.3, "proximity_into": "fused", "proximity_window": 3},
+        {"term_feedback_weight": 0.25},
+    ],
+)
+def test_explain_adds_up_with_the_lexical_evidence_of_round_5(project: Path, settings: dict):
+    """Proximity (inside BM25F, or its own `proximity` part) and query-term reweighting keep
+    `--explain`'s parts adding up to the score."""
+    from query import fusion, open_index
+
+    index = open_index(config=load_config(project, environ={}))
+    with fusion.overridden(**settings):
+        results = index.search("kubernetes version upgrades", limit=6, explain=True).results
+    assert results
+    additive = ("lexical", "semantic", "page", "name", "stub", "proximity")
+    if settings.get("proximity_into") == "fused":
+        assert any(hit.explain.get("proximity", 0.0) > 0 for hit in results)
+    if "proximity_weight" in settings:
+        assert any(hit.explain.get("proximity_bonus", 0.0) > 0 for hit in results)
+    for hit in results:
+        total = sum(hit.explain.get(name, 0.0) for name in additive)
+        assert total == pytest.approx(hit.explain["fused"], abs=5e-6)
+        assert hit.score == pytest.approx(hit.explain["fused"], abs=5e-6)
