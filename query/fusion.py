@@ -102,6 +102,7 @@ class FusionParams:
     proximity_adjacent: bool = True
     proximity_into: str = "bm25"
     proximity_specific: bool = False  # weight a pair by its idf within the pool too
+    proximity_key_terms: int = 0  # pairs only among the query's N highest-idf terms (0: all)
     # γ: query-term reweighting (query.term_weights): each query term's idf becomes its
     # Robertson/Sparck Jones relevance weight with the first fused ranking's best
     # `term_feedback_chunks` sections as the relevant set (0: off, plain BM25F; measured, not

@@ -77,6 +77,7 @@ def scores(
     window: int,
     adjacent: bool = True,
     specific: bool = False,
+    key_terms: int = 0,
 ) -> np.ndarray | None:
     """The proximity bonus of every section (0 outside the `pool` best by `bm25`); None when
     the query has no pair of terms the index knows (nothing to measure). Only sections whose
@@ -90,10 +91,11 @@ def scores(
     hashes = np.fromiter((text_analysis.term_hash(t) for t in terms), np.uint64, len(terms))
     idf = dict(zip(terms, lexical.term_idf(hashes).tolist(), strict=True))
     known = dict(zip(terms, (lexical.lookup(hashes) >= 0).tolist(), strict=True))
+    keys = set(sorted(terms, key=lambda t: -idf[t])[:key_terms]) if key_terms else set(terms)
     weights = {
         pair: min(idf[pair[0]], idf[pair[1]])
         for pair in query_pairs(sequence, adjacent)
-        if known[pair[0]] and known[pair[1]]
+        if known[pair[0]] and known[pair[1]] and pair[0] in keys and pair[1] in keys
     }
     chunks = best(bm25, pool)
     norm_of = getattr(lexical, "norm", None)  # a sharded index keeps no per-section norm

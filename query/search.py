@@ -268,6 +268,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                 params.proximity_window,
                 params.proximity_adjacent,
                 params.proximity_specific,
+                params.proximity_key_terms,
             )
         first_pass = bm25
         if bonus is not None and params.proximity_into == "bm25":

@@ -225,8 +225,9 @@ def test_proximity_rewards_query_words_said_together(project: Path):
     assert tight[together] > 0 and tight[apart] == 0
     wide = proximity.scores(lexical, index.snapshot, query, bm25, pool=50, window=3)
     assert 0 < wide[apart] < wide[together]
-    # one query word: no pair, nothing to measure
+    # one query word, or pairs only among its one highest-idf word: nothing to measure
     assert proximity.scores(lexical, index.snapshot, "kubernetes", bm25, 50, 1) is None
+    assert proximity.scores(lexical, index.snapshot, query, bm25, 50, 1, key_terms=1) is None
 
 
 def test_term_reweighting_discounts_words_absent_from_the_first_answers(project: Path):
