@@ -307,12 +307,17 @@ def overlap(a: np.ndarray, b: np.ndarray) -> float:
     return len(np.intersect1d(a, b)) / AGREEMENT_DEPTH
 
 
+def _mixed_part(signal: np.ndarray, weight: float) -> tuple[np.float32, np.ndarray]:
+    """(1 - w, w * signal / max(signal)): what a mixed-in signal leaves the fused parts, and
+    its own additive part."""
+    w = np.float32(weight)
+    return np.float32(1) - w, w * normalised_lexical(signal.astype(np.float32, copy=False))
+
+
 def with_page(fused: Fused, page: np.ndarray, weight: float) -> Fused:
     """Mix page-level evidence (one BM25 score per chunk: its page's) into each section's
     score: (1 - μ) * fused + μ * page / max(page). The parts stay additive for `--explain`."""
-    mu = np.float32(weight)
-    keep = np.float32(1) - mu
-    part = mu * normalised_lexical(page.astype(np.float32, copy=False))
+    keep, part = _mixed_part(page, weight)
     return Fused(
         scores=keep * fused.scores + part,
         lexical=keep * fused.lexical,
@@ -324,9 +329,7 @@ def with_page(fused: Fused, page: np.ndarray, weight: float) -> Fused:
 def with_proximity(fused: Fused, bonus: np.ndarray, weight: float) -> Fused:
     """Mix the term-proximity bonus into each section's score: (1 - τ) * fused + τ * bonus /
     max(bonus). The parts stay additive for `--explain`."""
-    tau = np.float32(weight)
-    keep = np.float32(1) - tau
-    part = tau * normalised_lexical(bonus.astype(np.float32, copy=False))
+    keep, part = _mixed_part(bonus, weight)
     return Fused(
         scores=keep * fused.scores + part,
         lexical=keep * fused.lexical,
