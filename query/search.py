@@ -220,7 +220,12 @@ def search(
     order = _diverse_top(scores, candidates, min_score, limit, governed, diversity, per_file)
     components = (
         {
-            i: {name: round(float(v[i]), 6) for name, v in parts.items() if name[0] != "_"}
+            # the stub part only where it cut (a record), not as a 0 on every hit
+            i: {
+                name: round(float(v[i]), 6)
+                for name, v in parts.items()
+                if name[0] != "_" and (name != "stub" or v[i] != 0)
+            }
             for i in order
         }
         if explain
