@@ -251,13 +251,20 @@ def hybrid(
     return fused, raw
 
 
-def with_stub_prior(fused: Fused, page_length: np.ndarray, params: FusionParams) -> Fused:
+def with_stub_prior(
+    fused: Fused, page_length: np.ndarray, params: FusionParams, rows: np.ndarray | None = None
+) -> Fused:
     """Scale down the sections of stub pages (a title and a byline, an index page): a page
     with under `stub_length` indexed words rarely answers. The cut is its own part
-    (`stub`, <= 0), so `--explain` still adds up."""
+    (`stub`, <= 0), so `--explain` still adds up. `rows`: only those sections (query.stubs),
+    `page_length` then being their pages' lengths; None: every section."""
     short = np.clip(page_length / np.float32(params.stub_length), 0.0, 1.0)
     factor = np.float32(1) - np.float32(params.stub_weight) * (np.float32(1) - short)
-    part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
+    if rows is None:
+        part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
+    else:
+        part = np.zeros_like(fused.scores)
+        part[rows] = fused.scores[rows] * (factor - np.float32(1))
     return Fused(
         scores=fused.scores + part,
         lexical=fused.lexical,

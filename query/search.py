@@ -356,14 +356,16 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             from query.fusion import with_stub_prior
 
             page_length = lexical.page_lengths()
-            if page_length is not None:
-                chunk_length = page_length[index.snapshot.chunk_file_ids]
-                if params.stub_kind != "any":
-                    from query.stubs import stub_mask
+            if page_length is not None and params.stub_kind != "any":
+                from query.stubs import stub_rows
 
-                    short = chunk_length < np.float32(params.stub_length)
-                    bare = stub_mask(index, fused.scores, short, params.stub_kind)
-                    chunk_length = np.where(bare, chunk_length, np.float32(params.stub_length))
+                rows = stub_rows(
+                    index, fused.scores, page_length, params.stub_length, params.stub_kind
+                )
+                length = page_length[index.snapshot.chunk_file_ids[rows]]
+                fused = with_stub_prior(fused, length, params, rows)
+            elif page_length is not None:
+                chunk_length = page_length[index.snapshot.chunk_file_ids]
                 fused = with_stub_prior(fused, chunk_length, params)
         parts = {"lexical": fused.lexical, "semantic": fused.semantic}
         if fused.page is not None:

@@ -18,7 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     from query.snapshot import Reader
 
-CANDIDATES = 256  # the best sections of a query whose pages are checked
+CANDIDATES = 128  # the best sections of a query whose pages are checked
 # a list item, a numbered item, a code fence or span, a table row, a quote, a link or image,
 # an HTML tag: any of them makes a section more than a title and a byline
 STRUCTURE = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|```|~~~|\||>)|`|\]\(|<[A-Za-z/]", re.MULTILINE)
@@ -47,27 +47,34 @@ def is_record(text: str) -> bool:
 TESTS = {"bare": is_bare, "record": is_record}
 
 
-def stub_mask(
-    index: Reader, scores: np.ndarray, short: np.ndarray, kind: str = "record"
+def stub_rows(
+    index: Reader, scores: np.ndarray, page_length: np.ndarray, stub_length: float, kind: str
 ) -> np.ndarray:
-    """Per chunk: True where the stub prior may apply, i.e. a section of a short page among
-    the query's best `CANDIDATES` whose text is bare. Other short sections are left alone:
-    outside the best candidates the prior does not change what is shown."""
-    out = np.zeros(len(scores), dtype=bool)
-    if not len(scores) or not short.any():
-        return out
-    k = min(CANDIDATES, len(scores))
-    top = np.argpartition(-scores, k - 1)[:k]
+    """The sections the stub prior applies to: among the query's best `CANDIDATES`, those of
+    a page shorter than `stub_length` whose text passes the `kind` test ("bare" or
+    "record"). Other short sections are left alone: outside the best candidates the prior
+    would not change what is shown. Which sections are short, and each verdict, are kept
+    per snapshot, so a warm query pays one partial sort and the texts it has not seen."""
+    snap = index.snapshot
+    key = ("stub_short", float(stub_length))
+    short = snap.cache.get(key)
+    if short is None:
+        short = page_length[snap.chunk_file_ids] < np.float32(stub_length)
+        snap.cache[key] = short
+    n = len(scores)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    k = min(CANDIDATES, n)
+    top = np.argpartition(scores, n - k)[n - k :]
     top = top[short[top]]
     if not len(top):
-        return out
-    snap = index.snapshot
+        return top
     test = TESTS[kind]
     known: dict[int, bool] = snap.cache.setdefault(("stub_sections", kind), {})
-    missing = [int(i) for i in top.tolist() if int(i) not in known]
+    rows = top.tolist()
+    missing = [i for i in rows if i not in known]
     if missing:
         texts = snap.table("chunks").column("text")
         for i in missing:
             known[i] = test(texts[i].as_py() or "")
-    out[top] = [known[int(i)] for i in top.tolist()]
-    return out
+    return top[np.fromiter((known[i] for i in rows), dtype=bool, count=len(rows))]
