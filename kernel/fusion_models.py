@@ -27,6 +27,8 @@ LOCAL_ENCODER: dict[str, float] = {
     # (docs/search-quality.md, "CACM round 3") and not measured with an encoder: off here
     "page_dense_weight": 0.0,
     "section_k1": 0.0,
+    # the stub prior for catalogue records (CACM round 5) was measured with WordLlama only
+    "stub_weight": 0.0,
 }
 
 

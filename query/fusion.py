@@ -70,6 +70,12 @@ class FusionParams:
     query_idf_floor: float = 0.0
     # idf forms only: where a word's idf comes from: "sections" (chunks) or "pages" (files)
     query_idf_from: str = "sections"
+    # "sif" forms only: SIF's a in a word's weight a / (a + p(w)), p(w) the share of
+    # sections (or pages, `query_idf_from`) holding it: frequent words fade, rare ones weigh 1
+    query_sif_a: float = 0.01
+    # the share of the query vector's projection on the index's common direction (the
+    # first singular vector of its section vectors) taken out (0: none; 1: SIF's removal)
+    query_common: float = 0.0
     # RM3 picks its feedback chunks from the first fused ranking with the page-level part in
     # it (the ranking the user is shown), not from the fusion of the two sides alone
     feedback_with_page: bool = False
@@ -84,11 +90,15 @@ class FusionParams:
     # a stub (a title and a byline) is not rewarded for being short below it (0: no floor)
     section_length_floor: float = 0.0
     # stub pages: a page whose indexed (field-weighted) length is under `stub_length` scores
-    # x (1 - stub_weight * (1 - length / stub_length)) (0: off). Off: it lifts CACM (many
-    # title-only records) but buries short real answers, e.g. a tldr page of three examples
-    # (docs/search-quality.md, "CACM round 4")
-    stub_length: float = 0.0
-    stub_weight: float = 0.0
+    # x (1 - stub_weight * (1 - length / stub_length)) (0: off), if it is of `stub_kind`
+    # (query.stubs): "any" short page; "bare" (no list item, code, table, quote or link);
+    # "record" (a title and `Label: value` lines only: a catalogue entry, no prose). On by
+    # default for records only: they are half of CACM and almost never its answers, while
+    # "any" buried short real answers such as a tldr page of three examples
+    # (docs/search-quality.md, "CACM round 4" and "CACM round 5, dense side and priors")
+    stub_length: float = 40.0
+    stub_weight: float = 0.4
+    stub_kind: str = "record"
     # term proximity (query.proximity): a BM25TP-style bonus for pairs of query terms at most
     # `proximity_window` content words apart, found in the `proximity_pool` best BM25F
     # sections; pairs of words next to each other in the query (sequential dependence) or,
@@ -270,13 +280,20 @@ def hybrid(
     return fused, raw
 
 
-def with_stub_prior(fused: Fused, page_length: np.ndarray, params: FusionParams) -> Fused:
+def with_stub_prior(
+    fused: Fused, page_length: np.ndarray, params: FusionParams, rows: np.ndarray | None = None
+) -> Fused:
     """Scale down the sections of stub pages (a title and a byline, an index page): a page
     with under `stub_length` indexed words rarely answers. The cut is its own part
-    (`stub`, <= 0), so `--explain` still adds up."""
+    (`stub`, <= 0), so `--explain` still adds up. `rows`: only those sections (query.stubs),
+    `page_length` then being their pages' lengths; None: every section."""
     short = np.clip(page_length / np.float32(params.stub_length), 0.0, 1.0)
     factor = np.float32(1) - np.float32(params.stub_weight) * (np.float32(1) - short)
-    part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
+    if rows is None:
+        part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
+    else:
+        part = np.zeros_like(fused.scores)
+        part[rows] = fused.scores[rows] * (factor - np.float32(1))
     return Fused(
         scores=fused.scores + part,
         lexical=fused.lexical,

@@ -26,7 +26,13 @@ FRONTMATTER_CACHE = 50_000  # parsed pages a reader keeps for governing (then st
 
 
 def query_vector(
-    index: Reader, query: str, form: str = "plain", floor: float = 0.0, idf_from: str = "sections"
+    index: Reader,
+    query: str,
+    form: str = "plain",
+    floor: float = 0.0,
+    idf_from: str = "sections",
+    sif_a: float = 0.01,
+    common: float = 0.0,
 ) -> np.ndarray:
     """The query's embedding. `form` (query.fusion.FusionParams.query_vector):
     - "plain": the whole query, as the provider embeds any text;
@@ -36,7 +42,46 @@ def query_vector(
       "I am interested in articles about" stops steering the dense side, the words that tell
       sections apart lead it. Any other provider: "plain".
     - "idf" (normalised word vectors), "content" (stop words dropped) and "-sqrt" forms
-      (weight sqrt(idf)): the variants measured in docs/search-quality.md."""
+      (weight sqrt(idf)): the variants measured in docs/search-quality.md.
+    - "sif": the token sums weighted a / (a + p(w)) (`sif_a`), p(w) the share of sections
+      holding the word: SIF's smooth inverse frequency, frequent words fade, rare ones
+      weigh 1 (idf keeps rewarding rarity).
+    `common` > 0 then takes that share of the query's projection on the index's common
+    direction out (SIF's common-component removal, query side). Measured, off by default
+    (docs/search-quality.md, "CACM round 5, dense side and priors")."""
+    q = _query_vector(index, query, form, floor, idf_from, sif_a)
+    if common > 0:
+        u = common_direction(index)
+        if u is not None:
+            q = q - np.float32(common * float(q @ u)) * u
+            norm = float(np.linalg.norm(q))
+            q = (q / norm).astype(np.float32) if norm > 0 else q
+    return q
+
+
+def common_direction(index: Reader) -> np.ndarray | None:
+    """Once per snapshot: the first singular vector of the section vectors (not centred),
+    the direction every WordLlama vector shares (SIF's "common component")."""
+    snap = index.snapshot
+    found = snap.cache.get("common_direction", False)
+    if found is False:
+        found = None
+        vectors = snap.vectors
+        if vectors.shape[0]:
+            gram = np.zeros((vectors.shape[1], vectors.shape[1]), dtype=np.float64)
+            for start in range(0, vectors.shape[0], 65536):
+                block = np.asarray(vectors[start : start + 65536], dtype=np.float32)
+                gram += block.T @ block
+            _, eigvecs = np.linalg.eigh(gram)
+            u = eigvecs[:, -1].astype(np.float32)
+            found = u if float(u.sum()) >= 0 else -u
+        snap.cache["common_direction"] = found
+    return found
+
+
+def _query_vector(
+    index: Reader, query: str, form: str, floor: float, idf_from: str, sif_a: float
+) -> np.ndarray:
     provider = index.provider()
     token_sums = getattr(provider, "token_sums", None)
     if form == "plain" or token_sums is None:
@@ -54,19 +99,43 @@ def query_vector(
     from query.lexical import lexical_index
 
     lexical = lexical_index(index)
-    idf = lexical.term_page_idf if idf_from == "pages" else lexical.term_idf
-    weights = np.array([float(idf(ids).mean()) for _, ids in words], dtype=np.float32)
+    if form.startswith("sif"):
+        share = _df_share(lexical, idf_from)
+        weights = np.array(
+            [float((sif_a / (sif_a + share(ids))).mean()) for _, ids in words], dtype=np.float32
+        )
+    else:
+        idf = lexical.term_page_idf if idf_from == "pages" else lexical.term_idf
+        weights = np.array([float(idf(ids).mean()) for _, ids in words], dtype=np.float32)
     if form.endswith("-sqrt"):
         weights = np.sqrt(weights)
     if floor > 0 and len(weights):
         weights = np.maximum(weights, np.float32(floor) * weights.max())
-    if form.startswith("idf-raw"):
+    if form.startswith(("idf-raw", "sif")):
         vectors = token_sums([w for w, _ in words])
     else:
         vectors = provider.embed([w for w, _ in words])
     q = (weights[:, None] * vectors).sum(axis=0)
     norm = float(np.linalg.norm(q))
     return (q / norm).astype(np.float32) if norm > 0 else provider.embed([query])[0]
+
+
+def _df_share(lexical, idf_from: str):
+    """p(w) of SIF's a / (a + p(w)): the share of sections (or pages) holding the term,
+    read back from its idf (the index keeps document frequencies, not collection counts)."""
+    if idf_from == "pages" and lexical.chunk_files is not None and len(lexical.chunk_files):
+        n = float(int(lexical.chunk_files[-1]) + 1)
+        idf = lexical.term_page_idf
+    else:
+        n = float(lexical.n_chunks)
+        idf = lexical.term_idf
+
+    def share(ids) -> np.ndarray:
+        # idf = log1p((n - df + 0.5) / (df + 0.5))  =>  df = (n + 1) / e^idf - 0.5
+        df = (n + 1.0) / np.exp(idf(ids).astype(np.float64)) - 0.5
+        return np.clip(df / max(n, 1.0), 0.0, 1.0)
+
+    return share
 
 
 @dataclass
@@ -151,7 +220,12 @@ def search(
     order = _diverse_top(scores, candidates, min_score, limit, governed, diversity, per_file)
     components = (
         {
-            i: {name: round(float(v[i]), 6) for name, v in parts.items() if name[0] != "_"}
+            # the stub part only where it cut (a record), not as a 0 on every hit
+            i: {
+                name: round(float(v[i]), 6)
+                for name, v in parts.items()
+                if name[0] != "_" and (name != "stub" or v[i] != 0)
+            }
             for i in order
         }
         if explain
@@ -282,7 +356,13 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             embedding.result()
             if embedding
             else query_vector(
-                index, query, params.query_vector, params.query_idf_floor, params.query_idf_from
+                index,
+                query,
+                params.query_vector,
+                params.query_idf_floor,
+                params.query_idf_from,
+                params.query_sif_a,
+                params.query_common,
             )
         )
         pages = page_vectors(index) if params.page_dense_weight > 0 else None
@@ -302,7 +382,15 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
             from query.fusion import with_stub_prior
 
             page_length = lexical.page_lengths()
-            if page_length is not None:
+            if page_length is not None and params.stub_kind != "any":
+                from query.stubs import stub_rows
+
+                rows = stub_rows(
+                    index, fused.scores, page_length, params.stub_length, params.stub_kind
+                )
+                length = page_length[index.snapshot.chunk_file_ids[rows]]
+                fused = with_stub_prior(fused, length, params, rows)
+            elif page_length is not None:
                 chunk_length = page_length[index.snapshot.chunk_file_ids]
                 fused = with_stub_prior(fused, chunk_length, params)
         if bonus is not None and params.proximity_into == "fused":
@@ -344,7 +432,11 @@ def _embed_meanwhile(index: Reader, query: str, params):
     the GIL); None otherwise (a cold search, whose provider is not loaded yet, keeps the
     plain order; WordLlama's embedding is a fraction of a millisecond)."""
     provider = index.loaded_provider
-    if params.query_vector != "plain" or getattr(provider, "embed_query", None) is None:
+    if (
+        params.query_vector != "plain"
+        or params.query_common > 0
+        or getattr(provider, "embed_query", None) is None
+    ):
         return None
     from query.second_core import in_background
 

@@ -131,6 +131,7 @@ def test_explain_adds_up_with_the_stub_prior_and_other_query_vectors(project: Pa
     settings = {
         "stub_length": 200.0,
         "stub_weight": 0.5,
+        "stub_kind": "any",
         "query_vector": "idf-sqrt",
         "section_k1": 1.5,
     }
