@@ -346,7 +346,8 @@ def test_workers_that_keep_dying_stop_the_run_with_one_line(head: Head, tmp_path
     assert len(killed) == 3  # the actor, and its two restarts (RETRIES)
     _one_line_error(
         subprocess.CompletedProcess(run.args, run.returncode, out, err),
-        "Ray worker",
+        "a Ray worker failed",
+        "after 2 retries",
         "previous index is intact",
     )
     assert (root / ".markdownvdb.index").read_bytes() == before
