@@ -101,7 +101,7 @@ class ActorReport:
     node: str
     pid: int
     version: str
-    model: str  # the model and revision it loaded ("" when it only parses and chunks)
+    model: str  # the model it loaded (a model folder: path@weights digest; "": none)
     num_gpus: float  # what it asked Ray for
     gpu_ids: tuple  # the GPUs Ray gave it
     device: str  # where its model runs: cpu, or the onnxruntime execution provider
@@ -233,7 +233,7 @@ class Preparer:
             model = spec.embed.model
         elif encoder is not None:
             self.provider, device = _load_encoder(encoder, gpu_ids)
-            model = f"{encoder.model}:{self.provider.revision}"
+            model = _model_name(encoder.model, self.provider.revision)
         self.report = ActorReport(
             node=ray.util.get_node_ip_address(),
             pid=os.getpid(),
@@ -261,6 +261,11 @@ class Preparer:
             texts=self.report.texts + len(batch.vector_shas),
         )
         return batch
+
+
+def _model_name(model: str, revision: str) -> str:
+    """The encoder as an actor reports it: its name, and a model folder's weights digest."""
+    return f"{model}@{revision}" if revision else model
 
 
 def _load_encoder(spec: EncoderEmbed, gpu_ids: tuple):
@@ -462,7 +467,7 @@ def _check_actors(reports: list[dict], encoder: EncoderEmbed | None) -> None:
             f"{__version__}: install the same version on every node"
         )
     if encoder is not None:
-        expected = f"{encoder.model}:{encoder.revision}"
+        expected = _model_name(encoder.model, encoder.revision)
         models = {report["model"] for report in reports}
         if models != {expected}:
             raise WorkerDied(

@@ -278,7 +278,7 @@ def test_the_encoder_embeds_in_the_actors_and_builds_the_local_index(
     assert ray["workers"] == len(actors) == 2
     assert len({a["pid"] for a in actors}) == 2 and os.getpid() not in {a["pid"] for a in actors}
     for actor in actors:
-        assert actor["model"] == "all-minilm-l6-v2:"  # the pinned weights, no folder revision
+        assert actor["model"] == "all-minilm-l6-v2"  # the pinned weights: no folder digest
         assert (actor["num_gpus"], actor["gpu_ids"], actor["device"]) == (0, [], "cpu")
         assert actor["batch_size"] == 16 and actor["batches"] == 1 and actor["texts"] > 0
     # Every vector came from an actor: the embed stage found nothing left to embed.

@@ -5,6 +5,8 @@ what the actors of a CPU-only cluster report (num_gpus 0, the configured batch s
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline.ray_executor import PoolPlan, execution_providers, plan_pool
 
 
@@ -37,3 +39,21 @@ def test_an_actor_given_a_gpu_runs_the_encoder_on_cuda_only_when_onnxruntime_has
         "CUDAExecutionProvider",
         *cpu,
     )
+
+
+def test_the_driver_refuses_actors_with_another_mdvdb_or_other_model_weights() -> None:
+    """Another version would chunk otherwise, other weights would put other vectors under
+    this run's cache key: the run stops with one line before any batch is written."""
+    from kernel.version import __version__
+    from pipeline.ray_executor import EncoderEmbed, _check_actors
+    from pipeline.workers import WorkerDied
+
+    folder = EncoderEmbed("/models/mine", 384, "ab12")
+    good = {"version": __version__, "model": "/models/mine@ab12"}
+    _check_actors([good, good], folder)
+    _check_actors([{**good, "model": "wordllama-l2-supercat"}], None)  # WordLlama: the package's
+    with pytest.raises(WorkerDied, match="install the same version on every node"):
+        _check_actors([good, {**good, "version": "0.0.1"}], folder)
+    with pytest.raises(WorkerDied, match="the same model files on every node") as raised:
+        _check_actors([good, {**good, "model": "/models/mine@ffff"}], folder)
+    assert "\n" not in str(raised.value) and "/models/mine@ab12" in str(raised.value)
