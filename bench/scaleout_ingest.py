@@ -84,9 +84,11 @@ def start_head(cpus: int) -> tuple[subprocess.Popen, str, float, str]:
 def stop_head(proc: subprocess.Popen, temp: str) -> None:
     import signal
 
-    os.killpg(proc.pid, signal.SIGTERM)
+    # `ray start` alone: it drains its node and stops what it started (its whole group
+    # signalled at once, the raylet dies first and the drain waits its full 30 s).
+    os.kill(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

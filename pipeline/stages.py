@@ -410,8 +410,9 @@ def parse(
 
 
 def executor(config: Config):
-    """The module that runs the per-file work (`prepare`, `processes_for`): a process pool
-    here (pipeline.workers), or Ray actors (pipeline.ray_executor, MDVDB_EXECUTOR)."""
+    """The module that runs the per-file work (`embed_spec`, `prepare`, `processes_for`): a
+    process pool here (pipeline.workers), or Ray actors (pipeline.ray_executor,
+    MDVDB_EXECUTOR)."""
     if config.executor == "local":
         from pipeline import workers
 

@@ -91,9 +91,11 @@ def head():
     try:
         yield Head(address, temp)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the group of this `ray start` only
+        # `ray start` alone: it drains its node and stops the processes it started (~2 s).
+        # Signalled with it, the raylet dies first and the drain waits its full 30 s.
+        os.kill(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
