@@ -1,6 +1,9 @@
 """Ingest on Ray vs the local process pool, per worker count, Ray's start-up apart.
 
     python bench/scaleout.py ingest [--files 4000] [--workers 1,2] [--rounds 1] [--per-run] [--json]
+    python bench/scaleout.py ingest --files 300 --workers 2 --model all-minilm-l6-v2
+        # the transformer encoder: locally the embed stage embeds in the one process,
+        # on Ray every actor holds the encoder and embeds its batches
 
 A corpus of generated files (bench/generate.py, 2-4 sections each) is copied fresh for every
 run and ingested from nothing with `mdvdb ingest --json` (clustering on, as a user runs it):
@@ -15,8 +18,10 @@ run and ingested from nothing with `mdvdb ingest --json` (clustering on, as a us
 
 `ray_start_s` is Ray's start-up inside the run (connecting to, or starting, the cluster until
 every actor holds its model: `executor_start_seconds` of the report); `work_s` is the run
-without it. Every run builds the same index (tests/test_ray.py checks it byte for byte); the
-table checks the chunk counts agree. Median over --rounds.
+without it. `actors`: what the Ray actors reported (`executor_actors`: how many, their device,
+the GPUs they asked for, the batch size they embed with). Every run builds the same index
+(tests/test_ray.py checks it byte for byte); the table checks the chunk counts agree. Median
+over --rounds.
 """
 
 from __future__ import annotations
@@ -79,20 +84,24 @@ def start_head(cpus: int) -> tuple[subprocess.Popen, str, float, str]:
 def stop_head(proc: subprocess.Popen, temp: str) -> None:
     import signal
 
-    os.killpg(proc.pid, signal.SIGTERM)
+    # `ray start` alone: it drains its node and stops what it started (its whole group
+    # signalled at once, the raylet dies first and the drain waits its full 30 s).
+    os.kill(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     shutil.rmtree(temp, ignore_errors=True)
 
 
-def run_once(corpus: Path, target: Path, workers: int, mode: str, address: str) -> dict:
+def run_once(corpus: Path, target: Path, workers: int, mode: str, address: str, model: str) -> dict:
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(corpus, target)
     env = {**os.environ, **QUIET, "MDVDB_WORKERS": str(workers)}
+    if model:
+        env["MDVDB_EMBEDDING_MODEL"] = model
     args = [sys.executable, "-m", "mdvdb", "ingest", "--json", "--root", str(target)]
     if mode != "local":
         args += ["--executor", f"ray:{address}" if address else "ray"]
@@ -104,11 +113,21 @@ def run_once(corpus: Path, target: Path, workers: int, mode: str, address: str) 
     return json.loads(done.stdout)
 
 
-def rows(corpus: Path, scratch: Path, counts: list[int], rounds: int, address: str) -> list[dict]:
+def rows(
+    corpus: Path,
+    scratch: Path,
+    counts: list[int],
+    rounds: int,
+    address: str,
+    modes: list[str],
+    model: str,
+) -> list[dict]:
     out = []
     for workers in counts:
-        for mode in ("local", "ray paths", "ray bytes"):
-            reports = [run_once(corpus, scratch, workers, mode, address) for _ in range(rounds)]
+        for mode in modes:
+            reports = [
+                run_once(corpus, scratch, workers, mode, address, model) for _ in range(rounds)
+            ]
             wall = statistics.median(r["seconds"] for r in reports)
             start = statistics.median(r["executor_start_seconds"] for r in reports)
             last = reports[-1]
@@ -123,9 +142,22 @@ def rows(corpus: Path, scratch: Path, counts: list[int], rounds: int, address: s
                     "chunks": last["chunks"],
                     "chunks_per_s": round(last["chunked"] / max(wall - start, 1e-9), 1),
                     "actors_or_procs": last["workers"],
+                    "actors": _actors(last.get("executor_actors", [])),
                 }
             )
     return out
+
+
+def _actors(reports: list[dict]) -> str:
+    """`2 x cpu, 0 GPU, batch 64`: the actors' own reports, summed up."""
+    if not reports:
+        return ""
+    kinds = sorted({(r["device"], r["num_gpus"], r["batch_size"]) for r in reports})
+    return "; ".join(
+        f"{sum((r['device'], r['num_gpus'], r['batch_size']) == k for r in reports)} x {k[0]}, "
+        f"{k[1]:g} GPU, batch {k[2] or '-'}"
+        for k in kinds
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,10 +171,16 @@ def main(argv: list[str] | None = None) -> None:
         help="each Ray ingest starts its own local cluster (--executor ray) instead of "
         "connecting to one head started by the bench",
     )
+    parser.add_argument(
+        "--modes", default="local,ray paths,ray bytes", help="executors to time, comma-separated"
+    )
+    parser.add_argument("--model", default="", help="MDVDB_EMBEDDING_MODEL (default: WordLlama)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     base = WORK / f"scaleout-ingest-{args.files}"
     corpus = generate(base / "corpus", args.files)
+    model = args.model
     counts = [int(n) for n in args.workers.split(",")]
     head = None
     address = ""
@@ -150,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         proc, address, head_s, temp = start_head(max(counts))
         head = (proc, temp)
     try:
-        table = rows(corpus, base / "run", counts, args.rounds, address)
+        table = rows(corpus, base / "run", counts, args.rounds, address, modes, model)
     finally:
         if head is not None:
             stop_head(*head)
@@ -163,8 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     if len({r["chunks"] for r in table}) != 1:
         raise SystemExit(f"the executors built different indexes: {table}")
     print_table(
-        f"ingest from nothing, {args.files} generated files, {table[0]['chunks']} chunks "
-        f"(s; median of {args.rounds})",
+        f"ingest from nothing, {args.files} generated files, {table[0]['chunks']} chunks, "
+        f"model {model or 'wordllama-l2-supercat'} (s; median of {args.rounds})",
         table,
         args.json,
     )

@@ -8,6 +8,15 @@ keeps everything that makes the result exactly the local build: doit's stages, t
 caches, the writer lock, and the order in which batches are written (as sent, whatever order
 they finish in).
 
+Every local model embeds in the actors, so the driver only writes and packs: WordLlama as the
+local pool does (the token ids counted to chunk are the ids it pools), and the transformer
+encoder (all-MiniLM-L6-v2 or a model folder), which locally embeds in the embed stage of the
+one process. An actor runs the encoder over `MDVDB_EMBEDDING_BATCH_SIZE` texts a call (the
+setting the embed stage sends a provider; Ray's `batch_size`) and, when the cluster reports
+GPUs, holds one (`plan_pool`); WordLlama is a table lookup, which a GPU does not speed up,
+so its actors ask for CPUs only. Each actor reports where it runs and what it holds
+(`ActorReport`): `mdvdb ingest --json` lists them (`executor_actors`).
+
 Files reach the actors in one of two ways (`MDVDB_EXECUTOR_FILES`): `paths`, each actor reads
 `root/path` itself (the folder is on a filesystem every node mounts at the same path: a local
 cluster, NFS, a shared volume), or `bytes`, the driver reads them and ships them in the task.
@@ -16,7 +25,8 @@ version of a file reports it as changed rather than indexing it.
 
 A worker that dies (killed, out of memory, a node lost) is restarted and its batch retried by
 Ray (`RETRIES`); past that the run stops with one line and the previous index is intact, and
-the next run picks up where this one stopped (every batch written is in the caches).
+the next run picks up where this one stopped (every batch written is in the caches). The tests
+SIGKILL an actor's process from outside while it holds a batch (`HOLD`).
 
 Nothing here imports `ray` until a run asks for it: it is an optional extra
 (`pip install 'markdown-vdb[ray]'`). A cluster started for the run has no dashboard, no usage
@@ -27,7 +37,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from pipeline.workers import (
@@ -55,11 +66,94 @@ CONNECT_TIMEOUT = 5.0
 # The object store of a cluster started for the run: batches are small (128 files in, their
 # chunks and vectors out), and the machine is someone's laptop or a CI runner.
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
-# Test hook: "N" makes every actor exit in its Nth batch; "N:FILE" only the first to get there
-# (it creates FILE), so the run survives by a retry.
-EXIT_HOOK = "MDVDB_TEST_RAY_EXIT_AT_BATCH"
+# Tests only: each batch waits in its actor until this file exists (at most HOLD_SECONDS), so
+# a test finds a worker with a batch in flight and kills it from outside, without racing.
+HOLD = "MDVDB_TEST_RAY_HOLD"
+HOLD_SECONDS = 120.0
 
-_last_run = {"actors": 0, "start_seconds": 0.0}
+_last_run: dict = {"actors": 0, "start_seconds": 0.0, "reports": []}
+
+
+@dataclass(frozen=True)
+class EncoderEmbed:
+    """The transformer encoder an actor loads (kernel.providers.minilm): the pinned model's
+    name (each node checks its own copy against the pinned SHA-256) or a model folder's
+    absolute path, and the weights' revision the driver's cache key holds."""
+
+    model: str
+    dimensions: int
+    revision: str
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """How many actors, and the resources each asks Ray for."""
+
+    actors: int
+    num_cpus: float
+    num_gpus: float
+
+
+@dataclass(frozen=True)
+class ActorReport:
+    """What an actor says once its model is loaded: where it runs and what it holds."""
+
+    node: str
+    pid: int
+    version: str
+    model: str  # the model it loaded (a model folder: path@weights digest; "": none)
+    num_gpus: float  # what it asked Ray for
+    gpu_ids: tuple  # the GPUs Ray gave it
+    device: str  # where its model runs: cpu, or the onnxruntime execution provider
+    batch_size: int  # texts per model call (the encoder; 0: WordLlama, a table lookup)
+    batches: int = 0  # batches this process prepared (a restarted actor starts again at 0)
+    texts: int = 0  # chunk texts it embedded
+
+
+def embed_spec(provider: object) -> EmbedSpec | EncoderEmbed | None:
+    """The model the actors load: every local model (the local pool leaves the encoder to
+    the embed stage, pipeline.workers.embed_spec); a remote provider stays with the embed
+    stage, which has its own concurrency."""
+    from pipeline.workers import embed_spec as pool_spec
+
+    spec = pool_spec(provider)
+    if spec is not None:
+        return spec
+    from kernel.providers.minilm import MODEL_NAME, MiniLMProvider
+
+    if type(provider) is not MiniLMProvider:
+        return None
+    named = provider.model.lower() == MODEL_NAME
+    return EncoderEmbed(
+        provider.model if named else str(provider.folder),
+        provider.dimensions,
+        provider.revision,
+    )
+
+
+def plan_pool(
+    resources: Mapping[str, float], workers: int, batches: int, wants_gpu: bool
+) -> PoolPlan:
+    """The pool for a cluster's resources (`ray.cluster_resources()`): one actor per CPU (or
+    MDVDB_WORKERS), never more than batches. When the model runs on a GPU (the encoder) and
+    the cluster has GPUs: one actor per GPU, each holding a whole one, or an even share when
+    MDVDB_WORKERS asks for more actors than there are GPUs (shares that add up to at most
+    one per GPU, so every actor gets placed)."""
+    gpus = int(resources.get("GPU", 0)) if wants_gpu else 0
+    if gpus >= 1:
+        size = max(1, min(workers or gpus, batches))
+        per_gpu = -(-size // gpus)
+        return PoolPlan(size, 1.0, 1.0 / per_gpu)
+    cpus = int(resources.get("CPU", 1))
+    return PoolPlan(max(1, min(workers or cpus, batches)), 1.0, 0.0)
+
+
+def execution_providers(gpu_ids: Sequence, available: Sequence[str]) -> tuple[str, ...]:
+    """The onnxruntime providers an encoder actor runs on: CUDA first when Ray gave it a
+    GPU and the installed onnxruntime has CUDA (onnxruntime-gpu), else the CPU."""
+    if gpu_ids and "CUDAExecutionProvider" in available:
+        return ("CUDAExecutionProvider", "CPUExecutionProvider")
+    return ("CPUExecutionProvider",)
 
 
 def address_of(config: Config) -> str | None:
@@ -121,44 +215,142 @@ def _host_port(address: str) -> tuple[str, int] | None:
 class Preparer:
     """One actor: the embedding model, loaded once, and the batches sent to it."""
 
-    def __init__(self, spec: Spec, exit_at: str) -> None:
+    def __init__(
+        self, spec: Spec, encoder: EncoderEmbed | None, batch_size: int, num_gpus: float, hold: str
+    ) -> None:
+        import ray
+
         from kernel.version import __version__
 
-        self.spec = spec
-        self.version = __version__
-        self.batches = 0
-        self.exit_at = exit_at
+        self.spec, self.encoder, self.hold = spec, encoder, hold
+        self.batch_size = batch_size if encoder is not None else 0
+        gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
+        model, device, self.provider = "", "cpu", None
         if spec.embed is not None:
             from pipeline.workers import _provider
 
             _provider(spec.embed)  # the model, once per actor
+            model = spec.embed.model
+        elif encoder is not None:
+            self.provider, device = _load_encoder(encoder, gpu_ids)
+            model = _model_name(encoder.model, self.provider.revision)
+        self.report = ActorReport(
+            node=ray.util.get_node_ip_address(),
+            pid=os.getpid(),
+            version=__version__,
+            model=model,
+            num_gpus=num_gpus,
+            gpu_ids=gpu_ids,
+            device=device,
+            batch_size=self.batch_size,
+        )
 
-    def ready(self) -> str:
-        """The mdvdb version this worker runs (the driver refuses another one)."""
-        return self.version
+    def ready(self) -> dict:
+        """This actor's report (the driver refuses another mdvdb version or model)."""
+        return asdict(self.report)
 
     def prepare(self, items: list[tuple[str, str]], contents: list[bytes | str] | None) -> Batch:
-        self.batches += 1
-        if self.exit_at:
-            _maybe_exit(self.exit_at, self.batches)
-        return prepare_batch(self.spec, items, contents)
+        if self.hold:
+            _wait_for(self.hold)
+        batch = prepare_batch(self.spec, items, contents)
+        if self.provider is not None:
+            _embed_records(self.provider, self.batch_size, batch)
+        self.report = replace(
+            self.report,
+            batches=self.report.batches + 1,
+            texts=self.report.texts + len(batch.vector_shas),
+        )
+        return batch
 
 
-def _maybe_exit(hook: str, batch: int) -> None:
-    at, _, once = hook.partition(":")
-    if batch != int(at):
+def _model_name(model: str, revision: str) -> str:
+    """The encoder as an actor reports it: its name, and a model folder's weights digest."""
+    return f"{model}@{revision}" if revision else model
+
+
+def _load_encoder(spec: EncoderEmbed, gpu_ids: tuple):
+    """The encoder, once per actor: on a GPU Ray gave it when onnxruntime can use one; its
+    threads sized to the CPUs the actor holds, not to the node's."""
+    from kernel.providers import encoder_onnx
+    from kernel.providers.minilm import MiniLMProvider, read_spec
+
+    provider = MiniLMProvider(spec.model, spec.dimensions)
+    device = "cpu"
+    if encoder_onnx.available():
+        import onnxruntime as ort
+
+        chosen = execution_providers(gpu_ids, ort.get_available_providers())
+        if chosen[0] != "CPUExecutionProvider":
+            folder = provider.folder
+            graph = encoder_onnx.ensure_graph(folder, read_spec(folder))
+            provider.encoder = encoder_onnx.OnnxEncoder(graph, read_spec(folder), providers=chosen)
+            device = provider.encoder.session.get_providers()[0]
+    encoder = provider.encoder  # loaded now, not by the first batch
+    if hasattr(encoder, "workers"):
+        encoder.workers = _cpus()  # the onnx encoder would start one thread per core
+    return provider, device
+
+
+def _cpus() -> int:
+    """The CPUs Ray gave this actor."""
+    import ray
+
+    return int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)) or 1
+
+
+def _embed_records(provider, batch_size: int, batch: Batch) -> None:
+    """Embed the chunk texts of a batch's records (`MiniLMProvider.embed`, `batch_size`
+    texts a call) and fill its vectors as `prepare_batch` does for WordLlama: the files
+    whose chunks all got a usable vector are marked embedded, the rest are left to the
+    embed stage, which asks again and reports them."""
+    import json
+
+    import numpy as np
+
+    from pipeline.embed import usable_rows
+
+    texts: dict[bytes, str] = {}
+    files: list[tuple[str, list[bytes]]] = []
+    for sha, data in batch.records:
+        mine = []
+        for chunk in json.loads(data)["chunks"]:
+            key = bytes.fromhex(chunk["sha256"])
+            mine.append(key)
+            texts.setdefault(key, chunk["embed_text"])
+        files.append((sha, mine))
+    if not texts:
         return
-    if once:
-        try:
-            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
-    os._exit(17)
+    strings = list(texts.values())
+    step = max(1, batch_size)
+    vectors = np.concatenate(
+        [provider.embed(strings[i : i + step]) for i in range(0, len(strings), step)]
+    )
+    ok = usable_rows(vectors)
+    shas = list(texts)
+    batch.vector_shas = [s for s, good in zip(shas, ok, strict=True) if good]
+    batch.vectors = vectors[ok]
+    bad = {s for s, good in zip(shas, ok, strict=True) if not good}
+    batch.embedded = [sha for sha, mine in files if not bad.intersection(mine)]
+
+
+def _wait_for(path: str) -> None:
+    """Tests only (HOLD): block this batch until `path` exists."""
+    import time
+
+    deadline = time.monotonic() + HOLD_SECONDS
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def processes_for(config: Config, files: int) -> int:
     """The actors the last run of this process used (what the report calls its workers)."""
     return int(_last_run["actors"])
+
+
+def actor_reports() -> list[dict]:
+    """The last run's actors, as each reported itself once its model was loaded
+    (`ActorReport`)."""
+    return list(_last_run["reports"])
 
 
 def start_seconds() -> float:
@@ -170,34 +362,37 @@ def start_seconds() -> float:
 def prepare(
     config: Config,
     todo: list[tuple[str, str]],
-    embed: EmbedSpec | None,
+    embed: EmbedSpec | EncoderEmbed | None,
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[Batch]:
     """`pipeline.workers.prepare` on Ray: the batches of `todo` in order, computed by a pool
     of actors. Nothing to do starts no cluster."""
     import time
 
-    from kernel.version import __version__
-
-    _last_run.update(actors=0, start_seconds=0.0)
+    _last_run.update(actors=0, start_seconds=0.0, reports=[])
     if not todo:
         return
-    spec = Spec(str(config.root), config.chunk_max_tokens, config.chunk_overlap_tokens, embed)
+    encoder = embed if isinstance(embed, EncoderEmbed) else None
+    spec = Spec(
+        str(config.root),
+        config.chunk_max_tokens,
+        config.chunk_overlap_tokens,
+        None if encoder is not None else embed,
+        lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
+    )
     batches = batches_of(todo)
     started = time.perf_counter()
     ray = _start(config)
     try:
         import ray.exceptions
 
-        actors = _pool(ray, config, spec, len(batches))
-        versions = set(ray.get([actor.ready.remote() for actor in actors]))
-        if versions != {__version__}:
-            raise WorkerDied(
-                f"the Ray workers run mdvdb {', '.join(sorted(versions))}, this is "
-                f"{__version__}: install the same version on every node"
-            )
+        actors = _pool(ray, config, spec, encoder, len(batches))
+        reports = ray.get([actor.ready.remote() for actor in actors])
+        _check_actors(reports, encoder)
+        _last_run["reports"] = reports
         _last_run["start_seconds"] = time.perf_counter() - started
         yield from _stream(ray, config, actors, batches, progress)
+        _last_run["reports"] = ray.get([actor.ready.remote() for actor in actors])
     except ray.exceptions.RayError as exc:
         raise WorkerDied(
             f"a Ray worker failed ({type(exc).__name__}) after {RETRIES} retries; the previous "
@@ -245,13 +440,40 @@ def _start(config: Config):
     return ray
 
 
-def _pool(ray, config: Config, spec: Spec, batches: int) -> list:
-    """One actor per CPU of the cluster (or MDVDB_WORKERS), never more than batches."""
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    size = max(1, min(config.workers or cpus, batches))
-    _last_run["actors"] = size
-    actor = ray.remote(Preparer).options(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)
-    return [actor.remote(spec, os.environ.get(EXIT_HOOK, "")) for _ in range(size)]
+def _pool(ray, config: Config, spec: Spec, encoder: EncoderEmbed | None, batches: int) -> list:
+    """The actors of `plan_pool` for this cluster, each loading the model once."""
+    plan = plan_pool(ray.cluster_resources(), config.workers, batches, encoder is not None)
+    _last_run["actors"] = plan.actors
+    actor = ray.remote(Preparer).options(
+        num_cpus=plan.num_cpus,
+        num_gpus=plan.num_gpus,
+        max_restarts=RETRIES,
+        max_task_retries=RETRIES,
+    )
+    hold = os.environ.get(HOLD, "")
+    size = config.embedding_batch_size
+    return [actor.remote(spec, encoder, size, plan.num_gpus, hold) for _ in range(plan.actors)]
+
+
+def _check_actors(reports: list[dict], encoder: EncoderEmbed | None) -> None:
+    """Every actor runs this mdvdb and, for a model folder, the driver's weights: another
+    version or model would put other vectors under this run's cache key."""
+    from kernel.version import __version__
+
+    versions = {report["version"] for report in reports}
+    if versions != {__version__}:
+        raise WorkerDied(
+            f"the Ray workers run mdvdb {', '.join(sorted(versions))}, this is "
+            f"{__version__}: install the same version on every node"
+        )
+    if encoder is not None:
+        expected = _model_name(encoder.model, encoder.revision)
+        models = {report["model"] for report in reports}
+        if models != {expected}:
+            raise WorkerDied(
+                f"the Ray workers hold the model {', '.join(sorted(models))}, this run "
+                f"{expected}: the same model files on every node"
+            )
 
 
 def _stream(
@@ -319,4 +541,4 @@ def _token_auth() -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
-__all__ = ["check", "prepare", "processes_for"]
+__all__ = ["actor_reports", "check", "embed_spec", "plan_pool", "prepare", "processes_for"]

@@ -33,6 +33,7 @@ class IngestReport:
     workers: int = 1  # processes that parsed, chunked and embedded them (MDVDB_WORKERS)
     executor: str = "local"  # where they ran: local or ray (MDVDB_EXECUTOR)
     executor_start_seconds: float = 0.0  # of `seconds`, Ray's start-up (cluster and actors)
+    executor_actors: list[dict] = field(default_factory=list)  # Ray: each actor's report
     clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
     reused_files: int = 0  # files whose rows pack reused from the previous index
 
@@ -63,6 +64,7 @@ class IngestReport:
                     report.workers = output.workers
                     report.executor = output.executor
                     report.executor_start_seconds = output.executor_start_seconds
+                    report.executor_actors = list(output.executor_actors)
             elif isinstance(output, Embedded):
                 report.chunks_embedded += output.chunks_embedded
             elif isinstance(output, Clustered) and output.mode != "disabled":
@@ -98,6 +100,9 @@ class IngestReport:
             "workers": self.workers,
             "executor": self.executor,
             "executor_start_seconds": round(self.executor_start_seconds, 3),
+            # Where the Ray actors ran and what they held (node, pid, num_gpus, device,
+            # model, batch_size); empty for the local executor.
+            "executor_actors": self.executor_actors,
             "stage_cpu_seconds": {k: round(v, 3) for k, v in self.stage_cpu_seconds.items()},
             "errors": [{"path": p, "problem": m} for p, m in self.errors],
         }

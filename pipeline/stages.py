@@ -117,6 +117,9 @@ class Parsed:
     # The lexical analyses of the chunks cut (`pipeline.lexical.Store`): pack merges them
     # into postings instead of analysing every chunk again on one core.
     analysed: Any = field(default=None, repr=False, compare=False)
+    # Ray: each actor's report (pipeline.ray_executor.ActorReport: node, pid, GPUs, model,
+    # batch size), as `mdvdb ingest --json` lists it.
+    executor_actors: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -382,23 +385,34 @@ def parse(
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
     workers = executor(config).processes_for(config, len(todo))
     digest = digest_of(kept.digest)
-    started = 0.0
+    started, actors = 0.0, ()
     if config.executor != "local":
-        from pipeline.ray_executor import start_seconds
+        from pipeline.ray_executor import actor_reports, start_seconds
 
-        started = start_seconds()
+        started, actors = start_seconds(), tuple(actor_reports())
     kind = config.executor.partition(":")[0]
     from pipeline.lexical import Store
 
     lexical = Store.join(analysed) if analysed else None
     return Parsed(
-        kept, len(todo), tuple(problems), digest, chunks, embedded, workers, kind, started, lexical
+        kept,
+        len(todo),
+        tuple(problems),
+        digest,
+        chunks,
+        embedded,
+        workers,
+        kind,
+        started,
+        lexical,
+        actors,
     )
 
 
 def executor(config: Config):
-    """The module that runs the per-file work (`prepare`, `processes_for`): a process pool
-    here (pipeline.workers), or Ray actors (pipeline.ray_executor, MDVDB_EXECUTOR)."""
+    """The module that runs the per-file work (`embed_spec`, `prepare`, `processes_for`): a
+    process pool here (pipeline.workers), or Ray actors (pipeline.ray_executor,
+    MDVDB_EXECUTOR)."""
     if config.executor == "local":
         from pipeline import workers
 
@@ -421,9 +435,10 @@ def _prepare_files(
     batch; returns the paths that failed (reported), the chunks cut and the chunks
     embedded. The batches' lexical analyses go to `analysed`."""
     from pipeline.embed import model_key
-    from pipeline.workers import ExecutorUnavailable, WorkerDied, embed_spec
+    from pipeline.workers import ExecutorUnavailable, WorkerDied
 
-    spec = embed_spec(provider) if provider is not None else None
+    # What the workers embed with: the local pool, WordLlama; Ray's actors, every local model.
+    spec = executor(config).embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""
     key = chunk_key(config)
     failed: list[str] = []
@@ -446,14 +461,14 @@ def _prepare_files(
                 analysed.append(batch.lexical)
     except (WorkerDied, ExecutorUnavailable) as exc:
         raise IngestError(str(exc)) from None
-    if embedded and spec is not None and spec.cache_dir is not None:
+    if embedded and getattr(spec, "cache_dir", None) is not None:
         # The query side's lookup tokenizer, built once per user (~1 s) by the ingest
         # rather than by the first search.
         from pathlib import Path
 
         from kernel.providers.local import quick_bpe
 
-        quick_bpe(Path(spec.cache_dir))
+        quick_bpe(Path(spec.cache_dir))  # type: ignore[union-attr]
     return failed, chunks, embedded
 
 

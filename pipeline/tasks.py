@@ -175,13 +175,14 @@ def _discover(run: IngestRun) -> stages.Manifest:
 
 
 def _parse(run: IngestRun) -> stages.Parsed:
-    # The local WordLlama model embeds as files are parsed (pipeline.workers); other
-    # providers are not even built here (a remote one is the embed stage's business).
+    # The local WordLlama model embeds as files are parsed (pipeline.workers), and on Ray
+    # every local model does (the actors hold it); other providers are not even built here
+    # (a remote one is the embed stage's business).
     from kernel.config import local_model_is_encoder
 
     config = run.config
-    local = config.embedding_provider == "local" and not local_model_is_encoder(
-        config.embedding_model
+    local = config.embedding_provider == "local" and (
+        config.executor != "local" or not local_model_is_encoder(config.embedding_model)
     )
     provider = run.provider if local or run.borrowed_provider is not None else None
     return stages.parse(config, run.manifest(), run.state, run.progress, provider)

@@ -94,7 +94,13 @@ class OnnxEncoder:
 
     tokens_per_pass = 1  # one text per run
 
-    def __init__(self, path: Path | bytes, spec, threads: int | None = None):
+    def __init__(
+        self,
+        path: Path | bytes,
+        spec,
+        threads: int | None = None,
+        providers: tuple[str, ...] = ("CPUExecutionProvider",),
+    ):
         import onnxruntime as ort
 
         self.spec = spec
@@ -113,7 +119,7 @@ class OnnxEncoder:
             self.session = ort.InferenceSession(
                 path if isinstance(path, bytes) else str(path),
                 options,
-                providers=["CPUExecutionProvider"],
+                providers=list(providers),  # a Ray actor given a GPU may put CUDA first
             )
         except Exception as exc:  # onnxruntime raises its own exception types
             where = "built in memory" if isinstance(path, bytes) else str(path)
