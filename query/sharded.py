@@ -41,6 +41,7 @@ from kernel import index_format, shards, text_analysis
 from query.shard_part import ShardFile, ShardPart, shard_term_scores
 
 __all__ = [
+    "ShardedDense",
     "ShardedLexical",
     "ShardedSnapshot",
     "ShardedVectors",
@@ -50,6 +51,7 @@ __all__ = [
 
 _POOLS: dict[bool, ThreadPoolExecutor] = {}
 GLOBAL_TABLES = ("near_duplicates", "clusters", "schema", "schema_problems")
+DF_CACHE = 1_000_000  # terms whose corpus-wide df a reader keeps (then starts over)
 
 
 def fan_out(function, items: Sequence, parts: Sequence = ()) -> list:
@@ -455,12 +457,58 @@ class ShardedVectors:
             out[ids] = local
         return out
 
+    def scorer(self, first_pass: str) -> ShardedDense:
+        """`query.vector.dense_scorer` for this matrix: each shard runs the one-file
+        scorer on its rows (`first_pass`: "int8" or "exact", decided for the whole index)."""
+        return ShardedDense(self, first_pass)
+
     def __getitem__(self, rows) -> ShardRows:
         rows = np.arange(self.shape[0])[rows] if isinstance(rows, slice) else rows
         return ShardRows(self, np.asarray(rows, dtype=np.int64).reshape(-1))
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         return ShardRows(self, np.arange(self.shape[0])).__array__(dtype)
+
+
+class ShardedDense:
+    """`query.vector.DenseScorer`'s interface over shards: one `dense` call per shard, in
+    parallel, runs the one-file reader's scorer there (the int8 first pass and exact
+    rescoring, page evidence, the feedback direction: query.shard_part.ShardPart.dense).
+    When the caller reads only the best `keep` scores (hybrid fusion: `pool` + 1), each
+    shard sends back only its best `keep` rows of the cosine and moved scores and a fill
+    value for the rest, which fuses to the same bits (the fill is never above the corpus's
+    `pool`-th best cosine, so its semantic part is 0 as the exact one is)."""
+
+    pages = "in shards"  # `query.fusion.hybrid` adds a page side only to a scorer without
+
+    def __init__(self, vectors: ShardedVectors, first_pass: str):
+        self.vectors = vectors
+        self.first_pass = first_pass
+
+    def scores(self, query, direction=None, beta: float = 0.0, keep: int = 0):
+        _, cosine, moved = self.mixed(query, direction, beta, keep)
+        return cosine, moved
+
+    def mixed(self, query, direction=None, beta: float = 0.0, keep: int = 0, rho: float = 0.0):
+        query = np.asarray(query, dtype=np.float32)
+        if direction is not None:
+            direction = np.asarray(direction, dtype=np.float32)
+        args = (query, direction, float(beta), int(keep), float(rho), self.first_pass, int(keep))
+        parts = self.vectors.parts
+        answers = fan_out(lambda part: part.call("dense", *args), parts)
+        n = self.vectors.shape[0]
+        names = ("raw", "cosine", "moved")
+        out = {name: np.empty(n, dtype=np.float32) for name in names}
+        for ids, answer in zip(self.vectors.chunk_ids, answers, strict=True):
+            rows = answer.get("rows")
+            for name, fill in zip(names, answer.get("fill") or (0.0, 0.0, 0.0), strict=True):
+                if rows is None:
+                    out[name][ids] = answer[name]
+                else:
+                    out[name][ids] = np.float32(fill)
+                    out[name][ids[rows]] = answer[name]
+        moved = out["cosine"] if direction is None else out["moved"]
+        return out["raw"], out["cosine"], moved
 
 
 class ShardRows:
@@ -557,6 +605,9 @@ class ShardedLexical:
     k1: float = 1.2
     b: float = 0.75
     floor: float = 0.0
+    # term hash -> chunks holding it, over every shard: kept for the generation (the
+    # snapshot), shared by the rescored views, so a term's df costs a round trip once
+    df_cache: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def avg(self) -> float:
@@ -603,10 +654,17 @@ class ShardedLexical:
     def document_frequency(self, hashes: np.ndarray) -> np.ndarray:
         """Chunks holding each term, summed over the shards."""
         hashes = np.asarray(hashes, dtype=np.uint64)
-        df = np.zeros(len(hashes), dtype=np.int64)
-        for counts in fan_out(lambda part: part.call("df", hashes), self.parts):
-            df += counts
-        return df
+        cache = self.df_cache
+        keys = hashes.tolist()
+        missing = np.asarray(sorted({h for h in keys if h not in cache}), dtype=np.uint64)
+        if len(missing):
+            df = np.zeros(len(missing), dtype=np.int64)
+            for counts in fan_out(lambda part: part.call("df", missing), self.parts):
+                df += counts
+            if len(cache) > DF_CACHE:
+                cache.clear()
+            cache.update(zip(missing.tolist(), df.tolist(), strict=True))
+        return np.asarray([cache[h] for h in keys], dtype=np.int64)
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return np.log1p((self.n_chunks - df + 0.5) / (df + 0.5)).astype(np.float32)
@@ -655,13 +713,19 @@ class ShardedLexical:
         spec = self.norm_spec()
         started = out.any()
 
-        def one(shard: int) -> np.ndarray:
-            start = out[self.chunk_ids[shard]] if started else None
+        def one(shard: int):
+            start = None
+            if started:  # what `out` holds already, as the shard's nonzero rows
+                local = out[self.chunk_ids[shard]]
+                held = np.flatnonzero(local)
+                start = (held, local[held])
             return self.parts[shard].call("term_scores", hashes, weights, idf, spec, start)
 
         answers = fan_out(one, list(range(len(self.parts))), self.parts)
-        for ids, local in zip(self.chunk_ids, answers, strict=True):
-            out[ids] = local
+        for ids, (rows, values) in zip(self.chunk_ids, answers, strict=True):
+            if started:
+                out[ids] = 0.0
+            out[ids[rows]] = values
         return out
 
     def scores(self, query: str) -> np.ndarray:

@@ -301,13 +301,13 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
     n = matrix.shape[0]
-    if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
-        side = None
-        if pages is not None and rho > 0 and len(pages.chunks) > 0:
-            side = snap.cache.get(("page_side", 0.0))
-            if side is None:
-                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
-        return DenseScorer(matrix, pages=side)
+    sharded = getattr(matrix, "scorer", None)
+    if sharded is not None:  # sharded: each shard runs this function on its own rows
+        seen = snap.cache.get("vector_queries", 0)
+        snap.cache["vector_queries"] = seen + 1
+        exact = mode == "exact" or n <= RESCORE_DEPTH
+        exact = exact or (mode == "auto" and (n < AUTO_MIN_ROWS or seen == 0))
+        return sharded("exact" if exact else "int8")
     quantise = not (mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS))
     quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
