@@ -198,9 +198,12 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
         from query.shard_part import CALLS
 
         if _has_simsimd() and "dense" in CALLS:  # a checkout before it: the exact scans
+            from query.sharded import shard_depth
             from query.vector import DenseScorer, Int8Rows
 
             int8_shard = [[] for _ in parts]
+            n = flat.vectors.shape[0]
+            depths = [shard_depth(len(ids), n, 101) for ids in lexical.chunk_ids]
             compact_one = DenseScorer(flat.vectors, Int8Rows.of(flat.vectors))
 
         def _scores(answer, i):  # a shard's (rows, scores) answer as its local array
@@ -214,16 +217,8 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
             part.call("df", np.zeros(1, np.uint64))
             part.call("dots", np.zeros(flat.vectors.shape[1], np.float32))
             if int8_shard is not None:
-                part.call(
-                    "dense",
-                    np.zeros(flat.vectors.shape[1], np.float32),
-                    None,
-                    0.0,
-                    101,
-                    0.0,
-                    "int8",
-                    101,
-                )
+                zero = np.zeros(flat.vectors.shape[1], np.float32)
+                part.call("dense", zero, None, 0.0, 101, 0.0, "int8", 101, 101)
         for _ in range(rounds):
             for q in QUERIES:
                 hashes, counts = np.unique(text_analysis.term_ids(q), return_counts=True)
@@ -241,7 +236,7 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
                     dense_shard[i].append(time.perf_counter() - started)
                     if int8_shard is not None:
                         started = time.perf_counter()
-                        part.call("dense", vector, None, 0.0, 101, 0.0, "int8", 101)
+                        part.call("dense", vector, None, 0.0, 101, 0.0, "int8", 101, depths[i])
                         int8_shard[i].append(time.perf_counter() - started)
                     tops.append((lexical.chunk_ids[i][best], local[best]))
                 started = time.perf_counter()

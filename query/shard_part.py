@@ -255,6 +255,7 @@ class ShardPart:
         rho: float,
         first_pass: str,
         top: int = 0,
+        depth: int = 0,
     ) -> dict[str, Any]:
         """The dense side of a hybrid query on this shard, in one call: the one-file
         reader's scorer (`query.vector.dense_scorer`: the int8 first pass rescored exactly
@@ -265,11 +266,15 @@ class ShardPart:
         and per array a `fill` for every other row: the `top`-th best value. Fusion reads
         only the best `pool` cosines (every one at or below the `pool`-th is clipped to
         0), and a shard's `top`-th best is never above the corpus's `pool`-th when
-        top >= pool, so the filled array fuses to the one-file bits (docs/scale-out.md)."""
+        top >= pool, so the filled array fuses to the one-file bits (docs/scale-out.md).
+        `depth`: the rows the int8 pass hands to exact rescoring here (the router gives
+        each shard its share of the one-file depth; 0: the one-file depth)."""
         from query.vector import dense_scorer
 
         pages = self.page_side() if rho > 0 else None
         scorer = dense_scorer(_ShardReader(self.shard, first_pass), pages, rho)
+        if depth:
+            scorer.depth = int(depth)
         raw, cosine, moved = scorer.mixed(query, direction, beta, keep, rho)
         n = len(cosine)
         if not top or n <= top:
