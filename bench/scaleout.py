@@ -210,6 +210,8 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
             out = np.zeros(len(lexical.chunk_ids[i]), np.float32)
             if isinstance(answer, np.ndarray):  # an older shard call: the whole array
                 return answer
+            if answer[0] is None:  # most chunks score: the whole array
+                return np.asarray(answer[1])
             out[np.asarray(answer[0], dtype=np.int64)] = answer[1]
             return out
 

@@ -738,6 +738,9 @@ class ShardedLexical:
 
         answers = fan_out(one, list(range(len(self.parts))), self.parts)
         for ids, (rows, values) in zip(self.chunk_ids, answers, strict=True):
+            if rows is None:
+                out[ids] = values
+                continue
             if started:
                 out[ids] = 0.0
             out[ids[rows]] = values

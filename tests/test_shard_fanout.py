@@ -89,16 +89,26 @@ def test_each_shard_runs_the_int8_first_pass(generated) -> None:
     each keeps its own int8 copy (of its rows mixed with their pages'), as the one-file
     reader keeps one of the whole matrix; with `exact`, none is built."""
     _, four, _ = generated
-    # exact first: a process shares one snapshot (and its shards' caches) between readers
+
+    def copies(part) -> list:
+        return [
+            key
+            for key in part.shard.cache
+            if key == "int8_rows" or (isinstance(key, tuple) and key[0] == "page_side")
+        ]
+
     for first_pass, built in (("exact", False), ("int8", True)):
         index = _open(four, {**SHARDED, "MDVDB_SEARCH_FIRST_PASS": first_pass})
+        with index.pinned() as snap:
+            for part in snap.parts:  # a process shares a snapshot between its readers
+                for key in copies(part):
+                    del part.shard.cache[key]
         index.search(QUERIES[0], limit=10, mode="hybrid")
         with index.pinned() as snap:
             held = [
                 any(
-                    getattr(value, "compact", value) is not None
-                    for key, value in part.shard.cache.items()
-                    if key == "int8_rows" or (isinstance(key, tuple) and key[0] == "page_side")
+                    getattr(part.shard.cache[key], "compact", True) is not None
+                    for key in copies(part)
                 )
                 for part in snap.parts
             ]
@@ -121,9 +131,10 @@ def _shard_server(root: Path, which: str):
 @pytest.mark.slow
 def test_a_router_receives_candidates_not_a_number_per_chunk(generated) -> None:
     """Two real shard servers on 127.0.0.1; a router (the library with
-    MDVDB_SHARD_SERVERS) answers as the one file, and a hybrid query's traffic is under
-    one float32 per chunk of the index (the previous protocol sent several per chunk: the
-    BM25F arrays, the cosines of the query and of the feedback direction, the pages')."""
+    MDVDB_SHARD_SERVERS) answers as the one file. A hybrid query's dense side is one call
+    per shard answering its best rows (no call answers a cosine per chunk: the previous
+    protocol's `dots` and `page_dots` did, twice over), and the BM25F answers carry only
+    the chunks that score."""
     from bench.scaleout import Traffic
 
     one, four, chunks = generated
@@ -138,9 +149,35 @@ def test_a_router_receives_candidates_not_a_number_per_chunk(generated) -> None:
         with Traffic() as traffic:
             for query in QUERIES:
                 router.search(query, limit=10, mode="hybrid")
-        per_query = (traffic.sent + traffic.received) / len(QUERIES)
-        assert per_query < 4 * chunks, (per_query, chunks)
+        assert traffic.calls.get("dense") == 4 * len(QUERIES), traffic.calls
+        assert not {"dots", "page_dots", "dots_rows"} & set(traffic.calls), traffic.calls
+        assert traffic.by_call["dense"] / len(QUERIES) < 8 * chunks, traffic.by_call
     finally:
         for proc, _ in servers:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def test_a_shard_answers_its_best_rows_and_a_fill(generated) -> None:
+    """`ShardPart.dense` with `top`: at most the best `top` rows of the cosine and of the
+    moved score, exact, and for the rest the `top`-th best value, which no other row
+    exceeds (what makes the merged array fuse to the one-file bits)."""
+    import numpy as np
+
+    from query.shard_part import ShardPart
+
+    _, four, _ = generated
+    shard = sorted((four / ".markdownvdb.index.shards").glob("shard-000-*.index"))[0]
+    part = ShardPart.load(shard)
+    vectors = part.shard.vectors
+    query, direction = vectors[7], vectors[:3].mean(axis=0)
+    whole = part.call("dense", query, direction, 1.0, 101, 0.5, "exact", 0)
+    top = part.call("dense", query, direction, 1.0, 101, 0.5, "exact", 101)
+    rows = top["rows"]
+    assert len(vectors) > 2 * 101 and len(rows) <= 2 * 101
+    for name, fill in zip(("cosine", "moved"), top["fill"][1:], strict=True):
+        assert np.array_equal(top[name], whole[name][rows])
+        best = np.sort(whole[name])[::-1]
+        assert fill == best[100]
+        outside = np.setdiff1d(np.arange(len(vectors)), rows)
+        assert whole[name][outside].max() <= fill
