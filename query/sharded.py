@@ -18,9 +18,11 @@ Nothing per chunk is gathered: every score is computed where the shard is mapped
   in the one-file order (a float32 mean is order-sensitive);
 - page-level BM25 (a file's chunks all live in one shard) and feedback (RM3: the feedback
   chunks' postings laid out in the given order before they are summed);
-- the dense side (`ShardedVectors`): each shard's cosines over its own mapped rows, the
-  cosines of some rows, its pages' mean vectors and their cosines, and the few rows the
-  Rocchio centroid needs. A cosine is a per-row dot product, so the merged array has the
+- the dense side (`ShardedVectors`, `ShardedDense`): in hybrid mode one call per shard runs
+  the one-file reader's scorer there (int8 first pass + exact rescoring, page evidence,
+  the feedback direction) and answers its best rows with a fill for the rest; otherwise
+  each shard's cosines over its own mapped rows, or some rows; and the few rows the Rocchio
+  centroid needs. A cosine is a per-row dot product, so the merged values have the
   one-file bits.
 Each chunk's score is therefore the same float32 operations in the same order as the one-file
 index's, and a sharded search answers exactly as the unsharded one (tests/test_shards.py).
