@@ -262,9 +262,11 @@ class ShardPart:
         depth: int = 0,
     ) -> dict[str, Any]:
         """The dense side of a hybrid query on this shard, in one call: the one-file
-        reader's scorer (`query.vector.dense_scorer`: the int8 first pass rescored exactly
-        when the router says `first_pass` is "int8", else the exact scan) over this shard's
-        rows, with its pages' evidence mixed in (rho) and the feedback direction. Returns
+        reader's scorer (`query.vector.dense_scorer`, by the router's `first_pass`: "int8",
+        the int8 pass rescored exactly; "ivf", the first pass the one-file reader takes
+        for an index like this shard (IVF lists where it has them, else int8); "exact")
+        over this shard's rows, with its pages' evidence mixed in (rho) and the feedback
+        direction. Returns
         the (raw, cosine, moved) arrays of `DenseScorer.mixed`; with `top` > 0 only the
         rows among the `top` best cosine or moved scores (`rows`, local) with their values,
         and per array a `fill` for every other row: the `top`-th best value. Fusion reads
@@ -277,7 +279,7 @@ class ShardPart:
 
         pages = self.page_side() if rho > 0 else None
         scorer = dense_scorer(_ShardReader(self.shard, first_pass), pages, rho)
-        if depth:
+        if depth and getattr(scorer, "lists", None) is None:  # IVF lists keep their own
             scorer.depth = int(depth)
         raw, cosine, moved = scorer.mixed(query, direction, beta, keep, rho)
         n = len(cosine)

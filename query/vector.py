@@ -307,7 +307,15 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
         snap.cache["vector_queries"] = seen + 1
         exact = mode == "exact" or n <= RESCORE_DEPTH
         exact = exact or (mode == "auto" and (n < AUTO_MIN_ROWS or seen == 0))
-        return sharded("exact" if exact else "int8")
+        # "ivf": a shard's own first pass (IVF lists where it has them, else int8)
+        return sharded("exact" if exact else "int8" if mode == "int8" else "ivf")
+    if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
+        side = None
+        if pages is not None and rho > 0 and len(pages.chunks) > 0:
+            side = snap.cache.get(("page_side", 0.0))
+            if side is None:
+                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
+        return DenseScorer(matrix, pages=side)
     quantise = not (mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS))
     quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
