@@ -503,15 +503,18 @@ class ShardedDense:
             lambda i: parts[i].call("dense", *args, depths[i]), list(range(len(parts))), parts
         )
         names = ("raw", "cosine", "moved")
-        out = {name: np.empty(n, dtype=np.float32) for name in names}
+        # Each chunk starts as its shard's fill (one gather by the shard of every chunk),
+        # then every answered row gets its exact value.
+        fills = np.zeros((3, len(parts)), dtype=np.float32)
+        for i, answer in enumerate(answers):
+            fills[:, i] = answer.get("fill") or (0.0, 0.0, 0.0)
+        shard_of = self.vectors.where[0]
+        out = {name: fills[k][shard_of] for k, name in enumerate(names)}
         for ids, answer in zip(self.vectors.chunk_ids, answers, strict=True):
             rows = answer.get("rows")
-            for name, fill in zip(names, answer.get("fill") or (0.0, 0.0, 0.0), strict=True):
-                if rows is None:
-                    out[name][ids] = answer[name]
-                else:
-                    out[name][ids] = np.float32(fill)
-                    out[name][ids[rows]] = answer[name]
+            at = ids if rows is None else ids[rows]
+            for name in names:
+                out[name][at] = answer[name]
         moved = out["cosine"] if direction is None else out["moved"]
         return out["raw"], out["cosine"], moved
 
