@@ -461,7 +461,8 @@ class ShardedVectors:
 
     def scorer(self, first_pass: str) -> ShardedDense:
         """`query.vector.dense_scorer` for this matrix: each shard runs the one-file
-        scorer on its rows (`first_pass`: "int8" or "exact", decided for the whole index)."""
+        scorer on its rows (`first_pass`, decided for the whole index: "exact", "int8", or
+        "ivf": the pass the one-file reader would take for the shard)."""
         return ShardedDense(self, first_pass)
 
     def __getitem__(self, rows) -> ShardRows:
@@ -676,15 +677,19 @@ class ShardedLexical:
         hashes = np.asarray(hashes, dtype=np.uint64)
         cache = self.df_cache
         keys = hashes.tolist()
-        missing = np.asarray(sorted({h for h in keys if h not in cache}), dtype=np.uint64)
+        # what is known now (another thread may start the cache over meanwhile)
+        known = {h: found for h in keys if (found := cache.get(h)) is not None}
+        missing = np.asarray(sorted(set(keys).difference(known)), dtype=np.uint64)
         if len(missing):
             df = np.zeros(len(missing), dtype=np.int64)
             for counts in fan_out(lambda part: part.call("df", missing), self.parts):
                 df += counts
+            fetched = dict(zip(missing.tolist(), df.tolist(), strict=True))
+            known.update(fetched)
             if len(cache) > DF_CACHE:
                 cache.clear()
-            cache.update(zip(missing.tolist(), df.tolist(), strict=True))
-        return np.asarray([cache[h] for h in keys], dtype=np.int64)
+            cache.update(fetched)
+        return np.asarray([known[h] for h in keys], dtype=np.int64)
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return np.log1p((self.n_chunks - df + 0.5) / (df + 0.5)).astype(np.float32)
