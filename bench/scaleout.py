@@ -123,6 +123,34 @@ def search_rows(indexes: dict[int, object], rounds: int) -> list[dict]:
     return rows
 
 
+def interleaved_rows(indexes: dict[int, object], rounds: int) -> list[dict]:
+    """Warm hybrid search with the layouts interleaved query by query (one file, then each
+    sharded layout, same query): on a loaded machine the load drifts between two separate
+    loops, so the median of the per-query ratios is steadier than a ratio of medians."""
+    rows = []
+    for shards, index in indexes.items():
+        if shards == 1:
+            continue
+        ratios, own = [], []
+        for _ in range(rounds):
+            for q in QUERIES:
+                started = time.perf_counter()
+                indexes[1].search(q, limit=10, mode="hybrid")
+                one = time.perf_counter() - started
+                started = time.perf_counter()
+                index.search(q, limit=10, mode="hybrid")
+                own.append(time.perf_counter() - started)
+                ratios.append(own[-1] / one)
+        rows.append(
+            {
+                "layout": f"{shards} shards",
+                "hybrid_median_ms": median_ms(own),
+                "median_ratio_to_one_file": round(statistics.median(ratios), 2),
+            }
+        )
+    return rows
+
+
 def open_rows(roots: dict[int, Path], rounds: int) -> list[dict]:
     """Opening the index (files in the page cache): map one file, or read the manifest and
     map N shards lazily; then the same plus a first lexical search (what it opens)."""
@@ -191,10 +219,36 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
         spec = lexical.norm_spec()
         lex_shard = [[] for _ in parts]
         dense_shard = [[] for _ in parts]
-        merges, lex_one, dense_one = [], [], []
+        merges, lex_one, dense_one, int8_one = [], [], [], []
+        # The int8 first pass rescored exactly (query.vector), in each shard and in the
+        # one file, when simsimd is there: the copies are built here, outside the timing.
+        int8_shard = compact_one = None
+        from query.shard_part import CALLS
+
+        if _has_simsimd() and "dense" in CALLS:  # a checkout before it: the exact scans
+            from query.sharded import shard_depth
+            from query.vector import DenseScorer, Int8Rows
+
+            int8_shard = [[] for _ in parts]
+            n = flat.vectors.shape[0]
+            depths = [shard_depth(len(ids), n, 101) for ids in lexical.chunk_ids]
+            compact_one = DenseScorer(flat.vectors, Int8Rows.of(flat.vectors))
+
+        def _scores(answer, i):  # a shard's (rows, scores) answer as its local array
+            out = np.zeros(len(lexical.chunk_ids[i]), np.float32)
+            if isinstance(answer, np.ndarray):  # an older shard call: the whole array
+                return answer
+            if answer[0] is None:  # most chunks score: the whole array
+                return np.asarray(answer[1])
+            out[np.asarray(answer[0], dtype=np.int64)] = answer[1]
+            return out
+
         for part in parts:  # map what the calls read (a shard server keeps it mapped)
             part.call("df", np.zeros(1, np.uint64))
             part.call("dots", np.zeros(flat.vectors.shape[1], np.float32))
+            if int8_shard is not None:
+                zero = np.zeros(flat.vectors.shape[1], np.float32)
+                part.call("dense", zero, None, 0.0, 101, 0.0, "int8", 101, 101)
         for _ in range(rounds):
             for q in QUERIES:
                 hashes, counts = np.unique(text_analysis.term_ids(q), return_counts=True)
@@ -204,12 +258,16 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
                 tops = []
                 for i, part in enumerate(parts):
                     started = time.perf_counter()
-                    local = part.call("term_scores", hashes, weights, idf, spec)
+                    local = _scores(part.call("term_scores", hashes, weights, idf, spec), i)
                     best = top10(local)
                     lex_shard[i].append(time.perf_counter() - started)
                     started = time.perf_counter()
                     top10(part.call("dots", vector))
                     dense_shard[i].append(time.perf_counter() - started)
+                    if int8_shard is not None:
+                        started = time.perf_counter()
+                        part.call("dense", vector, None, 0.0, 101, 0.0, "int8", 101, depths[i])
+                        int8_shard[i].append(time.perf_counter() - started)
                     tops.append((lexical.chunk_ids[i][best], local[best]))
                 started = time.perf_counter()
                 ids = np.concatenate([t[0] for t in tops])
@@ -222,10 +280,21 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
                 started = time.perf_counter()
                 top10(row_dots(flat.vectors, vector))
                 dense_one.append(time.perf_counter() - started)
+                if int8_shard is not None:
+                    started = time.perf_counter()
+                    top10(compact_one.scores(vector, keep=101)[0])
+                    int8_one.append(time.perf_counter() - started)
     per_lex = [statistics.median(s) * 1000 for s in lex_shard]
     per_dense = [statistics.median(s) * 1000 for s in dense_shard]
     chunks = [len(ids) for ids in lexical.chunk_ids]
     merge = median_ms(merges)
+    work = [
+        ("BM25F + top 10", lex_one, per_lex),
+        ("dense product + top 10", dense_one, per_dense),
+    ]
+    if int8_shard is not None:
+        per_int8 = [statistics.median(s) * 1000 for s in int8_shard]
+        work.append(("dense int8 pass + exact rescoring, top 101", int8_one, per_int8))
     return [
         {
             "work": work,
@@ -237,11 +306,70 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
             "fan_out_critical_path_ms": max(per) + merge,
             "chunks_per_shard": int(statistics.median(chunks)),
         }
-        for work, one_ms, per in (
-            ("BM25F + top 10", lex_one, per_lex),
-            ("dense product + top 10", dense_one, per_dense),
-        )
+        for work, one_ms, per in work
     ]
+
+
+def _has_simsimd() -> bool:
+    try:
+        import simsimd  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class Traffic:
+    """Bytes and requests between the router and the shard servers, counted where the
+    router encodes a request and decodes an answer (query.shard_wire's `exchange`,
+    `encode` and `decode`, which every version of the protocol has), in all and per call."""
+
+    def __init__(self):
+        import threading
+
+        from query import shard_wire
+
+        self.wire = shard_wire
+        self.saved = shard_wire.encode, shard_wire.decode, shard_wire.exchange
+        self.sent = self.received = self.requests = 0
+        self.by_call: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.local = threading.local()
+        self.lock = threading.Lock()
+
+    def _count(self, size: int, sent: bool) -> None:
+        name = getattr(self.local, "call", None) or "other"
+        with self.lock:
+            if sent:
+                self.sent += size
+            else:
+                self.received += size
+            self.by_call[name] = self.by_call.get(name, 0) + size
+
+    def __enter__(self):
+        encode, decode, exchange = self.saved
+
+        def counted_encode(value):
+            data = encode(value)
+            self._count(len(data), True)
+            return data
+
+        def counted_decode(data):
+            self._count(len(data), False)
+            return decode(data)
+
+        def counted_exchange(address, request, *args, **kwargs):
+            self.local.call = request.get("call") or request.get("op")
+            with self.lock:
+                self.requests += 1
+                self.calls[self.local.call] = self.calls.get(self.local.call, 0) + 1
+            return exchange(address, request, *args, **kwargs)
+
+        self.wire.encode, self.wire.decode = counted_encode, counted_decode
+        self.wire.exchange = counted_exchange
+        return self
+
+    def __exit__(self, *exc):
+        self.wire.encode, self.wire.decode, self.wire.exchange = self.saved
 
 
 def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list[dict]:
@@ -267,11 +395,13 @@ def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list
             reference = {q: answers(one, q, mode) for q in QUERIES}
             same = all(answers(router, q, mode) == reference[q] for q in QUERIES)
             samples = []
-            for _ in range(rounds):
-                for q in QUERIES:
-                    started = time.perf_counter()
-                    router.search(q, limit=10, mode=mode)
-                    samples.append(time.perf_counter() - started)
+            with Traffic() as traffic:
+                for _ in range(rounds):
+                    for q in QUERIES:
+                        started = time.perf_counter()
+                        router.search(q, limit=10, mode=mode)
+                        samples.append(time.perf_counter() - started)
+            searches = rounds * len(QUERIES)
             rows.append(
                 {
                     "mode": mode,
@@ -279,6 +409,12 @@ def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list
                     "median_ms": median_ms(samples),
                     "p95_ms": p95_ms(samples),
                     "same_answers": same,
+                    "kb_per_query": round((traffic.sent + traffic.received) / searches / 1e3, 1),
+                    "calls_per_shard": round(traffic.requests / searches / shards, 1),
+                    "kb_by_call": ", ".join(
+                        f"{name} {size / searches / 1e3:.0f}"
+                        for name, size in sorted(traffic.by_call.items(), key=lambda kv: -kv[1])
+                    ),
                 }
             )
         return rows
@@ -341,6 +477,11 @@ def main() -> None:
     print_table(
         f"warm Index.search, limit 10 ({total} chunks, {len(QUERIES)} queries x {args.rounds})",
         search_rows(indexes, args.rounds),
+        args.json,
+    )
+    print_table(
+        f"warm hybrid, interleaved query by query with the one file ({total} chunks)",
+        interleaved_rows(indexes, args.rounds),
         args.json,
     )
     if counts:

@@ -106,7 +106,13 @@ def _query_vector(
         )
     else:
         idf = lexical.term_page_idf if idf_from == "pages" else lexical.term_idf
-        weights = np.array([float(idf(ids).mean()) for _, ids in words], dtype=np.float32)
+        # every word's terms in one lookup (a sharded index asks its shards once, not per word)
+        every = idf(np.concatenate([ids for _, ids in words]))
+        bounds = np.cumsum([0, *(len(ids) for _, ids in words)])
+        weights = np.array(
+            [float(every[a:b].mean()) for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
+            dtype=np.float32,
+        )
     if form.endswith("-sqrt"):
         weights = np.sqrt(weights)
     if floor > 0 and len(weights):

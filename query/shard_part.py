@@ -40,6 +40,7 @@ CALLS = frozenset(
         "rows",
         "page_files",
         "page_dots",
+        "dense",
     }
 )
 
@@ -160,14 +161,24 @@ class ShardPart:
         weights: np.ndarray,
         idf: np.ndarray,
         norm: tuple[float, float, float, float],
-        start: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """BM25F of this shard's chunks (local order) for the terms, with the global idf
-        and the global norm's parameters (k1, b, mean length, floor)."""
+        start: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """BM25F of this shard's chunks for the terms, with the global idf and the global
+        norm's parameters (k1, b, mean length, floor), added to `start` (local rows and
+        their scores so far). Only the chunks that score are sent back (local rows, scores):
+        the rest are 0, so the answer grows with the chunks holding a term, not the shard
+        (or, when most chunks score, (None, every chunk's score): 4 bytes a chunk, not 8).
+        """
         lexical = self.lexical
-        out = np.zeros(lexical.n_chunks, np.float32) if start is None else start.copy()
+        out = np.zeros(lexical.n_chunks, np.float32)
+        if start is not None:
+            out[np.asarray(start[0], dtype=np.int64)] = start[1]
         k1 = float(norm[0])
-        return shard_term_scores(lexical, hashes, weights, idf, self.norm(*norm), out, k1)
+        shard_term_scores(lexical, hashes, weights, idf, self.norm(*norm), out, k1)
+        rows = np.flatnonzero(out)
+        if 2 * len(rows) > len(out):  # most chunks score: the array is smaller than its pairs
+            return None, out
+        return rows.astype(np.int32), out[rows]
 
     def term_chunks(self, hashes: np.ndarray) -> list[np.ndarray | None]:
         return self.lexical.term_chunks(hashes)
@@ -184,7 +195,7 @@ class ShardPart:
             a, b = int(part.offsets[row]), int(part.offsets[row + 1])
             local = part.chunk_files[part.chunk_ids[a:b]]
             starts = np.flatnonzero(np.r_[True, local[1:] != local[:-1]])
-            out.append((local[starts].astype(np.int64), np.add.reduceat(part.tf[a:b], starts)))
+            out.append((local[starts].astype(np.int32), np.add.reduceat(part.tf[a:b], starts)))
         return out
 
     def feedback_postings(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -238,6 +249,101 @@ class ShardPart:
     def page_dots(self, vector: np.ndarray) -> np.ndarray:
         """Cosines of this shard's multi-section pages (in `page_vectors` order)."""
         return row_dots(self.page_vectors()[1], vector)
+
+    def dense(
+        self,
+        query: np.ndarray,
+        direction: np.ndarray | None,
+        beta: float,
+        keep: int,
+        rho: float,
+        first_pass: str,
+        top: int = 0,
+        depth: int = 0,
+    ) -> dict[str, Any]:
+        """The dense side of a hybrid query on this shard, in one call: the one-file
+        reader's scorer (`query.vector.dense_scorer`, by the router's `first_pass`: "int8",
+        the int8 pass rescored exactly; "ivf", the first pass the one-file reader takes
+        for an index like this shard (IVF lists where it has them, else int8); "exact")
+        over this shard's rows, with its pages' evidence mixed in (rho) and the feedback
+        direction. Returns
+        the (raw, cosine, moved) arrays of `DenseScorer.mixed`; with `top` > 0 only the
+        rows among the `top` best cosine or moved scores (`rows`, local) with their values,
+        and per array a `fill` for every other row: the `top`-th best value. Fusion reads
+        only the best `pool` cosines (every one at or below the `pool`-th is clipped to
+        0), and a shard's `top`-th best is never above the corpus's `pool`-th when
+        top >= pool, so the filled array fuses to the one-file bits (docs/scale-out.md).
+        `depth`: the rows the int8 pass hands to exact rescoring here (the router gives
+        each shard its share of the one-file depth; 0: the one-file depth)."""
+        from query.vector import dense_scorer
+
+        pages = self.page_side() if rho > 0 else None
+        scorer = dense_scorer(_ShardReader(self.shard, first_pass), pages, rho)
+        if depth and getattr(scorer, "lists", None) is None:  # IVF lists keep their own
+            scorer.depth = int(depth)
+        raw, cosine, moved = scorer.mixed(query, direction, beta, keep, rho)
+        n = len(cosine)
+        if not top or n <= top:
+            return {"raw": raw, "cosine": cosine, "moved": moved}
+        rows = _best(cosine, top)
+        if moved is not cosine:
+            rows = np.union1d(rows, _best(moved, top))
+        fills = [float(np.partition(a, n - top)[n - top]) for a in (cosine, moved)]
+        return {
+            "rows": rows.astype(np.int32),
+            "raw": raw[rows],
+            "cosine": cosine[rows],
+            "moved": moved[rows],
+            # The raw cosine is only shown (`explain`): the cosine's fill stands in for it.
+            "fill": [fills[0], fills[0], fills[1]],
+        }
+
+    def page_side(self):
+        """This shard's multi-section pages as `query.search.PageVectors` (local rows)."""
+        found = self.shard.cache.get("page_vectors")
+        if found is None:
+            empty = np.zeros(0, dtype=np.int64)
+            vectors = self.shard.vectors
+            found = PageVectors(np.zeros((0, vectors.shape[1]), np.float32), empty, empty)
+            pages = multi_section_pages(self.shard.chunk_file_ids, vectors)
+            if pages is not None:
+                _, chunks, rows, unit = pages
+                found = PageVectors(unit, chunks, rows)
+            self.shard.cache["page_vectors"] = found
+        return found
+
+
+@dataclass(frozen=True)
+class PageVectors:
+    """`query.search.PageVectors` of one shard (that module imports this one's users)."""
+
+    vectors: np.ndarray
+    chunks: np.ndarray
+    rows: np.ndarray
+
+
+@dataclass
+class _ShardConfig:
+    search_first_pass: str
+
+
+@dataclass
+class _ShardReader:
+    """What `query.vector.dense_scorer` reads of a reader (its snapshot and its first-pass
+    setting), for one shard: the int8 copies it builds stay in the shard file's cache."""
+
+    snapshot: ShardFile
+    first_pass: str
+
+    @property
+    def config(self) -> _ShardConfig:
+        return _ShardConfig(self.first_pass)
+
+
+def _best(scores: np.ndarray, k: int) -> np.ndarray:
+    """The k best rows, in no order."""
+    n = len(scores)
+    return np.argpartition(scores, n - k)[n - k :]
 
 
 def shard_term_scores(

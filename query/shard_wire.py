@@ -13,9 +13,11 @@ array the header names (dtype from a short allow-list, shape). A request names t
 
 There is no authentication: bind a shard server to 127.0.0.1 or a private network
 (docs/scale-out.md). What crosses the wire per query and shard: the query's term hashes with
-their global idf, the query vector, and one float32 per chunk of the shard for each score
-array (BM25F, cosines); the router merges them in the one-file order, so every option of a
-search (filters, tiers, collapse, feedback) answers exactly as on one machine.
+their global idf and the chunks that score (BM25F), the query vector and the shard's best
+rows of its cosines with a fill for the rest (`ShardPart.dense`), page tf, feedback postings;
+the router merges them in the one-file order, so every option of a search (filters, tiers,
+collapse, feedback) answers exactly as on one machine. `--mode semantic` still receives a
+cosine per chunk (it ranks raw cosines under any filter).
 """
 
 from __future__ import annotations

@@ -18,9 +18,11 @@ Nothing per chunk is gathered: every score is computed where the shard is mapped
   in the one-file order (a float32 mean is order-sensitive);
 - page-level BM25 (a file's chunks all live in one shard) and feedback (RM3: the feedback
   chunks' postings laid out in the given order before they are summed);
-- the dense side (`ShardedVectors`): each shard's cosines over its own mapped rows, the
-  cosines of some rows, its pages' mean vectors and their cosines, and the few rows the
-  Rocchio centroid needs. A cosine is a per-row dot product, so the merged array has the
+- the dense side (`ShardedVectors`, `ShardedDense`): in hybrid mode one call per shard runs
+  the one-file reader's scorer there (int8 first pass + exact rescoring, page evidence,
+  the feedback direction) and answers its best rows with a fill for the rest; otherwise
+  each shard's cosines over its own mapped rows, or some rows; and the few rows the Rocchio
+  centroid needs. A cosine is a per-row dot product, so the merged values have the
   one-file bits.
 Each chunk's score is therefore the same float32 operations in the same order as the one-file
 index's, and a sharded search answers exactly as the unsharded one (tests/test_shards.py).
@@ -41,6 +43,7 @@ from kernel import index_format, shards, text_analysis
 from query.shard_part import ShardFile, ShardPart, shard_term_scores
 
 __all__ = [
+    "ShardedDense",
     "ShardedLexical",
     "ShardedSnapshot",
     "ShardedVectors",
@@ -50,6 +53,7 @@ __all__ = [
 
 _POOLS: dict[bool, ThreadPoolExecutor] = {}
 GLOBAL_TABLES = ("near_duplicates", "clusters", "schema", "schema_problems")
+DF_CACHE = 1_000_000  # terms whose corpus-wide df a reader keeps (then starts over)
 
 
 def fan_out(function, items: Sequence, parts: Sequence = ()) -> list:
@@ -455,12 +459,77 @@ class ShardedVectors:
             out[ids] = local
         return out
 
+    def scorer(self, first_pass: str) -> ShardedDense:
+        """`query.vector.dense_scorer` for this matrix: each shard runs the one-file
+        scorer on its rows (`first_pass`, decided for the whole index: "exact", "int8", or
+        "ivf": the pass the one-file reader would take for the shard)."""
+        return ShardedDense(self, first_pass)
+
     def __getitem__(self, rows) -> ShardRows:
         rows = np.arange(self.shape[0])[rows] if isinstance(rows, slice) else rows
         return ShardRows(self, np.asarray(rows, dtype=np.int64).reshape(-1))
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         return ShardRows(self, np.arange(self.shape[0])).__array__(dtype)
+
+
+class ShardedDense:
+    """`query.vector.DenseScorer`'s interface over shards: one `dense` call per shard, in
+    parallel, runs the one-file reader's scorer there (the int8 first pass and exact
+    rescoring, page evidence, the feedback direction: query.shard_part.ShardPart.dense).
+    When the caller reads only the best `keep` scores (hybrid fusion: `pool` + 1), each
+    shard sends back only its best `keep` rows of the cosine and moved scores and a fill
+    value for the rest, which fuses to the same bits (the fill is never above the corpus's
+    `pool`-th best cosine, so its semantic part is 0 as the exact one is)."""
+
+    pages = "in shards"  # `query.fusion.hybrid` adds a page side only to a scorer without
+
+    def __init__(self, vectors: ShardedVectors, first_pass: str):
+        self.vectors = vectors
+        self.first_pass = first_pass
+
+    def scores(self, query, direction=None, beta: float = 0.0, keep: int = 0):
+        _, cosine, moved = self.mixed(query, direction, beta, keep)
+        return cosine, moved
+
+    def mixed(self, query, direction=None, beta: float = 0.0, keep: int = 0, rho: float = 0.0):
+        query = np.asarray(query, dtype=np.float32)
+        if direction is not None:
+            direction = np.asarray(direction, dtype=np.float32)
+        args = (query, direction, float(beta), int(keep), float(rho), self.first_pass, int(keep))
+        parts = self.vectors.parts
+        n = self.vectors.shape[0]
+        depths = [shard_depth(len(ids), n, keep) for ids in self.vectors.chunk_ids]
+        answers = fan_out(
+            lambda i: parts[i].call("dense", *args, depths[i]), list(range(len(parts))), parts
+        )
+        names = ("raw", "cosine", "moved")
+        # Each chunk starts as its shard's fill (one gather by the shard of every chunk),
+        # then every answered row gets its exact value.
+        fills = np.zeros((3, len(parts)), dtype=np.float32)
+        for i, answer in enumerate(answers):
+            fills[:, i] = answer.get("fill") or (0.0, 0.0, 0.0)
+        shard_of = self.vectors.where[0]
+        out = {name: fills[k][shard_of] for k, name in enumerate(names)}
+        for ids, answer in zip(self.vectors.chunk_ids, answers, strict=True):
+            rows = answer.get("rows")
+            at = ids if rows is None else ids[rows]
+            for name in names:
+                out[name][at] = answer[name]
+        moved = out["cosine"] if direction is None else out["moved"]
+        return out["raw"], out["cosine"], moved
+
+
+def shard_depth(rows: int, total: int, keep: int) -> int:
+    """How many of a shard's rows its int8 pass hands to exact rescoring: twice its share of
+    the one-file reader's depth (`query.vector.RESCORE_DEPTH` over the whole index), and
+    never fewer than the `keep` best the caller reads. The one-file depth in every shard
+    would rescore up to 20x the rows at 20 shards (at 6,500 rows a shard, the int8 pass was
+    then slower than the exact scan: 108 against 63 ms, bench/scaleout.py)."""
+    from query.vector import RESCORE_DEPTH
+
+    share = -(-2 * RESCORE_DEPTH * rows // max(total, 1))
+    return max(int(keep), share, 1)
 
 
 class ShardRows:
@@ -557,6 +626,9 @@ class ShardedLexical:
     k1: float = 1.2
     b: float = 0.75
     floor: float = 0.0
+    # term hash -> chunks holding it, over every shard: kept for the generation (the
+    # snapshot), shared by the rescored views, so a term's df costs a round trip once
+    df_cache: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def avg(self) -> float:
@@ -603,10 +675,21 @@ class ShardedLexical:
     def document_frequency(self, hashes: np.ndarray) -> np.ndarray:
         """Chunks holding each term, summed over the shards."""
         hashes = np.asarray(hashes, dtype=np.uint64)
-        df = np.zeros(len(hashes), dtype=np.int64)
-        for counts in fan_out(lambda part: part.call("df", hashes), self.parts):
-            df += counts
-        return df
+        cache = self.df_cache
+        keys = hashes.tolist()
+        # what is known now (another thread may start the cache over meanwhile)
+        known = {h: found for h in keys if (found := cache.get(h)) is not None}
+        missing = np.asarray(sorted(set(keys).difference(known)), dtype=np.uint64)
+        if len(missing):
+            df = np.zeros(len(missing), dtype=np.int64)
+            for counts in fan_out(lambda part: part.call("df", missing), self.parts):
+                df += counts
+            fetched = dict(zip(missing.tolist(), df.tolist(), strict=True))
+            known.update(fetched)
+            if len(cache) > DF_CACHE:
+                cache.clear()
+            cache.update(fetched)
+        return np.asarray([known[h] for h in keys], dtype=np.int64)
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return np.log1p((self.n_chunks - df + 0.5) / (df + 0.5)).astype(np.float32)
@@ -655,13 +738,22 @@ class ShardedLexical:
         spec = self.norm_spec()
         started = out.any()
 
-        def one(shard: int) -> np.ndarray:
-            start = out[self.chunk_ids[shard]] if started else None
+        def one(shard: int):
+            start = None
+            if started:  # what `out` holds already, as the shard's nonzero rows
+                local = out[self.chunk_ids[shard]]
+                held = np.flatnonzero(local)
+                start = (held, local[held])
             return self.parts[shard].call("term_scores", hashes, weights, idf, spec, start)
 
         answers = fan_out(one, list(range(len(self.parts))), self.parts)
-        for ids, local in zip(self.chunk_ids, answers, strict=True):
-            out[ids] = local
+        for ids, (rows, values) in zip(self.chunk_ids, answers, strict=True):
+            if rows is None:
+                out[ids] = values
+                continue
+            if started:
+                out[ids] = 0.0
+            out[ids[rows]] = values
         return out
 
     def scores(self, query: str) -> np.ndarray:

@@ -301,6 +301,14 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
     n = matrix.shape[0]
+    sharded = getattr(matrix, "scorer", None)
+    if sharded is not None:  # sharded: each shard runs this function on its own rows
+        seen = snap.cache.get("vector_queries", 0)
+        snap.cache["vector_queries"] = seen + 1
+        exact = mode == "exact" or n <= RESCORE_DEPTH
+        exact = exact or (mode == "auto" and (n < AUTO_MIN_ROWS or seen == 0))
+        # "ivf": a shard's own first pass (IVF lists where it has them, else int8)
+        return sharded("exact" if exact else "int8" if mode == "int8" else "ivf")
     if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
         side = None
         if pages is not None and rho > 0 and len(pages.chunks) > 0:

@@ -1,0 +1,183 @@
+"""The per-shard work of a sharded search at a size where it matters (shards of 1,000+
+chunks): each shard runs the one-file reader's int8 first pass and exact rescoring, and
+answers the router with its best candidates and the chunks that score, not one number per
+chunk; every answer stays the one-file one (docs/scale-out.md)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+FILES = 1_500  # ~4,500 chunks: four shards of more than RESCORE_DEPTH (1,000) rows
+SHARDED = {"MDVDB_SHARDS": "4"}
+QUERIES = [
+    "extract a tar archive",
+    "merge a branch and push to the remote",
+    "bake bread with yeast and flour",
+    "invoice tax audit",
+]
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int]:
+    """A generated corpus as one file, and as four shards packed from a copy of it."""
+    from bench.generate import generate
+
+    base = tmp_path_factory.mktemp("fanout")
+    one = generate(base / "one", FILES)
+    done = run_cli("ingest", "--root", str(one))
+    assert done.returncode == 0, done.stderr
+    four = base / "four"
+    shutil.copytree(one, four, symlinks=True)
+    (four / ".markdownvdb.index").unlink()
+    done = run_cli("ingest", "--root", str(four), env=SHARDED)
+    assert done.returncode == 0, done.stderr
+    index = _open(one, {})
+    with index.pinned() as snap:
+        chunks = len(snap.chunk_file_ids)
+    assert chunks > 4 * 1_000, chunks
+    return one, four, chunks
+
+
+def _open(root: Path, env: dict):
+    from kernel.config import load_config
+    from query import open_index
+
+    return open_index(config=load_config(root, {**os.environ, **env}))
+
+
+def _top(index, query: str, mode: str, **options) -> list:
+    response = index.search(query, limit=10, mode=mode, **options)
+    return [(r.path, r.start_line, r.end_line, r.score) for r in response.results]
+
+
+def _answers(index) -> dict:
+    from query.filters import parse_filter
+
+    found = {}
+    for mode in ("lexical", "hybrid", "semantic"):
+        for query in QUERIES:
+            found[mode, query] = _top(index, query, mode)
+            # twice: a warm reader's second vector query is the first int8 one under auto
+            found[mode, query, "again"] = _top(index, query, mode)
+    found["filtered"] = _top(
+        index, QUERIES[0], "hybrid", filters=[parse_filter("category=archive")]
+    )
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first_pass", ["int8", "exact", "auto"])
+def test_shards_rank_as_one_file_with_each_first_pass(generated, first_pass: str) -> None:
+    one, four, _ = generated
+    env = {"MDVDB_SEARCH_FIRST_PASS": first_pass}
+    expected = _answers(_open(one, env))
+    assert expected["hybrid", QUERIES[0]] and expected["filtered"]
+    assert _answers(_open(four, {**env, **SHARDED})) == expected
+
+
+@pytest.mark.slow
+def test_each_shard_runs_the_int8_first_pass(generated) -> None:
+    """A warm sharded reader's hybrid query runs `query.vector.dense_scorer` in each shard:
+    each keeps its own int8 copy (of its rows mixed with their pages'), as the one-file
+    reader keeps one of the whole matrix; with `exact`, none is built."""
+    _, four, _ = generated
+
+    def copies(part) -> list:
+        return [
+            key
+            for key in part.shard.cache
+            if key == "int8_rows" or (isinstance(key, tuple) and key[0] == "page_side")
+        ]
+
+    for first_pass, built in (("exact", False), ("int8", True)):
+        index = _open(four, {**SHARDED, "MDVDB_SEARCH_FIRST_PASS": first_pass})
+        with index.pinned() as snap:
+            for part in snap.parts:  # a process shares a snapshot between its readers
+                for key in copies(part):
+                    del part.shard.cache[key]
+        index.search(QUERIES[0], limit=10, mode="hybrid")
+        with index.pinned() as snap:
+            held = [
+                any(
+                    getattr(part.shard.cache[key], "compact", True) is not None
+                    for key in copies(part)
+                )
+                for part in snap.parts
+            ]
+            assert held == [built] * len(snap.parts), (first_pass, held)
+
+
+def _shard_server(root: Path, which: str):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", "serve", "--shards", which, "--root", str(root)],
+        env={**os.environ, **SHARDED},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    assert line.startswith("serve: shards"), line + proc.stderr.read()
+    return proc, line.split()[-1]
+
+
+@pytest.mark.slow
+def test_a_router_receives_candidates_not_a_number_per_chunk(generated) -> None:
+    """Two real shard servers on 127.0.0.1; a router (the library with
+    MDVDB_SHARD_SERVERS) answers as the one file. A hybrid query's dense side is one call
+    per shard answering its best rows (no call answers a cosine per chunk: the previous
+    protocol's `dots` and `page_dots` did, twice over), and the BM25F answers carry only
+    the chunks that score."""
+    from bench.scaleout import Traffic
+
+    one, four, chunks = generated
+    servers = [_shard_server(four, "0,1"), _shard_server(four, "2,3")]
+    try:
+        routed = {**SHARDED, "MDVDB_SHARD_SERVERS": ",".join(a for _, a in servers)}
+        router = _open(four, routed)
+        reference = _open(one, {})
+        for mode in ("lexical", "hybrid"):
+            for query in QUERIES:
+                assert _top(router, query, mode) == _top(reference, query, mode), (mode, query)
+        with Traffic() as traffic:
+            for query in QUERIES:
+                router.search(query, limit=10, mode="hybrid")
+        assert traffic.calls.get("dense") == 4 * len(QUERIES), traffic.calls
+        assert not {"dots", "page_dots", "dots_rows"} & set(traffic.calls), traffic.calls
+        assert traffic.by_call["dense"] / len(QUERIES) < 8 * chunks, traffic.by_call
+    finally:
+        for proc, _ in servers:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_a_shard_answers_its_best_rows_and_a_fill(generated) -> None:
+    """`ShardPart.dense` with `top`: at most the best `top` rows of the cosine and of the
+    moved score, exact, and for the rest the `top`-th best value, which no other row
+    exceeds (what makes the merged array fuse to the one-file bits)."""
+    import numpy as np
+
+    from query.shard_part import ShardPart
+
+    _, four, _ = generated
+    shard = sorted((four / ".markdownvdb.index.shards").glob("shard-000-*.index"))[0]
+    part = ShardPart.load(shard)
+    vectors = part.shard.vectors
+    query, direction = vectors[7], vectors[:3].mean(axis=0)
+    whole = part.call("dense", query, direction, 1.0, 101, 0.5, "exact", 0)
+    top = part.call("dense", query, direction, 1.0, 101, 0.5, "exact", 101)
+    rows = top["rows"]
+    assert len(vectors) > 2 * 101 and len(rows) <= 2 * 101
+    for name, fill in zip(("cosine", "moved"), top["fill"][1:], strict=True):
+        assert np.array_equal(top[name], whole[name][rows])
+        best = np.sort(whole[name])[::-1]
+        assert fill == best[100]
+        outside = np.setdiff1d(np.arange(len(vectors)), rows)
+        assert whole[name][outside].max() <= fill
