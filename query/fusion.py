@@ -215,8 +215,16 @@ def hybrid(
         from query.vector import PageSide
 
         dense.pages = PageSide.of(pages, vectors)
+    # An IVF pass scores only the probed lists: the lexical side's best candidates are
+    # scored exactly too (their dense part then never depends on the probes).
+    also = best(bm25, LEXICAL_EXACT) if getattr(dense, "lists", None) is not None else None
     raw, cosine, semantic = dense.mixed(
-        query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1, rho=rho
+        query_vector,
+        direction,
+        params.dense_feedback_weight,
+        keep=params.pool + 1,
+        rho=rho,
+        also=also,
     )
     first = fuse(bm25, cosine, params)
     if params.feedback_with_page and page is not None and params.page_weight > 0:
@@ -271,6 +279,7 @@ def feedback_share(bm25: np.ndarray, cosine: np.ndarray, params: FusionParams) -
 
 
 AGREEMENT_DEPTH = 10
+LEXICAL_EXACT = 1000  # the best BM25F chunks an IVF pass scores exactly (query.vector)
 
 
 def overlap(a: np.ndarray, b: np.ndarray) -> float:
