@@ -36,9 +36,9 @@ def main() -> None:
     n = chunks.num_rows
     dims = int(index.meta.get("dimensions") or chunks.schema.field("vector").type.list_size)
     plan = Plan(None, index.tables["files"], chunks, np.zeros(0), np.full(n, -1), ())
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     part = ivf.build(plan, dims, args.min_chunks)
-    took = time.perf_counter() - start
+    took, cpu = time.perf_counter() - start, time.process_time() - cpu
     if part.table is None:
         sys.exit(f"{n} chunks: under --min-chunks, no lists built")
     tables = {k: v for k, v in index.tables.items() if k != ivf_format.TABLE}
@@ -47,7 +47,8 @@ def main() -> None:
     meta[ivf_format.META_KEY] = part.meta
     args.dest.mkdir(parents=True, exist_ok=True)
     size = index_format.write_index(args.dest / ".markdownvdb.index", tables, meta, source=index)
-    print(f"{n} chunks, {part.meta['lists']} lists, built in {took:.1f} s; wrote {size} bytes")
+    lists = part.meta["lists"]
+    print(f"{n} chunks, {lists} lists, built in {took:.1f} s wall, {cpu:.1f} s CPU; {size} bytes")
 
 
 if __name__ == "__main__":

@@ -260,6 +260,9 @@ class DenseScorer:
         self.depth = depth or RESCORE_DEPTH
         self.pages = pages
         self.lists = lists
+        # After an IVF pass: the rows scored exactly (query.fusion reads its pool floor
+        # from them alone); None after a pass that leaves no such guarantee.
+        self.support: np.ndarray | None = None
 
     def scores(
         self,
@@ -289,6 +292,7 @@ class DenseScorer:
         beta * (section . direction). The raw cosine is the section's own (`explain`).
         `also`: rows scored exactly whatever the first pass probes (the lexical side's
         candidates, when the IVF pass scores only some rows)."""
+        self.support = None
         query = query.astype(np.float32, copy=False)
         if direction is not None:
             direction = direction.astype(np.float32, copy=False)
@@ -399,6 +403,7 @@ class DenseScorer:
         if direction is not None:
             exact_moved = exact_cos + beta * row_dots(exact, direction)
         if ids is not None:
+            self.support = picked
             return _spread(
                 lists.below,
                 ids,
