@@ -33,9 +33,13 @@ AUTO_MIN_ROWS = 20_000
 # until they hold this share of the rows, and at least IVF_MIN_PROBE_ROWS (measured per
 # corpus for recall of the fused top 10: bench/query_speed.py --recall-only).
 # On the generated corpora (weakly clustered text) the lists nearest the query hold 99% of
-# its exact best 101 mixed cosines at ~10% of the rows (131k chunks, 363 lists).
-IVF_PROBE_SHARE = 0.10
-IVF_MIN_PROBE_ROWS = 16 * RESCORE_DEPTH
+# its exact best 101 mixed cosines at 10-15% of the rows; at 15% and 500 + 2 x 500 rows
+# rescored, the fused top 10 was the exact one on 30/30 queries at 131k and at 1M chunks
+# (0.997 at 10%; docs/benchmarks.md, "IVF first pass").
+IVF_PROBE_SHARE = 0.15
+IVF_MIN_PROBE_ROWS = 16_000
+IVF_RESCORE_DEPTH = 500
+IVF_MOVED_DEPTH_FACTOR = 2
 
 
 def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -308,6 +312,8 @@ class DenseScorer:
             or self.compact is not None
             or (pages is not None and pages.compact is not None and pages.rho == rho)
         )
+        if lists is not None:  # the probed rows' estimates: fewer rows rescored
+            depth = max(IVF_RESCORE_DEPTH, keep)
         if not fast or self.matrix.shape[0] <= depth:
             return self._exact(query, direction, np.float32(beta), pages, np.float32(rho))
         return self._rescored(
@@ -366,7 +372,8 @@ class DenseScorer:
             approx = (pages.compact if mixed else self.compact).dots(rows)
         raw = cosine = approx[0]
         moved_dots = approx[1] if direction is not None else None
-        moved_depth = MOVED_DEPTH_FACTOR * depth if mixed else depth
+        moved_depth = (IVF_MOVED_DEPTH_FACTOR if ids is not None else MOVED_DEPTH_FACTOR) * depth
+        moved_depth = moved_depth if mixed else depth
         if pages is not None and not mixed:  # another rho than the copy's: mix here
             cosine = raw.copy()
             if ids is None:
@@ -487,7 +494,8 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
         return DenseScorer(matrix, pages=side)
     lists = _ivf_lists(snap, n, matrix.shape[1]) if mode in ("auto", "ivf") else None
     small = mode == "auto" and n < AUTO_MIN_ROWS and lists is None
-    quantise = not (mode == "exact" or n <= RESCORE_DEPTH or small)
+    depth = IVF_RESCORE_DEPTH if lists is not None else RESCORE_DEPTH
+    quantise = not (mode == "exact" or n <= depth or small)
     quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
     built = ("page_side", float(rho)) in snap.cache or "int8_rows" in snap.cache

@@ -72,7 +72,7 @@ def test_ivf_pass_recall_against_the_exact_scan(built: Path, monkeypatch):
     and the pass really skipped rows (it is not a full scan in disguise)."""
     monkeypatch.setattr(vector, "IVF_MIN_PROBE_ROWS", 0)
     monkeypatch.setattr(vector, "IVF_PROBE_SHARE", 0.3)
-    monkeypatch.setattr(vector, "RESCORE_DEPTH", 150)
+    monkeypatch.setattr(vector, "IVF_RESCORE_DEPTH", 150)
     exact, fast = _index(built, "exact"), _index(built, "ivf")
     recalls = []
     for query in QUERIES:
