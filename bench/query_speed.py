@@ -243,6 +243,8 @@ def main() -> None:
     parser.add_argument("--queries", type=Path, help="a queries.jsonl (BEIR) to use instead")
     parser.add_argument("--depth", type=int, help="rows rescored exactly (default 1000)")
     parser.add_argument("--recall-only", action="store_true", help="no timings")
+    parser.add_argument("--ivf-share", type=float, help="IVF: share of rows probed (0.15)")
+    parser.add_argument("--ivf-min-rows", type=int, help="IVF: rows probed at least (16000)")
     parser.add_argument(
         "--cpu",
         action="store_true",
@@ -258,6 +260,10 @@ def main() -> None:
 
     if args.depth:
         vector.RESCORE_DEPTH = args.depth
+    if args.ivf_share is not None:
+        vector.IVF_PROBE_SHARE = args.ivf_share
+    if args.ivf_min_rows is not None:
+        vector.IVF_MIN_PROBE_ROWS = args.ivf_min_rows
     queries = QUERIES
     if args.queries:
         import json

@@ -492,9 +492,11 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
             if side is None:
                 side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
         return DenseScorer(matrix, pages=side)
-    lists = _ivf_lists(snap, n, matrix.shape[1]) if mode in ("auto", "ivf") else None
-    small = mode == "auto" and n < AUTO_MIN_ROWS and lists is None
-    depth = IVF_RESCORE_DEPTH if lists is not None else RESCORE_DEPTH
+    from kernel import ivf
+
+    listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
+    small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
+    depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
     quantise = not (mode == "exact" or n <= depth or small)
     quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
@@ -503,6 +505,7 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
         seen = snap.cache.get("vector_queries", 0)
         snap.cache["vector_queries"] = seen + 1
         quantise = not (mode == "auto" and seen == 0)
+    lists = _ivf_lists(snap, n, matrix.shape[1]) if quantise and listed else None
     if quantise and lists is not None:
         # The IVF lists' int8 copy (of the mixed vectors, in list order) takes the place
         # of the whole-matrix one.
