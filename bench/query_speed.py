@@ -12,7 +12,9 @@ and the int8 copy), then `rounds` times per run through `Index.search` (limit 10
 - the reference: one float32 brute-force scan of the whole matrix (einsum, what `exact` does
   per direction), the int8 pass alone, and bm25s (its own index of the chunk texts, top 10);
 - recall@10 of the int8 hybrid ranking against the exact one, and the share of queries whose
-  fused scores are bit-identical.
+  fused scores are bit-identical;
+- with an index that holds IVF lists (`kernel.ivf`; `bench/add_ivf.py` adds them to an
+  existing index): `search --mode hybrid` with MDVDB_SEARCH_FIRST_PASS=ivf, and its recall.
 `--synthetic N` times the dense pass alone (two directions, as hybrid search asks) on N random
 unit vectors of 256 dimensions against the float32 scan: no 1M-chunk index is ingested (about
 half an hour here), so the lexical side at that size is not in it.
@@ -104,16 +106,34 @@ def agreement(exact_index, fast_index, queries: list[str]) -> tuple[float, float
     return float(np.mean(recalls)), same / len(queries)
 
 
-def recall_only(root: Path, queries: list[str]) -> list[dict]:
+def _opened(root: Path, mode: str):
     from kernel.config import load_config
-    from query import open_index, vector
+    from query import open_index
 
-    exact = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "exact"}))
-    fast = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "int8"}))
-    recall, same = agreement(exact, fast, queries)
+    return open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": mode}))
+
+
+def _has_lists(index) -> bool:
+    """The index holds IVF lists (kernel.ivf) a search can use."""
+    from kernel import ivf
+
+    snap = index.snapshot
+    n, d = snap.vectors.shape
+    return ivf.read(snap.table(ivf.TABLE), snap.meta, n, d) is not None
+
+
+def recall_only(root: Path, queries: list[str]) -> list[dict]:
+    from query import vector
+
+    exact = _opened(root, "exact")
     n = exact.snapshot.vectors.shape[0]
-    row = {"root": root.name, "chunks": n, "depth": vector.RESCORE_DEPTH, "queries": len(queries)}
-    return [row | {"recall@10": round(recall, 4), "identical_scores": round(same, 3)}]
+    out = []
+    for mode in ("int8", "ivf") if _has_lists(exact) else ("int8",):
+        recall, same = agreement(exact, _opened(root, mode), queries)
+        row = {"root": root.name, "pass": mode, "chunks": n, "depth": vector.RESCORE_DEPTH}
+        row |= {"queries": len(queries), "recall@10": round(recall, 4)}
+        out.append(row | {"identical_scores": round(same, 3)})
+    return out
 
 
 def bm25s_runner(index):
@@ -144,6 +164,7 @@ def bench_root(
 
     exact = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "exact"}))
     fast = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "int8"}))
+    lists = _opened(root, "ivf") if _has_lists(exact) else None
     vectors = exact.snapshot.vectors
     probe = np.asarray(exact.provider().embed([queries[0]])[0], dtype=np.float32)
     compact = Int8Rows.of(vectors)
@@ -151,6 +172,8 @@ def bench_root(
         for mode in ("lexical", "semantic", "hybrid"):
             exact.search(q, mode=mode)
         fast.search(q, mode="hybrid")
+        if lists is not None:
+            lists.search(q, mode="hybrid")
     runs = {
         "search --mode hybrid, exact": lambda q: exact.search(q, mode="hybrid"),
         "search --mode hybrid, int8 + rescoring": lambda q: fast.search(q, mode="hybrid"),
@@ -159,18 +182,25 @@ def bench_root(
         "float32 brute-force scan (einsum)": lambda q: row_dots(vectors, probe),
         "int8 pass alone, 2 directions": lambda q: compact.dots(np.stack([probe, probe])),
     }
+    if lists is not None:
+        runs["search --mode hybrid, IVF + rescoring"] = lambda q: lists.search(q, mode="hybrid")
     if with_bm25s:
         runs["bm25s top 10"] = bm25s_runner(exact)
     n, d = vectors.shape
     rows = []
     for name, fn in runs.items():
         rows.append(row(name, samples_of(fn, queries, rounds), root=root.name, chunks=n))
-    recall, same = agreement(exact, fast, queries)
     scan = next(r for r in rows if r["run"].startswith("float32"))["p50_ms"]
     for r in rows:
         r["x_scan"] = round(r["p50_ms"] / scan, 2) if scan else None
-    agree = {"root": root.name, "chunks": n, "queries": len(queries), "recall@10": recall}
-    return rows, [agree | {"identical_scores": round(same, 3)}]
+    agreed = []
+    for mode, index in (("int8", fast), ("ivf", lists)):
+        if index is None:
+            continue
+        recall, same = agreement(exact, index, queries)
+        agree = {"root": root.name, "pass": mode, "chunks": n, "queries": len(queries)}
+        agreed.append(agree | {"recall@10": recall, "identical_scores": round(same, 3)})
+    return rows, agreed
 
 
 def bench_synthetic(n: int, rounds: int, d: int = 256) -> list[dict]:
@@ -213,6 +243,8 @@ def main() -> None:
     parser.add_argument("--queries", type=Path, help="a queries.jsonl (BEIR) to use instead")
     parser.add_argument("--depth", type=int, help="rows rescored exactly (default 1000)")
     parser.add_argument("--recall-only", action="store_true", help="no timings")
+    parser.add_argument("--ivf-share", type=float, help="IVF: share of rows probed (0.15)")
+    parser.add_argument("--ivf-min-rows", type=int, help="IVF: rows probed at least (16000)")
     parser.add_argument(
         "--cpu",
         action="store_true",
@@ -228,6 +260,10 @@ def main() -> None:
 
     if args.depth:
         vector.RESCORE_DEPTH = args.depth
+    if args.ivf_share is not None:
+        vector.IVF_PROBE_SHARE = args.ivf_share
+    if args.ivf_min_rows is not None:
+        vector.IVF_MIN_PROBE_ROWS = args.ivf_min_rows
     queries = QUERIES
     if args.queries:
         import json
@@ -252,9 +288,9 @@ def main() -> None:
         timed, agreed = bench_root(root, args.rounds, queries, not args.no_bm25s)
         rows += timed
         agreements += agreed
-    print_table("Warm in-process query latency (ms), int8 first pass vs exact", rows, args.json)
+    print_table("Warm in-process query latency (ms), first passes vs exact", rows, args.json)
     if agreements:
-        print_table("int8 hybrid ranking vs the exact scan", agreements, args.json)
+        print_table("int8 / IVF hybrid ranking vs the exact scan", agreements, args.json)
 
 
 if __name__ == "__main__":

@@ -278,9 +278,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_SEARCH_FIRST_PASS",
         "search_first_pass",
-        _choice("auto", "int8", "exact"),
+        _choice("auto", "ivf", "int8", "exact"),
         "auto",
-        "Hybrid search's dense pass: int8 + exact rescoring (auto: warm, 20k+ chunks) | exact",
+        "Hybrid search's dense pass: auto (warm: the IVF lists when the index has them, else "
+        "int8 from 20k chunks) | ivf | int8 (every row) | exact; each rescored exactly",
+    ),
+    Setting(
+        "MDVDB_IVF_MIN_CHUNKS",
+        "ivf_min_chunks",
+        _int(1),
+        "50000",
+        "Chunks from which ingest stores IVF lists for a sub-linear first pass",
     ),
     Setting("MDVDB_WATCH", "watch", _bool, "true", "Allow the watcher"),
     Setting("MDVDB_WATCH_DEBOUNCE_MS", "watch_debounce_ms", _int(0), "300", "Debounce (ms)"),
@@ -421,6 +429,7 @@ class Config:
     search_per_file: int = 3
     search_default_mode: str = "hybrid"
     search_first_pass: str = "auto"
+    ivf_min_chunks: int = 50_000
     watch: bool = True
     watch_debounce_ms: int = 300
     clustering_enabled: bool = True

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from kernel import index_format
-from pipeline import cluster, duplicates, lexical, schema_pack
+from pipeline import cluster, duplicates, ivf, lexical, schema_pack
 from pipeline.cluster import ClusterAssignment
 from pipeline.lexical import LexicalTables
 from pipeline.plan import Plan
@@ -221,6 +221,7 @@ def assemble(
     clusters: ClusterAssignment,
     near_duplicates: pa.Table,
     meta: Mapping[str, Any],
+    lists: ivf.IvfPart | None = None,
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """Every table of the new index and its meta, from the plan and the steps' outputs."""
     files = plan.files.set_column(
@@ -232,6 +233,8 @@ def assemble(
         tables["clusters"] = clusters.table
     tables.update(schema.tables)
     tables["near_duplicates"] = near_duplicates
+    if lists is not None and lists.table is not None:
+        tables[ivf.ivf_format.TABLE] = lists.table
     meta = {
         **meta,
         "lexical": lexical.meta,
@@ -241,6 +244,8 @@ def assemble(
         "files": files.num_rows,
         "chunks": plan.chunks.num_rows,
     }
+    if lists is not None and lists.meta is not None:
+        meta[ivf.ivf_format.META_KEY] = lists.meta
     return tables, meta
 
 
@@ -257,11 +262,13 @@ def publish(
     rows: Plan | None = None,
     schema: schema_pack.SchemaUpdate | None = None,
     analysed: lexical.Store | None = None,
+    ivf_min_rows: int | None = None,
 ) -> Written:
     """pack in its named steps: `plan`, `schema_pack.update`, `lexical.update`,
     `cluster.assign`, `duplicates.update`, `assemble`, `write`. `rows` and `schema`: the plan
     and schema the `schema` stage already made from the same sources in this run;
-    `analysed`: lexical analyses the ingest workers made of this run's new chunks."""
+    `analysed`: lexical analyses the ingest workers made of this run's new chunks;
+    `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.ivf`; None: never)."""
     if rows is None:
         rows = plan(index_path, sources)
     if schema is None:
@@ -269,8 +276,11 @@ def publish(
     postings = lexical.update(rows, analysed)
     clusters = cluster.assign(rows, sources.state)
     near = duplicates.update(rows)
+    lists = None
+    if ivf_min_rows is not None:
+        lists = ivf.build(rows, sources.dimensions, ivf_min_rows)
     tables, full_meta = assemble(
-        rows, schema, postings, clusters, near, {**meta, "build_key": sources.build_key}
+        rows, schema, postings, clusters, near, {**meta, "build_key": sources.build_key}, lists
     )
     written = write(index_path, tables, full_meta, rows)
     return Written(written, rows.chunks.num_rows, rows.reused_files, rows.damaged)

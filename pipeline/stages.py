@@ -755,9 +755,19 @@ def pack(
     if config.shards > 1:
         return _pack_shards(config, manifest, state, sources, meta, digest)
     if schema is not None and schema.manifest_digest == manifest.digest:
-        written = publish(config.index_path, sources, meta, schema.plan, schema.update, analysed)
+        written = publish(
+            config.index_path,
+            sources,
+            meta,
+            schema.plan,
+            schema.update,
+            analysed,
+            ivf_min_rows=config.ivf_min_chunks,
+        )
     else:
-        written = publish(config.index_path, sources, meta, analysed=analysed)
+        written = publish(
+            config.index_path, sources, meta, analysed=analysed, ivf_min_rows=config.ivf_min_chunks
+        )
     damaged = tuple(
         (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
         for path in written.damaged

@@ -165,11 +165,19 @@ def normalised_lexical(lexical: np.ndarray) -> np.ndarray:
     return lexical / np.float32(top) if top > 0 else np.zeros_like(lexical)
 
 
-def normalised_semantic(semantic: np.ndarray, pool: int) -> np.ndarray:
+def normalised_semantic(
+    semantic: np.ndarray, pool: int, support: np.ndarray | None = None
+) -> np.ndarray:
+    """`support` (query.vector.DenseScorer.support): rows holding the best values, every
+    other row at most their lowest; then the top and the floor are read from them alone
+    (the same values, without two passes and a partition of n rows)."""
     if len(semantic) == 0:
         return semantic
-    top = float(semantic.max())
-    floor = _nth_best(semantic, pool)
+    if support is not None and len(support) > pool:
+        values = semantic[support]
+        top, floor = float(values.max()), _nth_best(values, pool)
+    else:
+        top, floor = float(semantic.max()), _nth_best(semantic, pool)
     if top <= floor:
         return (semantic >= top).astype(np.float32)
     return np.clip((semantic - floor) / (top - floor), 0.0, 1.0).astype(np.float32)
@@ -192,11 +200,16 @@ def for_query(query: str, params: FusionParams | None = None) -> FusionParams:
     return replace(params, **changes) if changes else params
 
 
-def fuse(lexical: np.ndarray, semantic: np.ndarray, params: FusionParams | None = None) -> Fused:
+def fuse(
+    lexical: np.ndarray,
+    semantic: np.ndarray,
+    params: FusionParams | None = None,
+    support: np.ndarray | None = None,
+) -> Fused:
     params = params or PARAMS
     w = np.float32(params.dense_weight)
     lex = (np.float32(1) - w) * normalised_lexical(lexical).astype(np.float32)
-    sem = w * normalised_semantic(semantic, params.pool)
+    sem = w * normalised_semantic(semantic, params.pool, support)
     return Fused(scores=lex + sem, lexical=lex, semantic=sem)
 
 
@@ -248,10 +261,19 @@ def hybrid(
         from query.vector import PageSide
 
         dense.pages = PageSide.of(pages, vectors)
+    # An IVF pass scores only the probed lists: the lexical side's best candidates are
+    # scored exactly too (their dense part then never depends on the probes).
+    also = best(bm25, LEXICAL_EXACT) if getattr(dense, "lists", None) is not None else None
     raw, cosine, semantic = dense.mixed(
-        query_vector, direction, params.dense_feedback_weight, keep=params.pool + 1, rho=rho
+        query_vector,
+        direction,
+        params.dense_feedback_weight,
+        keep=params.pool + 1,
+        rho=rho,
+        also=also,
     )
-    first = fuse(bm25, cosine, params)
+    support = getattr(dense, "support", None)  # the rows the scorer rescored exactly
+    first = fuse(bm25, cosine, params, support)
     if params.feedback_with_page and page is not None and params.page_weight > 0:
         first = with_page(first, page, params.page_weight)
     first = first.scores
@@ -274,7 +296,7 @@ def hybrid(
                 share = overlap(best(expansion, AGREEMENT_DEPTH), chunks[:AGREEMENT_DEPTH])
             lam = np.float32(params.feedback_weight * share)
             lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
-    fused = fuse(lexical, semantic, params)
+    fused = fuse(lexical, semantic, params, support)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight)
     return fused, raw
@@ -317,6 +339,7 @@ def feedback_share(bm25: np.ndarray, cosine: np.ndarray, params: FusionParams) -
 
 
 AGREEMENT_DEPTH = 10
+LEXICAL_EXACT = 1000  # the best BM25F chunks an IVF pass scores exactly (query.vector)
 
 
 def overlap(a: np.ndarray, b: np.ndarray) -> float:

@@ -29,6 +29,17 @@ RESCORE_DEPTH = 1000
 MOVED_DEPTH_FACTOR = 4
 # `auto`: the int8 pass only from this many chunks on (below, float32 is already cheap).
 AUTO_MIN_ROWS = 20_000
+# The IVF pass (an index with `kernel.ivf` lists) probes the lists nearest each direction
+# until they hold this share of the rows, and at least IVF_MIN_PROBE_ROWS (measured per
+# corpus for recall of the fused top 10: bench/query_speed.py --recall-only).
+# On the generated corpora (weakly clustered text) the lists nearest the query hold 99% of
+# its exact best 101 mixed cosines at 10-15% of the rows; at 15% and 500 + 2 x 500 rows
+# rescored, the fused top 10 was the exact one on 30/30 queries at 131k and at 1M chunks
+# (0.997 at 10%; docs/benchmarks.md, "IVF first pass").
+IVF_PROBE_SHARE = 0.15
+IVF_MIN_PROBE_ROWS = 16_000
+IVF_RESCORE_DEPTH = 500
+IVF_MOVED_DEPTH_FACTOR = 2
 
 
 def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -90,6 +101,25 @@ class Int8Rows:
         raw = np.asarray(simsimd.cdist(self.codes, query, metric="dot", out_dtype="float32"))
         return np.multiply(raw.T, step[:, None], order="C")
 
+    def dots_spans(self, vectors: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+        """`dots` over the rows of each (start, end) span only, concatenated: (k, m)."""
+        import simsimd
+
+        query, step = self._query(vectors)
+        parts = [
+            np.asarray(simsimd.cdist(self.codes[a:b], query, metric="dot", out_dtype="float32"))
+            for a, b in spans
+        ]
+        raw = np.concatenate(parts) if parts else np.zeros((0, len(vectors)), np.float32)
+        return np.multiply(raw.T, step[:, None], order="C")
+
+    def _query(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each vector times the scales, quantised to int8 with its own step."""
+        weighted = vectors.astype(np.float32) * self.scale
+        top = np.abs(weighted).max(axis=1)
+        step = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+        return np.rint(weighted / step[:, None]).astype(np.int8), step
+
 
 @dataclass(frozen=True)
 class PageSide:
@@ -134,12 +164,84 @@ class _MixedRows:
     def shape(self) -> tuple[int, int]:
         return self.matrix.shape
 
-    def __getitem__(self, rows: slice) -> np.ndarray:
+    def __getitem__(self, rows: slice | np.ndarray) -> np.ndarray:
         part = np.array(self.matrix[rows], dtype=np.float32)
         page = self.page_of[rows]
         multi = page >= 0
         part[multi] = (np.float32(1) - self.rho) * part[multi] + self.rho * self.pages[page[multi]]
         return part
+
+
+@dataclass(frozen=True)
+class IvfSide:
+    """The IVF first pass of a long-lived reader: the index's lists (`kernel.ivf`) and an
+    int8 copy of the rows in list order (`codes`: of the mixed vectors when built with page
+    evidence, `rho` > 0, as `PageSide.compact`), so a probed list is a contiguous slice of
+    it. `order[p]` is the chunk at list position p."""
+
+    centroids: np.ndarray
+    offsets: np.ndarray
+    order: np.ndarray
+    codes: Int8Rows
+    rho: float = 0.0
+    below: np.ndarray | None = None  # (n,) float32: -(1 + i) / 2^21, below any cap
+
+    @classmethod
+    def of(cls, lists, matrix: np.ndarray, pages: PageSide | None = None, rho: float = 0.0):
+        order = np.asarray(lists.rows, dtype=np.int64)
+        source = matrix
+        if pages is not None and rho > 0 and len(pages.chunks):
+            source = _MixedRows(matrix, pages.vectors, pages.page_of, np.float32(rho))
+        else:
+            rho = 0.0
+        codes = Int8Rows.of(_ReorderedRows(source, order))
+        offsets = np.asarray(lists.offsets, dtype=np.int64)
+        below = -np.arange(1, len(order) + 1, dtype=np.float32) * np.float32(2.0**-21)
+        return cls(np.asarray(lists.centroids, np.float32), offsets, order, codes, rho, below)
+
+    def probe(self, vectors: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, (k, m) int8 estimates) of the rows in the lists nearest the query
+        (`vectors[0]`) and nearest the moved query q + beta * direction (`vectors[1]`)."""
+        n = len(self.order)
+        wanted = min(n, max(IVF_MIN_PROBE_ROWS, int(IVF_PROBE_SHARE * n)))
+        near = self.centroids @ vectors.T  # (lists, k)
+        picked = _nearest_lists(near[:, 0], self.offsets, wanted)
+        if vectors.shape[0] > 1:
+            moved = near[:, 0] + np.float32(beta) * near[:, 1]
+            picked = np.union1d(picked, _nearest_lists(moved, self.offsets, wanted))
+        # Adjacent lists are one run of the list-ordered copy: each run is scored where it
+        # lies (no gather of the probed rows).
+        picked = np.sort(picked)
+        breaks = np.flatnonzero(np.diff(picked) != 1) + 1
+        first = picked[np.r_[0, breaks]]
+        last = picked[np.r_[breaks - 1, len(picked) - 1]]
+        begin, end = self.offsets[first].tolist(), self.offsets[last + 1].tolist()
+        spans = list(zip(begin, end, strict=True))
+        approx = self.codes.dots_spans(vectors, spans)
+        ids = np.concatenate([self.order[a:b] for a, b in spans])
+        return ids, approx
+
+
+def _nearest_lists(score: np.ndarray, offsets: np.ndarray, wanted: int) -> np.ndarray:
+    """The lists of highest centroid score, best first, until they hold `wanted` rows."""
+    ranked = np.argsort(-score, kind="stable")
+    held = np.cumsum(np.diff(offsets)[ranked])
+    return ranked[: int(np.searchsorted(held, wanted)) + 1]
+
+
+@dataclass(frozen=True)
+class _ReorderedRows:
+    """Rows of `source` in `order`, a block at a time (Int8Rows.of slices them)."""
+
+    source: object
+    order: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.order), self.source.shape[1])
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        return np.asarray(self.source[self.order[rows]], dtype=np.float32)
 
 
 class DenseScorer:
@@ -155,11 +257,16 @@ class DenseScorer:
         compact: Int8Rows | None = None,
         depth: int = 0,
         pages: PageSide | None = None,
+        lists: IvfSide | None = None,
     ):
         self.matrix = matrix
         self.compact = compact
         self.depth = depth or RESCORE_DEPTH
         self.pages = pages
+        self.lists = lists
+        # After an IVF pass: the rows scored exactly (query.fusion reads its pool floor
+        # from them alone); None after a pass that leaves no such guarantee.
+        self.support: np.ndarray | None = None
 
     def scores(
         self,
@@ -181,11 +288,15 @@ class DenseScorer:
         beta: float = 0.0,
         keep: int = 0,
         rho: float = 0.0,
+        also: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(raw cosine, cosine, moved): `scores`, with page-level evidence when the scorer
         has `pages` and rho > 0: a section of a page of several sections scores
         (1 - rho) * cos(q, section) + rho * cos(q, page), and its moved score adds
-        beta * (section . direction). The raw cosine is the section's own (`explain`)."""
+        beta * (section . direction). The raw cosine is the section's own (`explain`).
+        `also`: rows scored exactly whatever the first pass probes (the lexical side's
+        candidates, when the IVF pass scores only some rows)."""
+        self.support = None
         query = query.astype(np.float32, copy=False)
         if direction is not None:
             direction = direction.astype(np.float32, copy=False)
@@ -193,12 +304,21 @@ class DenseScorer:
         if pages is not None and not len(pages.chunks):
             pages = None
         depth = max(self.depth, keep)
-        fast = self.compact is not None or (
-            pages is not None and pages.compact is not None and pages.rho == rho
+        lists = self.lists
+        if lists is not None and (lists.rho != rho if pages is not None else lists.rho != 0):
+            lists = None  # its copy was made for another mix: the other passes
+        fast = (
+            lists is not None
+            or self.compact is not None
+            or (pages is not None and pages.compact is not None and pages.rho == rho)
         )
+        if lists is not None:  # the probed rows' estimates: fewer rows rescored
+            depth = max(IVF_RESCORE_DEPTH, keep)
         if not fast or self.matrix.shape[0] <= depth:
             return self._exact(query, direction, np.float32(beta), pages, np.float32(rho))
-        return self._rescored(query, direction, np.float32(beta), pages, np.float32(rho), depth)
+        return self._rescored(
+            query, direction, np.float32(beta), pages, np.float32(rho), depth, lists, also
+        )
 
     def _exact(self, query, direction, beta, pages, rho):
         """Every row scored from float32; the page mix reuses the rows' products (no
@@ -230,29 +350,52 @@ class DenseScorer:
             semantic[pages.chunks] = mix + beta * moved_dots[pages.chunks]
         return raw, cosine, semantic
 
-    def _rescored(self, query, direction, beta, pages, rho, depth):
-        """The int8 pass over every row, the best `depth` rows of each score rescored exactly
-        from float32, the rest capped below them. With pages, the pass is over the mixed
-        vectors (`PageSide.compact`) and the feedback direction is estimated on them too
-        (only which rows get rescored depends on it); rescored rows are exact."""
-        mixed = pages is not None and pages.compact is not None and pages.rho == rho
+    def _rescored(self, query, direction, beta, pages, rho, depth, lists=None, also=None):
+        """The int8 pass over every row (or, with `lists`, over the rows of the probed IVF
+        lists), the best `depth` rows of each score rescored exactly from float32, the rest
+        capped below them. With pages, the pass is over the mixed vectors
+        (`PageSide.compact`, `IvfSide.codes`) and the feedback direction is estimated on
+        them too (only which rows get rescored depends on it); rescored rows are exact.
+        Rows no probed list holds take the cap itself."""
+        if lists is not None:
+            mixed = lists.rho > 0
+        else:
+            mixed = pages is not None and pages.compact is not None and pages.rho == rho
         rows = query[None] if direction is None else np.stack([query, direction])
         # With pages, both directions on the mixed vectors in one pass: the query's is the
         # mixed cosine itself, the direction's only estimates (section . direction) (it is
         # (page . direction) in part), so the moved score's rescored set is deeper.
-        approx = (pages.compact if mixed else self.compact).dots(rows)
+        ids = None
+        if lists is not None:
+            ids, approx = lists.probe(rows, float(beta))
+        else:
+            approx = (pages.compact if mixed else self.compact).dots(rows)
         raw = cosine = approx[0]
         moved_dots = approx[1] if direction is not None else None
-        moved_depth = MOVED_DEPTH_FACTOR * depth if mixed else depth
+        moved_depth = (IVF_MOVED_DEPTH_FACTOR if ids is not None else MOVED_DEPTH_FACTOR) * depth
+        moved_depth = moved_depth if mixed else depth
         if pages is not None and not mixed:  # another rho than the copy's: mix here
-            page_cosine = row_dots(pages.vectors, query)[pages.rows]
             cosine = raw.copy()
-            cosine[pages.chunks] *= np.float32(1) - rho
-            cosine[pages.chunks] += rho * page_cosine
+            if ids is None:
+                page_cosine = row_dots(pages.vectors, query)[pages.rows]
+                cosine[pages.chunks] *= np.float32(1) - rho
+                cosine[pages.chunks] += rho * page_cosine
+            else:
+                page_rows = pages.page_of[ids]
+                multi = np.flatnonzero(page_rows >= 0)
+                page_cosine = row_dots(pages.vectors[page_rows[multi]], query)
+                cosine[multi] = (np.float32(1) - rho) * raw[multi] + rho * page_cosine
         moved = cosine if direction is None else cosine + beta * moved_dots
-        picked = _best_rows(cosine, depth)
+        m = len(cosine)
+        picked = _best_rows(cosine, min(depth, m))
         if direction is not None:
-            picked = np.union1d(picked, _best_rows(moved, min(moved_depth, len(moved))))
+            picked = np.union1d(picked, _best_rows(moved, min(moved_depth, m)))
+        if ids is not None:  # local positions -> chunk ids, plus the rows asked for
+            local = picked
+            picked = ids[local]
+            if also is not None and len(also):
+                extra = np.setdiff1d(np.asarray(also, dtype=np.int64), picked)
+                picked = np.r_[picked, extra]
         exact = self.matrix[picked]  # gather: depth rows, not n
         exact_raw = row_dots(exact, query)
         exact_cos = exact_raw
@@ -263,6 +406,24 @@ class DenseScorer:
                 page_cosine = row_dots(pages.vectors[page_rows[multi]], query)
                 exact_cos = exact_raw.copy()
                 exact_cos[multi] = (np.float32(1) - rho) * exact_raw[multi] + rho * page_cosine
+        exact_moved = None
+        if direction is not None:
+            exact_moved = exact_cos + beta * row_dots(exact, direction)
+        if ids is not None:
+            self.support = picked
+            return _spread(
+                lists.below,
+                ids,
+                picked,
+                raw,
+                cosine,
+                moved,
+                exact_raw,
+                exact_cos,
+                exact_moved,
+                pages is not None,
+                direction is not None,
+            )
         if pages is None:
             cosine = raw = _with_exact(raw, picked, exact_raw)  # in place: approx is ours
         else:
@@ -272,8 +433,29 @@ class DenseScorer:
             cosine = _with_exact(cosine, picked, exact_cos)
         if direction is None:
             return raw, cosine, cosine
-        exact_moved = exact_cos + beta * row_dots(exact, direction)
         return raw, cosine, _with_exact(moved, picked, exact_moved)
+
+
+def _spread(
+    below, ids, picked, raw, cosine, moved, exact_raw, exact_cos, exact_moved, paged, moves
+):
+    """The IVF pass's n-length scores: each one's exact values at `picked`, the probed rows'
+    estimates capped at the lowest exact value (the cap), every other row below the cap by
+    `below` (`IvfSide.below`: distinct values, in row order; n equal values made each
+    `np.partition` of fusion's pool floor 5-10x slower)."""
+
+    def full(approx, exact):
+        cap = exact.min() if len(exact) else np.float32(0)
+        out = below + cap
+        out[ids] = np.minimum(approx, cap)
+        out[picked] = exact
+        return out
+
+    cos = full(cosine, exact_cos)
+    shown = full(cosine if paged else raw, exact_raw) if paged else cos
+    if not moves:
+        return shown, cos, cos
+    return shown, cos, full(moved, exact_moved)
 
 
 def _best_rows(scores: np.ndarray, k: int) -> np.ndarray:
@@ -292,7 +474,9 @@ def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.n
 
 def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
     """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS: `exact`; `int8`;
-    `auto` (default) = int8 from AUTO_MIN_ROWS chunks on, once the snapshot has answered a
+    `ivf` (the index's IVF lists when it has sound ones, else int8); `auto` (default) = the
+    IVF lists when the index has them, else int8 from AUTO_MIN_ROWS chunks on, once the
+    snapshot has answered a
     vector query (a one-shot `mdvdb search` never pays for a copy it would use once: building
     it is a pass over the matrix, as dear as the exact scan). `pages` (query.search.
     PageVectors, or None) and `rho`: the page-level side; then the int8 copy is one of the
@@ -316,13 +500,33 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
             if side is None:
                 side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
         return DenseScorer(matrix, pages=side)
-    quantise = not (mode == "exact" or n <= RESCORE_DEPTH or (mode == "auto" and n < AUTO_MIN_ROWS))
+    from kernel import ivf
+
+    listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
+    small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
+    depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
+    quantise = not (mode == "exact" or n <= depth or small)
     quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
-    if quantise and ("page_side", float(rho)) not in snap.cache and "int8_rows" not in snap.cache:
+    built = ("page_side", float(rho)) in snap.cache or "int8_rows" in snap.cache
+    if quantise and not built and ("ivf_side", float(rho) if mixed else 0.0) not in snap.cache:
         seen = snap.cache.get("vector_queries", 0)
         snap.cache["vector_queries"] = seen + 1
         quantise = not (mode == "auto" and seen == 0)
+    lists = _ivf_lists(snap, n, matrix.shape[1]) if quantise and listed else None
+    if quantise and lists is not None:
+        # The IVF lists' int8 copy (of the mixed vectors, in list order) takes the place
+        # of the whole-matrix one.
+        side = None
+        if mixed:
+            side = snap.cache.get(("page_side", 0.0))
+            if side is None:
+                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
+        key = ("ivf_side", float(rho) if mixed else 0.0)
+        probe = snap.cache.get(key)
+        if probe is None:
+            probe = snap.cache[key] = IvfSide.of(lists, matrix, side, rho if mixed else 0.0)
+        return DenseScorer(matrix, pages=side, lists=probe)
     side = compact = None
     if quantise and not mixed:
         compact = snap.cache.get("int8_rows")
@@ -335,6 +539,17 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
         if side is None:
             side = snap.cache[key] = PageSide.of(pages, matrix, key[1])
     return DenseScorer(matrix, compact, pages=side)
+
+
+def _ivf_lists(snap, n: int, dims: int):
+    """The snapshot's sound IVF lists (kernel.ivf), or None (none, or damaged: then the
+    int8 / exact passes answer, and `status --verify` names the damage)."""
+    found = snap.cache.get("ivf_lists", False)
+    if found is False:
+        from kernel import ivf
+
+        found = snap.cache["ivf_lists"] = ivf.read(snap.table(ivf.TABLE), snap.meta, n, dims)
+    return found
 
 
 def _has_simsimd() -> bool:

@@ -175,6 +175,11 @@ def _check_tables(file: index_format.IndexFile, root: Path, report: VerifyReport
     _check_files_table(files, report)
     _check_chunks_table(chunks, files.num_rows, dims, report)
     _check_clusters(file.tables.get("clusters"), files, report)
+    from kernel import ivf
+
+    report.problems.extend(
+        ivf.problems(None, file.meta, chunks.num_rows, dims, table=file.tables.get(ivf.TABLE))
+    )
     _check_disk(files, root, report)
 
 
