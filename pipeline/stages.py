@@ -337,7 +337,7 @@ def discover(
         if (
             moved is None
             or not stats
-            or len(moved) * 4 > len(signatures)
+            or len(moved) > max(8, len(signatures) // 4)  # one query per folder
             or updated_digest(stored_digest, [], []) is None
         ):
             moved = None  # compare every folder
