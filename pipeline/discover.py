@@ -85,6 +85,8 @@ class _Walker:
         self.root = config.root
         self.errors = errors
         self.found: dict[str, os.stat_result] = {}
+        # folder rel -> the files found directly in it, in walk order (`folder_signatures`)
+        self.folders: dict[str, list[str]] = {}
         self.seen_dirs: set[tuple[int, int]] = set()
         self.skip = {str(config.index_path), str(config.state_path)}
 
@@ -111,6 +113,7 @@ class _Walker:
         # decided inline; everything else goes through `_verdict`.
         found, skip, suffixes = self.found, self.skip, MARKDOWN_SUFFIXES
         plain_rules = not rules.active
+        mine = self.folders.setdefault(rel, [])
         for entry in entries:
             name = entry.name
             child_rel = f"{rel}/{name}" if rel else name
@@ -135,6 +138,8 @@ class _Walker:
                     found[child_rel] = entry.stat()
                 except OSError as exc:
                     errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
+                    continue
+                mine.append(child_rel)
                 continue
             verdict = _verdict(
                 self.config, entry.path, name, child_rel, is_dir, is_link, rules, self.skip
@@ -150,6 +155,10 @@ class _Walker:
                 found[child_rel] = entry.stat()
             except OSError as exc:
                 errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
+                continue
+            mine.append(child_rel)
+        if not mine:
+            del self.folders[rel]
 
 
 def _verdict(
@@ -234,13 +243,21 @@ def _source_rels(
 
 def walk(config: Config, errors: list[tuple[str, str]]) -> dict[str, os.stat_result]:
     """Every Markdown file under the source folders that no rule ignores: rel path -> stat."""
+    return walk_folders(config, errors)[0]
+
+
+def walk_folders(
+    config: Config, errors: list[tuple[str, str]]
+) -> tuple[dict[str, os.stat_result], dict[str, list[str]]]:
+    """`walk`, and the files found directly in each folder (root-relative folder path, ""
+    for the root), for `folder_signatures`."""
     walker = _Walker(config, errors)
     for source, rel, rules in _source_rels(config, errors):
         if not source.is_dir():
             errors.append((str(source), "source folder does not exist, skipped"))
             continue
         walker.visit(str(source), rel, rules)
-    return walker.found
+    return walker.found, walker.folders
 
 
 class PathFilter:
@@ -338,6 +355,28 @@ def stat_signature(stats: dict[str, os.stat_result]) -> str:
     and another order only costs the run the full comparison."""
     lines = [f"{rel}\0{st.st_size}\0{st.st_mtime_ns}" for rel, st in stats.items()]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def folder_signatures(
+    stats: dict[str, os.stat_result], folders: dict[str, list[str]]
+) -> dict[str, str]:
+    """Per folder, a digest of (path, size, mtime) of the files found directly in it, in
+    walk order. Stored with the manifest: a run compares these and reads back only the
+    manifest rows of the folders whose digest moved (an edit at 100k files reads one
+    folder's rows, not 100k), and a run where none moved reads none."""
+    from array import array
+
+    sha256 = hashlib.sha256
+    out = {}
+    for folder, rels in folders.items():
+        # Names, then sizes and mtimes as arrays: ~40 % cheaper than a line per file.
+        found = [stats[r] for r in rels]
+        names = "\0".join(rels)
+        h = sha256(f"{len(rels)}\0{names}".encode())
+        h.update(array("q", [st.st_size for st in found]).tobytes())
+        h.update(array("q", [st.st_mtime_ns for st in found]).tobytes())
+        out[folder] = h.hexdigest()[:32]
+    return out
 
 
 def discover(

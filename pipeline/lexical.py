@@ -412,9 +412,11 @@ def update_postings(
     alive = np.ones(len(chunk_ids), dtype=bool)
     if len(kept) < len(old_lengths):
         alive = chunk_ids >= 0
-        old_df = np.bincount(
-            np.repeat(np.arange(len(old_terms)), old_df)[alive], minlength=len(old_terms)
-        )
+        # Each departed posting's term by a search in the offsets: an edit drops a few dozen
+        # postings, where a term per posting (3.4M at 100k files) cost a pass over them all.
+        dead = np.flatnonzero(~alive)
+        dead_terms = np.searchsorted(old_offsets, dead, side="right") - 1
+        old_df = old_df - np.bincount(dead_terms, minlength=len(old_terms))
         chunk_ids, tf = chunk_ids[alive], tf[alive]
     # Fresh postings (analysed now), sorted by (term, chunk).
     store = _analyse_rows(files, chunks, fresh_rows, analysed)
@@ -448,7 +450,10 @@ def update_postings(
         forward = update_forward(old["lexical_forward"], source, new_of_old, alive, at, fresh_chunk)
     chunk_ids = np.insert(chunk_ids, at, fresh_chunk)
     tf = np.insert(tf, at, fresh_tf)
-    every = np.union1d(old_terms, fresh_terms)
+    # The old terms (sorted, distinct) with the fresh ones they lack put in at their places:
+    # the same array as `union1d`, without hashing every term again (~55 ms at 100k files).
+    new_terms = np.unique(fresh_terms[~known]).astype(old_terms.dtype, copy=False)
+    every = np.insert(old_terms, np.searchsorted(old_terms, new_terms), new_terms)
     df_all = np.zeros(len(every), dtype=np.int64)
     df_all[np.searchsorted(every, old_terms)] += old_df
     np.add.at(df_all, np.searchsorted(every, fresh_terms), 1)

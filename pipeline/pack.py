@@ -12,7 +12,7 @@ the caches.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -25,7 +25,7 @@ from kernel import index_format
 from pipeline import cluster, duplicates, ivf, lexical, schema_pack
 from pipeline.cluster import ClusterAssignment
 from pipeline.lexical import LexicalTables
-from pipeline.plan import Plan
+from pipeline.plan import Delta, Plan
 from pipeline.splice import splice
 from pipeline.state import ManifestEntry, State
 
@@ -34,7 +34,9 @@ from pipeline.state import ManifestEntry, State
 class PackSources:
     """What pack reads: the current files and where their fresh rows come from."""
 
-    entries: tuple[ManifestEntry, ...]  # every current file (any order: pack sorts by path)
+    # Every current file (any order: pack sorts by path); only read when `delta` cannot
+    # plan the pack.
+    entries: Collection[ManifestEntry]
     dimensions: int
     build_key: str  # model key + chunking key: what makes old rows reusable
     # sha -> {"title", "metadata", "error", "chunks"} for the files that must be read fresh
@@ -43,6 +45,8 @@ class PackSources:
     load_vectors: Callable[[list[bytes]], np.ndarray]
     # The overlay and the clusters the schema and cluster stages stored (None: neither).
     state: State | None
+    # The manifest's changes since the previous index was packed (None: diff every file).
+    delta: Delta | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,61 @@ def _file_source(entries: list[ManifestEntry], previous: index_format.IndexFile 
     return source
 
 
+def _delta_source(
+    previous: index_format.IndexFile, delta: Delta, files: int
+) -> tuple[list[ManifestEntry], np.ndarray] | None:
+    """`_file_source` from the delta alone: every row of the previous index is kept but
+    those of paths that left or whose row must be rebuilt, and the rebuilt entries go in
+    at their places in path order (a binary search each: the previous rows are in path
+    order). A delta entry whose previous row has its sha and mtime keeps it, as in
+    `_file_source`. None when the result would not hold `files` rows (the previous index
+    is not the manifest the delta was taken from): then the whole manifest is diffed."""
+    old = previous.tables["files"]
+    n = old.num_rows
+    paths = index_format.column_array(old, "path")
+    shas = index_format.column_array(old, "sha256")
+    mtimes = index_format.column_array(old, "mtime").to_numpy()
+
+    def row_of(path: str) -> tuple[int, bool]:
+        lo, hi = 0, n
+        while lo < hi:  # bisect over the Arrow column, one scalar per step
+            mid = (lo + hi) // 2
+            if paths[mid].as_py() < path:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo, lo < n and paths[lo].as_py() == path
+
+    keep = np.ones(n, dtype=bool)
+    for path in delta.removed:
+        at, found = row_of(path)
+        if found:
+            keep[at] = False
+    fresh: list[ManifestEntry] = []
+    places: list[int] = []
+    for entry in sorted(delta.fresh, key=itemgetter(0)):
+        at, found = row_of(entry.path)
+        if found:
+            if shas[at].as_py() == entry.sha256 and mtimes[at] == entry.mtime_ns / 1e9:
+                continue  # the previous row is the one a full diff would keep
+            keep[at] = False
+        fresh.append(entry)
+        places.append(at)
+    kept = np.flatnonzero(keep)
+    if len(kept) + len(fresh) != files:
+        return None
+    # Fresh entry j goes after the kept rows whose paths sort before it, and after the
+    # fresh entries before it.
+    before = np.r_[0, np.cumsum(keep)][np.array(places, dtype=np.int64)] if fresh else []
+    source = np.empty(len(kept) + len(fresh), dtype=np.int64)
+    at_fresh = np.asarray(before, dtype=np.int64) + np.arange(len(fresh), dtype=np.int64)
+    mask = np.zeros(len(source), dtype=bool)
+    mask[at_fresh] = True
+    source[mask] = -1
+    source[~mask] = kept
+    return fresh, source
+
+
 def _chunk_source(previous, file_source: np.ndarray, fresh_counts: np.ndarray):
     """Per new chunk row, the chunk row of the previous index it repeats, or -1; and the
     new file id of every chunk. Kept files keep their chunks, fresh files get theirs from
@@ -193,9 +252,15 @@ def plan(index_path: Path, sources: PackSources) -> Plan:
     the caches; files in path order."""
     damaged: list[str] = []
     previous = _previous(index_path, sources.build_key, damaged)
-    entries = sorted(sources.entries, key=itemgetter(0))  # ManifestEntry.path
-    file_source = _file_source(entries, previous)
-    fresh = [e for e, src in zip(entries, file_source.tolist(), strict=True) if src < 0]
+    planned = None
+    if previous is not None and sources.delta is not None:
+        planned = _delta_source(previous, sources.delta, len(sources.entries))
+    if planned is not None:
+        fresh, file_source = planned
+    else:
+        entries = sorted(sources.entries, key=itemgetter(0))  # ManifestEntry.path
+        file_source = _file_source(entries, previous)
+        fresh = [e for e, src in zip(entries, file_source.tolist(), strict=True) if src < 0]
     docs = sources.load_documents({e.sha256 for e in fresh})
     fresh_files = _files_rows(fresh, docs)
     fresh_chunks = _chunk_rows(fresh, docs, 0, sources.load_vectors, sources.dimensions)

@@ -16,6 +16,24 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from kernel import index_format
+    from pipeline.state import ManifestEntry
+
+
+@dataclass(frozen=True)
+class Delta:
+    """The manifest's changes since the one the published index was packed from: the
+    entries whose rows must be rebuilt (added, changed, re-stamped since that pack) and the
+    paths that left. With it, pack plans from these alone instead of diffing the previous
+    index against every current file (at 100k files, loading and sorting the manifest and
+    hashing its paths cost more than the rest of an edit's plan)."""
+
+    fresh: tuple[ManifestEntry, ...]
+    removed: tuple[str, ...]
+
+    def without(self, paths: set[str]) -> Delta:
+        """After `paths` left the manifest (files that could not be parsed)."""
+        fresh = tuple(e for e in self.fresh if e.path not in paths)
+        return Delta(fresh, tuple(sorted({*self.removed, *paths})))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from pipeline.state import ManifestEntry, State
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
     from pipeline.pack import PackSources
-    from pipeline.plan import Plan
+    from pipeline.plan import Delta, Plan
     from pipeline.schema_pack import SchemaUpdate
 
 Progress = Callable[[str, int, int], None]
@@ -82,6 +82,9 @@ class Manifest:
     # Shas of the previous versions of changed and removed files (with changed_shas): the
     # only cache entries a trusted run can orphan.
     left_shas: frozenset[str] = frozenset()
+    # The changes since the manifest the published index was packed from, when that index
+    # is current (a clean last run): pack plans from them (`pipeline.plan.Delta`).
+    delta: Delta | None = None
 
     @classmethod
     def of_state(cls, state: State) -> Manifest:
@@ -97,9 +100,21 @@ class Manifest:
     def without(self, paths: list[str]) -> Manifest:
         gone = set(paths)
         entries = {p: e for p, e in self.entries.items() if p not in gone}
-        return replace(self, entries=MappingProxyType(entries), digest=manifest_digest(entries))
+        delta = self.delta.without(gone) if self.delta is not None else None
+        return replace(
+            self,
+            entries=MappingProxyType(entries),
+            digest=manifest_digest(entries),
+            delta=delta,
+        )
 
-    def path_of_sha(self) -> dict[str, str]:
+    def path_of_sha(self, shas: list[str] | None = None) -> dict[str, str]:
+        """sha -> a path holding it; `shas`: only these are asked for, looked up among
+        discover's changes first (no pass over every entry)."""
+        if shas is not None and self.delta is not None:
+            found = {e.sha256: e.path for e in self.delta.fresh}
+            if all(s in found for s in shas):
+                return found
         return {e.sha256: e.path for e in self.entries.values()}
 
 
@@ -216,7 +231,15 @@ def stamp_index(config: Config, state: State) -> None:
 # -- discover -------------------------------------------------------------------------------
 
 MANIFEST_DIGEST = "manifest_digest"  # the stored manifest's `manifest_digest`, while current
-STAT_SIGNATURE = "stat_signature"  # `pipeline.discover.stat_signature` of the walk it holds
+# Per folder, `pipeline.discover.folder_signatures` of the walk the stored manifest holds.
+STAT_SIGNATURES = "folder_signatures"
+STAT_SIGNATURE = "stat_signature"  # the one digest older versions kept: dropped when seen
+# Paths re-stamped (stat changed, content not) since the last pack: their rows in the
+# published index still carry the old mtime, so the next pack rebuilds them.
+UNPACKED_RESTAMPS = "unpacked_restamps"
+# A pack planned from discover's changes is worth it only for a few; past this many, the
+# plan diffs the whole manifest against the previous index (one pass in Arrow).
+DELTA_MAX = 5000
 
 
 class StoredEntries(Mapping[str, ManifestEntry]):
@@ -241,13 +264,18 @@ class StoredEntries(Mapping[str, ManifestEntry]):
     def __len__(self) -> int:
         return self._count if self._entries is None else len(self._entries)
 
+    def __contains__(self, path: object) -> bool:
+        if self._entries is not None:
+            return path in self._entries
+        return isinstance(path, str) and bool(self._state.manifest_rows([path]))
 
-def _unmoved(state: State, signature: str, walked: tuple[dict, list]) -> Manifest | None:
-    """The manifest of a run in which no file moved (the walk's stat signature is the one
-    stored with the manifest, and so is its digest): no row of it is read; else None."""
+
+def _unmoved(state: State, moved: list[str] | None, walked: tuple[dict, list]) -> Manifest | None:
+    """The manifest of a run in which no file moved (every folder's stat signature is the
+    one stored with the manifest, and so is its digest): no row of it is read; else None."""
     digest = state.get_value(MANIFEST_DIGEST)
     count = len(walked[0])
-    if not count or digest is None or state.get_value(STAT_SIGNATURE) != signature:
+    if not count or digest is None or moved is None or moved:
         return None
     return Manifest(
         entries=StoredEntries(state, count),
@@ -255,15 +283,42 @@ def _unmoved(state: State, signature: str, walked: tuple[dict, list]) -> Manifes
         unchanged=count,
         problems=tuple(walked[1]),
         changed_shas=frozenset(),
+        delta=_delta(state, [], ()),
     )
+
+
+def _moved_folders(stored: Any, signatures: dict[str, str]) -> list[str] | None:
+    """Folders whose files differ from the stored walk's (new, gone or changed); None when
+    no usable signatures are stored (then every folder is compared)."""
+    if not isinstance(stored, dict):
+        return None
+    moved = [f for f, sig in signatures.items() if stored.get(f) != sig]
+    moved += [f for f in stored if f not in signatures]
+    return moved
+
+
+def _delta(state: State, fresh: list[ManifestEntry], removed: tuple[str, ...]) -> Delta | None:
+    """The changes since the last pack's manifest: this run's, and the files an earlier run
+    re-stamped without packing (`UNPACKED_RESTAMPS`); None when there are too many."""
+    from pipeline.plan import Delta
+
+    earlier = state.get_value(UNPACKED_RESTAMPS) or []
+    if len(fresh) + len(earlier) + len(removed) > DELTA_MAX:
+        return None
+    if earlier:
+        mine = {e.path for e in fresh}
+        fresh = fresh + list(state.manifest_rows([p for p in earlier if p not in mine]).values())
+    return Delta(tuple(fresh), removed)
 
 
 def discover(
     config: Config, state: State, only: tuple[str, ...] | None = None, full: bool = False
 ) -> Manifest:
-    """Walk the source folders, re-hash what changed, store the new manifest."""
+    """Walk the source folders, re-hash what changed, store the new manifest. Only the
+    manifest rows of folders whose stat signature moved are read and compared: the others
+    are known to hold what they held."""
     from pipeline.discover import discover as walk_and_compare
-    from pipeline.discover import stat_signature, updated_digest, walk
+    from pipeline.discover import folder_signatures, updated_digest, walk_folders
 
     # The published index is part of the cache: when it is not the one the last run wrote
     # (deleted, replaced), nothing is trusted and every stage re-checks its work.
@@ -271,17 +326,31 @@ def discover(
         config
     )
     state.set_value("clean_run", None)
-    walked = signature = None
+    walked = signatures = moved = None
     if not only and not full:
         problems: list[Problem] = []
-        walked = (walk(config, problems), problems)
-        signature = stat_signature(walked[0])
-        unmoved = _unmoved(state, signature, walked)
+        stats, folders = walk_folders(config, problems)
+        walked = (stats, problems)
+        signatures = folder_signatures(stats, folders)
+        moved = _moved_folders(state.get_value(STAT_SIGNATURES), signatures)
+        unmoved = _unmoved(state, moved, walked)
         if unmoved is not None:
-            return unmoved if clean else replace(unmoved, changed_shas=None)
-    old = state.manifest()
+            return unmoved if clean else replace(unmoved, changed_shas=None, delta=None)
+        stored_digest = state.get_value(MANIFEST_DIGEST)
+        if (
+            moved is None
+            or not stats
+            or len(moved) > max(8, len(signatures) // 4)  # one query per folder
+            or updated_digest(stored_digest, [], []) is None
+        ):
+            moved = None  # compare every folder
+        else:
+            # Only the moved folders' files are compared, with only their manifest rows.
+            walked = ({r: stats[r] for f in moved for r in folders.get(f, ())}, problems)
+    partial = moved is not None
+    old = state.manifest_in_folders(moved) if partial else state.manifest()
     found = walk_and_compare(config, {} if full else old, list(only) if only else None, walked)
-    if not found.entries and only is None:
+    if not found.entries and only is None and not partial:
         _refuse_emptying(config, len(old))
     added, changed, removed = found.added, found.changed, found.removed
     if full:
@@ -307,25 +376,36 @@ def discover(
         digest = found.digest()
     state.replace_manifest(upserts, removed, digest=digest)
     # Kept only when the manifest now holds exactly what the walk found (no file unreadable).
-    if signature is not None and len(found.entries) == len(walked[0]):
-        state.set_value(STAT_SIGNATURE, signature)
+    if signatures is not None and len(found.entries) == len(walked[0]):
+        state.set_value(STAT_SIGNATURES, signatures)
     else:
-        state.delete_value(STAT_SIGNATURE)
-    changed_shas = left_shas = None
+        state.delete_value(STAT_SIGNATURES)
+    state.delete_value(STAT_SIGNATURE)
+    if found.restamped:
+        earlier = state.get_value(UNPACKED_RESTAMPS) or []
+        state.set_value(UNPACKED_RESTAMPS, sorted({*earlier, *found.restamped}))
+    changed_shas = left_shas = delta = None
     if clean and not full:
         changed_shas = frozenset(found.entries[p].sha256 for p in (*added, *changed))
         left_shas = frozenset(old[p].sha256 for p in (*changed, *removed) if p in old)
+        delta = _delta(state, upserts, tuple(removed))
+    entries: Mapping[str, ManifestEntry]
+    if partial:
+        entries = StoredEntries(state, state.manifest_size())
+    else:
+        entries = MappingProxyType(found.entries)
     return Manifest(
-        entries=MappingProxyType(found.entries),
+        entries=entries,
         digest=digest,
         added=len(added),
         changed=len(changed),
         removed=len(removed),
-        unchanged=found.unchanged,
+        unchanged=found.unchanged if not partial else len(entries) - len(added) - len(changed),
         hashed=found.hashed,
         problems=tuple(found.errors),
         changed_shas=changed_shas,
         left_shas=left_shas or frozenset(),
+        delta=delta,
     )
 
 
@@ -371,8 +451,9 @@ def parse(
         todo = state.missing_parsed()
     else:
         known = set(state.get_parsed_shas(pending))
-        by_sha = manifest.path_of_sha()
-        todo = [(by_sha[s], s) for s in pending if s not in known]
+        asked = [s for s in pending if s not in known]
+        by_sha = manifest.path_of_sha(asked)
+        todo = [(by_sha[s], s) for s in asked]
     # A parse result is only needed to chunk: files already chunked (here, or in the
     # published index) are never parsed again.
     chunked = state.chunked(chunk_key(config), [sha for _, sha in todo])
@@ -709,7 +790,9 @@ def _pack_sources(
 
     key, chunks = model_key(provider), chunk_key(config)
     return PackSources(
-        entries=tuple(manifest.entries.values()),  # pack puts them in path order
+        # Read only if pack cannot plan from the delta: a view, loaded on first use.
+        entries=manifest.entries.values(),  # pack puts them in path order
+        delta=manifest.delta,
         dimensions=provider.dimensions,
         build_key=f"{key}|{chunks}",
         load_documents=lambda shas: state.get_chunks(chunks, shas),
@@ -773,6 +856,7 @@ def pack(
         for path in written.damaged
     )
     state.set_value("published_digest", digest)
+    state.delete_value(UNPACKED_RESTAMPS)  # the new rows carry every current mtime
     if manifest.changed_shas is None:
         state.prune(chunks)
     elif manifest.left_shas:
@@ -794,6 +878,7 @@ def _pack_shards(config, manifest, state, sources, meta, digest) -> Packed:
         for path in written.damaged
     )
     state.set_value("published_digest", digest)
+    state.delete_value(UNPACKED_RESTAMPS)
     if manifest.changed_shas is None:
         state.prune(chunk_key(config))
     elif manifest.left_shas:

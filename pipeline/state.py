@@ -177,6 +177,27 @@ class State:
         rows = self.db.execute("SELECT path, size, mtime_ns, sha256 FROM manifest")
         return {r[0]: ManifestEntry(*r) for r in rows}
 
+    def manifest_in_folders(self, folders: Iterable[str]) -> dict[str, ManifestEntry]:
+        """The entries of the files directly in these folders ("": the root), by a range
+        of the primary key each: discover reads back only the folders that moved."""
+        out: dict[str, ManifestEntry] = {}
+        columns = "SELECT path, size, mtime_ns, sha256 FROM manifest WHERE"
+        for folder in folders:
+            if folder:
+                rows = self.db.execute(
+                    f"{columns} path > ? AND path < ? AND instr(substr(path, ?), '/') = 0",
+                    (folder + "/", folder + "0", len(folder) + 2),  # "0" sorts right after "/"
+                )
+            else:
+                rows = self.db.execute(f"{columns} instr(path, '/') = 0")
+            out.update((r[0], ManifestEntry(*r)) for r in rows)
+        return out
+
+    def manifest_rows(self, paths: Iterable[str]) -> dict[str, ManifestEntry]:
+        """The entries of these paths that the manifest holds."""
+        sql = "SELECT path, size, mtime_ns, sha256 FROM manifest WHERE ? IS NULL AND path"
+        return {r[0]: ManifestEntry(*r) for r in self._rows_in(sql, None, paths)}
+
     def has_path(self, rel: str) -> bool:
         """A file at `rel` or anything under the folder `rel` is in the manifest."""
         row = self.db.execute(
