@@ -421,11 +421,14 @@ def _prepare_files(
     batch; returns the paths that failed (reported), the chunks cut and the chunks
     embedded. The batches' lexical analyses go to `analysed`."""
     from pipeline.embed import model_key
-    from pipeline.workers import POOL_MIN_FILES, ExecutorUnavailable, WorkerDied, embed_spec
+    from pipeline.workers import ExecutorUnavailable, WorkerDied, embed_spec, processes_for
 
-    if config.shards <= 1 and len(todo) >= POOL_MIN_FILES:
-        # A big run (a first build): its records stay in memory until the hand-over drops
-        # them (`State.hold`); a sharded pack hands nothing over and reads them from here.
+    local = config.executor == "local"
+    if config.shards <= 1 and local and processes_for(config, len(todo)) > 1:
+        # A run big enough for worker processes (a first build): its records stay in this
+        # process, which holds no model, until the hand-over drops them (`State.hold`). One
+        # process parsing and embedding alone writes them as before (its peak memory is
+        # the model's and the parser's); a sharded pack hands nothing over.
         state.hold()
     spec = embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""
