@@ -14,7 +14,9 @@ rows are the same records. What stays here is what the index lacks: the manifest
 a run that has not been published yet (an interrupted embed keeps its batches), the vectors
 of a remote provider or an encoder (they cost requests or minutes to recompute, so they are
 kept even when the index holds them: switching providers and back re-requests nothing), and
-the cluster assignments. `ingest --full` does not read the index as a cache.
+the cluster assignments. `ingest --full` does not read the index as a cache. A first build
+parsed by worker processes never writes its records here at all: they stay in memory until
+the hand-over (`State.hold`, bounded by `HOLD_BYTES`).
 
 Tables:
 - manifest:   path -> (size, mtime_ns, sha256) of every file the last discover saw
