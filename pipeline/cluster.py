@@ -189,11 +189,7 @@ def clean_text(text: str) -> str:
 
 
 def cluster_keywords(
-    texts: list[str],
-    labels: np.ndarray,
-    k: int,
-    top: int = KEYWORDS,
-    counted_terms: DocumentTerms | None = None,
+    texts: list[str], labels: np.ndarray, k: int, top: int = KEYWORDS
 ) -> list[list[str]]:
     """Class-based TF-IDF: how many of the cluster's documents use a term, weighted by how
     rare the term is across clusters. English stop-words are dropped, and so is any term in
@@ -205,9 +201,7 @@ def cluster_keywords(
         return [[] for _ in range(k)]
     large = len(texts) >= 20
     max_df = min(MAX_MAX_DOC_FREQ, max(MIN_MAX_DOC_FREQ, 2 / max(k, 1)))
-    counted = class_counts(
-        texts, labels, k, max_df if large else 1.0, 2 if large else 1, counted_terms
-    )
+    counted = class_counts(texts, labels, k, max_df if large else 1.0, 2 if large else 1)
     if counted is None:  # every term was pruned (tiny or empty corpus)
         return [[] for _ in range(k)]
     terms, per_class = counted
@@ -229,68 +223,13 @@ def _preprocess(text: str) -> str:
     return clean_text(text).lower()
 
 
-@dataclass
-class DocumentTerms:
-    """The binary document-term matrix of the texts, pruned by `min_df` only (`max_df` needs
-    k, which the k-means fit chooses): terms sorted, a sparse matrix, or None when no term
-    is left."""
-
-    min_df: int
-    terms: Any = None
-    counts: Any = None
-
-
-def document_terms(texts: list[str], min_df: int) -> DocumentTerms:
-    """What scikit-learn's CountVectorizer counts before its `max_df` pruning; made while
-    the k-means fit runs (`_full`: the fit leaves the GIL in its loops, the counting is
-    Python), and pruned by `max_df` afterwards in `class_counts`, which gives the same
-    columns as the vectoriser pruning both bounds at once (both compare each term's
-    document frequency, which pruning other columns does not change)."""
-    from sklearn.feature_extraction.text import CountVectorizer
-
-    vectorizer = CountVectorizer(
-        stop_words="english",
-        token_pattern=TOKEN_PATTERN,
-        max_df=1.0,
-        min_df=min_df,
-        preprocessor=_preprocess,
-        binary=True,
-        dtype=np.float64,
-    )
-    try:
-        counts = vectorizer.fit_transform(texts)
-    except ValueError:
-        return DocumentTerms(min_df)
-    return DocumentTerms(min_df, vectorizer.get_feature_names_out(), counts.tocsc())
-
-
 def class_counts(
-    texts: list[str],
-    labels: np.ndarray,
-    k: int,
-    max_df: float,
-    min_df: int,
-    counted_terms: DocumentTerms | None = None,
+    texts: list[str], labels: np.ndarray, k: int, max_df: float, min_df: int
 ) -> tuple[Any, np.ndarray] | None:
     """(terms sorted, (k, terms) count of each cluster's documents using each term), from the
     binary document-term matrix: plain NumPy below NUMPY_BELOW documents, else
-    scikit-learn's CountVectorizer (sparse), or `counted_terms` when `document_terms` made
-    it already. None when no term is left after the stop words and the document-frequency
-    bounds."""
-    if counted_terms is not None and counted_terms.min_df == min_df and len(texts) >= NUMPY_BELOW:
-        from scipy import sparse
-
-        if counted_terms.terms is None or max_df * len(texts) < min_df:
-            return None
-        frequency = np.diff(counted_terms.counts.indptr)
-        kept = np.flatnonzero(frequency <= max_df * len(texts))
-        if not len(kept):
-            return None
-        counts = counted_terms.counts[:, kept].tocsr()
-        membership = sparse.csr_matrix(
-            (np.ones(len(labels)), (labels, np.arange(len(labels)))), shape=(k, len(labels))
-        )
-        return counted_terms.terms[kept], np.asarray((membership @ counts).todense())
+    scikit-learn's CountVectorizer (sparse). None when no term is left after the stop words
+    and the document-frequency bounds."""
     if len(texts) < NUMPY_BELOW:
         from pipeline.small_kmeans import document_counts
 
@@ -462,27 +401,14 @@ def _full(
     if not with_chunks:
         _store_full(state, docs, [], np.zeros(0), np.zeros(0), [], np.zeros((0, dimensions)))
         return StageResult("full", documents=len(docs), k=0)
-    texts = [d.title + "\n" + d.text[:LABEL_TEXT_CHARS] for d in with_chunks]
-    counting = None
-    if len(texts) >= NUMPY_BELOW:
-        # The words are counted on a second thread while k-means runs (about half the stage
-        # each, on a 2-core machine otherwise idle after the workers finished).
-        from concurrent.futures import ThreadPoolExecutor
-
-        counting = ThreadPoolExecutor(1)
-        counted = counting.submit(document_terms, texts, 2)
-    try:
-        choice = choose_and_fit(vectors, max_clusters)
-        terms = counted.result() if counting is not None else None
-    finally:
-        if counting is not None:
-            counting.shutdown()
+    choice = choose_and_fit(vectors, max_clusters)
     labels = _by_size(choice.labels, choice.k)
     centroids = np.zeros_like(choice.centroids)
     for old, new in enumerate(_size_order(choice.labels, choice.k)):
         centroids[new] = choice.centroids[old]
     similarity = np.einsum("ij,ij->i", vectors, centroids[labels])
-    keywords = cluster_keywords(texts, labels, choice.k, counted_terms=terms)
+    texts = [d.title + "\n" + d.text[:LABEL_TEXT_CHARS] for d in with_chunks]
+    keywords = cluster_keywords(texts, labels, choice.k)
     _store_full(state, docs, with_chunks, labels, similarity, keywords, centroids)
     return StageResult(
         "full",

@@ -132,31 +132,3 @@ def test_above_20k_documents_k_is_chosen_on_a_sample_and_fitted_on_all():
     assert sorted(choice.tried) == cluster.candidate_ks(n, 24) == [12, 15, 19, 24]
     assert choice.k == 24 and len(choice.labels) == n
     assert adjusted_rand_score(truth, choice.labels) > 0.95
-
-
-def test_words_counted_during_the_fit_give_the_same_keywords():
-    """`_full` counts the words on a second thread before k is known (no `max_df` pruning
-    yet) and prunes afterwards: the same keywords as the vectoriser pruning both bounds."""
-    rng = np.random.default_rng(5)
-    common = ["alpha", "bravo", "charlie"]  # in most documents: pruned for every k
-    topical = [f"topic{chr(97 + t)}word{chr(97 + w)}" for t in range(12) for w in range(6)]
-    texts = []
-    for i in range(1200):
-        words = rng.choice(topical[(i % 12) * 6 : (i % 12) * 6 + 6], 4).tolist()
-        words += rng.choice(topical, 2).tolist() + common[: 1 + i % 3]
-        texts.append(" ".join(words))
-    counted = cluster.document_terms(texts, 2)
-    assert counted.terms is not None
-    seen = []
-    for k in (2, 5, 12, 25):
-        labels = rng.integers(0, k, len(texts))
-        plain = cluster.cluster_keywords(texts, labels, k)
-        assert cluster.cluster_keywords(texts, labels, k, counted_terms=counted) == plain
-        seen.append(plain)
-    assert all(any(words) for words in seen)
-    assert "alpha" not in {w for words in seen[-1] for w in words}
-    # Nothing but stop words: no terms either way.
-    empty = ["the and of"] * 1100
-    nothing = cluster.document_terms(empty, 2)
-    labels = np.zeros(1100, dtype=np.int64)
-    assert cluster.cluster_keywords(empty, labels, 1, counted_terms=nothing) == [[]]
