@@ -167,6 +167,7 @@ def full_build(name: str, workers: int, python: str = sys.executable, label: str
         elif leftover.exists():
             leftover.unlink()
     env = {**os.environ, "MDVDB_WORKERS": str(workers)}
+    load_before = os.getloadavg()[0]
     start = time.perf_counter()
     # A fresh wrapper per build reports the ru_maxrss of its children: the largest process
     # of this build alone (the ingest or one of its workers, which it waits for), in KB.
@@ -194,15 +195,18 @@ def full_build(name: str, workers: int, python: str = sys.executable, label: str
         "wall_s": round(wall, 2),
         "chunks_per_s": round(report["chunked"] / wall, 1),
         "cpu_per_wall": report["cpu_per_wall"],
+        "cpu_s": report.get("cpu_seconds"),
         "parse_s": report["stage_seconds"].get("parse"),
         "cluster_s": report["stage_seconds"].get("cluster"),
         "schema_s": report["stage_seconds"].get("schema"),
         "pack_s": report["stage_seconds"].get("pack"),
         "parse_cpu_s": cpu.get("parse"),
         "cluster_cpu_s": cpu.get("cluster"),
+        "schema_cpu_s": cpu.get("schema"),
         "pack_cpu_s": cpu.get("pack"),
         "index": index_digest(root / ".markdownvdb.index"),
         "peak_rss_MB": round(peak / 1024, 1),
+        "load_before": round(load_before, 2),
         "load_avg": round(os.getloadavg()[0], 2),
     }
 

@@ -516,8 +516,15 @@ def _prepare_files(
     batch; returns the paths that failed (reported), the chunks cut and the chunks
     embedded. The batches' lexical analyses go to `analysed`."""
     from pipeline.embed import model_key
-    from pipeline.workers import ExecutorUnavailable, WorkerDied
+    from pipeline.workers import ExecutorUnavailable, WorkerDied, processes_for
 
+    local = config.executor == "local"
+    if config.shards <= 1 and local and processes_for(config, len(todo)) > 1:
+        # A run big enough for worker processes (a first build): its records stay in this
+        # process, which holds no model, until the hand-over drops them (`State.hold`). One
+        # process parsing and embedding alone writes them as before (its peak memory is
+        # the model's and the parser's); a sharded pack hands nothing over.
+        state.hold()
     # What the workers embed with: the local pool, WordLlama; Ray's actors, every local model.
     spec = executor(config).embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""

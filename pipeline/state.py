@@ -14,7 +14,9 @@ rows are the same records. What stays here is what the index lacks: the manifest
 a run that has not been published yet (an interrupted embed keeps its batches), the vectors
 of a remote provider or an encoder (they cost requests or minutes to recompute, so they are
 kept even when the index holds them: switching providers and back re-requests nothing), and
-the cluster assignments. `ingest --full` does not read the index as a cache.
+the cluster assignments. `ingest --full` does not read the index as a cache. A first build
+parsed by worker processes never writes its records here at all: they stay in memory until
+the hand-over (`State.hold`, bounded by `HOLD_BYTES`).
 
 Tables:
 - manifest:   path -> (size, mtime_ns, sha256) of every file the last discover saw
@@ -137,6 +139,24 @@ class ManifestEntry(NamedTuple):
     sha256: str
 
 
+# A big first build keeps its chunk records, vectors and `embedded` marks in memory up to
+# this many bytes (`State.hold`) instead of writing them here, reading them back for the
+# cluster and schema stages and deleting them in the hand-over; past it, everything held is
+# written here and the rest of the run writes through as before.
+HOLD_BYTES = 256 * 2**20
+
+
+class _Held:
+    """What `State.hold` keeps in memory instead of the chunks, embeddings and embedded
+    tables (the same rows, keyed the same way)."""
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[str, str], str] = {}  # (chunk key, file sha) -> record JSON
+        self.vectors: dict[tuple[str, bytes], Any] = {}  # (model, chunk sha) -> float32 row
+        self.embedded: set[tuple[str, str]] = set()  # (build key, file sha)
+        self.bytes = 0
+
+
 class State:
     """A thin, typed layer over the cache database; one per ingest run."""
 
@@ -162,9 +182,40 @@ class State:
         self.db.execute("PRAGMA secure_delete=FAST")
         self.db.execute("PRAGMA synchronous=NORMAL")
         migrate(self.db)
+        self._held: _Held | None = None
 
     def close(self) -> None:
+        # A run that stops before its hand-over (an error in a later stage) keeps its work.
+        self.spill()
         self.db.close()
+
+    # -- a first build's records held in memory ---------------------------------------------
+    def hold(self) -> None:
+        """Keep what `put_prepared` is given in memory (up to `HOLD_BYTES`) until the
+        hand-over, which drops what the new index holds. A first build of tldr wrote 40k
+        records and vectors here, read them back twice (cluster, schema) and deleted them
+        after the publish: a third of the parent's work while the workers ran, and most of
+        the cluster and schema stages' reading. The price: a SIGKILLed run loses what was
+        held (at most `HOLD_BYTES`) and parses it again (an error or Ctrl-C writes it first,
+        `close`)."""
+        if self._held is None:
+            self._held = _Held()
+
+    def spill(self) -> None:
+        """Write everything held to the database and stop holding."""
+        held, self._held = self._held, None
+        if held is None or not (held.records or held.vectors or held.embedded):
+            return
+        with self.transaction():
+            self.db.executemany(
+                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)",
+                ((sha, key, data) for (key, sha), data in held.records.items()),
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
+                ((model, sha, row.tobytes()) for (model, sha), row in held.vectors.items()),
+            )
+            self.db.executemany("INSERT OR IGNORE INTO embedded VALUES (?, ?)", held.embedded)
 
     def __enter__(self) -> State:
         return self
@@ -250,6 +301,8 @@ class State:
 
     def forget_records(self) -> None:
         """`ingest --full`: every parse and chunk result goes (vectors stay)."""
+        if self._held is not None:
+            self._held.records.clear()
         with self.transaction():
             self.db.execute("DELETE FROM parsed")
             self.db.execute("DELETE FROM chunks")
@@ -266,6 +319,8 @@ class State:
         shas = list(shas)
         sql = "SELECT sha256 FROM chunks WHERE key = ? AND sha256"
         known = {r[0] for r in self._rows_in(sql, key, shas)}
+        if self._held is not None:
+            known.update(s for s in shas if (key, s) in self._held.records)
         if self.published is not None and len(known) < len(shas):
             known |= self.published.files_with(key, [s for s in shas if s not in known])
         return known
@@ -287,6 +342,8 @@ class State:
             (key,),
         )
         shas = [r[0] for r in rows]
+        if self._held is not None:
+            shas = [s for s in shas if (key, s) not in self._held.records]
         if self.published is None or not shas:
             return shas
         held = self.published.files_with(key, shas)
@@ -315,6 +372,18 @@ class State:
         import numpy as np
 
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        held = self._held
+        if held is not None:
+            size = sum(len(d) + 100 for _, d in records) + len(vector_shas) * 100
+            if held.bytes + size + vectors.nbytes <= HOLD_BYTES:
+                held.bytes += size + vectors.nbytes
+                for sha, data in records:
+                    held.records[(key, sha)] = data
+                for i, sha in enumerate(vector_shas):
+                    held.vectors[(model, sha)] = vectors[i]
+                held.embedded.update((f"{model}|{key}", s) for s in embedded)
+                return
+            self.spill()
         with self.transaction():
             self.db.executemany(
                 "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)",
@@ -333,8 +402,18 @@ class State:
         """Chunk records (title, metadata, error, chunks) by file sha, from this database or,
         for files the published index holds, rebuilt from its rows."""
         shas = list(shas)
+        found: dict[str, dict[str, Any]] = {}
+        if self._held is not None:
+            records = self._held.records
+            for sha in shas:
+                data = records.get((key, sha))
+                if data is not None:
+                    found[sha] = json.loads(data)
+            if len(found) == len(shas):
+                return found
+            shas = [s for s in shas if s not in found]
         rows = self._rows_in("SELECT sha256, data FROM chunks WHERE key = ? AND sha256", key, shas)
-        found = {sha: json.loads(data) for sha, data in rows}
+        found.update((sha, json.loads(data)) for sha, data in rows)
         if self.published is not None and len(found) < len(shas):
             found.update(self.published.documents(key, [s for s in shas if s not in found]))
         return found
@@ -342,10 +421,14 @@ class State:
     # -- embeddings -----------------------------------------------------------------------
     def known_embeddings(self, model: str, shas: Iterable[bytes]) -> set[bytes]:
         shas = list(shas)
+        known: set[bytes] = set()
+        if self._held is not None:
+            known.update(s for s in shas if (model, s) in self._held.vectors)
+            shas = [s for s in shas if s not in known]
         rows = self._rows_in(
             "SELECT sha256 FROM embeddings WHERE model = ? AND sha256", model, shas
         )
-        known = {r[0] for r in rows}
+        known.update(r[0] for r in rows)
         if self.published is not None and len(known) < len(shas):
             rest = [s for s in shas if s not in known]
             known.update(rest[i] for i in self.published.vector_rows(model, rest))
@@ -372,8 +455,17 @@ class State:
         index = {sha: i for i, sha in enumerate(shas)}
         out = np.zeros((len(shas), dimensions), dtype=np.float32)
         seen = np.zeros(len(shas), dtype=bool)
+        asked: Iterable[bytes] = index
+        if self._held is not None:
+            vectors = self._held.vectors
+            for sha, i in index.items():
+                row = vectors.get((model, sha))
+                if row is not None:
+                    out[i] = row
+                    seen[i] = True
+            asked = [sha for sha, i in index.items() if not seen[i]]
         sql = "SELECT sha256, vector FROM embeddings WHERE model = ? AND sha256"
-        for sha, blob in self._rows_in(sql, model, index):
+        for sha, blob in self._rows_in(sql, model, asked):
             i = index[sha]
             out[i] = np.frombuffer(blob, dtype=np.float32)
             seen[i] = True
@@ -406,6 +498,8 @@ class State:
                 (model,),
             )
             todo = [r[0] for r in rows]
+        if self._held is not None and todo:
+            todo = [s for s in todo if (model, s) not in self._held.embedded]
         if self.published is not None and todo:
             # The mark is the build key: every file of an index built with it is complete.
             held = self.published.files_built_with(model, todo)
@@ -528,11 +622,13 @@ class State:
         dropped table's pages only join the free list. All of it is one transaction: a crash
         at any point leaves the tables as they were before or as they are after."""
         if self.published is None:
+            self.spill()
             return
         # A reader of everything the new index holds, even after `--full` (which only
         # stopped this run from reading records out of the previous one).
         published = Published(self.published.path)
         build_key = f"{model}|{chunk_key}"
+        self._forget_held(published, chunk_key, model, build_key, keep_vectors)
         plans: list[tuple[str, str, tuple, list[Any]]] = []
         for table, where, params in (
             ("parsed", "1", ()),
@@ -564,6 +660,28 @@ class State:
                         (*params, *part),
                     )
         self.reclaim()
+
+    def _forget_held(
+        self, published: Published, chunk_key: str, model: str, build_key: str, keep: bool
+    ) -> None:
+        """The held part of the hand-over: what the new index holds is dropped, the rest
+        (records of another chunking, vectors the index lacks or that are kept) is written."""
+        held = self._held
+        if held is None:
+            return
+        files = [sha for key, sha in held.records if key == chunk_key]
+        files += [sha for key, sha in held.embedded if key == build_key]
+        gone = published.files_built_with(build_key, files)
+        records = held.records.items()
+        held.records = {k: v for k, v in records if k[0] != chunk_key or k[1] not in gone}
+        held.embedded = {k for k in held.embedded if k[0] != build_key or k[1] not in gone}
+        if not keep:
+            mine = [sha for m, sha in held.vectors if m == model]
+            dropped = set(published.vectors_held(model, mine))
+            held.vectors = {
+                k: v for k, v in held.vectors.items() if k[0] != model or k[1] not in dropped
+            }
+        self.spill()
 
     def _rebuild_without(self, table: str, where: str, params: tuple, gone: list[Any]) -> None:
         """Replace `table` by a copy without the rows matching `where` whose sha256 is in
