@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, copy_markdown, run_cli
+from tests.conftest import FIXTURES, build_index, copy_markdown, run_cli
 
 BAD_FRONTMATTER = "---\ntitle: [unclosed\n---\n# Broken\n\nThe body still counts.\n"
 
@@ -37,9 +37,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (root / f"bolt-{i:02}.md").write_text(f"# Bolt {own.split()[0]}\n\nA bolt holds {own}.\n")
     (root / "big.md").write_text("# Big\n\n" + "a long line of text\n" * 40_000)
     (root / "broken.md").write_text(BAD_FRONTMATTER)
-    done = run_cli("ingest", "--root", str(root))
-    assert done.returncode == 0, done.stderr
-    return root
+    return build_index(root)
 
 
 @pytest.mark.slow
