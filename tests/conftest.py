@@ -149,6 +149,26 @@ def pytest_collection(session: pytest.Session):
         sys.dont_write_bytecode = saved
 
 
+# Files that speak MCP through the client SDK in the test process (the inner loop's two): one
+# work unit under `--dist loadfile`, so one worker pays the ~1.2 CPU-s import of `mcp`.
+SAME_WORKER = {"tests/test_agents_mcp.py": "mcp", "tests/test_project_files.py": "mcp"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadfile`, but the files of SAME_WORKER share one unit (one worker)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return SAME_WORKER.get(scope, scope)
+
+    return Scheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "corpora_dir" in item.fixturenames and item.get_closest_marker("corpus") is None:
