@@ -2,8 +2,13 @@
 they waited for) and each xdist worker's share, for this checkout and, in the same run, for
 another checkout of the project (`--ref`, e.g. main before a change) with its own venv.
 
-    python bench/inner_loop.py [--workers 2] [--ref /path/to/other/checkout] [--json]
+    python bench/inner_loop.py [--workers 2] [--ref /path/to/other/checkout] [--rounds 2] [--json]
     python bench/inner_loop.py tests/test_config.py     # the same for some files only
+
+With --ref and --rounds N, the two checkouts alternate (this one first in odd rounds, the
+other first in even ones), so a load that changes during the run falls on both; a last row
+per checkout gives its median, and "ratio" is this checkout's CPU-s over the other's in the
+same round (the figure a loaded machine still gives).
 
 The goal (README, "Tests"): under 60 s wall with two workers on an idle 2-core machine. On a
 loaded machine the wall says little; the CPU-seconds say what the loop costs (<= ~95 CPU-s, no
@@ -18,6 +23,7 @@ import argparse
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -73,12 +79,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ref", type=Path, help="another checkout, measured in the same run")
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds with --ref")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("files", nargs="*", help="test files (default: the whole inner loop)")
     args = parser.parse_args()
-    rows = [measure(REPO, args.workers, args.files)]
-    if args.ref:
-        rows.append(measure(args.ref.resolve(), args.workers, args.files))
+    if not args.ref:
+        rows = [measure(REPO, args.workers, args.files) for _ in range(args.rounds)]
+    else:
+        rows = []
+        for round_ in range(1, args.rounds + 1):
+            order = [REPO, args.ref.resolve()] if round_ % 2 else [args.ref.resolve(), REPO]
+            done = {c: measure(c, args.workers, args.files) for c in order}
+            ours, theirs = done[REPO], done[args.ref.resolve()]
+            ours["ratio"] = round(ours["cpu_s"] / theirs["cpu_s"], 3) if theirs["cpu_s"] else None
+            rows += [{"round": round_, **ours}, {"round": round_, **theirs}]
+        if args.rounds > 1:
+            for checkout in (str(REPO), str(args.ref.resolve())):
+                mine = [r for r in rows if r["checkout"] == checkout and "wall_s" in r]
+                rows.append(
+                    {
+                        "round": "median",
+                        "checkout": checkout,
+                        **{k: statistics.median(r[k] for r in mine) for k in ("wall_s", "cpu_s")},
+                        **(
+                            {"ratio": statistics.median(r["ratio"] for r in mine)}
+                            if checkout == str(REPO)
+                            else {}
+                        ),
+                    }
+                )
     print_table(f'pytest -m "{MARK}" -n {args.workers}', rows, as_json=args.json)
 
 

@@ -73,30 +73,43 @@ def _run_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def _indexed_notes_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One `mdvdb ingest` of the notes per run, whichever worker asks first (the others wait
-    on the lock); nobody writes into it: `indexed_notes` hands out copies."""
+    """One ingest of the notes per run (`build_index`), whichever worker asks first (the others
+    wait on the lock); nobody writes into it: `indexed_notes` hands out copies."""
     base = _run_base(tmp_path_factory)
     root = base / "indexed-once" / "notes"
     with open(base / ".indexed-once.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (base / ".indexed-once.done").exists():
             shutil.rmtree(root.parent, ignore_errors=True)
-            copy_markdown(FIXTURES / "notes", root)
-            done = run_cli("ingest", "--root", str(root))
-            assert done.returncode == 0, done.stderr
+            build_index(copy_markdown(FIXTURES / "notes", root))
             (base / ".indexed-once.done").touch()
     return root
 
 
 @pytest.fixture
 def indexed_notes(_indexed_notes_once: Path, tmp_path: Path) -> Path:
-    """`notes` with its default index already built: one `mdvdb ingest` per worker, copied
+    """`notes` with its default index already built: one ingest per run, copied
     (index, state and Markdown, mtimes kept, so the copy is current) into this test's own
     folder. For tests whose subject comes after the ingest; a test about ingest itself
     starts from `notes`."""
     # Not tmp_path / "notes": a test may take both fixtures (before and after an ingest).
     target = tmp_path / "indexed" / "notes"
     return Path(shutil.copytree(_indexed_notes_once, target, symlinks=True))
+
+
+def build_index(root: Path, env: dict | None = None) -> Path:
+    """Index `root` in this process, as `mdvdb ingest --root ROOT` would with `env` added to
+    the environment: for a fixture whose tests read the index (through the real CLI) and
+    are not about the ingest. The same `ingest_folder` the command runs, without a Python
+    start-up (~0.8 CPU-s for a few pages against ~0.1 here once the worker has the pipeline
+    loaded). A test about ingest itself runs `run_cli("ingest", ...)`."""
+    from kernel.config import load_config
+    from pipeline import ingest_folder
+
+    # What would fail the command raises here (the command's warnings, as a page whose
+    # front matter does not parse, are the report's, as they are the command's).
+    ingest_folder(load_config(root, environ={**os.environ, **(env or {})}))
+    return root
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None):
@@ -134,6 +147,26 @@ def pytest_collection(session: pytest.Session):
         yield
     finally:
         sys.dont_write_bytecode = saved
+
+
+# Files that speak MCP through the client SDK in the test process (the inner loop's two): one
+# work unit under `--dist loadfile`, so one worker pays the ~1.2 CPU-s import of `mcp`.
+SAME_WORKER = {"tests/test_agents_mcp.py": "mcp", "tests/test_project_files.py": "mcp"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadfile`, but the files of SAME_WORKER share one unit (one worker)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return SAME_WORKER.get(scope, scope)
+
+    return Scheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

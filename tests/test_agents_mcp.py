@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kernel.config import OFF_FILE, load_config
-from tests.conftest import FIXTURES, copy_markdown, run_cli
+from tests.conftest import FIXTURES, build_index, copy_markdown, run_cli
 
 if TYPE_CHECKING:  # imported where used: mcp costs ~1 CPU-s to import, and every xdist
     # worker imports every test module, inner-loop tests or not
@@ -66,9 +66,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "projects").mkdir()
     (root / "projects" / "cache.md").write_text(CACHE_MD)
     (root / "projects" / "queue.md").write_text(QUEUE_MD)
-    done = run_cli("ingest", "--root", str(root))
-    assert done.returncode == 0, done.stderr
-    return root
+    return build_index(root)
 
 
 def cli_json(root: Path, *args: str) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 BODY = "# Rotating the signing keys\n\nRotate the signing keys every ninety days with keyctl.\n"
 
@@ -34,8 +34,7 @@ def wiki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     page(root, "c-old.md", confidence="medium", updated="2022-01-01")
     page(root, "d-new.md", confidence="medium", updated="2025-03-01")
     (root / "other.md").write_text("# Baking bread\n\nKnead the dough.\n", encoding="utf-8")
-    assert run_cli("ingest", "--root", str(root)).returncode == 0
-    return root
+    return build_index(root)
 
 
 def test_governed_ranking_lifts_high_drops_low_and_breaks_ties_by_updated(wiki: Path):

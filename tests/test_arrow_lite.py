@@ -18,7 +18,7 @@ import pytest
 from kernel import arrow_lite, index_format
 from kernel.config import load_config
 from query import open_index
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 ENV = {"MDVDB_NO_WARM": "1"}
 ARROW = {**ENV, index_format.ARROW_READER_ENV: "1"}
@@ -47,9 +47,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for rel, text in PAGES.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    done = run_cli("ingest", "--root", str(root), env=ENV)
-    assert done.returncode == 0, done.stderr
-    return root
+    return build_index(root, ENV)
 
 
 def test_every_column_reads_as_pyarrow_reads_it(project: Path):

@@ -15,16 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, copy_markdown, run_cli
+from tests.conftest import FIXTURES, build_index, copy_markdown, run_cli
 
 BAD_FRONTMATTER = "---\ntitle: [unclosed\n---\n# Broken\n\nThe body still counts.\n"
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fixture notes plus 14 distinct pages that all say `bolt`, one 800 KB page (each
-    closed-pipe output stays over twice a 64 KB pipe buffer; 2 MB cost ~3 more CPU-s) and one
-    page whose frontmatter does not parse; ingested once for the module."""
+    """The fixture notes plus 14 distinct pages that all say `bolt`, one 520 KB page (each
+    closed-pipe output is over twice a 64 KB pipe buffer: 520 KB for get, 129 KB for the
+    search with --explain, 717 KB for grep; every 100 KB of page costs ~0.2 CPU-s to ingest)
+    and one page whose frontmatter does not parse; ingested once for the module."""
     root = tmp_path_factory.mktemp("hygiene") / "notes"
     copy_markdown(FIXTURES / "notes", root)
     for i in range(14):
@@ -35,11 +36,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
             for j in range(12)
         )
         (root / f"bolt-{i:02}.md").write_text(f"# Bolt {own.split()[0]}\n\nA bolt holds {own}.\n")
-    (root / "big.md").write_text("# Big\n\n" + "a long line of text\n" * 40_000)
+    (root / "big.md").write_text("# Big\n\n" + "a long line of text\n" * 26_000)
     (root / "broken.md").write_text(BAD_FRONTMATTER)
-    done = run_cli("ingest", "--root", str(root))
-    assert done.returncode == 0, done.stderr
-    return root
+    return build_index(root)
 
 
 @pytest.mark.slow
@@ -78,7 +77,16 @@ def read_one_line_then_close(*args: str) -> subprocess.CompletedProcess:
     "args",
     [
         ("get", "big.md"),
-        ("search", "long line of text", "-n", "500", "--per-file", "0", "--no-collapse"),
+        (
+            "search",
+            "long line of text",
+            "-n",
+            "500",
+            "--per-file",
+            "0",
+            "--no-collapse",
+            "--explain",
+        ),
         ("grep", "long line", "-n", "100000", "--per-file-limit", "100000"),
     ],
     ids=["get", "search", "grep"],

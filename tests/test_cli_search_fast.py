@@ -23,7 +23,7 @@ from mdvdb.cli import search as fast
 from mdvdb.cli.app import app
 from query import open_index
 from query.titles import _lowered, query_words, title_files
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 PAGES = {
     "tools/tar.md": "---\ntitle: Tar archives\ntags: [archive, cli]\nstatus: draft\n---\n"
@@ -44,9 +44,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for rel, text in PAGES.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    done = run_cli("ingest", "--root", str(root))
-    assert done.returncode == 0, done.stderr
-    return root
+    return build_index(root)
 
 
 def _typer(argv: list[str]) -> tuple[int, str, str]:
@@ -195,8 +193,7 @@ def test_title_tier_matches_where_words_begin(tmp_path: Path, pages: dict) -> No
 
     for rel, text in pages.items():
         (tmp_path / rel).write_text(text, encoding="utf-8")
-    assert run_cli("ingest", "--root", str(tmp_path)).returncode == 0
-    snap = open_index(config=load_config(tmp_path)).snapshot
+    snap = open_index(config=load_config(build_index(tmp_path))).snapshot
 
     def plain(texts: list[str | None]) -> list[str]:
         link = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")

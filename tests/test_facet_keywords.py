@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 # mcp is imported where used: it costs ~1 CPU-s, and every xdist worker imports every
 # test module, inner-loop tests or not.
@@ -30,9 +30,7 @@ def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("facets")
     for name, (tag, title, text) in PAGES.items():
         (root / name).write_text(f"---\ntags: [{tag}]\n---\n# {title}\n\n{text}\n")
-    done = run_cli("ingest", "--root", str(root))
-    assert done.returncode == 0, done.stderr
-    return root
+    return build_index(root)
 
 
 def search(kb: Path, *args: str) -> str:

@@ -20,6 +20,7 @@ from kernel import index_format
 from kernel.config import load_config
 from query import open_index
 from query.verify import verify
+from tests.conftest import build_index
 
 ENV = {"MDVDB_CLUSTERING_ENABLED": "false", "MDVDB_NO_WARM": "1"}
 QUERIES = ["extract a tar archive", "network ports", "git branch merge", "cooking pasta"]
@@ -163,7 +164,7 @@ def test_a_nan_vector_in_the_index_does_not_empty_hybrid_search(tmp_path: Path):
 @pytest.fixture(scope="module")
 def small_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     root = _pages(tmp_path_factory.mktemp("damage") / "notes", 20)
-    assert _cli("ingest", "--root", str(root)).returncode == 0
+    build_index(root, ENV)
     return root, (root / ".markdownvdb.index").read_bytes()
 
 

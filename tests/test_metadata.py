@@ -10,7 +10,7 @@ import pytest
 from query import open_index
 from query.filters import Filter, FilterError, matching_files, parse_filter
 from query.schema import load_schema
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 DOCS = {
     "kb/orm.md": """---
@@ -58,7 +58,9 @@ No frontmatter here. The N+1 query problem shows up in ORMs.
 }
 
 
-def _project(root: Path, overlay: str | None = None, extra: int = 0) -> Path:
+def _project(root: Path, overlay: str | None = None, extra: int = 0, cli: bool = True) -> Path:
+    """The knowledge base, indexed by the real `mdvdb ingest` (`cli`) or in this process
+    (`build_index`: for the module's shared fixture, whose tests only read it)."""
     for rel, text in DOCS.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
@@ -71,6 +73,8 @@ def _project(root: Path, overlay: str | None = None, extra: int = 0) -> Path:
         )
     if overlay is not None:
         (root / ".markdownvdb.schema.yml").write_text(overlay)
+    if not cli:
+        return build_index(root)
     done = run_cli("ingest", "--root", str(root))
     assert done.returncode == 0, done.stderr
     return root
@@ -78,7 +82,7 @@ def _project(root: Path, overlay: str | None = None, extra: int = 0) -> Path:
 
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _project(tmp_path_factory.mktemp("kb"), extra=22)
+    return _project(tmp_path_factory.mktemp("kb"), extra=22, cli=False)
 
 
 OVERLAY = """\

@@ -10,7 +10,7 @@ import pytest
 
 from kernel.config import load_config
 from pipeline.ingest import ingest_folder as ingest
-from tests.conftest import run_cli, unpack_corpus
+from tests.conftest import build_index, run_cli, unpack_corpus
 
 GUIDE = """# Kubernetes Guide
 
@@ -68,8 +68,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    assert run_cli("ingest", "--root", str(root)).returncode == 0
-    return root
+    return build_index(root)
 
 
 def test_a_title_matched_page_keeps_its_other_matching_sections(project: Path):

@@ -10,6 +10,7 @@ does. Every run is a real `mdvdb` subprocess; workers are found by their process
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -29,7 +30,10 @@ from tests.test_parallel_ingest import _cache_rows, _index_parts
 from tests.test_parallel_ingest import _project as _mixed_project
 from tests.test_shards import SHARDED, TLDR_QUERIES, _search
 
-pytest.importorskip("ray")
+# Not importorskip: importing ray costs ~0.8 CPU-s in every process that collects this file
+# (each xdist worker, inner loop or not); the tests run it in subprocesses anyway.
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("ray is not installed", allow_module_level=True)
 
 QUIET = {
     "RAY_USAGE_STATS_ENABLED": "0",

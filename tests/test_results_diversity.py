@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 SECTION = """## Configure the autoscaler
 
@@ -105,9 +105,7 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "shards.md").write_text("# Notes\n\n## Misc\n\nShard placement is manual here.\n")
     (root / "handbook.md").write_text(EXCERPT_PAGE)
     (root / "misc.md").write_text(SEMANTIC_PAGE)
-    done = run_cli("ingest", "--root", str(root))
-    assert done.returncode == 0, done.stderr
-    return root
+    return build_index(root)
 
 
 def search_json(root: Path, *args: str, env: dict | None = None) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernel import shards
-from tests.conftest import run_cli, unpack_corpus
+from tests.conftest import build_index, run_cli, unpack_corpus
 
 SHARDED = {"MDVDB_SHARDS": "4"}
 TOPICS = [
@@ -74,8 +74,8 @@ def twins(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     one = _project(base / "one")
     four = base / "four"
     shutil.copytree(one, four)  # copy2: the same mtimes
-    _ingest(one)
-    _ingest(four, SHARDED)
+    build_index(one)
+    build_index(four, SHARDED)
     return one, four
 
 
