@@ -260,6 +260,7 @@ class ShardPart:
         first_pass: str,
         top: int = 0,
         depth: int = 0,
+        also: np.ndarray | None = None,
     ) -> dict[str, Any]:
         """The dense side of a hybrid query on this shard, in one call: the one-file
         reader's scorer (`query.vector.dense_scorer`, by the router's `first_pass`: "int8",
@@ -274,14 +275,19 @@ class ShardPart:
         0), and a shard's `top`-th best is never above the corpus's `pool`-th when
         top >= pool, so the filled array fuses to the one-file bits (docs/scale-out.md).
         `depth`: the rows the int8 pass hands to exact rescoring here (the router gives
-        each shard its share of the one-file depth; 0: the one-file depth)."""
+        each shard its share of the one-file depth; 0: the one-file depth). `also`: local
+        rows an IVF pass scores exactly whatever it probes (the lexical side's best, as the
+        one-file reader hands them over)."""
         from query.vector import dense_scorer
 
         pages = self.page_side() if rho > 0 else None
         scorer = dense_scorer(_ShardReader(self.shard, first_pass), pages, rho)
         if depth and getattr(scorer, "lists", None) is None:  # IVF lists keep their own
             scorer.depth = int(depth)
-        raw, cosine, moved = scorer.mixed(query, direction, beta, keep, rho)
+        if getattr(scorer, "lists", None) is not None and also is not None and len(also):
+            raw, cosine, moved = scorer.mixed(query, direction, beta, keep, rho, also=also)
+        else:
+            raw, cosine, moved = scorer.mixed(query, direction, beta, keep, rho)
         n = len(cosine)
         if not top or n <= top:
             return {"raw": raw, "cosine": cosine, "moved": moved}

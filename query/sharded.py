@@ -487,12 +487,23 @@ class ShardedDense:
     def __init__(self, vectors: ShardedVectors, first_pass: str):
         self.vectors = vectors
         self.first_pass = first_pass
+        # An IVF pass may run in the shards: fusion then hands over the lexical side's best
+        # rows (`also`), which each shard scores exactly as the one-file reader does.
+        self.lists = "in shards" if first_pass == "ivf" else None
 
     def scores(self, query, direction=None, beta: float = 0.0, keep: int = 0):
         _, cosine, moved = self.mixed(query, direction, beta, keep)
         return cosine, moved
 
-    def mixed(self, query, direction=None, beta: float = 0.0, keep: int = 0, rho: float = 0.0):
+    def mixed(
+        self,
+        query,
+        direction=None,
+        beta: float = 0.0,
+        keep: int = 0,
+        rho: float = 0.0,
+        also: np.ndarray | None = None,
+    ):
         query = np.asarray(query, dtype=np.float32)
         if direction is not None:
             direction = np.asarray(direction, dtype=np.float32)
@@ -500,8 +511,16 @@ class ShardedDense:
         parts = self.vectors.parts
         n = self.vectors.shape[0]
         depths = [shard_depth(len(ids), n, keep) for ids in self.vectors.chunk_ids]
+        local: list[np.ndarray | None] = [None] * len(parts)
+        if also is not None and len(also):
+            shard_of, row_of = self.vectors.where
+            also = np.asarray(also, dtype=np.int64)
+            for i in range(len(parts)):
+                local[i] = row_of[also[shard_of[also] == i]].astype(np.int32)
         answers = fan_out(
-            lambda i: parts[i].call("dense", *args, depths[i]), list(range(len(parts))), parts
+            lambda i: parts[i].call("dense", *args, depths[i], local[i]),
+            list(range(len(parts))),
+            parts,
         )
         names = ("raw", "cosine", "moved")
         # Each chunk starts as its shard's fill (one gather by the shard of every chunk),

@@ -84,6 +84,31 @@ def test_shards_rank_as_one_file_with_each_first_pass(generated, first_pass: str
 
 
 @pytest.mark.slow
+def test_shards_with_ivf_lists_answer_as_the_exact_ranking(generated, tmp_path: Path) -> None:
+    """Shards packed with IVF lists (forced small here): a hybrid query hands each shard the
+    lexical side's best rows to score exactly, as the one-file reader does, and its top 10
+    agrees with the exact ranking."""
+    _, four, _ = generated
+    ivf = tmp_path / "ivf"
+    shutil.copytree(four, ivf, symlinks=True)
+    for stale in ivf.glob(".markdownvdb*"):
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    env = {**SHARDED, "MDVDB_IVF_MIN_CHUNKS": "100"}
+    done = run_cli("ingest", "--root", str(ivf), env=env)
+    assert done.returncode == 0, done.stderr
+    with _open(ivf, env).pinned() as snap:
+        assert all(part.shard.table("ivf") is not None for part in snap.parts)
+    fast = _open(ivf, {**env, "MDVDB_SEARCH_FIRST_PASS": "ivf"})
+    exact = _open(ivf, {**env, "MDVDB_SEARCH_FIRST_PASS": "exact"})
+    agree = []
+    for query in QUERIES:
+        got = {r[:3] for r in _top(fast, query, "hybrid")}
+        want = {r[:3] for r in _top(exact, query, "hybrid")}
+        agree.append(len(got & want) / len(want))
+    assert min(agree) >= 0.9, agree
+
+
+@pytest.mark.slow
 def test_each_shard_runs_the_int8_first_pass(generated) -> None:
     """A warm sharded reader's hybrid query runs `query.vector.dense_scorer` in each shard:
     each keeps its own int8 copy (of its rows mixed with their pages'), as the one-file
