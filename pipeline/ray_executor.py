@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pipeline.workers import (
@@ -71,7 +71,16 @@ LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 HOLD = "MDVDB_TEST_RAY_HOLD"
 HOLD_SECONDS = 120.0
 
-_last_run: dict = {"actors": 0, "start_seconds": 0.0, "reports": []}
+
+@dataclass
+class PoolRun:
+    """What one run's pool of actors reported, for the parse stage's output: the stage makes
+    one and hands it to `prepare`, which fills it (a record of the run, never a module
+    global: two runs in one process each keep their own)."""
+
+    actors: int = 0
+    start_seconds: float = 0.0  # connecting (or starting a cluster) until every actor is up
+    reports: list[dict] = field(default_factory=list)  # each actor's `ActorReport`, as a dict
 
 
 @dataclass(frozen=True)
@@ -307,8 +316,6 @@ def _embed_records(provider, batch_size: int, batch: Batch) -> None:
 
     import numpy as np
 
-    from pipeline.embed import usable_rows
-
     texts: dict[bytes, str] = {}
     files: list[tuple[str, list[bytes]]] = []
     for sha, data in batch.records:
@@ -325,12 +332,7 @@ def _embed_records(provider, batch_size: int, batch: Batch) -> None:
     vectors = np.concatenate(
         [provider.embed(strings[i : i + step]) for i in range(0, len(strings), step)]
     )
-    ok = usable_rows(vectors)
-    shas = list(texts)
-    batch.vector_shas = [s for s, good in zip(shas, ok, strict=True) if good]
-    batch.vectors = vectors[ok]
-    bad = {s for s, good in zip(shas, ok, strict=True) if not good}
-    batch.embedded = [sha for sha, mine in files if not bad.intersection(mine)]
+    batch.add_vectors(list(texts), vectors, files)
 
 
 def _wait_for(path: str) -> None:
@@ -342,34 +344,19 @@ def _wait_for(path: str) -> None:
         time.sleep(0.05)
 
 
-def processes_for(config: Config, files: int) -> int:
-    """The actors the last run of this process used (what the report calls its workers)."""
-    return int(_last_run["actors"])
-
-
-def actor_reports() -> list[dict]:
-    """The last run's actors, as each reported itself once its model was loaded
-    (`ActorReport`)."""
-    return list(_last_run["reports"])
-
-
-def start_seconds() -> float:
-    """The last run's Ray start-up: connecting (or starting a cluster) until every actor
-    holds its model; the rest of the parse stage is the work."""
-    return float(_last_run["start_seconds"])
-
-
 def prepare(
     config: Config,
     todo: list[tuple[str, str]],
     embed: EmbedSpec | EncoderEmbed | None,
     progress: Callable[[int], None] | None = None,
+    pool: PoolRun | None = None,
 ) -> Iterator[Batch]:
     """`pipeline.workers.prepare` on Ray: the batches of `todo` in order, computed by a pool
-    of actors. Nothing to do starts no cluster."""
+    of actors. Nothing to do starts no cluster. `pool`: filled with what the actors
+    reported (the stage's record of its workers and start-up)."""
     import time
 
-    _last_run.update(actors=0, start_seconds=0.0, reports=[])
+    pool = pool if pool is not None else PoolRun()
     if not todo:
         return
     encoder = embed if isinstance(embed, EncoderEmbed) else None
@@ -387,12 +374,13 @@ def prepare(
         import ray.exceptions
 
         actors = _pool(ray, config, spec, encoder, len(batches))
+        pool.actors = len(actors)
         reports = ray.get([actor.ready.remote() for actor in actors])
         _check_actors(reports, encoder)
-        _last_run["reports"] = reports
-        _last_run["start_seconds"] = time.perf_counter() - started
+        pool.reports = reports
+        pool.start_seconds = time.perf_counter() - started
         yield from _stream(ray, config, actors, batches, progress)
-        _last_run["reports"] = ray.get([actor.ready.remote() for actor in actors])
+        pool.reports = ray.get([actor.ready.remote() for actor in actors])
     except ray.exceptions.RayError as exc:
         raise WorkerDied(
             f"a Ray worker failed ({type(exc).__name__}) after {RETRIES} retries; the previous "
@@ -443,7 +431,6 @@ def _start(config: Config):
 def _pool(ray, config: Config, spec: Spec, encoder: EncoderEmbed | None, batches: int) -> list:
     """The actors of `plan_pool` for this cluster, each loading the model once."""
     plan = plan_pool(ray.cluster_resources(), config.workers, batches, encoder is not None)
-    _last_run["actors"] = plan.actors
     actor = ray.remote(Preparer).options(
         num_cpus=plan.num_cpus,
         num_gpus=plan.num_gpus,
@@ -541,4 +528,4 @@ def _token_auth() -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
-__all__ = ["actor_reports", "check", "embed_spec", "plan_pool", "prepare", "processes_for"]
+__all__ = ["PoolRun", "check", "embed_spec", "plan_pool", "prepare"]

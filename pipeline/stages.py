@@ -460,17 +460,22 @@ def parse(
     todo = [(path, sha) for path, sha in todo if sha not in chunked]
     problems: list[Problem] = []
     analysed: list = []
+    pool = None
+    if config.executor != "local":
+        from pipeline.ray_executor import PoolRun
+
+        pool = PoolRun()  # what the actors report, filled as they run
     failed, chunks, embedded = _prepare_files(
-        config, state, todo, problems, progress, provider, analysed
+        config, state, todo, problems, progress, provider, analysed, pool
     )
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
-    workers = executor(config).processes_for(config, len(todo))
-    digest = digest_of(kept.digest)
-    started, actors = 0.0, ()
-    if config.executor != "local":
-        from pipeline.ray_executor import actor_reports, start_seconds
+    if pool is None:
+        from pipeline.workers import processes_for
 
-        started, actors = start_seconds(), tuple(actor_reports())
+        workers, started, actors = processes_for(config, len(todo)), 0.0, ()
+    else:
+        workers, started, actors = pool.actors, pool.start_seconds, tuple(pool.reports)
+    digest = digest_of(kept.digest)
     kind = config.executor.partition(":")[0]
     from pipeline.lexical import Store
 
@@ -491,9 +496,8 @@ def parse(
 
 
 def executor(config: Config):
-    """The module that runs the per-file work (`embed_spec`, `prepare`, `processes_for`): a
-    process pool here (pipeline.workers), or Ray actors (pipeline.ray_executor,
-    MDVDB_EXECUTOR)."""
+    """The module that runs the per-file work (`embed_spec`, `prepare`): a process pool
+    here (pipeline.workers), or Ray actors (pipeline.ray_executor, MDVDB_EXECUTOR)."""
     if config.executor == "local":
         from pipeline import workers
 
@@ -511,10 +515,12 @@ def _prepare_files(
     progress: Progress,
     provider: EmbeddingProvider | None,
     analysed: list | None = None,
+    pool: Any = None,
 ) -> tuple[list[str], int, int]:
     """Parse, chunk (and embed) (path, sha) pairs into the caches, one transaction per
     batch; returns the paths that failed (reported), the chunks cut and the chunks
-    embedded. The batches' lexical analyses go to `analysed`."""
+    embedded. The batches' lexical analyses go to `analysed`; `pool` (on Ray, a
+    `ray_executor.PoolRun`) gets what the actors report."""
     from pipeline.embed import model_key
     from pipeline.workers import ExecutorUnavailable, WorkerDied, processes_for
 
@@ -531,8 +537,9 @@ def _prepare_files(
     key = chunk_key(config)
     failed: list[str] = []
     chunks = embedded = 0
+    report = (pool,) if pool is not None else ()
     batches = executor(config).prepare(
-        config, todo, spec, lambda done: progress("parse", done, len(todo))
+        config, todo, spec, lambda done: progress("parse", done, len(todo)), *report
     )
     try:
         for batch in batches:  # streamed: written as each comes back

@@ -17,7 +17,7 @@ ids the local model pools for it (tokenizing twice was a quarter of the embed st
 `MDVDB_WORKERS` sizes the pool (0, the default: one process per CPU; 1: no pool). Small runs
 never pay for starting one: under `POOL_MIN_FILES` files the work runs in this process.
 `MDVDB_EXECUTOR=ray[:ADDRESS]` runs the same batches as Ray tasks: pipeline/ray_executor.py,
-behind the same two functions (`prepare`, `processes_for`).
+behind the same `prepare` (its actors' count and start-up go to the run's `PoolRun`).
 """
 
 from __future__ import annotations
@@ -100,6 +100,20 @@ class Batch:
     # only merges postings; None when the batch was not asked for it.
     lexical: Store | None = None
 
+    def add_vectors(
+        self, shas: list[bytes], vectors: np.ndarray, files: list[tuple[str, list[bytes]]]
+    ) -> None:
+        """The usable rows of `vectors` (one per chunk sha), and the files (sha, its chunks'
+        shas) whose chunks all got one. A file with an unusable vector is left to the embed
+        stage, which asks again and reports it (pipeline.embed)."""
+        from pipeline.embed import usable_rows
+
+        ok = usable_rows(vectors)
+        self.vector_shas = [s for s, good in zip(shas, ok, strict=True) if good]
+        self.vectors = vectors[ok]
+        bad = {s for s, good in zip(shas, ok, strict=True) if not good}
+        self.embedded = [sha for sha, mine in files if not bad.intersection(mine)]
+
 
 def embed_spec(provider: object) -> EmbedSpec | None:
     """The local WordLlama model embeds in the workers; any other provider (a remote one
@@ -134,7 +148,6 @@ def prepare_batch(
     as is in this process. `contents`: the files' bytes read by the caller (or why they
     could not be read), for a worker that does not see the folder (pipeline/ray_executor.py)."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
-    from pipeline.embed import usable_rows
     from pipeline.lexical import Store, analyse_chunks
     from pipeline.parse import parse_document
 
@@ -192,14 +205,7 @@ def prepare_batch(
         for i, tokens in zip(strings, tokenized, strict=True):
             ids[i] = tokens
         vectors = _provider(spec.embed).embed_token_ids(ids)  # type: ignore[arg-type]
-        ok = usable_rows(vectors)
-        shas = list(texts)
-        out.vector_shas = [s for s, good in zip(shas, ok, strict=True) if good]
-        out.vectors = vectors[ok]
-        # A file with an unusable vector is left to the embed stage, which asks again and
-        # reports it (pipeline.embed).
-        bad = {s for s, good in zip(shas, ok, strict=True) if not good}
-        out.embedded = [sha for sha, mine in file_chunks if not bad.intersection(mine)]
+        out.add_vectors(list(texts), vectors, file_chunks)
     return out
 
 

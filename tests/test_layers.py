@@ -125,3 +125,54 @@ def test_the_search_path_takes_no_untyped_keyword_bags():
         for param in inspect.signature(function).parameters.values():
             assert param.kind is not inspect.Parameter.VAR_KEYWORD, (function, param)
             assert param.name == "self" or param.annotation is not inspect.Parameter.empty
+
+
+MUTATORS = {"update", "append", "extend", "clear", "pop", "popitem", "setdefault", "add"}
+MUTATORS |= {"remove", "insert", "discard", "appendleft", "__setitem__"}
+
+
+def module_state_writes(source: str) -> list[str]:
+    """Where a function writes module state: a `global` statement, or an item set on, or a
+    mutating method called on, a module-level name bound to a dict, list, set or deque."""
+    import ast
+
+    tree = ast.parse(source)
+    containers = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)
+    kinds = {"dict", "list", "set", "defaultdict", "deque", "OrderedDict", "Counter"}
+    shared = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        value = getattr(node, "value", None)
+        called = isinstance(value, ast.Call) and getattr(value.func, "id", None) in kinds
+        if isinstance(value, containers) or called:
+            shared |= {t.id for t in targets if isinstance(t, ast.Name)}
+    found = []
+    # Everything inside a top-level function or class runs after import (each walked once).
+    for top in tree.body:
+        if not isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for node in ast.walk(top):
+            if isinstance(node, ast.Global):
+                found += [f"{top.name}: global {', '.join(node.names)}"]
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+                if getattr(node.value, "id", None) in shared:
+                    found.append(f"{top.name}: {node.value.id}[...] =")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = getattr(node.func.value, "id", None)
+                if owner in shared and node.func.attr in MUTATORS:
+                    found.append(f"{top.name}: {owner}.{node.func.attr}()")
+    return found
+
+
+def test_no_pipeline_module_keeps_stage_state_in_a_global():
+    """A stage gets its run as an argument and returns its output; nothing a run learns
+    (a pool's actors, a stage's context) is parked in a module global, where a second run in
+    the process (the watcher, the library's `aingest`) would read or overwrite it."""
+    assert module_state_writes("_last = {}\ndef f():\n    _last['actors'] = 3\n")
+    assert module_state_writes("_last = dict()\ndef f():\n    _last.update(a=1)\n")
+    assert module_state_writes("RUN = None\ndef f(run):\n    global RUN\n    RUN = run\n")
+    assert not module_state_writes("KINDS = {}\ndef f():\n    out = {}\n    out['a'] = 1\n")
+    for path in sorted((REPO / "pipeline").glob("*.py")):
+        assert module_state_writes(path.read_text(encoding="utf-8")) == [], path.name
