@@ -303,6 +303,23 @@ def list_parts(table: pa.Table, name: str) -> tuple[Any, Any]:
     return offsets, values
 
 
+def vector_matrix(file: IndexFile) -> Any:
+    """The chunk vectors as one (chunks, dims) float32 NumPy view over the map: no copy.
+    The one decoder of the vector column (the readers, a shard, the write side's state)."""
+    import numpy as np
+
+    chunks = file.tables["chunks"]
+    dims = int(file.meta.get("dimensions") or 0)
+    if not chunks.num_rows:
+        return np.zeros((0, dims), dtype=np.float32)
+    column = column_array(chunks, "vector")
+    # `.values` ignores a slice offset (`flatten()` would honour it, but imports
+    # pyarrow.compute: ~30 ms of a cold query), so apply the offset by hand.
+    flat = column.values.to_numpy(zero_copy_only=True)
+    start = column.offset * dims
+    return flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
+
+
 def _footer(path: Path, view: memoryview) -> tuple[int, dict, dict]:
     """The header and footer checks both readers make before they trust a byte of the
     body: (where the footer starts, the tables' layout, the index's meta)."""

@@ -884,13 +884,9 @@ class Published:
 
         matrix = self._derived.get("vectors")
         if matrix is None:
-            index = self._index()
-            chunks = index.tables["chunks"]
-            dims = int(index.meta.get("dimensions") or 0)
-            column = self._column("chunks", "vector")
-            flat = column.values.to_numpy(zero_copy_only=True)
-            start = column.offset * dims
-            matrix = flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
+            from kernel.index_format import vector_matrix
+
+            matrix = vector_matrix(self._index())
             self._derived["vectors"] = matrix
         return np.asarray(matrix[rows], dtype=np.float32)
 

@@ -9,6 +9,7 @@ a dense score vector: no Python loop over postings.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,7 +122,7 @@ class LexicalIndex:
         return out
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
-        return np.log1p((self.n_chunks - df + 0.5) / (df + 0.5)).astype(np.float32)
+        return bm25_idf(self.n_chunks, df).astype(np.float32)
 
     def term_weights(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids, BM25F weights) of one term's postings: idf * saturated tf, computed
@@ -165,17 +166,20 @@ class LexicalIndex:
         gather = np.repeat(begin - starts[:-1], sizes) + np.arange(starts[-1])
         positions = self.forward_postings[gather]
         rows = np.searchsorted(self.offsets, positions, side="right") - 1
-        lengths = np.repeat(np.maximum(self.lengths[chunks], np.float32(1.0)), sizes)
-        shares = self.tf[positions] / lengths
-        mass = shares * np.repeat(scores / scores.sum(), sizes)
-        unique, inverse = np.unique(rows, return_inverse=True)
-        totals = np.bincount(inverse, weights=mass)
-        rank = totals
-        if by_idf:
-            df = (self.offsets[unique + 1] - self.offsets[unique]).astype(np.float64)
-            rank = totals * np.log1p((self.n_chunks - df + 0.5) / (df + 0.5))
-        best = np.argsort(-rank, kind="stable")[:count]
-        return unique[best].astype(np.int64), totals[best].astype(np.float32)
+
+        def df(unique: np.ndarray) -> np.ndarray:
+            return self.offsets[unique + 1] - self.offsets[unique]
+
+        best, weights = feedback_best(
+            rows,
+            self.tf[positions],
+            sizes,
+            self.lengths[chunks],
+            scores,
+            count,
+            (self.n_chunks, df) if by_idf else None,
+        )
+        return best.astype(np.int64), weights
 
     def page_scores(self, query: str, k1: float = 1.2, b: float = 0.75) -> np.ndarray | None:
         """BM25 of every page (file) as one document: a section that does not repeat its
@@ -186,26 +190,21 @@ class LexicalIndex:
         pages come sorted and one `reduceat` per term does it. None without chunk files."""
         if self.chunk_files is None:
             return None
-        n_files = int(self.chunk_files[-1]) + 1 if len(self.chunk_files) else 0
-        out = np.zeros(n_files, dtype=np.float32)
-        hashes = text_analysis.term_ids(query)
-        if len(hashes) == 0 or n_files == 0:
-            return out
-        page_len, avg = self._page_lengths(n_files)
-        unique, counts = np.unique(hashes, return_counts=True)
+        out, unique, counts, corpus = page_query(self, query)
         for row, count in zip(self.lookup(unique).tolist(), counts.tolist(), strict=True):
             if row < 0:
                 continue
-            a, b_ = int(self.offsets[row]), int(self.offsets[row + 1])
-            files = self.chunk_files[self.chunk_ids[a:b_]]
-            starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
-            pages = files[starts]
-            tf = np.add.reduceat(self.tf[a:b_], starts)
-            df = len(pages)
-            idf = np.log1p((n_files - df + 0.5) / (df + 0.5))
-            norm = k1 * (1.0 - b + b * page_len[pages] / avg)
-            out[pages] += np.float32(count * idf) * (tf * (k1 + 1.0) / (tf + norm))
+            pages, tf = self.page_tf(row)
+            add_page_term(out, pages, tf, count, corpus, k1, b)
         return out
+
+    def page_tf(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """One term's pages (ascending) and its tf summed over each page's chunks: a
+        file's chunks are contiguous and a term's chunk ids ascend, so one `reduceat`."""
+        a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+        files = self.chunk_files[self.chunk_ids[a:b]]
+        starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+        return files[starts], np.add.reduceat(self.tf[a:b], starts)
 
     def page_lengths(self) -> np.ndarray | None:
         """Each page's indexed (field-weighted) length; None without the tf tables."""
@@ -214,14 +213,7 @@ class LexicalIndex:
         return self._page_lengths(int(self.chunk_files[-1]) + 1)[0]
 
     def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:
-        """Each page's length and the mean over pages with text, once per snapshot."""
-        found = getattr(self, "_page_len", None)
-        if found is None or len(found[0]) != n_files:
-            lengths = np.bincount(self.chunk_files, weights=self.lengths, minlength=n_files)
-            filled = lengths[lengths > 0]
-            found = (lengths.astype(np.float32), float(filled.mean()) if len(filled) else 1.0)
-            self._page_len = found
-        return found
+        return page_lengths_of(self, n_files)
 
     def rescored(self, k1: float, b: float, floor: float = 0.0) -> LexicalIndex:
         """The same postings scored with another k1 / b (the weights are computed from the
@@ -271,6 +263,86 @@ class LexicalIndex:
             return out
         unique, counts = np.unique(hashes, return_counts=True)
         return self.add_terms(out, self.lookup(unique), counts.astype(np.float32))
+
+
+# -- the BM25 arithmetic the one-file index and the sharded one (query.sharded) share -------
+
+
+def bm25_idf(n: int | float, df: np.ndarray | int) -> np.ndarray:
+    """BM25's idf of a term in `df` of `n` chunks (or pages), in the caller's dtype."""
+    return np.log1p((n - df + 0.5) / (df + 0.5))
+
+
+def page_lengths_of(lexical, n_files: int) -> tuple[np.ndarray, float]:
+    """Each page's length (its chunks' `lengths` summed by `chunk_files`) and the mean over
+    pages with text, kept on `lexical` (once per snapshot)."""
+    found = getattr(lexical, "_page_len", None)
+    if found is None or len(found[0]) != n_files:
+        lengths = np.bincount(lexical.chunk_files, weights=lexical.lengths, minlength=n_files)
+        filled = lengths[lengths > 0]
+        found = (lengths.astype(np.float32), float(filled.mean()) if len(filled) else 1.0)
+        lexical._page_len = found
+    return found
+
+
+def page_query(lexical, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
+    """What page-level BM25 (`page_scores`) starts from: a zero score per page, the query's
+    distinct terms and how often it says each (none when it has none or there is no page),
+    and the corpus `add_page_term` reads (the number of pages, their lengths, the mean)."""
+    n_files = int(lexical.chunk_files[-1]) + 1 if len(lexical.chunk_files) else 0
+    out = np.zeros(n_files, dtype=np.float32)
+    hashes = text_analysis.term_ids(query)
+    if len(hashes) == 0 or n_files == 0:
+        none = np.zeros(0, dtype=np.uint64)
+        return out, none, none.astype(np.int64), (n_files, None, 1.0)
+    page_len, avg = page_lengths_of(lexical, n_files)
+    unique, counts = np.unique(hashes, return_counts=True)
+    return out, unique, counts, (n_files, page_len, avg)
+
+
+def add_page_term(
+    out: np.ndarray,
+    pages: np.ndarray,
+    tf: np.ndarray,
+    count: int,
+    corpus: tuple[int, np.ndarray, float],
+    k1: float,
+    b: float,
+) -> None:
+    """out[pages] += one query term's (said `count` times) BM25 over pages: `tf`, its tf in
+    each of `pages` (summed over the page's chunks); `corpus`, (the number of pages, each
+    page's length, their mean)."""
+    n_files, page_len, avg = corpus
+    idf = bm25_idf(n_files, len(pages))
+    norm = k1 * (1.0 - b + b * page_len[pages] / avg)
+    out[pages] += np.float32(count * idf) * (tf * (k1 + 1.0) / (tf + norm))
+
+
+def feedback_best(
+    terms: np.ndarray,
+    tf: np.ndarray,
+    sizes: np.ndarray,
+    chunk_lengths: np.ndarray,
+    scores: np.ndarray,
+    count: int,
+    by_idf: tuple[int, Callable[[np.ndarray], np.ndarray]] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """RM3's expansion terms from the feedback chunks' postings, laid out chunk by chunk
+    (`terms`, their `tf`, `sizes` postings per chunk): each term weighted by the sum over
+    chunks of tf / the chunk's length * the chunk's share of `scores`. The `count`
+    heaviest as (terms, weights); `by_idf` = (chunks in the index, the df of terms) picks
+    them by weight * idf instead."""
+    lengths = np.repeat(np.maximum(chunk_lengths, np.float32(1.0)), sizes)
+    shares = tf / lengths
+    mass = shares * np.repeat(scores / scores.sum(), sizes)
+    unique, inverse = np.unique(terms, return_inverse=True)
+    totals = np.bincount(inverse, weights=mass)
+    rank = totals
+    if by_idf is not None:
+        n, df_of = by_idf
+        rank = totals * bm25_idf(n, df_of(unique).astype(np.float64))
+    best = np.argsort(-rank, kind="stable")[:count]
+    return unique[best], totals[best].astype(np.float32)
 
 
 def _values(table, name: str, dtype) -> np.ndarray:

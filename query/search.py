@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +14,7 @@ from query.excerpt import Excerpt
 from query.filters import Filter, candidate_mask, count_matches
 from query.results import SearchResponse, SearchResult
 from query.snapshot import QueryError
-from query.vector import cosine_scores, dense_scorer, multi_section_pages, top_k
+from query.vector import PageVectors, cosine_scores, dense_scorer, page_vectors_of, top_k
 
 if TYPE_CHECKING:
     from query.snapshot import Reader
@@ -144,35 +143,16 @@ def _df_share(lexical, idf_from: str):
     return share
 
 
-@dataclass
-class PageVectors:
-    """The dense side's view of pages of more than one section: each one's mean section
-    vector, normalised (`vectors`), and for every section of such a page (`chunks`) the row
-    of its page (`rows`). A one-section page's vector is its section's, so its cosine is
-    known already: only these pages cost a matrix-vector product per query."""
-
-    vectors: np.ndarray
-    chunks: np.ndarray
-    rows: np.ndarray
-
-
 def page_vectors(index: Reader) -> PageVectors:
     """Once per snapshot: the normalised sums of the pages of several sections."""
     snap = index.snapshot
     found = snap.cache.get("page_vectors")
     if found is None:
-        files = snap.chunk_file_ids
-        dims = snap.vectors.shape[1]
-        empty = np.zeros(0, dtype=np.int64)
-        found = PageVectors(np.zeros((0, dims), dtype=np.float32), empty, empty)
         in_shards = getattr(snap, "page_vectors", None)  # each page summed in its shard
         if in_shards is not None:
             found = PageVectors(*in_shards())
-        elif len(files):
-            pages = multi_section_pages(files, snap.vectors)
-            if pages is not None:
-                _, chunks, rows, unit = pages
-                found = PageVectors(unit, chunks, rows)
+        else:
+            found = page_vectors_of(snap.chunk_file_ids, snap.vectors)
         snap.cache["page_vectors"] = found
     return found
 

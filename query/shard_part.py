@@ -23,7 +23,7 @@ import numpy as np
 
 from kernel import index_format
 from query.lexical import LexicalIndex
-from query.vector import multi_section_pages, row_dots
+from query.vector import best_rows, multi_section_pages, page_vectors_of, row_dots
 
 # The calls a remote shard answers (query.shard_wire refuses anything else).
 CALLS = frozenset(
@@ -85,15 +85,7 @@ class ShardFile:
         """(chunks, dims) float32 view over the map: no copy (as `Snapshot.load`)."""
         found = self.cache.get("vectors")
         if found is None:
-            chunks = self.file.tables["chunks"]
-            dims = int(self.file.meta.get("dimensions") or 0)
-            if chunks.num_rows:
-                column = index_format.column_array(chunks, "vector")
-                flat = column.values.to_numpy(zero_copy_only=True)
-                start = column.offset * dims
-                found = flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
-            else:
-                found = np.zeros((0, dims), dtype=np.float32)
+            found = index_format.vector_matrix(self.file)
             self.cache["vectors"] = found
         return found
 
@@ -192,10 +184,8 @@ class ShardPart:
             if row < 0:
                 out.append(None)
                 continue
-            a, b = int(part.offsets[row]), int(part.offsets[row + 1])
-            local = part.chunk_files[part.chunk_ids[a:b]]
-            starts = np.flatnonzero(np.r_[True, local[1:] != local[:-1]])
-            out.append((local[starts].astype(np.int32), np.add.reduceat(part.tf[a:b], starts)))
+            pages, tf = part.page_tf(row)
+            out.append((pages.astype(np.int32), tf))
         return out
 
     def feedback_postings(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -291,9 +281,9 @@ class ShardPart:
         n = len(cosine)
         if not top or n <= top:
             return {"raw": raw, "cosine": cosine, "moved": moved}
-        rows = _best(cosine, top)
+        rows = best_rows(cosine, top)
         if moved is not cosine:
-            rows = np.union1d(rows, _best(moved, top))
+            rows = np.union1d(rows, best_rows(moved, top))
         fills = [float(np.partition(a, n - top)[n - top]) for a in (cosine, moved)]
         return {
             "rows": rows.astype(np.int32),
@@ -305,27 +295,12 @@ class ShardPart:
         }
 
     def page_side(self):
-        """This shard's multi-section pages as `query.search.PageVectors` (local rows)."""
+        """This shard's multi-section pages as `query.vector.PageVectors` (local rows)."""
         found = self.shard.cache.get("page_vectors")
         if found is None:
-            empty = np.zeros(0, dtype=np.int64)
-            vectors = self.shard.vectors
-            found = PageVectors(np.zeros((0, vectors.shape[1]), np.float32), empty, empty)
-            pages = multi_section_pages(self.shard.chunk_file_ids, vectors)
-            if pages is not None:
-                _, chunks, rows, unit = pages
-                found = PageVectors(unit, chunks, rows)
+            found = page_vectors_of(self.shard.chunk_file_ids, self.shard.vectors)
             self.shard.cache["page_vectors"] = found
         return found
-
-
-@dataclass(frozen=True)
-class PageVectors:
-    """`query.search.PageVectors` of one shard (that module imports this one's users)."""
-
-    vectors: np.ndarray
-    chunks: np.ndarray
-    rows: np.ndarray
 
 
 @dataclass
@@ -344,12 +319,6 @@ class _ShardReader:
     @property
     def config(self) -> _ShardConfig:
         return _ShardConfig(self.first_pass)
-
-
-def _best(scores: np.ndarray, k: int) -> np.ndarray:
-    """The k best rows, in no order."""
-    n = len(scores)
-    return np.argpartition(scores, n - k)[n - k :]
 
 
 def shard_term_scores(

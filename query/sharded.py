@@ -40,7 +40,9 @@ from typing import Any
 import numpy as np
 
 from kernel import index_format, shards, text_analysis
+from query.lexical import add_page_term, bm25_idf, feedback_best, page_lengths_of, page_query
 from query.shard_part import ShardFile, ShardPart, shard_term_scores
+from query.vector import page_layout
 
 __all__ = [
     "ShardedDense",
@@ -255,20 +257,14 @@ class ShardedSnapshot:
         return ShardedLexical.of(self)
 
     def page_vectors(self) -> tuple[ShardedPageVectors, np.ndarray, np.ndarray]:
-        """(page vectors, chunks, rows) of `query.search.PageVectors`: `chunks` and `rows`
+        """(page vectors, chunks, rows) of `query.vector.PageVectors`: `chunks` and `rows`
         from the one-file chunk order; each page's mean vector stays in its shard, which
         computes its cosines (`ShardedPageVectors.row_dots`)."""
         files = self.chunk_file_ids
         empty = np.zeros(0, dtype=np.int64)
         if not len(files):
             return ShardedPageVectors(self.parts, [empty] * len(self.parts), 0, 0), empty, empty
-        starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
-        sizes = np.diff(np.r_[starts, len(files)])
-        multi = sizes > 1
-        first, count = starts[multi], sizes[multi]
-        rows = np.repeat(np.arange(len(count)), count)
-        offsets = np.cumsum(count) - count
-        chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
+        first, _, _, chunks, rows = page_layout(files)
         row_of_file = np.full(len(self.order.file_order), -1, dtype=np.int64)
         row_of_file[files[first]] = np.arange(len(first))
         local_files = fan_out(lambda part: part.call("page_files"), self.parts)
@@ -711,7 +707,7 @@ class ShardedLexical:
         return np.asarray([known[h] for h in keys], dtype=np.int64)
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
-        return np.log1p((self.n_chunks - df + 0.5) / (df + 0.5)).astype(np.float32)
+        return bm25_idf(self.n_chunks, df).astype(np.float32)
 
     def term_idf(self, hashes: np.ndarray) -> np.ndarray:
         return self.idf(self.document_frequency(hashes))
@@ -725,7 +721,7 @@ class ShardedLexical:
         df = np.zeros(len(hashes), dtype=np.int64)
         for found in fan_out(lambda part: part.call("page_tf", hashes), self.parts):
             df += [0 if f is None else len(f[0]) for f in found]
-        return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        return bm25_idf(n, df).astype(np.float32)
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """Present for the interface; the sharded "row" of a term is its hash."""
@@ -813,27 +809,13 @@ class ShardedLexical:
         if size.sum() == 0 or scores.sum() <= 0:
             return np.zeros(0, np.uint64), np.zeros(0, np.float32)
         terms = np.concatenate([h for h, _ in per_chunk])
-        lengths = np.repeat(np.maximum(self.lengths[chunks], np.float32(1.0)), size)
-        shares = np.concatenate([t for _, t in per_chunk]) / lengths
-        mass = shares * np.repeat(scores / scores.sum(), size)
-        unique, inverse = np.unique(terms, return_inverse=True)
-        totals = np.bincount(inverse, weights=mass)
-        rank = totals
-        if by_idf:
-            df = self.document_frequency(unique).astype(np.float64)
-            rank = totals * np.log1p((self.n_chunks - df + 0.5) / (df + 0.5))
-        best = np.argsort(-rank, kind="stable")[:count]
-        return unique[best], totals[best].astype(np.float32)
+        tf = np.concatenate([t for _, t in per_chunk])
+        by = (self.n_chunks, self.document_frequency) if by_idf else None
+        return feedback_best(terms, tf, size, self.lengths[chunks], scores, count, by)
 
     # -- pages ----------------------------------------------------------------------------
     def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:
-        found = getattr(self, "_page_len", None)
-        if found is None or len(found[0]) != n_files:
-            lengths = np.bincount(self.chunk_files, weights=self.lengths, minlength=n_files)
-            filled = lengths[lengths > 0]
-            found = (lengths.astype(np.float32), float(filled.mean()) if len(filled) else 1.0)
-            self._page_len = found
-        return found
+        return page_lengths_of(self, n_files)
 
     def page_lengths(self) -> np.ndarray | None:
         if not len(self.chunk_files):
@@ -843,13 +825,9 @@ class ShardedLexical:
     def page_scores(self, query: str, k1: float = 1.2, b: float = 0.75) -> np.ndarray | None:
         """`LexicalIndex.page_scores` over shards: a file's chunks all live in one shard, so
         each shard sums its pages' tf; df counts pages over every shard."""
-        n_files = int(self.chunk_files[-1]) + 1 if len(self.chunk_files) else 0
-        out = np.zeros(n_files, dtype=np.float32)
-        hashes = text_analysis.term_ids(query)
-        if len(hashes) == 0 or n_files == 0:
+        out, unique, counts, corpus = page_query(self, query)
+        if not len(unique):
             return out
-        page_len, avg = self._page_lengths(n_files)
-        unique, counts = np.unique(hashes, return_counts=True)
         per_shard = fan_out(lambda part: part.call("page_tf", unique), self.parts)
         for i, count in enumerate(counts.tolist()):
             found = [
@@ -861,8 +839,5 @@ class ShardedLexical:
                 continue
             pages = np.concatenate([p for p, _ in found])
             tf = np.concatenate([t for _, t in found])
-            df = len(pages)
-            idf = np.log1p((n_files - df + 0.5) / (df + 0.5))
-            norm = k1 * (1.0 - b + b * page_len[pages] / avg)
-            out[pages] += np.float32(count * idf) * (tf * (k1 + 1.0) / (tf + norm))
+            add_page_term(out, pages, tf, count, corpus, k1, b)
         return out

@@ -49,19 +49,9 @@ class Snapshot:
         """`lite`: columns of `kernel.arrow_lite`, without importing pyarrow."""
         file = index_format.read_index(path, lite=lite)
         chunks = file.tables["chunks"]
-        dims = int(file.meta.get("dimensions") or 0)
-        column = index_format.column_array(chunks, "vector")
-        if chunks.num_rows:
-            # `.values` ignores a slice offset (`flatten()` would honour it, but imports
-            # pyarrow.compute: ~30 ms of a cold query), so apply the offset by hand.
-            flat = column.values.to_numpy(zero_copy_only=True)
-            start = column.offset * dims
-            vectors = flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
-        else:
-            vectors = np.zeros((0, dims), dtype=np.float32)
         return cls(
             file=file,
-            vectors=vectors,
+            vectors=index_format.vector_matrix(file),
             chunk_file_ids=index_format.column_array(chunks, "file_id").to_numpy(),
         )
 

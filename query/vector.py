@@ -387,9 +387,9 @@ class DenseScorer:
                 cosine[multi] = (np.float32(1) - rho) * raw[multi] + rho * page_cosine
         moved = cosine if direction is None else cosine + beta * moved_dots
         m = len(cosine)
-        picked = _best_rows(cosine, min(depth, m))
+        picked = best_rows(cosine, min(depth, m))
         if direction is not None:
-            picked = np.union1d(picked, _best_rows(moved, min(moved_depth, m)))
+            picked = np.union1d(picked, best_rows(moved, min(moved_depth, m)))
         if ids is not None:  # local positions -> chunk ids, plus the rows asked for
             local = picked
             picked = ids[local]
@@ -458,7 +458,7 @@ def _spread(
     return shown, cos, full(moved, exact_moved)
 
 
-def _best_rows(scores: np.ndarray, k: int) -> np.ndarray:
+def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
     """The k best rows, in no order (partitioning the scores themselves, not their
     negation: no n-sized temporary)."""
     n = scores.shape[0]
@@ -615,15 +615,47 @@ def multi_section_pages(
     around it, so a shard computes the one-file bits for its own pages."""
     if not len(files):
         return None
+    first, count, offsets, chunks, rows = page_layout(files)
+    if not len(first):
+        return None
+    sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    return first, chunks, rows, sums / np.maximum(norms, np.float32(1e-12))
+
+
+def page_layout(files: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Where the pages of several sections are, from each chunk's file id (a file's chunks
+    are contiguous; `files` not empty): each such page's first chunk and section count,
+    where its sections start among `chunks`, the chunks (page by page, in order) and the
+    page of each. The one layout of the one-file reader and of a sharded one (whose
+    pages' vectors stay in their shards)."""
     starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
     sizes = np.diff(np.r_[starts, len(files)])
     multi = sizes > 1
-    if not multi.any():
-        return None
     first, count = starts[multi], sizes[multi]
     rows = np.repeat(np.arange(len(count)), count)
     offsets = np.cumsum(count) - count
     chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
-    sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
-    norms = np.linalg.norm(sums, axis=1, keepdims=True)
-    return first, chunks, rows, sums / np.maximum(norms, np.float32(1e-12))
+    return first, count, offsets, chunks, rows
+
+
+@dataclass
+class PageVectors:
+    """The dense side's view of pages of more than one section: each one's mean section
+    vector, normalised (`vectors`), and for every section of such a page (`chunks`) the row
+    of its page (`rows`). A one-section page's vector is its section's, so its cosine is
+    known already: only these pages cost a matrix-vector product per query."""
+
+    vectors: np.ndarray
+    chunks: np.ndarray
+    rows: np.ndarray
+
+
+def page_vectors_of(files: np.ndarray, vectors: np.ndarray) -> PageVectors:
+    """The `PageVectors` of an index's rows (a one-file index, or one shard's own rows)."""
+    pages = multi_section_pages(files, vectors)
+    if pages is None:
+        empty = np.zeros(0, dtype=np.int64)
+        return PageVectors(np.zeros((0, vectors.shape[1]), dtype=np.float32), empty, empty)
+    _, chunks, rows, unit = pages
+    return PageVectors(unit, chunks, rows)
