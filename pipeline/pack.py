@@ -329,8 +329,9 @@ def publish(
     analysed: lexical.Store | None = None,
     ivf_min_rows: int | None = None,
 ) -> Written:
-    """pack in its named steps: `plan`, `schema_pack.update`, `lexical.update`,
-    `cluster.assign`, `duplicates.update`, `assemble`, `write`. `rows` and `schema`: the plan
+    """pack in its named steps: `plan`, `schema_pack.update`, `cluster.assign`, then
+    `build_tables` (`lexical.update`, `duplicates.update`, `ivf.build`, `assemble`) and
+    `write`. `rows` and `schema`: the plan
     and schema the `schema` stage already made from the same sources in this run;
     `analysed`: lexical analyses the ingest workers made of this run's new chunks;
     `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.ivf`; None: never)."""
@@ -338,14 +339,31 @@ def publish(
         rows = plan(index_path, sources)
     if schema is None:
         schema = schema_pack.update(rows, sources.state)
-    postings = lexical.update(rows, analysed)
     clusters = cluster.assign(rows, sources.state)
-    near = duplicates.update(rows)
-    lists = None
-    if ivf_min_rows is not None:
-        lists = ivf.build(rows, sources.dimensions, ivf_min_rows)
-    tables, full_meta = assemble(
-        rows, schema, postings, clusters, near, {**meta, "build_key": sources.build_key}, lists
+    meta = {**meta, "build_key": sources.build_key}
+    tables, full_meta = build_tables(
+        rows, schema, clusters, meta, sources.dimensions, ivf_min_rows, analysed
     )
     written = write(index_path, tables, full_meta, rows)
     return Written(written, rows.chunks.num_rows, rows.reused_files, rows.damaged)
+
+
+def build_tables(
+    rows: Plan,
+    schema: schema_pack.SchemaUpdate,
+    clusters: ClusterAssignment,
+    meta: Mapping[str, Any],
+    dimensions: int,
+    ivf_min_rows: int | None,
+    analysed: lexical.Store | None = None,
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    """The steps after `plan`, `schema_pack.update` and `cluster.assign`, for one index
+    file (the one-file index, or a shard of a sharded one: pipeline/shard_pack.py):
+    `lexical.update`, `duplicates.update`, `ivf.build` from `ivf_min_rows` chunks (None:
+    never), then `assemble`."""
+    postings = lexical.update(rows, analysed)
+    near = duplicates.update(rows)
+    lists = None
+    if ivf_min_rows is not None:
+        lists = ivf.build(rows, dimensions, ivf_min_rows)
+    return assemble(rows, schema, postings, clusters, near, meta, lists)

@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from kernel import index_format, shards
 from kernel.config import Config
-from pipeline import cluster, duplicates, ivf, lexical, schema_pack
-from pipeline.pack import PackSources, Written, assemble, plan, previous_rows
+from pipeline import cluster, duplicates, schema_pack
+from pipeline.pack import PackSources, Written, build_tables, plan, previous_rows
 
 
 def _digest(*parts: object) -> str:
@@ -110,14 +110,11 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
             entries.append(replace(kept, digest=digest))
             lexical_meta = rows.previous.meta.get("lexical") or lexical_meta
             continue
-        postings = lexical.update(rows)
-        near = duplicates.update(rows)
-        # A shard as big as an index that gets IVF lists gets its own (MDVDB_IVF_MIN_CHUNKS)
-        lists = None
-        if config.ivf_min_chunks is not None:
-            lists = ivf.build(rows, sources.dimensions, config.ivf_min_chunks)
         shard_meta = {**meta, "build_key": sources.build_key, "shard": [shard, count]}
-        tables, full_meta = assemble(rows, schema, postings, clusters, near, shard_meta, lists)
+        # A shard as big as an index that gets IVF lists gets its own (MDVDB_IVF_MIN_CHUNKS)
+        tables, full_meta = build_tables(
+            rows, schema, clusters, shard_meta, sources.dimensions, config.ivf_min_chunks
+        )
         name = shards.shard_name(shard, generation)
         written_bytes += index_format.write_index(
             folder / name, tables, full_meta, source=rows.previous
