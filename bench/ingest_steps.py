@@ -51,7 +51,7 @@ def lexical_rows(index: index_format.IndexFile) -> list[dict]:
     out = []
     for label, given in (("pack analyses every chunk", None), ("pack merges workers'", made)):
         started = time.process_time()
-        postings = lexical.build_postings(lexical.analysed_store(files, chunks, None, given))
+        postings = lexical.build_postings(lexical.analysed_store(files, chunks, given))
         out.append(
             {
                 "step": "lexical postings",

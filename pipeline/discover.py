@@ -348,15 +348,6 @@ class PathFilter:
         return walker.found
 
 
-def stat_signature(stats: dict[str, os.stat_result]) -> str:
-    """A digest of (path, size, mtime) of every file a walk found: equal to the one stored
-    with the manifest, nothing on disk moved since, and the manifest need not be read. In walk
-    order, unsorted: a folder lists its entries in the same order while nothing in it changes,
-    and another order only costs the run the full comparison."""
-    lines = [f"{rel}\0{st.st_size}\0{st.st_mtime_ns}" for rel, st in stats.items()]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
-
-
 def folder_signatures(
     stats: dict[str, os.stat_result], folders: dict[str, list[str]]
 ) -> dict[str, str]:

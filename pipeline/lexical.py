@@ -19,17 +19,15 @@ and writes an on-disk .npz form, which only benchmarks use now.
 
 from __future__ import annotations
 
-import os
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from kernel import index_format
-from kernel.text_analysis import ANALYZER_VERSION, term_ids
+from kernel.text_analysis import term_ids
 from pipeline.pack_versions import (  # noqa: F401 - declared there, used here and by name
     FIELDS,
     LENGTHS_TABLE,
@@ -42,11 +40,6 @@ from pipeline.splice import rows_of
 
 if TYPE_CHECKING:
     from pipeline.plan import Plan
-
-
-CACHE_FILE = "lexical-cache.npz"
-# What the cache holds depends on the analyzer and on how chunk keys are made.
-CACHE_VERSION = f"{ANALYZER_VERSION}/keys-2"
 
 
 @dataclass
@@ -97,23 +90,6 @@ class Store:
             terms=np.concatenate([a.terms for a in analysed]) if analysed else _U64,
             counts=np.concatenate([a.counts for a in analysed]) if analysed else _COUNTS,
         )
-
-    @classmethod
-    def load(cls, path: Path) -> Store | None:
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                if str(data["version"]) != CACHE_VERSION:
-                    return None
-                return cls(*(data[name] for name in _STORE_FIELDS))
-        except (OSError, KeyError, ValueError):
-            return None  # no cache, or a torn one: only costs a re-analysis
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.tmp")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-        with os.fdopen(os.open(tmp, flags, 0o600), "wb") as fh:  # 0600: it holds the text
-            np.savez(fh, version=np.str_(CACHE_VERSION), **self.__dict__)
-        os.replace(tmp, path)
 
     def take(self, rows: np.ndarray) -> Store:
         """The chunks at `rows` (any order, repeats allowed), without a Python loop."""
@@ -199,12 +175,10 @@ def analyse_chunks(
     return keys, [analyse(title, chunk_fields(title, c[1] or []), c[2]) for c in chunks]
 
 
-def analysed_store(
-    files: pa.Table, chunks: pa.Table, cache: Path | None, analysed: Store | None = None
-) -> Store:
+def analysed_store(files: pa.Table, chunks: pa.Table, analysed: Store | None = None) -> Store:
     """Every chunk analysed, in chunk order. Analyses come from `analysed` (made by the
-    ingest workers in this run) or the on-disk cache; only chunks in neither are analysed
-    here, and the cache is rewritten when the set of chunks changed."""
+    ingest workers in this run); only chunks it lacks are analysed here (the state folder
+    keeps no analysis cache: the index's postings are that cache)."""
     all_titles = [t or "" for t in files.column("title").to_pylist()]
     file_ids = chunks.column("file_id").to_numpy()
     keys = chunk_keys(
@@ -213,9 +187,7 @@ def analysed_store(
         chunks.column("heading").to_pylist(),
         chunks.column("sha256").to_pylist(),
     )
-    old = Store.load(cache) if cache is not None and cache.is_file() else None
-    if analysed is not None and len(analysed.keys):
-        old = analysed if old is None else Store.concat(old, analysed)
+    old = analysed if analysed is not None and len(analysed.keys) else None
     rows = old.rows_for(keys) if old is not None else np.full(len(keys), -1, dtype=np.int64)
     missing = np.flatnonzero(rows < 0)
     if len(missing):
@@ -233,12 +205,9 @@ def analysed_store(
         base = old if old is not None else Store.of(_U64, [])
         rows[missing] = len(base.keys) + np.arange(len(missing))
         old = Store.concat(base, fresh)
-    if old is None:  # nothing cached and nothing to analyse: no chunks at all
+    if old is None:  # nothing given and nothing to analyse: no chunks at all
         return Store.of(_U64, [])
-    store = old.take(rows)
-    if cache is not None and (len(missing) or len(np.unique(rows)) != len(old.keys)):
-        store.save(cache)
-    return store
+    return old.take(rows)
 
 
 @dataclass
@@ -325,9 +294,6 @@ def build_postings(store: Store, params: Bm25fParams = PARAMS) -> Postings:
 # instead of a sort of every posting (0.5 s at 3.4M). The forward view is the transpose of
 # the result (`transpose`, linear too): every position after an inserted posting moves.
 
-# Above this share of fresh chunks a pack rebuilds from the analysis cache instead (and
-# refreshes that cache, which incremental packs leave alone).
-INCREMENTAL_MAX_FRESH = 0.2
 # Up to this many fresh postings of known terms are placed by a search each; more, by one
 # search over keys of every old posting.
 SEARCH_EACH_MAX = 2000
@@ -569,7 +535,7 @@ def update(plan: Plan, analysed: Store | None = None) -> LexicalTables:
         # analysed, however many they are (the state folder keeps no second copy).
         postings = update_postings(old, files, chunks, source, analysed=analysed)
     else:
-        postings = build_postings(analysed_store(files, chunks, None, analysed))
+        postings = build_postings(analysed_store(files, chunks, analysed))
     tables = {
         "lexical": postings_table(postings),
         "lexical_forward": forward_table(postings),

@@ -335,7 +335,7 @@ def test_an_index_without_near_duplicates_is_refused_then_rebuilt_by_a_plain_ing
 
 
 def _lexical_tables(files: pa.Table, chunks: pa.Table) -> dict[str, pa.Table]:
-    postings = lexical.build_postings(lexical.analysed_store(files, chunks, None))
+    postings = lexical.build_postings(lexical.analysed_store(files, chunks))
     return {
         "lexical": lexical.postings_table(postings),
         "lexical_forward": lexical.forward_table(postings),
@@ -393,7 +393,7 @@ def test_updated_forward_view_equals_a_fresh_transpose(seed: int):
     expected = lexical.transpose(updated.chunk_ids, len(source))
     assert updated.forward.equals(expected)
     # and the postings themselves are those of a build from scratch
-    rebuilt = lexical.build_postings(lexical.analysed_store(files, chunks, None))
+    rebuilt = lexical.build_postings(lexical.analysed_store(files, chunks))
     assert np.array_equal(updated.chunk_ids, rebuilt.chunk_ids)
     assert updated.forward.equals(rebuilt.forward)
     # without the previous forward view, the same result by a transpose

@@ -159,10 +159,10 @@ def test_the_workers_analyses_are_the_ones_pack_would_make(tmp_path: Path):
         chunks.column("sha256").to_pylist(),
     )
     assert (batch.lexical.rows_for(keys) >= 0).all()  # pack finds every chunk's analysis
-    own = lexical.analysed_store(files, chunks, None)
-    given = lexical.analysed_store(files, chunks, None, batch.lexical)
+    own = lexical.analysed_store(files, chunks)
+    given = lexical.analysed_store(files, chunks, batch.lexical)
     half = batch.lexical.take(np.arange(0, chunks.num_rows, 2))
-    partly = lexical.analysed_store(files, chunks, None, half)
+    partly = lexical.analysed_store(files, chunks, half)
     for store in (given, partly):
         for name in ("keys", "starts", "lengths", "terms", "counts"):
             assert np.array_equal(getattr(store, name), getattr(own, name)), name
