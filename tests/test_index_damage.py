@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
 
 from kernel import index_format
 from kernel.config import load_config
@@ -168,38 +166,43 @@ def small_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     return root, (root / ".markdownvdb.index").read_bytes()
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(
-    flips=st.lists(st.tuples(st.integers(0, 2**31), st.integers(1, 255)), min_size=1, max_size=8),
-    cut=st.one_of(st.none(), st.integers(0, 2**31)),
-)
-def test_any_flip_or_truncation_is_found_and_never_crashes(small_index, flips, cut):
+def test_any_flip_or_truncation_is_found_and_never_crashes(small_index):
     """In-process (a signal would kill the test run): every damaged copy fails verify, and
     opening, searching and reading it either works or raises the one-line damage error."""
-    root, clean = small_index
-    data = bytearray(clean)
-    for at, mask in flips:
-        data[at % len(data)] ^= mask
-    if cut is not None:
-        data = data[: cut % len(data)]
-    assume(bytes(data) != clean)  # two flips of one bit cancel out
-    work = root.parent / "work"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(root, work, ignore=shutil.ignore_patterns(".markdownvdb.state"))
-    (work / ".markdownvdb.index").write_bytes(bytes(data))
-    assert not verify(work / ".markdownvdb.index", work).ok
-    config = load_config(work, environ={**os.environ, **ENV})
-    try:
-        index = open_index(config=config)
-        index.search("tar archive", limit=5)
-        index.search("network", limit=5, mode="lexical")
-        index.get_document("page001.md")
-        index.status()
-    except index_format.IndexFormatError:
-        pass  # one line: "index damaged: ..." or a torn/foreign file
-    except Exception:
-        assert index_format.damage_message(), "an error from an index that passes its checks"
+    # hypothesis is imported here: every xdist worker imports every test module (~0.2 CPU-s).
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        flips=st.lists(
+            st.tuples(st.integers(0, 2**31), st.integers(1, 255)), min_size=1, max_size=8
+        ),
+        cut=st.one_of(st.none(), st.integers(0, 2**31)),
+    )
+    def damaged(flips, cut):
+        root, clean = small_index
+        data = bytearray(clean)
+        for at, mask in flips:
+            data[at % len(data)] ^= mask
+        if cut is not None:
+            data = data[: cut % len(data)]
+        assume(bytes(data) != clean)  # two flips of one bit cancel out
+        work = root.parent / "work"
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(root, work, ignore=shutil.ignore_patterns(".markdownvdb.state"))
+        (work / ".markdownvdb.index").write_bytes(bytes(data))
+        assert not verify(work / ".markdownvdb.index", work).ok
+        config = load_config(work, environ={**os.environ, **ENV})
+        try:
+            index = open_index(config=config)
+            index.search("tar archive", limit=5)
+            index.search("network", limit=5, mode="lexical")
+            index.get_document("page001.md")
+            index.status()
+        except index_format.IndexFormatError:
+            pass  # one line: "index damaged: ..." or a torn/foreign file
+        except Exception:
+            assert index_format.damage_message(), "an error from an index that passes its checks"
+
+    damaged()

@@ -16,7 +16,7 @@ from kernel import index_format, ivf
 from kernel.config import load_config
 from query import open_index, vector
 from query.search import mode_scores
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 FORCE = {"MDVDB_IVF_MIN_CHUNKS": "100"}
 QUERIES = [
@@ -35,10 +35,9 @@ QUERIES = [
 
 @pytest.fixture(scope="module")
 def _built(tmp_path_factory) -> Path:
-    root = generate(tmp_path_factory.mktemp("ivf") / "gen", 200)
-    result = run_cli("ingest", "-q", cwd=root, env=FORCE)
-    assert result.returncode == 0, result.stderr
-    return root
+    """Built in this process (`build_index`: the ingest the command runs); the tests here
+    read the lists, and the CLI's own commands (`search`, `status --verify`) stay real."""
+    return build_index(generate(tmp_path_factory.mktemp("ivf") / "gen", 200), env=FORCE)
 
 
 @pytest.fixture
@@ -87,14 +86,20 @@ def test_ivf_pass_recall_against_the_exact_scan(built: Path, monkeypatch):
 
 
 def test_cli_search_answers_the_same_with_ivf_and_exact(built: Path):
+    """The command with each first pass (one query: two `mdvdb` processes); the library
+    answers three queries the same with both."""
+    answers = [
+        run_cli("search", QUERIES[0], "--json", cwd=built, env={"MDVDB_SEARCH_FIRST_PASS": mode})
+        for mode in ("ivf", "exact")
+    ]
+    assert all(a.returncode == 0 for a in answers), answers[0].stderr
+    hits = [[(h["path"], h["score"]) for h in json.loads(a.stdout)["results"]] for a in answers]
+    assert hits[0] == hits[1] and hits[0]
+    fast, exact = _index(built, "ivf"), _index(built, "exact")
     for query in QUERIES[:3]:
-        answers = [
-            run_cli("search", query, "--json", cwd=built, env={"MDVDB_SEARCH_FIRST_PASS": mode})
-            for mode in ("ivf", "exact")
-        ]
-        assert all(a.returncode == 0 for a in answers), answers[0].stderr
-        hits = [[(h["path"], h["score"]) for h in json.loads(a.stdout)["results"]] for a in answers]
-        assert hits[0] == hits[1] and hits[0]
+        got = [(r.path, r.start_line, r.score) for r in fast.search(query).results]
+        assert got == [(r.path, r.start_line, r.score) for r in exact.search(query).results]
+        assert got
 
 
 def _rewrite(root: Path, tables_change, meta_change=None) -> None:
@@ -143,29 +148,38 @@ def test_damaged_lists_are_reported_not_crashed_on(built: Path):
 
 
 def _add_files(root: Path, count: int, start: int) -> None:
-    source = generate(root.parent / f"more{start}", start + count)
-    for i in range(start, start + count):
-        for path in source.rglob(f"note-{i}.md"):
-            target = root / "added" / path.name
-            target.parent.mkdir(exist_ok=True)
-            shutil.copy(path, target)
+    """`count` new generated pages (another seed: other text), as added/note-{start + i}.md."""
+    source = generate(root.parent / f"more{start}", count, seed=start)
+    target = root / "added"
+    target.mkdir(exist_ok=True)
+    for i in range(count):
+        [path] = source.rglob(f"note-{i}.md")
+        shutil.copy(path, target / f"note-{start + i}.md")
+
+
+def _sound(root: Path) -> bool:
+    """The checks `status --verify` makes of the lists (the test above runs the command)."""
+    file, lists = _lists(root)
+    n, d = file.tables["chunks"].num_rows, int(file.meta["dimensions"])
+    return lists is not None and ivf.problems(lists, file.meta, n, d) == []
 
 
 def test_incremental_pack_keeps_the_lists_and_retrains_on_drift(built: Path):
+    """Incremental packs (the ingest `mdvdb ingest` runs, in this process)."""
     file, before = _lists(built)
     n_before = file.tables["chunks"].num_rows
     _add_files(built, 5, 1000)  # ~15 chunks: joined to the existing lists
-    assert run_cli("ingest", "-q", cwd=built, env=FORCE).returncode == 0
+    build_index(built, env=FORCE)
     file, after = _lists(built)
     n = file.tables["chunks"].num_rows
     assert n > n_before and after is not None
     assert np.array_equal(np.asarray(after.centroids), np.asarray(before.centroids))
     assert file.meta[ivf.META_KEY]["assigned_since"] == n - n_before
     assert sorted(np.asarray(after.rows).tolist()) == list(range(n))
-    assert run_cli("status", "--verify", cwd=built).returncode == 0
+    assert _sound(built)
     _add_files(built, 60, 2000)  # > 20% of the index since training: retrained
-    assert run_cli("ingest", "-q", cwd=built, env=FORCE).returncode == 0
+    build_index(built, env=FORCE)
     file, again = _lists(built)
     assert file.meta[ivf.META_KEY]["assigned_since"] == 0
     assert file.meta[ivf.META_KEY]["trained_rows"] == file.tables["chunks"].num_rows
-    assert again is not None and run_cli("status", "--verify", cwd=built).returncode == 0
+    assert again is not None and _sound(built)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import numpy as np
 import pytest
 
@@ -54,6 +53,8 @@ def test_429_honours_retry_after_seconds():
 
 
 def test_retry_after_forms():
+    import httpx  # here: every xdist worker imports every test module (~0.2 CPU-s)
+
     assert retry_after_seconds(httpx.Headers({"retry-after-ms": "250"})) == 0.25
     assert retry_after_seconds(httpx.Headers({"Retry-After": "3"})) == 3.0
     date = httpx.Headers({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})

@@ -183,7 +183,18 @@ def test_a_router_receives_candidates_not_a_number_per_chunk(generated) -> None:
             proc.wait(timeout=30)
 
 
-def test_a_shard_answers_its_best_rows_and_a_fill(generated) -> None:
+@pytest.fixture(scope="module")
+def two_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small generated corpus packed as two shards of ~220 chunks (built in this process:
+    the test reads a shard file, it is not about the ingest)."""
+    from bench.generate import generate
+    from tests.conftest import build_index
+
+    root = generate(tmp_path_factory.mktemp("fanout-small") / "two", 150)
+    return build_index(root, env={"MDVDB_SHARDS": "2", "MDVDB_CLUSTERING_ENABLED": "false"})
+
+
+def test_a_shard_answers_its_best_rows_and_a_fill(two_shards: Path) -> None:
     """`ShardPart.dense` with `top`: at most the best `top` rows of the cosine and of the
     moved score, exact, and for the rest the `top`-th best value, which no other row
     exceeds (what makes the merged array fuse to the one-file bits)."""
@@ -191,8 +202,7 @@ def test_a_shard_answers_its_best_rows_and_a_fill(generated) -> None:
 
     from query.shard_part import ShardPart
 
-    _, four, _ = generated
-    shard = sorted((four / ".markdownvdb.index.shards").glob("shard-000-*.index"))[0]
+    shard = sorted((two_shards / ".markdownvdb.index.shards").glob("shard-000-*.index"))[0]
     part = ShardPart.load(shard)
     vectors = part.shard.vectors
     query, direction = vectors[7], vectors[:3].mean(axis=0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from query.stubs import is_record
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 PAGES = {
     # a catalogue entry: its title says it all, and that is all it says
@@ -41,8 +41,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root.mkdir()
     for rel, text in PAGES.items():
         (root / rel).write_text(text, encoding="utf-8")
-    assert run_cli("ingest", "--root", str(root)).returncode == 0
-    return root
+    return build_index(root)  # the ingest the command runs, in this process
 
 
 def search(root: Path, query: str) -> list[dict]:

@@ -127,6 +127,37 @@ def test_published_index_is_private_whatever_the_umask(notes: Path):
     assert (notes / ".markdownvdb.index").stat().st_mode & 0o777 == 0o600
 
 
+def _doit_list(root: Path, env: dict) -> None:
+    """`doit list` in `root` answers with the stages, well before a held lock is freed."""
+    started = time.monotonic()
+    listed = subprocess.run(
+        [sys.executable, "-m", "doit", "list"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert listed.returncode == 0, listed.stderr
+    names = sorted(line.split()[0] for line in listed.stdout.splitlines() if line.strip())
+    assert names == sorted(STAGES)
+    assert time.monotonic() - started < 20
+
+
+def test_doit_list_answers_while_the_writer_lock_is_held(notes: Path):
+    """Importing the tasks (a `dodo.py`) takes no lock and opens no database: `doit list`
+    answers while another writer holds the lock (the holder keeps it 60 s; the listing
+    would wait that long, and fail, if importing the tasks took it)."""
+    (notes / "dodo.py").write_text((REPO / "dodo.py").read_text())
+    holder = _hold(notes / ".markdownvdb.state", 60)
+    try:
+        _doit_list(notes, {**os.environ, "PYTHONPATH": str(REPO)})
+        assert holder.poll() is None  # still holding it
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.slow
 def test_doit_list_answers_while_an_ingest_holds_the_lock(notes: Path):
     """Importing the tasks (a `dodo.py`) takes no lock and opens no database: `doit list`
@@ -138,19 +169,7 @@ def test_doit_list_answers_while_an_ingest_holds_the_lock(notes: Path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     holder = _hold(state, 60)
     try:
-        started = time.monotonic()
-        listed = subprocess.run(
-            [sys.executable, "-m", "doit", "list"],
-            cwd=notes,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert listed.returncode == 0, listed.stderr
-        names = sorted(line.split()[0] for line in listed.stdout.splitlines() if line.strip())
-        assert names == sorted(STAGES)
-        assert time.monotonic() - started < 20
+        _doit_list(notes, env)
         # A run is a writer: it waits for the holder instead of writing beside it.
         running = subprocess.Popen(
             [sys.executable, "-m", "doit"], cwd=notes, env=env, stderr=subprocess.PIPE, text=True
