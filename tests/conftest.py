@@ -134,19 +134,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_collection(session: pytest.Session):
-    """pytest caches each test module rewritten for its assertions (in `__pycache__`), unless
-    PYTHONDONTWRITEBYTECODE is set, as it is in some shells and CI images: then every run, and
-    every xdist worker, parses and rewrites all 50 files again (~2-3 CPU-s a worker). The
-    suite writes them anyway while it collects (the .pyc files of modules imported then too:
-    all in `__pycache__`, which git ignores); the code under test runs as it would."""
-    saved = sys.dont_write_bytecode
-    sys.dont_write_bytecode = False
-    try:
-        yield
-    finally:
-        sys.dont_write_bytecode = saved
+# Bytecode is written, whatever PYTHONDONTWRITEBYTECODE says (some shells and CI images set
+# it). Without a current .pyc, a process compiles each module it imports: pytest's rewritten
+# test modules in every run and every xdist worker (~2-3 CPU-s a worker), and in every `mdvdb`
+# process of the run (~350 in the inner loop) each module changed since its .pyc was written
+# (~5 ms a module: ~10 CPU-s a run after an edit of a few core modules; a venv never compiled,
+# far more). The test process and its workers and subprocesses (they inherit the environment)
+# write them once, in `__pycache__` folders, which git ignores; the code runs as it would.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 # Files that speak MCP through the client SDK in the test process (the inner loop's two): one
@@ -154,12 +150,63 @@ def pytest_collection(session: pytest.Session):
 SAME_WORKER = {"tests/test_agents_mcp.py": "mcp", "tests/test_project_files.py": "mcp"}
 
 
+# What the inner loop's files cost (CPU-s: their tests' own and their subprocesses', as the
+# end-of-run list gives them; 2026-12-01, load ~7). Under xdist the files are handed out
+# costliest first, so that the cheap ones fill the end of both workers' queues: handed out by
+# number of tests (xdist's default), a 5 CPU-s file of one test came last and one worker
+# finished 13 s after the other. A file not listed counts as DEFAULT_FILE_CPU; the figures
+# only order the queue (a stale one costs balance, never a result).
+FILE_CPU = {
+    "tests/test_cli_hygiene.py": 9.1,
+    "tests/test_security_outside.py": 6.8,
+    "tests/test_arrow_lite.py": 6.6,
+    "tests/test_ivf.py": 6.0,
+    "tests/test_agents_mcp.py": 5.9,
+    "tests/test_metadata.py": 5.5,
+    "tests/test_grep.py": 5.4,
+    "tests/test_incremental_pack.py": 5.0,
+    "tests/test_project_files.py": 4.9,
+    "tests/test_hostile_files.py": 4.8,
+    "tests/test_writer_lock.py": 4.2,
+    "tests/test_agents_search.py": 4.2,
+    "tests/test_minilm.py": 3.8,
+    "tests/test_warm_queries.py": 3.7,
+    "tests/test_small_kmeans.py": 3.7,
+    "tests/test_state_handover.py": 3.2,
+    "tests/test_layers.py": 3.1,
+    "tests/test_encoder_onnx.py": 2.9,
+    "tests/test_results_diversity.py": 2.9,
+    "tests/test_lexical.py": 2.8,
+    "tests/test_clusters.py": 2.7,
+    "tests/test_cli.py": 2.7,
+    "tests/test_cli_ingest_fast.py": 2.4,
+    "tests/test_library.py": 2.3,
+    "tests/test_edit_delta.py": 2.0,
+    "tests/test_cli_search_fast.py": 1.9,
+    "tests/test_ingest.py": 1.8,
+    "tests/test_cold_start.py": 1.7,
+    "tests/test_grep_options.py": 1.6,
+    "tests/test_parallel_ingest.py": 1.5,
+    "tests/test_index_damage.py": 1.3,
+    "tests/test_touched_files.py": 1.3,
+    "tests/test_ranking.py": 1.1,
+}
+DEFAULT_FILE_CPU = 0.5
+
+
+def file_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """`--dist loadfile`, but the files of SAME_WORKER share one unit (one worker)."""
+    """`--dist loadfile`, but the files of SAME_WORKER share one unit (one worker), and the
+    units go out in the order of the collection (`by_cost`), not by number of tests."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
 
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -169,10 +216,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return Scheduling(config, log)
 
 
+def by_cost(items: list[pytest.Item]) -> None:
+    """Files costliest first (FILE_CPU), each file's tests together and in their order."""
+    items.sort(key=lambda item: -FILE_CPU.get(file_of(item), DEFAULT_FILE_CPU))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "corpora_dir" in item.fixturenames and item.get_closest_marker("corpus") is None:
             item.add_marker(pytest.mark.corpus)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker: the order its units go out in
+        by_cost(items)
 
 
 _SPENT: dict[str, float] = {}
