@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernel import index_format
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 TOPICS = {
     "cooking": "bread flour yeast oven dough bake knead butter sugar recipe kitchen salt",
@@ -52,10 +52,10 @@ def index_of(root: Path) -> index_format.IndexFile:
 
 @pytest.fixture(scope="module")
 def topics(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built in this process (`build_index`, the ingest the command runs): its tests read it."""
     root = tmp_path_factory.mktemp("topics")
     write_corpus(root)
-    ingest(root)
-    return root
+    return build_index(root)
 
 
 @pytest.mark.slow
@@ -80,8 +80,11 @@ def test_clusters_json_shape_and_topics(topics: Path):
 
 
 def test_labels_exclude_stop_words_and_corpus_wide_words(topics: Path):
-    data = clusters_json(topics)
-    words = {w for c in data["clusters"] for w in c["keywords"]}
+    """The keywords the index stores (what `mdvdb clusters` prints: the slow tests above
+    and below run it)."""
+    keywords = index_of(topics).tables["clusters"].column("keywords").to_pylist()
+    words = {w for listed in keywords for w in listed}
+    assert words
     # "the" is a stop-word; "common", "notes" and "note" are in every document.
     assert not words & {"the", "this", "say", "common", "notes", "note"}
     vocab = {w for v in TOPICS.values() for w in v.split()} | set(TOPICS)
@@ -128,7 +131,7 @@ def test_plot_writes_a_readable_map(topics: Path, tmp_path: Path):
 def test_same_input_gives_same_clusters(topics: Path, tmp_path: Path):
     again = tmp_path / "again"
     shutil.copytree(topics, again, ignore=shutil.ignore_patterns(".markdownvdb*"))
-    ingest(again)
+    build_index(again)  # the same ingest, in this process
     first, second = index_of(topics), index_of(again)
     assert first.tables["clusters"].equals(second.tables["clusters"])
     assert (
