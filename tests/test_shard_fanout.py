@@ -174,9 +174,9 @@ def test_a_router_receives_candidates_not_a_number_per_chunk(generated) -> None:
         with Traffic() as traffic:
             for query in QUERIES:
                 router.search(query, limit=10, mode="hybrid")
-        assert traffic.calls.get("dense") == 4 * len(QUERIES), traffic.calls
-        assert not {"dots", "page_dots", "dots_rows"} & set(traffic.calls), traffic.calls
-        assert traffic.by_call["dense"] / len(QUERIES) < 8 * chunks, traffic.by_call
+        assert traffic.calls.get("stage:dense") == 4 * len(QUERIES), traffic.calls
+        assert not {"dots", "page_dots", "dots_rows", "term_scores"} & set(traffic.calls)
+        assert traffic.by_call["stage:dense"] / len(QUERIES) < 8 * chunks, traffic.by_call
     finally:
         for proc, _ in servers:
             proc.terminate()
@@ -206,3 +206,49 @@ def test_a_shard_answers_its_best_rows_and_a_fill(generated) -> None:
         assert fill == best[100]
         outside = np.setdiff1d(np.arange(len(vectors)), rows)
         assert whole[name][outside].max() <= fill
+
+
+def _kb_per_query(root: Path, mode: str) -> tuple[float, dict]:
+    """KB a router exchanges per query with one real shard server holding all four shards
+    (after a first pass: the terms' df is kept per generation), and the calls it made."""
+    from bench.scaleout import Traffic
+
+    server = _shard_server(root, "0,1,2,3")
+    try:
+        router = _open(root, {**SHARDED, "MDVDB_SHARD_SERVERS": server[1]})
+        for query in QUERIES:
+            router.search(query, limit=10, mode=mode)
+        with Traffic() as traffic:
+            for query in QUERIES:
+                router.search(query + " again", limit=10, mode=mode)
+        return (traffic.sent + traffic.received) / len(QUERIES) / 1e3, dict(traffic.calls)
+    finally:
+        server[0].terminate()
+        server[0].wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_bytes_per_query_do_not_grow_with_the_shards(generated, tmp_path: Path) -> None:
+    """The staged protocol (query.shard_query): a lexical or hybrid query over shards 5x
+    larger exchanges about the same bytes (best rows, maxima, terms), where the per-chunk
+    protocol sent every scoring chunk's BM25F and expansion score; and the larger answers
+    are the one-file ones."""
+    from bench.generate import generate
+
+    one, four, chunks = generated
+    small = generate(tmp_path / "small", FILES // 5)
+    done = run_cli("ingest", "--root", str(small), env=SHARDED)
+    assert done.returncode == 0, done.stderr
+    with _open(small, SHARDED).pinned() as snap:
+        few = len(snap.chunk_file_ids)
+    assert chunks >= 4 * few, (chunks, few)
+    for mode in ("lexical", "hybrid"):
+        kb_small, _ = _kb_per_query(small, mode)
+        kb_large, calls = _kb_per_query(four, mode)
+        assert kb_large <= 1.25 * kb_small + 1.0, (mode, kb_small, kb_large, calls)
+        assert not {"term_scores", "page_tf", "dots"} & set(calls), calls
+    routed = _open(four, {**SHARDED})
+    reference = _open(one, {})
+    for query in QUERIES:
+        again = query + " again"
+        assert _top(routed, again, "hybrid") == _top(reference, again, "hybrid"), query
