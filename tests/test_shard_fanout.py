@@ -208,6 +208,14 @@ def test_a_shard_answers_its_best_rows_and_a_fill(generated) -> None:
         assert whole[name][outside].max() <= fill
 
 
+# words of every topic of the generator: every shard has more matching rows than a query
+# fetches, in both corpora (fewer would make the small one's answers smaller still)
+WIDE = [
+    "tar commit flour soil budget socket table import",
+    "zip branch oven seed ledger port join module",
+]
+
+
 def _kb_per_query(root: Path, mode: str) -> tuple[float, dict]:
     """KB a router exchanges per query with one real shard server holding all four shards
     (after a first pass: the terms' df is kept per generation), and the calls it made."""
@@ -216,12 +224,12 @@ def _kb_per_query(root: Path, mode: str) -> tuple[float, dict]:
     server = _shard_server(root, "0,1,2,3")
     try:
         router = _open(root, {**SHARDED, "MDVDB_SHARD_SERVERS": server[1]})
-        for query in QUERIES:
+        for query in WIDE:
             router.search(query, limit=10, mode=mode)
         with Traffic() as traffic:
-            for query in QUERIES:
+            for query in WIDE:
                 router.search(query + " again", limit=10, mode=mode)
-        return (traffic.sent + traffic.received) / len(QUERIES) / 1e3, dict(traffic.calls)
+        return (traffic.sent + traffic.received) / len(WIDE) / 1e3, dict(traffic.calls)
     finally:
         server[0].terminate()
         server[0].wait(timeout=30)
@@ -229,19 +237,19 @@ def _kb_per_query(root: Path, mode: str) -> tuple[float, dict]:
 
 @pytest.mark.slow
 def test_bytes_per_query_do_not_grow_with_the_shards(generated, tmp_path: Path) -> None:
-    """The staged protocol (query.shard_query): a lexical or hybrid query over shards 5x
-    larger exchanges about the same bytes (best rows, maxima, terms), where the per-chunk
-    protocol sent every scoring chunk's BM25F and expansion score; and the larger answers
-    are the one-file ones."""
+    """The staged protocol (query.shard_query): a lexical or hybrid query over shards 3x
+    larger exchanges about the same bytes (best rows, maxima, terms: ~9 KB lexical, ~80 KB
+    hybrid over 4 shards), where the per-chunk protocol sent every scoring chunk's BM25F
+    and expansion score; and the larger answers are the one-file ones."""
     from bench.generate import generate
 
     one, four, chunks = generated
-    small = generate(tmp_path / "small", FILES // 5)
+    small = generate(tmp_path / "small", FILES // 3)
     done = run_cli("ingest", "--root", str(small), env=SHARDED)
     assert done.returncode == 0, done.stderr
     with _open(small, SHARDED).pinned() as snap:
         few = len(snap.chunk_file_ids)
-    assert chunks >= 4 * few, (chunks, few)
+    assert chunks >= 2.5 * few, (chunks, few)
     for mode in ("lexical", "hybrid"):
         kb_small, _ = _kb_per_query(small, mode)
         kb_large, calls = _kb_per_query(four, mode)
@@ -249,6 +257,6 @@ def test_bytes_per_query_do_not_grow_with_the_shards(generated, tmp_path: Path) 
         assert not {"term_scores", "page_tf", "dots"} & set(calls), calls
     routed = _open(four, {**SHARDED})
     reference = _open(one, {})
-    for query in QUERIES:
-        again = query + " again"
-        assert _top(routed, again, "hybrid") == _top(reference, again, "hybrid"), query
+    for query in WIDE:
+        for mode in ("lexical", "hybrid"):
+            assert _top(routed, query, mode) == _top(reference, query, mode), (mode, query)
