@@ -319,6 +319,8 @@ class _Timed:
 
     remote = False
 
+    counting = 0.0  # seconds spent encoding to count bytes (all instances)
+
     def __init__(self, part, shard: int, log: list):
         self.part, self.shard, self.log = part, shard, log
 
@@ -331,6 +333,7 @@ class _Timed:
         step = f"stage:{args[1]}" if name == "stage" else name
         size = len(encode(list(args))) + len(encode({"value": value}))
         self.log.append((self.shard, step, took, size))
+        _Timed.counting += time.perf_counter() - started - took  # not the router's work
         return value
 
 
@@ -347,9 +350,11 @@ def staged_rows(one, sharded, rounds: int) -> list[dict]:
     time less every shard's), and the bytes a wire would carry. If each shard ran on its
     own node, a query would cost the router's work plus, per round, the slowest shard
     (plus a network round trip per round): the `critical path` column."""
+    from query import shard_query
     from query import sharded as fanned
 
     rows = []
+    shard_query.IN_PROCESS = True  # the rounds a router over shard servers runs
     with sharded.pinned() as snap:
         saved_parts, saved_pool = list(snap.parts), fanned._POOLS.get(False)
         log: list = []
@@ -367,9 +372,10 @@ def staged_rows(one, sharded, rounds: int) -> list[dict]:
                         one.search(q, limit=10, mode=mode)
                         one_ms.append(time.perf_counter() - started)
                         del log[:]
+                        _Timed.counting = 0.0
                         started = time.perf_counter()
                         sharded.search(q, limit=10, mode=mode)
-                        wall = time.perf_counter() - started
+                        wall = time.perf_counter() - started - _Timed.counting
                         work = sum(t for _, _, t, _ in log)
                         steps: dict[str, list[float]] = {}
                         for _, step, took, _ in log:
@@ -404,6 +410,7 @@ def staged_rows(one, sharded, rounds: int) -> list[dict]:
                     }
                 )
         finally:
+            shard_query.IN_PROCESS = False
             snap.parts[:] = saved_parts
             if saved_pool is None:
                 fanned._POOLS.pop(False, None)
@@ -418,9 +425,9 @@ def one_shard_reader(root: Path):
     hash to that shard), with the statistics of those rows (a timing, not a ranking)."""
     from kernel import shards
     from kernel.config import load_config
+    from query.index import Index
     from query.shard_part import ShardFile
     from query.sharded import ShardedSnapshot
-    from query.snapshot import Reader
 
     path = root / ".markdownvdb.index"
     shard = ShardFile.load(path)
@@ -428,7 +435,7 @@ def one_shard_reader(root: Path):
     entry = shards.ShardEntry(0, path.name, 1, "-", len(shard.paths), len(shard.chunk_file_ids))
     manifest = shards.Manifest(1, 1, [entry], path.name, {**shard.meta, "dimensions": dims})
     snap = ShardedSnapshot._opened(path, os.stat(path), manifest, [shard], shard.file, ())
-    reader = Reader(load_config(root, dict(os.environ)))
+    reader = Index(load_config(root, dict(os.environ)))
     reader._snapshot = snap
     reader._is_outdated = lambda _snap: False  # pinned to this object
     return reader

@@ -25,8 +25,10 @@ back in a round of their own, as every other corpus-wide number does. Nothing se
 way holds a number per chunk: the bytes of a query grow with `fetch` and the query, not with
 the shards (tests/test_shard_fanout.py). Equal scores are merged by (score, global row),
 the order `query.vector.ranked` gives the one-file index, so the answers are the one-file
-ones bit for bit. Options this does not cover (term proximity, term reweighting, agreement
-feedback) take the per-chunk path of query.sharded.
+ones bit for bit. A router over shard servers (`MDVDB_SHARD_SERVERS`) searches this way;
+shards in this process's threads, `--mode semantic` and the options this does not cover
+(term proximity, term reweighting, agreement feedback) take the per-chunk path of
+query.sharded.
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ from query.shard_stages import encode_mask
 from query.sharded import fan_out, shard_depth
 
 __all__ = ["staged_scores"]
+
+
+# Shards answered by this process's threads take the per-chunk path: nothing crosses a
+# wire, and on 2 cores it was 1.1-1.5x faster than the rounds (20 shards of 6,500 chunks
+# and 4 of 1,100, same run; docs/scale-out.md). bench/scaleout.py sets this to time the
+# rounds shard by shard.
+IN_PROCESS = False
 
 
 class SessionGone(Exception):
@@ -58,6 +67,8 @@ def staged_scores(
     snap = index.snapshot
     if getattr(snap, "manifest", None) is None or not hasattr(snap, "order"):
         return None
+    if not snap.servers and not IN_PROCESS:
+        return None  # shards in this process's threads: nothing crosses a wire
     if not _in_order(snap) or not len(snap.chunk_file_ids):
         return None
     if mode == "lexical":
@@ -265,7 +276,7 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
 
     def rounds() -> None:
         top = params.dense_feedback_chunks if params.dense_feedback_weight else 0
-        also = LEXICAL_EXACT if first_pass == "ivf" else 0
+        also = LEXICAL_EXACT if first_pass == "ivf" and _has_lists(snap) else 0
         answers = staged.round("bm25", {**terms, "top": top, "also": also, "page": page})
         max_bm25 = max(a["max"] for a in answers)
         max_page = max(a.get("page_max", 0.0) for a in answers)
@@ -389,6 +400,13 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
 
     rounds()
     return _result(Selection(staged, final, rounds))
+
+
+def _has_lists(snap) -> bool:
+    """Some shard has IVF lists (only those score the lexical side's best rows apart)."""
+    from kernel import ivf
+
+    return any(isinstance(f.meta.get(ivf.META_KEY), dict) for f in snap.files)
 
 
 def _stub_records(snap, rows: np.ndarray, kind: str) -> np.ndarray:
