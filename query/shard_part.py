@@ -49,6 +49,7 @@ CALLS = frozenset(
     }
 )
 SESSIONS = 16  # staged queries a shard keeps the arrays of (then the oldest goes)
+SESSION_ROWS = 5_000_000  # ... and at most this many rows' worth of them
 
 
 @dataclass
@@ -326,7 +327,10 @@ class ShardPart:
                 if step != "bm25":
                     raise ValueError(f"shard session {session!r} is gone: start again")
                 state = self._sessions[session] = {}
-                while len(self._sessions) > SESSIONS:
+                # ~12 float32 arrays of the shard's rows a query: fewer kept for a big shard
+                # (5 at 1M rows, ~250 MB), a lost one is started again by the router
+                keep = max(2, min(SESSIONS, SESSION_ROWS // max(1, self.lexical.n_chunks)))
+                while len(self._sessions) > keep:
                     self._sessions.popitem(last=False)
             else:
                 self._sessions.move_to_end(session)

@@ -260,3 +260,30 @@ def test_bytes_per_query_do_not_grow_with_the_shards(generated, tmp_path: Path) 
     for query in WIDE:
         for mode in ("lexical", "hybrid"):
             assert _top(routed, query, mode) == _top(reference, query, mode), (mode, query)
+
+
+@pytest.mark.slow
+def test_rounds_answer_as_one_file_and_survive_a_lost_session(generated, monkeypatch) -> None:
+    """The staged rounds run in process (as the bench times them): lexical and hybrid top
+    10s, with and without a filter, are the one-file ones; when the shards drop a query's
+    arrays (more queries at once than they keep), the router's next request for the same
+    query's rows starts the rounds again and answers the same."""
+    from query import shard_query
+    from query.filters import parse_filter
+
+    one, four, _ = generated
+    monkeypatch.setattr(shard_query, "IN_PROCESS", True)
+    reference = _open(one, {})
+    staged = _open(four, SHARDED)
+    archive = [parse_filter("category=archive")]
+    for mode in ("lexical", "hybrid"):
+        for query in QUERIES:
+            assert _top(staged, query, mode) == _top(reference, query, mode), (mode, query)
+            # the same query again, filtered: the memo's rounds answer it (one `final`)
+            want = _top(reference, query, mode, filters=archive)
+            with staged.pinned() as snap:
+                for part in snap.parts:
+                    part._sessions.clear()  # as if 16 other queries had come in between
+            assert _top(staged, query, mode, filters=archive) == want, (mode, query)
+    with staged.pinned() as snap:
+        assert "_select" in snap.cache["last_scores"][1][1]  # the rounds answered
