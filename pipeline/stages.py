@@ -760,6 +760,11 @@ def cluster(
     if not config.clustering_enabled:
         clustering.clear(state)
         return Clustered("disabled", "disabled")
+    changes = None
+    delta = manifest.delta
+    if delta is not None and not full:  # a clean last run: only its changes can differ
+        fresh = [(e.path, e.sha256) for e in delta.fresh]
+        changes = clustering.changes_of(state, fresh, list(delta.removed), len(manifest.entries))
     result = clustering.run_stage(
         state,
         chunk_key(config),
@@ -768,6 +773,7 @@ def cluster(
         config.clustering_max_clusters,
         config.clustering_rebalance_threshold,
         full=full,
+        changes=changes,
     )
     return Clustered(result.mode, digest_of(manifest.digest, result.digest()))
 
