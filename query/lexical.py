@@ -195,7 +195,9 @@ class LexicalIndex:
             if row < 0:
                 continue
             pages, tf = self.page_tf(row)
-            add_page_term(out, pages, tf, count, corpus, k1, b)
+            n_files, page_len, avg = corpus
+            weight = count * bm25_idf(n_files, len(pages))
+            add_page_term(out, pages, tf, weight, (page_len, avg), k1, b)
         return out
 
     def page_tf(self, row: int) -> tuple[np.ndarray, np.ndarray]:
@@ -304,18 +306,18 @@ def add_page_term(
     out: np.ndarray,
     pages: np.ndarray,
     tf: np.ndarray,
-    count: int,
-    corpus: tuple[int, np.ndarray, float],
+    weight: float,
+    lengths: tuple[np.ndarray, float],
     k1: float,
     b: float,
 ) -> None:
-    """out[pages] += one query term's (said `count` times) BM25 over pages: `tf`, its tf in
-    each of `pages` (summed over the page's chunks); `corpus`, (the number of pages, each
-    page's length, their mean)."""
-    n_files, page_len, avg = corpus
-    idf = bm25_idf(n_files, len(pages))
+    """out[pages] += one query term's BM25 over pages: `tf`, its tf in each of `pages`
+    (summed over the page's chunks); `weight`, how often the query says it times its page
+    idf; `lengths`, (each page's length, their mean). The one formula of the one-file
+    index, the sharded one and a shard's staged query (query.shard_stages)."""
+    page_len, avg = lengths
     norm = k1 * (1.0 - b + b * page_len[pages] / avg)
-    out[pages] += np.float32(count * idf) * (tf * (k1 + 1.0) / (tf + norm))
+    out[pages] += np.float32(weight) * (tf * (k1 + 1.0) / (tf + norm))
 
 
 def feedback_best(
