@@ -36,6 +36,8 @@ from query.vector import DenseScorer
 
 @dataclass(frozen=True)
 class FusionParams:
+    """The hybrid ranking's settings (the defaults are the measured best)."""
+
     dense_weight: float = 0.3
     pool: int = 100
     feedback_chunks: int = 10
@@ -145,6 +147,8 @@ def overridden(**changes) -> Iterator[FusionParams]:
 
 @dataclass
 class Fused:
+    """A fused ranking and its weighted parts (what `--explain` shows)."""
+
     scores: np.ndarray  # fused, per chunk
     lexical: np.ndarray  # the lexical part (already weighted)
     semantic: np.ndarray  # the semantic part (already weighted)

@@ -500,19 +500,31 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
             if side is None:
                 side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
         return DenseScorer(matrix, pages=side)
-    from kernel import ivf
-
-    listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
-    small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
-    depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
-    quantise = not (mode == "exact" or n <= depth or small)
-    quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
     built = ("page_side", float(rho)) in snap.cache or "int8_rows" in snap.cache
-    if quantise and not built and ("ivf_side", float(rho) if mixed else 0.0) not in snap.cache:
-        seen = snap.cache.get("vector_queries", 0)
-        snap.cache["vector_queries"] = seen + 1
-        quantise = not (mode == "auto" and seen == 0)
+    ivf_key = ("ivf_side", float(rho) if mixed else 0.0)
+    if (
+        mode == "auto"
+        and n >= AUTO_MIN_ROWS
+        and not (built or ivf_key in snap.cache or snap.cache.get("vector_queries", 0))
+    ):
+        # The snapshot's first vector query scans exactly, whatever the index holds (below):
+        # decided without reading the IVF meta or loading simsimd, which a one-shot `mdvdb
+        # search` would import for nothing (~2 ms).
+        snap.cache["vector_queries"] = 1
+        quantise = listed = False
+    else:
+        from kernel import ivf
+
+        listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
+        small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
+        depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
+        quantise = not (mode == "exact" or n <= depth or small)
+        quantise = quantise and _has_simsimd()  # without its wheel: the exact scans
+        if quantise and not built and ivf_key not in snap.cache:
+            seen = snap.cache.get("vector_queries", 0)
+            snap.cache["vector_queries"] = seen + 1
+            quantise = not (mode == "auto" and seen == 0)
     lists = _ivf_lists(snap, n, matrix.shape[1]) if quantise and listed else None
     if quantise and lists is not None:
         # The IVF lists' int8 copy (of the mixed vectors, in list order) takes the place
