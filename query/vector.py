@@ -636,6 +636,11 @@ def multi_section_pages(
     rows = np.repeat(np.arange(len(count)), count)
     offsets = np.cumsum(count) - count
     chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
-    sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
+    if isinstance(vectors, np.ndarray) and vectors.dtype == np.float32:
+        # A page's sections are contiguous rows: summed where they lie in the map, the same
+        # additions as over a gathered copy of them (which cost a cold search ~1 ms).
+        sums = page_sums(vectors, first, count)
+    else:
+        sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
     norms = np.linalg.norm(sums, axis=1, keepdims=True)
     return first, chunks, rows, sums / np.maximum(norms, np.float32(1e-12))

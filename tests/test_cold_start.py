@@ -243,3 +243,21 @@ def test_the_first_vector_query_scans_exactly_and_counts_as_before(indexed_notes
     assert index.snapshot.cache["vector_queries"] == 1
     second = vector.dense_scorer(index)
     assert second.compact is not None  # quantised from the second query, as before
+
+
+def test_page_vectors_summed_in_place_are_the_gathered_ones():
+    """`multi_section_pages` sums each page's rows where they lie in the matrix: the same
+    bits as summing a gathered copy of them (pages of 1 to 12 sections)."""
+    from query.vector import multi_section_pages, page_sums
+
+    rng = np.random.default_rng(11)
+    sizes = rng.integers(1, 13, size=300)
+    files = np.repeat(np.arange(len(sizes)), sizes).astype(np.int32)
+    matrix = rng.standard_normal((len(files), 32)).astype(np.float32)
+    first, chunks, rows, unit = multi_section_pages(files, matrix)
+    count = sizes[sizes > 1]
+    offsets = np.cumsum(count) - count
+    sums = page_sums(np.asarray(matrix[chunks], dtype=np.float32), offsets, count)
+    want = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), np.float32(1e-12))
+    assert np.array_equal(unit.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(first, np.flatnonzero(np.r_[True, files[1:] != files[:-1]])[sizes > 1])
