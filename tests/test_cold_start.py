@@ -261,3 +261,101 @@ def test_page_vectors_summed_in_place_are_the_gathered_ones():
     want = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), np.float32(1e-12))
     assert np.array_equal(unit.view(np.uint32), want.view(np.uint32))
     assert np.array_equal(first, np.flatnonzero(np.r_[True, files[1:] != files[:-1]])[sizes > 1])
+
+
+# -- generated dataclass code, compiled once per user ---------------------------------------
+
+CLASS_SOURCE = """
+from dataclasses import dataclass, field
+
+@dataclass(frozen=True, order=True)
+class Point:
+    x: int
+    y: float = 0.5
+    tags: list = field(default_factory=list, compare=False)
+
+@dataclass
+class Box:
+    lo: Point
+    hi: Point | None = None
+"""
+
+
+def _classes() -> dict:
+    namespace: dict = {"__name__": "cached_classes"}
+    exec(compile(CLASS_SOURCE, "cached_classes", "exec", dont_inherit=True), namespace)
+    return namespace
+
+
+def _behaviour(ns: dict) -> list:
+    point, box = ns["Point"], ns["Box"]
+    a, b = point(1), point(2, 1.0, ["t"])
+    return [
+        repr(a),
+        repr(box(a, b)),
+        a == point(1, 0.5, ["other"]),
+        a < b,
+        hash(a) == hash(point(1)),
+        box(a) == box(point(1)),
+        point.__init__.__annotations__,
+        repr(point.__init__.__defaults__),
+        sorted(n for n in vars(point) if n.startswith("__") and callable(getattr(point, n))),
+    ]
+
+
+def test_generated_code_is_compiled_once_and_behaves_the_same(tmp_path: Path):
+    import dataclasses
+
+    from kernel.code_cache import GeneratedCode, remember_generated_code
+
+    plain = _behaviour(_classes())
+    path = tmp_path / "code" / "dataclasses.marshal"
+    try:
+        first = remember_generated_code(path)
+        assert first is not None and remember_generated_code(path) is None  # installed once
+        assert _behaviour(_classes()) == plain
+        assert first.added and first.save() and path.stat().st_mode & 0o777 == 0o600
+        held = len(first.codes)
+        del dataclasses.exec
+        second = remember_generated_code(path)
+        assert len(second.codes) == held
+        assert _behaviour(_classes()) == plain
+        assert not second.added and not second.save()  # nothing compiled, nothing written
+    finally:
+        vars(dataclasses).pop("exec", None)
+    for source, code in second.codes.items():  # the code `exec` itself would compile
+        fresh = compile(source, "<string>", "exec", dont_inherit=True)
+        assert code == fresh and code.co_filename == fresh.co_filename == "<string>"
+    path.chmod(0o644)  # a file others could have written is not read
+    assert GeneratedCode(path).codes == {}
+    path.chmod(0o600)
+    path.write_bytes(b"\x00not marshal")
+    assert GeneratedCode(path).codes == {}
+
+
+def test_a_cold_search_writes_the_code_cache_once(indexed_notes: Path, tmp_path: Path):
+    """The real command: the first cold search writes the file, the next ones read it and
+    print the same bytes; a damaged file is ignored (and replaced)."""
+    from kernel.code_cache import cache_file
+
+    env = {"MDVDB_NO_WARM": "1", "MDVDB_CACHE_DIR": str(tmp_path / "cache")}
+    args = ("search", "extract a tar archive", "--root", str(indexed_notes), "--json")
+    first = run_cli(*args, env=env)
+    assert first.returncode == 0, first.stderr
+    import os
+
+    os.environ["MDVDB_CACHE_DIR"], saved = env["MDVDB_CACHE_DIR"], os.environ.get("MDVDB_CACHE_DIR")
+    try:
+        path = cache_file()
+    finally:
+        if saved is None:
+            del os.environ["MDVDB_CACHE_DIR"]
+        else:
+            os.environ["MDVDB_CACHE_DIR"] = saved
+    stamp = path.stat().st_mtime_ns
+    again = run_cli(*args, env=env)
+    assert again.stdout == first.stdout and path.stat().st_mtime_ns == stamp
+    path.write_bytes(b"damaged")
+    damaged = run_cli(*args, env=env)
+    assert damaged.returncode == 0 and damaged.stdout == first.stdout
+    assert path.stat().st_size > 1000  # rewritten
