@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from query.vector import DenseScorer
+from query.vector import DenseScorer, ranked
 
 
 @dataclass(frozen=True)
@@ -182,6 +182,12 @@ def normalised_semantic(
         top, floor = float(values.max()), _nth_best(values, pool)
     else:
         top, floor = float(semantic.max()), _nth_best(semantic, pool)
+    return scaled_semantic(semantic, top, floor)
+
+
+def scaled_semantic(semantic: np.ndarray, top: float, floor: float) -> np.ndarray:
+    """The semantic side spread over [floor, top] (`normalised_semantic`, whose top and
+    floor a sharded search gathers from the shards' best rows)."""
     if top <= floor:
         return (semantic >= top).astype(np.float32)
     return np.clip((semantic - floor) / (top - floor), 0.0, 1.0).astype(np.float32)
@@ -224,11 +230,9 @@ def best(scores: np.ndarray, k: int) -> np.ndarray:
     k = min(k, len(positive))
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
-    if 2 * len(positive) <= len(scores):
-        part = positive[np.argpartition(-scores[positive], k - 1)[:k]]
-    else:
-        part = np.argpartition(-scores, k - 1)[:k]
-    return part[np.argsort(-scores[part], kind="stable")]
+    if 2 * len(positive) <= len(scores):  # equal scores in row order (query.vector.ranked)
+        return positive[ranked(scores[positive], k)]
+    return ranked(scores, k)
 
 
 def hybrid(

@@ -582,11 +582,27 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
     n = scores.shape[0]
     if n == 0 or k <= 0:
         return np.zeros(0, dtype=np.int64)
-    k = min(k, n)
-    part = np.argpartition(-scores, k - 1)[:k]
-    order = part[np.argsort(-scores[part], kind="stable")]
+    order = ranked(scores, k)
     order = order[np.isfinite(scores[order])]
     return order if rows is None else rows[order]
+
+
+def ranked(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k best scores, best first, equal scores in position order: the
+    same rows whichever way the array was split, so the best of each shard, merged by
+    (score, then row), are the one-file best bit for bit (query.shard_query). A partial
+    sort alone picks among rows tied with the k-th score as it pleases."""
+    n = scores.shape[0]
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-scores, k - 1)[:k]
+    if k < n:  # a compare and a count over the rows (~2% of the partition at 1M rows)
+        kth = scores[part].min()
+        equal = scores == kth
+        if np.count_nonzero(equal) > np.count_nonzero(scores[part] == kth):  # ties left out
+            part = np.concatenate([part[scores[part] > kth], np.flatnonzero(equal)])
+    return part[np.lexsort((part, -scores[part]))][:k]
 
 
 def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
