@@ -230,7 +230,7 @@ def best(scores: np.ndarray, k: int) -> np.ndarray:
     k = min(k, len(positive))
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
-    if 2 * len(positive) <= len(scores):  # equal scores in row order (query.vector.ranked)
+    if 2 * len(positive) <= len(scores):  # equal scores: query.vector.ranked
         return positive[ranked(scores[positive], k)]
     return ranked(scores, k)
 

@@ -64,7 +64,7 @@ def stub_rows(
     n = len(scores)
     if not n:
         return np.zeros(0, dtype=np.int64)
-    # the best CANDIDATES, equal scores in row order (a sharded search picks the same)
+    # the best CANDIDATES, ties as query.vector.ranked orders them (a sharded search agrees)
     from query.vector import ranked
 
     top = ranked(scores, CANDIDATES)
