@@ -138,13 +138,34 @@ class LexicalIndex:
         out *= self.idf(b - a)
         return ids, out
 
-    def add_terms(self, out: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """out += sum of weight * postings(row): the one scoring loop, over query terms."""
+    def add_terms(
+        self, out: np.ndarray, rows: np.ndarray, weights: np.ndarray, zero: bool = False
+    ) -> np.ndarray:
+        """out += sum of weight * postings(row): the one scoring loop, over query terms.
+        `zero`: `out` is all zeros, so the first term is written, not added (0 + x is x; a
+        term's weights are > 0); a weight of 1 multiplies nothing (x * 1 is x)."""
         for row, weight in zip(rows.tolist(), weights.tolist(), strict=True):
             if row < 0:
                 continue
             ids, term = self.term_weights(row)
-            out[ids] += term * np.float32(weight)
+            if weight != 1.0:
+                term = term * np.float32(weight)
+            if len(ids) and int(ids[-1]) - int(ids[0]) + 1 == len(ids):
+                # a run of rows (a term in every chunk): ascending distinct ids, so the
+                # slice is the same rows in the same order, without a scatter
+                span = out[int(ids[0]) : int(ids[-1]) + 1]
+                if zero:
+                    span[:] = term
+                else:
+                    span += term
+                zero = False
+            elif zero:
+                out[ids] = term
+                zero = False
+            else:
+                # the same float32 sums as `out[ids] += term` (a term's ids are distinct),
+                # ~10x faster with int32 ids (that form's in-place path is a slow one)
+                np.add.at(out, ids, term)
         return out
 
     def feedback_terms(
@@ -270,7 +291,7 @@ class LexicalIndex:
         if len(hashes) == 0:
             return out
         unique, counts = np.unique(hashes, return_counts=True)
-        return self.add_terms(out, self.lookup(unique), counts.astype(np.float32))
+        return self.add_terms(out, self.lookup(unique), counts.astype(np.float32), zero=True)
 
 
 def _values(table, name: str, dtype) -> np.ndarray:

@@ -64,8 +64,9 @@ def stub_rows(
     n = len(scores)
     if not n:
         return np.zeros(0, dtype=np.int64)
-    k = min(CANDIDATES, n)
-    top = np.argpartition(scores, n - k)[n - k :]
+    from query.vector import top_rows
+
+    top = np.sort(top_rows(scores, CANDIDATES))  # ties by row: one set at any size
     top = top[short[top]]
     if not len(top):
         return top
