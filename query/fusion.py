@@ -413,7 +413,18 @@ def hybrid(
             if params.feedback_mode == "drift":
                 share = overlap(best(expansion, AGREEMENT_DEPTH), chunks[:AGREEMENT_DEPTH])
             lam = np.float32(params.feedback_weight * share)
-            lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
+            if _REFERENCE:
+                lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
+            else:  # the same products, in place (`expansion` is this call's own array)
+                lexical = normalised_lexical(bm25)
+                np.multiply(lexical, 1 - lam, out=lexical)
+                most = float(expansion.max()) if len(expansion) else 0.0
+                if most > 0:
+                    np.divide(expansion, np.float32(most), out=expansion)
+                else:
+                    expansion[:] = 0
+                np.multiply(expansion, lam, out=expansion)
+                np.add(lexical, expansion, out=lexical)
     fused = fuse(lexical, semantic, params, support)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight, owned=True)
@@ -471,7 +482,11 @@ def _first_best(
 
 
 def with_stub_prior(
-    fused: Fused, page_length: np.ndarray, params: FusionParams, rows: np.ndarray | None = None
+    fused: Fused,
+    page_length: np.ndarray,
+    params: FusionParams,
+    rows: np.ndarray | None = None,
+    owned: bool = False,
 ) -> Fused:
     """Scale down the sections of stub pages (a title and a byline, an index page): a page
     with under `stub_length` indexed words rarely answers. The cut is its own part
@@ -487,8 +502,8 @@ def with_stub_prior(
         part[rows] = fused.scores[rows] * (factor - np.float32(1))
         if _REFERENCE:
             scores = fused.scores + part
-        else:  # x + 0 is x: only the cut rows change
-            scores = fused.scores.copy()
+        else:  # x + 0 is x: only the cut rows change (in place when handed over)
+            scores = fused.scores if owned else fused.scores.copy()
             scores[rows] += part[rows]
     return Fused(
         scores=scores,

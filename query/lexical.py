@@ -16,6 +16,9 @@ import numpy as np
 from kernel import index_format, text_analysis
 from kernel.index_format import IndexFormatError
 
+# Terms whose page-level postings a long-lived reader keeps (then it starts over).
+PAGE_TERMS = 4096
+
 
 class LexicalUnavailable(IndexFormatError):
     """The index has no usable lexical postings (missing, or of another analyzer)."""
@@ -217,16 +220,28 @@ class LexicalIndex:
         for row, count in zip(self.lookup(unique).tolist(), counts.tolist(), strict=True):
             if row < 0:
                 continue
-            a, b_ = int(self.offsets[row]), int(self.offsets[row + 1])
-            files = self.chunk_files[self.chunk_ids[a:b_]]
-            starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
-            pages = files[starts]
-            tf = np.add.reduceat(self.tf[a:b_], starts)
+            pages, tf = self._page_postings(row)
             df = len(pages)
             idf = np.log1p((n_files - df + 0.5) / (df + 0.5))
             norm = k1 * (1.0 - b + b * page_len[pages] / avg)
             out[pages] += np.float32(count * idf) * (tf * (k1 + 1.0) / (tf + norm))
         return out
+
+    def _page_postings(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """(pages, summed tf) of one term: its postings grouped by file. A long-lived reader
+        (the view's weights built) keeps them for the terms it has been asked for."""
+        cache = self.__dict__.setdefault("_page_terms", {})
+        found = cache.get(row)
+        if found is None:
+            a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+            files = np.take(self.chunk_files, self.chunk_ids[a:b])
+            starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+            found = (files[starts], np.add.reduceat(self.tf[a:b], starts))
+            if self.weights is not None:
+                if len(cache) >= PAGE_TERMS:
+                    cache.clear()
+                cache[row] = found
+        return found
 
     def page_lengths(self) -> np.ndarray | None:
         """Each page's indexed (field-weighted) length; None without the tf tables."""

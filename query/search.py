@@ -399,7 +399,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                     index, fused.scores, page_length, params.stub_length, params.stub_kind
                 )
                 length = page_length[index.snapshot.chunk_file_ids[rows]]
-                fused = with_stub_prior(fused, length, params, rows)
+                fused = with_stub_prior(fused, length, params, rows, owned=True)
             elif page_length is not None:
                 chunk_length = page_length[index.snapshot.chunk_file_ids]
                 fused = with_stub_prior(fused, chunk_length, params)
@@ -452,8 +452,7 @@ def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
     rows = np.concatenate([np.arange(a, b) for a, b in spans])
     part = np.zeros(len(chunk_files), dtype=np.float32)
     part[rows] = np.float32(weight)
-    scores = scores.copy()
-    scores[rows] += part[rows]
+    scores[rows] += part[rows]  # in place: the caller's fused scores are replaced by these
     return part, scores
 
 
