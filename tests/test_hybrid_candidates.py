@@ -103,6 +103,7 @@ def small_scale(monkeypatch):
     monkeypatch.setattr(vector, "IVF_RESCORE_DEPTH", 101)
     monkeypatch.setattr(vector, "RESCORE_DEPTH", 101)
     monkeypatch.setattr(fusion, "LEXICAL_EXACT", 40)
+    monkeypatch.setattr(fusion, "BLOCK", 500)  # several blocks in `_blended`
     monkeypatch.setattr(fusion, "FIRST_LEXICAL", 12)
 
 
@@ -151,7 +152,12 @@ def test_candidate_path_answers_as_the_n_length_reference(
     candidate path, for each first pass, with filters, masks, tiers and other modes."""
     want = _answers(_index(built, first_pass), True, monkeypatch)
     fast = _index(built, first_pass)
+    blended = []
+    real = fusion._blended
+    monkeypatch.setattr(fusion, "_blended", lambda *a: blended.append(real(*a)) or blended[-1])
     got = _answers(fast, False, monkeypatch)
+    # the block-wise fusion answered (it needs the rescored rows: not after the exact scan)
+    assert any(f is not None for f in blended) == (first_pass != "exact")
     if first_pass != "exact":  # the candidates are a part of the rows, not all of them
         scorer = vector.dense_scorer(fast, None)
         scorer.mixed(fast.snapshot.vectors[0], fast.snapshot.vectors[1], 1.0, keep=101)
