@@ -314,9 +314,24 @@ def fuse(
 
 
 def best(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k best positive scores, best first, equal scores by ascending row
-    (query.vector.top_rows: without a partition of n rows)."""
-    return top_rows(scores, k, positive=True)
+    """Indices of the k best positive scores, best first (query.vector.top_rows: without a
+    partition of n rows; where equal scores decide, as `_partitioned_best` has always
+    chosen them)."""
+    return top_rows(scores, k, positive=True, ties=lambda: _partitioned_best(scores, k))
+
+
+def _partitioned_best(scores: np.ndarray, k: int) -> np.ndarray:
+    """`best` by a partition: only the positive rows are partitioned when they are few (a
+    BM25 vector: the chunks that hold a query term)."""
+    positive = np.flatnonzero(scores > 0)
+    k = min(k, len(positive))
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if 2 * len(positive) <= len(scores):
+        part = positive[np.argpartition(-scores[positive], k - 1)[:k]]
+    else:
+        part = np.argpartition(-scores, k - 1)[:k]
+    return part[np.argsort(-scores[part], kind="stable")]
 
 
 def hybrid(
@@ -346,13 +361,11 @@ def hybrid(
         dense.lazy = not _REFERENCE  # fusion reads the IVF pass's scores at few rows
     query_vector = query_vector.astype(np.float32, copy=False)
     # An IVF pass scores only the probed lists: the lexical side's best candidates are
-    # scored exactly too (their dense part then never depends on the probes). The dense
-    # feedback chunks are the first of them (one order, ties by row: a prefix).
-    also = best(bm25, LEXICAL_EXACT) if getattr(dense, "lists", None) is not None else None
-    dense_top = []
-    if params.dense_feedback_weight:
-        k = params.dense_feedback_chunks
-        dense_top = also[:k] if also is not None and not _REFERENCE else best(bm25, k)
+    # scored exactly too (their dense part then never depends on the probes).
+    also = None
+    if getattr(dense, "lists", None) is not None:
+        also = top_rows(bm25, LEXICAL_EXACT, positive=True)  # best first, ties by row
+    dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
     direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
     # Page-level evidence (`pages`, query.search.PageVectors: pages of several sections) is
     # mixed in by the scorer: (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector);
@@ -548,7 +561,9 @@ def _first_best(
     sem = w * normalised_semantic(cosine, params.pool, support)[rows]
     scores = lex + sem
     keep = scores > 0
-    chosen = ranked_rows(rows[keep], scores[keep], k)
+    chosen, tied = ranked_rows(rows[keep], scores[keep], k)
+    if tied:
+        return None  # equal scores decide: `best` over all rows picks them as it always has
     values = scores[np.searchsorted(rows, chosen)]
     if not complete and not (len(chosen) == k and values[-1] > bound):
         return None

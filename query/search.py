@@ -312,7 +312,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
         lex = lexical_index(index).scores(query)
         return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
     if mode == "hybrid":
-        from query.fusion import best, for_query, hybrid
+        from query.fusion import for_query, hybrid
         from query.fusion_params import params_for
 
         embedding = _embed_meanwhile(index, query, for_query(query, params_for(index)))
@@ -425,7 +425,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
 
             chunk_files = index.snapshot.chunk_file_ids
             # return_counts: a plain np.unique imports numpy.ma (~8 ms of a cold search)
-            pool = np.unique(chunk_files[best(fused.scores, NAME_POOL)], return_counts=True)[0]
+            pool = np.unique(chunk_files[_name_pool(fused.scores)], return_counts=True)[0]
             named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
             named[pool[name_files(index.snapshot, query, pool)]] = True
             if named.any():
@@ -433,6 +433,17 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                 parts = {"name": part, **parts, "fused": scores}
         return scores, {**parts, "_candidates": scores > 0}
     raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
+
+
+def _name_pool(scores: np.ndarray) -> np.ndarray:
+    """The NAME_POOL best sections (`query.fusion.best`'s set; their order is not read)."""
+    from query.fusion import _partitioned_best
+    from query.vector import top_rows
+
+    def partitioned():
+        return _partitioned_best(scores, NAME_POOL)
+
+    return top_rows(scores, NAME_POOL, positive=True, ties=partitioned, ordered=False)
 
 
 def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):

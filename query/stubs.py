@@ -66,7 +66,13 @@ def stub_rows(
         return np.zeros(0, dtype=np.int64)
     from query.vector import top_rows
 
-    top = np.sort(top_rows(scores, CANDIDATES))  # ties by row: one set at any size
+    k = min(CANDIDATES, n)
+    top = top_rows(  # as a partition chooses among equal scores at the cut
+        scores,
+        k,
+        ties=lambda: np.argpartition(scores, n - k)[n - k :],
+        ordered=False,
+    )
     top = top[short[top]]
     if not len(top):
         return top

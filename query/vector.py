@@ -619,9 +619,27 @@ def _has_simsimd() -> bool:
 
 
 def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
-    """Indices of the k best finite scores, best first, equal scores by ascending row (one
-    order whatever the array's size or mask); rows where mask is False are skipped."""
-    return top_rows(scores, k, mask)
+    """Indices of the k best finite scores, best first; rows where mask is False are
+    skipped (only the candidates are partitioned: no n-length copy with the rest set to
+    -inf). Equal scores come in the partition's order (`_partitioned_top`)."""
+    return top_rows(scores, k, mask, ties=lambda: _partitioned_top(scores, k, mask))
+
+
+def _partitioned_top(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+    """`top_k` by a partition of every allowed row: the order it has always given equal
+    scores (whichever of them the partition puts first)."""
+    rows = None
+    if mask is not None:
+        rows = np.flatnonzero(mask)
+        scores = scores[rows]
+    n = scores.shape[0]
+    if n == 0 or k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    k = min(k, n)
+    part = np.argpartition(-scores, k - 1)[:k]
+    order = part[np.argsort(-scores[part], kind="stable")]
+    order = order[np.isfinite(scores[order])]
+    return order if rows is None else rows[order]
 
 
 # `top_rows` guesses its cut from a strided sample of this many rows per row wanted (at least
@@ -636,7 +654,12 @@ REFERENCE = False
 
 
 def top_rows(
-    scores: np.ndarray, k: int, mask: np.ndarray | None = None, positive: bool = False
+    scores: np.ndarray,
+    k: int,
+    mask: np.ndarray | None = None,
+    positive: bool = False,
+    ties=None,
+    ordered: bool = True,
 ) -> np.ndarray:
     """The k best rows of `scores`, best first, equal scores by ascending row: rows where
     `mask` is False, non-finite scores and (`positive`) scores <= 0 never count.
@@ -645,10 +668,16 @@ def top_rows(
     v. A cut t from a sample of the scores finds them without a partition of n rows: when at
     least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
     those few are ranked. Otherwise (a sample that missed, a mask that leaves few rows, few
-    positive scores) the allowed rows are all ranked: the same answer either way."""
+    positive scores) the allowed rows are all ranked: the same answer either way.
+
+    `ties`: when equal scores decide the answer (two of the chosen rows tie, when `ordered`;
+    a row left out ties with a chosen one), its answer instead: how a caller keeps the
+    order a partition of n rows has always given equal scores (results stay the same bits
+    as before, whatever the corpus's duplicates)."""
     n = scores.shape[0]
     if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
+    found = None
     if not REFERENCE and n >= SAMPLED_MIN_ROWS and k * SAMPLE_PER_ROW * 4 <= n:
         size = max(SAMPLE_MIN, k * SAMPLE_PER_ROW)
         sample = scores[:: max(1, n // size)]
@@ -658,24 +687,29 @@ def top_rows(
         if np.isfinite(cut):
             if positive and not cut > 0:
                 # every positive row: the whole answer, however few
-                return _ranked(*_allowed(np.flatnonzero(scores > 0), scores, mask), k)
-            for strict in (True, False):  # (rows above the cut are fewer when many tie)
-                found = np.flatnonzero(scores > cut if strict else scores >= cut)
-                rows, values = _allowed(found, scores, mask)
-                if len(rows) >= k:
-                    return _ranked(rows, values, k)
-    rows = np.flatnonzero(mask) if mask is not None else None
-    values = scores if rows is None else scores[rows]
-    keep = np.isfinite(values)
-    if positive:
-        keep &= values > 0
-    if not keep.all():
-        picked = np.flatnonzero(keep)
-        rows = picked if rows is None else rows[picked]
-        values = values[picked]
-    elif rows is None:
-        rows = np.arange(n)
-    return _ranked(rows, values, k)
+                found = _allowed(np.flatnonzero(scores > 0), scores, mask)
+            else:
+                for strict in (True, False):  # (rows above the cut are fewer when many tie)
+                    rows = np.flatnonzero(scores > cut if strict else scores >= cut)
+                    rows, values = _allowed(rows, scores, mask)
+                    if len(rows) >= k:
+                        found = rows, values
+                        break
+    if found is None:
+        rows = np.flatnonzero(mask) if mask is not None else None
+        values = scores if rows is None else scores[rows]
+        keep = np.isfinite(values)
+        if positive:
+            keep &= values > 0
+        if not keep.all():
+            picked = np.flatnonzero(keep)
+            rows = picked if rows is None else rows[picked]
+            values = values[picked]
+        elif rows is None:
+            rows = np.arange(n)
+        found = rows, values
+    chosen, tied = _ranked(found[0], found[1], k, ordered)
+    return ties() if tied and ties is not None else chosen
 
 
 def _allowed(rows: np.ndarray, scores: np.ndarray, mask: np.ndarray | None):
@@ -689,22 +723,33 @@ def _allowed(rows: np.ndarray, scores: np.ndarray, mask: np.ndarray | None):
     return rows, values
 
 
-def ranked_rows(rows: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
-    """The k best of `rows` (ascending) by `values` (finite), best first, ties by row."""
-    return _ranked(rows, values, k)
+def ranked_rows(rows: np.ndarray, values: np.ndarray, k: int) -> tuple[np.ndarray, bool]:
+    """The k best of `rows` (ascending) by `values` (finite), best first, ties by row; and
+    whether equal values decided it (`top_rows`' `ties`)."""
+    return _ranked(rows, values, k, True)
 
 
-def _ranked(rows: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
-    """The k best of (rows ascending, their finite values), best first, ties by row."""
+def _ranked(
+    rows: np.ndarray, values: np.ndarray, k: int, ordered: bool = True
+) -> tuple[np.ndarray, bool]:
+    """The k best of (rows ascending, their finite values), best first, ties by row; and
+    whether a tie decided it (a row left out equal to a chosen one, or, `ordered`, two
+    chosen ones equal)."""
     m = len(rows)
+    tied = False
     if m > k:
         v = np.partition(values, m - k)[m - k]  # the k-th best value
         above = values > v
-        tied = np.flatnonzero(values == v)[: k - int(np.count_nonzero(above))]
-        chosen = np.sort(np.r_[np.flatnonzero(above), tied])
+        level = np.flatnonzero(values == v)
+        need = k - int(np.count_nonzero(above))
+        tied = len(level) > need
+        chosen = np.sort(np.r_[np.flatnonzero(above), level[:need]])
         rows, values = rows[chosen], values[chosen]
     order = np.lexsort((rows, -values))
-    return rows[order].astype(np.int64, copy=False)
+    if ordered and not tied and len(order) > 1:
+        ranked = values[order]
+        tied = bool(np.any(ranked[1:] == ranked[:-1]))
+    return rows[order].astype(np.int64, copy=False), tied
 
 
 def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
