@@ -64,15 +64,10 @@ def stub_rows(
     n = len(scores)
     if not n:
         return np.zeros(0, dtype=np.int64)
+    # the best CANDIDATES, equal scores in row order (a sharded search picks the same)
     from query.vector import top_rows
 
-    k = min(CANDIDATES, n)
-    top = top_rows(  # as a partition chooses among equal scores at the cut
-        scores,
-        k,
-        ties=lambda: np.argpartition(scores, n - k)[n - k :],
-        ordered=False,
-    )
+    top = top_rows(scores, CANDIDATES)
     top = top[short[top]]
     if not len(top):
         return top

@@ -558,19 +558,31 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
             if side is None:
                 side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
         return DenseScorer(matrix, pages=side)
-    from kernel import ivf
-
-    listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
-    small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
-    depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
-    quantise = not (mode == "exact" or n <= depth or small)
-    quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
     built = ("page_side", float(rho)) in snap.cache or "int8_rows" in snap.cache
-    if quantise and not built and ("ivf_side", float(rho) if mixed else 0.0) not in snap.cache:
-        seen = snap.cache.get("vector_queries", 0)
-        snap.cache["vector_queries"] = seen + 1
-        quantise = not (mode == "auto" and seen == 0)
+    ivf_key = ("ivf_side", float(rho) if mixed else 0.0)
+    if (
+        mode == "auto"
+        and n >= AUTO_MIN_ROWS
+        and not (built or ivf_key in snap.cache or snap.cache.get("vector_queries", 0))
+    ):
+        # The snapshot's first vector query scans exactly, whatever the index holds (below):
+        # decided without reading the IVF meta or loading simsimd, which a one-shot `mdvdb
+        # search` would import for nothing (~2 ms).
+        snap.cache["vector_queries"] = 1
+        quantise = listed = False
+    else:
+        from kernel import ivf
+
+        listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
+        small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
+        depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
+        quantise = not (mode == "exact" or n <= depth or small)
+        quantise = quantise and _has_simsimd()  # without its wheel: the exact scans
+        if quantise and not built and ivf_key not in snap.cache:
+            seen = snap.cache.get("vector_queries", 0)
+            snap.cache["vector_queries"] = seen + 1
+            quantise = not (mode == "auto" and seen == 0)
     lists = _ivf_lists(snap, n, matrix.shape[1]) if quantise and listed else None
     if quantise and lists is not None:
         # The IVF lists' int8 copy (of the mixed vectors, in list order) takes the place
@@ -619,27 +631,9 @@ def _has_simsimd() -> bool:
 
 
 def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
-    """Indices of the k best finite scores, best first; rows where mask is False are
-    skipped (only the candidates are partitioned: no n-length copy with the rest set to
-    -inf). Equal scores come in the partition's order (`_partitioned_top`)."""
-    return top_rows(scores, k, mask, ties=lambda: _partitioned_top(scores, k, mask))
-
-
-def _partitioned_top(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
-    """`top_k` by a partition of every allowed row: the order it has always given equal
-    scores (whichever of them the partition puts first)."""
-    rows = None
-    if mask is not None:
-        rows = np.flatnonzero(mask)
-        scores = scores[rows]
-    n = scores.shape[0]
-    if n == 0 or k <= 0:
-        return np.zeros(0, dtype=np.int64)
-    k = min(k, n)
-    part = np.argpartition(-scores, k - 1)[:k]
-    order = part[np.argsort(-scores[part], kind="stable")]
-    order = order[np.isfinite(scores[order])]
-    return order if rows is None else rows[order]
+    """Indices of the k best finite scores, best first, equal scores in row order (`ranked`'s
+    order); rows where mask is False are skipped (`top_rows`: no partition of n rows)."""
+    return top_rows(scores, k, mask)
 
 
 # `top_rows` guesses its cut from a strided sample of this many rows per row wanted (at least
@@ -658,8 +652,6 @@ def top_rows(
     k: int,
     mask: np.ndarray | None = None,
     positive: bool = False,
-    ties=None,
-    ordered: bool = True,
 ) -> np.ndarray:
     """The k best rows of `scores`, best first, equal scores by ascending row: rows where
     `mask` is False, non-finite scores and (`positive`) scores <= 0 never count.
@@ -668,12 +660,8 @@ def top_rows(
     v. A cut t from a sample of the scores finds them without a partition of n rows: when at
     least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
     those few are ranked. Otherwise (a sample that missed, a mask that leaves few rows, few
-    positive scores) the allowed rows are all ranked: the same answer either way.
-
-    `ties`: when equal scores decide the answer (two of the chosen rows tie, when `ordered`;
-    a row left out ties with a chosen one), its answer instead: how a caller keeps the
-    order a partition of n rows has always given equal scores (results stay the same bits
-    as before, whatever the corpus's duplicates)."""
+    positive scores) the allowed rows are all ranked: the same answer either way, and
+    `ranked`'s (equal scores in row order, as a sharded search merges them)."""
     n = scores.shape[0]
     if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
@@ -708,8 +696,7 @@ def top_rows(
         elif rows is None:
             rows = np.arange(n)
         found = rows, values
-    chosen, tied = _ranked(found[0], found[1], k, ordered)
-    return ties() if tied and ties is not None else chosen
+    return _ranked(found[0], found[1], k)[0]
 
 
 def _allowed(rows: np.ndarray, scores: np.ndarray, mask: np.ndarray | None):
@@ -750,6 +737,24 @@ def _ranked(
         ranked = values[order]
         tied = bool(np.any(ranked[1:] == ranked[:-1]))
     return rows[order].astype(np.int64, copy=False), tied
+
+
+def ranked(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k best scores, best first, equal scores in position order: the
+    same rows whichever way the array was split, so the best of each shard, merged by
+    (score, then row), are the one-file best bit for bit (query.shard_query). A partial
+    sort alone picks among rows tied with the k-th score as it pleases."""
+    n = scores.shape[0]
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-scores, k - 1)[:k]
+    if k < n:  # a compare and a count over the rows (~2% of the partition at 1M rows)
+        kth = scores[part].min()
+        equal = scores == kth
+        if np.count_nonzero(equal) > np.count_nonzero(scores[part] == kth):  # ties left out
+            part = np.concatenate([part[scores[part] > kth], np.flatnonzero(equal)])
+    return part[np.lexsort((part, -scores[part]))][:k]
 
 
 def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -799,6 +804,11 @@ def multi_section_pages(
     rows = np.repeat(np.arange(len(count)), count)
     offsets = np.cumsum(count) - count
     chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
-    sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
+    if isinstance(vectors, np.ndarray) and vectors.dtype == np.float32:
+        # A page's sections are contiguous rows: summed where they lie in the map, the same
+        # additions as over a gathered copy of them (which cost a cold search ~1 ms).
+        sums = page_sums(vectors, first, count)
+    else:
+        sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
     norms = np.linalg.norm(sums, axis=1, keepdims=True)
     return first, chunks, rows, sums / np.maximum(norms, np.float32(1e-12))
