@@ -36,7 +36,7 @@ QUERIES = [
 
 
 def _reference_top(scores, k, mask=None, positive=False):
-    """The plain definition: every allowed finite row sorted by (-score, row)."""
+    """The plain definition: every allowed finite row sorted by (-score, -row)."""
     rows = np.arange(len(scores)) if mask is None else np.flatnonzero(mask)
     values = scores[rows]
     keep = np.isfinite(values) & ((values > 0) if positive else True)
