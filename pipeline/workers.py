@@ -135,12 +135,17 @@ def prepare_batch(
     could not be read), for a worker that does not see the folder (pipeline/ray_executor.py)."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
     from pipeline.embed import usable_rows
-    from pipeline.lexical import Store, analyse_chunks
+    from pipeline.lexical import chunk_fields, chunk_keys, store_of
     from pipeline.parse import parse_document
 
     out = Batch()
-    lex_keys: list[np.ndarray] = []
-    lex: list = []
+    # What the lexical analysis of the batch's chunks needs: each file's title; per chunk its
+    # file (row in lex_titles), heading and SHA-256 (its key), and its three fields.
+    lex_titles: list[str] = []
+    lex_file: list[int] = []
+    lex_heads: list[str] = []
+    lex_shas: list[str] = []
+    lex: list[tuple[str, list[str], str]] = []
     texts: dict[bytes, int] = {}  # chunk sha -> row in `ids`
     ids: list[list[int] | str] = []  # token ids, or the text to tokenize
     file_chunks: list[tuple[str, list[bytes]]] = []
@@ -169,11 +174,13 @@ def prepare_batch(
         out.records.append((sha, json.dumps(record)))
         out.chunks += len(chunks)
         if spec.lexical and chunks:
-            keys, analysed = analyse_chunks(
-                doc.title, [(c.heading, c.heading_path, c.text, c.sha256) for c in chunks]
-            )
-            lex_keys.append(keys)
-            lex.extend(analysed)
+            title = doc.title or ""
+            lex_titles.append(title)
+            for c in chunks:
+                lex_file.append(len(lex_titles) - 1)
+                lex_heads.append(c.heading)
+                lex_shas.append(c.sha256)
+                lex.append((title, chunk_fields(title, c.heading_path or []), c.text))
         if spec.embed is not None:
             mine = []
             for chunk, known in zip(chunks, counted, strict=True):
@@ -184,8 +191,10 @@ def prepare_batch(
                     ids.append(known if known is not None else chunk.embed_text)
             file_chunks.append((sha, mine))
     if spec.lexical:
-        keys = np.concatenate(lex_keys) if lex_keys else np.zeros(0, np.uint64)
-        out.lexical = Store.of(keys, lex)
+        # Every chunk of the batch keyed and analysed at once (`chunk_keys` and `store_of`
+        # are elementwise: the same arrays as file by file, with far fewer NumPy calls).
+        keys = chunk_keys(lex_titles, np.asarray(lex_file, dtype=np.int64), lex_heads, lex_shas)
+        out.lexical = store_of(keys, lex)
     if spec.embed is not None and texts:
         strings = [i for i, v in enumerate(ids) if isinstance(v, str)]
         tokenized = token_ids([ids[i] for i in strings])  # type: ignore[misc]
