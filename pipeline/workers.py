@@ -83,6 +83,7 @@ class Spec:
     overlap: int
     embed: EmbedSpec | None  # None: chunk only (the embed stage embeds)
     lexical: bool = True  # analyse each chunk's words for the lexical postings
+    label_words: bool = False  # each file's cluster label words (`pipeline.cluster`)
 
 
 @dataclass
@@ -99,6 +100,8 @@ class Batch:
     # The lexical analysis of every chunk (`pipeline.lexical.Store`), made here so that pack
     # only merges postings; None when the batch was not asked for it.
     lexical: Store | None = None
+    # (file sha, its cluster label words space-separated) per file with chunks, when asked.
+    label_words: list[tuple[str, str]] = field(default_factory=list)
 
 
 def embed_spec(provider: object) -> EmbedSpec | None:
@@ -134,6 +137,7 @@ def prepare_batch(
     as is in this process. `contents`: the files' bytes read by the caller (or why they
     could not be read), for a worker that does not see the folder (pipeline/ray_executor.py)."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
+    from pipeline.cluster import label_text, label_words
     from pipeline.embed import usable_rows
     from pipeline.lexical import chunk_fields, chunk_keys, store_of
     from pipeline.parse import parse_document
@@ -173,6 +177,9 @@ def prepare_batch(
         }
         out.records.append((sha, json.dumps(record)))
         out.chunks += len(chunks)
+        if spec.label_words and chunks:
+            text = label_text(doc.title or "", [c.text for c in chunks])
+            out.label_words.append((sha, " ".join(label_words(text))))
         if spec.lexical and chunks:
             title = doc.title or ""
             lex_titles.append(title)
@@ -240,15 +247,17 @@ def prepare(
 ) -> Iterator[Batch]:
     """The batches of `todo`, in order: in this process, or from a pool of
     `processes_for(config, len(todo))` processes."""
+    batches = batches_of(todo)
+    workers = processes_for(config, len(todo))
     spec = Spec(
         str(config.root),
         config.chunk_max_tokens,
         config.chunk_overlap_tokens,
         embed,
         lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
+        # A pooled first build: the full clustering after it reads these, not the texts.
+        label_words=workers > 1 and config.clustering_enabled and config.shards <= 1,
     )
-    batches = batches_of(todo)
-    workers = processes_for(config, len(todo))
     if workers <= 1:
         done = 0
         for items in batches:
