@@ -60,6 +60,8 @@ MIN_MAX_DOC_FREQ, MAX_MAX_DOC_FREQ = 0.1, 0.5
 NUMPY_BELOW = 1000
 
 STATE_KEY = "clustering"
+_I32 = np.zeros(0, np.int32)
+DOC_VECTOR_BLOCK = 4096  # chunk vectors summed into document vectors per `add.at`
 
 
 # -- the pure parts: vectors, k, fit, labels ------------------------------------------------
@@ -70,8 +72,11 @@ def document_vectors(chunk_vectors: np.ndarray, chunk_doc: np.ndarray, n_docs: i
     zero row (callers leave it unclustered)."""
     dims = chunk_vectors.shape[1] if chunk_vectors.ndim == 2 else 0
     sums = np.zeros((n_docs, dims), dtype=np.float64)
-    if len(chunk_doc):
-        np.add.at(sums, chunk_doc, chunk_vectors.astype(np.float64, copy=False))
+    # In blocks: a float64 copy of every chunk vector at once was 80 MB on tldr, at the
+    # parent's peak of a first build; `add.at` adds row after row either way (same sums).
+    for start in range(0, len(chunk_doc), DOC_VECTOR_BLOCK):
+        block = slice(start, start + DOC_VECTOR_BLOCK)
+        np.add.at(sums, chunk_doc[block], chunk_vectors[block].astype(np.float64))
     norms = np.linalg.norm(sums, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (sums / norms).astype(np.float32)
@@ -314,11 +319,12 @@ def _class_counts(
     of every word in Python, where a binary count needs only the set."""
     n_terms = len(vocabulary)
     sizes = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
-    column = np.concatenate(words).astype(np.int64) if words else np.zeros(0, np.int64)
+    # int32 throughout (millions of (document, term) pairs at the parent's peak of a first
+    # build); the cell numbers alone need int64.
+    column = np.concatenate(words).astype(np.int32, copy=False) if words else _I32
     df = np.bincount(column, minlength=n_terms)
     if not df.any():
         return None  # CountVectorizer: "empty vocabulary"
-    doc = np.repeat(np.arange(len(words), dtype=np.int64), sizes)
     most = max_df * len(words)  # a float share, as CountVectorizer reads max_df
     if most < min_df:
         return None  # CountVectorizer: "max_df corresponds to < documents than min_df"
@@ -328,11 +334,13 @@ def _class_counts(
     names = np.array(list(vocabulary), dtype=object)
     kept = np.flatnonzero(keep)
     kept = kept[np.argsort(names[kept], kind="stable")]  # columns in term order
-    new_column = np.full(n_terms, -1, dtype=np.int64)
-    new_column[kept] = np.arange(len(kept))
+    new_column = np.full(n_terms, -1, dtype=np.int32)
+    new_column[kept] = np.arange(len(kept), dtype=np.int32)
     mine = new_column[column]
-    used = mine >= 0
-    cells = np.asarray(labels, dtype=np.int64)[doc[used]] * len(kept) + mine[used]
+    del column
+    used = np.flatnonzero(mine >= 0)
+    doc = np.searchsorted(np.cumsum(sizes), used, side="right")  # the document of each pair
+    cells = np.asarray(labels, dtype=np.int64)[doc] * len(kept) + mine[used]
     per_class = np.bincount(cells, minlength=k * len(kept)).reshape(k, len(kept))
     return names[kept], per_class.astype(np.float64)
 
@@ -488,6 +496,8 @@ def _full(
     if known is not None and all(d.sha256 in known.by_sha for d in with_chunks):
         words = [known.by_sha[d.sha256] for d in with_chunks]
     keywords = cluster_keywords(texts, labels, choice.k, words=words, vocabulary=known)
+    if known is not None:
+        state.label_words = None  # read once: its memory goes before pack's peak
     _store_full(state, docs, with_chunks, labels, similarity, keywords, centroids)
     return StageResult(
         "full",

@@ -259,12 +259,15 @@ def prepare(
         label_words=workers > 1 and config.clustering_enabled and config.shards <= 1,
     )
     if workers <= 1:
+        from kernel.text_analysis import forget
+
         done = 0
         for items in batches:
             yield prepare_batch(spec, items)
             done += len(items)
             if progress:
                 progress(done)
+        forget()
         return
     yield from _pooled(spec, batches, workers, progress)
 
