@@ -103,10 +103,9 @@ def generated_root(chunks: int) -> Path:
         build_key="generated",
         load_documents=lambda shas: {s: documents[s] for s in shas},
         load_vectors=lambda shas: vectors[[rows[s] for s in shas]],
-        meta=meta,
         state=None,
     )
-    publish(config.index_path, sources)
+    publish(config.index_path, sources, meta)
     return root
 
 

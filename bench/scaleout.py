@@ -5,6 +5,9 @@
     python bench/scaleout.py --layouts 1=ONE_FILE_ROOT,20=SHARDED_ROOT [--servers 4]
         # folders already ingested (one file, and MDVDB_SHARDS=20): nothing is built
     python bench/scaleout.py ingest --files 4000 --workers 1,2     # Ray vs local ingest
+    python bench/scaleout.py shard --one ONE_FILE_ROOT --shard SHARD_ROOT
+        # one shard's files ingested alone (e.g. shard 0 of 20 of the 1M corpus), its
+        # staged per-shard work timed, next to the one-file search of the whole corpus
 
 A corpus of ~chunks/3 files is generated (bench/generate.py: 2-4 sections a file) under
 MDVDB_BENCH_DIR, copied once per layout and ingested with `mdvdb ingest` (MDVDB_SHARDS=1,
@@ -310,6 +313,156 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
     ]
 
 
+class _Timed:
+    """A shard's part with each call timed and its bytes on the wire counted (the request's
+    arguments and the answer as query.shard_wire encodes them; counted outside the time)."""
+
+    remote = False
+
+    counting = 0.0  # seconds spent encoding to count bytes (all instances)
+
+    def __init__(self, part, shard: int, log: list):
+        self.part, self.shard, self.log = part, shard, log
+
+    def call(self, name: str, *args):
+        from query.shard_wire import encode
+
+        started = time.perf_counter()
+        value = self.part.call(name, *args)
+        took = time.perf_counter() - started
+        step = f"stage:{args[1]}" if name == "stage" else name
+        size = len(encode(list(args))) + len(encode({"value": value}))
+        self.log.append((self.shard, step, took, size))
+        _Timed.counting += time.perf_counter() - started - took  # not the router's work
+        return value
+
+
+class _InTurn:
+    """A thread pool that runs the calls one after another (each shard timed alone)."""
+
+    def map(self, function, items):
+        return [function(item) for item in items]
+
+
+def staged_rows(one, sharded, rounds: int) -> list[dict]:
+    """The staged query (query.shard_query) with each shard's calls run one at a time and
+    timed: per query, the work of each shard in each round, the router's own work (the wall
+    time less every shard's), and the bytes a wire would carry. If each shard ran on its
+    own node, a query would cost the router's work plus, per round, the slowest shard
+    (plus a network round trip per round): the `critical path` column."""
+    from query import shard_query
+    from query import sharded as fanned
+
+    rows = []
+    shard_query.IN_PROCESS = True  # the rounds a router over shard servers runs
+    with sharded.pinned() as snap:
+        saved_parts, saved_pool = list(snap.parts), fanned._POOLS.get(False)
+        log: list = []
+        for i, part in enumerate(saved_parts):
+            snap.parts[i] = _Timed(part, i, log)
+        fanned._POOLS[False] = _InTurn()
+        try:
+            for mode in ("lexical", "hybrid"):
+                for q in QUERIES:  # warm: int8 copies, df, page lengths
+                    sharded.search(q, limit=10, mode=mode)
+                walls, routers, paths, sums, kb, calls, one_ms = [], [], [], [], [], [], []
+                for _ in range(rounds):
+                    for q in QUERIES:
+                        started = time.perf_counter()
+                        one.search(q, limit=10, mode=mode)
+                        one_ms.append(time.perf_counter() - started)
+                        del log[:]
+                        _Timed.counting = 0.0
+                        started = time.perf_counter()
+                        sharded.search(q, limit=10, mode=mode)
+                        wall = time.perf_counter() - started - _Timed.counting
+                        work = sum(t for _, _, t, _ in log)
+                        steps: dict[str, list[float]] = {}
+                        for _, step, took, _ in log:
+                            steps.setdefault(step, []).append(took)
+                        # a step called once per shard is one round; more (df misses,
+                        # feedback postings) counted round by round of N calls
+                        n = len(saved_parts)
+                        slowest = sum(
+                            max(times[k : k + n])
+                            for times in steps.values()
+                            for k in range(0, len(times), n)
+                        )
+                        walls.append(wall)
+                        routers.append(wall - work)
+                        paths.append(wall - work + slowest)
+                        sums.append(work)
+                        kb.append(sum(b for *_, b in log) / 1e3)
+                        calls.append(len(log) / n)
+                rows.append(
+                    {
+                        "mode": mode,
+                        "one_file_ms": median_ms(one_ms),
+                        "shards_in_turn_ms": median_ms(walls),
+                        "sum_of_shard_work_ms": median_ms(sums),
+                        "router_ms": median_ms(routers),
+                        "critical_path_ms": median_ms(paths),
+                        "calls_per_shard": round(statistics.median(calls), 1),
+                        "kb_per_query": round(statistics.median(kb), 1),
+                        "chunks_per_shard": int(
+                            statistics.median(len(ids) for ids in snap.order.chunk_ids)
+                        ),
+                    }
+                )
+        finally:
+            shard_query.IN_PROCESS = False
+            snap.parts[:] = saved_parts
+            if saved_pool is None:
+                fanned._POOLS.pop(False, None)
+            else:
+                fanned._POOLS[False] = saved_pool
+    return rows
+
+
+def one_shard_reader(root: Path):
+    """A one-file index read as a sharded index of one shard: the per-shard work of a
+    staged query on exactly the rows one shard of a bigger layout holds (its files' paths
+    hash to that shard), with the statistics of those rows (a timing, not a ranking)."""
+    from kernel import shards
+    from kernel.config import load_config
+    from query.index import Index
+    from query.shard_part import ShardFile
+    from query.sharded import ShardedSnapshot
+
+    path = root / ".markdownvdb.index"
+    shard = ShardFile.load(path)
+    dims = int(shard.meta.get("dimensions") or 0)
+    entry = shards.ShardEntry(0, path.name, 1, "-", len(shard.paths), len(shard.chunk_file_ids))
+    manifest = shards.Manifest(1, 1, [entry], path.name, {**shard.meta, "dimensions": dims})
+    snap = ShardedSnapshot._opened(path, os.stat(path), manifest, [shard], shard.file, ())
+    reader = Index(load_config(root, dict(os.environ)))
+    reader._snapshot = snap
+    reader._is_outdated = lambda _snap: False  # pinned to this object
+    return reader
+
+
+def one_shard_main(argv: list[str]) -> None:
+    """`python bench/scaleout.py shard --one ROOT --shard ROOT [--rounds N] [--json]`:
+    the staged per-shard work on one shard's files (ingested alone as ROOT of --shard)
+    next to the one-file search of the whole corpus (--one)."""
+    parser = argparse.ArgumentParser(description=one_shard_main.__doc__)
+    parser.add_argument("--one", required=True, help="the whole corpus, one-file index")
+    parser.add_argument("--shard", required=True, help="one shard's files, ingested alone")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    one = open_at(Path(args.one), 1)
+    shard = one_shard_reader(Path(args.shard))
+    with one.pinned() as snap:
+        total = len(snap.chunk_file_ids)
+    print_table(
+        f"one shard's staged work, in turn ({args.shard}) vs the one file ({total} chunks)",
+        staged_rows(one, shard, args.rounds),
+        args.json,
+    )
+    print(f"load average: {os.getloadavg()[0]:.1f}", file=sys.stderr)
+
+
 def _has_simsimd() -> bool:
     try:
         import simsimd  # noqa: F401
@@ -359,6 +512,8 @@ class Traffic:
 
         def counted_exchange(address, request, *args, **kwargs):
             self.local.call = request.get("call") or request.get("op")
+            if self.local.call == "stage":  # a staged query's round, by its step
+                self.local.call = f"stage:{request['args'][1]}"
             with self.lock:
                 self.requests += 1
                 self.calls[self.local.call] = self.calls.get(self.local.call, 0) + 1
@@ -491,6 +646,11 @@ def main() -> None:
             simulation_rows(indexes[1], indexes[most], args.rounds),
             args.json,
         )
+        print_table(
+            f"staged queries, {most} shards timed one at a time ({total} chunks)",
+            staged_rows(indexes[1], indexes[most], args.rounds),
+            args.json,
+        )
         if args.servers:
             print_table(
                 f"router over shard servers on 127.0.0.1 ({total} chunks, {most} shards)",
@@ -505,5 +665,7 @@ if __name__ == "__main__":
         from bench.scaleout_ingest import main as ingest_main
 
         ingest_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["shard"]:  # one shard of a bigger layout, timed alone
+        one_shard_main(sys.argv[2:])
     else:
         main()

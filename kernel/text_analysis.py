@@ -23,12 +23,13 @@ What it does, and why:
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 from functools import lru_cache
 from itertools import chain
 from typing import TYPE_CHECKING
+
+from kernel.digests import blake2b
 
 if TYPE_CHECKING:
     import numpy as np
@@ -119,7 +120,7 @@ def tokens(text: str) -> list[str]:
 @lru_cache(maxsize=200_000)
 def term_hash(term: str) -> int:
     """The stored form of a term: a stable unsigned 64-bit hash."""
-    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
+    return int.from_bytes(blake2b(term.encode(), digest_size=8).digest(), "little")
 
 
 # Bounds `_TokenTerms`: past this many distinct tokens it starts again (an ingest worker

@@ -258,6 +258,201 @@ def _components(unique: np.ndarray) -> np.ndarray:
             return labels
 
 
+# An edit brings at most this many new or gone distinct signatures to `update_groups`;
+# past it, the groups are computed over every signature again.
+INCREMENTAL_MAX = 512
+# Members of the groups an edit may split, re-linked pair by pair; past it, all again.
+SPLIT_MAX = 256
+
+
+def _key_masks() -> np.ndarray:
+    """The bits of each of `_bucket_keys`'s 16 keys, in place in the signature: two
+    signatures share key f exactly when `(a ^ b) & masks[f] == 0`."""
+    masks = []
+    for band in range(BANDS):
+        others = [bit for bit in range(64) if not 16 * band <= bit < 16 * (band + 1)]
+        for part in range(4):
+            mask = 0xFFFF << (16 * band)
+            for bit in others[12 * part : 12 * (part + 1)]:
+                mask |= 1 << bit
+            masks.append(mask)
+    return np.array(masks, dtype=np.uint64)
+
+
+_MASKS = _key_masks()
+_BAND_MASKS = np.array([0xFFFF << (16 * b) for b in range(BANDS)], dtype=np.uint64)
+
+
+class _Sigs:
+    """Signatures looked up by value without sorting them: the rows sharing one of the
+    four 16-bit bands with a value (every row sharing a bucket key or within MAX_DISTANCE
+    bits does) are found by four compares of 16-bit columns."""
+
+    def __init__(self, sigs: np.ndarray):
+        self.sigs = sigs
+        self.heads = [
+            ((sigs >> np.uint64(16 * b)) & np.uint64(0xFFFF)).astype(np.uint16)
+            for b in range(BANDS)
+        ]
+
+    def sharing_a_band(self, value: int) -> np.ndarray:
+        v = np.uint64(value)
+        hit = self.heads[0] == np.uint16(int(v) & 0xFFFF)
+        for b in range(1, BANDS):
+            hit |= self.heads[b] == np.uint16((int(v) >> (16 * b)) & 0xFFFF)
+        rows = np.flatnonzero(hit)
+        return rows[self.sigs[rows] != 0]
+
+
+def _small_buckets(value: int, values: np.ndarray) -> bool:
+    """Every bucket `value` is in holds at most WINDOW + 1 distinct signatures among
+    `values` (those sharing a band with it), so `_components` compares all its pairs."""
+    x = values ^ np.uint64(value)
+    return all(len(np.unique(values[(x & mask) == 0])) <= WINDOW + 1 for mask in _MASKS)
+
+
+def update_groups(
+    old_sigs: np.ndarray, old_groups: np.ndarray, sigs: np.ndarray, source: np.ndarray
+) -> np.ndarray | None:
+    """`groups(sigs)` from the previous index's signatures and groups, by looking only at
+    what an edit touched: the signatures that are new or gone, their neighbours, and the
+    groups they were in. None when the shortcut cannot promise the full answer (then the
+    caller computes `groups(sigs)`).
+
+    Why it is exact: `groups` links two distinct signatures when they share one of 16
+    bucket keys and lie within MAX_DISTANCE bits and within WINDOW places of each other in
+    that bucket's sorted order. A bucket no new or gone signature is in keeps its members
+    in the same relative order, so it links the same pairs. If every bucket a new or gone
+    signature is in holds at most WINDOW + 1 signatures (checked; else None), all of their
+    pairs are compared, before and after: the links that change are exactly those of the
+    gone signatures (dropped) and those of the new ones (every signature within
+    MAX_DISTANCE bits, found by a popcount over the rows sharing a band). A group that
+    lost a signature may split: its survivors are linked again pair by pair (their buckets
+    checked the same way). Every other group keeps its members; its id (the row of its
+    first chunk) moves with the rows."""
+    n, old_n = len(sigs), len(old_sigs)
+    if not old_n or len(old_groups) != old_n or len(source) != n:
+        return None
+    reused = source >= 0
+    fresh_rows = np.flatnonzero(~reused)
+    inv = np.full(old_n, -1, dtype=np.int64)
+    inv[source[reused]] = np.flatnonzero(reused)
+    gone_rows = np.flatnonzero(inv < 0)
+    fresh_values = np.unique(sigs[fresh_rows])
+    gone_values = np.unique(old_sigs[gone_rows])
+    touched = np.union1d(fresh_values[fresh_values != 0], gone_values[gone_values != 0])
+    if len(touched) > INCREMENTAL_MAX:
+        return None
+    # Every signature old or new: old rows first, then the fresh rows.
+    every = _Sigs(np.concatenate([old_sigs, sigs[fresh_rows]]))
+    alive = np.concatenate([inv >= 0, np.ones(len(fresh_rows), dtype=bool)])
+    # A component's key: its group id (the row of its first chunk), or a lone row's own row.
+    key = np.where(old_groups >= 0, old_groups, np.arange(old_n, dtype=old_groups.dtype))
+    affected: set[int] = set(int(k) for k in key[gone_rows])
+    splitting: set[int] = set()
+    new_nodes: list[int] = []
+    links: list[tuple[int, int]] = []  # between new signatures and any live one
+    old_row_of: dict[int, int] = {}  # a value held by an old row -> such a row
+    for value in touched.tolist():
+        rows = every.sharing_a_band(value)
+        values = every.sigs[rows]
+        same = rows[values == np.uint64(value)]
+        in_old = same[same < old_n]
+        if len(in_old):
+            old_row_of[value] = int(in_old[0])
+            affected.update(int(k) for k in key[in_old])
+        was, now = bool(len(in_old)), bool(alive[same].any())
+        if was == now:
+            continue  # the same node: only its rows changed
+        if not _small_buckets(value, values):
+            return None
+        if was:  # gone: its group may split
+            splitting.add(int(key[in_old[0]]))
+            continue
+        new_nodes.append(value)
+        near = rows[alive[rows] & (popcount(values ^ np.uint64(value)) <= MAX_DISTANCE)]
+        for other in np.unique(every.sigs[near]).tolist():
+            if other != value:
+                links.append((value, other))
+                held = near[every.sigs[near] == np.uint64(other)]
+                held = held[held < old_n]
+                if len(held):
+                    old_row_of.setdefault(other, int(held[0]))
+                    affected.add(int(key[held[0]]))
+    # Units joined by union-find: each affected component that cannot split, each distinct
+    # signature of a splitting one, each new signature.
+    parent: dict[object, object] = {}
+
+    def find(u: object) -> object:
+        while parent.setdefault(u, u) != u:
+            parent[u] = parent[parent[u]]  # type: ignore[index]
+            u = parent[u]
+        return u
+
+    def union(a: object, b: object) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[ra] = rb
+
+    survivors: set[int] = set()
+    fresh_set = set(fresh_values.tolist())
+    for comp in splitting:
+        members = np.flatnonzero(key == comp)
+        values = np.unique(old_sigs[members])
+        # The signatures of the component still held: by a kept row, or by a fresh one.
+        kept = set(old_sigs[members[inv[members] >= 0]].tolist())
+        values = values[np.array([v in kept or v in fresh_set for v in values.tolist()], bool)]
+        if len(values) > SPLIT_MAX:
+            return None
+        for value in values.tolist():
+            if not _small_buckets(value, every.sigs[every.sharing_a_band(value)]):
+                return None
+        survivors.update(values.tolist())
+        for i in range(len(values)):
+            close = popcount(values[i + 1 :] ^ values[i]) <= MAX_DISTANCE
+            for other in values[i + 1 :][close].tolist():
+                union(("v", int(values[i])), ("v", other))
+    new_set = set(new_nodes)
+
+    def unit_of_value(value: int) -> object:
+        if value in new_set or value in survivors:
+            return ("v", value)
+        comp = int(key[old_row_of[value]])
+        return ("v", value) if comp in splitting else ("c", comp)
+
+    for a, b in links:
+        union(unit_of_value(a), unit_of_value(b))
+    # Rows whose group must be worked out: the fresh ones and those of affected components.
+    out = np.full(n, -1, dtype=np.int32)
+    flag = np.zeros(old_n, dtype=bool)
+    if affected:
+        flag[np.fromiter(affected, dtype=np.int64)] = True
+    src = np.where(reused, source, 0)
+    hit = reused & flag[key[src]]
+    # Every other row keeps its component, whose first row survived and moved.
+    keep = reused & ~hit
+    old_of_kept = old_groups[src[keep]]
+    out[keep] = np.where(old_of_kept >= 0, inv[np.maximum(old_of_kept, 0)], -1)
+    rows = np.sort(np.concatenate([np.flatnonzero(hit), fresh_rows]))
+    labels: dict[object, list[int]] = {}
+    keys_of_rows = key[src[rows]]
+    for row, value, comp, was_reused in zip(
+        rows.tolist(),
+        sigs[rows].tolist(),
+        keys_of_rows.tolist(),
+        reused[rows].tolist(),
+        strict=True,
+    ):
+        if value == 0:
+            continue
+        unit = ("c", comp) if was_reused and comp not in splitting else unit_of_value(value)
+        labels.setdefault(find(unit), []).append(row)
+    for members in labels.values():
+        if len(members) > 1:
+            out[members] = members[0]  # rows ascend: the first is the smallest
+    return out
+
+
 def update(plan: Plan) -> pa.Table:
     """The `near_duplicates` table, row i for chunk i. Signatures of rows the pack reused are
     read from the previous index (when it has them, of this version); the rest are computed.
@@ -272,20 +467,24 @@ def update(plan: Plan) -> pa.Table:
     source = plan.chunk_source
     if old is not None and source is not None and len(source) == n:
         reused = source >= 0
-        sigs[reused] = old[source[reused]]
+        sigs[reused] = old[0][source[reused]]
         fresh = np.flatnonzero(~reused)
     if len(fresh):
         texts = rows_of(chunks.column("text"), fresh).to_pylist()
         sigs[fresh] = signatures(texts)
-    return pa.Table.from_arrays(
-        [pa.array(sigs, pa.uint64()), pa.array(groups(sigs))], schema=schema()
-    )
+    grouped = None
+    if old is not None and source is not None and len(source) == n:
+        grouped = update_groups(old[0], old[1], sigs, source)
+    if grouped is None:
+        grouped = groups(sigs)
+    return pa.Table.from_arrays([pa.array(sigs, pa.uint64()), pa.array(grouped)], schema=schema())
 
 
-def _previous_signatures(previous) -> np.ndarray | None:
+def _previous_signatures(previous) -> tuple[np.ndarray, np.ndarray] | None:
+    """The previous index's signatures and groups, when of this version."""
     if previous is None or (previous.meta.get(META_KEY) or {}) != meta():
         return None
     table = previous.tables.get("near_duplicates")
     if table is None or table.num_rows != previous.tables["chunks"].num_rows:
         return None
-    return table.column("signature").to_numpy()
+    return table.column("signature").to_numpy(), table.column("group").to_numpy()

@@ -14,7 +14,7 @@ from kernel.config import Config
 from kernel.shards import published_file
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
-from pipeline.stages import IngestError, Progress, build_settings
+from pipeline.stages import RETRY_UNPARSED, IngestError, Progress, build_settings
 from pipeline.tasks import STAGES, TASK_CREATORS, IngestRun, cpu_seconds, doit_config
 
 if TYPE_CHECKING:
@@ -79,6 +79,8 @@ def ingest_folder(
         private.touch(doit_db)  # 0600 (an empty file is an empty SQLite database)
         if full:
             run.state.forget_records()
+        # Files an earlier run left out wait for this run's parse (`stages.RETRY_UNPARSED`).
+        retry = run.state.get_value(RETRY_UNPARSED)
         loader = ModuleTaskLoader({**TASK_CREATORS, "DOIT_CONFIG": doit_config(config, full)})
         code = run_tasks(
             loader, {name: {"run": run} for name in STAGES}, extra_config={"GLOBAL": {}}
@@ -96,6 +98,8 @@ def ingest_folder(
             raise IngestError("ingest finished without an index; run `mdvdb ingest --full`")
         # Lets the next run trust discover's change list instead of diffing every cache.
         run.state.set_value("clean_run", build_settings(config))
+        if retry is not None and run.state.get_value(RETRY_UNPARSED) == retry:
+            run.state.delete_value(RETRY_UNPARSED)  # tried again; none failed this time
         return report
     finally:
         run.close()

@@ -54,10 +54,19 @@ def _vector_blocks(chunks, dims: int):
 
 
 def _rows(chunks, dims: int, rows: np.ndarray) -> np.ndarray:
-    import pyarrow as pa
-
-    taken = chunks.column("vector").take(pa.array(rows, pa.int64()))
-    return _matrix(taken.combine_chunks(), dims)
+    """The vectors at `rows`, gathered piece by piece from NumPy views of the column's
+    pieces: `take` on a chunked column first combines every piece (at 300k chunks it copied
+    the 300 MB of vectors to read the few rows an edit adds: ~0.3 s)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.zeros((len(rows), dims), dtype=np.float32)
+    at = 0
+    for piece in chunks.column("vector").chunks:
+        size = len(piece)
+        inside = np.flatnonzero((rows >= at) & (rows < at + size))
+        if len(inside):
+            out[inside] = _matrix(piece, dims)[rows[inside] - at]
+        at += size
+    return out
 
 
 def _matrix(array, dims: int) -> np.ndarray:

@@ -296,6 +296,8 @@ def assemble(
     tables = {"files": files, "chunks": plan.chunks, **lexical.tables}
     if clusters.table is not None:
         tables["clusters"] = clusters.table
+    if clusters.similarity is not None:
+        tables[cluster.SIMILARITY_TABLE] = clusters.similarity
     tables.update(schema.tables)
     tables["near_duplicates"] = near_duplicates
     if lists is not None and lists.table is not None:

@@ -237,6 +237,13 @@ STAT_SIGNATURE = "stat_signature"  # the one digest older versions kept: dropped
 # Paths re-stamped (stat changed, content not) since the last pack: their rows in the
 # published index still carry the old mtime, so the next pack rebuilds them.
 UNPACKED_RESTAMPS = "unpacked_restamps"
+# Set (to a fresh token) when parse or chunk left files out of the manifest because they
+# could not be read or parsed; cleared by the first run that ends without setting it again
+# (`pipeline.ingest`). While set, parse and chunk never count as up to date: the next
+# discover puts such a file back in the manifest, and when its content is the one hashed
+# before, the manifest digest is the one the failing run's discover reported, so doit
+# would skip parse and the file would stay in the manifest without ever being indexed.
+RETRY_UNPARSED = "retry_unparsed"
 # A pack planned from discover's changes is worth it only for a few; past this many, the
 # plan diffs the whole manifest against the previous index (one pass in Arrow).
 DELTA_MAX = 5000
@@ -658,6 +665,7 @@ def _drop_unparsed(
     if not failed:
         return manifest
     state.replace_manifest([], failed)
+    state.set_value(RETRY_UNPARSED, {"paths": sorted(failed)[:100], "token": os.urandom(8).hex()})
     return manifest.without(failed)
 
 
@@ -782,6 +790,11 @@ def cluster(
     if not config.clustering_enabled:
         clustering.clear(state)
         return Clustered("disabled", "disabled")
+    changes = None
+    delta = manifest.delta
+    if delta is not None and not full:  # a clean last run: only its changes can differ
+        fresh = [(e.path, e.sha256) for e in delta.fresh]
+        changes = clustering.changes_of(state, fresh, list(delta.removed), len(manifest.entries))
     result = clustering.run_stage(
         state,
         chunk_key(config),
@@ -790,6 +803,7 @@ def cluster(
         config.clustering_max_clusters,
         config.clustering_rebalance_threshold,
         full=full,
+        changes=changes,
     )
     return Clustered(result.mode, digest_of(manifest.digest, result.digest()))
 

@@ -578,6 +578,12 @@ class State:
             "SELECT path, cluster_id, similarity, sha256 FROM cluster_docs"
         ).fetchall()
 
+    def cluster_docs_of(self, paths: Iterable[str]) -> dict[str, tuple[int, float, str]]:
+        """path -> (cluster id, similarity, sha256) of these paths' assignments."""
+        sql = "SELECT path, cluster_id, similarity, sha256 FROM cluster_docs WHERE ? IS NULL AND"
+        sql += " path"
+        return {r[0]: (r[1], r[2], r[3]) for r in self._rows_in(sql, None, paths)}
+
     def cluster_topics(self) -> list[tuple[int, str, str, bytes]]:
         """(cluster id, label, keywords JSON, centroid bytes), by id."""
         return self.db.execute(

@@ -231,6 +231,20 @@ def _index_is_current(run: IngestRun | None, config: Config) -> Callable[..., bo
     return check
 
 
+def _no_retry(run: IngestRun | None, config: Config) -> Callable[..., bool]:
+    """An `uptodate` check: parse and chunk are not up to date while files an earlier run
+    could not read or parse wait to be tried again (`stages.RETRY_UNPARSED`): their
+    upstream digest can be the one the failing run saw."""
+
+    def check(task: Any, values: dict) -> bool:
+        if run is not None:
+            return run.state.get_value(stages.RETRY_UNPARSED) is None
+        with State(config.state_path) as state:
+            return state.get_value(stages.RETRY_UNPARSED) is None
+
+    return check
+
+
 def _settings(config: Config) -> dict[str, Any]:
     return {
         **config.fingerprint(),
@@ -291,7 +305,11 @@ def task_parse(run: IngestRun | None = None):
         "actions": [_action(run, "parse", _parse)],
         # The published index is part of the cache (pipeline.state): without it, the work
         # it held is redone from here on.
-        "uptodate": [result_dep("discover"), _index_is_current(run, config)],
+        "uptodate": [
+            result_dep("discover"),
+            _index_is_current(run, config),
+            _no_retry(run, config),
+        ],
         "verbosity": 0,
     }
 
@@ -306,6 +324,7 @@ def task_chunk(run: IngestRun | None = None):
             result_dep("parse"),
             config_changed(_chunk_settings(config)),
             _index_is_current(run, config),
+            _no_retry(run, config),
         ],
         "verbosity": 0,
     }

@@ -31,11 +31,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from query.vector import DenseScorer
+from query.vector import DenseScorer, ranked
 
 
 @dataclass(frozen=True)
 class FusionParams:
+    """The hybrid ranking's settings (the defaults are the measured best)."""
+
     dense_weight: float = 0.3
     pool: int = 100
     feedback_chunks: int = 10
@@ -145,6 +147,8 @@ def overridden(**changes) -> Iterator[FusionParams]:
 
 @dataclass
 class Fused:
+    """A fused ranking and its weighted parts (what `--explain` shows)."""
+
     scores: np.ndarray  # fused, per chunk
     lexical: np.ndarray  # the lexical part (already weighted)
     semantic: np.ndarray  # the semantic part (already weighted)
@@ -178,6 +182,12 @@ def normalised_semantic(
         top, floor = float(values.max()), _nth_best(values, pool)
     else:
         top, floor = float(semantic.max()), _nth_best(semantic, pool)
+    return scaled_semantic(semantic, top, floor)
+
+
+def scaled_semantic(semantic: np.ndarray, top: float, floor: float) -> np.ndarray:
+    """The semantic side spread over [floor, top] (`normalised_semantic`, whose top and
+    floor a sharded search gathers from the shards' best rows)."""
     if top <= floor:
         return (semantic >= top).astype(np.float32)
     return np.clip((semantic - floor) / (top - floor), 0.0, 1.0).astype(np.float32)
@@ -220,11 +230,9 @@ def best(scores: np.ndarray, k: int) -> np.ndarray:
     k = min(k, len(positive))
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
-    if 2 * len(positive) <= len(scores):
-        part = positive[np.argpartition(-scores[positive], k - 1)[:k]]
-    else:
-        part = np.argpartition(-scores, k - 1)[:k]
-    return part[np.argsort(-scores[part], kind="stable")]
+    if 2 * len(positive) <= len(scores):  # equal scores in row order (query.vector.ranked)
+        return positive[ranked(scores[positive], k)]
+    return ranked(scores, k)
 
 
 def hybrid(

@@ -23,6 +23,8 @@ class LexicalUnavailable(IndexFormatError):
 
 @dataclass
 class LexicalIndex:
+    """BM25F over the index's postings: zero-copy views of its lexical tables."""
+
     terms: np.ndarray  # uint64, sorted
     offsets: np.ndarray  # int32 or int64, len(terms) + 1
     chunk_ids: np.ndarray  # int32

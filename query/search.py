@@ -223,7 +223,13 @@ def search(
     candidates = (
         allowed if matching is None else matching if allowed is None else allowed & matching
     )
-    order = _diverse_top(scores, candidates, min_score, limit, governed, diversity, per_file)
+    # a sharded index's staged search: its shards answer the best rows under the filter
+    select = parts.get("_select")
+    if select is not None:
+        candidates = allowed
+    order = _diverse_top(
+        scores, candidates, min_score, limit, governed, diversity, per_file, select
+    )
     components = (
         {
             # the stub part only where it cut (a record), not as a 0 on every hit
@@ -257,7 +263,10 @@ def search(
         scope = scope & in_cluster
     diversity.attach_copies(index, results, allowed if scope is None else scope)
     response = SearchResponse(query, mode, results)
-    response.total = count_matches(scores, min_score, candidates)
+    if select is not None:
+        response.total = select.total(allowed, min_score)
+    else:
+        response.total = count_matches(scores, min_score, candidates)
     return response
 
 
@@ -269,13 +278,19 @@ def _diverse_top(
     governed: bool,
     diversity: Diversity,
     per_file: int | None,
+    select=None,
 ) -> list[int]:
     """The best chunk ids that repeat no near-duplicate and respect the per-file cap: rank
-    a few more candidates than wanted, and more again while collapsing leaves too few."""
+    a few more candidates than wanted, and more again while collapsing leaves too few.
+    `select` (a sharded index's staged search): asked for the best rows under the filter
+    `candidates`, it fills their scores in."""
     wanted = governing.candidates(limit) if governed else limit
     fetch = diversity.fetch_size(wanted)
     while True:
-        ranked = top_k(scores, fetch, candidates)
+        if select is not None:
+            ranked = select(candidates, fetch, min_score)
+        else:
+            ranked = top_k(scores, fetch, candidates)
         ranked = [int(i) for i in ranked if scores[i] >= min_score]
         if governed:  # collapsing waits for the governed order (see `search`)
             return ranked
@@ -305,6 +320,13 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
     never loads the embedding provider."""
     from query.lexical import lexical_index
 
+    if mode in ("lexical", "hybrid") and getattr(index.snapshot, "manifest", None) is not None:
+        # a sharded index: its shards score in rounds and send their best rows
+        from query.shard_query import staged_scores
+
+        found = staged_scores(index, query, mode, _vector_of(index, query), NAME_POOL)
+        if found is not None:
+            return found
     if mode == "semantic":
         sem = semantic_scores(index, query)
         return sem, {"semantic": sem, "fused": sem}
@@ -430,6 +452,23 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                 parts = {"name": part.astype(np.float32), **parts, "fused": scores}
         return scores, {**parts, "_candidates": scores > 0}
     raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
+
+
+def _vector_of(index: Reader, query: str):
+    """The query's embedding under some fusion settings (`query_vector`'s arguments)."""
+
+    def vector(params) -> np.ndarray:
+        return query_vector(
+            index,
+            query,
+            params.query_vector,
+            params.query_idf_floor,
+            params.query_idf_from,
+            params.query_sif_a,
+            params.query_common,
+        )
+
+    return vector
 
 
 def _embed_meanwhile(index: Reader, query: str, params):

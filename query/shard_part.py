@@ -15,6 +15,8 @@ operations of the one-file index, row by row, so a merged answer has the one-fil
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kernel import index_format
+from query import shard_stages
 from query.lexical import LexicalIndex
 from query.vector import multi_section_pages, row_dots
 
@@ -41,8 +44,12 @@ CALLS = frozenset(
         "page_files",
         "page_dots",
         "dense",
+        "page_df",
+        "stage",
     }
 )
+SESSIONS = 16  # staged queries a shard keeps the arrays of (then the oldest goes)
+SESSION_ROWS = 5_000_000  # ... and at most this many rows' worth of them
 
 
 @dataclass
@@ -106,6 +113,8 @@ class ShardPart:
         self._lexical: LexicalIndex | None = None
         self._norms: dict[tuple, np.ndarray] = {}
         self._pages: tuple[np.ndarray, np.ndarray] | None = None
+        self._sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
 
     @classmethod
     def load(cls, path: Path | str) -> ShardPart:
@@ -198,6 +207,12 @@ class ShardPart:
             out.append((local[starts].astype(np.int32), np.add.reduceat(part.tf[a:b], starts)))
         return out
 
+    def page_df(self, hashes: np.ndarray) -> np.ndarray:
+        """Files of this shard holding each term (page-level BM25's df, summed over shards)."""
+        return np.asarray(
+            [0 if f is None else len(f[0]) for f in self.page_tf(hashes)], dtype=np.int64
+        )
+
     def feedback_postings(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(term hashes, tf, postings per chunk) of the given local chunks, chunk by chunk."""
         part = self.lexical
@@ -278,6 +293,11 @@ class ShardPart:
         each shard its share of the one-file depth; 0: the one-file depth). `also`: local
         rows an IVF pass scores exactly whatever it probes (the lexical side's best, as the
         one-file reader hands them over)."""
+        arrays = self._dense_arrays(query, direction, beta, keep, rho, first_pass, depth, also)
+        return _dense_answer(*arrays, top)
+
+    def _dense_arrays(self, query, direction, beta, keep, rho, first_pass, depth, also):
+        """(raw, cosine, moved) of every row of this shard (`dense`)."""
         from query.vector import dense_scorer
 
         pages = self.page_side() if rho > 0 else None
@@ -285,24 +305,36 @@ class ShardPart:
         if depth and getattr(scorer, "lists", None) is None:  # IVF lists keep their own
             scorer.depth = int(depth)
         if getattr(scorer, "lists", None) is not None and also is not None and len(also):
-            raw, cosine, moved = scorer.mixed(query, direction, beta, keep, rho, also=also)
-        else:
-            raw, cosine, moved = scorer.mixed(query, direction, beta, keep, rho)
-        n = len(cosine)
-        if not top or n <= top:
-            return {"raw": raw, "cosine": cosine, "moved": moved}
-        rows = _best(cosine, top)
-        if moved is not cosine:
-            rows = np.union1d(rows, _best(moved, top))
-        fills = [float(np.partition(a, n - top)[n - top]) for a in (cosine, moved)]
-        return {
-            "rows": rows.astype(np.int32),
-            "raw": raw[rows],
-            "cosine": cosine[rows],
-            "moved": moved[rows],
-            # The raw cosine is only shown (`explain`): the cosine's fill stands in for it.
-            "fill": [fills[0], fills[0], fills[1]],
-        }
+            return scorer.mixed(query, direction, beta, keep, rho, also=also)
+        return scorer.mixed(query, direction, beta, keep, rho)
+
+    # -- a staged query (query.shard_query) ------------------------------------------------
+    def add_term_scores(self, out, hashes, weights, idf, spec: tuple) -> np.ndarray:
+        """out += BM25F of the terms (global idf, the global norm's parameters `spec`)."""
+        return shard_term_scores(self.lexical, hashes, weights, idf, self.norm(*spec), out, spec[0])
+
+    @staticmethod
+    def dense_answer(raw, cosine, moved, top: int) -> dict[str, Any]:
+        return _dense_answer(raw, cosine, moved, top)
+
+    def stage(self, session: str, step: str, args: dict[str, Any]) -> dict[str, Any]:
+        """One round of a staged query: this shard's arrays stay here between rounds (by
+        `session`), the router sends the global numbers the next step needs, and the
+        answer is a few best rows and maxima, never a number per chunk."""
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None:
+                if step != "bm25":
+                    raise ValueError(f"shard session {session!r} is gone: start again")
+                state = self._sessions[session] = {}
+                # ~12 float32 arrays of the shard's rows a query: fewer kept for a big shard
+                # (5 at 1M rows, ~250 MB), a lost one is started again by the router
+                keep = max(2, min(SESSIONS, SESSION_ROWS // max(1, self.lexical.n_chunks)))
+                while len(self._sessions) > keep:
+                    self._sessions.popitem(last=False)
+            else:
+                self._sessions.move_to_end(session)
+        return shard_stages.run(self, state, step, args)
 
     def page_side(self):
         """This shard's multi-section pages as `query.search.PageVectors` (local rows)."""
@@ -317,6 +349,25 @@ class ShardPart:
                 found = PageVectors(unit, chunks, rows)
             self.shard.cache["page_vectors"] = found
         return found
+
+
+def _dense_answer(raw, cosine, moved, top: int) -> dict[str, Any]:
+    """`ShardPart.dense`'s answer from the full arrays: with `top` > 0 the best rows only."""
+    n = len(cosine)
+    if not top or n <= top:
+        return {"raw": raw, "cosine": cosine, "moved": moved}
+    rows = _best(cosine, top)
+    if moved is not cosine:
+        rows = np.union1d(rows, _best(moved, top))
+    fills = [float(np.partition(a, n - top)[n - top]) for a in (cosine, moved)]
+    return {
+        "rows": rows.astype(np.int32),
+        "raw": raw[rows],
+        "cosine": cosine[rows],
+        "moved": moved[rows],
+        # The raw cosine is only shown (`explain`): the cosine's fill stands in for it.
+        "fill": [fills[0], fills[0], fills[1]],
+    }
 
 
 @dataclass(frozen=True)

@@ -648,6 +648,7 @@ class ShardedLexical:
     # term hash -> chunks holding it, over every shard: kept for the generation (the
     # snapshot), shared by the rescored views, so a term's df costs a round trip once
     df_cache: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    page_df_cache: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def avg(self) -> float:
@@ -715,6 +716,25 @@ class ShardedLexical:
 
     def term_idf(self, hashes: np.ndarray) -> np.ndarray:
         return self.idf(self.document_frequency(hashes))
+
+    def page_document_frequency(self, hashes: np.ndarray) -> np.ndarray:
+        """Files holding each term, summed over the shards (a file lives in one shard);
+        kept for the generation as `document_frequency` keeps the chunk counts."""
+        hashes = np.asarray(hashes, dtype=np.uint64)
+        cache = self.page_df_cache
+        keys = hashes.tolist()
+        known = {h: found for h in keys if (found := cache.get(h)) is not None}
+        missing = np.asarray(sorted(set(keys).difference(known)), dtype=np.uint64)
+        if len(missing):
+            df = np.zeros(len(missing), dtype=np.int64)
+            for counts in fan_out(lambda part: part.call("page_df", missing), self.parts):
+                df += counts
+            fetched = dict(zip(missing.tolist(), df.tolist(), strict=True))
+            known.update(fetched)
+            if len(cache) > DF_CACHE:
+                cache.clear()
+            cache.update(fetched)
+        return np.asarray([known[h] for h in keys], dtype=np.int64)
 
     def term_page_idf(self, hashes: np.ndarray) -> np.ndarray:
         """Page-level idf: df counts the files holding the term, over every shard."""

@@ -64,8 +64,10 @@ def stub_rows(
     n = len(scores)
     if not n:
         return np.zeros(0, dtype=np.int64)
-    k = min(CANDIDATES, n)
-    top = np.argpartition(scores, n - k)[n - k :]
+    # the best CANDIDATES, equal scores in row order (a sharded search picks the same)
+    from query.vector import ranked
+
+    top = ranked(scores, CANDIDATES)
     top = top[short[top]]
     if not len(top):
         return top

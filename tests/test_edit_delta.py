@@ -42,8 +42,16 @@ class Spy:
         self.full_manifest = 0
         self.full_diff = 0
         self.delta_plans: list[bool] = []
+        self.cluster_diffs = 0
         real_manifest, real_diff = State.manifest, packing._file_source
         real_delta = packing._delta_source
+        real_changes = State.cluster_changes
+
+        def cluster_changes(state):
+            self.cluster_diffs += 1
+            return real_changes(state)
+
+        monkeypatch.setattr(State, "cluster_changes", cluster_changes)
 
         def manifest(state):
             self.full_manifest += 1
@@ -63,7 +71,7 @@ class Spy:
         monkeypatch.setattr(packing, "_delta_source", delta_source)
 
     def reset(self) -> None:
-        self.full_manifest = self.full_diff = 0
+        self.full_manifest = self.full_diff = self.cluster_diffs = 0
         self.delta_plans.clear()
 
 
@@ -93,6 +101,7 @@ def shortcut_equals_long_way(root: Path, spy: Spy, touched: int = 0) -> None:
     report = ingest.ingest_folder(config)
     assert spy.full_manifest == 0, "discover read every manifest row"
     assert spy.full_diff == 0 and spy.delta_plans == [True], "pack diffed every file"
+    assert spy.cluster_diffs == 0, "the cluster stage diffed every assignment"
     assert {k: getattr(report, k) for k in expected_counts} == expected_counts
     assert report.reused_files == report.files - report.added - report.changed - touched
     with State(config.state_path) as state:

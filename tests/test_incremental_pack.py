@@ -17,7 +17,7 @@ import pytest
 
 from kernel import index_format
 from kernel.config import load_config
-from pipeline import ingest, lexical, stages
+from pipeline import cluster, duplicates, ingest, lexical, stages
 from pipeline import splice as splice_module
 from pipeline.splice import runs, splice
 from pipeline.state import State
@@ -98,9 +98,34 @@ def schema_of(tables: dict[str, pa.Table]) -> dict[str, dict]:
     return {r["field"]: r for r in rows}
 
 
+class ShortcutSpy:
+    """What the incremental pack's shortcuts returned: the cluster assignments carried over
+    from the previous index (`cluster._carried`) and the near-duplicate groups updated
+    (`duplicates.update_groups`); None is a step aside to the long way."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.carried: list[bool] = []
+        self.updated: list[bool] = []
+        real_carried, real_update = cluster._carried, duplicates.update_groups
+
+        def carried(*args):
+            out = real_carried(*args)
+            self.carried.append(out is not None)
+            return out
+
+        def update_groups(*args):
+            out = real_update(*args)
+            self.updated.append(out is not None)
+            return out
+
+        monkeypatch.setattr(cluster, "_carried", carried)
+        monkeypatch.setattr(duplicates, "update_groups", update_groups)
+
+
 @pytest.mark.slow
-def test_incremental_packs_equal_full_packs(corpus: Path):
+def test_incremental_packs_equal_full_packs(corpus: Path, monkeypatch: pytest.MonkeyPatch):
     root = corpus
+    spy = ShortcutSpy(monkeypatch)
     # 1. One body edit in the middle. The postings are updated from the previous index's:
     # the state folder keeps no analysis cache of its own.
     path = root / "cooking/note-13.md"
@@ -156,6 +181,8 @@ def test_incremental_packs_equal_full_packs(corpus: Path):
     tables = assert_same_as_full(root, touched=1)
     at = tables["files"].column("path").to_pylist().index("cooking/note-01.md")
     assert tables["files"].column("mtime")[at].as_py() == 1_700_000_000.0
+    # Each incremental pack took both shortcuts; each rebuild (no previous index) did not.
+    assert spy.carried.count(True) >= 8 and spy.updated.count(True) >= 8, spy.__dict__
 
 
 def test_large_changes_take_the_other_paths_and_stay_equal(
@@ -291,11 +318,13 @@ def _chunk_groups(tables: dict[str, pa.Table], prefix: str) -> dict[str, set[int
     return found
 
 
-def test_near_duplicate_groups_stay_equal(corpus: Path):
+def test_near_duplicate_groups_stay_equal(corpus: Path, monkeypatch: pytest.MonkeyPatch):
     """Copies of a page in version folders: added, joined by another, the group's first
     member removed, one copy edited away. Signatures are reused row for row and the groups
-    recomputed; every step equals a full rebuild."""
+    updated around what changed (`duplicates.update_groups`); every step equals a full
+    rebuild."""
     root = corpus
+    spy = ShortcutSpy(monkeypatch)
     text = page("git", 5).replace("git", "gitops")
     for v in (1, 2, 3):
         write(root, f"versions/v{v}/page.md", text)
@@ -309,6 +338,7 @@ def test_near_duplicate_groups_stay_equal(corpus: Path):
     assert groups["versions/v3/page.md"] == groups["versions/v4/page.md"]
     assert min(groups["versions/v3/page.md"]) >= 0
     assert not groups["versions/v2/page.md"] & groups["versions/v3/page.md"]
+    assert spy.updated.count(True) == 2, spy.updated
 
 
 def test_an_index_without_near_duplicates_is_refused_then_rebuilt_by_a_plain_ingest(

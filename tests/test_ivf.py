@@ -169,3 +169,32 @@ def test_incremental_pack_keeps_the_lists_and_retrains_on_drift(built: Path):
     assert file.meta[ivf.META_KEY]["assigned_since"] == 0
     assert file.meta[ivf.META_KEY]["trained_rows"] == file.tables["chunks"].num_rows
     assert again is not None and run_cli("status", "--verify", cwd=built).returncode == 0
+
+
+def test_rows_are_gathered_from_each_piece_as_take_gives_them():
+    """Pack's IVF step reads the fresh rows' vectors piece by piece (a `take` on the
+    spliced column would copy every piece first): the same rows, null vectors as zeros."""
+    import pyarrow as pa
+
+    from pipeline import ivf as pack_ivf
+
+    dims = 4
+    rng = np.random.default_rng(5)
+
+    def piece(n: int, null_at: int | None = None):
+        flat = pa.array(rng.standard_normal(n * dims).astype(np.float32))
+        mask = None if null_at is None else pa.array([i == null_at for i in range(n)])
+        if null_at is not None:
+            values = flat.to_numpy().copy()
+            values[null_at * dims : (null_at + 1) * dims] = 0
+            flat = pa.array(values)
+        return pa.FixedSizeListArray.from_arrays(flat, dims, mask=mask)
+
+    column = pa.chunked_array([piece(5), piece(3, null_at=1), piece(7)])
+    chunks = pa.table({"vector": column})
+    rows = np.array([0, 4, 6, 7, 9, 14])
+    taken = column.take(pa.array(rows)).combine_chunks()
+    expected = np.nan_to_num(
+        np.asarray(taken.values.to_numpy(zero_copy_only=False), dtype=np.float32)
+    ).reshape(-1, dims)
+    assert np.array_equal(pack_ivf._rows(chunks, dims, rows), expected)

@@ -174,9 +174,9 @@ def test_a_router_receives_candidates_not_a_number_per_chunk(generated) -> None:
         with Traffic() as traffic:
             for query in QUERIES:
                 router.search(query, limit=10, mode="hybrid")
-        assert traffic.calls.get("dense") == 4 * len(QUERIES), traffic.calls
-        assert not {"dots", "page_dots", "dots_rows"} & set(traffic.calls), traffic.calls
-        assert traffic.by_call["dense"] / len(QUERIES) < 8 * chunks, traffic.by_call
+        assert traffic.calls.get("stage:dense") == 4 * len(QUERIES), traffic.calls
+        assert not {"dots", "page_dots", "dots_rows", "term_scores"} & set(traffic.calls)
+        assert traffic.by_call["stage:dense"] / len(QUERIES) < 8 * chunks, traffic.by_call
     finally:
         for proc, _ in servers:
             proc.terminate()
@@ -206,3 +206,107 @@ def test_a_shard_answers_its_best_rows_and_a_fill(generated) -> None:
         assert fill == best[100]
         outside = np.setdiff1d(np.arange(len(vectors)), rows)
         assert whole[name][outside].max() <= fill
+
+
+# words of every topic of the generator: every shard has more matching rows than a query
+# fetches, in both corpora (fewer would make the small one's answers smaller still)
+WIDE = [
+    "tar commit flour soil budget socket table import",
+    "zip branch oven seed ledger port join module",
+]
+
+
+def _kb_per_query(root: Path, mode: str) -> tuple[float, dict]:
+    """KB a router exchanges per query with one real shard server holding all four shards
+    (after a first pass: the terms' df is kept per generation), and the calls it made."""
+    from bench.scaleout import Traffic
+
+    server = _shard_server(root, "0,1,2,3")
+    try:
+        router = _open(root, {**SHARDED, "MDVDB_SHARD_SERVERS": server[1]})
+        for query in WIDE:
+            router.search(query, limit=10, mode=mode)
+        with Traffic() as traffic:
+            for query in WIDE:
+                router.search(query + " again", limit=10, mode=mode)
+        return (traffic.sent + traffic.received) / len(WIDE) / 1e3, dict(traffic.calls)
+    finally:
+        server[0].terminate()
+        server[0].wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_bytes_per_query_do_not_grow_with_the_shards(generated, tmp_path: Path) -> None:
+    """The staged protocol (query.shard_query): a lexical or hybrid query over shards 3x
+    larger exchanges about the same bytes (best rows, maxima, terms: ~9 KB lexical, ~80 KB
+    hybrid over 4 shards), where the per-chunk protocol sent every scoring chunk's BM25F
+    and expansion score; and the larger answers are the one-file ones."""
+    from bench.generate import generate
+
+    one, four, chunks = generated
+    small = generate(tmp_path / "small", FILES // 3)
+    done = run_cli("ingest", "--root", str(small), env=SHARDED)
+    assert done.returncode == 0, done.stderr
+    with _open(small, SHARDED).pinned() as snap:
+        few = len(snap.chunk_file_ids)
+    assert chunks >= 2.5 * few, (chunks, few)
+    for mode in ("lexical", "hybrid"):
+        kb_small, _ = _kb_per_query(small, mode)
+        kb_large, calls = _kb_per_query(four, mode)
+        assert kb_large <= 1.25 * kb_small + 1.0, (mode, kb_small, kb_large, calls)
+        assert not {"term_scores", "page_tf", "dots"} & set(calls), calls
+    routed = _open(four, {**SHARDED})
+    reference = _open(one, {})
+    for query in WIDE:
+        for mode in ("lexical", "hybrid"):
+            assert _top(routed, query, mode) == _top(reference, query, mode), (mode, query)
+
+
+@pytest.mark.slow
+def test_rounds_answer_as_one_file_and_survive_a_lost_session(generated, monkeypatch) -> None:
+    """The staged rounds run in process (as the bench times them): lexical and hybrid top
+    10s, with and without a filter, are the one-file ones; when the shards drop a query's
+    arrays (more queries at once than they keep), the router's next request for the same
+    query's rows starts the rounds again and answers the same."""
+    from query import shard_query
+    from query.filters import parse_filter
+
+    one, four, _ = generated
+    monkeypatch.setattr(shard_query, "IN_PROCESS", True)
+    reference = _open(one, {})
+    staged = _open(four, SHARDED)
+    archive = [parse_filter("category=archive")]
+    for mode in ("lexical", "hybrid"):
+        for query in QUERIES:
+            assert _top(staged, query, mode) == _top(reference, query, mode), (mode, query)
+            # the same query again, filtered: the memo's rounds answer it (one `final`)
+            want = _top(reference, query, mode, filters=archive)
+            with staged.pinned() as snap:
+                for part in snap.parts:
+                    part._sessions.clear()  # as if 16 other queries had come in between
+            assert _top(staged, query, mode, filters=archive) == want, (mode, query)
+    with staged.pinned() as snap:
+        assert "_select" in snap.cache["last_scores"][1][1]  # the rounds answered
+
+
+def test_ranked_breaks_ties_by_row_so_a_merge_of_shards_is_the_whole() -> None:
+    """`query.vector.ranked`: the k best by score, then row; each shard's own best (its rows
+    in the one-file order), merged by (score, global row), are the whole array's best, with
+    many equal scores (near copies) at and around the k-th."""
+    import numpy as np
+
+    from query.vector import ranked
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 400))
+        k = int(rng.integers(1, 150))
+        scores = rng.integers(0, 6, n).astype(np.float32)
+        whole = ranked(scores, k)
+        assert np.array_equal(whole, np.lexsort((np.arange(n), -scores))[:k])
+        owner = rng.integers(0, 3, n)
+        rows = np.concatenate(
+            [np.flatnonzero(owner == s)[ranked(scores[owner == s], k)] for s in range(3)]
+        )
+        merged = rows[np.lexsort((rows, -scores[rows]))][:k]
+        assert np.array_equal(merged, whole)

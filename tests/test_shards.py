@@ -246,7 +246,8 @@ TLDR_QUERIES = [
 @pytest.mark.slow
 def test_tldr_subset_sharded_ranks_as_one_file(corpora_dir: Path, tmp_path: Path) -> None:
     """1,600 tldr pages spread over every platform folder (near copies across folders),
-    indexed as one file and as four shards: the same top 10 (path and lines, and scores)."""
+    indexed as one file and as four shards, searched in process and through a router over
+    shard servers: the same top 10 (path and lines, and scores)."""
     pages = unpack_corpus(corpora_dir, "tldr") / "pages"
     files = sorted(pages.rglob("*.md"))
     step = len(files) / 1600
@@ -259,11 +260,21 @@ def test_tldr_subset_sharded_ranks_as_one_file(corpora_dir: Path, tmp_path: Path
             shutil.copy2(source, dest)
     _ingest(one)
     _ingest(four, SHARDED)
-    for mode in ("lexical", "hybrid"):
-        for query in TLDR_QUERIES:
-            expected = _search(one, query, "--mode", mode)
-            assert expected["results"], query
-            assert _search(four, query, "--mode", mode, env=SHARDED) == expected, (mode, query)
+    # and through a router over two shard servers: the staged rounds (query.shard_query),
+    # whose merges must break the ties of near copies as the one file does
+    servers = [_shard_server(four, "0,1"), _shard_server(four, "2,3")]
+    try:
+        routed = {**SHARDED, "MDVDB_SHARD_SERVERS": ",".join(a for _, a in servers)}
+        for mode in ("lexical", "hybrid"):
+            for query in TLDR_QUERIES:
+                expected = _search(one, query, "--mode", mode)
+                assert expected["results"], query
+                assert _search(four, query, "--mode", mode, env=SHARDED) == expected, (mode, query)
+                assert _search(four, query, "--mode", mode, env=routed) == expected, (mode, query)
+    finally:
+        for proc, _ in servers:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 def _shard_server(root: Path, which: str):
