@@ -14,7 +14,9 @@ and the int8 copy), then `rounds` times per run through `Index.search` (limit 10
 - recall@10 of the int8 hybrid ranking against the exact one, and the share of queries whose
   fused scores are bit-identical;
 - with an index that holds IVF lists (`kernel.ivf`; `bench/add_ivf.py` adds them to an
-  existing index): `search --mode hybrid` with MDVDB_SEARCH_FIRST_PASS=ivf, and its recall.
+  existing index): `search --mode hybrid` with MDVDB_SEARCH_FIRST_PASS=ivf, and its recall;
+- the default first pass (IVF, else int8) fused over n-length arrays, as before fusion over
+  candidates (`query.fusion._REFERENCE`): the old data flow in the same process.
 `--synthetic N` times the dense pass alone (two directions, as hybrid search asks) on N random
 unit vectors of 256 dimensions against the float32 scan: no 1M-chunk index is ingested (about
 half an hour here), so the lexical side at that size is not in it.
@@ -155,8 +157,23 @@ def bm25s_runner(index):
     return run
 
 
+def _reference(index, query: str):
+    """`index.search(query)` through the n-length reference fusion path."""
+    from query import fusion, vector
+
+    if not hasattr(fusion, "_REFERENCE"):
+        return index.search(query, mode="hybrid")  # a checkout without the candidate path
+    fusion._REFERENCE = vector.REFERENCE = True
+    try:
+        index.snapshot.cache.pop("last_scores", None)
+        return index.search(query, mode="hybrid")
+    finally:
+        fusion._REFERENCE = vector.REFERENCE = False
+        index.snapshot.cache.pop("last_scores", None)
+
+
 def bench_root(
-    root: Path, rounds: int, queries: list[str], with_bm25s: bool
+    root: Path, rounds: int, queries: list[str], with_bm25s: bool, reference: bool = True
 ) -> tuple[list[dict], list[dict]]:
     from kernel.config import load_config
     from query import open_index
@@ -184,6 +201,11 @@ def bench_root(
     }
     if lists is not None:
         runs["search --mode hybrid, IVF + rescoring"] = lambda q: lists.search(q, mode="hybrid")
+    if reference:
+        # the same first pass as the default one, fused over n-length arrays (the data flow
+        # before fusion over candidates; query.fusion._REFERENCE), in the same process
+        default = lists if lists is not None else fast
+        runs["search --mode hybrid, n-length fusion (reference)"] = lambda q: _reference(default, q)
     if with_bm25s:
         runs["bm25s top 10"] = bm25s_runner(exact)
     n, d = vectors.shape
@@ -251,6 +273,9 @@ def main() -> None:
         help="CPU time instead of wall time (steadier on a loaded machine; the int8 hybrid "
         "with a static model runs on one thread, the exact one on two)",
     )
+    parser.add_argument(
+        "--no-reference", action="store_true", help="skip the n-length fusion reference row"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.cpu:
@@ -285,7 +310,9 @@ def main() -> None:
         if args.recall_only:
             agreements += recall_only(root, queries)
             continue
-        timed, agreed = bench_root(root, args.rounds, queries, not args.no_bm25s)
+        timed, agreed = bench_root(
+            root, args.rounds, queries, not args.no_bm25s, not args.no_reference
+        )
         rows += timed
         agreements += agreed
     print_table("Warm in-process query latency (ms), first passes vs exact", rows, args.json)

@@ -54,12 +54,16 @@ class LiteType:
 
 @dataclass
 class LiteField:
+    """A schema field: its name and decoded type."""
+
     name: str
     type: LiteType
 
 
 @dataclass
 class LiteSchema:
+    """A table's decoded schema: its fields, and their names in order."""
+
     fields: list[LiteField]
     names: list[str] = field(default_factory=list)
 

@@ -143,6 +143,8 @@ def _executor(raw: str) -> str:
 
 @dataclass(frozen=True)
 class Setting:
+    """One setting: its environment variable, Config attribute, parser, default and help."""
+
     env: str
     attr: str
     parse: Callable[[str], Any]
@@ -400,6 +402,8 @@ def find_root(start: Path | None = None) -> Path:
 
 @dataclass
 class Config:
+    """A project's resolved settings (`load_config`): defaults, `.markdownvdb`, environment."""
+
     root: Path
     source_dirs: list[str] = field(default_factory=lambda: ["."])
     index_file: str = ".markdownvdb.index"

@@ -10,7 +10,6 @@ see anyway. The output keeps the input's line breaks, so a position in it maps t
 
 from __future__ import annotations
 
-import html
 import re
 
 _FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)[^\n]*$", re.MULTILINE)
@@ -85,6 +84,8 @@ def plain(text: str) -> str:
     if "|" in text:
         text = _PIPE.sub(" ", text)
     if "&" in text:
+        import html  # here: its entity table costs a search whose excerpts have no '&'
+
         text = html.unescape(text)
     return _SPACES.sub(" ", text) if "  " in text or "\t" in text else text
 

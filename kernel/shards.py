@@ -24,12 +24,13 @@ that permutation from the shards' own (path-ordered) rows; the writer and the re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kernel.digests import blake2b
 
 if TYPE_CHECKING:  # NumPy only where the global order is built: a no-op ingest never loads it
     import numpy as np
@@ -47,7 +48,7 @@ def shard_of(path: str, shards: int) -> int:
     process, on every machine, unlike `hash()`)."""
     if shards <= 1:
         return 0
-    digest = hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    digest = blake2b(path.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "little") % shards
 
 
@@ -73,6 +74,8 @@ class ShardEntry:
 
 @dataclass
 class Manifest:
+    """The published set of shard files of one generation."""
+
     shards: int
     generation: int
     entries: list[ShardEntry]

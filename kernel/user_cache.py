@@ -19,12 +19,13 @@ the slower path (read the model's own files) every time.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+from kernel.digests import sha256
 
 ENV = "MDVDB_CACHE_DIR"
 APP = "mdvdb"
@@ -56,14 +57,14 @@ def source_sha256(path: Path) -> str:
     file (16 MB for the default model) every time."""
     st = path.stat()
     stamp_key = f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
-    stamp = models_dir() / "stamps" / hashlib.sha256(stamp_key.encode()).hexdigest()[:32]
+    stamp = models_dir() / "stamps" / sha256(stamp_key.encode()).hexdigest()[:32]
     try:
         known = stamp.read_text(encoding="ascii").strip()
         if len(known) == 64:
             return known
     except (OSError, UnicodeDecodeError):
         pass
-    digest = hashlib.sha256()
+    digest = sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)

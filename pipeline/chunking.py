@@ -55,7 +55,11 @@ def token_ids(texts: list[str]) -> list[list[int]]:
         return []
     from kernel.providers.local import load_tokenizer
 
-    return [e.ids for e in load_tokenizer().encode_batch(texts, add_special_tokens=False)]
+    tokenizer = load_tokenizer()
+    # `encode_batch_fast` (tokenizers >= 0.20) gives the same ids without the character
+    # offsets, which are never read here (`_split_line` asks for them itself).
+    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    return [e.ids for e in encode(texts, add_special_tokens=False)]
 
 
 @dataclass

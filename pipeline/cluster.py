@@ -60,6 +60,8 @@ MIN_MAX_DOC_FREQ, MAX_MAX_DOC_FREQ = 0.1, 0.5
 NUMPY_BELOW = 1000
 
 STATE_KEY = "clustering"
+_I32 = np.zeros(0, np.int32)
+DOC_VECTOR_BLOCK = 4096  # chunk vectors summed into document vectors per `add.at`
 
 
 # -- the pure parts: vectors, k, fit, labels ------------------------------------------------
@@ -70,8 +72,11 @@ def document_vectors(chunk_vectors: np.ndarray, chunk_doc: np.ndarray, n_docs: i
     zero row (callers leave it unclustered)."""
     dims = chunk_vectors.shape[1] if chunk_vectors.ndim == 2 else 0
     sums = np.zeros((n_docs, dims), dtype=np.float64)
-    if len(chunk_doc):
-        np.add.at(sums, chunk_doc, chunk_vectors.astype(np.float64, copy=False))
+    # In blocks: a float64 copy of every chunk vector at once was 80 MB on tldr, at the
+    # parent's peak of a first build; `add.at` adds row after row either way (same sums).
+    for start in range(0, len(chunk_doc), DOC_VECTOR_BLOCK):
+        block = slice(start, start + DOC_VECTOR_BLOCK)
+        np.add.at(sums, chunk_doc[block], chunk_vectors[block].astype(np.float64))
     norms = np.linalg.norm(sums, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (sums / norms).astype(np.float32)
@@ -180,6 +185,7 @@ _TAG = re.compile(
 )
 # Words of two or more letters (no digits or underscores: identifiers and numbers are noise).
 TOKEN_PATTERN = r"(?u)\b[^\W\d_]{2,}\b"
+_TOKEN = re.compile(TOKEN_PATTERN)
 
 
 def clean_text(text: str) -> str:
@@ -189,7 +195,12 @@ def clean_text(text: str) -> str:
 
 
 def cluster_keywords(
-    texts: list[str], labels: np.ndarray, k: int, top: int = KEYWORDS
+    texts: list[str],
+    labels: np.ndarray,
+    k: int,
+    top: int = KEYWORDS,
+    words: list[np.ndarray] | None = None,
+    vocabulary: LabelWords | None = None,
 ) -> list[list[str]]:
     """Class-based TF-IDF: how many of the cluster's documents use a term, weighted by how
     rare the term is across clusters. English stop-words are dropped, and so is any term in
@@ -201,7 +212,9 @@ def cluster_keywords(
         return [[] for _ in range(k)]
     large = len(texts) >= 20
     max_df = min(MAX_MAX_DOC_FREQ, max(MIN_MAX_DOC_FREQ, 2 / max(k, 1)))
-    counted = class_counts(texts, labels, k, max_df if large else 1.0, 2 if large else 1)
+    counted = class_counts(
+        texts, labels, k, max_df if large else 1.0, 2 if large else 1, words, vocabulary
+    )
     if counted is None:  # every term was pruned (tiny or empty corpus)
         return [[] for _ in range(k)]
     terms, per_class = counted
@@ -224,12 +237,20 @@ def _preprocess(text: str) -> str:
 
 
 def class_counts(
-    texts: list[str], labels: np.ndarray, k: int, max_df: float, min_df: int
+    texts: list[str],
+    labels: np.ndarray,
+    k: int,
+    max_df: float,
+    min_df: int,
+    words: list[np.ndarray] | None = None,
+    vocabulary: LabelWords | None = None,
 ) -> tuple[Any, np.ndarray] | None:
     """(terms sorted, (k, terms) count of each cluster's documents using each term), from the
-    binary document-term matrix: plain NumPy below NUMPY_BELOW documents, else
-    scikit-learn's CountVectorizer (sparse). None when no term is left after the stop words
-    and the document-frequency bounds."""
+    binary document-term matrix as scikit-learn's CountVectorizer makes it: a dense one in
+    plain NumPy below NUMPY_BELOW documents, else each document's set of words
+    (`_class_counts`; `words`: those sets already numbered in `vocabulary`, one per text,
+    as the ingest workers made them). None when no term is left after the stop words and
+    the document-frequency bounds."""
     if len(texts) < NUMPY_BELOW:
         from pipeline.small_kmeans import document_counts
 
@@ -240,26 +261,88 @@ def class_counts(
         per_class = np.zeros((k, matrix.shape[1]))
         np.add.at(per_class, labels, matrix)
         return terms, per_class
-    from scipy import sparse
-    from sklearn.feature_extraction.text import CountVectorizer
+    if words is None or vocabulary is None:
+        vocabulary = LabelWords()
+        words = [vocabulary.number(label_words(text)) for text in texts]
+    return _class_counts(words, vocabulary, labels, k, max_df, min_df)
 
-    vectorizer = CountVectorizer(
-        stop_words="english",
-        token_pattern=TOKEN_PATTERN,
-        max_df=max_df,
-        min_df=min_df,
-        preprocessor=_preprocess,
-        binary=True,
-        dtype=np.float64,
-    )
-    try:
-        counts = vectorizer.fit_transform(texts)
-    except ValueError:
-        return None
-    membership = sparse.csr_matrix(
-        (np.ones(len(labels)), (labels, np.arange(len(labels)))), shape=(k, len(labels))
-    )
-    return vectorizer.get_feature_names_out(), np.asarray((membership @ counts).todense())
+
+def label_words(text: str) -> list[str]:
+    """The distinct words of a label text that CountVectorizer(stop_words="english",
+    token_pattern=TOKEN_PATTERN, preprocessor=_preprocess, binary=True) would count."""
+    from pipeline.stop_words import ENGLISH_STOP_WORDS
+
+    terms = set(_TOKEN.findall(_preprocess(text)))
+    terms.difference_update(ENGLISH_STOP_WORDS)
+    return list(terms)
+
+
+def label_text(title: str, chunk_texts: list[str]) -> str:
+    """What a document's cluster label is read from: its title and its opening."""
+    return title + "\n" + "\n".join(chunk_texts)[:LABEL_TEXT_CHARS]
+
+
+class LabelWords(dict):
+    """Term -> column, a new term getting the next column (`map(vocabulary.__getitem__,
+    terms)` numbers a document's terms without a Python loop over the known ones). A
+    pooled first build numbers each document's `label_words`, which its workers made, as
+    the batches come back (`by_sha`, read by the full clustering that follows)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_sha: dict[str, np.ndarray] = {}
+
+    def __missing__(self, term: str) -> int:
+        column = self[term] = len(self)
+        return column
+
+    def number(self, words: list[str]) -> np.ndarray:
+        return np.fromiter(map(self.__getitem__, words), dtype=np.int32, count=len(words))
+
+    def add(self, sha: str, words: str) -> None:
+        """A document's label words as a worker hands them over (space-separated)."""
+        self.by_sha[sha] = self.number(words.split())
+
+
+def _class_counts(
+    words: list[np.ndarray],
+    vocabulary: LabelWords,
+    labels: np.ndarray,
+    k: int,
+    max_df: float,
+    min_df: int,
+) -> tuple[Any, np.ndarray] | None:
+    """What `CountVectorizer(stop_words="english", token_pattern=TOKEN_PATTERN, max_df=max_df,
+    min_df=min_df, preprocessor=_preprocess, binary=True)` and the cluster membership matrix
+    give (`tests/test_cluster_counts.py` compares them), from each document's set of words
+    (`words`, numbered in `vocabulary`): scikit-learn's vectoriser counts every occurrence
+    of every word in Python, where a binary count needs only the set."""
+    n_terms = len(vocabulary)
+    sizes = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
+    # int32 throughout (millions of (document, term) pairs at the parent's peak of a first
+    # build); the cell numbers alone need int64.
+    column = np.concatenate(words).astype(np.int32, copy=False) if words else _I32
+    df = np.bincount(column, minlength=n_terms)
+    if not df.any():
+        return None  # CountVectorizer: "empty vocabulary"
+    most = max_df * len(words)  # a float share, as CountVectorizer reads max_df
+    if most < min_df:
+        return None  # CountVectorizer: "max_df corresponds to < documents than min_df"
+    keep = (df <= most) & (df >= min_df)
+    if not keep.any():
+        return None  # CountVectorizer: "After pruning, no terms remain"
+    names = np.array(list(vocabulary), dtype=object)
+    kept = np.flatnonzero(keep)
+    kept = kept[np.argsort(names[kept], kind="stable")]  # columns in term order
+    new_column = np.full(n_terms, -1, dtype=np.int32)
+    new_column[kept] = np.arange(len(kept), dtype=np.int32)
+    mine = new_column[column]
+    del column
+    used = np.flatnonzero(mine >= 0)
+    doc = np.searchsorted(np.cumsum(sizes), used, side="right")  # the document of each pair
+    cells = np.asarray(labels, dtype=np.int64)[doc] * len(kept) + mine[used]
+    per_class = np.bincount(cells, minlength=k * len(kept)).reshape(k, len(kept))
+    return names[kept], per_class.astype(np.float64)
 
 
 def label_of(keywords: list[str], fallback: str) -> str:
@@ -427,7 +510,13 @@ def _full(
         centroids[new] = choice.centroids[old]
     similarity = np.einsum("ij,ij->i", vectors, centroids[labels])
     texts = [d.title + "\n" + d.text[:LABEL_TEXT_CHARS] for d in with_chunks]
-    keywords = cluster_keywords(texts, labels, choice.k)
+    known = getattr(state, "label_words", None)  # a pooled first build's, from its workers
+    words = None
+    if known is not None and all(d.sha256 in known.by_sha for d in with_chunks):
+        words = [known.by_sha[d.sha256] for d in with_chunks]
+    keywords = cluster_keywords(texts, labels, choice.k, words=words, vocabulary=known)
+    if known is not None:
+        state.label_words = None  # read once: its memory goes before pack's peak
     _store_full(state, docs, with_chunks, labels, similarity, keywords, centroids)
     return StageResult(
         "full",

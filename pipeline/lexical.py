@@ -61,6 +61,47 @@ def analyse(title: str, headings: list[str], text: str) -> Analysed:
     return Analysed(terms, counts, np.array([len(p) for p in parts], dtype=np.float32))
 
 
+def store_of(keys: np.ndarray, chunks: list[tuple[str, list[str], str]]) -> Store:
+    """`Store.of(keys, [analyse(title, headings, text) ...])` for many chunks at once: the
+    same arrays, built with a few NumPy calls over every chunk's terms (a `unique` and an
+    `add.at` per chunk cost more than analysing its words). A title shared by consecutive
+    chunks (a file's) is analysed once."""
+    parts: list[np.ndarray] = []
+    last_title: str | None = None
+    title_ids = _U64
+    for title, headings, text in chunks:
+        if title != last_title:
+            last_title, title_ids = title, term_ids(title)
+        parts += [title_ids, term_ids(" ".join(headings)), term_ids(text)]
+    return _store_of_parts(np.asarray(keys, dtype=np.uint64), parts)
+
+
+def _store_of_parts(keys: np.ndarray, parts: list[np.ndarray]) -> Store:
+    """The Store of chunks whose term hashes per field are parts[3 i : 3 i + 3]."""
+    n = len(parts) // 3
+    if not n:
+        return Store.of(_U64, [])
+    sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts)).reshape(n, 3)
+    every = np.concatenate(parts).astype(np.uint64, copy=False)
+    field = np.repeat(np.tile(np.arange(3, dtype=np.int64), n), sizes.ravel())
+    chunk = np.repeat(np.arange(n, dtype=np.int64), sizes.sum(axis=1))
+    order = np.lexsort((every, chunk))  # by chunk, then term
+    every, chunk, field = every[order], chunk[order], field[order]
+    first = np.ones(len(every), dtype=bool)
+    first[1:] = (every[1:] != every[:-1]) | (chunk[1:] != chunk[:-1])
+    group = np.cumsum(first) - 1
+    groups = int(group[-1]) + 1 if len(group) else 0
+    counts = np.bincount(group * 3 + field, minlength=groups * 3).reshape(groups, 3)
+    per_chunk = np.bincount(chunk[first], minlength=n)
+    return Store(
+        keys=keys,
+        starts=np.r_[0, np.cumsum(per_chunk)].astype(np.int64),
+        lengths=sizes.astype(np.float32),
+        terms=every[first],
+        counts=counts.astype(np.float32),
+    )
+
+
 def chunk_fields(title: str, heading_path: list[str]) -> list[str]:
     """The heading field: the path minus headings that repeat the title."""
     return [h for h in heading_path if h.strip() != title.strip()]
@@ -163,16 +204,20 @@ def analyse_chunks(
     title: str | None, chunks: list[tuple[str, list[str], str, str]]
 ) -> tuple[np.ndarray, list[Analysed]]:
     """The keys (`chunk_keys`) and analyses of one file's chunks, each given as (heading,
-    heading path, text, sha256): what the ingest workers hand over with the chunks, so that
-    pack only merges postings (`analysed_store`)."""
+    heading path, text, sha256)."""
     title = title or ""
-    keys = chunk_keys(
+    keys = file_chunk_keys(title, chunks)
+    return keys, [analyse(title, chunk_fields(title, c[1] or []), c[2]) for c in chunks]
+
+
+def file_chunk_keys(title: str, chunks: list[tuple[str, list[str], str, str]]) -> np.ndarray:
+    """`chunk_keys` of one file's chunks, each given as (heading, heading path, text, sha256)."""
+    return chunk_keys(
         [title],
         np.zeros(len(chunks), dtype=np.int64),
         [c[0] for c in chunks],
         [c[3] for c in chunks],
     )
-    return keys, [analyse(title, chunk_fields(title, c[1] or []), c[2]) for c in chunks]
 
 
 def analysed_store(files: pa.Table, chunks: pa.Table, analysed: Store | None = None) -> Store:

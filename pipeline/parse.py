@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -234,16 +235,94 @@ def _check_value(data: Any) -> None:
 
 
 def headings_of(lines: list[str], body_start: int) -> list[Heading]:
+    """The headings of the body (`lines` from `body_start`), as markdown-it's CommonMark block
+    parser finds them: by `plain_headings` when every line is one it reads the same way,
+    else by markdown-it."""
     body = "\n".join(lines[body_start - 1 :])
+    found = plain_headings(body)
+    if found is None:
+        found = parsed_headings(body)
+    out = []
+    for level, text, line in found:
+        text = text.strip()
+        if len(text) > MAX_HEADING_CHARS:
+            text = text[: MAX_HEADING_CHARS - 1].rstrip() + "…"
+        out.append(Heading(level, text, line + body_start))
+    return out
+
+
+def parsed_headings(body: str) -> list[tuple[int, str, int]]:
+    """(level, text as markdown-it gives it, 0-based line) of each heading of `body`."""
     tokens = _markdown().parse(body)
     found = []
     for i, token in enumerate(tokens):
         if token.type == "heading_open" and token.map:
-            text = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
-            if len(text) > MAX_HEADING_CHARS:
-                text = text[: MAX_HEADING_CHARS - 1].rstrip() + "…"
-            found.append(Heading(int(token.tag[1:]), text, token.map[0] + body_start))
+            text = tokens[i + 1].content if i + 1 < len(tokens) else ""
+            found.append((int(token.tag[1:]), text, token.map[0]))
     return found
+
+
+# The fast heading scan. markdown-it's block parser is most of a small file's parse (every
+# line goes through every block rule, each building Python objects), yet most Markdown
+# pages are paragraphs, plain list items, block quotes and ATX headings at the margin. In a
+# body whose every line is of the kinds below, the headings are exactly the lines that open
+# with 1-6 `#` and a space, tab or line end: no fence, HTML block, indented code or nested
+# container can hide one, no setext underline (a line of only `=` or `-`) can make one, and
+# an ATX heading at the margin always ends the paragraph, list item or quote before it.
+# Any other line (indented, a fence, `<`, a setext or thematic-break candidate, a nested
+# container...) sends the whole file to markdown-it. `tests/test_heading_scan.py` compares
+# the two on every file of the shared corpora and on generated tricky documents.
+#
+# A paragraph's first character: anything that opens no block construct at the margin.
+# `-+*_=` open one only when followed by a space, the end of the line or more of those
+# characters (lists, thematic breaks, setext underlines); `~` and a backtick only as a run
+# of three (fences); an ASCII digit only as an ordered-list marker (1-9 digits, `.` or `)`,
+# then a space, a tab or the line end). Whitespace (indentation), `>`, `<` and `#` are left
+# to the other kinds or to markdown-it.
+_PARAGRAPH = (
+    r"(?:[^\s>\-+*=_<~`#0-9\x00]"
+    r"|[-+*_=](?=[^-+*_=\s])"
+    r"|~(?!~~)"
+    r"|`(?!``)"
+    r"|[0-9](?![0-9]{0,8}[.)](?:[ \t]|$)))"
+)
+# The start of a line that is none of: blank, a `#` line (ATX heading, or paragraph text
+# such as `#tag`), a paragraph line, a block-quote line holding a paragraph line or nothing,
+# a list item holding a paragraph line after a single space.
+_UNSURE_LINE = re.compile(
+    r"^(?![ \t]*$"
+    r"|#"
+    rf"|{_PARAGRAPH}"
+    rf"|>[ ]?(?:{_PARAGRAPH}|[ \t]*$)"
+    rf"|(?:[-+*]|[0-9]{{1,9}}[.)])[ ]{_PARAGRAPH})",
+    re.MULTILINE,
+)
+_ATX = re.compile(r"^(#{1,6})((?:[ \t][^\n]*)?)$", re.MULTILINE)
+
+
+def plain_headings(body: str) -> list[tuple[int, str, int]] | None:
+    """What `parsed_headings` gives, for a body whose lines are all of the plain kinds
+    above; None for any other body (markdown-it must read it)."""
+    if "\0" in body or _UNSURE_LINE.search(body) is not None:
+        return None  # markdown-it turns NUL into U+FFFD
+    found = []
+    line = pos = 0
+    for match in _ATX.finditer(body):
+        line += body.count("\n", pos, match.start())
+        pos = match.start()
+        # markdown-it's heading rule: the closing run of `#` goes if a space or tab precedes it.
+        rest = match.group(2).rstrip(" \t")
+        bare = rest.rstrip("#")
+        if bare and bare[-1] in " \t":
+            rest = bare
+        found.append((len(match.group(1)), _md_trim(rest), line))
+    return found
+
+
+def _md_trim(text: str) -> str:
+    from markdown_it.common.utils import mdTrim
+
+    return mdTrim(text)
 
 
 def parse_document(raw: bytes, path: str) -> ParsedDoc:

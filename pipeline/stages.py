@@ -532,12 +532,17 @@ def _prepare_files(
     from pipeline.workers import ExecutorUnavailable, WorkerDied, processes_for
 
     local = config.executor == "local"
-    if config.shards <= 1 and local and processes_for(config, len(todo)) > 1:
+    pooled = local and processes_for(config, len(todo)) > 1
+    if config.shards <= 1 and pooled:
         # A run big enough for worker processes (a first build): its records stay in this
         # process, which holds no model, until the hand-over drops them (`State.hold`). One
         # process parsing and embedding alone writes them as before (its peak memory is
         # the model's and the parser's); a sharded pack hands nothing over.
         state.hold()
+        if config.clustering_enabled:
+            from pipeline.cluster import LabelWords
+
+            state.label_words = LabelWords()  # numbered as the workers' batches come back
     # What the workers embed with: the local pool, WordLlama; Ray's actors, every local model.
     spec = executor(config).embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""
@@ -548,8 +553,12 @@ def _prepare_files(
     batches = executor(config).prepare(
         config, todo, spec, lambda done: progress("parse", done, len(todo)), *report
     )
+    warm = _warm_cluster_imports(config, len(todo)) if pooled else None
     try:
         for batch in batches:  # streamed: written as each comes back
+            if warm is not None:  # the workers are busy with the next batches by now
+                warm()
+                warm = None
             for path, _, problem, broken in batch.files:
                 if problem:
                     problems.append((path, problem))
@@ -561,6 +570,9 @@ def _prepare_files(
             embedded += len(shas)
             if analysed is not None and batch.lexical is not None:
                 analysed.append(batch.lexical)
+            if state.label_words is not None:
+                for sha, words in batch.label_words:
+                    state.label_words.add(sha, words)
     except (WorkerDied, ExecutorUnavailable) as exc:
         raise IngestError(str(exc)) from None
     if embedded and getattr(spec, "cache_dir", None) is not None:
@@ -572,6 +584,24 @@ def _prepare_files(
 
         quick_bpe(Path(spec.cache_dir))  # type: ignore[union-attr]
     return failed, chunks, embedded
+
+
+def _warm_cluster_imports(config: Config, files: int) -> Callable[[], None] | None:
+    """What a pooled first build's parent does while its workers run: import what the full
+    clustering after them will import (scikit-learn's k-means and silhouette, ~2 CPU-s),
+    off the serial part of the build. None when no full clustering of NUMPY_BELOW or more
+    documents follows this parse (clustering off, or too few files to re-cluster)."""
+    from pipeline.cluster import NUMPY_BELOW
+
+    least = max(NUMPY_BELOW, config.clustering_rebalance_threshold)
+    if not config.clustering_enabled or files < least:
+        return None
+
+    def warm() -> None:
+        import sklearn.cluster  # noqa: F401
+        import sklearn.metrics  # noqa: F401
+
+    return warm
 
 
 def _unknown_vectors(state: State, model: str, shas: list[bytes], vectors: Any) -> tuple:

@@ -183,6 +183,9 @@ class State:
         self.db.execute("PRAGMA synchronous=NORMAL")
         migrate(self.db)
         self._held: _Held | None = None
+        # A pooled first build's documents' label words, made by its workers, for the full
+        # clustering that follows (`pipeline.cluster.LabelWords`); memory only.
+        self.label_words: Any = None
 
     def close(self) -> None:
         # A run that stops before its hand-over (an error in a later stage) keeps its work.

@@ -83,6 +83,7 @@ class Spec:
     overlap: int
     embed: EmbedSpec | None  # None: chunk only (the embed stage embeds)
     lexical: bool = True  # analyse each chunk's words for the lexical postings
+    label_words: bool = False  # each file's cluster label words (`pipeline.cluster`)
 
 
 @dataclass
@@ -99,6 +100,8 @@ class Batch:
     # The lexical analysis of every chunk (`pipeline.lexical.Store`), made here so that pack
     # only merges postings; None when the batch was not asked for it.
     lexical: Store | None = None
+    # (file sha, its cluster label words space-separated) per file with chunks, when asked.
+    label_words: list[tuple[str, str]] = field(default_factory=list)
 
     def add_vectors(
         self, shas: list[bytes], vectors: np.ndarray, files: list[tuple[str, list[bytes]]]
@@ -148,12 +151,18 @@ def prepare_batch(
     as is in this process. `contents`: the files' bytes read by the caller (or why they
     could not be read), for a worker that does not see the folder (pipeline/ray_executor.py)."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
-    from pipeline.lexical import Store, analyse_chunks
+    from pipeline.cluster import label_text, label_words
+    from pipeline.lexical import chunk_fields, chunk_keys, store_of
     from pipeline.parse import parse_document
 
     out = Batch()
-    lex_keys: list[np.ndarray] = []
-    lex: list = []
+    # What the lexical analysis of the batch's chunks needs: each file's title; per chunk its
+    # file (row in lex_titles), heading and SHA-256 (its key), and its three fields.
+    lex_titles: list[str] = []
+    lex_file: list[int] = []
+    lex_heads: list[str] = []
+    lex_shas: list[str] = []
+    lex: list[tuple[str, list[str], str]] = []
     texts: dict[bytes, int] = {}  # chunk sha -> row in `ids`
     ids: list[list[int] | str] = []  # token ids, or the text to tokenize
     file_chunks: list[tuple[str, list[bytes]]] = []
@@ -181,12 +190,17 @@ def prepare_batch(
         }
         out.records.append((sha, json.dumps(record)))
         out.chunks += len(chunks)
+        if spec.label_words and chunks:
+            text = label_text(doc.title or "", [c.text for c in chunks])
+            out.label_words.append((sha, " ".join(label_words(text))))
         if spec.lexical and chunks:
-            keys, analysed = analyse_chunks(
-                doc.title, [(c.heading, c.heading_path, c.text, c.sha256) for c in chunks]
-            )
-            lex_keys.append(keys)
-            lex.extend(analysed)
+            title = doc.title or ""
+            lex_titles.append(title)
+            for c in chunks:
+                lex_file.append(len(lex_titles) - 1)
+                lex_heads.append(c.heading)
+                lex_shas.append(c.sha256)
+                lex.append((title, chunk_fields(title, c.heading_path or []), c.text))
         if spec.embed is not None:
             mine = []
             for chunk, known in zip(chunks, counted, strict=True):
@@ -197,8 +211,10 @@ def prepare_batch(
                     ids.append(known if known is not None else chunk.embed_text)
             file_chunks.append((sha, mine))
     if spec.lexical:
-        keys = np.concatenate(lex_keys) if lex_keys else np.zeros(0, np.uint64)
-        out.lexical = Store.of(keys, lex)
+        # Every chunk of the batch keyed and analysed at once (`chunk_keys` and `store_of`
+        # are elementwise: the same arrays as file by file, with far fewer NumPy calls).
+        keys = chunk_keys(lex_titles, np.asarray(lex_file, dtype=np.int64), lex_heads, lex_shas)
+        out.lexical = store_of(keys, lex)
     if spec.embed is not None and texts:
         strings = [i for i, v in enumerate(ids) if isinstance(v, str)]
         tokenized = token_ids([ids[i] for i in strings])  # type: ignore[misc]
@@ -237,22 +253,27 @@ def prepare(
 ) -> Iterator[Batch]:
     """The batches of `todo`, in order: in this process, or from a pool of
     `processes_for(config, len(todo))` processes."""
+    batches = batches_of(todo)
+    workers = processes_for(config, len(todo))
     spec = Spec(
         str(config.root),
         config.chunk_max_tokens,
         config.chunk_overlap_tokens,
         embed,
         lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
+        # A pooled first build: the full clustering after it reads these, not the texts.
+        label_words=workers > 1 and config.clustering_enabled and config.shards <= 1,
     )
-    batches = batches_of(todo)
-    workers = processes_for(config, len(todo))
     if workers <= 1:
+        from kernel.text_analysis import forget
+
         done = 0
         for items in batches:
             yield prepare_batch(spec, items)
             done += len(items)
             if progress:
                 progress(done)
+        forget()
         return
     yield from _pooled(spec, batches, workers, progress)
 

@@ -28,6 +28,8 @@ _SENTENCE_END = re.compile(r"[.!?:;](?=\s)|\n")
 
 @dataclass
 class Excerpt:
+    """The passage shown for a result, and its lines in the file."""
+
     text: str
     start_line: int  # lines of the original file the excerpt comes from
     end_line: int

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Facet:
+    """A `--tag` / `--category` value and the frontmatter field it reads."""
+
     flag: str  # the CLI flag, for messages ("--tag")
     field: str  # the frontmatter field behind it (config tag_field / category_field)
     value: str

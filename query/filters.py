@@ -46,6 +46,8 @@ class FilterError(ValueError):
 
 @dataclass(frozen=True)
 class Filter:
+    """One metadata condition as the user wrote it: field, operator, value(s)."""
+
     field: str
     op: str = "="
     value: Any = None  # "=" / "!=": one value or a tuple of values (any of them)
@@ -125,6 +127,8 @@ def split_values(raw: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class TypedFilter:
+    """A Filter with its field's schema and its values in the field's column type."""
+
     filter: Filter
     info: FieldInfo
     values: tuple[Any, ...]  # converted to the field's column type

@@ -102,7 +102,6 @@ def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
 
 
 def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> None:
-    from query import shaping
     from query.tiers import tiered_search
 
     # With a tag or category, the query's words must be on the page (query.facets).
@@ -118,10 +117,14 @@ def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> No
         **request.search_options(),
     )
     if request.max_tokens is not None:
+        from query import shaping  # the agent shapes only when asked: not a plain search's
+
         kept = shaping.within_budget([hit for _, hit in response.results], request.max_tokens)
         tiers = [tier for tier, _ in response.results][: len(kept)]
         response.results = list(zip(tiers, kept, strict=True))
     outcome.tiers = response
     outcome.total = response.total
     if request.files:
+        from query import shaping
+
         outcome.files = shaping.by_file([hit for _, hit in response.results], request.limit)

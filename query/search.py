@@ -314,7 +314,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
         lex = lexical_index(index).scores(query)
         return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
     if mode == "hybrid":
-        from query.fusion import best, for_query, hybrid
+        from query.fusion import for_query, hybrid
         from query.fusion_params import params_for
 
         embedding = _embed_meanwhile(index, query, for_query(query, params_for(index)))
@@ -358,7 +358,11 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
         page = None
         if params.page_weight > 0:
             by_file = lexical.page_scores(query, params.page_k1, params.page_b)
-            page = by_file[index.snapshot.chunk_file_ids] if by_file is not None else None
+            if by_file is not None:
+                from query import fusion
+
+                files = index.snapshot.chunk_file_ids
+                page = by_file[files] if fusion._REFERENCE else fusion.PerFile(by_file, files)
         params = for_query(query, params)
         qvec = (
             embedding.result()
@@ -397,7 +401,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                     index, fused.scores, page_length, params.stub_length, params.stub_kind
                 )
                 length = page_length[index.snapshot.chunk_file_ids[rows]]
-                fused = with_stub_prior(fused, length, params, rows)
+                fused = with_stub_prior(fused, length, params, rows, owned=True)
             elif page_length is not None:
                 chunk_length = page_length[index.snapshot.chunk_file_ids]
                 fused = with_stub_prior(fused, chunk_length, params)
@@ -423,15 +427,51 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
 
             chunk_files = index.snapshot.chunk_file_ids
             # return_counts: a plain np.unique imports numpy.ma (~8 ms of a cold search)
-            pool = np.unique(chunk_files[best(fused.scores, NAME_POOL)], return_counts=True)[0]
+            pool = np.unique(chunk_files[_name_pool(fused.scores)], return_counts=True)[0]
             named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
             named[pool[name_files(index.snapshot, query, pool)]] = True
             if named.any():
-                part = np.float32(params.name_weight) * named[chunk_files]
-                scores = scores + part
-                parts = {"name": part.astype(np.float32), **parts, "fused": scores}
+                part, scores = _name_part(index.snapshot, named, scores, params.name_weight)
+                parts = {"name": part, **parts, "fused": scores}
         return scores, {**parts, "_candidates": scores > 0}
     raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
+
+
+def _name_pool(scores: np.ndarray) -> np.ndarray:
+    """The NAME_POOL best sections (`query.fusion.best`)."""
+    from query.vector import top_rows
+
+    return top_rows(scores, NAME_POOL, positive=True)
+
+
+def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
+    """(the name part, scores + it): `weight` on each section of a `named` file. A file's
+    sections are contiguous rows, so they are found by binary search in the file ids, not
+    by a pass over every row (the reference: query.fusion._REFERENCE)."""
+    from query import fusion
+
+    chunk_files = snap.chunk_file_ids
+    if fusion._REFERENCE or not _files_ascend(snap):
+        part = (np.float32(weight) * named[chunk_files]).astype(np.float32)
+        return part, scores + part
+    files = np.flatnonzero(named)
+    begin = np.searchsorted(chunk_files, files, side="left")
+    end = np.searchsorted(chunk_files, files, side="right")
+    spans = zip(begin.tolist(), end.tolist(), strict=True)
+    rows = np.concatenate([np.arange(a, b) for a, b in spans])
+    part = np.zeros(len(chunk_files), dtype=np.float32)
+    part[rows] = np.float32(weight)
+    scores[rows] += part[rows]  # in place: the caller's fused scores are replaced by these
+    return part, scores
+
+
+def _files_ascend(snap) -> bool:
+    """Whether each chunk's file id is >= the previous one's (once per snapshot)."""
+    found = snap.cache.get("chunk_files_ascend")
+    if found is None:
+        files = snap.chunk_file_ids
+        found = snap.cache["chunk_files_ascend"] = bool(np.all(files[1:] >= files[:-1]))
+    return found
 
 
 def _vector_of(index: Reader, query: str):

@@ -23,7 +23,7 @@ Feedback cannot be fused in the shards in one round: RM3 reads the corpus-wide f
 ranking, which needs the corpus-wide maxima and cosine floor first; so its candidates come
 back in a round of their own, as every other corpus-wide number does. Nothing sent either
 way holds a number per chunk: the bytes of a query grow with `fetch` and the query, not with
-the shards (tests/test_shard_fanout.py). Equal scores are merged by (score, global row),
+the shards (tests/test_shard_fanout.py). Equal scores are merged by (score, global row descending),
 the order `query.vector.ranked` gives the one-file index, so the answers are the one-file
 ones bit for bit. A router over shard servers (`MDVDB_SHARD_SERVERS`) searches this way;
 shards in this process's threads, `--mode semantic` and the options this does not cover
@@ -123,7 +123,7 @@ class Staged:
 
     def merge(self, answers: list[dict], k: int, key: str | None = None, extra: str = ""):
         """The k best (global rows, values[, extra]) of the shards' best rows, by score,
-        then global row."""
+        then global row descending (`query.vector.ranked`)."""
         got = [a[key] if key else a for a in answers]
         got = [(i, g) for i, g in enumerate(got) if g is not None and len(g["rows"])]
         if not got:
@@ -131,7 +131,7 @@ class Staged:
             return (empty, np.zeros(0, np.float32)) + ((empty,) if extra else ())
         rows = np.concatenate([self.chunk_ids[i][np.asarray(g["rows"], np.int64)] for i, g in got])
         values = np.concatenate([np.asarray(g["values"]) for i, g in got])
-        order = np.lexsort((rows, -values))[:k]
+        order = np.lexsort((-rows, -values))[:k]
         if extra:
             flags = np.concatenate([np.asarray(a[extra]) for i, a in got])
             return rows[order], values[order], flags[order]
@@ -187,7 +187,7 @@ class Selection:
         if fused is not None:
             self.scores[every] = fused[every]
         self.totals[(id(allowed), float(min_score))] = sum(int(a["count"]) for a in answers)
-        order = np.lexsort((every, -self.scores[every]))[: int(fetch)]
+        order = np.lexsort((-every, -self.scores[every]))[: int(fetch)]
         return every[order].tolist()
 
     def total(self, allowed: np.ndarray | None, min_score: float) -> int:

@@ -8,7 +8,7 @@ the bytes per query do not grow with the shard.
 
 Every array is the one-file expression of `query.search.mode_scores` / `query.fusion`,
 element by element, with the one-file maxima, floors and feedback terms: a row's score has
-the one-file bits. Best rows are ranked by score, then row (`query.vector.ranked`): a
+the one-file bits. Best rows are ranked by score, then row descending (`query.vector.ranked`): a
 shard's rows are in the one-file order (kernel/shards.py), so the router's merge by (score,
 global row) picks the one-file rows even among equal scores.
 """
@@ -37,7 +37,7 @@ def run(part: ShardPart, state: dict[str, Any], step: str, args: dict[str, Any])
 
 
 def _rows(scores: np.ndarray, k: int, positive: bool = True) -> dict[str, np.ndarray]:
-    """The k best rows (local, score then row) and their values."""
+    """The k best rows (local, score then row descending) and their values."""
     rows = best(scores, k) if positive else ranked(scores, k)
     return {"rows": rows.astype(np.int32), "values": scores[rows]}
 

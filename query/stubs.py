@@ -64,10 +64,10 @@ def stub_rows(
     n = len(scores)
     if not n:
         return np.zeros(0, dtype=np.int64)
-    # the best CANDIDATES, equal scores in row order (a sharded search picks the same)
-    from query.vector import ranked
+    # the best CANDIDATES, ties as query.vector.ranked orders them (a sharded search agrees)
+    from query.vector import top_rows
 
-    top = ranked(scores, CANDIDATES)
+    top = top_rows(scores, CANDIDATES)
     top = top[short[top]]
     if not len(top):
         return top

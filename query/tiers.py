@@ -33,6 +33,8 @@ TITLE, CONTENT = "title", "content"
 
 @dataclass
 class TieredResponse:
+    """Title-tier results, then content results, of one query."""
+
     query: str
     mode: str
     results: list[tuple[str, SearchResult]] = field(default_factory=list)

@@ -264,9 +264,13 @@ class DenseScorer:
         self.depth = depth or RESCORE_DEPTH
         self.pages = pages
         self.lists = lists
-        # After an IVF pass: the rows scored exactly (query.fusion reads its pool floor
-        # from them alone); None after a pass that leaves no such guarantee.
+        # After an IVF or int8 pass: the rows scored exactly, every other row at most their
+        # lowest (query.fusion reads its pool floor from them alone); None after a pass
+        # that leaves no such guarantee.
         self.support: np.ndarray | None = None
+        # Set by hybrid fusion, which reads the IVF pass's scores at `support` and at a few
+        # shown rows only: they come back as `Spread` views, not three n-length arrays.
+        self.lazy = False
 
     def scores(
         self,
@@ -411,7 +415,7 @@ class DenseScorer:
             exact_moved = exact_cos + beta * row_dots(exact, direction)
         if ids is not None:
             self.support = picked
-            return _spread(
+            return (_lazy_spread if self.lazy else _spread)(
                 lists.below,
                 ids,
                 picked,
@@ -424,6 +428,8 @@ class DenseScorer:
                 pages is not None,
                 direction is not None,
             )
+        # every other row is capped at the rescored rows' lowest value (each score's own)
+        self.support = picked
         if pages is None:
             cosine = raw = _with_exact(raw, picked, exact_raw)  # in place: approx is ours
         else:
@@ -445,17 +451,69 @@ def _spread(
     `np.partition` of fusion's pool floor 5-10x slower)."""
 
     def full(approx, exact):
-        cap = exact.min() if len(exact) else np.float32(0)
-        out = below + cap
-        out[ids] = np.minimum(approx, cap)
-        out[picked] = exact
-        return out
+        return _filled(below, ids, picked, approx, exact)
 
     cos = full(cosine, exact_cos)
     shown = full(cosine if paged else raw, exact_raw) if paged else cos
     if not moves:
         return shown, cos, cos
     return shown, cos, full(moved, exact_moved)
+
+
+def _filled(below, ids, picked, approx, exact) -> np.ndarray:
+    """One of `_spread`'s arrays."""
+    cap = exact.min() if len(exact) else np.float32(0)
+    out = below + cap
+    out[ids] = np.minimum(approx, cap)
+    out[picked] = exact
+    return out
+
+
+def _lazy_spread(
+    below, ids, picked, raw, cosine, moved, exact_raw, exact_cos, exact_moved, paged, moves
+):
+    """`_spread`'s three arrays as `Spread` views (the same values, built only if asked)."""
+    cos = Spread(below, ids, cosine, picked, exact_cos)
+    shown = Spread(below, ids, cosine if paged else raw, picked, exact_raw) if paged else cos
+    if not moves:
+        return shown, cos, cos
+    return shown, cos, Spread(below, ids, moved, picked, exact_moved)
+
+
+class Spread:
+    """An IVF pass's n-length scores as what makes them (`_spread`): the exact values at the
+    rescored rows (`picked`), the probed rows' estimates capped at the lowest exact value,
+    every other row below that cap by `below`. Read at the rescored rows (`self[picked]`,
+    the very array `DenseScorer.support` holds) it gathers nothing; any other read, or
+    `np.asarray`, builds the whole array once."""
+
+    __array_ufunc__ = None  # no silent arithmetic: callers read rows or ask for the array
+
+    def __init__(self, below, ids, approx, picked, exact):
+        self.below, self.ids, self.approx = below, ids, approx
+        self.picked, self.exact = picked, exact
+        self._full: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int]:
+        return self.below.shape
+
+    def __len__(self) -> int:
+        return len(self.below)
+
+    def full(self) -> np.ndarray:
+        if self._full is None:
+            self._full = _filled(self.below, self.ids, self.picked, self.approx, self.exact)
+        return self._full
+
+    def __getitem__(self, rows):
+        if rows is self.picked:
+            return self.exact.copy()
+        return self.full()[rows]
+
+    def __array__(self, dtype=None, copy=None):
+        full = self.full()
+        return full if dtype is None else full.astype(dtype)
 
 
 def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
@@ -500,19 +558,31 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
             if side is None:
                 side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
         return DenseScorer(matrix, pages=side)
-    from kernel import ivf
-
-    listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
-    small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
-    depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
-    quantise = not (mode == "exact" or n <= depth or small)
-    quantise = quantise and _has_simsimd()  # without its wheel: the exact scans, same results
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
     built = ("page_side", float(rho)) in snap.cache or "int8_rows" in snap.cache
-    if quantise and not built and ("ivf_side", float(rho) if mixed else 0.0) not in snap.cache:
-        seen = snap.cache.get("vector_queries", 0)
-        snap.cache["vector_queries"] = seen + 1
-        quantise = not (mode == "auto" and seen == 0)
+    ivf_key = ("ivf_side", float(rho) if mixed else 0.0)
+    if (
+        mode == "auto"
+        and n >= AUTO_MIN_ROWS
+        and not (built or ivf_key in snap.cache or snap.cache.get("vector_queries", 0))
+    ):
+        # The snapshot's first vector query scans exactly, whatever the index holds (below):
+        # decided without reading the IVF meta or loading simsimd, which a one-shot `mdvdb
+        # search` would import for nothing (~2 ms).
+        snap.cache["vector_queries"] = 1
+        quantise = listed = False
+    else:
+        from kernel import ivf
+
+        listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
+        small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
+        depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
+        quantise = not (mode == "exact" or n <= depth or small)
+        quantise = quantise and _has_simsimd()  # without its wheel: the exact scans
+        if quantise and not built and ivf_key not in snap.cache:
+            seen = snap.cache.get("vector_queries", 0)
+            snap.cache["vector_queries"] = seen + 1
+            quantise = not (mode == "auto" and seen == 0)
     lists = _ivf_lists(snap, n, matrix.shape[1]) if quantise and listed else None
     if quantise and lists is not None:
         # The IVF lists' int8 copy (of the mixed vectors, in list order) takes the place
@@ -561,25 +631,124 @@ def _has_simsimd() -> bool:
 
 
 def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
-    """Indices of the k best scores, best first; rows where mask is False are skipped (only
-    the candidates are partitioned: no n-length copy with the rest set to -inf)."""
-    rows = None
-    if mask is not None:
-        rows = np.flatnonzero(mask)
-        scores = scores[rows]
+    """Indices of the k best finite scores, best first, equal scores in row order (`ranked`'s
+    order); rows where mask is False are skipped (`top_rows`: no partition of n rows)."""
+    return top_rows(scores, k, mask)
+
+
+# `top_rows` guesses its cut from a strided sample of this many rows per row wanted (at least
+# SAMPLE_MIN): one comparison pass over n rows then finds the few above it, instead of a
+# partition of all n (7-10x dearer at 1M rows).
+SAMPLE_PER_ROW = 32
+SAMPLE_MIN = 2048
+# Below this many rows (or when k is this large a share of them) the plain partition answers.
+SAMPLED_MIN_ROWS = 32_768
+# Set by tests: every call takes the plain path (the reference the sampled one must match).
+REFERENCE = False
+
+
+def top_rows(
+    scores: np.ndarray,
+    k: int,
+    mask: np.ndarray | None = None,
+    positive: bool = False,
+) -> np.ndarray:
+    """The k best rows of `scores`, best first, equal scores by descending row: rows where
+    `mask` is False, non-finite scores and (`positive`) scores <= 0 never count.
+
+    The k-th best value v splits the answer: every row above v, then the highest rows equal
+    to v. A cut t from a sample of the scores finds them without a partition of n rows: when at
+    least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
+    those few are ranked. Otherwise (a sample that missed, a mask that leaves few rows, few
+    positive scores) the allowed rows are all ranked: the same answer either way, and
+    `ranked`'s (equal scores by descending row, as a sharded search merges them)."""
     n = scores.shape[0]
-    if n == 0 or k <= 0:
+    if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
-    order = ranked(scores, k)
-    order = order[np.isfinite(scores[order])]
-    return order if rows is None else rows[order]
+    found = None
+    if not REFERENCE and n >= SAMPLED_MIN_ROWS and k * SAMPLE_PER_ROW * 4 <= n:
+        size = max(SAMPLE_MIN, k * SAMPLE_PER_ROW)
+        sample = scores[:: max(1, n // size)]
+        # the sample's k-th best is about the (n / size * k)-th best of all: a cut a few
+        # hundred rows deep for a top 10 at 1M rows
+        cut = np.partition(sample, len(sample) - k)[len(sample) - k]
+        if np.isfinite(cut):
+            if positive and not cut > 0:
+                # every positive row: the whole answer, however few
+                found = _allowed(np.flatnonzero(scores > 0), scores, mask)
+            else:
+                for strict in (True, False):  # (rows above the cut are fewer when many tie)
+                    rows = np.flatnonzero(scores > cut if strict else scores >= cut)
+                    rows, values = _allowed(rows, scores, mask)
+                    if len(rows) >= k:
+                        found = rows, values
+                        break
+    if found is None:
+        rows = np.flatnonzero(mask) if mask is not None else None
+        values = scores if rows is None else scores[rows]
+        keep = np.isfinite(values)
+        if positive:
+            keep &= values > 0
+        if not keep.all():
+            picked = np.flatnonzero(keep)
+            rows = picked if rows is None else rows[picked]
+            values = values[picked]
+        elif rows is None:
+            rows = np.arange(n)
+        found = rows, values
+    return _ranked(found[0], found[1], k)[0]
+
+
+def _allowed(rows: np.ndarray, scores: np.ndarray, mask: np.ndarray | None):
+    """(rows, their scores) kept where `mask` allows and the score is finite."""
+    if mask is not None:
+        rows = rows[mask[rows]]
+    values = scores[rows]
+    finite = np.isfinite(values)
+    if not finite.all():
+        rows, values = rows[finite], values[finite]
+    return rows, values
+
+
+def ranked_rows(rows: np.ndarray, values: np.ndarray, k: int) -> tuple[np.ndarray, bool]:
+    """The k best of `rows` (ascending) by `values` (finite), best first, ties by row
+    descending; and
+    whether equal values decided it (`top_rows`' `ties`)."""
+    return _ranked(rows, values, k, True)
+
+
+def _ranked(
+    rows: np.ndarray, values: np.ndarray, k: int, ordered: bool = True
+) -> tuple[np.ndarray, bool]:
+    """The k best of (rows ascending, their finite values), best first, ties by row
+    descending; and
+    whether a tie decided it (a row left out equal to a chosen one, or, `ordered`, two
+    chosen ones equal)."""
+    m = len(rows)
+    tied = False
+    if m > k:
+        v = np.partition(values, m - k)[m - k]  # the k-th best value
+        above = values > v
+        level = np.flatnonzero(values == v)
+        need = k - int(np.count_nonzero(above))
+        tied = len(level) > need
+        chosen = np.sort(np.r_[np.flatnonzero(above), level[len(level) - need :]])
+        rows, values = rows[chosen], values[chosen]
+    order = np.lexsort((-rows, -values))
+    if ordered and not tied and len(order) > 1:
+        ranked = values[order]
+        tied = bool(np.any(ranked[1:] == ranked[:-1]))
+    return rows[order].astype(np.int64, copy=False), tied
 
 
 def ranked(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k best scores, best first, equal scores in position order: the
-    same rows whichever way the array was split, so the best of each shard, merged by
-    (score, then row), are the one-file best bit for bit (query.shard_query). A partial
-    sort alone picks among rows tied with the k-th score as it pleases."""
+    """Positions of the k best scores, best first, equal scores the later position first:
+    the same rows whichever way the array was split, so the best of each shard, merged by
+    (score, then row descending), are the one-file best bit for bit (query.shard_query). A
+    partial sort alone picks among rows tied with the k-th score as it pleases. Which way
+    ties go is a ranking choice: equal scores are mostly identical copies of a section, and
+    which copy is shown moved Ray docs QA by 0.015 nDCG@10 (docs/search-quality.md, "Tie
+    order")."""
     n = scores.shape[0]
     k = min(k, n)
     if k <= 0:
@@ -590,7 +759,7 @@ def ranked(scores: np.ndarray, k: int) -> np.ndarray:
         equal = scores == kth
         if np.count_nonzero(equal) > np.count_nonzero(scores[part] == kth):  # ties left out
             part = np.concatenate([part[scores[part] > kth], np.flatnonzero(equal)])
-    return part[np.lexsort((part, -scores[part]))][:k]
+    return part[np.lexsort((-part, -scores[part]))][:k]
 
 
 def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -634,7 +803,12 @@ def multi_section_pages(
     first, count, offsets, chunks, rows = page_layout(files)
     if not len(first):
         return None
-    sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
+    if isinstance(vectors, np.ndarray) and vectors.dtype == np.float32:
+        # A page's sections are contiguous rows: summed where they lie in the map, the same
+        # additions as over a gathered copy of them (which cost a cold search ~1 ms).
+        sums = page_sums(vectors, first, count)
+    else:
+        sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
     norms = np.linalg.norm(sums, axis=1, keepdims=True)
     return first, chunks, rows, sums / np.maximum(norms, np.float32(1e-12))
 

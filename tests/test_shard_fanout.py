@@ -300,9 +300,9 @@ def test_rounds_answer_as_one_file_and_survive_a_lost_session(generated, monkeyp
 
 
 def test_ranked_breaks_ties_by_row_so_a_merge_of_shards_is_the_whole() -> None:
-    """`query.vector.ranked`: the k best by score, then row; each shard's own best (its rows
-    in the one-file order), merged by (score, global row), are the whole array's best, with
-    many equal scores (near copies) at and around the k-th."""
+    """`query.vector.ranked`: the k best by score, then row descending; each shard's own best
+    (its rows in the one-file order), merged by (score, global row descending), are the whole
+    array's best, with many equal scores (near copies) at and around the k-th."""
     import numpy as np
 
     from query.vector import ranked
@@ -313,10 +313,10 @@ def test_ranked_breaks_ties_by_row_so_a_merge_of_shards_is_the_whole() -> None:
         k = int(rng.integers(1, 150))
         scores = rng.integers(0, 6, n).astype(np.float32)
         whole = ranked(scores, k)
-        assert np.array_equal(whole, np.lexsort((np.arange(n), -scores))[:k])
+        assert np.array_equal(whole, np.lexsort((-np.arange(n), -scores))[:k])
         owner = rng.integers(0, 3, n)
         rows = np.concatenate(
             [np.flatnonzero(owner == s)[ranked(scores[owner == s], k)] for s in range(3)]
         )
-        merged = rows[np.lexsort((rows, -scores[rows]))][:k]
+        merged = rows[np.lexsort((-rows, -scores[rows]))][:k]
         assert np.array_equal(merged, whole)

@@ -1,0 +1,189 @@
+"""Hybrid search over candidates (query/fusion.py, query/vector.py top_rows): the sampled top-k,
+the first fusion's feedback chunks from the rescored and best BM25F rows, the sparse semantic
+part, the per-file page part, the stub and name parts on their rows only. Each must give
+the n-length reference path's answer bit for bit (`fusion._REFERENCE`, `vector.REFERENCE`)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.generate import generate
+from kernel.config import load_config
+from query import fusion, open_index, vector
+from query.filters import parse_filter
+from query.search import mode_scores, search
+from query.tiers import tiered_search
+from tests.conftest import run_cli
+
+QUERIES = [
+    "compress a tar archive",
+    "git rebase onto a remote branch",
+    "bake bread with a sourdough starter",
+    "database transaction and index",
+    "firewall port latency",
+    "python package import test",
+    "garden compost and mulch",
+    "invoice tax audit",
+    "unpack a zip bundle",
+    "merge history diff",
+    "git",
+    "zzzz qqqq",  # no term in the index: dense side only
+]
+
+
+def _reference_top(scores, k, mask=None, positive=False):
+    """The plain definition: every allowed finite row sorted by (-score, -row)."""
+    rows = np.arange(len(scores)) if mask is None else np.flatnonzero(mask)
+    values = scores[rows]
+    keep = np.isfinite(values) & ((values > 0) if positive else True)
+    rows, values = rows[keep], values[keep]
+    return rows[np.lexsort((-rows, -values))][:k]
+
+
+@pytest.mark.parametrize("n", [1_000, 40_000, 150_000])
+def test_top_rows_is_the_sorted_answer_with_ties_masks_and_odd_values(n: int):
+    rng = np.random.default_rng(n)
+    for case in range(12):
+        # few distinct values: ties at every cut, as BM25F of one term has them
+        scores = rng.integers(0, 1 + case * 3, n).astype(np.float32)
+        if case % 3 == 1:
+            scores = rng.random(n, dtype=np.float32) * (rng.random(n) < 0.05)
+        if case % 4 == 2:
+            scores[rng.integers(0, n, 20)] = np.nan
+            scores[rng.integers(0, n, 5)] = np.inf
+            scores[rng.integers(0, n, 5)] = -np.inf
+        mask = None if case % 2 else rng.random(n) < (0.9 if case % 4 else 0.001)
+        for k in (1, 3, 10, 128, 1000):
+            for positive in (False, True):
+                got = vector.top_rows(scores, k, mask, positive)
+                want = _reference_top(scores, k, mask, positive)
+                assert got.tolist() == want.tolist(), (case, k, positive)
+
+
+def test_sampled_path_is_taken_at_scale(monkeypatch):
+    """The sampled cut really answers at 150k rows (the partition of n rows is not run)."""
+    scores = np.random.default_rng(1).random(150_000, dtype=np.float32)
+    calls = []
+    real = np.partition
+    monkeypatch.setattr(np, "partition", lambda a, kth, **kw: calls.append(len(a)) or real(a, kth))
+    assert vector.top_rows(scores, 10).tolist() == _reference_top(scores, 10).tolist()
+    assert calls and max(calls) < 20_000
+
+
+FORCE = {"MDVDB_IVF_MIN_CHUNKS": "100"}
+
+
+@pytest.fixture(scope="module")
+def _built(tmp_path_factory) -> Path:
+    # ~2,400 chunks: the rescored rows (101 + 4 x 101 moved) are a fifth of them
+    root = generate(tmp_path_factory.mktemp("cand") / "gen", 800)
+    result = run_cli("ingest", "-q", cwd=root, env=FORCE)
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+@pytest.fixture
+def built(_built: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(_built, tmp_path / "gen", symlinks=True))
+
+
+@pytest.fixture
+def small_scale(monkeypatch):
+    """The sizes of a large index on a small one: sampled top-k, rescored sets smaller
+    than the index, a short lexical candidate list (so the bound and its fallback run)."""
+    monkeypatch.setattr(vector, "SAMPLED_MIN_ROWS", 64)
+    monkeypatch.setattr(vector, "SAMPLE_MIN", 16)
+    monkeypatch.setattr(vector, "SAMPLE_PER_ROW", 2)
+    monkeypatch.setattr(vector, "IVF_MIN_PROBE_ROWS", 0)
+    monkeypatch.setattr(vector, "IVF_PROBE_SHARE", 0.3)
+    monkeypatch.setattr(vector, "IVF_RESCORE_DEPTH", 101)
+    monkeypatch.setattr(vector, "RESCORE_DEPTH", 101)
+    monkeypatch.setattr(fusion, "LEXICAL_EXACT", 40)
+    monkeypatch.setattr(fusion, "BLOCK", 500)  # several blocks in `_blended`
+    monkeypatch.setattr(fusion, "FIRST_LEXICAL", 12)
+
+
+def _index(root: Path, first_pass: str):
+    index = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": first_pass}))
+    for query in QUERIES[:2]:  # a long-lived reader: int8 / IVF copies built, weights cached
+        index.search(query, mode="hybrid")
+    return index
+
+
+def _answers(index, reference: bool, monkeypatch) -> list:
+    monkeypatch.setattr(fusion, "_REFERENCE", reference)
+    monkeypatch.setattr(vector, "REFERENCE", reference)
+    index.snapshot.cache.pop("last_scores", None)
+    out = []
+    n = index.snapshot.vectors.shape[0]
+    every_third = np.arange(n) % 3 == 0
+    for query in QUERIES:
+        scores, parts = mode_scores(index, query, "hybrid")
+        arrays = {
+            name: np.asarray(value).tobytes()
+            for name, value in parts.items()
+            if not isinstance(value, float)
+        }
+        out.append((query, scores.tobytes(), arrays))
+        for options in (
+            {"mode": "hybrid", "explain": True, "limit": 10},
+            {"mode": "hybrid", "limit": 5, "filters": [parse_filter("tags=git,python")]},
+            {"mode": "hybrid", "limit": 7, "mask": every_third, "per_file": 1},
+            {"mode": "lexical", "limit": 10},
+            {"mode": "semantic", "limit": 10},
+        ):
+            response = search(index, query, **options)
+            hits = [(h.chunk_id, h.score, h.explain) for h in response.results]
+            out.append((query, str(options), hits, response.total))
+        tiered = tiered_search(index, query, limit=10, explain=True)
+        out.append((query, [(k, h.chunk_id, h.score) for k, h in tiered.results], tiered.total))
+    return out
+
+
+@pytest.mark.parametrize("first_pass", ["exact", "int8", "ivf"])
+def test_candidate_path_answers_as_the_n_length_reference(
+    built: Path, first_pass: str, small_scale, monkeypatch
+):
+    """Scores, every explain part, rankings, totals: the same bits with and without the
+    candidate path, for each first pass, with filters, masks, tiers and other modes."""
+    want = _answers(_index(built, first_pass), True, monkeypatch)
+    fast = _index(built, first_pass)
+    blended = []
+    real = fusion._blended
+    monkeypatch.setattr(fusion, "_blended", lambda *a: blended.append(real(*a)) or blended[-1])
+    got = _answers(fast, False, monkeypatch)
+    # the block-wise fusion answered (it needs the rescored rows: not after the exact scan)
+    assert any(f is not None for f in blended) == (first_pass != "exact")
+    if first_pass != "exact":  # the candidates are a part of the rows, not all of them
+        scorer = vector.dense_scorer(fast, None)
+        scorer.mixed(fast.snapshot.vectors[0], fast.snapshot.vectors[1], 1.0, keep=101)
+        assert scorer.support is not None and len(scorer.support) < 0.5 * len(scorer.matrix)
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert a == b, a[0]
+
+
+def test_first_fusion_bound_falls_back_when_it_cannot_prove(built: Path, small_scale, monkeypatch):
+    """With a lexical candidate list of 1 and a small dense weight the bound rarely holds:
+    the fallback (all n rows) answers, still the reference's bits; and a list long enough
+    proves it without one."""
+    calls = {"proved": 0, "fell": 0}
+    real = fusion._first_best
+
+    def counting(*args, **kwargs):
+        found = real(*args, **kwargs)
+        calls["proved" if found is not None else "fell"] += 1
+        return found
+
+    monkeypatch.setattr(fusion, "_first_best", counting)
+    for depth in (1, 200):
+        monkeypatch.setattr(fusion, "FIRST_LEXICAL", depth)
+        with fusion.overridden(dense_weight=0.05):
+            want = _answers(_index(built, "int8"), True, monkeypatch)
+            got = _answers(_index(built, "int8"), False, monkeypatch)
+        assert got == want
+    assert calls["proved"] and calls["fell"]
