@@ -157,7 +157,8 @@ SAME_WORKER = {"tests/test_agents_mcp.py": "mcp", "tests/test_project_files.py":
 # finished 13 s after the other. A file not listed counts as DEFAULT_FILE_CPU; the figures
 # only order the queue (a stale one costs balance, never a result).
 FILE_CPU = {
-    "tests/test_parse_retry.py": 9.6,  # two cases of ~10 `mdvdb` processes each
+    "tests/test_parse_retry.py": 11.8,  # two cases of ~10 `mdvdb` processes each
+    "tests/test_hybrid_candidates.py": 8.6,
     "tests/test_cli_hygiene.py": 9.1,
     "tests/test_security_outside.py": 6.8,
     "tests/test_arrow_lite.py": 6.6,
