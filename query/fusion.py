@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from query.vector import DenseScorer, top_rows
+from query.vector import DenseScorer, top_rows, union_rows
 
 
 @dataclass(frozen=True)
@@ -545,7 +545,7 @@ def _first_best(
     if float(held.max()) <= _nth_best(held, params.pool):
         return None  # every best row ties: other rows may score on the dense side too
     w = np.float32(params.dense_weight)
-    rows = np.union1d(support, top)
+    rows = union_rows(support, top)
     most = float(bm25[top[0]]) if len(top) else 0.0  # = bm25.max(): `top` is best first
     lex = np.zeros(len(rows), dtype=np.float32)
     bound = np.float32(0)

@@ -26,7 +26,7 @@ import numpy as np
 from kernel import index_format
 from query import shard_stages
 from query.lexical import LexicalIndex
-from query.vector import best_rows, multi_section_pages, page_vectors_of, row_dots
+from query.vector import best_rows, multi_section_pages, page_vectors_of, row_dots, union_rows
 
 # The calls a remote shard answers (query.shard_wire refuses anything else).
 CALLS = frozenset(
@@ -342,7 +342,7 @@ def _dense_answer(raw, cosine, moved, top: int) -> dict[str, Any]:
         return {"raw": raw, "cosine": cosine, "moved": moved}
     rows = best_rows(cosine, top)
     if moved is not cosine:
-        rows = np.union1d(rows, best_rows(moved, top))
+        rows = union_rows(rows, best_rows(moved, top))
     fills = [float(np.partition(a, n - top)[n - top]) for a in (cosine, moved)]
     return {
         "rows": rows.astype(np.int32),

@@ -208,7 +208,7 @@ class IvfSide:
         picked = _nearest_lists(near[:, 0], self.offsets, wanted)
         if vectors.shape[0] > 1:
             moved = near[:, 0] + np.float32(beta) * near[:, 1]
-            picked = np.union1d(picked, _nearest_lists(moved, self.offsets, wanted))
+            picked = union_rows(picked, _nearest_lists(moved, self.offsets, wanted))
         # Adjacent lists are one run of the list-ordered copy: each run is scored where it
         # lies (no gather of the probed rows).
         picked = np.sort(picked)
@@ -393,7 +393,7 @@ class DenseScorer:
         m = len(cosine)
         picked = best_rows(cosine, min(depth, m))
         if direction is not None:
-            picked = np.union1d(picked, best_rows(moved, min(moved_depth, m)))
+            picked = union_rows(picked, best_rows(moved, min(moved_depth, m)))
         if ids is not None:  # local positions -> chunk ids, plus the rows asked for
             local = picked
             picked = ids[local]
@@ -739,6 +739,20 @@ def _ranked(
         ranked = values[order]
         tied = bool(np.any(ranked[1:] == ranked[:-1]))
     return rows[order].astype(np.int64, copy=False), tied
+
+
+def union_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`np.union1d(a, b)` (sorted distinct rows), by one sort of both: NumPy 2's union1d
+    goes through a hashed `unique` that cost ~1.2 ms for 1,000 + 8,000 rows, twice a hybrid
+    query (a sort and a neighbour compare: ~0.07 ms)."""
+    rows = np.concatenate((a, b))
+    if len(rows) < 2:
+        return rows
+    rows.sort()
+    keep = np.empty(len(rows), dtype=bool)
+    keep[0] = True
+    np.not_equal(rows[1:], rows[:-1], out=keep[1:])
+    return rows[keep]
 
 
 def ranked(scores: np.ndarray, k: int) -> np.ndarray:

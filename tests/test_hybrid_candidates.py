@@ -187,3 +187,21 @@ def test_first_fusion_bound_falls_back_when_it_cannot_prove(built: Path, small_s
             got = _answers(_index(built, "int8"), False, monkeypatch)
         assert got == want
     assert calls["proved"] and calls["fell"]
+
+
+def test_union_rows_is_union1d() -> None:
+    """`query.vector.union_rows`, the rescored rows of both directions, is np.union1d's
+    answer (sorted distinct rows, its dtype) for overlapping, disjoint, empty and mixed-width
+    inputs."""
+    from query.vector import union_rows
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 5_000))
+        a = rng.choice(n, int(rng.integers(0, n + 1)), replace=False).astype(np.int64)
+        b = rng.integers(0, n, int(rng.integers(0, 2 * n))).astype(
+            np.int32 if rng.random() < 0.5 else np.int64
+        )
+        want = np.union1d(a, b)
+        got = union_rows(a, b)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
