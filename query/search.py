@@ -364,19 +364,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
                 files = index.snapshot.chunk_file_ids
                 page = by_file[files] if fusion._REFERENCE else fusion.PerFile(by_file, files)
         params = for_query(query, params)
-        qvec = (
-            embedding.result()
-            if embedding
-            else query_vector(
-                index,
-                query,
-                params.query_vector,
-                params.query_idf_floor,
-                params.query_idf_from,
-                params.query_sif_a,
-                params.query_common,
-            )
-        )
+        qvec = embedding.result() if embedding else _vector_of(index, query)(params)
         pages = page_vectors(index) if params.page_dense_weight > 0 else None
         dense = dense_scorer(index, pages, params.page_dense_weight)
         fused, cosine = hybrid(

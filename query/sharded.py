@@ -690,15 +690,18 @@ class ShardedLexical:
     # -- global statistics ----------------------------------------------------------------
     def document_frequency(self, hashes: np.ndarray) -> np.ndarray:
         """Chunks holding each term, summed over the shards."""
-        hashes = np.asarray(hashes, dtype=np.uint64)
-        cache = self.df_cache
-        keys = hashes.tolist()
+        return self._summed("df", self.df_cache, hashes)
+
+    def _summed(self, call: str, cache: dict, hashes: np.ndarray) -> np.ndarray:
+        """Each term's count summed over the shards' `call` answers, kept in `cache` for
+        the generation; only the terms not known yet are asked for."""
+        keys = np.asarray(hashes, dtype=np.uint64).tolist()
         # what is known now (another thread may start the cache over meanwhile)
         known = {h: found for h in keys if (found := cache.get(h)) is not None}
         missing = np.asarray(sorted(set(keys).difference(known)), dtype=np.uint64)
         if len(missing):
             df = np.zeros(len(missing), dtype=np.int64)
-            for counts in fan_out(lambda part: part.call("df", missing), self.parts):
+            for counts in fan_out(lambda part: part.call(call, missing), self.parts):
                 df += counts
             fetched = dict(zip(missing.tolist(), df.tolist(), strict=True))
             known.update(fetched)
@@ -716,21 +719,7 @@ class ShardedLexical:
     def page_document_frequency(self, hashes: np.ndarray) -> np.ndarray:
         """Files holding each term, summed over the shards (a file lives in one shard);
         kept for the generation as `document_frequency` keeps the chunk counts."""
-        hashes = np.asarray(hashes, dtype=np.uint64)
-        cache = self.page_df_cache
-        keys = hashes.tolist()
-        known = {h: found for h in keys if (found := cache.get(h)) is not None}
-        missing = np.asarray(sorted(set(keys).difference(known)), dtype=np.uint64)
-        if len(missing):
-            df = np.zeros(len(missing), dtype=np.int64)
-            for counts in fan_out(lambda part: part.call("page_df", missing), self.parts):
-                df += counts
-            fetched = dict(zip(missing.tolist(), df.tolist(), strict=True))
-            known.update(fetched)
-            if len(cache) > DF_CACHE:
-                cache.clear()
-            cache.update(fetched)
-        return np.asarray([known[h] for h in keys], dtype=np.int64)
+        return self._summed("page_df", self.page_df_cache, hashes)
 
     def term_page_idf(self, hashes: np.ndarray) -> np.ndarray:
         """Page-level idf: df counts the files holding the term, over every shard."""

@@ -18,21 +18,10 @@ from query.filters import parse_filter
 from query.search import mode_scores, search
 from query.tiers import tiered_search
 from tests.conftest import run_cli
+from tests.test_ivf import QUERIES as IVF_QUERIES
 
-QUERIES = [
-    "compress a tar archive",
-    "git rebase onto a remote branch",
-    "bake bread with a sourdough starter",
-    "database transaction and index",
-    "firewall port latency",
-    "python package import test",
-    "garden compost and mulch",
-    "invoice tax audit",
-    "unpack a zip bundle",
-    "merge history diff",
-    "git",
-    "zzzz qqqq",  # no term in the index: dense side only
-]
+# the IVF tests' queries over the generated corpus, a one-word query and one no term matches
+QUERIES = [*IVF_QUERIES, "git", "zzzz qqqq"]  # the last: dense side only
 
 
 def _reference_top(scores, k, mask=None, positive=False):

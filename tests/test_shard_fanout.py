@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
+from tests.test_shards import _shard_server
 
 FILES = 1_500  # ~4,500 chunks: four shards of more than RESCORE_DEPTH (1,000) rows
 SHARDED = {"MDVDB_SHARDS": "4"}
@@ -138,19 +137,6 @@ def test_each_shard_runs_the_int8_first_pass(generated) -> None:
                 for part in snap.parts
             ]
             assert held == [built] * len(snap.parts), (first_pass, held)
-
-
-def _shard_server(root: Path, which: str):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mdvdb", "serve", "--shards", which, "--root", str(root)],
-        env={**os.environ, **SHARDED},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    assert line.startswith("serve: shards"), line + proc.stderr.read()
-    return proc, line.split()[-1]
 
 
 @pytest.mark.slow
