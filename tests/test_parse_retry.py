@@ -45,11 +45,16 @@ def fail_the_parse_of(root: Path, original: bytes) -> None:
     (root / ".markdownvdb.index").unlink()
 
 
-@pytest.mark.parametrize("fix", ["rewritten", "deleted and added again"])
-def test_a_file_skipped_by_parse_is_indexed_once_it_reads_again(notes: Path, fix: str):
-    root = notes
+# Both fixes reach the same path (discover sees a new stat, hashes the content it had hashed
+# in the failing run, and parse must still run): the second is `slow` (CI runs it).
+@pytest.mark.parametrize(
+    "fix", ["rewritten", pytest.param("deleted and added again", marks=pytest.mark.slow)]
+)
+def test_a_file_skipped_by_parse_is_indexed_once_it_reads_again(indexed_notes: Path, fix: str):
+    """`indexed_notes`: the first build is not the subject here (one ingest per run, copied);
+    every command after it is the real CLI."""
+    root = indexed_notes
     original = (root / TARGET).read_bytes()
-    ok("ingest", "--root", str(root))
     files = indexed(root)["files"]
 
     fail_the_parse_of(root, original)
@@ -78,4 +83,4 @@ def test_a_file_skipped_by_parse_is_indexed_once_it_reads_again(notes: Path, fix
 
     # And a run after that has nothing to do.
     again = ok("ingest", "--root", str(root), "--json")
-    assert indexed(root)["files"] == files, again
+    assert again["unchanged"] == files and not again["published"], again
