@@ -151,47 +151,51 @@ SAME_WORKER = {"tests/test_agents_mcp.py": "mcp", "tests/test_project_files.py":
 
 
 # What the inner loop's files cost (CPU-s: their tests' own and their subprocesses', as the
-# end-of-run list gives them; 2026-12-01, load ~7). Under xdist the files are handed out
-# costliest first, so that the cheap ones fill the end of both workers' queues: handed out by
+# end-of-run list gives them; 2026-12-01 12:40 UTC, load ~10). Under xdist the files are handed
+# out costliest first, so that the cheap ones fill the end of both workers' queues: handed out by
 # number of tests (xdist's default), a 5 CPU-s file of one test came last and one worker
 # finished 13 s after the other. A file not listed counts as DEFAULT_FILE_CPU; the figures
 # only order the queue (a stale one costs balance, never a result).
 FILE_CPU = {
-    "tests/test_parse_retry.py": 11.8,  # two cases of ~10 `mdvdb` processes each
-    "tests/test_hybrid_candidates.py": 8.6,
-    "tests/test_cli_hygiene.py": 9.1,
-    "tests/test_security_outside.py": 6.8,
-    "tests/test_arrow_lite.py": 6.6,
-    "tests/test_ivf.py": 6.0,
-    "tests/test_agents_mcp.py": 5.9,
-    "tests/test_metadata.py": 5.5,
-    "tests/test_grep.py": 5.4,
-    "tests/test_incremental_pack.py": 5.0,
-    "tests/test_project_files.py": 4.9,
-    "tests/test_hostile_files.py": 4.8,
-    "tests/test_writer_lock.py": 4.2,
-    "tests/test_agents_search.py": 4.2,
-    "tests/test_minilm.py": 3.8,
-    "tests/test_warm_queries.py": 3.7,
-    "tests/test_small_kmeans.py": 3.7,
-    "tests/test_state_handover.py": 3.2,
-    "tests/test_layers.py": 3.1,
-    "tests/test_encoder_onnx.py": 2.9,
-    "tests/test_results_diversity.py": 2.9,
-    "tests/test_lexical.py": 2.8,
-    "tests/test_clusters.py": 2.7,
-    "tests/test_cli.py": 2.7,
-    "tests/test_cli_ingest_fast.py": 2.4,
-    "tests/test_library.py": 2.3,
-    "tests/test_edit_delta.py": 2.0,
-    "tests/test_cli_search_fast.py": 1.9,
-    "tests/test_ingest.py": 1.8,
-    "tests/test_cold_start.py": 1.7,
-    "tests/test_grep_options.py": 1.6,
+    "tests/test_hybrid_candidates.py": 9.2,  # an 800-page index built in the worker
+    "tests/test_grep.py": 7.0,
+    "tests/test_cli_hygiene.py": 6.9,
+    "tests/test_agents_mcp.py": 6.4,
+    "tests/test_minilm.py": 6.0,
+    "tests/test_security_outside.py": 5.6,
+    "tests/test_parse_retry.py": 5.5,  # ~8 `mdvdb` processes
+    "tests/test_arrow_lite.py": 5.5,
+    "tests/test_project_files.py": 5.1,
+    "tests/test_metadata.py": 5.1,
+    "tests/test_warm_queries.py": 4.7,
+    "tests/test_cold_start.py": 4.6,
+    "tests/test_hostile_files.py": 4.4,
+    "tests/test_ivf.py": 4.3,
+    "tests/test_duplicate_groups.py": 4.1,
+    "tests/test_incremental_pack.py": 4.1,
+    "tests/test_writer_lock.py": 3.9,
+    "tests/test_small_kmeans.py": 3.8,
+    "tests/test_agents_search.py": 3.3,
+    "tests/test_grep_options.py": 3.2,
+    "tests/test_encoder_onnx.py": 3.1,
+    "tests/test_cli_search_fast.py": 3.0,
+    "tests/test_library.py": 2.9,
+    "tests/test_lexical.py": 2.9,
+    "tests/test_cli_ingest_fast.py": 2.9,
+    "tests/test_layers.py": 2.9,
+    "tests/test_cli.py": 2.8,
+    "tests/test_state_handover.py": 2.7,
+    "tests/test_results_diversity.py": 2.2,
+    "tests/test_edit_delta.py": 2.1,
+    "tests/test_ingest.py": 1.9,
     "tests/test_parallel_ingest.py": 1.5,
+    "tests/test_providers_cli.py": 1.4,
     "tests/test_index_damage.py": 1.3,
-    "tests/test_touched_files.py": 1.3,
-    "tests/test_ranking.py": 1.1,
+    "tests/test_cluster_counts.py": 1.3,
+    "tests/test_ranking.py": 1.2,
+    "tests/test_offline.py": 1.0,
+    "tests/test_discover_safety.py": 1.0,
+    "tests/test_stub_records.py": 1.0,
 }
 DEFAULT_FILE_CPU = 0.5
 

