@@ -259,8 +259,10 @@ def _title_byte(data: bytearray, layouts) -> None:
 
 @pytest.mark.parametrize("change", [_text_offsets, _schema_byte, _footer_byte, _title_byte])
 def test_a_damaged_index_is_one_line_on_the_lite_path(project, tmp_path, change):
+    """Every damage through the lite reader (the command's default); the pyarrow reader, whose
+    checks tests/test_index_damage.py flips and cuts in-process, on the first one only."""
     work = _damage(project, tmp_path, change)
-    for env in (ENV, ARROW):
+    for env in (ENV, ARROW) if change is _text_offsets else (ENV,):
         found = run_cli("search", "tar", "--root", str(work), env=env)
         assert "Traceback" not in found.stderr, found.stderr
         if change is _title_byte and found.returncode == 0:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
 
 ENV = {"MDVDB_WORKERS": "1"}
 
@@ -45,12 +45,10 @@ sys.exit(main())
 
 
 def _generate(dest: Path, files: int) -> Path:
-    subprocess.run(
-        [sys.executable, str(REPO / "bench" / "generate.py"), "--files", str(files), str(dest)],
-        check=True,
-        capture_output=True,
-    )
-    return dest
+    """`bench/generate.py DEST --files N`, in this process (the corpus is not the subject)."""
+    from bench.generate import generate
+
+    return generate(dest, files)
 
 
 def _ingest(folder: Path, *extra: str) -> dict:
