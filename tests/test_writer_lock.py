@@ -16,14 +16,15 @@ import pytest
 from pipeline.tasks import STAGES
 from tests.conftest import REPO, run_cli
 
+# Holds the lock for argv[2] seconds, or until a line arrives on its stdin (`_release`).
 HOLDER = """
-import sys, time
+import select, sys
 from pathlib import Path
 from pipeline.lock import WriterLock
 lock = WriterLock(Path(sys.argv[1]), command="test-holder")
 lock.acquire()
 print("held", flush=True)
-time.sleep(float(sys.argv[2]))
+select.select([sys.stdin], [], [], float(sys.argv[2]))
 lock.release()
 """
 
@@ -32,11 +33,18 @@ def _hold(state: Path, seconds: float) -> subprocess.Popen:
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(state), str(seconds)],
         cwd=REPO,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert proc.stdout.readline().strip() == "held"
     return proc
+
+
+def _release(holder: subprocess.Popen) -> None:
+    """The holder lets go now (a normal release, not a death)."""
+    holder.stdin.write("\n")
+    holder.stdin.flush()
 
 
 def test_no_wait_exits_1_naming_the_holder(notes: Path):
@@ -55,11 +63,34 @@ def test_no_wait_exits_1_naming_the_holder(notes: Path):
 
 
 def test_second_writer_waits_then_runs(notes: Path):
-    holder = _hold(notes / ".markdownvdb.state", 3)
-    result = run_cli("ingest", "--root", str(notes))
-    holder.wait(timeout=30)
-    assert result.returncode == 0, result.stderr
-    assert f"waiting for the index lock held by pid {holder.pid} (test-holder)" in result.stderr
+    """The holder lets go once the second writer says it waits (not after a fixed time: no
+    idle seconds, and no race with a slow start-up on a loaded machine)."""
+    holder = _hold(notes / ".markdownvdb.state", 60)
+    env = {k: v for k, v in os.environ.items() if k != "FORCE_COLOR"}
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", "ingest", "--root", str(notes)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        said = []
+        while not said or "waiting for the index lock" not in said[-1]:
+            line = writer.stderr.readline()
+            assert line, "".join(said)  # it ended (or closed stderr) without waiting
+            said.append(line)
+        assert f"waiting for the index lock held by pid {holder.pid} (test-holder)" in said[-1]
+        assert (notes / ".markdownvdb.index").exists() is False  # still waiting
+        _release(holder)
+        holder.wait(timeout=30)
+        _out, err = writer.communicate(timeout=300)
+    finally:
+        holder.kill()
+        writer.kill()
+        holder.wait()
+        writer.wait()
+    assert writer.returncode == 0, "".join(said) + err
     assert (notes / ".markdownvdb.index").is_file()
 
 
