@@ -4,9 +4,14 @@ per worker only if its file stays in one unit)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
-from tests.conftest import DEFAULT_FILE_CPU, FILE_CPU, by_cost
+import pytest
+
+from tests.conftest import DEFAULT_FILE_CPU, FILE_CPU, REPO, by_cost
 
 
 def test_files_go_out_costliest_first_and_whole():
@@ -33,3 +38,38 @@ def test_files_go_out_costliest_first_and_whole():
         "tests/test_unlisted.py::test_c",
         "tests/test_other_unlisted.py::test_f",
     ]
+
+
+@pytest.mark.slow  # one more pytest process (~1 CPU-s)
+def test_a_hypothesis_failure_still_fails_the_run_without_its_plugin(tmp_path: Path):
+    """pyproject's addopts turn hypothesis's pytest plugin off (its end-of-run summary imported
+    all of hypothesis); `@given` itself still raises the falsifying example."""
+    (tmp_path / "test_given.py").write_text(
+        "def test_small():\n"
+        "    from hypothesis import given, strategies as st\n\n"
+        "    @given(st.integers())\n"
+        "    def check(x):\n"
+        "        assert x < 10\n\n"
+        "    check()\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-c",
+            str(REPO / "pyproject.toml"),
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_given.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "no:hypothesispytest" in (REPO / "pyproject.toml").read_text()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed" in done.stdout and "x=10" in done.stdout, done.stdout  # shrunk, shown
