@@ -137,7 +137,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # Bytecode is written, whatever PYTHONDONTWRITEBYTECODE says (some shells and CI images set
 # it). Without a current .pyc, a process compiles each module it imports: pytest's rewritten
 # test modules in every run and every xdist worker (~2-3 CPU-s a worker), and in every `mdvdb`
-# process of the run (~350 in the inner loop) each module changed since its .pyc was written
+# process of the run (~260 in the inner loop) each module changed since its .pyc was written
 # (~5 ms a module: ~10 CPU-s a run after an edit of a few core modules; a venv never compiled,
 # far more). The test process and its workers and subprocesses (they inherit the environment)
 # write them once, in `__pycache__` folders, which git ignores; the code runs as it would.
