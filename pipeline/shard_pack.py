@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,8 +60,13 @@ def _unchanged(rows, schema, clusters, count: int) -> bool:
     return old_problems is not None and old_problems.equals(schema.tables["schema_problems"])
 
 
-def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Written:
-    """Write the shards an edit touched, the global file, and publish the manifest."""
+def publish(
+    config: Config, sources: PackSources, meta: Mapping[str, Any], source: Path | None = None
+) -> Written:
+    """Write the shards an edit touched, the global file, and publish the manifest.
+    `source`: a one-file index that is every shard's previous file (`pipeline.shard_split`):
+    each shard is planned from its rows and written, none kept, its IVF lists trained on its
+    own rows as in a first sharded ingest."""
     from kernel import private
 
     folder = config.shards_path
@@ -86,6 +92,8 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
     for shard, members in enumerate(parts):
         own = replace(sources, entries=tuple(members))
         previous = folder / old.entries[shard].name if old is not None else folder / "-"
+        if source is not None:
+            previous = source
         rows = plan(previous, own)
         planned.append((rows, schema_pack.update(rows, own.state)))
     # One schema over every shard: the fields' types (hence the typed columns a filter
@@ -105,7 +113,7 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
         reused += rows.reused_files
         chunks += rows.chunks.num_rows
         overlay_meta = schema.overlay_meta
-        if old is not None and _unchanged(rows, schema, clusters, len(members)):
+        if source is None and old is not None and _unchanged(rows, schema, clusters, len(members)):
             kept = old.entries[shard]
             entries.append(replace(kept, digest=digest))
             lexical_meta = rows.previous.meta.get("lexical") or lexical_meta
@@ -113,7 +121,13 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
         shard_meta = {**meta, "build_key": sources.build_key, "shard": [shard, count]}
         # A shard as big as an index that gets IVF lists gets its own (MDVDB_IVF_MIN_CHUNKS)
         tables, full_meta = build_tables(
-            rows, schema, clusters, shard_meta, sources.dimensions, config.ivf_min_chunks
+            rows,
+            schema,
+            clusters,
+            shard_meta,
+            sources.dimensions,
+            config.ivf_min_chunks,
+            ivf_reuse=source is None,
         )
         name = shards.shard_name(shard, generation)
         written_bytes += index_format.write_index(
