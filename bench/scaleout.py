@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import WORK, median_ms, p95_ms, print_table  # noqa: E402
 from bench.generate import generate  # noqa: E402
 
+MODES = ("lexical", "hybrid", "semantic")
 QUERIES = [
     "extract a tar archive",
     "merge a branch and push to the remote",
@@ -102,12 +103,20 @@ def answers(index, query: str, mode: str) -> list:
     ]
 
 
-def search_rows(indexes: dict[int, object], rounds: int) -> list[dict]:
+def overlap(found: list, expected: list) -> float:
+    """The share of the expected top 10 (path and lines) that `found` holds."""
+    want = {r[:3] for r in expected}
+    return len(want & {r[:3] for r in found}) / len(want) if want else 1.0
+
+
+def search_rows(indexes: dict[int, object], rounds: int, modes=MODES) -> list[dict]:
     rows = []
-    for mode in ("lexical", "hybrid"):
+    for mode in modes:
         reference = {q: answers(indexes[1], q, mode) for q in QUERIES}  # warm-up too
         for shards, index in indexes.items():
-            same = all(answers(index, q, mode) == reference[q] for q in QUERIES)
+            got = {q: answers(index, q, mode) for q in QUERIES}
+            same = all(got[q] == reference[q] for q in QUERIES)
+            shared = statistics.mean(overlap(got[q], reference[q]) for q in QUERIES)
             samples = []
             for _ in range(rounds):
                 for q in QUERIES:
@@ -121,6 +130,7 @@ def search_rows(indexes: dict[int, object], rounds: int) -> list[dict]:
                     "median_ms": median_ms(samples),
                     "p95_ms": p95_ms(samples),
                     "same_answers": same if shards != 1 else "reference",
+                    "top10_overlap": round(shared, 3) if shards != 1 else "",
                 }
             )
     return rows
@@ -313,6 +323,20 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
     ]
 
 
+def shard_summary(rows: list[dict]) -> list[dict]:
+    """The median and the largest of each column over the shards."""
+    if not rows:
+        return []
+    out = []
+    for name, pick in (("median", statistics.median), ("max", max)):
+        row: dict = {"shard": name}
+        for key in rows[0]:
+            if key != "shard":
+                row[key] = pick(r[key] for r in rows)
+        out.append(row)
+    return out
+
+
 class _Timed:
     """A shard's part with each call timed and its bytes on the wire counted (the request's
     arguments and the answer as query.shard_wire encodes them; counted outside the time)."""
@@ -344,12 +368,14 @@ class _InTurn:
         return [function(item) for item in items]
 
 
-def staged_rows(one, sharded, rounds: int) -> list[dict]:
+def staged_rows(one, sharded, rounds: int, per_shard: list | None = None) -> list[dict]:
     """The staged query (query.shard_query) with each shard's calls run one at a time and
     timed: per query, the work of each shard in each round, the router's own work (the wall
     time less every shard's), and the bytes a wire would carry. If each shard ran on its
     own node, a query would cost the router's work plus, per round, the slowest shard
-    (plus a network round trip per round): the `critical path` column."""
+    (plus a network round trip per round): the `critical path` column. Semantic mode takes
+    the per-chunk path (one `dense` call a shard). `per_shard`: filled with one row per
+    shard, its work per query (all its calls) p50 and p95 in each mode."""
     from query import shard_query
     from query import sharded as fanned
 
@@ -361,11 +387,13 @@ def staged_rows(one, sharded, rounds: int) -> list[dict]:
         for i, part in enumerate(saved_parts):
             snap.parts[i] = _Timed(part, i, log)
         fanned._POOLS[False] = _InTurn()
+        own: dict[str, list[list[float]]] = {}
         try:
-            for mode in ("lexical", "hybrid"):
+            for mode in MODES:
                 for q in QUERIES:  # warm: int8 copies, df, page lengths
                     sharded.search(q, limit=10, mode=mode)
                 walls, routers, paths, sums, kb, calls, one_ms = [], [], [], [], [], [], []
+                each = own[mode] = [[] for _ in saved_parts]
                 for _ in range(rounds):
                     for q in QUERIES:
                         started = time.perf_counter()
@@ -388,6 +416,11 @@ def staged_rows(one, sharded, rounds: int) -> list[dict]:
                             for times in steps.values()
                             for k in range(0, len(times), n)
                         )
+                        mine = [0.0] * len(saved_parts)
+                        for shard, _, took, _ in log:
+                            mine[shard] += took
+                        for shard, took in enumerate(mine):
+                            each[shard].append(took)
                         walls.append(wall)
                         routers.append(wall - work)
                         paths.append(wall - work + slowest)
@@ -409,6 +442,13 @@ def staged_rows(one, sharded, rounds: int) -> list[dict]:
                         ),
                     }
                 )
+            if per_shard is not None:
+                for shard, ids in enumerate(snap.order.chunk_ids):
+                    row: dict = {"shard": shard, "chunks": len(ids)}
+                    for mode, samples in own.items():
+                        row[f"{mode}_p50_ms"] = median_ms(samples[shard])
+                        row[f"{mode}_p95_ms"] = p95_ms(samples[shard])
+                    per_shard.append(row)
         finally:
             shard_query.IN_PROCESS = False
             snap.parts[:] = saved_parts
@@ -546,9 +586,11 @@ def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list
         config = load_config(root, {**env, "MDVDB_SHARD_SERVERS": ",".join(addresses)})
         router = open_index(config=config)
         rows = []
-        for mode in ("lexical", "hybrid"):
+        for mode in MODES:
             reference = {q: answers(one, q, mode) for q in QUERIES}
-            same = all(answers(router, q, mode) == reference[q] for q in QUERIES)
+            got = {q: answers(router, q, mode) for q in QUERIES}
+            same = all(got[q] == reference[q] for q in QUERIES)
+            shared = statistics.mean(overlap(got[q], reference[q]) for q in QUERIES)
             samples = []
             with Traffic() as traffic:
                 for _ in range(rounds):
@@ -564,6 +606,7 @@ def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list
                     "median_ms": median_ms(samples),
                     "p95_ms": p95_ms(samples),
                     "same_answers": same,
+                    "top10_overlap": round(shared, 3),
                     "kb_per_query": round((traffic.sent + traffic.received) / searches / 1e3, 1),
                     "calls_per_shard": round(traffic.requests / searches / shards, 1),
                     "kb_by_call": ", ".join(
@@ -646,9 +689,16 @@ def main() -> None:
             simulation_rows(indexes[1], indexes[most], args.rounds),
             args.json,
         )
+        per_shard: list[dict] = []
         print_table(
             f"staged queries, {most} shards timed one at a time ({total} chunks)",
-            staged_rows(indexes[1], indexes[most], args.rounds),
+            staged_rows(indexes[1], indexes[most], args.rounds, per_shard),
+            args.json,
+        )
+        print_table(
+            f"each shard's own work per query, {most} shards timed one at a time, all its "
+            f"calls ({total} chunks; ms)",
+            per_shard + shard_summary(per_shard),
             args.json,
         )
         if args.servers:

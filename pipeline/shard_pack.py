@@ -60,6 +60,22 @@ def _unchanged(rows, schema, clusters, count: int) -> bool:
     return old_problems is not None and old_problems.equals(schema.tables["schema_problems"])
 
 
+def _counted(rows, source: Path | None):
+    """The plan the schema step counts: the shard's own, or, for a shard split from a
+    one-file index, the same rows as if all were fresh, so their frontmatter is counted
+    (the shard's files once) instead of the one file's counts less every other shard's
+    files (N - 1 times the index for N shards). The result is the same: the counts of
+    the shard's files."""
+    if source is None:
+        return rows
+    return replace(
+        rows,
+        previous=None,
+        file_source=np.full(rows.files.num_rows, -1, dtype=np.int64),
+        chunk_source=np.full(rows.chunks.num_rows, -1, dtype=np.int64),
+    )
+
+
 def publish(
     config: Config, sources: PackSources, meta: Mapping[str, Any], source: Path | None = None
 ) -> Written:
@@ -95,7 +111,7 @@ def publish(
         if source is not None:
             previous = source
         rows = plan(previous, own)
-        planned.append((rows, schema_pack.update(rows, own.state)))
+        planned.append((rows, schema_pack.update(_counted(rows, source), own.state)))
     # One schema over every shard: the fields' types (hence the typed columns a filter
     # reads) are those of the whole index, not of the shard's files.
     fields = schema_pack.global_fields([update for _, update in planned], sources.state)
@@ -105,7 +121,7 @@ def publish(
         own = replace(sources, entries=tuple(members))
         rows, schema = planned[shard]
         if schema_pack.column_types(schema.result.fields) != types:
-            schema = schema_pack.update(rows, own.state, fields)
+            schema = schema_pack.update(_counted(rows, source), own.state, fields)
         problems += schema.result.problems
         damaged += rows.damaged
         clusters = cluster.assign(rows, own.state)
