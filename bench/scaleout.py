@@ -394,6 +394,7 @@ def staged_rows(one, sharded, rounds: int, per_shard: list | None = None) -> lis
                     sharded.search(q, limit=10, mode=mode)
                 walls, routers, paths, sums, kb, calls, one_ms = [], [], [], [], [], [], []
                 each = own[mode] = [[] for _ in saved_parts]
+                by_step: dict[str, list[float]] = {}
                 for _ in range(rounds):
                     for q in QUERIES:
                         started = time.perf_counter()
@@ -416,6 +417,8 @@ def staged_rows(one, sharded, rounds: int, per_shard: list | None = None) -> lis
                             for times in steps.values()
                             for k in range(0, len(times), n)
                         )
+                        for step, times in steps.items():
+                            by_step.setdefault(step, []).append(sum(times))
                         mine = [0.0] * len(saved_parts)
                         for shard, _, took, _ in log:
                             mine[shard] += took
@@ -437,6 +440,11 @@ def staged_rows(one, sharded, rounds: int, per_shard: list | None = None) -> lis
                         "critical_path_ms": median_ms(paths),
                         "calls_per_shard": round(statistics.median(calls), 1),
                         "kb_per_query": round(statistics.median(kb), 1),
+                        # each step's work summed over the shards, median over the queries
+                        "shard_work_by_step_ms": ", ".join(
+                            f"{step.removeprefix('stage:')} {statistics.median(t) * 1000:.1f}"
+                            for step, t in sorted(by_step.items(), key=lambda kv: -sum(kv[1]))
+                        ),
                         "chunks_per_shard": int(
                             statistics.median(len(ids) for ids in snap.order.chunk_ids)
                         ),
