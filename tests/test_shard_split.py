@@ -158,3 +158,29 @@ def test_a_split_refuses_one_shard_and_a_missing_index(tmp_path: Path) -> None:
         timeout=120,
     )
     assert one_shard.returncode == 2 and "--shards must be 2 or more" in one_shard.stderr
+
+
+@pytest.mark.slow
+def test_sharded_ingests_go_on_from_a_split(built, tmp_path: Path) -> None:
+    """A folder switched to shards by a split is then kept by ordinary sharded ingests: one
+    with nothing new changes no shard file, an edit rewrites the one shard of its file."""
+    one, _ = built
+    root = tmp_path / "switched"
+    shutil.copytree(one, root)
+    before = shards.read_manifest(_folder(root))
+    done = run_cli("ingest", "--root", str(root), env=SHARDED)
+    assert done.returncode == 0, done.stderr
+    assert [e.name for e in shards.read_manifest(_folder(root)).entries] == [
+        e.name for e in before.entries
+    ]
+    page = root / "v1" / "archive" / "tar-0.md"
+    page.write_text(page.read_text(encoding="utf-8") + "\nA new line on tar.\n", encoding="utf-8")
+    done = run_cli("ingest", "--root", str(root), env=SHARDED)
+    assert done.returncode == 0, done.stderr
+    after = shards.read_manifest(_folder(root))
+    changed = [
+        e.shard for e, f in zip(before.entries, after.entries, strict=True) if e.name != f.name
+    ]
+    assert changed == [shards.shard_of("v1/archive/tar-0.md", 4)]
+    verify = run_cli("status", "--verify", "--root", str(root), env=SHARDED)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
