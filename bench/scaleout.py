@@ -3,7 +3,9 @@
     python bench/scaleout.py --chunks 131000 --shards 4,20 [--rounds 5] [--json]
     python bench/scaleout.py --chunks 1000000 --shards 4,20        # the 1M-chunk point
     python bench/scaleout.py --layouts 1=ONE_FILE_ROOT,20=SHARDED_ROOT [--servers 4]
-        # folders already ingested (one file, and MDVDB_SHARDS=20): nothing is built
+        # folders already ingested (one file, and MDVDB_SHARDS=20): nothing is built; a
+        # sharded folder can be split from the one-file index without embedding again:
+        # MDVDB_IVF_MIN_CHUNKS=20000 python bench/split_shards.py /tmp/m1 SHARDED_ROOT --shards 20
     python bench/scaleout.py ingest --files 4000 --workers 1,2     # Ray vs local ingest
     python bench/scaleout.py shard --one ONE_FILE_ROOT --shard SHARD_ROOT
         # one shard's files ingested alone (e.g. shard 0 of 20 of the 1M corpus), its
@@ -20,7 +22,8 @@ then each N); ingests are timed too. Then, warm and in process:
    lines, scores);
 2. the simulation of a cluster: for the largest N, each shard's own work for a query timed
    one shard at a time (BM25F over its postings with the global statistics, the dense
-   product over its vectors, its local top 10), and the merge of the N top-10 lists. If each
+   product over its vectors, its local top 10; and all of a shard's calls for a query in
+   each mode, p50 / p95 per shard), and the merge of the N top-10 lists. If each
    shard ran on its own node, a query would cost about the slowest shard plus the merge
    (plus the network): the `fan-out critical path` row, next to the one-file cost of the same
    work. docs/scale-out.md builds the 10M-document plan from these rows;
