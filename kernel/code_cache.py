@@ -193,10 +193,10 @@ def _sound(key: Any, value: Any) -> bool:
         and type(value) is tuple
         and len(value) == 5
         and type(value[0]) is int
-        and type(value[1]) is list
-        and all(type(op) is int for op in value[1])
+        and type(value[1]) is list  # of ints: `_sre.compile` refuses anything else
         and type(value[2]) is int
         and type(value[3]) is dict
+        and all(type(k) is str and type(v) is int for k, v in value[3].items())
         and type(value[4]) is tuple
     )
 
