@@ -41,8 +41,8 @@ TYPING_FOR = {"NDArray": "numpy.linalg._linalg"}
 
 class _Deferred(types.ModuleType):
     """A module that is loaded (for real, by the import system) on its first attribute use.
-    A package's stand-in carries the real `__path__`, so that `from package import name`
-    asks it for `name` (and its submodules import as usual)."""
+    numpy._typing's stand-in carries the real `__path__`, so that `from numpy._typing import
+    NDArray` asks it for the name (and its submodules would import as usual)."""
 
     def __getattr__(self, name: str):
         if name in TYPING_FOR and self.__name__ == "numpy._typing":
