@@ -184,3 +184,37 @@ def test_sharded_ingests_go_on_from_a_split(built, tmp_path: Path) -> None:
     assert changed == [shards.shard_of("v1/archive/tar-0.md", 4)]
     verify = run_cli("status", "--verify", "--root", str(root), env=SHARDED)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.slow
+def test_a_split_without_the_state_differs_only_in_clusters(built, tmp_path: Path) -> None:
+    """The 1M measurement's case: an index file copied alone (no `.markdownvdb.state`). Its
+    shards are the ingest's but for the clustering, which lives in the state: no cluster
+    ids, no `clusters` tables."""
+    one, ingested = built
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy2(one / ".markdownvdb.index", alone / ".markdownvdb.index")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "split_shards.py"), str(alone), str(alone)]
+        + ["--shards", "4", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **ENV},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"][0]["with_state"] is False
+    left = [d for d in _differences(alone, ingested) if d != "manifest entries"]
+    clustering = ("table clusters", "table cluster_similarity", "table files")
+    assert left and all(d.endswith(clustering) for d in left), left
+    manifest = shards.read_manifest(_folder(alone))
+    for entry in manifest.entries:
+        files = index_format.read_index(_folder(alone) / entry.name).tables["files"]
+        assert set(files.column("cluster_id").to_pylist()) == {-1}
+    # the same rows otherwise: paths, shas and every chunk
+    for a, b in zip(manifest.entries, shards.read_manifest(_folder(ingested)).entries, strict=True):
+        fa = index_format.read_index(_folder(alone) / a.name).tables
+        fb = index_format.read_index(_folder(ingested) / b.name).tables
+        assert fa["chunks"].equals(fb["chunks"])
+        assert fa["files"].drop(["cluster_id"]).equals(fb["files"].drop(["cluster_id"]))
