@@ -30,20 +30,29 @@ from bench.common import print_table  # noqa: E402
 def split_folder(source: Path, dest: Path, shards: int) -> dict:
     """Split SOURCE's one-file index into DEST's shards folder; what it took."""
     from kernel.config import load_config
-    from pipeline.shard_split import split
+    from pipeline.lock import LockBusy, WriterLock
+    from pipeline.shard_split import SplitError, split
     from pipeline.state import State
 
     dest.mkdir(parents=True, exist_ok=True)
     config = load_config(dest, {**os.environ, "MDVDB_SHARDS": str(shards)})
     index_path = load_config(source, {**os.environ, "MDVDB_SHARDS": "1"}).index_path
     state_folder = load_config(source, dict(os.environ)).state_path
-    state = State(state_folder) if (state_folder / "cache.sqlite3").exists() else None
+    has_state = (state_folder / "cache.sqlite3").exists()
+    # DEST's writer lock, as an ingest takes it: the split publishes DEST's shards folder.
+    lock = WriterLock(config.state_path, command="split_shards")
+    try:
+        lock.acquire(wait=False)
+    except LockBusy as exc:
+        raise SplitError(str(exc)) from None
+    state = State(state_folder) if has_state else None
     started, cpu = time.perf_counter(), time.process_time()
     try:
         written = split(index_path, config, state)
     finally:
         if state is not None:
             state.close()
+        lock.release()
     return {
         "shards": shards,
         "chunks": written.chunks,

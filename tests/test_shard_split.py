@@ -218,3 +218,28 @@ def test_a_split_without_the_state_differs_only_in_clusters(built, tmp_path: Pat
         fb = index_format.read_index(_folder(ingested) / b.name).tables
         assert fa["chunks"].equals(fb["chunks"])
         assert fa["files"].drop(["cluster_id"]).equals(fb["files"].drop(["cluster_id"]))
+
+
+def test_a_split_waits_for_no_writer(tmp_path: Path) -> None:
+    """The split publishes DEST's shards: with DEST's writer lock held (an ingest running),
+    it stops with one line and writes nothing."""
+    from kernel.config import load_config
+    from pipeline.lock import WriterLock
+
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    lock = WriterLock(load_config(dest, dict(os.environ)).state_path)
+    lock.acquire(wait=False)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(REPO / "bench" / "split_shards.py"), str(tmp_path), str(dest)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        lock.release()
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: another writer holds the index lock")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not _folder(dest).exists()
