@@ -578,7 +578,13 @@ def _first_best(
         lex = (np.float32(1) - w) * (bm25[rows] / np.float32(most))
         lowest = bm25[top[-1:]] / np.float32(most)
         bound = ((np.float32(1) - w) * lowest)[0]
-    sem = w * normalised_semantic(cosine, params.pool, support)[rows]
+    sparse = _sparse_semantic(cosine, params.pool, support)
+    if sparse is not None:  # the normalised part at `support`, 0 at the other rows
+        part = np.zeros(len(rows), dtype=np.float32)
+        part[np.searchsorted(rows, sparse[0])] = sparse[1]
+        sem = w * part
+    else:
+        sem = w * normalised_semantic(cosine, params.pool, support)[rows]
     scores = lex + sem
     keep = scores > 0
     chosen, tied = ranked_rows(rows[keep], scores[keep], k)
@@ -606,14 +612,15 @@ def with_stub_prior(
     if rows is None:
         part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
         scores = fused.scores + part
-    else:
+    elif _REFERENCE:
         part = np.zeros_like(fused.scores)
         part[rows] = fused.scores[rows] * (factor - np.float32(1))
-        if _REFERENCE:
-            scores = fused.scores + part
-        else:  # x + 0 is x: only the cut rows change (in place when handed over)
-            scores = fused.scores if owned else fused.scores.copy()
-            scores[rows] += part[rows]
+        scores = fused.scores + part
+    else:  # x + 0 is x: only the cut rows change (in place when handed over)
+        cut = (fused.scores[rows] * (factor - np.float32(1))).astype(fused.scores.dtype)
+        scores = fused.scores if owned else fused.scores.copy()
+        scores[rows] += cut
+        part = Scaled(len(scores), None, rows, cut)  # 0 but at the cut rows
     return Fused(
         scores=scores,
         lexical=fused.lexical,

@@ -760,11 +760,30 @@ def _above_cut(
             # every positive row: the whole answer, however few
             return _allowed(np.flatnonzero(scores > 0), scores, mask)
         for strict in (True, False):  # (rows above the cut are fewer when many tie)
-            rows = np.flatnonzero(scores > cut if strict else scores >= cut)
+            rows = _rows_above(scores, cut, strict)
             rows, values = _allowed(rows, scores, mask)
             if len(rows) >= k:
                 return rows, values
     return None
+
+
+# `_rows_above` compares in pieces on every core from this many rows a piece.
+PARALLEL_COMPARE_ROWS = 131_072
+
+
+def _rows_above(scores: np.ndarray, cut, strict: bool) -> np.ndarray:
+    """`np.flatnonzero(scores > cut)` (`>=` unless `strict`), in pieces of rows on every
+    core (query.second_core) when there are many: the same rows, ascending."""
+    from query.second_core import in_parallel, row_ranges
+
+    def above(span: tuple[int, int]) -> np.ndarray:
+        part = scores[span[0] : span[1]]
+        return np.flatnonzero(part > cut if strict else part >= cut) + span[0]
+
+    ranges = row_ranges(scores.shape[0], PARALLEL_COMPARE_ROWS)
+    if len(ranges) < 2:
+        return np.flatnonzero(scores > cut if strict else scores >= cut)
+    return np.concatenate(in_parallel(above, ranges))
 
 
 def _allowed(rows: np.ndarray, scores: np.ndarray, mask: np.ndarray | None):
