@@ -296,10 +296,10 @@ class LexicalIndex:
         return self.add_terms(out, self.lookup(unique), counts.astype(np.float32), zero=True)
 
 
-# A query's postings are scattered on several cores from this many on, over ranges of at
-# least PARALLEL_ROWS rows (the hand-over costs ~50 us a piece).
-PARALLEL_POSTINGS = 200_000
-PARALLEL_ROWS = 65_536
+# A query's postings are scattered on several cores from this many on (~0.2 ms of work),
+# over ranges of at least PARALLEL_ROWS rows (waking a helper costs ~50 us).
+PARALLEL_POSTINGS = 50_000
+PARALLEL_ROWS = 32_768
 
 
 def _add_terms(

@@ -432,11 +432,11 @@ class DenseScorer:
         if direction is not None:
             picked = union_rows(picked, best_rows(moved, min(moved_depth, m)))
         if ids is not None:  # local positions -> chunk ids, plus the rows asked for
-            local = picked
-            picked = ids[local]
+            picked = ids[picked]
             if also is not None and len(also):
-                extra = np.setdiff1d(np.asarray(also, dtype=np.int64), picked)
-                picked = np.r_[picked, extra]
+                # one sorted set (np.setdiff1d's hashed unique cost ~0.3 ms a query); rows
+                # in order make the gather below walk the map forward
+                picked = union_rows(picked, np.asarray(also, dtype=picked.dtype))
         exact = self.matrix[picked]  # gather: depth rows, not n
         exact_raw = row_dots(exact, query)
         exact_cos = exact_raw
