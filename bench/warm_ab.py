@@ -1,7 +1,7 @@
 """Warm hybrid latency of this checkout against another one, alternating fresh processes.
 
     python bench/warm_ab.py --root DIR [--against /work/base/.venv/bin/python] [--pairs 4]
-        [--rounds 2] [--json]
+        [--rounds 2] [--one-core] [--json]
 
 Each process (one per checkout and pair, in the order A B, B A, A B...) opens the index at
 DIR read-only, warms up (every query of bench/query_speed.py twice: maps the index, builds the
@@ -11,8 +11,9 @@ one float32 brute-force scan of the whole matrix (einsum: the issue's reference)
 meet the same load. A process reports its p50 of each and their ratio; the table gives the
 medians over its processes per checkout, and the other checkout's p50 over this one's.
 `--against` is the other checkout's interpreter (its `bench/` and code are found next to
-its `.venv`); without it, only this checkout runs. The load average is printed with each
-process. Nothing is written into DIR.
+its `.venv`); without it, only this checkout runs. `--one-core` adds this checkout with its
+helper threads off (query.second_core) to the rotation: what the passes split over the cores
+gain. The load average is printed with each process. Nothing is written into DIR.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from kernel.config import load_config
 from query import open_index
 from query.vector import row_dots
 
+if {one_core}:
+    import query.second_core as second_core
+    second_core.cores = lambda: 1
 index = open_index(config=load_config({root!r}, environ={{}}))
 for _ in range(2):
     for q in QUERIES:
@@ -57,8 +61,8 @@ print(json.dumps({{"hybrid": statistics.median(hybrid) * 1e3, "scan": statistics
 """
 
 
-def run_child(python: str, tree: Path, root: Path, rounds: int) -> dict:
-    code = CHILD.format(tree=str(tree), root=str(root), rounds=rounds)
+def run_child(python: str, tree: Path, root: Path, rounds: int, one_core: bool = False) -> dict:
+    code = CHILD.format(tree=str(tree), root=str(root), rounds=rounds, one_core=one_core)
     done = subprocess.run(
         [python, "-c", code], capture_output=True, text=True, cwd="/", env={**os.environ}
     )
@@ -82,18 +86,26 @@ def main() -> None:
     parser.add_argument("--against", help="the other checkout's python (its .venv/bin/python)")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--one-core",
+        action="store_true",
+        help="also run this checkout with its helper threads off (query.second_core): what "
+        "splitting passes over the cores gains, in the same rotation",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     here = Path(__file__).resolve().parents[1]
-    runs = {"this": (sys.executable, here)}
+    runs = {"this": (sys.executable, here, False)}
+    if args.one_core:
+        runs["this, one core"] = (sys.executable, here, True)
     if args.against:
-        runs["other"] = (args.against, tree_of(args.against))
+        runs["other"] = (args.against, tree_of(args.against), False)
     seen: dict[str, list[dict]] = {name: [] for name in runs}
     names = list(runs)
     for pair in range(args.pairs):
         for name in names if pair % 2 == 0 else names[::-1]:
-            python, tree = runs[name]
-            got = run_child(python, tree, args.root.resolve(), args.rounds)
+            python, tree, one_core = runs[name]
+            got = run_child(python, tree, args.root.resolve(), args.rounds, one_core)
             seen[name].append(got)
             if not args.json:
                 print(
