@@ -149,22 +149,31 @@ class LexicalIndex:
     ) -> np.ndarray:
         """out += sum of weight * postings(row): the one scoring loop, over query terms.
         `zero`: `out` is all zeros, so the first term is written, not added (0 + x is x; a
-        term's weights are > 0); a weight of 1 multiplies nothing (x * 1 is x). A long
-        enough `out` is cut into ranges of rows scored on every core at once
-        (query.second_core): a term's ids ascend, so each range takes its slice of every
-        term's postings, and each row gets the same terms in the same order (the same
-        bits)."""
-        from query.second_core import in_parallel, row_ranges
-
-        terms = []
+        term's weights are > 0); a weight of 1 multiplies nothing (x * 1 is x). One thread:
+        `np.add.at` holds the GIL, so ranges of rows scattered on two threads fought over it
+        (a 1M-chunk query 1.3-1.5x slower than on one core, under load)."""
         for row, weight in zip(rows.tolist(), weights.tolist(), strict=True):
-            if row >= 0:
-                terms.append((*self.term_weights(row), weight))
-        postings = sum(len(ids) for ids, _, _ in terms)
-        ranges = row_ranges(len(out), PARALLEL_ROWS) if postings >= PARALLEL_POSTINGS else []
-        if len(ranges) < 2:
-            return _add_terms(out, terms, zero, None)
-        in_parallel(lambda span: _add_terms(out, terms, zero, span), ranges)
+            if row < 0:
+                continue
+            ids, term = self.term_weights(row)
+            if weight != 1.0:
+                term = term * np.float32(weight)
+            if len(ids) and int(ids[-1]) - int(ids[0]) + 1 == len(ids):
+                # a run of rows (a term in every chunk): ascending distinct ids, so the
+                # slice is the same rows in the same order, without a scatter
+                span = out[int(ids[0]) : int(ids[-1]) + 1]
+                if zero:
+                    span[:] = term
+                else:
+                    span += term
+                zero = False
+            elif zero:
+                out[ids] = term
+                zero = False
+            else:
+                # the same float32 sums as `out[ids] += term` (a term's ids are distinct),
+                # ~10x faster with int32 ids (that form's in-place path is a slow one)
+                np.add.at(out, ids, term)
         return out
 
     def feedback_terms(
@@ -294,44 +303,6 @@ class LexicalIndex:
             return out
         unique, counts = np.unique(hashes, return_counts=True)
         return self.add_terms(out, self.lookup(unique), counts.astype(np.float32), zero=True)
-
-
-# A query's postings are scattered on several cores from this many on (~0.2 ms of work),
-# over ranges of at least PARALLEL_ROWS rows (waking a helper costs ~50 us).
-PARALLEL_POSTINGS = 50_000
-PARALLEL_ROWS = 32_768
-
-
-def _add_terms(
-    out: np.ndarray,
-    terms: list[tuple[np.ndarray, np.ndarray, float]],
-    zero: bool,
-    span: tuple[int, int] | None,
-) -> np.ndarray:
-    """`LexicalIndex.add_terms` over (ids, weights, query weight) of each term, on the rows
-    of `span` only (None: every row)."""
-    for ids, term, weight in terms:
-        if span is not None:
-            lo, hi = np.searchsorted(ids, span).tolist()
-            ids, term = ids[lo:hi], term[lo:hi]
-        if weight != 1.0:
-            term = term * np.float32(weight)
-        if len(ids) and int(ids[-1]) - int(ids[0]) + 1 == len(ids):
-            # a run of rows (a term in every chunk): ascending distinct ids, so the
-            # slice is the same rows in the same order, without a scatter
-            run = out[int(ids[0]) : int(ids[-1]) + 1]
-            if zero:
-                run[:] = term
-            else:
-                run += term
-        elif zero:
-            out[ids] = term
-        elif len(ids):
-            # the same float32 sums as `out[ids] += term` (a term's ids are distinct),
-            # ~10x faster with int32 ids (that form's in-place path is a slow one)
-            np.add.at(out, ids, term)
-        zero = False
-    return out
 
 
 # -- the BM25 arithmetic the one-file index and the sharded one (query.sharded) share -------

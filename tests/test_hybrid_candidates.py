@@ -201,15 +201,13 @@ def test_union_rows_is_union1d() -> None:
 def test_passes_split_over_cores_answer_as_one_core(
     built: Path, first_pass: str, small_scale, monkeypatch
 ):
-    """The IVF lists' int8 products, BM25F and RM3's scatter, the block-wise fusion and the
-    top-k comparison passes run in pieces on every core (query.second_core.in_parallel):
+    """The IVF lists' int8 products, the block-wise fusion and the top-k comparison passes
+    run in pieces on every core (query.second_core.in_parallel):
     the same bits as on one core, with the pieces really taken by more than one thread."""
-    from query import lexical, second_core
+    from query import second_core
 
     monkeypatch.setattr(vector, "PARALLEL_INT8_ROWS", 64)
     monkeypatch.setattr(vector, "PARALLEL_COMPARE_ROWS", 300)
-    monkeypatch.setattr(lexical, "PARALLEL_POSTINGS", 100)
-    monkeypatch.setattr(lexical, "PARALLEL_ROWS", 300)
     monkeypatch.setattr(second_core, "cores", lambda: 1)
     want = _answers(_index(built, first_pass), False, monkeypatch)
 
@@ -240,7 +238,6 @@ def test_passes_split_over_cores_answer_as_one_core(
     split = {name for name in threads if name}
     assert any("dots_spans" in name for name in split) == (first_pass == "ivf")
     assert any("_blended" in name for name in split)
-    assert any("add_terms" in name for name in split)
     assert any("_rows_above" in name for name in split)
     # more than one thread took pieces (the helper joins in at least once over the run)
     assert len(set().union(*threads.values())) > 1
