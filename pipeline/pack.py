@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -358,14 +358,19 @@ def build_tables(
     dimensions: int,
     ivf_min_rows: int | None,
     analysed: lexical.Store | None = None,
+    ivf_reuse: bool = True,
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """The steps after `plan`, `schema_pack.update` and `cluster.assign`, for one index
     file (the one-file index, or a shard of a sharded one: pipeline/shard_pack.py):
     `lexical.update`, `duplicates.update`, `ivf.build` from `ivf_min_rows` chunks (None:
-    never), then `assemble`."""
+    never), then `assemble`. `ivf_reuse=False`: the lists are trained on these rows even
+    when the previous index has lists (a shard split from a one-file index,
+    `pipeline.shard_split`: the whole index's centroids are not the shard's)."""
     postings = lexical.update(rows, analysed)
     near = duplicates.update(rows)
     lists = None
     if ivf_min_rows is not None:
-        lists = ivf.build(rows, dimensions, ivf_min_rows)
+        lists = ivf.build(
+            rows if ivf_reuse else replace(rows, previous=None), dimensions, ivf_min_rows
+        )
     return assemble(rows, schema, postings, clusters, near, meta, lists)
