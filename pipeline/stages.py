@@ -388,6 +388,12 @@ def discover(
     else:
         state.delete_value(STAT_SIGNATURES)
     state.delete_value(STAT_SIGNATURE)
+    if (added or changed or removed) and config.shards == 1:
+        # Pack (and the write side's cache) will reuse bytes of the published index only
+        # once its checksums are checked: begin that now, on a thread, beside parse.
+        from kernel.index_format import check_soon
+
+        check_soon(config.index_path)
     if found.restamped:
         earlier = state.get_value(UNPACKED_RESTAMPS) or []
         state.set_value(UNPACKED_RESTAMPS, sorted({*earlier, *found.restamped}))
