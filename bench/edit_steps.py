@@ -31,6 +31,7 @@ STEPS: dict[str, list[tuple[str, str]]] = {
     "pipeline.tasks": [("_discover", "discover stage")],
     "pipeline.discover": [
         ("walk_folders", "walk"),
+        ("_merged", "walk: merge of the forked half"),
         ("folder_signatures", "folder digests"),
     ],
     "pipeline.stages": [

@@ -90,8 +90,15 @@ class _Walker:
         self.seen_dirs: set[tuple[int, int]] = set()
         self.skip = {str(config.index_path), str(config.state_path)}
         self.skip_names = {os.path.basename(p) for p in self.skip}
+        # (name, files found, folders, problems) when a subfolder walked elsewhere was met
+        self.places: list[tuple[str, int, int, int]] = []
 
-    def visit(self, folder: str, rel: str, rules: Rules) -> None:
+    def visit(
+        self, folder: str, rel: str, rules: Rules, elsewhere: frozenset[str] = frozenset()
+    ) -> None:
+        """Walk `folder` (root-relative `rel`) with the rules in force above it.
+        `elsewhere`: names of subfolders (plain folders, not links) that another process
+        walks (`_split_walk`): where each would be walked, only its place is noted."""
         errors = self.errors
         try:
             st = os.stat(folder)
@@ -173,6 +180,9 @@ class _Walker:
                     errors.append((child_rel, verdict))
                 continue
             if is_dir:
+                if name in elsewhere and not is_link:
+                    self.places.append((name, len(found), len(self.folders), len(errors)))
+                    continue
                 self.visit(entry.path, child_rel, rules)
                 continue
             try:
@@ -271,17 +281,171 @@ def walk(config: Config, errors: list[tuple[str, str]]) -> dict[str, os.stat_res
 
 
 def walk_folders(
-    config: Config, errors: list[tuple[str, str]]
+    config: Config, errors: list[tuple[str, str]], split: bool = False
 ) -> tuple[dict[str, os.stat_result], dict[str, list[str]]]:
     """`walk`, and the files found directly in each folder (root-relative folder path, ""
-    for the root), for `folder_signatures`."""
+    for the root), for `folder_signatures`. `split`: the caller needs only each file's
+    `st_size` and `st_mtime_ns`, so half of the walk may run in a forked process
+    (`_split_walk`)."""
+    sources = _source_rels(config, errors)
+    if split and len(sources) == 1 and sources[0][0].is_dir():
+        mark = len(errors)
+        done = _split_walk(config, *sources[0], errors)
+        if done is not None:
+            return done
+        del errors[mark:]
     walker = _Walker(config, errors)
-    for source, rel, rules in _source_rels(config, errors):
+    for source, rel, rules in sources:
         if not source.is_dir():
             errors.append((str(source), "source folder does not exist, skipped"))
             continue
         walker.visit(str(source), rel, rules)
     return walker.found, walker.folders
+
+
+class _Stat:
+    """What a walk's caller reads of a file's stat, as a forked walk hands it over."""
+
+    __slots__ = ("st_size", "st_mtime_ns")
+
+    def __init__(self, size: int, mtime_ns: int):
+        self.st_size, self.st_mtime_ns = size, mtime_ns
+
+
+# A walk is split in two processes only when the source folder has this many plain
+# subfolders to share out (the caller decides whether the project is big enough).
+SPLIT_MIN_FOLDERS = 2
+
+
+def _split_walk(
+    config: Config, source: Path, rel: str, rules: Rules, errors: list[tuple[str, str]]
+) -> tuple[dict[str, os.stat_result], dict[str, list[str]]] | None:
+    """The walk of one source folder on both cores: a forked child walks every other
+    plain subfolder (by name), this process walks the rest and the files at the top,
+    noting where each of the child's subfolders comes in its walk order; the child's
+    results (names, sizes, mtimes, folders, problems) go into those places, so the
+    result is the one walk the serial order gives, problems and all. None (walk serially)
+    where that cannot be promised: no `fork`, other threads running (a child of a
+    threaded process may deadlock), few subfolders, a child that failed, or a folder both
+    processes reached (a symlink across the halves: the serial walk's "already visited"
+    depends on its order)."""
+    import threading
+
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        return None
+    try:
+        names = sorted(
+            e.name
+            for e in os.scandir(source)
+            if e.is_dir(follow_symlinks=False) and _utf8_name(e.name)
+        )
+    except OSError:
+        return None
+    if len(names) < SPLIT_MIN_FOLDERS:
+        return None
+    theirs = frozenset(names[1::2])
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return None
+    if pid == 0:  # the child: walk its half, hand it over, exit without cleanup
+        code = 1
+        try:
+            os.close(read)
+            _child_walk(config, source, rel, rules, theirs, write)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    walker = _Walker(config, errors)
+    try:
+        walker.visit(str(source), rel, rules, elsewhere=theirs)
+    finally:
+        with os.fdopen(read, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 or not data:
+        return None
+    import marshal
+
+    parts, their_dirs = marshal.loads(data)
+    if their_dirs & walker.seen_dirs or set(parts) != {p[0] for p in walker.places}:
+        return None
+    return _merged(walker, rel, parts)
+
+
+def _child_walk(
+    config: Config, source: Path, rel: str, rules: Rules, theirs: frozenset[str], out: int
+) -> None:
+    """The forked half of `_split_walk`: each subfolder in `theirs`, in the folder's own
+    order (as the serial walk meets them), written to `out` with `marshal`."""
+    import marshal
+
+    errors: list[tuple[str, str]] = []
+    top = _Walker(config, errors)
+    st = os.stat(source)
+    top.seen_dirs.add((st.st_dev, st.st_ino))  # the source folder itself: the parent's
+    entered = rules.entering(str(source), rel)
+    parts = {}
+    for entry in os.scandir(source):
+        name = entry.name
+        if name not in theirs or not entry.is_dir(follow_symlinks=False):
+            continue
+        child_rel = f"{rel}/{name}" if rel else name
+        verdict = _verdict(config, entry.path, name, child_rel, True, False, entered, top.skip)
+        if verdict is not True:
+            continue  # the parent skips it too, and reports nothing for a plain folder
+        walker = _Walker(config, [])
+        walker.seen_dirs = top.seen_dirs
+        walker.visit(entry.path, child_rel, entered)
+        rels = list(walker.found)
+        parts[name] = (
+            rels,
+            [walker.found[r].st_size for r in rels],
+            [walker.found[r].st_mtime_ns for r in rels],
+            list(walker.folders.items()),
+            walker.errors,
+        )
+    data = marshal.dumps((parts, top.seen_dirs - {(st.st_dev, st.st_ino)}))
+    view = memoryview(data)
+    while view:
+        view = view[os.write(out, view) :]
+    os.close(out)
+
+
+def _merged(
+    walker: _Walker, rel: str, parts: dict
+) -> tuple[dict[str, os.stat_result], dict[str, list[str]]]:
+    """The parent's walk with the child's subfolders put in at the places noted."""
+    found_items = list(walker.found.items())
+    folder_items = list(walker.folders.items())
+    own_errors = list(walker.errors)
+    # The source folder's own entry was made before any place was noted, and is dropped
+    # at the end when it holds no file: the noted folder counts then run one ahead.
+    shift = 0 if rel in walker.folders else 1
+    found: dict = {}
+    folders: dict = {}
+    errors: list = []
+    at_found = at_folders = at_errors = 0
+    for name, n_found, n_folders, n_errors in walker.places:
+        n_folders -= shift
+        found.update(found_items[at_found:n_found])
+        folders.update(folder_items[at_folders:n_folders])
+        errors.extend(own_errors[at_errors:n_errors])
+        at_found, at_folders, at_errors = n_found, n_folders, n_errors
+        rels, sizes, mtimes, their_folders, their_errors = parts[name]
+        for r, size, mtime in zip(rels, sizes, mtimes, strict=True):
+            found[r] = _Stat(size, mtime)
+        folders.update(their_folders)
+        errors.extend(tuple(e) for e in their_errors)
+    found.update(found_items[at_found:])
+    folders.update(folder_items[at_folders:])
+    errors.extend(own_errors[at_errors:])
+    walker.errors[:] = errors
+    return found, folders
 
 
 class PathFilter:
