@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -354,6 +355,9 @@ def _split_walk(
     if pid == 0:  # the child: walk its half, hand it over, exit without cleanup
         code = 1
         try:
+            import gc
+
+            gc.disable()  # short-lived: a collection would only copy pages it shares
             os.close(read)
             _child_walk(config, source, rel, rules, theirs, write)
             code = 0
@@ -401,12 +405,18 @@ def _child_walk(
         walker = _Walker(config, [])
         walker.seen_dirs = top.seen_dirs
         walker.visit(entry.path, child_rel, entered)
-        rels = list(walker.found)
+        found = walker.found
         parts[name] = (
-            rels,
-            [walker.found[r].st_size for r in rels],
-            [walker.found[r].st_mtime_ns for r in rels],
-            list(walker.folders.items()),
+            list(found),  # the walk order
+            {
+                folder: (
+                    rels,
+                    [found[r].st_size for r in rels],
+                    [found[r].st_mtime_ns for r in rels],
+                )
+                for folder, rels in walker.folders.items()
+            },
+            folder_signatures(found, walker.folders),
             walker.errors,
         )
     data = marshal.dumps((parts, top.seen_dirs - {(st.st_dev, st.st_ino)}))
@@ -416,36 +426,75 @@ def _child_walk(
     os.close(out)
 
 
-def _merged(
-    walker: _Walker, rel: str, parts: dict
-) -> tuple[dict[str, os.stat_result], dict[str, list[str]]]:
-    """The parent's walk with the child's subfolders put in at the places noted."""
-    found_items = list(walker.found.items())
+def _merged(walker: _Walker, rel: str, parts: dict) -> tuple[_MergedStats, dict[str, list[str]]]:
+    """The parent's walk with the child's subfolders put in at the places noted: folders
+    and problems as lists in the serial order; the files as `_MergedStats`, which reads a
+    child's file only when asked (an edit asks for one folder's, a no-op for none)."""
     folder_items = list(walker.folders.items())
     own_errors = list(walker.errors)
     # The source folder's own entry was made before any place was noted, and is dropped
     # at the end when it holds no file: the noted folder counts then run one ahead.
     shift = 0 if rel in walker.folders else 1
-    found: dict = {}
     folders: dict = {}
     errors: list = []
-    at_found = at_folders = at_errors = 0
-    for name, n_found, n_folders, n_errors in walker.places:
+    at_folders = at_errors = 0
+    for name, _, n_folders, n_errors in walker.places:
         n_folders -= shift
-        found.update(found_items[at_found:n_found])
         folders.update(folder_items[at_folders:n_folders])
         errors.extend(own_errors[at_errors:n_errors])
-        at_found, at_folders, at_errors = n_found, n_folders, n_errors
-        rels, sizes, mtimes, their_folders, their_errors = parts[name]
-        for r, size, mtime in zip(rels, sizes, mtimes, strict=True):
-            found[r] = _Stat(size, mtime)
-        folders.update(their_folders)
-        errors.extend(tuple(e) for e in their_errors)
-    found.update(found_items[at_found:])
+        at_folders, at_errors = n_folders, n_errors
+        folders.update((f, rels) for f, (rels, _, _) in parts[name][1].items())
+        errors.extend(tuple(e) for e in parts[name][3])
     folders.update(folder_items[at_folders:])
     errors.extend(own_errors[at_errors:])
     walker.errors[:] = errors
-    return found, folders
+    return _MergedStats(walker.found, walker.places, parts), folders
+
+
+class _MergedStats(Mapping):
+    """rel path -> stat (`st_size`, `st_mtime_ns`) of a split walk, iterated in the serial
+    walk's order. This process's files are a dict; the child's stay as it sent them, per
+    folder, and are looked up by folder (a few hundred names) when asked for. It also
+    carries the child's folder signatures (`folder_signatures` does not hash them
+    again)."""
+
+    def __init__(self, own: dict, places: list, parts: dict):
+        self._own, self._places, self._parts = own, places, parts
+        self._theirs: dict[str, tuple[list[str], list[int], list[int]]] = {}
+        self.signatures: dict[str, str] = {}
+        self._count = len(own)
+        for order, per_folder, signatures, _ in parts.values():
+            self._theirs.update(per_folder)
+            self.signatures.update(signatures)
+            self._count += len(order)
+        self._index: dict[str, dict[str, int]] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, rel: str):
+        found = self._own.get(rel)
+        if found is not None:
+            return found
+        folder = rel.rpartition("/")[0]
+        theirs = self._theirs.get(folder)
+        if theirs is None:
+            raise KeyError(rel)
+        index = self._index.get(folder)
+        if index is None:
+            index = self._index[folder] = {r: i for i, r in enumerate(theirs[0])}
+        i = index[rel]  # KeyError: not found
+        return _Stat(theirs[1][i], theirs[2][i])
+
+    def __iter__(self):
+        own = iter(self._own)
+        at = 0
+        for name, n_found, _, _ in self._places:
+            for _ in range(n_found - at):
+                yield next(own)
+            at = n_found
+            yield from self._parts[name][0]
+        yield from own
 
 
 class PathFilter:
@@ -547,7 +596,11 @@ def folder_signatures(
 
     sha256 = hashlib.sha256
     out = {}
+    known = getattr(stats, "signatures", {})  # a split walk's child hashed its own
     for folder, rels in folders.items():
+        if folder in known:
+            out[folder] = known[folder]
+            continue
         # Names, then sizes and mtimes as arrays: ~40 % cheaper than a line per file.
         found = [stats[r] for r in rels]
         names = "\0".join(rels)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from kernel.config import load_config
-from pipeline.discover import walk_folders
+from pipeline.discover import folder_signatures, walk_folders
 
 
 def test_every_kind_of_entry_is_taken_or_left_as_before(tmp_path: Path):
@@ -91,6 +91,10 @@ def test_a_walk_split_in_two_processes_is_the_serial_walk(tmp_path: Path, monkey
         assert two == one and len(one) == 1 + 4  # f00, f03, f06, f09
         for rel, st in serial.items():
             assert (split[rel].st_size, split[rel].st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        assert len(split) == len(serial) and "f01/nowhere.md" not in split
+        # The child's folders come with their signatures, hashed there: the same.
+        assert set(split.signatures) and set(split.signatures) < set(folders)
+        assert folder_signatures(split, their_folders) == folder_signatures(serial, folders)
 
 
 def test_a_split_walk_steps_aside_where_it_cannot_promise_the_serial_walk(
