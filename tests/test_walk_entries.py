@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from kernel.config import load_config
-from pipeline.discover import folder_signatures, walk_folders
+from pipeline.discover import walk_folders
 
 
 def test_every_kind_of_entry_is_taken_or_left_as_before(tmp_path: Path):
@@ -58,69 +58,81 @@ def _tree(root: Path, folders: int = 12, files_at_top: bool = True) -> None:
     (root / ".gitignore").write_text("f05/inner/\n")
 
 
-def _serial_and_split(root: Path, monkeypatch):
-    from pipeline import discover
+# Run in a fresh interpreter: the split walk forks only in a process with no other thread,
+# and a test session may have some left running by earlier tests.
+COMPARE = """
+import json, sys, threading
+from pipeline import discover
+from kernel.config import load_config
+from pipeline.discover import folder_signatures, walk_folders
+if sys.argv[2] == "thread":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+merged = []
+real = discover._merged
+discover._merged = lambda *a: merged.append(1) or real(*a)
+config = load_config(sys.argv[1], environ={})
+one, two = [["earlier", "problem"]], [["earlier", "problem"]]
+serial, folders = walk_folders(config, one)
+split, their_folders = walk_folders(config, two, split=True)
+print(json.dumps({
+    "merged": len(merged),
+    "order": list(split) == list(serial),
+    "stats": all(
+        (split[r].st_size, split[r].st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        for r, st in serial.items()
+    ),
+    "len": len(split) == len(serial),
+    "missing": "f01/nowhere.md" in split,
+    "folders": list(their_folders.items()) == list(folders.items()),
+    "signatures": folder_signatures(split, their_folders) == folder_signatures(serial, folders),
+    "child_hashed": len(getattr(split, "signatures", {})),
+    "problems": [list(p) for p in one],
+    "same_problems": [list(p) for p in two] == [list(p) for p in one],
+}))
+"""
 
-    merged = []
-    real = discover._merged
-    monkeypatch.setattr(discover, "_merged", lambda *a: merged.append(1) or real(*a))
-    config = load_config(root, environ={})
-    one: list[tuple[str, str]] = [("earlier", "problem")]
-    two: list[tuple[str, str]] = [("earlier", "problem")]
-    serial = walk_folders(config, one)
-    split = walk_folders(config, two, split=True)
-    return serial, one, split, two, merged
+
+def _compare(root: Path, thread: bool = False) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", COMPARE, str(root), "thread" if thread else "alone"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
-def test_a_walk_split_in_two_processes_is_the_serial_walk(tmp_path: Path, monkeypatch):
+def test_a_walk_split_in_two_processes_is_the_serial_walk(tmp_path: Path):
     """Same files in the same order, same folders, same problems in the same order, same
-    sizes and mtimes; with and without files at the top (the top folder's own entry is
-    then dropped, which shifts the noted places)."""
-    import threading
-
-    assert threading.active_count() == 1  # else the split steps aside (tested below)
+    sizes and mtimes, same folder signatures (the child's hashed there); with and without
+    files at the top (the top folder's own entry is then dropped, which shifts the noted
+    places)."""
     for top in (True, False):
         root = tmp_path / f"tree{top}"
         _tree(root, files_at_top=top)
-        (serial, folders), one, (split, their_folders), two, merged = _serial_and_split(
-            root, monkeypatch
-        )
-        assert merged == [1]  # the split walk ran and was merged
-        assert list(split) == list(serial)
-        assert list(their_folders.items()) == list(folders.items())
-        assert two == one and len(one) == 1 + 4  # f00, f03, f06, f09
-        for rel, st in serial.items():
-            assert (split[rel].st_size, split[rel].st_mtime_ns) == (st.st_size, st.st_mtime_ns)
-        assert len(split) == len(serial) and "f01/nowhere.md" not in split
-        # The child's folders come with their signatures, hashed there: the same.
-        assert set(split.signatures) and set(split.signatures) < set(folders)
-        assert folder_signatures(split, their_folders) == folder_signatures(serial, folders)
+        got = _compare(root)
+        assert got["merged"] == 1  # the split walk ran and was merged
+        for key in ("order", "stats", "len", "folders", "signatures", "same_problems"):
+            assert got[key] is True, key
+        assert got["missing"] is False and got["child_hashed"] > 0
+        assert len(got["problems"]) == 1 + 4  # f00, f03, f06, f09's broken links
 
 
-def test_a_split_walk_steps_aside_where_it_cannot_promise_the_serial_walk(
-    tmp_path: Path, monkeypatch
-):
+def test_a_split_walk_steps_aside_where_it_cannot_promise_the_serial_walk(tmp_path: Path):
     """A symlink from one half into the other (the serial walk's "already visited" depends
     on its order), or another thread running: the serial walk's answer, never a merge."""
-    import threading
-
     root = tmp_path / "linked"
     _tree(root)
     (root / "f00" / "to-f01").symlink_to(root / "f01")  # f00 is this process's, f01 the child's
-    (serial, folders), one, (split, their_folders), two, merged = _serial_and_split(
-        root, monkeypatch
-    )
-    assert merged == []
-    assert list(split) == list(serial) and two == one
-    assert any("already visited" in p for _, p in one)
-    stop = threading.Event()
-    helper = threading.Thread(target=stop.wait)
-    helper.start()
-    try:
-        root = tmp_path / "threaded"
-        _tree(root)
-        (serial, _), one, (split, _), two, merged = _serial_and_split(root, monkeypatch)
-        assert merged == [] and list(split) == list(serial) and two == one
-    finally:
-        stop.set()
-        helper.join()
+    got = _compare(root)
+    assert got["merged"] == 0 and got["order"] and got["same_problems"]
+    assert any("already visited" in p for _, p in got["problems"])
+    root = tmp_path / "threaded"
+    _tree(root)
+    got = _compare(root, thread=True)
+    assert got["merged"] == 0 and got["order"] and got["same_problems"]
