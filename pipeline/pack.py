@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -348,7 +348,14 @@ def publish(
         clusters = cluster.assign(rows, sources.state)
         meta = {**meta, "build_key": sources.build_key}
         tables, full_meta = build_tables(
-            rows, schema, clusters, meta, sources.dimensions, ivf_min_rows, analysed, writer.put
+            rows,
+            schema,
+            clusters,
+            meta,
+            sources.dimensions,
+            ivf_min_rows,
+            analysed,
+            early=writer.put,
         )
         written = writer.finish(tables, full_meta)
     except BaseException:
@@ -365,13 +372,17 @@ def build_tables(
     dimensions: int,
     ivf_min_rows: int | None,
     analysed: lexical.Store | None = None,
+    ivf_reuse: bool = True,
     early: Callable[[str, pa.Table], None] | None = None,
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """The steps after `plan`, `schema_pack.update` and `cluster.assign`, for one index
     file (the one-file index, or a shard of a sharded one: pipeline/shard_pack.py):
     `lexical.update`, `duplicates.update`, `ivf.build` from `ivf_min_rows` chunks (None:
-    never), then `assemble`. `early`: given each table as soon as it is final
-    (`IndexWriter.put`), so that it is written while the next steps run."""
+    never), then `assemble`. `ivf_reuse=False`: the lists are trained on these rows even
+    when the previous index has lists (a shard split from a one-file index,
+    `pipeline.shard_split`: the whole index's centroids are not the shard's). `early`:
+    given each table as soon as it is final (`IndexWriter.put`), so that it is written
+    while the next steps run."""
     postings = lexical.update(rows, analysed)
     if early is not None:
         for name, table in postings.tables.items():
@@ -379,5 +390,7 @@ def build_tables(
     near = duplicates.update(rows)
     lists = None
     if ivf_min_rows is not None:
-        lists = ivf.build(rows, dimensions, ivf_min_rows)
+        lists = ivf.build(
+            rows if ivf_reuse else replace(rows, previous=None), dimensions, ivf_min_rows
+        )
     return assemble(rows, schema, postings, clusters, near, meta, lists)
