@@ -341,10 +341,15 @@ def publish(
         rows = plan(index_path, sources)
     if schema is None:
         schema = schema_pack.update(rows, sources.state)
-    clusters = cluster.assign(rows, sources.state)
     meta = {**meta, "build_key": sources.build_key}
     tables, full_meta = build_tables(
-        rows, schema, clusters, meta, sources.dimensions, ivf_min_rows, analysed
+        rows,
+        schema,
+        lambda: cluster.assign(rows, sources.state),
+        meta,
+        sources.dimensions,
+        ivf_min_rows,
+        analysed,
     )
     written = write(index_path, tables, full_meta, rows)
     return Written(written, rows.chunks.num_rows, rows.reused_files, rows.damaged)
@@ -353,7 +358,7 @@ def publish(
 def build_tables(
     rows: Plan,
     schema: schema_pack.SchemaUpdate,
-    clusters: ClusterAssignment,
+    clusters: ClusterAssignment | Callable[[], ClusterAssignment],
     meta: Mapping[str, Any],
     dimensions: int,
     ivf_min_rows: int | None,
@@ -362,10 +367,14 @@ def build_tables(
     """The steps after `plan`, `schema_pack.update` and `cluster.assign`, for one index
     file (the one-file index, or a shard of a sharded one: pipeline/shard_pack.py):
     `lexical.update`, `duplicates.update`, `ivf.build` from `ivf_min_rows` chunks (None:
-    never), then `assemble`."""
+    never), then `assemble`. `clusters` as a function is called after the other steps: a
+    first build's clustering fit may still be running in its helper process
+    (`pipeline.cluster_helper`)."""
     postings = lexical.update(rows, analysed)
     near = duplicates.update(rows)
     lists = None
     if ivf_min_rows is not None:
         lists = ivf.build(rows, dimensions, ivf_min_rows)
+    if callable(clusters):
+        clusters = clusters()
     return assemble(rows, schema, postings, clusters, near, meta, lists)
