@@ -591,7 +591,13 @@ def _full(
     if helper is not None:
         helper.submit(vectors, max_clusters)
         sofar = StageResult("full", documents=len(docs), assigned=len(with_chunks))
-        return sofar, lambda: _finished(state, docs, with_chunks, vectors, helper.result())
+
+        def finish() -> StageResult:
+            choice = helper.result()
+            helper.close()  # reaped now: its CPU counts in this run's figures
+            return _finished(state, docs, with_chunks, vectors, choice)
+
+        return sofar, finish
     return _finished(state, docs, with_chunks, vectors, choose_and_fit(vectors, max_clusters))
 
 

@@ -75,7 +75,9 @@ class ClusterHelper:
         return answer
 
     def close(self) -> None:
-        """Stop the helper (idle, or still fitting for a run that failed)."""
+        """Stop the helper (idle, or still fitting for a run that failed); again: nothing."""
+        if self._process is None:
+            return
         try:
             self._conn.close()  # the helper's recv ends: it exits
         except OSError:
@@ -84,6 +86,7 @@ class ClusterHelper:
         if self._process.is_alive():  # still fitting: nobody wants its answer
             self._process.kill()
             self._process.join()
+        self._process = None
 
 
 def _serve(conn: Any, parent_end: Any) -> None:
