@@ -15,7 +15,8 @@ The fit is the one the parent would make (same code, same input, one BLAS thread
 index built with the helper equals one built without it (`tests/test_cluster_helper.py`).
 Forked like the ingest workers, so only where those may be (`workers.pool_is_safe`); the
 helper ignores Ctrl-C (the parent stops it), ends when the parent closes its end of the
-pipe or dies (the pipe's end of file), and a helper that dies gives one line.
+pipe, is killed when the parent dies (Linux's parent-death signal), and a helper that dies
+gives one line.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class ClusterHelper:
             return None
         context = multiprocessing.get_context("fork")
         mine, theirs = context.Pipe()
-        process = context.Process(target=_serve, args=(theirs, mine), daemon=True)
+        process = context.Process(target=_serve, args=(theirs, mine, os.getpid()), daemon=True)
         process.start()
         theirs.close()
         return cls(process, mine)
@@ -89,12 +90,13 @@ class ClusterHelper:
         self._process = None
 
 
-def _serve(conn: Any, parent_end: Any) -> None:
+def _serve(conn: Any, parent_end: Any, parent: int) -> None:
     """The helper's life: import, then fit what comes until the pipe closes."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent_end.close()  # so that the parent's close (or death) is our end of file
+    _die_with_parent(parent)
+    parent_end.close()  # so that the parent's close is our end of file
     import sklearn.cluster  # noqa: F401 - what the fit and the silhouette use
     import sklearn.metrics  # noqa: F401
 
@@ -117,3 +119,20 @@ def _serve(conn: Any, parent_end: Any) -> None:
             break
     conn.close()
     os._exit(0)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Killed when the parent dies, even by SIGKILL: the helper holds a copy of the
+    parent's descriptors, the writer lock's included, and the workers forked after it hold
+    the parent's end of the pipe, so waiting for an end of file could outlive the parent
+    and keep the next ingest waiting for the lock."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(0)

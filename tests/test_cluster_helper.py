@@ -102,3 +102,51 @@ def test_a_helped_build_equals_the_one_process_build_and_survives_a_dead_helper(
     again = _ingest(broken, "2")
     assert again.returncode == 0, again.stderr
     assert _tables(broken / ".markdownvdb.index") == expected
+
+
+# A parent with a helper and, forked after it, a process holding the parent's end of the
+# helper's pipe (as the ingest workers do); prints both pids, then waits to be killed.
+_KILLED = r"""
+import multiprocessing, sys, time
+from pipeline.cluster_helper import ClusterHelper
+helper = ClusterHelper.start()
+worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,))
+worker.start()
+print(helper._process.pid, worker.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_helper_dies_with_its_parent_even_by_sigkill():
+    """The helper holds the parent's descriptors (the writer lock's among them): a parent
+    killed outright must not leave it waiting, or the next ingest would wait for the lock."""
+    import signal
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _KILLED], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    helper, worker = map(int, parent.stdout.readline().split())  # type: ignore[union-attr]
+    os.kill(helper, 0)  # alive
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    try:
+        _wait_gone(helper)
+    finally:
+        os.kill(worker, signal.SIGKILL)
+
+
+def _wait_gone(helper: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(helper, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{helper}/stat") as stat:  # a zombie waits for init to reap it
+            if stat.read().split(") ", 1)[1].startswith("Z"):
+                break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the helper outlived its parent")
