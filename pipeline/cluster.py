@@ -22,10 +22,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from pipeline.cluster_keys import DEFERRED, STATE_KEY
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,7 +62,6 @@ MIN_MAX_DOC_FREQ, MAX_MAX_DOC_FREQ = 0.1, 0.5
 # scikit-learn, so the measurements of docs/clusters.md stand.
 NUMPY_BELOW = 1000
 
-STATE_KEY = "clustering"
 _I32 = np.zeros(0, np.int32)
 DOC_VECTOR_BLOCK = 4096  # chunk vectors summed into document vectors per `add.at`
 
@@ -150,6 +152,12 @@ def choose_and_fit(vectors: np.ndarray, max_clusters: int, seed: int = SEED) -> 
     threads ran 4-10x slower than with one (docs/clusters.md)."""
     from threadpoolctl import threadpool_limits
 
+    if len(vectors) >= NUMPY_BELOW:
+        # Loaded before the limit, or SciPy's own BLAS, which scikit-learn's k-means loads,
+        # would escape it on the first fit of a process and sum in another order than
+        # every later fit (the helper process imports it first: `cluster_helper`).
+        import sklearn.cluster  # noqa: F401
+        import sklearn.metrics  # noqa: F401
     with threadpool_limits(1):
         return _choose_and_fit(vectors, max_clusters, seed)
 
@@ -282,6 +290,48 @@ def label_text(title: str, chunk_texts: list[str]) -> str:
     return title + "\n" + "\n".join(chunk_texts)[:LABEL_TEXT_CHARS]
 
 
+class DocVectors:
+    """Each parsed file's document vector, as a pooled first build's workers made them
+    (`document_vectors` over the file's chunk vectors, unusable ones as zero rows: the
+    same rows `doc_matrix` makes). Per batch: the files' shas and a (files with chunks,
+    dims) matrix; a file without chunks has row -1."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[int, int]] = {}  # sha -> (batch, row), row -1: no chunks
+        self.blocks: list[np.ndarray] = []
+
+    def add(self, shas: list[str], rows: list[int], matrix: np.ndarray) -> None:
+        batch = len(self.blocks)
+        self.blocks.append(matrix)
+        for sha, row in zip(shas, rows, strict=True):
+            self.rows[sha] = (batch, row)
+
+    def documents(
+        self, manifest: dict[str, str], dimensions: int
+    ) -> tuple[list[Doc], list[Doc], np.ndarray] | None:
+        """(every document, those with chunks, their vectors) in manifest order, or None
+        when a file of the manifest is not here (parsed by another run) or the sizes
+        differ."""
+        docs, with_chunks, picks = [], [], []
+        rows = self.rows
+        for path, sha in manifest.items():
+            found = rows.get(sha)
+            if found is None:
+                return None
+            doc = Doc(path, sha, "", "", [])
+            docs.append(doc)
+            if found[1] >= 0:
+                with_chunks.append(doc)
+                picks.append(found)
+        if any(b.shape[1:] != (dimensions,) for b in self.blocks if len(b)):
+            return None
+        starts = np.cumsum([0] + [len(b) for b in self.blocks])
+        flat = np.fromiter((starts[b] + r for b, r in picks), dtype=np.int64, count=len(picks))
+        parts = [b for b in self.blocks if len(b)]
+        matrix = np.concatenate(parts) if parts else np.zeros((0, dimensions), np.float32)
+        return docs, with_chunks, matrix[flat]
+
+
 class LabelWords(dict):
     """Term -> column, a new term getting the next column (`map(vocabulary.__getitem__,
     terms)` numbers a document's terms without a Python loop over the known ones). A
@@ -378,8 +428,13 @@ class StageResult:
     tried: dict[int, float] = field(default_factory=dict)  # silhouette of each candidate k
     pending: int = 0  # documents added or changed since the last full clustering
     seconds: float = 0.0
+    # A fit left to the helper process (`pipeline.cluster_helper`): the settings it was
+    # asked with, so that the digest moves with them although k is not known yet.
+    deferred: str = ""
 
     def digest(self) -> str:
+        if self.deferred:
+            return f"{self.mode}:{self.documents}:deferred {self.deferred}:{self.pending}"
         return f"{self.mode}:{self.documents}:{self.k}:{self.pending}"
 
 
@@ -397,6 +452,7 @@ def run_stage(
     threshold: int,
     full: bool = False,
     changes: tuple[list[tuple[str, str]], list[str], int] | None = None,
+    helper: Any = None,
 ) -> StageResult:
     """Bring the stored clustering up to date with the manifest.
 
@@ -406,6 +462,8 @@ def run_stage(
     only the changed documents are read and assigned to their nearest centroid.
     `changes`: (changed (path, sha), removed paths, documents) from discover's change list
     (`changes_of`), else the state's whole manifest is diffed against the assignments.
+    `helper`: a full clustering's fit goes to that process and is finished when pack first
+    reads the clusters (`finish_deferred`); until then the state says it is due.
     """
     started = time.perf_counter()
     info = state.get_value(STATE_KEY) or {}
@@ -417,13 +475,26 @@ def run_stage(
     manifest = dict(changed_rows)
     changed = [path for path, _ in changed_rows]
     settings = {"model": model, "chunk_key": chunk_key, "max_clusters": max_clusters}
+    # A fit a failed run left due (`DEFERRED`) is redone in full.
     same_model = all(info.get(key) == value for key, value in settings.items())
+    same_model = same_model and not info.get(DEFERRED)
     pending = int(info.get("pending", 0)) + len(changed)
     if not (changed or removed) and same_model and not full:
         result = StageResult("unchanged", documents, pending=pending, k=info.get("k", 0))
     elif full or not same_model or pending >= threshold:
-        result = _full(state, chunk_key, model, dimensions, max_clusters)
-        state.set_value(STATE_KEY, {**settings, **_summary(result)})
+        due = _full(state, chunk_key, model, dimensions, max_clusters, helper)
+        if isinstance(due, StageResult):
+            result = due
+            state.set_value(STATE_KEY, {**settings, **_summary(result)})
+        else:
+            result, finish = due
+            result.deferred = json.dumps(settings, sort_keys=True)
+            state.set_value(STATE_KEY, {**settings, DEFERRED: True})
+
+            def settle() -> None:
+                state.set_value(STATE_KEY, {**settings, **_summary(finish())})
+
+            state.clusters_due = settle
     else:
         result = _assign(state, chunk_key, model, dimensions, changed, removed, manifest)
         result.documents = documents
@@ -493,27 +564,81 @@ def doc_matrix(
     return document_vectors(vectors, owner, len(docs))
 
 
+def finish_deferred(state: Any) -> None:
+    """Store a fit the helper was making (`run_stage`), waiting for it: what reads the
+    clusters from the state calls this first."""
+    settle = getattr(state, "clusters_due", None)
+    if settle is not None:
+        state.clusters_due = None
+        settle()
+
+
 def _full(
-    state: Any, chunk_key: str, model: str, dimensions: int, max_clusters: int
-) -> StageResult:
+    state: Any,
+    chunk_key: str,
+    model: str,
+    dimensions: int,
+    max_clusters: int,
+    helper: Any = None,
+) -> StageResult | tuple[StageResult, Callable[[], StageResult]]:
+    """A full clustering; with `helper`, its fit is sent there and this returns the
+    result so far with the function that finishes it."""
     manifest = state.manifest_shas()
-    docs = load_docs(state, chunk_key, list(manifest), manifest)
-    with_chunks = [d for d in docs if d.chunk_shas]
-    vectors = doc_matrix(state, model, dimensions, with_chunks, chunk_key)
+    docs, with_chunks, vectors = _full_inputs(state, chunk_key, model, dimensions, manifest)
     if not with_chunks:
         _store_full(state, docs, [], np.zeros(0), np.zeros(0), [], np.zeros((0, dimensions)))
         return StageResult("full", documents=len(docs), k=0)
-    choice = choose_and_fit(vectors, max_clusters)
+    if helper is not None:
+        helper.submit(vectors, max_clusters)
+        sofar = StageResult("full", documents=len(docs), assigned=len(with_chunks))
+
+        def finish() -> StageResult:
+            choice = helper.result()
+            helper.close()  # reaped now: its CPU counts in this run's figures
+            return _finished(state, docs, with_chunks, vectors, choice)
+
+        return sofar, finish
+    return _finished(state, docs, with_chunks, vectors, choose_and_fit(vectors, max_clusters))
+
+
+def _full_inputs(
+    state: Any, chunk_key: str, model: str, dimensions: int, manifest: dict[str, str]
+) -> tuple[list[Doc], list[Doc], np.ndarray]:
+    """Every document, those with chunks, and their vectors. A pooled first build's workers
+    summed each file's vectors as they embedded it (`DocVectors`, the same arithmetic as
+    `doc_matrix`): no chunk record is decoded for them."""
+    made = getattr(state, "doc_vectors", None)
+    if made is not None:
+        state.doc_vectors = None
+        found = made.documents(manifest, dimensions)
+        known = getattr(state, "label_words", None)
+        # Their documents carry no text: only when the labels need none (the workers' word
+        # sets, above the size the labels are counted from texts).
+        if (
+            found is not None
+            and len(found[1]) >= NUMPY_BELOW
+            and known is not None
+            and all(d.sha256 in known.by_sha for d in found[1])
+        ):
+            return found
+    docs = load_docs(state, chunk_key, list(manifest), manifest)
+    with_chunks = [d for d in docs if d.chunk_shas]
+    return docs, with_chunks, doc_matrix(state, model, dimensions, with_chunks, chunk_key)
+
+
+def _finished(
+    state: Any, docs: list[Doc], with_chunks: list[Doc], vectors: np.ndarray, choice: KChoice
+) -> StageResult:
     labels = _by_size(choice.labels, choice.k)
     centroids = np.zeros_like(choice.centroids)
     for old, new in enumerate(_size_order(choice.labels, choice.k)):
         centroids[new] = choice.centroids[old]
     similarity = np.einsum("ij,ij->i", vectors, centroids[labels])
-    texts = [d.title + "\n" + d.text[:LABEL_TEXT_CHARS] for d in with_chunks]
     known = getattr(state, "label_words", None)  # a pooled first build's, from its workers
     words = None
     if known is not None and all(d.sha256 in known.by_sha for d in with_chunks):
         words = [known.by_sha[d.sha256] for d in with_chunks]
+    texts = [d.title + "\n" + d.text[:LABEL_TEXT_CHARS] for d in with_chunks]
     keywords = cluster_keywords(texts, labels, choice.k, words=words, vocabulary=known)
     if known is not None:
         state.label_words = None  # read once: its memory goes before pack's peak
@@ -608,6 +733,7 @@ def load_stored(state: Any) -> StoredClusters | None:
     """None when clustering is off or has never run."""
     if state is None:
         return None
+    finish_deferred(state)
     info = state.get_value(STATE_KEY)
     if not info:
         return None
@@ -734,6 +860,8 @@ def assign(plan: Plan, state: State | None) -> ClusterAssignment:
     import pyarrow as pa
 
     files = plan.files
+    if state is not None:
+        finish_deferred(state)
     info = state.get_value(STATE_KEY) if state is not None else None
     if not info:
         ids = np.full(files.num_rows, -1, dtype=np.int32)

@@ -638,6 +638,7 @@ def discover(
     # writes within one filesystem timestamp tick can leave size and mtime as they were.
     trust_stat = only is None
     entries, known = result.entries, manifest.get
+    root = str(config.root)  # joined as strings: a Path per file cost ~1 s at 38k files
     unreadable: list[str] = []
     for rel, st in stats.items():
         old = known(rel)
@@ -649,7 +650,7 @@ def discover(
         ):
             continue
         try:
-            sha = sha256_file(config.root / rel)
+            sha = sha256_file(os.path.join(root, rel))
         except OSError as exc:
             errors.append((rel, f"cannot read: {exc.strerror or exc}"))
             unreadable.append(rel)

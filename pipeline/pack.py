@@ -345,12 +345,11 @@ def publish(
     writer = index_format.IndexWriter(index_path, source=rows.previous)
     try:
         writer.put("chunks", rows.chunks)
-        clusters = cluster.assign(rows, sources.state)
         meta = {**meta, "build_key": sources.build_key}
         tables, full_meta = build_tables(
             rows,
             schema,
-            clusters,
+            lambda: cluster.assign(rows, sources.state),
             meta,
             sources.dimensions,
             ivf_min_rows,
@@ -367,7 +366,7 @@ def publish(
 def build_tables(
     rows: Plan,
     schema: schema_pack.SchemaUpdate,
-    clusters: ClusterAssignment,
+    clusters: ClusterAssignment | Callable[[], ClusterAssignment],
     meta: Mapping[str, Any],
     dimensions: int,
     ivf_min_rows: int | None,
@@ -382,7 +381,9 @@ def build_tables(
     when the previous index has lists (a shard split from a one-file index,
     `pipeline.shard_split`: the whole index's centroids are not the shard's). `early`:
     given each table as soon as it is final (`IndexWriter.put`), so that it is written
-    while the next steps run."""
+    while the next steps run. `clusters` as a function is called after the other steps: a
+    first build's clustering fit may still be running in its helper process
+    (`pipeline.cluster_helper`)."""
     postings = lexical.update(rows, analysed)
     if early is not None:
         for name, table in postings.tables.items():
@@ -393,4 +394,6 @@ def build_tables(
         lists = ivf.build(
             rows if ivf_reuse else replace(rows, previous=None), dimensions, ivf_min_rows
         )
+    if callable(clusters):
+        clusters = clusters()
     return assemble(rows, schema, postings, clusters, near, meta, lists)

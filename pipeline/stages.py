@@ -322,11 +322,16 @@ def _delta(state: State, fresh: list[ManifestEntry], removed: tuple[str, ...]) -
 
 
 def discover(
-    config: Config, state: State, only: tuple[str, ...] | None = None, full: bool = False
+    config: Config,
+    state: State,
+    only: tuple[str, ...] | None = None,
+    full: bool = False,
+    walked_files: Callable[[int], None] | None = None,
 ) -> Manifest:
     """Walk the source folders, re-hash what changed, store the new manifest. Only the
     manifest rows of folders whose stat signature moved are read and compared: the others
-    are known to hold what they held."""
+    are known to hold what they held. `walked_files`: told how many files the walk found,
+    before any is hashed."""
     from pipeline.discover import discover as walk_and_compare
     from pipeline.discover import folder_signatures, updated_digest, walk_folders
 
@@ -343,6 +348,8 @@ def discover(
         # A project of many folders walks on both cores (`discover._split_walk`).
         big = isinstance(stored_signatures, dict) and len(stored_signatures) >= SPLIT_FOLDERS
         stats, folders = walk_folders(config, problems, split=big)
+        if walked_files is not None:
+            walked_files(len(stats))
         walked = (stats, problems)
         signatures = folder_signatures(stats, folders)
         moved = _moved_folders(stored_signatures, signatures)
@@ -460,6 +467,7 @@ def parse(
     state: State,
     progress: Progress = _quiet,
     provider: EmbeddingProvider | None = None,
+    helped: bool = False,
 ) -> Parsed:
     """Frontmatter, heading tree and body of each new file content, chunked at once and, for
     the local model (`provider`), embedded (`pipeline.workers`: over a process pool when
@@ -485,7 +493,7 @@ def parse(
 
         pool = PoolRun()  # what the actors report, filled as they run
     failed, chunks, embedded = _prepare_files(
-        config, state, todo, problems, progress, provider, analysed, pool
+        config, state, todo, problems, progress, provider, analysed, pool, helped
     )
     kept = _drop_unparsed(config, manifest, state, failed if pending is not None else None)
     if pool is None:
@@ -535,6 +543,7 @@ def _prepare_files(
     provider: EmbeddingProvider | None,
     analysed: list | None = None,
     pool: Any = None,
+    helped: bool = False,
 ) -> tuple[list[str], int, int]:
     """Parse, chunk (and embed) (path, sha) pairs into the caches, one transaction per
     batch; returns the paths that failed (reported), the chunks cut and the chunks
@@ -552,9 +561,10 @@ def _prepare_files(
         # the model's and the parser's); a sharded pack hands nothing over.
         state.hold()
         if config.clustering_enabled:
-            from pipeline.cluster import LabelWords
+            from pipeline.cluster import DocVectors, LabelWords
 
             state.label_words = LabelWords()  # numbered as the workers' batches come back
+            state.doc_vectors = DocVectors()
     # What the workers embed with: the local pool, WordLlama; Ray's actors, every local model.
     spec = executor(config).embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""
@@ -565,7 +575,8 @@ def _prepare_files(
     batches = executor(config).prepare(
         config, todo, spec, lambda done: progress("parse", done, len(todo)), *report
     )
-    warm = _warm_cluster_imports(config, len(todo)) if pooled else None
+    # With a clustering helper (`pipeline.cluster_helper`), it imports scikit-learn.
+    warm = _warm_cluster_imports(config, len(todo)) if pooled and not helped else None
     try:
         for batch in batches:  # streamed: written as each comes back
             if warm is not None:  # the workers are busy with the next batches by now
@@ -585,6 +596,8 @@ def _prepare_files(
             if state.label_words is not None:
                 for sha, words in batch.label_words:
                     state.label_words.add(sha, words)
+            if state.doc_vectors is not None and batch.doc_matrix is not None:
+                state.doc_vectors.add(batch.doc_shas, batch.doc_rows, batch.doc_matrix)
     except (WorkerDied, ExecutorUnavailable) as exc:
         raise IngestError(str(exc)) from None
     if embedded and getattr(spec, "cache_dir", None) is not None:
@@ -801,8 +814,11 @@ def cluster(
     state: State,
     provider: EmbeddingProvider,
     full: bool = False,
+    helper: Any = None,
 ) -> Clustered:
-    """Topic clusters of documents (kept in the state; pack publishes them)."""
+    """Topic clusters of documents (kept in the state; pack publishes them). `helper`: a
+    `cluster_helper.ClusterHelper` that makes a full clustering's fit while the schema
+    stage and pack run (pack waits for it before it reads the clusters)."""
     from pipeline import cluster as clustering
     from pipeline.embed import model_key
 
@@ -823,6 +839,7 @@ def cluster(
         config.clustering_rebalance_threshold,
         full=full,
         changes=changes,
+        helper=helper,
     )
     return Clustered(result.mode, digest_of(manifest.digest, result.digest()))
 

@@ -186,6 +186,10 @@ class State:
         # A pooled first build's documents' label words, made by its workers, for the full
         # clustering that follows (`pipeline.cluster.LabelWords`); memory only.
         self.label_words: Any = None
+        # With them, the workers' document vectors (`cluster.DocVectors`), and a full
+        # clustering's fit still in the helper process (`cluster.finish_deferred`).
+        self.doc_vectors: Any = None
+        self.clusters_due: Any = None
 
     def close(self) -> None:
         # A run that stops before its hand-over (an error in a later stage) keeps its work.

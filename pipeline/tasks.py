@@ -69,8 +69,33 @@ class IngestRun:
     error: BaseException | None = None
     # A provider the caller owns (the watcher loads its model once): used, never closed.
     borrowed_provider: EmbeddingProvider | None = None
+    # Forked by discover for a big first clustering (`pipeline.cluster_helper`).
+    cluster_helper: Any = None
     _state: State | None = None
     _provider: EmbeddingProvider | None = None
+
+    def start_cluster_helper(self, files: int) -> None:
+        """Told by discover's walk: a folder of `files` files that has never been clustered
+        gets a full clustering after its parse; its helper starts now, while the parent
+        hashes (the helper imports scikit-learn on the core the walk leaves idle)."""
+        from pipeline.cluster_helper import MIN_FILES, ClusterHelper
+        from pipeline.cluster_keys import STATE_KEY, is_deferred
+
+        config = self.config
+        if (
+            self.cluster_helper is not None
+            or not config.clustering_enabled
+            or config.shards > 1
+            or config.executor != "local"
+            or files < MIN_FILES
+        ):
+            return
+        if self.state.get_value(STATE_KEY) and not is_deferred(self.state):
+            return  # clustered before: this run assigns, or rebalances in process
+        from pipeline.workers import worker_count
+
+        if worker_count(config) > 1:
+            self.cluster_helper = ClusterHelper.start()
 
     @property
     def state(self) -> State:
@@ -106,7 +131,11 @@ class IngestRun:
     def close(self) -> None:
         # The schema stage's plan keeps the previous index mapped: let it go with the run.
         self.outputs.clear()
+        if self.cluster_helper is not None:
+            self.cluster_helper.close()
+            self.cluster_helper = None
         if self._state is not None:
+            self._state.clusters_due = None  # a fit nobody waited for (an error) is dropped
             self._state.close()
             self._state = None
         if self._provider is not None and self._provider is not self.borrowed_provider:
@@ -171,7 +200,7 @@ def _alone(name: str, body: Body) -> dict:
 
 
 def _discover(run: IngestRun) -> stages.Manifest:
-    return stages.discover(run.config, run.state, run.only, run.full)
+    return stages.discover(run.config, run.state, run.only, run.full, run.start_cluster_helper)
 
 
 def _parse(run: IngestRun) -> stages.Parsed:
@@ -185,7 +214,8 @@ def _parse(run: IngestRun) -> stages.Parsed:
         config.executor != "local" or not local_model_is_encoder(config.embedding_model)
     )
     provider = run.provider if local or run.borrowed_provider is not None else None
-    return stages.parse(config, run.manifest(), run.state, run.progress, provider)
+    helped = run.cluster_helper is not None
+    return stages.parse(config, run.manifest(), run.state, run.progress, provider, helped)
 
 
 def _chunk(run: IngestRun) -> stages.Chunked:
@@ -197,7 +227,8 @@ def _embed(run: IngestRun) -> stages.Embedded:
 
 
 def _cluster(run: IngestRun) -> stages.Clustered:
-    return stages.cluster(run.config, run.manifest(), run.state, run.provider, run.full)
+    helper = run.cluster_helper
+    return stages.cluster(run.config, run.manifest(), run.state, run.provider, run.full, helper)
 
 
 def _schema(run: IngestRun) -> stages.Schema:
@@ -241,6 +272,20 @@ def _no_retry(run: IngestRun | None, config: Config) -> Callable[..., bool]:
             return run.state.get_value(stages.RETRY_UNPARSED) is None
         with State(config.state_path) as state:
             return state.get_value(stages.RETRY_UNPARSED) is None
+
+    return check
+
+
+def _not_deferred(run: IngestRun | None, config: Config) -> Callable[..., bool]:
+    """An `uptodate` check: the cluster stage is not up to date while the state says a
+    fit it left to the helper process was never stored (the run failed before pack)."""
+    from pipeline.cluster_keys import is_deferred
+
+    def check(task: Any, values: dict) -> bool:
+        if run is not None:
+            return not is_deferred(run.state)
+        with State(config.state_path) as state:
+            return not is_deferred(state)
 
     return check
 
@@ -351,7 +396,11 @@ def task_cluster(run: IngestRun | None = None):
     config = _config(run)
     return {
         "actions": [_action(run, "cluster", _cluster)],
-        "uptodate": [result_dep("embed"), config_changed(_cluster_settings(config))],
+        "uptodate": [
+            result_dep("embed"),
+            config_changed(_cluster_settings(config)),
+            _not_deferred(run, config),
+        ],
         "verbosity": 0,
     }
 

@@ -102,6 +102,11 @@ class Batch:
     lexical: Store | None = None
     # (file sha, its cluster label words space-separated) per file with chunks, when asked.
     label_words: list[tuple[str, str]] = field(default_factory=list)
+    # With the label words: each parsed file's document vector (`cluster.DocVectors`): the
+    # files' shas, each one's row in `doc_matrix` (-1: no chunks).
+    doc_shas: list[str] = field(default_factory=list)
+    doc_rows: list[int] = field(default_factory=list)
+    doc_matrix: np.ndarray | None = None
 
     def add_vectors(
         self, shas: list[bytes], vectors: np.ndarray, files: list[tuple[str, list[bytes]]]
@@ -222,7 +227,39 @@ def prepare_batch(
             ids[i] = tokens
         vectors = _provider(spec.embed).embed_token_ids(ids)  # type: ignore[arg-type]
         out.add_vectors(list(texts), vectors, file_chunks)
+    if spec.label_words and spec.embed is not None:
+        _document_vectors(out, vectors if texts else None, texts, file_chunks)
     return out
+
+
+def _document_vectors(
+    out: Batch, vectors: np.ndarray | None, row_of: dict[bytes, int], file_chunks: list
+) -> None:
+    """Each file's document vector for the full clustering that follows a pooled first
+    build (`cluster.document_vectors`, unusable chunk vectors as zero rows: what the
+    cluster stage would gather from the caches), so that it decodes no record for them."""
+    from pipeline.cluster import document_vectors
+    from pipeline.embed import usable_rows
+
+    picks: list[int] = []
+    owners: list[int] = []
+    files = 0
+    for sha, mine in file_chunks:
+        out.doc_shas.append(sha)
+        if not mine:
+            out.doc_rows.append(-1)
+            continue
+        out.doc_rows.append(files)
+        picks.extend(row_of[key] for key in mine)
+        owners.extend([files] * len(mine))
+        files += 1
+    if vectors is None:
+        out.doc_matrix = np.zeros((0, 0), dtype=np.float32)
+        return
+    usable = np.where(usable_rows(vectors)[:, None], vectors, 0).astype(np.float32)
+    out.doc_matrix = document_vectors(
+        usable[np.asarray(picks, dtype=np.int64)], np.asarray(owners, dtype=np.int64), files
+    )
 
 
 def read_file(root: str, path: str) -> bytes | str:

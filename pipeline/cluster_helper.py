@@ -1,0 +1,138 @@
+"""A full clustering's k-means in a helper process, beside the parent's serial work.
+
+A first build of a big folder ends with work only the parent can do (the walk, the
+clustering, the schema plan, pack), one core idle while it runs. Two pieces of the
+clustering need nothing but a matrix and need not wait: importing scikit-learn (~2 CPU-s)
+and choosing k and fitting it (`cluster.choose_and_fit`, ~3 CPU-s on tldr). So a helper is
+forked while discover walks a folder that will need a full clustering (the parent is small
+then: nothing of the parse is loaded yet), imports scikit-learn on the idle core while the
+parent hashes the files, and waits. The cluster stage sends it the document vectors and
+returns at once; the schema stage and pack's lexical, near-duplicate and IVF steps run in
+the parent meanwhile, and pack takes the fit when it assigns the clusters
+(`cluster.finish_deferred`). The parent never imports scikit-learn for such a build.
+
+The fit is the one the parent would make (same code, same input, one BLAS thread): an
+index built with the helper equals one built without it (`tests/test_cluster_helper.py`).
+Forked like the ingest workers, so only where those may be (`workers.pool_is_safe`); the
+helper ignores Ctrl-C (the parent stops it), ends when the parent closes its end of the
+pipe, is killed when the parent dies (Linux's parent-death signal), and a helper that dies
+gives one line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from pipeline.cluster import KChoice
+
+# Fewer files than this never get a helper: under it the ingest starts no worker pool
+# (`workers.POOL_MIN_FILES`) and k-means needs no scikit-learn (`cluster.NUMPY_BELOW`).
+MIN_FILES = 1000
+
+
+class ClusterHelper:
+    """The parent's handle: `submit` a matrix, later `result` its `KChoice`; `close`."""
+
+    def __init__(self, process: Any, conn: Any) -> None:
+        self._process = process
+        self._conn = conn
+
+    @classmethod
+    def start(cls) -> ClusterHelper | None:
+        """A helper forked now, or None where forking is not safe."""
+        import multiprocessing
+
+        from pipeline.workers import pool_is_safe
+
+        if not pool_is_safe():
+            return None
+        context = multiprocessing.get_context("fork")
+        mine, theirs = context.Pipe()
+        process = context.Process(target=_serve, args=(theirs, mine, os.getpid()), daemon=True)
+        process.start()
+        theirs.close()
+        return cls(process, mine)
+
+    def submit(self, vectors: np.ndarray, max_clusters: int) -> None:
+        self._conn.send(("fit", vectors, max_clusters))
+
+    def result(self) -> KChoice:
+        """The fit, waiting for it; a helper that died or failed is one line."""
+        from pipeline.stages import IngestError
+
+        try:
+            answer = self._conn.recv()
+        except (EOFError, OSError):
+            raise IngestError(
+                "the clustering helper process died (out of memory?); the previous index is "
+                "intact; MDVDB_WORKERS=1 runs without helper processes"
+            ) from None
+        if isinstance(answer, str):
+            raise IngestError(f"clustering failed: {answer}; the previous index is intact")
+        return answer
+
+    def close(self) -> None:
+        """Stop the helper (idle, or still fitting for a run that failed); again: nothing."""
+        if self._process is None:
+            return
+        try:
+            self._conn.close()  # the helper's recv ends: it exits
+        except OSError:
+            pass
+        self._process.join(timeout=2)
+        if self._process.is_alive():  # still fitting: nobody wants its answer
+            self._process.kill()
+            self._process.join()
+        self._process = None
+
+
+def _serve(conn: Any, parent_end: Any, parent: int) -> None:
+    """The helper's life: import, then fit what comes until the pipe closes."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+    parent_end.close()  # so that the parent's close is our end of file
+    import sklearn.cluster  # noqa: F401 - what the fit and the silhouette use
+    import sklearn.metrics  # noqa: F401
+
+    from pipeline.cluster import choose_and_fit
+
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            break
+        _, vectors, max_clusters = message
+        try:
+            answer: Any = choose_and_fit(vectors, max_clusters)
+        except Exception as exc:  # noqa: BLE001 - the parent reports it in one line
+            answer = f"{type(exc).__name__}: {exc}"
+        del vectors, message
+        try:
+            conn.send(answer)
+        except OSError:
+            break
+    conn.close()
+    os._exit(0)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Killed when the parent dies, even by SIGKILL: the helper holds a copy of the
+    parent's descriptors, the writer lock's included, and the workers forked after it hold
+    the parent's end of the pipe, so waiting for an end of file could outlive the parent
+    and keep the next ingest waiting for the lock."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(0)
