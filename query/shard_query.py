@@ -41,7 +41,7 @@ import numpy as np
 from kernel import index_format, text_analysis
 from query.lexical import bm25_idf
 from query.shard_stages import encode_mask
-from query.sharded import fan_out, shard_depth
+from query.sharded import call_each, shard_depth
 
 __all__ = ["staged_scores"]
 
@@ -110,16 +110,14 @@ class Staged:
         self.session = uuid.uuid4().hex
 
     def round(self, step: str, args: dict | list[dict]) -> list[dict]:
-        def one(i: int) -> dict:
-            given = args[i] if isinstance(args, list) else args
-            try:
-                return self.parts[i].call("stage", self.session, step, given)
-            except (ValueError, index_format.IndexFormatError) as exc:
-                if "is gone" in str(exc):
-                    raise SessionGone(str(exc)) from None
-                raise
-
-        return fan_out(one, list(range(len(self.parts))), self.parts)
+        """One step on every shard at once (one round trip to shard servers)."""
+        given = args if isinstance(args, list) else [args] * len(self.parts)
+        try:
+            return call_each(self.parts, "stage", [(self.session, step, a) for a in given])
+        except (ValueError, index_format.IndexFormatError) as exc:
+            if "is gone" in str(exc):
+                raise SessionGone(str(exc)) from None
+            raise
 
     def merge(self, answers: list[dict], k: int, key: str | None = None, extra: str = ""):
         """The k best (global rows, values[, extra]) of the shards' best rows, by score,

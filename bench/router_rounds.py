@@ -1,0 +1,245 @@
+"""A router over shard servers: latency, round trips and bytes per query, and its answers
+against the one-file index.
+
+    python bench/router_rounds.py --root SHARDED_ROOT --shards 20 --servers 4 [--rounds 5]
+        [--fresh] [--per-chunk] [--json]
+
+SHARDED_ROOT holds a sharded index (`MDVDB_SHARDS=N mdvdb ingest`) and, as a reference, the
+one-file index of the same folder (`.markdownvdb.index`, e.g. a copy of an ingested folder
+sharded afterwards). K real shard servers (`mdvdb serve --shards`, on 127.0.0.1) share the
+shards; the router (`MDVDB_SHARD_SERVERS`, the library in this process) runs
+bench/scaleout.py's ten queries per mode, `--rounds` times, after one untimed pass that
+checks every answer (paths, lines, scores) against the one-file index.
+
+The script imports `query` from the installed package, so the same file times another
+checkout: run it with that checkout's interpreter (`/work/base/.venv/bin/python
+bench/router_rounds.py ...`); its shard servers run that interpreter too.
+
+Per query it reports:
+- `round_trips`: the router's sequential waves of requests (calls that overlap in time are
+  one wave: a round sent to every server at once costs one round trip);
+- `messages`: requests sent (to all servers);
+- `kb`: bytes both ways; `median_ms` / `p95_ms`.
+`--fresh`: the router forgets the terms' document frequencies before each query (as if
+every query brought new words), which the router otherwise keeps per generation.
+`--per-chunk`: the staged rounds off (each scoring chunk's numbers cross the wire, the
+protocol before them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+# bench/ holds a `query.py` of its own: `query` is the installed package's
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+QUERIES = [
+    "extract a tar archive",
+    "merge a branch and push to the remote",
+    "bake bread with yeast and flour",
+    "database index for a join query",
+    "firewall port and dns route",
+    "prune the garden and compost the soil",
+    "invoice tax audit",
+    "python package import test",
+    "compress folder",
+    "replica backup schedule",
+]
+
+
+class Wire:
+    """Every request the router sends and the answer it reads, timed: bytes, messages,
+    and the waves of overlapping requests (round trips on the critical path)."""
+
+    def __init__(self):
+        from query import shard_wire
+
+        self.wire = shard_wire
+        # a round to every server at once (`exchange_all`), or one request (`exchange`)
+        self.send = "exchange_all" if hasattr(shard_wire, "exchange_all") else "exchange"
+        self.saved = shard_wire.encode, shard_wire.decode, getattr(shard_wire, self.send)
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.bytes = 0
+        self.messages = 0
+        self.spans: list[tuple[float, float]] = []
+
+    def __enter__(self):
+        encode, decode, exchange = self.saved
+        many = self.send == "exchange_all"
+
+        def counted_encode(value):
+            data = encode(value)
+            with self.lock:
+                self.bytes += len(data)
+            return data
+
+        def counted_decode(data):
+            with self.lock:
+                self.bytes += len(data)
+            return decode(data)
+
+        def counted_exchange(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return exchange(*args, **kwargs)
+            finally:
+                with self.lock:
+                    self.spans.append((started, time.perf_counter()))
+                    self.messages += len(args[0]) if many else 1
+
+        self.wire.encode, self.wire.decode = counted_encode, counted_decode
+        setattr(self.wire, self.send, counted_exchange)
+        return self
+
+    def __exit__(self, *exc):
+        self.wire.encode, self.wire.decode = self.saved[:2]
+        setattr(self.wire, self.send, self.saved[2])
+
+    def waves(self) -> int:
+        count, end = 0, -1.0
+        for start, stop in sorted(self.spans):
+            if start > end:
+                count += 1
+                end = stop
+            else:
+                end = max(end, stop)
+        return count
+
+
+def _open(root: Path, env: dict):
+    from kernel.config import load_config
+    from query import open_index
+
+    return open_index(config=load_config(root, {**os.environ, **env}))
+
+
+def _answers(index, query: str, mode: str) -> list:
+    response = index.search(query, limit=10, mode=mode)
+    return [(r.path, r.start_line, r.end_line, r.score) for r in response.results]
+
+
+def _forget_df(index) -> None:
+    """The router's per-generation document frequencies, dropped (`--fresh`)."""
+    from query.lexical import lexical_index
+
+    found = lexical_index(index)
+    for name in ("df_cache", "page_df_cache"):
+        cache = getattr(found, name, None)
+        if cache is not None:
+            cache.clear()
+    with index.pinned() as snap:
+        for key, value in list(snap.cache.items()):
+            if isinstance(key, tuple) and key and key[0] == "lexical_rescored":
+                for name in ("df_cache", "page_df_cache"):
+                    cache = getattr(value, name, None)
+                    if cache is not None:
+                        cache.clear()
+
+
+def _servers(root: Path, shards: int, count: int, env: dict):
+    owned = [list(range(shards))[i::count] for i in range(count)]
+    procs, addresses = [], []
+    for mine in owned:
+        argv = [sys.executable, "-m", "mdvdb", "serve", "--shards", ",".join(map(str, mine))]
+        proc = subprocess.Popen(
+            [*argv, "--root", str(root)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        procs.append(proc)
+        addresses.append(proc.stdout.readline().split()[-1])
+    return procs, addresses
+
+
+def run(args) -> list[dict]:
+    env = {**os.environ, "MDVDB_SHARDS": str(args.shards)}
+    procs, addresses = _servers(args.root, args.shards, args.servers, env)
+    try:
+        reference = _open(args.root, {"MDVDB_SHARDS": "1"})
+        router = _open(
+            args.root,
+            {"MDVDB_SHARDS": str(args.shards), "MDVDB_SHARD_SERVERS": ",".join(addresses)},
+        )
+        if args.per_chunk:
+            from query import shard_query
+
+            shard_query.staged_scores = lambda *a, **k: None
+        rows = []
+        for mode in args.modes.split(","):
+            same = all(_answers(router, q, mode) == _answers(reference, q, mode) for q in QUERIES)
+            samples, trips, messages, sizes = [], [], [], []
+            with Wire() as wire:
+                for _ in range(args.rounds):
+                    for q in QUERIES:
+                        if args.fresh:
+                            _forget_df(router)
+                        wire.reset()
+                        started = time.perf_counter()
+                        router.search(q, limit=10, mode=mode)
+                        samples.append(time.perf_counter() - started)
+                        trips.append(wire.waves())
+                        messages.append(wire.messages)
+                        sizes.append(wire.bytes)
+            samples.sort()
+            rows.append(
+                {
+                    "label": args.label,
+                    "mode": mode,
+                    "shards": args.shards,
+                    "servers": args.servers,
+                    "round_trips": round(statistics.mean(trips), 1),
+                    "messages": round(statistics.mean(messages), 1),
+                    "kb": round(statistics.mean(sizes) / 1e3, 1),
+                    "median_ms": round(statistics.median(samples) * 1e3, 1),
+                    "p95_ms": round(samples[int(0.95 * (len(samples) - 1))] * 1e3, 1),
+                    "same_answers": same,
+                }
+            )
+        return rows
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, required=True, help="a sharded folder")
+    parser.add_argument("--shards", type=int, required=True)
+    parser.add_argument("--servers", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", default="lexical,hybrid")
+    parser.add_argument("--fresh", action="store_true", help="df forgotten before each query")
+    parser.add_argument("--per-chunk", action="store_true", help="the staged rounds off")
+    parser.add_argument("--label", default=str(Path(sys.prefix).parent.name))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = run(args)
+    if args.json:
+        print(json.dumps(rows))
+        return
+    load = os.getloadavg()[0]
+    print(
+        f"router over {args.servers} shard servers, {args.shards} shards "
+        f"({platform.node()}, {os.cpu_count()} cores, load {load:.1f}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}{', fresh df' if args.fresh else ''})"
+    )
+    keys = list(rows[0])
+    print("| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for row in rows:
+        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+
+
+if __name__ == "__main__":
+    main()
