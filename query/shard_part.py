@@ -45,6 +45,7 @@ CALLS = frozenset(
         "page_dots",
         "dense",
         "page_df",
+        "term_df",
         "stage",
     }
 )
@@ -202,6 +203,14 @@ class ShardPart:
         return np.asarray(
             [0 if f is None else len(f[0]) for f in self.page_tf(hashes)], dtype=np.int64
         )
+
+    def term_df(self, hashes: np.ndarray, pages: bool = False) -> dict[str, np.ndarray]:
+        """`df` and, with `pages`, `page_df` of the terms: a query's global statistics
+        gathered in one round."""
+        out = {"df": self.df(hashes)}
+        if pages:
+            out["page_df"] = self.page_df(hashes)
+        return out
 
     def feedback_postings(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(term hashes, tf, postings per chunk) of the given local chunks, chunk by chunk."""

@@ -4,8 +4,10 @@ answers the `ShardPart` calls of the shards it serves, and a reader with
 sends them there instead of mapping postings and vectors itself.
 
 The protocol follows the warm server's (mdvdb/cli/warm.py): a request, then its answer; but a
-connection carries one request after another (a hybrid search makes ~15 calls per shard, a
-connection each cost more than the work), so every message says its own length. The encoding
+connection is kept and carries one request after another, so every message says its own
+length. A round of a query is one request per server (`op: calls`: a call per shard it
+serves, answered side by side), and the router writes every server's request before it
+reads any answer (`exchange_all`): a round costs one round trip, not one per shard. The encoding
 is not marshal (a TCP port is reachable by other users of the machine, and marshal is not
 meant for untrusted bytes): an 8-byte length, a JSON header, then the raw bytes of every NumPy
 array the header names (dtype from a short allow-list, shape). A request names the shard FILE

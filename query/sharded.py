@@ -425,6 +425,16 @@ def _stored_chunk_files(extra: index_format.IndexFile, chunks: int, files: int):
     return ids
 
 
+def split_postings(chunks: np.ndarray, answer) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """A `feedback_postings` answer (hashes, tf, sizes) as chunk -> (hashes, tf)."""
+    hashes, tf, sizes = answer
+    bounds = np.r_[0, np.cumsum(np.asarray(sizes, dtype=np.int64))].tolist()
+    return {
+        chunk: (hashes[bounds[i] : bounds[i + 1]], tf[bounds[i] : bounds[i + 1]])
+        for i, chunk in enumerate(np.asarray(chunks).tolist())
+    }
+
+
 def _by_shard(chunk_ids: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """For each global chunk: its shard and its local row."""
     shard_of = np.empty(n, dtype=np.int32)
@@ -718,20 +728,35 @@ class ShardedLexical:
     def _summed(self, call: str, cache: dict, hashes: np.ndarray) -> np.ndarray:
         """Each term's count summed over the shards' `call` answers, kept in `cache` for
         the generation; only the terms not known yet are asked for."""
+        pages = call == "page_df"
+        found = self.term_statistics(hashes, chunks=not pages, pages=pages)
+        return found[1] if pages else found[0]
+
+    def term_statistics(
+        self, hashes: np.ndarray, chunks: bool = True, pages: bool = False
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(df, page df) of the terms, summed over the shards (None: not asked), kept for
+        the generation; the terms not known yet in either are asked for in one round."""
         keys = np.asarray(hashes, dtype=np.uint64).tolist()
-        # what is known now (another thread may start the cache over meanwhile)
-        known = {h: found for h in keys if (found := cache.get(h)) is not None}
-        missing = np.asarray(sorted(set(keys).difference(known)), dtype=np.uint64)
-        if len(missing):
-            df = np.zeros(len(missing), dtype=np.int64)
-            for counts in call_each(self.parts, call, [(missing,)] * len(self.parts)):
-                df += counts
-            fetched = dict(zip(missing.tolist(), df.tolist(), strict=True))
-            known.update(fetched)
-            if len(cache) > DF_CACHE:
-                cache.clear()
-            cache.update(fetched)
-        return np.asarray([known[h] for h in keys], dtype=np.int64)
+        caches = [c for c, asked in ((self.df_cache, chunks), (self.page_df_cache, pages)) if asked]
+        # what is known now (another thread may start a cache over meanwhile)
+        known = [{h: found for h in keys if (found := c.get(h)) is not None} for c in caches]
+        missing = sorted(set().union(*(set(keys).difference(k) for k in known)))
+        if missing:
+            asked = np.asarray(missing, dtype=np.uint64)
+            answers = call_each(self.parts, "term_df", [(asked, pages)] * len(self.parts))
+            names = [n for n, on in (("df", chunks), ("page_df", pages)) if on]
+            for name, cache, held in zip(names, caches, known, strict=True):
+                total = np.zeros(len(missing), dtype=np.int64)
+                for answer in answers:
+                    total += answer[name]
+                fetched = dict(zip(missing, total.tolist(), strict=True))
+                held.update(fetched)
+                if len(cache) > DF_CACHE:
+                    cache.clear()
+                cache.update(fetched)
+        out = iter([np.asarray([k[h] for h in keys], dtype=np.int64) for k in known])
+        return (next(out) if chunks else None, next(out) if pages else None)
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return bm25_idf(self.n_chunks, df).astype(np.float32)
@@ -818,26 +843,32 @@ class ShardedLexical:
         return out
 
     def feedback_terms(
-        self, chunks: np.ndarray, scores: np.ndarray, count: int, by_idf: bool = False
+        self,
+        chunks: np.ndarray,
+        scores: np.ndarray,
+        count: int,
+        by_idf: bool = False,
+        postings: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
     ):
         """`LexicalIndex.feedback_terms` over shards: each feedback chunk's postings are
-        read from its shard and laid out in the given chunk order, so the per-term sums run
-        in the order the one-file index sums them."""
+        read from its shard (or taken from `postings`, global chunk -> (hashes, tf), when
+        the caller holds them: a staged query's `first` round sends them) and laid out in
+        the given chunk order, so the per-term sums run in the order the one-file index
+        sums them."""
         chunks = np.asarray(chunks, dtype=np.int64)
-        shard_of, local_of = self.where
-        owners = shard_of[chunks]
-        groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
-        answers = call_each(
-            [self.parts[g[0]] for g in groups],
-            "feedback_postings",
-            [(local_of[chunks[g[1]]],) for g in groups],
-        )
-        per_chunk: list[tuple[np.ndarray, np.ndarray]] = [None] * len(chunks)  # type: ignore[list-item]
-        for (_, at), (hashes, tf, sizes) in zip(groups, answers, strict=True):
-            bounds = np.r_[0, np.cumsum(sizes)]
-            for i, position in enumerate(at.tolist()):
-                a, b = int(bounds[i]), int(bounds[i + 1])
-                per_chunk[position] = (hashes[a:b], tf[a:b])
+        if postings is None:
+            shard_of, local_of = self.where
+            owners = shard_of[chunks]
+            groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
+            answers = call_each(
+                [self.parts[g[0]] for g in groups],
+                "feedback_postings",
+                [(local_of[chunks[g[1]]],) for g in groups],
+            )
+            postings = {}
+            for (_, at), answer in zip(groups, answers, strict=True):
+                postings.update(split_postings(chunks[at], answer))
+        per_chunk = [postings[c] for c in chunks.tolist()]
         size = np.asarray([len(h) for h, _ in per_chunk], dtype=np.int64)
         if size.sum() == 0 or scores.sum() <= 0:
             return np.zeros(0, np.uint64), np.zeros(0, np.float32)
