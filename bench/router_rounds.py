@@ -152,7 +152,8 @@ def _servers(root: Path, shards: int, count: int, env: dict):
     owned = [list(range(shards))[i::count] for i in range(count)]
     procs, addresses = [], []
     for mine in owned:
-        argv = [sys.executable, "-m", "mdvdb", "serve", "--shards", ",".join(map(str, mine))]
+        # -P: the servers import the package this interpreter has, not one in the cwd
+        argv = [sys.executable, "-P", "-m", "mdvdb", "serve", "--shards", ",".join(map(str, mine))]
         proc = subprocess.Popen(
             [*argv, "--root", str(root)], env=env, stdout=subprocess.PIPE, text=True
         )

@@ -126,9 +126,14 @@ class ShardPart:
         return getattr(self, name)(*args)
 
     # -- lexical ---------------------------------------------------------------------------
-    def info(self) -> dict[str, Any]:
+    def info(self, lengths: bool = False) -> dict[str, Any]:
+        """The shard's chunk count and packed BM25 parameters (and, `lengths`, each
+        chunk's length: what a reader needs of a shard to open it, in one round)."""
         lexical = self.lexical
-        return {"chunks": int(lexical.n_chunks), "k1": lexical.k1, "b": lexical.b}
+        out = {"chunks": int(lexical.n_chunks), "k1": lexical.k1, "b": lexical.b}
+        if lengths:
+            out["lengths"] = self.lengths()
+        return out
 
     def lengths(self) -> np.ndarray:
         """Each chunk's field-weighted length (the router needs them all, once, for the

@@ -316,11 +316,12 @@ class RemotePart:
 def remote_parts(servers: Sequence[str], manifest: shards.Manifest) -> list[RemotePart]:
     """One `RemotePart` per shard of the manifest, at the server that serves it."""
     owner: dict[int, str] = {}
-    for address in servers:
-        hello = exchange(address, {"op": "ping"}, timeout=10.0)
-        if not isinstance(hello, dict) or hello.get("shard_count") != manifest.shards:
+    hellos = exchange_all([(address, {"op": "ping"}) for address in servers], timeout=10.0)
+    for address, hello in zip(servers, hellos, strict=True):  # every server at once
+        count = hello.get("shard_count") if isinstance(hello, dict) else None
+        if count != manifest.shards:
             raise ShardServerError(
-                f"shard server {address} serves an index of {hello.get('shard_count')} "
+                f"shard server {address} serves an index of {count} "
                 f"shards, this one has {manifest.shards}"
             )
         for shard in hello.get("shards") or []:

@@ -706,8 +706,8 @@ class ShardedLexical:
     def of(cls, snapshot: ShardedSnapshot) -> ShardedLexical:
         parts = snapshot.parts
         order = snapshot.order
-        infos = call_each(parts, "info")
-        lengths = call_each(parts, "lengths")
+        infos = call_each(parts, "info", [(True,)] * len(parts))  # the lengths with them
+        lengths = [info["lengths"] for info in infos]
         gathered = np.concatenate(lengths or [np.zeros(0, np.float32)])[order.chunk_order]
         return cls(
             parts=parts,

@@ -68,12 +68,14 @@ def server(folders):
     proc.wait(timeout=30)
 
 
-def _shard_server_of(root: Path):
+def _shard_server_of(root: Path, listen: str = "127.0.0.1:0"):
+    """A real `mdvdb serve --shards all` of `root`: (process, address)."""
     import subprocess
     import sys
 
+    argv = ["serve", "--shards", "all", "--listen", listen, "--root", str(root)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mdvdb", "serve", "--shards", "all", "--root", str(root)],
+        [sys.executable, "-m", "mdvdb", *argv],
         env={**os.environ, **SHARDS},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -264,3 +266,42 @@ def test_the_name_pool_from_the_candidates_is_exact_or_none() -> None:
             known += 1
             assert np.array_equal(got, want), trial
     assert 100 < known < 400, known
+
+
+def test_concurrent_queries_through_one_router(folders, server) -> None:
+    """Searches from several threads of one router (as `mdvdb serve` answers clients): each
+    round takes its own kept connections, and every answer is the one-file one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    one, three = folders
+    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
+    reference = _open(one, {})
+    asked = [
+        (q + " " * i, mode) for i in range(3) for q in QUERIES for mode in ("lexical", "hybrid")
+    ]
+    want = [_top(reference, q, mode) for q, mode in asked]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda qm: _top(router, *qm), asked))
+    assert got == want
+
+
+def test_a_router_reconnects_to_a_restarted_server(folders) -> None:
+    """The shard server restarts on its address between two queries: the connections the
+    router kept are closed, so its next round opens new ones (once) and answers."""
+    one, three = folders
+    reference = _open(one, {})
+    proc, address = _shard_server_of(three)
+    try:
+        router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": address})
+        assert _top(router, QUERIES[0], "hybrid") == _top(reference, QUERIES[0], "hybrid")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    proc, again = _shard_server_of(three, listen=address)
+    try:
+        assert again == address
+        for mode in ("lexical", "hybrid"):
+            assert _top(router, QUERIES[1], mode) == _top(reference, QUERIES[1], mode)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
