@@ -35,6 +35,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -162,12 +163,14 @@ def _servers(root: Path, shards: int, count: int, env: dict):
     return procs, addresses
 
 
-def run(args) -> list[dict]:
-    env = {**os.environ, "MDVDB_SHARDS": str(args.shards)}
-    procs, addresses = _servers(args.root, args.shards, args.servers, env)
-    try:
-        reference = _open(args.root, {"MDVDB_SHARDS": "1"})
-        router = _open(
+class Router:
+    """K shard servers and a router over them, in this process; `ask` times one search."""
+
+    def __init__(self, args):
+        self.args = args
+        env = {**os.environ, "MDVDB_SHARDS": str(args.shards)}
+        self.procs, addresses = _servers(args.root, args.shards, args.servers, env)
+        self.router = _open(
             args.root,
             {"MDVDB_SHARDS": str(args.shards), "MDVDB_SHARD_SERVERS": ",".join(addresses)},
         )
@@ -175,42 +178,126 @@ def run(args) -> list[dict]:
             from query import shard_query
 
             shard_query.staged_scores = lambda *a, **k: None
-        rows = []
-        for mode in args.modes.split(","):
-            same = all(_answers(router, q, mode) == _answers(reference, q, mode) for q in QUERIES)
-            samples, trips, messages, sizes = [], [], [], []
-            with Wire() as wire:
-                for _ in range(args.rounds):
-                    for q in QUERIES:
-                        if args.fresh:
-                            _forget_df(router)
-                        wire.reset()
-                        started = time.perf_counter()
-                        router.search(q, limit=10, mode=mode)
-                        samples.append(time.perf_counter() - started)
-                        trips.append(wire.waves())
-                        messages.append(wire.messages)
-                        sizes.append(wire.bytes)
-            samples.sort()
-            rows.append(
-                {
-                    "label": args.label,
-                    "mode": mode,
-                    "shards": args.shards,
-                    "servers": args.servers,
-                    "round_trips": round(statistics.mean(trips), 1),
-                    "messages": round(statistics.mean(messages), 1),
-                    "kb": round(statistics.mean(sizes) / 1e3, 1),
-                    "median_ms": round(statistics.median(samples) * 1e3, 1),
-                    "p95_ms": round(samples[int(0.95 * (len(samples) - 1))] * 1e3, 1),
-                    "same_answers": same,
-                }
-            )
-        return rows
-    finally:
-        for proc in procs:
+        self.wire = Wire().__enter__()
+
+    def same_answers(self, mode: str) -> bool:
+        reference = _open(self.args.root, {"MDVDB_SHARDS": "1"})
+        return all(_answers(self.router, q, mode) == _answers(reference, q, mode) for q in QUERIES)
+
+    def ask(self, query: str, mode: str) -> dict:
+        if self.args.fresh:
+            _forget_df(self.router)
+        wire = self.wire
+        wire.reset()
+        started = time.perf_counter()
+        self.router.search(query, limit=10, mode=mode)
+        took = time.perf_counter() - started
+        return {"s": took, "trips": wire.waves(), "messages": wire.messages, "bytes": wire.bytes}
+
+    def close(self) -> None:
+        self.wire.__exit__()
+        for proc in self.procs:
             proc.terminate()
             proc.wait(timeout=60)
+
+
+def _row(label: str, mode: str, args, asked: list[dict], same) -> dict:
+    samples = sorted(a["s"] for a in asked)
+    return {
+        "label": label,
+        "mode": mode,
+        "shards": args.shards,
+        "servers": args.servers,
+        "round_trips": round(statistics.mean(a["trips"] for a in asked), 1),
+        "messages": round(statistics.mean(a["messages"] for a in asked), 1),
+        "kb": round(statistics.mean(a["bytes"] for a in asked) / 1e3, 1),
+        "median_ms": round(statistics.median(samples) * 1e3, 1),
+        "p95_ms": round(samples[int(0.95 * (len(samples) - 1))] * 1e3, 1),
+        "same_answers": same,
+    }
+
+
+def run(args) -> list[dict]:
+    router = Router(args)
+    try:
+        rows = []
+        for mode in args.modes.split(","):
+            same = router.same_answers(mode)
+            asked = [router.ask(q, mode) for _ in range(args.rounds) for q in QUERIES]
+            rows.append(_row(args.label, mode, args, asked, same))
+        return rows
+    finally:
+        router.close()
+
+
+def worker(args) -> None:
+    """`--worker`: a Router answering "MODE\tQUERY" lines on stdin with one JSON line."""
+    router = Router(args)
+    try:
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            mode, _, query = line.rstrip("\n").partition("\t")
+            if mode == "same":
+                print(json.dumps({"same": router.same_answers(query)}), flush=True)
+            else:
+                print(json.dumps(router.ask(query, mode)), flush=True)
+    finally:
+        router.close()
+
+
+def interleaved(args) -> list[dict]:
+    """`--ab LABEL=PYTHON[:PYTHONPATH],...`: one worker per checkout (its interpreter, its
+    shard servers), each query asked of every worker in turn (the order rotating), so
+    the machine's load falls on all of them alike."""
+    workers = []
+    script = str(Path(__file__).resolve())
+    common = ["--root", str(args.root), "--shards", str(args.shards)]
+    common += ["--servers", str(args.servers)] + (["--fresh"] if args.fresh else [])
+    for spec in args.ab.split(","):
+        label, _, rest = spec.partition("=")
+        python, _, path = rest.partition(":")
+        env = {**os.environ}
+        if path:
+            env["PYTHONPATH"] = path
+        extra = ["--per-chunk"] if label.endswith("per-chunk") else []
+        proc = subprocess.Popen(
+            [python, script, "--worker", *common, *extra],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=tempfile.gettempdir(),
+        )
+        assert json.loads(proc.stdout.readline()).get("ready"), label
+        workers.append((label, proc))
+
+    def ask(proc, mode: str, query: str) -> dict:
+        proc.stdin.write(f"{mode}\t{query}\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    try:
+        rows = []
+        for mode in args.modes.split(","):
+            same = {label: ask(proc, "same", mode)["same"] for label, proc in workers}
+            asked: dict[str, list[dict]] = {label: [] for label, _ in workers}
+            turn = 0
+            for _ in range(args.rounds):
+                for q in QUERIES:
+                    turn += 1
+                    for k in range(len(workers)):
+                        label, proc = workers[(turn + k) % len(workers)]
+                        asked[label].append(ask(proc, mode, q))
+            for label, _ in workers:
+                rows.append(_row(label, mode, args, asked[label], same[label]))
+            first = rows[-len(workers)]["median_ms"]
+            for row in rows[-len(workers) :]:
+                row["median_vs_first"] = round(row["median_ms"] / first, 2)
+        return rows
+    finally:
+        for _, proc in workers:
+            proc.stdin.close()
+            proc.wait(timeout=120)
 
 
 def main() -> None:
@@ -223,9 +310,19 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="df forgotten before each query")
     parser.add_argument("--per-chunk", action="store_true", help="the staged rounds off")
     parser.add_argument("--label", default=str(Path(sys.prefix).parent.name))
+    parser.add_argument(
+        "--ab",
+        default="",
+        help="LABEL=PYTHON[:PYTHONPATH],...: checkouts asked query by query in turn "
+        "(a label ending in per-chunk runs with the staged rounds off)",
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rows = run(args)
+    if args.worker:
+        worker(args)
+        return
+    rows = interleaved(args) if args.ab else run(args)
     if args.json:
         print(json.dumps(rows))
         return
@@ -235,11 +332,11 @@ def main() -> None:
         f"({platform.node()}, {os.cpu_count()} cores, load {load:.1f}, "
         f"{time.strftime('%Y-%m-%d %H:%M')}{', fresh df' if args.fresh else ''})"
     )
-    keys = list(rows[0])
+    keys = list(dict.fromkeys(k for row in rows for k in row))
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
     for row in rows:
-        print("| " + " | ".join(str(row[k]) for k in keys) + " |")
+        print("| " + " | ".join(str(row.get(k, "")) for k in keys) + " |")
 
 
 if __name__ == "__main__":
