@@ -172,24 +172,28 @@ def mixed_lexical(bm25, expansion, lam: float, max_bm25: float, max_expansion: f
 
 
 def lexical_front(bm25: np.ndarray, expansion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (bm25, expansion) pairs no other row beats in both: `mixed_lexical` never
-    decreases in either (every float32 step is monotone), so its maximum over all rows is
-    its maximum over these, whatever the corpus-wide maxima turn out to be; the router
-    computes it from the shards' fronts instead of asking for it in a round of its own."""
-    n = len(bm25)
-    if n == 0:
+    """(bm25, expansion) pairs that include every pair no other row beats in both:
+    `mixed_lexical` never decreases in either value (each float32 step is monotone), so its
+    maximum over a shard's rows is its maximum over these, whatever the corpus-wide maxima
+    turn out to be; the router computes it from the shards' pairs instead of asking for it
+    in a round of its own. The row of most bm25 (with the most expansion among those) and
+    the row of most expansion (likewise) beat every row that is not above both of them on
+    the other side; the few rows that are, ordered by bm25, keep those above the expansion
+    of every row before them."""
+    if len(bm25) == 0:
         return np.zeros(0, np.float32), np.zeros(0, np.float32)
-    rows = np.flatnonzero((bm25 > 0) | (expansion > 0))
+    top_b = bm25.max()
+    top_e = expansion.max()
+    e_at_top_b = expansion[bm25 == top_b].max()
+    b_at_top_e = bm25[expansion == top_e].max()
+    rows = np.flatnonzero((bm25 > b_at_top_e) & (expansion > e_at_top_b))
     b, e = bm25[rows], expansion[rows]
-    if len(rows):
-        order = np.lexsort((-e, -b))  # bm25 descending, then expansion descending
-        e_sorted = e[order]
-        beaten = np.r_[False, e_sorted[1:] <= np.maximum.accumulate(e_sorted)[:-1]]
-        front = order[~beaten]
-        b, e = b[front], e[front]
-    if len(rows) < n:  # the rows at (<= 0, <= 0): one stands for them
-        b, e = np.r_[b, np.float32(0)], np.r_[e, np.float32(0)]
-    return b.astype(np.float32), e.astype(np.float32)
+    order = np.argsort(-b, kind="stable")
+    b, e = b[order], e[order]
+    beaten = np.r_[False, e[1:] <= np.maximum.accumulate(e)[:-1]] if len(e) else np.zeros(0, bool)
+    front_b = np.r_[np.float32(top_b), np.float32(b_at_top_e), b[~beaten]]
+    front_e = np.r_[np.float32(e_at_top_b), np.float32(top_e), e[~beaten]]
+    return front_b.astype(np.float32), front_e.astype(np.float32)
 
 
 def _expand(part: ShardPart, state: dict, args: dict) -> dict:

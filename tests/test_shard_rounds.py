@@ -225,7 +225,7 @@ def test_the_shards_front_gives_the_mixed_lexical_maximum() -> None:
         e = rng.choice([0, 1, 3], n) * rng.random(n).round(1)
         b, e = b.astype(np.float32), e.astype(np.float32)
         fb, fe = lexical_front(b, e)
-        assert 1 <= len(fb) <= n
+        assert 1 <= len(fb) <= n + 2  # the two corners may be one row
         for _ in range(5):
             lam = float(rng.random())
             mb = float(b.max()) * float(rng.uniform(1, 3))
