@@ -15,7 +15,8 @@ The script imports `query` from the installed package, so the same file times an
 checkout: run it with that checkout's interpreter (`/work/base/.venv/bin/python
 bench/router_rounds.py ...`); its shard servers run that interpreter too.
 
-Per query it reports:
+Per query it reports (`cpu_ms`: CPU time of the router and the shard servers together,
+which on a loaded machine decides the latency as much as the round trips do):
 - `round_trips`: the router's sequential waves of requests (calls that overlap in time are
   one wave: a round sent to every server at once costs one round trip);
 - `messages`: requests sent (to all servers);
@@ -184,15 +185,35 @@ class Router:
         reference = _open(self.args.root, {"MDVDB_SHARDS": "1"})
         return all(_answers(self.router, q, mode) == _answers(reference, q, mode) for q in QUERIES)
 
+    def _server_cpu(self) -> float:
+        """CPU seconds the shard servers have used (Linux /proc; 0 elsewhere)."""
+        total = 0.0
+        for proc in self.procs:
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                return 0.0
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
     def ask(self, query: str, mode: str) -> dict:
         if self.args.fresh:
             _forget_df(self.router)
         wire = self.wire
         wire.reset()
+        servers = self._server_cpu()
+        cpu = time.process_time()
         started = time.perf_counter()
         self.router.search(query, limit=10, mode=mode)
         took = time.perf_counter() - started
-        return {"s": took, "trips": wire.waves(), "messages": wire.messages, "bytes": wire.bytes}
+        cpu = time.process_time() - cpu + self._server_cpu() - servers
+        return {
+            "s": took,
+            "cpu": cpu,
+            "trips": wire.waves(),
+            "messages": wire.messages,
+            "bytes": wire.bytes,
+        }
 
     def close(self) -> None:
         self.wire.__exit__()
@@ -213,6 +234,8 @@ def _row(label: str, mode: str, args, asked: list[dict], same) -> dict:
         "kb": round(statistics.mean(a["bytes"] for a in asked) / 1e3, 1),
         "median_ms": round(statistics.median(samples) * 1e3, 1),
         "p95_ms": round(samples[int(0.95 * (len(samples) - 1))] * 1e3, 1),
+        # router + shard servers (the servers' clock counts in ticks: a mean over queries)
+        "cpu_ms": round(statistics.mean(a["cpu"] for a in asked) * 1e3, 1),
         "same_answers": same,
     }
 
