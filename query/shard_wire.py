@@ -45,6 +45,7 @@ DTYPES = frozenset({"float32", "float64", "int32", "int64", "uint64", "uint8", "
 MAX_MESSAGE = 1 << 30
 TIMEOUT = 60.0
 IDLE_CONNECTION = 300.0  # a server closes a connection idle this long
+PARALLEL_CORES = 4  # a server runs a round's shards on threads from this many cores
 SHARD_FILE = re.compile(r"shard-(\d{3})-g(\d{6})\.index")
 _LENGTH = struct.Struct("<Q")
 
@@ -193,58 +194,51 @@ def _checked(address: str, reply: Any) -> Any:
 
 
 def exchange_all(requests: Sequence[tuple[str, dict]], timeout: float = TIMEOUT) -> list:
-    """Each (address, request) to its server, all at once from this thread: every request
-    is written before any answer is read, so the servers work at the same time and a round
-    costs one round trip whatever the number of servers, with no thread hand-over. A kept
-    connection the server has closed meanwhile is opened again once; any other failure, or
-    an error answer, is a ShardServerError."""
-    messages = [encode(request) for _, request in requests]
-    socks: list[socket.socket | None] = [None] * len(requests)
-    fresh = [False] * len(requests)
+    """Each (address, request) to its server, all at once: one thread per server of the
+    round (a small pool kept by the process), so the servers work at the same time and
+    each answer is read and decoded as soon as it comes; a round costs one round trip
+    whatever the number of servers. A kept connection the server has closed meanwhile is
+    opened again once; any other failure, or an error answer, is a ShardServerError."""
+    if len(requests) == 1:
+        return [_exchange_one(*requests[0], timeout)]
+    return list(_round_pool().map(lambda r: _exchange_one(*r, timeout), requests))
+
+
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _round_pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(32))
+    return _POOL[0]
+
+
+def _exchange_one(address: str, request: dict, timeout: float) -> Any:
+    message = encode(request)
+    sock = _IDLE.take(address)
+    fresh = sock is None
+    raw = None
     try:
-        for i, (address, _) in enumerate(requests):
-            sock = _IDLE.take(address)
-            try:
-                if sock is None:
-                    fresh[i] = True
-                    sock = _connect(address, timeout)
-                sock.settimeout(timeout)
-                sock.sendall(messages[i])
-            except OSError as exc:
-                if sock is not None:
-                    sock.close()
-                if fresh[i]:
-                    raise ShardServerError(f"shard server {address}: {exc}") from None
-                sock = None  # sent again below, on a new connection
-            socks[i] = sock
-        values = []
-        for i, (address, _) in enumerate(requests):
-            sock, socks[i] = socks[i], None
-            raw = None
-            if sock is not None:
-                try:
-                    raw = read_message(sock)
-                    if raw is None:
-                        raise EOFError("the server closed the connection")
-                except (OSError, ValueError, EOFError) as exc:
-                    sock.close()
-                    if fresh[i]:
-                        raise ShardServerError(f"shard server {address}: {exc}") from None
-                    sock = None
-            if sock is None:  # a kept connection the server had closed: once more, anew
-                sock, raw = _again(address, messages[i], timeout)
-            try:
-                reply = decode(raw)
-            except ValueError as exc:
-                sock.close()
-                raise ShardServerError(f"shard server {address}: {exc}") from None
-            _IDLE.give(address, sock)
-            values.append(_checked(address, reply))
-        return values
-    finally:
-        for sock in socks:  # asked and never read: its answer would be taken for the next
-            if sock is not None:
-                sock.close()
+        if sock is None:
+            sock = _connect(address, timeout)
+        sock.settimeout(timeout)
+        sock.sendall(message)
+        raw = read_message(sock)
+        if raw is None:
+            raise EOFError("the server closed the connection")
+    except (OSError, ValueError, EOFError) as exc:
+        if sock is not None:
+            sock.close()
+        if fresh:
+            raise ShardServerError(f"shard server {address}: {exc}") from None
+        sock, raw = _again(address, message, timeout)  # a kept connection gone: anew
+    try:
+        reply = decode(raw)
+    except ValueError as exc:
+        sock.close()
+        raise ShardServerError(f"shard server {address}: {exc}") from None
+    _IDLE.give(address, sock)
+    return _checked(address, reply)
 
 
 def _again(address: str, message: bytes, timeout: float) -> tuple[socket.socket, bytes]:
@@ -350,10 +344,12 @@ class ShardServer:
         self._parts: OrderedDict[str, ShardPart] = OrderedDict()
         self._lock = threading.Lock()
         cores = os.cpu_count() or 1
-        # the shards of one round side by side (a pool of 1 would only add hand-overs)
+        # the shards of one round side by side on a node with cores to spare; on a small
+        # one a thread hand-over per shard costs more than it overlaps (the calls of a
+        # round are mostly under a millisecond a shard)
         self.workers = (
             ThreadPoolExecutor(min(cores, len(self.served)))
-            if cores > 1 and len(self.served) > 1
+            if cores >= PARALLEL_CORES and len(self.served) > 1
             else None
         )
 
