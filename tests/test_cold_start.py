@@ -125,6 +125,9 @@ def test_a_cold_search_skips_what_it_does_not_use(indexed_notes: Path):
     assert "numpy" in loaded and "kernel.text_analysis" in loaded  # the log is there
     assert not {m for m in loaded if m.startswith("pyarrow")}
     assert not loaded & {"_hashlib", "hashlib", "query.shaping"}
+    # NumPy's docstrings, type hints, ctypes and platform (kernel.lean_numpy)
+    assert not {m for m in loaded if m.startswith("numpy._typing") or "_add_newdocs" in m}
+    assert not loaded & {"ctypes", "platform"}
 
 
 # -- each shortcut computes what it replaces ---------------------------------------------
@@ -359,3 +362,150 @@ def test_a_cold_search_writes_the_code_cache_once(indexed_notes: Path, tmp_path:
     damaged = run_cli(*args, env=env)
     assert damaged.returncode == 0 and damaged.stdout == first.stdout
     assert path.stat().st_size > 1000  # rewritten
+
+
+# -- the regex programs kept per user ------------------------------------------------------
+
+PATTERNS = [
+    (r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", 0),
+    ("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)", 0),
+    (r"(?P<order1>[<>|=]?)(?P<repeats> *[(]?[ ,0-9]*[)]? *)(?P<rest>.*)", 0),
+    (r"(?<![^\W_])(?:extrac|archi|ta)[^\W_]*", re.IGNORECASE),
+    (r"^[ \t]{0,3}(```+|~~~+)[^\n]*$", re.MULTILINE),
+    (r"(?x) a \s+ (b|c)  # a comment", 0),
+    (r"[a-z0-9\u00c0-\u024f]+", re.ASCII | re.IGNORECASE),
+    (r"(\w+)\s(?P<second>\1)", re.UNICODE | re.DOTALL),
+    (b"[\x80-\xff]+(?=x)", 0),
+    (rb"(?i)^\d{4}-\d{2}$", re.MULTILINE),
+]
+
+
+def _compile_at_module_level(pattern, flags):
+    """`re.compile` from a module's body, as an import runs it (the patterns kept)."""
+    scope = {"re": re, "pattern": pattern, "flags": flags}
+    exec(compile("found = re.compile(pattern, flags)", "<module body>", "exec"), scope)
+    return scope["found"]
+
+
+def test_regex_programs_are_compiled_once_and_equal_res_own(tmp_path: Path):
+    """A kept program makes the pattern `re` makes (`==` compares the programs too), and
+    matches the same; a query's own patterns (compiled in a function) are not kept; a
+    damaged or foreign file, or a damaged program, is not trusted."""
+    from re import _compiler
+
+    from kernel.code_cache import RegexPrograms, remember_regex_programs
+
+    plain = _compiler.compile
+    path = tmp_path / "code" / "re.marshal"
+    texts = ["Extract a TAR archive", "1999-12", "a \t b", "x\x1b[2Jy\u202e", "-1.5e3", "tar tar"]
+    try:
+        first = remember_regex_programs(path)
+        assert first is not None and remember_regex_programs(path) is None  # installed once
+        for pattern, flags in PATTERNS:
+            re.purge()
+            got, want = _compile_at_module_level(pattern, flags), plain(pattern, flags)
+            assert got == want and got.groupindex == want.groupindex, pattern
+            assert (got.flags, got.groups, got.pattern) == (want.flags, want.groups, pattern)
+        assert len(first.programs) == len(PATTERNS) and first.save()
+        assert path.stat().st_mode & 0o777 == 0o600
+        re.purge()
+        re.compile("a query's (own|words)")  # from a function: compiled, not kept
+        assert len(first.programs) == len(PATTERNS)
+        _compiler.compile = plain
+        second = remember_regex_programs(path)
+        assert len(second.programs) == len(PATTERNS)
+        for pattern, flags in PATTERNS:
+            re.purge()
+            got, want = _compile_at_module_level(pattern, flags), plain(pattern, flags)
+            assert got == want, pattern
+            for text in texts:
+                sample = text.encode() if isinstance(pattern, bytes) else text
+                assert [m.span() for m in got.finditer(sample)] == [
+                    m.span() for m in want.finditer(sample)
+                ]
+        assert not second.added and not second.save()  # nothing compiled, nothing written
+        key = next(iter(second.programs))
+        flags, code, *rest = second.programs[key]
+        second.programs[key] = (flags, [99999, *code], *rest)  # not a program _sre accepts
+        re.purge()
+        assert _compile_at_module_level(*key) == plain(*key)
+    finally:
+        _compiler.compile = plain
+        re.purge()
+    path.chmod(0o644)  # a file others could have written is not read
+    assert RegexPrograms(path, plain).programs == {}
+    path.chmod(0o600)
+    path.write_bytes(b"\x00not marshal")
+    assert RegexPrograms(path, plain).programs == {}
+
+
+def test_a_cold_search_writes_the_regex_cache_once(indexed_notes: Path, tmp_path: Path):
+    """The real command keeps the import's patterns on its first run, and a search for other
+    words (other excerpt patterns) neither grows nor rewrites the file."""
+    env = {"MDVDB_NO_WARM": "1", "MDVDB_CACHE_DIR": str(tmp_path / "cache")}
+    args = ("--root", str(indexed_notes), "--json")
+    first = run_cli("search", "extract a tar archive", *args, env=env)
+    assert first.returncode == 0, first.stderr
+    (path,) = (tmp_path / "cache" / "code").glob("re.*.marshal")
+    stamp = path.stat().st_mtime_ns
+    assert path.stat().st_mode & 0o777 == 0o600
+    for query in ("extract a tar archive", "git branch", "sourdough starter"):
+        again = run_cli("search", query, *args, env=env)
+        assert again.returncode == 0, again.stderr
+        assert path.stat().st_mtime_ns == stamp, query
+    assert run_cli("search", "extract a tar archive", *args, env=env).stdout == first.stdout
+
+
+# -- NumPy's import without its extras ------------------------------------------------------
+
+LEAN_NUMPY = """
+import sys
+from kernel.lean_numpy import defer_numpy_extras
+
+assert defer_numpy_extras()
+import numpy as np
+
+assert not defer_numpy_extras()  # once; and not once NumPy is in
+skipped = [m for m in sys.modules if m.startswith("numpy._typing") or "_add_newdocs" in m]
+print("skipped", not skipped and "ctypes" not in sys.modules and "platform" not in sys.modules)
+print("docs", np.ndarray.sum.__doc__ is None)
+a = np.arange(3)
+print("ctypes", a.ctypes.data == a.__array_interface__["data"][0])
+print("ctypes module", type(sys.modules["ctypes"]).__name__, sys.modules["ctypes"].c_int.__name__)
+print("linalg", np.linalg.eig(np.diag([2.0, 3.0])).eigenvalues.tolist())
+import numpy.typing as npt
+
+print("typing", npt.NDArray.__origin__ is np.ndarray and "numpy._typing._array_like" in sys.modules)
+import platform
+
+print("platform", type(platform).__name__, platform.system() != "")
+import numpy._core._add_newdocs
+
+print("docs later", np.ndarray.sum.__doc__.startswith("a.sum("))
+"""
+
+
+def test_numpy_imported_lean_is_numpy():
+    """With the hook, NumPy's import runs none of the deferred modules; each loads for real
+    when asked for (ctypes, platform, numpy.typing, the docstrings), and NumPy computes as
+    ever. Fails if a NumPy version needs one of them at import: the import would raise."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", LEAN_NUMPY],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "skipped True",
+        "docs True",
+        "ctypes True",
+        "ctypes module module c_int",
+        "linalg [2.0, 3.0]",
+        "typing True",
+        "platform module True",
+        "docs later True",
+    ]

@@ -106,7 +106,7 @@ def main() -> None:
     code = forward(argv)
     if code is None:
         one_shot = bool(argv) and argv[0] in ONE_SHOT
-        codes = None
+        codes = programs = None
         if one_shot:
             import gc
             import os
@@ -118,13 +118,21 @@ def main() -> None:
             os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
             # The dataclasses on the search path compile their generated methods once per
             # user, not once per process (kernel.code_cache: ~18% of a cold search's work).
-            from kernel.code_cache import remember_generated_code
+            # ... and so do the regular expressions the imports compile (~5%).
+            from kernel.code_cache import remember_generated_code, remember_regex_programs
 
             codes = remember_generated_code()
+            programs = remember_regex_programs()
+            # NumPy without its docstrings, type hints, ctypes and platform (kernel.lean_numpy:
+            # ~30% of its import), loaded for real if anything asks for them.
+            from kernel.lean_numpy import defer_numpy_extras
+
+            defer_numpy_extras()
         code = run_fast(argv, one_shot)
         if code is not None and one_shot:
-            if codes is not None:
-                codes.save()
+            for cache in (codes, programs):
+                if cache is not None:
+                    cache.save()
             exit_now(code)
     if code is not None:
         sys.stdout.flush()
