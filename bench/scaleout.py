@@ -489,10 +489,12 @@ class Traffic:
         self.by_call: dict[str, int] = {}
         self.calls: dict[str, int] = {}
         self.local = threading.local()
+        self.current = ""
         self.lock = threading.Lock()
 
     def _count(self, size: int, sent: bool) -> None:
-        name = getattr(self.local, "call", None) or "other"
+        # a round's messages are encoded on the router's threads: the call in flight
+        name = getattr(self.local, "call", None) or self.current or "other"
         with self.lock:
             if sent:
                 self.sent += size
@@ -519,6 +521,7 @@ class Traffic:
                 self.local.call = calls[0].get("call") or request.get("op")
                 if self.local.call == "stage":  # a staged query's round, by its step
                     self.local.call = f"stage:{calls[0]['args'][1]}"
+                self.current = self.local.call
                 with self.lock:
                     self.requests += len(calls)
                     self.calls[self.local.call] = self.calls.get(self.local.call, 0) + len(calls)
