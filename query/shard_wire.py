@@ -45,7 +45,7 @@ DTYPES = frozenset({"float32", "float64", "int32", "int64", "uint64", "uint8", "
 MAX_MESSAGE = 1 << 30
 TIMEOUT = 60.0
 IDLE_CONNECTION = 300.0  # a server closes a connection idle this long
-PARALLEL_CORES = 4  # a server runs a round's shards on threads from this many cores
+PARALLEL_CORES = 2  # a server runs a round's shards on threads from this many cores
 SHARD_FILE = re.compile(r"shard-(\d{3})-g(\d{6})\.index")
 _LENGTH = struct.Struct("<Q")
 
@@ -344,9 +344,8 @@ class ShardServer:
         self._parts: OrderedDict[str, ShardPart] = OrderedDict()
         self._lock = threading.Lock()
         cores = os.cpu_count() or 1
-        # the shards of one round side by side on a node with cores to spare; on a small
-        # one a thread hand-over per shard costs more than it overlaps (the calls of a
-        # round are mostly under a millisecond a shard)
+        # the shards of one round side by side (5 shards a server, 2 cores: in turn was
+        # 1.2x main's hybrid p50, side by side 0.74-0.82x, docs/benchmarks.md)
         self.workers = (
             ThreadPoolExecutor(min(cores, len(self.served)))
             if cores >= PARALLEL_CORES and len(self.served) > 1
