@@ -3,7 +3,9 @@
     python bench/scaleout.py --chunks 131000 --shards 4,20 [--rounds 5] [--json]
     python bench/scaleout.py --chunks 1000000 --shards 4,20        # the 1M-chunk point
     python bench/scaleout.py --layouts 1=ONE_FILE_ROOT,20=SHARDED_ROOT [--servers 4]
-        # folders already ingested (one file, and MDVDB_SHARDS=20): nothing is built
+        # folders already ingested (one file, and MDVDB_SHARDS=20): nothing is built; a
+        # sharded folder can be split from the one-file index without embedding again:
+        # MDVDB_IVF_MIN_CHUNKS=20000 python bench/split_shards.py /tmp/m1 SHARDED_ROOT --shards 20
     python bench/scaleout.py ingest --files 4000 --workers 1,2     # Ray vs local ingest
     python bench/scaleout.py shard --one ONE_FILE_ROOT --shard SHARD_ROOT
         # one shard's files ingested alone (e.g. shard 0 of 20 of the 1M corpus), its
@@ -20,7 +22,8 @@ then each N); ingests are timed too. Then, warm and in process:
    lines, scores);
 2. the simulation of a cluster: for the largest N, each shard's own work for a query timed
    one shard at a time (BM25F over its postings with the global statistics, the dense
-   product over its vectors, its local top 10), and the merge of the N top-10 lists. If each
+   product over its vectors, its local top 10; and all of a shard's calls for a query in
+   each mode, p50 / p95 per shard), and the merge of the N top-10 lists. If each
    shard ran on its own node, a query would cost about the slowest shard plus the merge
    (plus the network): the `fan-out critical path` row, next to the one-file cost of the same
    work. docs/scale-out.md builds the 10M-document plan from these rows;
@@ -45,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import WORK, median_ms, p95_ms, print_table  # noqa: E402
 from bench.generate import generate  # noqa: E402
 
+MODES = ("lexical", "hybrid", "semantic")
 QUERIES = [
     "extract a tar archive",
     "merge a branch and push to the remote",
@@ -87,6 +91,23 @@ def layout(base: Path, corpus: Path, shards: int) -> tuple[Path, float | None]:
     return root, seconds
 
 
+class _KeepAll(dict):
+    """A per-process cache of one snapshot's answer (query.govern's frontmatter-field test,
+    query.schema's schema) that keeps every snapshot's: the bench holds two indexes in one
+    process and alternates between them, where a reader process holds one; with a one-entry
+    cache each alternation recomputed it (~150 ms a query at 1M chunks, in both layouts)."""
+
+    def clear(self) -> None:
+        pass
+
+
+def _keep_both_readers() -> None:
+    from query import govern, schema
+
+    govern._DETECTED = _KeepAll(govern._DETECTED)
+    schema._CACHE = _KeepAll(schema._CACHE)
+
+
 def open_at(root: Path, shards: int):
     from kernel.config import load_config
     from query import open_index
@@ -102,12 +123,20 @@ def answers(index, query: str, mode: str) -> list:
     ]
 
 
-def search_rows(indexes: dict[int, object], rounds: int) -> list[dict]:
+def overlap(found: list, expected: list) -> float:
+    """The share of the expected top 10 (path and lines) that `found` holds."""
+    want = {r[:3] for r in expected}
+    return len(want & {r[:3] for r in found}) / len(want) if want else 1.0
+
+
+def search_rows(indexes: dict[int, object], rounds: int, modes=MODES) -> list[dict]:
     rows = []
-    for mode in ("lexical", "hybrid"):
+    for mode in modes:
         reference = {q: answers(indexes[1], q, mode) for q in QUERIES}  # warm-up too
         for shards, index in indexes.items():
-            same = all(answers(index, q, mode) == reference[q] for q in QUERIES)
+            got = {q: answers(index, q, mode) for q in QUERIES}
+            same = all(got[q] == reference[q] for q in QUERIES)
+            shared = statistics.mean(overlap(got[q], reference[q]) for q in QUERIES)
             samples = []
             for _ in range(rounds):
                 for q in QUERIES:
@@ -121,6 +150,7 @@ def search_rows(indexes: dict[int, object], rounds: int) -> list[dict]:
                     "median_ms": median_ms(samples),
                     "p95_ms": p95_ms(samples),
                     "same_answers": same if shards != 1 else "reference",
+                    "top10_overlap": round(shared, 3) if shards != 1 else "",
                 }
             )
     return rows
@@ -313,6 +343,20 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
     ]
 
 
+def shard_summary(rows: list[dict]) -> list[dict]:
+    """The median and the largest of each column over the shards."""
+    if not rows:
+        return []
+    out = []
+    for name, pick in (("median", statistics.median), ("max", max)):
+        row: dict = {"shard": name}
+        for key in rows[0]:
+            if key != "shard":
+                row[key] = pick(r[key] for r in rows)
+        out.append(row)
+    return out
+
+
 class _Timed:
     """A shard's part with each call timed and its bytes on the wire counted (the request's
     arguments and the answer as query.shard_wire encodes them; counted outside the time)."""
@@ -344,12 +388,14 @@ class _InTurn:
         return [function(item) for item in items]
 
 
-def staged_rows(one, sharded, rounds: int) -> list[dict]:
+def staged_rows(one, sharded, rounds: int, per_shard: list | None = None) -> list[dict]:
     """The staged query (query.shard_query) with each shard's calls run one at a time and
     timed: per query, the work of each shard in each round, the router's own work (the wall
     time less every shard's), and the bytes a wire would carry. If each shard ran on its
     own node, a query would cost the router's work plus, per round, the slowest shard
-    (plus a network round trip per round): the `critical path` column."""
+    (plus a network round trip per round): the `critical path` column. Semantic mode takes
+    the per-chunk path (one `dense` call a shard). `per_shard`: filled with one row per
+    shard, its work per query (all its calls) p50 and p95 in each mode."""
     from query import shard_query
     from query import sharded as fanned
 
@@ -361,11 +407,14 @@ def staged_rows(one, sharded, rounds: int) -> list[dict]:
         for i, part in enumerate(saved_parts):
             snap.parts[i] = _Timed(part, i, log)
         fanned._POOLS[False] = _InTurn()
+        own: dict[str, list[list[float]]] = {}
         try:
-            for mode in ("lexical", "hybrid"):
+            for mode in MODES:
                 for q in QUERIES:  # warm: int8 copies, df, page lengths
                     sharded.search(q, limit=10, mode=mode)
                 walls, routers, paths, sums, kb, calls, one_ms = [], [], [], [], [], [], []
+                each = own[mode] = [[] for _ in saved_parts]
+                by_step: dict[str, list[float]] = {}
                 for _ in range(rounds):
                     for q in QUERIES:
                         started = time.perf_counter()
@@ -388,6 +437,13 @@ def staged_rows(one, sharded, rounds: int) -> list[dict]:
                             for times in steps.values()
                             for k in range(0, len(times), n)
                         )
+                        for step, times in steps.items():
+                            by_step.setdefault(step, []).append(sum(times))
+                        mine = [0.0] * len(saved_parts)
+                        for shard, _, took, _ in log:
+                            mine[shard] += took
+                        for shard, took in enumerate(mine):
+                            each[shard].append(took)
                         walls.append(wall)
                         routers.append(wall - work)
                         paths.append(wall - work + slowest)
@@ -404,11 +460,23 @@ def staged_rows(one, sharded, rounds: int) -> list[dict]:
                         "critical_path_ms": median_ms(paths),
                         "calls_per_shard": round(statistics.median(calls), 1),
                         "kb_per_query": round(statistics.median(kb), 1),
+                        # each step's work summed over the shards, median over the queries
+                        "shard_work_by_step_ms": ", ".join(
+                            f"{step.removeprefix('stage:')} {statistics.median(t) * 1000:.1f}"
+                            for step, t in sorted(by_step.items(), key=lambda kv: -sum(kv[1]))
+                        ),
                         "chunks_per_shard": int(
                             statistics.median(len(ids) for ids in snap.order.chunk_ids)
                         ),
                     }
                 )
+            if per_shard is not None:
+                for shard, ids in enumerate(snap.order.chunk_ids):
+                    row: dict = {"shard": shard, "chunks": len(ids)}
+                    for mode, samples in own.items():
+                        row[f"{mode}_p50_ms"] = median_ms(samples[shard])
+                        row[f"{mode}_p95_ms"] = p95_ms(samples[shard])
+                    per_shard.append(row)
         finally:
             shard_query.IN_PROCESS = False
             snap.parts[:] = saved_parts
@@ -451,6 +519,7 @@ def one_shard_main(argv: list[str]) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    _keep_both_readers()
     one = open_at(Path(args.one), 1)
     shard = one_shard_reader(Path(args.shard))
     with one.pinned() as snap:
@@ -555,9 +624,11 @@ def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list
         config = load_config(root, {**env, "MDVDB_SHARD_SERVERS": ",".join(addresses)})
         router = open_index(config=config)
         rows = []
-        for mode in ("lexical", "hybrid"):
+        for mode in MODES:
             reference = {q: answers(one, q, mode) for q in QUERIES}
-            same = all(answers(router, q, mode) == reference[q] for q in QUERIES)
+            got = {q: answers(router, q, mode) for q in QUERIES}
+            same = all(got[q] == reference[q] for q in QUERIES)
+            shared = statistics.mean(overlap(got[q], reference[q]) for q in QUERIES)
             samples = []
             with Traffic() as traffic:
                 for _ in range(rounds):
@@ -573,6 +644,7 @@ def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list
                     "median_ms": median_ms(samples),
                     "p95_ms": p95_ms(samples),
                     "same_answers": same,
+                    "top10_overlap": round(shared, 3),
                     "kb_per_query": round((traffic.sent + traffic.received) / searches / 1e3, 1),
                     "calls_per_shard": round(traffic.requests / searches / shards, 1),
                     "kb_by_call": ", ".join(
@@ -605,6 +677,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     del QUERIES[max(1, args.queries) :]
+    _keep_both_readers()
     built: dict[int, float | None] = {}
     if args.layouts:
         roots = {
@@ -655,9 +728,16 @@ def main() -> None:
             simulation_rows(indexes[1], indexes[most], args.rounds),
             args.json,
         )
+        per_shard: list[dict] = []
         print_table(
             f"staged queries, {most} shards timed one at a time ({total} chunks)",
-            staged_rows(indexes[1], indexes[most], args.rounds),
+            staged_rows(indexes[1], indexes[most], args.rounds, per_shard),
+            args.json,
+        )
+        print_table(
+            f"each shard's own work per query, {most} shards timed one at a time, all its "
+            f"calls ({total} chunks; ms)",
+            per_shard + shard_summary(per_shard),
             args.json,
         )
         if args.servers:

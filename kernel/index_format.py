@@ -259,6 +259,7 @@ class IndexFile:
     size: int = 0
     mtime_ns: int = 0
     inode: int = 0
+    device: int = 0
     # The map itself and where it starts in memory: `write_index` recognises buffers that lie
     # in it and copies their bytes file-to-file instead of through memory.
     source: Any = field(default=None, repr=False)
@@ -388,6 +389,7 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
         size=size,
         mtime_ns=stat.st_mtime_ns,
         inode=stat.st_ino,
+        device=stat.st_dev,
         source=source,
         base_address=whole.address,
     )
@@ -475,6 +477,7 @@ def _read_index_lite(path: Path) -> IndexFile:
         size=size,
         mtime_ns=stat.st_mtime_ns,
         inode=stat.st_ino,
+        device=stat.st_dev,
         source=source,
     )
     index.layouts = tables_layout
@@ -712,6 +715,88 @@ def verify_checksums(index: IndexFile) -> list[str]:
     return problems
 
 
+# -- checksum verdicts, once per file -----------------------------------------------------
+#
+# A writer reuses bytes of the previous index (pack's rows; the write side's cache of records
+# and vectors, `pipeline.state.Published`) only from a file whose checksums hold, and checking
+# them reads the whole file (~0.1-0.2 s at 100k files). So the verdict is kept per file
+# identity (device, inode, size, mtime) for the life of the process: computed once however
+# many ask, never for a file this process wrote (`IndexWriter.finish` records it), and
+# possibly begun early on a thread (`check_soon`) while the run does other work.
+
+_VERDICTS: dict[tuple[int, int, int, int], Any] = {}
+
+
+def _identity(index: IndexFile) -> tuple[int, int, int, int]:
+    return (index.device, index.inode, index.size, index.mtime_ns)
+
+
+class _Pending:
+    """A verdict being computed on a thread (`check_soon`)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.done = threading.Event()
+        self.problems: list[str] | None = None  # None when the thread could not check
+
+
+def checksum_problems(index: IndexFile) -> list[str]:
+    """`verify_checksums(index)`, computed at most once per file in this process (a check
+    begun by `check_soon` is waited for)."""
+    key = _identity(index)
+    got = _VERDICTS.get(key)
+    if isinstance(got, _Pending):
+        got.done.wait()
+        got = got.problems
+    if got is None:
+        got = verify_checksums(index)
+        _remember(key, got)
+    return list(got)
+
+
+def _remember(key: tuple[int, int, int, int], problems: Any) -> None:
+    _VERDICTS[key] = problems
+    while len(_VERDICTS) > 16:  # a long-lived writer (the watcher) publishes many files
+        _VERDICTS.pop(next(iter(_VERDICTS)))
+
+
+def check_soon(path: Path | str) -> None:
+    """Begin `checksum_problems` of the index at `path` on a thread of its own (xxh3 lets
+    go of the GIL): a run that will reuse its bytes asks for the verdict later and waits
+    only for what is left of the check. Nothing happens when there is no readable index."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _VERDICTS:
+        return
+    import threading
+
+    import pyarrow  # noqa: F401 - here, not on the thread: one importer of it at a time
+
+    pending = _Pending()
+    _remember(key, pending)
+
+    def run() -> None:
+        try:
+            index = read_index(path)
+            if _identity(index) == key:
+                pending.problems = verify_checksums(index)
+        except Exception:  # noqa: BLE001 - the asker opens and checks the file itself
+            pass
+        finally:
+            if _VERDICTS.get(key) is pending:
+                if pending.problems is None:
+                    del _VERDICTS[key]
+                else:
+                    _VERDICTS[key] = pending.problems
+            pending.done.set()
+
+    threading.Thread(target=run, name="index-check", daemon=True).start()
+
+
 def _regions_of(columns: list[dict[str, Any]], out: list[list[int]]) -> None:
     for desc in columns:
         out.extend(b for b in desc["b"] if b is not None)
@@ -855,6 +940,7 @@ class _Sink:
     def __init__(self, fd: int, source: IndexFile | None):
         self.fd = fd
         self.at = 0
+        self.writeback = False  # start each buffer's writeback once written (`IndexWriter`)
         usable = source is not None and source.source is not None
         # copy_file_range is Linux's; elsewhere the bytes go through memory.
         self.source = source if usable and hasattr(os, "copy_file_range") else None
@@ -903,6 +989,8 @@ class _Sink:
         start = self.at
         for part in parts:
             self.write(part)
+        if self.writeback:
+            _start_writeback(self.fd, start, self.at - start)
         return [start, self.at - start], _xxh3(p for p in parts if _size(p))
 
 
@@ -945,21 +1033,107 @@ def write_index(
     Returns the size of the published file. On any error the temp file is removed and the
     previous index is left untouched.
     """
-    path = Path(path)
-    if not path.parent.is_dir():
-        from kernel import private
-
-        private.make_dir(path.parent)
-    # mkstemp makes the file 0600 whatever the umask: the index holds the notes' text (see
-    # docs/security.md). `os.replace` renames over `path`: a symlink there is replaced, its
-    # target never written.
-    import tempfile  # the write side only: a search does not pay for its import
-
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    writer = IndexWriter(path, source)
     try:
-        sink = _Sink(fd, source)
-        sink.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0))
-        layouts = {name: _write_table(sink, table) for name, table in tables.items()}
+        return writer.finish(tables, meta)
+    except BaseException:
+        writer.abort()
+        raise
+
+
+# A buffer written by `IndexWriter`'s thread is handed to the disk at once from this size.
+WRITEBACK_MIN = 1 << 20
+
+
+class IndexWriter:
+    """`write_index` in steps, for a writer that knows some tables before the others: `put`
+    hands a finished table to a thread that writes it (the unchanged bytes copied
+    file-to-file, the checksums, and the start of the disk writeback of its range) while
+    the caller computes the rest; `finish` writes the tables not yet written, the footer,
+    fsyncs and renames, exactly as `write_index` does. An edit at 100k files thus copies
+    and hashes its 300 MB of vectors beside the postings update instead of after it, and
+    the fsync before the rename waits for the tail of the file only (the rest is on its
+    way to the disk already).
+
+    The file is published by `finish` only: until then it is a temp file, which `abort`
+    removes (a killed writer's is removed by the next one, under the writer lock). Tables
+    are laid out in the order they are put, then the others in `finish`'s order; the
+    footer lists them in `finish`'s order. Not thread-safe: one caller."""
+
+    def __init__(self, path: Path | str, source: IndexFile | None = None):
+        self.path = Path(path)
+        if not self.path.parent.is_dir():
+            from kernel import private
+
+            private.make_dir(self.path.parent)
+        # mkstemp makes the file 0600 whatever the umask: the index holds the notes' text
+        # (see docs/security.md). `os.replace` renames over `path`: a symlink there is
+        # replaced, its target never written.
+        import tempfile  # the write side only: a search does not pay for its import
+
+        self._fd, self._tmp = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX, dir=self.path.parent
+        )
+        self._layouts: dict[str, Any] = {}
+        self._thread: Any = None
+        self._error: BaseException | None = None
+        self._names: set[str] = set()
+        self._queue: Any = None
+        try:
+            self._sink = _Sink(self._fd, source)
+            self._sink.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0))
+        except BaseException:
+            self.abort()
+            raise
+
+    def put(self, name: str, table: pa.Table) -> None:
+        """Write `table` (final: it is not changed later) on the writer's thread."""
+        if name in self._names:
+            raise ValueError(f"table {name} is written twice")
+        self._names.add(name)
+        if self._thread is None:
+            import queue
+            import threading
+
+            self._queue = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._drain, name="index-writer", daemon=True)
+            self._thread.start()
+        self._queue.put((name, table))
+
+    def _drain(self) -> None:
+        """The thread: the tables in the order put, until `None`; each buffer's range is
+        handed to the disk as soon as it is written (`_Sink.writeback`)."""
+        self._sink.writeback = True
+        while (item := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # drain the queue; `finish` raises the error
+            name, table = item
+            try:
+                self._layouts[name] = _write_table(self._sink, table)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by `finish`
+                self._error = exc
+        self._sink.writeback = False
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise self._error
+
+    def finish(self, tables: dict[str, pa.Table], meta: dict[str, Any]) -> int:
+        """Write what was not put, the footer and the trailer; fsync; rename over `path`.
+        Returns the size of the published file. Every table put must be in `tables`."""
+        self._join()
+        stray = set(self._layouts) - set(tables)
+        if stray:
+            raise ValueError(f"tables put but not published: {sorted(stray)}")
+        sink = self._sink
+        for name, table in tables.items():
+            if name not in self._layouts:
+                self._layouts[name] = _write_table(sink, table)
+        layouts = {name: self._layouts[name] for name in tables}
         full_meta = {"format_version": FORMAT_VERSION, "written_at": time.time(), **meta}
         footer = json.dumps(
             {"version": FORMAT_VERSION, "tables": layouts, "meta": full_meta},
@@ -969,20 +1143,46 @@ def write_index(
         sink.write(footer)
         sink.write(TRAILER.pack(len(footer), _xxh3([footer]), MAGIC))
         size = sink.at
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(tmp_name, path)
-        _fsync_dir(path.parent)
+        os.fsync(self._fd)
+        st = os.fstat(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        os.replace(self._tmp, self.path)
+        # Its checksums were computed from the bytes written: nobody checks it again here.
+        _remember((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), [])
+        self._tmp = None
+        _fsync_dir(self.path.parent)
         return size
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
+
+    def abort(self) -> None:
+        """Stop: wait for the thread, close and remove the temp file (idempotent)."""
         try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
+            self._join()
+        except BaseException:  # noqa: BLE001 - aborting anyway
             pass
-        raise
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._tmp is not None:
+            try:
+                os.unlink(self._tmp)
+            except FileNotFoundError:
+                pass
+            self._tmp = None
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing a range of the temp file to disk now, without waiting
+    for it (Linux's `sync_file_range`; elsewhere nothing): the fsync before the rename then
+    waits only for what is still dirty. Durability still comes from that fsync. Small
+    ranges are left to the fsync (one call each would cost more than it saves)."""
+    sync = getattr(os, "sync_file_range", None)
+    if sync is None or length < WRITEBACK_MIN:
+        return
+    try:
+        sync(fd, offset, length, os.SYNC_FILE_RANGE_WRITE)
+    except OSError:
+        pass
 
 
 def temp_files(path: Path | str) -> list[Path]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -132,8 +132,10 @@ def _previous(
         return None
     # Rows are reused only from an index whose bytes are the ones written: reused bytes get
     # fresh checksums in the new file, so a damaged row copied now would pass every later
-    # check. Hashing reads the file once more from the page cache (~0.1 s per 100 MB).
-    if index_format.verify_checksums(previous):
+    # check. Hashing reads the file once more from the page cache (~0.1 s per 100 MB), once
+    # a run (the verdict is shared with the write side's cache, and begun on a thread
+    # when discover found changes: `stages.discover`).
+    if index_format.checksum_problems(previous):
         damaged.append(str(index_path))
         return None
     # Reuse slices runs of rows, which needs chunks grouped by file in file order: true of
@@ -316,12 +318,6 @@ def assemble(
     return tables, meta
 
 
-def write(index_path: Path, tables: dict[str, pa.Table], meta: dict[str, Any], plan: Plan) -> int:
-    """Publish atomically. The previous index stays mapped while the new one is written:
-    its unchanged bytes are copied from it."""
-    return index_format.write_index(index_path, tables, meta, source=plan.previous)
-
-
 def publish(
     index_path: Path,
     sources: PackSources,
@@ -332,21 +328,39 @@ def publish(
     ivf_min_rows: int | None = None,
 ) -> Written:
     """pack in its named steps: `plan`, `schema_pack.update`, `cluster.assign`, then
-    `build_tables` (`lexical.update`, `duplicates.update`, `ivf.build`, `assemble`) and
-    `write`. `rows` and `schema`: the plan
-    and schema the `schema` stage already made from the same sources in this run;
+    `build_tables` (`lexical.update`, `duplicates.update`, `ivf.build`, `assemble`), each
+    table written as soon as it is final (`index_format.IndexWriter`: the previous index
+    stays mapped while the new one is written, and its unchanged bytes are copied from it).
+    `rows` and `schema`: the plan and schema the `schema` stage already made from the same
+    sources in this run;
     `analysed`: lexical analyses the ingest workers made of this run's new chunks;
     `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.ivf`; None: never)."""
     if rows is None:
         rows = plan(index_path, sources)
     if schema is None:
         schema = schema_pack.update(rows, sources.state)
-    clusters = cluster.assign(rows, sources.state)
-    meta = {**meta, "build_key": sources.build_key}
-    tables, full_meta = build_tables(
-        rows, schema, clusters, meta, sources.dimensions, ivf_min_rows, analysed
-    )
-    written = write(index_path, tables, full_meta, rows)
+    # The chunks table is final once planned: its bytes (the previous index's copied
+    # file-to-file, the checksums) are written on the writer's thread while the steps
+    # below run, and its range starts on its way to the disk.
+    writer = index_format.IndexWriter(index_path, source=rows.previous)
+    try:
+        writer.put("chunks", rows.chunks)
+        clusters = cluster.assign(rows, sources.state)
+        meta = {**meta, "build_key": sources.build_key}
+        tables, full_meta = build_tables(
+            rows,
+            schema,
+            clusters,
+            meta,
+            sources.dimensions,
+            ivf_min_rows,
+            analysed,
+            early=writer.put,
+        )
+        written = writer.finish(tables, full_meta)
+    except BaseException:
+        writer.abort()
+        raise
     return Written(written, rows.chunks.num_rows, rows.reused_files, rows.damaged)
 
 
@@ -358,14 +372,25 @@ def build_tables(
     dimensions: int,
     ivf_min_rows: int | None,
     analysed: lexical.Store | None = None,
+    ivf_reuse: bool = True,
+    early: Callable[[str, pa.Table], None] | None = None,
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """The steps after `plan`, `schema_pack.update` and `cluster.assign`, for one index
     file (the one-file index, or a shard of a sharded one: pipeline/shard_pack.py):
     `lexical.update`, `duplicates.update`, `ivf.build` from `ivf_min_rows` chunks (None:
-    never), then `assemble`."""
+    never), then `assemble`. `ivf_reuse=False`: the lists are trained on these rows even
+    when the previous index has lists (a shard split from a one-file index,
+    `pipeline.shard_split`: the whole index's centroids are not the shard's). `early`:
+    given each table as soon as it is final (`IndexWriter.put`), so that it is written
+    while the next steps run."""
     postings = lexical.update(rows, analysed)
+    if early is not None:
+        for name, table in postings.tables.items():
+            early(name, table)
     near = duplicates.update(rows)
     lists = None
     if ivf_min_rows is not None:
-        lists = ivf.build(rows, dimensions, ivf_min_rows)
+        lists = ivf.build(
+            rows if ivf_reuse else replace(rows, previous=None), dimensions, ivf_min_rows
+        )
     return assemble(rows, schema, postings, clusters, near, meta, lists)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,8 +60,29 @@ def _unchanged(rows, schema, clusters, count: int) -> bool:
     return old_problems is not None and old_problems.equals(schema.tables["schema_problems"])
 
 
-def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Written:
-    """Write the shards an edit touched, the global file, and publish the manifest."""
+def _counted(rows, source: Path | None):
+    """The plan the schema step counts: the shard's own, or, for a shard split from a
+    one-file index, the same rows as if all were fresh, so their frontmatter is counted
+    (the shard's files once) instead of the one file's counts less every other shard's
+    files (N - 1 times the index for N shards). The result is the same: the counts of
+    the shard's files."""
+    if source is None:
+        return rows
+    return replace(
+        rows,
+        previous=None,
+        file_source=np.full(rows.files.num_rows, -1, dtype=np.int64),
+        chunk_source=np.full(rows.chunks.num_rows, -1, dtype=np.int64),
+    )
+
+
+def publish(
+    config: Config, sources: PackSources, meta: Mapping[str, Any], source: Path | None = None
+) -> Written:
+    """Write the shards an edit touched, the global file, and publish the manifest.
+    `source`: a one-file index that is every shard's previous file (`pipeline.shard_split`):
+    each shard is planned from its rows and written, none kept, its IVF lists trained on its
+    own rows as in a first sharded ingest."""
     from kernel import private
 
     folder = config.shards_path
@@ -86,8 +108,10 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
     for shard, members in enumerate(parts):
         own = replace(sources, entries=tuple(members))
         previous = folder / old.entries[shard].name if old is not None else folder / "-"
+        if source is not None:
+            previous = source
         rows = plan(previous, own)
-        planned.append((rows, schema_pack.update(rows, own.state)))
+        planned.append((rows, schema_pack.update(_counted(rows, source), own.state)))
     # One schema over every shard: the fields' types (hence the typed columns a filter
     # reads) are those of the whole index, not of the shard's files.
     fields = schema_pack.global_fields([update for _, update in planned], sources.state)
@@ -97,7 +121,7 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
         own = replace(sources, entries=tuple(members))
         rows, schema = planned[shard]
         if schema_pack.column_types(schema.result.fields) != types:
-            schema = schema_pack.update(rows, own.state, fields)
+            schema = schema_pack.update(_counted(rows, source), own.state, fields)
         problems += schema.result.problems
         damaged += rows.damaged
         clusters = cluster.assign(rows, own.state)
@@ -105,7 +129,7 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
         reused += rows.reused_files
         chunks += rows.chunks.num_rows
         overlay_meta = schema.overlay_meta
-        if old is not None and _unchanged(rows, schema, clusters, len(members)):
+        if source is None and old is not None and _unchanged(rows, schema, clusters, len(members)):
             kept = old.entries[shard]
             entries.append(replace(kept, digest=digest))
             lexical_meta = rows.previous.meta.get("lexical") or lexical_meta
@@ -113,7 +137,13 @@ def publish(config: Config, sources: PackSources, meta: Mapping[str, Any]) -> Wr
         shard_meta = {**meta, "build_key": sources.build_key, "shard": [shard, count]}
         # A shard as big as an index that gets IVF lists gets its own (MDVDB_IVF_MIN_CHUNKS)
         tables, full_meta = build_tables(
-            rows, schema, clusters, shard_meta, sources.dimensions, config.ivf_min_chunks
+            rows,
+            schema,
+            clusters,
+            shard_meta,
+            sources.dimensions,
+            config.ivf_min_chunks,
+            ivf_reuse=source is None,
         )
         name = shards.shard_name(shard, generation)
         written_bytes += index_format.write_index(

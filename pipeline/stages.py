@@ -247,6 +247,9 @@ RETRY_UNPARSED = "retry_unparsed"
 # A pack planned from discover's changes is worth it only for a few; past this many, the
 # plan diffs the whole manifest against the previous index (one pass in Arrow).
 DELTA_MAX = 5000
+# From this many folders (as the last walk found them), the walk is split between two
+# processes: ~0.25 s of `stat` calls at 100k files, against a few ms of fork and merge.
+SPLIT_FOLDERS = 64
 
 
 class StoredEntries(Mapping[str, ManifestEntry]):
@@ -336,10 +339,13 @@ def discover(
     walked = signatures = moved = None
     if not only and not full:
         problems: list[Problem] = []
-        stats, folders = walk_folders(config, problems)
+        stored_signatures = state.get_value(STAT_SIGNATURES)
+        # A project of many folders walks on both cores (`discover._split_walk`).
+        big = isinstance(stored_signatures, dict) and len(stored_signatures) >= SPLIT_FOLDERS
+        stats, folders = walk_folders(config, problems, split=big)
         walked = (stats, problems)
         signatures = folder_signatures(stats, folders)
-        moved = _moved_folders(state.get_value(STAT_SIGNATURES), signatures)
+        moved = _moved_folders(stored_signatures, signatures)
         unmoved = _unmoved(state, moved, walked)
         if unmoved is not None:
             return unmoved if clean else replace(unmoved, changed_shas=None, delta=None)
@@ -388,6 +394,12 @@ def discover(
     else:
         state.delete_value(STAT_SIGNATURES)
     state.delete_value(STAT_SIGNATURE)
+    if (added or changed or removed) and config.shards == 1:
+        # Pack (and the write side's cache) will reuse bytes of the published index only
+        # once its checksums are checked: begin that now, on a thread, beside parse.
+        from kernel.index_format import check_soon
+
+        check_soon(config.index_path)
     if found.restamped:
         earlier = state.get_value(UNPACKED_RESTAMPS) or []
         state.set_value(UNPACKED_RESTAMPS, sorted({*earlier, *found.restamped}))

@@ -808,6 +808,23 @@ class Published:
                 self._file = None
         return self._file
 
+    def _trusted(self) -> bool:
+        """Whether the index's checksums hold (`index_format.checksum_problems`: once a
+        run, perhaps begun on a thread by discover). A damaged index is no cache: its
+        bytes would get fresh checksums in the next index. Every answer that the index
+        holds something waits for this; an answer that it holds nothing does not (a
+        wrong "no" only costs work done again), so an edit whose new chunks the index
+        never held asks for no verdict before pack needs one anyway."""
+        index = self._index()
+        if index is None:
+            return False
+        trusted = self._derived.get("trusted")
+        if trusted is None:
+            from kernel import index_format
+
+            trusted = self._derived["trusted"] = not index_format.checksum_problems(index)
+        return trusted
+
     def _build_key(self) -> str:
         index = self._index()
         return str(index.meta.get("build_key") or "") if index is not None else ""
@@ -855,12 +872,14 @@ class Published:
         """Which file shas the index holds chunk records of, for this chunking."""
         if not self.records or not self._build_key().endswith(f"|{chunk_key}"):
             return set()
-        return self._keys_in("files", "sha256", shas)
+        held = self._keys_in("files", "sha256", shas)
+        return held if held and self._trusted() else set()
 
     def files_built_with(self, build_key: str, shas: list[str]) -> set[str]:
         if not self.records or self._build_key() != build_key:
             return set()
-        return self._keys_in("files", "sha256", shas)
+        held = self._keys_in("files", "sha256", shas)
+        return held if held and self._trusted() else set()
 
     def vector_rows(self, model: str, shas: list[bytes]) -> dict[int, int]:
         """Position in `shas` -> chunk row holding its vector, for those the index has (a
@@ -872,6 +891,8 @@ class Published:
         hexes = [s.hex() for s in shas]
         rows = self._rows_of("chunks", "sha256", hexes)
         found = {i: rows[h] for i, h in enumerate(hexes) if h in rows}
+        if found and not self._trusted():
+            return {}
         if found:
             at = np.fromiter(found.values(), dtype=np.int64, count=len(found))
             finite = np.isfinite(self.vectors(at)).all(axis=1)
@@ -886,9 +907,13 @@ class Published:
         if not self._build_key().startswith(f"{model}|") or not shas:
             return []
         held = self._keys_in("chunks", "sha256", [s.hex() for s in shas])
+        if held and not self._trusted():
+            return []
         return [s for s in shas if s.hex() in held]
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors at `rows` (from `vector_rows`, which answers only for a trusted
+        index)."""
         import numpy as np
 
         matrix = self._derived.get("vectors")
@@ -904,6 +929,8 @@ class Published:
         import numpy as np
 
         if not self.records or not self._build_key().endswith(f"|{chunk_key}"):
+            return {}
+        if not self._trusted():
             return {}
         import pyarrow as pa
 
