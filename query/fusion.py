@@ -360,7 +360,14 @@ def hybrid(
     also = None
     if getattr(dense, "lists", None) is not None:
         also = top_rows(bm25, LEXICAL_EXACT, positive=True)  # best first, ties by row
-    dense_top = best(bm25, params.dense_feedback_chunks) if params.dense_feedback_weight else []
+    k = params.dense_feedback_chunks
+    dense_top = []
+    if params.dense_feedback_weight and also is not None and k <= LEXICAL_EXACT:
+        # the best k of the best 1,000 (or of every positive row), in the same order, are
+        # `best(bm25, k)`: no second pass over n rows
+        dense_top = also[:k]
+    elif params.dense_feedback_weight:
+        dense_top = best(bm25, k)
     direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
     # Page-level evidence (`pages`, query.search.PageVectors: pages of several sections) is
     # mixed in by the scorer: (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector);
@@ -465,6 +472,8 @@ def _blended(
     sparse = _sparse_semantic(semantic, params.pool, support)
     if sparse is None:
         return None
+    from query.second_core import in_parallel, row_ranges
+
     n = len(bm25)
     w = np.float32(params.dense_weight)
     keep, part = _mixed_part(page.values, params.page_weight)
@@ -472,39 +481,55 @@ def _blended(
     top_expansion = float(expansion.max()) if n else 0.0
     one_minus_lam = 1 - lam
     lexical = expansion  # (1 - λ) bm25 / max + λ expansion / max, in place
-    top_lexical = 0.0
-    for a in range(0, n, BLOCK):
-        b = min(a + BLOCK, n)
-        block = lexical[a:b]
-        if top_expansion > 0:
-            np.divide(block, np.float32(top_expansion), out=block)
-        else:
-            block[:] = 0
-        np.multiply(block, lam, out=block)
-        mixed = bm25[a:b] / np.float32(top_bm25) if top_bm25 > 0 else np.zeros(b - a, np.float32)
-        np.multiply(mixed, one_minus_lam, out=mixed)
-        np.add(mixed, block, out=block)
-        top_lexical = max(top_lexical, float(block.max()))
+    # Every row is computed on its own: the blocks run on every core at once
+    # (query.second_core), each piece of rows a block at a time.
+    pieces = row_ranges(n, BLOCK)
+
+    def mix(piece: tuple[int, int]) -> float:
+        top = 0.0
+        for a in range(piece[0], piece[1], BLOCK):
+            b = min(a + BLOCK, piece[1])
+            block = lexical[a:b]
+            if top_expansion > 0:
+                np.divide(block, np.float32(top_expansion), out=block)
+            else:
+                block[:] = 0
+            np.multiply(block, lam, out=block)
+            if top_bm25 > 0:
+                mixed = bm25[a:b] / np.float32(top_bm25)
+            else:
+                mixed = np.zeros(b - a, np.float32)
+            np.multiply(mixed, one_minus_lam, out=mixed)
+            np.add(mixed, block, out=block)
+            top = max(top, float(block.max()))
+        return top
+
+    top_lexical = max(in_parallel(mix, pieces), default=0.0)
     rows, values = sparse
     values = w * values
     order = np.argsort(rows, kind="stable")
     rows, values = rows[order], values[order]
-    bounds = np.searchsorted(rows, np.arange(0, n + BLOCK, BLOCK))
     scores = np.empty(n, dtype=np.float32)
-    for i, a in enumerate(range(0, n, BLOCK)):
-        b = min(a + BLOCK, n)
-        block = lexical[a:b]  # becomes the weighted lexical part: (1 - w) lexical / max
-        if top_lexical > 0:
-            np.divide(block, np.float32(top_lexical), out=block)
-        else:
-            block[:] = 0
-        np.multiply(block, np.float32(1) - w, out=block)
-        out = scores[a:b]
-        out[:] = block
-        r, v = rows[bounds[i] : bounds[i + 1]] - a, values[bounds[i] : bounds[i + 1]]
-        out[r] += v  # the semantic part (0 elsewhere: x + 0 is x)
-        np.multiply(out, keep, out=out)
-        np.add(out, np.take(part, page.files[a:b]), out=out)
+
+    def fused(piece: tuple[int, int]) -> None:
+        starts = list(range(piece[0], piece[1], BLOCK))
+        bounds = np.searchsorted(rows, [*starts, piece[1]]).tolist()
+        for i, a in enumerate(starts):
+            b = min(a + BLOCK, piece[1])
+            block = lexical[a:b]  # becomes the weighted lexical part: (1 - w) lexical / max
+            if top_lexical > 0:
+                np.divide(block, np.float32(top_lexical), out=block)
+            else:
+                block[:] = 0
+            np.multiply(block, np.float32(1) - w, out=block)
+            out = scores[a:b]
+            out[:] = block
+            r, v = rows[bounds[i] : bounds[i + 1]] - a, values[bounds[i] : bounds[i + 1]]
+            out[r] += v  # the semantic part (0 elsewhere: x + 0 is x)
+            np.multiply(out, keep, out=out)
+            np.add(out, np.take(part, page.files[a:b]), out=out)
+
+    in_parallel(fused, pieces)
     return Fused(
         scores=scores,
         lexical=keep * Scaled(n, base=lexical),
@@ -553,7 +578,13 @@ def _first_best(
         lex = (np.float32(1) - w) * (bm25[rows] / np.float32(most))
         lowest = bm25[top[-1:]] / np.float32(most)
         bound = ((np.float32(1) - w) * lowest)[0]
-    sem = w * normalised_semantic(cosine, params.pool, support)[rows]
+    sparse = _sparse_semantic(cosine, params.pool, support)
+    if sparse is not None:  # the normalised part at `support`, 0 at the other rows
+        part = np.zeros(len(rows), dtype=np.float32)
+        part[np.searchsorted(rows, sparse[0])] = sparse[1]
+        sem = w * part
+    else:
+        sem = w * normalised_semantic(cosine, params.pool, support)[rows]
     scores = lex + sem
     keep = scores > 0
     chosen, tied = ranked_rows(rows[keep], scores[keep], k)
@@ -581,14 +612,15 @@ def with_stub_prior(
     if rows is None:
         part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
         scores = fused.scores + part
-    else:
+    elif _REFERENCE:
         part = np.zeros_like(fused.scores)
         part[rows] = fused.scores[rows] * (factor - np.float32(1))
-        if _REFERENCE:
-            scores = fused.scores + part
-        else:  # x + 0 is x: only the cut rows change (in place when handed over)
-            scores = fused.scores if owned else fused.scores.copy()
-            scores[rows] += part[rows]
+        scores = fused.scores + part
+    else:  # x + 0 is x: only the cut rows change (in place when handed over)
+        cut = (fused.scores[rows] * (factor - np.float32(1))).astype(fused.scores.dtype)
+        scores = fused.scores if owned else fused.scores.copy()
+        scores[rows] += cut
+        part = Scaled(len(scores), None, rows, cut)  # 0 but at the cut rows
     return Fused(
         scores=scores,
         lexical=fused.lexical,

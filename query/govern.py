@@ -13,6 +13,7 @@ ranked just below the cut can still move up.
 from __future__ import annotations
 
 import datetime as _dt
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -78,7 +79,13 @@ def timestamp(value: Any) -> float:
         return float("-inf")
     if isinstance(value, int | float):
         return float(value)
-    text = str(value).strip()
+    return _parsed(str(value).strip())
+
+
+@lru_cache(maxsize=4096)
+def _parsed(text: str) -> float:
+    """`timestamp` of a date string, remembered: a warm search weighs ~100 candidates a
+    query, mostly pages (and dates) it has weighed before."""
     try:
         parsed = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

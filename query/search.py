@@ -248,6 +248,10 @@ def search(
     response = SearchResponse(query, mode, results)
     if select is not None:
         response.total = select.total(allowed, min_score)
+    elif matching is not None and min_score <= 0:
+        # every candidate scores > 0 >= min_score (`_candidates` is `scores > 0`): the
+        # count of the mask is `count_matches`, without two more passes over the rows
+        response.total = int(np.count_nonzero(candidates))
     else:
         response.total = count_matches(scores, min_score, candidates)
     return response
@@ -597,6 +601,9 @@ def _governing_view(
     if missing:
         column = snap.table("files").column("frontmatter")
         meta.update((fid, json.loads(column[fid].as_py() or "{}")) for fid in missing)
+    # (each page's metadata is the cached dict itself, not a copy: governing only reads it,
+    # and these results never leave `search`, which shows `build_results`' own)
+    values = scores[order].tolist() if order else []
     return [
         SearchResult(
             path="",
@@ -604,14 +611,14 @@ def _governing_view(
             heading_path=[],
             start_line=0,
             end_line=0,
-            score=round(float(scores[chunk_id]), 6),
+            score=round(value, 6),
             excerpt="",
-            metadata=dict(meta[file_id]),
+            metadata=meta[file_id],
             chunk_id=chunk_id,
             file_id=file_id,
             explain=components.get(chunk_id) if components else None,
         )
-        for chunk_id, file_id in zip(order, file_ids, strict=True)
+        for chunk_id, file_id, value in zip(order, file_ids, values, strict=True)
     ]
 
 

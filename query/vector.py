@@ -22,6 +22,9 @@ import numpy as np
 
 # Below this many rows a product is cheaper than handing it to another thread (~50 us).
 PARALLEL_ROWS = 20_000
+# Below this many rows an int8 pass runs on one core (~40 ns a row against ~50 us to hand
+# a piece to another thread).
+PARALLEL_INT8_ROWS = 8_192
 # Rows rescored exactly after the int8 pass (10x hybrid fusion's pool of 100).
 RESCORE_DEPTH = 1000
 # With page evidence, the feedback direction is estimated on the mixed vectors: its rows'
@@ -101,17 +104,35 @@ class Int8Rows:
         raw = np.asarray(simsimd.cdist(self.codes, query, metric="dot", out_dtype="float32"))
         return np.multiply(raw.T, step[:, None], order="C")
 
-    def dots_spans(self, vectors: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
-        """`dots` over the rows of each (start, end) span only, concatenated: (k, m)."""
+    def dots_spans(
+        self, vectors: np.ndarray, spans: list[tuple[int, int]], order: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """`dots` over the rows of each (start, end) span only, concatenated: (k, m); and,
+        given `order`, `order[a:b]` of the spans concatenated likewise. Every row's product
+        is its own, so the spans are cut into pieces of about equal rows, scored on all
+        cores at once (query.second_core; simsimd releases the GIL) into one array: the
+        same bits as one call after the other."""
         import simsimd
 
+        from query.second_core import in_parallel, row_ranges
+
         query, step = self._query(vectors)
-        parts = [
-            np.asarray(simsimd.cdist(self.codes[a:b], query, metric="dot", out_dtype="float32"))
-            for a, b in spans
-        ]
-        raw = np.concatenate(parts) if parts else np.zeros((0, len(vectors)), np.float32)
-        return np.multiply(raw.T, step[:, None], order="C")
+        m = sum(b - a for a, b in spans)
+        raw = np.empty((m, len(vectors)), dtype=np.float32)
+        ids = np.empty(m, dtype=order.dtype) if order is not None else None
+
+        def fill(pieces: list[tuple[int, int, int]]) -> None:
+            for at, a, b in pieces:
+                # (not cdist's `out=`: simsimd 6.5 returns None from it without a reference,
+                # which under Python 3.11 frees None after enough calls)
+                raw[at : at + b - a] = simsimd.cdist(
+                    self.codes[a:b], query, metric="dot", out_dtype="float32"
+                )
+                if ids is not None:
+                    ids[at : at + b - a] = order[a:b]
+
+        in_parallel(fill, _span_pieces(spans, row_ranges(m, PARALLEL_INT8_ROWS)))
+        return np.multiply(raw.T, step[:, None], order="C"), ids
 
     def _query(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each vector times the scales, quantised to int8 with its own step."""
@@ -217,9 +238,25 @@ class IvfSide:
         last = picked[np.r_[breaks - 1, len(picked) - 1]]
         begin, end = self.offsets[first].tolist(), self.offsets[last + 1].tolist()
         spans = list(zip(begin, end, strict=True))
-        approx = self.codes.dots_spans(vectors, spans)
-        ids = np.concatenate([self.order[a:b] for a, b in spans])
+        approx, ids = self.codes.dots_spans(vectors, spans, self.order)
         return ids, approx
+
+
+def _span_pieces(
+    spans: list[tuple[int, int]], ranges: list[tuple[int, int]]
+) -> list[list[tuple[int, int, int]]]:
+    """The (start, end) spans of rows, laid end to end, cut at each range's bounds: per range
+    of output positions, its (position, start, end) pieces."""
+    out: list[list[tuple[int, int, int]]] = [[] for _ in ranges]
+    i, at = 0, 0
+    for a, b in spans:
+        while a < b:
+            while at >= ranges[i][1]:
+                i += 1
+            take = min(b - a, ranges[i][1] - at)
+            out[i].append((at, a, a + take))
+            a, at = a + take, at + take
+    return out
 
 
 def _nearest_lists(score: np.ndarray, offsets: np.ndarray, wanted: int) -> np.ndarray:
@@ -395,11 +432,11 @@ class DenseScorer:
         if direction is not None:
             picked = union_rows(picked, best_rows(moved, min(moved_depth, m)))
         if ids is not None:  # local positions -> chunk ids, plus the rows asked for
-            local = picked
-            picked = ids[local]
+            picked = ids[picked]
             if also is not None and len(also):
-                extra = np.setdiff1d(np.asarray(also, dtype=np.int64), picked)
-                picked = np.r_[picked, extra]
+                # one sorted set (np.setdiff1d's hashed unique cost ~0.3 ms a query); rows
+                # in order make the gather below walk the map forward
+                picked = union_rows(picked, np.asarray(also, dtype=picked.dtype))
         exact = self.matrix[picked]  # gather: depth rows, not n
         exact_raw = row_dots(exact, query)
         exact_cos = exact_raw
@@ -518,8 +555,14 @@ class Spread:
 
 def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
     """The k best rows, in no order (partitioning the scores themselves, not their
-    negation: no n-sized temporary)."""
+    negation: no n-sized temporary). Of many rows, only those above a sampled cut are
+    partitioned (`top_rows`' cut: ~4k rows, not all n), on the reference path too (which
+    of the rows tied with the k-th best it keeps is its own choice, as a partition's is)."""
     n = scores.shape[0]
+    found = _above_cut(scores, k, None, False, always=True) if k < n else None
+    if found is not None:
+        rows, values = found
+        return rows[np.argpartition(values, len(values) - k)[len(values) - k :]]
     return np.argpartition(scores, n - k)[n - k :]
 
 
@@ -636,13 +679,20 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndar
     return top_rows(scores, k, mask)
 
 
-# `top_rows` guesses its cut from a strided sample of this many rows per row wanted (at least
-# SAMPLE_MIN): one comparison pass over n rows then finds the few above it, instead of a
-# partition of all n (7-10x dearer at 1M rows).
-SAMPLE_PER_ROW = 32
+# `top_rows` guesses its cut from a strided sample of the scores: the sample's CUT_RANK-th
+# best, the sample sized so that about CUT_ROWS_PER_ROW rows per row wanted (at least
+# CUT_MIN_ROWS) of all n score above it. One comparison pass over n rows then finds those few,
+# instead of a partition of all n (7-10x dearer at 1M rows); the 32nd best of a sample is
+# steady enough that fewer than k rows pass about never (a Gamma(32) below a quarter of its
+# mean), and then a cut 8x deeper is tried before every row is ranked. (The sample's k-th best
+# left ~n/32 rows above it for any k >= 64: 31k rows gathered and partitioned at 1M.)
+CUT_RANK = 32
+CUT_ROWS_PER_ROW = 4
+CUT_MIN_ROWS = 2048
 SAMPLE_MIN = 2048
-# Below this many rows (or when k is this large a share of them) the plain partition answers.
+# Below this many rows (or when k is more than this share of them) the plain partition answers.
 SAMPLED_MIN_ROWS = 32_768
+SAMPLED_MAX_SHARE = 128
 # Set by tests: every call takes the plain path (the reference the sampled one must match).
 REFERENCE = False
 
@@ -665,24 +715,7 @@ def top_rows(
     n = scores.shape[0]
     if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
-    found = None
-    if not REFERENCE and n >= SAMPLED_MIN_ROWS and k * SAMPLE_PER_ROW * 4 <= n:
-        size = max(SAMPLE_MIN, k * SAMPLE_PER_ROW)
-        sample = scores[:: max(1, n // size)]
-        # the sample's k-th best is about the (n / size * k)-th best of all: a cut a few
-        # hundred rows deep for a top 10 at 1M rows
-        cut = np.partition(sample, len(sample) - k)[len(sample) - k]
-        if np.isfinite(cut):
-            if positive and not cut > 0:
-                # every positive row: the whole answer, however few
-                found = _allowed(np.flatnonzero(scores > 0), scores, mask)
-            else:
-                for strict in (True, False):  # (rows above the cut are fewer when many tie)
-                    rows = np.flatnonzero(scores > cut if strict else scores >= cut)
-                    rows, values = _allowed(rows, scores, mask)
-                    if len(rows) >= k:
-                        found = rows, values
-                        break
+    found = _above_cut(scores, k, mask, positive)
     if found is None:
         rows = np.flatnonzero(mask) if mask is not None else None
         values = scores if rows is None else scores[rows]
@@ -697,6 +730,60 @@ def top_rows(
             rows = np.arange(n)
         found = rows, values
     return _ranked(found[0], found[1], k)[0]
+
+
+def _above_cut(
+    scores: np.ndarray, k: int, mask: np.ndarray | None, positive: bool, always: bool = False
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows ascending, their scores) of every allowed finite row at or above a cut from a
+    strided sample, when at least k of them are (the k best are then among them); None when
+    no cut was found that way (too few rows, a sample that missed, non-finite values) or
+    on the reference path (unless `always`)."""
+    n = scores.shape[0]
+    if (REFERENCE and not always) or n < SAMPLED_MIN_ROWS or k * SAMPLED_MAX_SHARE > n:
+        return None
+    target = max(CUT_ROWS_PER_ROW * k, CUT_MIN_ROWS)  # rows wanted above the cut
+    size = min(n // 2, max(SAMPLE_MIN, CUT_RANK * n // target))
+    sample = scores[:: max(1, n // size)]
+    m = len(sample)
+    rank = min(m, max(1, round(target * m / n)))  # the sample's rank-th ~ target rows deep
+    ordered = None
+    for depth in dict.fromkeys((rank, min(m, 8 * rank))):
+        if ordered is None:
+            ordered = np.partition(sample, m - depth)
+        else:
+            ordered.partition(m - depth)
+        cut = ordered[m - depth]
+        if not np.isfinite(cut):
+            return None
+        if positive and not cut > 0:
+            # every positive row: the whole answer, however few
+            return _allowed(np.flatnonzero(scores > 0), scores, mask)
+        for strict in (True, False):  # (rows above the cut are fewer when many tie)
+            rows = _rows_above(scores, cut, strict)
+            rows, values = _allowed(rows, scores, mask)
+            if len(rows) >= k:
+                return rows, values
+    return None
+
+
+# `_rows_above` compares in pieces on every core from this many rows a piece.
+PARALLEL_COMPARE_ROWS = 131_072
+
+
+def _rows_above(scores: np.ndarray, cut, strict: bool) -> np.ndarray:
+    """`np.flatnonzero(scores > cut)` (`>=` unless `strict`), in pieces of rows on every
+    core (query.second_core) when there are many: the same rows, ascending."""
+    from query.second_core import in_parallel, row_ranges
+
+    def above(span: tuple[int, int]) -> np.ndarray:
+        part = scores[span[0] : span[1]]
+        return np.flatnonzero(part > cut if strict else part >= cut) + span[0]
+
+    ranges = row_ranges(scores.shape[0], PARALLEL_COMPARE_ROWS)
+    if len(ranges) < 2:
+        return np.flatnonzero(scores > cut if strict else scores >= cut)
+    return np.concatenate(in_parallel(above, ranges))
 
 
 def _allowed(rows: np.ndarray, scores: np.ndarray, mask: np.ndarray | None):

@@ -86,7 +86,8 @@ def small_scale(monkeypatch):
     than the index, a short lexical candidate list (so the bound and its fallback run)."""
     monkeypatch.setattr(vector, "SAMPLED_MIN_ROWS", 64)
     monkeypatch.setattr(vector, "SAMPLE_MIN", 16)
-    monkeypatch.setattr(vector, "SAMPLE_PER_ROW", 2)
+    monkeypatch.setattr(vector, "SAMPLED_MAX_SHARE", 8)
+    monkeypatch.setattr(vector, "CUT_MIN_ROWS", 16)
     monkeypatch.setattr(vector, "IVF_MIN_PROBE_ROWS", 0)
     monkeypatch.setattr(vector, "IVF_PROBE_SHARE", 0.3)
     monkeypatch.setattr(vector, "IVF_RESCORE_DEPTH", 101)
@@ -194,3 +195,49 @@ def test_union_rows_is_union1d() -> None:
         want = np.union1d(a, b)
         got = union_rows(a, b)
         assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("first_pass", ["int8", "ivf"])
+def test_passes_split_over_cores_answer_as_one_core(
+    built: Path, first_pass: str, small_scale, monkeypatch
+):
+    """The IVF lists' int8 products, the block-wise fusion and the top-k comparison passes
+    run in pieces on every core (query.second_core.in_parallel):
+    the same bits as on one core, with the pieces really taken by more than one thread."""
+    from query import second_core
+
+    monkeypatch.setattr(vector, "PARALLEL_INT8_ROWS", 64)
+    monkeypatch.setattr(vector, "PARALLEL_COMPARE_ROWS", 300)
+    monkeypatch.setattr(second_core, "cores", lambda: 1)
+    want = _answers(_index(built, first_pass), False, monkeypatch)
+
+    monkeypatch.setattr(second_core, "cores", lambda: 2)
+    second_core._helpers.cache_clear()
+    threads: dict[str, set[str]] = {}
+    real = second_core.in_parallel
+
+    def recording(function, pieces):
+        import threading
+        import time
+
+        name = getattr(function, "__qualname__", "")
+
+        def run(piece):
+            thread = threading.current_thread()
+            threads.setdefault(name, set()).add(thread.name)
+            if thread is threading.main_thread() and len(set().union(*threads.values())) < 2:
+                time.sleep(0.001)  # a moment for the helper to take a piece, however busy
+            return function(piece)
+
+        return real(run, pieces) if len(pieces) > 1 else real(function, pieces)
+
+    monkeypatch.setattr(second_core, "in_parallel", recording)
+    got = _answers(_index(built, first_pass), False, monkeypatch)
+    second_core._helpers.cache_clear()
+    assert got == want
+    split = {name for name in threads if name}
+    assert any("dots_spans" in name for name in split) == (first_pass == "ivf")
+    assert any("_blended" in name for name in split)
+    assert any("_rows_above" in name for name in split)
+    # more than one thread took pieces (the helper joins in at least once over the run)
+    assert len(set().union(*threads.values())) > 1
