@@ -542,8 +542,9 @@ def _has_simsimd() -> bool:
 
 class Traffic:
     """Bytes and requests between the router and the shard servers, counted where the
-    router encodes a request and decodes an answer (query.shard_wire's `exchange`,
-    `encode` and `decode`, which every version of the protocol has), in all and per call."""
+    router encodes a request and decodes an answer (query.shard_wire's `exchange_all`, or
+    `exchange` before it, `encode` and `decode`), in all and per call (a round's message
+    to a server carries one call per shard it serves: each is counted)."""
 
     def __init__(self):
         import threading
@@ -551,15 +552,18 @@ class Traffic:
         from query import shard_wire
 
         self.wire = shard_wire
-        self.saved = shard_wire.encode, shard_wire.decode, shard_wire.exchange
+        self.send = "exchange_all" if hasattr(shard_wire, "exchange_all") else "exchange"
+        self.saved = shard_wire.encode, shard_wire.decode, getattr(shard_wire, self.send)
         self.sent = self.received = self.requests = 0
         self.by_call: dict[str, int] = {}
         self.calls: dict[str, int] = {}
         self.local = threading.local()
+        self.current = ""
         self.lock = threading.Lock()
 
     def _count(self, size: int, sent: bool) -> None:
-        name = getattr(self.local, "call", None) or "other"
+        # a round's messages are encoded on the router's threads: the call in flight
+        name = getattr(self.local, "call", None) or self.current or "other"
         with self.lock:
             if sent:
                 self.sent += size
@@ -579,21 +583,26 @@ class Traffic:
             self._count(len(data), False)
             return decode(data)
 
-        def counted_exchange(address, request, *args, **kwargs):
-            self.local.call = request.get("call") or request.get("op")
-            if self.local.call == "stage":  # a staged query's round, by its step
-                self.local.call = f"stage:{request['args'][1]}"
-            with self.lock:
-                self.requests += 1
-                self.calls[self.local.call] = self.calls.get(self.local.call, 0) + 1
-            return exchange(address, request, *args, **kwargs)
+        def counted_exchange(*args, **kwargs):
+            requests = args[0] if self.send == "exchange_all" else [args[:2]]
+            for _, request in requests:
+                calls = request.get("calls") or [request]
+                self.local.call = calls[0].get("call") or request.get("op")
+                if self.local.call == "stage":  # a staged query's round, by its step
+                    self.local.call = f"stage:{calls[0]['args'][1]}"
+                self.current = self.local.call
+                with self.lock:
+                    self.requests += len(calls)
+                    self.calls[self.local.call] = self.calls.get(self.local.call, 0) + len(calls)
+            return exchange(*args, **kwargs)
 
         self.wire.encode, self.wire.decode = counted_encode, counted_decode
-        self.wire.exchange = counted_exchange
+        setattr(self.wire, self.send, counted_exchange)
         return self
 
     def __exit__(self, *exc):
-        self.wire.encode, self.wire.decode, self.wire.exchange = self.saved
+        self.wire.encode, self.wire.decode = self.saved[:2]
+        setattr(self.wire, self.send, self.saved[2])
 
 
 def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list[dict]:

@@ -198,7 +198,10 @@ def search(
     allowed = candidate_mask(index, filters, mask)
     if diversity is None:
         diversity = Diversity.of(index, per_file, collapse)
-    scores, parts = _memo_scores(index, query, mode)
+    # what a sharded index's staged search is asked first (`_diverse_top`): a lexical one
+    # answers it with its scores, in one round trip
+    first = (allowed, _first_fetch(limit, governed, diversity), min_score)
+    scores, parts = _memo_scores(index, query, mode, first)
     matching = parts.get("_candidates")
     candidates = (
         allowed if matching is None else matching if allowed is None else allowed & matching
@@ -269,7 +272,7 @@ def _diverse_top(
     `select` (a sharded index's staged search): asked for the best rows under the filter
     `candidates`, it fills their scores in."""
     wanted = governing.candidates(limit) if governed else limit
-    fetch = diversity.fetch_size(wanted)
+    fetch = _first_fetch(limit, governed, diversity)
     while True:
         if select is not None:
             ranked = select(candidates, fetch, min_score)
@@ -284,21 +287,31 @@ def _diverse_top(
         fetch *= 4
 
 
-def _memo_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict]:
+def _first_fetch(limit: int, governed: bool, diversity: Diversity) -> int:
+    """How many ranked candidates `_diverse_top` asks for first."""
+    return diversity.fetch_size(governing.candidates(limit) if governed else limit)
+
+
+def _memo_scores(
+    index: Reader, query: str, mode: str, first: tuple | None = None
+) -> tuple[np.ndarray, dict]:
     """mode_scores, remembering the last query of this snapshot: title-first tiers search
-    the same query twice (title documents, then the rest) with different masks."""
+    the same query twice (title documents, then the rest) with different masks. `first`:
+    (filter, depth, floor) of the first selection (`query.shard_query.staged_scores`)."""
     from query import fusion
 
     snap = index.snapshot
     key = (mode, query, fusion.current(), index.config.search_first_pass)
     last = snap.cache.get("last_scores")
     if last is None or last[0] != key:
-        last = (key, mode_scores(index, query, mode))
+        last = (key, mode_scores(index, query, mode, first))
         snap.cache["last_scores"] = last
     return last[1]
 
 
-def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def mode_scores(
+    index: Reader, query: str, mode: str, first: tuple | None = None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Per-chunk scores for a mode, and the named components `--explain` shows. In hybrid
     mode `lexical + semantic == fused`; `bm25` and `cosine` are the raw inputs. Lexical mode
     never loads the embedding provider."""
@@ -308,7 +321,7 @@ def mode_scores(index: Reader, query: str, mode: str) -> tuple[np.ndarray, dict[
         # a sharded index: its shards score in rounds and send their best rows
         from query.shard_query import staged_scores
 
-        found = staged_scores(index, query, mode, _vector_of(index, query), NAME_POOL)
+        found = staged_scores(index, query, mode, _vector_of(index, query), NAME_POOL, first)
         if found is not None:
             return found
     if mode == "semantic":

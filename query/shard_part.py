@@ -45,6 +45,7 @@ CALLS = frozenset(
         "page_dots",
         "dense",
         "page_df",
+        "term_df",
         "stage",
     }
 )
@@ -125,9 +126,14 @@ class ShardPart:
         return getattr(self, name)(*args)
 
     # -- lexical ---------------------------------------------------------------------------
-    def info(self) -> dict[str, Any]:
+    def info(self, lengths: bool = False) -> dict[str, Any]:
+        """The shard's chunk count and packed BM25 parameters (and, `lengths`, each
+        chunk's length: what a reader needs of a shard to open it, in one round)."""
         lexical = self.lexical
-        return {"chunks": int(lexical.n_chunks), "k1": lexical.k1, "b": lexical.b}
+        out = {"chunks": int(lexical.n_chunks), "k1": lexical.k1, "b": lexical.b}
+        if lengths:
+            out["lengths"] = self.lengths()
+        return out
 
     def lengths(self) -> np.ndarray:
         """Each chunk's field-weighted length (the router needs them all, once, for the
@@ -202,6 +208,14 @@ class ShardPart:
         return np.asarray(
             [0 if f is None else len(f[0]) for f in self.page_tf(hashes)], dtype=np.int64
         )
+
+    def term_df(self, hashes: np.ndarray, pages: bool = False) -> dict[str, np.ndarray]:
+        """`df` and, with `pages`, `page_df` of the terms: a query's global statistics
+        gathered in one round."""
+        out = {"df": self.df(hashes)}
+        if pages:
+            out["page_df"] = self.page_df(hashes)
+        return out
 
     def feedback_postings(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(term hashes, tf, postings per chunk) of the given local chunks, chunk by chunk."""

@@ -6,24 +6,42 @@ chunk's own values, a few corpus-wide numbers: term and page document frequencie
 maxima that normalise BM25F, the expansion and the page-level score, the cosine's top and
 `pool`-th value, the three best BM25F chunks (Rocchio), the ten best of the first fused
 ranking (RM3), the best 128 of the fused one (stub test) and its best 100 (name test). Each
-is a maximum or a merge of the shards' best rows, so a query runs in rounds, one parallel
-call per shard each (query.shard_stages: the shard keeps its arrays between rounds):
+is a maximum or a merge of the shards' best rows, so a query runs in rounds, each one
+message per shard server carrying a call per shard it serves, every server asked before
+any answer is read (query.shard_wire.exchange_all: a round costs one round trip; the shard
+keeps its arrays between rounds, query.shard_stages):
 
-    bm25    terms' idf and norm      -> max, best 3 rows (+ their vectors), page max
-    dense   query vector, direction  -> best `pool` + 1 rows of the cosines, a fill
-    first   max bm25, cosine floor   -> best 10 rows of the first fused ranking
-            (the router reads those chunks' postings and picks the RM3 terms)
-    expand  the terms and their idf  -> max of the expansion
-    mix     λ and both maxima        -> max of the lexical side
-    fuse    every normaliser         -> best 128 rows, which are stub records
-    stub    the stub rows            -> best 100 rows (their pages' names are tested)
-    final   the named pages, filter  -> best `fetch` rows, their parts, how many pass
+    (term_df) the terms the reader does not know yet -> their df and page df, summed
+    bm25    terms' idf and norm      -> max, best 3 rows (+ their vectors), page max;
+            lexical mode: also the best `fetch` rows under the caller's first filter
+    dense   query vector, direction  -> best `pool` + 1 rows of the cosines, a fill, and
+            their BM25F (the router scores them in the first fused ranking: a bound)
+    first   max bm25, cosine floor,  -> best 10 rows of the first fused ranking at or
+            the bound                   above the bound, with their postings (the router
+                                        picks the RM3 terms; new ones: a df round)
+    expand  the terms and their idf  -> max of the expansion, and the front of (bm25,
+                                        expansion) pairs no row beats in both: the lexical
+                                        side's maximum, computed by the router
+    fuse    every normaliser, λ      -> best 128 rows (stub test), their page lengths
+    final   stub rows, named pages,  -> best `fetch` rows, their parts, how many pass
+            the filter
 
-Feedback cannot be fused in the shards in one round: RM3 reads the corpus-wide first
-ranking, which needs the corpus-wide maxima and cosine floor first; so its candidates come
-back in a round of their own, as every other corpus-wide number does. Nothing sent either
-way holds a number per chunk: the bytes of a query grow with `fetch` and the query, not with
-the shards (tests/test_shard_fanout.py). Equal scores are merged by (score, global row descending),
+A lexical query whose terms the reader knows is one round trip; a hybrid one six. Three
+rounds of the earlier protocol are folded into the ones before them, each exactly:
+- the feedback chunks' postings come with `first`'s rows; the bound keeps that small: a
+  row of the global best 10 is among its shard's best 10 and scores at least the 10th best
+  of any rows the router holds;
+- the lexical side's maximum after feedback, (1 - λ) bm25 / max + λ expansion / max in
+  float32, never decreases in either value, so its maximum over a shard's rows is its
+  maximum over the front, whatever the corpus-wide maxima (`shard_stages.lexical_front`);
+- the name test's pool (the best 100 after the stub prior) is computed by the router from
+  the 128 candidates with the shards' arithmetic when no other row can be in it (the prior
+  only scales candidates down; every other row ranks below the 128th): `_pool_after_stub`
+  says when, and otherwise the `stub` round asks the shards.
+tests/test_shard_rounds.py counts the round trips and runs each skipped round anyway to
+compare. Nothing sent either way holds a number per chunk: the bytes of a query grow with
+`fetch`, the query and the number of shards, not with a shard's size
+(tests/test_shard_fanout.py). Equal scores are merged by (score, global row descending),
 the order `query.vector.ranked` gives the one-file index, so the answers are the one-file
 ones bit for bit. A router over shard servers (`MDVDB_SHARD_SERVERS`) searches this way;
 shards in this process's threads, `--mode semantic` and the options this does not cover
@@ -34,14 +52,15 @@ query.sharded.
 from __future__ import annotations
 
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from kernel import index_format, text_analysis
 from query.lexical import bm25_idf
-from query.shard_stages import encode_mask
-from query.sharded import fan_out, shard_depth
+from query.shard_stages import encode_mask, first_scores, mixed_lexical
+from query.sharded import call_each, shard_depth, split_postings
 
 __all__ = ["staged_scores"]
 
@@ -58,13 +77,15 @@ class SessionGone(Exception):
 
 
 def staged_scores(
-    index, query: str, mode: str, vector, name_pool: int
+    index, query: str, mode: str, vector, name_pool: int, first: tuple | None = None
 ) -> tuple[np.ndarray, dict] | None:
     """(scores, parts) as `query.search.mode_scores` returns them, with a `_select` part
     that answers the best rows under a filter (`Selection`); None where the per-chunk path
     must answer (not a sharded index, an option this does not cover, shards out of the
     one-file order). `vector(params)`: the query's embedding; `name_pool`: the best rows
-    whose pages the name test reads (query.search)."""
+    whose pages the name test reads (query.search); `first`: the (filter, depth, floor)
+    the caller will ask `_select` for first, which a lexical query answers in its one
+    round."""
     snap = index.snapshot
     if getattr(snap, "manifest", None) is None or not hasattr(snap, "order"):
         return None
@@ -73,7 +94,7 @@ def staged_scores(
     if not _in_order(snap) or not len(snap.chunk_file_ids):
         return None
     if mode == "lexical":
-        return _lexical(index, query)
+        return _lexical(index, query, first)
     if mode == "hybrid":
         from query.fusion_params import params_for
 
@@ -110,32 +131,31 @@ class Staged:
         self.session = uuid.uuid4().hex
 
     def round(self, step: str, args: dict | list[dict]) -> list[dict]:
-        def one(i: int) -> dict:
-            given = args[i] if isinstance(args, list) else args
-            try:
-                return self.parts[i].call("stage", self.session, step, given)
-            except (ValueError, index_format.IndexFormatError) as exc:
-                if "is gone" in str(exc):
-                    raise SessionGone(str(exc)) from None
-                raise
+        """One step on every shard at once (one round trip to shard servers)."""
+        given = args if isinstance(args, list) else [args] * len(self.parts)
+        try:
+            return call_each(self.parts, "stage", [(self.session, step, a) for a in given])
+        except (ValueError, index_format.IndexFormatError) as exc:
+            if "is gone" in str(exc):
+                raise SessionGone(str(exc)) from None
+            raise
 
-        return fan_out(one, list(range(len(self.parts))), self.parts)
-
-    def merge(self, answers: list[dict], k: int, key: str | None = None, extra: str = ""):
-        """The k best (global rows, values[, extra]) of the shards' best rows, by score,
-        then global row descending (`query.vector.ranked`)."""
+    def merge(
+        self, answers: list[dict], k: int, key: str | None = None, extra: tuple[str, ...] = ()
+    ) -> tuple:
+        """The k best (global rows, values, *extra) of the shards' best rows, by score,
+        then global row descending (`query.vector.ranked`); `extra`: values the shards
+        sent along with their rows."""
         got = [a[key] if key else a for a in answers]
         got = [(i, g) for i, g in enumerate(got) if g is not None and len(g["rows"])]
         if not got:
             empty = np.zeros(0, np.int64)
-            return (empty, np.zeros(0, np.float32)) + ((empty,) if extra else ())
+            return (empty, np.zeros(0, np.float32), *(empty for _ in extra))
         rows = np.concatenate([self.chunk_ids[i][np.asarray(g["rows"], np.int64)] for i, g in got])
         values = np.concatenate([np.asarray(g["values"]) for i, g in got])
         order = np.lexsort((-rows, -values))[:k]
-        if extra:
-            flags = np.concatenate([np.asarray(a[extra]) for i, a in got])
-            return rows[order], values[order], flags[order]
-        return rows[order], values[order]
+        more = [np.concatenate([np.asarray(g[name]) for _, g in got])[order] for name in extra]
+        return (rows[order], values[order], *more)
 
     def local(self, rows: np.ndarray) -> list[np.ndarray]:
         """Global rows as each shard's local rows."""
@@ -158,23 +178,24 @@ class Selection:
         self.scores = np.zeros(n, dtype=np.float32)
         self.parts: dict[str, Any] = {}
         self.totals: dict[tuple, int] = {}
+        # (filter, depth, floor, the shards' answers) sent with an earlier round
+        self.ready: tuple | None = None
 
     def __call__(self, allowed: np.ndarray | None, fetch: int, min_score: float) -> list[int]:
         staged = self.staged
-        args = [
-            {
-                **given,
-                "mask": None if allowed is None else encode_mask(allowed[ids]),
-                "fetch": int(fetch),
-                "min_score": float(min_score),
-            }
-            for given, ids in zip(self.final, staged.chunk_ids, strict=True)
-        ]
-        try:
-            answers = staged.round("final", args)
-        except SessionGone:
-            self.restart()
-            answers = staged.round("final", args)
+        answers, ready = None, self.ready
+        if ready is not None and ready[0] is allowed and ready[1:3] == (fetch, min_score):
+            answers, self.ready = ready[3], None
+        if answers is None:
+            args = [
+                {**given, **select_args(allowed, ids, fetch, min_score)}
+                for given, ids in zip(self.final, staged.chunk_ids, strict=True)
+            ]
+            try:
+                answers = staged.round("final", args)
+            except SessionGone:
+                self.restart()
+                answers = staged.round("final", args)
         n = len(self.scores)
         rows = [staged.chunk_ids[i][np.asarray(a["rows"], np.int64)] for i, a in enumerate(answers)]
         every = np.concatenate(rows) if rows else np.zeros(0, np.int64)
@@ -197,38 +218,59 @@ class Selection:
         return self.totals[key]
 
 
+def select_args(allowed: np.ndarray | None, ids: np.ndarray, fetch: int, min_score: float):
+    """What the `final` step of one shard needs of a selection: its slice of the filter."""
+    return {
+        "mask": None if allowed is None else encode_mask(allowed[ids]),
+        "fetch": int(fetch),
+        "min_score": float(min_score),
+    }
+
+
 def _result(selection: Selection) -> tuple[np.ndarray, dict]:
     parts = selection.parts
     parts["_select"] = selection
     return selection.scores, parts
 
 
-def _terms(lexical, query: str) -> dict[str, Any]:
+def _terms(lexical, query: str, pages: bool = False) -> tuple[dict[str, Any], np.ndarray]:
+    """The query's terms with their global idf, and (`pages`) their page df: both
+    statistics in one round for the terms the reader does not know yet."""
     hashes = text_analysis.term_ids(query)
     unique, counts = np.unique(hashes, return_counts=True)
     unique = unique.astype(np.uint64)
-    idf = lexical.idf(lexical.document_frequency(unique)) if len(unique) else np.zeros(0)
-    return {
+    df, page_df = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(unique):
+        df, page_df = lexical.term_statistics(unique, pages=pages)
+    terms = {
         "hashes": unique,
         "weights": counts.astype(np.float32),
-        "idf": np.asarray(idf, dtype=np.float32),
+        "idf": np.asarray(lexical.idf(df) if len(unique) else np.zeros(0), dtype=np.float32),
         "spec": [float(x) for x in lexical.norm_spec()],
     }
+    return terms, page_df
 
 
-def _lexical(index, query: str):
+def _lexical(index, query: str, first: tuple | None):
     from query.lexical import lexical_index
 
     snap = index.snapshot
     staged = Staged(snap)
-    terms = _terms(lexical_index(index), query)
+    terms, _ = _terms(lexical_index(index), query)
+    final = [{"mode": "lexical"} for _ in staged.parts]
 
     def rounds() -> None:
         staged.round("bm25", terms)
 
-    rounds()
-    final = [{"mode": "lexical"} for _ in staged.parts]
-    return _result(Selection(staged, final, rounds))
+    if first is None:
+        rounds()
+        return _result(Selection(staged, final, rounds))
+    allowed, fetch, min_score = first
+    args = [select_args(allowed, ids, fetch, min_score) for ids in staged.chunk_ids]
+    answers = staged.round("bm25", [{**terms, "select": a} for a in args])
+    selection = Selection(staged, final, rounds)
+    selection.ready = (allowed, int(fetch), float(min_score), [a["final"] for a in answers])
+    return _result(selection)
 
 
 def _hybrid(index, query: str, params, vector, name_pool: int):
@@ -248,17 +290,16 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
                 params.section_k1 or 1.2, params.section_b if params.section_b >= 0 else 0.75, floor
             )
         lexical = snap.cache[key]
-    terms = _terms(lexical, query)
+    terms, page_df = _terms(lexical, query, pages=params.page_weight > 0)
     chunk_files = snap.chunk_file_ids
     n_files = int(chunk_files[-1]) + 1
     page = None
     if params.page_weight > 0:
         _, avg = lexical._page_lengths(n_files)
-        df = lexical.page_document_frequency(terms["hashes"]).tolist()
         page = {
             "hashes": terms["hashes"],
             "counts": terms["weights"].astype(np.int64),
-            "idf": np.asarray([bm25_idf(n_files, d) for d in df], dtype=np.float64),
+            "idf": np.asarray([bm25_idf(n_files, d) for d in page_df.tolist()], np.float64),
             "k1": params.page_k1,
             "b": params.page_b,
             "avg": avg,
@@ -317,22 +358,21 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
             moved = np.concatenate([np.asarray(a["moved"]) for a in dense])
         top_c, floor_c = float(cos.max()), _nth_best(cos, params.pool)
         top_m, floor_m = float(moved.max()), _nth_best(moved, params.pool)
-        mix: dict[str, Any] = {"feedback": False}
+        mix = None  # the lexical side is BM25F alone
+        max_lex = max_bm25
         if params.feedback_weight > 0 and params.feedback_terms > 0:
-            answers = staged.round(
-                "first",
-                {
-                    "max": max_bm25,
-                    "top": top_c,
-                    "floor": floor_c,
-                    "w": w,
-                    "k": params.feedback_chunks,
-                },
-            )
-            chunks, values = staged.merge(answers, params.feedback_chunks)
+            k = params.feedback_chunks
+            first = {"max": max_bm25, "top": top_c, "floor": floor_c, "w": w, "k": k}
+            bound = _first_bound(dense, first)
+            answers = staged.round("first", {**first, "bound": bound, "postings": True})
+            chunks, values = staged.merge(answers, k)
             if len(chunks):
+                postings: dict = {}
+                for i, a in enumerate(answers):
+                    rows = staged.chunk_ids[i][np.asarray(a["rows"], np.int64)]
+                    postings.update(split_postings(rows, a["postings"]))
                 hashes, weights = lexical.feedback_terms(
-                    chunks, values, params.feedback_terms, params.feedback_idf
+                    chunks, values, params.feedback_terms, params.feedback_idf, postings
                 )
                 hashes = np.asarray(hashes, dtype=np.uint64)
                 idf = lexical.idf(lexical.document_frequency(hashes)) if len(hashes) else []
@@ -347,12 +387,11 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
                 )
                 lam = np.float32(params.feedback_weight * 1.0)
                 mix = {
-                    "feedback": True,
                     "lam": float(lam),
                     "max_bm25": max_bm25,
                     "max_expansion": max(a["max"] for a in answers),
                 }
-        max_lex = max(a["max"] for a in staged.round("mix", mix))
+                max_lex = _mixed_max(answers, mix)
         stub = None
         if params.stub_length > 0 and params.stub_weight > 0:
             stub = {
@@ -361,6 +400,7 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
                 "weight": float(params.stub_weight),
                 "candidates": CANDIDATES,
             }
+        names = name_pool if params.name_weight > 0 else 0
         answers = staged.round(
             "fuse",
             {
@@ -371,21 +411,33 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
                 "page_weight": float(params.page_weight) if page is not None else 0.0,
                 "max_page": max_page,
                 "stub": stub,
+                "mix": mix,
+                "names": names,
             },
         )
+        pool = None  # the best rows whose pages the name test reads
+        stub_args: list = [None] * len(staged.parts)  # the prior the final round applies
         if stub is not None and stub["kind"] != "any":
-            rows, _, short = staged.merge(answers, CANDIDATES, extra="short")
-            stub_rows = staged.local(_stub_records(snap, rows[short.astype(bool)], stub["kind"]))
-            stub_args = [{**stub, "rows": r} for r in stub_rows]
-        else:
-            stub_args = [stub] * len(staged.parts)
-        names = name_pool if params.name_weight > 0 else 0
-        answers = staged.round("stub", [{"stub": s, "names": names} for s in stub_args])
+            rows, values, short, length = staged.merge(
+                answers, CANDIDATES, extra=("short", "length")
+            )
+            cut = np.isin(rows, _stub_records(snap, rows[short.astype(bool)], stub["kind"]))
+            local = staged.local(rows[cut])
+            if names:
+                pool = _pool_after_stub(rows, values, length, cut, stub, names, CANDIDATES)
+            if names and pool is None:  # a row outside the candidates may be in the pool
+                answers = staged.round(
+                    "stub", [{"stub": {**stub, "rows": r}, "names": names} for r in local]
+                )
+                pool, _ = staged.merge(answers, name_pool)
+            else:
+                stub_args = [{**stub, "rows": r} for r in local]
+        elif names:
+            pool, _ = staged.merge(answers, name_pool)
         named = None
-        if names:
-            rows, _ = staged.merge(answers, name_pool)
-            pool = np.unique(chunk_files[rows], return_counts=True)[0]
-            found = pool[name_files(snap, query, pool)]
+        if pool is not None:
+            files = np.unique(chunk_files[pool], return_counts=True)[0]
+            found = files[name_files(snap, query, files)]
             if len(found):
                 named = _local_files(snap, found)
         final[:] = [
@@ -393,12 +445,88 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
                 "mode": "hybrid",
                 "named": None if named is None else named[i],
                 "name_weight": float(params.name_weight),
+                "stub": stub_args[i],
             }
             for i in range(len(staged.parts))
         ]
 
     rounds()
     return _result(Selection(staged, final, rounds))
+
+
+def _first_bound(dense: list[dict], first: dict) -> float | None:
+    """A value the first fused ranking's k-th best reaches: the k-th best of the rows the
+    dense round answered (their BM25F and cosine came with them), scored as the shards
+    score every row (`shard_stages.first_scores`); None when fewer than k score."""
+    values = [
+        first_scores(
+            np.asarray(a["bm25"]),
+            np.asarray(a["cosine"]),
+            first["w"],
+            first["max"],
+            first["top"],
+            first["floor"],
+        )
+        for a in dense
+    ]
+    every = np.concatenate(values) if values else np.zeros(0, np.float32)
+    every = every[every > 0]
+    k = int(first["k"])
+    if len(every) < k:
+        return None
+    return float(np.partition(every, len(every) - k)[len(every) - k])
+
+
+def _mixed_max(answers: list[dict], mix: dict) -> float:
+    """The maximum of the lexical side after feedback over every shard, from each shard's
+    front of (bm25, expansion) pairs (`shard_stages.lexical_front`)."""
+    best = [
+        float(
+            mixed_lexical(
+                np.asarray(a["front_bm25"], dtype=np.float32),
+                np.asarray(a["front_expansion"], dtype=np.float32),
+                mix["lam"],
+                mix["max_bm25"],
+                mix["max_expansion"],
+            ).max()
+        )
+        for a in answers
+        if len(a["front_bm25"])
+    ]
+    return max(best, default=0.0)
+
+
+def _pool_after_stub(
+    rows: np.ndarray,
+    values: np.ndarray,
+    length: np.ndarray,
+    cut: np.ndarray,
+    stub: dict,
+    names: int,
+    candidates: int,
+) -> np.ndarray | None:
+    """The `names` best rows after the stub prior, from the fused ranking's best
+    `candidates` alone (`rows`, `values`, best first; `cut`: those the prior scales down,
+    `length`: their pages' lengths), with the shards' arithmetic (`with_stub_prior`); None
+    when a row outside the candidates could be among them (then a round asks the shards).
+    Every other row ranks below the last candidate and the prior leaves it alone: the
+    pool is known when its last row still ranks above that, or no other row is positive."""
+    from query.fusion import Fused, with_stub_prior
+
+    at = np.flatnonzero(cut)
+    prior = SimpleNamespace(stub_length=stub["length"], stub_weight=stub["weight"])
+    scores = np.array(values, dtype=np.float32)
+    after = with_stub_prior(Fused(scores, scores, scores), length[at], prior, at).scores
+    positive = np.flatnonzero(after > 0)
+    pool = positive[np.lexsort((-rows[positive], -after[positive]))][:names]
+    if len(rows) < candidates or values[-1] <= 0:
+        return rows[pool]  # every row is a candidate, or no other row is positive
+    if len(pool) < names:
+        return None
+    last, last_row = after[pool[-1]], rows[pool[-1]]
+    if last > values[-1] or (last == values[-1] and last_row >= rows[-1]):
+        return rows[pool]
+    return None
 
 
 def _has_lists(snap) -> bool:

@@ -26,7 +26,7 @@ from query.vector import ranked
 
 ShardPart = Any  # query.shard_part.ShardPart (which imports this module)
 
-__all__ = ["decode_mask", "encode_mask", "run"]
+__all__ = ["decode_mask", "encode_mask", "first_scores", "lexical_front", "mixed_lexical", "run"]
 
 
 def run(part: ShardPart, state: dict[str, Any], step: str, args: dict[str, Any]) -> dict:
@@ -77,10 +77,14 @@ def _term_scores(part: ShardPart, args: dict) -> np.ndarray:
 
 def _bm25(part: ShardPart, state: dict, args: dict) -> dict:
     """BM25F of the query terms with the global idf and length norm; the page-level BM25
-    with the global page df; the best rows for the Rocchio direction and an IVF pass."""
+    with the global page df; the best rows for the Rocchio direction and an IVF pass. A
+    lexical query's final answer comes with it (`select`: the filter, depth and floor the
+    router expects to be asked first), so it takes one round trip."""
     scores = _term_scores(part, args)
     state["bm25"] = scores
     answer: dict[str, Any] = {"max": _max(scores)}
+    if args.get("select") is not None:
+        answer["final"] = _final(part, state, {"mode": "lexical", **args["select"]})
     if args.get("top"):
         answer["top"] = _rows(scores, int(args["top"]))
         answer["vectors"] = np.ascontiguousarray(part.shard.vectors[answer["top"]["rows"]])
@@ -127,39 +131,95 @@ def _dense(part: ShardPart, state: dict, args: dict) -> dict:
     if direction is None:
         moved = cosine
     state["raw"], state["cosine"], state["moved"] = raw, cosine, moved
-    return part.dense_answer(raw, cosine, moved, int(args["keep"]))
+    answer = part.dense_answer(raw, cosine, moved, int(args["keep"]))
+    # BM25F at the answered rows: the router scores them in the first fused ranking, and
+    # its k-th best bounds the rows the next step sends back (`_first`)
+    rows = answer.get("rows")
+    answer["bm25"] = state["bm25"] if rows is None else state["bm25"][rows]
+    return answer
+
+
+def first_scores(bm25, cosine, w: float, max_bm25: float, top: float, floor: float):
+    """The first fused ranking (`query.fusion.fuse` of BM25F and the cosine), element by
+    element: over a shard's rows, or over the rows the router holds (the same bits)."""
+    w = np.float32(w)
+    lex = (np.float32(1) - w) * _scaled(bm25, max_bm25).astype(np.float32)
+    return lex + w * scaled_semantic(cosine, top, floor)
 
 
 def _first(part: ShardPart, state: dict, args: dict) -> dict:
-    """The first fused ranking (`query.fusion.fuse` of BM25F and the cosine): its best rows,
-    from which the router picks the feedback chunks."""
-    w = np.float32(args["w"])
-    lex = (np.float32(1) - w) * _scaled(state["bm25"], args["max"]).astype(np.float32)
-    sem = w * scaled_semantic(state["cosine"], args["top"], args["floor"])
-    return _rows(lex + sem, int(args["k"]))
+    """The best rows of the first fused ranking, from which the router picks the feedback
+    chunks, with their postings (so the router reads none in a round of its own): only
+    those at or above `bound`, a value the router knows k rows reach (the k-th best of
+    the rows it holds), so the rows it cannot use stay here."""
+    scores = first_scores(
+        state["bm25"], state["cosine"], args["w"], args["max"], args["top"], args["floor"]
+    )
+    found = _rows(scores, int(args["k"]))
+    if args.get("bound") is not None:
+        keep = found["values"] >= np.float32(args["bound"])
+        found = {"rows": found["rows"][keep], "values": found["values"][keep]}
+    if args.get("postings"):
+        found["postings"] = part.feedback_postings(found["rows"])
+    return found
+
+
+def mixed_lexical(bm25, expansion, lam: float, max_bm25: float, max_expansion: float):
+    """The lexical side after feedback, element by element: (1 - λ) bm25 / max + λ
+    expansion / max, over a shard's rows or the few the router holds (the same bits)."""
+    lam = np.float32(lam)
+    return (1 - lam) * _scaled(bm25, max_bm25) + lam * _scaled(expansion, max_expansion)
+
+
+def lexical_front(bm25: np.ndarray, expansion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bm25, expansion) pairs that include every pair no other row beats in both:
+    `mixed_lexical` never decreases in either value (each float32 step is monotone), so its
+    maximum over a shard's rows is its maximum over these, whatever the corpus-wide maxima
+    turn out to be; the router computes it from the shards' pairs instead of asking for it
+    in a round of its own. The row of most bm25 (with the most expansion among those) and
+    the row of most expansion (likewise) beat every row that is not above both of them on
+    the other side; the few rows that are, ordered by bm25, keep those above the expansion
+    of every row before them."""
+    if len(bm25) == 0:
+        return np.zeros(0, np.float32), np.zeros(0, np.float32)
+    top_b = bm25.max()
+    top_e = expansion.max()
+    e_at_top_b = expansion[bm25 == top_b].max()
+    b_at_top_e = bm25[expansion == top_e].max()
+    rows = np.flatnonzero((bm25 > b_at_top_e) & (expansion > e_at_top_b))
+    b, e = bm25[rows], expansion[rows]
+    order = np.argsort(-b, kind="stable")
+    b, e = b[order], e[order]
+    beaten = np.r_[False, e[1:] <= np.maximum.accumulate(e)[:-1]] if len(e) else np.zeros(0, bool)
+    front_b = np.r_[np.float32(top_b), np.float32(b_at_top_e), b[~beaten]]
+    front_e = np.r_[np.float32(e_at_top_b), np.float32(top_e), e[~beaten]]
+    return front_b.astype(np.float32), front_e.astype(np.float32)
 
 
 def _expand(part: ShardPart, state: dict, args: dict) -> dict:
-    """The RM3 expansion terms' BM25F (global idf): its maximum."""
+    """The RM3 expansion terms' BM25F (global idf): its maximum, and the front of
+    (bm25, expansion) that gives the maximum of the lexical side (`lexical_front`)."""
     out = _term_scores(part, args)
     state["expansion"] = out
-    return {"max": _max(out)}
+    front_b, front_e = lexical_front(state["bm25"], out)
+    return {"max": _max(out), "front_bm25": front_b, "front_expansion": front_e}
 
 
-def _mix(part: ShardPart, state: dict, args: dict) -> dict:
-    """The lexical side after feedback: (1 - λ) bm25 / max + λ expansion / max (or bm25)."""
-    if args.get("feedback"):
-        lam = np.float32(args["lam"])
-        state["lexical"] = (1 - lam) * _scaled(state["bm25"], args["max_bm25"]) + lam * _scaled(
-            state["expansion"], args["max_expansion"]
-        )
-    else:
-        state["lexical"] = state["bm25"]
-    return {"max": _max(state["lexical"])}
+def _lexical_side(state: dict, mix: dict | None) -> np.ndarray:
+    """The lexical side after feedback (`mixed_lexical`), or BM25F without it."""
+    if not mix:
+        return state["bm25"]
+    return mixed_lexical(
+        state["bm25"], state["expansion"], mix["lam"], mix["max_bm25"], mix["max_expansion"]
+    )
 
 
 def _fuse(part: ShardPart, state: dict, args: dict) -> dict:
-    """The final fusion with the page-level part; the best rows the stub test reads."""
+    """The final fusion with the page-level part (the lexical side mixed first); the best
+    rows the stub test reads, or, when the router has no stub test to run (none, or every
+    short page), the prior applied here and the best rows whose pages the name test
+    reads."""
+    state["lexical"] = _lexical_side(state, args.get("mix"))
     w = np.float32(args["w"])
     lex = (np.float32(1) - w) * _scaled(state["lexical"], args["max"]).astype(np.float32)
     sem = w * scaled_semantic(state["moved"], args["top"], args["floor"])
@@ -178,29 +238,33 @@ def _fuse(part: ShardPart, state: dict, args: dict) -> dict:
     state["fused"] = fused
     stub = args.get("stub")
     if not stub or stub["kind"] == "any":
-        return {}
+        _with_stub(part, state, stub)
+        return _rows(fused.scores, int(args["names"])) if args.get("names") else {}
     found = _rows(fused.scores, int(stub["candidates"]), positive=False)
-    short = _page_lengths(part)[part.shard.chunk_file_ids] < np.float32(stub["length"])
-    return {**found, "short": short[found["rows"]]}
+    length = _page_lengths(part)[part.shard.chunk_file_ids[found["rows"]]]
+    return {**found, "short": length < np.float32(stub["length"]), "length": length}
+
+
+def _with_stub(part: ShardPart, state: dict, stub: dict | None) -> None:
+    """The stub prior on the rows the router names (or every row: kind "any")."""
+    if not stub:
+        return
+    params = SimpleNamespace(stub_length=stub["length"], stub_weight=stub["weight"])
+    length = _page_lengths(part)[part.shard.chunk_file_ids]
+    rows = stub.get("rows")
+    if rows is None:
+        state["fused"] = with_stub_prior(state["fused"], length, params)
+    else:
+        rows = np.asarray(rows, dtype=np.int64)
+        state["fused"] = with_stub_prior(state["fused"], length[rows], params, rows)
 
 
 def _stub(part: ShardPart, state: dict, args: dict) -> dict:
-    """The stub prior on the rows the router names (or every row: kind "any"); then the
-    best rows whose pages the name test reads."""
-    stub = args.get("stub")
-    fused = state["fused"]
-    if stub:
-        params = SimpleNamespace(stub_length=stub["length"], stub_weight=stub["weight"])
-        length = _page_lengths(part)[part.shard.chunk_file_ids]
-        rows = stub.get("rows")
-        if rows is None:
-            fused = with_stub_prior(fused, length, params)
-        else:
-            rows = np.asarray(rows, dtype=np.int64)
-            fused = with_stub_prior(fused, length[rows], params, rows)
-        state["fused"] = fused
+    """The stub prior on the rows the router names; then the best rows whose pages the
+    name test reads (when the router could not tell them from the candidates alone)."""
+    _with_stub(part, state, args.get("stub"))
     if args.get("names"):
-        return _rows(fused.scores, int(args["names"]))
+        return _rows(state["fused"].scores, int(args["names"]))
     return {}
 
 
@@ -232,6 +296,7 @@ def _final_parts(part: ShardPart, state: dict, args: dict) -> dict[str, np.ndarr
     """The parts `query.search.mode_scores` names, in its order, for every local row."""
     if args.get("mode") == "lexical":
         return {"lexical": state["bm25"], "fused": state["bm25"]}
+    _with_stub(part, state, args.get("stub"))  # the rows the router found without a round
     fused = state["fused"]
     parts = {"lexical": fused.lexical, "semantic": fused.semantic}
     if fused.page is not None:
@@ -255,7 +320,6 @@ STEPS = {
     "dense": _dense,
     "first": _first,
     "expand": _expand,
-    "mix": _mix,
     "fuse": _fuse,
     "stub": _stub,
     "final": _final,

@@ -4,8 +4,10 @@ answers the `ShardPart` calls of the shards it serves, and a reader with
 sends them there instead of mapping postings and vectors itself.
 
 The protocol follows the warm server's (mdvdb/cli/warm.py): a request, then its answer; but a
-connection carries one request after another (a hybrid search makes ~15 calls per shard, a
-connection each cost more than the work), so every message says its own length. The encoding
+connection is kept and carries one request after another, so every message says its own
+length. A round of a query is one request per server (`op: calls`: a call per shard it
+serves, answered side by side), and the router writes every server's request before it
+reads any answer (`exchange_all`): a round costs one round trip, not one per shard. The encoding
 is not marshal (a TCP port is reachable by other users of the machine, and marshal is not
 meant for untrusted bytes): an 8-byte length, a JSON header, then the raw bytes of every NumPy
 array the header names (dtype from a short allow-list, shape). A request names the shard FILE
@@ -23,12 +25,14 @@ cosine per chunk (it ranks raw cosines under any filter).
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ DTYPES = frozenset({"float32", "float64", "int32", "int64", "uint64", "uint8", "
 MAX_MESSAGE = 1 << 30
 TIMEOUT = 60.0
 IDLE_CONNECTION = 300.0  # a server closes a connection idle this long
+PARALLEL_CORES = 2  # a server runs a round's shards on threads from this many cores
 SHARD_FILE = re.compile(r"shard-(\d{3})-g(\d{6})\.index")
 _LENGTH = struct.Struct("<Q")
 
@@ -152,41 +157,110 @@ def _split(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-_CONNECTIONS = threading.local()  # per thread: address -> an open connection
+class _Idle:
+    """Open connections to each server, not in use: a round takes one per server it asks
+    and gives it back once the answer is read, so one reader's queries reuse them and
+    concurrent queries (a router serving several clients) each get their own."""
+
+    def __init__(self):
+        self._held: dict[str, list[socket.socket]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, address: str) -> socket.socket | None:
+        with self._lock:
+            found = self._held.get(address)
+            return found.pop() if found else None
+
+    def give(self, address: str, sock: socket.socket) -> None:
+        with self._lock:
+            self._held.setdefault(address, []).append(sock)
 
 
-def exchange(address: str, request: dict, timeout: float = TIMEOUT) -> Any:
-    """One request to a shard server on this thread's connection to it (opened on first
-    use, opened again once when the server closed it); its answer, or ShardServerError."""
-    held = getattr(_CONNECTIONS, "held", None)
-    if held is None:
-        held = _CONNECTIONS.held = {}
-    message = encode(request)
-    for attempt in (0, 1):
-        sock = held.pop(address, None)
-        fresh = sock is None
-        try:
-            if sock is None:
-                sock = socket.create_connection(_split(address), timeout=timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(timeout)
-            sock.sendall(message)
-            raw = read_message(sock)
-            if raw is None:
-                raise EOFError("the server closed the connection")
-            reply = decode(raw)
-            held[address] = sock
-            break
-        except (OSError, ValueError, EOFError) as exc:
-            if sock is not None:
-                sock.close()
-            if fresh or attempt:
-                raise ShardServerError(f"shard server {address}: {exc}") from None
+_IDLE = _Idle()
+
+
+def _connect(address: str, timeout: float) -> socket.socket:
+    sock = socket.create_connection(_split(address), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _checked(address: str, reply: Any) -> Any:
     if not isinstance(reply, dict):
         raise ShardServerError(f"shard server {address}: malformed reply")
     if "error" in reply:
         raise ShardServerError(f"shard server {address}: {reply['error']}")
     return reply.get("value")
+
+
+def exchange_all(requests: Sequence[tuple[str, dict]], timeout: float = TIMEOUT) -> list:
+    """Each (address, request) to its server, all at once: one thread per server of the
+    round (a small pool kept by the process), so the servers work at the same time and
+    each answer is read and decoded as soon as it comes; a round costs one round trip
+    whatever the number of servers. A kept connection the server has closed meanwhile is
+    opened again once; any other failure, or an error answer, is a ShardServerError."""
+    if len(requests) == 1:
+        return [_exchange_one(*requests[0], timeout)]
+    return list(_round_pool().map(lambda r: _exchange_one(*r, timeout), requests))
+
+
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _round_pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(32))
+    return _POOL[0]
+
+
+def _exchange_one(address: str, request: dict, timeout: float) -> Any:
+    message = encode(request)
+    sock = _IDLE.take(address)
+    fresh = sock is None
+    raw = None
+    try:
+        if sock is None:
+            sock = _connect(address, timeout)
+        sock.settimeout(timeout)
+        sock.sendall(message)
+        raw = read_message(sock)
+        if raw is None:
+            raise EOFError("the server closed the connection")
+    except (OSError, ValueError, EOFError) as exc:
+        if sock is not None:
+            sock.close()
+        if fresh:
+            raise ShardServerError(f"shard server {address}: {exc}") from None
+        sock, raw = _again(address, message, timeout)  # a kept connection gone: anew
+    try:
+        reply = decode(raw)
+    except ValueError as exc:
+        sock.close()
+        raise ShardServerError(f"shard server {address}: {exc}") from None
+    _IDLE.give(address, sock)
+    return _checked(address, reply)
+
+
+def _again(address: str, message: bytes, timeout: float) -> tuple[socket.socket, bytes]:
+    try:
+        sock = _connect(address, timeout)
+    except OSError as exc:
+        raise ShardServerError(f"shard server {address}: {exc}") from None
+    try:
+        sock.sendall(message)
+        raw = read_message(sock)
+        if raw is None:
+            raise EOFError("the server closed the connection")
+    except (OSError, ValueError, EOFError) as exc:
+        sock.close()
+        raise ShardServerError(f"shard server {address}: {exc}") from None
+    return sock, raw
+
+
+def exchange(address: str, request: dict, timeout: float = TIMEOUT) -> Any:
+    """One request to a shard server on a kept connection to it; its answer, or
+    ShardServerError."""
+    return exchange_all([(address, request)], timeout)[0]
 
 
 # -- the router's side ----------------------------------------------------------------------
@@ -200,22 +274,48 @@ class RemotePart:
         self.name = name
 
     def call(self, name: str, *args):
+        return RemotePart.call_each([self], name, [args])[0]
+
+    @staticmethod
+    def call_each(parts: Sequence[RemotePart], name: str, args: Sequence[Sequence]) -> list:
+        """`name` on each part with its own arguments, in one round trip: one message per
+        server, carrying the calls of every shard it serves (query.sharded.call_each)."""
         if name not in CALLS:
             raise ValueError(f"unknown shard call {name!r}")
-        value = exchange(self.address, {"file": self.name, "call": name, "args": list(args)})
-        if name in ("feedback_postings",):
-            return tuple(value)
-        return value
+        groups: dict[str, list[int]] = {}
+        for i, part in enumerate(parts):
+            groups.setdefault(part.address, []).append(i)
+        requests = [
+            (
+                address,
+                {
+                    "op": "calls",
+                    "calls": [
+                        {"file": parts[i].name, "call": name, "args": list(args[i])} for i in at
+                    ],
+                },
+            )
+            for address, at in groups.items()
+        ]
+        out: list[Any] = [None] * len(parts)
+        for (address, at), answers in zip(groups.items(), exchange_all(requests), strict=True):
+            if not isinstance(answers, list) or len(answers) != len(at):
+                raise ShardServerError(f"shard server {address}: malformed reply")
+            for i, answer in zip(at, answers, strict=True):
+                value = _checked(address, answer)
+                out[i] = tuple(value) if name == "feedback_postings" else value
+        return out
 
 
 def remote_parts(servers: Sequence[str], manifest: shards.Manifest) -> list[RemotePart]:
     """One `RemotePart` per shard of the manifest, at the server that serves it."""
     owner: dict[int, str] = {}
-    for address in servers:
-        hello = exchange(address, {"op": "ping"}, timeout=10.0)
-        if not isinstance(hello, dict) or hello.get("shard_count") != manifest.shards:
+    hellos = exchange_all([(address, {"op": "ping"}) for address in servers], timeout=10.0)
+    for address, hello in zip(servers, hellos, strict=True):  # every server at once
+        count = hello.get("shard_count") if isinstance(hello, dict) else None
+        if count != manifest.shards:
             raise ShardServerError(
-                f"shard server {address} serves an index of {hello.get('shard_count')} "
+                f"shard server {address} serves an index of {count} "
                 f"shards, this one has {manifest.shards}"
             )
         for shard in hello.get("shards") or []:
@@ -243,6 +343,14 @@ class ShardServer:
         self.stop = threading.Event()
         self._parts: OrderedDict[str, ShardPart] = OrderedDict()
         self._lock = threading.Lock()
+        cores = os.cpu_count() or 1
+        # the shards of one round side by side (5 shards a server, 2 cores: in turn was
+        # 1.2x main's hybrid p50, side by side 0.74-0.82x, docs/benchmarks.md)
+        self.workers = (
+            ThreadPoolExecutor(min(cores, len(self.served)))
+            if cores >= PARALLEL_CORES and len(self.served) > 1
+            else None
+        )
 
     def part(self, name: str) -> ShardPart:
         match = SHARD_FILE.fullmatch(name) if isinstance(name, str) else None
@@ -277,18 +385,42 @@ class ShardServer:
                 self.stop.set()
                 value = {"stopping": True}
             elif op == "call":
-                name = request.get("call")
-                args = request.get("args") or []
-                if name not in CALLS or not isinstance(args, list):
-                    raise ValueError(f"unknown shard call {name!r}")
-                with self._lock:
-                    self.requests += 1
-                value = self.part(request.get("file")).call(name, *args)
+                value = self._call(request)
+            elif op == "calls":  # one round of a query: a call per shard this server serves
+                calls = request.get("calls")
+                if not isinstance(calls, list) or not calls:
+                    raise ValueError("calls: expected a list of calls")
+                value = self._calls(calls)
             else:
                 raise ValueError(f"unknown op {op!r}")
             return encode({"value": value})
         except (ValueError, TypeError, KeyError, index_format.IndexFormatError) as exc:
             return encode({"error": str(exc).splitlines()[0] if str(exc) else repr(exc)})
+
+    def _call(self, request: Any) -> Any:
+        if not isinstance(request, dict):
+            raise ValueError("not a call")
+        name = request.get("call")
+        args = request.get("args") or []
+        if name not in CALLS or not isinstance(args, list):
+            raise ValueError(f"unknown shard call {name!r}")
+        with self._lock:
+            self.requests += 1
+        return self.part(request.get("file")).call(name, *args)
+
+    def _calls(self, calls: list) -> list[dict]:
+        """Each call's {"value"} or {"error"}, in order: the shards' work runs on threads
+        (NumPy drops the GIL in the heavy parts) when there are cores to run them."""
+
+        def one(request: Any) -> dict:
+            try:
+                return {"value": self._call(request)}
+            except (ValueError, TypeError, KeyError, index_format.IndexFormatError) as exc:
+                return {"error": str(exc).splitlines()[0] if str(exc) else repr(exc)}
+
+        if len(calls) == 1 or self.workers is None:
+            return [one(c) for c in calls]
+        return list(self.workers.map(one, calls))
 
     def serve(self, host: str, port: int, ready=None) -> None:
         """Listen on host:port until `stop` is set (SIGTERM, an `op: stop` request)."""

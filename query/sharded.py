@@ -74,6 +74,19 @@ def fan_out(function, items: Sequence, parts: Sequence = ()) -> list:
     return list(pool.map(function, items))
 
 
+def call_each(parts: Sequence, name: str, args: Sequence[Sequence] | None = None) -> list:
+    """`name` on each part with its own arguments (default: none), all at once: shards of
+    this process on threads (`fan_out`), shards in shard servers in one round trip, one
+    message per server (`query.shard_wire.RemotePart.call_each`)."""
+    if not parts:
+        return []
+    given = [()] * len(parts) if args is None else args
+    batched = getattr(parts[0], "call_each", None)
+    if batched is not None:
+        return batched(parts, name, given)
+    return fan_out(lambda i: parts[i].call(name, *given[i]), list(range(len(parts))), parts)
+
+
 class _GatheredTables(Mapping):
     """The tables of the one-file view: `files` and `chunks` gathered from the shards into
     the one-file order on first use (vectors stay in the shards), the corpus-wide tables
@@ -267,7 +280,7 @@ class ShardedSnapshot:
         first, _, _, chunks, rows = page_layout(files)
         row_of_file = np.full(len(self.order.file_order), -1, dtype=np.int64)
         row_of_file[files[first]] = np.arange(len(first))
-        local_files = fan_out(lambda part: part.call("page_files"), self.parts)
+        local_files = call_each(self.parts, "page_files")
         where = [
             row_of_file[ids[local]]
             for ids, local in zip(self.order.file_ids, local_files, strict=True)
@@ -412,6 +425,16 @@ def _stored_chunk_files(extra: index_format.IndexFile, chunks: int, files: int):
     return ids
 
 
+def split_postings(chunks: np.ndarray, answer) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """A `feedback_postings` answer (hashes, tf, sizes) as chunk -> (hashes, tf)."""
+    hashes, tf, sizes = answer
+    bounds = np.r_[0, np.cumsum(np.asarray(sizes, dtype=np.int64))].tolist()
+    return {
+        chunk: (hashes[bounds[i] : bounds[i + 1]], tf[bounds[i] : bounds[i + 1]])
+        for i, chunk in enumerate(np.asarray(chunks).tolist())
+    }
+
+
 def _by_shard(chunk_ids: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """For each global chunk: its shard and its local row."""
     shard_of = np.empty(n, dtype=np.int32)
@@ -450,7 +473,7 @@ class ShardedVectors:
         """Every row's cosine: each shard's product over its own rows, merged."""
         vector = np.asarray(vector, dtype=np.float32)
         out = np.empty(self.shape[0], dtype=np.float32)
-        answers = fan_out(lambda part: part.call("dots", vector), self.parts)
+        answers = call_each(self.parts, "dots", [(vector,)] * len(self.parts))
         for ids, local in zip(self.chunk_ids, answers, strict=True):
             out[ids] = local
         return out
@@ -513,10 +536,8 @@ class ShardedDense:
             also = np.asarray(also, dtype=np.int64)
             for i in range(len(parts)):
                 local[i] = row_of[also[shard_of[also] == i]].astype(np.int32)
-        answers = fan_out(
-            lambda i: parts[i].call("dense", *args, depths[i], local[i]),
-            list(range(len(parts))),
-            parts,
+        answers = call_each(
+            parts, "dense", [(*args, depths[i], local[i]) for i in range(len(parts))]
         )
         names = ("raw", "cosine", "moved")
         # Each chunk starts as its shard's fill (one gather by the shard of every chunk),
@@ -576,7 +597,9 @@ class ShardRows:
         out = np.empty(len(self.rows), dtype=np.float32)
         parts = self.matrix.parts
         groups = self._groups()
-        answers = fan_out(lambda g: parts[g[0]].call("dots_rows", g[2], vector), groups, parts)
+        answers = call_each(
+            [parts[g[0]] for g in groups], "dots_rows", [(g[2], vector) for g in groups]
+        )
         for (_, at, _), local in zip(groups, answers, strict=True):
             out[at] = local
         return out
@@ -586,7 +609,9 @@ class ShardRows:
         parts = self.matrix.parts
         groups = self._groups()
         for (_, at, _), rows in zip(
-            groups, fan_out(lambda g: parts[g[0]].call("rows", g[2]), groups, parts), strict=True
+            groups,
+            call_each([parts[g[0]] for g in groups], "rows", [(g[2],) for g in groups]),
+            strict=True,
         ):
             out[at] = rows
         return out if dtype is None else out.astype(dtype, copy=False)
@@ -610,7 +635,7 @@ class ShardedPageVectors:
     def row_dots(self, vector: np.ndarray) -> np.ndarray:
         vector = np.asarray(vector, dtype=np.float32)
         out = np.zeros(self.shape[0], dtype=np.float32)
-        answers = fan_out(lambda part: part.call("page_dots", vector), self.parts)
+        answers = call_each(self.parts, "page_dots", [(vector,)] * len(self.parts))
         for rows, local in zip(self.where, answers, strict=True):
             out[rows] = local
         return out
@@ -655,6 +680,14 @@ class ShardedLexical:
             self._avg = found
         return found
 
+    @property
+    def where(self) -> tuple[np.ndarray, np.ndarray]:
+        """For each global chunk: its shard and its local row (kept: ~1.5 ms at 131k)."""
+        found = getattr(self, "_where", None)
+        if found is None:
+            found = self._where = _by_shard(self.chunk_ids, self.n_chunks)
+        return found
+
     def norm_spec(self) -> tuple[float, float, float, float]:
         """What a shard needs to build its slice of the global length norm."""
         avg = self.avg
@@ -673,8 +706,8 @@ class ShardedLexical:
     def of(cls, snapshot: ShardedSnapshot) -> ShardedLexical:
         parts = snapshot.parts
         order = snapshot.order
-        infos = fan_out(lambda part: part.call("info"), parts)
-        lengths = fan_out(lambda part: part.call("lengths"), parts)
+        infos = call_each(parts, "info", [(True,)] * len(parts))  # the lengths with them
+        lengths = [info["lengths"] for info in infos]
         gathered = np.concatenate(lengths or [np.zeros(0, np.float32)])[order.chunk_order]
         return cls(
             parts=parts,
@@ -695,20 +728,35 @@ class ShardedLexical:
     def _summed(self, call: str, cache: dict, hashes: np.ndarray) -> np.ndarray:
         """Each term's count summed over the shards' `call` answers, kept in `cache` for
         the generation; only the terms not known yet are asked for."""
+        pages = call == "page_df"
+        found = self.term_statistics(hashes, chunks=not pages, pages=pages)
+        return found[1] if pages else found[0]
+
+    def term_statistics(
+        self, hashes: np.ndarray, chunks: bool = True, pages: bool = False
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(df, page df) of the terms, summed over the shards (None: not asked), kept for
+        the generation; the terms not known yet in either are asked for in one round."""
         keys = np.asarray(hashes, dtype=np.uint64).tolist()
-        # what is known now (another thread may start the cache over meanwhile)
-        known = {h: found for h in keys if (found := cache.get(h)) is not None}
-        missing = np.asarray(sorted(set(keys).difference(known)), dtype=np.uint64)
-        if len(missing):
-            df = np.zeros(len(missing), dtype=np.int64)
-            for counts in fan_out(lambda part: part.call(call, missing), self.parts):
-                df += counts
-            fetched = dict(zip(missing.tolist(), df.tolist(), strict=True))
-            known.update(fetched)
-            if len(cache) > DF_CACHE:
-                cache.clear()
-            cache.update(fetched)
-        return np.asarray([known[h] for h in keys], dtype=np.int64)
+        caches = [c for c, asked in ((self.df_cache, chunks), (self.page_df_cache, pages)) if asked]
+        # what is known now (another thread may start a cache over meanwhile)
+        known = [{h: found for h in keys if (found := c.get(h)) is not None} for c in caches]
+        missing = sorted(set().union(*(set(keys).difference(k) for k in known)))
+        if missing:
+            asked = np.asarray(missing, dtype=np.uint64)
+            answers = call_each(self.parts, "term_df", [(asked, pages)] * len(self.parts))
+            names = [n for n, on in (("df", chunks), ("page_df", pages)) if on]
+            for name, cache, held in zip(names, caches, known, strict=True):
+                total = np.zeros(len(missing), dtype=np.int64)
+                for answer in answers:
+                    total += answer[name]
+                fetched = dict(zip(missing, total.tolist(), strict=True))
+                held.update(fetched)
+                if len(cache) > DF_CACHE:
+                    cache.clear()
+                cache.update(fetched)
+        out = iter([np.asarray([k[h] for h in keys], dtype=np.int64) for k in known])
+        return (next(out) if chunks else None, next(out) if pages else None)
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return bm25_idf(self.n_chunks, df).astype(np.float32)
@@ -728,7 +776,7 @@ class ShardedLexical:
         if n == 0:
             return self.term_idf(hashes)
         df = np.zeros(len(hashes), dtype=np.int64)
-        for found in fan_out(lambda part: part.call("page_tf", hashes), self.parts):
+        for found in call_each(self.parts, "page_tf", [(hashes,)] * len(self.parts)):
             df += [0 if f is None else len(f[0]) for f in found]
         return bm25_idf(n, df).astype(np.float32)
 
@@ -740,7 +788,7 @@ class ShardedLexical:
         """The global chunk ids of each term's postings (None: in no shard)."""
         hashes = np.asarray(hashes, dtype=np.uint64)
         out: list[np.ndarray | None] = []
-        per_shard = fan_out(lambda part: part.call("term_chunks", hashes), self.parts)
+        per_shard = call_each(self.parts, "term_chunks", [(hashes,)] * len(self.parts))
         for i in range(len(hashes)):
             found = [
                 ids[chunks[i]]
@@ -768,9 +816,9 @@ class ShardedLexical:
                 local = out[self.chunk_ids[shard]]
                 held = np.flatnonzero(local)
                 start = (held, local[held])
-            return self.parts[shard].call("term_scores", hashes, weights, idf, spec, start)
+            return (hashes, weights, idf, spec, start)
 
-        answers = fan_out(one, list(range(len(self.parts))), self.parts)
+        answers = call_each(self.parts, "term_scores", [one(i) for i in range(len(self.parts))])
         for ids, (rows, values) in zip(self.chunk_ids, answers, strict=True):
             if rows is None:
                 out[ids] = values
@@ -791,29 +839,36 @@ class ShardedLexical:
     def rescored(self, k1: float, b: float, floor: float = 0.0) -> ShardedLexical:
         out = replace(self, k1=float(k1), b=float(b), floor=float(floor))
         out._avg = self.avg
+        out._where = getattr(self, "_where", None)
         return out
 
     def feedback_terms(
-        self, chunks: np.ndarray, scores: np.ndarray, count: int, by_idf: bool = False
+        self,
+        chunks: np.ndarray,
+        scores: np.ndarray,
+        count: int,
+        by_idf: bool = False,
+        postings: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
     ):
         """`LexicalIndex.feedback_terms` over shards: each feedback chunk's postings are
-        read from its shard and laid out in the given chunk order, so the per-term sums run
-        in the order the one-file index sums them."""
+        read from its shard (or taken from `postings`, global chunk -> (hashes, tf), when
+        the caller holds them: a staged query's `first` round sends them) and laid out in
+        the given chunk order, so the per-term sums run in the order the one-file index
+        sums them."""
         chunks = np.asarray(chunks, dtype=np.int64)
-        shard_of, local_of = _by_shard(self.chunk_ids, self.n_chunks)
-        owners = shard_of[chunks]
-        groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
-        answers = fan_out(
-            lambda g: self.parts[g[0]].call("feedback_postings", local_of[chunks[g[1]]]),
-            groups,
-            self.parts,
-        )
-        per_chunk: list[tuple[np.ndarray, np.ndarray]] = [None] * len(chunks)  # type: ignore[list-item]
-        for (_, at), (hashes, tf, sizes) in zip(groups, answers, strict=True):
-            bounds = np.r_[0, np.cumsum(sizes)]
-            for i, position in enumerate(at.tolist()):
-                a, b = int(bounds[i]), int(bounds[i + 1])
-                per_chunk[position] = (hashes[a:b], tf[a:b])
+        if postings is None:
+            shard_of, local_of = self.where
+            owners = shard_of[chunks]
+            groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
+            answers = call_each(
+                [self.parts[g[0]] for g in groups],
+                "feedback_postings",
+                [(local_of[chunks[g[1]]],) for g in groups],
+            )
+            postings = {}
+            for (_, at), answer in zip(groups, answers, strict=True):
+                postings.update(split_postings(chunks[at], answer))
+        per_chunk = [postings[c] for c in chunks.tolist()]
         size = np.asarray([len(h) for h, _ in per_chunk], dtype=np.int64)
         if size.sum() == 0 or scores.sum() <= 0:
             return np.zeros(0, np.uint64), np.zeros(0, np.float32)
@@ -837,7 +892,7 @@ class ShardedLexical:
         out, unique, counts, corpus = page_query(self, query)
         if not len(unique):
             return out
-        per_shard = fan_out(lambda part: part.call("page_tf", unique), self.parts)
+        per_shard = call_each(self.parts, "page_tf", [(unique,)] * len(self.parts))
         for i, count in enumerate(counts.tolist()):
             found = [
                 (files[got[i][0]], got[i][1])

@@ -1,0 +1,307 @@
+"""A router over shard servers answers in few round trips (query/shard_query.py): a round is
+one message per server, the corpus-wide numbers a step needs are gathered in the round
+before it where they can be, and the rows a shortcut cannot vouch for are asked for in a
+round of their own. The counts are asserted, and every shortcut is checked against the
+round it replaces: the same answers, and the one-file ones (docs/scale-out.md)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import build_index
+
+SHARDS = {"MDVDB_SHARDS": "3"}
+QUERIES = [
+    "extract a tar archive",
+    "merge a branch and push to the remote",
+    "bake bread with yeast and flour",
+    "invoice tax audit",
+    "compress folder",
+    "firewall port and dns route",
+]
+
+
+def _records(root: Path) -> None:
+    """Catalogue records (a title and `Label: value` lines): short pages the stub prior
+    scales down when they rank among a query's best, and exact copies (equal scores)."""
+    for i in range(24):
+        topic = ["archive", "git", "cooking", "finance"][i % 4]
+        words = {
+            "archive": "Tar archive extract",
+            "git": "Merge branch push",
+            "cooking": "Bake bread yeast",
+            "finance": "Invoice tax audit",
+        }[topic]
+        text = f"# {words} record {i % 6}\n\nAuthors: Person {i % 6}\nPublished: 19{70 + i % 6}\n"
+        page = root / "records" / f"{topic}-{i}.md"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(text, encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A generated corpus with catalogue records, as one file and as three shards."""
+    from bench.generate import generate
+
+    base = tmp_path_factory.mktemp("rounds")
+    one = generate(base / "one", 240)
+    _records(one)
+    three = base / "three"
+    shutil.copytree(one, three, symlinks=True)
+    env = {"MDVDB_CLUSTERING_ENABLED": "false"}
+    build_index(one, env=env)
+    build_index(three, env={**env, **SHARDS})
+    return one, three
+
+
+@pytest.fixture(scope="module")
+def server(folders):
+    """One real shard server (`mdvdb serve --shards all`) for the three shards."""
+    proc, address = _shard_server_of(folders[1])
+    yield address
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _shard_server_of(root: Path, listen: str = "127.0.0.1:0"):
+    """A real `mdvdb serve --shards all` of `root`: (process, address)."""
+    import subprocess
+    import sys
+
+    argv = ["serve", "--shards", "all", "--listen", listen, "--root", str(root)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", *argv],
+        env={**os.environ, **SHARDS},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    assert line.startswith("serve: shards"), line + proc.stderr.read()
+    return proc, line.split()[-1]
+
+
+def _open(root: Path, env: dict):
+    from kernel.config import load_config
+    from query import open_index
+
+    return open_index(config=load_config(root, {**os.environ, **env}))
+
+
+def _top(index, query: str, mode: str, **options) -> list:
+    response = index.search(query, limit=10, mode=mode, explain=True, **options)
+    return [(r.path, r.start_line, r.end_line, r.score, r.explain) for r in response.results], (
+        response.total
+    )
+
+
+def _forget(index) -> None:
+    """The reader's memo of its last query's scores dropped: the same query runs again."""
+    with index.pinned() as snap:
+        snap.cache.pop("last_scores", None)
+
+
+class Rounds:
+    """The router's round trips (`exchange_all` calls), each named by its step."""
+
+    def __init__(self, monkeypatch):
+        from query import shard_wire
+
+        self.log: list[str] = []
+        send = shard_wire.exchange_all
+
+        def logged(requests, *args, **kwargs):
+            request = requests[0][1]
+            call = (request.get("calls") or [request])[0]
+            name = call.get("call") or request.get("op")
+            self.log.append(f"{name}:{call['args'][1]}" if name == "stage" else name)
+            return send(requests, *args, **kwargs)
+
+        monkeypatch.setattr(shard_wire, "exchange_all", logged)
+
+    def of(self, search) -> list[str]:
+        self.log.clear()
+        search()
+        return list(self.log)
+
+
+HYBRID = ["stage:bm25", "stage:dense", "stage:first", "stage:expand", "stage:fuse", "stage:final"]
+
+
+def test_round_trips_per_query(folders, server, monkeypatch) -> None:
+    """A lexical query is one round trip once its terms' statistics are known (its best
+    rows come back with the scores), a hybrid one six (no stub round: the pool of the name
+    test is known from the candidates); new terms add one round for both of their
+    statistics, and RM3's new expansion terms one more. Each round is one message per
+    server, whatever the shards it serves."""
+    one, three = folders
+    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
+    rounds = Rounds(monkeypatch)
+    first = rounds.of(lambda: router.search(QUERIES[0], limit=10, mode="lexical"))
+    assert first[-2:] == ["term_df", "stage:bm25"], first
+    for query in QUERIES:  # (a query string the reader has not just answered)
+        assert rounds.of(lambda q=query: router.search(q + " ", mode="lexical")) in (
+            ["stage:bm25"],
+            ["term_df", "stage:bm25"],
+        )
+        assert rounds.of(lambda q=query: router.search(q + "  ", mode="lexical")) == ["stage:bm25"]
+    fresh = rounds.of(lambda: router.search("yeast flour oven", mode="hybrid"))
+    assert fresh[0] == "term_df" and fresh[1:4] == HYBRID[:3], fresh
+    assert [r for r in fresh if r != "term_df"] == HYBRID, fresh
+    for query in QUERIES:
+        router.search(query, mode="hybrid")
+        assert rounds.of(lambda q=query: router.search(q + " ", mode="hybrid")) == HYBRID
+
+
+def test_router_answers_as_one_file_with_every_part(folders, server) -> None:
+    """Top 10 with every part of the score (`explain`: BM25F, cosine, page, stub, name),
+    totals, with and without a filter, lexical and hybrid: the one-file answers."""
+    from query.filters import parse_filter
+
+    one, three = folders
+    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
+    reference = _open(one, {})
+    archive = [parse_filter("category=archive")]
+    stubs_cut = 0
+    for mode in ("lexical", "hybrid"):
+        for query in [*QUERIES, "tar archive record", "invoice tax record"]:
+            want = _top(reference, query, mode)
+            assert want[0], query
+            assert _top(router, query, mode) == want, (mode, query)
+            assert _top(router, query, mode, filters=archive) == _top(
+                reference, query, mode, filters=archive
+            ), (mode, query)
+            stubs_cut += sum("stub" in (r[4] or {}) for r in want[0])
+    assert stubs_cut, "no query ranks a catalogue record: the stub prior goes untested"
+
+
+def test_each_shortcut_answers_as_the_round_it_replaces(folders, server, monkeypatch) -> None:
+    """The rounds the router skips, run anyway: the name test's pool asked of the shards
+    after the stub prior (not computed from the candidates), every shard's best 10 of the
+    first fused ranking with postings (no bound), the lexical side's maximum over every
+    row (not the shards' fronts). The answers are the same."""
+    from query import shard_query
+
+    one, three = folders
+    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
+    queries = [*QUERIES, "tar archive record", "invoice tax record"]
+    quick = {q: _top(router, q, "hybrid") for q in queries}
+    rounds = Rounds(monkeypatch)
+    monkeypatch.setattr(shard_query, "_pool_after_stub", lambda *a, **k: None)
+    monkeypatch.setattr(shard_query, "_first_bound", lambda *a, **k: None)
+    real_max = shard_query._mixed_max
+    every_row = []
+
+    def whole_maximum(answers, mix):
+        found = real_max(answers, mix)
+        every_row.append(found)
+        return found
+
+    monkeypatch.setattr(shard_query, "_mixed_max", whole_maximum)
+    for query in queries:
+        _forget(router)
+        steps = rounds.of(lambda q=query: _top(router, q, "hybrid"))
+        assert "stage:stub" in steps, steps  # the round the candidates made unnecessary
+        _forget(router)
+        assert _top(router, query, "hybrid") == quick[query], query
+    assert every_row
+
+
+def test_the_shards_front_gives_the_mixed_lexical_maximum() -> None:
+    """`lexical_front`: the maximum of (1 - λ) bm25 / max + λ expansion / max over a shard's
+    rows is its maximum over the front, bit for bit, for any λ and corpus-wide maxima; with
+    ties, zeros and rows that score on one side only."""
+    from query.shard_stages import lexical_front, mixed_lexical
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 300))
+        b = rng.choice([0, 0, 1, 2, 2.5, 7], n) * rng.random(n).round(1)
+        e = rng.choice([0, 1, 3], n) * rng.random(n).round(1)
+        b, e = b.astype(np.float32), e.astype(np.float32)
+        fb, fe = lexical_front(b, e)
+        assert 1 <= len(fb) <= n + 2  # the two corners may be one row
+        for _ in range(5):
+            lam = float(rng.random())
+            mb = float(b.max()) * float(rng.uniform(1, 3))
+            me = float(e.max()) * float(rng.uniform(1, 3))
+            whole = mixed_lexical(b, e, lam, mb, me).max()
+            assert mixed_lexical(fb, fe, lam, mb, me).max() == whole
+
+
+def test_the_name_pool_from_the_candidates_is_exact_or_none() -> None:
+    """`_pool_after_stub` against the whole ranking: the best rows after the stub prior,
+    computed over every row, are the ones it returns, or it returns None (then the router
+    asks the shards); it returns them in most draws."""
+    from types import SimpleNamespace
+
+    from query.fusion import Fused, with_stub_prior
+    from query.shard_query import _pool_after_stub
+    from query.vector import ranked, top_rows
+
+    rng = np.random.default_rng(11)
+    known = 0
+    for trial in range(400):
+        n = int(rng.integers(20, 400))
+        scores = (rng.integers(0, 12, n) * rng.choice([0.1, 0.25], n)).astype(np.float32)
+        if trial % 3 == 0:
+            scores -= np.float32(0.3)  # some rows at or below zero
+        length = rng.choice([5.0, 20.0, 39.0, 80.0], n).astype(np.float32)
+        candidates, names = int(rng.integers(5, 40)), int(rng.integers(2, 30))
+        stub = {"length": 40.0, "weight": float(rng.choice([0.4, 0.9]))}
+        rows = ranked(scores, candidates)
+        cut = rng.random(len(rows)) < rng.choice([0.1, 0.5, 0.9])
+        prior = SimpleNamespace(stub_length=stub["length"], stub_weight=stub["weight"])
+        whole = with_stub_prior(
+            Fused(scores, scores, scores), length[rows[cut]], prior, rows[cut]
+        ).scores
+        want = top_rows(whole, names, positive=True)
+        got = _pool_after_stub(rows, scores[rows], length[rows], cut, stub, names, candidates)
+        if got is not None:
+            known += 1
+            assert np.array_equal(got, want), trial
+    assert 100 < known < 400, known
+
+
+def test_concurrent_queries_through_one_router(folders, server) -> None:
+    """Searches from several threads of one router (as `mdvdb serve` answers clients): each
+    round takes its own kept connections, and every answer is the one-file one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    one, three = folders
+    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
+    reference = _open(one, {})
+    asked = [
+        (q + " " * i, mode) for i in range(3) for q in QUERIES for mode in ("lexical", "hybrid")
+    ]
+    want = [_top(reference, q, mode) for q, mode in asked]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda qm: _top(router, *qm), asked))
+    assert got == want
+
+
+def test_a_router_reconnects_to_a_restarted_server(folders) -> None:
+    """The shard server restarts on its address between two queries: the connections the
+    router kept are closed, so its next round opens new ones (once) and answers."""
+    one, three = folders
+    reference = _open(one, {})
+    proc, address = _shard_server_of(three)
+    try:
+        router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": address})
+        assert _top(router, QUERIES[0], "hybrid") == _top(reference, QUERIES[0], "hybrid")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    proc, again = _shard_server_of(three, listen=address)
+    try:
+        assert again == address
+        for mode in ("lexical", "hybrid"):
+            assert _top(router, QUERIES[1], mode) == _top(reference, QUERIES[1], mode)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
