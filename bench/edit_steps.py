@@ -160,13 +160,6 @@ def child(root: str) -> None:
         print("\n" + json.dumps(out))
 
 
-def pick_file(root: Path) -> Path:
-    for path in sorted(root.rglob("*.md")):
-        if ".markdownvdb" not in str(path):
-            return path
-    raise SystemExit(f"{root}: no Markdown file")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", type=Path)
@@ -176,6 +169,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     root = args.root.resolve()
+    # Here, in the parent only: the child imports the measured install, not this checkout.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.incremental_ab import pick_file
+
     target = pick_file(root) if args.edit else None
     samples: dict[str, list[tuple[float, float]]] = {}
     totals = []
