@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,25 @@ def build_index(root: Path, env: dict | None = None) -> Path:
     # front matter does not parse, are the report's, as they are the command's).
     ingest_folder(load_config(root, environ={**os.environ, **(env or {})}))
     return root
+
+
+def tree_stamp(root: Path) -> list[tuple[str, int, int]]:
+    """Every file under `root` with its size and mtime: a module fixture that hands one built
+    folder to tests that only read it (no copy per test) compares this at teardown, so a
+    test that wrote into it fails instead of leaking into the next."""
+    return sorted(
+        (str(path.relative_to(root)), path.stat().st_size, path.stat().st_mtime_ns)
+        for path in root.rglob("*")
+        if path.is_file()
+    )
+
+
+@contextmanager
+def read_only_folder(root: Path):
+    """Hand out `root` to readers; fail at the end if anything in it was written."""
+    before = tree_stamp(root)
+    yield root
+    assert tree_stamp(root) == before, f"a test wrote into the shared folder {root}"
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None):

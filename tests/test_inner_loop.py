@@ -73,3 +73,17 @@ def test_a_hypothesis_failure_still_fails_the_run_without_its_plugin(tmp_path: P
     assert "no:hypothesispytest" in (REPO / "pyproject.toml").read_text()
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed" in done.stdout and "x=10" in done.stdout, done.stdout  # shrunk, shown
+
+
+def test_a_shared_folder_written_by_a_test_fails_at_teardown(tmp_path: Path):
+    """`read_only_folder`: the module fixtures that hand one built folder to every test
+    (no copy per test) rely on it to catch a test that writes into it."""
+    from tests.conftest import read_only_folder
+
+    (tmp_path / "page.md").write_text("# Page\n")
+    with read_only_folder(tmp_path):
+        (tmp_path / "page.md").read_text()  # reading is fine
+    written = pytest.raises(AssertionError, match="wrote into the shared folder")
+    with written, read_only_folder(tmp_path):
+        (tmp_path / ".markdownvdb.state").mkdir()
+        (tmp_path / ".markdownvdb.state" / "cache").write_bytes(b"x")
