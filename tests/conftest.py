@@ -165,9 +165,20 @@ sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
-# Files that speak MCP through the client SDK in the test process (the inner loop's two): one
-# work unit under `--dist loadfile`, so one worker pays the ~1.2 CPU-s import of `mcp`.
-SAME_WORKER = {"tests/test_agents_mcp.py": "mcp", "tests/test_project_files.py": "mcp"}
+# Files that pay the same one-time cost in the test process share one work unit under
+# `--dist loadfile` (one worker pays it once): the client SDK of MCP (~1.2 CPU-s import);
+# MiniLM's weights and onnxruntime (~0.7 CPU-s a process to load, ~2 CPU-s less for the four
+# files together than apart); scikit-learn and SciPy (~1.7 CPU-s of imports).
+SAME_WORKER = {
+    "tests/test_agents_mcp.py": "mcp",
+    "tests/test_project_files.py": "mcp",
+    "tests/test_minilm.py": "minilm",
+    "tests/test_encoder_onnx.py": "minilm",
+    "tests/test_warm_queries.py": "minilm",
+    "tests/test_bpe.py": "minilm",
+    "tests/test_small_kmeans.py": "sklearn",
+    "tests/test_cluster_counts.py": "sklearn",
+}
 
 
 # What the inner loop's files cost (CPU-s: their tests' own and their subprocesses', as the

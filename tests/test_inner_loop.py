@@ -87,3 +87,26 @@ def test_a_shared_folder_written_by_a_test_fails_at_teardown(tmp_path: Path):
     with written, read_only_folder(tmp_path):
         (tmp_path / ".markdownvdb.state").mkdir()
         (tmp_path / ".markdownvdb.state" / "cache").write_bytes(b"x")
+
+
+def test_files_of_one_shared_cost_go_to_one_worker():
+    """SAME_WORKER: the files that load MCP's SDK, MiniLM or scikit-learn in the test process
+    are one work unit of the scheduler (one worker pays the load once); others stay apart."""
+    from tests.conftest import SAME_WORKER, pytest_xdist_make_scheduler
+
+    class Config:
+        option = SimpleNamespace(loadscopereorder=True, tx=["popen"] * 2, dist="loadfile")
+
+        def getvalue(self, name):
+            return getattr(self.option, name)
+
+        def getoption(self, name, default=None):
+            return getattr(self.option, name, default)
+
+    scheduler = pytest_xdist_make_scheduler(Config(), None)
+    units = {scheduler._split_scope(f"{path}::test_x[a]") for path in SAME_WORKER}
+    assert units == {"mcp", "minilm", "sklearn"}
+    minilm = {path for path, unit in SAME_WORKER.items() if unit == "minilm"}
+    assert {"tests/test_minilm.py", "tests/test_warm_queries.py"} <= minilm
+    assert scheduler._split_scope("tests/test_cli.py::test_x") == "tests/test_cli.py"
+    assert Config.option.loadscopereorder is False  # units go out in the collection's order
