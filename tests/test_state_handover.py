@@ -1,6 +1,7 @@
 """The hand-over after a first build: the caches give back what the published index holds,
 cheaply, and a SIGKILL at any point of it leaves caches the next run can trust. Real
-`mdvdb ingest` processes on a generated corpus throughout."""
+`mdvdb ingest` processes on a generated corpus for the kills; the state left by a build is
+the library's (`ingest_folder`, what the command runs)."""
 
 from __future__ import annotations
 
