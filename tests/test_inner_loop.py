@@ -11,12 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import DEFAULT_FILE_CPU, FILE_CPU, REPO, by_cost
+from tests.conftest import DEFAULT_FILE_CPU, FILE_CPU, REPO, SAME_WORKER, by_cost, unit_cost
 
 
 def test_files_go_out_costliest_first_and_whole():
-    costly = max(FILE_CPU, key=FILE_CPU.get)
-    cheap = min(FILE_CPU, key=FILE_CPU.get)
+    alone = {f: c for f, c in FILE_CPU.items() if f not in SAME_WORKER}
+    costly = max(alone, key=alone.get)
+    cheap = min(alone, key=alone.get)
     assert FILE_CPU[cheap] > DEFAULT_FILE_CPU  # a listed file goes before any unlisted one
     order = [
         "tests/test_unlisted.py::test_a",
@@ -110,3 +111,17 @@ def test_files_of_one_shared_cost_go_to_one_worker():
     assert {"tests/test_minilm.py", "tests/test_warm_queries.py"} <= minilm
     assert scheduler._split_scope("tests/test_cli.py::test_x") == "tests/test_cli.py"
     assert Config.option.loadscopereorder is False  # units go out in the collection's order
+
+
+def test_a_shared_unit_goes_out_at_its_summed_cost_with_its_files_together():
+    """The files of one SAME_WORKER unit are one unit of work: it is placed by the sum of
+    their costs, and their tests stay together, each file's in order."""
+    minilm = sorted(f for f, unit in SAME_WORKER.items() if unit == "minilm")
+    total = sum(FILE_CPU.get(f, DEFAULT_FILE_CPU) for f in minilm)
+    assert unit_cost(minilm[-1]) == unit_cost(minilm[0]) == total > max(FILE_CPU.values())
+    alone = next(f for f in FILE_CPU if f not in SAME_WORKER)
+    order = [f"{alone}::test_a", f"{minilm[1]}::test_b", f"{minilm[0]}::test_c"]
+    order += [f"{minilm[1]}::test_d"]
+    items = [SimpleNamespace(nodeid=nodeid) for nodeid in order]
+    by_cost(items)
+    assert [item.nodeid for item in items] == [*order[1:], order[0]]
