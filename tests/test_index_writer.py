@@ -206,3 +206,26 @@ def test_an_edit_over_a_damaged_index_reuses_none_of_its_text(tmp_path: Path):
         want = index_format.read_index(clean / ".markdownvdb.index").tables[name]
         for column in ("path", "title") if name == "files" else ("text", "heading", "vector"):
             assert got.column(column).equals(want.column(column)), (name, column)
+
+
+@pytest.mark.skipif(
+    index_format._sync_file_range() is None, reason="no sync_file_range on this system"
+)
+def test_the_file_goes_to_the_disk_as_it_is_written(tmp_path: Path, monkeypatch):
+    """The fsync before the rename waits only for the tail: every full step of the file,
+    put early (copied file-to-file on the thread) or written by `finish`, was handed to the
+    disk while the writer went on (the kernel took a `sync_file_range` request for it)."""
+    monkeypatch.setattr(index_format, "WRITEBACK_STEP", 1 << 20)
+    big = {
+        "chunks": pa.table({"v": pa.array(np.arange(3 << 20, dtype=np.float32))}),  # 12 MB
+        "tail": pa.table({"v": pa.array(np.arange(1 << 20, dtype=np.int64))}),  # 8 MB
+    }
+    index_format.write_index(tmp_path / "old.index", big, {})
+    old = index_format.read_index(tmp_path / "old.index")
+    writer = index_format.IndexWriter(tmp_path / "new.index", source=old)
+    writer.put("chunks", old.tables["chunks"].slice(7))
+    size = writer.finish({"chunks": old.tables["chunks"].slice(7), "tail": big["tail"]}, {})
+    assert writer.handed_to_disk >= size - (2 << 20), (writer.handed_to_disk, size)
+    new = index_format.read_index(tmp_path / "new.index")
+    assert index_format.verify_checksums(new) == []
+    assert new.tables["chunks"].equals(old.tables["chunks"].slice(7))
