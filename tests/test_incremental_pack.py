@@ -106,7 +106,14 @@ class ShortcutSpy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.carried: list[bool] = []
         self.updated: list[bool] = []
+        self.spliced: list[bool] = []
         real_carried, real_update = cluster._carried, duplicates.update_groups
+        real_spliced = lexical.spliced_tables
+
+        def spliced_tables(*args, **kwargs):
+            out = real_spliced(*args, **kwargs)
+            self.spliced.append(out is not None)
+            return out
 
         def carried(*args):
             out = real_carried(*args)
@@ -120,6 +127,7 @@ class ShortcutSpy:
 
         monkeypatch.setattr(cluster, "_carried", carried)
         monkeypatch.setattr(duplicates, "update_groups", update_groups)
+        monkeypatch.setattr(lexical, "spliced_tables", spliced_tables)
 
 
 @pytest.mark.slow
@@ -181,8 +189,9 @@ def test_incremental_packs_equal_full_packs(corpus: Path, monkeypatch: pytest.Mo
     tables = assert_same_as_full(root, touched=1)
     at = tables["files"].column("path").to_pylist().index("cooking/note-01.md")
     assert tables["files"].column("mtime")[at].as_py() == 1_700_000_000.0
-    # Each incremental pack took both shortcuts; each rebuild (no previous index) did not.
+    # Each incremental pack took the shortcuts; each rebuild (no previous index) did not.
     assert spy.carried.count(True) >= 8 and spy.updated.count(True) >= 8, spy.__dict__
+    assert spy.spliced.count(True) >= 8, spy.__dict__  # the postings: runs of the old rows
 
 
 def test_large_changes_take_the_other_paths_and_stay_equal(
@@ -426,8 +435,21 @@ def test_updated_forward_view_equals_a_fresh_transpose(seed: int):
     rebuilt = lexical.build_postings(lexical.analysed_store(files, chunks))
     assert np.array_equal(updated.chunk_ids, rebuilt.chunk_ids)
     assert updated.forward.equals(rebuilt.forward)
+    # the tables an edit writes as runs of the previous rows: the same values
+    spliced = lexical.spliced_tables(old, files, chunks, source_array)
+    assert spliced is not None
+    reference = {
+        "lexical": lexical.postings_table(updated),
+        "lexical_forward": lexical.forward_table(updated),
+        lexical.TF_TABLE: pa.table({"tf": pa.array(updated.tf, pa.float32())}),
+        lexical.LENGTHS_TABLE: pa.table({"length": pa.array(updated.lengths, pa.float32())}),
+    }
+    for name, table in reference.items():
+        assert spliced[name].schema.equals(table.schema), name
+        assert spliced[name].combine_chunks().equals(table), name
     # without the previous forward view, the same result by a transpose
     del old["lexical_forward"]
+    assert lexical.spliced_tables(old, files, chunks, source_array) is None
     again = lexical.update_postings(old, files, chunks, source_array)
     assert again.forward.equals(expected)
 
