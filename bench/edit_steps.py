@@ -69,6 +69,7 @@ STEPS: dict[str, list[tuple[str, str]]] = {
         ("State.hand_over", "hand over"),
         ("State.prune", "prune"),
         ("State.chunked", "state: chunked"),
+        ("State.close", "state: close"),
         ("State.replace_manifest", "state: replace manifest"),
         ("State.manifest_in_folders", "state: manifest rows of moved folders"),
         ("Published._trusted", "state: wait for the checksum verdict"),

@@ -326,6 +326,7 @@ def publish(
     schema: schema_pack.SchemaUpdate | None = None,
     analysed: lexical.Store | None = None,
     ivf_min_rows: int | None = None,
+    writer: index_format.IndexWriter | None = None,
 ) -> Written:
     """pack in its named steps: `plan`, `schema_pack.update`, `cluster.assign`, then
     `build_tables` (`lexical.update`, `duplicates.update`, `ivf.build`, `assemble`), each
@@ -334,17 +335,15 @@ def publish(
     `rows` and `schema`: the plan and schema the `schema` stage already made from the same
     sources in this run;
     `analysed`: lexical analyses the ingest workers made of this run's new chunks;
-    `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.ivf`; None: never)."""
+    `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.ivf`; None: never);
+    `writer`: the writer `start_writing` began for `rows` (its chunks put already)."""
     if rows is None:
         rows = plan(index_path, sources)
     if schema is None:
         schema = schema_pack.update(rows, sources.state)
-    # The chunks table is final once planned: its bytes (the previous index's copied
-    # file-to-file, the checksums) are written on the writer's thread while the steps
-    # below run, and its range starts on its way to the disk.
-    writer = index_format.IndexWriter(index_path, source=rows.previous)
+    if writer is None:
+        writer = start_writing(index_path, rows)
     try:
-        writer.put("chunks", rows.chunks)
         meta = {**meta, "build_key": sources.build_key}
         tables, full_meta = build_tables(
             rows,
@@ -361,6 +360,20 @@ def publish(
         writer.abort()
         raise
     return Written(written, rows.chunks.num_rows, rows.reused_files, rows.damaged)
+
+
+def start_writing(index_path: Path, rows: Plan) -> index_format.IndexWriter:
+    """The writer of the next index, begun as soon as its rows are planned: the chunks table
+    is final once planned, so its bytes (the previous index's copied file-to-file, the
+    checksums) are written on the writer's thread while the steps after the plan run, and
+    go to the disk as they are written. The caller finishes or aborts it."""
+    writer = index_format.IndexWriter(index_path, source=rows.previous)
+    try:
+        writer.put("chunks", rows.chunks)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer
 
 
 def build_tables(

@@ -229,3 +229,38 @@ def test_the_file_goes_to_the_disk_as_it_is_written(tmp_path: Path, monkeypatch)
     new = index_format.read_index(tmp_path / "new.index")
     assert index_format.verify_checksums(new) == []
     assert new.tables["chunks"].equals(old.tables["chunks"].slice(7))
+
+
+def test_the_writer_begun_with_the_plan_is_removed_when_pack_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The next index is being written from the schema stage on (its chunks table is final
+    once planned); when a later step fails, the run leaves no temp file and the published
+    index is the previous one, byte for byte."""
+    from kernel.config import load_config
+    from pipeline import ingest, lexical
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    for i in range(12):
+        (root / f"n{i:02d}.md").write_text(f"# Note {i}\n\nPlain words of note {i}.\n")
+    config = load_config(root, environ={"MDVDB_CLUSTERING_ENABLED": "false"})
+    assert ingest.ingest_folder(config).published
+    before = config.index_path.read_bytes()
+    with open(root / "n05.md", "a") as fh:
+        fh.write("\nOne more line.\n")
+    seen: list[list[Path]] = []
+
+    def failing(*args, **kwargs):
+        seen.append(index_format.temp_files(config.index_path))
+        raise RuntimeError("the lexical step failed")
+
+    monkeypatch.setattr(lexical, "update", failing)
+    with pytest.raises(RuntimeError, match="lexical step failed"):
+        ingest.ingest_folder(config)
+    assert len(seen) == 1 and len(seen[0]) == 1  # being written when the step ran
+    assert index_format.temp_files(config.index_path) == []
+    assert config.index_path.read_bytes() == before
+    monkeypatch.undo()
+    assert ingest.ingest_folder(config).published
+    assert index_format.verify_checksums(index_format.read_index(config.index_path)) == []
