@@ -494,3 +494,30 @@ def test_the_published_index_says_exactly_which_files_it_holds(corpus: Path):
     assert published.files_with(chunk_key + "x", held) == set()
     assert published.files_built_with(build_key + "x", held) == set()
     assert Published(config.index_path, False).files_with(chunk_key, held) == set()
+
+
+def test_a_few_shas_are_found_by_their_bytes_as_arrow_finds_them():
+    """An edit's few shas are looked for in the index's sha columns by comparing fixed-width
+    bytes (`state.few_fixed_width_rows`): the rows Arrow's `is_in` finds, first row of
+    repeats included, over a sliced column too; anything it cannot answer exactly (many
+    keys, mixed widths, a NUL, nulls, strings of other lengths) is left to Arrow (None)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from pipeline.state import few_fixed_width_rows
+
+    rng = np.random.default_rng(5)
+    shas = [f"{int(x):064x}" for x in rng.integers(0, 2**63, size=200)]
+    column = pa.array(shas + shas[:3], pa.string())
+    for values in (column, column.slice(17), column.slice(0, 0)):
+        asked = [shas[20], shas[1], "0" * 64, shas[150], shas[199]]
+        hits = pc.is_in(values, value_set=pa.array(asked)).to_numpy(zero_copy_only=False)
+        want: dict[str, int] = {}
+        for row in np.flatnonzero(hits).tolist():
+            want.setdefault(values[row].as_py(), row)
+        assert few_fixed_width_rows(values, asked) == want
+    assert few_fixed_width_rows(column, shas[:17]) is None  # many
+    assert few_fixed_width_rows(column, [shas[0], "abc"]) is None  # two widths
+    assert few_fixed_width_rows(column, ["0" * 63 + "\0"]) is None  # a NUL
+    assert few_fixed_width_rows(pa.array([shas[0], None]), [shas[0]]) is None
+    assert few_fixed_width_rows(pa.array([shas[0], "short"]), [shas[0]]) is None
