@@ -948,8 +948,10 @@ class _Sink:
     def __init__(self, fd: int, source: IndexFile | None):
         self.fd = fd
         self.at = 0
-        # Hands what is written to the disk as it is written (`IndexWriter`); None: the
+        # Hand what is written to the disk as it is written (`IndexWriter`), by a flusher
+        # started when the first step is due (a small index never starts one); else the
         # fsync alone writes it.
+        self.flush = False
         self.writeback: _Flusher | None = None
         self.handed = 0  # the file up to here was handed to the flusher
         usable = source is not None and source.source is not None
@@ -971,7 +973,12 @@ class _Sink:
         `least` (WRITEBACK_STEP) bytes or more: the fsync before the rename then waits for
         the tail only."""
         least = WRITEBACK_STEP if least is None else least
-        if self.writeback is not None and self.at - self.handed >= least:
+        if self.flush and self.at - self.handed >= least:
+            if self.writeback is None:
+                self.writeback = _Flusher.start_for(self.fd)
+                self.flush = self.writeback is not None
+                if not self.flush:
+                    return
             self.writeback.start(self.handed, self.at - self.handed)
             self.handed = self.at
 
@@ -1100,7 +1107,7 @@ class IndexWriter:
         self._queue: Any = None
         try:
             self._sink = _Sink(self._fd, source)
-            self._sink.writeback = _Flusher.start_for(self._fd)
+            self._sink.flush = True
             self._sink.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0))
         except BaseException:
             self.abort()
@@ -1174,6 +1181,8 @@ class IndexWriter:
 
     def _stop_flusher(self) -> None:
         sink = getattr(self, "_sink", None)
+        if sink is not None:
+            sink.flush = False
         if sink is not None and sink.writeback is not None:
             sink.writeback.stop()
             # What the kernel began writing before the fsync (a test reads it).
