@@ -49,13 +49,14 @@ COMMANDS = {
 }
 
 
-def run_one(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, bytes]:
-    """(wall s, CPU s of the child, exit code, stdout) of one process."""
+def run_one(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, int, bytes]:
+    """(wall s, CPU s of the child, exit code, stdout) of one process, started in `cwd` (a
+    neutral folder: `python -m mdvdb` imports from the current folder first)."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, env=env)
+    done = subprocess.run(argv, capture_output=True, env=env, cwd=cwd)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -103,7 +104,7 @@ def main() -> int:
                         a = str(work / side / f"new{fresh}")
                         shutil.copytree(REPO / "tests" / "fixtures" / "notes", a)
                     argv.append(a)
-                wall, cpu, code, out = run_one([python, "-m", "mdvdb", *argv], envs[side])
+                wall, cpu, code, out = run_one([python, "-m", "mdvdb", *argv], envs[side], work)
                 samples.setdefault((name, side), []).append((wall, cpu))
                 outputs[(name, side)] = out.replace(str(work / side).encode(), b"W")
     rows = []
