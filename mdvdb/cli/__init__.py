@@ -72,22 +72,28 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
 #   first query allocate enough objects for ~45 collections that find ~450 objects; reference
 #   counting frees everything else), OpenBLAS's thread per core (no product big enough to use
 #   them), and the interpreter's teardown (a last full collection and the unloading of NumPy,
-#   tens of ms) once the output is flushed.
+#   tens of ms) once the output is flushed;
+# - for the others (an ingest): most of the collector's passes. Its imports alone allocate
+#   enough for ~100 young collections that find a few hundred objects; a young generation of
+#   `YOUNG_OBJECTS` makes them a handful, and cyclic garbage is still collected (a long
+#   ingest allocates far more than that).
 # Only from `main`: a warm `mdvdb serve` runs `run_fast` in its own long-lived process, and a
 # library user imports as usual.
 READ_ONLY = frozenset({"search", "grep", "status", "get", "schema", "clusters"})
+YOUNG_OBJECTS = 20_000  # the collector's first threshold in a short writing command (700)
 # Commands whose `fast_main` may read the index without pyarrow (`one_shot`).
 ONE_SHOT = frozenset({"search"})
 
 
 def lean_start(argv: list[str]) -> list:
     """Set up a short command's process (see above); the caches to save at its end."""
+    import gc
     import os
 
     command = argv[0]
-    if command in READ_ONLY:
-        import gc
-
+    if command not in READ_ONLY:
+        gc.set_threshold(max(YOUNG_OBJECTS, gc.get_threshold()[0]), *gc.get_threshold()[1:])
+    else:
         gc.disable()
         # OpenBLAS starts a thread per core when NumPy loads (~10-25 ms of a cold start);
         # a user's own setting is kept.
