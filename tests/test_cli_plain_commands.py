@@ -1,5 +1,5 @@
-"""`mdvdb status`, `get` and `schema` read their own arguments (`mdvdb.cli.plain_args`); typer
-must never notice.
+"""`mdvdb status`, `get`, `schema` and `serve --status/--stop` read their own arguments
+(`mdvdb.cli.plain_args`); typer must never notice.
 
 Every argument list is run both ways in this process, through the command's `fast_main` and
 through its typer command, and the two must print the same bytes and exit with the same code.
@@ -79,6 +79,9 @@ ANSWERED = [
     ["schema", "nope"],  # unknown field: exit 2
     ["schema", "--check"],
     ["schema", "--check", "--json"],
+    ["serve", "--status"],  # none runs: exit 1
+    ["serve", "--status", "--json"],
+    ["serve", "--stop"],
 ]
 
 DECLINED = [
@@ -93,6 +96,10 @@ DECLINED = [
     ["schema", "a", "b"],
     ["schema", "-h"],
     ["schema", "--check=1"],
+    ["serve"],  # starting a server is typer's
+    ["serve", "--status", "--stop"],
+    ["serve", "--status", "--idle-timeout", "5"],
+    ["serve", "--background"],
 ]
 
 

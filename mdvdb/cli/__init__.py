@@ -31,6 +31,7 @@ FAST_COMMANDS = {
     "ingest": "mdvdb.cli.ingest",
     "schema": "mdvdb.cli.schema",
     "search": "mdvdb.cli.search",
+    "serve": "mdvdb.cli.serve_control",  # --status and --stop only
     "status": "mdvdb.cli.status",
 }
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
