@@ -68,7 +68,8 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
 # - compiling the methods `dataclasses` generates and the regular expressions its imports
 #   compile: kept per user (`kernel.code_cache`; ~18% and ~5% of a cold search's work);
 # - NumPy's docstrings, type hints, ctypes and platform (`kernel.lean_numpy`: ~30% of its
-#   import), loaded for real if anything asks for them;
+#   import), loaded for real if anything asks for them; `pyarrow.compute` without parsing
+#   the docstrings of its options classes (`kernel.lean_arrow`: ~40% of its import);
 # - for a read-only command (`READ_ONLY`): the cyclic garbage collector (its imports and
 #   first query allocate enough objects for ~45 collections that find ~450 objects; reference
 #   counting frees everything else), OpenBLAS's thread per core (no product big enough to use
@@ -100,10 +101,12 @@ def lean_start(argv: list[str]) -> list:
         # a user's own setting is kept.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from kernel.code_cache import remember_generated_code, remember_regex_programs
+    from kernel.lean_arrow import defer_compute_docs
     from kernel.lean_numpy import defer_numpy_extras
 
     caches = [remember_generated_code(), remember_regex_programs()]
     defer_numpy_extras()
+    defer_compute_docs()
     return [cache for cache in caches if cache is not None]
 
 
