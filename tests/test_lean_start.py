@@ -4,7 +4,8 @@ The real commands are run with `-X importtime` (the log of what they loaded) and
 folder of their own: the ingest and the status keep the code `dataclasses` generates and the
 regular expressions their imports compile (`kernel.code_cache`), import NumPy without its
 extras (`kernel.lean_numpy`: no `numpy._typing`, no `numpy.ma`), `pyarrow.compute` without
-`docscrape` (`kernel.lean_arrow`) and doit without `importlib.metadata` (`pipeline.doit_run`); a second run reads the caches and prints the same.
+`docscrape` (`kernel.lean_arrow`) and doit without `importlib.metadata`
+(`pipeline.doit_run`); a second run reads the caches and prints the same.
 """
 
 from __future__ import annotations
