@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mdvdb.cli import COMMAND_MODULES, FAST_COMMANDS
+from mdvdb.cli import COMMAND_MODULES, FAST_COMMANDS, ONE_SHOT
 from mdvdb.cli.app import app
 from mdvdb.cli.plain_args import parse
 from tests.conftest import run_cli
@@ -50,12 +50,14 @@ def _typer(argv: list[str]) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def _fast(argv: list[str]) -> tuple[int | None, str, str]:
+def _fast(argv: list[str], one_shot: bool = False) -> tuple[int | None, str, str]:
+    """`one_shot`: as `mdvdb.cli.main` calls a `ONE_SHOT` command (the index mapped without
+    pyarrow)."""
     fast = importlib.import_module(FAST_COMMANDS[argv[0]])
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            code = fast.fast_main(argv[1:])
+            code = fast.fast_main(argv[1:], one_shot=True) if one_shot else fast.fast_main(argv[1:])
         except SystemExit as exc:
             code = exc.code
     return code, out.getvalue(), err.getvalue()
@@ -109,6 +111,8 @@ def test_plain_path_prints_what_typer_prints(project: Path, argv: list[str]) -> 
     code, out, err = _fast(argv)
     assert code is not None, "the plain parser should answer this one"
     assert (code, out, err) == _typer(argv)
+    if argv[0] in ONE_SHOT:
+        assert _fast(argv, one_shot=True) == (code, out, err)
     assert out or err or argv[1:] == ["--root", str(project), "--check"]
 
 
@@ -142,3 +146,5 @@ def test_status_answers_without_typer(project: Path) -> None:
         loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
         assert "kernel.config" in loaded  # the log is there
         assert not {m for m in loaded if m.split(".")[0] in ("typer", "click", "pydantic")}
+        if argv[0] != "schema":  # the schema's tables are read with pyarrow
+            assert not {m for m in loaded if m.startswith("pyarrow")}, argv

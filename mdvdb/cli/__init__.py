@@ -84,7 +84,7 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
 READ_ONLY = frozenset({"search", "grep", "status", "get", "schema", "clusters"})
 YOUNG_OBJECTS = 20_000  # the collector's first threshold in a short writing command (700)
 # Commands whose `fast_main` may read the index without pyarrow (`one_shot`).
-ONE_SHOT = frozenset({"search"})
+ONE_SHOT = frozenset({"search", "status", "get", "schema"})
 
 
 def lean_start(argv: list[str]) -> list:

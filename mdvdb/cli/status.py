@@ -25,13 +25,16 @@ from mdvdb.cli.errors import (
 FLAGS = {"--check": "check", "--verify": "verify"}
 
 
-def fast_main(argv: list[str]) -> int | None:
+def fast_main(argv: list[str], one_shot: bool = False) -> int | None:
+    """The exit code, or None to have typer parse `argv`. `one_shot`: this process ends after
+    the command, so the index is mapped without pyarrow (`kernel.arrow_lite`; the same
+    answers, `query.snapshot`)."""
     from mdvdb.cli.plain_args import parse
 
     args = parse(argv, FLAGS)
     if args is None:
         return None
-    return run_status(**args)
+    return run_status(**args, lite=one_shot)
 
 
 def line(text: str = "", err: bool = False) -> None:
@@ -43,24 +46,28 @@ def line(text: str = "", err: bool = False) -> None:
 
 
 def run_status(
-    root: str | None = None, as_json: bool = False, check: bool = False, verify: bool = False
+    root: str | None = None,
+    as_json: bool = False,
+    check: bool = False,
+    verify: bool = False,
+    lite: bool = False,
 ) -> int:
-    """Print the status; the exit code."""
+    """Print the status; the exit code. `lite`: map the index without pyarrow."""
     with user_errors():
         config = load(root)
         if check:
             refuse_if_off(config)  # the same line and code as `search`: one check suffices
         if verify:
             return run_verify(config, as_json)
-        return _status(config, as_json, check)
+        return _status(config, as_json, check, lite)
 
 
-def _status(config, as_json: bool, check: bool) -> int:
+def _status(config, as_json: bool, check: bool, lite: bool) -> int:
     from kernel.terminal import printable
 
-    st, damage = _status_of(config)
+    st, damage = _status_of(config, lite)
     if st.exists:
-        st.new_files = _new_files(config, st)
+        st.new_files = _new_files(config, lite)
     if damage and not as_json:
         # the readers' own line ("index damaged: run `mdvdb ingest --full` (...)") as is
         raise CliError(damage if damage.startswith("index damaged") else f"damaged index: {damage}")
@@ -98,13 +105,13 @@ def _status(config, as_json: bool, check: bool) -> int:
     return EXIT_OK
 
 
-def _status_of(config):
+def _status_of(config, lite: bool = False):
     """The index's status, and what is wrong with it when the file is there but unreadable
     (`Index.status` calls such an index absent)."""
     from kernel.index_format import IndexFormatError
     from query import open_index
 
-    index = open_index(config=config)
+    index = open_index(config=config, lite=lite)
     try:
         st = index.status()
     except (OSError, ValueError, IndexFormatError) as exc:  # damaged, torn or foreign
@@ -127,12 +134,13 @@ def _status_of(config):
     return st, reason
 
 
-def _new_files(config, st) -> list[str]:
+def _new_files(config, lite: bool = False) -> list[str]:
     """Files on disk that the index does not have (uses the ingest's own walk and rules)."""
     from pipeline import walk
     from query import new_files, open_index
 
-    return new_files(open_index(config=config).snapshot, config.root, walk(config, []))
+    snapshot = open_index(config=config, lite=lite).snapshot
+    return new_files(snapshot, config.root, walk(config, []))
 
 
 def run_verify(config, as_json: bool) -> int:
