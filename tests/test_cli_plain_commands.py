@@ -102,6 +102,9 @@ DECLINED = [
     ["serve", "--status", "--stop"],
     ["serve", "--status", "--idle-timeout", "5"],
     ["serve", "--background"],
+    ["mcp", "--http", "8765"],
+    ["mcp", "--json"],
+    ["mcp", "--help"],
 ]
 
 
@@ -148,3 +151,13 @@ def test_status_answers_without_typer(project: Path) -> None:
         assert not {m for m in loaded if m.split(".")[0] in ("typer", "click", "pydantic")}
         if argv[0] != "schema":  # the schema's tables are read with pyarrow
             assert not {m for m in loaded if m.startswith("pyarrow")}, argv
+
+
+def test_mcp_over_stdio_starts_without_typer(project: Path) -> None:
+    """`mdvdb mcp --root DIR` (how clients start it) serves stdio without importing typer; at
+    the end of its input it exits 0."""
+    done = run_cli("mcp", "--root", str(project), input="", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "mdvdb.mcp_server" in loaded
+    assert not {m for m in loaded if m.split(".")[0] == "typer"}  # (the SDK imports click)

@@ -29,6 +29,7 @@ FAST_COMMANDS = {
     "get": "mdvdb.cli.get",
     "grep": "mdvdb.cli.grep",
     "ingest": "mdvdb.cli.ingest",
+    "mcp": "mdvdb.cli.mcp_stdio",  # over stdio
     "schema": "mdvdb.cli.schema",
     "search": "mdvdb.cli.search",
     "serve": "mdvdb.cli.serve_control",  # --status and --stop only
