@@ -69,7 +69,8 @@ def _comparable(out: bytes) -> bytes:
     import re
 
     out = re.sub(rb"[0-9]+\.[0-9]+ s\b", b"T s", out)
-    out = re.sub(rb'"(seconds|cpu_seconds|written_at|last_update)": [0-9.e-]+', rb'"\1": T', out)
+    keys = rb"seconds|cpu_seconds|written_at|last_update|cpu_per_wall|chunks_per_second"
+    out = re.sub(rb'"(' + keys + rb')": [0-9.e-]+', rb'"\1": T', out)
     out = re.sub(rb'"stage_(seconds|cpu_seconds)": \{[^}]*\}', rb'"stage_\1": T', out)
     return re.sub(rb"updated: +[0-9: -]+", b"updated: T", out)
 
