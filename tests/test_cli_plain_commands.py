@@ -1,4 +1,4 @@
-"""`mdvdb status`, `get`, `schema` and `serve --status/--stop` read their own arguments
+"""`mdvdb status`, `get`, `schema`, `clusters` and `serve --status/--stop` read their own arguments
 (`mdvdb.cli.plain_args`); typer must never notice.
 
 Every argument list is run both ways in this process, through the command's `fast_main` and
@@ -81,6 +81,11 @@ ANSWERED = [
     ["schema", "nope"],  # unknown field: exit 2
     ["schema", "--check"],
     ["schema", "--check", "--json"],
+    ["clusters"],
+    ["clusters", "--json"],
+    ["clusters", "--plot", "PROJECT/map.svg"],
+    ["clusters", "--plot=PROJECT/map.html", "--json"],
+    ["clusters", "--plot", "PROJECT/map.png"],  # not a map format: exit 2
     ["serve", "--status"],  # none runs: exit 1
     ["serve", "--status", "--json"],
     ["serve", "--stop"],
@@ -102,6 +107,9 @@ DECLINED = [
     ["serve", "--status", "--stop"],
     ["serve", "--status", "--idle-timeout", "5"],
     ["serve", "--background"],
+    ["clusters", "--plot"],
+    ["clusters", "x"],
+    ["clusters", "--help"],
     ["mcp", "--http", "8765"],
     ["mcp", "--json"],
     ["mcp", "--help"],
@@ -110,7 +118,12 @@ DECLINED = [
 
 @pytest.mark.parametrize("argv", ANSWERED, ids=" ".join)
 def test_plain_path_prints_what_typer_prints(project: Path, argv: list[str]) -> None:
-    argv = [argv[0], "--root", str(project), *argv[1:]]
+    argv = [
+        argv[0],
+        "--root",
+        str(project),
+        *(a.replace("PROJECT", str(project)) for a in argv[1:]),
+    ]
     code, out, err = _fast(argv)
     assert code is not None, "the plain parser should answer this one"
     assert (code, out, err) == _typer(argv)
@@ -143,13 +156,13 @@ def test_parse_reads_the_usual_forms() -> None:
 
 def test_status_answers_without_typer(project: Path) -> None:
     """The real `mdvdb status` and `mdvdb get`: `-X importtime` lists what they loaded."""
-    for argv in (["status"], ["get", "tar.md"], ["schema"]):
+    for argv in (["status"], ["get", "tar.md"], ["schema"], ["clusters"]):
         done = run_cli(*argv, "--root", str(project), env={"PYTHONPROFILEIMPORTTIME": "1"})
         assert done.returncode == 0, done.stderr
         loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
         assert "kernel.config" in loaded  # the log is there
         assert not {m for m in loaded if m.split(".")[0] in ("typer", "click", "pydantic")}
-        if argv[0] != "schema":  # the schema's tables are read with pyarrow
+        if argv[0] in ("status", "get"):  # the schema's and clusters' tables: with pyarrow
             assert not {m for m in loaded if m.startswith("pyarrow")}, argv
 
 

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
 # alone would eat most of their time budget. `fast_main` returns the exit code, or None to leave
 # `argv` to typer (usage errors and `--help` are worded by typer everywhere).
 FAST_COMMANDS = {
+    "clusters": "mdvdb.cli.cluster_list",
     "get": "mdvdb.cli.get",
     "grep": "mdvdb.cli.grep",
     "ingest": "mdvdb.cli.ingest",
