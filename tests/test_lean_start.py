@@ -31,8 +31,8 @@ def test_short_commands_start_lean_and_answer_the_same(tmp_path: Path):
     assert "numpy.ma" not in loaded
     assert not loaded & {"importlib.metadata", "typer", "pydantic", "pyarrow.vendored.docscrape"}
     assert "pyarrow.compute" in loaded
-    code = sorted(p.name.split(".")[0] for p in (cache / "code").iterdir())
-    assert code == ["dataclasses", "re"]
+    code = sorted(p.name.split(".")[:2] for p in (cache / "code").iterdir())
+    assert code == [["dataclasses", "ingest"], ["re", "ingest"]]  # a file pair per command
     stamps = {p: p.stat().st_mtime_ns for p in (cache / "code").iterdir()}
     # A second folder: the same imports, served from the caches (not written again).
     second = copy_markdown(FIXTURES / "notes", tmp_path / "second")
@@ -96,3 +96,21 @@ def test_pyarrow_compute_imported_lean_is_pyarrow_compute():
     assert runs["plain"][0] == "docscrape True True"
     assert runs["lean"][1:] == runs["plain"][1:]
     assert runs["lean"][-2:] == ["later NumpyDocString True", "kept True"]
+
+
+def test_cache_groups_are_plain_names(tmp_path: Path):
+    """A command's cache files are named by a known command only: an unknown word (argv is
+    the user's) shares the "other" pair and never becomes part of a path."""
+    import pytest
+
+    from kernel.code_cache import cache_file, regex_cache_file
+
+    assert cache_file("ingest").name.startswith("dataclasses.ingest.")
+    assert regex_cache_file("").name.startswith("re.cpython")
+    for bad in ("../x", "a/b", "x.y", "é"):
+        with pytest.raises(ValueError):
+            cache_file(bad)
+    env = {"MDVDB_NO_WARM": "1", "MDVDB_CACHE_DIR": str(tmp_path / "cache")}
+    done = run_cli("../../escape", env=env)
+    assert done.returncode == 2 and "No such command" in done.stderr
+    assert {p.name.split(".")[1] for p in (tmp_path / "cache" / "code").iterdir()} == {"other"}

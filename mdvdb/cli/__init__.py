@@ -84,6 +84,7 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
 # Only from `main`: a warm `mdvdb serve` runs `run_fast` in its own long-lived process, and a
 # library user imports as usual.
 READ_ONLY = frozenset({"search", "grep", "status", "get", "schema", "clusters"})
+CACHE_GROUPS = frozenset({"ingest", "status", "get", "schema", "clusters", "grep", "serve"})
 YOUNG_OBJECTS = 20_000  # the collector's first threshold in a short writing command (700)
 # Commands whose `fast_main` may read the index without pyarrow (`one_shot`).
 ONE_SHOT = frozenset({"search", "status", "get", "schema"})
@@ -102,11 +103,22 @@ def lean_start(argv: list[str]) -> list:
         # OpenBLAS starts a thread per core when NumPy loads (~10-25 ms of a cold start);
         # a user's own setting is kept.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from kernel.code_cache import remember_generated_code, remember_regex_programs
+    from kernel.code_cache import (
+        cache_file,
+        regex_cache_file,
+        remember_generated_code,
+        remember_regex_programs,
+    )
     from kernel.lean_arrow import defer_compute_docs
     from kernel.lean_numpy import defer_numpy_extras
 
-    caches = [remember_generated_code(), remember_regex_programs()]
+    # One pair of cache files per command (a search's stay small); a name from the user's
+    # argv is never part of a file name.
+    group = "" if command == "search" else command if command in CACHE_GROUPS else "other"
+    caches = [
+        remember_generated_code(cache_file(group)),
+        remember_regex_programs(regex_cache_file(group)),
+    ]
     defer_numpy_extras()
     defer_compute_docs()
     return [cache for cache in caches if cache is not None]
