@@ -25,13 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from doit import task_params
-from doit.tools import config_changed, result_dep
-
 from kernel.config import Config, load_config
 from kernel.shards import manifest_path, published_file
 from pipeline import stages
+from pipeline.doit_run import import_doit
 from pipeline.state import State
+
+import_doit()  # without importlib.metadata (`pipeline.doit_run`)
+from doit import task_params  # noqa: E402
+from doit.tools import config_changed, result_dep  # noqa: E402
 
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
