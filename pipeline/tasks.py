@@ -131,7 +131,11 @@ class IngestRun:
         return tuple(p for out in self.outputs.values() for p in getattr(out, "problems", ()))
 
     def close(self) -> None:
-        # The schema stage's plan keeps the previous index mapped: let it go with the run.
+        # The schema stage's plan keeps the previous index mapped: let it go with the run,
+        # and the temp file of a writer that pack did not finish (an error) with it.
+        schema = self.outputs.get("schema")
+        if isinstance(schema, stages.Schema):
+            schema.abandon()
         self.outputs.clear()
         if self.cluster_helper is not None:
             self.cluster_helper.close()
