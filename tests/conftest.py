@@ -182,54 +182,63 @@ SAME_WORKER = {
 
 
 # What the inner loop's files cost (CPU-s: their tests' own and their subprocesses', as the
-# end-of-run list gives them; 2026-12-01 15:24 UTC, load ~5). Under xdist the work units (a
-# file, or the files of one SAME_WORKER unit: their sum) are handed out costliest first, so
-# that the cheap ones fill the end of both workers' queues: handed out by number of tests
-# (xdist's default), a 5 CPU-s file of one test came last and one worker finished 13 s after
-# the other. A file not listed counts as DEFAULT_FILE_CPU; the figures only order the queue
-# (a stale one costs balance, never a result).
+# end-of-run list gives them; 2026-12-01 15:41 UTC, load ~4, after merging main bc56b83).
+# Under xdist the work units (a file, or the files of one SAME_WORKER unit: their sum) are
+# handed out costliest first, so that the cheap ones fill the end of both workers' queues:
+# handed out by number of tests (xdist's default), a 5 CPU-s file of one test came last and
+# one worker finished 13 s after the other. A file not listed counts as DEFAULT_FILE_CPU; the
+# figures only order the queue (a stale one costs balance, never a result).
 FILE_CPU = {
-    "tests/test_cli_hygiene.py": 5.7,
+    "tests/test_lean_start.py": 5.2,
+    "tests/test_hybrid_candidates.py": 5.2,  # a 400-page index built in the worker
+    "tests/test_shard_rounds.py": 5.1,
     "tests/test_agents_mcp.py": 5.0,
-    "tests/test_security_outside.py": 4.9,
-    "tests/test_grep.py": 4.9,
-    "tests/test_hybrid_candidates.py": 4.8,  # a 400-page index built in the worker
-    "tests/test_minilm.py": 4.8,
-    "tests/test_cold_start.py": 3.7,
-    "tests/test_ivf.py": 3.4,
-    "tests/test_shard_rounds.py": 3.4,
-    "tests/test_arrow_lite.py": 3.3,
-    "tests/test_parse_retry.py": 3.1,  # ~7 `mdvdb` processes
-    "tests/test_project_files.py": 3.1,
-    "tests/test_warm_queries.py": 2.9,
-    "tests/test_hostile_files.py": 2.8,
-    "tests/test_metadata.py": 2.7,
-    "tests/test_index_writer.py": 2.7,
-    "tests/test_writer_lock.py": 2.7,
-    "tests/test_small_kmeans.py": 2.5,
-    "tests/test_incremental_pack.py": 2.0,
-    "tests/test_agents_search.py": 1.9,
+    "tests/test_cli_plain_commands.py": 4.8,
+    "tests/test_cold_start.py": 4.2,
+    "tests/test_arrow_lite.py": 3.9,
+    "tests/test_grep.py": 3.7,
+    "tests/test_grep_options.py": 3.5,
+    "tests/test_cli_hygiene.py": 3.5,
+    "tests/test_minilm.py": 3.5,
+    "tests/test_security_outside.py": 3.1,
+    "tests/test_ivf.py": 3.0,
+    "tests/test_writer_lock.py": 3.0,
+    "tests/test_agents_search.py": 2.8,
+    "tests/test_metadata.py": 2.8,
+    "tests/test_cli_search_fast.py": 2.7,
+    "tests/test_encoder_onnx.py": 2.7,
+    "tests/test_warm_queries.py": 2.7,
+    "tests/test_project_files.py": 2.7,
+    "tests/test_index_writer.py": 2.6,
+    "tests/test_cli_ingest_fast.py": 2.4,
+    "tests/test_incremental_pack.py": 2.4,
+    "tests/test_cluster_counts.py": 2.1,
+    "tests/test_results_diversity.py": 2.0,
+    "tests/test_parse_retry.py": 1.9,
+    "tests/test_lexical.py": 1.8,
+    "tests/test_edit_delta.py": 1.7,
     "tests/test_library.py": 1.7,
-    "tests/test_cli.py": 1.7,
-    "tests/test_cli_ingest_fast.py": 1.6,
-    "tests/test_lexical.py": 1.3,
-    "tests/test_results_diversity.py": 1.3,
-    "tests/test_encoder_onnx.py": 1.1,
-    "tests/test_edit_delta.py": 1.0,
-    "tests/test_grep_options.py": 1.0,
-    "tests/test_ingest.py": 1.0,
-    "tests/test_state_handover.py": 0.9,
-    "tests/test_parallel_ingest.py": 0.9,
-    "tests/test_cli_search_fast.py": 0.9,
-    "tests/test_index_damage.py": 0.8,
-    "tests/test_duplicate_groups.py": 0.8,
-    "tests/test_layers.py": 0.8,
-    "tests/test_providers_cli.py": 0.7,
-    "tests/test_shard_split.py": 0.7,
-    "tests/test_cluster_counts.py": 0.7,
+    "tests/test_hostile_files.py": 1.7,
+    "tests/test_small_kmeans.py": 1.6,
+    "tests/test_index_damage.py": 1.5,
+    "tests/test_cli.py": 1.4,
+    "tests/test_state_handover.py": 1.3,
+    "tests/test_ingest.py": 1.2,
+    "tests/test_duplicate_groups.py": 1.1,
+    "tests/test_parallel_ingest.py": 1.1,
+    "tests/test_bpe.py": 1.1,
+    "tests/test_doit_run.py": 1.0,
+    "tests/test_ranking.py": 1.0,
+    "tests/test_layers.py": 1.0,
+    "tests/test_providers_cli.py": 0.9,
+    "tests/test_shard_split.py": 0.9,
+    "tests/test_heading_scan.py": 0.8,
+    "tests/test_stub_records.py": 0.8,
+    "tests/test_walk_entries.py": 0.7,
+    "tests/test_footprint.py": 0.7,
+    "tests/test_shards.py": 0.6,
+    "tests/test_offline.py": 0.6,
     "tests/test_discover_safety.py": 0.6,
-    "tests/test_heading_scan.py": 0.6,
-    "tests/test_bpe.py": 0.6,
 }
 DEFAULT_FILE_CPU = 0.5
 
