@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
-FRONTMATTER_CACHE = 50_000  # parsed pages a reader keeps for governing (then starts over)
 
 
 def query_vector(
@@ -231,13 +230,14 @@ def search(
         # governed best of each group (the authoritative copy, not the first in path order).
         # It reads only each candidate's score and page metadata: the rows shown are
         # materialised (headings, lines, excerpts) after it, not the 3x more it weighs.
-        weighed = _governing_view(index, order, scores, components)
-        weighed = governing.rerank(index, weighed, len(weighed), explain)
+        weighed = governing.rerank(index, order, scores)
         kept = set(diversity.select([hit.chunk_id for hit in weighed], limit, per_file))
         weighed = [hit for hit in weighed if hit.chunk_id in kept]
         results = build_results(index, [hit.chunk_id for hit in weighed], scores, None, query, mode)
         for hit, governed_hit in zip(results, weighed, strict=True):
-            hit.score, hit.explain = governed_hit.score, governed_hit.explain
+            hit.score = governed_hit.score
+            if explain:
+                hit.explain = governed_hit.explain(components.get(hit.chunk_id))
     else:
         results = build_results(index, order, scores, components, query, mode)
     diversity.commit([hit.chunk_id for hit in results])
@@ -551,7 +551,7 @@ def build_results(
         }
     if excerpts:
         sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
-        shown = _excerpts(index, sections, query, mode)
+        shown = _excerpts(index, sections, query, mode, order)
     else:  # a caller that shows no excerpts
         shown = [Excerpt("", 0, 0)] * len(order)
     meta: dict[int, dict[str, Any]] = {}
@@ -582,53 +582,18 @@ def build_results(
     return results
 
 
-def _governing_view(
-    index: Reader,
-    order: list[int],
-    scores: np.ndarray,
-    components: dict[int, dict[str, float]] | None,
-) -> list[SearchResult]:
-    """The candidates as governing weighs them: score, explain parts and their page's
-    metadata (the same values `build_results` gives); nothing else is read."""
-    snap = index.snapshot
-    file_ids = snap.chunk_file_ids[order].tolist() if order else []
-    # Each page's parsed frontmatter is kept by the reader: a long-lived one weighs ~100
-    # candidates a query, mostly pages it has parsed before.
-    meta = snap.cache.get("frontmatter")
-    if meta is None or len(meta) > FRONTMATTER_CACHE:
-        meta = snap.cache["frontmatter"] = {}
-    missing = set(file_ids).difference(meta)
-    if missing:
-        column = snap.table("files").column("frontmatter")
-        meta.update((fid, json.loads(column[fid].as_py() or "{}")) for fid in missing)
-    # (each page's metadata is the cached dict itself, not a copy: governing only reads it,
-    # and these results never leave `search`, which shows `build_results`' own)
-    values = scores[order].tolist() if order else []
-    return [
-        SearchResult(
-            path="",
-            heading="",
-            heading_path=[],
-            start_line=0,
-            end_line=0,
-            score=round(value, 6),
-            excerpt="",
-            metadata=meta[file_id],
-            chunk_id=chunk_id,
-            file_id=file_id,
-            explain=components.get(chunk_id) if components else None,
-        )
-        for chunk_id, file_id, value in zip(order, file_ids, values, strict=True)
-    ]
-
-
-def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None, mode):
-    """The matched passage of each section; by meaning (closest sentence) only with the
-    local static model, whose vectors cost microseconds: an encoder or a remote provider
-    would make every search slower or cost a request."""
+def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None, mode, rows):
+    """The matched passage of each section (`rows`: their chunk ids); by meaning (closest
+    sentence) only with the local static model, whose vectors cost microseconds: an encoder
+    or a remote provider would make every search slower or cost a request. The sentences
+    of a section matched by meaning, and their vectors, are kept per snapshot."""
     from query.excerpt import excerpts
 
     config = index.config
     local = config.embedding_provider == "local" and config.embedding_model.startswith("wordllama")
     embed = index.provider().embed if query and mode != "lexical" and local else None
-    return excerpts(sections, query, embed)
+    memo = None
+    if embed is not None:
+        key = ("excerpt_sentences", config.embedding_model, config.embedding_dimensions)
+        memo = index.snapshot.cache.setdefault(key, {})
+    return excerpts(sections, query, embed, keys=list(rows), memo=memo)

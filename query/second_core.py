@@ -139,6 +139,11 @@ class _Helper:
             job.take_over()
 
 
+# Threads a query may run on, caller included (MDVDB_QUERY_THREADS through `set_threads`);
+# None: one per core this process may run on, up to 1 + MAX_HELPERS.
+_THREADS: int | None = None
+
+
 def cores() -> int:
     """The cores this process may run on (its affinity, not the machine's count)."""
     try:
@@ -147,15 +152,24 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-@lru_cache(maxsize=1)
-def _helpers() -> tuple[_Helper, ...]:
-    """One helper per core beyond the caller's, started on first use."""
-    return tuple(_Helper() for _ in range(min(cores() - 1, MAX_HELPERS)))
+def set_threads(count: int | None) -> None:
+    """Run a query's passes on at most `count` threads, the caller's included (1: helper
+    threads off); None: one per core. Process-wide, as the helper threads are."""
+    global _THREADS
+    _THREADS = count
 
 
 def threads() -> int:
     """How many threads a split pass runs on: the caller and each helper."""
-    return 1 + max(0, min(cores() - 1, MAX_HELPERS))
+    most = 1 + max(0, min(cores() - 1, MAX_HELPERS))
+    return most if _THREADS is None else max(1, min(_THREADS, most))
+
+
+@lru_cache(maxsize=1)
+def _helpers() -> tuple[_Helper, ...]:
+    """One helper per core beyond the caller's (at most MAX_HELPERS), started on first use;
+    `threads` says how many of them a pass asks."""
+    return tuple(_Helper() for _ in range(min(cores() - 1, MAX_HELPERS)))
 
 
 def in_background(function, *args) -> _Job:
@@ -163,9 +177,9 @@ def in_background(function, *args) -> _Job:
     must release the GIL for most of its time to gain anything (NumPy products,
     onnxruntime runs); when every helper is busy or none has started it, the caller runs it."""
     job = _Job(function, *args)
-    if cores() < 2:
+    if threads() < 2:
         return job  # `result` runs it in the caller
-    for helper in _helpers():
+    for helper in _helpers()[: threads() - 1]:
         if helper.submit(job):
             break
     return job
@@ -176,10 +190,10 @@ def in_parallel(function, pieces: list) -> list:
     every free helper at once, each taking the next piece not started. For a pass split by
     rows whose every row is computed on its own (the same bits as one call over all of
     them), by calls that release the GIL (NumPy, simsimd)."""
-    if len(pieces) < 2 or cores() < 2:
+    if len(pieces) < 2 or threads() < 2:
         return [function(piece) for piece in pieces]
     job = _Pieces(function, pieces)
-    for helper in _helpers():
+    for helper in _helpers()[: threads() - 1]:
         helper.submit(job)
     return job.result()
 

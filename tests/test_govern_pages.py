@@ -1,0 +1,53 @@
+"""Governing reads each page's confidence and date once per snapshot (query.govern.page_terms):
+a long-lived reader must still see an edit once it is published, and two readers of one
+snapshot with other governance settings must each rank by their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import build_index
+
+BODY = "# Rotating the signing keys\n\nRotate the signing keys every ninety days with keyctl.\n"
+
+
+def page(root: Path, name: str, confidence: str, updated: str) -> None:
+    text = f"---\nconfidence: {confidence}\nupdated: {updated}\n---\n{BODY}"
+    (root / name).write_text(text, encoding="utf-8")
+
+
+def ranked(index) -> list[tuple[str, float]]:
+    hits = index.search("rotate signing keys", limit=4, collapse=False).results
+    return [(hit.path, hit.score) for hit in hits]
+
+
+def test_a_long_lived_reader_sees_a_page_edit_and_each_readers_settings(tmp_path: Path):
+    from kernel.config import load_config
+    from query import open_index
+
+    page(tmp_path, "a.md", "low", "2024-06-01")
+    page(tmp_path, "b.md", "high", "2023-01-01")
+    page(tmp_path, "c.md", "medium", "2022-01-01")
+    page(tmp_path, "d.md", "medium", "2025-03-01")
+    build_index(tmp_path)
+    index = open_index(config=load_config(tmp_path, environ={}))
+    first = ranked(index)
+    assert [p for p, _ in first] == ["b.md", "d.md", "c.md", "a.md"]
+    # the same snapshot (shared in the process), read under other settings: their order
+    inverted = open_index(
+        config=load_config(tmp_path, environ={"MDVDB_GOVERN_WEIGHTS": "low=2,high=0.5"})
+    )
+    assert [p for p, _ in ranked(inverted)] == ["a.md", "d.md", "c.md", "b.md"]
+    renamed = open_index(
+        config=load_config(tmp_path, environ={"MDVDB_GOVERN_CONFIDENCE_FIELD": "none"})
+    )
+    # no confidence field: every page ties, the newest first
+    assert [p for p, _ in ranked(renamed)] == ["d.md", "a.md", "b.md", "c.md"]
+    assert ranked(index) == first  # the first reader's own settings, still
+    # an edit published while the reader is open: the next query weighs the new values
+    page(tmp_path, "a.md", "high", "2026-01-01")
+    page(tmp_path, "b.md", "low", "2023-01-01")
+    build_index(tmp_path)
+    after = ranked(index)
+    assert [p for p, _ in after] == ["a.md", "d.md", "c.md", "b.md"]
+    assert after[0][1] == first[0][1]  # the same relevance and factor as b.md had
