@@ -8,8 +8,9 @@ that pays depends on the machine (free cores, shared memory bandwidth). Fresh pr
 differ by more than the effect (±15% here), so both arms run in one warm `Index`,
 alternating per query (on/off, then off/on for the next), with the same answers (the test
 suite checks the bits). Per root: the p50 and p95 of each arm, the median of the per-query
-ratios (off / on), and the load average. `MDVDB_QUERY_THREADS` is what each arm sets
-(`auto` is what a user gets: the same as `on` above a core). Nothing is written into DIR.
+ratios (off / on), and the load average. Each arm is an `Index` opened with its own
+MDVDB_SEARCH_THREADS (0: one thread per core; 1: the caller alone, the default) over the
+same mapped snapshot. Nothing is written into DIR.
 """
 
 from __future__ import annotations
@@ -32,15 +33,17 @@ def measure(root: Path, rounds: int) -> dict:
     from kernel.config import load_config
     from query import open_index
 
-    index = open_index(config=load_config(root, environ={}))
-    arms = {"on": 0, "off": 1}
+    arms = {
+        arm: open_index(config=load_config(root, environ={"MDVDB_SEARCH_THREADS": threads}))
+        for arm, threads in (("on", "0"), ("off", "1"))
+    }
+    index = arms["off"]
 
     def run(arm: str, q: str) -> float:
-        second_core.set_threads(None if arm == "on" else 1)
         # the same query twice in a row: not the remembered last answer (query.search)
         index.snapshot.cache.pop("last_scores", None)
         start = time.perf_counter()
-        index.search(q, mode="hybrid")
+        arms[arm].search(q, mode="hybrid")
         return time.perf_counter() - start
 
     for _ in range(2):  # warm-up: maps, lexical views, IVF / int8 copies, helper threads
@@ -58,7 +61,6 @@ def measure(root: Path, rounds: int) -> dict:
                 times[arm].append(t)
             ratios.append(got["off"] / got["on"])
         loads.append(os.getloadavg()[0])
-    second_core.set_threads(None)
     chunks = int(index.snapshot.vectors.shape[0])
     row = {"root": str(root), "chunks": chunks, "cores": second_core.cores()}
     for arm in arms:

@@ -184,6 +184,10 @@ def search(
     file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
     one response (query.collapse)."""
     config = index.config
+    from query import second_core
+
+    # process-wide, as the helper threads are; only speed depends on it, never an answer
+    second_core.set_threads(config.search_threads or None)
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
     mode = config.search_default_mode if mode is None else mode

@@ -139,8 +139,9 @@ class _Helper:
             job.take_over()
 
 
-# Threads a query may run on, caller included (MDVDB_QUERY_THREADS through `set_threads`);
-# None: one per core this process may run on, up to 1 + MAX_HELPERS.
+# Threads a split pass may run on, caller included (MDVDB_SEARCH_THREADS, which each search
+# sets through `set_threads`); None: one per core this process may run on, up to
+# 1 + MAX_HELPERS. `in_background` (one job on another core) does not depend on it.
 _THREADS: int | None = None
 
 
@@ -177,9 +178,9 @@ def in_background(function, *args) -> _Job:
     must release the GIL for most of its time to gain anything (NumPy products,
     onnxruntime runs); when every helper is busy or none has started it, the caller runs it."""
     job = _Job(function, *args)
-    if threads() < 2:
+    if cores() < 2:
         return job  # `result` runs it in the caller
-    for helper in _helpers()[: threads() - 1]:
+    for helper in _helpers():
         if helper.submit(job):
             break
     return job
