@@ -214,7 +214,15 @@ def search(
     if select is not None:
         candidates = allowed
     order = _diverse_top(
-        scores, candidates, min_score, limit, governed, diversity, per_file, select
+        scores,
+        candidates,
+        min_score,
+        limit,
+        governed,
+        diversity,
+        per_file,
+        select,
+        parts.get("_above"),
     )
     components = (
         {
@@ -270,18 +278,20 @@ def _diverse_top(
     diversity: Diversity,
     per_file: int | None,
     select=None,
+    above=None,
 ) -> list[int]:
     """The best chunk ids that repeat no near-duplicate and respect the per-file cap: rank
     a few more candidates than wanted, and more again while collapsing leaves too few.
     `select` (a sharded index's staged search): asked for the best rows under the filter
-    `candidates`, it fills their scores in."""
+    `candidates`, it fills their scores in. `above` (query.vector.Above): the rows of
+    `scores` that can rank, as the hybrid scoring left them."""
     wanted = governing.candidates(limit) if governed else limit
     fetch = _first_fetch(limit, governed, diversity)
     while True:
         if select is not None:
             ranked = select(candidates, fetch, min_score)
         else:
-            ranked = top_k(scores, fetch, candidates)
+            ranked = top_k(scores, fetch, candidates, above)
         ranked = [int(i) for i in ranked if scores[i] >= min_score]
         if governed:  # collapsing waits for the governed order (see `search`)
             return ranked
@@ -399,6 +409,10 @@ def mode_scores(
             dense=dense,
             query=query,
         )
+        # The rows of the fused scores above the stub selection's cut (query.vector.Above):
+        # the name pool and the final ranking select from them again, not from all n rows,
+        # while every later change of the scores is at rows it names.
+        above = None
         if params.stub_length > 0 and params.stub_weight > 0:
             from query.fusion import with_stub_prior
 
@@ -406,11 +420,14 @@ def mode_scores(
             if page_length is not None and params.stub_kind != "any":
                 from query.stubs import stub_rows
 
+                seen: list = []
                 rows = stub_rows(
-                    index, fused.scores, page_length, params.stub_length, params.stub_kind
+                    index, fused.scores, page_length, params.stub_length, params.stub_kind, seen
                 )
                 length = page_length[index.snapshot.chunk_file_ids[rows]]
                 fused = with_stub_prior(fused, length, params, rows, owned=True)
+                # (the cut rows are among the selection's: changed in place, still named)
+                above = seen[0].rising(rows) if seen else None
             elif page_length is not None:
                 chunk_length = page_length[index.snapshot.chunk_file_ids]
                 fused = with_stub_prior(fused, chunk_length, params)
@@ -418,6 +435,7 @@ def mode_scores(
             from query.fusion import with_proximity
 
             fused = with_proximity(fused, bonus, params.proximity_weight)
+            above = None  # every row changed
         parts = {"lexical": fused.lexical, "semantic": fused.semantic}
         if fused.page is not None:
             parts["page"] = fused.page
@@ -436,33 +454,38 @@ def mode_scores(
 
             chunk_files = index.snapshot.chunk_file_ids
             # return_counts: a plain np.unique imports numpy.ma (~8 ms of a cold search)
-            pool = np.unique(chunk_files[_name_pool(fused.scores)], return_counts=True)[0]
+            pool = _name_pool(fused.scores, above)
+            pool = np.unique(chunk_files[pool], return_counts=True)[0]
             named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
             named[pool[name_files(index.snapshot, query, pool)]] = True
             if named.any():
-                part, scores = _name_part(index.snapshot, named, scores, params.name_weight)
+                part, scores, raised = _name_part(index.snapshot, named, scores, params.name_weight)
                 parts = {"name": part, **parts, "fused": scores}
-        return scores, {**parts, "_candidates": scores > 0}
+                above = above.rising(raised) if above is not None else None
+        parts = {**parts, "_candidates": scores > 0}
+        if above is not None:
+            parts["_above"] = above
+        return scores, parts
     raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
 
 
-def _name_pool(scores: np.ndarray) -> np.ndarray:
-    """The NAME_POOL best sections (`query.fusion.best`)."""
+def _name_pool(scores: np.ndarray, above=None) -> np.ndarray:
+    """The NAME_POOL best sections (`query.fusion.best`; `above`: query.vector.Above)."""
     from query.vector import top_rows
 
-    return top_rows(scores, NAME_POOL, positive=True)
+    return top_rows(scores, NAME_POOL, positive=True, above=above)
 
 
 def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
-    """(the name part, scores + it): `weight` on each section of a `named` file. A file's
-    sections are contiguous rows, so they are found by binary search in the file ids, not
-    by a pass over every row (the reference: query.fusion._REFERENCE)."""
+    """(the name part, scores + it, the rows it raised): `weight` on each section of a
+    `named` file. A file's sections are contiguous rows, so they are found by binary search
+    in the file ids, not by a pass over every row (the reference: query.fusion._REFERENCE)."""
     from query import fusion
 
     chunk_files = snap.chunk_file_ids
     if fusion._REFERENCE or not _files_ascend(snap):
         part = (np.float32(weight) * named[chunk_files]).astype(np.float32)
-        return part, scores + part
+        return part, scores + part, np.flatnonzero(part)
     files = np.flatnonzero(named)
     begin = np.searchsorted(chunk_files, files, side="left")
     end = np.searchsorted(chunk_files, files, side="right")
@@ -471,7 +494,7 @@ def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
     part = np.zeros(len(chunk_files), dtype=np.float32)
     part[rows] = np.float32(weight)
     scores[rows] += part[rows]  # in place: the caller's fused scores are replaced by these
-    return part, scores
+    return part, scores, rows
 
 
 def _files_ascend(snap) -> bool:

@@ -673,10 +673,46 @@ def _has_simsimd() -> bool:
     return True
 
 
-def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+def top_k(
+    scores: np.ndarray, k: int, mask: np.ndarray | None = None, above: Above | None = None
+) -> np.ndarray:
     """Indices of the k best finite scores, best first, equal scores in row order (`ranked`'s
     order); rows where mask is False are skipped (`top_rows`: no partition of n rows)."""
-    return top_rows(scores, k, mask)
+    return top_rows(scores, k, mask, above=above)
+
+
+@dataclass(frozen=True)
+class Above:
+    """Every finite row of a score array above `cut` (at or above it unless `strict`), rows
+    ascending, as one `top_rows` found them; `raised`: rows whose score may have risen
+    since (a later part added to them). Every other row still scores below the cut, so a
+    later selection of at most as many rows on the changed array looks only at these
+    (`top_rows(above=)`) instead of passing over all n rows again."""
+
+    rows: np.ndarray
+    cut: float
+    strict: bool
+    raised: np.ndarray | None = None
+
+    def rising(self, rows: np.ndarray) -> Above:
+        """This cut after `rows` may have risen too."""
+        more = rows if self.raised is None else union_rows(self.raised, rows)
+        return Above(self.rows, self.cut, self.strict, more)
+
+    def select(self, scores, k: int, mask, positive: bool) -> np.ndarray | None:
+        """`top_rows(scores, k, mask, positive)` from these rows, or None when fewer than k
+        allowed rows are still above the cut (then the k best may lie anywhere)."""
+        rows = self.rows if self.raised is None else union_rows(self.rows, self.raised)
+        values = scores[rows]
+        keep = values > self.cut if self.strict else values >= self.cut
+        keep &= np.isfinite(values)
+        if mask is not None:
+            keep &= mask[rows]
+        if positive:
+            keep &= values > 0
+        if int(np.count_nonzero(keep)) < k:
+            return None
+        return _ranked(rows[keep], values[keep], k)[0]
 
 
 # `top_rows` guesses its cut from a strided sample of the scores: the sample's CUT_RANK-th
@@ -702,6 +738,8 @@ def top_rows(
     k: int,
     mask: np.ndarray | None = None,
     positive: bool = False,
+    above: Above | None = None,
+    seen: list | None = None,
 ) -> np.ndarray:
     """The k best rows of `scores`, best first, equal scores by descending row: rows where
     `mask` is False, non-finite scores and (`positive`) scores <= 0 never count.
@@ -711,11 +749,24 @@ def top_rows(
     least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
     those few are ranked. Otherwise (a sample that missed, a mask that leaves few rows, few
     positive scores) the allowed rows are all ranked: the same answer either way, and
-    `ranked`'s (equal scores by descending row, as a sharded search merges them)."""
+    `ranked`'s (equal scores by descending row, as a sharded search merges them).
+
+    `above` (an earlier call's `Above` for this array, since changed at its `raised` rows
+    at most): the answer from its rows when enough are still above its cut (the k-th best
+    is then at or above it, so every row of the answer, ties included, is among them: the
+    same answer). `seen` (a list): given no mask and no `positive`, the `Above` this call
+    found is appended to it, for the next selection."""
     n = scores.shape[0]
     if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
-    found = _above_cut(scores, k, mask, positive)
+    if above is not None and not REFERENCE:
+        found = above.select(scores, k, mask, positive)
+        if found is not None:
+            return found
+    cut = [] if seen is not None and mask is None and not positive else None
+    found = _above_cut(scores, k, mask, positive, cuts=cut)
+    if found is not None and cut:
+        seen.append(Above(found[0], *cut[-1]))
     if found is None:
         rows = np.flatnonzero(mask) if mask is not None else None
         values = scores if rows is None else scores[rows]
@@ -733,12 +784,17 @@ def top_rows(
 
 
 def _above_cut(
-    scores: np.ndarray, k: int, mask: np.ndarray | None, positive: bool, always: bool = False
+    scores: np.ndarray,
+    k: int,
+    mask: np.ndarray | None,
+    positive: bool,
+    always: bool = False,
+    cuts: list | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(rows ascending, their scores) of every allowed finite row at or above a cut from a
     strided sample, when at least k of them are (the k best are then among them); None when
     no cut was found that way (too few rows, a sample that missed, non-finite values) or
-    on the reference path (unless `always`)."""
+    on the reference path (unless `always`). `cuts`: (cut, strict) of the answer appended."""
     n = scores.shape[0]
     if (REFERENCE and not always) or n < SAMPLED_MIN_ROWS or k * SAMPLED_MAX_SHARE > n:
         return None
@@ -763,6 +819,8 @@ def _above_cut(
             rows = _rows_above(scores, cut, strict)
             rows, values = _allowed(rows, scores, mask)
             if len(rows) >= k:
+                if cuts is not None:
+                    cuts.append((cut, strict))
                 return rows, values
     return None
 
