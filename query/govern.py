@@ -107,7 +107,7 @@ def adjusted(score: float, weight: float) -> float:
 PAGE_CACHE = 50_000
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Governed:
     """One candidate after governing: its row, its relevance (rounded as shown), its
     governed score and the confidence factor that made it."""

@@ -1,6 +1,7 @@
-"""Governing reads each page's confidence and date once per snapshot (query.govern.page_terms):
-a long-lived reader must still see an edit once it is published, and two readers of one
-snapshot with other governance settings must each rank by their own."""
+"""What a reader keeps per snapshot about pages, independent of the query: governing's
+confidence factor and date (query.govern.page_terms), the names a query may call a page by
+(query.titles._names). A long-lived reader must still see an edit once it is published, and
+two readers of one snapshot with other settings must each rank by their own."""
 
 from __future__ import annotations
 
@@ -51,3 +52,29 @@ def test_a_long_lived_reader_sees_a_page_edit_and_each_readers_settings(tmp_path
     after = ranked(index)
     assert [p for p, _ in after] == ["a.md", "d.md", "c.md", "b.md"]
     assert after[0][1] == first[0][1]  # the same relevance and factor as b.md had
+
+
+def test_page_names_kept_per_snapshot_follow_a_retitled_page(tmp_path: Path):
+    """query.titles keeps each page's title and stem per snapshot once a name query asked
+    for them: a long-lived reader names the page by its new title after an edit, and the
+    kept names answer the next query as the first."""
+    from kernel.config import load_config
+    from query import open_index
+
+    def write(title: str) -> None:
+        text = f"---\ntitle: {title}\n---\n# Archives\n\nPack and unpack archive files.\n"
+        (tmp_path / "tool.md").write_text(text, encoding="utf-8")
+        (tmp_path / "other.md").write_text("# Archives\n\nMore on archive files.\n", "utf-8")
+
+    def named(index, query: str) -> bool:
+        hits = index.search(query, limit=5, explain=True).results
+        return "name" in next(h.explain for h in hits if h.path == "tool.md")
+
+    write("tar")
+    build_index(tmp_path)
+    index = open_index(config=load_config(tmp_path, environ={}))
+    assert named(index, "tar archive files") and named(index, "tar archive files")
+    assert not named(index, "zip archive files")
+    write("zip")
+    build_index(tmp_path)
+    assert named(index, "zip archive files") and not named(index, "tar archive files")
