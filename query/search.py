@@ -453,9 +453,9 @@ def mode_scores(
             from query.titles import name_files
 
             chunk_files = index.snapshot.chunk_file_ids
-            # return_counts: a plain np.unique imports numpy.ma (~8 ms of a cold search)
-            pool = _name_pool(fused.scores, above)
-            pool = np.unique(chunk_files[pool], return_counts=True)[0]
+            from query.vector import distinct
+
+            pool = distinct(chunk_files[_name_pool(fused.scores, above)])[0]
             named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
             named[pool[name_files(index.snapshot, query, pool)]] = True
             if named.any():

@@ -234,8 +234,8 @@ class IvfSide:
         # lies (no gather of the probed rows).
         picked = np.sort(picked)
         breaks = np.flatnonzero(np.diff(picked) != 1) + 1
-        first = picked[np.r_[0, breaks]]
-        last = picked[np.r_[breaks - 1, len(picked) - 1]]
+        first = picked[np.concatenate(([0], breaks))]
+        last = picked[np.append(breaks - 1, len(picked) - 1)]
         begin, end = self.offsets[first].tolist(), self.offsets[last + 1].tolist()
         spans = list(zip(begin, end, strict=True))
         approx, ids = self.codes.dots_spans(vectors, spans, self.order)
@@ -877,7 +877,7 @@ def _ranked(
         level = np.flatnonzero(values == v)
         need = k - int(np.count_nonzero(above))
         tied = len(level) > need
-        chosen = np.sort(np.r_[np.flatnonzero(above), level[len(level) - need :]])
+        chosen = np.sort(np.concatenate((np.flatnonzero(above), level[len(level) - need :])))
         rows, values = rows[chosen], values[chosen]
     order = np.lexsort((-rows, -values))
     if ordered and not tied and len(order) > 1:
@@ -898,6 +898,34 @@ def union_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(rows[1:], rows[:-1], out=keep[1:])
     return rows[keep]
+
+
+def distinct(
+    values: np.ndarray, counts: bool = False, inverse: bool = False
+) -> tuple[np.ndarray, ...]:
+    """`np.unique(values, return_counts=counts, return_inverse=inverse)` of a 1-D integer
+    array: (its distinct values ascending[, each one's count][, where each value went]),
+    the same arrays, by one sort and a neighbour compare. np.unique's own steps cost ~25 us
+    a call in Python, five calls a hybrid query (the query's terms twice, the name pool's
+    pages, the feedback terms)."""
+    values = np.asarray(values).ravel()
+    if inverse:
+        perm = values.argsort()
+        ordered = values[perm]
+    else:
+        ordered = np.sort(values)
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    out: tuple[np.ndarray, ...] = (ordered[first],)
+    if inverse:
+        where = np.empty(len(ordered), dtype=np.intp)
+        where[perm] = np.cumsum(first) - 1
+        out += (where,)
+    if counts:
+        starts = np.flatnonzero(first)
+        out += (np.diff(np.append(starts, len(ordered))),)
+    return out
 
 
 def ranked(scores: np.ndarray, k: int) -> np.ndarray:

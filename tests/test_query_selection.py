@@ -1,7 +1,7 @@
-"""`query.vector.top_rows(above=)`: a selection of the same scores, changed since at known
-rows, made from the rows an earlier selection found above its cut (the stub selection's
-rows serve the name pool and the final ranking: no pass over n rows each). It must be the
-plain sorted answer whatever changed, ties, masks and non-finite values included."""
+"""The query path's selections: `query.vector.top_rows(above=)`, a selection of the same
+scores, changed since at known rows, made from the rows an earlier selection found above its
+cut (the stub selection's rows serve the name pool and the final ranking: no pass over n rows
+each), and `distinct`, np.unique's answer by one sort. Each must be the plain answer."""
 
 from __future__ import annotations
 
@@ -60,3 +60,18 @@ def test_a_raised_row_left_out_would_be_missed():
     assert seen[0].select(scores, 10, None, False) is None
     got = vector.top_rows(scores, 10, above=seen[0])
     assert got.tolist() == _reference_top(scores, 10).tolist()
+
+
+def test_distinct_is_numpys_unique():
+    """`query.vector.distinct`, the query path's np.unique (terms, pages, feedback terms):
+    the same values, counts and inverse, for every integer type the callers pass."""
+    rng = np.random.default_rng(5)
+    for dtype in (np.int32, np.int64, np.uint64):
+        for size in (0, 1, 2, 7, 100, 5_000):
+            values = rng.integers(0, max(1, size // 3 + 1), size).astype(dtype)
+            want = np.unique(values, return_counts=True, return_inverse=True)
+            got_values, got_inverse, got_counts = vector.distinct(values, True, True)
+            for a, b in ((got_values, want[0]), (got_inverse, want[1]), (got_counts, want[2])):
+                assert a.dtype == b.dtype and np.array_equal(a, b), (dtype, size)
+            assert np.array_equal(vector.distinct(values)[0], want[0])
+            assert np.array_equal(vector.distinct(values, counts=True)[1], want[2])
