@@ -426,8 +426,8 @@ def mode_scores(
                 )
                 length = page_length[index.snapshot.chunk_file_ids[rows]]
                 fused = with_stub_prior(fused, length, params, rows, owned=True)
-                # (the cut rows are among the selection's: changed in place, still named)
-                above = seen[0].rising(rows) if seen else None
+                # (the cut rows, changed in place, are among the selection's own rows)
+                above = seen[0] if seen else None
             elif page_length is not None:
                 chunk_length = page_length[index.snapshot.chunk_file_ids]
                 fused = with_stub_prior(fused, chunk_length, params)

@@ -684,25 +684,23 @@ def top_k(
 @dataclass(frozen=True)
 class Above:
     """Every finite row of a score array above `cut` (at or above it unless `strict`), rows
-    ascending, as one `top_rows` found them; `raised`: rows whose score may have risen
-    since (a later part added to them). Every other row still scores below the cut, so a
-    later selection of at most as many rows on the changed array looks only at these
+    ascending, as one `top_rows` found them, plus the rows whose score may have risen since
+    (`rising`: a later part added to them). Every other row still scores below the cut, so
+    a later selection of at most as many rows on the changed array looks only at these
     (`top_rows(above=)`) instead of passing over all n rows again."""
 
     rows: np.ndarray
     cut: float
     strict: bool
-    raised: np.ndarray | None = None
 
     def rising(self, rows: np.ndarray) -> Above:
         """This cut after `rows` may have risen too."""
-        more = rows if self.raised is None else union_rows(self.raised, rows)
-        return Above(self.rows, self.cut, self.strict, more)
+        return Above(union_rows(self.rows, rows), self.cut, self.strict)
 
     def select(self, scores, k: int, mask, positive: bool) -> np.ndarray | None:
         """`top_rows(scores, k, mask, positive)` from these rows, or None when fewer than k
         allowed rows are still above the cut (then the k best may lie anywhere)."""
-        rows = self.rows if self.raised is None else union_rows(self.rows, self.raised)
+        rows = self.rows
         values = scores[rows]
         keep = values > self.cut if self.strict else values >= self.cut
         keep &= np.isfinite(values)
@@ -751,11 +749,11 @@ def top_rows(
     positive scores) the allowed rows are all ranked: the same answer either way, and
     `ranked`'s (equal scores by descending row, as a sharded search merges them).
 
-    `above` (an earlier call's `Above` for this array, since changed at its `raised` rows
-    at most): the answer from its rows when enough are still above its cut (the k-th best
-    is then at or above it, so every row of the answer, ties included, is among them: the
-    same answer). `seen` (a list): given no mask and no `positive`, the `Above` this call
-    found is appended to it, for the next selection."""
+    `above` (an earlier call's `Above` for this array, since changed at its own rows at
+    most, `Above.rising`): the answer from its rows when enough are still above its cut
+    (the k-th best is then at or above it, so every row of the answer, ties included, is
+    among them: the same answer). `seen` (a list): given no mask and no `positive`, the
+    `Above` this call found is appended to it, for the next selection."""
     n = scores.shape[0]
     if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
