@@ -144,7 +144,12 @@ def rerank(index: Reader, chunk_ids: list[int], scores) -> list[Governed]:
     ):
         weight, when = pages[file_id]
         relevance = round(value, 6)
-        score = round(adjusted(relevance, weight), 6)
+        # `adjusted` inline; a factor of 1 leaves the rounded relevance as it is (rounding
+        # an already rounded value to the same digits gives it back)
+        if weight == 1.0:
+            score = relevance
+        else:
+            score = round(relevance * weight if relevance >= 0 else relevance / weight, 6)
         # (position is unique: the tuples are ordered by their first three items alone)
         keyed.append((-score, -when, position, chunk_id, relevance, score, weight))
     keyed.sort()

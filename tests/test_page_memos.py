@@ -78,3 +78,16 @@ def test_page_names_kept_per_snapshot_follow_a_retitled_page(tmp_path: Path):
     write("zip")
     build_index(tmp_path)
     assert named(index, "zip archive files") and not named(index, "tar archive files")
+
+
+def test_a_factor_of_one_leaves_the_rounded_relevance():
+    """query.govern.rerank skips the second rounding when a page's factor is 1: rounding a
+    value already rounded to 6 digits gives it back, for any magnitude and sign."""
+    import random
+
+    from query.govern import adjusted
+
+    rng = random.Random(1)
+    for _ in range(50_000):
+        value = round(rng.uniform(-3, 3) * 10 ** rng.randint(-7, 3), 6)
+        assert round(adjusted(value, 1.0), 6) == value
