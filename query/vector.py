@@ -61,8 +61,11 @@ def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
         return fanned(vector)
     scores = np.einsum("ij,j->i", matrix, vector.astype(np.float32, copy=False))
     # A NaN row (a damaged index, an old provider answer) scores nothing rather than
-    # turning every normalised hybrid score into NaN (cheap: one pass over n scores).
-    return np.nan_to_num(scores, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    # turning every normalised hybrid score into NaN (cheap: one pass over n scores, and
+    # nan_to_num's own passes only when one is not finite).
+    if not np.isfinite(scores).all():
+        np.nan_to_num(scores, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    return scores
 
 
 @dataclass(frozen=True)
