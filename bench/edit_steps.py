@@ -28,11 +28,12 @@ from pathlib import Path
 
 # module -> [(attribute path, step label)]
 STEPS: dict[str, list[tuple[str, str]]] = {
-    "pipeline.tasks": [("_discover", "discover stage")],
+    "pipeline.tasks": [("_discover", "discover stage"), ("IngestRun.close", "run close")],
     "pipeline.discover": [
         ("walk_folders", "walk"),
         ("_merged", "walk: merge of the forked half"),
         ("folder_signatures", "folder digests"),
+        ("discover", "compare moved folders"),
     ],
     "pipeline.stages": [
         ("parse", "parse stage"),
@@ -41,7 +42,11 @@ STEPS: dict[str, list[tuple[str, str]]] = {
         ("cluster", "cluster stage"),
         ("schema", "schema stage"),
         ("pack", "pack stage"),
+        ("_prepare_files", "parse: parse + chunk + embed"),
+        ("_drop_unparsed", "parse: drop unparsed"),
     ],
+    "pipeline.workers": [("prepare_batch", "parse: one batch")],
+    "kernel.providers.local": [("load_tokenizer", "parse: tokenizer load")],
     "pipeline.pack": [
         ("plan", "plan"),
         ("_previous", "previous index open + check"),
@@ -56,8 +61,19 @@ STEPS: dict[str, list[tuple[str, str]]] = {
         ("verify_checksums", "checksums of the previous index"),
         ("write_index", "write_index (older versions: all of the write)"),
         ("IndexWriter.finish", "write: finish (wait, tail, fsync, rename)"),
+        ("IndexWriter._join", "write: wait for the writer thread"),
+        ("_write_table", "write: tables (either thread)"),
+        ("check_soon", "start of the checksum thread"),
     ],
-    "pipeline.state": [("State.hand_over", "hand over"), ("State.prune", "prune")],
+    "pipeline.state": [
+        ("State.hand_over", "hand over"),
+        ("State.prune", "prune"),
+        ("State.chunked", "state: chunked"),
+        ("State.close", "state: close"),
+        ("State.replace_manifest", "state: replace manifest"),
+        ("State.manifest_in_folders", "state: manifest rows of moved folders"),
+        ("Published._trusted", "state: wait for the checksum verdict"),
+    ],
 }
 
 TIMES: dict[str, list[float]] = {}

@@ -36,11 +36,20 @@ from typing import Any
 ENTRIES_MAX = 4096  # source texts kept (then the file starts over)
 
 
-def cache_file() -> Path:
+def cache_file(group: str = "") -> Path:
+    """`group`: one file per kind of process (`mdvdb.cli.lean_start` gives the command), so a
+    search reads only what a search compiles, not what an ingest added (a few hundred texts
+    more: ~2 ms to read); "" is the search's."""
     from kernel.user_cache import cache_dir
 
     tag = f"{sys.implementation.cache_tag}-{sys.hexversion:x}"
-    return cache_dir() / "code" / f"dataclasses.{tag}.marshal"
+    return cache_dir() / "code" / f"dataclasses.{_group(group)}{tag}.marshal"
+
+
+def _group(group: str) -> str:
+    if group and not (group.isascii() and group.isalpha()):
+        raise ValueError(f"not a cache group: {group!r}")
+    return f"{group}." if group else ""
 
 
 class GeneratedCode:
@@ -116,13 +125,14 @@ def remember_generated_code(path: Path | None = None) -> GeneratedCode | None:
     return cache
 
 
-def regex_cache_file() -> Path:
+def regex_cache_file(group: str = "") -> Path:
+    """`group`: as for `cache_file`."""
     import _sre
 
     from kernel.user_cache import cache_dir
 
     tag = f"{sys.implementation.cache_tag}-{sys.hexversion:x}-{_sre.MAGIC}"
-    return cache_dir() / "code" / f"re.{tag}.marshal"
+    return cache_dir() / "code" / f"re.{_group(group)}{tag}.marshal"
 
 
 # (pattern, flags) -> the arguments of `_sre.compile` after the pattern: final flags, the

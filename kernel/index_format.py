@@ -41,6 +41,7 @@ import json
 import os
 import re
 import struct
+import sys
 import time
 import weakref
 from collections.abc import Mapping
@@ -934,13 +935,25 @@ def _bitmap(masks: list[pa.Array]) -> Any:
     return np.packbits(flat.astype(bool, copy=False), bitorder="little")
 
 
+# What `IndexWriter` writes is handed to the disk in steps of WRITEBACK_STEP bytes as it is
+# written, and at the end of each buffer from WRITEBACK_MIN bytes on (smaller ones are left
+# to the fsync: a call each would cost more than it saves).
+WRITEBACK_STEP = 16 << 20
+WRITEBACK_MIN = 1 << 20
+
+
 class _Sink:
     """The temp file being written, by file descriptor, with its position tracked."""
 
     def __init__(self, fd: int, source: IndexFile | None):
         self.fd = fd
         self.at = 0
-        self.writeback = False  # start each buffer's writeback once written (`IndexWriter`)
+        # Hand what is written to the disk as it is written (`IndexWriter`), by a flusher
+        # started when the first step is due (a small index never starts one); else the
+        # fsync alone writes it.
+        self.flush = False
+        self.writeback: _Flusher | None = None
+        self.handed = 0  # the file up to here was handed to the flusher
         usable = source is not None and source.source is not None
         # copy_file_range is Linux's; elsewhere the bytes go through memory.
         self.source = source if usable and hasattr(os, "copy_file_range") else None
@@ -950,9 +963,24 @@ class _Sink:
             return
         view = memoryview(data).cast("B")
         while view:
-            done = os.write(self.fd, view)
+            done = os.write(self.fd, view[:WRITEBACK_STEP])
             self.at += done
             view = view[done:]
+            self.hand_over()
+
+    def hand_over(self, least: int | None = None) -> None:
+        """Start the disk writeback of what was written since the last call, once it is
+        `least` (WRITEBACK_STEP) bytes or more: the fsync before the rename then waits for
+        the tail only."""
+        least = WRITEBACK_STEP if least is None else least
+        if self.flush and self.at - self.handed >= least:
+            if self.writeback is None:
+                self.writeback = _Flusher.start_for(self.fd)
+                self.flush = self.writeback is not None
+                if not self.flush:
+                    return
+            self.writeback.start(self.handed, self.at - self.handed)
+            self.handed = self.at
 
     def _copy(self, data: Any) -> bool:
         """Copy `data` from the source file when it is a slice of the source's map."""
@@ -965,10 +993,12 @@ class _Sink:
         offset, left = address - source.base_address, data.size
         try:
             while left:
-                done = os.copy_file_range(source.source.fileno(), self.fd, left, offset)
+                step = min(left, WRITEBACK_STEP)
+                done = os.copy_file_range(source.source.fileno(), self.fd, step, offset)
                 if done == 0:
                     raise OSError("copy_file_range copied nothing")
                 offset, left, self.at = offset + done, left - done, self.at + done
+                self.hand_over()
         except OSError:
             # A file system without it: write the rest through memory, from now on.
             os.lseek(self.fd, self.at, os.SEEK_SET)
@@ -989,8 +1019,7 @@ class _Sink:
         start = self.at
         for part in parts:
             self.write(part)
-        if self.writeback:
-            _start_writeback(self.fd, start, self.at - start)
+        self.hand_over(WRITEBACK_MIN)
         return [start, self.at - start], _xxh3(p for p in parts if _size(p))
 
 
@@ -1041,10 +1070,6 @@ def write_index(
         raise
 
 
-# A buffer written by `IndexWriter`'s thread is handed to the disk at once from this size.
-WRITEBACK_MIN = 1 << 20
-
-
 class IndexWriter:
     """`write_index` in steps, for a writer that knows some tables before the others: `put`
     hands a finished table to a thread that writes it (the unchanged bytes copied
@@ -1075,12 +1100,14 @@ class IndexWriter:
             prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX, dir=self.path.parent
         )
         self._layouts: dict[str, Any] = {}
+        self.handed_to_disk = 0
         self._thread: Any = None
         self._error: BaseException | None = None
         self._names: set[str] = set()
         self._queue: Any = None
         try:
             self._sink = _Sink(self._fd, source)
+            self._sink.flush = True
             self._sink.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0))
         except BaseException:
             self.abort()
@@ -1101,9 +1128,7 @@ class IndexWriter:
         self._queue.put((name, table))
 
     def _drain(self) -> None:
-        """The thread: the tables in the order put, until `None`; each buffer's range is
-        handed to the disk as soon as it is written (`_Sink.writeback`)."""
-        self._sink.writeback = True
+        """The thread: the tables in the order put, until `None`."""
         while (item := self._queue.get()) is not None:
             if self._error is not None:
                 continue  # drain the queue; `finish` raises the error
@@ -1112,7 +1137,6 @@ class IndexWriter:
                 self._layouts[name] = _write_table(self._sink, table)
             except BaseException as exc:  # noqa: BLE001 - re-raised by `finish`
                 self._error = exc
-        self._sink.writeback = False
 
     def _join(self) -> None:
         if self._thread is not None:
@@ -1143,6 +1167,7 @@ class IndexWriter:
         sink.write(footer)
         sink.write(TRAILER.pack(len(footer), _xxh3([footer]), MAGIC))
         size = sink.at
+        self._stop_flusher()
         os.fsync(self._fd)
         st = os.fstat(self._fd)
         os.close(self._fd)
@@ -1154,12 +1179,23 @@ class IndexWriter:
         _fsync_dir(self.path.parent)
         return size
 
+    def _stop_flusher(self) -> None:
+        sink = getattr(self, "_sink", None)
+        if sink is not None:
+            sink.flush = False
+        if sink is not None and sink.writeback is not None:
+            sink.writeback.stop()
+            # What the kernel began writing before the fsync (a test reads it).
+            self.handed_to_disk = sink.writeback.started
+            sink.writeback = None
+
     def abort(self) -> None:
         """Stop: wait for the thread, close and remove the temp file (idempotent)."""
         try:
             self._join()
         except BaseException:  # noqa: BLE001 - aborting anyway
             pass
+        self._stop_flusher()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -1171,18 +1207,71 @@ class IndexWriter:
             self._tmp = None
 
 
-def _start_writeback(fd: int, offset: int, length: int) -> None:
+class _Flusher:
+    """A thread that hands ranges of the file being written to the disk
+    (`_start_writeback`) while the writer goes on: the kernel's request may wait for room
+    in the device's queue, and the copy must not wait with it."""
+
+    def __init__(self, fd: int):
+        import queue
+        import threading
+
+        self.fd = fd
+        self.started = 0  # bytes the kernel took requests for (what a test checks)
+        self._queue: Any = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="index-flusher", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start_for(cls, fd: int) -> _Flusher | None:
+        """A flusher for `fd`, or None where the kernel offers no `sync_file_range`."""
+        return cls(fd) if _sync_file_range() is not None else None
+
+    def start(self, offset: int, length: int) -> None:
+        self._queue.put((offset, length))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if _start_writeback(self.fd, *item):
+                self.started += item[1]
+
+    def stop(self) -> None:
+        """Wait until every range asked for was handed over (before the fd closes)."""
+        self._queue.put(None)
+        self._thread.join()
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> bool:
     """Ask the kernel to start writing a range of the temp file to disk now, without waiting
-    for it (Linux's `sync_file_range`; elsewhere nothing): the fsync before the rename then
-    waits only for what is still dirty. Durability still comes from that fsync. Small
-    ranges are left to the fsync (one call each would cost more than it saves)."""
-    sync = getattr(os, "sync_file_range", None)
-    if sync is None or length < WRITEBACK_MIN:
-        return
-    try:
-        sync(fd, offset, length, os.SYNC_FILE_RANGE_WRITE)
-    except OSError:
-        pass
+    for it (Linux's `sync_file_range(SYNC_FILE_RANGE_WRITE)`, which the `os` module does not
+    offer: called through ctypes; elsewhere nothing): the fsync before the rename then waits
+    only for what is still dirty. Durability still comes from that fsync. Returns whether
+    the kernel took the request."""
+    sync = _sync_file_range()
+    if sync is None:
+        return False
+    return sync(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0
+
+
+_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>
+_SYNC: list[Any] = []
+
+
+def _sync_file_range() -> Any:
+    """libc's `sync_file_range`, or None where there is none (not Linux, no glibc)."""
+    if not _SYNC:
+        found = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                found = ctypes.CDLL(None, use_errno=True).sync_file_range
+                found.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                found.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                found = None
+        _SYNC.append(found)
+    return _SYNC[0]
 
 
 def temp_files(path: Path | str) -> list[Path]:

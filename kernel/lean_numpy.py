@@ -17,9 +17,19 @@ module loads the real one on its first attribute use (`arr.ctypes`, `platform.un
 `import numpy.typing` all work as before), so nothing is lost but the docstrings of NumPy's
 C objects and the exact annotations of the linalg NamedTuples (`numpy._typing.NDArray` is
 `numpy.ndarray` for `numpy.linalg._linalg` during that import). Once NumPy is imported the
-stand-ins leave `sys.modules`: a later import of any of them runs the real module. Only the
-one-shot search process (`mdvdb.cli.main`) calls it; a library user, `mdvdb serve`, MCP and
-the tests import NumPy as usual.
+stand-ins leave `sys.modules`: a later import of any of them runs the real module.
+
+`numpy.ma` is the same story after the import: `np.unique(x)` (and `union1d`, `setdiff1d`...,
+which call it) asks `np.ma.is_masked(x)`, and `pa.array(ndarray)` asks `isinstance(x,
+np.ma.MaskedArray)`; that first `np.ma` imports the masked-array package (~10-15 ms).
+`numpy.ma` is set to a stand-in that answers these two itself while the real package was
+never imported (then no masked array exists: nothing is masked, nothing is one) and loads
+the real package for any other name; an explicit `import numpy.ma` replaces it. Its
+`MaskedArray` asks the real class once the package is loaded (so a copy kept by some module
+stays right) and builds real ones.
+
+Only the short commands' processes (`mdvdb.cli.lean_start`) call it; a library user, `mdvdb
+serve`, MCP and the tests import NumPy as usual.
 """
 
 from __future__ import annotations
@@ -50,6 +60,53 @@ class _Deferred(types.ModuleType):
             if _caller(sys._getframe(1)) == TYPING_FOR[name] and numpy is not None:
                 return numpy.ndarray  # `NDArray[Any]` in a NamedTuple's annotations
         return getattr(_load(self.__name__), name)
+
+
+class _MaskedMeta(type):
+    """isinstance/issubclass against the real `MaskedArray` once `numpy.ma` is loaded; before
+    that no masked array exists."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        real = sys.modules.get("numpy.ma")
+        return real is not None and isinstance(obj, real.MaskedArray)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        real = sys.modules.get("numpy.ma")
+        return real is not None and issubclass(sub, real.MaskedArray)
+
+
+class _MaskedArray(metaclass=_MaskedMeta):
+    """`np.ma.MaskedArray` before `numpy.ma` is loaded: building one loads it."""
+
+    def __new__(cls, *args, **kwargs):
+        return _real_ma().MaskedArray(*args, **kwargs)
+
+
+def _real_ma() -> types.ModuleType:
+    import importlib
+
+    real = importlib.import_module("numpy.ma")
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(vars(numpy).get("ma"), _MaskedArrays):
+        numpy.ma = real
+    return real
+
+
+class _MaskedArrays(types.ModuleType):
+    """`numpy.ma` until something other than `is_masked` or `MaskedArray` is asked of it."""
+
+    MaskedArray = _MaskedArray
+
+    def is_masked(self, x) -> bool:
+        real = sys.modules.get("numpy.ma")
+        if real is None:  # never imported: no MaskedArray exists, so nothing is masked
+            return False
+        return real.is_masked(x)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(_real_ma(), name)
 
 
 def _caller(frame) -> str | None:
@@ -107,6 +164,8 @@ class _NumpyFinder:
                 for name, stand_in in stand_ins.items():
                     if sys.modules.get(name) is stand_in:
                         del sys.modules[name]
+            if "numpy.ma" not in sys.modules and "ma" not in vars(module):
+                module.ma = _MaskedArrays("numpy.ma")
 
         loader.exec_module = exec_module
         return spec

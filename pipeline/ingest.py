@@ -52,8 +52,9 @@ def ingest_folder(
     """One ingest under the writer lock: the doit tasks of `pipeline.tasks`, given one
     `IngestRun` as their parameter. `provider`: an embedder to reuse (a long-lived caller
     such as the watcher loads its model once); it is not closed here."""
-    from doit.api import run_tasks
     from doit.cmd_base import ModuleTaskLoader
+
+    from pipeline.doit_run import run_stages
 
     started, cpu_started = time.perf_counter(), cpu_seconds()
     only = tuple(relative_paths(config, paths)) if paths else None
@@ -82,7 +83,7 @@ def ingest_folder(
         # Files an earlier run left out wait for this run's parse (`stages.RETRY_UNPARSED`).
         retry = run.state.get_value(RETRY_UNPARSED)
         loader = ModuleTaskLoader({**TASK_CREATORS, "DOIT_CONFIG": doit_config(config, full)})
-        code = run_tasks(
+        code = run_stages(
             loader, {name: {"run": run} for name in STAGES}, extra_config={"GLOBAL": {}}
         )
         if run.error is not None:

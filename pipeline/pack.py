@@ -270,15 +270,23 @@ def plan(index_path: Path, sources: PackSources) -> Plan:
     chunk_source, file_of = _chunk_source(previous, file_source, fresh_counts)
     old_files = old_chunks = None
     if previous is not None:
-        old_files = previous.tables["files"].select(index_format.FILES_SCHEMA.names)
-        old_files = old_files.cast(index_format.FILES_SCHEMA)
-        old_chunks = previous.tables["chunks"].cast(fresh_chunks.schema)
+        # A cast only where the schemas differ: `cast` imports pyarrow.compute (~50 ms), which
+        # the plan of an edit does not otherwise need before the writer begins.
+        old_files = _as(
+            previous.tables["files"].select(index_format.FILES_SCHEMA.names),
+            index_format.FILES_SCHEMA,
+        )
+        old_chunks = _as(previous.tables["chunks"], fresh_chunks.schema)
     files = splice(old_files, fresh_files, file_source)
     chunks = splice(old_chunks, fresh_chunks, chunk_source)
     files = files.set_column(0, "file_id", pa.array(np.arange(files.num_rows, dtype=np.int32)))
     chunks = chunks.set_column(0, "chunk_id", pa.array(np.arange(chunks.num_rows, dtype=np.int32)))
     chunks = chunks.set_column(1, "file_id", pa.array(file_of, pa.int32()))
     return Plan(previous, files, chunks, file_source, chunk_source, tuple(damaged))
+
+
+def _as(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    return table if table.schema.equals(schema, check_metadata=True) else table.cast(schema)
 
 
 def assemble(
@@ -326,6 +334,7 @@ def publish(
     schema: schema_pack.SchemaUpdate | None = None,
     analysed: lexical.Store | None = None,
     ivf_min_rows: int | None = None,
+    writer: index_format.IndexWriter | None = None,
 ) -> Written:
     """pack in its named steps: `plan`, `schema_pack.update`, `cluster.assign`, then
     `build_tables` (`lexical.update`, `duplicates.update`, `ivf.build`, `assemble`), each
@@ -334,17 +343,15 @@ def publish(
     `rows` and `schema`: the plan and schema the `schema` stage already made from the same
     sources in this run;
     `analysed`: lexical analyses the ingest workers made of this run's new chunks;
-    `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.ivf`; None: never)."""
+    `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.ivf`; None: never);
+    `writer`: the writer `start_writing` began for `rows` (its chunks put already)."""
     if rows is None:
         rows = plan(index_path, sources)
     if schema is None:
         schema = schema_pack.update(rows, sources.state)
-    # The chunks table is final once planned: its bytes (the previous index's copied
-    # file-to-file, the checksums) are written on the writer's thread while the steps
-    # below run, and its range starts on its way to the disk.
-    writer = index_format.IndexWriter(index_path, source=rows.previous)
+    if writer is None:
+        writer = start_writing(index_path, rows)
     try:
-        writer.put("chunks", rows.chunks)
         meta = {**meta, "build_key": sources.build_key}
         tables, full_meta = build_tables(
             rows,
@@ -361,6 +368,20 @@ def publish(
         writer.abort()
         raise
     return Written(written, rows.chunks.num_rows, rows.reused_files, rows.damaged)
+
+
+def start_writing(index_path: Path, rows: Plan) -> index_format.IndexWriter:
+    """The writer of the next index, begun as soon as its rows are planned: the chunks table
+    is final once planned, so its bytes (the previous index's copied file-to-file, the
+    checksums) are written on the writer's thread while the steps after the plan run, and
+    go to the disk as they are written. The caller finishes or aborts it."""
+    writer = index_format.IndexWriter(index_path, source=rows.previous)
+    try:
+        writer.put("chunks", rows.chunks)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer
 
 
 def build_tables(

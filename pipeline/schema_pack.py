@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipeline.schema import (
     VALUE_LIMIT,
@@ -134,6 +133,8 @@ def _updated(
     """Subtract `gone`, add `fresh` (both lists of frontmatter) to `stats` in place; the
     new values table. Afterwards each field's `values` holds its values only when it has
     few enough to be listed, and `distinct` the number of them."""
+    import pyarrow.compute as pc
+
     plus, minus = count({}, fresh), count({}, gone)
     deltas: Counter = Counter()
     for sign, part in ((1, plus), (-1, minus)):
@@ -179,6 +180,8 @@ def _updated(
 
 
 def _load_listable(stats: dict[str, FieldStats], values: pa.Table) -> None:
+    import pyarrow.compute as pc
+
     per_field = {
         row["values"]: row["counts"] for row in pc.value_counts(values.column("field")).to_pylist()
     }

@@ -168,6 +168,13 @@ class Schema:
     update: SchemaUpdate | None
     problems: tuple[Problem, ...]
     digest: str
+    # The next index's writer, its chunks being written since the plan was made (pack
+    # finishes it; `abandon` removes its temp file when pack does not).
+    writer: Any = field(default=None, repr=False, compare=False)
+
+    def abandon(self) -> None:
+        if self.writer is not None:
+            self.writer.abort()
 
 
 @dataclass(frozen=True)
@@ -862,8 +869,14 @@ def schema(config: Config, manifest: Manifest, state: State, provider: Embedding
     if config.shards > 1:  # pipeline.shard_pack infers each shard's schema with its plan
         return Schema("", None, None, problems, digest)
     rows = packing.plan(config.index_path, _pack_sources(config, manifest, state, provider))
-    update = schema_pack.update(rows, state)
-    return Schema(manifest.digest, rows, update, problems, digest)
+    # The chunks table is final: writing it begins now, beside the schema and pack steps.
+    writer = packing.start_writing(config.index_path, rows)
+    try:
+        update = schema_pack.update(rows, state)
+    except BaseException:
+        writer.abort()
+        raise
+    return Schema(manifest.digest, rows, update, problems, digest, writer)
 
 
 # -- pack -----------------------------------------------------------------------------------
@@ -933,8 +946,11 @@ def pack(
             schema.update,
             analysed,
             ivf_min_rows=config.ivf_min_chunks,
+            writer=schema.writer,
         )
     else:
+        if schema is not None:
+            schema.abandon()  # planned for another manifest
         written = publish(
             config.index_path, sources, meta, analysed=analysed, ivf_min_rows=config.ivf_min_chunks
         )

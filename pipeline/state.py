@@ -779,6 +779,42 @@ def embed_text_of(heading_path: list[str], text: str) -> str:
     return f"{context}\n{text}" if context else text
 
 
+# Up to this many keys are looked for in a column of fixed-width strings (the SHA-256 hex
+# columns) by comparing bytes with NumPy, not by a hash join in Arrow: an edit asks for one
+# file's sha and a few chunk shas, and `pyarrow.compute` (its import, a hash table over the
+# column) is not needed for that.
+FEW_KEYS = 16
+
+
+def few_fixed_width_rows(values: Any, keys: list[str]) -> dict[str, int] | None:
+    """key -> first row holding it, for the keys `values` (a string array over the map)
+    holds; None when the keys are many, of several byte lengths or hold a NUL (NumPy's
+    fixed-width bytes drop trailing NULs when compared), or the column has nulls or
+    strings of other lengths (the caller then asks Arrow)."""
+    import numpy as np
+
+    wanted = {k.encode("utf-8"): k for k in keys}
+    widths = {len(k) for k in wanted}
+    if len(wanted) > FEW_KEYS or len(widths) != 1 or values.null_count:
+        return None
+    width, n = widths.pop(), len(values)
+    if not width or any(b"\0" in raw for raw in wanted):
+        return None
+    if not n:
+        return {}
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset :][: n + 1]
+    first = int(offsets[0])
+    if int(offsets[-1]) - first != n * width or np.any(np.diff(offsets) != width):
+        return None
+    data = np.frombuffer(values.buffers()[2], dtype=f"S{width}", count=n, offset=first)
+    found: dict[str, int] = {}
+    for raw, key in wanted.items():
+        rows = np.flatnonzero(data == raw)
+        if len(rows):
+            found[key] = int(rows[0])
+    return found
+
+
 class Published:
     """The published index read as a cache: chunk records and vectors of the files it holds.
 
@@ -842,11 +878,15 @@ class Published:
         """key -> first row of `table` whose `column` equals it, for the keys present."""
         import numpy as np
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         if not keys:
             return {}
         values = self._column(table, column)
+        found_few = few_fixed_width_rows(values, keys)
+        if found_few is not None:
+            return found_few
+        import pyarrow.compute as pc
+
         hit = np.flatnonzero(
             pc.is_in(values, value_set=pa.array(keys, pa.string())).to_numpy(zero_copy_only=False)
         )
@@ -860,12 +900,16 @@ class Published:
         numbers, so no Python loop over the hits (a run that does not trust discover's
         change list asks this for every file, 100k of them)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         if not keys:
             return set()
-        asked = pa.array(keys, pa.string())
         values = self._column(table, column)
+        found_few = few_fixed_width_rows(values, keys)
+        if found_few is not None:
+            return set(found_few)
+        import pyarrow.compute as pc
+
+        asked = pa.array(keys, pa.string())
         # The hash table is built over the smaller side: the few shas of an edit are looked
         # for in the column, every file's sha has the column's looked for among them.
         if len(asked) * 4 < len(values):

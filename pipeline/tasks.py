@@ -25,13 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from doit import task_params
-from doit.tools import config_changed, result_dep
-
 from kernel.config import Config, load_config
 from kernel.shards import manifest_path, published_file
 from pipeline import stages
+from pipeline.doit_run import import_doit
 from pipeline.state import State
+
+import_doit()  # without importlib.metadata (`pipeline.doit_run`)
+from doit import task_params  # noqa: E402
+from doit.tools import config_changed, result_dep  # noqa: E402
 
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
@@ -129,7 +131,11 @@ class IngestRun:
         return tuple(p for out in self.outputs.values() for p in getattr(out, "problems", ()))
 
     def close(self) -> None:
-        # The schema stage's plan keeps the previous index mapped: let it go with the run.
+        # The schema stage's plan keeps the previous index mapped: let it go with the run,
+        # and the temp file of a writer that pack did not finish (an error) with it.
+        schema = self.outputs.get("schema")
+        if isinstance(schema, stages.Schema):
+            schema.abandon()
         self.outputs.clear()
         if self.cluster_helper is not None:
             self.cluster_helper.close()

@@ -482,6 +482,16 @@ print("platform", type(platform).__name__, platform.system() != "")
 import numpy._core._add_newdocs
 
 print("docs later", np.ndarray.sum.__doc__.startswith("a.sum("))
+print("unique", np.unique(np.array([3, 1, 3])).tolist(), "numpy.ma" in sys.modules)
+print("union", np.union1d([2, 1], [3, 1]).tolist(), "numpy.ma" in sys.modules)
+kept = np.ma.MaskedArray  # what a module might keep
+print("not masked", isinstance(a, kept), issubclass(np.ndarray, kept), "numpy.ma" in sys.modules)
+built = np.ma.MaskedArray([1, 2], mask=[0, 1])
+real = sys.modules["numpy.ma"].MaskedArray
+print("built", type(built) is real, isinstance(built, kept), isinstance(a, kept))
+m = np.ma.masked_array([1, 2], mask=[0, 1])
+print("ma", type(np.ma).__name__, np.ma is sys.modules["numpy.ma"], np.ma.is_masked(m))
+print("unique masked", np.unique(m).tolist())
 """
 
 
@@ -508,4 +518,10 @@ def test_numpy_imported_lean_is_numpy():
         "typing True",
         "platform module True",
         "docs later True",
+        "unique [1, 3] False",
+        "union [1, 2, 3] False",
+        "not masked False False False",
+        "built True True False",
+        "ma module True True",
+        "unique masked [1, None]",
     ]

@@ -106,7 +106,14 @@ class ShortcutSpy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.carried: list[bool] = []
         self.updated: list[bool] = []
+        self.spliced: list[bool] = []
         real_carried, real_update = cluster._carried, duplicates.update_groups
+        real_spliced = lexical.spliced_tables
+
+        def spliced_tables(*args, **kwargs):
+            out = real_spliced(*args, **kwargs)
+            self.spliced.append(out is not None)
+            return out
 
         def carried(*args):
             out = real_carried(*args)
@@ -120,6 +127,7 @@ class ShortcutSpy:
 
         monkeypatch.setattr(cluster, "_carried", carried)
         monkeypatch.setattr(duplicates, "update_groups", update_groups)
+        monkeypatch.setattr(lexical, "spliced_tables", spliced_tables)
 
 
 @pytest.mark.slow
@@ -181,8 +189,9 @@ def test_incremental_packs_equal_full_packs(corpus: Path, monkeypatch: pytest.Mo
     tables = assert_same_as_full(root, touched=1)
     at = tables["files"].column("path").to_pylist().index("cooking/note-01.md")
     assert tables["files"].column("mtime")[at].as_py() == 1_700_000_000.0
-    # Each incremental pack took both shortcuts; each rebuild (no previous index) did not.
+    # Each incremental pack took the shortcuts; each rebuild (no previous index) did not.
     assert spy.carried.count(True) >= 8 and spy.updated.count(True) >= 8, spy.__dict__
+    assert spy.spliced.count(True) >= 8, spy.__dict__  # the postings: runs of the old rows
 
 
 def test_large_changes_take_the_other_paths_and_stay_equal(
@@ -426,8 +435,21 @@ def test_updated_forward_view_equals_a_fresh_transpose(seed: int):
     rebuilt = lexical.build_postings(lexical.analysed_store(files, chunks))
     assert np.array_equal(updated.chunk_ids, rebuilt.chunk_ids)
     assert updated.forward.equals(rebuilt.forward)
+    # the tables an edit writes as runs of the previous rows: the same values
+    spliced = lexical.spliced_tables(old, files, chunks, source_array)
+    assert spliced is not None
+    reference = {
+        "lexical": lexical.postings_table(updated),
+        "lexical_forward": lexical.forward_table(updated),
+        lexical.TF_TABLE: pa.table({"tf": pa.array(updated.tf, pa.float32())}),
+        lexical.LENGTHS_TABLE: pa.table({"length": pa.array(updated.lengths, pa.float32())}),
+    }
+    for name, table in reference.items():
+        assert spliced[name].schema.equals(table.schema), name
+        assert spliced[name].combine_chunks().equals(table), name
     # without the previous forward view, the same result by a transpose
     del old["lexical_forward"]
+    assert lexical.spliced_tables(old, files, chunks, source_array) is None
     again = lexical.update_postings(old, files, chunks, source_array)
     assert again.forward.equals(expected)
 
@@ -472,3 +494,30 @@ def test_the_published_index_says_exactly_which_files_it_holds(corpus: Path):
     assert published.files_with(chunk_key + "x", held) == set()
     assert published.files_built_with(build_key + "x", held) == set()
     assert Published(config.index_path, False).files_with(chunk_key, held) == set()
+
+
+def test_a_few_shas_are_found_by_their_bytes_as_arrow_finds_them():
+    """An edit's few shas are looked for in the index's sha columns by comparing fixed-width
+    bytes (`state.few_fixed_width_rows`): the rows Arrow's `is_in` finds, first row of
+    repeats included, over a sliced column too; anything it cannot answer exactly (many
+    keys, mixed widths, a NUL, nulls, strings of other lengths) is left to Arrow (None)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from pipeline.state import few_fixed_width_rows
+
+    rng = np.random.default_rng(5)
+    shas = [f"{int(x):064x}" for x in rng.integers(0, 2**63, size=200)]
+    column = pa.array(shas + shas[:3], pa.string())
+    for values in (column, column.slice(17), column.slice(0, 0)):
+        asked = [shas[20], shas[1], "0" * 64, shas[150], shas[199]]
+        hits = pc.is_in(values, value_set=pa.array(asked)).to_numpy(zero_copy_only=False)
+        want: dict[str, int] = {}
+        for row in np.flatnonzero(hits).tolist():
+            want.setdefault(values[row].as_py(), row)
+        assert few_fixed_width_rows(values, asked) == want
+    assert few_fixed_width_rows(column, shas[:17]) is None  # many
+    assert few_fixed_width_rows(column, [shas[0], "abc"]) is None  # two widths
+    assert few_fixed_width_rows(column, ["0" * 63 + "\0"]) is None  # a NUL
+    assert few_fixed_width_rows(pa.array([shas[0], None]), [shas[0]]) is None
+    assert few_fixed_width_rows(pa.array([shas[0], "short"]), [shas[0]]) is None

@@ -206,3 +206,61 @@ def test_an_edit_over_a_damaged_index_reuses_none_of_its_text(tmp_path: Path):
         want = index_format.read_index(clean / ".markdownvdb.index").tables[name]
         for column in ("path", "title") if name == "files" else ("text", "heading", "vector"):
             assert got.column(column).equals(want.column(column)), (name, column)
+
+
+@pytest.mark.skipif(
+    index_format._sync_file_range() is None, reason="no sync_file_range on this system"
+)
+def test_the_file_goes_to_the_disk_as_it_is_written(tmp_path: Path, monkeypatch):
+    """The fsync before the rename waits only for the tail: every full step of the file,
+    put early (copied file-to-file on the thread) or written by `finish`, was handed to the
+    disk while the writer went on (the kernel took a `sync_file_range` request for it)."""
+    monkeypatch.setattr(index_format, "WRITEBACK_STEP", 1 << 20)
+    big = {
+        "chunks": pa.table({"v": pa.array(np.arange(3 << 20, dtype=np.float32))}),  # 12 MB
+        "tail": pa.table({"v": pa.array(np.arange(1 << 20, dtype=np.int64))}),  # 8 MB
+    }
+    index_format.write_index(tmp_path / "old.index", big, {})
+    old = index_format.read_index(tmp_path / "old.index")
+    writer = index_format.IndexWriter(tmp_path / "new.index", source=old)
+    writer.put("chunks", old.tables["chunks"].slice(7))
+    size = writer.finish({"chunks": old.tables["chunks"].slice(7), "tail": big["tail"]}, {})
+    assert writer.handed_to_disk >= size - (2 << 20), (writer.handed_to_disk, size)
+    new = index_format.read_index(tmp_path / "new.index")
+    assert index_format.verify_checksums(new) == []
+    assert new.tables["chunks"].equals(old.tables["chunks"].slice(7))
+
+
+def test_the_writer_begun_with_the_plan_is_removed_when_pack_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The next index is being written from the schema stage on (its chunks table is final
+    once planned); when a later step fails, the run leaves no temp file and the published
+    index is the previous one, byte for byte."""
+    from kernel.config import load_config
+    from pipeline import ingest, lexical
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    for i in range(12):
+        (root / f"n{i:02d}.md").write_text(f"# Note {i}\n\nPlain words of note {i}.\n")
+    config = load_config(root, environ={"MDVDB_CLUSTERING_ENABLED": "false"})
+    assert ingest.ingest_folder(config).published
+    before = config.index_path.read_bytes()
+    with open(root / "n05.md", "a") as fh:
+        fh.write("\nOne more line.\n")
+    seen: list[list[Path]] = []
+
+    def failing(*args, **kwargs):
+        seen.append(index_format.temp_files(config.index_path))
+        raise RuntimeError("the lexical step failed")
+
+    monkeypatch.setattr(lexical, "update", failing)
+    with pytest.raises(RuntimeError, match="lexical step failed"):
+        ingest.ingest_folder(config)
+    assert len(seen) == 1 and len(seen[0]) == 1  # being written when the step ran
+    assert index_format.temp_files(config.index_path) == []
+    assert config.index_path.read_bytes() == before
+    monkeypatch.undo()
+    assert ingest.ingest_folder(config).published
+    assert index_format.verify_checksums(index_format.read_index(config.index_path)) == []

@@ -26,9 +26,15 @@ COMMAND_MODULES = (
 # alone would eat most of their time budget. `fast_main` returns the exit code, or None to leave
 # `argv` to typer (usage errors and `--help` are worded by typer everywhere).
 FAST_COMMANDS = {
+    "clusters": "mdvdb.cli.cluster_list",
+    "get": "mdvdb.cli.get",
     "grep": "mdvdb.cli.grep",
     "ingest": "mdvdb.cli.ingest",
+    "mcp": "mdvdb.cli.mcp_stdio",  # over stdio
+    "schema": "mdvdb.cli.schema",
     "search": "mdvdb.cli.search",
+    "serve": "mdvdb.cli.serve_control",  # --status and --stop only
+    "status": "mdvdb.cli.status",
 }
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
@@ -59,15 +65,68 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
     _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
 
 
-# Fast commands that run one short query in a process of their own and exit. Costs that do
-# nothing for a cold `mdvdb search` are skipped there: compiling the methods `dataclasses`
-# generates (kept per user, `kernel.code_cache`), the cyclic garbage collector (its
-# imports and first query allocate enough objects for ~45 collections that find ~450 objects;
-# reference counting frees everything else), OpenBLAS's thread per core, and the
-# interpreter's teardown (a last full collection and the unloading of NumPy, tens of ms) once
-# the output is flushed. Only from `main`: a warm `mdvdb serve` runs `run_fast` in its own
-# long-lived process.
-ONE_SHOT = frozenset({"search"})
+# A process that runs one short command and exits (every command but `LONG_RUNNING` ones, and
+# the bare `mdvdb`/`--help`) skips costs that do nothing for it (`lean_start`):
+# - compiling the methods `dataclasses` generates and the regular expressions its imports
+#   compile: kept per user (`kernel.code_cache`; ~18% and ~5% of a cold search's work);
+# - NumPy's docstrings, type hints, ctypes and platform (`kernel.lean_numpy`: ~30% of its
+#   import), loaded for real if anything asks for them; `pyarrow.compute` without parsing
+#   the docstrings of its options classes (`kernel.lean_arrow`: ~40% of its import);
+# - for a read-only command (`READ_ONLY`): the cyclic garbage collector (its imports and
+#   first query allocate enough objects for ~45 collections that find ~450 objects; reference
+#   counting frees everything else), OpenBLAS's thread per core (no product big enough to use
+#   them), and the interpreter's teardown (a last full collection and the unloading of NumPy,
+#   tens of ms) once the output is flushed;
+# - for the others (an ingest): most of the collector's passes. Its imports alone allocate
+#   enough for ~100 young collections that find a few hundred objects; a young generation of
+#   `YOUNG_OBJECTS` makes them a handful, and cyclic garbage is still collected (a long
+#   ingest allocates far more than that).
+# Only from `main`: a warm `mdvdb serve` runs `run_fast` in its own long-lived process, and a
+# library user imports as usual.
+READ_ONLY = frozenset({"search", "grep", "status", "get", "schema", "clusters"})
+CACHE_GROUPS = frozenset({"ingest", "status", "get", "schema", "clusters", "grep", "serve"})
+YOUNG_OBJECTS = 20_000  # the collector's first threshold in a short writing command (700)
+# Commands whose `fast_main` may read the index without pyarrow (`one_shot`).
+ONE_SHOT = frozenset({"search", "status", "get", "schema"})
+
+
+def lean_start(argv: list[str]) -> list:
+    """Set up a short command's process (see above); the caches to save at its end."""
+    import gc
+    import os
+
+    command = argv[0]
+    if command not in READ_ONLY:
+        gc.set_threshold(max(YOUNG_OBJECTS, gc.get_threshold()[0]), *gc.get_threshold()[1:])
+    else:
+        gc.disable()
+        # OpenBLAS starts a thread per core when NumPy loads (~10-25 ms of a cold start);
+        # a user's own setting is kept.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from kernel.code_cache import (
+        cache_file,
+        regex_cache_file,
+        remember_generated_code,
+        remember_regex_programs,
+    )
+    from kernel.lean_arrow import defer_compute_docs
+    from kernel.lean_numpy import defer_numpy_extras
+
+    # One pair of cache files per command (a search's stay small); a name from the user's
+    # argv is never part of a file name.
+    group = "" if command == "search" else command if command in CACHE_GROUPS else "other"
+    caches = [
+        remember_generated_code(cache_file(group)),
+        remember_regex_programs(regex_cache_file(group)),
+    ]
+    defer_numpy_extras()
+    defer_compute_docs()
+    return [cache for cache in caches if cache is not None]
+
+
+def save_caches(caches: list) -> None:
+    for cache in caches:
+        cache.save()
 
 
 def run_fast(argv: list[str], one_shot: bool = False) -> int | None:
@@ -104,43 +163,44 @@ def main() -> None:
     from mdvdb.cli.warm import forward
 
     code = forward(argv)
-    if code is None:
-        one_shot = bool(argv) and argv[0] in ONE_SHOT
-        codes = programs = None
-        if one_shot:
-            import gc
-            import os
-
-            gc.disable()
-            # OpenBLAS starts a thread per core when NumPy loads (~10-25 ms of a cold search);
-            # the search never runs a product big enough to use them (its scans are einsum's
-            # and simsimd's, `query.vector`). A user's own setting is kept.
-            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-            # The dataclasses on the search path compile their generated methods once per
-            # user, not once per process (kernel.code_cache: ~18% of a cold search's work).
-            # ... and so do the regular expressions the imports compile (~5%).
-            from kernel.code_cache import remember_generated_code, remember_regex_programs
-
-            codes = remember_generated_code()
-            programs = remember_regex_programs()
-            # NumPy without its docstrings, type hints, ctypes and platform (kernel.lean_numpy:
-            # ~30% of its import), loaded for real if anything asks for them.
-            from kernel.lean_numpy import defer_numpy_extras
-
-            defer_numpy_extras()
-        code = run_fast(argv, one_shot)
-        if code is not None and one_shot:
-            for cache in (codes, programs):
-                if cache is not None:
-                    cache.save()
-            exit_now(code)
     if code is not None:
         sys.stdout.flush()
         sys.exit(code)
+    short = bool(argv) and argv[0] not in LONG_RUNNING and not argv[0].startswith("-")
+    caches = lean_start(argv) if short else []
+    read_only = short and argv[0] in READ_ONLY
+    try:
+        code = run_fast(argv, short and argv[0] in ONE_SHOT)
+        if code is None:
+            code = run_typer()
+    except SystemExit as done:  # a fast command's own exit (`user_errors`...)
+        code = exit_code(done)
+    save_caches(caches)
+    if read_only:
+        exit_now(code)
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def run_typer() -> int:
+    """The command through typer; its exit code (typer's own `sys.exit`, caught)."""
     from mdvdb.cli.app import app
 
     for name in COMMAND_MODULES:
         module = importlib.import_module(name)
         if hasattr(module, "register"):
             module.register(app)
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        return exit_code(done)
+    return 0
+
+
+def exit_code(done: SystemExit) -> int:
+    """The exit code `sys.exit` would give: a message is printed to stderr, code 1."""
+    code = done.code
+    if code is None or isinstance(code, int):
+        return code or 0
+    sys.stderr.write(f"{code}\n")
+    return 1

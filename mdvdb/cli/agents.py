@@ -11,15 +11,12 @@ from typing import Annotated
 import typer
 
 from mdvdb.cli.app import (
-    EXIT_ERROR,
-    EXIT_OK,
     EXIT_USAGE,
     CliError,
     JsonOption,
     RootOption,
     app,
     load,
-    print_json,
     user_errors,
 )
 
@@ -87,9 +84,13 @@ def serve(
         timeout = config.serve_idle_timeout if idle_timeout is None else idle_timeout
         folder = config.state_path
         if show_status:
-            raise typer.Exit(_status(folder, as_json))
+            from mdvdb.cli import serve_control
+
+            raise typer.Exit(serve_control.show_status(folder, as_json))
         if stop:
-            return _stop(folder)
+            from mdvdb.cli import serve_control
+
+            return serve_control.stop_server(folder)
         running = warm.ping(folder)
         if running:
             message = f"already serving {running['socket']} (pid {running['pid']})"
@@ -179,43 +180,6 @@ def _serve_here(config, folder, timeout: float) -> None:
         server.run(preload=_preload(config), started=start_watch)
     except warm.ServeError as exc:
         raise CliError(str(exc)) from None
-
-
-def _status(folder, as_json: bool) -> int:
-    from mdvdb.cli import warm
-
-    running = warm.ping(folder)
-    stale = False if running else warm.remove_stale_socket(folder)
-    if as_json:
-        print_json({"running": running is not None, **(running or {})})
-    elif running:
-        typer.echo(
-            f"serving {running['socket']}: pid {running['pid']}, up {running['uptime']:.0f} s, "
-            f"{running['requests']} calls, idle timeout {running['idle_timeout']:g} s, "
-            f"watching {'on' if running.get('watching') else 'off'}"
-        )
-    else:
-        note = " (removed a stale socket)" if stale else ""
-        typer.echo(f"not serving {folder / warm.SOCKET_NAME}{note}")
-    return EXIT_OK if running else EXIT_ERROR
-
-
-def _stop(folder) -> None:
-    from mdvdb.cli import warm
-
-    reply = warm.ask(folder, {"op": "stop"})
-    if not reply or not reply.get("stopping"):
-        stale = warm.remove_stale_socket(folder)
-        note = " (removed a stale socket)" if stale else ""
-        typer.echo(f"mdvdb: not serving {folder / warm.SOCKET_NAME}{note}")
-        return
-    # It finishes the call in hand and the running ingest, then lets go of its lock.
-    deadline = time.monotonic() + 120
-    while warm.lock_holder(folder) is not None:
-        if time.monotonic() > deadline:
-            raise CliError(f"pid {reply['pid']} did not stop within 120 s")
-        time.sleep(0.05)
-    typer.echo(f"mdvdb: stopped the warm process (pid {reply['pid']})")
 
 
 def _preload(config):
