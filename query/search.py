@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -184,10 +185,12 @@ def search(
     file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
     one response (query.collapse)."""
     config = index.config
-    from query import second_core
+    # MDVDB_SEARCH_THREADS, process-wide as the helper threads are (only speed depends on
+    # it, never an answer); a one-shot search that never splits a pass does not import them
+    if "query.second_core" in sys.modules or config.search_threads != type(config).search_threads:
+        from query import second_core
 
-    # process-wide, as the helper threads are; only speed depends on it, never an answer
-    second_core.set_threads(config.search_threads or None)
+        second_core.set_threads(config.search_threads or None)
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
     mode = config.search_default_mode if mode is None else mode

@@ -23,6 +23,8 @@ import os
 import threading
 from functools import lru_cache
 
+from kernel.config import Config
+
 # Helper threads at most (a memory-bound pass gains little past a few cores).
 MAX_HELPERS = 3
 # Pieces per thread of a split pass: small enough that a helper the scheduler pauses holds
@@ -140,9 +142,10 @@ class _Helper:
 
 
 # Threads a split pass may run on, caller included (MDVDB_SEARCH_THREADS, which each search
-# sets through `set_threads`); None: one per core this process may run on, up to
-# 1 + MAX_HELPERS. `in_background` (one job on another core) does not depend on it.
-_THREADS: int | None = None
+# sets through `set_threads`; until then the setting's default); None: one per core this
+# process may run on, up to 1 + MAX_HELPERS. `in_background` (one job on another core)
+# does not depend on it.
+_THREADS: int | None = Config.search_threads or None
 
 
 def cores() -> int:

@@ -64,3 +64,32 @@ def test_a_bad_value_is_a_one_line_usage_error(tmp_path: Path, value: str):
     assert done.returncode == 2, done.stderr
     assert "MDVDB_SEARCH_THREADS" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_fresh_process_starts_at_the_settings_default(tmp_path: Path):
+    """Before any search set it (a one-shot lexical search never loads the helper
+    threads' module), a split pass runs on MDVDB_SEARCH_THREADS' default: its declared
+    default, parsed, is what the module starts with; a search under another value sets it."""
+    import subprocess
+    import sys
+
+    (tmp_path / "a.md").write_text("# Tar\n\nExtract a tar archive.\n", encoding="utf-8")
+    build_index(tmp_path)
+    code = (
+        "import sys\n"
+        "from kernel.config import SETTINGS, load_config\n"
+        "from query import open_index\n"
+        "default = next(s for s in SETTINGS if s.env == 'MDVDB_SEARCH_THREADS')\n"
+        "want = default.parse(default.default) or None\n"
+        f"index = open_index(config=load_config({str(tmp_path)!r}, environ={{}}))\n"
+        "index.search('tar', mode='lexical')\n"
+        "assert 'query.second_core' not in sys.modules\n"
+        "from query import second_core\n"
+        "assert second_core._THREADS == want == 1, second_core._THREADS\n"
+        f"other = open_index(config=load_config({str(tmp_path)!r}, "
+        "environ={'MDVDB_SEARCH_THREADS': '3'}))\n"
+        "other.search('tar', mode='lexical')\n"
+        "assert second_core._THREADS == 3\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
