@@ -286,6 +286,14 @@ SETTINGS: tuple[Setting, ...] = (
         "int8 from 20k chunks) | ivf | int8 (every row) | exact; each rescored exactly",
     ),
     Setting(
+        "MDVDB_SEARCH_THREADS",
+        "search_threads",
+        _int(0),
+        "1",
+        "Threads a warm search splits its long passes over (IVF int8 products, fusion, "
+        "top-k): 1 = the calling thread alone; 0 = one per core, up to 4 (docs/benchmarks.md)",
+    ),
+    Setting(
         "MDVDB_IVF_MIN_CHUNKS",
         "ivf_min_chunks",
         _int(1),
@@ -433,6 +441,7 @@ class Config:
     search_per_file: int = 3
     search_default_mode: str = "hybrid"
     search_first_pass: str = "auto"
+    search_threads: int = 1
     ivf_min_chunks: int = 50_000
     watch: bool = True
     watch_debounce_ms: int = 300
