@@ -33,6 +33,9 @@ FLAGS = {
     JSON_FLAG: "as_json",
 }
 EXECUTOR_FLAG = "--executor"
+# Set by `mdvdb.cli.main` when its process ends after this command (`exit_now`): the run
+# leaves what it built for `os._exit` to drop. A library or long-lived caller leaves it False.
+PROCESS_ENDS = False
 
 
 def parse(argv: list[str]) -> dict | None:
@@ -132,6 +135,7 @@ def run_ingest(
                 progress=progress,
                 wait=not no_wait,
                 on_wait=waiting,
+                process_ends=PROCESS_ENDS,
             )
         except LockBusy:
             if if_present:  # a hook: another writer (a watcher) is already bringing it up to date
