@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,25 @@ def build_index(root: Path, env: dict | None = None) -> Path:
     return root
 
 
+def tree_stamp(root: Path) -> list[tuple[str, int, int]]:
+    """Every file under `root` with its size and mtime: a module fixture that hands one built
+    folder to tests that only read it (no copy per test) compares this at teardown, so a
+    test that wrote into it fails instead of leaking into the next."""
+    return sorted(
+        (str(path.relative_to(root)), path.stat().st_size, path.stat().st_mtime_ns)
+        for path in root.rglob("*")
+        if path.is_file()
+    )
+
+
+@contextmanager
+def read_only_folder(root: Path):
+    """Hand out `root` to readers; fail at the end if anything in it was written."""
+    before = tree_stamp(root)
+    yield root
+    assert tree_stamp(root) == before, f"a test wrote into the shared folder {root}"
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None):
     """Run the real `mdvdb` command in a subprocess."""
     full_env = {**os.environ, **(env or {})}
@@ -145,58 +165,80 @@ sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
-# Files that speak MCP through the client SDK in the test process (the inner loop's two): one
-# work unit under `--dist loadfile`, so one worker pays the ~1.2 CPU-s import of `mcp`.
-SAME_WORKER = {"tests/test_agents_mcp.py": "mcp", "tests/test_project_files.py": "mcp"}
+# Files that pay the same one-time cost in the test process share one work unit under
+# `--dist loadfile` (one worker pays it once): the client SDK of MCP (~1.2 CPU-s import);
+# MiniLM's weights and onnxruntime (~0.7 CPU-s a process to load, ~2 CPU-s less for the four
+# files together than apart); scikit-learn and SciPy (~1.7 CPU-s of imports).
+SAME_WORKER = {
+    "tests/test_agents_mcp.py": "mcp",
+    "tests/test_project_files.py": "mcp",
+    "tests/test_minilm.py": "minilm",
+    "tests/test_encoder_onnx.py": "minilm",
+    "tests/test_warm_queries.py": "minilm",
+    "tests/test_bpe.py": "minilm",
+    "tests/test_small_kmeans.py": "sklearn",
+    "tests/test_cluster_counts.py": "sklearn",
+}
 
 
 # What the inner loop's files cost (CPU-s: their tests' own and their subprocesses', as the
-# end-of-run list gives them; 2026-12-01 12:40 UTC, load ~10). Under xdist the files are handed
-# out costliest first, so that the cheap ones fill the end of both workers' queues: handed out by
-# number of tests (xdist's default), a 5 CPU-s file of one test came last and one worker
-# finished 13 s after the other. A file not listed counts as DEFAULT_FILE_CPU; the figures
-# only order the queue (a stale one costs balance, never a result).
+# end-of-run list gives them; 2026-12-01 15:41 UTC, load ~4, after merging main bc56b83).
+# Under xdist the work units (a file, or the files of one SAME_WORKER unit: their sum) are
+# handed out costliest first, so that the cheap ones fill the end of both workers' queues:
+# handed out by number of tests (xdist's default), a 5 CPU-s file of one test came last and
+# one worker finished 13 s after the other. A file not listed counts as DEFAULT_FILE_CPU; the
+# figures only order the queue (a stale one costs balance, never a result).
 FILE_CPU = {
-    "tests/test_hybrid_candidates.py": 9.2,  # an 800-page index built in the worker
-    "tests/test_grep.py": 7.0,
-    "tests/test_cli_hygiene.py": 6.9,
-    "tests/test_agents_mcp.py": 6.4,
-    "tests/test_cold_start.py": 6.0,  # after the merge of main ed049e9
-    "tests/test_minilm.py": 6.0,
-    "tests/test_security_outside.py": 5.6,
-    "tests/test_parse_retry.py": 5.5,  # ~8 `mdvdb` processes
-    "tests/test_arrow_lite.py": 5.5,
-    "tests/test_project_files.py": 5.1,
-    "tests/test_metadata.py": 5.1,
-    "tests/test_warm_queries.py": 4.7,
-    "tests/test_hostile_files.py": 4.4,
-    "tests/test_ivf.py": 4.3,
-    "tests/test_duplicate_groups.py": 4.1,
-    "tests/test_incremental_pack.py": 4.1,
-    "tests/test_writer_lock.py": 3.9,
-    "tests/test_small_kmeans.py": 3.8,
-    "tests/test_agents_search.py": 3.3,
-    "tests/test_grep_options.py": 3.2,
-    "tests/test_encoder_onnx.py": 3.1,
-    "tests/test_cli_search_fast.py": 3.0,
-    "tests/test_library.py": 2.9,
-    "tests/test_lexical.py": 2.9,
-    "tests/test_cli_ingest_fast.py": 2.9,
-    "tests/test_layers.py": 2.9,
-    "tests/test_cli.py": 2.8,
-    "tests/test_state_handover.py": 2.7,
-    "tests/test_results_diversity.py": 2.2,
-    "tests/test_edit_delta.py": 2.1,
-    "tests/test_ingest.py": 1.9,
-    "tests/test_parallel_ingest.py": 1.5,
-    "tests/test_providers_cli.py": 1.4,
-    "tests/test_shard_split.py": 1.0,
-    "tests/test_index_damage.py": 1.3,
-    "tests/test_cluster_counts.py": 1.3,
-    "tests/test_ranking.py": 1.2,
-    "tests/test_offline.py": 1.0,
-    "tests/test_discover_safety.py": 1.0,
-    "tests/test_stub_records.py": 1.0,
+    "tests/test_lean_start.py": 5.2,
+    "tests/test_hybrid_candidates.py": 5.2,  # a 400-page index built in the worker
+    "tests/test_shard_rounds.py": 5.1,
+    "tests/test_agents_mcp.py": 5.0,
+    "tests/test_cli_plain_commands.py": 4.8,
+    "tests/test_cold_start.py": 4.2,
+    "tests/test_arrow_lite.py": 3.9,
+    "tests/test_grep.py": 3.7,
+    "tests/test_grep_options.py": 3.5,
+    "tests/test_cli_hygiene.py": 3.5,
+    "tests/test_minilm.py": 3.5,
+    "tests/test_security_outside.py": 3.1,
+    "tests/test_ivf.py": 3.0,
+    "tests/test_writer_lock.py": 3.0,
+    "tests/test_agents_search.py": 2.8,
+    "tests/test_metadata.py": 2.8,
+    "tests/test_cli_search_fast.py": 2.7,
+    "tests/test_encoder_onnx.py": 2.7,
+    "tests/test_warm_queries.py": 2.7,
+    "tests/test_project_files.py": 2.7,
+    "tests/test_index_writer.py": 2.6,
+    "tests/test_cli_ingest_fast.py": 2.4,
+    "tests/test_incremental_pack.py": 2.4,
+    "tests/test_cluster_counts.py": 2.1,
+    "tests/test_results_diversity.py": 2.0,
+    "tests/test_parse_retry.py": 1.9,
+    "tests/test_lexical.py": 1.8,
+    "tests/test_edit_delta.py": 1.7,
+    "tests/test_library.py": 1.7,
+    "tests/test_hostile_files.py": 1.7,
+    "tests/test_small_kmeans.py": 1.6,
+    "tests/test_index_damage.py": 1.5,
+    "tests/test_cli.py": 1.4,
+    "tests/test_state_handover.py": 1.3,
+    "tests/test_ingest.py": 1.2,
+    "tests/test_duplicate_groups.py": 1.1,
+    "tests/test_parallel_ingest.py": 1.1,
+    "tests/test_bpe.py": 1.1,
+    "tests/test_doit_run.py": 1.0,
+    "tests/test_ranking.py": 1.0,
+    "tests/test_layers.py": 1.0,
+    "tests/test_providers_cli.py": 0.9,
+    "tests/test_shard_split.py": 0.9,
+    "tests/test_heading_scan.py": 0.8,
+    "tests/test_stub_records.py": 0.8,
+    "tests/test_walk_entries.py": 0.7,
+    "tests/test_footprint.py": 0.7,
+    "tests/test_shards.py": 0.6,
+    "tests/test_offline.py": 0.6,
+    "tests/test_discover_safety.py": 0.6,
 }
 DEFAULT_FILE_CPU = 0.5
 
@@ -223,9 +265,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return Scheduling(config, log)
 
 
+def unit_cost(path: str) -> float:
+    """What the work unit of a file costs: the file's FILE_CPU, or its SAME_WORKER unit's sum."""
+    unit = SAME_WORKER.get(path)
+    files = [f for f, u in SAME_WORKER.items() if u == unit] if unit else [path]
+    return sum(FILE_CPU.get(f, DEFAULT_FILE_CPU) for f in files)
+
+
 def by_cost(items: list[pytest.Item]) -> None:
-    """Files costliest first (FILE_CPU), each file's tests together and in their order."""
-    items.sort(key=lambda item: -FILE_CPU.get(file_of(item), DEFAULT_FILE_CPU))
+    """Units costliest first (`unit_cost`), each unit's files and each file's tests together
+    and in their order."""
+    items.sort(key=lambda item: (-unit_cost(file_of(item)), SAME_WORKER.get(file_of(item), "")))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -111,6 +111,12 @@ def _edit(rng, old: list[int], pool: list[int]) -> tuple[np.ndarray, np.ndarray]
     return sigs, np.array([s for _, s in rows], dtype=np.int64)
 
 
+# Random edits of random corpora: each mutation of `update_groups` tried (a link at the
+# distance dropped, a group that lost a member not split, a neighbour's group not merged, the
+# crowded-bucket check gone) failed within the first five rounds (the last by `stepped_aside`).
+ROUNDS = 30
+
+
 def test_updated_groups_equal_groups_computed_again() -> None:
     """The incremental update of the groups (`update_groups`) gives exactly `groups` of the
     new signatures, over random edits of corpora with families, chains (splits), exact
@@ -118,7 +124,7 @@ def test_updated_groups_equal_groups_computed_again() -> None:
     computation's window matter."""
     rng = np.random.default_rng(11)
     taken = stepped_aside = 0
-    for round_ in range(100):
+    for round_ in range(ROUNDS):
         crowd = round_ % 5 == 4
         old = _corpus(rng, int(rng.integers(200, 1500)), crowd)
         old_sigs = np.array(old, dtype=np.uint64)
@@ -134,4 +140,4 @@ def test_updated_groups_equal_groups_computed_again() -> None:
                 continue
             taken += 1
             assert np.array_equal(got, duplicates.groups(sigs)), round_
-    assert taken > 200 and stepped_aside > 0, (taken, stepped_aside)
+    assert taken > 2 * ROUNDS and stepped_aside > 0, (taken, stepped_aside)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import pytest
 
 from kernel.config import load_config
 from query import grep
-from query.grep_format import ELLIPSIS, MAX_LINE
+from query.grep_format import ELLIPSIS, MAX_LINE, use_color
 from query.sources import Registry, entry_points, select_roots
 from tests.conftest import REPO, run_cli, unpack_corpus
 
@@ -363,11 +364,14 @@ def test_colour_rules(project: Path):
     assert not coloured([], {})  # auto, stdout is a pipe
     always = run_raw(args + ["--color", "always"], {})
     assert always.returncode == 0 and "\x1b[" in always.stdout, always.stderr
-    assert not coloured(["--color", "never"], {"FORCE_COLOR": "1"})
-    assert coloured([], {"FORCE_COLOR": "1"})
-    assert not coloured([], {"FORCE_COLOR": "0"})
-    assert not coloured([], {"NO_COLOR": "1", "FORCE_COLOR": "1"})
-    assert coloured(["--color", "always"], {"NO_COLOR": "1"})  # the explicit flag wins
+    assert coloured([], {"FORCE_COLOR": "1"})  # the command reads its environment
+    # The order of the rules (`use_color`, which the command calls), in this process.
+    pipe = io.StringIO()
+    assert not use_color("never", pipe, {"FORCE_COLOR": "1"})
+    assert not use_color("auto", pipe, {"FORCE_COLOR": "0"})
+    assert not use_color("auto", pipe, {"FORCE_COLOR": "false"})
+    assert not use_color("auto", pipe, {"NO_COLOR": "1", "FORCE_COLOR": "1"})
+    assert use_color("always", pipe, {"NO_COLOR": "1"})  # the explicit flag wins
     as_json = run_raw(args + ["--json", "--color", "always"], {"FORCE_COLOR": "1"})
     assert "\x1b" not in as_json.stdout and json.loads(as_json.stdout)
 

@@ -83,14 +83,21 @@ def assert_same_as_full(root: Path, touched: int = 0) -> dict[str, pa.Table]:
     return full
 
 
-@pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    root = tmp_path / "notes"
+@pytest.fixture(scope="module")
+def _corpus_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("pack") / "notes"
     for i in range(36):
         topic = list(TOPICS)[i % 3]
         write(root, f"{topic}/note-{i:02d}.md", page(topic, i))
     ingest.ingest_folder(load_config(root, environ={}))
     return root
+
+
+@pytest.fixture
+def corpus(_corpus_once: Path, tmp_path: Path) -> Path:
+    """The 36 pages with their index, built once for the module and copied per test (mtimes
+    kept: the copy is current, and its next ingest reuses every unchanged row)."""
+    return Path(shutil.copytree(_corpus_once, tmp_path / "notes", symlinks=True))
 
 
 def schema_of(tables: dict[str, pa.Table]) -> dict[str, dict]:

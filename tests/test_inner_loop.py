@@ -11,12 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import DEFAULT_FILE_CPU, FILE_CPU, REPO, by_cost
+from tests.conftest import DEFAULT_FILE_CPU, FILE_CPU, REPO, SAME_WORKER, by_cost, unit_cost
 
 
 def test_files_go_out_costliest_first_and_whole():
-    costly = max(FILE_CPU, key=FILE_CPU.get)
-    cheap = min(FILE_CPU, key=FILE_CPU.get)
+    alone = {f: c for f, c in FILE_CPU.items() if f not in SAME_WORKER}
+    costly = max(alone, key=alone.get)
+    cheap = min(alone, key=alone.get)
     assert FILE_CPU[cheap] > DEFAULT_FILE_CPU  # a listed file goes before any unlisted one
     order = [
         "tests/test_unlisted.py::test_a",
@@ -73,3 +74,54 @@ def test_a_hypothesis_failure_still_fails_the_run_without_its_plugin(tmp_path: P
     assert "no:hypothesispytest" in (REPO / "pyproject.toml").read_text()
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed" in done.stdout and "x=10" in done.stdout, done.stdout  # shrunk, shown
+
+
+def test_a_shared_folder_written_by_a_test_fails_at_teardown(tmp_path: Path):
+    """`read_only_folder`: the module fixtures that hand one built folder to every test
+    (no copy per test) rely on it to catch a test that writes into it."""
+    from tests.conftest import read_only_folder
+
+    (tmp_path / "page.md").write_text("# Page\n")
+    with read_only_folder(tmp_path):
+        (tmp_path / "page.md").read_text()  # reading is fine
+    written = pytest.raises(AssertionError, match="wrote into the shared folder")
+    with written, read_only_folder(tmp_path):
+        (tmp_path / ".markdownvdb.state").mkdir()
+        (tmp_path / ".markdownvdb.state" / "cache").write_bytes(b"x")
+
+
+def test_files_of_one_shared_cost_go_to_one_worker():
+    """SAME_WORKER: the files that load MCP's SDK, MiniLM or scikit-learn in the test process
+    are one work unit of the scheduler (one worker pays the load once); others stay apart."""
+    from tests.conftest import SAME_WORKER, pytest_xdist_make_scheduler
+
+    class Config:
+        option = SimpleNamespace(loadscopereorder=True, tx=["popen"] * 2, dist="loadfile")
+
+        def getvalue(self, name):
+            return getattr(self.option, name)
+
+        def getoption(self, name, default=None):
+            return getattr(self.option, name, default)
+
+    scheduler = pytest_xdist_make_scheduler(Config(), None)
+    units = {scheduler._split_scope(f"{path}::test_x[a]") for path in SAME_WORKER}
+    assert units == {"mcp", "minilm", "sklearn"}
+    minilm = {path for path, unit in SAME_WORKER.items() if unit == "minilm"}
+    assert {"tests/test_minilm.py", "tests/test_warm_queries.py"} <= minilm
+    assert scheduler._split_scope("tests/test_cli.py::test_x") == "tests/test_cli.py"
+    assert Config.option.loadscopereorder is False  # units go out in the collection's order
+
+
+def test_a_shared_unit_goes_out_at_its_summed_cost_with_its_files_together():
+    """The files of one SAME_WORKER unit are one unit of work: it is placed by the sum of
+    their costs, and their tests stay together, each file's in order."""
+    minilm = sorted(f for f, unit in SAME_WORKER.items() if unit == "minilm")
+    total = sum(FILE_CPU.get(f, DEFAULT_FILE_CPU) for f in minilm)
+    assert unit_cost(minilm[-1]) == unit_cost(minilm[0]) == total > max(FILE_CPU.values())
+    alone = next(f for f in FILE_CPU if f not in SAME_WORKER)
+    order = [f"{alone}::test_a", f"{minilm[1]}::test_b", f"{minilm[0]}::test_c"]
+    order += [f"{minilm[1]}::test_d"]
+    items = [SimpleNamespace(nodeid=nodeid) for nodeid in order]
+    by_cost(items)
+    assert [item.nodeid for item in items] == [*order[1:], order[0]]

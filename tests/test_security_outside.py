@@ -344,17 +344,28 @@ def test_non_finite_and_negative_numbers_are_one_line_usage_errors(notes, variab
         one_line_error(result, 2, variable)
 
 
-@pytest.mark.parametrize("origin", ["environment", "file"])
-def test_a_state_dir_that_is_a_file_is_a_usage_error(notes, origin):
+# Every command refuses it (from the environment); from the folder's file, the writer does
+# (the same check of the loaded settings, `kernel.config`, which names the origin).
+@pytest.mark.parametrize(
+    ("origin", "commands"),
+    [("environment", [("ingest",), ("status",), ("search", "tar")]), ("file", [("ingest",)])],
+    ids=["environment", "file"],
+)
+def test_a_state_dir_that_is_a_file_is_a_usage_error(notes, origin, commands):
+    from kernel.config import ConfigError, load_config
+
     (notes / "state-file").write_text("not a folder\n")
     env = {}
     if origin == "environment":
         env["MDVDB_STATE_DIR"] = str(notes / "state-file")
     else:
         write_config(notes, "MDVDB_STATE_DIR=state-file")
-    for args in (("ingest",), ("status",), ("search", "tar")):
+    for args in commands:
         result = run_cli(*args, "--root", str(notes), env=env)
         one_line_error(result, 2, "MDVDB_STATE_DIR", "not a folder")
+        assert f"(from {'the environment' if env else notes / '.markdownvdb'})" in result.stderr
+    with pytest.raises(ConfigError, match="MDVDB_STATE_DIR .*not a folder"):
+        load_config(notes, environ={**os.environ, **env})
     assert (notes / "state-file").read_text() == "not a folder\n"
 
 

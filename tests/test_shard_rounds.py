@@ -60,12 +60,18 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def server(folders):
-    """One real shard server (`mdvdb serve --shards all`) for the three shards."""
-    proc, address = _shard_server_of(folders[1])
-    yield address
-    proc.terminate()
-    proc.wait(timeout=30)
+def _server(folders) -> dict:
+    """One real shard server (`mdvdb serve --shards all`) for the three shards: its process
+    and address, which the restart test replaces by a new process on the same address."""
+    running = dict(zip(("proc", "address"), _shard_server_of(folders[1]), strict=True))
+    yield running
+    running["proc"].terminate()
+    running["proc"].wait(timeout=30)
+
+
+@pytest.fixture
+def server(_server: dict) -> str:
+    return _server["address"]
 
 
 def _shard_server_of(root: Path, listen: str = "127.0.0.1:0"):
@@ -292,23 +298,19 @@ def test_concurrent_queries_through_one_router(folders, server) -> None:
     assert got == want
 
 
-def test_a_router_reconnects_to_a_restarted_server(folders) -> None:
+def test_a_router_reconnects_to_a_restarted_server(folders, _server) -> None:
     """The shard server restarts on its address between two queries: the connections the
-    router kept are closed, so its next round opens new ones (once) and answers."""
+    router kept are closed, so its next round opens new ones (once) and answers. (The
+    module's server is the one restarted: one server start fewer; the new one serves the
+    tests after this one, on the same address.)"""
     one, three = folders
     reference = _open(one, {})
-    proc, address = _shard_server_of(three)
-    try:
-        router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": address})
-        assert _top(router, QUERIES[0], "hybrid") == _top(reference, QUERIES[0], "hybrid")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    proc, again = _shard_server_of(three, listen=address)
-    try:
-        assert again == address
-        for mode in ("lexical", "hybrid"):
-            assert _top(router, QUERIES[1], mode) == _top(reference, QUERIES[1], mode)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    address = _server["address"]
+    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": address})
+    assert _top(router, QUERIES[0], "hybrid") == _top(reference, QUERIES[0], "hybrid")
+    _server["proc"].terminate()
+    _server["proc"].wait(timeout=30)
+    _server["proc"], again = _shard_server_of(three, listen=address)
+    assert again == address
+    for mode in ("lexical", "hybrid"):
+        assert _top(router, QUERIES[1], mode) == _top(reference, QUERIES[1], mode)

@@ -1,6 +1,7 @@
 """The hand-over after a first build: the caches give back what the published index holds,
 cheaply, and a SIGKILL at any point of it leaves caches the next run can trust. Real
-`mdvdb ingest` processes on a generated corpus throughout."""
+`mdvdb ingest` processes on a generated corpus for the kills; the state left by a build is
+the library's (`ingest_folder`, what the command runs)."""
 
 from __future__ import annotations
 
@@ -87,9 +88,19 @@ def _search(folder: Path) -> str:
     return out.stdout
 
 
+def _ingest_here(folder: Path) -> dict:
+    """The same ingest in this process (`ingest_folder`, the command's), its report as the
+    command's --json prints it: for the build whose caches are looked at, not its process."""
+    from kernel.config import load_config
+    from pipeline import ingest_folder
+
+    return ingest_folder(load_config(folder, environ={**os.environ, **ENV})).to_json()
+
+
 def test_first_build_leaves_a_small_state_file(tmp_path: Path):
+    """The library's runs (the commands' processes are the kill tests' subject)."""
     folder = _generate(tmp_path / "corpus", 400)
-    first = _ingest(folder)
+    first = _ingest_here(folder)
     assert first["added"] == 400 and first["chunks_embedded"] > 1000
     rows = _rows(folder)
     # What the index holds is not kept twice (the default model is cheap to re-run, so its
@@ -103,7 +114,7 @@ def test_first_build_leaves_a_small_state_file(tmp_path: Path):
     assert _state_bytes(folder) < index / 5, (_state_bytes(folder), index)
     # Unchanged files, re-hashed, are neither parsed nor embedded again.
     _touch_all(folder)
-    again = _ingest(folder)
+    again = _ingest_here(folder)
     assert again["unchanged"] == 400 or again["changed"] == 0
     assert again["chunks_embedded"] == 0 and again["chunked"] == 0, again
 
