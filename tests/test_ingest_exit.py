@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 # `mdvdb` as `python -m mdvdb` runs it, with an exit handler that writes a file: an ordinary
@@ -94,3 +96,55 @@ def test_a_killed_edit_ingest_leaves_a_consistent_state(notes: Path):
     assert_fresh_and_settled(notes)
     found = run_cli("search", "Killedmidway", "--root", str(notes), "--json")
     assert edited.name in found.stdout
+
+
+# A process that replaces a file it holds open, as an ingest replaces the index it maps.
+REPLACER = """
+import os, sys
+from mdvdb.cli.ingest import release_elsewhere
+path = sys.argv[1]
+with open(path, "wb") as fh:
+    fh.write(b"x" * 1_000_000)
+fd = os.open(path, os.O_RDONLY)
+os.replace(path + ".new", path)  # the publish: the old file is unlinked, still open here
+print(release_elsewhere(fd), flush=True)
+linked = os.open(path, os.O_RDONLY)
+print(release_elsewhere(linked), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_replaced_index_is_released_by_a_helper_that_ends_with_the_ingest(tmp_path: Path):
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc")
+    path = tmp_path / "index"
+    (tmp_path / "index.new").write_bytes(b"new")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", REPLACER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    helper = int(proc.stdout.readline())
+    assert proc.stdout.readline().strip() == "None"  # a linked file: no helper
+    held = {int(fd.name): os.readlink(fd) for fd in Path(f"/proc/{helper}/fd").iterdir()}
+    # It holds the replaced file and nothing a hook waits on (stdout, stderr).
+    assert any(target == f"{path} (deleted)" for target in held.values()), held
+    assert held[1] == held[2] == "/dev/null", held
+    assert os.readlink(f"/proc/{proc.pid}/fd/1") not in held.values()
+    time.sleep(0.3)
+    assert _alive(helper)  # it waits for the replacing process
+    proc.communicate("\n", timeout=30)
+    deadline = time.monotonic() + 10
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(helper)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie that nobody reaped has ended)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
