@@ -76,6 +76,13 @@ def _float(raw: str) -> float:
     return value
 
 
+def _share(raw: str) -> float:
+    value = _float(raw)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {raw!r}")
+    return value
+
+
 def _bool(raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -311,6 +318,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Changed documents before a full re-clustering",
     ),
     Setting(
+        "MDVDB_CLUSTERING_REBALANCE_SHARE",
+        "clustering_rebalance_share",
+        _share,
+        "0.05",
+        "Share of the documents changed before a full re-clustering (the larger count wins)",
+    ),
+    Setting(
         "MDVDB_CLUSTERING_MAX_CLUSTERS",
         "clustering_max_clusters",
         _int(2),
@@ -447,6 +461,7 @@ class Config:
     watch_debounce_ms: int = 300
     clustering_enabled: bool = True
     clustering_rebalance_threshold: int = 50
+    clustering_rebalance_share: float = 0.05
     clustering_max_clusters: int = 50
     govern: str = "auto"
     govern_confidence_field: str = "confidence"

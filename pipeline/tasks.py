@@ -327,6 +327,7 @@ def _cluster_settings(config: Config) -> dict[str, Any]:
         **_settings(config),
         "max_clusters": config.clustering_max_clusters,
         "rebalance_threshold": config.clustering_rebalance_threshold,
+        "rebalance_share": config.clustering_rebalance_share,
     }
 
 
