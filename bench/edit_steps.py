@@ -161,19 +161,32 @@ def child(root: str) -> None:
     from mdvdb.cli import main
 
     sys.argv = ["mdvdb", "ingest", "--root", root]
-    try:
-        main()
-    except SystemExit as exc:
-        if exc.code not in (0, None):
-            raise
-    finally:
+
+    def report() -> None:
         out = {k: v for k, v in TIMES.items() if not k.startswith("_")}
         out["start to first stage"] = [(first[0] if first else time.time()) - started, 0, 1]
         usage = os.times()
         out["main thread CPU"] = [0, time.thread_time(), 1]
         out["process CPU (all threads)"] = [0, usage.user + usage.system, 1]
         out["of which system"] = [0, usage.system, 1]
-        print("\n" + json.dumps(out))
+        print("\n" + json.dumps(out), flush=True)
+
+    # `mdvdb ingest` may end with `os._exit` (no teardown, no `finally` after it): the
+    # figures are printed on the way out either way.
+    real_exit = os._exit
+
+    def exit_now(code: int) -> None:
+        report()
+        real_exit(code)
+
+    os._exit = exit_now
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+    finally:
+        report()
 
 
 def main() -> None:

@@ -8,8 +8,10 @@
 package comes first on the path), through `query.search.mode_scores` (the fused score of
 every chunk) and `Index.search` (the response a user gets, limit 10). Per query it records a
 digest of the whole fused score array, the top 10 (chunk ids and scores) and the response's
-(chunk id, score) pairs. `compare` prints, per dump pair, how many queries have
-bit-identical fused scores, the same top 10 in the same order, and the same response.
+(chunk id, score) pairs, and a digest of the whole response as `mdvdb search --json
+--explain` prints it (paths, lines, excerpts, metadata, every explain part), searched again
+with `explain=True`. `compare` prints, per dump pair, how many queries have bit-identical
+fused scores, the same top 10 in the same order, the same response and the same full one.
 """
 
 from __future__ import annotations
@@ -44,12 +46,16 @@ def dump(args) -> None:
         top = np.lexsort((np.arange(len(scores)), -scores))[:10]
         index.snapshot.cache.pop("last_scores", None)
         hits = index.search(q, mode="hybrid", limit=10).results
+        index.snapshot.cache.pop("last_scores", None)
+        shown = index.search(q, mode="hybrid", limit=10, explain=True).results
+        shown = json.dumps([h.to_json(explain=True) for h in shown], sort_keys=True)
         out.append(
             {
                 "query": q,
                 "digest": hashlib.sha256(scores.tobytes()).hexdigest(),
                 "top": [[int(i), float(scores[i])] for i in top],
                 "response": [[h.chunk_id, h.score] for h in hits],
+                "full": hashlib.sha256(shown.encode()).hexdigest(),
             }
         )
     Path(args.out).write_text(json.dumps({"root": str(args.root), "queries": out}))
@@ -72,6 +78,7 @@ def compare(a_path: Path, b_path: Path) -> None:
     same_scores = sum(x["digest"] == y["digest"] for x, y in zip(a, b, strict=True))
     same_top = sum(x["top"] == y["top"] for x, y in zip(a, b, strict=True))
     same_response = sum(x["response"] == y["response"] for x, y in zip(a, b, strict=True))
+    same_full = sum(x.get("full") == y.get("full") for x, y in zip(a, b, strict=True))
     recall = [
         len({i for i, _ in x["top"]} & {i for i, _ in y["top"]}) / max(len(x["top"]), 1)
         for x, y in zip(a, b, strict=True)
@@ -80,6 +87,7 @@ def compare(a_path: Path, b_path: Path) -> None:
     print(
         f"{a_path.name} vs {b_path.name}: {n} queries; fused scores identical {same_scores}/{n}; "
         f"top 10 identical {same_top}/{n}; response identical {same_response}/{n}; "
+        f"full response (excerpts, explain) identical {same_full}/{n}; "
         f"recall@10 {sum(recall) / max(n, 1):.4f}"
     )
 

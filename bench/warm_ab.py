@@ -11,9 +11,11 @@ one float32 brute-force scan of the whole matrix (einsum: the issue's reference)
 meet the same load. A process reports its p50 of each and their ratio; the table gives the
 medians over its processes per checkout, and the other checkout's p50 over this one's.
 `--against` is the other checkout's interpreter (its `bench/` and code are found next to
-its `.venv`); without it, only this checkout runs. `--one-core` adds this checkout with its
-helper threads off (query.second_core) to the rotation: what the passes split over the cores
-gain. The load average is printed with each process. Nothing is written into DIR.
+its `.venv`); without it, only this checkout runs. `--threads` adds this checkout with
+MDVDB_SEARCH_THREADS=0 (the passes split over every core, query.second_core; the default is
+1) to the rotation; `--one-core` makes the other checkout's helper threads off too (its
+`query.second_core.cores` = 1: what this checkout's default does). The load average is
+printed with each process. Nothing is written into DIR.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from query.vector import row_dots
 if {one_core}:
     import query.second_core as second_core
     second_core.cores = lambda: 1
-index = open_index(config=load_config({root!r}, environ={{}}))
+index = open_index(config=load_config({root!r}, environ={env!r}))
 for _ in range(2):
     for q in QUERIES:
         index.search(q, mode="hybrid")
@@ -61,8 +63,12 @@ print(json.dumps({{"hybrid": statistics.median(hybrid) * 1e3, "scan": statistics
 """
 
 
-def run_child(python: str, tree: Path, root: Path, rounds: int, one_core: bool = False) -> dict:
-    code = CHILD.format(tree=str(tree), root=str(root), rounds=rounds, one_core=one_core)
+def run_child(
+    python: str, tree: Path, root: Path, rounds: int, one_core: bool = False, env=None
+) -> dict:
+    code = CHILD.format(
+        tree=str(tree), root=str(root), rounds=rounds, one_core=one_core, env=env or {}
+    )
     done = subprocess.run(
         [python, "-c", code], capture_output=True, text=True, cwd="/", env={**os.environ}
     )
@@ -87,25 +93,30 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
+        "--threads",
+        action="store_true",
+        help="also run this checkout with MDVDB_SEARCH_THREADS=0 (passes split over every "
+        "core), in the same rotation",
+    )
+    parser.add_argument(
         "--one-core",
         action="store_true",
-        help="also run this checkout with its helper threads off (query.second_core): what "
-        "splitting passes over the cores gains, in the same rotation",
+        help="the other checkout with its helper threads off (as this one's default)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     here = Path(__file__).resolve().parents[1]
-    runs = {"this": (sys.executable, here, False)}
-    if args.one_core:
-        runs["this, one core"] = (sys.executable, here, True)
+    runs = {"this": (sys.executable, here, False, None)}
+    if args.threads:
+        runs["this, every core"] = (sys.executable, here, False, {"MDVDB_SEARCH_THREADS": "0"})
     if args.against:
-        runs["other"] = (args.against, tree_of(args.against), False)
+        runs["other"] = (args.against, tree_of(args.against), args.one_core, None)
     seen: dict[str, list[dict]] = {name: [] for name in runs}
     names = list(runs)
     for pair in range(args.pairs):
         for name in names if pair % 2 == 0 else names[::-1]:
-            python, tree, one_core = runs[name]
-            got = run_child(python, tree, args.root.resolve(), args.rounds, one_core)
+            python, tree, one_core, env = runs[name]
+            got = run_child(python, tree, args.root.resolve(), args.rounds, one_core, env)
             seen[name].append(got)
             if not args.json:
                 print(

@@ -76,6 +76,13 @@ def _float(raw: str) -> float:
     return value
 
 
+def _share(raw: str) -> float:
+    value = _float(raw)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {raw!r}")
+    return value
+
+
 def _bool(raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -286,6 +293,14 @@ SETTINGS: tuple[Setting, ...] = (
         "int8 from 20k chunks) | ivf | int8 (every row) | exact; each rescored exactly",
     ),
     Setting(
+        "MDVDB_SEARCH_THREADS",
+        "search_threads",
+        _int(0),
+        "1",
+        "Threads a warm search splits its long passes over (IVF int8 products, fusion, "
+        "top-k): 1 = the calling thread alone; 0 = one per core, up to 4 (docs/benchmarks.md)",
+    ),
+    Setting(
         "MDVDB_IVF_MIN_CHUNKS",
         "ivf_min_chunks",
         _int(1),
@@ -301,6 +316,13 @@ SETTINGS: tuple[Setting, ...] = (
         _int(1),
         "50",
         "Changed documents before a full re-clustering",
+    ),
+    Setting(
+        "MDVDB_CLUSTERING_REBALANCE_SHARE",
+        "clustering_rebalance_share",
+        _share,
+        "0.05",
+        "Share of the documents changed before a full re-clustering (the larger count wins)",
     ),
     Setting(
         "MDVDB_CLUSTERING_MAX_CLUSTERS",
@@ -433,11 +455,13 @@ class Config:
     search_per_file: int = 3
     search_default_mode: str = "hybrid"
     search_first_pass: str = "auto"
+    search_threads: int = 1
     ivf_min_chunks: int = 50_000
     watch: bool = True
     watch_debounce_ms: int = 300
     clustering_enabled: bool = True
     clustering_rebalance_threshold: int = 50
+    clustering_rebalance_share: float = 0.05
     clustering_max_clusters: int = 50
     govern: str = "auto"
     govern_confidence_field: str = "confidence"

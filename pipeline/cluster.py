@@ -20,6 +20,7 @@ index's `clusters` table and the `files.cluster_id` column.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -443,6 +444,11 @@ def clear(state: Any) -> None:
     state.clear_clusters(STATE_KEY)
 
 
+def rebalance_at(threshold: int, share: float, documents: int) -> int:
+    """Changed documents since the last full clustering at which the next one is due."""
+    return max(threshold, math.ceil(share * documents))
+
+
 def run_stage(
     state: Any,
     chunk_key: str,
@@ -451,6 +457,7 @@ def run_stage(
     max_clusters: int,
     threshold: int,
     full: bool = False,
+    share: float = 0.0,
     changes: tuple[list[tuple[str, str]], list[str], int] | None = None,
     helper: Any = None,
 ) -> StageResult:
@@ -458,8 +465,11 @@ def run_stage(
 
     A full clustering happens when there is none yet, when the embedding model or the bound
     on k changed, on `ingest --full`, or when this run would bring the count of documents
-    added or changed since the last full clustering to the rebalance threshold. Otherwise
-    only the changed documents are read and assigned to their nearest centroid.
+    added or changed since the last full clustering to the rebalance threshold: `threshold`
+    documents or `share` of them, whichever is larger. Otherwise only the changed documents
+    are read and assigned to their nearest centroid. The share keeps a re-clustering (a
+    k-means fit over every document: tens of seconds at 100k files) from falling on every
+    50th edit of a large folder, while a small folder keeps the fixed count.
     `changes`: (changed (path, sha), removed paths, documents) from discover's change list
     (`changes_of`), else the state's whole manifest is diffed against the assignments.
     `helper`: a full clustering's fit goes to that process and is finished when pack first
@@ -481,7 +491,7 @@ def run_stage(
     pending = int(info.get("pending", 0)) + len(changed)
     if not (changed or removed) and same_model and not full:
         result = StageResult("unchanged", documents, pending=pending, k=info.get("k", 0))
-    elif full or not same_model or pending >= threshold:
+    elif full or not same_model or pending >= rebalance_at(threshold, share, documents):
         due = _full(state, chunk_key, model, dimensions, max_clusters, helper)
         if isinstance(due, StageResult):
             result = due

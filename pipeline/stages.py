@@ -845,6 +845,7 @@ def cluster(
         config.clustering_max_clusters,
         config.clustering_rebalance_threshold,
         full=full,
+        share=config.clustering_rebalance_share,
         changes=changes,
         helper=helper,
     )

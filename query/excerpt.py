@@ -208,14 +208,24 @@ def around(section: str, first_line: int, sentence: str, limit: int = EXCERPT_CH
     return flat.cut(max(at, 0), limit)
 
 
+# Sections whose sentences and their vectors a long-lived reader keeps (then it starts over):
+# ~5 KB a section at 256 dimensions.
+SENTENCE_MEMO = 2048
+
+
 def excerpts(
     sections: list[tuple[str, int]],
     query: str | None,
     embed=None,
     limit: int = EXCERPT_CHARS,
+    keys: list | None = None,
+    memo: dict | None = None,
 ) -> list[Excerpt]:
     """One excerpt per (section text, its first line). `embed` (texts -> unit vectors) picks
-    the sentence closest to the query in sections where no query term occurs."""
+    the sentence closest to the query in sections where no query term occurs. `keys` (one
+    per section) and `memo`: each such section's sentences and their vectors are kept in
+    `memo` under its key, for the next query that shows it (they do not depend on the
+    query; a text's vector does not depend on the batch it is embedded in)."""
     terms = query_terms(query) if query else frozenset()
     out: list[Excerpt] = []
     unmatched: list[int] = []
@@ -225,12 +235,29 @@ def excerpts(
         if not matched and embed is not None:
             unmatched.append(i)
     if unmatched and query:
-        pieces = [(i, s) for i in unmatched for s in sentences(sections[i][0])]
-        if pieces:
-            import numpy as np
+        import numpy as np
 
+        known = {}
+        if memo is not None and keys is not None:
+            known = {i: memo[keys[i]] for i in unmatched if keys[i] in memo}
+        fresh = [(i, sentences(sections[i][0])) for i in unmatched if i not in known]
+        texts = [s for _, found in fresh for s in found]
+        if texts:
+            vectors = np.asarray(embed(texts), dtype=np.float32)
+            at = 0
+            for i, found in fresh:
+                known[i] = (found, vectors[at : at + len(found)])
+                at += len(found)
+                if memo is not None and keys is not None:
+                    if len(memo) >= SENTENCE_MEMO:
+                        memo.clear()
+                    memo[keys[i]] = known[i]
+        pieces = [(i, s) for i in unmatched for s in known[i][0]]
+        if pieces:
             query_vector = embed([query])[0]
-            vectors = np.asarray(embed([s for _, s in pieces]), dtype=np.float32)
+            # one product over the sentences of every section, as when all were embedded
+            # at once: the same matrix, so the same bits
+            vectors = np.concatenate([known[i][1] for i in unmatched])
             scores = vectors @ np.asarray(query_vector, dtype=np.float32)
             best: dict[int, tuple[float, str]] = {}
             for (i, sentence), score in zip(pieces, scores.tolist(), strict=True):

@@ -476,6 +476,7 @@ def _blended(
 
     n = len(bm25)
     w = np.float32(params.dense_weight)
+    one_minus_w = np.float32(1) - w
     keep, part = _mixed_part(page.values, params.page_weight)
     top_bm25 = float(bm25.max()) if n else 0.0
     top_expansion = float(expansion.max()) if n else 0.0
@@ -516,14 +517,13 @@ def _blended(
         bounds = np.searchsorted(rows, [*starts, piece[1]]).tolist()
         for i, a in enumerate(starts):
             b = min(a + BLOCK, piece[1])
-            block = lexical[a:b]  # becomes the weighted lexical part: (1 - w) lexical / max
+            block = lexical[a:b]  # becomes lexical / max ((1 - w) times it: the part)
             if top_lexical > 0:
                 np.divide(block, np.float32(top_lexical), out=block)
             else:
                 block[:] = 0
-            np.multiply(block, np.float32(1) - w, out=block)
             out = scores[a:b]
-            out[:] = block
+            np.multiply(block, one_minus_w, out=out)  # the weighted part, where it is summed
             r, v = rows[bounds[i] : bounds[i + 1]] - a, values[bounds[i] : bounds[i + 1]]
             out[r] += v  # the semantic part (0 elsewhere: x + 0 is x)
             np.multiply(out, keep, out=out)
@@ -532,7 +532,8 @@ def _blended(
     in_parallel(fused, pieces)
     return Fused(
         scores=scores,
-        lexical=keep * Scaled(n, base=lexical),
+        # (1 - w) * x, then keep * that: the products `with_page` makes of the part
+        lexical=keep * (one_minus_w * Scaled(n, base=lexical)),
         semantic=keep * Scaled(n, None, rows, values),
         page=PerFile(part, page.files),  # per chunk when read
     )

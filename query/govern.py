@@ -13,11 +13,11 @@ ranked just below the cut can still move up.
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from query.results import SearchResult
     from query.snapshot import Reader
 
 # Snapshots already checked for governance fields: (path, inode, mtime_ns) -> has fields.
@@ -103,24 +103,83 @@ def adjusted(score: float, weight: float) -> float:
     return score * weight if score >= 0 else score / weight
 
 
-def rerank(
-    index: Reader, results: list[SearchResult], limit: int, explain: bool = False
-) -> list[SearchResult]:
-    """Re-order by the governed score, newer `updated` first on exact ties; keep `limit`."""
-    cfg = index.config
+# Pages whose weight and date a reader keeps per snapshot (then it starts over).
+PAGE_CACHE = 50_000
+
+
+@dataclass(slots=True)
+class Governed:
+    """One candidate after governing: its row, its relevance (rounded as shown), its
+    governed score and the confidence factor that made it."""
+
+    chunk_id: int
+    relevance: float
+    score: float
+    factor: float
+
+    def explain(self, parts: dict[str, float] | None) -> dict[str, float]:
+        """`--explain`'s parts of this row plus what governing did to it."""
+        return {
+            **(parts or {}),
+            "relevance": self.relevance,
+            "govern_factor": self.factor,
+            "govern_adjustment": round(self.score - self.relevance, 6),
+        }
+
+
+def rerank(index: Reader, chunk_ids: list[int], scores) -> list[Governed]:
+    """The candidates `chunk_ids` (relevance order) re-ordered by the governed score, newer
+    `updated` first on exact ties, then relevance order. Each page's confidence factor and
+    date are read from its frontmatter once per snapshot (`page_terms`), not per candidate
+    and query: a warm search weighs ~100 candidates, mostly pages it has weighed before."""
+    if not chunk_ids:
+        return []
+    snap = index.snapshot
+    file_ids = snap.chunk_file_ids[chunk_ids].tolist()
+    pages = page_terms(index, file_ids)
+    values = scores[chunk_ids].tolist()
     keyed = []
-    for position, hit in enumerate(results):
-        weight = factor(hit.metadata.get(cfg.govern_confidence_field), cfg.govern_weights)
-        when = timestamp(hit.metadata.get(cfg.govern_updated_field))
-        new_score = round(adjusted(hit.score, weight), 6)
-        if explain:
-            hit.explain = {
-                **(hit.explain or {}),
-                "relevance": hit.score,
-                "govern_factor": weight,
-                "govern_adjustment": round(new_score - hit.score, 6),
-            }
-        hit.score = new_score
-        keyed.append((-new_score, -when, position, hit))
-    keyed.sort(key=lambda item: item[:3])
-    return [item[3] for item in keyed[:limit]]
+    for position, (chunk_id, file_id, value) in enumerate(
+        zip(chunk_ids, file_ids, values, strict=True)
+    ):
+        weight, when = pages[file_id]
+        relevance = round(value, 6)
+        # `adjusted` inline; a factor of 1 leaves the rounded relevance as it is (rounding
+        # an already rounded value to the same digits gives it back)
+        if weight == 1.0:
+            score = relevance
+        else:
+            score = round(relevance * weight if relevance >= 0 else relevance / weight, 6)
+        # (position is unique: the tuples are ordered by their first three items alone)
+        keyed.append((-score, -when, position, chunk_id, relevance, score, weight))
+    keyed.sort()
+    return [Governed(item[3], item[4], item[5], item[6]) for item in keyed]
+
+
+def page_terms(index: Reader, file_ids: list[int]) -> dict[int, tuple[float, float]]:
+    """(confidence factor, `updated` timestamp) of each page in `file_ids` (and of the
+    pages asked before), parsed from its frontmatter on first use in this snapshot, under
+    this reader's governance settings."""
+    import json
+
+    cfg = index.config
+    snap = index.snapshot
+    key = (
+        "govern_pages",
+        cfg.govern_confidence_field,
+        cfg.govern_updated_field,
+        tuple(sorted(cfg.govern_weights.items())),
+    )
+    pages = snap.cache.get(key)
+    if pages is None or len(pages) > PAGE_CACHE:
+        pages = snap.cache[key] = {}
+    missing = set(file_ids).difference(pages)
+    if missing:
+        column = snap.table("files").column("frontmatter")
+        for file_id in missing:
+            meta = json.loads(column[file_id].as_py() or "{}")
+            pages[file_id] = (
+                factor(meta.get(cfg.govern_confidence_field), cfg.govern_weights),
+                timestamp(meta.get(cfg.govern_updated_field)),
+            )
+    return pages

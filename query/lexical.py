@@ -190,7 +190,7 @@ class LexicalIndex:
         sizes = end - begin
         if sizes.sum() == 0 or scores.sum() <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        starts = np.r_[0, np.cumsum(sizes)]
+        starts = np.concatenate(([0], np.cumsum(sizes)))
         gather = np.repeat(begin - starts[:-1], sizes) + np.arange(starts[-1])
         positions = self.forward_postings[gather]
         rows = np.searchsorted(self.offsets, positions, side="right") - 1
@@ -301,7 +301,9 @@ class LexicalIndex:
         out = np.zeros(self.n_chunks, dtype=np.float32)
         if len(hashes) == 0:
             return out
-        unique, counts = np.unique(hashes, return_counts=True)
+        from query.vector import distinct
+
+        unique, counts = distinct(hashes, counts=True)
         return self.add_terms(out, self.lookup(unique), counts.astype(np.float32), zero=True)
 
 
@@ -336,7 +338,9 @@ def page_query(lexical, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray,
         none = np.zeros(0, dtype=np.uint64)
         return out, none, none.astype(np.int64), (n_files, None, 1.0)
     page_len, avg = page_lengths_of(lexical, n_files)
-    unique, counts = np.unique(hashes, return_counts=True)
+    from query.vector import distinct
+
+    unique, counts = distinct(hashes, counts=True)
     return out, unique, counts, (n_files, page_len, avg)
 
 
@@ -375,7 +379,9 @@ def feedback_best(
     lengths = np.repeat(np.maximum(chunk_lengths, np.float32(1.0)), sizes)
     shares = tf / lengths
     mass = shares * np.repeat(scores / scores.sum(), sizes)
-    unique, inverse = np.unique(terms, return_inverse=True)
+    from query.vector import distinct
+
+    unique, inverse = distinct(terms, inverse=True)
     totals = np.bincount(inverse, weights=mass)
     rank = totals
     if by_idf is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
 NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
-FRONTMATTER_CACHE = 50_000  # parsed pages a reader keeps for governing (then starts over)
 
 
 def query_vector(
@@ -185,6 +185,12 @@ def search(
     file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
     one response (query.collapse)."""
     config = index.config
+    # MDVDB_SEARCH_THREADS, process-wide as the helper threads are (only speed depends on
+    # it, never an answer); a one-shot search that never splits a pass does not import them
+    if "query.second_core" in sys.modules or config.search_threads != type(config).search_threads:
+        from query import second_core
+
+        second_core.set_threads(config.search_threads or None)
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
     mode = config.search_default_mode if mode is None else mode
@@ -211,7 +217,15 @@ def search(
     if select is not None:
         candidates = allowed
     order = _diverse_top(
-        scores, candidates, min_score, limit, governed, diversity, per_file, select
+        scores,
+        candidates,
+        min_score,
+        limit,
+        governed,
+        diversity,
+        per_file,
+        select,
+        parts.get("_above"),
     )
     components = (
         {
@@ -231,13 +245,14 @@ def search(
         # governed best of each group (the authoritative copy, not the first in path order).
         # It reads only each candidate's score and page metadata: the rows shown are
         # materialised (headings, lines, excerpts) after it, not the 3x more it weighs.
-        weighed = _governing_view(index, order, scores, components)
-        weighed = governing.rerank(index, weighed, len(weighed), explain)
+        weighed = governing.rerank(index, order, scores)
         kept = set(diversity.select([hit.chunk_id for hit in weighed], limit, per_file))
         weighed = [hit for hit in weighed if hit.chunk_id in kept]
         results = build_results(index, [hit.chunk_id for hit in weighed], scores, None, query, mode)
         for hit, governed_hit in zip(results, weighed, strict=True):
-            hit.score, hit.explain = governed_hit.score, governed_hit.explain
+            hit.score = governed_hit.score
+            if explain:
+                hit.explain = governed_hit.explain(components.get(hit.chunk_id))
     else:
         results = build_results(index, order, scores, components, query, mode)
     diversity.commit([hit.chunk_id for hit in results])
@@ -266,18 +281,20 @@ def _diverse_top(
     diversity: Diversity,
     per_file: int | None,
     select=None,
+    above=None,
 ) -> list[int]:
     """The best chunk ids that repeat no near-duplicate and respect the per-file cap: rank
     a few more candidates than wanted, and more again while collapsing leaves too few.
     `select` (a sharded index's staged search): asked for the best rows under the filter
-    `candidates`, it fills their scores in."""
+    `candidates`, it fills their scores in. `above` (query.vector.Above): the rows of
+    `scores` that can rank, as the hybrid scoring left them."""
     wanted = governing.candidates(limit) if governed else limit
     fetch = _first_fetch(limit, governed, diversity)
     while True:
         if select is not None:
             ranked = select(candidates, fetch, min_score)
         else:
-            ranked = top_k(scores, fetch, candidates)
+            ranked = top_k(scores, fetch, candidates, above)
         ranked = [int(i) for i in ranked if scores[i] >= min_score]
         if governed:  # collapsing waits for the governed order (see `search`)
             return ranked
@@ -395,6 +412,10 @@ def mode_scores(
             dense=dense,
             query=query,
         )
+        # The rows of the fused scores above the stub selection's cut (query.vector.Above):
+        # the name pool and the final ranking select from them again, not from all n rows,
+        # while every later change of the scores is at rows it names.
+        above = None
         if params.stub_length > 0 and params.stub_weight > 0:
             from query.fusion import with_stub_prior
 
@@ -402,11 +423,14 @@ def mode_scores(
             if page_length is not None and params.stub_kind != "any":
                 from query.stubs import stub_rows
 
+                seen: list = []
                 rows = stub_rows(
-                    index, fused.scores, page_length, params.stub_length, params.stub_kind
+                    index, fused.scores, page_length, params.stub_length, params.stub_kind, seen
                 )
                 length = page_length[index.snapshot.chunk_file_ids[rows]]
                 fused = with_stub_prior(fused, length, params, rows, owned=True)
+                # (the cut rows, changed in place, are among the selection's own rows)
+                above = seen[0] if seen else None
             elif page_length is not None:
                 chunk_length = page_length[index.snapshot.chunk_file_ids]
                 fused = with_stub_prior(fused, chunk_length, params)
@@ -414,6 +438,7 @@ def mode_scores(
             from query.fusion import with_proximity
 
             fused = with_proximity(fused, bonus, params.proximity_weight)
+            above = None  # every row changed
         parts = {"lexical": fused.lexical, "semantic": fused.semantic}
         if fused.page is not None:
             parts["page"] = fused.page
@@ -431,34 +456,39 @@ def mode_scores(
             from query.titles import name_files
 
             chunk_files = index.snapshot.chunk_file_ids
-            # return_counts: a plain np.unique imports numpy.ma (~8 ms of a cold search)
-            pool = np.unique(chunk_files[_name_pool(fused.scores)], return_counts=True)[0]
+            from query.vector import distinct
+
+            pool = distinct(chunk_files[_name_pool(fused.scores, above)])[0]
             named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
             named[pool[name_files(index.snapshot, query, pool)]] = True
             if named.any():
-                part, scores = _name_part(index.snapshot, named, scores, params.name_weight)
+                part, scores, raised = _name_part(index.snapshot, named, scores, params.name_weight)
                 parts = {"name": part, **parts, "fused": scores}
-        return scores, {**parts, "_candidates": scores > 0}
+                above = above.rising(raised) if above is not None else None
+        parts = {**parts, "_candidates": scores > 0}
+        if above is not None:
+            parts["_above"] = above
+        return scores, parts
     raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
 
 
-def _name_pool(scores: np.ndarray) -> np.ndarray:
-    """The NAME_POOL best sections (`query.fusion.best`)."""
+def _name_pool(scores: np.ndarray, above=None) -> np.ndarray:
+    """The NAME_POOL best sections (`query.fusion.best`; `above`: query.vector.Above)."""
     from query.vector import top_rows
 
-    return top_rows(scores, NAME_POOL, positive=True)
+    return top_rows(scores, NAME_POOL, positive=True, above=above)
 
 
 def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
-    """(the name part, scores + it): `weight` on each section of a `named` file. A file's
-    sections are contiguous rows, so they are found by binary search in the file ids, not
-    by a pass over every row (the reference: query.fusion._REFERENCE)."""
+    """(the name part, scores + it, the rows it raised): `weight` on each section of a
+    `named` file. A file's sections are contiguous rows, so they are found by binary search
+    in the file ids, not by a pass over every row (the reference: query.fusion._REFERENCE)."""
     from query import fusion
 
     chunk_files = snap.chunk_file_ids
     if fusion._REFERENCE or not _files_ascend(snap):
         part = (np.float32(weight) * named[chunk_files]).astype(np.float32)
-        return part, scores + part
+        return part, scores + part, np.flatnonzero(part)
     files = np.flatnonzero(named)
     begin = np.searchsorted(chunk_files, files, side="left")
     end = np.searchsorted(chunk_files, files, side="right")
@@ -467,7 +497,7 @@ def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
     part = np.zeros(len(chunk_files), dtype=np.float32)
     part[rows] = np.float32(weight)
     scores[rows] += part[rows]  # in place: the caller's fused scores are replaced by these
-    return part, scores
+    return part, scores, rows
 
 
 def _files_ascend(snap) -> bool:
@@ -551,7 +581,7 @@ def build_results(
         }
     if excerpts:
         sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
-        shown = _excerpts(index, sections, query, mode)
+        shown = _excerpts(index, sections, query, mode, order)
     else:  # a caller that shows no excerpts
         shown = [Excerpt("", 0, 0)] * len(order)
     meta: dict[int, dict[str, Any]] = {}
@@ -582,53 +612,18 @@ def build_results(
     return results
 
 
-def _governing_view(
-    index: Reader,
-    order: list[int],
-    scores: np.ndarray,
-    components: dict[int, dict[str, float]] | None,
-) -> list[SearchResult]:
-    """The candidates as governing weighs them: score, explain parts and their page's
-    metadata (the same values `build_results` gives); nothing else is read."""
-    snap = index.snapshot
-    file_ids = snap.chunk_file_ids[order].tolist() if order else []
-    # Each page's parsed frontmatter is kept by the reader: a long-lived one weighs ~100
-    # candidates a query, mostly pages it has parsed before.
-    meta = snap.cache.get("frontmatter")
-    if meta is None or len(meta) > FRONTMATTER_CACHE:
-        meta = snap.cache["frontmatter"] = {}
-    missing = set(file_ids).difference(meta)
-    if missing:
-        column = snap.table("files").column("frontmatter")
-        meta.update((fid, json.loads(column[fid].as_py() or "{}")) for fid in missing)
-    # (each page's metadata is the cached dict itself, not a copy: governing only reads it,
-    # and these results never leave `search`, which shows `build_results`' own)
-    values = scores[order].tolist() if order else []
-    return [
-        SearchResult(
-            path="",
-            heading="",
-            heading_path=[],
-            start_line=0,
-            end_line=0,
-            score=round(value, 6),
-            excerpt="",
-            metadata=meta[file_id],
-            chunk_id=chunk_id,
-            file_id=file_id,
-            explain=components.get(chunk_id) if components else None,
-        )
-        for chunk_id, file_id, value in zip(order, file_ids, values, strict=True)
-    ]
-
-
-def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None, mode):
-    """The matched passage of each section; by meaning (closest sentence) only with the
-    local static model, whose vectors cost microseconds: an encoder or a remote provider
-    would make every search slower or cost a request."""
+def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None, mode, rows):
+    """The matched passage of each section (`rows`: their chunk ids); by meaning (closest
+    sentence) only with the local static model, whose vectors cost microseconds: an encoder
+    or a remote provider would make every search slower or cost a request. The sentences
+    of a section matched by meaning, and their vectors, are kept per snapshot."""
     from query.excerpt import excerpts
 
     config = index.config
     local = config.embedding_provider == "local" and config.embedding_model.startswith("wordllama")
     embed = index.provider().embed if query and mode != "lexical" and local else None
-    return excerpts(sections, query, embed)
+    memo = None
+    if embed is not None:
+        key = ("excerpt_sentences", config.embedding_model, config.embedding_dimensions)
+        memo = index.snapshot.cache.setdefault(key, {})
+    return excerpts(sections, query, embed, keys=list(rows), memo=memo)

@@ -23,6 +23,8 @@ import os
 import threading
 from functools import lru_cache
 
+from kernel.config import Config
+
 # Helper threads at most (a memory-bound pass gains little past a few cores).
 MAX_HELPERS = 3
 # Pieces per thread of a split pass: small enough that a helper the scheduler pauses holds
@@ -139,6 +141,13 @@ class _Helper:
             job.take_over()
 
 
+# Threads a split pass may run on, caller included (MDVDB_SEARCH_THREADS, which each search
+# sets through `set_threads`; until then the setting's default); None: one per core this
+# process may run on, up to 1 + MAX_HELPERS. `in_background` (one job on another core)
+# does not depend on it.
+_THREADS: int | None = Config.search_threads or None
+
+
 def cores() -> int:
     """The cores this process may run on (its affinity, not the machine's count)."""
     try:
@@ -147,15 +156,24 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-@lru_cache(maxsize=1)
-def _helpers() -> tuple[_Helper, ...]:
-    """One helper per core beyond the caller's, started on first use."""
-    return tuple(_Helper() for _ in range(min(cores() - 1, MAX_HELPERS)))
+def set_threads(count: int | None) -> None:
+    """Run a query's passes on at most `count` threads, the caller's included (1: helper
+    threads off); None: one per core. Process-wide, as the helper threads are."""
+    global _THREADS
+    _THREADS = count
 
 
 def threads() -> int:
     """How many threads a split pass runs on: the caller and each helper."""
-    return 1 + max(0, min(cores() - 1, MAX_HELPERS))
+    most = 1 + max(0, min(cores() - 1, MAX_HELPERS))
+    return most if _THREADS is None else max(1, min(_THREADS, most))
+
+
+@lru_cache(maxsize=1)
+def _helpers() -> tuple[_Helper, ...]:
+    """One helper per core beyond the caller's (at most MAX_HELPERS), started on first use;
+    `threads` says how many of them a pass asks."""
+    return tuple(_Helper() for _ in range(min(cores() - 1, MAX_HELPERS)))
 
 
 def in_background(function, *args) -> _Job:
@@ -176,10 +194,10 @@ def in_parallel(function, pieces: list) -> list:
     every free helper at once, each taking the next piece not started. For a pass split by
     rows whose every row is computed on its own (the same bits as one call over all of
     them), by calls that release the GIL (NumPy, simsimd)."""
-    if len(pieces) < 2 or cores() < 2:
+    if len(pieces) < 2 or threads() < 2:
         return [function(piece) for piece in pieces]
     job = _Pieces(function, pieces)
-    for helper in _helpers():
+    for helper in _helpers()[: threads() - 1]:
         helper.submit(job)
     return job.result()
 

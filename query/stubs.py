@@ -48,13 +48,19 @@ TESTS = {"bare": is_bare, "record": is_record}
 
 
 def stub_rows(
-    index: Reader, scores: np.ndarray, page_length: np.ndarray, stub_length: float, kind: str
+    index: Reader,
+    scores: np.ndarray,
+    page_length: np.ndarray,
+    stub_length: float,
+    kind: str,
+    seen: list | None = None,
 ) -> np.ndarray:
     """The sections the stub prior applies to: among the query's best `CANDIDATES`, those of
     a page shorter than `stub_length` whose text passes the `kind` test ("bare" or
     "record"). Other short sections are left alone: outside the best candidates the prior
     would not change what is shown. Which sections are short, and each verdict, are kept
-    per snapshot, so a warm query pays one partial sort and the texts it has not seen."""
+    per snapshot, so a warm query pays one partial sort and the texts it has not seen.
+    `seen`: `query.vector.top_rows`' (the rows above its cut, for the next selections)."""
     snap = index.snapshot
     key = ("stub_short", float(stub_length))
     short = snap.cache.get(key)
@@ -67,7 +73,7 @@ def stub_rows(
     # the best CANDIDATES, ties as query.vector.ranked orders them (a sharded search agrees)
     from query.vector import top_rows
 
-    top = top_rows(scores, CANDIDATES)
+    top = top_rows(scores, CANDIDATES, seen=seen)
     top = top[short[top]]
     if not len(top):
         return top

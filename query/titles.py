@@ -140,7 +140,8 @@ def name_files(snapshot: Snapshot, query: str, files: np.ndarray) -> np.ndarray:
     "map_batches"). A run must hold a word that is not a stop word, and a run inside a longer
     one that names a page does not count on its own ("git" in "create a git branch").
     Only `files` are looked at (the best-scoring ones): a Python check of a few hundred
-    titles, nothing built per snapshot. Returns one boolean per entry of `files`."""
+    titles, whose names are kept per snapshot once asked (`_names`). Returns one boolean
+    per entry of `files`."""
     from kernel.text_analysis import words as terms
 
     found = np.zeros(len(files), dtype=bool)
@@ -154,14 +155,10 @@ def name_files(snapshot: Snapshot, query: str, files: np.ndarray) -> np.ndarray:
             if terms(" ".join(run)):
                 for sep in (" ", "-", "_") if n > 1 else (" ",):
                     spans.setdefault(sep.join(run), (i, i + n))
-    titles, _ = _lowered(snapshot)
-    path_of = _path_lowering(snapshot)
+    names_of = _names(snapshot)
     matched: list[tuple[int, int, int]] = []  # (position in files, span start, span end)
-    for at, file_id in enumerate(files.tolist()):
-        title = titles.text[titles.starts[file_id] : titles.ends[file_id]].strip()
-        stem = path_of(file_id).rsplit("/", 1)[-1]
-        stem = stem.rsplit(".", 1)[0] if "." in stem else stem
-        for name in (title, title.rsplit(".", 1)[-1] if "." in title else None, stem):
+    for at, names in enumerate(names_of(files.tolist())):
+        for name in names:
             span = spans.get(name) if name else None
             if span is not None:
                 matched.append((at, *span))
@@ -171,6 +168,35 @@ def name_files(snapshot: Snapshot, query: str, files: np.ndarray) -> np.ndarray:
         if not any(x <= a and b <= y and (x, y) != (a, b) for x, y in longer):
             found[at] = True
     return found
+
+
+# Pages whose names a reader keeps per snapshot (then it starts over).
+NAMES_KEPT = 50_000
+
+
+def _names(snapshot: Snapshot):
+    """file ids -> each file's names as `name_files` tries them: its title, the last dotted
+    part of the title (None without a dot), its file stem; lowered. They do not depend on
+    the query: kept per snapshot for the files asked (a warm search checks ~100 files a
+    query, mostly ones it has checked before)."""
+    kept = snapshot.cache.get("page_names")
+    if kept is None or len(kept) > NAMES_KEPT:
+        kept = snapshot.cache["page_names"] = {}
+
+    def names_of(file_ids: list[int]) -> list[tuple[str, str | None, str]]:
+        missing = [f for f in file_ids if f not in kept]
+        if missing:
+            titles, _ = _lowered(snapshot)
+            path_of = _path_lowering(snapshot)
+            for file_id in missing:
+                title = titles.text[titles.starts[file_id] : titles.ends[file_id]].strip()
+                stem = path_of(file_id).rsplit("/", 1)[-1]
+                stem = stem.rsplit(".", 1)[0] if "." in stem else stem
+                dotted = title.rsplit(".", 1)[-1] if "." in title else None
+                kept[file_id] = (title, dotted, stem)
+        return [kept[f] for f in file_ids]
+
+    return names_of
 
 
 def _path_lowering(snapshot: Snapshot):

@@ -61,8 +61,11 @@ def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
         return fanned(vector)
     scores = np.einsum("ij,j->i", matrix, vector.astype(np.float32, copy=False))
     # A NaN row (a damaged index, an old provider answer) scores nothing rather than
-    # turning every normalised hybrid score into NaN (cheap: one pass over n scores).
-    return np.nan_to_num(scores, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    # turning every normalised hybrid score into NaN (cheap: one pass over n scores, and
+    # nan_to_num's own passes only when one is not finite).
+    if not np.isfinite(scores).all():
+        np.nan_to_num(scores, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    return scores
 
 
 @dataclass(frozen=True)
@@ -234,8 +237,8 @@ class IvfSide:
         # lies (no gather of the probed rows).
         picked = np.sort(picked)
         breaks = np.flatnonzero(np.diff(picked) != 1) + 1
-        first = picked[np.r_[0, breaks]]
-        last = picked[np.r_[breaks - 1, len(picked) - 1]]
+        first = picked[np.concatenate(([0], breaks))]
+        last = picked[np.append(breaks - 1, len(picked) - 1)]
         begin, end = self.offsets[first].tolist(), self.offsets[last + 1].tolist()
         spans = list(zip(begin, end, strict=True))
         approx, ids = self.codes.dots_spans(vectors, spans, self.order)
@@ -673,10 +676,44 @@ def _has_simsimd() -> bool:
     return True
 
 
-def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+def top_k(
+    scores: np.ndarray, k: int, mask: np.ndarray | None = None, above: Above | None = None
+) -> np.ndarray:
     """Indices of the k best finite scores, best first, equal scores in row order (`ranked`'s
     order); rows where mask is False are skipped (`top_rows`: no partition of n rows)."""
-    return top_rows(scores, k, mask)
+    return top_rows(scores, k, mask, above=above)
+
+
+@dataclass(frozen=True)
+class Above:
+    """Every finite row of a score array above `cut` (at or above it unless `strict`), rows
+    ascending, as one `top_rows` found them, plus the rows whose score may have risen since
+    (`rising`: a later part added to them). Every other row still scores below the cut, so
+    a later selection of at most as many rows on the changed array looks only at these
+    (`top_rows(above=)`) instead of passing over all n rows again."""
+
+    rows: np.ndarray
+    cut: float
+    strict: bool
+
+    def rising(self, rows: np.ndarray) -> Above:
+        """This cut after `rows` may have risen too."""
+        return Above(union_rows(self.rows, rows), self.cut, self.strict)
+
+    def select(self, scores, k: int, mask, positive: bool) -> np.ndarray | None:
+        """`top_rows(scores, k, mask, positive)` from these rows, or None when fewer than k
+        allowed rows are still above the cut (then the k best may lie anywhere)."""
+        rows = self.rows
+        values = scores[rows]
+        keep = values > self.cut if self.strict else values >= self.cut
+        keep &= np.isfinite(values)
+        if mask is not None:
+            keep &= mask[rows]
+        if positive:
+            keep &= values > 0
+        if int(np.count_nonzero(keep)) < k:
+            return None
+        return _ranked(rows[keep], values[keep], k)[0]
 
 
 # `top_rows` guesses its cut from a strided sample of the scores: the sample's CUT_RANK-th
@@ -702,6 +739,8 @@ def top_rows(
     k: int,
     mask: np.ndarray | None = None,
     positive: bool = False,
+    above: Above | None = None,
+    seen: list | None = None,
 ) -> np.ndarray:
     """The k best rows of `scores`, best first, equal scores by descending row: rows where
     `mask` is False, non-finite scores and (`positive`) scores <= 0 never count.
@@ -711,11 +750,24 @@ def top_rows(
     least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
     those few are ranked. Otherwise (a sample that missed, a mask that leaves few rows, few
     positive scores) the allowed rows are all ranked: the same answer either way, and
-    `ranked`'s (equal scores by descending row, as a sharded search merges them)."""
+    `ranked`'s (equal scores by descending row, as a sharded search merges them).
+
+    `above` (an earlier call's `Above` for this array, since changed at its own rows at
+    most, `Above.rising`): the answer from its rows when enough are still above its cut
+    (the k-th best is then at or above it, so every row of the answer, ties included, is
+    among them: the same answer). `seen` (a list): given no mask and no `positive`, the
+    `Above` this call found is appended to it, for the next selection."""
     n = scores.shape[0]
     if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
-    found = _above_cut(scores, k, mask, positive)
+    if above is not None and not REFERENCE:
+        found = above.select(scores, k, mask, positive)
+        if found is not None:
+            return found
+    cut = [] if seen is not None and mask is None and not positive else None
+    found = _above_cut(scores, k, mask, positive, cuts=cut)
+    if found is not None and cut:
+        seen.append(Above(found[0], *cut[-1]))
     if found is None:
         rows = np.flatnonzero(mask) if mask is not None else None
         values = scores if rows is None else scores[rows]
@@ -733,12 +785,17 @@ def top_rows(
 
 
 def _above_cut(
-    scores: np.ndarray, k: int, mask: np.ndarray | None, positive: bool, always: bool = False
+    scores: np.ndarray,
+    k: int,
+    mask: np.ndarray | None,
+    positive: bool,
+    always: bool = False,
+    cuts: list | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(rows ascending, their scores) of every allowed finite row at or above a cut from a
     strided sample, when at least k of them are (the k best are then among them); None when
     no cut was found that way (too few rows, a sample that missed, non-finite values) or
-    on the reference path (unless `always`)."""
+    on the reference path (unless `always`). `cuts`: (cut, strict) of the answer appended."""
     n = scores.shape[0]
     if (REFERENCE and not always) or n < SAMPLED_MIN_ROWS or k * SAMPLED_MAX_SHARE > n:
         return None
@@ -763,6 +820,8 @@ def _above_cut(
             rows = _rows_above(scores, cut, strict)
             rows, values = _allowed(rows, scores, mask)
             if len(rows) >= k:
+                if cuts is not None:
+                    cuts.append((cut, strict))
                 return rows, values
     return None
 
@@ -819,7 +878,7 @@ def _ranked(
         level = np.flatnonzero(values == v)
         need = k - int(np.count_nonzero(above))
         tied = len(level) > need
-        chosen = np.sort(np.r_[np.flatnonzero(above), level[len(level) - need :]])
+        chosen = np.sort(np.concatenate((np.flatnonzero(above), level[len(level) - need :])))
         rows, values = rows[chosen], values[chosen]
     order = np.lexsort((-rows, -values))
     if ordered and not tied and len(order) > 1:
@@ -840,6 +899,34 @@ def union_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(rows[1:], rows[:-1], out=keep[1:])
     return rows[keep]
+
+
+def distinct(
+    values: np.ndarray, counts: bool = False, inverse: bool = False
+) -> tuple[np.ndarray, ...]:
+    """`np.unique(values, return_counts=counts, return_inverse=inverse)` of a 1-D integer
+    array: (its distinct values ascending[, each one's count][, where each value went]),
+    the same arrays, by one sort and a neighbour compare. np.unique's own steps cost ~25 us
+    a call in Python, five calls a hybrid query (the query's terms twice, the name pool's
+    pages, the feedback terms)."""
+    values = np.asarray(values).ravel()
+    if inverse:
+        perm = values.argsort()
+        ordered = values[perm]
+    else:
+        ordered = np.sort(values)
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    out: tuple[np.ndarray, ...] = (ordered[first],)
+    if inverse:
+        where = np.empty(len(ordered), dtype=np.intp)
+        where[perm] = np.cumsum(first) - 1
+        out += (where,)
+    if counts:
+        starts = np.flatnonzero(first)
+        out += (np.diff(np.append(starts, len(ordered))),)
+    return out
 
 
 def ranked(scores: np.ndarray, k: int) -> np.ndarray:

@@ -176,6 +176,25 @@ def test_rebalance_at_the_threshold_and_not_before(tmp_path: Path):
     ingest(root, **env)
     assert clusters_json(root, **env)["assigned_since_rebalance"] == 0
 
+    # With a share of half the 28 documents the next full clustering is due at 14 changes,
+    # not at the count of 5: five changed documents are only assigned.
+    halves = {**env, "MDVDB_CLUSTERING_REBALANCE_SHARE": "0.5"}
+    for topic in ("cooking", "gardening", "astronomy", "networking"):
+        page = root / topic / f"{topic}-01.md"
+        page.write_text(page.read_text() + "\nOne more line.\n", encoding="utf-8")
+    changed.write_text(changed.read_text() + "\nAnd salt.\n", encoding="utf-8")
+    ingest(root, **halves)
+    assert clusters_json(root, **halves)["assigned_since_rebalance"] == 5
+
+
+def test_a_large_folder_rebalances_after_a_share_of_its_documents():
+    from pipeline.cluster import rebalance_at
+
+    assert rebalance_at(50, 0.05, 400) == 50  # a small folder keeps the fixed count
+    assert rebalance_at(50, 0.05, 100_000) == 5_000  # not on every 50th edit at 100k files
+    assert rebalance_at(5, 0.5, 27) == 14  # a share rounds up
+    assert rebalance_at(50, 0.0, 100_000) == 50
+
 
 @pytest.mark.slow
 def test_disabled_skips_the_stage(tmp_path: Path):

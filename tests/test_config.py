@@ -39,6 +39,7 @@ def test_environment_beats_file_beats_default(tmp_path: Path):
         ),
         ({"MDVDB_WATCH": "maybe"}, "MDVDB_WATCH"),
         ({"MDVDB_CLUSTERING_REBALANCE_THRESHOLD": "-3"}, "MDVDB_CLUSTERING_REBALANCE_THRESHOLD"),
+        ({"MDVDB_CLUSTERING_REBALANCE_SHARE": "1.5"}, "MDVDB_CLUSTERING_REBALANCE_SHARE"),
     ],
 )
 def test_bad_values_name_the_variable(tmp_path: Path, env: dict, needle: str):

@@ -96,8 +96,9 @@ def small_scale(monkeypatch):
     monkeypatch.setattr(fusion, "FIRST_LEXICAL", 12)
 
 
-def _index(root: Path, first_pass: str):
-    index = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": first_pass}))
+def _index(root: Path, first_pass: str, threads: str = "1"):
+    env = {"MDVDB_SEARCH_FIRST_PASS": first_pass, "MDVDB_SEARCH_THREADS": threads}
+    index = open_index(config=load_config(root, environ=env))
     for query in QUERIES[:2]:  # a long-lived reader: int8 / IVF copies built, weights cached
         index.search(query, mode="hybrid")
     return index
@@ -116,7 +117,7 @@ def _answers(index, reference: bool, monkeypatch, hybrid_only: bool = False) -> 
         arrays = {
             name: np.asarray(value).tobytes()
             for name, value in parts.items()
-            if not isinstance(value, float)
+            if not isinstance(value, float) and name != "_above"  # (not scores: a cut)
         }
         out.append((query, scores.tobytes(), arrays))
         asked = [
@@ -207,6 +208,7 @@ def test_passes_split_over_cores_answer_as_one_core(
     the same bits as on one core, with the pieces really taken by more than one thread."""
     from query import second_core
 
+    monkeypatch.setattr(second_core, "_THREADS", second_core._THREADS)  # restored after
     monkeypatch.setattr(vector, "PARALLEL_INT8_ROWS", 64)
     monkeypatch.setattr(vector, "PARALLEL_COMPARE_ROWS", 300)
     monkeypatch.setattr(second_core, "cores", lambda: 1)
@@ -233,7 +235,10 @@ def test_passes_split_over_cores_answer_as_one_core(
         return real(run, pieces) if len(pieces) > 1 else real(function, pieces)
 
     monkeypatch.setattr(second_core, "in_parallel", recording)
-    got = _answers(_index(built, first_pass), False, monkeypatch)
+    # every core (MDVDB_SEARCH_THREADS=0), from the first pass on (mode_scores is called
+    # directly too: not through a search, which sets the threads from the settings)
+    index = _index(built, first_pass, threads="0")
+    got = _answers(index, False, monkeypatch)
     second_core._helpers.cache_clear()
     assert got == want
     split = {name for name in threads if name}

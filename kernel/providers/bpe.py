@@ -20,6 +20,7 @@ from pathlib import Path
 
 SPACE = "\u2581"
 SPECIAL = re.compile(r"(<unk>|<s>|</s>)")
+_NO_RANK = 1 << 62  # a pair without a merge: ranks are below it
 
 
 class QueryBPE:
@@ -71,6 +72,11 @@ class QueryBPE:
             self._ranks[key] = row[0] if row else None
         return self._ranks[key]
 
+    def _rank_or(self, left: str, right: str) -> int:
+        """`rank`, or _NO_RANK (above every rank) for a pair that never merges."""
+        found = self.rank(left, right)
+        return _NO_RANK if found is None else found
+
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
         for piece in SPECIAL.split(text):
@@ -84,16 +90,25 @@ class QueryBPE:
         return ids
 
     def _encode_word(self, word: str) -> list[int]:
+        """BPE: merge the adjacent pair of lowest rank (the first of equals) until none has
+        one. Each pair's rank is looked up once and kept beside it; a merge asks only for the
+        two new pairs it makes (a query is one "word": asking every pair again after every
+        merge was ~0.3 ms of a warm search)."""
         symbols = list(word)
-        while len(symbols) > 1:
-            best, best_rank = -1, None
-            for i in range(len(symbols) - 1):
-                r = self.rank(symbols[i], symbols[i + 1])
-                if r is not None and (best_rank is None or r < best_rank):
-                    best, best_rank = i, r
-            if best_rank is None:
+        none = _NO_RANK
+        ranks = [self._rank_or(symbols[i], symbols[i + 1]) for i in range(len(symbols) - 1)]
+        while ranks:
+            best_rank = min(ranks)
+            if best_rank == none:
                 break
-            symbols[best : best + 2] = [symbols[best] + symbols[best + 1]]
+            best = ranks.index(best_rank)
+            merged = symbols[best] + symbols[best + 1]
+            symbols[best : best + 2] = [merged]
+            del ranks[best]
+            if best > 0:
+                ranks[best - 1] = self._rank_or(symbols[best - 1], merged)
+            if best < len(ranks):
+                ranks[best] = self._rank_or(merged, symbols[best + 1])
         out: list[int] = []
         for symbol in symbols:
             token = self.token_id(symbol)

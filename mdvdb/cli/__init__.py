@@ -88,6 +88,10 @@ CACHE_GROUPS = frozenset({"ingest", "status", "get", "schema", "clusters", "grep
 YOUNG_OBJECTS = 20_000  # the collector's first threshold in a short writing command (700)
 # Commands whose `fast_main` may read the index without pyarrow (`one_shot`).
 ONE_SHOT = frozenset({"search", "status", "get", "schema"})
+# Writing commands whose process ends with `os._exit` once the state and the index are
+# closed and durable, the lock released and the output flushed: an ingest after a one-file
+# edit at 100k files spent ~0.2 s freeing what it built and ~0.2 s in the teardown.
+ENDS_AFTER_WRITING = frozenset({"ingest"})
 
 
 def lean_start(argv: list[str]) -> list:
@@ -141,6 +145,20 @@ def run_fast(argv: list[str], one_shot: bool = False) -> int | None:
     return None
 
 
+def nothing_left_running() -> bool:
+    """Whether a writing command may end with `os._exit`: every thread but the main one is
+    a daemon (which an ordinary exit does not wait for either), no child process is left for
+    multiprocessing's exit handler to join, and no Ray session is open for its own."""
+    import threading
+
+    if any(t is not threading.main_thread() and not t.daemon for t in threading.enumerate()):
+        return False
+    if "ray" in sys.modules:
+        return False
+    multiprocessing = sys.modules.get("multiprocessing")
+    return multiprocessing is None or not multiprocessing.active_children()
+
+
 def exit_now(code: int) -> None:
     """End a one-shot command without the interpreter's teardown: flush what it printed, then
     `os._exit`. If a flush fails (a closed pipe...), the ordinary exit reports it as before."""
@@ -169,6 +187,11 @@ def main() -> None:
     short = bool(argv) and argv[0] not in LONG_RUNNING and not argv[0].startswith("-")
     caches = lean_start(argv) if short else []
     read_only = short and argv[0] in READ_ONLY
+    ends_now = short and argv[0] in ENDS_AFTER_WRITING
+    if ends_now:
+        import mdvdb.cli.ingest
+
+        mdvdb.cli.ingest.PROCESS_ENDS = True
     try:
         code = run_fast(argv, short and argv[0] in ONE_SHOT)
         if code is None:
@@ -176,7 +199,7 @@ def main() -> None:
     except SystemExit as done:  # a fast command's own exit (`user_errors`...)
         code = exit_code(done)
     save_caches(caches)
-    if read_only:
+    if read_only or (ends_now and nothing_left_running()):
         exit_now(code)
     sys.stdout.flush()
     sys.exit(code)

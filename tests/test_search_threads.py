@@ -1,0 +1,95 @@
+"""MDVDB_SEARCH_THREADS: how many threads a search's split passes run on (query.second_core).
+Measured slower on this project's 2-core machine with the helpers, so 1 by default
+(docs/benchmarks.md); the answers are the same bits either way (test_hybrid_candidates)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import build_index, run_cli
+
+
+def _taken_by(second_core) -> set[str]:
+    """The threads that ran the pieces of one split pass of 16 pieces."""
+    seen: set[str] = set()
+
+    def piece(_):
+        seen.add(threading.current_thread().name)
+        threading.Event().wait(0.002)  # long enough for a free helper to join in
+
+    second_core.in_parallel(piece, list(range(16)))
+    return seen
+
+
+def test_one_thread_keeps_every_piece_on_the_caller(monkeypatch):
+    from query import second_core
+
+    monkeypatch.setattr(second_core, "_THREADS", None)
+    monkeypatch.setattr(second_core, "cores", lambda: 2)
+    second_core._helpers.cache_clear()
+    try:
+        second_core.set_threads(1)
+        assert second_core.threads() == 1
+        assert _taken_by(second_core) == {threading.main_thread().name}
+        second_core.set_threads(None)  # one per core: the helper takes pieces too
+        assert second_core.threads() == 2
+        assert len(_taken_by(second_core)) == 2
+    finally:
+        second_core._helpers.cache_clear()
+
+
+def test_each_search_applies_its_setting(tmp_path: Path, monkeypatch):
+    from kernel.config import load_config
+    from query import open_index, second_core
+
+    monkeypatch.setattr(second_core, "_THREADS", None)
+    monkeypatch.setattr(second_core, "cores", lambda: 4)
+    (tmp_path / "a.md").write_text("# Tar\n\nExtract a tar archive.\n", encoding="utf-8")
+    build_index(tmp_path)
+    default = open_index(config=load_config(tmp_path, environ={}))
+    every = open_index(config=load_config(tmp_path, environ={"MDVDB_SEARCH_THREADS": "0"}))
+    two = open_index(config=load_config(tmp_path, environ={"MDVDB_SEARCH_THREADS": "2"}))
+    for index, want in ((every, 4), (default, 1), (two, 2), (every, 4)):
+        hits = index.search("tar archive").results
+        assert second_core.threads() == want and hits[0].path == "a.md"
+
+
+@pytest.mark.parametrize("value", ["-1", "many"])
+def test_a_bad_value_is_a_one_line_usage_error(tmp_path: Path, value: str):
+    (tmp_path / "a.md").write_text("# A\n\nText.\n", encoding="utf-8")
+    done = run_cli("search", "text", "--root", str(tmp_path), env={"MDVDB_SEARCH_THREADS": value})
+    assert done.returncode == 2, done.stderr
+    assert "MDVDB_SEARCH_THREADS" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_fresh_process_starts_at_the_settings_default(tmp_path: Path):
+    """Before any search set it (a one-shot lexical search never loads the helper
+    threads' module), a split pass runs on MDVDB_SEARCH_THREADS' default: its declared
+    default, parsed, is what the module starts with; a search under another value sets it."""
+    import subprocess
+    import sys
+
+    (tmp_path / "a.md").write_text("# Tar\n\nExtract a tar archive.\n", encoding="utf-8")
+    build_index(tmp_path)
+    code = (
+        "import sys\n"
+        "from kernel.config import SETTINGS, load_config\n"
+        "from query import open_index\n"
+        "default = next(s for s in SETTINGS if s.env == 'MDVDB_SEARCH_THREADS')\n"
+        "want = default.parse(default.default) or None\n"
+        f"index = open_index(config=load_config({str(tmp_path)!r}, environ={{}}))\n"
+        "index.search('tar', mode='lexical')\n"
+        "assert 'query.second_core' not in sys.modules\n"
+        "from query import second_core\n"
+        "assert second_core._THREADS == want == 1, second_core._THREADS\n"
+        f"other = open_index(config=load_config({str(tmp_path)!r}, "
+        "environ={'MDVDB_SEARCH_THREADS': '3'}))\n"
+        "other.search('tar', mode='lexical')\n"
+        "assert second_core._THREADS == 3\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
