@@ -182,25 +182,27 @@ SAME_WORKER = {
 
 
 # What the inner loop's files cost (CPU-s: their tests' own and their subprocesses', as the
-# end-of-run list gives them; 2026-12-01 15:41 UTC, load ~4, after merging main bc56b83).
+# end-of-run list gives them; 2026-12-01 15:41 UTC, load ~4, after merging main bc56b83; the
+# lean-start, plain-commands, cold-start and agents-MCP figures: the old ones less the processes
+# their second pass removed, as measured per test at load ~7).
 # Under xdist the work units (a file, or the files of one SAME_WORKER unit: their sum) are
 # handed out costliest first, so that the cheap ones fill the end of both workers' queues:
 # handed out by number of tests (xdist's default), a 5 CPU-s file of one test came last and
 # one worker finished 13 s after the other. A file not listed counts as DEFAULT_FILE_CPU; the
 # figures only order the queue (a stale one costs balance, never a result).
 FILE_CPU = {
-    "tests/test_lean_start.py": 5.2,
     "tests/test_hybrid_candidates.py": 5.2,  # a 400-page index built in the worker
+    "tests/test_agents_mcp.py": 5.2,
     "tests/test_shard_rounds.py": 5.1,
-    "tests/test_agents_mcp.py": 5.0,
-    "tests/test_cli_plain_commands.py": 4.8,
-    "tests/test_cold_start.py": 4.2,
     "tests/test_arrow_lite.py": 3.9,
     "tests/test_grep.py": 3.7,
+    "tests/test_lean_start.py": 3.6,
+    "tests/test_cold_start.py": 3.6,
     "tests/test_grep_options.py": 3.5,
     "tests/test_cli_hygiene.py": 3.5,
     "tests/test_minilm.py": 3.5,
     "tests/test_security_outside.py": 3.1,
+    "tests/test_cli_plain_commands.py": 3.0,
     "tests/test_ivf.py": 3.0,
     "tests/test_writer_lock.py": 3.0,
     "tests/test_agents_search.py": 2.8,

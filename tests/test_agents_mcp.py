@@ -75,7 +75,9 @@ def cli_json(root: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-async def session_run(root: Path, steps):
+async def session_run(root: Path, steps, log: Path):
+    """Run `steps` in one session of `mdvdb mcp --root root` started as clients start it; the
+    server's stderr, with the log of what it imported, goes to `log`."""
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     # No watcher: these steps call ingest themselves and assert what it reports
@@ -83,11 +85,15 @@ async def session_run(root: Path, steps):
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mdvdb", "mcp", "--root", str(root)],
-        env={**os.environ, "MDVDB_WATCH": "false"},
+        env={**os.environ, "MDVDB_WATCH": "false", "PYTHONPROFILEIMPORTTIME": "1"},
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        return await steps(session)
+    with log.open("w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            return await steps(session)
 
 
 PARITY = {  # name: (MCP search arguments, the same search on the command line)
@@ -111,7 +117,7 @@ PARITY = {  # name: (MCP search arguments, the same search on the command line)
 
 
 @pytest.fixture(scope="module")
-def answers(folder: Path) -> dict:
+def answers(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     cli = {name: cli_json(folder, *argv) for name, (_, argv) in PARITY.items()}
     cli["clusters"] = cli_json(folder, "clusters")
     cli["schema"] = cli_json(folder, "schema")
@@ -161,7 +167,16 @@ def answers(folder: Path) -> dict:
         (folder / OFF_FILE).unlink()
         return out
 
-    return asyncio.run(session_run(folder, steps))
+    log = tmp_path_factory.mktemp("mcp-log") / "stderr.txt"
+    out = asyncio.run(session_run(folder, steps, log))
+    out["loaded"] = {line.rsplit("|", 1)[-1].strip() for line in log.read_text().splitlines()}
+    return out
+
+
+def test_the_stdio_server_starts_without_typer(answers: dict):
+    """`mdvdb mcp --root DIR` (how clients start it) serves stdio without importing typer."""
+    assert "mdvdb.mcp_server" in answers["loaded"]
+    assert not {m for m in answers["loaded"] if m.split(".")[0] == "typer"}  # the SDK: click
 
 
 @pytest.mark.slow

@@ -166,6 +166,7 @@ def test_status_answers_without_typer(project: Path) -> None:
             assert not {m for m in loaded if m.startswith("pyarrow")}, argv
 
 
+@pytest.mark.slow  # without typer: also in tests/test_agents_mcp.py's one session
 def test_mcp_over_stdio_starts_without_typer(project: Path) -> None:
     """`mdvdb mcp --root DIR` (how clients start it) serves stdio without importing typer; at
     the end of its input it exits 0."""

@@ -336,34 +336,6 @@ def test_generated_code_is_compiled_once_and_behaves_the_same(tmp_path: Path):
     assert GeneratedCode(path).codes == {}
 
 
-def test_a_cold_search_writes_the_code_cache_once(indexed_notes: Path, tmp_path: Path):
-    """The real command: the first cold search writes the file, the next ones read it and
-    print the same bytes; a damaged file is ignored (and replaced)."""
-    from kernel.code_cache import cache_file
-
-    env = {"MDVDB_NO_WARM": "1", "MDVDB_CACHE_DIR": str(tmp_path / "cache")}
-    args = ("search", "extract a tar archive", "--root", str(indexed_notes), "--json")
-    first = run_cli(*args, env=env)
-    assert first.returncode == 0, first.stderr
-    import os
-
-    os.environ["MDVDB_CACHE_DIR"], saved = env["MDVDB_CACHE_DIR"], os.environ.get("MDVDB_CACHE_DIR")
-    try:
-        path = cache_file()
-    finally:
-        if saved is None:
-            del os.environ["MDVDB_CACHE_DIR"]
-        else:
-            os.environ["MDVDB_CACHE_DIR"] = saved
-    stamp = path.stat().st_mtime_ns
-    again = run_cli(*args, env=env)
-    assert again.stdout == first.stdout and path.stat().st_mtime_ns == stamp
-    path.write_bytes(b"damaged")
-    damaged = run_cli(*args, env=env)
-    assert damaged.returncode == 0 and damaged.stdout == first.stdout
-    assert path.stat().st_size > 1000  # rewritten
-
-
 # -- the regex programs kept per user ------------------------------------------------------
 
 PATTERNS = [
@@ -439,21 +411,30 @@ def test_regex_programs_are_compiled_once_and_equal_res_own(tmp_path: Path):
     assert RegexPrograms(path, plain).programs == {}
 
 
-def test_a_cold_search_writes_the_regex_cache_once(indexed_notes: Path, tmp_path: Path):
-    """The real command keeps the import's patterns on its first run, and a search for other
-    words (other excerpt patterns) neither grows nor rewrites the file."""
+def test_a_cold_search_writes_its_caches_once(indexed_notes: Path, tmp_path: Path):
+    """The real command: the first cold search writes the generated code and the import's
+    patterns; the next ones read them and print the same bytes, and a search for other words
+    (other excerpt patterns) neither grows nor rewrites the patterns' file; a damaged code
+    file is ignored (and replaced)."""
     env = {"MDVDB_NO_WARM": "1", "MDVDB_CACHE_DIR": str(tmp_path / "cache")}
     args = ("--root", str(indexed_notes), "--json")
     first = run_cli("search", "extract a tar archive", *args, env=env)
     assert first.returncode == 0, first.stderr
-    (path,) = (tmp_path / "cache" / "code").glob("re.*.marshal")
-    stamp = path.stat().st_mtime_ns
-    assert path.stat().st_mode & 0o777 == 0o600
-    for query in ("extract a tar archive", "git branch", "sourdough starter"):
-        again = run_cli("search", query, *args, env=env)
-        assert again.returncode == 0, again.stderr
-        assert path.stat().st_mtime_ns == stamp, query
-    assert run_cli("search", "extract a tar archive", *args, env=env).stdout == first.stdout
+    (code,) = (tmp_path / "cache" / "code").glob("dataclasses.*.marshal")
+    (regex,) = (tmp_path / "cache" / "code").glob("re.*.marshal")
+    stamps = {path: path.stat().st_mtime_ns for path in (code, regex)}
+    assert regex.stat().st_mode & 0o777 == 0o600
+    again = run_cli("search", "extract a tar archive", *args, env=env)
+    assert again.stdout == first.stdout
+    assert {path: path.stat().st_mtime_ns for path in stamps} == stamps
+    for query in ("git branch", "sourdough starter"):
+        other = run_cli("search", query, *args, env=env)
+        assert other.returncode == 0, other.stderr
+        assert regex.stat().st_mtime_ns == stamps[regex], query
+    code.write_bytes(b"damaged")
+    damaged = run_cli("search", "extract a tar archive", *args, env=env)
+    assert damaged.returncode == 0 and damaged.stdout == first.stdout
+    assert code.stat().st_size > 1000  # rewritten
 
 
 # -- NumPy's import without its extras ------------------------------------------------------
