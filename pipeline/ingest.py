@@ -48,13 +48,14 @@ def ingest_folder(
     wait: bool = True,
     on_wait: Callable[[str], None] | None = None,
     provider: EmbeddingProvider | None = None,
-    process_ends: bool = False,
+    left_for_exit: list[object] | None = None,
 ) -> IngestReport:
     """One ingest under the writer lock: the doit tasks of `pipeline.tasks`, given one
     `IngestRun` as their parameter. `provider`: an embedder to reuse (a long-lived caller
-    such as the watcher loads its model once); it is not closed here. `process_ends`: the
-    caller ends its process with `os._exit` right after (`mdvdb ingest`), so what the run
-    built is left for it to drop; the state and the index are closed and durable either way."""
+    such as the watcher loads its model once); it is not closed here. `left_for_exit`: the
+    caller ends its process with `os._exit` right after (`mdvdb ingest`) and keeps this list
+    until then, so what the run built is put there for the exit to drop instead of being
+    freed object by object; the state and the index are closed and durable either way."""
     from doit.cmd_base import ModuleTaskLoader
 
     from pipeline.doit_run import run_stages
@@ -72,7 +73,7 @@ def ingest_folder(
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
     run = IngestRun(
-        config, only=only, full=full, borrowed_provider=provider, process_ends=process_ends
+        config, only=only, full=full, borrowed_provider=provider, left_for_exit=left_for_exit
     )
     if progress is not None:
         run.progress = progress

@@ -55,10 +55,6 @@ def doit_config(config: Config, full: bool = False) -> dict[str, Any]:
     return settings
 
 
-# What runs that end their process keep alive until `os._exit` (`IngestRun.process_ends`).
-LEFT_FOR_EXIT: list[object] = []
-
-
 @dataclass
 class IngestRun:
     """One ingest: its options, the state and provider it opens on first use, and what each
@@ -77,9 +73,10 @@ class IngestRun:
     borrowed_provider: EmbeddingProvider | None = None
     # Forked by discover for a big first clustering (`pipeline.cluster_helper`).
     cluster_helper: Any = None
-    # The process ends right after this run (`mdvdb ingest`): `close` leaves what the run
-    # built for `os._exit` to drop instead of freeing it object by object.
-    process_ends: bool = False
+    # The process ends right after this run (`mdvdb ingest`): `close` puts what the run
+    # built in the caller's list, for `os._exit` to drop instead of freeing it object by
+    # object. None: freed here (the library, the watcher).
+    left_for_exit: list[object] | None = None
     _state: State | None = None
     _provider: EmbeddingProvider | None = None
 
@@ -143,10 +140,10 @@ class IngestRun:
         schema = self.outputs.get("schema")
         if isinstance(schema, stages.Schema):
             schema.abandon()
-        if self.process_ends:
+        if self.left_for_exit is not None:
             # Freeing the plan, the tables and the state's caches of a 100k-file folder one
             # object at a time took ~0.2 s of a one-file edit; the process ends next anyway.
-            LEFT_FOR_EXIT.append(self.outputs)
+            self.left_for_exit.append(self.outputs)
             self.outputs = {}
         self.outputs.clear()
         if self.cluster_helper is not None:
@@ -155,8 +152,8 @@ class IngestRun:
         if self._state is not None:
             self._state.clusters_due = None  # a fit nobody waited for (an error) is dropped
             self._state.close()
-            if self.process_ends:
-                LEFT_FOR_EXIT.append(self._state)
+            if self.left_for_exit is not None:
+                self.left_for_exit.append(self._state)
             self._state = None
         if self._provider is not None and self._provider is not self.borrowed_provider:
             self._provider.close()
