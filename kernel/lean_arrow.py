@@ -52,34 +52,23 @@ class _ComputeFinder:
     def find_spec(cls, fullname: str, path=None, target=None):
         if fullname != "pyarrow.compute":
             return None
-        if cls in sys.meta_path:
-            sys.meta_path.remove(cls)
-        spec = None
-        for finder in sys.meta_path:  # what the import system would ask next
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        loader = getattr(spec, "loader", None)
-        if spec is None or loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        plain = loader.exec_module
+        from kernel.lean_numpy import next_spec_run_around
 
-        def exec_module(module):
-            del loader.exec_module  # the loader's own method again
-            if DOCSCRAPE in sys.modules:
-                return plain(module)
-            stand_in = sys.modules[DOCSCRAPE] = _Docscrape(DOCSCRAPE)
-            try:
-                plain(module)
-            finally:
-                if sys.modules.get(DOCSCRAPE) is stand_in:
-                    del sys.modules[DOCSCRAPE]
-                if getattr(module, "docscrape", None) is stand_in:
-                    module.docscrape = _Lazy(DOCSCRAPE)
+        return next_spec_run_around(cls, fullname, path, target, _without_docscrape)
 
-        loader.exec_module = exec_module
-        return spec
+
+def _without_docscrape(plain, module) -> None:
+    """pyarrow.compute's own import, with the docstring parser stood in for while it runs."""
+    if DOCSCRAPE in sys.modules:
+        return plain(module)
+    stand_in = sys.modules[DOCSCRAPE] = _Docscrape(DOCSCRAPE)
+    try:
+        plain(module)
+    finally:
+        if sys.modules.get(DOCSCRAPE) is stand_in:
+            del sys.modules[DOCSCRAPE]
+        if getattr(module, "docscrape", None) is stand_in:
+            module.docscrape = _Lazy(DOCSCRAPE)
 
 
 def defer_compute_docs() -> bool:

@@ -128,6 +128,32 @@ def _load(name: str) -> types.ModuleType:
     return importlib.import_module(name)
 
 
+def next_spec_run_around(finder: type, fullname: str, path, target, around):
+    """For a meta path finder that serves one import: the spec the finders after it give
+    for `fullname` (it removes itself from `sys.meta_path` first), its loader's
+    `exec_module` replaced, for that one call, by `around(exec_module, module)`. A spec
+    without such a loader is returned as found."""
+    if finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+    spec = None
+    for other in sys.meta_path:  # what the import system would ask next
+        find = getattr(other, "find_spec", None)
+        spec = find(fullname, path, target) if find is not None else None
+        if spec is not None:
+            break
+    loader = getattr(spec, "loader", None)
+    if spec is None or loader is None or not hasattr(loader, "exec_module"):
+        return spec
+    plain = loader.exec_module
+
+    def exec_module(module):
+        del loader.exec_module  # the loader's own method again
+        return around(plain, module)
+
+    loader.exec_module = exec_module
+    return spec
+
+
 class _NumpyFinder:
     """A meta path finder for `numpy` alone: the spec the other finders give, its loader's
     `exec_module` run with the stand-ins in place. Removes itself on first use."""
@@ -136,39 +162,26 @@ class _NumpyFinder:
     def find_spec(cls, fullname: str, path=None, target=None):
         if fullname != "numpy":
             return None
-        if cls in sys.meta_path:
-            sys.meta_path.remove(cls)
-        spec = None
-        for finder in sys.meta_path:  # what the import system would ask next
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        loader = getattr(spec, "loader", None)
-        if spec is None or loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        plain = loader.exec_module
+        return next_spec_run_around(cls, fullname, path, target, _with_stand_ins)
 
-        def exec_module(module):
-            del loader.exec_module  # the loader's own method again
-            stand_ins = {}
-            for name in DEFERRED:
-                if name not in sys.modules:
-                    stand_ins[name] = sys.modules[name] = _Deferred(name)
-            typing = stand_ins.get("numpy._typing")
-            if typing is not None:  # a package: `from numpy._typing import NDArray` asks it
-                typing.__path__ = [f"{p}/_typing" for p in spec.submodule_search_locations]
-            try:
-                plain(module)
-            finally:
-                for name, stand_in in stand_ins.items():
-                    if sys.modules.get(name) is stand_in:
-                        del sys.modules[name]
-            if "numpy.ma" not in sys.modules and "ma" not in vars(module):
-                module.ma = _MaskedArrays("numpy.ma")
 
-        loader.exec_module = exec_module
-        return spec
+def _with_stand_ins(plain, module) -> None:
+    """NumPy's own import, with DEFERRED's modules stood in for while it runs."""
+    stand_ins = {}
+    for name in DEFERRED:
+        if name not in sys.modules:
+            stand_ins[name] = sys.modules[name] = _Deferred(name)
+    typing = stand_ins.get("numpy._typing")
+    if typing is not None:  # a package: `from numpy._typing import NDArray` asks it
+        typing.__path__ = [f"{p}/_typing" for p in module.__spec__.submodule_search_locations]
+    try:
+        plain(module)
+    finally:
+        for name, stand_in in stand_ins.items():
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
+    if "numpy.ma" not in sys.modules and "ma" not in vars(module):
+        module.ma = _MaskedArrays("numpy.ma")
 
 
 def defer_numpy_extras() -> bool:
