@@ -241,6 +241,26 @@ FILE_CPU = {
 DEFAULT_FILE_CPU = 0.5
 
 
+def typer_invoke(argv: list[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `mdvdb ARGV` parsed by typer, in this process: what a
+    command's plain parser (no typer) must print byte for byte."""
+    import importlib
+
+    from typer.testing import CliRunner
+
+    from mdvdb.cli import COMMAND_MODULES
+    from mdvdb.cli.app import app
+
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(name)
+        if hasattr(module, "register"):
+            module.register(app)
+    result = CliRunner().invoke(app, argv)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
 def file_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 

@@ -16,12 +16,10 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from mdvdb.cli import COMMAND_MODULES, FAST_COMMANDS, ONE_SHOT
-from mdvdb.cli.app import app
+from mdvdb.cli import FAST_COMMANDS, ONE_SHOT
 from mdvdb.cli.plain_args import parse
-from tests.conftest import run_cli
+from tests.conftest import run_cli, typer_invoke
 
 OVERLAY = "fields:\n  category:\n    type: string\n    allowed: [tools]\n    required: true\n"
 
@@ -40,14 +38,7 @@ def project(_indexed_notes_once: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 def _typer(argv: list[str]) -> tuple[int, str, str]:
-    for name in COMMAND_MODULES:
-        module = importlib.import_module(name)
-        if hasattr(module, "register"):
-            module.register(app)
-    result = CliRunner().invoke(app, argv)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
+    return typer_invoke(argv)
 
 
 def _fast(argv: list[str], one_shot: bool = False) -> tuple[int | None, str, str]:

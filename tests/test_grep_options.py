@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 import typer.main
-from typer.testing import CliRunner
 
 from mdvdb.cli import COMMAND_MODULES
 from mdvdb.cli import grep as fast
 from mdvdb.cli.app import app
 from query.grep_options import GREP_OPTIONS
-from tests.conftest import run_cli
+from tests.conftest import run_cli, typer_invoke
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +38,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _typer(argv: list[str]) -> tuple[int, str, str]:
-    for name in COMMAND_MODULES:
-        module = importlib.import_module(name)
-        if hasattr(module, "register"):
-            module.register(app)
-    result = CliRunner().invoke(app, ["grep", *argv])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
+    return typer_invoke(["grep", *argv])
 
 
 def _fast(argv: list[str]) -> tuple[int | None, str, str]:
