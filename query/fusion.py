@@ -511,10 +511,13 @@ def _blended(
     order = np.argsort(rows, kind="stable")
     rows, values = rows[order], values[order]
     scores = np.empty(n, dtype=np.float32)
+    at = _page_rows(part, page.files, n)  # the rows whose page part is not 0, or None
 
     def fused(piece: tuple[int, int]) -> None:
         starts = list(range(piece[0], piece[1], BLOCK))
         bounds = np.searchsorted(rows, [*starts, piece[1]]).tolist()
+        if at is not None:
+            page_bounds = np.searchsorted(at[0], [*starts, piece[1]]).tolist()
         for i, a in enumerate(starts):
             b = min(a + BLOCK, piece[1])
             block = lexical[a:b]  # becomes lexical / max ((1 - w) times it: the part)
@@ -527,7 +530,11 @@ def _blended(
             r, v = rows[bounds[i] : bounds[i + 1]] - a, values[bounds[i] : bounds[i + 1]]
             out[r] += v  # the semantic part (0 elsewhere: x + 0 is x)
             np.multiply(out, keep, out=out)
-            np.add(out, np.take(part, page.files[a:b]), out=out)
+            if at is None:
+                np.add(out, np.take(part, page.files[a:b]), out=out)
+            else:  # x + 0 is x: only the rows of pages with a part change
+                lo, hi = page_bounds[i], page_bounds[i + 1]
+                out[at[0][lo:hi] - a] += at[1][lo:hi]
 
     in_parallel(fused, pieces)
     return Fused(
@@ -537,6 +544,33 @@ def _blended(
         semantic=keep * Scaled(n, None, rows, values),
         page=PerFile(part, page.files),  # per chunk when read
     )
+
+
+# `_blended` adds the page part only at the rows of the pages that have one when there are
+# at most 1 / PAGE_FILES_SHARE as many such pages as rows (finding a page's rows is two
+# bisections: over that, one gather of all n rows costs less).
+PAGE_FILES_SHARE = 256
+
+
+def _page_rows(part: np.ndarray, files: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows (ascending) whose per-file `part` is not 0, and that part at each: a file's
+    chunks are contiguous and their file ids ascend (query.lexical's page postings read
+    them so), so each such file's rows are one range, found by bisection. None when there
+    are too many such files (then a gather of every row is cheaper)."""
+    if _REFERENCE or part.dtype != np.float32:
+        return None
+    bits = part.view(np.uint32)  # (not 0 as bits: -0.0 too, which adds nothing either)
+    if not len(bits) or bits.max() == 0:  # (a max is quicker than a count)
+        return np.zeros(0, dtype=np.intp), part[:0]
+    if np.count_nonzero(bits) * PAGE_FILES_SHARE > n:
+        return None
+    with_part = np.flatnonzero(bits).astype(files.dtype)  # (in its type: no cast of `files`)
+    lo = np.searchsorted(files, with_part, side="left")
+    sizes = np.searchsorted(files, with_part, side="right") - lo
+    total = int(sizes.sum())
+    firsts = np.cumsum(sizes) - sizes
+    rows = np.repeat(lo - firsts, sizes) + np.arange(total)
+    return rows, np.repeat(part[with_part], sizes)
 
 
 def _scored(lexical_index, like: np.ndarray, rows: np.ndarray, weights: np.ndarray):

@@ -247,3 +247,51 @@ def test_passes_split_over_cores_answer_as_one_core(
     assert any("_rows_above" in name for name in split)
     # more than one thread took pieces (the helper joins in at least once over the run)
     assert len(set().union(*threads.values())) > 1
+
+
+def test_page_part_at_its_rows_only_is_the_gather_of_every_row(monkeypatch):
+    """`fusion._page_rows`: the rows whose page part is not 0 and that part, for files
+    of one to many chunks, none, one, a few or the first and last file with a part, -0.0
+    among them; None over the share (the caller then gathers every row)."""
+    monkeypatch.setattr(fusion, "PAGE_FILES_SHARE", 2)
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(1, 6, size=300)
+    files = np.repeat(np.arange(300, dtype=np.int32), sizes)
+    n = len(files)
+    for case in range(40):
+        part = np.zeros(300, dtype=np.float32)
+        picked = rng.choice(300, size=[0, 1, 2, 5][case % 4], replace=False)
+        part[picked] = rng.random(len(picked), dtype=np.float32) + np.float32(0.01)
+        if case % 5 == 0:
+            part[[0, 299]] = [np.float32(0.5), np.float32(-0.0)]
+        found = fusion._page_rows(part, files, n)
+        assert found is not None
+        rows, values = found
+        assert np.all(np.diff(rows) > 0)
+        gathered = np.take(part, files)
+        assert np.array_equal(values, gathered[rows])
+        rest = np.ones(n, dtype=bool)
+        rest[rows] = False
+        assert not np.any(gathered[rest])  # every row it leaves has a part of 0
+        assert set(np.flatnonzero(gathered)) <= set(rows.tolist())
+    part = np.ones(300, dtype=np.float32)
+    monkeypatch.setattr(fusion, "PAGE_FILES_SHARE", n)
+    assert fusion._page_rows(part, files, n) is None  # over the share: every row gathered
+
+
+@pytest.mark.parametrize("share", [1, 10**9])
+def test_page_part_at_its_rows_answers_as_the_reference(
+    built: Path, share, small_scale, monkeypatch
+):
+    """The block-wise fusion with the page part added at its rows only (share 1: whenever
+    some page has one) and with it gathered for every row (share 10**9): the n-length
+    reference path's bits, and the rows path taken with some page parts in the first case."""
+    want = _answers(_index(built, "ivf"), True, monkeypatch, hybrid_only=True)
+    monkeypatch.setattr(fusion, "PAGE_FILES_SHARE", share)
+    taken = []
+    real = fusion._page_rows
+    monkeypatch.setattr(fusion, "_page_rows", lambda *a: taken.append(real(*a)) or taken[-1])
+    got = _answers(_index(built, "ivf"), False, monkeypatch, hybrid_only=True)
+    assert got == want
+    with_rows = [t for t in taken if t is not None and len(t[0])]
+    assert bool(with_rows) == (share == 1)
