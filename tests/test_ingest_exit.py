@@ -74,6 +74,8 @@ def test_an_error_still_exits_with_its_code(tmp_path: Path):
     assert missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
 
 
+@pytest.mark.slow  # two more ingests after the kill: ~1.2 CPU-s; the inner loop keeps
+# test_ingest_ends_without_teardown_and_leaves_the_state_closed and test_killed_holder_blocks_nobody
 def test_a_killed_edit_ingest_leaves_a_consistent_state(notes: Path):
     assert run_cli("ingest", "--root", str(notes)).returncode == 0
     edited = next(notes.rglob("*.md"))

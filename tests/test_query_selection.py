@@ -12,7 +12,8 @@ from query import vector
 from tests.test_hybrid_candidates import _reference_top
 
 
-@pytest.mark.parametrize("n", [40_000, 150_000])
+# 40k rows in the inner loop; 150k (~2.3 CPU-s) in CI
+@pytest.mark.parametrize("n", [40_000, pytest.param(150_000, marks=pytest.mark.slow)])
 def test_a_reused_cut_gives_the_sorted_answer_after_changes(n: int):
     rng = np.random.default_rng(n)
     reused = 0

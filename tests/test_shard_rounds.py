@@ -298,6 +298,7 @@ def test_concurrent_queries_through_one_router(folders, server) -> None:
     assert got == want
 
 
+@pytest.mark.slow  # a server restarted and a router reconnecting: ~2 CPU-s
 def test_a_router_reconnects_to_a_restarted_server(folders, _server) -> None:
     """The shard server restarts on its address between two queries: the connections the
     router kept are closed, so its next round opens new ones (once) and answers. (The
