@@ -49,7 +49,7 @@ def test_serve_answers_identically_then_exits_when_idle(indexed_notes: Path, tmp
             "mdvdb",
             "serve",
             "--idle-timeout",
-            "2",
+            "6",  # room for a client's start on a loaded machine between the calls below
             "--root",
             str(indexed_notes),
         ],
