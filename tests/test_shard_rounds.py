@@ -228,10 +228,13 @@ def test_each_shortcut_answers_as_the_round_it_replaces(folders, server, monkeyp
 def test_the_shards_front_gives_the_mixed_lexical_maximum() -> None:
     """`lexical_front`: the maximum of (1 - λ) bm25 / max + λ expansion / max over a shard's
     rows is its maximum over the front, bit for bit, for any λ and corpus-wide maxima; with
-    ties, zeros and rows that score on one side only."""
+    ties, zeros and rows that score on one side only. And the front is a front: each of its
+    pairs is a row's, and no row beats one of them in both values (all the rows would give
+    the maximum too, at the bytes the front is there to save)."""
     from query.shard_stages import lexical_front, mixed_lexical
 
     rng = np.random.default_rng(3)
+    dominated = 0  # rows a front must leave out: the draws have them
     for _ in range(300):
         n = int(rng.integers(1, 300))
         b = rng.choice([0, 0, 1, 2, 2.5, 7], n) * rng.random(n).round(1)
@@ -239,12 +242,18 @@ def test_the_shards_front_gives_the_mixed_lexical_maximum() -> None:
         b, e = b.astype(np.float32), e.astype(np.float32)
         fb, fe = lexical_front(b, e)
         assert 1 <= len(fb) <= n + 2  # the two corners may be one row
+        pairs = set(zip(b.tolist(), e.tolist(), strict=True))
+        for pb, pe in zip(fb.tolist(), fe.tolist(), strict=True):
+            assert (pb, pe) in pairs
+            assert not np.any((b > pb) & (e > pe)), (pb, pe)
+        dominated += int(np.sum([np.any((b > x) & (e > y)) for x, y in pairs]))
         for _ in range(5):
             lam = float(rng.random())
             mb = float(b.max()) * float(rng.uniform(1, 3))
             me = float(e.max()) * float(rng.uniform(1, 3))
             whole = mixed_lexical(b, e, lam, mb, me).max()
             assert mixed_lexical(fb, fe, lam, mb, me).max() == whole
+    assert dominated > 1000, dominated
 
 
 def test_the_name_pool_from_the_candidates_is_exact_or_none() -> None:
