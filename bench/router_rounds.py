@@ -44,6 +44,8 @@ from pathlib import Path
 # bench/ holds a `query.py` of its own: `query` is the installed package's
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+# bench/scaleout.py's QUERIES, copied: importing bench/ would put this checkout's `query`
+# first on the path, and the script must time the installed one (another checkout's).
 QUERIES = [
     "extract a tar archive",
     "merge a branch and push to the remote",
