@@ -296,9 +296,10 @@ SETTINGS: tuple[Setting, ...] = (
         "MDVDB_SEARCH_THREADS",
         "search_threads",
         _int(0),
-        "1",
+        "0",
         "Threads a warm search splits its long passes over (IVF int8 products, fusion, "
-        "top-k): 1 = the calling thread alone; 0 = one per core, up to 4 (docs/benchmarks.md)",
+        "top-k): 0 = one per core that is idle when the pass starts, up to 4; 1 = the "
+        "calling thread alone; N = at most N, idle or not (docs/benchmarks.md)",
     ),
     Setting(
         "MDVDB_IVF_MIN_CHUNKS",
@@ -455,7 +456,7 @@ class Config:
     search_per_file: int = 3
     search_default_mode: str = "hybrid"
     search_first_pass: str = "auto"
-    search_threads: int = 1
+    search_threads: int = 0
     ivf_min_chunks: int = 50_000
     watch: bool = True
     watch_debounce_ms: int = 300

@@ -453,6 +453,10 @@ def hybrid(
 
 # Rows per block of `_blended` (a few arrays of it stay in the core's cache).
 BLOCK = 65_536
+# `_blended`'s two passes are split over threads in pieces of at least this many rows: at
+# 131k chunks (two pieces of 65k) the hand-over cost more than the second core saved (a
+# 131k query 7% slower with it; at 1M, split, 6-8% faster; docs/benchmarks.md).
+PARALLEL_FUSION_ROWS = 262_144
 
 
 def _blended(
@@ -484,7 +488,7 @@ def _blended(
     lexical = expansion  # (1 - λ) bm25 / max + λ expansion / max, in place
     # Every row is computed on its own: the blocks run on every core at once
     # (query.second_core), each piece of rows a block at a time.
-    pieces = row_ranges(n, BLOCK)
+    pieces = row_ranges(n, PARALLEL_FUSION_ROWS)
 
     def mix(piece: tuple[int, int]) -> float:
         top = 0.0

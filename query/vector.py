@@ -22,9 +22,10 @@ import numpy as np
 
 # Below this many rows a product is cheaper than handing it to another thread (~50 us).
 PARALLEL_ROWS = 20_000
-# Below this many rows an int8 pass runs on one core (~40 ns a row against ~50 us to hand
-# a piece to another thread).
-PARALLEL_INT8_ROWS = 8_192
+# An int8 pass is split into pieces of at least this many rows (~1.5 ms of products each,
+# ~46 ns a row for two vectors): smaller ones, handed to another thread, cost more than they
+# saved (the probe of a 131k-chunk index, ~30k rows, ran 1-8% slower split; docs/benchmarks.md).
+PARALLEL_INT8_ROWS = 32_768
 # Rows rescored exactly after the int8 pass (10x hybrid fusion's pool of 100).
 RESCORE_DEPTH = 1000
 # With page evidence, the feedback direction is estimated on the mixed vectors: its rows'

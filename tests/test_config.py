@@ -66,3 +66,18 @@ def test_root_is_found_upward(tmp_path: Path):
     lone = tmp_path.parent / (tmp_path.name + "-lone")
     lone.mkdir()
     assert find_root(lone) == lone.resolve()
+
+
+def test_the_readme_settings_table_gives_each_settings_default():
+    """Each row of the README's settings table that shows a default in backticks shows the
+    one the setting declares (kernel.config.SETTINGS): a changed default cannot leave the
+    table telling users the old one."""
+    import re
+
+    from kernel.config import SETTINGS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(MDVDB_[A-Z0-9_]+)` \| `([^`]*)` \|", readme, re.M))
+    declared = {setting.env: setting.default for setting in SETTINGS}
+    assert len(rows) >= 30 and set(rows) <= set(declared)
+    assert {env: rows[env] for env in rows} == {env: declared[env] for env in rows}

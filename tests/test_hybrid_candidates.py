@@ -93,6 +93,7 @@ def small_scale(monkeypatch):
     monkeypatch.setattr(vector, "RESCORE_DEPTH", 101)
     monkeypatch.setattr(fusion, "LEXICAL_EXACT", 40)
     monkeypatch.setattr(fusion, "BLOCK", 500)  # several blocks in `_blended`
+    monkeypatch.setattr(fusion, "PARALLEL_FUSION_ROWS", 500)  # split when threads are on
     monkeypatch.setattr(fusion, "FIRST_LEXICAL", 12)
 
 
@@ -235,9 +236,10 @@ def test_passes_split_over_cores_answer_as_one_core(
         return real(run, pieces) if len(pieces) > 1 else real(function, pieces)
 
     monkeypatch.setattr(second_core, "in_parallel", recording)
-    # every core (MDVDB_SEARCH_THREADS=0), from the first pass on (mode_scores is called
+    # two threads whatever the machine is doing (MDVDB_SEARCH_THREADS=2: the default, 0,
+    # splits only when a core is idle), from the first pass on (mode_scores is called
     # directly too: not through a search, which sets the threads from the settings)
-    index = _index(built, first_pass, threads="0")
+    index = _index(built, first_pass, threads="2")
     got = _answers(index, False, monkeypatch)
     second_core._helpers.cache_clear()
     assert got == want

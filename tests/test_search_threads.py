@@ -1,5 +1,6 @@
 """MDVDB_SEARCH_THREADS: how many threads a search's split passes run on (query.second_core).
-Measured slower on this project's 2-core machine with the helpers, so 1 by default
+By default (0) one per core that is idle when the pass starts: with every core busy a split
+pass was slower than one thread, with one idle it was faster at 1M chunks
 (docs/benchmarks.md); the answers are the same bits either way (test_hybrid_candidates)."""
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def test_each_search_applies_its_setting(tmp_path: Path, monkeypatch):
     default = open_index(config=load_config(tmp_path, environ={}))
     every = open_index(config=load_config(tmp_path, environ={"MDVDB_SEARCH_THREADS": "0"}))
     two = open_index(config=load_config(tmp_path, environ={"MDVDB_SEARCH_THREADS": "2"}))
-    for index, want in ((every, 4), (default, 1), (two, 2), (every, 4)):
+    one = open_index(config=load_config(tmp_path, environ={"MDVDB_SEARCH_THREADS": "1"}))
+    for index, want in ((one, 1), (every, 4), (one, 1), (default, 4), (two, 2), (every, 4)):
         hits = index.search("tar archive").results
         assert second_core.threads() == want and hits[0].path == "a.md"
 
@@ -85,7 +87,7 @@ def test_a_fresh_process_starts_at_the_settings_default(tmp_path: Path):
         "index.search('tar', mode='lexical')\n"
         "assert 'query.second_core' not in sys.modules\n"
         "from query import second_core\n"
-        "assert second_core._THREADS == want == 1, second_core._THREADS\n"
+        "assert second_core._THREADS is want is None, second_core._THREADS\n"
         f"other = open_index(config=load_config({str(tmp_path)!r}, "
         "environ={'MDVDB_SEARCH_THREADS': '3'}))\n"
         "other.search('tar', mode='lexical')\n"
@@ -93,3 +95,49 @@ def test_a_fresh_process_starts_at_the_settings_default(tmp_path: Path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_every_core_means_the_idle_ones(monkeypatch):
+    """Set to one per core, a pass is split only over the cores idle when it starts: none
+    idle, one range on the caller; one idle, pieces for two threads. A number set explicitly
+    splits whatever the machine is doing."""
+    from query import second_core
+
+    monkeypatch.setattr(second_core, "cores", lambda: 2)
+    n, minimum = 1_000_000, 32_768
+    for idle, want in ((0, 1), (1, 2 * second_core.PIECES_PER_THREAD)):
+        monkeypatch.setattr(second_core, "idle_cores", lambda idle=idle: idle)
+        second_core.set_threads(None)
+        ranges = second_core.row_ranges(n, minimum)
+        assert len(ranges) == want
+        assert ranges[0][0] == 0 and ranges[-1][1] == n
+        assert all(b - a >= minimum for a, b in ranges)
+        second_core.set_threads(2)
+        assert len(second_core.row_ranges(n, minimum)) == 2 * second_core.PIECES_PER_THREAD
+    second_core.set_threads(None)  # a pass under twice the minimum is never split
+    assert second_core.row_ranges(2 * minimum - 1, minimum) == [(0, 2 * minimum - 1)]
+
+
+def test_no_core_is_idle_while_every_core_spins():
+    """The run queue, read for real: with a spinning process per core (each always
+    runnable), no other core is idle."""
+    import subprocess
+    import sys
+    import time
+
+    from query import second_core
+
+    spin = "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end: pass\n"
+    spinners = [
+        subprocess.Popen([sys.executable, "-S", "-c", spin]) for _ in range(second_core.cores())
+    ]
+    try:
+        deadline = time.monotonic() + 10  # (each spins from its start, ~10 ms after `Popen`)
+        while second_core.idle_cores() != 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert second_core.idle_cores() == 0
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert 0 <= second_core.idle_cores() <= second_core.cores() - 1
