@@ -430,7 +430,10 @@ def hybrid(
             lam = np.float32(params.feedback_weight * share)
             blended = None
             if not _REFERENCE and isinstance(page, PerFile) and params.page_weight > 0:
-                blended = _blended(bm25, expansion, lam, semantic, params, support, page)
+                # BM25F's maximum is the first of `also` (its best rows, best first; none:
+                # no row scores above 0), unless term feedback rescored it since
+                most = None if also is None or term_feedback else bm25[also[:1]].max(initial=0)
+                blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
             if blended is not None:
                 return blended, raw
             if _REFERENCE:
@@ -467,6 +470,7 @@ def _blended(
     params: FusionParams,
     support: np.ndarray | None,
     page: PerFile,
+    top_bm25: float | None = None,
 ) -> Fused | None:
     """`with_page(fuse(mix of bm25 and expansion, semantic), page)`, block by block: the same
     float32 operations on each row in the same order (the same bits), but each block of rows
@@ -482,7 +486,8 @@ def _blended(
     w = np.float32(params.dense_weight)
     one_minus_w = np.float32(1) - w
     keep, part = _mixed_part(page.values, params.page_weight)
-    top_bm25 = float(bm25.max()) if n else 0.0
+    if top_bm25 is None:  # (the caller's `bm25.max()` when it knows it: one pass fewer)
+        top_bm25 = float(bm25.max()) if n else 0.0
     top_expansion = float(expansion.max()) if n else 0.0
     one_minus_lam = 1 - lam
     lexical = expansion  # (1 - λ) bm25 / max + λ expansion / max, in place
@@ -699,7 +704,8 @@ def _mixed_part(signal: np.ndarray, weight: float) -> tuple[np.float32, np.ndarr
     """(1 - w, w * signal / max(signal)): what a mixed-in signal leaves the fused parts, and
     its own additive part."""
     w = np.float32(weight)
-    return np.float32(1) - w, w * normalised_lexical(signal.astype(np.float32, copy=False))
+    part = normalised_lexical(signal.astype(np.float32, copy=False))  # a new array
+    return np.float32(1) - w, np.multiply(part, w, out=part)  # (x * w is w * x: in place)
 
 
 @dataclass(frozen=True)
