@@ -13,7 +13,9 @@ per checkout and round: where the loop's time goes, and what to cut next.
 With --ref and --rounds N, the two checkouts alternate (this one first in odd rounds, the
 other first in even ones), so a load that changes during the run falls on both; a last row
 per checkout gives its median, and "ratio" is this checkout's CPU-s over the other's in the
-same round (the figure a loaded machine still gives).
+same round (the figure a loaded machine still gives). "workers_end" is when each worker's last
+test ended, counted from the first test's start (tests/conftest.py prints it): a worker that
+ends seconds before the other left a core idle that long.
 
 The goal (README, "Tests"): under 60 s wall with two workers on an idle 2-core machine. On a
 loaded machine the wall says little; the CPU-seconds say what the loop costs (<= ~95 CPU-s, no
@@ -69,6 +71,7 @@ def measure(checkout: Path, workers: int, files: list[str], by_file: int = 0) ->
     out = done.stdout
     summary = re.findall(r"(\d+) (passed|failed|error)", out)
     workers_cpu = re.search(r"^by worker: (.*)$", out, re.M)
+    workers_end = re.search(r"^last test ended \(after the first began\): (.*)$", out, re.M)
     costliest = per_file(out)[:by_file] if by_file else []
     return {
         "checkout": str(checkout),
@@ -78,6 +81,7 @@ def measure(checkout: Path, workers: int, files: list[str], by_file: int = 0) ->
         "cpu_s": round(cpu, 1),
         "tests_cpu_s": _number(re.search(r"CPU: (\d+) s in all", out)),
         "by_worker": workers_cpu.group(1) if workers_cpu else "",
+        "workers_end": workers_end.group(1) if workers_end else "",
         "load_before": round(load, 1),
         "load_after": round(os.getloadavg()[0], 1),
         **({"files": costliest} if by_file else {}),

@@ -8,6 +8,7 @@ files tears it down and builds it again)."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import resource
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -113,6 +115,30 @@ def build_index(root: Path, env: dict | None = None) -> Path:
     return root
 
 
+def seed_model_cache(cache: Path) -> Path:
+    """`cache`, a test's own MDVDB_CACHE_DIR (for a test of what a command writes there, as
+    the generated code), holding the run's model tables (`models/`: the default model's
+    33 MB float32 table, its BPE lookup, the digest stamps) as hard links: a command then
+    starts as it does for a user who ran it before, instead of building the tables again
+    (~0.3 CPU-s and 33 MB written). Nothing is linked where the run's cache has no tables
+    yet or cannot be linked (another file system): the command builds them, as before. The
+    cache's files are replaced by rename, never written in place, so a link is never
+    changed under another test."""
+    run_cache = os.environ.get("MDVDB_CACHE_DIR", "").strip()
+    shared = Path(run_cache) / "models"
+    if not run_cache or not shared.is_dir():
+        return cache
+    for source in shared.rglob("*"):
+        if source.is_file() and not source.name.startswith("."):  # not a temp file
+            target = cache / "models" / source.relative_to(shared)
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                os.link(source, target)
+            except OSError:
+                return cache
+    return cache
+
+
 def tree_stamp(root: Path) -> list[tuple[str, int, int]]:
     """Every file under `root` with its size and mtime: a module fixture that hands one built
     folder to tests that only read it (no copy per test) compares this at teardown, so a
@@ -154,6 +180,71 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
+# pytest keeps the temp folders of the last three runs (`tmp_path_retention_count`) and removes
+# older ones when a run ends: a run of the inner loop leaves ~10,000 files (~300 MB), and the
+# removal took 0.8-4 s after the last test of every run (measured at load 0-3). The run's first
+# process starts that same clean-up (pytest's own function and rules: a folder whose lock is
+# fresh, another run's in progress, is never touched) in a thread as the run starts, where it
+# overlaps the workers' start; pytest's pass at the end then finds nothing left to remove.
+_EARLY_CLEANUP = pytest.StashKey[threading.Thread]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):  # a worker's temp folder is the controller's
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    try:
+        from _pytest.pathlib import LOCK_TIMEOUT, cleanup_numbered_dir
+
+        if factory is None or factory._given_basetemp is not None:
+            return  # --basetemp: pytest empties that folder itself
+        keep = 0 if factory._retention_policy == "none" else factory._retention_count
+        if keep < 1:  # keep 0 would take this run's own folder: left to pytest's end
+            return
+        base = factory.getbasetemp()
+        stale_before = base.stat().st_mtime - LOCK_TIMEOUT
+    except (ImportError, AttributeError, OSError):  # another pytest: its end-of-run pass
+        return
+    thread = threading.Thread(
+        target=cleanup_numbered_dir,
+        args=(base.parent, "pytest-", keep, stale_before),
+        name="old-temp-cleanup",
+        daemon=True,
+    )
+    thread.start()
+    session.config.stash[_EARLY_CLEANUP] = thread
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Before pytest's own pass: a folder half removed by a thread cut short would stay (its
+    lock fresh) until pytest deems it stale, days later."""
+    thread = session.config.stash.get(_EARLY_CLEANUP, None)
+    if thread is not None:
+        thread.join()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker (not a pytest a test starts)
+        atexit.register(_end_worker_now)
+
+
+def _end_worker_now() -> None:
+    """An xdist worker's last act, once its report is sent and its exit handlers (those
+    registered after its configuration: coverage's, multiprocessing's, the MiniLM loader's
+    join) have run: end without the interpreter's teardown. Unloading what the tests loaded
+    (NumPy, pyarrow, onnxruntime, scikit-learn, MCP's SDK and their objects) took ~0.9 s
+    after the last test of the inner loop, and the run ends only when both workers have;
+    `mdvdb ingest` ends the same way. The controller reads the worker's results from its
+    channel, never its exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
+
+
 # Bytecode is written, whatever PYTHONDONTWRITEBYTECODE says (some shells and CI images set
 # it). Without a current .pyc, a process compiles each module it imports: pytest's rewritten
 # test modules in every run and every xdist worker (~2-3 CPU-s a worker), and in every `mdvdb`
@@ -168,7 +259,8 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # Files that pay the same one-time cost in the test process share one work unit under
 # `--dist loadfile` (one worker pays it once): the client SDK of MCP (~1.2 CPU-s import);
 # MiniLM's weights and onnxruntime (~0.7 CPU-s a process to load, ~2 CPU-s less for the four
-# files together than apart); scikit-learn and SciPy (~1.7 CPU-s of imports).
+# files together than apart); scikit-learn and SciPy (~1.7 CPU-s of imports; ~0.8 CPU-s on a
+# faster machine), which `clusters --plot` imports too (its layout: PCA and MDS).
 SAME_WORKER = {
     "tests/test_agents_mcp.py": "mcp",
     "tests/test_project_files.py": "mcp",
@@ -178,65 +270,57 @@ SAME_WORKER = {
     "tests/test_bpe.py": "minilm",
     "tests/test_small_kmeans.py": "sklearn",
     "tests/test_cluster_counts.py": "sklearn",
+    "tests/test_cli_plain_commands.py": "sklearn",
 }
 
 
 # What the inner loop's files cost (CPU-s: their tests' own and their subprocesses', as the
-# end-of-run list gives them; 2026-12-01 16:20 UTC, load 0.7-2.2, main 90ab8ca, one run of
-# `python bench/inner_loop.py --files 200`; files under 0.6 CPU-s are left to the default).
+# end-of-run list gives them; 2026-12-01 18:08-18:15 UTC, load 2.7-3.9, session 11, the mean
+# of two runs of `python bench/inner_loop.py --ref /work/base --rounds 2 --files 200`; files
+# under 0.6 CPU-s are left to the default). A file whose tests mostly wait (a server's retries
+# and timeouts) counts its wall instead: a waiting worker is as busy for the queue.
 # Under xdist the work units (a file, or the files of one SAME_WORKER unit: their sum) are
 # handed out costliest first, so that the cheap ones fill the end of both workers' queues:
 # handed out by number of tests (xdist's default), a 5 CPU-s file of one test came last and
 # one worker finished 13 s after the other. A file not listed counts as DEFAULT_FILE_CPU; the
 # figures only order the queue (a stale one costs balance, never a result).
 FILE_CPU = {
-    "tests/test_minilm.py": 5.9,
-    "tests/test_agents_mcp.py": 5.5,
-    "tests/test_shard_rounds.py": 4.6,
-    "tests/test_hybrid_candidates.py": 4.3,  # a 400-page index built in the worker
-    "tests/test_grep.py": 3.6,
-    "tests/test_cold_start.py": 3.3,
-    "tests/test_arrow_lite.py": 3.3,
-    "tests/test_warm_queries.py": 3.1,
-    "tests/test_query_selection.py": 3.1,
-    "tests/test_ingest_exit.py": 2.9,
-    "tests/test_cli_hygiene.py": 2.7,
-    "tests/test_project_files.py": 2.6,
-    "tests/test_ivf.py": 2.6,
-    "tests/test_agents_search.py": 2.5,
-    "tests/test_lean_start.py": 2.4,
-    "tests/test_encoder_onnx.py": 2.3,
-    "tests/test_writer_lock.py": 2.2,
-    "tests/test_security_outside.py": 2.2,
-    "tests/test_metadata.py": 2.2,
-    "tests/test_cluster_counts.py": 2.1,
-    "tests/test_grep_options.py": 2.1,
-    "tests/test_cli_plain_commands.py": 2.0,
-    "tests/test_results_diversity.py": 1.9,
-    "tests/test_parse_retry.py": 1.8,
-    "tests/test_incremental_pack.py": 1.8,
-    "tests/test_cli_ingest_fast.py": 1.6,
-    "tests/test_index_writer.py": 1.5,
-    "tests/test_lexical.py": 1.4,
-    "tests/test_hostile_files.py": 1.2,
-    "tests/test_edit_delta.py": 1.2,
-    "tests/test_small_kmeans.py": 1.2,
-    "tests/test_ingest.py": 1.2,
-    "tests/test_cli.py": 1.1,
-    "tests/test_library.py": 1.1,
-    "tests/test_state_handover.py": 0.9,
-    "tests/test_layers.py": 0.9,
-    "tests/test_cli_search_fast.py": 0.8,
-    "tests/test_duplicate_groups.py": 0.7,
-    "tests/test_doit_run.py": 0.7,
-    "tests/test_parallel_ingest.py": 0.7,
-    "tests/test_bpe.py": 0.7,
-    "tests/test_ranking.py": 0.7,
-    "tests/test_offline.py": 0.6,
+    "tests/test_agents_mcp.py": 2.9,
+    "tests/test_minilm.py": 2.7,
+    "tests/test_hybrid_candidates.py": 2.6,  # a 400-page index built in the worker
+    "tests/test_warm_queries.py": 2.4,
+    "tests/test_shard_rounds.py": 2.2,
+    "tests/test_providers_http.py": 2.2,  # wall (0.1 CPU-s): Retry-After, a hang, latency
+    "tests/test_grep.py": 2.0,
+    "tests/test_arrow_lite.py": 2.0,
+    "tests/test_cli_hygiene.py": 1.9,
+    "tests/test_cold_start.py": 1.9,
+    "tests/test_encoder_onnx.py": 1.8,
+    "tests/test_ivf.py": 1.6,
+    "tests/test_project_files.py": 1.6,
+    "tests/test_lean_start.py": 1.6,
+    "tests/test_security_outside.py": 1.4,
+    "tests/test_agents_search.py": 1.4,
+    "tests/test_writer_lock.py": 1.3,
+    "tests/test_metadata.py": 1.3,
+    "tests/test_incremental_pack.py": 1.3,
+    "tests/test_cli_plain_commands.py": 1.3,  # with scikit-learn's import (its unit's first)
+    "tests/test_index_writer.py": 1.1,
+    "tests/test_results_diversity.py": 1.0,
+    "tests/test_parse_retry.py": 1.0,
+    "tests/test_ingest_exit.py": 1.0,
+    "tests/test_lexical.py": 0.9,
+    "tests/test_library.py": 0.9,
+    "tests/test_hostile_files.py": 0.9,
+    "tests/test_cli_ingest_fast.py": 0.9,
+    "tests/test_small_kmeans.py": 0.9,
+    "tests/test_edit_delta.py": 0.8,
+    "tests/test_ingest.py": 0.8,
+    "tests/test_cli.py": 0.7,
+    "tests/test_watch.py": 0.7,  # wall: a watcher's debounce
+    "tests/test_state_handover.py": 0.6,
+    "tests/test_layers.py": 0.6,
     "tests/test_index_damage.py": 0.6,
-    "tests/test_stub_records.py": 0.6,
-    "tests/test_shard_split.py": 0.6,
-    "tests/test_footprint.py": 0.6,
 }
 DEFAULT_FILE_CPU = 0.5
 
@@ -308,6 +392,8 @@ _SPENT: dict[str, float] = {}
 _MARKED_SLOW: set[str] = set()
 _CPU: dict[str, float] = {}
 _WORKER_CPU: dict[str, float] = {}  # xdist worker -> its tests' CPU: the wall's floor
+_WORKER_END: dict[str, float] = {}  # xdist worker -> when its last test ended (epoch s)
+_FIRST_START: list[float] = []  # when the run's first test began
 _CPU_START = pytest.StashKey[float]()
 CPU_SHOWN = int(os.environ.get("MDVDB_TEST_CPU_SHOWN", "15"))  # tests listed by CPU at the end
 
@@ -344,12 +430,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _SPENT[report.nodeid] = _SPENT.get(report.nodeid, 0.0) + report.duration
         if "slow" in report.keywords:
             _MARKED_SLOW.add(report.nodeid)
+    if report.when == "setup" and (not _FIRST_START or report.start < _FIRST_START[0]):
+        _FIRST_START[:] = [report.start]
     properties = dict(report.user_properties)
     if "cpu_s" in properties:
+        worker = properties["worker"]
         _CPU[report.nodeid] = properties["cpu_s"]
-        _WORKER_CPU[properties["worker"]] = (
-            _WORKER_CPU.get(properties["worker"], 0.0) + properties["cpu_s"]
-        )
+        _WORKER_CPU[worker] = _WORKER_CPU.get(worker, 0.0) + properties["cpu_s"]
+        _WORKER_END[worker] = max(_WORKER_END.get(worker, 0.0), report.stop)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -358,6 +446,11 @@ def pytest_terminal_summary(terminalreporter) -> None:
         if len(_WORKER_CPU) > 1:
             shares = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(_WORKER_CPU.items()))
             terminalreporter.write_line(f"by worker: {shares}")
+            # A worker that ends early leaves a core idle: the figures say how much.
+            ends = ", ".join(
+                f"{w} {end - _FIRST_START[0]:.1f} s" for w, end in sorted(_WORKER_END.items())
+            )
+            terminalreporter.write_line(f"last test ended (after the first began): {ends}")
         for nodeid, spent in sorted(_CPU.items(), key=lambda kv: -kv[1])[:CPU_SHOWN]:
             terminalreporter.write_line(f"{spent:7.1f} s  {nodeid}")
     unmarked = sorted(

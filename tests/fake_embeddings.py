@@ -83,7 +83,12 @@ class FakeEmbeddingServer:
         self._closing = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # `shutdown` waits for the serving loop to look at its flag, which it does every
+        # poll interval: at the default 0.5 s every test that used a server idled half a
+        # second at its end (~9 s of one worker's wall in the inner loop).
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> FakeEmbeddingServer:

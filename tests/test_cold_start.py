@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kernel import text_analysis
-from tests.conftest import run_cli
+from tests.conftest import run_cli, seed_model_cache
 
 
 def test_page_sums_are_reduceat_bit_for_bit():
@@ -416,7 +416,8 @@ def test_a_cold_search_writes_its_caches_once(indexed_notes: Path, tmp_path: Pat
     patterns; the next ones read them and print the same bytes, and a search for other words
     (other excerpt patterns) neither grows nor rewrites the patterns' file; a damaged code
     file is ignored (and replaced)."""
-    env = {"MDVDB_NO_WARM": "1", "MDVDB_CACHE_DIR": str(tmp_path / "cache")}
+    cache = seed_model_cache(tmp_path / "cache")  # the code caches start empty
+    env = {"MDVDB_NO_WARM": "1", "MDVDB_CACHE_DIR": str(cache)}
     args = ("--root", str(indexed_notes), "--json")
     first = run_cli("search", "extract a tar archive", *args, env=env)
     assert first.returncode == 0, first.stderr

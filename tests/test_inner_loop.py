@@ -126,3 +126,117 @@ def test_a_shared_unit_goes_out_at_its_summed_cost_with_its_files_together():
     items = [SimpleNamespace(nodeid=nodeid) for nodeid in order]
     by_cost(items)
     assert [item.nodeid for item in items] == [*order[1:], order[0]]
+
+
+OLD_RUNS_GONE = """
+import time
+
+
+def test_old_runs_go_while_this_one_runs(tmp_path):
+    root = tmp_path.parents[1]  # ROOT/pytest-6/test_old_runs_go_while_this_one0
+    deadline = time.monotonic() + 30
+    while {p.name for p in root.glob("pytest-[023]")} and time.monotonic() < deadline:
+        time.sleep(0.01)
+    names = sorted(p.name for p in root.glob("pytest-[0-9]*"))
+    assert names == ["pytest-1", "pytest-4", "pytest-5", "pytest-6"], names
+"""
+
+
+def test_old_temp_folders_go_while_the_run_runs(tmp_path: Path):
+    """pytest's removal of the temp folders of older runs (beyond the last three) starts as the
+    run starts (tests/conftest.py), not after its last test: a test sees them gone, except a
+    folder whose lock is fresh (another run still in it), which stays after the run too."""
+    import getpass
+    import os
+
+    runs = tmp_path / f"pytest-of-{getpass.getuser()}"
+    for n in range(6):
+        (runs / f"pytest-{n}" / "test_x0").mkdir(parents=True)
+        (runs / f"pytest-{n}" / "test_x0" / "file").write_text("x")
+        stale = 1_000_000_000 + n  # (2001): older than pytest's lock timeout
+        os.utime(runs / f"pytest-{n}", (stale, stale))
+    (runs / "pytest-1" / ".lock").write_text("")  # fresh: a run in progress
+    (tmp_path / "test_old_runs.py").write_text(OLD_RUNS_GONE)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-c",
+            str(REPO / "pyproject.toml"),
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.conftest",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_old_runs.py"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTEST_DEBUG_TEMPROOT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in runs.glob("pytest-[0-9]*")) == [
+        "pytest-1",
+        "pytest-4",
+        "pytest-5",
+        "pytest-6",
+    ]
+
+
+WORKER_END = """
+import atexit
+import sys
+
+
+def test_passes(tmp_path):
+    marker = __import__("os").environ["MARKER"]
+    atexit.register(lambda: open(marker, "w").close())  # after the worker's configuration
+
+
+def test_fails():
+    assert 1 == 2
+"""
+
+
+def test_a_worker_that_ends_without_teardown_still_reports_and_runs_its_exit_handlers(
+    tmp_path: Path,
+):
+    """An xdist worker ends with `os._exit` once its exit handlers ran (tests/conftest.py):
+    a failure still fails the run, and a handler registered after the worker's start (a
+    test's, coverage's) still runs."""
+    import os
+
+    (tmp_path / "test_end.py").write_text(WORKER_END)
+    marker = tmp_path / "handler-ran"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "1",
+            "-c",
+            str(REPO / "pyproject.toml"),
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.conftest",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_end.py"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "MARKER": str(marker)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed, 1 passed" in done.stdout, done.stdout
+    assert marker.exists()

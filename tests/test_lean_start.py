@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import FIXTURES, copy_markdown, run_cli
+from tests.conftest import FIXTURES, copy_markdown, run_cli, seed_model_cache
 
 
 def _loaded(stderr: str) -> set[str]:
     return {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if "|" in line}
 
 
-def test_short_commands_start_lean_and_answer_the_same(tmp_path: Path):
-    cache = tmp_path / "cache"
+def test_short_commands_start_lean_and_answer_the_same(_indexed_notes_once: Path, tmp_path: Path):
+    cache = seed_model_cache(tmp_path / "cache")  # the model's tables; the code caches empty
     env = {"MDVDB_NO_WARM": "1", "MDVDB_CACHE_DIR": str(cache), "PYTHONPROFILEIMPORTTIME": "1"}
     first = copy_markdown(FIXTURES / "notes", tmp_path / "first")
     done = run_cli("ingest", "--json", "--root", str(first), env=env)
