@@ -103,6 +103,7 @@ def test_every_core_means_the_idle_ones(monkeypatch):
     splits whatever the machine is doing."""
     from query import second_core
 
+    monkeypatch.setattr(second_core, "_THREADS", second_core._THREADS)  # restored after
     monkeypatch.setattr(second_core, "cores", lambda: 2)
     n, minimum = 1_000_000, 32_768
     for idle, want in ((0, 1), (1, 2 * second_core.PIECES_PER_THREAD)):
