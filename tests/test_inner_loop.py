@@ -4,6 +4,7 @@ per worker only if its file stays in one unit)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,35 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import DEFAULT_FILE_CPU, FILE_CPU, REPO, SAME_WORKER, by_cost, unit_cost
+
+
+def _pytest_run(
+    root: Path, test_file: Path, *options: str, env: dict | None = None, conftest: bool = True
+):
+    """A pytest run of `test_file` (under `root`) in a subprocess, with this suite's
+    configuration and (`conftest`) its conftest, whose hooks some tests here check."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            *options,
+            "-c",
+            str(REPO / "pyproject.toml"),
+            "-p",
+            "no:cacheprovider",
+            *(["-p", "tests.conftest"] if conftest else []),
+            "--rootdir",
+            str(root),
+            str(test_file),
+        ],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_files_go_out_costliest_first_and_whole():
@@ -53,24 +83,7 @@ def test_a_hypothesis_failure_still_fails_the_run_without_its_plugin(tmp_path: P
         "        assert x < 10\n\n"
         "    check()\n"
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-c",
-            str(REPO / "pyproject.toml"),
-            "-p",
-            "no:cacheprovider",
-            "--rootdir",
-            str(tmp_path),
-            str(tmp_path / "test_given.py"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _pytest_run(tmp_path, tmp_path / "test_given.py", conftest=False)
     assert "no:hypothesispytest" in (REPO / "pyproject.toml").read_text()
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed" in done.stdout and "x=10" in done.stdout, done.stdout  # shrunk, shown
@@ -147,7 +160,6 @@ def test_old_temp_folders_go_while_the_run_runs(tmp_path: Path):
     run starts (tests/conftest.py), not after its last test: a test sees them gone, except a
     folder whose lock is fresh (another run still in it), which stays after the run too."""
     import getpass
-    import os
 
     runs = tmp_path / f"pytest-of-{getpass.getuser()}"
     for n in range(6):
@@ -157,27 +169,8 @@ def test_old_temp_folders_go_while_the_run_runs(tmp_path: Path):
         os.utime(runs / f"pytest-{n}", (stale, stale))
     (runs / "pytest-1" / ".lock").write_text("")  # fresh: a run in progress
     (tmp_path / "test_old_runs.py").write_text(OLD_RUNS_GONE)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-c",
-            str(REPO / "pyproject.toml"),
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "tests.conftest",
-            "--rootdir",
-            str(tmp_path),
-            str(tmp_path / "test_old_runs.py"),
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTEST_DEBUG_TEMPROOT": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = _pytest_run(
+        tmp_path, tmp_path / "test_old_runs.py", env={"PYTEST_DEBUG_TEMPROOT": str(tmp_path)}
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in runs.glob("pytest-[0-9]*")) == [
@@ -209,34 +202,10 @@ def test_a_worker_that_ends_without_teardown_still_reports_and_runs_its_exit_han
     """An xdist worker ends with `os._exit` once its exit handlers ran (tests/conftest.py):
     a failure still fails the run, and a handler registered after the worker's start (a
     test's, coverage's) still runs."""
-    import os
 
     (tmp_path / "test_end.py").write_text(WORKER_END)
     marker = tmp_path / "handler-ran"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-n",
-            "1",
-            "-c",
-            str(REPO / "pyproject.toml"),
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "tests.conftest",
-            "--rootdir",
-            str(tmp_path),
-            str(tmp_path / "test_end.py"),
-        ],
-        cwd=REPO,
-        env={**os.environ, "MARKER": str(marker)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _pytest_run(tmp_path, tmp_path / "test_end.py", "-n", "1", env={"MARKER": str(marker)})
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed, 1 passed" in done.stdout, done.stdout
     assert marker.exists()
