@@ -183,11 +183,11 @@ def test_old_temp_folders_go_while_the_run_runs(tmp_path: Path):
 
 WORKER_END = """
 import atexit
-import sys
+import os
 
 
 def test_passes(tmp_path):
-    marker = __import__("os").environ["MARKER"]
+    marker = os.environ["MARKER"]
     atexit.register(lambda: open(marker, "w").close())  # after the worker's configuration
 
 
@@ -196,16 +196,31 @@ def test_fails():
 """
 
 
+# A plugin a worker loads before its configuration: an exit handler registered that early
+# runs after the worker's own (handlers run last registered first), in the teardown it skips.
+EARLY_PLUGIN = """
+import atexit
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    atexit.register(lambda: open(os.environ["TORN_DOWN"], "w").close())
+"""
+
+
 def test_a_worker_that_ends_without_teardown_still_reports_and_runs_its_exit_handlers(
     tmp_path: Path,
 ):
     """An xdist worker ends with `os._exit` once its exit handlers ran (tests/conftest.py):
-    a failure still fails the run, and a handler registered after the worker's start (a
-    test's, coverage's) still runs."""
+    the interpreter's teardown, which frees what the modules hold, is skipped; a failure
+    still fails the run, and a handler registered after the worker's start (a test's,
+    coverage's) still runs."""
 
     (tmp_path / "test_end.py").write_text(WORKER_END)
-    marker = tmp_path / "handler-ran"
-    done = _pytest_run(tmp_path, tmp_path / "test_end.py", "-n", "1", env={"MARKER": str(marker)})
+    (tmp_path / "early_plugin.py").write_text(EARLY_PLUGIN)
+    marker, torn_down = tmp_path / "handler-ran", tmp_path / "torn-down"
+    env = {"MARKER": str(marker), "TORN_DOWN": str(torn_down), "PYTHONPATH": str(tmp_path)}
+    done = _pytest_run(tmp_path, tmp_path / "test_end.py", "-n", "1", "-p", "early_plugin", env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed, 1 passed" in done.stdout, done.stdout
     assert marker.exists()
+    assert not torn_down.exists()  # ended before what the teardown runs (it ran without)
