@@ -308,7 +308,7 @@ def test_concurrent_queries_through_one_router(folders, server) -> None:
 
 
 @pytest.mark.slow  # a server restarted and a router reconnecting: ~2 CPU-s
-def test_a_router_reconnects_to_a_restarted_server(folders, _server) -> None:
+def test_a_router_reconnects_to_a_restarted_server(folders, _server, monkeypatch) -> None:
     """The shard server restarts on its address between two queries: the connections the
     router kept are closed, so its next round opens new ones (once) and answers. (The
     module's server is the one restarted: one server start fewer; the new one serves the
@@ -322,5 +322,18 @@ def test_a_router_reconnects_to_a_restarted_server(folders, _server) -> None:
     _server["proc"].wait(timeout=30)
     _server["proc"], again = _shard_server_of(three, listen=address)
     assert again == address
+    from query import shard_wire
+
+    reopened = []
+    real_again = shard_wire._again
+
+    def again_logged(*args, **kwargs):
+        reopened.append(args[0])
+        return real_again(*args, **kwargs)
+
+    monkeypatch.setattr(shard_wire, "_again", again_logged)
     for mode in ("lexical", "hybrid"):
         assert _top(router, QUERIES[1], mode) == _top(reference, QUERIES[1], mode)
+    # the answers came over connections kept from before the restart, found closed and
+    # opened anew (a router that kept none would answer too, without reconnecting)
+    assert reopened and set(reopened) == {address}, reopened
