@@ -143,8 +143,8 @@ class _Helper:
 
 # Threads a split pass may run on, caller included (MDVDB_SEARCH_THREADS, which each search
 # sets through `set_threads`; until then the setting's default); None: one per core this
-# process may run on, up to 1 + MAX_HELPERS. `in_background` (one job on another core)
-# does not depend on it.
+# process may run on that is idle when a pass starts, up to 1 + MAX_HELPERS. `in_background`
+# (one job on another core) does not depend on it.
 _THREADS: int | None = Config.search_threads or None
 
 
