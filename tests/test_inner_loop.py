@@ -37,7 +37,8 @@ def _pytest_run(
             str(test_file),
         ],
         cwd=REPO,
-        env={**os.environ, **(env or {})},
+        # not this run's xdist worker variables: the run started here has workers of its own
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
