@@ -16,11 +16,8 @@ start (2x here).
 of the first row. Without it: one query (`--query`, default "extract a tar archive", `-n 3`).
 
 Reference rows run in the same rotation: this checkout through `python -m mdvdb` (what
-bench/query.py runs), this checkout with MDVDB_ARROW_READER=1 (the index read through
-pyarrow, as before the lite reader), and `python -c "import numpy"` and `python -c "import
-numpy, pyarrow"` in this checkout's interpreter (the floors a NumPy-based search pays), and
-NumPy imported as this checkout's search imports it (`kernel.lean_numpy`, no collector, no
-teardown: the floor of its own search, interpreter start included). Every
+bench/query.py runs), and `python -c "import numpy"` and `python -c "import numpy, pyarrow"`
+in this checkout's interpreter (the floors a NumPy-based search pays). Every
 command of this checkout must print the same bytes for the same query, or the run fails;
 whether the other install answers the same is reported (an install with other ranking code
 may legitimately differ).
@@ -41,10 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import print_table  # noqa: E402
 
 QUERY = "extract a tar archive"
-LEAN_NUMPY = (
-    "import gc, os; gc.disable(); from kernel.lean_numpy import defer_numpy_extras; "
-    "defer_numpy_extras(); import numpy; os._exit(0)"
-)
 
 
 def run_one(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, bytes, bytes]:
@@ -82,8 +75,6 @@ def main() -> None:
         return ["search", q, "--root", args.root, *tail]
 
     env = {**os.environ, "MDVDB_NO_WARM": "1"}
-    env.pop("MDVDB_ARROW_READER", None)
-    arrow = {**env, "MDVDB_ARROW_READER": "1"}
     commands = {
         "this checkout": (lambda q: [here, *search(q)], env),
         "other install": (lambda q: [args.against, *search(q)], env),
@@ -91,11 +82,7 @@ def main() -> None:
             lambda q: [sys.executable, "-m", "mdvdb", *search(q)],
             env,
         ),
-        "this checkout, pyarrow reader": (lambda q: [here, *search(q)], arrow),
         'python -c "import numpy"': (lambda q: [sys.executable, "-c", "import numpy"], env),
-        # The floor of this checkout's search: NumPy imported as the one-shot search imports
-        # it (kernel.lean_numpy), no collector, no teardown (as mdvdb.cli.main).
-        "NumPy as the search imports it": (lambda q: [sys.executable, "-c", LEAN_NUMPY], env),
         'python -c "import numpy, pyarrow"': (
             lambda q: [sys.executable, "-c", "import numpy, pyarrow"],
             env,

@@ -27,10 +27,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from hashlib import blake2b
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from kernel.digests import blake2b
 
 if TYPE_CHECKING:  # NumPy only where the global order is built: a no-op ingest never loads it
     import numpy as np

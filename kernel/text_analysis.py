@@ -26,10 +26,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
+from hashlib import blake2b
 from itertools import chain
 from typing import TYPE_CHECKING
-
-from kernel.digests import blake2b
 
 if TYPE_CHECKING:
     import numpy as np

@@ -22,10 +22,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from hashlib import sha256
 from pathlib import Path
 from typing import BinaryIO
-
-from kernel.digests import sha256
 
 ENV = "MDVDB_CACHE_DIR"
 APP = "mdvdb"

@@ -48,14 +48,10 @@ def ingest_folder(
     wait: bool = True,
     on_wait: Callable[[str], None] | None = None,
     provider: EmbeddingProvider | None = None,
-    left_for_exit: list[object] | None = None,
 ) -> IngestReport:
     """One ingest under the writer lock: the doit tasks of `pipeline.tasks`, given one
     `IngestRun` as their parameter. `provider`: an embedder to reuse (a long-lived caller
-    such as the watcher loads its model once); it is not closed here. `left_for_exit`: the
-    caller ends its process with `os._exit` right after (`mdvdb ingest`) and keeps this list
-    until then, so what the run built is put there for the exit to drop instead of being
-    freed object by object; the state and the index are closed and durable either way."""
+    such as the watcher loads its model once); it is not closed here."""
     from doit.cmd_base import ModuleTaskLoader
 
     from pipeline.doit_run import run_stages
@@ -72,9 +68,7 @@ def ingest_folder(
             raise IngestError(str(exc)) from None
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
-    run = IngestRun(
-        config, only=only, full=full, borrowed_provider=provider, left_for_exit=left_for_exit
-    )
+    run = IngestRun(config, only=only, full=full, borrowed_provider=provider)
     if progress is not None:
         run.progress = progress
     try:

@@ -25,15 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from doit import task_params
+from doit.tools import config_changed, result_dep
+
 from kernel.config import Config, load_config
 from kernel.shards import manifest_path, published_file
 from pipeline import stages
-from pipeline.doit_run import import_doit
 from pipeline.state import State
-
-import_doit()  # without importlib.metadata (`pipeline.doit_run`)
-from doit import task_params  # noqa: E402
-from doit.tools import config_changed, result_dep  # noqa: E402
 
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
@@ -73,10 +71,6 @@ class IngestRun:
     borrowed_provider: EmbeddingProvider | None = None
     # Forked by discover for a big first clustering (`pipeline.cluster_helper`).
     cluster_helper: Any = None
-    # The process ends right after this run (`mdvdb ingest`): `close` puts what the run
-    # built in the caller's list, for `os._exit` to drop instead of freeing it object by
-    # object. None: freed here (the library, the watcher).
-    left_for_exit: list[object] | None = None
     _state: State | None = None
     _provider: EmbeddingProvider | None = None
 
@@ -140,11 +134,6 @@ class IngestRun:
         schema = self.outputs.get("schema")
         if isinstance(schema, stages.Schema):
             schema.abandon()
-        if self.left_for_exit is not None:
-            # Freeing the plan, the tables and the state's caches of a 100k-file folder one
-            # object at a time took ~0.2 s of a one-file edit; the process ends next anyway.
-            self.left_for_exit.append(self.outputs)
-            self.outputs = {}
         self.outputs.clear()
         if self.cluster_helper is not None:
             self.cluster_helper.close()
@@ -152,8 +141,6 @@ class IngestRun:
         if self._state is not None:
             self._state.clusters_due = None  # a fit nobody waited for (an error) is dropped
             self._state.close()
-            if self.left_for_exit is not None:
-                self.left_for_exit.append(self._state)
             self._state = None
         if self._provider is not None and self._provider is not self.borrowed_provider:
             self._provider.close()

@@ -45,9 +45,8 @@ class Snapshot:
     cache: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path, lite: bool = False) -> Snapshot:
-        """`lite`: columns of `kernel.arrow_lite`, without importing pyarrow."""
-        file = index_format.read_index(path, lite=lite)
+    def load(cls, path: Path) -> Snapshot:
+        file = index_format.read_index(path)
         chunks = file.tables["chunks"]
         return cls(
             file=file,
@@ -75,12 +74,11 @@ class Snapshot:
 # The last snapshot mapped per index path, shared by every Index in this process, so a
 # long-lived process (`mdvdb serve`, `mdvdb mcp`) that opens an Index per call maps each
 # published file once. A snapshot is immutable, so sharing it is safe.
-_SNAPSHOTS: dict[tuple[Path, bool], Snapshot] = {}  # by path and lite
+_SNAPSHOTS: dict[Path, Snapshot] = {}
 
 
-def _shared_snapshot(path: Path, lite: bool = False, servers: tuple[str, ...] = ()) -> Snapshot:
-    key = (path, lite)
-    cached = _SNAPSHOTS.get(key)
+def _shared_snapshot(path: Path, servers: tuple[str, ...] = ()) -> Snapshot:
+    cached = _SNAPSHOTS.get(path)
     if cached is not None and getattr(cached, "servers", servers) != servers:
         cached = None  # the same sharded index, read through other shard servers
     if cached is not None:
@@ -95,8 +93,8 @@ def _shared_snapshot(path: Path, lite: bool = False, servers: tuple[str, ...] = 
 
         snap: Snapshot = ShardedSnapshot.load(path, servers)  # type: ignore[assignment]
     else:
-        snap = Snapshot.load(path, lite)
-    _SNAPSHOTS[key] = snap
+        snap = Snapshot.load(path)
+    _SNAPSHOTS[path] = snap
     return snap
 
 
@@ -105,13 +103,8 @@ class Reader:
     every query needs. Cheap to create; maps the file on first use. `query.Index` adds the
     queries themselves."""
 
-    def __init__(self, config: Config, lite: bool = False):
+    def __init__(self, config: Config):
         self.config = config
-        # Map with `kernel.arrow_lite` rather than pyarrow: for a one-shot process (the CLI's
-        # `mdvdb search`), which reads a dozen columns once and exits, pyarrow's import
-        # (35-150 ms) would be most of its cost. Anything the lite columns do not offer is
-        # handed to pyarrow over the same map, so answers are the same either way.
-        self.lite = lite
         self._snapshot: Snapshot | None = None
         self._provider = None
         self._pins = threading.local()  # the snapshot each thread's current query holds
@@ -133,7 +126,7 @@ class Reader:
     def _current(self) -> Snapshot:
         snap = self._snapshot
         if snap is None or self._is_outdated(snap):
-            snap = _shared_snapshot(self.source, self.lite, self._shard_servers())
+            snap = _shared_snapshot(self.source, self._shard_servers())
             self._snapshot = snap
         return snap
 

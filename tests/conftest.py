@@ -292,13 +292,11 @@ FILE_CPU = {
     "tests/test_shard_rounds.py": 2.2,
     "tests/test_providers_http.py": 2.2,  # wall (0.1 CPU-s): Retry-After, a hang, latency
     "tests/test_grep.py": 2.0,
-    "tests/test_arrow_lite.py": 2.0,
     "tests/test_cli_hygiene.py": 1.9,
     "tests/test_cold_start.py": 1.9,
     "tests/test_encoder_onnx.py": 1.8,
     "tests/test_ivf.py": 1.6,
     "tests/test_project_files.py": 1.6,
-    "tests/test_lean_start.py": 1.6,
     "tests/test_security_outside.py": 1.4,
     "tests/test_agents_search.py": 1.4,
     "tests/test_writer_lock.py": 1.3,

@@ -47,14 +47,6 @@ def test_a_noop_imports_no_heavy_library(indexed_notes: Path):
     assert (report["published"], report["hashed"]) == (False, 0)
 
 
-def test_a_cold_search_skips_cloudpickle(indexed_notes: Path):
-    """pyarrow would import it (doit installs it); a search never pickles, and its one-shot
-    process reads the index without pyarrow at all (kernel/arrow_lite.py)."""
-    done, heavy = _probe("search", "tar archive", "--root", str(indexed_notes))
-    assert heavy == "HEAVY numpy 0", done.stderr
-    assert "tar.md" in done.stdout
-
-
 def test_help_and_unknown_options_go_to_typer(indexed_notes: Path):
     assert parse(["--help"]) is None and parse(["--bogus"]) is None
     assert parse(["--root"]) is None and parse(["--root", "a", "--root", "b"]) is None

@@ -11,24 +11,23 @@ import sys
 from mdvdb.cli.errors import EXIT_OK, load, print_json, user_errors
 
 
-def fast_main(argv: list[str], one_shot: bool = False) -> int | None:
-    """The exit code, or None to have typer parse `argv`. `one_shot`: this process ends after
-    the command (not a warm server's call), so the index is mapped without pyarrow."""
+def fast_main(argv: list[str]) -> int | None:
+    """The exit code, or None to have typer parse `argv`."""
     from mdvdb.cli.plain_args import parse
 
     args = parse(argv, {}, positional="path")
     if args is None or "path" not in args:
         return None  # a missing PATH: typer's usage error
-    return run_get(**args, lite=one_shot)
+    return run_get(**args)
 
 
-def run_get(path: str, root: str | None = None, as_json: bool = False, lite: bool = False) -> int:
+def run_get(path: str, root: str | None = None, as_json: bool = False) -> int:
     from kernel.terminal import printable
     from query import open_index
 
     with user_errors():
         config = load(root)
-        doc = open_index(config=config, lite=lite).get_document(path)
+        doc = open_index(config=config).get_document(path)
         if as_json:
             print_json(doc.to_json())
             return EXIT_OK

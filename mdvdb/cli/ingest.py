@@ -33,12 +33,6 @@ FLAGS = {
     JSON_FLAG: "as_json",
 }
 EXECUTOR_FLAG = "--executor"
-# Set by `mdvdb.cli.main` when its process ends after this command (`exit_now`): the run
-# leaves what it built for `os._exit` to drop. A library or long-lived caller leaves it False.
-PROCESS_ENDS = False
-# What the run built, kept until `os._exit` ends the process (`ingest_folder`'s
-# `left_for_exit`): dropping it object by object would cost a big folder's edit ~0.2 s.
-LEFT_FOR_EXIT: list[object] = []
 
 
 def parse(argv: list[str]) -> dict | None:
@@ -130,7 +124,6 @@ def run_ingest(
                 _line(f"mdvdb: waiting for the index lock held by {holder}", err=True)
 
         progress = Progress(sys.stderr.isatty() and not quiet and not as_json)
-        held = hold_index(config) if PROCESS_ENDS else None
         try:
             report = ingest_folder(
                 config,
@@ -139,15 +132,11 @@ def run_ingest(
                 progress=progress,
                 wait=not no_wait,
                 on_wait=waiting,
-                left_for_exit=LEFT_FOR_EXIT if PROCESS_ENDS else None,
             )
         except LockBusy:
             if if_present:  # a hook: another writer (a watcher) is already bringing it up to date
                 return
             raise
-        finally:
-            if held is not None:
-                release_elsewhere(held)
         if as_json:
             print_json(report.to_json())  # the library's report, as `mdvdb.ingest` gives it
             return
@@ -162,54 +151,6 @@ def run_ingest(
             f"{report.removed} removed, {report.unchanged} unchanged; "
             f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
         )
-
-
-def hold_index(config) -> int | None:
-    """A descriptor on the index as it is before the run (POSIX; None without one)."""
-    import os
-
-    if os.name != "posix":
-        return None
-    try:
-        return os.open(config.index_path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-
-
-def release_elsewhere(fd: int) -> int | None:
-    """Let a helper process drop the last reference to the index this run replaced.
-
-    The publish's rename unlinks the previous file, but this process still maps it, so the
-    kernel frees its pages and blocks when this process exits: ~0.2 s for a 516 MB index at
-    100k files, added to every edit's wall. A helper holding `fd` (no other descriptor of
-    ours: not stdout or stderr, which a hook waits on) takes that over; it reads its stdin,
-    the other end of a pipe this process holds, so it ends (and the kernel frees the file)
-    as soon as this process has. A file still linked (nothing replaced it) is just closed."""
-    import os
-
-    try:
-        if os.fstat(fd).st_nlink > 0:
-            return None
-        import subprocess
-
-        read_end, write_end = os.pipe()
-        helper = subprocess.Popen(
-            [sys.executable, "-S", "-I", "-c", "import os; os.read(0, 1)"],
-            stdin=read_end,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            pass_fds=(fd,),
-            start_new_session=True,
-            cwd="/",
-        )
-        os.close(read_end)
-        # `write_end` stays open (inheritable by no one: `os.pipe` is close-on-exec) until
-        # this process ends.
-        return helper.pid
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _line(text: str, err: bool = False) -> None:

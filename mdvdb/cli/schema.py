@@ -19,15 +19,14 @@ from mdvdb.cli.errors import (
 from mdvdb.cli.status import line
 
 
-def fast_main(argv: list[str], one_shot: bool = False) -> int | None:
-    """The exit code, or None to have typer parse `argv`. `one_shot`: this process ends after
-    the command, so the index is mapped without pyarrow."""
+def fast_main(argv: list[str]) -> int | None:
+    """The exit code, or None to have typer parse `argv`."""
     from mdvdb.cli.plain_args import parse
 
     args = parse(argv, {"--check": "check"}, positional="field")
     if args is None:
         return None
-    return run_schema(**args, lite=one_shot)
+    return run_schema(**args)
 
 
 def run_schema(
@@ -35,17 +34,16 @@ def run_schema(
     root: str | None = None,
     as_json: bool = False,
     check: bool = False,
-    lite: bool = False,
 ) -> int:
     """Print the schema (or one field, or the overlay's problems); the exit code."""
     with user_errors():
-        return _schema(load(root), as_json, field, check, lite)
+        return _schema(load(root), as_json, field, check)
 
 
-def _schema(config, as_json: bool, field: str | None, check: bool, lite: bool) -> int:
+def _schema(config, as_json: bool, field: str | None, check: bool) -> int:
     from query import load_schema, open_index, overlay_is_stale
 
-    index = open_index(config=config, lite=lite)
+    index = open_index(config=config)
     merged = load_schema(index.snapshot)
     if not merged.present:
         raise CliError("this index has no frontmatter schema yet: run `mdvdb ingest`")

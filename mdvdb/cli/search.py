@@ -46,51 +46,26 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
     return args
 
 
-def fast_main(argv: list[str], one_shot: bool = False) -> int | None:
-    """Search and print; the exit code, or None to have typer parse `argv`. `one_shot`: this
-    process exits after the search (`mdvdb.cli.main`), so the index is read without pyarrow
-    (`kernel.arrow_lite`; MDVDB_ARROW_READER=1 reads it with pyarrow all the same); a warm
-    server's calls use the index it mapped and warmed at start."""
+def fast_main(argv: list[str]) -> int | None:
+    """Search and print; the exit code, or None to have typer parse `argv`."""
     args = parse(argv)
     if args is None:
         return None
-    import os
 
-    from kernel.index_format import ARROW_READER_ENV
-
-    if not one_shot or os.environ.get(ARROW_READER_ENV):
-        import_arrow_without_cloudpickle()
     with user_errors():
         root, as_json = args.pop("root", None), args.pop("as_json", False)
         config = load(root)
         refuse_if_off(config)
-        run_search(config, as_json, args, lite=one_shot)
+        run_search(config, as_json, args)
     return EXIT_OK
 
 
-def import_arrow_without_cloudpickle() -> None:
-    """Import pyarrow as a search needs it. pyarrow imports cloudpickle whenever it is
-    installed (doit depends on it), for pickling Arrow objects, which a search never does;
-    with it (and uuid, logging) that is ~15 ms of CPU of a ~200 ms cold search. Hidden for
-    the length of this import only, so that anything later can still import it."""
-    import sys
-
-    if "pyarrow" in sys.modules or "cloudpickle" in sys.modules:
-        return
-    sys.modules["cloudpickle"] = None  # type: ignore[assignment]  # makes its import fail
-    try:
-        import pyarrow  # noqa: F401
-    finally:
-        del sys.modules["cloudpickle"]
-
-
-def run_search(config, as_json: bool, fields: dict[str, Any], lite: bool = False) -> None:
+def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
     """Run one `query.request` search (the library the MCP server uses too) and print it;
-    `fields` are `SearchRequest` fields as either parser gives them; `lite`: map the index
-    without pyarrow (`query.open_index`)."""
+    `fields` are `SearchRequest` fields as either parser gives them;"""
     from query import FilterError, RequestError, SearchRequest, open_index, run_request
 
-    index = open_index(config=config, lite=lite)
+    index = open_index(config=config)
     # No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request as for the library.
     wanted = SearchRequest(**fields)
     try:

@@ -25,16 +25,14 @@ from mdvdb.cli.errors import (
 FLAGS = {"--check": "check", "--verify": "verify"}
 
 
-def fast_main(argv: list[str], one_shot: bool = False) -> int | None:
-    """The exit code, or None to have typer parse `argv`. `one_shot`: this process ends after
-    the command, so the index is mapped without pyarrow (`kernel.arrow_lite`; the same
-    answers, `query.snapshot`)."""
+def fast_main(argv: list[str]) -> int | None:
+    """The exit code, or None to have typer parse `argv`."""
     from mdvdb.cli.plain_args import parse
 
     args = parse(argv, FLAGS)
     if args is None:
         return None
-    return run_status(**args, lite=one_shot)
+    return run_status(**args)
 
 
 def line(text: str = "", err: bool = False) -> None:
@@ -50,24 +48,23 @@ def run_status(
     as_json: bool = False,
     check: bool = False,
     verify: bool = False,
-    lite: bool = False,
 ) -> int:
-    """Print the status; the exit code. `lite`: map the index without pyarrow."""
+    """Print the status; the exit code."""
     with user_errors():
         config = load(root)
         if check:
             refuse_if_off(config)  # the same line and code as `search`: one check suffices
         if verify:
             return run_verify(config, as_json)
-        return _status(config, as_json, check, lite)
+        return _status(config, as_json, check)
 
 
-def _status(config, as_json: bool, check: bool, lite: bool) -> int:
+def _status(config, as_json: bool, check: bool) -> int:
     from kernel.terminal import printable
 
-    st, damage = _status_of(config, lite)
+    st, damage = _status_of(config)
     if st.exists:
-        st.new_files = _new_files(config, lite)
+        st.new_files = _new_files(config)
     if damage and not as_json:
         # the readers' own line ("index damaged: run `mdvdb ingest --full` (...)") as is
         raise CliError(damage if damage.startswith("index damaged") else f"damaged index: {damage}")
@@ -105,13 +102,13 @@ def _status(config, as_json: bool, check: bool, lite: bool) -> int:
     return EXIT_OK
 
 
-def _status_of(config, lite: bool = False):
+def _status_of(config):
     """The index's status, and what is wrong with it when the file is there but unreadable
     (`Index.status` calls such an index absent)."""
     from kernel.index_format import IndexFormatError
     from query import open_index
 
-    index = open_index(config=config, lite=lite)
+    index = open_index(config=config)
     try:
         st = index.status()
     except (OSError, ValueError, IndexFormatError) as exc:  # damaged, torn or foreign
@@ -134,12 +131,12 @@ def _status_of(config, lite: bool = False):
     return st, reason
 
 
-def _new_files(config, lite: bool = False) -> list[str]:
+def _new_files(config) -> list[str]:
     """Files on disk that the index does not have (uses the ingest's own walk and rules)."""
     from pipeline import walk_files
     from query import new_files, open_index
 
-    snapshot = open_index(config=config, lite=lite).snapshot
+    snapshot = open_index(config=config).snapshot
     return new_files(snapshot, config.root, walk_files(config, []))
 
 

@@ -118,15 +118,15 @@ def forward(argv: list[str]) -> int | None:
 
 
 def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> dict:
-    import _socket
+    import socket
 
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         with _in_folder(folder):
             sock.connect(SOCKET_NAME)
         sock.sendall(marshal.dumps(request))
-        sock.shutdown(_socket.SHUT_WR)
+        sock.shutdown(socket.SHUT_WR)
         chunks = []
         while True:
             data = sock.recv(1 << 16)
