@@ -2,8 +2,8 @@
 
 Phases are timed inside a fresh interpreter per run (imports, config, index mapping, model
 load, title tiers, scoring); `interpreter` is the wall time of `python -c pass`. End to end:
-`mdvdb search` cold (MDVDB_NO_WARM=1), the same command through typer (the path before the
-hand parser), through a warm `mdvdb serve`, and an MCP `search` tool call on a live session.
+`mdvdb search` cold (MDVDB_NO_WARM=1), through a warm `mdvdb serve`, and an MCP `search` tool
+call on a live session.
 Figures depend on the install: an editable install adds ~13 ms to every interpreter start
 (its import hook), so quote a regular `pip install .`.
 
@@ -33,7 +33,7 @@ from contextlib import redirect_stdout
 t = time.perf_counter
 marks = {}
 root, query = sys.argv[1], sys.argv[2]
-s = t(); from mdvdb.cli import search as cli; marks["import CLI (hand parser, no typer)"] = t() - s
+s = t(); from mdvdb.cli import search as cli; marks["import CLI (the parser, no typer)"] = t() - s
 s = t(); import numpy; marks["import numpy"] = t() - s
 s = t(); import pyarrow; marks["import pyarrow"] = t() - s
 s = t(); from mdvdb.cli.errors import load; cfg = load(root); marks["config"] = t() - s
@@ -51,20 +51,6 @@ with redirect_stdout(io.StringIO()):
     cli.run_search(cfg, False, {"query": query})
 marks["whole search again, warm"] = t() - s
 print(json.dumps(marks))
-"""
-
-# The typer path a cold search took before it got its own parser (and still takes for
-# `--help` and usage errors): import typer, register every command, parse, run.
-TYPER = r"""
-import sys
-from mdvdb.cli import COMMAND_MODULES
-import importlib
-from mdvdb.cli.app import app
-for name in COMMAND_MODULES:
-    module = importlib.import_module(name)
-    if hasattr(module, "register"):
-        module.register(app)
-app(["search", *sys.argv[1:]])
 """
 
 
@@ -105,12 +91,6 @@ def main() -> None:
     print_table("cold search, by phase (fresh interpreter each run)", rows, args.json)
 
     cold = [cli(root, warm=False) for _ in range(args.runs)]
-    typer_path = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        done = run([sys.executable, "-c", TYPER, QUERY, "--root", str(root)])
-        assert done.returncode == 0, done.stderr
-        typer_path.append(time.perf_counter() - start)
     server = subprocess.Popen(
         ["mdvdb", "serve", "--idle-timeout", "60", "--root", str(root)],
         stdout=subprocess.DEVNULL,
@@ -128,7 +108,6 @@ def main() -> None:
     mcp = asyncio.run(mcp_calls(root, args.runs * 3))
     ends = [
         {"path": "mdvdb search, cold (MDVDB_NO_WARM=1)", "median_ms": median_ms(cold)},
-        {"path": "the same through typer (the path before)", "median_ms": median_ms(typer_path)},
         {"path": "mdvdb search via warm mdvdb serve", "median_ms": median_ms(warm)},
         {"path": "python -c pass (floor for any CLI call)", "median_ms": median_ms(interp)},
         {"path": "MCP search tool call (live session)", "median_ms": median_ms(mcp)},

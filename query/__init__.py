@@ -28,7 +28,6 @@ _PUBLIC = {
     "FilterError": ("query.filters", "FilterError"),
     "GrepError": ("query.grep.ripgrep", "GrepError"),
     "GREP_OPTIONS": ("query.grep.options", "GREP_OPTIONS"),
-    "GREP_HELP": ("query.grep.options", "HELP"),
     "GREP_DESCRIPTION": ("query.grep.options", "DESCRIPTION"),
     "GrepOptions": ("query.grep.ripgrep", "GrepOptions"),
     "GrepRequest": ("query.grep.options", "GrepRequest"),
@@ -38,7 +37,6 @@ _PUBLIC = {
     "MODES": ("query.search_options", "MODES"),
     "Match": ("query.grep.ripgrep", "Match"),
     "OPTIONS": ("query.search_options", "OPTIONS"),
-    "Option": ("query.options", "Option"),
     "QueryError": ("query.snapshot", "QueryError"),
     "Registry": ("query.grep.sources", "Registry"),
     "RequestError": ("query.request", "RequestError"),
@@ -76,7 +74,6 @@ __all__ = [
     "FILE_TYPES",
     "FilterError",
     "GREP_DESCRIPTION",
-    "GREP_HELP",
     "GREP_OPTIONS",
     "GrepError",
     "GrepOptions",
@@ -87,7 +84,6 @@ __all__ = [
     "MODES",
     "Match",
     "OPTIONS",
-    "Option",
     "QueryError",
     "Registry",
     "RequestError",
@@ -127,13 +123,11 @@ if TYPE_CHECKING:
     from query.grep.format import snippet as grep_snippet
     from query.grep.options import DESCRIPTION as GREP_DESCRIPTION
     from query.grep.options import GREP_OPTIONS, GrepRequest
-    from query.grep.options import HELP as GREP_HELP
     from query.grep.ripgrep import FILE_TYPES, GrepError, GrepOptions, Match
     from query.grep.ripgrep import start as start_grep
     from query.grep.sources import Registry, SourceError, select_roots
     from query.index import Index, open_index
     from query.no_match import explain as explain_no_match
-    from query.options import Option
     from query.rank.collapse import other_files
     from query.rank.search import query_vector
     from query.request import RequestError, SearchOutcome, SearchRequest, run_request

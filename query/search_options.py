@@ -1,14 +1,11 @@
 """The options of one search, declared once: `SearchRequest`, whose fields each carry how the
 front ends spell them.
 
-Three front ends take a search: `mdvdb search` (a hand parser on the cold path,
-`mdvdb.cli.search`, and the typer command that prints help and usage errors,
-`mdvdb.cli.core`), the MCP `search` tool (`mdvdb.mcp_server`) and the library
-(`query.request.run_request`). Each builds its parameters from `OPTIONS` below, so an option
-added here is on all of them with the same name, default, bounds and help, and a test checks
-that they agree. This module sits on the read side's bottom (it imports only the kernel's
-`kernel.config`), so the CLI and the MCP server import it without pulling in the index reader,
-and it imports nothing heavy: the hand parser reads it on every cold `mdvdb search`.
+Three front ends take a search: `mdvdb search` (`mdvdb.cli.search`), the MCP `search` tool
+(`mdvdb.mcp_server`) and the library (`query.request.run_request`). Each builds its
+parameters from `OPTIONS` below, so an option added here is on all of them with the same
+name, default, bounds and help, and a test checks that they agree. It imports only the
+kernel, so the CLI and the MCP server read it without pulling in the index reader.
 """
 
 from __future__ import annotations
@@ -17,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernel.config import SEARCH_MODES
-from query.options import Option, Spec, declared
-from query.options import option as _option
+from kernel.options import Option, Spec, declared
+from kernel.options import option as _option
 
 MODES = (
     SEARCH_MODES  # the one list of search modes, kept with the settings (MDVDB_SEARCH_DEFAULT_MODE)

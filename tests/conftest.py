@@ -270,7 +270,7 @@ SAME_WORKER = {
     "tests/test_bpe.py": "minilm",
     "tests/test_small_kmeans.py": "sklearn",
     "tests/test_cluster_counts.py": "sklearn",
-    "tests/test_cli_plain_commands.py": "sklearn",
+    "tests/test_cli_parser.py": "sklearn",
 }
 
 
@@ -302,7 +302,6 @@ FILE_CPU = {
     "tests/test_writer_lock.py": 1.3,
     "tests/test_metadata.py": 1.3,
     "tests/test_incremental_pack.py": 1.3,
-    "tests/test_cli_plain_commands.py": 1.3,  # with scikit-learn's import (its unit's first)
     "tests/test_index_writer.py": 1.1,
     "tests/test_results_diversity.py": 1.0,
     "tests/test_parse_retry.py": 1.0,
@@ -310,7 +309,6 @@ FILE_CPU = {
     "tests/test_lexical.py": 0.9,
     "tests/test_library.py": 0.9,
     "tests/test_hostile_files.py": 0.9,
-    "tests/test_cli_ingest_fast.py": 0.9,
     "tests/test_small_kmeans.py": 0.9,
     "tests/test_edit_delta.py": 0.8,
     "tests/test_ingest.py": 0.8,
@@ -321,26 +319,6 @@ FILE_CPU = {
     "tests/test_index_damage.py": 0.6,
 }
 DEFAULT_FILE_CPU = 0.5
-
-
-def typer_invoke(argv: list[str]) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `mdvdb ARGV` parsed by typer, in this process: what a
-    command's plain parser (no typer) must print byte for byte."""
-    import importlib
-
-    from typer.testing import CliRunner
-
-    from mdvdb.cli import COMMAND_MODULES
-    from mdvdb.cli.app import app
-
-    for name in COMMAND_MODULES:
-        module = importlib.import_module(name)
-        if hasattr(module, "register"):
-            module.register(app)
-    result = CliRunner().invoke(app, argv)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
 
 
 def file_of(item: pytest.Item) -> str:

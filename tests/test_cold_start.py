@@ -61,12 +61,12 @@ def library_answer(root: Path, args: list[str]) -> dict:
     """What `mdvdb search ARGS --json` answers, computed by a warm library Index (pyarrow
     reader, warmed by two other queries first), assembled as the CLI assembles it."""
     from kernel.config import load_config
-    from mdvdb.cli.search import parse
+    from mdvdb.cli import command
+    from mdvdb.cli.parser import parse
     from query import SearchRequest, explain_no_match, open_index, run_request
 
-    fields = parse([*args, "--json"])
-    assert fields is not None
-    fields.pop("root", None), fields.pop("as_json", None)
+    fields = parse(command("search"), [*args, "--json"])
+    fields.pop("root"), fields.pop("as_json")
     index = open_index(config=load_config(root))
     for warm in ("warm up the reader", "git"):
         run_request(index, SearchRequest(query=warm))

@@ -143,19 +143,18 @@ def test_unknown_facet_value_lists_known_values(kb: Path) -> None:
 
 
 def test_repeated_facet_and_unknown_flag_are_usage_errors(kb: Path) -> None:
-    """One form through the real command; the others through the typer command in this
-    process (the hand parser hands each of them to typer: tests/test_cli_search_fast.py's
-    DECLINED, and its usage-error test runs the command)."""
+    """One form through the real command; the others through `mdvdb.cli.run` in this
+    process (what the command runs)."""
     done = run_cli("search", "--tag", "sql", "--tag", "orm", "--root", str(kb))
-    assert done.returncode == 2
-    assert "Usage: " in done.stderr and "given 2 times" in done.stderr
-    from tests.test_cli_search_fast import _typer
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("mdvdb search: ") and "given 2 times" in done.stderr
+    from tests.test_cli_parser import _run
 
-    code, _, err = _typer(["--category", "a", "--category", "b", "--root", str(kb)])
-    assert code == 2 and "Usage: " in err and "given 2 times" in err
+    code, _, err = _run(["search", "--category", "a", "--category", "b", "--root", str(kb)])
+    assert code == 2 and "given 2 times" in err
     for args in (["--colour", "red"], []):
-        code, _, err = _typer([*args, "--root", str(kb)])
-        assert code == 2 and "Usage: " in err, (args, err)
+        code, _, err = _run(["search", *args, "--root", str(kb)])
+        assert code == 2 and err.startswith("mdvdb search: "), (args, err)
 
 
 def test_title_matches_come_first_numbered_continuously(kb: Path) -> None:

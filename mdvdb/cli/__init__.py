@@ -1,11 +1,11 @@
-"""The `mdvdb` command: a thin typer layer over the `pipeline` and `query` libraries.
+"""The `mdvdb` command: a thin layer over the `pipeline` and `query` libraries.
 
-Each command group lives in its own module that registers on `app` when imported (or through a
-`register(app)` function, for a module that must not import typer itself); this module only
-imports them. Commands import heavy libraries inside their bodies, so `mdvdb --help` never pays
-for NumPy, Arrow or the model. A query forwarded to a warm `mdvdb serve` process does not even
-import typer (see `mdvdb.cli.warm`), and `mdvdb grep`, `mdvdb ingest` and `mdvdb search` parse
-their own arguments (`FAST_COMMANDS`), leaving to typer only what they cannot parse.
+Each command lives in its own module, which declares it (`COMMAND`, a `parser.Command`: its
+options and the function that runs it) and imports heavy libraries inside that function, so
+a command loads only what it uses. `main` imports the one module the command names, parses
+its arguments with `mdvdb.cli.parser` and runs it; `--help` is printed by typer from the same
+declarations (`mdvdb.cli.help`). A query forwarded to a warm `mdvdb serve` process does not
+even parse here (`mdvdb.cli.warm`).
 """
 
 from __future__ import annotations
@@ -13,34 +13,30 @@ from __future__ import annotations
 import importlib
 import sys
 
-# Modules that register commands on `app`, in help order.
-COMMAND_MODULES = (
-    "mdvdb.cli.core",
-    "mdvdb.cli.agents",
-    "mdvdb.cli.grep",
-    "mdvdb.cli.watch",
-    "mdvdb.cli.metadata",
-    "mdvdb.cli.clusters",
-)
-# Commands whose module parses its own arguments with `fast_main(argv)`, because typer's import
-# alone would eat most of their time budget. `fast_main` returns the exit code, or None to leave
-# `argv` to typer (usage errors and `--help` are worded by typer everywhere).
-FAST_COMMANDS = {
-    "clusters": "mdvdb.cli.cluster_list",
-    "get": "mdvdb.cli.get",
-    "grep": "mdvdb.cli.grep",
+from mdvdb.cli.errors import EXIT_USAGE
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mdvdb.cli.parser import Command
+
+# command -> the module that declares it (`COMMAND`), in `mdvdb --help`'s order
+COMMANDS = {
     "ingest": "mdvdb.cli.ingest",
-    "mcp": "mdvdb.cli.mcp_stdio",  # over stdio
-    "schema": "mdvdb.cli.schema",
     "search": "mdvdb.cli.search",
-    "serve": "mdvdb.cli.serve_control",  # --status and --stop only
+    "get": "mdvdb.cli.get",
     "status": "mdvdb.cli.status",
+    "serve": "mdvdb.cli.serve",
+    "mcp": "mdvdb.cli.mcp",
+    "grep": "mdvdb.cli.grep",
+    "watch": "mdvdb.cli.watch",
+    "schema": "mdvdb.cli.schema",
+    "clusters": "mdvdb.cli.clusters",
 }
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
 DIST_NAME = "markdown-vdb"
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 
 def version() -> str:
@@ -65,10 +61,45 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
-def run_fast(argv: list[str]) -> int | None:
-    if argv and argv[0] in FAST_COMMANDS:
-        return importlib.import_module(FAST_COMMANDS[argv[0]]).fast_main(argv[1:])
-    return None
+def command(name: str) -> Command:
+    return importlib.import_module(COMMANDS[name]).COMMAND
+
+
+def run(argv: list[str]) -> int:
+    """`mdvdb ARGV` in this process (the CLI, a warm server's call): its exit code."""
+    from mdvdb.cli.parser import UsageError, parse
+
+    if not argv or argv[0] in ("--help", "-h"):
+        return show_help([command(name) for name in COMMANDS], bare=not argv)
+    name = argv[0]
+    if name not in COMMANDS:
+        kind = "option:" if name.startswith("-") else "command"
+        return _usage("mdvdb", f"no such {kind} {name}")
+    chosen = command(name)
+    try:
+        values = parse(chosen, argv[1:])
+    except UsageError as problem:
+        before_dashes = argv[: argv.index("--")] if "--" in argv else argv
+        if any(flag in before_dashes for flag in chosen.help_flags):
+            return show_help([chosen], name)
+        return _usage(f"mdvdb {name}", str(problem))
+    try:
+        return chosen.run(**values) or 0
+    except UsageError as problem:  # arguments the declaration cannot judge alone
+        return _usage(f"mdvdb {name}", str(problem))
+    except SystemExit as done:  # a command's own exit (`user_errors`...)
+        return exit_code(done)
+
+
+def show_help(commands: list[Command], name: str | None = None, bare: bool = False) -> int:
+    from mdvdb.cli.help import show  # typer: only for help
+
+    return show(commands, name, bare)
+
+
+def _usage(prog: str, problem: str) -> int:
+    sys.stderr.write(f"{prog}: {problem} (see `{prog} --help`)\n")
+    return EXIT_USAGE
 
 
 def main() -> None:
@@ -81,29 +112,9 @@ def main() -> None:
 
     code = forward(argv)
     if code is None:
-        try:
-            code = run_fast(argv)
-            if code is None:
-                code = run_typer()
-        except SystemExit as done:  # a fast command's own exit (`user_errors`...)
-            code = exit_code(done)
+        code = run(argv)
     sys.stdout.flush()
     sys.exit(code)
-
-
-def run_typer() -> int:
-    """The command through typer; its exit code (typer's own `sys.exit`, caught)."""
-    from mdvdb.cli.app import app
-
-    for name in COMMAND_MODULES:
-        module = importlib.import_module(name)
-        if hasattr(module, "register"):
-            module.register(app)
-    try:
-        app()
-    except SystemExit as done:
-        return exit_code(done)
-    return 0
 
 
 def exit_code(done: SystemExit) -> int:

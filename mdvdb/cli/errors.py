@@ -1,9 +1,7 @@
-"""Exit codes and the one place user errors become them, without typer.
+"""Exit codes and the one place user errors become them.
 
-`mdvdb search` answers most calls without importing typer (see `mdvdb.cli.search`), so what
-both paths need lives here: the codes, `CliError`, `user_errors()`, loading the configuration
-and printing JSON. An error leaves through `SystemExit`, which typer, click's test runner and
-the warm process all pass through unchanged.
+An error leaves through `SystemExit`, which `mdvdb.cli.run` and the warm process turn into
+the command's exit code.
 """
 
 from __future__ import annotations
@@ -22,10 +20,6 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_STALE, EXIT_NO_INDEX, EXIT_OFF = 3, 4, 5
 EXIT_INTERRUPTED = 130
 
-# The options every command shares, declared once for typer (`app.RootOption`, `JsonOption`)
-# and for the hand parsers of the hot path.
-ROOT_FLAG, ROOT_HELP = "--root", "Project root (default: nearest folder with .markdownvdb)."
-JSON_FLAG, JSON_HELP = "--json", "One JSON document on stdout."
 
 # The library's expected failures, by class name so that none of them is imported to be caught.
 USER_ERRORS = frozenset(

@@ -1,24 +1,18 @@
-"""`mdvdb get` without typer: one indexed document, its content and metadata.
-
-The typer command (`core.get`, for `--help` and usage errors) and `fast_main` (every other
-call, `mdvdb.cli.plain_args`) both run `run_get`, so both print the same bytes.
-"""
+"""`mdvdb get PATH`: one indexed document, its content and metadata."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
+from kernel.options import REQUIRED, Spec, declared, option
 from mdvdb.cli.errors import EXIT_OK, load, print_json, user_errors
+from mdvdb.cli.parser import Command
 
 
-def fast_main(argv: list[str]) -> int | None:
-    """The exit code, or None to have typer parse `argv`."""
-    from mdvdb.cli.plain_args import parse
-
-    args = parse(argv, {}, positional="path")
-    if args is None or "path" not in args:
-        return None  # a missing PATH: typer's usage error
-    return run_get(**args)
+@dataclass(frozen=True)
+class GetOptions:
+    path: str = option(REQUIRED, Spec(str, "A file path, relative to the project root."))
 
 
 def run_get(path: str, root: str | None = None, as_json: bool = False) -> int:
@@ -40,3 +34,11 @@ def run_get(path: str, root: str | None = None, as_json: bool = False) -> int:
         out.write(content if doc.content.endswith("\n") else content + "\n")
         out.flush()
     return EXIT_OK
+
+
+COMMAND = Command(
+    "get",
+    declared(GetOptions),
+    run_get,
+    help="Print one indexed document: its content and metadata.",
+)

@@ -1,11 +1,7 @@
 """`mdvdb grep PATTERN`: exact text search over the source roots with ripgrep.
 
-This command has a budget of about 100 ms over raw rg, Python start-up included, and typer alone
-costs more than half of that. So `mdvdb.cli.main` hands `grep` straight to `fast_main()` below,
-which parses with the hand parser (`mdvdb.cli.hand_parser`) and never imports typer, NumPy or
-Arrow. `register(app)` puts the typer command on the app, built from the same declaration
-(`query.grep.options`): it lists the command in `mdvdb --help` and prints `mdvdb grep --help`.
-A usage error is one line from the hand parser, exit 2.
+It never imports NumPy or Arrow (the command has a budget of about 100 ms over raw rg,
+Python start-up included). Its options are declared once (`query.grep.options`).
 """
 
 from __future__ import annotations
@@ -15,24 +11,8 @@ import sys
 from typing import Any
 
 from mdvdb.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from mdvdb.cli.hand_parser import HandParser, Problem
-from query import GREP_OPTIONS, GrepRequest
-
-# A repeated option takes its last value, as typer does.
-PARSER = HandParser(GREP_OPTIONS, last_wins=True)
-HELP_FLAGS = ("-h", "--help")
-
-
-def fast_main(argv: list[str]) -> int | None:
-    """Parse, search, print; the exit code, or None for `--help` (typer prints it)."""
-    args = PARSER.parse(argv)
-    if isinstance(args, Problem):
-        before_dashes = argv[: argv.index("--")] if "--" in argv else argv
-        if any(flag in before_dashes for flag in HELP_FLAGS):
-            return None
-        sys.stderr.write(f"mdvdb grep: {args.message} (see `mdvdb grep --help`)\n")
-        return EXIT_USAGE
-    return run_grep(args.pop("root", None), args.pop("as_json", False), args)
+from mdvdb.cli.parser import Command
+from query import GREP_DESCRIPTION, GREP_OPTIONS, GrepRequest
 
 
 def run_grep(root: str | None, as_json: bool, fields: dict[str, Any]) -> int:
@@ -118,18 +98,14 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def register(app) -> None:
-    """Put `grep` on the typer app: its signature from the declaration, its body `run_grep`."""
-    import typer
+def grep(root: str | None, as_json: bool, **fields: Any) -> int:
+    return run_grep(root, as_json, fields)
 
-    from mdvdb.cli.declared import declare_command, field_values
-    from query import GREP_DESCRIPTION, GREP_HELP
 
-    def grep(ctx: typer.Context, **values: Any) -> None:
-        root, as_json = values.pop("root"), values.pop("as_json")
-        raise typer.Exit(run_grep(root, as_json, field_values(GREP_OPTIONS, values)))
-
-    grep.__doc__ = GREP_DESCRIPTION
-    app.command(
-        "grep", short_help=GREP_HELP, context_settings={"help_option_names": list(HELP_FLAGS)}
-    )(declare_command(grep, GREP_OPTIONS))
+COMMAND = Command(
+    "grep",
+    GREP_OPTIONS,
+    grep,
+    help=GREP_DESCRIPTION,
+    help_flags=("-h", "--help"),
+)

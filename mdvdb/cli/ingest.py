@@ -1,77 +1,45 @@
-"""`mdvdb ingest` without typer: the hook and the editor call it after every save, and a run
-that finds nothing to do should cost the walk, not ~0.1 s of typer and pydantic imports.
-
-`fast_main` parses the forms hooks and people use (the flags, `--root DIR` / `--root=DIR`,
-paths, `--`) and hands back None for anything else (`--help`, an unknown option, a missing
-value), which typer then parses and reports. Both the typer command (`core.ingest`) and this
-parser call `run_ingest`, so both print the same bytes.
-"""
+"""`mdvdb ingest`: index the source folders (only what changed since the last run)."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from mdvdb.cli.errors import (
-    EXIT_OK,
-    EXIT_USAGE,
-    JSON_FLAG,
-    ROOT_FLAG,
-    CliError,
-    load,
-    print_json,
-    user_errors,
-)
-
-# flag -> the `run_ingest` argument it sets to True
-FLAGS = {
-    "--full": "full",
-    "--quiet": "quiet",
-    "-q": "quiet",
-    "--no-wait": "no_wait",
-    "--if-present": "if_present",
-    JSON_FLAG: "as_json",
-}
-EXECUTOR_FLAG = "--executor"
+from kernel.options import Spec, declared, option
+from mdvdb.cli.errors import EXIT_USAGE, CliError, load, print_json, user_errors
+from mdvdb.cli.parser import Command
 
 
-def parse(argv: list[str]) -> dict | None:
-    """`run_ingest`'s arguments, or None when typer should parse `argv`."""
-    args: dict = {"paths": [], "root": None, "executor": None}
-    rest = iter(argv)
-    for token in rest:
-        if token == "--":
-            args["paths"].extend(rest)
-            break
-        if token in FLAGS:
-            args[FLAGS[token]] = True
-        elif token == EXECUTOR_FLAG:
-            value = next(rest, None)
-            if value is None or args["executor"] is not None:
-                return None
-            args["executor"] = value
-        elif token.startswith(f"{EXECUTOR_FLAG}=") and args["executor"] is None:
-            args["executor"] = token.partition("=")[2]
-        elif token == ROOT_FLAG:
-            value = next(rest, None)
-            if value is None or args["root"] is not None:
-                return None
-            args["root"] = value
-        elif token.startswith(f"{ROOT_FLAG}=") and args["root"] is None:
-            args["root"] = token.partition("=")[2]
-        elif token.startswith("-") and token != "-":
-            return None  # --help, an unknown option, a repeated --root: typer's words
-        else:
-            args["paths"].append(token)
-    return args
-
-
-def fast_main(argv: list[str]) -> int | None:
-    args = parse(argv)
-    if args is None:
-        return None
-    run_ingest(**args)
-    return EXIT_OK
+@dataclass(frozen=True)
+class IngestOptions:
+    paths: Sequence[str] = option((), Spec(str, "Only re-check these files.", repeat="many"))
+    full: bool = option(False, Spec(bool, "Re-hash, re-parse, re-chunk all.", ("--full",)))
+    quiet: bool = option(
+        False, Spec(bool, "Print nothing when nothing changed.", ("--quiet", "-q"))
+    )
+    no_wait: bool = option(
+        False, Spec(bool, "Exit 1 at once if another writer runs.", ("--no-wait",))
+    )
+    if_present: bool = option(
+        False,
+        Spec(
+            bool,
+            "For hooks: do nothing (exit 0, silent) unless the folder is set up "
+            "(.markdownvdb or an index) and not switched off (.mdvdb-off).",
+            ("--if-present",),
+        ),
+    )
+    executor: str | None = option(
+        None,
+        Spec(
+            str,
+            "local, ray (a Ray cluster started for the run) or ray:ADDRESS "
+            "(MDVDB_EXECUTOR; docs/scale-out.md).",
+            ("--executor",),
+        ),
+    )
 
 
 class Progress:
@@ -96,7 +64,7 @@ class Progress:
 
 
 def run_ingest(
-    paths: list[str] | None = None,
+    paths: Sequence[str] = (),
     root: str | None = None,
     full: bool = False,
     quiet: bool = False,
@@ -204,3 +172,11 @@ def refuse_missing(config, paths: list[str]) -> None:
             indexed.close()
     if missing:
         raise CliError(f"ingest: no such file or folder: {', '.join(missing)}")
+
+
+COMMAND = Command(
+    "ingest",
+    declared(IngestOptions),
+    run_ingest,
+    help="Index the source folders (only what changed since the last run).",
+)

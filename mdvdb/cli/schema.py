@@ -1,12 +1,10 @@
-"""`mdvdb schema` without typer: the frontmatter schema, merged with the overlay.
-
-The typer command (`metadata.schema`, for `--help` and usage errors) and `fast_main` (every
-other call, `mdvdb.cli.plain_args`) both run `run_schema`, so both print the same bytes and
-exit with the same code.
-"""
+"""`mdvdb schema [FIELD]`: the frontmatter schema, merged with the overlay."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from kernel.options import Spec, declared, option
 from mdvdb.cli.errors import (
     EXIT_ERROR,
     EXIT_OK,
@@ -16,17 +14,18 @@ from mdvdb.cli.errors import (
     print_json,
     user_errors,
 )
+from mdvdb.cli.parser import Command
 from mdvdb.cli.status import line
 
 
-def fast_main(argv: list[str]) -> int | None:
-    """The exit code, or None to have typer parse `argv`."""
-    from mdvdb.cli.plain_args import parse
-
-    args = parse(argv, {"--check": "check"}, positional="field")
-    if args is None:
-        return None
-    return run_schema(**args)
+@dataclass(frozen=True)
+class SchemaOptions:
+    field: str | None = option(
+        None, Spec(str, "One field: its details and every value with counts.")
+    )
+    check: bool = option(
+        False, Spec(bool, "List files that break the overlay; exit 1 if any.", ("--check",))
+    )
 
 
 def run_schema(
@@ -130,3 +129,11 @@ def _check(merged, as_json: bool) -> None:
         else:
             line("Every file fits the overlay.")
     return EXIT_ERROR if problems else EXIT_OK
+
+
+COMMAND = Command(
+    "schema",
+    declared(SchemaOptions),
+    run_schema,
+    help="The frontmatter schema: fields, types, file counts, values; merged with the overlay.",
+)

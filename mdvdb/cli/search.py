@@ -1,15 +1,4 @@
-"""`mdvdb search` without typer: the argument parser of the hot path, and the printers.
-
-Agents call search hundreds of times a session; typer's import and per-call setup cost ~100 ms
-of a ~350 ms cold call. So `mdvdb.cli.main` gives `search` to `fast_main()` first: it parses
-the argument forms agents and people use (flags, `--opt value`, `--opt=value`, `-n5`, `--`) and
-hands back None for anything else (`--help`, an unknown option, a bad number, a missing query,
-a repeated facet...), which typer then parses and reports exactly as before. This parser is
-kept, rather than typer's alone, only because of that cold-path cost; it is built
-(`mdvdb.cli.hand_parser`) from the same declaration as the typer command in `core.py`
-(`query.search_options`), and both call `run_search`, so both paths print the same bytes (a
-test runs both on the same argument lists).
-"""
+"""`mdvdb search`: the index searched, the results printed (titles first, then content)."""
 
 from __future__ import annotations
 
@@ -17,7 +6,6 @@ from typing import Any
 
 from kernel.terminal import printable
 from mdvdb.cli.errors import (
-    EXIT_OK,
     EXIT_USAGE,
     CliError,
     echo,
@@ -26,43 +14,34 @@ from mdvdb.cli.errors import (
     refuse_if_off,
     user_errors,
 )
-from mdvdb.cli.hand_parser import HandParser, Problem
+from mdvdb.cli.parser import Command, UsageError
 from query import OPTIONS
 
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
 
-# Unsure of an argument list (a repeat, a bad value, an unknown option): typer parses it.
-PARSER = HandParser(OPTIONS)
 
-
-def parse(argv: list[str]) -> dict[str, Any] | None:
-    """The search arguments (`SearchRequest` fields, `root`, `as_json`), or None when typer
-    should parse (and maybe reject) them."""
-    args = PARSER.parse(argv)
-    if isinstance(args, Problem):
-        return None
-    if not (args["query"] or args["filters"] or args["tag"] or args["category"]):
-        return None
-    return args
-
-
-def fast_main(argv: list[str]) -> int | None:
-    """Search and print; the exit code, or None to have typer parse `argv`."""
-    args = parse(argv)
-    if args is None:
-        return None
-
+def search(root: str | None, as_json: bool, **fields: Any) -> None:
+    """`fields`: the `SearchRequest` fields the parser read."""
+    if not (fields["query"] or fields["filters"] or fields["tag"] or fields["category"]):
+        raise UsageError("give a QUERY, --filter, --tag or --category")
     with user_errors():
-        root, as_json = args.pop("root", None), args.pop("as_json", False)
         config = load(root)
         refuse_if_off(config)
-        run_search(config, as_json, args)
-    return EXIT_OK
+        run_search(config, as_json, fields)
+
+
+COMMAND = Command(
+    "search",
+    OPTIONS,
+    search,
+    help="Search the index; title matches first, then content. With no query, list "
+    "the files that pass the filters.",
+)
 
 
 def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
     """Run one `query.request` search (the library the MCP server uses too) and print it;
-    `fields` are `SearchRequest` fields as either parser gives them;"""
+    `fields`: `SearchRequest` fields."""
     from query import FilterError, RequestError, SearchRequest, open_index, run_request
 
     index = open_index(config=config)

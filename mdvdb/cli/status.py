@@ -1,15 +1,12 @@
-"""`mdvdb status` without typer: what the index holds and whether it is up to date.
-
-The typer command (`core.status`, for `--help` and usage errors) and `fast_main` (every
-other call: hooks and harnesses run `status --check` often) both run `run_status`, so both
-print the same bytes and exit with the same code.
-"""
+"""`mdvdb status`: what the index holds and whether it is up to date."""
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 
+from kernel.options import Spec, declared, option
 from mdvdb.cli.errors import (
     EXIT_ERROR,
     EXIT_NO_INDEX,
@@ -21,18 +18,17 @@ from mdvdb.cli.errors import (
     refuse_if_off,
     user_errors,
 )
+from mdvdb.cli.parser import Command
 
-FLAGS = {"--check": "check", "--verify": "verify"}
 
-
-def fast_main(argv: list[str]) -> int | None:
-    """The exit code, or None to have typer parse `argv`."""
-    from mdvdb.cli.plain_args import parse
-
-    args = parse(argv, FLAGS)
-    if args is None:
-        return None
-    return run_status(**args)
+@dataclass(frozen=True)
+class StatusOptions:
+    check: bool = option(
+        False, Spec(bool, "Only an exit code: 0 fresh, 3 stale, 4 no index.", ("--check",))
+    )
+    verify: bool = option(
+        False, Spec(bool, "Read and check the whole index; exit 1 if unsound.", ("--verify",))
+    )
 
 
 def line(text: str = "", err: bool = False) -> None:
@@ -160,3 +156,11 @@ def run_verify(config, as_json: bool) -> int:
             line(f"problem:  {problem}", err=True)
         line("verify:   ok" if report.ok else f"verify:   {len(report.problems)} problem(s)")
     return EXIT_OK if report.ok else EXIT_ERROR
+
+
+COMMAND = Command(
+    "status",
+    declared(StatusOptions),
+    run_status,
+    help="What the index holds and whether it is up to date.",
+)

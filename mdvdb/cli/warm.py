@@ -1,11 +1,11 @@
 """The warm path: an optional `mdvdb serve` process that answers CLI calls over a Unix socket.
 
-A cold `mdvdb search` pays for the interpreter, typer (which builds pydantic adapters), NumPy,
-Arrow, the tokenizer and the embedding table before it can score anything. Agents call search
-hundreds of times a session, so `mdvdb serve` keeps all of that loaded and the CLI forwards its
-arguments to it when its socket is there. The forwarded call runs the very same typer command
-in the warm process, so output and exit codes are identical; when the socket is missing, stale
-or refuses, the CLI simply runs the command itself.
+A cold `mdvdb search` pays for the interpreter, NumPy, Arrow, the tokenizer and the embedding
+table before it can score anything. Agents call search hundreds of times a session, so
+`mdvdb serve` keeps all of that loaded and the CLI forwards its arguments to it when its
+socket is there. The forwarded call runs the very same command (`mdvdb.cli.run`) in the warm
+process, so output and exit codes are identical; when the socket is missing, stale or
+refuses, the CLI simply runs the command itself.
 
 The socket lives in the state folder, is created 0600 and is only used when owned by the
 calling user. The server exits by itself after an idle timeout, and holds an flock on
@@ -15,9 +15,8 @@ shuts its write side), a marshalled `{"stdout", "stderr", "code"}` out; `{"op": 
 (readiness, `serve --status`) and `{"op": "stop"}` are answered without running a command.
 marshal, not JSON: both ends are this package, it decodes plain data only, and it is built in.
 
-The client half runs on every CLI call before typer, so it imports only built-in modules
-(`_socket`, `marshal`, `os`, `stat`, `sys`) and `kernel.dotenv`: `socket`, `json`, `pathlib`
-and `dataclasses` alone would cost ~20 ms of a ~25 ms warm call.
+The client half runs on every CLI call, so it imports little (`socket`, `marshal`, `os`,
+`stat`, `sys` and `kernel.dotenv`).
 """
 
 from __future__ import annotations
@@ -367,24 +366,12 @@ class _Runner:
     """Runs one CLI command in this process with the caller's cwd, MDVDB_* environment and
     captured output, the way `python -m mdvdb` would have."""
 
-    def __init__(self) -> None:
-        import importlib
-
-        import typer.main
-
-        from mdvdb.cli import COMMAND_MODULES
-        from mdvdb.cli.app import app
-
-        for name in COMMAND_MODULES:
-            importlib.import_module(name)
-        self.command = typer.main.get_command(app)
-
     def run(self, argv: list[str], cwd: str, env: dict[str, str]) -> dict:
         import io
         import traceback
         from contextlib import redirect_stderr, redirect_stdout
 
-        from mdvdb.cli import run_fast
+        from mdvdb.cli import run
 
         out, err = io.StringIO(), io.StringIO()
         saved_env = {k: v for k, v in os.environ.items() if k.startswith("MDVDB_")}
@@ -395,10 +382,7 @@ class _Runner:
             _swap_env(env)
             with redirect_stdout(out), redirect_stderr(err):
                 try:
-                    code = run_fast(argv)
-                    if code is None:
-                        code = 0
-                        self.command.main(args=argv, prog_name="mdvdb", standalone_mode=True)
+                    code = run(argv)
                 except SystemExit as exc:
                     code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
                 except Exception:

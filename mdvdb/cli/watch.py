@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from dataclasses import dataclass
 
-import typer
+from kernel.options import Spec, declared, option
+from mdvdb.cli.errors import EXIT_OK, load, user_errors
+from mdvdb.cli.parser import Command
 
-from mdvdb.cli.app import RootOption, app, load, user_errors
 
-
-@app.command()
-def watch(
-    debounce_ms: Annotated[
-        int | None,
-        typer.Option(
-            "--debounce-ms", min=0, help="Quiet time that closes a batch (MDVDB_WATCH_DEBOUNCE_MS)."
+@dataclass(frozen=True)
+class WatchOptions:
+    debounce_ms: int | None = option(
+        None,
+        Spec(
+            int,
+            "Quiet time that closes a batch (MDVDB_WATCH_DEBOUNCE_MS).",
+            ("--debounce-ms",),
+            minimum=0,
         ),
-    ] = None,
-    root: RootOption = None,
-) -> None:
-    """Re-index changed files as they change; one log line per batch. Ctrl-C stops it.
+    )
 
-    Runs even when MDVDB_WATCH=false: that setting only stops commands that would start a
-    watcher on their own."""
+
+def watch(root: str | None, debounce_ms: int | None) -> int:
     with user_errors():
         import signal
         import threading
@@ -40,6 +41,23 @@ def watch(
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         folders = ", ".join(str(p) for p in config.source_paths())
-        typer.echo(f"watch: watching {folders} (Ctrl-C to stop)", err=True)
+        _say(f"watch: watching {folders} (Ctrl-C to stop)")
         Watcher(config, stop=stop, debounce_ms=debounce_ms).run()
-        typer.echo("watch: stopped", err=True)
+        _say("watch: stopped")
+    return EXIT_OK
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"{text}\n")
+    sys.stderr.flush()
+
+
+COMMAND = Command(
+    "watch",
+    declared(WatchOptions),
+    watch,
+    help="Re-index changed files as they change; one log line per batch. Ctrl-C stops "
+    "it.\n\nRuns even when MDVDB_WATCH=false: that setting only stops commands that would "
+    "start a watcher on their own.",
+    json=False,
+)

@@ -1,11 +1,8 @@
 """The options of `mdvdb grep`, declared once: `GrepRequest`, whose fields each carry how the
-command line spells them (`query.options`).
+command line spells them (`kernel.options`).
 
-`mdvdb grep` has a budget of about 100 ms over raw rg, Python start-up included, so its
-arguments are parsed by the shell's hand parser (no typer); `--help` is typer's. Both are
-built from `GREP_OPTIONS`, so an option added here is on both with the same flags, default,
-bounds and help (tests/test_grep_options.py runs both on the same argument lists). Like
-`query.grep.ripgrep` itself, this imports neither NumPy nor Arrow.
+The shell's parser and its `--help` are built from `GREP_OPTIONS`. Like `query.grep.ripgrep`
+itself, this imports neither NumPy nor Arrow.
 """
 
 from __future__ import annotations
@@ -14,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernel.config import DEFAULT_LIMIT
+from kernel.options import Option, Spec, declared, option
 from query.grep.format import COLOR_CHOICES
 from query.grep.ripgrep import FILE_TYPES, GrepOptions
-from query.options import Option, Spec, declared, option
 
 HELP = "Exact text search over the source folders with ripgrep (no index needed)."
 DESCRIPTION = (

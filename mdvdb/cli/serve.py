@@ -1,4 +1,5 @@
-"""Commands for agents and their harnesses: `mdvdb serve` (the warm path) and `mdvdb mcp`."""
+"""`mdvdb serve`: the warm process (the CLI forwards `search` and `get` to it), its status and
+stop, and the shard servers of a sharded index."""
 
 from __future__ import annotations
 
@@ -6,71 +7,76 @@ import os
 import subprocess
 import sys
 import time
-from typing import Annotated
+from dataclasses import dataclass
 
-import typer
-
-from mdvdb.cli.app import (
+from kernel.options import Spec, declared, option
+from mdvdb.cli.errors import (
+    EXIT_ERROR,
+    EXIT_OK,
     EXIT_USAGE,
     CliError,
-    JsonOption,
-    RootOption,
-    app,
     load,
+    print_json,
     user_errors,
 )
+from mdvdb.cli.parser import Command
+from mdvdb.cli.status import line
 
 # A background server's log is started afresh once it grows past this.
 LOG_KEEP_BYTES = 1 << 20
 
 
-@app.command()
-def serve(
-    idle_timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--idle-timeout",
-            min=0.1,
-            help="Exit after this many idle seconds (default MDVDB_SERVE_IDLE_TIMEOUT, 600).",
+@dataclass(frozen=True)
+class ServeOptions:
+    idle_timeout: float | None = option(
+        None,
+        Spec(
+            float,
+            "Exit after this many idle seconds (default MDVDB_SERVE_IDLE_TIMEOUT, 600).",
+            ("--idle-timeout",),
+            minimum=0.1,
         ),
-    ] = None,
-    background: Annotated[
-        bool,
-        typer.Option(
-            "--background",
-            help="Start detached and return once it answers; if one already runs, say so "
-            "and leave it alone.",
+    )
+    background: bool = option(
+        False,
+        Spec(
+            bool,
+            "Start detached and return once it answers; if one already runs, say so and "
+            "leave it alone.",
+            ("--background",),
         ),
-    ] = False,
-    stop: Annotated[
-        bool, typer.Option("--stop", help="Stop the warm process serving this project.")
-    ] = False,
-    show_status: Annotated[
-        bool,
-        typer.Option("--status", help="Whether one runs (pid, uptime, calls): exit 0, else 1."),
-    ] = False,
-    shards: Annotated[
-        str | None,
-        typer.Option(
-            "--shards",
-            help="Serve these shards of a sharded index (e.g. 0,1 or all) to a router over "
-            "TCP (--listen), instead of the warm path (docs/scale-out.md).",
+    )
+    stop: bool = option(
+        False, Spec(bool, "Stop the warm process serving this project.", ("--stop",))
+    )
+    show_status: bool = option(
+        False,
+        Spec(bool, "Whether one runs (pid, uptime, calls): exit 0, else 1.", ("--status",)),
+    )
+    shards: str | None = option(
+        None,
+        Spec(
+            str,
+            "Serve these shards of a sharded index (e.g. 0,1 or all) to a router over TCP "
+            "(--listen), instead of the warm path (docs/scale-out.md).",
+            ("--shards",),
         ),
-    ] = None,
-    listen: Annotated[
-        str,
-        typer.Option("--listen", help="HOST:PORT for --shards (port 0: any free one)."),
-    ] = "127.0.0.1:0",
-    root: RootOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Keep the index and model loaded; `mdvdb search`/`get` use it while it runs.
+    )
+    listen: str = option(
+        "127.0.0.1:0", Spec(str, "HOST:PORT for --shards (port 0: any free one).", ("--listen",))
+    )
 
-    Listens on a Unix socket in the state folder (0600, no TCP port), re-indexes changed
-    files as they change (MDVDB_WATCH=false turns that off) and exits by itself after the
-    idle timeout. Without it every command works the same, only slower. With
-    MDVDB_SHARD_SERVERS set it is a router: the per-shard work goes to those servers.
-    """
+
+def serve(
+    root: str | None,
+    as_json: bool,
+    idle_timeout: float | None,
+    background: bool,
+    stop: bool,
+    show_status: bool,
+    shards: str | None,
+    listen: str,
+) -> int:
     with user_errors():
         if sum((background, stop, show_status)) > 1:
             raise CliError("--background, --stop and --status go alone", EXIT_USAGE)
@@ -78,30 +84,41 @@ def serve(
         if shards is not None:
             if background or stop or show_status:
                 raise CliError("--shards serves in the foreground, alone", EXIT_USAGE)
-            return _serve_shards(config, shards, listen)
+            _serve_shards(config, shards, listen)
+            return EXIT_OK
         from mdvdb.cli import warm
 
         timeout = config.serve_idle_timeout if idle_timeout is None else idle_timeout
         folder = config.state_path
         if show_status:
-            from mdvdb.cli import serve_control
-
-            raise typer.Exit(serve_control.show_status(folder, as_json))
+            return show_running(folder, as_json)
         if stop:
-            from mdvdb.cli import serve_control
-
-            return serve_control.stop_server(folder)
+            stop_server(folder)
+            return EXIT_OK
         running = warm.ping(folder)
         if running:
             message = f"already serving {running['socket']} (pid {running['pid']})"
             if background:  # idempotent: the one that runs is what was asked for
-                typer.echo(f"mdvdb: {message}")
-                return
+                line(f"mdvdb: {message}")
+                return EXIT_OK
             raise CliError(message)
         if background:
             _start_detached(config.root, timeout, folder)
-            return
-        _serve_here(config, folder, timeout)
+        else:
+            _serve_here(config, folder, timeout)
+    return EXIT_OK
+
+
+COMMAND = Command(
+    "serve",
+    declared(ServeOptions),
+    serve,
+    help="Keep the index and model loaded; `mdvdb search`/`get` use it while it runs."
+    "\n\nListens on a Unix socket in the state folder (0600, no TCP port), re-indexes changed "
+    "files as they change (MDVDB_WATCH=false turns that off) and exits by itself after the "
+    "idle timeout. Without it every command works the same, only slower. With "
+    "MDVDB_SHARD_SERVERS set it is a router: the per-shard work goes to those servers.",
+)
 
 
 def _serve_shards(config, which: str, listen: str) -> None:
@@ -140,7 +157,7 @@ def _serve_shards(config, which: str, listen: str) -> None:
 
     def ready(bound: int) -> None:
         names = ",".join(map(str, served))
-        typer.echo(f"serve: shards {names} of {config.root} on {host}:{bound}")
+        line(f"serve: shards {names} of {config.root} on {host}:{bound}")
         sys.stdout.flush()
 
     try:
@@ -216,7 +233,7 @@ def _start_detached(root, timeout: float, folder) -> None:
         running = warm.ping(folder, timeout=1.0)
         if running:
             ours = child is not None and running["pid"] == child.pid
-            typer.echo(
+            line(
                 f"mdvdb: {'serving' if ours else 'already serving'} {running['socket']} "
                 f"(pid {running['pid']}, idle timeout {running['idle_timeout']:g} s)"
             )
@@ -259,34 +276,41 @@ def _last_line(path) -> str:
     return lines[-1].removeprefix("mdvdb: ") if lines else "no log"
 
 
-@app.command()
-def mcp(
-    http: Annotated[
-        int | None,
-        typer.Option(
-            "--http",
-            min=1,
-            max=65535,
-            help="Serve MCP over HTTP on 127.0.0.1:PORT; requests need the bearer token.",
-        ),
-    ] = None,
-    token_file: Annotated[
-        str | None,
-        typer.Option(
-            "--token-file",
-            help="With --http: the bearer token's file (0600). Default: one generated in "
-            "the state folder (mcp-http.token), printed at start.",
-        ),
-    ] = None,
-    root: RootOption = None,
-) -> None:
-    """Serve the index as MCP tools (stdio by default) for agents.
+def show_running(folder, as_json: bool) -> int:
+    """Whether a warm process serves `folder` (pid, uptime, calls): 0 if one does, else 1."""
+    from mdvdb.cli import warm
 
-    Tools: search, grep, get_document, schema, clusters, status, ingest. Add to an MCP client as
-    the command `mdvdb mcp --root /path/to/notes`.
-    """
-    with user_errors():
-        config = load(root)
-        from mdvdb import mcp_server
+    running = warm.ping(folder)
+    stale = False if running else warm.remove_stale_socket(folder)
+    if as_json:
+        print_json({"running": running is not None, **(running or {})})
+        sys.stdout.flush()
+    elif running:
+        line(
+            f"serving {running['socket']}: pid {running['pid']}, up {running['uptime']:.0f} s, "
+            f"{running['requests']} calls, idle timeout {running['idle_timeout']:g} s, "
+            f"watching {'on' if running.get('watching') else 'off'}"
+        )
+    else:
+        note = " (removed a stale socket)" if stale else ""
+        line(f"not serving {folder / warm.SOCKET_NAME}{note}")
+    return EXIT_OK if running else EXIT_ERROR
 
-        mcp_server.serve(config, http_port=http, token_file=token_file)
+
+def stop_server(folder) -> None:
+    """Ask the warm process to stop and wait until it has let go of its lock."""
+    from mdvdb.cli import warm
+
+    reply = warm.ask(folder, {"op": "stop"})
+    if not reply or not reply.get("stopping"):
+        stale = warm.remove_stale_socket(folder)
+        note = " (removed a stale socket)" if stale else ""
+        line(f"mdvdb: not serving {folder / warm.SOCKET_NAME}{note}")
+        return
+    # It finishes the call in hand and the running ingest, then lets go of its lock.
+    deadline = time.monotonic() + 120
+    while warm.lock_holder(folder) is not None:
+        if time.monotonic() > deadline:
+            raise CliError(f"pid {reply['pid']} did not stop within 120 s")
+        time.sleep(0.05)
+    line(f"mdvdb: stopped the warm process (pid {reply['pid']})")

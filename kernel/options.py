@@ -1,15 +1,15 @@
 """How a command's options are declared once: a dataclass whose fields each carry a `Spec`.
 
-`query.search_options.SearchRequest` (`mdvdb search`, the MCP tool, the library) and
-`query.grep.options.GrepRequest` (`mdvdb grep`) are declared this way. From the one
-declaration the shell builds both of its parsers: the hand parser of the hot path
-(`mdvdb.cli.hand_parser`, no typer) and the typer command that prints `--help`
-(`mdvdb.cli.declared`). Nothing here imports more than `dataclasses`.
+`query.search_options.SearchRequest` (`mdvdb search`, the MCP tool, the library),
+`query.grep.options.GrepRequest` (`mdvdb grep`) and the shell's own commands (`mdvdb.cli`)
+are declared this way. From the one declaration the shell builds its one parser
+(`mdvdb.cli.parser`) and the typer commands that print `--help` (`mdvdb.cli.help`); the MCP
+server builds its tools' input schemas. Nothing here imports more than `dataclasses`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -18,10 +18,12 @@ class Spec:
 
     value: type  # one value's type: str, int, float or bool
     help: str = ""
-    flags: tuple[str, ...] = ()  # the CLI's spellings; () for the positional argument
+    flags: tuple[str, ...] = ()  # the CLI's spellings; () for a positional argument
     mcp: str = ""  # the MCP argument's name when it is not the field's
     repeat: str = ""  # "many": repeatable, a list; "once": the CLI refuses a repeat by name
-    minimum: int | None = None
+    # (a positional with "many" takes every argument left)
+    minimum: float | None = None
+    maximum: float | None = None
     choices: tuple[str, ...] | None = None
     setting: str | None = None  # the MDVDB_ setting that supplies the value when None
     metavar: str = ""  # how --help shows the value (default: the type's)
@@ -29,8 +31,13 @@ class Spec:
 
 
 def option(default, spec: Spec):
-    """A dataclass field declared as an option."""
+    """A dataclass field declared as an option; `REQUIRED`: the CLI needs it given."""
+    if default is REQUIRED:
+        return field(metadata={"option": spec})
     return field(default=default, metadata={"option": spec})
+
+
+REQUIRED = MISSING
 
 
 @dataclass(frozen=True)
@@ -51,17 +58,26 @@ class Option:
         return f"no_{self.name}" if self.is_negative_flag else self.name
 
     @property
+    def required(self) -> bool:
+        return self.default is MISSING
+
+    @property
     def is_negative_flag(self) -> bool:
         return self.spec.value is bool and self.default is True
 
-    def bound_problem(self, value) -> str | None:
-        """Why `value` is outside this option's bounds, or None."""
-        minimum = self.spec.minimum
-        if value is None or minimum is None or value >= minimum:
+    def bound_problem(self, value, name: str = "") -> str | None:
+        """Why `value` is outside this option's bounds, or None (`name`: how to call the
+        option; default: the field's name)."""
+        low, high, name = self.spec.minimum, self.spec.maximum, name or self.name
+        if value is None:
             return None
-        if minimum == 0:
-            return f"{self.name} must be 0 (no cap) or more, got {value}"
-        return f"{self.name} must be at least {minimum}, got {value}"
+        if low is not None and value < low:
+            if low == 0:
+                return f"{name} must be 0 (no cap) or more, got {value}"
+            return f"{name} must be at least {low:g}, got {value}"
+        if high is not None and value > high:
+            return f"{name} must be at most {high:g}, got {value}"
+        return None
 
 
 def declared(cls: type) -> tuple[Option, ...]:
