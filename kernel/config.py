@@ -297,9 +297,8 @@ SETTINGS: tuple[Setting, ...] = (
         "search_threads",
         _int(0),
         "0",
-        "Threads a warm search splits its long passes over (IVF int8 products, fusion, "
-        "top-k): 0 = one per core that is idle when the pass starts, up to 4; 1 = the "
-        "calling thread alone; N = at most N, idle or not (docs/benchmarks.md)",
+        "Threads a search splits its long passes over (IVF int8 products, fusion, top-k): "
+        "0 = one per core this process may run on; 1 = the calling thread alone; N = N",
     ),
     Setting(
         "MDVDB_IVF_MIN_CHUNKS",

@@ -218,7 +218,6 @@ def test_passes_split_over_cores_answer_as_one_core(
     want = _answers(_index(built, first_pass), False, monkeypatch)
 
     monkeypatch.setattr(second_core, "cores", lambda: 2)
-    second_core._helpers.cache_clear()
     threads: dict[str, set[str]] = {}
     real = second_core.in_parallel
 
@@ -229,27 +228,24 @@ def test_passes_split_over_cores_answer_as_one_core(
         name = getattr(function, "__qualname__", "")
 
         def run(piece):
-            thread = threading.current_thread()
-            threads.setdefault(name, set()).add(thread.name)
-            if thread is threading.main_thread() and len(set().union(*threads.values())) < 2:
-                time.sleep(0.001)  # a moment for the helper to take a piece, however busy
+            threads.setdefault(name, set()).add(threading.current_thread().name)
+            if len(set().union(*threads.values())) < 2:
+                time.sleep(0.001)  # a moment for the other thread to take a piece
             return function(piece)
 
         return real(run, pieces) if len(pieces) > 1 else real(function, pieces)
 
     monkeypatch.setattr(second_core, "in_parallel", recording)
-    # two threads whatever the machine is doing (MDVDB_SEARCH_THREADS=2: the default, 0,
-    # splits only when a core is idle), from the first pass on (mode_scores is called
-    # directly too: not through a search, which sets the threads from the settings)
+    # two threads from the first pass on (mode_scores is called directly too: not through
+    # a search, which sets the threads from the settings)
     index = _index(built, first_pass, threads="2")
     got = _answers(index, False, monkeypatch)
-    second_core._helpers.cache_clear()
     assert got == want
     split = {name for name in threads if name}
     assert any("dots_spans" in name for name in split) == (first_pass == "ivf")
     assert any("_blended" in name for name in split)
     assert any("_rows_above" in name for name in split)
-    # more than one thread took pieces (the helper joins in at least once over the run)
+    # more than one thread took pieces
     assert len(set().union(*threads.values())) > 1
 
 

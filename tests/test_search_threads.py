@@ -1,7 +1,6 @@
-"""MDVDB_SEARCH_THREADS: how many threads a search's split passes run on (query.score.second_core).
-By default (0) one per core that is idle when the pass starts: with every core busy a split
-pass was slower than one thread, with one idle it was faster at 1M chunks
-(docs/benchmarks.md); the answers are the same bits either way (test_hybrid_candidates)."""
+"""MDVDB_SEARCH_THREADS: how many threads a search's split passes run on
+(query.score.second_core). By default (0) one per core this process may run on; the answers
+are the same bits either way (test_hybrid_candidates)."""
 
 from __future__ import annotations
 
@@ -14,12 +13,15 @@ from tests.conftest import build_index, run_cli
 
 
 def _taken_by(second_core) -> set[str]:
-    """The threads that ran the pieces of one split pass of 16 pieces."""
+    """The threads that ran the pieces of one split pass of 16 pieces (the first two meet,
+    so two threads, when the pass has them, both take one)."""
     seen: set[str] = set()
+    meet = threading.Barrier(2)
 
-    def piece(_):
+    def piece(i):
         seen.add(threading.current_thread().name)
-        threading.Event().wait(0.002)  # long enough for a free helper to join in
+        if i < 2 and second_core.threads() > 1:
+            meet.wait(timeout=30)
 
     second_core.in_parallel(piece, list(range(16)))
     return seen
@@ -30,16 +32,13 @@ def test_one_thread_keeps_every_piece_on_the_caller(monkeypatch):
 
     monkeypatch.setattr(second_core, "_THREADS", None)
     monkeypatch.setattr(second_core, "cores", lambda: 2)
-    second_core._helpers.cache_clear()
-    try:
-        second_core.set_threads(1)
-        assert second_core.threads() == 1
-        assert _taken_by(second_core) == {threading.main_thread().name}
-        second_core.set_threads(None)  # one per core: the helper takes pieces too
-        assert second_core.threads() == 2
-        assert len(_taken_by(second_core)) == 2
-    finally:
-        second_core._helpers.cache_clear()
+    second_core.set_threads(1)
+    assert second_core.threads() == 1
+    assert _taken_by(second_core) == {threading.main_thread().name}
+    second_core.set_threads(None)  # one per core: two threads of the pool
+    assert second_core.threads() == 2
+    taken = _taken_by(second_core)
+    assert len(taken) == 2 and all(name.startswith("mdvdb-search") for name in taken)
 
 
 def test_each_search_applies_its_setting(tmp_path: Path, monkeypatch):
@@ -98,48 +97,18 @@ def test_a_fresh_process_starts_at_the_settings_default(tmp_path: Path):
     assert done.returncode == 0, done.stderr
 
 
-def test_every_core_means_the_idle_ones(monkeypatch):
-    """Set to one per core, a pass is split only over the cores idle when it starts: none
-    idle, one range on the caller; one idle, pieces for two threads. A number set explicitly
-    splits whatever the machine is doing."""
+def test_a_pass_is_cut_into_pieces_for_every_thread(monkeypatch):
+    """Pieces of at least the minimum, PIECES_PER_THREAD per thread; one range for one
+    thread or a pass under twice the minimum."""
     from query.score import second_core
 
     monkeypatch.setattr(second_core, "_THREADS", second_core._THREADS)  # restored after
     monkeypatch.setattr(second_core, "cores", lambda: 2)
     n, minimum = 1_000_000, 32_768
-    for idle, want in ((0, 1), (1, 2 * second_core.PIECES_PER_THREAD)):
-        monkeypatch.setattr(second_core, "idle_cores", lambda idle=idle: idle)
-        second_core.set_threads(None)
+    for count, want in ((1, 1), (2, 2 * second_core.PIECES_PER_THREAD), (None, 8)):
+        second_core.set_threads(count)
         ranges = second_core.row_ranges(n, minimum)
         assert len(ranges) == want
         assert ranges[0][0] == 0 and ranges[-1][1] == n
         assert all(b - a >= minimum for a, b in ranges)
-        second_core.set_threads(2)
-        assert len(second_core.row_ranges(n, minimum)) == 2 * second_core.PIECES_PER_THREAD
-    second_core.set_threads(None)  # a pass under twice the minimum is never split
     assert second_core.row_ranges(2 * minimum - 1, minimum) == [(0, 2 * minimum - 1)]
-
-
-def test_no_core_is_idle_while_every_core_spins():
-    """The run queue, read for real: with a spinning process per core (each always
-    runnable), no other core is idle."""
-    import subprocess
-    import sys
-    import time
-
-    from query.score import second_core
-
-    spin = "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end: pass\n"
-    spinners = [
-        subprocess.Popen([sys.executable, "-S", "-c", spin]) for _ in range(second_core.cores())
-    ]
-    try:
-        deadline = time.monotonic() + 10  # (each spins from its start, ~10 ms after `Popen`)
-        while second_core.idle_cores() != 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert second_core.idle_cores() == 0
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
-    assert 0 <= second_core.idle_cores() <= second_core.cores() - 1

@@ -185,8 +185,8 @@ def search(
     file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
     one response (query.rank.collapse)."""
     config = index.config
-    # MDVDB_SEARCH_THREADS, process-wide as the helper threads are (only speed depends on
-    # it, never an answer); a one-shot search that never splits a pass does not import them
+    # MDVDB_SEARCH_THREADS, process-wide as the pool is (only speed depends on it, never an
+    # answer); a search that never splits a pass does not import it
     if (
         "query.score.second_core" in sys.modules
         or config.search_threads != type(config).search_threads
