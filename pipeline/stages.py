@@ -254,9 +254,6 @@ RETRY_UNPARSED = "retry_unparsed"
 # A pack planned from discover's changes is worth it only for a few; past this many, the
 # plan diffs the whole manifest against the previous index (one pass in Arrow).
 DELTA_MAX = 5000
-# From this many folders (as the last walk found them), the walk is split between two
-# processes: ~0.25 s of `stat` calls at 100k files, against a few ms of fork and merge.
-SPLIT_FOLDERS = 64
 
 
 class StoredEntries(Mapping[str, ManifestEntry]):
@@ -352,9 +349,7 @@ def discover(
     if not only and not full:
         problems: list[Problem] = []
         stored_signatures = state.get_value(STAT_SIGNATURES)
-        # A project of many folders walks on both cores (`discover._split_walk`).
-        big = isinstance(stored_signatures, dict) and len(stored_signatures) >= SPLIT_FOLDERS
-        stats, folders = walk_folders(config, problems, split=big)
+        stats, folders = walk_folders(config, problems)
         if walked_files is not None:
             walked_files(len(stats))
         walked = (stats, problems)
