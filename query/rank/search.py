@@ -185,15 +185,7 @@ def search(
     file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
     one response (query.rank.collapse)."""
     config = index.config
-    # MDVDB_SEARCH_THREADS, process-wide as the pool is (only speed depends on it, never an
-    # answer); a search that never splits a pass does not import it
-    if (
-        "query.score.second_core" in sys.modules
-        or config.search_threads != type(config).search_threads
-    ):
-        from query.score import second_core
-
-        second_core.set_threads(config.search_threads or None)
+    _apply_threads(config)
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
     mode = config.search_default_mode if mode is None else mode
@@ -230,32 +222,10 @@ def search(
         select,
         parts.get("_above"),
     )
-    components = (
-        {
-            # the stub part only where it cut (a record), not as a 0 on every hit
-            i: {
-                name: round(float(v[i]), 6)
-                for name, v in parts.items()
-                if name[0] != "_" and (name != "stub" or v[i] != 0)
-            }
-            for i in order
-        }
-        if explain
-        else None
-    )
+    components = _components(parts, order) if explain else None
     if governed:
-        # Governing re-orders the candidates; collapse and the per-file cap then keep the
-        # governed best of each group (the authoritative copy, not the first in path order).
-        # It reads only each candidate's score and page metadata: the rows shown are
-        # materialised (headings, lines, excerpts) after it, not the 3x more it weighs.
-        weighed = governing.rerank(index, order, scores)
-        kept = set(diversity.select([hit.chunk_id for hit in weighed], limit, per_file))
-        weighed = [hit for hit in weighed if hit.chunk_id in kept]
-        results = build_results(index, [hit.chunk_id for hit in weighed], scores, None, query, mode)
-        for hit, governed_hit in zip(results, weighed, strict=True):
-            hit.score = governed_hit.score
-            if explain:
-                hit.explain = governed_hit.explain(components.get(hit.chunk_id))
+        chosen = (diversity, limit, per_file)
+        results = _governed(index, order, scores, components, query, mode, chosen)
     else:
         results = build_results(index, order, scores, components, query, mode)
     diversity.commit([hit.chunk_id for hit in results])
@@ -273,6 +243,57 @@ def search(
     else:
         response.total = count_matches(scores, min_score, candidates)
     return response
+
+
+def _apply_threads(config) -> None:
+    """MDVDB_SEARCH_THREADS, process-wide as the pool is (only speed depends on it, never an
+    answer); a search that never splits a pass does not import the pool's module."""
+    if (
+        "query.score.second_core" in sys.modules
+        or config.search_threads != type(config).search_threads
+    ):
+        from query.score import second_core
+
+        second_core.set_threads(config.search_threads or None)
+
+
+def _governed(
+    index: Reader,
+    order: list[int],
+    scores: np.ndarray,
+    components: dict[int, dict[str, float]] | None,
+    query: str,
+    mode: str,
+    chosen: tuple[Diversity, int, int | None],
+) -> list[SearchResult]:
+    """The results of a governed search. Governing re-orders the candidates; collapse and
+    the per-file cap then keep the governed best of each group (the authoritative copy, not
+    the first in path order). It reads only each candidate's score and page metadata: the
+    rows shown are materialised (headings, lines, excerpts) after it. `chosen`: the
+    diversity, the limit and the per-file cap the results are chosen by."""
+    diversity, limit, per_file = chosen
+    weighed = governing.rerank(index, order, scores)
+    kept = set(diversity.select([hit.chunk_id for hit in weighed], limit, per_file))
+    weighed = [hit for hit in weighed if hit.chunk_id in kept]
+    results = build_results(index, [hit.chunk_id for hit in weighed], scores, None, query, mode)
+    for hit, governed_hit in zip(results, weighed, strict=True):
+        hit.score = governed_hit.score
+        if components is not None:
+            hit.explain = governed_hit.explain(components.get(hit.chunk_id))
+    return results
+
+
+def _components(parts: dict[str, np.ndarray], order: list[int]) -> dict[int, dict[str, float]]:
+    """`--explain`'s components of each ranked row (the stub part only where it cut a
+    record, not as a 0 on every hit)."""
+    return {
+        i: {
+            name: round(float(v[i]), 6)
+            for name, v in parts.items()
+            if name[0] != "_" and (name != "stub" or v[i] != 0)
+        }
+        for i in order
+    }
 
 
 def _diverse_top(
@@ -351,128 +372,155 @@ def mode_scores(
         lex = lexical_index(index).scores(query)
         return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
     if mode == "hybrid":
-        from query.score.fusion import for_query, hybrid
-        from query.score.fusion_params import params_for
-
-        embedding = _embed_meanwhile(index, query, for_query(query, params_for(index)))
-        lexical = lexical_index(index)
-        vectors = index.snapshot.vectors
-        if vectors.shape[0] == 0:
-            empty = np.zeros(0, dtype=np.float32)
-            return empty, {"_candidates": empty > 0}
-        params = params_for(index)  # the defaults, as the index's model calls for
-        # BM25F is scored once, by the view the settings call for (the packed k1 / b, or
-        # a rescored one): not by the packed view first and then again.
-        if params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor:
-            floor = params.section_length_floor
-            key = ("lexical_rescored", params.section_k1, params.section_b, floor)
-            if key not in index.snapshot.cache:
-                index.snapshot.cache[key] = lexical.rescored(
-                    params.section_k1 or 1.2,
-                    params.section_b if params.section_b >= 0 else 0.75,
-                    floor,
-                )
-            lexical = index.snapshot.cache[key]
-        bm25 = lexical.scores(query)
-        bonus = None
-        if params.proximity_weight > 0:
-            from query.score import proximity
-
-            bonus = proximity.scores(
-                lexical,
-                index.snapshot,
-                query,
-                bm25,
-                params.proximity_pool,
-                params.proximity_window,
-                params.proximity_adjacent,
-                params.proximity_specific,
-                params.proximity_key_terms,
-            )
-        first_pass = bm25
-        if bonus is not None and params.proximity_into == "bm25":
-            bm25 = bm25 + np.float32(params.proximity_weight) * bonus
-        page = None
-        if params.page_weight > 0:
-            by_file = lexical.page_scores(query, params.page_k1, params.page_b)
-            if by_file is not None:
-                from query.score import fusion
-
-                files = index.snapshot.chunk_file_ids
-                page = by_file[files] if fusion._REFERENCE else fusion.PerFile(by_file, files)
-        params = for_query(query, params)
-        qvec = embedding.result() if embedding else _vector_of(index, query)(params)
-        pages = page_vectors(index) if params.page_dense_weight > 0 else None
-        dense = dense_scorer(index, pages, params.page_dense_weight)
-        fused, cosine = hybrid(
-            lexical,
-            vectors,
-            qvec,
-            bm25,
-            params,
-            page=page,
-            pages=pages,
-            dense=dense,
-            query=query,
-        )
-        # The rows of the fused scores above the stub selection's cut (query.score.vector.Above):
-        # the name pool and the final ranking select from them again, not from all n rows,
-        # while every later change of the scores is at rows it names.
-        above = None
-        if params.stub_length > 0 and params.stub_weight > 0:
-            from query.score.fusion import with_stub_prior
-
-            page_length = lexical.page_lengths()
-            if page_length is not None and params.stub_kind != "any":
-                from query.rank.stubs import stub_rows
-
-                seen: list = []
-                rows = stub_rows(
-                    index, fused.scores, page_length, params.stub_length, params.stub_kind, seen
-                )
-                length = page_length[index.snapshot.chunk_file_ids[rows]]
-                fused = with_stub_prior(fused, length, params, rows, owned=True)
-                # (the cut rows, changed in place, are among the selection's own rows)
-                above = seen[0] if seen else None
-            elif page_length is not None:
-                chunk_length = page_length[index.snapshot.chunk_file_ids]
-                fused = with_stub_prior(fused, chunk_length, params)
-        if bonus is not None and params.proximity_into == "fused":
-            from query.score.fusion import with_proximity
-
-            fused = with_proximity(fused, bonus, params.proximity_weight)
-            above = None  # every row changed
-        parts = {"lexical": fused.lexical, "semantic": fused.semantic}
-        if fused.page is not None:
-            parts["page"] = fused.page
-        if fused.stub is not None:
-            parts["stub"] = fused.stub
-        if fused.proximity is not None:
-            parts["proximity"] = fused.proximity
-        parts.update(fused=fused.scores, bm25=first_pass, cosine=cosine)
-        if bonus is not None:
-            parts["proximity_bonus"] = bonus
-        if page is not None:
-            parts["page_bm25"] = page
-        scores = fused.scores
-        if params.name_weight > 0:
-            from query.rank.titles import name_files
-
-            chunk_files = index.snapshot.chunk_file_ids
-            from query.score.vector import distinct
-
-            pool = distinct(chunk_files[_name_pool(fused.scores, above)])[0]
-            named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
-            named[pool[name_files(index.snapshot, query, pool)]] = True
-            if named.any():
-                part, scores, raised = _name_part(index.snapshot, named, scores, params.name_weight)
-                parts = {"name": part, **parts, "fused": scores}
-                above = above.rising(raised) if above is not None else None
-        parts = {**parts, "_candidates": scores > 0}
-        if above is not None:
-            parts["_above"] = above
-        return scores, parts
+        return _hybrid_scores(index, query)
     raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
+
+
+def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Hybrid mode in its named steps: BM25F (with the proximity bonus and the page part
+    where the settings ask), the fusion with the cosine, the stub prior, the name part."""
+    from query.score.fusion import for_query, hybrid
+    from query.score.fusion_params import params_for
+
+    embedding = _embed_meanwhile(index, query, for_query(query, params_for(index)))
+    vectors = index.snapshot.vectors
+    if vectors.shape[0] == 0:
+        empty = np.zeros(0, dtype=np.float32)
+        return empty, {"_candidates": empty > 0}
+    params = params_for(index)  # the defaults, as the index's model calls for
+    lexical = _section_lexical(index, params)
+    bm25 = lexical.scores(query)
+    bonus = _proximity_bonus(index, lexical, query, bm25, params)
+    first_pass = bm25
+    if bonus is not None and params.proximity_into == "bm25":
+        bm25 = bm25 + np.float32(params.proximity_weight) * bonus
+    page = _page_part(index, lexical, query, params)
+    params = for_query(query, params)
+    qvec = embedding.result() if embedding else _vector_of(index, query)(params)
+    pages = page_vectors(index) if params.page_dense_weight > 0 else None
+    dense = dense_scorer(index, pages, params.page_dense_weight)
+    fused, cosine = hybrid(
+        lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense, query=query
+    )
+    fused, above = _with_stub_prior(index, lexical, fused, params)
+    if bonus is not None and params.proximity_into == "fused":
+        from query.score.fusion import with_proximity
+
+        fused = with_proximity(fused, bonus, params.proximity_weight)
+        above = None  # every row changed
+    parts = _fused_parts(fused, first_pass, cosine, bonus, page)
+    scores = fused.scores
+    if params.name_weight > 0:
+        scores, parts, above = _with_name_part(index, query, fused, parts, above, params)
+    parts = {**parts, "_candidates": scores > 0}
+    if above is not None:
+        parts["_above"] = above
+    return scores, parts
+
+
+def _section_lexical(index: Reader, params):
+    """The lexical index BM25F is scored by, once: the packed k1 / b, or a view rescored
+    with the settings' (kept in the snapshot's cache)."""
+    from query.score.lexical import lexical_index
+
+    lexical = lexical_index(index)
+    if not (params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor):
+        return lexical
+    floor = params.section_length_floor
+    key = ("lexical_rescored", params.section_k1, params.section_b, floor)
+    if key not in index.snapshot.cache:
+        index.snapshot.cache[key] = lexical.rescored(
+            params.section_k1 or 1.2, params.section_b if params.section_b >= 0 else 0.75, floor
+        )
+    return index.snapshot.cache[key]
+
+
+def _proximity_bonus(index: Reader, lexical, query: str, bm25: np.ndarray, params):
+    """The term-proximity bonus per chunk (query.score.proximity), or None when it is off."""
+    if params.proximity_weight <= 0:
+        return None
+    from query.score import proximity
+
+    return proximity.scores(
+        lexical,
+        index.snapshot,
+        query,
+        bm25,
+        params.proximity_pool,
+        params.proximity_window,
+        params.proximity_adjacent,
+        params.proximity_specific,
+        params.proximity_key_terms,
+    )
+
+
+def _page_part(index: Reader, lexical, query: str, params):
+    """Each chunk's page-level BM25 (its file's), or None when it is off or unknown."""
+    if params.page_weight <= 0:
+        return None
+    by_file = lexical.page_scores(query, params.page_k1, params.page_b)
+    if by_file is None:
+        return None
+    from query.score import fusion
+
+    files = index.snapshot.chunk_file_ids
+    return by_file[files] if fusion._REFERENCE else fusion.PerFile(by_file, files)
+
+
+def _with_stub_prior(index: Reader, lexical, fused, params):
+    """(fused, above): the stub prior applied (query.rank.stubs), and the rows of the fused
+    scores above the stub selection's cut (query.score.vector.Above), from which the name
+    pool and the final ranking select again (every later change is at rows it names)."""
+    if not (params.stub_length > 0 and params.stub_weight > 0):
+        return fused, None
+    from query.score.fusion import with_stub_prior
+
+    page_length = lexical.page_lengths()
+    if page_length is None:
+        return fused, None
+    if params.stub_kind == "any":
+        chunk_length = page_length[index.snapshot.chunk_file_ids]
+        return with_stub_prior(fused, chunk_length, params), None
+    from query.rank.stubs import stub_rows
+
+    seen: list = []
+    rows = stub_rows(index, fused.scores, page_length, params.stub_length, params.stub_kind, seen)
+    length = page_length[index.snapshot.chunk_file_ids[rows]]
+    fused = with_stub_prior(fused, length, params, rows, owned=True)
+    # (the cut rows, changed in place, are among the selection's own rows)
+    return fused, seen[0] if seen else None
+
+
+def _fused_parts(fused, bm25, cosine, bonus, page) -> dict[str, np.ndarray]:
+    """The components `--explain` shows, in their order."""
+    parts = {"lexical": fused.lexical, "semantic": fused.semantic}
+    for name in ("page", "stub", "proximity"):
+        if getattr(fused, name) is not None:
+            parts[name] = getattr(fused, name)
+    parts.update(fused=fused.scores, bm25=bm25, cosine=cosine)
+    if bonus is not None:
+        parts["proximity_bonus"] = bonus
+    if page is not None:
+        parts["page_bm25"] = page
+    return parts
+
+
+def _with_name_part(index: Reader, query: str, fused, parts: dict, above, params):
+    """(scores, parts, above) with the name part: a bonus on the sections of the pages the
+    query names, among the NAME_POOL best."""
+    from query.rank.titles import name_files
+    from query.score.vector import distinct
+
+    scores = fused.scores
+    chunk_files = index.snapshot.chunk_file_ids
+    pool = distinct(chunk_files[_name_pool(fused.scores, above)])[0]
+    named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
+    named[pool[name_files(index.snapshot, query, pool)]] = True
+    if named.any():
+        part, scores, raised = _name_part(index.snapshot, named, scores, params.name_weight)
+        parts = {"name": part, **parts, "fused": scores}
+        above = above.rising(raised) if above is not None else None
+    return scores, parts, above
 
 
 def _name_pool(scores: np.ndarray, above=None) -> np.ndarray:

@@ -274,9 +274,7 @@ def _lexical(index, query: str, first: tuple | None):
 
 
 def _hybrid(index, query: str, params, vector, name_pool: int):
-    from query.rank.stubs import CANDIDATES
-    from query.rank.titles import name_files
-    from query.score.fusion import LEXICAL_EXACT, _nth_best, for_query
+    from query.score.fusion import for_query
     from query.score.lexical import lexical_index
     from query.score.vector import dense_scorer
 
@@ -291,8 +289,7 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
             )
         lexical = snap.cache[key]
     terms, page_df = _terms(lexical, query, pages=params.page_weight > 0)
-    chunk_files = snap.chunk_file_ids
-    n_files = int(chunk_files[-1]) + 1
+    n_files = int(snap.chunk_file_ids[-1]) + 1
     page = None
     if params.page_weight > 0:
         _, avg = lexical._page_lengths(n_files)
@@ -305,153 +302,201 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
             "avg": avg,
         }
     params = for_query(query, params)
-    qvec = vector(params)
-    first_pass = dense_scorer(index).first_pass
-    rho = params.page_dense_weight if params.page_dense_weight > 0 else 0.0
-    staged = Staged(snap)
-    n = len(chunk_files)
-    keep = params.pool + 1
-    w = float(params.dense_weight)
-    final: list[dict] = []
+    rounds = _HybridRounds(
+        Staged(snap), lexical, query, params, vector(params), terms, page, name_pool
+    )
+    rounds.first_pass = dense_scorer(index).first_pass
+    rounds()
+    return _result(Selection(rounds.staged, rounds.final, rounds))
 
-    def rounds() -> None:
-        top = params.dense_feedback_chunks if params.dense_feedback_weight else 0
-        also = LEXICAL_EXACT if first_pass == "ivf" and _has_lists(snap) else 0
-        answers = staged.round("bm25", {**terms, "top": top, "also": also, "page": page})
+
+class _HybridRounds:
+    """A hybrid query's rounds over the shards (module docstring), each a named step; called
+    again when a shard dropped the query's arrays (`SessionGone`). Leaves the final round's
+    arguments, one per shard, in `final`."""
+
+    def __init__(self, staged, lexical, query, params, qvec, terms, page, name_pool):
+        self.staged, self.snap, self.lexical = staged, staged.snap, lexical
+        self.query, self.params, self.qvec = query, params, qvec
+        self.terms, self.page, self.name_pool = terms, page, name_pool
+        self.first_pass = "exact"
+        self.final: list[dict] = []
+
+    def __call__(self) -> None:
+        params = self.params
+        answers, direction = self._bm25()
         max_bm25 = max(a["max"] for a in answers)
         max_page = max(a.get("page_max", 0.0) for a in answers)
-        direction = None
-        if top:
-            rows, _ = staged.merge(answers, top, "top")
-            if len(rows):
-                held = {}
-                for i, a in enumerate(answers):
-                    for row, v in zip(
-                        staged.chunk_ids[i][np.asarray(a["top"]["rows"], np.int64)].tolist(),
-                        a["vectors"],
-                        strict=True,
-                    ):
-                        held[row] = v
-                direction = np.stack([held[r] for r in rows.tolist()]).mean(axis=0)
-        local_also: list = [None] * len(staged.parts)
-        if also:
-            local_also = staged.local(staged.merge(answers, also, "also")[0])
-        dense = staged.round(
-            "dense",
-            [
-                {
-                    "query": qvec,
-                    "direction": direction,
-                    "beta": float(params.dense_feedback_weight),
-                    "keep": keep,
-                    "rho": float(rho),
-                    "first_pass": first_pass,
-                    "depth": shard_depth(len(ids), n, keep),
-                    "also": local_also[i],
-                }
-                for i, ids in enumerate(staged.chunk_ids)
-            ],
-        )
+        dense = self._dense(answers, direction)
         cos = np.concatenate([np.asarray(a["cosine"]) for a in dense])
         moved = cos
         if direction is not None:
             moved = np.concatenate([np.asarray(a["moved"]) for a in dense])
-        top_c, floor_c = float(cos.max()), _nth_best(cos, params.pool)
-        top_m, floor_m = float(moved.max()), _nth_best(moved, params.pool)
-        mix = None  # the lexical side is BM25F alone
-        max_lex = max_bm25
-        if params.feedback_weight > 0 and params.feedback_terms > 0:
-            k = params.feedback_chunks
-            first = {"max": max_bm25, "top": top_c, "floor": floor_c, "w": w, "k": k}
-            bound = _first_bound(dense, first)
-            answers = staged.round("first", {**first, "bound": bound, "postings": True})
-            chunks, values = staged.merge(answers, k)
-            if len(chunks):
-                postings: dict = {}
-                for i, a in enumerate(answers):
-                    rows = staged.chunk_ids[i][np.asarray(a["rows"], np.int64)]
-                    postings.update(split_postings(rows, a["postings"]))
-                hashes, weights = lexical.feedback_terms(
-                    chunks, values, params.feedback_terms, params.feedback_idf, postings
-                )
-                hashes = np.asarray(hashes, dtype=np.uint64)
-                idf = lexical.idf(lexical.document_frequency(hashes)) if len(hashes) else []
-                answers = staged.round(
-                    "expand",
-                    {
-                        "hashes": hashes,
-                        "weights": np.asarray(weights, dtype=np.float32),
-                        "idf": np.asarray(idf, dtype=np.float32),
-                        "spec": terms["spec"],
-                    },
-                )
-                lam = np.float32(params.feedback_weight * 1.0)
-                mix = {
-                    "lam": float(lam),
-                    "max_bm25": max_bm25,
-                    "max_expansion": max(a["max"] for a in answers),
-                }
-                max_lex = _mixed_max(answers, mix)
+        mix, max_lex = self._feedback(dense, cos, max_bm25)
         stub = None
         if params.stub_length > 0 and params.stub_weight > 0:
+            from query.rank.stubs import CANDIDATES
+
             stub = {
                 "kind": params.stub_kind,
                 "length": float(params.stub_length),
                 "weight": float(params.stub_weight),
                 "candidates": CANDIDATES,
             }
-        names = name_pool if params.name_weight > 0 else 0
-        answers = staged.round(
+        names = self.name_pool if params.name_weight > 0 else 0
+        from query.score.fusion import _nth_best
+
+        answers = self.staged.round(
             "fuse",
             {
                 "max": max_lex,
-                "top": top_m,
-                "floor": floor_m,
-                "w": w,
-                "page_weight": float(params.page_weight) if page is not None else 0.0,
+                "top": float(moved.max()),
+                "floor": _nth_best(moved, params.pool),
+                "w": float(params.dense_weight),
+                "page_weight": float(params.page_weight) if self.page is not None else 0.0,
                 "max_page": max_page,
                 "stub": stub,
                 "mix": mix,
                 "names": names,
             },
         )
-        pool = None  # the best rows whose pages the name test reads
-        stub_args: list = [None] * len(staged.parts)  # the prior the final round applies
-        if stub is not None and stub["kind"] != "any":
-            rows, values, short, length = staged.merge(
-                answers, CANDIDATES, extra=("short", "length")
-            )
-            cut = np.isin(rows, _stub_records(snap, rows[short.astype(bool)], stub["kind"]))
-            local = staged.local(rows[cut])
-            if names:
-                pool = _pool_after_stub(rows, values, length, cut, stub, names, CANDIDATES)
-            if names and pool is None:  # a row outside the candidates may be in the pool
-                answers = staged.round(
-                    "stub", [{"stub": {**stub, "rows": r}, "names": names} for r in local]
-                )
-                pool, _ = staged.merge(answers, name_pool)
-            else:
-                stub_args = [{**stub, "rows": r} for r in local]
-        elif names:
-            pool, _ = staged.merge(answers, name_pool)
-        named = None
-        if pool is not None:
-            files = np.unique(chunk_files[pool], return_counts=True)[0]
-            found = files[name_files(snap, query, files)]
-            if len(found):
-                named = _local_files(snap, found)
-        final[:] = [
+        pool, stub_args = self._stub_and_pool(answers, stub, names)
+        named = self._named(pool)
+        self.final[:] = [
             {
                 "mode": "hybrid",
                 "named": None if named is None else named[i],
                 "name_weight": float(params.name_weight),
                 "stub": stub_args[i],
             }
-            for i in range(len(staged.parts))
+            for i in range(len(self.staged.parts))
         ]
 
-    rounds()
-    return _result(Selection(staged, final, rounds))
+    def _bm25(self) -> tuple[list[dict], np.ndarray | None]:
+        """The `bm25` round; the dense feedback's direction: the mean vector of the best
+        BM25F chunks (Rocchio), or None."""
+        from query.score.fusion import LEXICAL_EXACT
+
+        params, staged = self.params, self.staged
+        top = params.dense_feedback_chunks if params.dense_feedback_weight else 0
+        also = LEXICAL_EXACT if self.first_pass == "ivf" and _has_lists(self.snap) else 0
+        self.also = also
+        answers = staged.round("bm25", {**self.terms, "top": top, "also": also, "page": self.page})
+        direction = None
+        if top:
+            rows, _ = staged.merge(answers, top, "top")
+            if len(rows):
+                held = {}
+                for i, a in enumerate(answers):
+                    at = staged.chunk_ids[i][np.asarray(a["top"]["rows"], np.int64)]
+                    held.update(zip(at.tolist(), a["vectors"], strict=True))
+                direction = np.stack([held[r] for r in rows.tolist()]).mean(axis=0)
+        return answers, direction
+
+    def _dense(self, answers: list[dict], direction) -> list[dict]:
+        """The `dense` round: each shard's best cosines (and the moved query's)."""
+        params, staged = self.params, self.staged
+        local_also: list = [None] * len(staged.parts)
+        if self.also:
+            local_also = staged.local(staged.merge(answers, self.also, "also")[0])
+        rho = params.page_dense_weight if params.page_dense_weight > 0 else 0.0
+        n, keep = len(self.snap.chunk_file_ids), params.pool + 1
+        return staged.round(
+            "dense",
+            [
+                {
+                    "query": self.qvec,
+                    "direction": direction,
+                    "beta": float(params.dense_feedback_weight),
+                    "keep": keep,
+                    "rho": float(rho),
+                    "first_pass": self.first_pass,
+                    "depth": shard_depth(len(ids), n, keep),
+                    "also": local_also[i],
+                }
+                for i, ids in enumerate(staged.chunk_ids)
+            ],
+        )
+
+    def _feedback(self, dense: list[dict], cos: np.ndarray, max_bm25: float):
+        """(mix, the lexical side's maximum): the `first` and `expand` rounds of the
+        pseudo-relevance feedback (RM3), or (None, max BM25F) when it is off."""
+        from query.score.fusion import _nth_best
+
+        params, staged, lexical = self.params, self.staged, self.lexical
+        if not (params.feedback_weight > 0 and params.feedback_terms > 0):
+            return None, max_bm25
+        k = params.feedback_chunks
+        first = {
+            "max": max_bm25,
+            "top": float(cos.max()),
+            "floor": _nth_best(cos, params.pool),
+            "w": float(params.dense_weight),
+            "k": k,
+        }
+        bound = _first_bound(dense, first)
+        answers = staged.round("first", {**first, "bound": bound, "postings": True})
+        chunks, values = staged.merge(answers, k)
+        if not len(chunks):
+            return None, max_bm25
+        postings: dict = {}
+        for i, a in enumerate(answers):
+            rows = staged.chunk_ids[i][np.asarray(a["rows"], np.int64)]
+            postings.update(split_postings(rows, a["postings"]))
+        hashes, weights = lexical.feedback_terms(
+            chunks, values, params.feedback_terms, params.feedback_idf, postings
+        )
+        hashes = np.asarray(hashes, dtype=np.uint64)
+        idf = lexical.idf(lexical.document_frequency(hashes)) if len(hashes) else []
+        answers = staged.round(
+            "expand",
+            {
+                "hashes": hashes,
+                "weights": np.asarray(weights, dtype=np.float32),
+                "idf": np.asarray(idf, dtype=np.float32),
+                "spec": self.terms["spec"],
+            },
+        )
+        lam = np.float32(params.feedback_weight * 1.0)
+        mix = {
+            "lam": float(lam),
+            "max_bm25": max_bm25,
+            "max_expansion": max(a["max"] for a in answers),
+        }
+        return mix, _mixed_max(answers, mix)
+
+    def _stub_and_pool(self, answers: list[dict], stub: dict | None, names: int):
+        """(the best rows whose pages the name test reads, or None; the stub prior each
+        shard's final round applies): from the `fuse` round's answers, with the `stub`
+        round when a row outside the candidates may be in the pool."""
+        from query.rank.stubs import CANDIDATES
+
+        staged = self.staged
+        stub_args: list = [None] * len(staged.parts)
+        if stub is None or stub["kind"] == "any":
+            return (staged.merge(answers, self.name_pool)[0] if names else None), stub_args
+        rows, values, short, length = staged.merge(answers, CANDIDATES, extra=("short", "length"))
+        cut = np.isin(rows, _stub_records(self.snap, rows[short.astype(bool)], stub["kind"]))
+        local = staged.local(rows[cut])
+        pool = None
+        if names:
+            pool = _pool_after_stub(rows, values, length, cut, stub, names, CANDIDATES)
+        if names and pool is None:
+            answers = staged.round(
+                "stub", [{"stub": {**stub, "rows": r}, "names": names} for r in local]
+            )
+            return staged.merge(answers, self.name_pool)[0], stub_args
+        return pool, [{**stub, "rows": r} for r in local]
+
+    def _named(self, pool) -> list | None:
+        """Per shard, the files among the pool's pages that the query names, or None."""
+        from query.rank.titles import name_files
+
+        if pool is None:
+            return None
+        files = np.unique(self.snap.chunk_file_ids[pool], return_counts=True)[0]
+        found = files[name_files(self.snap, self.query, files)]
+        return _local_files(self.snap, found) if len(found) else None
 
 
 def _first_bound(dense: list[dict], first: dict) -> float | None:
