@@ -337,7 +337,6 @@ def discover(
     are known to hold what they held. `walked_files`: told how many files the walk found,
     before any is hashed."""
     from pipeline.walk.discover import discover as walk_and_compare
-    from pipeline.walk.discover import folder_signatures, updated_digest, walk_folders
 
     # The published index is part of the cache: when it is not the one the last run wrote
     # (deleted, replaced), nothing is trusted and every stage re-checks its work.
@@ -347,28 +346,9 @@ def discover(
     state.set_value("clean_run", None)
     walked = signatures = moved = None
     if not only and not full:
-        problems: list[Problem] = []
-        stored_signatures = state.get_value(STAT_SIGNATURES)
-        stats, folders = walk_folders(config, problems)
-        if walked_files is not None:
-            walked_files(len(stats))
-        walked = (stats, problems)
-        signatures = folder_signatures(stats, folders)
-        moved = _moved_folders(stored_signatures, signatures)
-        unmoved = _unmoved(state, moved, walked)
+        unmoved, walked, signatures, moved = _walk_by_folders(config, state, walked_files)
         if unmoved is not None:
             return unmoved if clean else replace(unmoved, changed_shas=None, delta=None)
-        stored_digest = state.get_value(MANIFEST_DIGEST)
-        if (
-            moved is None
-            or not stats
-            or len(moved) > max(8, len(signatures) // 4)  # one query per folder
-            or updated_digest(stored_digest, [], []) is None
-        ):
-            moved = None  # compare every folder
-        else:
-            # Only the moved folders' files are compared, with only their manifest rows.
-            walked = ({r: stats[r] for f in moved for r in folders.get(f, ())}, problems)
     partial = moved is not None
     old = state.manifest_in_folders(moved) if partial else state.manifest()
     found = walk_and_compare(config, {} if full else old, list(only) if only else None, walked)
@@ -382,20 +362,7 @@ def discover(
         upserts = list(found.entries.values())
     else:
         upserts = [found.entries[p] for p in (*added, *changed, *found.restamped)]
-    # The digest covers (path, sha) of every file: with none added, changed or removed it is
-    # the stored manifest's, kept by the last run; else that one updated for what changed
-    # (hashing 100k paths again costs ~0.1 s).
-    stored = state.get_value(MANIFEST_DIGEST)
-    if not (added or changed or removed):
-        digest = stored
-    else:
-        digest = updated_digest(
-            stored,
-            [old[p] for p in (*changed, *removed)],
-            [found.entries[p] for p in (*added, *changed)],
-        )
-    if digest is None:
-        digest = found.digest()
+    digest = _manifest_digest(state, old, found, added, changed, removed)
     state.replace_manifest(upserts, removed, digest=digest)
     # Kept only when the manifest now holds exactly what the walk found (no file unreadable).
     if signatures is not None and len(found.entries) == len(walked[0]):
@@ -435,6 +402,58 @@ def discover(
         left_shas=left_shas or frozenset(),
         delta=delta,
     )
+
+
+def _walk_by_folders(config: Config, state: State, walked_files):
+    """(the unchanged run's Manifest or None, the walk (stats, problems) to compare, the
+    folders' stat signatures, the folders whose signature moved or None for all): the walk,
+    and the folders an edit touched, so that only their manifest rows are read."""
+    from pipeline.walk.discover import folder_signatures, updated_digest, walk_folders
+
+    problems: list[Problem] = []
+    stored_signatures = state.get_value(STAT_SIGNATURES)
+    stats, folders = walk_folders(config, problems)
+    if walked_files is not None:
+        walked_files(len(stats))
+    walked = (stats, problems)
+    signatures = folder_signatures(stats, folders)
+    moved = _moved_folders(stored_signatures, signatures)
+    unmoved = _unmoved(state, moved, walked)
+    if unmoved is not None:
+        return unmoved, walked, signatures, moved
+    stored_digest = state.get_value(MANIFEST_DIGEST)
+    if (
+        moved is None
+        or not stats
+        or len(moved) > max(8, len(signatures) // 4)  # one query per folder
+        or updated_digest(stored_digest, [], []) is None
+    ):
+        return None, walked, signatures, None  # compare every folder
+    # Only the moved folders' files are compared, with only their manifest rows.
+    return (
+        None,
+        ({r: stats[r] for f in moved for r in folders.get(f, ())}, problems),
+        signatures,
+        moved,
+    )
+
+
+def _manifest_digest(state: State, old, found, added, changed, removed) -> str:
+    """The digest of (path, sha) of every file: with none added, changed or removed the
+    stored manifest's, kept by the last run; else that one updated for what changed (not
+    every path hashed again)."""
+    from pipeline.walk.discover import updated_digest
+
+    stored = state.get_value(MANIFEST_DIGEST)
+    if not (added or changed or removed):
+        digest = stored
+    else:
+        digest = updated_digest(
+            stored,
+            [old[p] for p in (*changed, *removed)],
+            [found.entries[p] for p in (*added, *changed)],
+        )
+    return found.digest() if digest is None else digest
 
 
 def _refuse_emptying(config: Config, known: int) -> None:

@@ -51,25 +51,58 @@ def graph_bytes(weights: dict[str, np.ndarray], spec, quantise: bool = True) -> 
     query path, `minilm.warm_queries`)."""
     from onnx import TensorProto
     from onnx import helper as oh
-    from onnx import numpy_helper as nh
 
-    w = {k.removeprefix("bert."): v for k, v in weights.items()}
-    hidden, heads = spec.hidden_size, spec.heads
-    head_dim = hidden // heads
-    inits: list = []
-    nodes: list = []
+    g = _Graph({k.removeprefix("bert."): v for k, v in weights.items()}, spec, quantise)
+    x = g.embeddings()
+    # onnxruntime's fused attention: 1 = a real token in the key padding mask.
+    mask32 = g.node("Cast", ["attention_mask"], to=TensorProto.INT32)
+    for i in range(spec.layers):
+        x = g.layer(x, f"encoder.layer.{i}.", mask32)
+    pooled = g.pooled(x)
+    g.nodes.append(oh.make_node("Identity", [pooled], ["embedding"], name="out"))
+    inputs = [
+        oh.make_tensor_value_info(n, TensorProto.INT64, ["batch", "length"])
+        for n in ("input_ids", "attention_mask")
+    ]
+    output = oh.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", spec.hidden_size])
+    graph = oh.make_graph(g.nodes, "bert_encoder", inputs, [output], g.inits)
+    model = oh.make_model(
+        graph, opset_imports=[oh.make_opsetid("", OPSET), oh.make_opsetid(MS_DOMAIN, 1)]
+    )
+    model.ir_version = 9
+    return model.SerializeToString()
 
-    def const(name: str, value) -> str:
-        inits.append(nh.from_array(np.asarray(value), name))
+
+class _Graph:
+    """The nodes and initialisers of the encoder graph, added block by block."""
+
+    def __init__(self, w: dict[str, np.ndarray], spec, quantise: bool) -> None:
+        self.w, self.spec, self.quantise = w, spec, quantise
+        self.inits: list = []
+        self.nodes: list = []
+        self.hidden = spec.hidden_size
+        self.axis2 = self.const("axis2", np.array([2], np.int64))
+        # where q, k and v begin and end in the fused projection's output
+        self.bounds = [
+            self.const(f"at{j}", np.array([j * self.hidden], np.int64)) for j in range(4)
+        ]
+
+    def const(self, name: str, value) -> str:
+        from onnx import numpy_helper as nh
+
+        self.inits.append(nh.from_array(np.asarray(value), name))
         return name
 
-    def node(op: str, inputs: list[str], domain: str = "", **attrs) -> str:
-        name = f"{op}_{len(nodes)}"
-        nodes.append(oh.make_node(op, inputs, [name], name=name, domain=domain, **attrs))
+    def node(self, op: str, inputs: list[str], domain: str = "", **attrs) -> str:
+        from onnx import helper as oh
+
+        name = f"{op}_{len(self.nodes)}"
+        self.nodes.append(oh.make_node(op, inputs, [name], name=name, domain=domain, **attrs))
         return name
 
-    def int8_linear(x: str, name: str, weight: np.ndarray, bias: np.ndarray) -> str:
-        if not quantise:
+    def int8_linear(self, x: str, name: str, weight: np.ndarray, bias: np.ndarray) -> str:
+        const, node = self.const, self.node
+        if not self.quantise:
             product = node("MatMul", [x, const(name + ".weight.T", np.ascontiguousarray(weight.T))])
             return node("Add", [product, const(name + ".bias", bias.astype(np.float32))])
         quantised, scale = _int8_columns(np.ascontiguousarray(weight.T))
@@ -85,77 +118,74 @@ def graph_bytes(weights: dict[str, np.ndarray], spec, quantise: bool = True) -> 
             domain=MS_DOMAIN,
         )
 
-    def float_linear(x: str, prefix: str) -> str:
-        weight = const(prefix + ".weight.T", np.ascontiguousarray(w[prefix + ".weight"].T))
-        product = node("MatMul", [x, weight])
-        return node("Add", [product, const(prefix + ".bias", w[prefix + ".bias"])])
+    def float_linear(self, x: str, prefix: str) -> str:
+        w = self.w
+        weight = self.const(prefix + ".weight.T", np.ascontiguousarray(w[prefix + ".weight"].T))
+        product = self.node("MatMul", [x, weight])
+        return self.node("Add", [product, self.const(prefix + ".bias", w[prefix + ".bias"])])
 
-    def layer_norm(x: str, prefix: str) -> str:
-        scale = const(prefix + ".weight", w[prefix + ".weight"])
-        shift = const(prefix + ".bias", w[prefix + ".bias"])
-        return node("LayerNormalization", [x, scale, shift], axis=-1, epsilon=spec.layer_norm_eps)
+    def layer_norm(self, x: str, prefix: str) -> str:
+        scale = self.const(prefix + ".weight", self.w[prefix + ".weight"])
+        shift = self.const(prefix + ".bias", self.w[prefix + ".bias"])
+        eps = self.spec.layer_norm_eps
+        return self.node("LayerNormalization", [x, scale, shift], axis=-1, epsilon=eps)
 
-    # Embeddings: word + position (sliced to the input length) + token type 0.
-    word = node("Gather", [const("word", w["embeddings.word_embeddings.weight"]), "input_ids"])
-    length = node(
-        "Gather", [node("Shape", ["input_ids"]), const("one_i", np.array([1], np.int64))], axis=0
-    )
-    zero = const("zero_i", np.array([0], np.int64))
-    position = node(
-        "Slice", [const("pos", w["embeddings.position_embeddings.weight"]), zero, length, zero]
-    )
-    x = node("Add", [word, position])
-    x = node("Add", [x, const("type0", w["embeddings.token_type_embeddings.weight"][0])])
-    x = layer_norm(x, "embeddings.LayerNorm")
+    def embeddings(self) -> str:
+        """Word + position (sliced to the input length) + token type 0, normalised."""
+        const, node, w = self.const, self.node, self.w
+        word = node("Gather", [const("word", w["embeddings.word_embeddings.weight"]), "input_ids"])
+        length = node(
+            "Gather",
+            [node("Shape", ["input_ids"]), const("one_i", np.array([1], np.int64))],
+            axis=0,
+        )
+        zero = const("zero_i", np.array([0], np.int64))
+        position = node(
+            "Slice", [const("pos", w["embeddings.position_embeddings.weight"]), zero, length, zero]
+        )
+        x = node("Add", [word, position])
+        x = node("Add", [x, const("type0", w["embeddings.token_type_embeddings.weight"][0])])
+        return self.layer_norm(x, "embeddings.LayerNorm")
 
-    # onnxruntime's fused attention: 1 = a real token in the key padding mask.
-    mask32 = node("Cast", ["attention_mask"], to=TensorProto.INT32)
-    keep = node("Cast", ["attention_mask"], to=TensorProto.FLOAT)
-    scale = np.float32(1.0 / np.sqrt(head_dim))
-    axis2 = const("axis2", np.array([2], np.int64))
-    bounds = [const(f"at{j}", np.array([j * hidden], np.int64)) for j in range(4)]
-    for i in range(spec.layers):
-        p = f"encoder.layer.{i}."
+    def layer(self, x: str, p: str, mask32: str) -> str:
+        """One transformer layer: fused attention, then the feed-forward block."""
+        node, w, hidden = self.node, self.w, self.hidden
         att = p + "attention."
-        qkv_w = np.concatenate([w[f"{att}self.{n}.weight"] for n in ("query", "key", "value")])
-        qkv_b = np.concatenate([w[f"{att}self.{n}.bias"] for n in ("query", "key", "value")])
+        names = ("query", "key", "value")
+        qkv_w = np.concatenate([w[f"{att}self.{n}.weight"] for n in names])
+        qkv_b = np.concatenate([w[f"{att}self.{n}.bias"] for n in names])
+        scale = np.float32(1.0 / np.sqrt(hidden // self.spec.heads))
         qkv_w[:hidden] *= scale  # fold 1/sqrt(d) into the query projection
         qkv_b[:hidden] *= scale
-        qkv = int8_linear(x, f"{att}qkv", qkv_w, qkv_b)
-        q, k, v = (node("Slice", [qkv, bounds[j], bounds[j + 1], axis2]) for j in range(3))
+        qkv = self.int8_linear(x, f"{att}qkv", qkv_w, qkv_b)
+        bounds = self.bounds
+        q, k, v = (node("Slice", [qkv, bounds[j], bounds[j + 1], self.axis2]) for j in range(3))
         context = node(
             "MultiHeadAttention",
             [q, k, v, "", mask32],
             domain=MS_DOMAIN,
-            num_heads=heads,
+            num_heads=self.spec.heads,
             scale=1.0,
         )
         out_w, out_b = w[f"{att}output.dense.weight"], w[f"{att}output.dense.bias"]
-        x = node("Add", [int8_linear(context, f"{att}out", out_w, out_b), x])
-        x = layer_norm(x, f"{att}output.LayerNorm")
+        x = node("Add", [self.int8_linear(context, f"{att}out", out_w, out_b), x])
+        x = self.layer_norm(x, f"{att}output.LayerNorm")
         up_w, up_b = w[f"{p}intermediate.dense.weight"], w[f"{p}intermediate.dense.bias"]
-        up = node("Gelu", [int8_linear(x, f"{p}up", up_w, up_b)], approximate="none")
-        x = node("Add", [float_linear(up, f"{p}output.dense"), x])
-        x = layer_norm(x, f"{p}output.LayerNorm")
+        up = node("Gelu", [self.int8_linear(x, f"{p}up", up_w, up_b)], approximate="none")
+        x = node("Add", [self.float_linear(up, f"{p}output.dense"), x])
+        return self.layer_norm(x, f"{p}output.LayerNorm")
 
-    if spec.cls_pooling:
-        pooled = node("Gather", [x, const("cls", np.array(0, np.int64))], axis=1)
-    else:
-        weights_ = node("Unsqueeze", [keep, axis2])
+    def pooled(self, x: str) -> str:
+        """The [CLS] row, or the mean over the mask, as the model's pooling config says."""
+        from onnx import TensorProto
+
+        const, node = self.const, self.node
+        if self.spec.cls_pooling:
+            return node("Gather", [x, const("cls", np.array(0, np.int64))], axis=1)
+        keep = node("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+        weights_ = node("Unsqueeze", [keep, self.axis2])
         axis1 = const("axis1", np.array([1], np.int64))
         total = node("ReduceSum", [node("Mul", [x, weights_]), axis1], keepdims=0)
         count = node("ReduceSum", [weights_, axis1], keepdims=0)
         count = node("Max", [count, const("tiny", np.array(1e-9, np.float32))])
-        pooled = node("Div", [total, count])
-    nodes.append(oh.make_node("Identity", [pooled], ["embedding"], name="out"))
-    inputs = [
-        oh.make_tensor_value_info(n, TensorProto.INT64, ["batch", "length"])
-        for n in ("input_ids", "attention_mask")
-    ]
-    output = oh.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", hidden])
-    graph = oh.make_graph(nodes, "bert_encoder", inputs, [output], inits)
-    model = oh.make_model(
-        graph, opset_imports=[oh.make_opsetid("", OPSET), oh.make_opsetid(MS_DOMAIN, 1)]
-    )
-    model.ir_version = 9
-    return model.SerializeToString()
+        return node("Div", [total, count])

@@ -333,124 +333,160 @@ def update_groups(
     n, old_n = len(sigs), len(old_sigs)
     if not old_n or len(old_groups) != old_n or len(source) != n:
         return None
-    reused = source >= 0
-    fresh_rows = np.flatnonzero(~reused)
-    inv = np.full(old_n, -1, dtype=np.int64)
-    inv[source[reused]] = np.flatnonzero(reused)
-    gone_rows = np.flatnonzero(inv < 0)
-    fresh_values = np.unique(sigs[fresh_rows])
-    gone_values = np.unique(old_sigs[gone_rows])
-    touched = np.union1d(fresh_values[fresh_values != 0], gone_values[gone_values != 0])
-    if len(touched) > INCREMENTAL_MAX:
+    edit = _GroupEdit(old_sigs, old_groups, sigs, source)
+    if len(edit.touched) > INCREMENTAL_MAX or not edit.link_touched():
         return None
-    # Every signature old or new: old rows first, then the fresh rows.
-    every = _Sigs(np.concatenate([old_sigs, sigs[fresh_rows]]))
-    alive = np.concatenate([inv >= 0, np.ones(len(fresh_rows), dtype=bool)])
-    # A component's key: its group id (the row of its first chunk), or a lone row's own row.
-    key = np.where(old_groups >= 0, old_groups, np.arange(old_n, dtype=old_groups.dtype))
-    affected: set[int] = set(int(k) for k in key[gone_rows])
-    splitting: set[int] = set()
-    new_nodes: list[int] = []
-    links: list[tuple[int, int]] = []  # between new signatures and any live one
-    old_row_of: dict[int, int] = {}  # a value held by an old row -> such a row
-    for value in touched.tolist():
-        rows = every.sharing_a_band(value)
-        values = every.sigs[rows]
-        same = rows[values == np.uint64(value)]
-        in_old = same[same < old_n]
-        if len(in_old):
-            old_row_of[value] = int(in_old[0])
-            affected.update(int(k) for k in key[in_old])
-        was, now = bool(len(in_old)), bool(alive[same].any())
-        if was == now:
-            continue  # the same node: only its rows changed
-        if not _small_buckets(value, values):
-            return None
-        if was:  # gone: its group may split
-            splitting.add(int(key[in_old[0]]))
-            continue
-        new_nodes.append(value)
-        near = rows[alive[rows] & (popcount(values ^ np.uint64(value)) <= MAX_DISTANCE)]
-        for other in np.unique(every.sigs[near]).tolist():
-            if other != value:
-                links.append((value, other))
-                held = near[every.sigs[near] == np.uint64(other)]
-                held = held[held < old_n]
-                if len(held):
-                    old_row_of.setdefault(other, int(held[0]))
-                    affected.add(int(key[held[0]]))
-    # Units joined by union-find: each affected component that cannot split, each distinct
-    # signature of a splitting one, each new signature.
-    parent: dict[object, object] = {}
+    if not edit.relink_splitting():
+        return None
+    return edit.groups()
 
-    def find(u: object) -> object:
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[object, object] = {}
+
+    def find(self, u: object) -> object:
+        parent = self.parent
         while parent.setdefault(u, u) != u:
             parent[u] = parent[parent[u]]  # type: ignore[index]
             u = parent[u]
         return u
 
-    def union(a: object, b: object) -> None:
-        ra, rb = find(a), find(b)
+    def union(self, a: object, b: object) -> None:
+        ra, rb = self.find(a), self.find(b)
         if ra != rb:
-            parent[ra] = rb
+            self.parent[ra] = rb
 
-    survivors: set[int] = set()
-    fresh_set = set(fresh_values.tolist())
-    for comp in splitting:
-        members = np.flatnonzero(key == comp)
-        values = np.unique(old_sigs[members])
-        # The signatures of the component still held: by a kept row, or by a fresh one.
-        kept = set(old_sigs[members[inv[members] >= 0]].tolist())
-        values = values[np.array([v in kept or v in fresh_set for v in values.tolist()], bool)]
-        if len(values) > SPLIT_MAX:
-            return None
-        for value in values.tolist():
-            if not _small_buckets(value, every.sigs[every.sharing_a_band(value)]):
-                return None
-        survivors.update(values.tolist())
-        for i in range(len(values)):
-            close = popcount(values[i + 1 :] ^ values[i]) <= MAX_DISTANCE
-            for other in values[i + 1 :][close].tolist():
-                union(("v", int(values[i])), ("v", other))
-    new_set = set(new_nodes)
 
-    def unit_of_value(value: int) -> object:
-        if value in new_set or value in survivors:
+class _GroupEdit:
+    """`update_groups` in its steps. Units joined by union-find: each affected component
+    that cannot split (`("c", key)`), each distinct signature of a splitting one and each
+    new signature (`("v", value)`)."""
+
+    def __init__(self, old_sigs, old_groups, sigs, source) -> None:
+        self.old_sigs, self.old_groups, self.sigs, self.source = old_sigs, old_groups, sigs, source
+        old_n = self.old_n = len(old_sigs)
+        self.reused = source >= 0
+        self.fresh_rows = np.flatnonzero(~self.reused)
+        inv = self.inv = np.full(old_n, -1, dtype=np.int64)
+        inv[source[self.reused]] = np.flatnonzero(self.reused)
+        self.gone_rows = np.flatnonzero(inv < 0)
+        self.fresh_values = np.unique(sigs[self.fresh_rows])
+        gone_values = np.unique(old_sigs[self.gone_rows])
+        self.touched = np.union1d(
+            self.fresh_values[self.fresh_values != 0], gone_values[gone_values != 0]
+        )
+        # Every signature old or new: old rows first, then the fresh rows.
+        self.every = _Sigs(np.concatenate([old_sigs, sigs[self.fresh_rows]]))
+        self.alive = np.concatenate([inv >= 0, np.ones(len(self.fresh_rows), dtype=bool)])
+        # A component's key: its group id (the row of its first chunk), or a lone row's row.
+        self.key = np.where(old_groups >= 0, old_groups, np.arange(old_n, dtype=old_groups.dtype))
+        self.affected: set[int] = {int(k) for k in self.key[self.gone_rows]}
+        self.splitting: set[int] = set()
+        self.new_nodes: set[int] = set()
+        self.links: list[tuple[int, int]] = []  # between new signatures and any live one
+        self.old_row_of: dict[int, int] = {}  # a value held by an old row -> such a row
+        self.survivors: set[int] = set()
+        self.units = _UnionFind()
+
+    def link_touched(self) -> bool:
+        """Each new or gone signature: the groups it was in, a gone one's group to split,
+        a new one's links to every live signature within MAX_DISTANCE bits. False where a
+        bucket is too crowded to promise the full answer."""
+        every, alive, key, old_n = self.every, self.alive, self.key, self.old_n
+        for value in self.touched.tolist():
+            rows = every.sharing_a_band(value)
+            values = every.sigs[rows]
+            same = rows[values == np.uint64(value)]
+            in_old = same[same < old_n]
+            if len(in_old):
+                self.old_row_of[value] = int(in_old[0])
+                self.affected.update(int(k) for k in key[in_old])
+            was, now = bool(len(in_old)), bool(alive[same].any())
+            if was == now:
+                continue  # the same node: only its rows changed
+            if not _small_buckets(value, values):
+                return False
+            if was:  # gone: its group may split
+                self.splitting.add(int(key[in_old[0]]))
+                continue
+            self.new_nodes.add(value)
+            near = rows[alive[rows] & (popcount(values ^ np.uint64(value)) <= MAX_DISTANCE)]
+            for other in np.unique(every.sigs[near]).tolist():
+                if other != value:
+                    self.links.append((value, other))
+                    held = near[every.sigs[near] == np.uint64(other)]
+                    held = held[held < old_n]
+                    if len(held):
+                        self.old_row_of.setdefault(other, int(held[0]))
+                        self.affected.add(int(key[held[0]]))
+        return True
+
+    def relink_splitting(self) -> bool:
+        """The survivors of each group that lost a signature, linked again pair by pair;
+        then the new signatures' links. False where that cannot be promised."""
+        fresh_set = set(self.fresh_values.tolist())
+        for comp in self.splitting:
+            members = np.flatnonzero(self.key == comp)
+            values = np.unique(self.old_sigs[members])
+            # The signatures of the component still held: by a kept row, or by a fresh one.
+            kept = set(self.old_sigs[members[self.inv[members] >= 0]].tolist())
+            values = values[np.array([v in kept or v in fresh_set for v in values.tolist()], bool)]
+            if len(values) > SPLIT_MAX:
+                return False
+            for value in values.tolist():
+                if not _small_buckets(value, self.every.sigs[self.every.sharing_a_band(value)]):
+                    return False
+            self.survivors.update(values.tolist())
+            for i in range(len(values)):
+                close = popcount(values[i + 1 :] ^ values[i]) <= MAX_DISTANCE
+                for other in values[i + 1 :][close].tolist():
+                    self.units.union(("v", int(values[i])), ("v", other))
+        for a, b in self.links:
+            self.units.union(self.unit_of_value(a), self.unit_of_value(b))
+        return True
+
+    def unit_of_value(self, value: int) -> object:
+        if value in self.new_nodes or value in self.survivors:
             return ("v", value)
-        comp = int(key[old_row_of[value]])
-        return ("v", value) if comp in splitting else ("c", comp)
+        comp = int(self.key[self.old_row_of[value]])
+        return ("v", value) if comp in self.splitting else ("c", comp)
 
-    for a, b in links:
-        union(unit_of_value(a), unit_of_value(b))
-    # Rows whose group must be worked out: the fresh ones and those of affected components.
-    out = np.full(n, -1, dtype=np.int32)
-    flag = np.zeros(old_n, dtype=bool)
-    if affected:
-        flag[np.fromiter(affected, dtype=np.int64)] = True
-    src = np.where(reused, source, 0)
-    hit = reused & flag[key[src]]
-    # Every other row keeps its component, whose first row survived and moved.
-    keep = reused & ~hit
-    old_of_kept = old_groups[src[keep]]
-    out[keep] = np.where(old_of_kept >= 0, inv[np.maximum(old_of_kept, 0)], -1)
-    rows = np.sort(np.concatenate([np.flatnonzero(hit), fresh_rows]))
-    labels: dict[object, list[int]] = {}
-    keys_of_rows = key[src[rows]]
-    for row, value, comp, was_reused in zip(
-        rows.tolist(),
-        sigs[rows].tolist(),
-        keys_of_rows.tolist(),
-        reused[rows].tolist(),
-        strict=True,
-    ):
-        if value == 0:
-            continue
-        unit = ("c", comp) if was_reused and comp not in splitting else unit_of_value(value)
-        labels.setdefault(find(unit), []).append(row)
-    for members in labels.values():
-        if len(members) > 1:
-            out[members] = members[0]  # rows ascend: the first is the smallest
-    return out
+    def groups(self) -> np.ndarray:
+        """Each row's group: worked out for the fresh rows and those of affected
+        components; every other row keeps its component, whose first row survived and
+        moved."""
+        reused, key, inv = self.reused, self.key, self.inv
+        out = np.full(len(self.sigs), -1, dtype=np.int32)
+        flag = np.zeros(self.old_n, dtype=bool)
+        if self.affected:
+            flag[np.fromiter(self.affected, dtype=np.int64)] = True
+        src = np.where(reused, self.source, 0)
+        hit = reused & flag[key[src]]
+        keep = reused & ~hit
+        old_of_kept = self.old_groups[src[keep]]
+        out[keep] = np.where(old_of_kept >= 0, inv[np.maximum(old_of_kept, 0)], -1)
+        rows = np.sort(np.concatenate([np.flatnonzero(hit), self.fresh_rows]))
+        labels: dict[object, list[int]] = {}
+        keys_of_rows = key[src[rows]]
+        for row, value, comp, was_reused in zip(
+            rows.tolist(),
+            self.sigs[rows].tolist(),
+            keys_of_rows.tolist(),
+            reused[rows].tolist(),
+            strict=True,
+        ):
+            if value == 0:
+                continue
+            if was_reused and comp not in self.splitting:
+                unit: object = ("c", comp)
+            else:
+                unit = self.unit_of_value(value)
+            labels.setdefault(self.units.find(unit), []).append(row)
+        for members in labels.values():
+            if len(members) > 1:
+                out[members] = members[0]  # rows ascend: the first is the smallest
+        return out
 
 
 def update(plan: Plan) -> pa.Table:

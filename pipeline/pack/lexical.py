@@ -604,12 +604,9 @@ def spliced_tables(
     test_incremental_pack.py` compares them), as runs of the previous index's rows plus the
     rows of the terms this edit touched. None when the previous index has no forward view,
     or the fresh postings are too many for one search each (then `update_postings`)."""
-    forward_old = old.get("lexical_forward")
     n = len(source)
-    if forward_old is None or n == 0:
+    if old.get("lexical_forward") is None or n == 0:
         return None
-    old_lengths_array = index_format.column_array(old[LENGTHS_TABLE], "length")
-    n_old = len(old_lengths_array)
     kept = np.flatnonzero(source >= 0)
     fresh_rows = np.flatnonzero(source < 0)
     if not len(kept) or len(fresh_rows) > FRESH_CHUNKS_MAX or np.any(np.diff(source[kept]) <= 0):
@@ -617,78 +614,173 @@ def spliced_tables(
     store = _analyse_rows(files, chunks, fresh_rows, analysed)
     if len(store.terms) > SEARCH_EACH_MAX:
         return None
-    new_of_old = np.full(n_old, -1, dtype=np.int32)
-    new_of_old[source[kept]] = kept
-    moved = bool(np.any(source[kept] != kept))  # chunk ids of kept chunks changed
-    old_terms = old["lexical"].column("term").to_numpy()
-    old_list = index_format.column_array(old["lexical"], "chunk_ids")
-    old_offsets, old_chunks = index_format.list_parts(old["lexical"], "chunk_ids")
-    old_offsets = old_offsets.astype(np.int64)
-    tf_array = index_format.column_array(old[TF_TABLE], "tf")
-    old_tf = tf_array.to_numpy()
-    fwd_offsets, fwd_values = index_format.list_parts(forward_old, "postings")
-    # The postings of the chunks that left, by position, from the forward view.
-    dead_chunks = np.flatnonzero(new_of_old < 0)
-    dead = np.sort(fwd_values[_ranges(fwd_offsets[dead_chunks], fwd_offsets[dead_chunks + 1])])
-    dead = dead.astype(np.int64)
-    dead_terms = np.searchsorted(old_offsets, dead, side="right") - 1
-    # Fresh postings by (term, chunk), each with the position of the previous postings it
-    # goes before: in its term's postings, before the first kept chunk that comes after it
-    # (compared in the previous numbering, which kept chunks keep the order of); a new
-    # term's go where the next term's begin.
+    prev = _Previous.of(old, source, kept)
+    fresh = _fresh_postings(prev, store, fresh_rows, kept, source, params)
+    rows = _term_rows(prev, fresh)
+    chunk_ids, fresh_offsets, fresh_tfs = _rebuilt_postings(prev, fresh, rows)
+    tf_parts = _tf_runs(prev, rows.row_source, fresh_offsets, fresh_tfs)
+    forward = _forward(prev, fresh, fresh_rows, n, source)
+    lengths = splice(prev.lengths, pa.array(weighted(store.lengths, params), pa.float32()), source)
+    terms = rows.every[rows.present]
+    df = rows.df[rows.present].astype(np.int32)
+    return {
+        "lexical": pa.Table.from_arrays(
+            [pa.array(terms, pa.uint64()), pa.array(df, pa.int32()), chunk_ids],
+            schema=index_format.LEXICAL_SCHEMA,
+        ),
+        "lexical_forward": pa.Table.from_arrays(
+            [forward], schema=index_format.LEXICAL_FORWARD_SCHEMA
+        ),
+        TF_TABLE: pa.table({"tf": pa.chunked_array(tf_parts, pa.float32())}),
+        LENGTHS_TABLE: pa.table({"length": lengths}),
+    }
+
+
+@dataclass
+class _Previous:
+    """The previous index's lexical tables as NumPy views, and what the edit removes."""
+
+    lengths: pa.Array
+    terms: np.ndarray
+    chunk_list: pa.Array
+    offsets: np.ndarray  # int64, per term
+    chunks: np.ndarray  # the postings' chunk ids, term-major
+    tf_array: pa.Array
+    tf: np.ndarray
+    fwd_offsets: np.ndarray
+    fwd_values: np.ndarray
+    new_of_old: np.ndarray  # each previous chunk's new id, -1 when it left
+    moved: bool  # the kept chunks' ids changed
+    dead: np.ndarray  # positions of the postings of the chunks that left, sorted
+    dead_terms: np.ndarray  # the term of each
+
+    @classmethod
+    def of(cls, old: dict, source: np.ndarray, kept: np.ndarray) -> _Previous:
+        lengths = index_format.column_array(old[LENGTHS_TABLE], "length")
+        new_of_old = np.full(len(lengths), -1, dtype=np.int32)
+        new_of_old[source[kept]] = kept
+        offsets, chunks = index_format.list_parts(old["lexical"], "chunk_ids")
+        offsets = offsets.astype(np.int64)
+        tf_array = index_format.column_array(old[TF_TABLE], "tf")
+        fwd_offsets, fwd_values = index_format.list_parts(old["lexical_forward"], "postings")
+        # The postings of the chunks that left, by position, from the forward view.
+        gone = np.flatnonzero(new_of_old < 0)
+        dead = np.sort(fwd_values[_ranges(fwd_offsets[gone], fwd_offsets[gone + 1])])
+        dead = dead.astype(np.int64)
+        return cls(
+            lengths=lengths,
+            terms=old["lexical"].column("term").to_numpy(),
+            chunk_list=index_format.column_array(old["lexical"], "chunk_ids"),
+            offsets=offsets,
+            chunks=chunks,
+            tf_array=tf_array,
+            tf=tf_array.to_numpy(),
+            fwd_offsets=fwd_offsets,
+            fwd_values=fwd_values,
+            new_of_old=new_of_old,
+            moved=bool(np.any(source[kept] != kept)),
+            dead=dead,
+            dead_terms=np.searchsorted(offsets, dead, side="right") - 1,
+        )
+
+
+@dataclass
+class _Fresh:
+    """The fresh postings by (term, chunk), each with the position of the previous postings
+    it goes before (`at`), and whether its term is a previous one (`known`)."""
+
+    terms: np.ndarray
+    chunk: np.ndarray
+    tf: np.ndarray
+    at: np.ndarray
+    known: np.ndarray
+
+
+def _fresh_postings(prev: _Previous, store: Store, fresh_rows, kept, source, params) -> _Fresh:
+    """A fresh posting goes in its term's postings before the first kept chunk that comes
+    after it (compared in the previous numbering, whose order kept chunks keep); a new
+    term's go where the next term's begin."""
     fresh_chunk = np.repeat(fresh_rows, np.diff(store.starts)).astype(np.int32)
     fresh_tf = weighted(store.counts, params)
     order = np.lexsort((fresh_chunk, store.terms))
     fresh_terms, fresh_chunk, fresh_tf = store.terms[order], fresh_chunk[order], fresh_tf[order]
+    old_terms, old_offsets = prev.terms, prev.offsets
     row = np.searchsorted(old_terms, fresh_terms)
     known = row < len(old_terms)
     known[known] = old_terms[row[known]] == fresh_terms[known]
     at = old_offsets[row]
     next_kept = np.searchsorted(kept, fresh_chunk)
+    n_old = len(prev.lengths)
     bound = np.where(
         next_kept < len(kept), source[kept[np.minimum(next_kept, len(kept) - 1)]], n_old
     )
     for i in np.flatnonzero(known).tolist():
         a, b = old_offsets[row[i]], old_offsets[row[i] + 1]
-        at[i] = a + np.searchsorted(old_chunks[a:b], bound[i])
-    # The new terms: the previous ones with the fresh ones they lack put in at their places.
-    new_terms = np.unique(fresh_terms[~known]).astype(old_terms.dtype, copy=False)
+        at[i] = a + np.searchsorted(prev.chunks[a:b], bound[i])
+    return _Fresh(fresh_terms, fresh_chunk, fresh_tf, at, known)
+
+
+@dataclass
+class _TermRows:
+    """The rows of the new `lexical` table among every term, previous and new."""
+
+    every: np.ndarray  # the previous terms with the new ones put in at their places
+    df: np.ndarray  # per term of `every`
+    present: np.ndarray  # the terms of `every` that still have a posting
+    source_all: np.ndarray  # per term of `every`: its previous row, or -1 (a new term)
+    row_source: np.ndarray  # per row of the new table: the previous row it repeats, or -1
+    rebuilt: np.ndarray  # the rows of `every` whose postings changed
+
+
+def _term_rows(prev: _Previous, fresh: _Fresh) -> _TermRows:
+    old_terms = prev.terms
+    new_terms = np.unique(fresh.terms[~fresh.known]).astype(old_terms.dtype, copy=False)
     every = np.insert(old_terms, np.searchsorted(old_terms, new_terms), new_terms)
     # Each previous term's row among `every`: moved down by the new terms before it.
     place = np.arange(len(old_terms), dtype=np.int64)
     if len(new_terms):
         place += np.searchsorted(new_terms, old_terms)
-    df_all = np.zeros(len(every), dtype=np.int64)
-    df_all[place] = np.diff(old_offsets)
-    np.subtract.at(df_all, place[dead_terms], 1)
-    np.add.at(df_all, np.searchsorted(every, fresh_terms), 1)
+    df = np.zeros(len(every), dtype=np.int64)
+    df[place] = np.diff(prev.offsets)
+    np.subtract.at(df, place[prev.dead_terms], 1)
+    np.add.at(df, np.searchsorted(every, fresh.terms), 1)
     touched = np.zeros(len(every), dtype=bool)
-    touched[place[dead_terms]] = True
-    touched[np.searchsorted(every, fresh_terms)] = True
-    present = df_all > 0
-    # Per row of the new `lexical` table: the previous row it repeats, or -1 (rebuilt).
-    row_source_all = np.full(len(every), -1, dtype=np.int64)
-    row_source_all[place] = np.arange(len(old_terms))
-    row_source = np.where(touched, -1, row_source_all)[present]
-    rebuilt_rows = np.flatnonzero(touched & present)
-    # The rebuilt terms' postings: the previous ones that stay (renumbered when rows moved)
-    # with the fresh ones put in at their places.
-    ids_source = new_of_old[old_chunks] if moved else old_chunks  # one pass, when needed
-    fresh_row = np.searchsorted(every, fresh_terms)  # ascending: fresh postings are by term
-    old_row = row_source_all[rebuilt_rows]
-    mine_from = np.searchsorted(fresh_row, rebuilt_rows)
-    mine_to = np.searchsorted(fresh_row, rebuilt_rows, side="right")
+    touched[place[prev.dead_terms]] = True
+    touched[np.searchsorted(every, fresh.terms)] = True
+    present = df > 0
+    source_all = np.full(len(every), -1, dtype=np.int64)
+    source_all[place] = np.arange(len(old_terms))
+    return _TermRows(
+        every=every,
+        df=df,
+        present=present,
+        source_all=source_all,
+        row_source=np.where(touched, -1, source_all)[present],
+        rebuilt=np.flatnonzero(touched & present),
+    )
+
+
+def _rebuilt_postings(prev: _Previous, fresh: _Fresh, rows: _TermRows):
+    """(the `chunk_ids` column, the rebuilt rows' offsets and tf): a rebuilt term's postings
+    are the previous ones that stay (renumbered when rows moved) with the fresh ones put in
+    at their places; every other row is a run of the previous column."""
+    old_offsets, dead = prev.offsets, prev.dead
+    ids_source = prev.new_of_old[prev.chunks] if prev.moved else prev.chunks  # one pass
+    fresh_row = np.searchsorted(rows.every, fresh.terms)  # ascending: postings are by term
+    old_row = rows.source_all[rows.rebuilt]
+    mine_from = np.searchsorted(fresh_row, rows.rebuilt)
+    mine_to = np.searchsorted(fresh_row, rows.rebuilt, side="right")
     a_all = np.where(old_row >= 0, old_offsets[np.maximum(old_row, 0)], 0)
     b_all = np.where(old_row >= 0, old_offsets[np.maximum(old_row, 0) + 1], 0)
     gone_from, gone_to = np.searchsorted(dead, a_all), np.searchsorted(dead, b_all)
     parts_ids, parts_tf, sizes = [], [], []
-    for k in range(len(rebuilt_rows)):
-        ids = fresh_chunk[mine_from[k] : mine_to[k]]
-        tfs = fresh_tf[mine_from[k] : mine_to[k]]
+    for k in range(len(rows.rebuilt)):
+        ids = fresh.chunk[mine_from[k] : mine_to[k]]
+        tfs = fresh.tf[mine_from[k] : mine_to[k]]
         if old_row[k] >= 0:
             a, b = int(a_all[k]), int(b_all[k])
             gone = dead[gone_from[k] : gone_to[k]] - a
-            stay_ids, stay_tf = ids_source[a:b], old_tf[a:b]
+            stay_ids, stay_tf = ids_source[a:b], prev.tf[a:b]
             if len(gone):
                 stay_ids, stay_tf = np.delete(stay_ids, gone), np.delete(stay_tf, gone)
             if len(ids):
@@ -704,67 +796,59 @@ def spliced_tables(
     fresh_ids = np.concatenate(parts_ids) if parts_ids else np.zeros(0, np.int32)
     fresh_tfs = np.concatenate(parts_tf) if parts_tf else np.zeros(0, np.float32)
     fresh_list = pa.ListArray.from_arrays(pa.array(fresh_offsets), pa.array(fresh_ids, pa.int32()))
-    kept_list = old_list
-    if moved:  # the kept chunks after a change moved: their ids are the renumbered ones
+    kept_list = prev.chunk_list
+    if prev.moved:  # the kept chunks after a change moved: their ids are the renumbered ones
         kept_list = pa.ListArray.from_arrays(
             pa.array(old_offsets.astype(np.int32)), pa.array(ids_source, pa.int32())
         )
-    chunk_ids = splice(kept_list, fresh_list, row_source)
-    # tf, term-major like the postings: the same runs, at the level of postings.
-    tf_parts_out, taken = [], 0
+    return splice(kept_list, fresh_list, rows.row_source), fresh_offsets, fresh_tfs
+
+
+def _tf_runs(prev: _Previous, row_source, fresh_offsets, fresh_tfs) -> list[pa.Array]:
+    """tf, term-major like the postings: the same runs, at the level of postings."""
+    parts, taken = [], 0
     for first, length in runs(row_source):
         if first >= 0:
-            a, b = int(old_offsets[first]), int(old_offsets[first + length])
-            tf_parts_out.append(tf_array.slice(a, b - a))
+            a, b = int(prev.offsets[first]), int(prev.offsets[first + length])
+            parts.append(prev.tf_array.slice(a, b - a))
         else:
             a, b = int(fresh_offsets[taken]), int(fresh_offsets[taken + length])
-            tf_parts_out.append(pa.array(fresh_tfs[a:b], pa.float32()))
+            parts.append(pa.array(fresh_tfs[a:b], pa.float32()))
             taken += length
-    # The forward view: every surviving posting moves by the postings inserted at or before
-    # it less those removed before it (one pass); the fresh chunks' postings are where they
-    # were inserted.
+    return parts
+
+
+def _forward(prev: _Previous, fresh: _Fresh, fresh_rows, n: int, source) -> pa.Array:
+    """The forward view: every surviving posting moves by the postings inserted at or before
+    it less those removed before it (one pass); the fresh chunks' postings are where they
+    were inserted."""
+    dead, at = prev.dead, fresh.at
     events = np.concatenate([dead + 1, at])
     steps = np.concatenate([np.full(len(dead), -1), np.ones(len(at), dtype=np.int64)])
     by_place = np.argsort(events, kind="stable")
     events, levels = events[by_place], np.cumsum(steps[by_place])
-    lengths_between = np.diff(np.r_[0, events, len(old_chunks) + 1])
+    lengths_between = np.diff(np.r_[0, events, len(prev.chunks) + 1])
     levels = np.r_[0, levels]
     # The narrowest table that holds every step: the lookup below is one random read per
-    # posting, and a smaller table stays in the cache (int8: half the time of int16).
+    # posting, and a smaller table stays in the cache.
     reach = int(np.abs(levels).max())
     wide = np.int8 if reach < 1 << 7 else np.int16 if reach < 1 << 15 else np.int32
     shift = np.repeat(levels.astype(wide), lengths_between)
-    moved_by = np.take(shift, fwd_values, mode="clip")  # `clip`: no bounds check per read
-    mapped = np.add(fwd_values, moved_by, dtype=np.int32)
+    moved_by = np.take(shift, prev.fwd_values, mode="clip")  # `clip`: no bounds check per read
+    mapped = np.add(prev.fwd_values, moved_by, dtype=np.int32)
     inserted = at - np.searchsorted(dead, at) + np.arange(len(at))
-    by_chunk = np.lexsort((inserted, fresh_chunk))
-    counts = np.bincount(fresh_chunk, minlength=n)[fresh_rows]
+    by_chunk = np.lexsort((inserted, fresh.chunk))
+    counts = np.bincount(fresh.chunk, minlength=n)[fresh_rows]
     fwd_fresh_offsets = np.zeros(len(fresh_rows) + 1, dtype=np.int32)
     np.cumsum(counts, out=fwd_fresh_offsets[1:])
     fresh_forward = pa.ListArray.from_arrays(
         pa.array(fwd_fresh_offsets), pa.array(inserted[by_chunk].astype(np.int32), pa.int32())
     )
     old_forward = pa.ListArray.from_arrays(
-        pa.array(fwd_offsets.astype(np.int32, copy=False)),
+        pa.array(prev.fwd_offsets.astype(np.int32, copy=False)),
         pa.array(mapped.astype(np.int32, copy=False), pa.int32()),
     )
-    forward = splice(old_forward, fresh_forward, source)
-    lengths = splice(
-        old_lengths_array, pa.array(weighted(store.lengths, params), pa.float32()), source
-    )
-    terms = every[present]
-    df = df_all[present].astype(np.int32)
-    return {
-        "lexical": pa.Table.from_arrays(
-            [pa.array(terms, pa.uint64()), pa.array(df, pa.int32()), chunk_ids],
-            schema=index_format.LEXICAL_SCHEMA,
-        ),
-        "lexical_forward": pa.Table.from_arrays(
-            [forward], schema=index_format.LEXICAL_FORWARD_SCHEMA
-        ),
-        TF_TABLE: pa.table({"tf": pa.chunked_array(tf_parts_out, pa.float32())}),
-        LENGTHS_TABLE: pa.table({"length": lengths}),
-    }
+    return splice(old_forward, fresh_forward, source)
 
 
 def update(plan: Plan, analysed: Store | None = None) -> LexicalTables:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,76 +90,109 @@ def publish(
     if not folder.is_dir():
         private.make_dir(folder)
     count = config.shards
-    try:
-        old = shards.read_manifest(folder)
-    except shards.ShardsError:
-        old = None
-    if old is not None and (old.shards != count or len(old.entries) != count):
-        old = None  # another shard count: every shard is rebuilt from the caches
+    old = _previous_manifest(folder, count)
     generation = old.generation + 1 if old is not None else 1
     parts: list[list] = [[] for _ in range(count)]
     for entry in sources.entries:
         parts[shards.shard_of(entry.path, count)].append(entry)
-    entries: list[shards.ShardEntry] = []
-    written_bytes = reused = chunks = 0
-    damaged: list[str] = []
-    lexical_meta: dict[str, Any] = {}
-    overlay_meta: dict[str, Any] = {}
     planned = []
     for shard, members in enumerate(parts):
         own = replace(sources, entries=tuple(members))
         previous = folder / old.entries[shard].name if old is not None else folder / "-"
-        if source is not None:
-            previous = source
-        rows = plan(previous, own)
+        rows = plan(source if source is not None else previous, own)
         planned.append((rows, schema_pack.update(_counted(rows, source), own.state)))
     # One schema over every shard: the fields' types (hence the typed columns a filter
     # reads) are those of the whole index, not of the shard's files.
     fields = schema_pack.global_fields([update for _, update in planned], sources.state)
-    types = schema_pack.column_types(fields)
-    problems = []
+    tally = _Tally()
     for shard, members in enumerate(parts):
         own = replace(sources, entries=tuple(members))
         rows, schema = planned[shard]
-        if schema_pack.column_types(schema.result.fields) != types:
+        if schema_pack.column_types(schema.result.fields) != schema_pack.column_types(fields):
             schema = schema_pack.update(_counted(rows, source), own.state, fields)
-        problems += schema.result.problems
-        damaged += rows.damaged
-        clusters = cluster.assign(rows, own.state)
-        digest = _digest(sources.build_key, sorted((e.path, e.sha256, e.mtime_ns) for e in members))
-        reused += rows.reused_files
-        chunks += rows.chunks.num_rows
-        overlay_meta = schema.overlay_meta
-        if source is None and old is not None and _unchanged(rows, schema, clusters, len(members)):
-            kept = old.entries[shard]
-            entries.append(replace(kept, digest=digest))
-            lexical_meta = rows.previous.meta.get("lexical") or lexical_meta
-            continue
-        shard_meta = {**meta, "build_key": sources.build_key, "shard": [shard, count]}
-        # A shard as big as an index that gets IVF lists gets its own (MDVDB_IVF_MIN_CHUNKS)
-        tables, full_meta = build_tables(
-            rows,
-            schema,
-            clusters,
-            shard_meta,
-            sources.dimensions,
-            config.ivf_min_chunks,
-            ivf_reuse=source is None,
-        )
-        name = shards.shard_name(shard, generation)
-        written_bytes += index_format.write_index(
-            folder / name, tables, full_meta, source=rows.previous
-        )
-        lexical_meta = full_meta["lexical"]
-        entries.append(
-            shards.ShardEntry(
-                shard, name, generation, digest, rows.files.num_rows, rows.chunks.num_rows
-            )
-        )
+        written = _write_shard(config, own, meta, (shard, generation), rows, schema, old, source)
+        tally.add(rows, schema, written)
+    manifest = _publish(folder, old, generation, fields, tally, sources, meta)
+    # One generation of grace: a reader that read the previous manifest may not have
+    # mapped its files yet.
+    shards.remove_unlisted(folder, manifest.names() | (old.names() if old is not None else set()))
+    return Written(tally.written_bytes, tally.chunks, tally.reused, tuple(tally.damaged))
+
+
+def _previous_manifest(folder: Path, count: int) -> shards.Manifest | None:
+    """The published manifest, or None (none, damaged, or of another shard count: every
+    shard is then rebuilt from the caches)."""
+    try:
+        old = shards.read_manifest(folder)
+    except shards.ShardsError:
+        return None
+    if old is not None and (old.shards != count or len(old.entries) != count):
+        return None
+    return old
+
+
+@dataclass
+class _Tally:
+    """What the shards' writes add up to, for the manifest and the ingest's report."""
+
+    entries: list = field(default_factory=list)
+    written_bytes: int = 0
+    reused: int = 0
+    chunks: int = 0
+    damaged: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+    lexical_meta: dict = field(default_factory=dict)
+    overlay_meta: dict = field(default_factory=dict)
+
+    def add(self, rows, schema, written: tuple) -> None:
+        entry, size, lexical_meta = written
+        self.entries.append(entry)
+        self.written_bytes += size
+        self.reused += rows.reused_files
+        self.chunks += rows.chunks.num_rows
+        self.damaged += rows.damaged
+        self.problems += schema.result.problems
+        self.overlay_meta = schema.overlay_meta
+        self.lexical_meta = lexical_meta or self.lexical_meta
+
+
+def _write_shard(config, own: PackSources, meta, at: tuple[int, int], rows, schema, old, source):
+    """(its manifest entry, bytes written, its lexical meta) of one shard: kept as it is when
+    its files, clusters and schema are what its previous file holds, else written."""
+    shard, generation = at
+    count, folder = config.shards, config.shards_path
+    members = own.entries
+    clusters = cluster.assign(rows, own.state)
+    digest = _digest(own.build_key, sorted((e.path, e.sha256, e.mtime_ns) for e in members))
+    if source is None and old is not None and _unchanged(rows, schema, clusters, len(members)):
+        kept = old.entries[shard]
+        return replace(kept, digest=digest), 0, rows.previous.meta.get("lexical")
+    shard_meta = {**meta, "build_key": own.build_key, "shard": [shard, count]}
+    # A shard as big as an index that gets IVF lists gets its own (MDVDB_IVF_MIN_CHUNKS)
+    tables, full_meta = build_tables(
+        rows,
+        schema,
+        clusters,
+        shard_meta,
+        own.dimensions,
+        config.ivf_min_chunks,
+        ivf_reuse=source is None,
+    )
+    name = shards.shard_name(shard, generation)
+    size = index_format.write_index(folder / name, tables, full_meta, source=rows.previous)
+    entry = shards.ShardEntry(
+        shard, name, generation, digest, rows.files.num_rows, rows.chunks.num_rows
+    )
+    return entry, size, full_meta["lexical"]
+
+
+def _publish(folder, old, generation: int, fields, tally: _Tally, sources, meta):
+    """Write the global file (the whole index's schema, near-duplicate groups, clusters)
+    and publish the manifest naming it and the shards; the manifest."""
     global_name = shards.global_name(generation)
     result = schema_pack.SchemaResult(
         fields=fields,
-        problems=sorted(problems, key=lambda p: p.path),
+        problems=sorted(tally.problems, key=lambda p: p.path),
         overlay=schema_pack.stored_overlay(sources.state),
     )
     schema_tables = {
@@ -168,31 +201,29 @@ def publish(
     }
     previous_global = folder / old.global_file if old is not None else None
     files = _write_global(
-        folder, global_name, entries, sources, meta, schema_tables, previous_global
+        folder, global_name, tally.entries, sources, meta, schema_tables, previous_global
     )
+    count = len(tally.entries)
     manifest = shards.Manifest(
         count,
         generation,
-        entries,
+        tally.entries,
         global_name,
         {
             **meta,
             "build_key": sources.build_key,
-            "lexical": lexical_meta,
-            "schema_overlay": overlay_meta,
+            "lexical": tally.lexical_meta,
+            "schema_overlay": tally.overlay_meta,
             duplicates.META_KEY: duplicates.meta(),
             "files": files,
-            "chunks": chunks,
+            "chunks": tally.chunks,
             "shards": count,
             "generation": generation,
             "written_at": time.time(),
         },
     )
     shards.publish_manifest(folder, manifest)
-    # One generation of grace: a reader that read the previous manifest may not have
-    # mapped its files yet.
-    shards.remove_unlisted(folder, manifest.names() | (old.names() if old is not None else set()))
-    return Written(written_bytes, chunks, reused, tuple(damaged))
+    return manifest
 
 
 def _write_global(
