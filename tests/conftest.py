@@ -8,7 +8,6 @@ files tears it down and builds it again)."""
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import os
 import resource
@@ -222,27 +221,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     thread = session.config.stash.get(_EARLY_CLEANUP, None)
     if thread is not None:
         thread.join()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # an xdist worker (not a pytest a test starts)
-        atexit.register(_end_worker_now)
-
-
-def _end_worker_now() -> None:
-    """An xdist worker's last act, once its report is sent and its exit handlers (those
-    registered after its configuration: coverage's, multiprocessing's, the MiniLM loader's
-    join) have run: end without the interpreter's teardown. Unloading what the tests loaded
-    (NumPy, pyarrow, onnxruntime, scikit-learn, MCP's SDK and their objects) took ~0.9 s
-    after the last test of the inner loop, and the run ends only when both workers have;
-    `mdvdb ingest` ends the same way. The controller reads the worker's results from its
-    channel, never its exit code."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(0)
 
 
 # Bytecode is written, whatever PYTHONDONTWRITEBYTECODE says (some shells and CI images set

@@ -21,21 +21,19 @@ from pipeline.workers import POOL_MIN_FILES
 from tests.conftest import REPO
 from tests.test_parallel_ingest import _project
 
-# The real CLI; as it exits (`os._exit` after an ingest, `sys.exit` otherwise), whether this
-# (parent) process imported scikit-learn. argv[1]: "die" makes the helper's fit end its
-# process.
+# The real CLI; as it exits, whether this (parent) process imported scikit-learn. argv[1]:
+# "die" makes the helper's fit end its process.
 _CLI = r"""
 import os, sys
 if sys.argv[1] == "die":
     import pipeline.cluster.topics
     pipeline.cluster.topics.choose_and_fit = lambda *args: os._exit(3)
 import mdvdb.cli
-def said(exit):  # an ingest that ends by `os._exit` reports first
+def said(exit):
     def report(*args):
         print("parent imported sklearn:", "sklearn" in sys.modules, file=sys.stderr)
         return exit(*args)
     return report
-mdvdb.cli.exit_now = said(mdvdb.cli.exit_now)
 sys.exit = said(sys.exit)
 sys.argv = ["mdvdb", *sys.argv[2:]]
 mdvdb.cli.main()
