@@ -18,7 +18,7 @@ of rows, and enough that no native call can read outside the map (a bad string o
 to abort or segfault a reader). The per-buffer checksums cover the bytes themselves; they
 are checked by `status --verify` (`verify_checksums`), by a writer before it reuses rows of
 the previous index, and when a reader meets an unexpected error (`damage_message`), not on
-every search: hashing a 500 MB index costs a fraction of a second. A reader maps
+every search. A reader maps
 the file once (`pyarrow.memory_map`) and builds every column zero-copy over its buffers
 (`pyarrow.Array.from_buffers`); the `vector` column of `chunks` is one contiguous float32
 buffer that NumPy views as an (n, d) matrix without a copy.
@@ -26,9 +26,8 @@ buffer that NumPy views as an (n, d) matrix without a copy.
 Why our own container of raw buffers rather than Arrow IPC streams (format 1): a writer can
 then emit a column as the concatenation of slices of the previous index plus a few fresh rows,
 copying the unchanged bytes file-to-file, where IPC needs each column combined into one
-contiguous array in memory first (on a 520 MB index: ~1 s to combine, ~1 s to write through
-fresh pages). The only thing IPC gave us, the type description, is kept: each table's schema
-is stored as a serialized Arrow schema.
+contiguous array in memory first. The only thing IPC gave us, the type description, is kept:
+each table's schema is stored as a serialized Arrow schema.
 
 A writer never touches the published file: it writes a temp file in the same folder, fsyncs it
 and `os.replace`s it over the old one, so a reader holds either the old snapshot or the new one.

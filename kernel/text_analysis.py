@@ -12,8 +12,8 @@ What it does, and why:
 - Han, Kana and Hangul have no spaces between words: a run of them becomes overlapping character
   bigrams (a lone character stays a unigram), the usual dictionary-free way to make Chinese,
   Japanese and Korean searchable; a query analysed the same way matches any substring of 2+.
-- English words are stemmed with Snowball (PyStemmer, a C extension: ~1 µs a word, and the same
-  algorithm the bm25s baseline uses); Cyrillic words with the Russian Snowball stemmer. Other
+- English words are stemmed with Snowball (PyStemmer, a C extension, and the same algorithm
+  the bm25s baseline uses); Cyrillic words with the Russian Snowball stemmer. Other
   scripts (Arabic, Greek, Devanagari...) are kept as whole lower-cased words.
 - A short English stop-word list is removed; words of other languages are all kept.
 - Terms are stored as 64-bit BLAKE2b hashes, so neither side needs a vocabulary: the writer

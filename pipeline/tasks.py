@@ -1,7 +1,7 @@
 """The stages (`pipeline.stages`) as doit tasks: one task per stage, chained by digests.
 
-One task per *stage*, not per file: doit loads and checks every task on every run, which costs
-10.7 s for a no-op at 100k files with a task per file against 0.6 s with a task per stage. Each
+One task per *stage*, not per file: doit loads and checks every task on every run, which a
+task per file makes dear at 100k files (docs/benchmarks.md). Each
 task's action calls its stage with the outputs of the stages before it and returns the stage's
 digest; the next task depends on it through `result_dep`, so a touched-but-unchanged file stops
 the chain at `discover`.

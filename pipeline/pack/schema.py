@@ -1,7 +1,7 @@
 """The frontmatter schema at pack time, kept up to date by difference.
 
-Inference over every file's frontmatter costs ~2 s at 100k files (decode 100k JSON objects,
-classify 600k values, build the typed columns). What an edit changes is a few files, so the
+Inference over every file's frontmatter is dear on a big folder (decode each file's JSON,
+classify every value, build the typed columns). What an edit changes is a few files, so the
 index carries, besides the read side's `schema` table, the counts inference is made of: per
 field, how many files have the key, how many have a value, of which types (`schema_fields`),
 and how many files hold each distinct value (`schema_values`, sorted by field and value). An

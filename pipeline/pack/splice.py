@@ -4,7 +4,7 @@ Rows are always in path order (files) and file order (chunks), both in a full bu
 incremental one, so the rows an edit keeps form a few long runs of consecutive rows of the
 previous index. A run is a zero-copy slice; `index_format.write_index` then writes each column
 as the concatenation of its slices, copying the unchanged bytes file-to-file. Nothing is
-gathered row by row (an Arrow `take` of 300k chunk rows costs ~1 s; slicing costs nothing).
+gathered row by row (an Arrow `take` of every row is dear; slicing costs nothing).
 
 `source` arrays say, for every new row, which row of the previous table it repeats, or -1 for
 the next row of the fresh table.

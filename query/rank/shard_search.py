@@ -1,52 +1,15 @@
-"""A staged lexical or hybrid search over shards: the router computes the global numbers,
-the shards score their own rows and send back only their best rows.
+"""A staged lexical or hybrid search over shards: the router computes the corpus-wide
+numbers, the shards score their own rows and send back only their best ones.
 
-The one-file search (query.rank.search.mode_scores, query.score.fusion.hybrid) needs, beyond each
-chunk's own values, a few corpus-wide numbers: term and page document frequencies, the
-maxima that normalise BM25F, the expansion and the page-level score, the cosine's top and
-`pool`-th value, the three best BM25F chunks (Rocchio), the ten best of the first fused
-ranking (RM3), the best 128 of the fused one (stub test) and its best 100 (name test). Each
-is a maximum or a merge of the shards' best rows, so a query runs in rounds, each one
-message per shard server carrying a call per shard it serves, every server asked before
-any answer is read (query.shards.wire.exchange_all: a round costs one round trip; the shard
-keeps its arrays between rounds, query.shards.stages):
-
-    (term_df) the terms the reader does not know yet -> their df and page df, summed
-    bm25    terms' idf and norm      -> max, best 3 rows (+ their vectors), page max;
-            lexical mode: also the best `fetch` rows under the caller's first filter
-    dense   query vector, direction  -> best `pool` + 1 rows of the cosines, a fill, and
-            their BM25F (the router scores them in the first fused ranking: a bound)
-    first   max bm25, cosine floor,  -> best 10 rows of the first fused ranking at or
-            the bound                   above the bound, with their postings (the router
-                                        picks the RM3 terms; new ones: a df round)
-    expand  the terms and their idf  -> max of the expansion, and the front of (bm25,
-                                        expansion) pairs no row beats in both: the lexical
-                                        side's maximum, computed by the router
-    fuse    every normaliser, λ      -> best 128 rows (stub test), their page lengths
-    final   stub rows, named pages,  -> best `fetch` rows, their parts, how many pass
-            the filter
-
-A lexical query whose terms the reader knows is one round trip; a hybrid one six. Three
-rounds of the earlier protocol are folded into the ones before them, each exactly:
-- the feedback chunks' postings come with `first`'s rows; the bound keeps that small: a
-  row of the global best 10 is among its shard's best 10 and scores at least the 10th best
-  of any rows the router holds;
-- the lexical side's maximum after feedback, (1 - λ) bm25 / max + λ expansion / max in
-  float32, never decreases in either value, so its maximum over a shard's rows is its
-  maximum over the front, whatever the corpus-wide maxima (`shard_stages.lexical_front`);
-- the name test's pool (the best 100 after the stub prior) is computed by the router from
-  the 128 candidates with the shards' arithmetic when no other row can be in it (the prior
-  only scales candidates down; every other row ranks below the 128th): `_pool_after_stub`
-  says when, and otherwise the `stub` round asks the shards.
-tests/test_shard_rounds.py counts the round trips and runs each skipped round anyway to
-compare. Nothing sent either way holds a number per chunk: the bytes of a query grow with
-`fetch`, the query and the number of shards, not with a shard's size
-(tests/test_shard_fanout.py). Equal scores are merged by (score, global row descending),
-the order `query.score.vector.ranked` gives the one-file index, so the answers are the one-file
-ones bit for bit. A router over shard servers (`MDVDB_SHARD_SERVERS`) searches this way;
-shards in this process's threads, `--mode semantic` and the options this does not cover
-(term proximity, term reweighting, agreement feedback) take the per-chunk path of
-query.shards.reader.
+Each corpus-wide number the one-file search needs (term and page document frequencies, the
+maxima that normalise BM25F, the cosine's top and pool-th value, the feedback rows) is a
+maximum or a merge of the shards' best rows, so a query runs in rounds, one message per
+shard server each (`bm25`, `dense`, `first` and `expand` for the feedback, `fuse`, `stub`,
+`final`): docs/scale-out.md, "What is built", lists them and what each carries. Nothing sent
+holds a number per chunk, and ties merge by (score, global row), so the answers are the
+one-file ones bit for bit (tests/test_shard_rounds.py, tests/test_shard_fanout.py). Shards
+in this process's threads, `--mode semantic` and the options the rounds do not cover take
+the per-chunk path of query.shards.reader.
 """
 
 from __future__ import annotations
@@ -65,10 +28,9 @@ from query.shards.stages import encode_mask, first_scores, mixed_lexical
 __all__ = ["staged_scores"]
 
 
-# Shards answered by this process's threads take the per-chunk path: nothing crosses a
-# wire, and on 2 cores it was 1.1-1.5x faster than the rounds (20 shards of 6,500 chunks
-# and 4 of 1,100, same run; docs/scale-out.md). bench/scaleout.py sets this to time the
-# rounds shard by shard.
+# Shards in this process's threads take the per-chunk path, the faster one without a wire
+# (docs/benchmarks.md, "Sharded reads, third round"); bench/scaleout.py sets this to time
+# the rounds shard by shard.
 IN_PROCESS = False
 
 

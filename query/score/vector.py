@@ -1,8 +1,8 @@
 """Vector scoring: exact over the mapped float32 matrix, or an int8 first pass rescored exactly.
 
-No ANN library: a scan needs no build step and stays exact where it matters. Below ~20k
-chunks one float32 matrix-vector product is a few ms. Above, a long-lived reader (`mdvdb
-serve`, MCP, the library) keeps an int8 copy of the matrix (per-dimension scales, a quarter
+No ANN library: a scan needs no build step and stays exact where it matters. Below
+`AUTO_MIN_ROWS` chunks one float32 matrix-vector product is cheap. Above, a long-lived reader
+(`mdvdb serve`, MCP, the library) keeps an int8 copy of the matrix (per-dimension scales, a quarter
 of the bytes) built on the snapshot's second vector query, scores every row on it (SIMD int8
 dot products, simsimd) and rescores the best `RESCORE_DEPTH` rows exactly from float32.
 Hybrid fusion only ever uses the best `pool` (100) cosines (every lower one is clipped to 0,
@@ -53,10 +53,9 @@ def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
 
 def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """matrix @ vector through einsum's single-threaded SIMD loop, not BLAS: OpenBLAS's
-    threaded sgemv waits for a scheduler slice whenever the other core is busy, which on a
-    shared 2-core machine made a 40k x 256 product 10 ms at the median against einsum's 2-3 ms
-    (same minimum, 1.6 ms; bench/query_speed.py, docs/benchmarks.md). A matrix left in the
-    shards of a sharded index (query.shards.reader.ShardedVectors) computes it shard by shard."""
+    threaded sgemv waits for a scheduler slice whenever another core is busy
+    (bench/query_speed.py). A sharded index's matrix (query.shards.reader.ShardedVectors)
+    computes it shard by shard."""
     fanned = getattr(matrix, "row_dots", None)
     if fanned is not None:
         return fanned(vector)
@@ -366,9 +365,8 @@ class DenseScorer:
         )
 
     def _exact(self, query, direction, beta, pages, rho):
-        """Every row scored from float32; the page mix reuses the rows' products (no
-        gather of the sections of multi-section pages: at 131k chunks that was a 134 MB copy
-        and two more scans per query)."""
+        """Every row scored from float32; the page mix reuses the rows' products (no gather
+        of the sections of multi-section pages, which copied them and scanned twice more)."""
         moved_dots = None
         if direction is None:
             cosine = row_dots(self.matrix, query)
@@ -890,8 +888,7 @@ def _ranked(
 
 def union_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`np.union1d(a, b)` (sorted distinct rows), by one sort of both: NumPy 2's union1d
-    goes through a hashed `unique` that cost ~1.2 ms for 1,000 + 8,000 rows, twice a hybrid
-    query (a sort and a neighbour compare: ~0.07 ms)."""
+    goes through a hashed `unique`, many times dearer for these sizes."""
     rows = np.concatenate((a, b))
     if len(rows) < 2:
         return rows
@@ -907,9 +904,8 @@ def distinct(
 ) -> tuple[np.ndarray, ...]:
     """`np.unique(values, return_counts=counts, return_inverse=inverse)` of a 1-D integer
     array: (its distinct values ascending[, each one's count][, where each value went]),
-    the same arrays, by one sort and a neighbour compare. np.unique's own steps cost ~25 us
-    a call in Python, five calls a hybrid query (the query's terms twice, the name pool's
-    pages, the feedback terms)."""
+    the same arrays, by one sort and a neighbour compare, without np.unique's own steps in
+    Python (five calls a hybrid query)."""
     values = np.asarray(values).ravel()
     if inverse:
         perm = values.argsort()
@@ -952,12 +948,11 @@ def ranked(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """`np.add.reduceat(vectors, offsets, axis=0)`, bit for bit, ~8x faster for short pages.
-    Along axis 0, reduceat calls its inner loop once per page and dimension (~30 ms of a cold
-    tldr search for 1,778 pages of 2-4 sections). Pages of up to 8 sections are summed here
-    a section at a time over all pages of that length, in reduceat's order (the first row
-    plus the sum of the others, left to right); longer ones still go to reduceat.
-    `tests/test_cold_start.py` checks the bits against reduceat."""
+    """`np.add.reduceat(vectors, offsets, axis=0)`, bit for bit, without its inner loop per
+    page and dimension: pages of up to 8 sections are summed a section at a time over all
+    pages of that length, in reduceat's order (the first row plus the sum of the others,
+    left to right); longer ones still go to reduceat. `tests/test_cold_start.py` checks the
+    bits against reduceat."""
     out = np.empty((len(count), vectors.shape[1]), dtype=vectors.dtype)
     long = count > 8
     for size in np.unique(count[~long], return_counts=True)[0].tolist():
@@ -984,9 +979,9 @@ def multi_section_pages(
     """The pages of several sections, from each chunk's file id (a file's chunks are
     contiguous): each such page's first chunk, the chunks read (page by page, in order),
     the page of each chunk read, and the pages' normalised vector sums; None if no page
-    has two sections. Only those rows are read and summed: a reduceat over the whole
-    matrix cost a cold tldr search ~150 ms. A page's sum does not depend on the pages
-    around it, so a shard computes the one-file bits for its own pages."""
+    has two sections. Only those rows are read and summed, not the whole matrix. A page's
+    sum does not depend on the pages around it, so a shard computes the one-file bits for
+    its own pages."""
     if not len(files):
         return None
     first, count, offsets, chunks, rows = page_layout(files)
