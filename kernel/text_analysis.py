@@ -41,8 +41,8 @@ CJK_RANGES = (
     "\uff66-\uff9f\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
 )
 # Tokens: a CJK run (group 1) or a run of other letters and digits (group 2). Compiling this
-# pattern costs ~5-12 ms (its character classes span most of Unicode), a good part of a cold
-# search, so it is compiled on first use by a non-ASCII text; an ASCII text, where no CJK
+# pattern is slow (its character classes span most of Unicode), so it is compiled on first
+# use by a non-ASCII text; an ASCII text, where no CJK
 # character can occur, is split by the equivalent ASCII pattern (group 1 always empty).
 _TOKEN_PATTERN = rf"([{CJK_RANGES}]+)|([^\W_{CJK_RANGES}]+)"
 _ASCII_TOKEN = re.compile(r"()([^\W_]+)")

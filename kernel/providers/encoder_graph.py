@@ -4,7 +4,7 @@ No torch and no exporter: the graph is written node by node with the `onnx` pack
 same tensors the NumPy forward pass (`minilm.BertEncoder`) reads, so the two compute the same
 function. It is built once per model (a few seconds) and cached per user (`encoder_onnx`).
 
-Quantisation, chosen by measurement (docs/search-quality.md, "A fast runtime for MiniLM"):
+Quantisation, chosen by measurement (docs/search-quality.md, "Encoders: WordLlama vs MiniLM"):
 the weight matrices are stored as int8 with one scale per output column (symmetric), and each
 product runs as onnxruntime's `DynamicQuantizeMatMul` (the activations are quantised to uint8
 per tensor on the fly; on CPUs with VNNI/AMX the product is an integer kernel). Two places stay

@@ -319,9 +319,9 @@ RUNTIMES = ("auto", "onnx", "numpy")
 # the background meanwhile. A cold `mdvdb search` embeds one query and never loads it. 0: never.
 WARM_AFTER = 2
 # The warm query path's graph: "float32", the reference's function on onnxruntime (built in
-# memory from the weights when the process warms up, ~1-4 s, ~90 MB of RAM; vectors within
-# cosine 0.99999 of the reference, so rankings do not move), or "int8", the cached document
-# graph (~1 ms faster a query on tldr; cosine >= 0.996, CACM hybrid nDCG@10 -0.008).
+# memory from the weights when the process warms up; its vectors match the reference's, so
+# rankings do not move), or "int8", the cached document graph, a little faster and a little
+# less exact (docs/search-quality.md, "Encoders: WordLlama vs MiniLM").
 QUERY_GRAPH = "float32"
 
 

@@ -58,9 +58,8 @@ MINIBATCH_ABOVE = 20000
 # is 2/k (a topic word of a cluster of average size stays in), clamped to [0.1, 0.5].
 MIN_MAX_DOC_FREQ, MAX_MAX_DOC_FREQ = 0.1, 0.5
 # Below this many documents, k-means, silhouette and keyword counts run in plain NumPy
-# (pipeline/cluster/small_kmeans.py) and scikit-learn is never imported: its import is ~4 CPU-s,
-# the fits themselves milliseconds. Every shared corpus (1,400 documents and up) stays on
-# scikit-learn, so the measurements of docs/clusters.md stand.
+# (pipeline/cluster/small_kmeans.py) and scikit-learn is never imported: its import costs far
+# more than such fits. Every shared corpus stays on scikit-learn, so docs/clusters.md stands.
 NUMPY_BELOW = 1000
 
 _I32 = np.zeros(0, np.int32)

@@ -344,8 +344,8 @@ class ShardServer:
         self._parts: OrderedDict[str, ShardPart] = OrderedDict()
         self._lock = threading.Lock()
         cores = os.cpu_count() or 1
-        # the shards of one round side by side (5 shards a server, 2 cores: in turn was
-        # 1.2x main's hybrid p50, side by side 0.74-0.82x, docs/benchmarks.md)
+        # the shards of one round side by side, not in turn (docs/benchmarks.md, "Sharded
+        # reads, third round")
         self.workers = (
             ThreadPoolExecutor(min(cores, len(self.served)))
             if cores >= PARALLEL_CORES and len(self.served) > 1
