@@ -34,6 +34,10 @@ COMMANDS = {
 }
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
+# Short commands that only read: their process needs neither OpenBLAS's thread per core (no
+# product here is big enough to use them) nor the cyclic collector (the imports would pay for
+# dozens of collections that find almost nothing, and the process ends with the command).
+READ_ONLY = frozenset({"search", "get", "status", "schema", "clusters", "grep"})
 DIST_NAME = "markdown-vdb"
 
 __all__ = ["main", "run"]
@@ -108,6 +112,12 @@ def main() -> None:
     if argv == ["--version"]:
         sys.stdout.write(f"mdvdb {version()}\n")
         sys.exit(0)
+    if argv and argv[0] in READ_ONLY:
+        import gc
+        import os
+
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a user's own setting is kept
+        gc.disable()
     from mdvdb.cli.warm import forward
 
     code = forward(argv)

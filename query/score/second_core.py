@@ -13,9 +13,12 @@ MDVDB_SEARCH_THREADS sets how many threads a split pass runs on (`set_threads`, 
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from kernel.config import Config
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 # Pieces per thread of a split pass: small enough that a thread the scheduler pauses holds up
 # the pass for one piece at most, large enough that handing one out costs nothing.
@@ -48,6 +51,8 @@ def threads() -> int:
 def _pool(workers: int) -> ThreadPoolExecutor:
     pool = _POOLS.get(workers)
     if pool is None:
+        from concurrent.futures import ThreadPoolExecutor  # only once a pass is split
+
         pool = _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="mdvdb-search")
     return pool
 
