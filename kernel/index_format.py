@@ -280,6 +280,13 @@ def column_array(table: pa.Table, name: str) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
+def arrow_array(table: pa.Table, name: str) -> pa.Array:
+    """`column_array`, always a pyarrow Array (a lite-read table's column built with pyarrow
+    over the same map): for `pyarrow.compute`, which takes nothing else."""
+    real = getattr(table, "arrow", None)
+    return column_array(real() if real is not None else table, name)
+
+
 def list_parts(table: pa.Table, name: str) -> tuple[Any, Any]:
     """(offsets, values) of a list column of a fixed-width type as NumPy arrays over the map,
     rebased so that row i is values[offsets[i]:offsets[i + 1]] (a sliced array costs a copy
@@ -346,14 +353,17 @@ def _footer(path: Path, view: memoryview) -> tuple[int, dict, dict]:
     return footer_at, tables_layout, meta
 
 
-def read_index(path: Path | str, lazy: bool = False) -> IndexFile:
+def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> IndexFile:
     """Map the index and open every table zero-copy. Damage that could make a native call
     read outside the map (a footer that is not the one written, a buffer outside the file,
     an offset outside its values) raises IndexDamaged; other damage shows in
-    `verify_checksums`. `lazy`: open (and
+    `verify_checksums`. `lite` opens the tables without importing pyarrow
+    (`kernel.arrow_lite`; the cold search path), with the same checks. `lazy`: open (and
     check) each table on its first use instead, for a reader of many files that needs a few
     tables of each (a sharded index: ~70 columns checked per file otherwise, ~20 ms a
     shard)."""
+    if lite and not os.environ.get(ARROW_READER_ENV):
+        return _read_index_lite(Path(path))
     import pyarrow as pa
 
     path = Path(path)
@@ -424,13 +434,167 @@ class _LazyTables(Mapping):
         return len(self._layouts)
 
 
-def _region(body: pa.Buffer, where: list[int]) -> pa.Buffer:
+def _region(body: pa.Buffer | memoryview, where: list[int]) -> pa.Buffer | memoryview:
     offset, length = where
     if not (isinstance(offset, int) and isinstance(length, int)):
         raise TypeError("a buffer location is not a pair of integers")
-    if offset < 0 or length < 0 or offset + length > body.size:
+    size = body.nbytes if isinstance(body, memoryview) else body.size
+    if offset < 0 or length < 0 or offset + length > size:
         raise ValueError("a buffer lies outside the file")
+    if isinstance(body, memoryview):  # the lite reader's map
+        return body[offset : offset + length]
     return body.slice(offset, length)
+
+
+# Set (to anything) to open indexes with pyarrow even where the format's own reader would
+# serve: a way around a reader bug.
+ARROW_READER_ENV = "MDVDB_ARROW_READER"
+
+# Exceptions a damaged footer or buffer can raise while a table is opened.
+_OPEN_ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError, OSError)
+
+
+def _read_index_lite(path: Path) -> IndexFile:
+    """`read_index` without pyarrow: the same header, footer, schema, bounds and offsets
+    checks, tables of `kernel.arrow_lite` columns over an `mmap`."""
+    import mmap
+
+    try:
+        with open(path, "rb") as handle:
+            stat = os.fstat(handle.fileno())
+            source = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if stat.st_size else b""
+    except FileNotFoundError:
+        raise IndexFormatError(f"no index at {path}: run `mdvdb ingest` first") from None
+    except (OSError, ValueError) as exc:
+        raise IndexFormatError(f"cannot open index {path}: {exc}") from None
+    whole = memoryview(source)
+    size = whole.nbytes
+    footer_at, tables_layout, meta = _footer(path, whole)
+    body = whole[:footer_at]
+    index = IndexFile(
+        path=path,
+        meta=meta,
+        size=size,
+        mtime_ns=stat.st_mtime_ns,
+        inode=stat.st_ino,
+        device=stat.st_dev,
+        source=source,
+    )
+    index.layouts = tables_layout
+    index.body = body
+    for name, layout in tables_layout.items():
+        try:
+            index.tables[name] = _open_table_lite(index, name, layout)
+        except _OPEN_ERRORS as exc:
+            raise IndexDamaged(path, f"table {name}: {exc}") from None
+    _OPENED.append(weakref.ref(index))
+    del _OPENED[:-8]
+    return index
+
+
+def _open_table_lite(index: IndexFile, name: str, layout: dict[str, Any]) -> Any:
+    """One table as `arrow_lite` columns; a schema the lite reader does not decode is opened
+    with pyarrow (over the same map), and so is any column of a type it does not know, when
+    first used."""
+    from kernel import arrow_lite
+
+    body = index.body
+    schema_bytes = _region(body, layout["schema"])
+    if _xxh3([schema_bytes]) != layout["h"]:
+        raise ValueError("the schema does not match its checksum")
+    try:
+        schema = arrow_lite.read_schema(schema_bytes)
+    except arrow_lite.Unsupported:
+        return _real_table(index, name)
+    columns = layout["columns"]
+    if len(columns) != len(schema):
+        raise ValueError(f"{len(columns)} columns for {len(schema)} fields")
+    rows = layout["rows"]
+    opened = []
+    for i, (field_, desc) in enumerate(zip(schema, columns, strict=True)):
+        if field_.type.kind == "other":
+            opened.append(None)  # pyarrow builds (and checks) it on first use
+            continue
+        array = _open_array_lite(field_.type, desc, body, _real_column(index, name, i))
+        if len(array) != rows:
+            raise ValueError(f"{len(array)} rows, the footer says {rows}")
+        opened.append(array)
+
+    def column(i: int) -> Any:
+        return opened[i] if opened[i] is not None else _real_table(index, name).column(i)
+
+    return arrow_lite.LiteTable(schema, rows, column, lambda: _real_table(index, name))
+
+
+def _real_table(index: IndexFile, name: str) -> Any:
+    """The pyarrow form of one table of a lite-opened index, built once over the same map."""
+    cache = index.__dict__.setdefault("_real_tables", {})
+    found = cache.get(name)
+    if found is None:
+        import pyarrow as pa
+
+        try:
+            found = _open_table(pa.py_buffer(index.body), index.layouts[name])
+        except (*_OPEN_ERRORS, pa.ArrowException) as exc:
+            raise IndexDamaged(index.path, f"table {name}: {exc}") from None
+        cache[name] = found
+    return found
+
+
+def _real_column(index: IndexFile, name: str, i: int):
+    return lambda: column_array(_real_table(index, name), i)
+
+
+def _open_array_lite(kind: Any, desc: dict[str, Any], body: memoryview, real) -> Any:
+    """`_open_array`'s checks by hand: lengths, buffer bounds and sizes, offsets inside their
+    values."""
+    from kernel import arrow_lite
+
+    n, nulls = desc["n"], desc["z"]
+    if not (isinstance(n, int) and isinstance(nulls, int)) or n < 0 or not -1 <= nulls <= n:
+        raise ValueError("bad array length or null count")
+    buffers = [None if b is None else _region(body, b) for b in desc["b"]]
+    expected = {"fixed": 2, "bool": 2, "utf8": 3, "list": 2, "fixed_size_list": 1}[kind.kind]
+    if len(buffers) != expected:
+        raise ValueError(f"{len(buffers)} buffers for a {kind.name} column")
+    child_kinds = [kind.child] if kind.child is not None else []
+    if len(desc["c"]) != len(child_kinds):
+        raise ValueError(f"{len(desc['c'])} children for a {kind.name} column")
+    children = [
+        _open_array_lite(t, c, body, lambda: real().values)
+        for t, c in zip(child_kinds, desc["c"], strict=True)
+    ]
+
+    def short(buffer, need: int) -> bool:
+        return need > 0 and (buffer is None or buffer.nbytes < need)
+
+    if nulls and buffers[0] is not None and short(buffers[0], (n + 7) // 8):
+        raise ValueError("validity bitmap too short")
+    if nulls == -1:  # unknown: counted, as pyarrow does on first use
+        bitmap = buffers[0]
+        valid = int.from_bytes(bitmap[: (n + 7) // 8], "little") if bitmap is not None else -1
+        nulls = n - bin(valid & ((1 << n) - 1)).count("1")
+    if nulls and buffers[0] is None:
+        raise ValueError("nulls without a validity bitmap")
+    if kind.kind == "fixed" and short(buffers[1], n * kind.width):
+        raise ValueError("data buffer too short")
+    if kind.kind == "bool" and short(buffers[1], (n + 7) // 8):
+        raise ValueError("data buffer too short")
+    if kind.kind == "fixed_size_list" and len(children[0]) < n * kind.list_size:
+        raise ValueError("values shorter than the list length")
+    if kind.kind in ("utf8", "list") and n:
+        import numpy as np
+
+        if short(buffers[1], 4 * (n + 1)):
+            raise ValueError("offsets buffer too short")
+        offsets = np.frombuffer(buffers[1], dtype=np.int32, count=n + 1)
+        if kind.kind == "list":
+            limit = len(children[0])
+        else:
+            limit = buffers[2].nbytes if buffers[2] is not None else 0
+        if offsets[0] < 0 or offsets[-1] > limit or (np.diff(offsets) < 0).any():
+            raise ValueError("an offset lies outside its values")
+    return arrow_lite.LiteArray(kind, n, nulls, buffers, children, real)
 
 
 def _open_table(body: pa.Buffer, layout: dict[str, Any]) -> pa.Table:

@@ -232,7 +232,7 @@ def _evaluate(files, typed: TypedFilter) -> np.ndarray:
     if info.column is None or info.column not in files.column_names:
         # Declared in the overlay but in no file: nothing has it, everything misses it.
         return np.full(n, f.op == "missing")
-    column = index_format.column_array(files, info.column)
+    column = index_format.arrow_array(files, info.column)
     present = _numpy(pc.is_valid(column))
     if f.op == "exists":
         return present

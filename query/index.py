@@ -276,10 +276,13 @@ class Index(Reader):
             raise QueryError(f"{path}: outside the project root, refused") from None
 
 
-def open_index(root: Path | str | None = None, config: Config | None = None) -> Index:
+def open_index(
+    root: Path | str | None = None, config: Config | None = None, lite: bool = False
+) -> Index:
     """Open a project's index for reading (`root`: the project folder; default: found
     upward from the current folder). A `root` that is not a folder is a ConfigError, as
-    `--root` is for the CLI."""
+    `--root` is for the CLI. `lite` maps it without importing pyarrow (`kernel.arrow_lite`),
+    for a process that runs one query and exits."""
     if config is None and root is not None and not Path(root).is_dir():
         raise ConfigError(f"{root}: not a folder")
-    return Index(config or load_config(root))
+    return Index(config or load_config(root), lite=lite)

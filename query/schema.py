@@ -128,7 +128,7 @@ def field_strings(snapshot: Snapshot, info: FieldInfo | None):
     files = snapshot.table("files")
     if info is None or info.column is None or info.column not in files.column_names:
         return None
-    column = index_format.column_array(files, info.column)
+    column = index_format.arrow_array(files, info.column)
     if pa.types.is_list(column.type):
         column = pc.list_flatten(column)
     if not pa.types.is_string(column.type):

@@ -45,8 +45,9 @@ class Snapshot:
     cache: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path) -> Snapshot:
-        file = index_format.read_index(path)
+    def load(cls, path: Path, lite: bool = False) -> Snapshot:
+        """`lite`: columns of `kernel.arrow_lite`, without importing pyarrow."""
+        file = index_format.read_index(path, lite=lite)
         chunks = file.tables["chunks"]
         return cls(
             file=file,
@@ -74,11 +75,12 @@ class Snapshot:
 # The last snapshot mapped per index path, shared by every Index in this process, so a
 # long-lived process (`mdvdb serve`, `mdvdb mcp`) that opens an Index per call maps each
 # published file once. A snapshot is immutable, so sharing it is safe.
-_SNAPSHOTS: dict[Path, Snapshot] = {}
+_SNAPSHOTS: dict[tuple[Path, bool], Snapshot] = {}  # by path and lite
 
 
-def _shared_snapshot(path: Path, servers: tuple[str, ...] = ()) -> Snapshot:
-    cached = _SNAPSHOTS.get(path)
+def _shared_snapshot(path: Path, lite: bool = False, servers: tuple[str, ...] = ()) -> Snapshot:
+    key = (path, lite)
+    cached = _SNAPSHOTS.get(key)
     if cached is not None and getattr(cached, "servers", servers) != servers:
         cached = None  # the same sharded index, read through other shard servers
     if cached is not None:
@@ -93,8 +95,8 @@ def _shared_snapshot(path: Path, servers: tuple[str, ...] = ()) -> Snapshot:
 
         snap: Snapshot = ShardedSnapshot.load(path, servers)  # type: ignore[assignment]
     else:
-        snap = Snapshot.load(path)
-    _SNAPSHOTS[path] = snap
+        snap = Snapshot.load(path, lite)
+    _SNAPSHOTS[key] = snap
     return snap
 
 
@@ -103,8 +105,11 @@ class Reader:
     every query needs. Cheap to create; maps the file on first use. `query.Index` adds the
     queries themselves."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, lite: bool = False):
         self.config = config
+        # `lite`: map with the index format's own reader (kernel.arrow_lite), for a process
+        # that reads a few columns once and exits; the rest is handed to pyarrow.
+        self.lite = lite
         self._snapshot: Snapshot | None = None
         self._provider = None
         self._pins = threading.local()  # the snapshot each thread's current query holds
@@ -126,7 +131,7 @@ class Reader:
     def _current(self) -> Snapshot:
         snap = self._snapshot
         if snap is None or self._is_outdated(snap):
-            snap = _shared_snapshot(self.source, self._shard_servers())
+            snap = _shared_snapshot(self.source, self.lite, self._shard_servers())
             self._snapshot = snap
         return snap
 

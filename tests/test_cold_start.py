@@ -93,8 +93,8 @@ def test_a_cold_search_answers_as_the_warm_library(indexed_notes: Path):
 
 
 def test_a_cold_search_skips_what_it_does_not_use(indexed_notes: Path):
-    """A plain cold search does not import the agent shapes: `-X importtime` of the real
-    command lists what it loaded."""
+    """A plain cold search imports neither pyarrow (the index format's own reader reads it)
+    nor the agent shapes: `-X importtime` of the real command lists what it loaded."""
     done = run_cli(
         "search",
         "extract a tar archive",
@@ -106,6 +106,7 @@ def test_a_cold_search_skips_what_it_does_not_use(indexed_notes: Path):
     assert done.returncode == 0, done.stderr
     loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     assert "numpy" in loaded and "kernel.text_analysis" in loaded  # the log is there
+    assert not {m for m in loaded if m.startswith("pyarrow")}
     assert "query.shaping" not in loaded
 
 

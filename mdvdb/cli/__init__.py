@@ -118,7 +118,10 @@ def main() -> None:
 
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a user's own setting is kept
         gc.disable()
+    from mdvdb.cli import errors
     from mdvdb.cli.warm import forward
+
+    errors.ONE_SHOT = bool(argv) and argv[0] not in LONG_RUNNING
 
     code = forward(argv)
     if code is None:

@@ -20,6 +20,12 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_STALE, EXIT_NO_INDEX, EXIT_OFF = 3, 4, 5
 EXIT_INTERRUPTED = 130
 
+# Set by `mdvdb.cli.main`: this process ends after its one command (a warm server's calls do
+# not), so `search`, `get`, `status` and `schema` read the index with the format's own reader
+# instead of importing pyarrow, which would be a large part of their time (kernel.arrow_lite;
+# docs/benchmarks.md, "Cold search").
+ONE_SHOT = False
+
 
 # The library's expected failures, by class name so that none of them is imported to be caught.
 USER_ERRORS = frozenset(

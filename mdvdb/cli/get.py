@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass
 
 from kernel.options import REQUIRED, Spec, declared, option
+from mdvdb.cli import errors
 from mdvdb.cli.errors import EXIT_OK, load, print_json, user_errors
 from mdvdb.cli.parser import Command
 
@@ -21,7 +22,7 @@ def run_get(path: str, root: str | None = None, as_json: bool = False) -> int:
 
     with user_errors():
         config = load(root)
-        doc = open_index(config=config).get_document(path)
+        doc = open_index(config=config, lite=errors.ONE_SHOT).get_document(path)
         if as_json:
             print_json(doc.to_json())
             return EXIT_OK

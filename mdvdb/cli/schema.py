@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
+from mdvdb.cli import errors
 from mdvdb.cli.errors import (
     EXIT_ERROR,
     EXIT_OK,
@@ -42,7 +43,7 @@ def run_schema(
 def _schema(config, as_json: bool, field: str | None, check: bool) -> int:
     from query import load_schema, open_index, overlay_is_stale
 
-    index = open_index(config=config)
+    index = open_index(config=config, lite=errors.ONE_SHOT)
     merged = load_schema(index.snapshot)
     if not merged.present:
         raise CliError("this index has no frontmatter schema yet: run `mdvdb ingest`")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernel.terminal import printable
+from mdvdb.cli import errors
 from mdvdb.cli.errors import (
     EXIT_USAGE,
     CliError,
@@ -44,7 +45,7 @@ def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
     `fields`: `SearchRequest` fields."""
     from query import FilterError, RequestError, SearchRequest, open_index, run_request
 
-    index = open_index(config=config)
+    index = open_index(config=config, lite=errors.ONE_SHOT)
     # No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request as for the library.
     wanted = SearchRequest(**fields)
     try:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
+from mdvdb.cli import errors
 from mdvdb.cli.errors import (
     EXIT_ERROR,
     EXIT_NO_INDEX,
@@ -104,7 +105,7 @@ def _status_of(config):
     from kernel.index_format import IndexFormatError
     from query import open_index
 
-    index = open_index(config=config)
+    index = open_index(config=config, lite=errors.ONE_SHOT)
     try:
         st = index.status()
     except (OSError, ValueError, IndexFormatError) as exc:  # damaged, torn or foreign
@@ -132,7 +133,7 @@ def _new_files(config) -> list[str]:
     from pipeline import walk_files
     from query import new_files, open_index
 
-    snapshot = open_index(config=config).snapshot
+    snapshot = open_index(config=config, lite=errors.ONE_SHOT).snapshot
     return new_files(snapshot, config.root, walk_files(config, []))
 
 

@@ -55,7 +55,7 @@ def _column_contains(column, needles: list[bytes]) -> bool:
         data = chunk.buffers()[2]
         if data is None:
             continue
-        raw = bytes(data)  # a pyarrow Buffer
+        raw = bytes(data)  # a pyarrow Buffer, or a memoryview (kernel.arrow_lite)
         if any(raw.find(n) >= 0 for n in needles):
             return True
     return False
