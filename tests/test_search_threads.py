@@ -35,10 +35,27 @@ def test_one_thread_keeps_every_piece_on_the_caller(monkeypatch):
     second_core.set_threads(1)
     assert second_core.threads() == 1
     assert _taken_by(second_core) == {threading.main_thread().name}
-    second_core.set_threads(None)  # one per core: two threads of the pool
+    second_core.set_threads(None)  # one per core: the caller and a thread of the pool
     assert second_core.threads() == 2
-    taken = _taken_by(second_core)
-    assert len(taken) == 2 and all(name.startswith("mdvdb-search") for name in taken)
+    taken = _taken_by(second_core) - {threading.main_thread().name}
+    assert len(taken) == 1 and taken.pop().startswith("mdvdb-search")
+
+
+def test_a_call_no_thread_started_is_run_by_the_caller(monkeypatch):
+    """With the pool's one thread busy, `result()` runs the call itself instead of waiting
+    for that thread (a busy machine's scheduler slice)."""
+    from query.score import second_core
+
+    monkeypatch.setattr(second_core, "_THREADS", None)
+    monkeypatch.setattr(second_core, "cores", lambda: 2)
+    release = threading.Event()
+    busy = second_core.in_background(release.wait, 30)
+    try:
+        queued = second_core.in_background(threading.current_thread)
+        assert queued.result() is threading.main_thread()
+    finally:
+        release.set()
+    assert busy.result() is True
 
 
 def test_each_search_applies_its_setting(tmp_path: Path, monkeypatch):

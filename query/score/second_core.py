@@ -4,7 +4,9 @@
 a warm query's embedding while BM25 is scored); `in_parallel` runs a pass split by rows
 (`row_ranges`: the IVF lists' int8 products, the block-wise fusion, top-k comparisons). The
 calls release the GIL (NumPy, simsimd, onnxruntime), and each row is computed on its own, so
-the answer is the same bits on one thread or many.
+the answer is the same bits on one thread or many. The caller takes part: a pass's pieces go
+to whichever thread is free first, and a call no thread has started is run by the caller, so
+a busy machine never makes a search wait for a scheduler slice.
 
 MDVDB_SEARCH_THREADS sets how many threads a split pass runs on (`set_threads`, per search);
 0, the default: one per core this process may run on.
@@ -12,6 +14,7 @@ MDVDB_SEARCH_THREADS sets how many threads a split pass runs on (`set_threads`, 
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from kernel.config import Config
@@ -57,17 +60,47 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return pool
 
 
-def in_background(function, *args) -> Future:
+class Background:
+    """A call started on the pool. `result()` gives its value; if no thread has started it
+    by then (every core busy), the caller runs it, rather than wait for a scheduler slice."""
+
+    def __init__(self, function, args: tuple) -> None:
+        self.function, self.args = function, args
+        self.future: Future = _pool(max(1, threads() - 1)).submit(function, *args)
+
+    def result(self):
+        if self.future.cancel():
+            return self.function(*self.args)
+        return self.future.result()
+
+
+def in_background(function, *args) -> Background:
     """`function(*args)` started on another thread; `.result()` gives its value."""
-    return _pool(max(2, threads())).submit(function, *args)
+    return Background(function, args)
 
 
 def in_parallel(function, pieces: list) -> list:
-    """`[function(piece) for piece in pieces]`, in the pieces' order, on `threads()` threads."""
+    """`[function(piece) for piece in pieces]`, in the pieces' order, on `threads()` threads:
+    the caller and the pool's threads each take the next piece not started, so a thread the
+    scheduler holds back delays the pass by one piece at most."""
     count = threads()
     if len(pieces) < 2 or count < 2:
         return [function(piece) for piece in pieces]
-    return list(_pool(count).map(function, pieces))
+    values: list = [None] * len(pieces)
+    taken = itertools.count()  # `next` on it is atomic: each piece goes to one thread
+
+    def work() -> None:
+        while (i := next(taken)) < len(pieces):
+            values[i] = function(pieces[i])
+
+    helpers = [_pool(count - 1).submit(work) for _ in range(count - 1)]
+    try:
+        work()
+    finally:
+        for helper in helpers:  # one not started yet has nothing left to take
+            if not helper.cancel():
+                helper.result()
+    return values
 
 
 def row_ranges(n: int, minimum: int) -> list[tuple[int, int]]:
