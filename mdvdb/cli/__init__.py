@@ -38,6 +38,9 @@ LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
 # product here is big enough to use them) nor the cyclic collector (the imports would pay for
 # dozens of collections that find almost nothing, and the process ends with the command).
 READ_ONLY = frozenset({"search", "get", "status", "schema", "clusters", "grep"})
+# A writing command's imports alone would run the collector's young generation ~100 times for
+# a few hundred objects: it starts collecting after this many allocations instead of 700.
+YOUNG_OBJECTS = 20_000
 DIST_NAME = "markdown-vdb"
 
 __all__ = ["main", "run"]
@@ -112,21 +115,30 @@ def main() -> None:
     if argv == ["--version"]:
         sys.stdout.write(f"mdvdb {version()}\n")
         sys.exit(0)
-    if argv and argv[0] in READ_ONLY:
+    short = bool(argv) and argv[0] not in LONG_RUNNING
+    if short:
         import gc
-        import os
 
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a user's own setting is kept
-        gc.disable()
+        if argv[0] in READ_ONLY:
+            import os
+
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a user's own setting is kept
+            gc.disable()
+        else:
+            gc.set_threshold(max(YOUNG_OBJECTS, gc.get_threshold()[0]), *gc.get_threshold()[1:])
     from mdvdb.cli import errors
     from mdvdb.cli.warm import forward
 
-    errors.ONE_SHOT = bool(argv) and argv[0] not in LONG_RUNNING
+    errors.ONE_SHOT = short
 
     code = forward(argv)
     if code is None:
         code = run(argv)
     sys.stdout.flush()
+    if short:
+        import gc
+
+        gc.freeze()  # the exit's last collection leaves what the command built alone
     sys.exit(code)
 
 
