@@ -149,12 +149,16 @@ def grep(
             shown, more, fuller = take(matches, limit, per_file_limit)
         finally:
             matches.close()  # terminates rg if it is still running, and reaps it
+        if run.failure is not None:  # rg killed: not an empty answer
+            raise ToolProblem(run.failure)
         if run.returncode == 2 and not shown:
             errors.seek(0)
             raise ToolProblem(rg_problem(errors.read().decode("utf-8", "replace"), pattern, regex))
     reply = grep_reply(config.root, pattern, shown, more, fuller, context)
-    if selection.warnings:  # source folders skipped or always-ignored, as ingest reports them
-        reply["warnings"] = selection.warnings
+    warnings = [*selection.warnings, *run.warnings]  # as ingest reports them
+    warnings += [f"{path}: a matching line too long to show, left out" for path in run.long_lines]
+    if warnings:  # source folders skipped or always-ignored, .gitignore files not read
+        reply["warnings"] = warnings
     return reply
 
 

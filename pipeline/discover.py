@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from kernel.project_files import (  # noqa: F401 - BUILTIN_IGNORES: the watcher'
     source_folders,
     walked_within,
 )
+from kernel.safe_open import kind_of, read_problem
 from pipeline.state import ManifestEntry
 
 
@@ -111,7 +113,7 @@ class _Walker:
             errors.append((rel or ".", "symlink loop: folder already visited, skipped"))
             return
         self.seen_dirs.add(key)
-        rules = rules.entering(folder, rel)
+        rules = rules.entering(folder, rel, errors)
         try:
             entries = list(os.scandir(folder))
         except OSError as exc:
@@ -167,10 +169,13 @@ class _Walker:
                 if path in skip:
                     continue
                 try:
-                    found[child_rel] = entry.stat()
+                    st = entry.stat()
                 except OSError as exc:
                     errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
                     continue
+                if _special(st, child_rel, errors):
+                    continue
+                found[child_rel] = st
                 mine.append(child_rel)
                 continue
             verdict = _verdict(
@@ -187,13 +192,25 @@ class _Walker:
                 self.visit(entry.path, child_rel, rules)
                 continue
             try:
-                found[child_rel] = entry.stat()
+                st = entry.stat()  # a link's target: the walk took it for a file inside
             except OSError as exc:
                 errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
                 continue
+            if _special(st, child_rel, errors):
+                continue
+            found[child_rel] = st
             mine.append(child_rel)
         if not mine:
             del self.folders[rel]
+
+
+def _special(st: os.stat_result, rel: str, errors: list[tuple[str, str]]) -> bool:
+    """True (and reported) for a FIFO, device or socket with a Markdown name: opening one
+    would block or read forever, so it is never opened."""
+    if stat.S_ISREG(st.st_mode):
+        return False
+    errors.append((rel, f"{kind_of(st.st_mode)}, not a regular file; skipped"))
+    return True
 
 
 def _verdict(
@@ -307,10 +324,10 @@ def walk_folders(
 class _Stat:
     """What a walk's caller reads of a file's stat, as a forked walk hands it over."""
 
-    __slots__ = ("st_size", "st_mtime_ns")
+    __slots__ = ("st_size", "st_mtime_ns", "st_ino", "st_dev")
 
-    def __init__(self, size: int, mtime_ns: int):
-        self.st_size, self.st_mtime_ns = size, mtime_ns
+    def __init__(self, size: int, mtime_ns: int, ino: int, dev: int):
+        self.st_size, self.st_mtime_ns, self.st_ino, self.st_dev = size, mtime_ns, ino, dev
 
 
 # A walk is split in two processes only when the source folder has this many plain
@@ -413,6 +430,8 @@ def _child_walk(
                     rels,
                     [found[r].st_size for r in rels],
                     [found[r].st_mtime_ns for r in rels],
+                    [found[r].st_ino for r in rels],  # for the hash: the file the walk saw
+                    [found[r].st_dev for r in rels],
                 )
                 for folder, rels in walker.folders.items()
             },
@@ -443,7 +462,7 @@ def _merged(walker: _Walker, rel: str, parts: dict) -> tuple[_MergedStats, dict[
         folders.update(folder_items[at_folders:n_folders])
         errors.extend(own_errors[at_errors:n_errors])
         at_folders, at_errors = n_folders, n_errors
-        folders.update((f, rels) for f, (rels, _, _) in parts[name][1].items())
+        folders.update((f, found[0]) for f, found in parts[name][1].items())
         errors.extend(tuple(e) for e in parts[name][3])
     folders.update(folder_items[at_folders:])
     errors.extend(own_errors[at_errors:])
@@ -460,7 +479,8 @@ class _MergedStats(Mapping):
 
     def __init__(self, own: dict, places: list, parts: dict):
         self._own, self._places, self._parts = own, places, parts
-        self._theirs: dict[str, tuple[list[str], list[int], list[int]]] = {}
+        # folder -> (names, sizes, mtimes, inodes, devices)
+        self._theirs: dict[str, tuple[list[str], ...]] = {}
         self.signatures: dict[str, str] = {}
         self._count = len(own)
         for order, per_folder, signatures, _ in parts.values():
@@ -484,7 +504,7 @@ class _MergedStats(Mapping):
         if index is None:
             index = self._index[folder] = {r: i for i, r in enumerate(theirs[0])}
         i = index[rel]  # KeyError: not found
-        return _Stat(theirs[1][i], theirs[2][i])
+        return _Stat(theirs[1][i], theirs[2][i], theirs[3][i], theirs[4][i])
 
     def __iter__(self):
         own = iter(self._own)
@@ -639,6 +659,8 @@ def discover(
     trust_stat = only is None
     entries, known = result.entries, manifest.get
     root = str(config.root)  # joined as strings: a Path per file cost ~1 s at 38k files
+    within = None if config.follow_outside_root else root
+    limit = config.max_file_bytes
     unreadable: list[str] = []
     for rel, st in stats.items():
         old = known(rel)
@@ -650,9 +672,10 @@ def discover(
         ):
             continue
         try:
-            sha = sha256_file(os.path.join(root, rel))
+            # The file the walk saw (device and inode), never a FIFO, a link only inside.
+            sha = sha256_file(os.path.join(root, rel), within, st, limit)
         except OSError as exc:
-            errors.append((rel, f"cannot read: {exc.strerror or exc}"))
+            errors.append((rel, read_problem(exc)))
             unreadable.append(rel)
             continue
         result.hashed += 1
@@ -712,7 +735,10 @@ def _only(
             stats.update(rules.walk_folder(rel, errors))
             continue
         try:
-            stats[rel] = path.stat()
+            st = path.stat()
         except OSError as exc:
             errors.append((rel, f"cannot stat: {exc.strerror or exc}"))
+            continue
+        if not _special(st, rel, errors):
+            stats[rel] = st
     return stats, scope

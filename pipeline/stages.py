@@ -658,15 +658,18 @@ def _parse_files(
     progress: Progress,
 ) -> list[str]:
     """Parse (path, sha) pairs into the cache; returns the paths that failed (reported)."""
+    from kernel.safe_open import read_problem, read_source
     from pipeline.parse import parse_document
 
     batch: list[tuple[str, dict]] = []
     failed: list[str] = []
+    root = str(config.root)
+    within = None if config.follow_outside_root else root
     for i, (path, sha) in enumerate(todo, 1):
         try:
-            raw = (config.root / path).read_bytes()
+            raw = read_source(os.path.join(root, path), within, config.max_file_bytes)
         except OSError as exc:
-            problems.append((path, f"cannot read: {exc.strerror or exc}"))
+            problems.append((path, read_problem(exc)))
             failed.append(path)
             continue
         if hashlib.sha256(raw).hexdigest() != sha:
