@@ -266,7 +266,9 @@ class GrepRun:
         assert self.process is not None and self.process.stdout is not None
         out = self.process.stdout
         while line := out.readline(MESSAGE_LIMIT):
-            if len(line) == MESSAGE_LIMIT and not line.endswith(b"\n"):
+            if not line.endswith(b"\n"):
+                if len(line) < MESSAGE_LIMIT:
+                    break  # torn by rg's end (killed mid-write): `failure` says so
                 while (rest := out.readline(MESSAGE_LIMIT)) and not rest.endswith(b"\n"):
                     pass
                 if line.startswith(b'{"type":"match"'):
