@@ -184,7 +184,7 @@ SETTINGS: tuple[Setting, ...] = (
         "max_file_bytes",
         _int(1),
         str(10 << 20),
-        "Bigger source files are reported and skipped (ingest, grep)",
+        "Bigger source files are reported and skipped by ingest",
     ),
     Setting(
         "MDVDB_EMBEDDING_PROVIDER",

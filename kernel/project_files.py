@@ -466,7 +466,6 @@ def rg_rules(config: Config, paths: list[Path]) -> RgRules:
             flags += ["--glob", "!/" + own.resolve().relative_to(root).as_posix()]
     for pattern in user_patterns(config):
         flags += ["--glob", "!" + pattern]
-    flags += ["--max-filesize", str(config.max_file_bytes)]  # what ingest skips, rg skips
     lines: dict[str, None] = {}
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -498,28 +497,37 @@ def gitignores_below(
     to the root for `rel` (the folder's root-relative path), else (a folder outside the
     root, `rel` None) to its absolute path, which is how rg matches an absolute search
     path. Each file is read as the walk reads it (`read_gitignore`); one that is a link, a
-    FIFO or too big goes to `problems` and counts for nothing."""
+    FIFO or too big goes to `problems` and counts for nothing.
+
+    Listing a folder costs per entry (~2 us: 75 ms for tldr's 38k files), so a folder
+    whose link count says it has no subfolder is not listed (`find`'s leaf optimisation),
+    on a file system seen to keep that count (a listed folder's subfolders matched it;
+    SMB and btrfs do not keep it); docs/benchmarks.md, "Round two"."""
     skip = {str(config.index_path), str(config.state_path), str(config.shards_path)}
     base = "" if rel in (None, ".") else rel
     top = Rules.for_folder(config, base, above=rel is not None)
+    counts: dict[int, bool] = {}  # device -> its folders' link counts count their subfolders
     out: list[str] = []
     stack = [(str(start), base, top)]
     while stack:
         folder, folder_rel, rules = stack.pop()
         refused: list[tuple[str, str]] = []
         own = read_gitignore(folder, refused)
-        problems += [
-            (where if rel is None else _rel_to(config.root, where), why) for where, why in refused
-        ]
+        problems += [(_shown(config.root, where, rel), why) for where, why in refused]
         if own:
             anchor = folder_rel if rel is not None else folder.lstrip("/")
             out += translate_inside(own, anchor)
             rules = rules.adding(own, folder_rel)
         try:
+            info = os.stat(folder)
+            if info.st_nlink == 2 and counts.get(info.st_dev):
+                continue  # no subfolder
             with os.scandir(folder) as entries:
-                subs = [e for e in entries if _plain_folder(e)]
+                subs = [e for e in entries if e.is_dir(follow_symlinks=False)]
         except OSError:
             continue  # rg says itself what it cannot list
+        if subs and info.st_dev not in counts:
+            counts[info.st_dev] = info.st_nlink == len(subs) + 2
         below = []
         for entry in subs:
             child = f"{folder_rel}/{entry.name}" if folder_rel else entry.name
@@ -532,14 +540,10 @@ def gitignores_below(
     return out
 
 
-def _plain_folder(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
-
-
-def _rel_to(root: Path, path: str) -> str:
+def _shown(root: Path, path: str, rel: str | None) -> str:
+    """A path for a warning: root-relative inside the root."""
+    if rel is None:
+        return path
     try:
         return Path(path).relative_to(root).as_posix()
     except ValueError:
