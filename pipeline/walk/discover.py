@@ -425,16 +425,7 @@ def _child_walk(
         found = walker.found
         parts[name] = (
             list(found),  # the walk order
-            {
-                folder: (
-                    rels,
-                    [found[r].st_size for r in rels],
-                    [found[r].st_mtime_ns for r in rels],
-                    [found[r].st_ino for r in rels],  # for the hash: the file the walk saw
-                    [found[r].st_dev for r in rels],
-                )
-                for folder, rels in walker.folders.items()
-            },
+            {folder: _columns(found, rels) for folder, rels in walker.folders.items()},
             folder_signatures(found, walker.folders),
             walker.errors,
         )
@@ -443,6 +434,19 @@ def _child_walk(
     while view:
         view = view[os.write(out, view) :]
     os.close(out)
+
+
+def _columns(found: dict[str, os.stat_result], rels: list[str]) -> tuple[list, ...]:
+    """A folder's files as the child hands them over: names, sizes, mtimes, and inodes and
+    devices (the hash checks that it opens the file the walk saw)."""
+    stats = [found[r] for r in rels]
+    return (
+        rels,
+        [st.st_size for st in stats],
+        [st.st_mtime_ns for st in stats],
+        [st.st_ino for st in stats],
+        [st.st_dev for st in stats],
+    )
 
 
 def _merged(walker: _Walker, rel: str, parts: dict) -> tuple[_MergedStats, dict[str, list[str]]]:
