@@ -763,6 +763,13 @@ def _validate_paths(config: Config) -> None:
             )
         if path == config.root:
             raise ConfigError(f"{env} (from {origin}): {path} is the project root itself")
+        named = config.root / config.state_dir
+        chosen = origin == "the environment" or config.trusted
+        if kind == "folder" and not chosen and os.path.islink(named):  # a real folder only
+            raise ConfigError(
+                f"{env} (from {origin}): {named} is a symlink; mdvdb keeps its state only in "
+                "a real folder (remove the link, or set MDVDB_STATE_DIR in your environment)"
+            )
         if kind == "folder" and path.exists() and not path.is_dir():
             raise ConfigError(f"{env} (from {origin}): {path} exists and is not a folder")
         if kind == "file" and path.is_dir():

@@ -129,6 +129,29 @@ def test_a_cloned_shards_link_never_deletes_or_writes_outside(tmp_path: Path, fo
         assert _found(clone, "topic2") == ["note2.md"]
 
 
+def test_our_index_and_state_through_a_link_inside_the_root_are_refused(tmp_path: Path):
+    """Inside the root too: the index is never read through a link (a reader says so in one
+    line; the next ingest replaces the link by the index), and the state folder a folder
+    chooses must be a real folder."""
+    root = _folder(tmp_path / "notes")
+    assert _cli("ingest", "--root", str(root)).returncode == 0
+    index = root / ".markdownvdb.index"
+    index.rename(root / "elsewhere.index")
+    index.symlink_to("elsewhere.index")
+    found = _cli("search", "topic1", "--root", str(root))
+    assert found.returncode == 1, found.stderr
+    assert found.stderr.count("\n") == 1 and "symlink" in found.stderr, found.stderr
+    assert _cli("ingest", "--root", str(root)).returncode == 0
+    assert not index.is_symlink() and _found(root, "topic1") == ["note1.md"]
+    state = root / ".markdownvdb.state"
+    state.rename(root / "cache")
+    state.symlink_to("cache")
+    result = _cli("ingest", "--root", str(root))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "is a symlink" in result.stderr, result.stderr
+    assert "MDVDB_STATE_DIR" in result.stderr
+
+
 # -- item 3: our own files through links to endless or huge files ---------------------------
 
 
