@@ -165,18 +165,8 @@ class _Walker:
                     not plain_rules and rules.ignored(child_rel, False)
                 ):
                     continue
-                path = entry.path
-                if path in skip:
-                    continue
-                try:
-                    st = entry.stat()
-                except OSError as exc:
-                    errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
-                    continue
-                if _special(st, child_rel, errors):
-                    continue
-                found[child_rel] = st
-                mine.append(child_rel)
+                if entry.path not in skip:
+                    self._take(entry, child_rel, mine)
                 continue
             verdict = _verdict(
                 self.config, entry.path, name, child_rel, is_dir, is_link, rules, self.skip
@@ -191,17 +181,21 @@ class _Walker:
                     continue
                 self.visit(entry.path, child_rel, rules)
                 continue
-            try:
-                st = entry.stat()  # a link's target: the walk took it for a file inside
-            except OSError as exc:
-                errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
-                continue
-            if _special(st, child_rel, errors):
-                continue
-            found[child_rel] = st
-            mine.append(child_rel)
+            self._take(entry, child_rel, mine)  # a link to a file inside
         if not mine:
             del self.folders[rel]
+
+    def _take(self, entry: os.DirEntry, rel: str, mine: list[str]) -> None:
+        """A file met the long way (a name that is not ASCII, a link, another type): its
+        stat (a link's target's), unless it is a FIFO, a device or a socket."""
+        try:
+            st = entry.stat()
+        except OSError as exc:
+            self.errors.append((rel, f"cannot stat: {exc.strerror or exc}"))
+            return
+        if not _special(st, rel, self.errors):
+            self.found[rel] = st
+            mine.append(rel)
 
 
 def _special(st: os.stat_result, rel: str, errors: list[tuple[str, str]]) -> bool:
