@@ -12,11 +12,12 @@ that is inside the root, and nothing ignores it:
 
 Two consumers read the rules differently. The walk (`pipeline.walk.discover`) applies them with
 `pathspec`, folder by folder. `mdvdb grep` hands them to ripgrep (`rg_rules`): the built-ins and
-user patterns as `--glob !...` overrides (which nothing re-includes), the `.gitignore` files
-below each searched folder natively, and the ones above it (above the root included) translated
-into one root-relative ignore file, since ripgrep's own reading of parent `.gitignore` files
-misses patterns anchored to another folder. rg runs in the root, so anchored patterns mean the
-same to both.
+user patterns as `--glob !...` overrides (which nothing re-includes), and every `.gitignore`
+(above the root, and each one below a searched folder that the walk would enter) translated
+into one root-relative ignore file: rg reads no `.gitignore` itself (a FIFO or a link to
+`/dev/zero` there would stop it; each is read here as the walk reads it), and its own reading
+of parent `.gitignore` files misses patterns anchored to another folder. rg runs in the root,
+so anchored patterns mean the same to both.
 
 A source folder named in `MDVDB_SOURCE_DIRS` is used when it resolves inside the root (or
 `MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT=true`); one that a `.gitignore` ignores is skipped; one that

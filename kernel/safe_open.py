@@ -18,17 +18,19 @@ import os
 import stat
 
 __all__ = [
+    "MAX_FILE_SETTING",
     "OWN_FILE_LIMIT",
     "Refused",
+    "kind_of",
     "open_regular",
     "open_source",
     "read_bounded",
     "read_own",
     "read_problem",
     "read_source",
-    "too_big",
     "real_folder",
     "remove_where",
+    "too_big",
 ]
 
 # The config, a .gitignore, the overlay: text a person writes, a few KB at most.

@@ -409,9 +409,9 @@ def _chars(encoded: bytes, byte_offset: int) -> int:
 
 def read_head(path: str, page_id_field: str = "page_id") -> FileHead:
     """Frontmatter line range, title and page id, reading no further than needed."""
-    stem = os.path.basename(path).rsplit(".", 1)[0]
     from kernel.safe_open import open_regular
 
+    stem = os.path.basename(path).rsplit(".", 1)[0]
     try:
         # Binary: lines split on "\n" only, as rg counts them (a lone "\r" is not a break).
         # A regular file only (rg searched it; a FIFO swapped in since must not block).
