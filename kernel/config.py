@@ -177,6 +177,15 @@ SETTINGS: tuple[Setting, ...] = (
         "false",
         "Allow symlinks that point outside the project root",
     ),
+    # Indexing costs ~36 bytes of memory per byte of a file (docs/security.md, "Round two"):
+    # 10 MiB keeps one file's share under 0.4 GB; the largest page of the five corpora is 0.8 MB.
+    Setting(
+        "MDVDB_MAX_FILE_BYTES",
+        "max_file_bytes",
+        _int(1),
+        str(10 << 20),
+        "Bigger source files are reported and skipped by ingest",
+    ),
     Setting(
         "MDVDB_EMBEDDING_PROVIDER",
         "embedding_provider",
@@ -432,6 +441,7 @@ class Config:
     state_dir: str = ".markdownvdb.state"
     ignore_patterns: list[str] = field(default_factory=list)
     follow_outside_root: bool = False
+    max_file_bytes: int = 10 << 20
     embedding_provider: str = "local"
     embedding_model: str | None = None
     embedding_dimensions: int | None = None
@@ -552,13 +562,18 @@ def load_config(root: Path | str | None = None, environ: dict[str, str] | None =
     file_values: dict[str, str] = {}
     config_path = root_path / CONFIG_FILE
     trusted = folder_is_trusted(root_path, env)
-    if config_path.is_file():
+    if os.path.lexists(config_path):
         if not trusted:
             _check_owner(config_path, root_path)
         try:
-            file_values = parse_dotenv(config_path.read_text(encoding="utf-8-sig"))
-        except (OSError, UnicodeDecodeError) as exc:
+            text = dotenv.read_file(config_path)  # never a link, a FIFO or unbounded
+        except OSError as exc:
+            raise ConfigError(
+                f"{config_path}: cannot read configuration ({exc.strerror or exc})"
+            ) from None
+        except UnicodeDecodeError as exc:
             raise ConfigError(f"{config_path}: cannot read configuration ({exc})") from None
+        file_values = parse_dotenv(text or "")
         for name in USER_ONLY:
             file_values.pop(name, None)
 
@@ -610,10 +625,20 @@ def trusted_folders(env: dict[str, str] | None = None) -> list[str]:
         path = user_config_path(env)
         try:
             if path.stat().st_uid in _trusted_uids():
-                raw = parse_dotenv(path.read_text(encoding="utf-8-sig")).get(TRUSTED_FOLDERS)
+                raw = parse_dotenv(_read_user_config(path)).get(TRUSTED_FOLDERS)
         except (OSError, UnicodeDecodeError):
             raw = None
     return [part.strip() for part in (raw or "").split(os.pathsep) if part.strip()]
+
+
+def _read_user_config(path: Path) -> str:
+    """The user's config file: yours, so a link is followed (a dotfiles manager), but never
+    a FIFO or a device, and at most 1 MiB."""
+    from kernel.safe_open import OWN_FILE_LIMIT, open_regular, read_bounded
+
+    return read_bounded(open_regular(path, follow=True), OWN_FILE_LIMIT, "not read").decode(
+        "utf-8-sig"
+    )
 
 
 def folder_is_trusted(root: Path, env: dict[str, str] | None = None) -> bool:
@@ -737,6 +762,13 @@ def _validate_paths(config: Config) -> None:
             )
         if path == config.root:
             raise ConfigError(f"{env} (from {origin}): {path} is the project root itself")
+        named = config.root / config.state_dir
+        chosen = origin == "the environment" or config.trusted
+        if kind == "folder" and not chosen and os.path.islink(named):  # a real folder only
+            raise ConfigError(
+                f"{env} (from {origin}): {named} is a symlink; mdvdb keeps its state only in "
+                "a real folder (remove the link, or set MDVDB_STATE_DIR in your environment)"
+            )
         if kind == "folder" and path.exists() and not path.is_dir():
             raise ConfigError(f"{env} (from {origin}): {path} exists and is not a folder")
         if kind == "file" and path.is_dir():

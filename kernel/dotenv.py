@@ -31,14 +31,33 @@ def parse_dotenv(text: str) -> dict[str, str]:
     return values
 
 
+def read_file(path: str | os.PathLike) -> str | None:
+    """A `.markdownvdb` file's text, None when there is none. Never through a symlink, never
+    a FIFO or a device, at most 1 MiB (`kernel.safe_open.read_own`: OSError saying why);
+    UnicodeDecodeError when it is not UTF-8."""
+    from kernel.safe_open import read_own
+
+    raw = read_own(path)
+    return None if raw is None else raw.decode("utf-8-sig")
+
+
 def find_root(start: str) -> str:
-    """The nearest folder upward holding `.markdownvdb`, else the starting folder."""
+    """The nearest folder upward holding `.markdownvdb` (anything of that name but a folder:
+    one that cannot be read is then refused in one line, not passed over), else the
+    starting folder."""
     here = os.path.realpath(start)
     folder = here
     while True:
-        if os.path.isfile(os.path.join(folder, CONFIG_FILE)):
+        if _marks_root(os.path.join(folder, CONFIG_FILE)):
             return folder
         parent = os.path.dirname(folder)
         if parent == folder:
             return here
         folder = parent
+
+
+def _marks_root(path: str) -> bool:
+    try:
+        return not os.path.isdir(path) and os.path.lexists(path)
+    except OSError:
+        return False

@@ -368,12 +368,15 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
 
     path = Path(path)
     try:
+        checked = _regular_stat(path)  # never a link, a FIFO or a device
         source = pa.memory_map(str(path), "r")
         stat = os.fstat(source.fileno())
+        if (stat.st_dev, stat.st_ino) != (checked.st_dev, checked.st_ino):
+            raise OSError("replaced while opened")
     except FileNotFoundError:
         raise IndexFormatError(f"no index at {path}: run `mdvdb ingest` first") from None
     except OSError as exc:
-        raise IndexFormatError(f"cannot open index {path}: {exc}") from None
+        raise _unopenable(path, exc) from None
     size = source.size()
     whole = source.read_buffer(size)  # zero-copy view of the whole map
     with memoryview(whole) as view:
@@ -398,6 +401,28 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
     _OPENED.append(weakref.ref(index))
     del _OPENED[:-8]
     return index
+
+
+def _unopenable(path: Path, exc: Exception) -> IndexFormatError:
+    from kernel.safe_open import Refused
+
+    if isinstance(exc, Refused):  # a link, a FIFO, a device where the index should be
+        return IndexFormatError(
+            f"{path}: {exc.strerror}; run `mdvdb ingest`, which replaces it with an index"
+        )
+    return IndexFormatError(f"cannot open index {path}: {exc}")
+
+
+def _regular_stat(path: Path) -> os.stat_result:
+    """The stat of the regular file at `path`, checked through a descriptor opened with
+    `O_NOFOLLOW | O_NONBLOCK` (kernel.safe_open); the map opened next must be that file."""
+    from kernel.safe_open import open_regular
+
+    fd = open_regular(path)
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 class _LazyTables(Mapping):
@@ -459,14 +484,16 @@ def _read_index_lite(path: Path) -> IndexFile:
     checks, tables of `kernel.arrow_lite` columns over an `mmap`."""
     import mmap
 
+    from kernel.safe_open import open_regular
+
     try:
-        with open(path, "rb") as handle:
+        with open(open_regular(path), "rb") as handle:  # never a link, a FIFO or a device
             stat = os.fstat(handle.fileno())
             source = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if stat.st_size else b""
     except FileNotFoundError:
         raise IndexFormatError(f"no index at {path}: run `mdvdb ingest` first") from None
     except (OSError, ValueError) as exc:
-        raise IndexFormatError(f"cannot open index {path}: {exc}") from None
+        raise _unopenable(path, exc) from None
     whole = memoryview(source)
     size = whole.nbytes
     footer_at, tables_layout, meta = _footer(path, whole)

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# A FIFO opened for writing would wait for a reader: with this the open fails instead.
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+# The one socket a state folder holds: `mdvdb serve`'s (mdvdb/cli/warm.py).
+SERVE_SOCKET = "serve.sock"
 
 
 class UnsafePath(ValueError):
@@ -59,30 +63,64 @@ def state_folder(path: Path | str) -> None:
                     f"{entry.path} is a symlink; mdvdb never writes through one "
                     "(delete it: the state folder holds only caches)"
                 )
+            if entry.is_file(follow_symlinks=False) or entry.is_dir(follow_symlinks=False):
+                continue
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if entry.name != SERVE_SOCKET or not stat.S_ISSOCK(mode):
+                raise UnsafePath(
+                    f"{entry.path} is {_kind(mode)}, not a regular file; mdvdb never opens "
+                    "one (delete it: the state folder holds only caches)"
+                )
+
+
+def _kind(mode: int) -> str:
+    from kernel.safe_open import kind_of
+
+    return kind_of(mode)
+
+
+def _regular_or_refused(fd: int, path: Path | str) -> None:
+    """Close `fd` and refuse `path` unless it is a regular file (a FIFO, a device)."""
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnsafePath(f"{path} is {_kind(mode)}, not a regular file; mdvdb never writes one")
+
+
+def _refusal(path: Path | str, exc: OSError) -> OSError:
+    """What an open for writing that failed means: a link or a FIFO is refused (one line)."""
+    import errno
+
+    if os.path.islink(path):
+        return UnsafePath(f"{path} is a symlink; mdvdb never writes through one")
+    if exc.errno == errno.ENXIO:  # a FIFO with no reader, or a socket
+        return UnsafePath(f"{path} is not a regular file; mdvdb never writes one")
+    return exc
 
 
 def touch(path: Path | str) -> None:
     """Create an empty 0600 file unless one is there (SQLite then gives its -wal and -shm
     files the same mode); a symlink at `path` is refused, not followed."""
+    flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | _NONBLOCK
     try:
-        fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | _NOFOLLOW, FILE_MODE)
+        fd = os.open(os.fspath(path), flags, FILE_MODE)
     except OSError as exc:
-        if os.path.islink(path):
-            raise UnsafePath(f"{path} is a symlink; mdvdb never writes through one") from None
-        raise exc
+        raise _refusal(path, exc) from None
+    _regular_or_refused(fd, path)
     os.close(fd)
 
 
 def write_file(path: Path | str, data: bytes, exclusive: bool = False) -> None:
     """Write `data` to a 0600 file, never through a symlink; `exclusive`: fail if it exists."""
-    flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
+    flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | _NONBLOCK
+    flags |= os.O_EXCL if exclusive else 0  # truncated below, once it is known to be a file
     try:
         fd = os.open(os.fspath(path), flags, FILE_MODE)
     except OSError as exc:
-        if os.path.islink(path):
-            raise UnsafePath(f"{path} is a symlink; mdvdb never writes through one") from None
-        raise exc
+        raise _refusal(path, exc) from None
+    _regular_or_refused(fd, path)
     try:
+        os.ftruncate(fd, 0)
         os.fchmod(fd, FILE_MODE)
         view = memoryview(data)
         while view:

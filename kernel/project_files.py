@@ -12,11 +12,12 @@ that is inside the root, and nothing ignores it:
 
 Two consumers read the rules differently. The walk (`pipeline.walk.discover`) applies them with
 `pathspec`, folder by folder. `mdvdb grep` hands them to ripgrep (`rg_rules`): the built-ins and
-user patterns as `--glob !...` overrides (which nothing re-includes), the `.gitignore` files
-below each searched folder natively, and the ones above it (above the root included) translated
-into one root-relative ignore file, since ripgrep's own reading of parent `.gitignore` files
-misses patterns anchored to another folder. rg runs in the root, so anchored patterns mean the
-same to both.
+user patterns as `--glob !...` overrides (which nothing re-includes), and every `.gitignore`
+(above the root, and each one below a searched folder that the walk would enter) translated
+into one root-relative ignore file: rg reads no `.gitignore` itself (a FIFO or a link to
+`/dev/zero` there would stop it; each is read here as the walk reads it), and its own reading
+of parent `.gitignore` files misses patterns anchored to another folder. rg runs in the root,
+so anchored patterns mean the same to both.
 
 A source folder named in `MDVDB_SOURCE_DIRS` is used when it resolves inside the root (or
 `MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT=true`); one that a `.gitignore` ignores is skipped; one that
@@ -31,10 +32,12 @@ This module imports only the standard library at import time: `mdvdb grep` loads
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from kernel.safe_open import Refused, read_own
 
 if TYPE_CHECKING:
     import pathspec
@@ -195,14 +198,21 @@ def repository_top(root: Path) -> Path | None:
     return None
 
 
-def read_gitignore(folder: Path | str) -> list[str]:
-    """A folder's .gitignore lines; none when absent or unreadable (the walk reports what it
-    cannot read; a rules file it cannot read ignores nothing)."""
+def read_gitignore(folder: Path | str, problems: list[tuple[str, str]] | None = None) -> list[str]:
+    """A folder's .gitignore lines; none when absent or unreadable (a rules file it cannot
+    read ignores nothing). Read as git reads it: never through a symlink, never a FIFO or a
+    device, at most 1 MiB (`kernel.safe_open.read_own`); such a file goes to `problems` as
+    (its path, the reason)."""
+    path = os.path.join(folder, GITIGNORE)
     try:
-        with open(os.path.join(folder, GITIGNORE), encoding="utf-8", errors="replace") as fh:
-            return fh.read().splitlines()
+        raw = read_own(path)
+    except Refused as exc:
+        if problems is not None:
+            problems.append((path, f"{exc.strerror}; its patterns are not applied"))
+        return []
     except OSError:
         return []
+    return [] if raw is None else raw.decode("utf-8", errors="replace").splitlines()
 
 
 class _Line:
@@ -368,9 +378,19 @@ class Rules:
             specs = (("", pathspec.GitIgnoreSpec.from_lines(lines)),)
         return cls(specs, pathspec.GitIgnoreSpec.from_lines(user) if user else None)
 
-    def entering(self, folder: Path | str, rel: str) -> Rules:
-        """These rules plus the .gitignore of `folder` (root-relative `rel`), if it has one."""
-        lines = read_gitignore(folder)
+    def entering(
+        self, folder: Path | str, rel: str, problems: list[tuple[str, str]] | None = None
+    ) -> Rules:
+        """These rules plus the .gitignore of `folder` (root-relative `rel`), if it has one;
+        one that cannot be read safely goes to `problems` as (its root-relative path, why)."""
+        refused: list[tuple[str, str]] | None = [] if problems is not None else None
+        lines = read_gitignore(folder, refused)
+        if refused and problems is not None:
+            problems += [(f"{rel}/{GITIGNORE}" if rel else GITIGNORE, why) for _, why in refused]
+        return self.adding(lines, rel)
+
+    def adding(self, lines: list[str], rel: str) -> Rules:
+        """These rules plus the .gitignore `lines` of the root-relative folder `rel`."""
         if not lines:
             return self
         import pathspec
@@ -402,17 +422,18 @@ class Rules:
 
 # -- ripgrep's form ----------------------------------------------------------------------------
 
-# rg reads no rules of its own beyond the .gitignore files below the folders it is given:
-# not .ignore/.rgignore, not the user's global excludes, not .git/info/exclude, not the
-# .gitignore files above (those come translated in the ignore file), and it needs no git
-# repository to honour a .gitignore. It reads hidden files, as the walk does.
+# rg reads no rules file of its own: not .ignore/.rgignore, not the user's global excludes,
+# not .git/info/exclude, and no .gitignore either (rg would open a FIFO or a link to
+# /dev/zero named .gitignore and wait or read forever): every .gitignore comes translated in
+# the ignore file, read as the walk reads it (`gitignores_below`). It reads hidden files, as
+# the walk does.
 RG_FLAGS = (
     "--hidden",
     "--no-ignore-dot",
     "--no-ignore-global",
     "--no-ignore-exclude",
     "--no-ignore-parent",
-    "--no-require-git",
+    "--no-ignore-vcs",
 )
 
 
@@ -424,6 +445,7 @@ class RgRules:
     cwd: Path
     flags: list[str]
     ignore_lines: list[str]  # written to a file given with --ignore-file, when any
+    problems: list[str] = field(default_factory=list)  # .gitignore files not read: one line each
 
     def path_argument(self, path: Path) -> str:
         """How a search path is given to rg: relative to the root when inside it."""
@@ -446,15 +468,84 @@ def rg_rules(config: Config, paths: list[Path]) -> RgRules:
     for pattern in user_patterns(config):
         flags += ["--glob", "!" + pattern]
     lines: dict[str, None] = {}
+    problems: list[tuple[str, str]] = []
     seen: set[str] = set()
+    walked: list[Path] = []
     for path in paths:
+        is_dir = path.is_dir()
         try:
-            rel = path.relative_to(root).as_posix()
+            rel: str | None = path.relative_to(root).as_posix()
         except ValueError:
-            continue  # outside the root (--include): its own .gitignore files only
-        folder = "" if rel == "." else rel if path.is_dir() else rel.rpartition("/")[0]
-        if folder in seen:
-            continue
-        seen.add(folder)
-        lines.update(dict.fromkeys(above_lines(config, folder)))
-    return RgRules(root, flags, list(lines))
+            rel = None  # outside the root (--include): its own .gitignore files only
+        if rel is not None:
+            folder = "" if rel == "." else rel if is_dir else rel.rpartition("/")[0]
+            if folder not in seen:
+                seen.add(folder)
+                lines.update(dict.fromkeys(above_lines(config, folder)))
+        if is_dir and not any(walked_within(path, other) for other in walked):
+            walked.append(path)
+            lines.update(dict.fromkeys(gitignores_below(config, path, rel, problems)))
+    shown = [f"{where}: {why}" for where, why in problems]
+    return RgRules(root, flags, list(lines), shown)
+
+
+def gitignores_below(
+    config: Config, start: Path, rel: str | None, problems: list[tuple[str, str]]
+) -> list[str]:
+    """The lines of every .gitignore in and below the folder `start` that the walk would
+    enter (the same always-ignored folders, rules and own files left out; links not
+    followed, as rg follows none), shallowest first, each anchored to its folder: relative
+    to the root for `rel` (the folder's root-relative path), else (a folder outside the
+    root, `rel` None) to its absolute path, which is how rg matches an absolute search
+    path. Each file is read as the walk reads it (`read_gitignore`); one that is a link, a
+    FIFO or too big goes to `problems` and counts for nothing.
+
+    Listing a folder costs per entry (~2 us: 75 ms for tldr's 38k files), so a folder
+    whose link count says it has no subfolder is not listed (`find`'s leaf optimisation),
+    on a file system seen to keep that count (a listed folder's subfolders matched it;
+    SMB and btrfs do not keep it); docs/benchmarks.md, "Round two"."""
+    skip = {str(config.index_path), str(config.state_path), str(config.shards_path)}
+    base = "" if rel in (None, ".") else rel
+    top = Rules.for_folder(config, base, above=rel is not None)
+    counts: dict[int, bool] = {}  # device -> its folders' link counts count their subfolders
+    out: list[str] = []
+    stack = [(str(start), base, top)]
+    while stack:
+        folder, folder_rel, rules = stack.pop()
+        refused: list[tuple[str, str]] = []
+        own = read_gitignore(folder, refused)
+        problems += [(_shown(config.root, where, rel), why) for where, why in refused]
+        if own:
+            anchor = folder_rel if rel is not None else folder.lstrip("/")
+            out += translate_inside(own, anchor)
+            rules = rules.adding(own, folder_rel)
+        try:
+            info = os.stat(folder)
+            if info.st_nlink == 2 and counts.get(info.st_dev):
+                continue  # no subfolder
+            with os.scandir(folder) as entries:
+                subs = [e for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue  # rg says itself what it cannot list
+        if subs and info.st_dev not in counts:
+            counts[info.st_dev] = info.st_nlink == len(subs) + 2
+        below = []
+        for entry in subs:
+            child = f"{folder_rel}/{entry.name}" if folder_rel else entry.name
+            if entry.name in BUILTIN_IGNORES or entry.path in skip:
+                continue
+            if rules.active and rules.ignored(child, True):
+                continue
+            below.append((entry.path, child, rules))
+        stack += reversed(below)
+    return out
+
+
+def _shown(root: Path, path: str, rel: str | None) -> str:
+    """A path for a warning: root-relative inside the root."""
+    if rel is None:
+        return path
+    try:
+        return Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return path

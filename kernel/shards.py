@@ -31,11 +31,14 @@ from hashlib import blake2b
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel.safe_open import Refused, read_own, real_folder, remove_where
+
 if TYPE_CHECKING:  # NumPy only where the global order is built: a no-op ingest never loads it
     import numpy as np
 
 MANIFEST = "manifest.json"
 FORMAT = 1
+MANIFEST_LIMIT = 64 << 20  # ~200 bytes a shard: far above any shard count a pack writes
 
 
 class ShardsError(RuntimeError):
@@ -110,9 +113,21 @@ def published_source(config) -> Path:
     single = config.index_path
     manifest = manifest_path(config.shards_path)
     wanted, other = (manifest, single) if config.shards > 1 else (single, manifest)
-    if not wanted.exists() and other.exists():
+    if not _present(wanted) and _present(other):
         return other
     return wanted
+
+
+def _present(path: Path) -> bool:
+    """Something is at `path` (a manifest only inside a real shards folder: a link named
+    like it is never followed, `kernel.safe_open.real_folder`)."""
+    if path.name == MANIFEST:
+        try:
+            if not real_folder(path.parent):
+                return False
+        except Refused:
+            return False
+    return os.path.lexists(path)
 
 
 def manifest_path(folder: Path) -> Path:
@@ -123,11 +138,15 @@ def read_manifest(folder: Path) -> Manifest | None:
     """The published manifest, None when the folder has none."""
     path = manifest_path(folder)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
+        if not real_folder(folder):
+            return None
+        raw = read_own(path, MANIFEST_LIMIT)  # never a link, a FIFO or unbounded
     except OSError as exc:
-        raise ShardsError(f"{path}: cannot read the shard manifest ({exc})") from None
+        raise ShardsError(
+            f"{path}: cannot read the shard manifest ({exc.strerror or exc})"
+        ) from None
+    if raw is None:
+        return None
     try:
         data = json.loads(raw)
         if data.get("format") != FORMAT:
@@ -171,17 +190,15 @@ def publish_manifest(folder: Path, manifest: Manifest) -> None:
 
 
 def remove_unlisted(folder: Path, keep: set[str]) -> list[str]:
-    """Remove shard and global files no kept manifest names (after a publish)."""
-    removed = []
-    for entry in os.scandir(folder):
-        name = entry.name
-        if name.endswith(".index") and name.startswith(("shard-", "global-")) and name not in keep:
-            try:
-                os.unlink(entry.path)
-                removed.append(name)
-            except OSError:
-                pass
-    return removed
+    """Remove shard and global files no kept manifest names (after a publish); only in a
+    real folder, never through a link (`kernel.safe_open.remove_where`)."""
+
+    def unlisted(name: str) -> bool:
+        return (
+            name.endswith(".index") and name.startswith(("shard-", "global-")) and name not in keep
+        )
+
+    return remove_where(folder, unlisted)
 
 
 @dataclass(frozen=True)

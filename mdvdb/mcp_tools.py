@@ -149,12 +149,16 @@ def grep(
             shown, more, fuller = take(matches, limit, per_file_limit)
         finally:
             matches.close()  # terminates rg if it is still running, and reaps it
+        if run.failure is not None:  # rg killed: not an empty answer
+            raise ToolProblem(run.failure)
         if run.returncode == 2 and not shown:
             errors.seek(0)
             raise ToolProblem(rg_problem(errors.read().decode("utf-8", "replace"), pattern, regex))
-    reply = grep_reply(config.root, pattern, shown, more, fuller, context)
-    if selection.warnings:  # source folders skipped or always-ignored, as ingest reports them
-        reply["warnings"] = selection.warnings
+    reply = grep_reply(config.root, pattern, shown, more, fuller, context, config.max_file_bytes)
+    warnings = [*selection.warnings, *run.warnings]  # as ingest reports them
+    warnings += [f"{path}: a matching line too long to show, left out" for path in run.long_lines]
+    if warnings:  # source folders skipped or always-ignored, .gitignore files not read
+        reply["warnings"] = warnings
     return reply
 
 
@@ -177,8 +181,16 @@ def take(matches, limit: int, per_file_limit: int) -> tuple[list, bool, set[str]
 
 
 def grep_reply(
-    root: Path, pattern: str, matches: list, more: bool, fuller: set[str], context: int
+    root: Path,
+    pattern: str,
+    matches: list,
+    more: bool,
+    fuller: set[str],
+    context: int,
+    max_bytes: int,
 ) -> dict[str, Any]:
+    """The tool's answer; `context` lines come from each matched file, read when it is a
+    regular file of at most `max_bytes` (MDVDB_MAX_FILE_BYTES; else no context lines)."""
     from query import grep_snippet as snippet
 
     files: list[dict[str, Any]] = []
@@ -196,7 +208,7 @@ def grep_reply(
         if context:
             lines = lines_of.get(match.path)
             if lines is None:
-                lines = lines_of[match.path] = file_lines(root, match.path)
+                lines = lines_of[match.path] = file_lines(root, match.path, max_bytes)
             first = max(0, match.line - 1 - context)
             hit["before"] = [_cut(t) for t in lines[first : match.line - 1]]
             hit["after"] = [_cut(t) for t in lines[match.line : match.line + context]]
@@ -207,11 +219,14 @@ def grep_reply(
     return {"pattern": pattern, "matches": len(matches), "more": more, "files": files}
 
 
-def file_lines(root: Path, path: str) -> list[str]:
-    """A matched file's lines as rg numbers them (split on newline only)."""
+def file_lines(root: Path, path: str, max_bytes: int) -> list[str]:
+    """A matched file's lines as rg numbers them (split on newline only); none when it is
+    no longer a regular file or is over `max_bytes` (never a FIFO, never unbounded)."""
+    from kernel.safe_open import MAX_FILE_SETTING, open_regular, read_bounded
+
     target = Path(path) if Path(path).is_absolute() else root / path
     try:
-        raw = target.read_bytes()
+        raw = read_bounded(open_regular(target, follow=True), max_bytes, MAX_FILE_SETTING)
     except OSError:
         return []
     return [line.rstrip("\r") for line in raw.decode("utf-8", "replace").split("\n")]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from kernel import private
 from kernel.config import Config
+from kernel.safe_open import Refused, real_folder, remove_where
 from kernel.shards import published_file
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
@@ -86,12 +87,17 @@ def ingest_folder(
         code = run_stages(
             loader, {name: {"run": run} for name in STAGES}, extra_config={"GLOBAL": {}}
         )
-        if run.error is not None:
-            raise run.error
-        if code != 0:
-            raise IngestError(
+        if run.error is not None or code != 0:
+            error = run.error or IngestError(
                 f"ingest failed (doit exit code {code}); the previous index is intact"
             )
+            # What the stages that ran reported goes with the failure: the caller shows it.
+            found = IngestReport.of_outputs(run.outputs, run.seconds, 0.0).errors
+            try:
+                error.problems = found  # type: ignore[union-attr]
+            except AttributeError:  # an exception type without a __dict__
+                pass
+            raise error
         report = IngestReport.of_outputs(run.outputs, run.seconds, time.perf_counter() - started)
         report.stage_cpu_seconds = dict(run.cpu_seconds)
         report.cpu_seconds = cpu_seconds() - cpu_started
@@ -109,19 +115,28 @@ def ingest_folder(
 
 def remove_stale_temp_files(config: Config) -> list[Path]:
     """Delete index temp files a killed writer left behind. Safe only under the writer
-    lock: no other writer can be mid-write, so every such file is dead."""
-    from kernel.index_format import temp_files
+    lock: no other writer can be mid-write, so every such file is dead. Never through a
+    link: the shards folder is entered only when it is a real folder (a cloned repository
+    can ship `.markdownvdb.index.shards -> ~`), and every name is unlinked relative to its
+    folder's descriptor (`kernel.safe_open.remove_where`)."""
+    from kernel.index_format import TEMP_SUFFIX
 
-    removed = []
-    stale = temp_files(config.index_path)
-    if config.shards_path.is_dir():  # a sharded pack's temp files sit beside its shards
-        stale += [p for p in config.shards_path.iterdir() if p.name.startswith(".")]
-    for path in stale:
-        try:
-            path.unlink()
-            removed.append(path)
-        except FileNotFoundError:
-            pass
+    index = config.index_path
+    prefix = f".{index.name}."
+    folder = index.parent
+    removed = [
+        folder / name
+        for name in remove_where(
+            folder, lambda name: name.startswith(prefix) and name.endswith(TEMP_SUFFIX)
+        )
+    ]
+    try:
+        sharded = real_folder(config.shards_path)
+    except Refused:
+        sharded = False  # a link or a file there: not ours to clean (a writer refuses it)
+    if sharded:  # a sharded pack's temp files sit beside its shards
+        shards = config.shards_path
+        removed += [shards / n for n in remove_where(shards, lambda n: n.startswith("."))]
     return removed
 
 

@@ -36,7 +36,8 @@ class _Flock:
 
         if self.fd is not None:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, self.mode)
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+        fd = os.open(self.path, flags, self.mode)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -106,8 +107,10 @@ class WriterLock:
         """Who holds the lock, from the side file. A side file naming a dead process is a
         leftover of a killed writer (the kernel freed its lock): the holder is a writer
         that has not written its own yet."""
-        try:
-            info = json.loads(self.info_path.read_text())
+        from kernel.safe_open import read_own
+
+        try:  # never through a link, never a FIFO, at most 64 KB
+            info = json.loads(read_own(self.info_path, 1 << 16) or b"")
         except (OSError, ValueError):
             return "another mdvdb process"
         if not isinstance(info, dict) or not _alive(info.get("pid")):

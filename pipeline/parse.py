@@ -28,6 +28,8 @@ from typing import Any
 import frontmatter
 import yaml
 
+from kernel.text_decode import decode
+
 # Bounds on frontmatter (see the module docstring). Generous for real notes: the largest
 # frontmatter in the shared corpora is a few KB with a few dozen keys.
 MAX_FRONTMATTER_CHARS = 128 * 1024
@@ -93,18 +95,6 @@ def json_safe(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)
-
-
-def decode(raw: bytes) -> tuple[str, str | None]:
-    try:
-        text = raw.decode("utf-8")
-        problem = None
-    except UnicodeDecodeError as exc:
-        text = raw.decode("utf-8", errors="replace")
-        problem = f"not valid UTF-8 at byte {exc.start}; decoded with replacement characters"
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    return text.replace("\r\n", "\n").replace("\r", "\n"), problem
 
 
 def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:

@@ -366,6 +366,8 @@ def prepare(
         config.chunk_overlap_tokens,
         None if encoder is not None else embed,
         lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
+        follow_outside=config.follow_outside_root,
+        max_bytes=config.max_file_bytes,
     )
     batches = batches_of(todo)
     started = time.perf_counter()
@@ -379,7 +381,7 @@ def prepare(
         _check_actors(reports, encoder)
         pool.reports = reports
         pool.start_seconds = time.perf_counter() - started
-        yield from _stream(ray, config, actors, batches, progress)
+        yield from _stream(ray, config, spec, actors, batches, progress)
         pool.reports = ray.get([actor.ready.remote() for actor in actors])
     except ray.exceptions.RayError as exc:
         raise WorkerDied(
@@ -466,6 +468,7 @@ def _check_actors(reports: list[dict], encoder: EncoderEmbed | None) -> None:
 def _stream(
     ray,
     config: Config,
+    spec: Spec,
     actors: list,
     batches: list[list[tuple[str, str]]],
     progress: Callable[[int], None] | None,
@@ -480,12 +483,11 @@ def _stream(
     done = 0
 
     def submit(items: list[tuple[str, str]]) -> None:
-        contents = [read_file(spec_root, path) for path, _ in items] if ship else None
+        contents = [read_file(spec, path) for path, _ in items] if ship else None
         n = min(range(len(actors)), key=queued.__getitem__)  # the least busy actor
         queued[n] += 1
         pending.append((actors[n].prepare.remote(items, contents), n, len(items)))
 
-    spec_root = str(config.root)
     for items in todo:
         submit(items)
         if len(pending) >= len(actors) * IN_FLIGHT_PER_ACTOR:

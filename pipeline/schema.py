@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 from kernel import index_format
 from kernel.config import SCHEMA_OVERLAY_FILE
+from kernel.safe_open import read_own
 
 TYPES = ("string", "number", "boolean", "date", "list", "object", "mixed")
 # A field's values are listed (with counts) when it has at most this many distinct values.
@@ -211,11 +212,11 @@ def load_overlay(root: Path) -> Overlay:
     """Read the overlay; a broken one gives an Overlay with `error` set and no fields."""
     path = root / SCHEMA_OVERLAY_FILE
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return Overlay()
+        raw = read_own(path)  # never through a link, never a FIFO, at most 1 MiB
     except OSError as exc:
         return Overlay(error=f"{SCHEMA_OVERLAY_FILE}: cannot read ({exc.strerror or exc})")
+    if raw is None:
+        return Overlay()
     digest = hashlib.sha256(raw).hexdigest()
     try:
         return Overlay(fields=parse_overlay(raw), digest=digest)
@@ -224,10 +225,13 @@ def load_overlay(root: Path) -> Overlay:
 
 
 def overlay_digest(root: Path) -> str | None:
+    """What the overlay on disk is, for doit's up-to-date check: its SHA-256, None when
+    absent, or why it cannot be read (the schema stage then runs and reports it)."""
     try:
-        return hashlib.sha256((root / SCHEMA_OVERLAY_FILE).read_bytes()).hexdigest()
-    except OSError:
-        return None
+        raw = read_own(root / SCHEMA_OVERLAY_FILE)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    return None if raw is None else hashlib.sha256(raw).hexdigest()
 
 
 def parse_overlay(raw: bytes) -> dict[str, OverlayField]:

@@ -205,21 +205,24 @@ def published_is_current(config: Config, state: State) -> bool:
     """The published index is the one the last pack wrote, in this code's format (the state
     keeps only what the index lacks: an index of another format cannot stand in for the
     parse, chunk and embed caches)."""
+    import stat
+
+    from kernel.safe_open import open_regular
     from kernel.shards import published_file
 
     path = published_file(config)
-    if not path.is_file():
-        return False
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):  # a link or a FIFO there: publish a real index over it
         return False
     if state.get_value("published_stamp") != [st.st_size, st.st_mtime_ns]:
         return False
     if config.shards > 1:
         return True  # a sharded pack hands nothing over: the caches hold every record
     try:
-        with open(path, "rb") as fh:
+        with open(open_regular(path), "rb") as fh:
             header = fh.read(16)
     except OSError:
         return False
@@ -672,15 +675,18 @@ def _parse_files(
     progress: Progress,
 ) -> list[str]:
     """Parse (path, sha) pairs into the cache; returns the paths that failed (reported)."""
+    from kernel.safe_open import read_problem, read_source
     from pipeline.parse import parse_document
 
     batch: list[tuple[str, dict]] = []
     failed: list[str] = []
+    root = str(config.root)
+    within = None if config.follow_outside_root else root
     for i, (path, sha) in enumerate(todo, 1):
         try:
-            raw = (config.root / path).read_bytes()
+            raw = read_source(os.path.join(root, path), within, config.max_file_bytes)
         except OSError as exc:
-            problems.append((path, f"cannot read: {exc.strerror or exc}"))
+            problems.append((path, read_problem(exc)))
             failed.append(path)
             continue
         if hashlib.sha256(raw).hexdigest() != sha:

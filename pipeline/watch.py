@@ -58,15 +58,19 @@ class Batch:
     def line(self) -> str:
         scope = "full walk" if self.paths is None else f"paths: {len(self.paths)}"
         if self.error:
-            return f"watch: {scope}: ingest failed: {self.error} ({self.ms:.0f} ms)"
+            text = f"watch: {scope}: ingest failed: {self.error} ({self.ms:.0f} ms)"
+            return text + self._problems()
         text = (
             f"watch: {scope}: {self.files} files changed, {self.embedded} chunks embedded, "
             f"{self.chunks} chunks indexed, {self.ms:.0f} ms"
         )
-        if self.problems:
-            text += f", {len(self.problems)} problems (e.g. {self.problems[0][0]}: "
-            text += f"{self.problems[0][1]})"
-        return text
+        return text + self._problems()
+
+    def _problems(self) -> str:
+        if not self.problems:
+            return ""
+        path, problem = self.problems[0]
+        return f", {len(self.problems)} problems (e.g. {path}: {problem})"
 
 
 def _stderr(line: str) -> None:
@@ -296,6 +300,7 @@ class Watcher:
             batch.problems = list(report.errors)
         except Exception as exc:  # a failed batch must not end the watch
             batch.error = f"{type(exc).__name__}: {exc}"
+            batch.problems = list(getattr(exc, "problems", ()))  # found before it failed
         batch.ms = (time.perf_counter() - started) * 1000
         if paths is None or batch.files or batch.error or batch.problems:
             self.log(batch.line())

@@ -84,6 +84,8 @@ class Spec:
     embed: EmbedSpec | None  # None: chunk only (the embed stage embeds)
     lexical: bool = True  # analyse each chunk's words for the lexical postings
     label_words: bool = False  # each file's cluster label words (`pipeline.cluster.topics`)
+    follow_outside: bool = False  # MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT
+    max_bytes: int = 10 << 20  # MDVDB_MAX_FILE_BYTES
 
 
 @dataclass
@@ -172,7 +174,7 @@ def prepare_batch(
     ids: list[list[int] | str] = []  # token ids, or the text to tokenize
     file_chunks: list[tuple[str, list[bytes]]] = []
     for n, (path, sha) in enumerate(items):
-        raw = read_file(spec.root, path) if contents is None else contents[n]
+        raw = read_file(spec, path) if contents is None else contents[n]
         if isinstance(raw, str):
             out.files.append((path, sha, raw, True))
             continue
@@ -262,12 +264,17 @@ def _document_vectors(
     )
 
 
-def read_file(root: str, path: str) -> bytes | str:
-    """A file's bytes, or the problem that stopped reading it."""
+def read_file(spec: Spec, path: str) -> bytes | str:
+    """A file's bytes, or the problem that stopped reading it: read as every source file is
+    (`kernel.safe_open.read_source`: a regular file, a link only inside the root, at most
+    MDVDB_MAX_FILE_BYTES); its SHA-256 must then be the one discover took of the walked file."""
+    from kernel.safe_open import read_problem, read_source
+
     try:
-        return open(os.path.join(root, path), "rb").read()  # noqa: SIM115
+        within = None if spec.follow_outside else spec.root
+        return read_source(os.path.join(spec.root, path), within, spec.max_bytes)
     except OSError as exc:
-        return f"cannot read: {exc.strerror or exc}"
+        return read_problem(exc)
 
 
 def processes_for(config: Config, files: int) -> int:
@@ -300,6 +307,8 @@ def prepare(
         lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
         # A pooled first build: the full clustering after it reads these, not the texts.
         label_words=workers > 1 and config.clustering_enabled and config.shards <= 1,
+        follow_outside=config.follow_outside_root,
+        max_bytes=config.max_file_bytes,
     )
     if workers <= 1:
         from kernel.text_analysis import forget

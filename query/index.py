@@ -198,8 +198,8 @@ class Index(Reader):
             for i in ids
         ]
         try:
-            content = (self.config.root / rel).read_text(encoding="utf-8-sig", errors="replace")
-        except OSError:
+            content = _read_note(self.config, rel)
+        except OSError:  # gone, or no longer the regular file inside the root it was
             content = "\n\n".join(chunks.column("text")[int(i)].as_py() for i in ids)
         return Document(
             path=rel,
@@ -286,3 +286,14 @@ def open_index(
     if config is None and root is not None and not Path(root).is_dir():
         raise ConfigError(f"{root}: not a folder")
     return Index(config or load_config(root), lite=lite)
+
+
+def _read_note(config: Config, rel: str) -> str:
+    """A note's text for `get`, read and decoded as ingest reads it (a regular file, a link
+    only inside the root, at most MDVDB_MAX_FILE_BYTES)."""
+    from kernel.safe_open import read_source
+    from kernel.text_decode import decode
+
+    root = str(config.root)
+    within = None if config.follow_outside_root else root
+    return decode(read_source(os.path.join(root, rel), within, config.max_file_bytes))[0]

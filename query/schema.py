@@ -111,9 +111,11 @@ def _read(snapshot: Snapshot) -> Schema:
 
 def overlay_is_stale(index: Reader) -> bool:
     """The overlay on disk differs from the one the index was built with."""
-    try:
-        current = hashlib.sha256((index.config.root / SCHEMA_OVERLAY_FILE).read_bytes())
-        digest: str | None = current.hexdigest()
+    from kernel.safe_open import read_own
+
+    try:  # read as ingest reads it: never through a link, never a FIFO, at most 1 MiB
+        raw = read_own(index.config.root / SCHEMA_OVERLAY_FILE)
+        digest = None if raw is None else hashlib.sha256(raw).hexdigest()
     except OSError:
         digest = None
     return digest != load_schema(index.snapshot).overlay_digest

@@ -334,7 +334,7 @@ def _check_disk(files, root: Path, report: VerifyReport) -> None:
         target = root / path
         try:
             st = target.stat()
-            digest = sha256_file(target)
+            digest = sha256_file(target, root)  # as the walk reads it: never a FIFO
         except FileNotFoundError:
             report.stale.append(f"{path}: deleted since indexing")
             continue

@@ -37,6 +37,7 @@ USER_ERRORS = frozenset(
         "LockBusy",
         "FilterError",
         "UnsafePath",
+        "Refused",
     }
 )
 

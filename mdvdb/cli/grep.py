@@ -65,8 +65,10 @@ def _search(args: GrepRequest, root: str | None, as_json: bool) -> int:
     except GrepError as exc:
         return _fail(str(exc), EXIT_ERROR)
 
-    for warning in selection.warnings:
-        sys.stderr.write(f"mdvdb: warning: {warning}\n")
+    for warning in (*selection.warnings, *search.warnings):
+        from kernel.terminal import printable  # a name from the folder: escaped
+
+        sys.stderr.write(f"mdvdb: warning: {printable(warning, one_line=True)}\n")
     if args.trace:
         import shlex
 
@@ -86,6 +88,15 @@ def _search(args: GrepRequest, root: str | None, as_json: bool) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    for path in search.long_lines:
+        from kernel.terminal import printable
+
+        sys.stderr.write(
+            f"mdvdb: warning: {printable(path, one_line=True)}: a matching line too long "
+            "to show, left out\n"
+        )
+    if search.failure is not None:  # rg killed (out of memory...): not "No matches."
+        return _fail(search.failure, EXIT_ERROR)
     if search.returncode == 2 and search.emitted == 0:
         return EXIT_ERROR  # rg said why on stderr (a bad --regex, an unreadable root)
     if search.emitted == 0 and not as_json:

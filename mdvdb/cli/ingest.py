@@ -105,20 +105,29 @@ def run_ingest(
             if if_present:  # a hook: another writer (a watcher) is already bringing it up to date
                 return
             raise
+        except Exception as exc:  # the problems the run found before it failed, then the error
+            if not as_json:
+                _warn(printable, getattr(exc, "problems", ()))
+            raise
         if as_json:
             print_json(report.to_json())  # the library's report, as `mdvdb.ingest` gives it
             return
         if quiet and report.nothing_changed and not report.errors:
             return
-        for path, problem in report.errors[:20]:
-            _line(printable(f"warning: {path}: {problem}", one_line=True), err=True)
-        if len(report.errors) > 20:
-            _line(f"warning: ... and {len(report.errors) - 20} more problems", err=True)
+        _warn(printable, report.errors)
         _line(
             f"{report.files} files: {report.added} added, {report.changed} changed, "
             f"{report.removed} removed, {report.unchanged} unchanged; "
             f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
         )
+
+
+def _warn(printable, problems) -> None:
+    """One line per problem (path: what), the first 20."""
+    for path, problem in problems[:20]:
+        _line(printable(f"warning: {path}: {problem}", one_line=True), err=True)
+    if len(problems) > 20:
+        _line(f"warning: ... and {len(problems) - 20} more problems", err=True)
 
 
 def _line(text: str, err: bool = False) -> None:

@@ -76,13 +76,11 @@ def socket_folder(argv: list[str]) -> str | None:
     root = os.path.realpath(root) if root is not None else dotenv.find_root(os.getcwd())
     state_dir = os.environ.get("MDVDB_STATE_DIR")
     if state_dir is None:
-        try:
-            with open(os.path.join(root, dotenv.CONFIG_FILE), encoding="utf-8-sig") as fh:
-                state_dir = dotenv.parse_dotenv(fh.read()).get("MDVDB_STATE_DIR")
-        except FileNotFoundError:
-            pass
+        try:  # never through a link, never a FIFO or unbounded: the real command says why
+            text = dotenv.read_file(os.path.join(root, dotenv.CONFIG_FILE))
         except (OSError, UnicodeDecodeError):
             return None
+        state_dir = dotenv.parse_dotenv(text).get("MDVDB_STATE_DIR") if text else None
     return os.path.realpath(os.path.join(root, (state_dir or ".markdownvdb.state").strip()))
 
 

@@ -141,7 +141,10 @@ def _signatures(texts: list[str]) -> np.ndarray:
     out = np.zeros(n, dtype=np.uint64)
     if not n:
         return out
-    joined = "\x00".join(signature_text(t) for t in texts).casefold().encode("utf-8")
+    # A NUL inside a text (a binary or UTF-16 file) is no word byte: a space says the same
+    # and keeps one separator per text boundary.
+    joined = "\x00".join(signature_text(t).replace("\x00", " ") for t in texts)
+    joined = joined.casefold().encode("utf-8")
     data = np.frombuffer(joined, dtype=np.uint8)
     inside = _word_bytes(data)
     edges = np.diff(np.r_[0, inside.astype(np.int8), 0])

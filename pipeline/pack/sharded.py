@@ -85,9 +85,10 @@ def publish(
     each shard is planned from its rows and written, none kept, its IVF lists trained on its
     own rows as in a first sharded ingest."""
     from kernel import private
+    from kernel.safe_open import real_folder
 
     folder = config.shards_path
-    if not folder.is_dir():
+    if not real_folder(folder):  # a link or a file there is refused (one line), never used
         private.make_dir(folder)
     count = config.shards
     old = _previous_manifest(folder, count)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from kernel.project_files import (  # noqa: F401 - BUILTIN_IGNORES: the watcher'
     source_folders,
     walked_within,
 )
+from kernel.safe_open import kind_of, read_problem
 from pipeline.state import ManifestEntry
 
 
@@ -104,7 +106,7 @@ class _Walker:
             errors.append((rel or ".", "symlink loop: folder already visited, skipped"))
             return
         self.seen_dirs.add(key)
-        rules = rules.entering(folder, rel)
+        rules = rules.entering(folder, rel, errors)
         try:
             entries = list(os.scandir(folder))
         except OSError as exc:
@@ -156,15 +158,8 @@ class _Walker:
                     not plain_rules and rules.ignored(child_rel, False)
                 ):
                     continue
-                path = entry.path
-                if path in skip:
-                    continue
-                try:
-                    found[child_rel] = entry.stat()
-                except OSError as exc:
-                    errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
-                    continue
-                mine.append(child_rel)
+                if entry.path not in skip:
+                    self._take(entry, child_rel, mine)
                 continue
             verdict = _verdict(
                 self.config, entry.path, name, child_rel, is_dir, is_link, rules, self.skip
@@ -176,14 +171,30 @@ class _Walker:
             if is_dir:
                 self.visit(entry.path, child_rel, rules)
                 continue
-            try:
-                found[child_rel] = entry.stat()
-            except OSError as exc:
-                errors.append((child_rel, f"cannot stat: {exc.strerror or exc}"))
-                continue
-            mine.append(child_rel)
+            self._take(entry, child_rel, mine)  # a link to a file inside
         if not mine:
             del self.folders[rel]
+
+    def _take(self, entry: os.DirEntry, rel: str, mine: list[str]) -> None:
+        """A file met the long way (a name that is not ASCII, a link, another type): its
+        stat (a link's target's), unless it is a FIFO, a device or a socket."""
+        try:
+            st = entry.stat()
+        except OSError as exc:
+            self.errors.append((rel, f"cannot stat: {exc.strerror or exc}"))
+            return
+        if not _special(st, rel, self.errors):
+            self.found[rel] = st
+            mine.append(rel)
+
+
+def _special(st: os.stat_result, rel: str, errors: list[tuple[str, str]]) -> bool:
+    """True (and reported) for a FIFO, device or socket with a Markdown name: opening one
+    would block or read forever, so it is never opened."""
+    if stat.S_ISREG(st.st_mode):
+        return False
+    errors.append((rel, f"{kind_of(st.st_mode)}, not a regular file; skipped"))
+    return True
 
 
 def _verdict(
@@ -424,6 +435,8 @@ def discover(
     trust_stat = only is None
     entries, known = result.entries, manifest.get
     root = str(config.root)  # joined as strings: a Path per file cost ~1 s at 38k files
+    within = None if config.follow_outside_root else root
+    limit = config.max_file_bytes
     unreadable: list[str] = []
     for rel, st in stats.items():
         old = known(rel)
@@ -435,9 +448,10 @@ def discover(
         ):
             continue
         try:
-            sha = sha256_file(os.path.join(root, rel))
+            # The file the walk saw (device and inode), never a FIFO, a link only inside.
+            sha = sha256_file(os.path.join(root, rel), within, st, limit)
         except OSError as exc:
-            errors.append((rel, f"cannot read: {exc.strerror or exc}"))
+            errors.append((rel, read_problem(exc)))
             unreadable.append(rel)
             continue
         result.hashed += 1
@@ -497,7 +511,10 @@ def _only(
             stats.update(rules.walk_folder(rel, errors))
             continue
         try:
-            stats[rel] = path.stat()
+            st = path.stat()
         except OSError as exc:
             errors.append((rel, f"cannot stat: {exc.strerror or exc}"))
+            continue
+        if not _special(st, rel, errors):
+            stats[rel] = st
     return stats, scope

@@ -42,6 +42,11 @@ INSTALL_HINT = (
     "`pip install ripgrep==14.1.0`, or from your OS packages (e.g. `apt install ripgrep`)"
 )
 HEAD_SCAN_LINES = 400  # how far into a file the title heading is looked for
+# rg's JSON message for one matching line is read up to this; a longer one (a line of
+# megabytes, JSON-escaped) is not shown and is named in one warning instead.
+MESSAGE_LIMIT = 4 << 20
+# A matched file's head is read in lines of at most this (a one-line file is not read whole).
+HEAD_LINE_LIMIT = 1 << 16
 # rg counts frontmatter matches in --max-count, and they are dropped here: rg may report this
 # many more a file so that the per-file limit counts body matches (exact unless a frontmatter
 # block has more matching lines than this).
@@ -163,10 +168,12 @@ class GrepRun:
         stderr=None,
         cwd: Path | None = None,
         ignore_lines: list[str] | None = None,
+        warnings: list[str] | None = None,
     ):
         self.argv = argv
         self.cwd = cwd
         self.ignore_lines = ignore_lines or []
+        self.warnings = warnings or []  # .gitignore files not read (`project_files.rg_rules`)
         self.stderr = stderr
         self.selection = selection
         self.options = options
@@ -179,6 +186,7 @@ class GrepRun:
         self._heads: dict[str, FileHead | None] = {}
         self._owner_of: tuple[str | None, Root | None] = (None, None)
         self._per_file: dict[str, int] = {}  # body matches handed on, per file
+        self.long_lines: list[str] = []  # files with a matching line too long to show
 
     @property
     def returncode(self) -> int | None:
@@ -234,12 +242,54 @@ class GrepRun:
             proc.stdout.close()
         proc.wait()
 
+    @property
+    def failure(self) -> str | None:
+        """Why rg did not finish its search (ended by a signal it was not sent here, or an
+        unexpected status), else None; status 2 is rg's own message on stderr."""
+        code = self.returncode
+        if code is None or code in (0, 1, 2) or self.stopped_early:
+            return None
+        if code < 0:
+            import signal
+
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = str(-code)
+            return f"ripgrep was ended by signal {name}; the search did not finish"
+        return f"ripgrep failed (exit status {code}); the search did not finish"
+
     def _stream(self) -> Iterator[_RawMatch]:
+        """rg's JSON messages, each read to at most `MESSAGE_LIMIT` bytes: a match on a longer
+        line (a one-line file of 189 MB) is passed over, its path kept in `long_lines`, so
+        memory stays bounded whatever the file."""
         assert self.process is not None and self.process.stdout is not None
-        for line in self.process.stdout:
+        out = self.process.stdout
+        while line := out.readline(MESSAGE_LIMIT):
+            if not line.endswith(b"\n"):
+                if len(line) < MESSAGE_LIMIT:
+                    break  # torn by rg's end (killed mid-write): `failure` says so
+                while (rest := out.readline(MESSAGE_LIMIT)) and not rest.endswith(b"\n"):
+                    pass
+                if line.startswith(b'{"type":"match"'):
+                    self._long_line(line)
+                continue
             if line.startswith(b'{"type":"match"'):
                 yield _parse_match(line)
         self._drained = True
+
+    def _long_line(self, head: bytes) -> None:
+        text = head.decode("utf-8", "replace")
+        try:  # {"type":"match","data":{"path":{"text":...}: the path comes first
+            data = json.JSONDecoder().raw_decode(text, text.index('"path":') + 7)[0]
+            path = data.get("text") or os.fsdecode(_b64(data["bytes"]))
+        except (ValueError, KeyError, AttributeError):
+            return
+        if not path.startswith("/"):
+            path = self.root_prefix + path.removeprefix("./")
+        shown = self._display(path)
+        if shown not in self.long_lines:
+            self.long_lines.append(shown)
 
     def _sorted(self) -> Iterator[_RawMatch]:
         """Every match rg finds, read to the end, ordered by path then line."""
@@ -309,6 +359,7 @@ def start(
         stderr,
         cwd=rules.cwd,
         ignore_lines=rules.ignore_lines,
+        warnings=rules.problems,
     )
 
 
@@ -358,10 +409,13 @@ def _chars(encoded: bytes, byte_offset: int) -> int:
 
 def read_head(path: str, page_id_field: str = "page_id") -> FileHead:
     """Frontmatter line range, title and page id, reading no further than needed."""
+    from kernel.safe_open import open_regular
+
     stem = os.path.basename(path).rsplit(".", 1)[0]
     try:
         # Binary: lines split on "\n" only, as rg counts them (a lone "\r" is not a break).
-        with open(path, "rb") as fh:
+        # A regular file only (rg searched it; a FIFO swapped in since must not block).
+        with open(open_regular(path, follow=True), "rb") as fh:
             lines = _decoded(fh)
             first = next(lines, "").lstrip("\ufeff")
             opener = first.strip()
@@ -392,7 +446,8 @@ def _frontmatter_block(lines: Iterator[str], opener: str) -> tuple[int, list[str
 
 
 def _decoded(fh) -> Iterator[str]:
-    for line in fh:
+    """The file's lines, a long one in pieces of `HEAD_LINE_LIMIT` bytes."""
+    while line := fh.readline(HEAD_LINE_LIMIT):
         yield line.decode("utf-8", errors="replace")
 
 
