@@ -234,10 +234,14 @@ def parse_overlay(raw: bytes) -> dict[str, OverlayField]:
     """`fields: {name: {description, type, allowed, required}}`; raises OverlayError."""
     import yaml
 
+    from pipeline.parse import YamlBoundError, load_yaml
+
     try:
-        data = yaml.safe_load(raw.decode("utf-8-sig"))
+        data = load_yaml(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise OverlayError("not valid UTF-8") from None
+    except YamlBoundError as exc:
+        raise OverlayError(f"not read: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
