@@ -1149,6 +1149,15 @@ class IndexWriter:
     def finish(self, tables: dict[str, pa.Table], meta: dict[str, Any]) -> int:
         """Write what was not put, the footer and the trailer; fsync; rename over `path`.
         Returns the size of the published file. Every table put must be in `tables`."""
+        try:
+            return self._finish(tables, meta)
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            # a write's ENOSPC names no file: the user is told which one (the index)
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
+
+    def _finish(self, tables: dict[str, pa.Table], meta: dict[str, Any]) -> int:
         self._join()
         stray = set(self._layouts) - set(tables)
         if stray:

@@ -15,6 +15,7 @@ from kernel.shards import published_file
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
 from pipeline.stages import RETRY_UNPARSED, IngestError, Progress, build_settings
+from pipeline.state import StateDamaged, is_damage
 from pipeline.tasks import STAGES, TASK_CREATORS, IngestRun, cpu_seconds, doit_config
 
 if TYPE_CHECKING:
@@ -56,10 +57,6 @@ def ingest_folder(
     caller ends its process with `os._exit` right after (`mdvdb ingest`) and keeps this list
     until then, so what the run built is put there for the exit to drop instead of being
     freed object by object; the state and the index are closed and durable either way."""
-    from doit.cmd_base import ModuleTaskLoader
-
-    from pipeline.doit_run import run_stages
-
     started, cpu_started = time.perf_counter(), cpu_seconds()
     only = tuple(relative_paths(config, paths)) if paths else None
     if config.executor != "local":
@@ -72,9 +69,29 @@ def ingest_folder(
             raise IngestError(str(exc)) from None
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
-    run = IngestRun(
-        config, only=only, full=full, borrowed_provider=provider, left_for_exit=left_for_exit
-    )
+    try:
+        options = {"only": only, "full": full, "borrowed_provider": provider}
+        try:
+            report = _run_once(config, options, progress, left_for_exit, started, cpu_started)
+        except Exception as exc:
+            notice = set_aside_damaged_state(config, exc)
+            if notice is None:
+                raise
+            report = _run_once(config, options, progress, left_for_exit, started, cpu_started)
+            report.errors.insert(0, notice)
+        return report
+    finally:
+        lock.release()
+
+
+def _run_once(config, options, progress, left_for_exit, started, cpu_started) -> IngestReport:
+    """The stages of one ingest on one `IngestRun`, under the caller's writer lock."""
+    from doit.cmd_base import ModuleTaskLoader
+
+    from pipeline.doit_run import run_stages
+
+    full = options["full"]
+    run = IngestRun(config, **options, left_for_exit=left_for_exit)
     if progress is not None:
         run.progress = progress
     try:
@@ -109,8 +126,48 @@ def ingest_folder(
             run.state.delete_value(RETRY_UNPARSED)  # tried again; none failed this time
         return report
     finally:
-        run.close()
-        lock.release()
+        try:
+            run.close()
+        except Exception as exc:  # closing a damaged database: the error that found it wins
+            if not is_damage(exc):
+                raise
+
+
+STATE_DB = "cache.sqlite3"
+
+
+def set_aside_damaged_state(config: Config, exc: BaseException) -> tuple[str, str] | None:
+    """When `exc` says the cache database is damaged (and SQLite's own check agrees, so a
+    damaged file elsewhere is not blamed on it), rename it and its WAL aside, so that the
+    next run builds a new one from the files; the report's line saying so, else None."""
+    path = config.state_path / STATE_DB
+    if not is_damage(exc) or (not isinstance(exc, StateDamaged) and _passes_check(path)):
+        return None
+    aside = path.with_name(f"{STATE_DB}.damaged")  # the last one only: a cache can be big
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+        except FileNotFoundError:
+            pass
+    (config.state_path / "doit.sqlite3").unlink(missing_ok=True)  # its "up to date" is stale
+    problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    rel = os.path.relpath(aside, config.root) if aside.is_relative_to(config.root) else aside
+    return (
+        str(rel),
+        f"the state cache was damaged ({problem}); set aside under this name and rebuilt "
+        "from the files",
+    )
+
+
+def _passes_check(path: Path) -> bool:
+    try:
+        db = sqlite3.connect(path, timeout=60)
+        try:
+            return db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return False
 
 
 def remove_stale_temp_files(config: Config) -> list[Path]:
