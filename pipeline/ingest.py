@@ -70,6 +70,7 @@ def ingest_folder(
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
     try:
+        refuse_newer(config)
         options = {"only": only, "full": full, "borrowed_provider": provider}
         try:
             report = _run_once(config, options, progress, left_for_exit, started, cpu_started)
@@ -131,6 +132,32 @@ def _run_once(config, options, progress, left_for_exit, started, cpu_started) ->
         except Exception as exc:  # closing a damaged database: the error that found it wins
             if not is_damage(exc):
                 raise
+
+
+def refuse_newer(config: Config) -> None:
+    """An index (or shard manifest, or shard file) that a newer mdvdb wrote is left alone:
+    an older writer would replace it with a format the newer one then rebuilds, and call
+    it damaged on the way. IngestError saying so."""
+    from kernel import index_format, shards
+
+    newer = [(config.index_path, index_format.written_by_newer(config.index_path))]
+    try:
+        manifest = shards.read_manifest(config.shards_path)
+    except shards.ShardsTooNew as exc:
+        newer.append((shards.manifest_path(config.shards_path), exc.version))
+    except shards.ShardsError:
+        manifest = None
+    else:
+        for name in sorted(manifest.names()) if manifest is not None else ():
+            path = config.shards_path / name
+            newer.append((path, index_format.written_by_newer(path)))
+    for path, version in newer:
+        if version is not None:
+            raise IngestError(
+                f"{path} was written by a newer mdvdb (format {version}); this one will not "
+                "replace it: upgrade mdvdb (pip install -U markdown-vdb), or delete it to "
+                "rebuild the index with this version"
+            )
 
 
 STATE_DB = "cache.sqlite3"

@@ -21,6 +21,7 @@ import datetime as dt
 import json
 import math
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -38,6 +39,10 @@ MAX_HEADING_CHARS = 1000
 # A longer line (minified HTML, a data URI, a generated table) is indexed up to this many
 # characters: tokenizing and storing a 1 MB line costs seconds and megabytes per copy.
 MAX_LINE_CHARS = 100_000
+
+
+# CPython's refusal to convert a longer run of digits to an int (a denial-of-service bound)
+_HUGE_INT = re.compile(r"integer string conversion: value has (\d+) digits")
 
 
 class YamlBoundError(ValueError):
@@ -153,6 +158,14 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         return {}, body_start, f"invalid YAML frontmatter{line}: {problem}"
     except Exception as exc:  # TOML/JSON decoders raise their own types
+        huge = _HUGE_INT.search(str(exc)) if isinstance(exc, ValueError) else None
+        if huge:  # Python's own message tells the user to call sys.set_int_max_str_digits()
+            return (
+                {},
+                body_start,
+                f"frontmatter not read: a number of {huge.group(1)} digits (the limit is "
+                f"{sys.get_int_max_str_digits()}); body indexed",
+            )
         return {}, body_start, f"invalid frontmatter: {str(exc).splitlines()[0]}"
     if data is None:
         return {}, body_start, None

@@ -242,6 +242,9 @@ def parse_overlay(raw: bytes) -> dict[str, OverlayField]:
         raise OverlayError("not valid UTF-8") from None
     except YamlBoundError as exc:
         raise OverlayError(f"not read: {exc}") from None
+    except (ValueError, TypeError) as exc:  # a value YAML cannot build (a 5,000-digit int)
+        first = str(exc).split(";")[0].splitlines()[0]
+        raise OverlayError(f"not read: {first}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
