@@ -37,6 +37,7 @@ USER_ERRORS = frozenset(
         "LockBusy",
         "FilterError",
         "UnsafePath",
+        "ShardsError",
     }
 )
 
@@ -87,7 +88,7 @@ def user_errors() -> Iterator[None]:
 # previous index as it was (it publishes by rename, docs/security.md "Round two").
 _FULL = ("ENOSPC", "EDQUOT", "EFBIG")
 _DENIED = ("EACCES", "EPERM", "EROFS")
-_SQLITE_FULL, _SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM = 13, 8, 14, 3
+_SQLITE_FULL, _SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_IOERR = 13, 8, 14, 3, 10
 
 
 def environment_problem(exc: BaseException) -> str | None:
@@ -115,6 +116,8 @@ def environment_problem(exc: BaseException) -> str | None:
         primary = code & 0xFF  # an extended code's primary one
         if primary == _SQLITE_FULL:
             return f"cannot write the state cache: {exc}; {full}"
+        if primary == _SQLITE_IOERR:  # SQLite's word for EFBIG too (a file-size limit)
+            return f"cannot write the state cache: {exc} (a full disk or a limit?); {full}"
         if primary in (_SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM):
             return f"cannot write the state cache: {exc}; {denied}"
     return None
