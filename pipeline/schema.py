@@ -253,7 +253,7 @@ def parse_overlay(raw: bytes) -> dict[str, OverlayField]:
         return {}
     if not isinstance(data, dict) or not isinstance(data.get("fields", {}), dict):
         raise OverlayError("expected a mapping with a `fields:` mapping of field names")
-    unknown = sorted(set(data) - {"fields"})
+    unknown = sorted(set(map(str, data)) - {"fields"})  # keys may be numbers, or None
     if unknown:
         raise OverlayError(f"unknown top-level key {unknown[0]!r} (only `fields:` is read)")
     out = {}

@@ -231,6 +231,7 @@ def test_the_overlay_parser_refuses_every_bound_quickly():
         b"fields:\n  x: '" + b"a" * 200_000 + b"'\n",
         b"fields:\n  x:\n    allowed: [" + b"9" * 5000 + b"]\n",
         b"fields: " + b"[" * 100_000 + b"\n",
+        b"fields: {}\n2: r\n",  # keys of two types (sorting them was a TypeError; atheris)
     ]
     started = time.monotonic()
     for raw in cases:
