@@ -31,6 +31,11 @@ SEARCH_MODES = ("hybrid", "semantic", "lexical")
 # for search.
 DEFAULT_LIMIT = 10
 
+# The longest a request may wait for an answer, and the most shards an index may have: a
+# folder's file cannot make an ingest wait an hour per request or write 100,000 files.
+MAX_TIMEOUT = 600.0
+MAX_SHARDS = 1024
+
 # Per-provider defaults for model and dimensions (the spec's defaults for openai).
 PROVIDER_DEFAULTS: dict[str, tuple[str, int]] = {
     "local": ("wordllama-l2-supercat", 256),
@@ -53,34 +58,63 @@ class ConfigError(ValueError):
     """A setting that cannot be used; the message names the variable and its origin."""
 
 
-def _int(minimum: int = 0) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
+def _shown(raw: str) -> str:
+    """A value as an error line shows it: a folder's 5,000-digit number is not echoed."""
+    raw = raw.strip()
+    return repr(raw) if len(raw) <= 40 else f"a value of {len(raw)} characters"
+
+
+@dataclass(frozen=True)
+class Number:
+    """A numeric setting's parser and its range (docs/security.md, "every input bounded"):
+    a folder's file asking for 100,000 shards or a timeout of three years gets one line
+    naming the setting, not an ingest that runs for an hour. `above`: `low` itself is
+    refused (a duration must be more than 0)."""
+
+    kind: type  # int or float
+    low: float
+    high: float
+    above: bool = False
+
+    def __call__(self, raw: str) -> Any:
+        text = raw.strip()
+        word = "an integer" if self.kind is int else "a number"
+        if len(text) > 40:  # no number in range is this long; int() of 5,000 digits would
+            # tell the user to call sys.set_int_max_str_digits()
+            raise ValueError(f"expected {word} {self.bounds()}, got {_shown(raw)}")
         try:
-            value = int(raw.strip())
+            value = self.kind(text)
         except ValueError:
-            raise ValueError(f"expected an integer, got {raw!r}") from None
-        if value < minimum:
-            raise ValueError(f"must be >= {minimum}, got {value}")
+            raise ValueError(f"expected {word}, got {_shown(raw)}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"expected a finite number, got {_shown(raw)}")
+        if value < self.low or value > self.high or (self.above and value == self.low):
+            raise ValueError(f"must be {self.bounds()}, got {_shown(raw)}")
         return value
 
-    return parse
+    def bounds(self) -> str:
+        low, high = (
+            f"{v:g}" if self.kind is float else f"{int(v):,}" for v in (self.low, self.high)
+        )
+        if self.above:
+            return f"more than {low} and at most {high}"
+        return f"between {low} and {high}"
 
 
-def _float(raw: str) -> float:
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise ValueError(f"expected a number, got {raw!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"expected a finite number, got {raw!r}")
-    return value
+def _int(low: int, high: int) -> Number:
+    return Number(int, low, high)
 
 
-def _share(raw: str) -> float:
-    value = _float(raw)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"must be between 0 and 1, got {raw!r}")
-    return value
+def _float(low: float, high: float) -> Number:
+    return Number(float, low, high)
+
+
+def _seconds(high: float) -> Number:
+    """A duration in seconds: more than 0, at most `high`."""
+    return Number(float, 0.0, high, above=True)
+
+
+_share = _float(0.0, 1.0)
 
 
 def _bool(raw: str) -> bool:
@@ -96,6 +130,33 @@ def _list(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+# Linux's PATH_MAX and NAME_MAX: a longer path cannot be opened, so it is refused before any
+# work (1,600 levels of a missing folder used to cost a minute of walking and ignore rules).
+MAX_PATH_CHARS = 4096
+MAX_NAME_CHARS = 255
+
+
+def _path(raw: str) -> str:
+    """A relative or absolute path; no NUL, at most PATH_MAX long, each part at most
+    NAME_MAX."""
+    value = raw.strip()
+    if "\x00" in value:
+        raise ValueError("a path with a NUL character")
+    if len(value) > MAX_PATH_CHARS:
+        raise ValueError(f"a path of {len(value)} characters (the limit is {MAX_PATH_CHARS})")
+    longest = max((len(part) for part in value.split("/")), default=0)
+    if longest > MAX_NAME_CHARS:
+        raise ValueError(f"a path part of {longest} characters (the limit is {MAX_NAME_CHARS})")
+    return value
+
+
+def _paths(raw: str) -> list[str]:
+    return [_path(part) for part in _list(raw)]
+
+
+_WEIGHT = Number(float, 0.0, 100.0, above=True)
+
+
 def _weights(raw: str) -> dict[str, float]:
     """`label=number` pairs separated by commas, e.g. `high=1.1,low=0.9`."""
     weights: dict[str, float] = {}
@@ -103,9 +164,10 @@ def _weights(raw: str) -> dict[str, float]:
         label, sep, number = part.partition("=")
         if not sep or not label.strip():
             raise ValueError(f"expected label=number pairs, got {part!r}")
-        weight = _float(number)
-        if weight <= 0:
-            raise ValueError(f"weight for {label.strip()!r} must be > 0, got {weight}")
+        try:
+            weight = _WEIGHT(number)
+        except ValueError as exc:
+            raise ValueError(f"weight for {label.strip()!r}: {exc}") from None
         weights[label.strip().lower()] = weight
     return weights
 
@@ -160,12 +222,12 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("MDVDB_SOURCE_DIRS", "source_dirs", _list, ".", "Comma-separated folders to index"),
-    Setting("MDVDB_INDEX_FILE", "index_file", _str, ".markdownvdb.index", "The index file"),
+    Setting("MDVDB_SOURCE_DIRS", "source_dirs", _paths, ".", "Comma-separated folders to index"),
+    Setting("MDVDB_INDEX_FILE", "index_file", _path, ".markdownvdb.index", "The index file"),
     Setting(
         "MDVDB_STATE_DIR",
         "state_dir",
-        _str,
+        _path,
         ".markdownvdb.state",
         "Caches and the doit DB (deleting it only costs a rebuild)",
     ),
@@ -182,7 +244,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_MAX_FILE_BYTES",
         "max_file_bytes",
-        _int(1),
+        _int(1, 1 << 30),  # at most 1 GiB: ~36 GB of memory at the cost above
         str(10 << 20),
         "Bigger source files are reported and skipped by ingest",
     ),
@@ -200,37 +262,47 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "Model name; with provider=local: wordllama-l2-supercat, all-minilm-l6-v2 or a folder",
     ),
-    Setting("MDVDB_EMBEDDING_DIMENSIONS", "embedding_dimensions", _int(0), None, "Vector size"),
-    Setting("MDVDB_EMBEDDING_BATCH_SIZE", "embedding_batch_size", _int(1), "64", "Texts a request"),
+    Setting(
+        "MDVDB_EMBEDDING_DIMENSIONS", "embedding_dimensions", _int(0, 65_536), None, "Vector size"
+    ),
+    Setting(
+        "MDVDB_EMBEDDING_BATCH_SIZE", "embedding_batch_size", _int(1, 4096), "64", "Texts a request"
+    ),
     Setting(
         "MDVDB_EMBEDDING_CONCURRENCY",
         "embedding_concurrency",
-        _int(1),
+        _int(1, 64),
         "4",
         "Batches in flight at once (remote providers)",
     ),
-    Setting("MDVDB_EMBEDDING_TIMEOUT", "embedding_timeout", _float, "60", "Seconds before a retry"),
     Setting(
-        "MDVDB_EMBEDDING_MAX_RETRIES", "embedding_max_retries", _int(0), "5", "Retries a batch"
+        "MDVDB_EMBEDDING_TIMEOUT",
+        "embedding_timeout",
+        _seconds(MAX_TIMEOUT),
+        "60",
+        "Seconds before a retry",
+    ),
+    Setting(
+        "MDVDB_EMBEDDING_MAX_RETRIES", "embedding_max_retries", _int(0, 20), "5", "Retries a batch"
     ),
     Setting(
         "MDVDB_EMBEDDING_RETRY_DELAY",
         "embedding_retry_delay",
-        _float,
+        _float(0.0, 60.0),
         "0.5",
         "Seconds before the first retry (doubles each retry, with jitter)",
     ),
     Setting(
         "MDVDB_EMBEDDING_RETRY_MAX_DELAY",
         "embedding_retry_max_delay",
-        _float,
+        _float(0.0, MAX_TIMEOUT),
         "30",
         "Longest wait between retries unless the server's Retry-After asks for more",
     ),
     Setting(
         "MDVDB_EMBEDDING_MAX_INPUT_TOKENS",
         "embedding_max_input_tokens",
-        _int(0),
+        _int(0, 1_048_576),
         "0",
         "Longest text the model takes; longer ones are split (0: the provider's default)",
     ),
@@ -240,7 +312,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_WORKERS",
         "workers",
-        _int(0),
+        _int(0, 256),
         "0",
         "Processes that parse, chunk and embed an ingest (0: one per CPU; 1: no pool)",
     ),
@@ -259,11 +331,11 @@ SETTINGS: tuple[Setting, ...] = (
         "How Ray workers get the Markdown: paths (a shared filesystem) | bytes (in the task); "
         "auto: paths on a cluster started for the run, bytes on ray:ADDRESS",
     ),
-    Setting("MDVDB_CHUNK_MAX_TOKENS", "chunk_max_tokens", _int(16), "512", "Tokens a chunk"),
+    Setting("MDVDB_CHUNK_MAX_TOKENS", "chunk_max_tokens", _int(16, 8192), "512", "Tokens a chunk"),
     Setting(
         "MDVDB_SHARDS",
         "shards",
-        _int(1),
+        _int(1, MAX_SHARDS),
         "1",
         "Index shard files, split by a hash of the path (1: one index file; docs/scale-out.md)",
     ),
@@ -274,15 +346,27 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "HOST:PORT,... of `mdvdb serve --shards` processes a reader sends its per-shard work to",
     ),
-    Setting("MDVDB_CHUNK_OVERLAP_TOKENS", "chunk_overlap_tokens", _int(0), "50", "Window overlap"),
     Setting(
-        "MDVDB_SEARCH_DEFAULT_LIMIT", "search_default_limit", _int(1), str(DEFAULT_LIMIT), "Results"
+        "MDVDB_CHUNK_OVERLAP_TOKENS", "chunk_overlap_tokens", _int(0, 8191), "50", "Window overlap"
     ),
-    Setting("MDVDB_SEARCH_MIN_SCORE", "search_min_score", _float, "0.0", "Minimum score"),
+    Setting(
+        "MDVDB_SEARCH_DEFAULT_LIMIT",
+        "search_default_limit",
+        _int(1, 1000),
+        str(DEFAULT_LIMIT),
+        "Results",
+    ),
+    Setting(
+        "MDVDB_SEARCH_MIN_SCORE",
+        "search_min_score",
+        _float(-1000.0, 1000.0),
+        "0.0",
+        "Minimum score",
+    ),
     Setting(
         "MDVDB_SEARCH_PER_FILE",
         "search_per_file",
-        _int(0),
+        _int(0, 1000),
         "3",
         "Most sections of one file in one answer (0: no cap)",
     ),
@@ -304,7 +388,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_SEARCH_THREADS",
         "search_threads",
-        _int(0),
+        _int(0, 256),
         "0",
         "Threads a search splits its long passes over (IVF int8 products, fusion, top-k): "
         "0 = one per core this process may run on; 1 = the calling thread alone; N = N",
@@ -312,17 +396,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_IVF_MIN_CHUNKS",
         "ivf_min_chunks",
-        _int(1),
+        _int(1, 1_000_000_000),
         "50000",
         "Chunks from which ingest stores IVF lists for a sub-linear first pass",
     ),
     Setting("MDVDB_WATCH", "watch", _bool, "true", "Allow the watcher"),
-    Setting("MDVDB_WATCH_DEBOUNCE_MS", "watch_debounce_ms", _int(0), "300", "Debounce (ms)"),
+    Setting(
+        "MDVDB_WATCH_DEBOUNCE_MS", "watch_debounce_ms", _int(0, 60_000), "300", "Debounce (ms)"
+    ),
     Setting("MDVDB_CLUSTERING_ENABLED", "clustering_enabled", _bool, "true", "Build clusters"),
     Setting(
         "MDVDB_CLUSTERING_REBALANCE_THRESHOLD",
         "clustering_rebalance_threshold",
-        _int(1),
+        _int(1, 1_000_000_000),
         "50",
         "Changed documents before a full re-clustering",
     ),
@@ -336,7 +422,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_CLUSTERING_MAX_CLUSTERS",
         "clustering_max_clusters",
-        _int(2),
+        _int(2, 1000),
         "50",
         "Upper bound on the number of clusters",
     ),
@@ -371,7 +457,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_SERVE_IDLE_TIMEOUT",
         "serve_idle_timeout",
-        _float,
+        _seconds(7 * 86_400),
         "600",
         "Seconds without a request before `mdvdb serve` exits",
     ),
@@ -709,19 +795,6 @@ def _validate(config: Config) -> None:
     if not config.source_dirs:
         raise ConfigError(
             f"MDVDB_SOURCE_DIRS (from {_origin(config, 'MDVDB_SOURCE_DIRS')}): no folder given"
-        )
-    for env, value, minimum in (
-        ("MDVDB_EMBEDDING_TIMEOUT", config.embedding_timeout, 1e-3),
-        ("MDVDB_EMBEDDING_RETRY_DELAY", config.embedding_retry_delay, 0.0),
-        ("MDVDB_EMBEDDING_RETRY_MAX_DELAY", config.embedding_retry_max_delay, 0.0),
-    ):
-        if value < minimum:
-            raise ConfigError(f"{env} (from {_origin(config, env)}): must be positive, got {value}")
-    idle = config.serve_idle_timeout
-    if idle <= 0:
-        raise ConfigError(
-            f"MDVDB_SERVE_IDLE_TIMEOUT (from {_origin(config, 'MDVDB_SERVE_IDLE_TIMEOUT')}): "
-            f"must be positive, got {idle}"
         )
     _validate_paths(config)
     if config.embedding_provider == "custom" and not config.embedding_endpoint:

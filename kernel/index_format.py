@@ -231,6 +231,40 @@ class IndexFormatError(RuntimeError):
     """The file is missing, foreign, torn or of another format version."""
 
 
+class IndexTooNew(IndexFormatError):
+    """The file was written by a newer mdvdb (a format this one does not know): neither
+    damaged nor to be replaced by an older writer (`refuse_newer`)."""
+
+    def __init__(self, path: Path | str, version: int):
+        self.version = version
+        super().__init__(
+            f"{path} was written by a newer mdvdb (index format {version}; this one reads "
+            f"format {FORMAT_VERSION}): upgrade mdvdb (pip install -U markdown-vdb)"
+        )
+
+
+def written_by_newer(path: Path | str) -> int | None:
+    """The format version of the index at `path` when a newer mdvdb wrote it, else None
+    (absent, foreign, older or current: the other checks speak for those). Reads its header
+    only, never through a FIFO or a device."""
+    import stat as stat_module
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        head = os.pread(fd, HEADER.size, 0)
+    finally:
+        os.close(fd)
+    if len(head) < HEADER.size:
+        return None
+    magic, version, _ = HEADER.unpack(head)
+    return version if magic == MAGIC and version > FORMAT_VERSION else None
+
+
 class IndexDamaged(IndexFormatError):
     """The file is ours but its bytes are not the ones written: one line, always the same
     advice."""
@@ -267,6 +301,9 @@ class IndexFile:
     # The footer's table layouts and the file's buffer region, for `verify_checksums`.
     layouts: dict[str, Any] = field(default_factory=dict, repr=False)
     body: Any = field(default=None, repr=False)
+    # The whole map, and its first and last bytes as they were read (`changed_in_place`).
+    whole: Any = field(default=None, repr=False)
+    ends: bytes = field(default=b"", repr=False)
 
     def table(self, name: str) -> pa.Table | None:
         return self.tables.get(name)
@@ -330,6 +367,8 @@ def _footer(path: Path, view: memoryview) -> tuple[int, dict, dict]:
     magic, version, _ = HEADER.unpack_from(view, 0)
     if magic != MAGIC:
         raise IndexFormatError(f"{path} is not a Markdown VDB index (unknown header)")
+    if version > FORMAT_VERSION:
+        raise IndexTooNew(path, version)
     if version != FORMAT_VERSION:
         raise IndexFormatError(
             f"{path} has index format {version}; this mdvdb reads format {FORMAT_VERSION}: "
@@ -398,6 +437,7 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
     )
     index.layouts = tables_layout
     index.body = body
+    _keep_ends(index, whole)
     _OPENED.append(weakref.ref(index))
     del _OPENED[:-8]
     return index
@@ -423,6 +463,32 @@ def _regular_stat(path: Path) -> os.stat_result:
         return os.fstat(fd)
     finally:
         os.close(fd)
+
+
+def _keep_ends(index: IndexFile, whole: Any) -> None:
+    index.whole = whole
+    index.ends = _ends_of(whole)
+
+
+def _ends_of(whole: Any) -> bytes:
+    with memoryview(whole) as view:
+        return bytes(view[: HEADER.size]) + bytes(view[view.nbytes - TRAILER.size :])
+
+
+def changed_in_place(index: IndexFile) -> bool:
+    """Whether the index's file was overwritten where it lies since it was mapped (zeroed,
+    copied over, truncated) instead of replaced by a rename: its inode and mtime may not
+    show it, and the map would answer from whatever is there now. Its size, then its
+    header and trailer as mapped (40 bytes: cheap before every query of a long-lived
+    reader) against those read at open. A truncated map is never read (SIGBUS)."""
+    if index.whole is None or not index.ends:
+        return False
+    try:
+        if os.stat(index.path).st_size != index.size:
+            return True
+    except OSError:
+        return False  # gone: the reader keeps what it mapped
+    return _ends_of(index.whole) != index.ends
 
 
 class _LazyTables(Mapping):
@@ -509,6 +575,7 @@ def _read_index_lite(path: Path) -> IndexFile:
     )
     index.layouts = tables_layout
     index.body = body
+    _keep_ends(index, whole)
     for name, layout in tables_layout.items():
         try:
             index.tables[name] = _open_table_lite(index, name, layout)
@@ -1175,6 +1242,15 @@ class IndexWriter:
     def finish(self, tables: dict[str, pa.Table], meta: dict[str, Any]) -> int:
         """Write what was not put, the footer and the trailer; fsync; rename over `path`.
         Returns the size of the published file. Every table put must be in `tables`."""
+        try:
+            return self._finish(tables, meta)
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            # a write's ENOSPC names no file: the user is told which one (the index)
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
+
+    def _finish(self, tables: dict[str, pa.Table], meta: dict[str, Any]) -> int:
         self._join()
         stray = set(self._layouts) - set(tables)
         if stray:

@@ -178,12 +178,21 @@ def always_ignored(rel: str, named: tuple[str, ...] = ()) -> bool:
 
 def _gitignored_folder(config: Config, rel: str) -> bool:
     """Whether the .gitignore files above `rel` (or the user's patterns) ignore it or one of
-    its parent folders, as a walk descending from the top would have."""
-    parts = rel.split("/")
-    for depth in range(1, len(parts) + 1):
-        folder = "/".join(parts[:depth])
-        if Rules.for_folder(config, folder).ignored(folder, True):
+    its parent folders, as a walk descending from the top would have: the rules grow one
+    folder at a time, and a folder that does not exist holds no .gitignore (linear in the
+    depth: 1,600 levels of a missing folder took the rules of every prefix, a minute)."""
+    rules = Rules.for_folder(config, "").entering(config.root, "")
+    folder = ""
+    present = True
+    for part in rel.split("/"):
+        folder = f"{folder}/{part}" if folder else part
+        if rules.ignored(folder, True):
             return True
+        if present:
+            path = config.root / folder
+            present = path.is_dir()
+            if present:
+                rules = rules.entering(path, folder)
     return False
 
 

@@ -45,6 +45,17 @@ class ShardsError(RuntimeError):
     """A sharded index that cannot be read (a torn or foreign manifest...); one line."""
 
 
+class ShardsTooNew(ShardsError):
+    """A manifest a newer mdvdb wrote: not damaged, and not for this one to replace."""
+
+    def __init__(self, path: Path, version: int):
+        self.version = version
+        super().__init__(
+            f"{path} was written by a newer mdvdb (shard manifest format {version}; this one "
+            f"reads format {FORMAT}): upgrade mdvdb (pip install -U markdown-vdb)"
+        )
+
+
 def shard_of(path: str, shards: int) -> int:
     """The shard a file belongs to: a stable hash of its relative path (the same in every
     process, on every machine, unlike `hash()`)."""
@@ -149,7 +160,10 @@ def read_manifest(folder: Path) -> Manifest | None:
         return None
     try:
         data = json.loads(raw)
-        if data.get("format") != FORMAT:
+        found = data.get("format")
+        if isinstance(found, int) and not isinstance(found, bool) and found > FORMAT:
+            raise ShardsTooNew(path, found)
+        if found != FORMAT:
             raise ValueError(f"format {data.get('format')!r}")
         entries = [ShardEntry(**e) for e in data["files"]]
         manifest = Manifest(

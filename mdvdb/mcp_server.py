@@ -421,17 +421,19 @@ def serve(config: Config, http_port: int | None = None, token_file: str | None =
     from pipeline import start_background
 
     if http_port is None:
+        import anyio
+
         server = build_server(config)
         watcher = start_background(config)
         try:
-            server.run("stdio")
+            anyio.run(_serve_stdio, server)
         finally:
             if watcher is not None:
                 watcher.stop()
         return
     import sys
 
-    import uvicorn
+    from mdvdb.mcp_transports import serve_http
 
     token, where = http_token(config, token_file)
     app = BearerAuth(build_server(config).streamable_http_app(host="127.0.0.1"), token)
@@ -442,9 +444,21 @@ def serve(config: Config, http_port: int | None = None, token_file: str | None =
     sys.stderr.flush()
     watcher = start_background(config)
     try:
-        uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning")
-        ).run()
+        serve_http(app, http_port)  # header timeout, connection cap (mdvdb.mcp_transports)
     finally:
         if watcher is not None:
             watcher.stop()
+
+
+async def _serve_stdio(server: Any) -> None:
+    """The SDK's `run_stdio_async`, with each malformed line answered by a JSON-RPC error
+    (`mdvdb.mcp_transports.AnsweringStream`) instead of dropped: the SDK offers no hook for
+    those lines, so this takes its low-level server, as `run_stdio_async` does."""
+    from mcp.server.stdio import stdio_server
+
+    from mdvdb.mcp_transports import AnsweringStream
+
+    low = server._lowlevel_server
+    async with stdio_server() as (read_stream, write_stream):
+        answering = AnsweringStream(read_stream, write_stream)
+        await low.run(answering, write_stream, low.create_initialization_options())

@@ -123,7 +123,7 @@ def grep(
     """`mdvdb grep --json` over the source folders, grouped by file, lines cut to size."""
     import tempfile
 
-    from query import GrepOptions, Registry, select_roots, start_grep
+    from query import GrepOptions, Registry, rg_complaint, select_roots, start_grep
 
     if not pattern:
         raise ToolProblem("pattern is empty: give the text (or regex) to look for")
@@ -153,7 +153,9 @@ def grep(
             raise ToolProblem(run.failure)
         if run.returncode == 2 and not shown:
             errors.seek(0)
-            raise ToolProblem(rg_problem(errors.read().decode("utf-8", "replace"), pattern, regex))
+            said = errors.read().decode("utf-8", "replace")
+            literal = "regex=false searches for the literal text"
+            raise ToolProblem(rg_complaint(said, pattern, regex, literal))
     reply = grep_reply(config.root, pattern, shown, more, fuller, context, config.max_file_bytes)
     warnings = [*selection.warnings, *run.warnings]  # as ingest reports them
     warnings += [f"{path}: a matching line too long to show, left out" for path in run.long_lines]
@@ -234,19 +236,6 @@ def file_lines(root: Path, path: str, max_bytes: int) -> list[str]:
 
 def _cut(text: str) -> str:
     return text if len(text) <= GREP_LINE_CHARS else text[: GREP_LINE_CHARS - 1] + "…"
-
-
-def rg_problem(stderr: str, pattern: str, regex: bool) -> str:
-    """rg's complaint in one line: for a bad regex, its `error:` line and what to do."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    if regex and any("regex parse error" in line for line in lines):
-        reason = next((ln[6:].strip() for ln in lines if ln.startswith("error:")), "cannot parse")
-        return (
-            f"bad regex {pattern!r}: {reason} (ripgrep regex syntax; "
-            "regex=false searches for the literal text)"
-        )
-    detail = "; ".join(line.removeprefix("rg: ") for line in lines[:3])
-    return f"ripgrep failed: {detail or 'no message'}"
 
 
 # -- schema ---------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ _PUBLIC = {
     "IngestReport": ("pipeline.report", "IngestReport"),
     "LockBusy": ("pipeline.lock", "LockBusy"),
     "State": ("pipeline.state", "State"),
+    "StateDamaged": ("pipeline.state", "StateDamaged"),
     "Watcher": ("pipeline.watch", "Watcher"),
     "ingest_folder": ("pipeline.ingest", "ingest_folder"),
     "relative_paths": ("pipeline.ingest", "relative_paths"),
@@ -32,6 +33,7 @@ __all__ = [
     "IngestReport",
     "LockBusy",
     "State",
+    "StateDamaged",
     "Watcher",
     "ingest_folder",
     "relative_paths",
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from pipeline.ingest import IngestError, ingest_folder, relative_paths
     from pipeline.lock import LockBusy
     from pipeline.report import IngestReport
-    from pipeline.state import State
+    from pipeline.state import State, StateDamaged
     from pipeline.walk.discover import walk as walk_files
     from pipeline.watch import Watcher, start_background
 

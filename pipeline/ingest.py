@@ -16,6 +16,7 @@ from kernel.shards import published_file
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
 from pipeline.stages import RETRY_UNPARSED, IngestError, Progress, build_settings
+from pipeline.state import StateDamaged, is_damage
 from pipeline.tasks import STAGES, TASK_CREATORS, IngestRun, cpu_seconds, doit_config
 
 if TYPE_CHECKING:
@@ -53,10 +54,6 @@ def ingest_folder(
     """One ingest under the writer lock: the doit tasks of `pipeline.tasks`, given one
     `IngestRun` as their parameter. `provider`: an embedder to reuse (a long-lived caller
     such as the watcher loads its model once); it is not closed here."""
-    from doit.cmd_base import ModuleTaskLoader
-
-    from pipeline.doit_run import run_stages
-
     started, cpu_started = time.perf_counter(), cpu_seconds()
     only = tuple(relative_paths(config, paths)) if paths else None
     if config.executor != "local":
@@ -69,7 +66,30 @@ def ingest_folder(
             raise IngestError(str(exc)) from None
     lock = WriterLock(config.state_path, command=describe_command())
     lock.acquire(wait=wait, on_wait=on_wait)
-    run = IngestRun(config, only=only, full=full, borrowed_provider=provider)
+    try:
+        refuse_newer(config)
+        options = {"only": only, "full": full, "borrowed_provider": provider}
+        try:
+            report = _run_once(config, options, progress, started, cpu_started)
+        except Exception as exc:
+            notice = set_aside_damaged_state(config, exc)
+            if notice is None:
+                raise
+            report = _run_once(config, options, progress, started, cpu_started)
+            report.errors.insert(0, notice)
+        return report
+    finally:
+        lock.release()
+
+
+def _run_once(config, options, progress, started, cpu_started) -> IngestReport:
+    """The stages of one ingest on one `IngestRun`, under the caller's writer lock."""
+    from doit.cmd_base import ModuleTaskLoader
+
+    from pipeline.doit_run import run_stages
+
+    full = options["full"]
+    run = IngestRun(config, **options)
     if progress is not None:
         run.progress = progress
     try:
@@ -109,8 +129,74 @@ def ingest_folder(
             run.state.delete_value(RETRY_UNPARSED)  # tried again; none failed this time
         return report
     finally:
-        run.close()
-        lock.release()
+        try:
+            run.close()
+        except Exception as exc:  # closing a damaged database: the error that found it wins
+            if not is_damage(exc):
+                raise
+
+
+def refuse_newer(config: Config) -> None:
+    """An index (or shard manifest, or shard file) that a newer mdvdb wrote is left alone:
+    an older writer would replace it with a format the newer one then rebuilds, and call
+    it damaged on the way. IngestError saying so."""
+    from kernel import index_format, shards
+
+    newer = [(config.index_path, index_format.written_by_newer(config.index_path))]
+    try:
+        manifest = shards.read_manifest(config.shards_path)
+    except shards.ShardsTooNew as exc:
+        newer.append((shards.manifest_path(config.shards_path), exc.version))
+    except shards.ShardsError:
+        manifest = None
+    else:
+        for name in sorted(manifest.names()) if manifest is not None else ():
+            path = config.shards_path / name
+            newer.append((path, index_format.written_by_newer(path)))
+    for path, version in newer:
+        if version is not None:
+            raise IngestError(
+                f"{path} was written by a newer mdvdb (format {version}); this one will not "
+                "replace it: upgrade mdvdb (pip install -U markdown-vdb), or delete it to "
+                "rebuild the index with this version"
+            )
+
+
+STATE_DB = "cache.sqlite3"
+
+
+def set_aside_damaged_state(config: Config, exc: BaseException) -> tuple[str, str] | None:
+    """When `exc` says the cache database is damaged (and SQLite's own check agrees, so a
+    damaged file elsewhere is not blamed on it), rename it and its WAL aside, so that the
+    next run builds a new one from the files; the report's line saying so, else None."""
+    path = config.state_path / STATE_DB
+    if not is_damage(exc) or (not isinstance(exc, StateDamaged) and _passes_check(path)):
+        return None
+    aside = path.with_name(f"{STATE_DB}.damaged")  # the last one only: a cache can be big
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+        except FileNotFoundError:
+            pass
+    (config.state_path / "doit.sqlite3").unlink(missing_ok=True)  # its "up to date" is stale
+    problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    rel = os.path.relpath(aside, config.root) if aside.is_relative_to(config.root) else aside
+    return (
+        str(rel),
+        f"the state cache was damaged ({problem}); set aside under this name and rebuilt "
+        "from the files",
+    )
+
+
+def _passes_check(path: Path) -> bool:
+    try:
+        db = sqlite3.connect(path, timeout=60)
+        try:
+            return db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return False
 
 
 def remove_stale_temp_files(config: Config) -> list[Path]:

@@ -21,6 +21,7 @@ import datetime as dt
 import json
 import math
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -42,8 +43,12 @@ MAX_HEADING_CHARS = 1000
 MAX_LINE_CHARS = 100_000
 
 
-class _OverBound(ValueError):
-    """Frontmatter over one of the bounds; the message names it."""
+# CPython's refusal to convert a longer run of digits to an int (a denial-of-service bound)
+_HUGE_INT = re.compile(r"integer string conversion: value has (\d+) digits")
+
+
+class YamlBoundError(ValueError):
+    """YAML (frontmatter, the schema overlay) over one of the bounds; the message names it."""
 
 
 @dataclass
@@ -113,9 +118,11 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
     body_start = head.count("\n") + 1 if not content.startswith("\n") else head.count("\n") + 2
     try:
         if len(fm_text) > MAX_FRONTMATTER_CHARS:
-            raise _OverBound(f"{len(fm_text)} characters (the limit is {MAX_FRONTMATTER_CHARS})")
+            raise YamlBoundError(
+                f"{len(fm_text)} characters (the limit is {MAX_FRONTMATTER_CHARS})"
+            )
         if isinstance(handler, frontmatter.YAMLHandler):
-            data = _load_yaml(fm_text)
+            data = load_yaml(fm_text)
         else:
             if isinstance(handler, frontmatter.JSONHandler):
                 data = json.loads(
@@ -124,7 +131,7 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
             else:
                 data = handler.load(fm_text)
             _check_value(data)
-    except _OverBound as exc:
+    except YamlBoundError as exc:
         return {}, body_start, f"frontmatter not read: {exc}; body indexed"
     except RecursionError:
         return (
@@ -141,6 +148,14 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         return {}, body_start, f"invalid YAML frontmatter{line}: {problem}"
     except Exception as exc:  # TOML/JSON decoders raise their own types
+        huge = _HUGE_INT.search(str(exc)) if isinstance(exc, ValueError) else None
+        if huge:  # Python's own message tells the user to call sys.set_int_max_str_digits()
+            return (
+                {},
+                body_start,
+                f"frontmatter not read: a number of {huge.group(1)} digits (the limit is "
+                f"{sys.get_int_max_str_digits()}); body indexed",
+            )
         return {}, body_start, f"invalid frontmatter: {str(exc).splitlines()[0]}"
     if data is None:
         return {}, body_start, None
@@ -149,8 +164,12 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
     return json_safe(data), body_start, None
 
 
-def _load_yaml(text: str) -> Any:
-    """Safe-load YAML, checking the bounds on the node graph before building values."""
+def load_yaml(text: str) -> Any:
+    """Safe-load YAML, checking the bounds (size, depth, keys, values with aliases followed)
+    on the node graph before building values: `YamlBoundError` names the bound passed. The
+    one loader of untrusted YAML: frontmatter and the schema overlay."""
+    if len(text) > MAX_FRONTMATTER_CHARS:
+        raise YamlBoundError(f"{len(text)} characters (the limit is {MAX_FRONTMATTER_CHARS})")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
@@ -158,16 +177,18 @@ def _load_yaml(text: str) -> Any:
             return None
         _check_nodes(node)
         return loader.construct_document(node)
+    except RecursionError:
+        raise YamlBoundError(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels") from None
     finally:
         loader.dispose()
 
 
 def _check_nodes(root: yaml.Node) -> None:
-    """Raise _OverBound when the node graph, aliases followed, is too deep, too large, has
+    """Raise YamlBoundError when the node graph, aliases followed, is too deep, too large, has
     too many top-level keys or contains itself. Linear in the distinct nodes: each node's
     expanded size and height are computed once (an alias is the same node object)."""
     if isinstance(root, yaml.MappingNode) and len(root.value) > MAX_FRONTMATTER_KEYS:
-        raise _OverBound(f"{len(root.value)} keys (the limit is {MAX_FRONTMATTER_KEYS})")
+        raise YamlBoundError(f"{len(root.value)} keys (the limit is {MAX_FRONTMATTER_KEYS})")
     done: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height)
     open_nodes: set[int] = set()
 
@@ -176,9 +197,11 @@ def _check_nodes(root: yaml.Node) -> None:
         known = done.get(key)
         if known is None:
             if key in open_nodes:
-                raise _OverBound("an alias refers to a value that contains it (recursive alias)")
+                raise YamlBoundError(
+                    "an alias refers to a value that contains it (recursive alias)"
+                )
             if depth > MAX_FRONTMATTER_DEPTH:
-                raise _OverBound(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
+                raise YamlBoundError(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
             open_nodes.add(key)
             if isinstance(node, yaml.MappingNode):
                 children = [part for pair in node.value for part in pair]
@@ -192,14 +215,14 @@ def _check_nodes(root: yaml.Node) -> None:
                 values += child_values
                 height = max(height, child_height + 1)
                 if values > MAX_FRONTMATTER_VALUES:
-                    raise _OverBound(
+                    raise YamlBoundError(
                         f"expands to more than {MAX_FRONTMATTER_VALUES} values "
                         "(YAML aliases followed)"
                     )
             open_nodes.discard(key)
             known = done[key] = (values, height)
         if depth + known[1] > MAX_FRONTMATTER_DEPTH:
-            raise _OverBound(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
+            raise YamlBoundError(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
         return known
 
     measure(root, 0)
@@ -208,16 +231,16 @@ def _check_nodes(root: yaml.Node) -> None:
 def _check_value(data: Any) -> None:
     """The same bounds on JSON or TOML frontmatter (plain trees: no aliases, no cycles)."""
     if isinstance(data, dict) and len(data) > MAX_FRONTMATTER_KEYS:
-        raise _OverBound(f"{len(data)} keys (the limit is {MAX_FRONTMATTER_KEYS})")
+        raise YamlBoundError(f"{len(data)} keys (the limit is {MAX_FRONTMATTER_KEYS})")
     count = 0
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         value, depth = stack.pop()
         count += 1
         if count > MAX_FRONTMATTER_VALUES:
-            raise _OverBound(f"more than {MAX_FRONTMATTER_VALUES} values")
+            raise YamlBoundError(f"more than {MAX_FRONTMATTER_VALUES} values")
         if depth > MAX_FRONTMATTER_DEPTH:
-            raise _OverBound(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
+            raise YamlBoundError(f"nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
         if isinstance(value, dict):
             stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, list):

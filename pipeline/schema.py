@@ -238,10 +238,17 @@ def parse_overlay(raw: bytes) -> dict[str, OverlayField]:
     """`fields: {name: {description, type, allowed, required}}`; raises OverlayError."""
     import yaml
 
+    from pipeline.parse import YamlBoundError, load_yaml
+
     try:
-        data = yaml.safe_load(raw.decode("utf-8-sig"))
+        data = load_yaml(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise OverlayError("not valid UTF-8") from None
+    except YamlBoundError as exc:
+        raise OverlayError(f"not read: {exc}") from None
+    except (ValueError, TypeError) as exc:  # a value YAML cannot build (a 5,000-digit int)
+        first = str(exc).split(";")[0].splitlines()[0]
+        raise OverlayError(f"not read: {first}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -250,7 +257,7 @@ def parse_overlay(raw: bytes) -> dict[str, OverlayField]:
         return {}
     if not isinstance(data, dict) or not isinstance(data.get("fields", {}), dict):
         raise OverlayError("expected a mapping with a `fields:` mapping of field names")
-    unknown = sorted(set(data) - {"fields"})
+    unknown = sorted(set(map(str, data)) - {"fields"})  # keys may be numbers, or None
     if unknown:
         raise OverlayError(f"unknown top-level key {unknown[0]!r} (only `fields:` is read)")
     out = {}

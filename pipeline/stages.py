@@ -358,10 +358,13 @@ def discover(
     if not found.entries and only is None and not partial:
         _refuse_emptying(config, len(old))
     added, changed, removed = found.added, found.changed, found.removed
-    if full:
+    unchanged = found.unchanged
+    if full:  # every file was hashed; only a new digest is a change (the report says so)
         removed = sorted(set(old) - set(found.entries))
-        changed = [p for p in added if p in old]
+        kept = [p for p in added if p in old and old[p].sha256 == found.entries[p].sha256]
+        changed = [p for p in added if p in old and old[p].sha256 != found.entries[p].sha256]
         added = [p for p in added if p not in old]
+        unchanged = len(kept)
         upserts = list(found.entries.values())
     else:
         upserts = [found.entries[p] for p in (*added, *changed, *found.restamped)]
@@ -398,7 +401,7 @@ def discover(
         added=len(added),
         changed=len(changed),
         removed=len(removed),
-        unchanged=found.unchanged if not partial else len(entries) - len(added) - len(changed),
+        unchanged=unchanged if not partial else len(entries) - len(added) - len(changed),
         hashed=found.hashed,
         problems=tuple(found.errors),
         changed_shas=changed_shas,

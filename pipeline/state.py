@@ -45,6 +45,31 @@ if TYPE_CHECKING:  # NumPy only where vectors are read: a no-op ingest never imp
     import numpy as np
 
 
+class StateDamaged(RuntimeError):
+    """The cache database fails a check (not a database, a page SQLite finds damaged, a
+    stored value that is not what was written); `pipeline.ingest` sets it aside and runs
+    again from the files (docs/security.md, "Round two")."""
+
+
+# SQLite's result codes for a damaged file (not its "locked", "full" or "read-only" ones)
+DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def is_damage(exc: BaseException) -> bool:
+    return isinstance(exc, StateDamaged) or (
+        isinstance(exc, sqlite3.DatabaseError)
+        and getattr(exc, "sqlite_errorcode", None) in DAMAGE_CODES
+    )
+
+
+def _loads(data: Any) -> Any:
+    """A stored JSON value; one that does not decode is damage, not a user error."""
+    try:
+        return json.loads(data)
+    except (ValueError, TypeError):
+        raise StateDamaged("a stored value is not JSON") from None
+
+
 def _script(db: sqlite3.Connection, sql: str) -> None:
     """Statements one by one: `executescript` would commit the migration's transaction."""
     for statement in sql.split(";"):
@@ -171,17 +196,23 @@ class State:
         self.folder = folder
         self.published = Published(index_path, records) if index_path is not None else None
         self.db = sqlite3.connect(folder / "cache.sqlite3", timeout=60, isolation_level=None)
-        # Only takes effect on a new database (an old one is converted by `reclaim`): pages
-        # freed when a pack hands records over to the index go back to the file system.
-        self.db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        self.db.execute("PRAGMA journal_mode=WAL")
-        # Some builds of SQLite (Debian's) zero every freed page: a hand-over that frees the
-        # records of a first build wrote all of them again through the WAL. FAST still clears
-        # what is freed inside pages that are written anyway; the file is the user's own
-        # cache, mode 0600, and its freed pages go back to the file system.
-        self.db.execute("PRAGMA secure_delete=FAST")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        migrate(self.db)
+        try:
+            # Only takes effect on a new database (an old one is converted by `reclaim`):
+            # pages freed when a pack hands records over to the index go back to the disk.
+            self.db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            # Some builds of SQLite (Debian's) zero every freed page: a hand-over that frees
+            # the records of a first build wrote all of them again through the WAL. FAST
+            # still clears what is freed inside pages that are written anyway; the file is
+            # the user's own cache, mode 0600, and its freed pages go back to the disk.
+            self.db.execute("PRAGMA secure_delete=FAST")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            migrate(self.db)
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            if is_damage(exc):
+                raise StateDamaged(str(exc)) from None
+            raise
         self._held: _Held | None = None
         # A pooled first build's documents' label words, made by its workers, for the full
         # clustering that follows (`pipeline.cluster.topics.LabelWords`); memory only.
@@ -340,7 +371,7 @@ class State:
             )
 
     def get_parsed(self, shas: Iterable[str]) -> dict[str, dict[str, Any]]:
-        return {sha: json.loads(data) for sha, data in self._select_in("parsed", "data", shas)}
+        return {sha: _loads(data) for sha, data in self._select_in("parsed", "data", shas)}
 
     def missing_chunks(self, key: str) -> list[str]:
         rows = self.db.execute(
@@ -415,12 +446,12 @@ class State:
             for sha in shas:
                 data = records.get((key, sha))
                 if data is not None:
-                    found[sha] = json.loads(data)
+                    found[sha] = _loads(data)
             if len(found) == len(shas):
                 return found
             shas = [s for s in shas if s not in found]
         rows = self._rows_in("SELECT sha256, data FROM chunks WHERE key = ? AND sha256", key, shas)
-        found.update((sha, json.loads(data)) for sha, data in rows)
+        found.update((sha, _loads(data)) for sha, data in rows)
         if self.published is not None and len(found) < len(shas):
             found.update(self.published.documents(key, [s for s in shas if s not in found]))
         return found
@@ -474,6 +505,8 @@ class State:
         sql = "SELECT sha256, vector FROM embeddings WHERE model = ? AND sha256"
         for sha, blob in self._rows_in(sql, model, asked):
             i = index[sha]
+            if not isinstance(blob, bytes) or (dimensions and len(blob) != 4 * dimensions):
+                raise StateDamaged(f"a stored vector that is not {dimensions} float32 values")
             out[i] = np.frombuffer(blob, dtype=np.float32)
             seen[i] = True
         firsts = np.fromiter(index.values(), dtype=np.int64, count=len(index))
@@ -522,7 +555,7 @@ class State:
     # -- small values ---------------------------------------------------------------------
     def get_value(self, key: str) -> Any:
         row = self.db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return _loads(row[0]) if row else None
 
     def set_value(self, key: str, value: Any) -> None:
         self.db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, json.dumps(value)))

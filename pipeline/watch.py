@@ -252,7 +252,7 @@ class Watcher:
 
     def _relevant(self, paths: Iterable[str]) -> list[str] | None:
         """Root-relative paths worth an ingest; None when a .gitignore changed (full walk)."""
-        from pipeline.state import State
+        from pipeline.state import State, StateDamaged
 
         rels = sorted({r for r in (self._rel(p) for p in paths) if r is not None})
         if not rels:
@@ -272,7 +272,10 @@ class Watcher:
             else:
                 gone.append(rel)
         if gone:
-            state = State(self.config.state_path)
+            try:
+                state = State(self.config.state_path)
+            except StateDamaged:  # the ingest sets it aside: let it see what is gone
+                return sorted(keep + [rel for rel in gone if _utf8(rel)])
             try:
                 # A name with undecodable bytes was never indexed (the walk skips it).
                 keep.extend(rel for rel in gone if _utf8(rel) and state.has_path(rel))

@@ -58,6 +58,7 @@ _PUBLIC = {
     "other_files": ("query.rank.collapse", "other_files"),
     "overlay_is_stale": ("query.schema", "overlay_is_stale"),
     "query_vector": ("query.rank.search", "query_vector"),
+    "rg_complaint": ("query.grep.ripgrep", "rg_complaint"),
     "run_request": ("query.request", "run_request"),
     "select_roots": ("query.grep.sources", "select_roots"),
     "start_grep": ("query.grep.ripgrep", "start"),
@@ -105,6 +106,7 @@ __all__ = [
     "other_files",
     "overlay_is_stale",
     "query_vector",
+    "rg_complaint",
     "run_request",
     "select_roots",
     "start_grep",
@@ -123,7 +125,7 @@ if TYPE_CHECKING:
     from query.grep.format import snippet as grep_snippet
     from query.grep.options import DESCRIPTION as GREP_DESCRIPTION
     from query.grep.options import GREP_OPTIONS, GrepRequest
-    from query.grep.ripgrep import FILE_TYPES, GrepError, GrepOptions, Match
+    from query.grep.ripgrep import FILE_TYPES, GrepError, GrepOptions, Match, rg_complaint
     from query.grep.ripgrep import start as start_grep
     from query.grep.sources import Registry, SourceError, select_roots
     from query.index import Index, open_index

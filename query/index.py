@@ -166,12 +166,9 @@ class Index(Reader):
             matches = list(run)
             if run.returncode == 2 and not matches:
                 errors.seek(0)
-                said = [x.strip() for x in errors.read().decode("utf-8", "replace").splitlines()]
-                said = [x for x in said if x] or ["rg failed"]
-                # rg's first line says what failed, its last why ("regex parse error ...
-                # error: unclosed group"); one line for the caller.
-                first, last = said[0].rstrip(":"), said[-1].removeprefix("error: ")
-                raise grepping.GrepError(first if len(said) == 1 else f"{first}: {last}")
+                said = errors.read().decode("utf-8", "replace")
+                literal = "regex=False searches for the literal text"
+                raise grepping.GrepError(grepping.rg_complaint(said, pattern, regex, literal))
         return matches
 
     def get_document(self, path: str) -> Document:

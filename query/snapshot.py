@@ -87,6 +87,7 @@ def _shared_snapshot(path: Path, lite: bool = False, servers: tuple[str, ...] = 
         try:
             st = os.stat(path)
             if st.st_ino == cached.file.inode and st.st_mtime_ns == cached.file.mtime_ns:
+                _refuse_changed_in_place(cached)
                 return cached
         except OSError:
             pass
@@ -98,6 +99,13 @@ def _shared_snapshot(path: Path, lite: bool = False, servers: tuple[str, ...] = 
         snap = Snapshot.load(path, lite)
     _SNAPSHOTS[key] = snap
     return snap
+
+
+def _refuse_changed_in_place(snap: Snapshot) -> None:
+    """IndexDamaged when the mapped file was overwritten in place (`changed_in_place`): a
+    long-lived reader would otherwise answer from zeros. A new publish (a rename) ends it."""
+    if index_format.changed_in_place(snap.file):
+        raise index_format.IndexDamaged(snap.file.path, "overwritten in place since it was mapped")
 
 
 class Reader:
@@ -169,7 +177,10 @@ class Reader:
             st = os.stat(self.source)
         except OSError:
             return False  # keep serving the last snapshot if the file vanished
-        return st.st_ino != snap.file.inode or st.st_mtime_ns != snap.file.mtime_ns
+        if st.st_ino != snap.file.inode or st.st_mtime_ns != snap.file.mtime_ns:
+            return True
+        _refuse_changed_in_place(snap)
+        return False
 
     def refresh(self) -> bool:
         """Switch to a newer published index if there is one; True if it switched."""

@@ -72,10 +72,11 @@ class _Stopped(Exception):
 
 
 class _Retryable(Exception):
-    def __init__(self, problem: str, retry_after: float | None = None):
+    def __init__(self, problem: str, retry_after: float | None = None, slow: bool = False):
         super().__init__(problem)
         self.problem = problem
         self.retry_after = retry_after
+        self.slow = slow  # no answer within the timeout: the user is told at once
 
 
 class HttpEmbeddingProvider(ABC):
@@ -105,6 +106,7 @@ class HttpEmbeddingProvider(ABC):
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         self._pause_until = 0.0  # a Retry-After pauses every batch, not just the one told
+        self._slow_told: set[int] = set()  # attempts whose timeout was reported (one line each)
 
     def __repr__(self) -> str:  # never show the key, even in a debugger or a traceback
         return f"{type(self).__name__}(model={self.model!r}, url={self.public_url!r})"
@@ -295,6 +297,8 @@ class HttpEmbeddingProvider(ABC):
                 problem = exc.problem
                 if attempt == attempts - 1:
                     break
+                if exc.slow:
+                    self._tell_slow(attempt, attempts)
                 delay = self.settings.backoff(attempt)
                 if exc.retry_after is not None:
                     delay = max(delay, exc.retry_after)
@@ -307,6 +311,25 @@ class HttpEmbeddingProvider(ABC):
             f"{self.url_setting} or try again (an ingest resumes after the batches it kept)"
         )
 
+    def _tell_slow(self, attempt: int, attempts: int) -> None:
+        """One line on stderr as a request times out (once per attempt number, however many
+        batches are in flight): an endpoint that never answers is named while the run waits,
+        not minutes later (MDVDB_EMBEDDING_TIMEOUT is at most 600 s)."""
+        import sys
+
+        with self._lock:
+            if attempt in self._slow_told:
+                return
+            self._slow_told.add(attempt)
+        # the process's own stderr: a stage runs with doit capturing sys.stderr
+        stream = sys.__stderr__ or sys.stderr
+        stream.write(
+            f"mdvdb: {self.name}: {self.public_url} gave no answer within "
+            f"{self.settings.timeout:g} s ({self.url_setting}); trying again "
+            f"({attempt + 2} of {attempts} attempts)\n"
+        )
+        stream.flush()
+
     def _post_once(self, payload: dict[str, Any]) -> Any:
         import httpx
 
@@ -318,7 +341,7 @@ class HttpEmbeddingProvider(ABC):
                 f"{self.name}: {self.public_url} is not a usable URL: check {self.url_setting}"
             ) from None
         except httpx.TimeoutException:
-            raise _Retryable(f"no answer within {self.settings.timeout:g} s") from None
+            raise _Retryable(f"no answer within {self.settings.timeout:g} s", slow=True) from None
         except httpx.ConnectError:
             raise _Retryable("cannot connect") from None
         except httpx.TransportError as exc:

@@ -38,6 +38,7 @@ USER_ERRORS = frozenset(
         "FilterError",
         "UnsafePath",
         "Refused",
+        "ShardsError",
     }
 )
 
@@ -77,7 +78,50 @@ def user_errors() -> Iterator[None]:
         damaged = damage_of(exc)
         if damaged:
             fail(damaged, EXIT_ERROR)
+        problem = environment_problem(exc)
+        if problem:
+            fail(problem, EXIT_ERROR)
         raise
+
+
+# What the machine refuses (a full disk, a read-only folder, a file-size limit): the user's
+# situation, not a bug, so one line saying what to do; a writer that stops on it leaves the
+# previous index as it was (it publishes by rename, docs/security.md "Round two").
+_FULL = ("ENOSPC", "EDQUOT", "EFBIG")
+_DENIED = ("EACCES", "EPERM", "EROFS")
+_SQLITE_FULL, _SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_IOERR = 13, 8, 14, 3, 10
+
+
+def environment_problem(exc: BaseException) -> str | None:
+    """The one line for an OSError (or SQLite's) that says the disk is full or the folder
+    read-only, else None."""
+    import errno
+
+    def named(*names: str) -> set[int]:
+        return {getattr(errno, n) for n in names if hasattr(errno, n)}
+
+    full = "free some space (or raise the file-size limit) and run it again"
+    denied = (
+        "the folder is read-only for you; to keep the index elsewhere, set MDVDB_INDEX_FILE "
+        "and MDVDB_STATE_DIR in your environment"
+    )
+    if isinstance(exc, OSError) and exc.errno is not None:
+        where = f" {exc.filename}" if exc.filename else ""
+        if exc.errno in named(*_FULL):
+            return f"cannot write{where}: {exc.strerror}; {full}"
+        if exc.errno in named(*_DENIED):
+            return f"cannot write{where}: {exc.strerror}; {denied}"
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and type(exc).__name__ == "OperationalError":
+        primary = code & 0xFF  # an extended code's primary one
+        if primary == _SQLITE_FULL:
+            return f"cannot write the state cache: {exc}; {full}"
+        if primary == _SQLITE_IOERR:  # SQLite's word for EFBIG too (a file-size limit)
+            return f"cannot write the state cache: {exc} (a full disk or a limit?); {full}"
+        if primary in (_SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM):
+            return f"cannot write the state cache: {exc}; {denied}"
+    return None
 
 
 def damage_of(exc: BaseException) -> str | None:

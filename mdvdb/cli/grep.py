@@ -40,6 +40,7 @@ def _search(args: GrepRequest, root: str | None, as_json: bool) -> int:
         JsonWriter,
         Registry,
         SourceError,
+        rg_complaint,
         select_roots,
         start_grep,
         use_color,
@@ -57,7 +58,9 @@ def _search(args: GrepRequest, root: str | None, as_json: bool) -> int:
             exclude=list(args.exclude),
             drop_blacklisted=args.exclude_blacklisted,
         )
-        search = start_grep(args.grep_options(), selection, config.root, config.page_id_field)
+        said = _unnamed_file()  # rg's stderr, read back to say what went wrong in one line
+        options = args.grep_options()
+        search = start_grep(options, selection, config.root, config.page_id_field, stderr=said)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except SourceError as exc:
@@ -95,13 +98,31 @@ def _search(args: GrepRequest, root: str | None, as_json: bool) -> int:
             f"mdvdb: warning: {printable(path, one_line=True)}: a matching line too long "
             "to show, left out\n"
         )
+    said.seek(0)
+    complaint = said.read().decode("utf-8", "replace")
+    said.close()
     if search.failure is not None:  # rg killed (out of memory...): not "No matches."
         return _fail(search.failure, EXIT_ERROR)
-    if search.returncode == 2 and search.emitted == 0:
-        return EXIT_ERROR  # rg said why on stderr (a bad --regex, an unreadable root)
+    if search.returncode == 2 and search.emitted == 0:  # a bad --regex, an unreadable root
+        literal = "without --regex the pattern is literal text"
+        return _fail(rg_complaint(complaint, options.pattern, options.regex, literal), EXIT_ERROR)
+    for line in complaint.splitlines():  # an unreadable file among matches: rg went on
+        if line.strip():
+            sys.stderr.write(f"mdvdb: warning: {line.strip().removeprefix('rg: ')}\n")
     if search.emitted == 0 and not as_json:
         sys.stdout.write("No matches.\n")
     return EXIT_OK
+
+
+def _unnamed_file():
+    """A file without a name for rg's stderr (a pipe could fill up and stop rg): memfd on
+    Linux, where importing tempfile would cost a grep ~10 ms; a temp file elsewhere."""
+    make = getattr(os, "memfd_create", None)
+    if make is not None:
+        return open(make("rg-stderr", os.MFD_CLOEXEC), "w+b")  # noqa: SIM115 - closed by the caller
+    import tempfile
+
+    return tempfile.TemporaryFile()
 
 
 def _fail(message: str, code: int) -> int:

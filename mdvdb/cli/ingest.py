@@ -167,9 +167,12 @@ def refuse_missing(config, paths: list[str]) -> None:
         return
     indexed = None
     if (config.state_path / "cache.sqlite3").exists():
-        from pipeline import State
+        from pipeline import State, StateDamaged
 
-        indexed = State(config.state_path)
+        try:
+            indexed = State(config.state_path)
+        except StateDamaged:
+            return  # the ingest sets the cache aside, rebuilds it and sees what is gone
     try:
         missing = [
             raw

@@ -64,7 +64,8 @@ def _status(config, as_json: bool, check: bool) -> int:
         st.new_files = _new_files(config)
     if damage and not as_json:
         # the readers' own line ("index damaged: run `mdvdb ingest --full` (...)") as is
-        raise CliError(damage if damage.startswith("index damaged") else f"damaged index: {damage}")
+        plain = damage.startswith("index damaged") or "written by a newer mdvdb" in damage
+        raise CliError(damage if plain else f"damaged index: {damage}")
     if check:
         code = EXIT_OK if st.fresh else EXIT_STALE if st.exists else EXIT_NO_INDEX
         if as_json:

@@ -10,21 +10,24 @@ refuses, the CLI simply runs the command itself.
 The socket lives in the state folder, is created 0600 and is only used when owned by the
 calling user. The server exits by itself after an idle timeout, and holds an flock on
 `serve.lock` for its life: one server per project, and a socket file whose lock is free is
-stale. One request per connection: a marshalled `{"argv", "cwd", "env"}` in (the client then
-shuts its write side), a marshalled `{"stdout", "stderr", "code"}` out; `{"op": "ping"}`
-(readiness, `serve --status`) and `{"op": "stop"}` are answered without running a command.
-marshal, not JSON: both ends are this package, it decodes plain data only, and it is built in.
+stale. One request per connection: `{"argv", "cwd", "env"}` in, `{"stdout", "stderr",
+"code"}` out, each one message of `mdvdb.cli.warm_wire` (a bounded encoding, safe on any
+bytes: it replaced marshal, which 11 bytes made spin); `{"op": "ping"}` (readiness,
+`serve --status`) and `{"op": "stop"}` are answered without running a command. A request
+over `MAX_REQUEST` bytes, or one that is not complete within `REQUEST_SECONDS`, gets an
+error reply; a reply over `MAX_REPLY` bytes tells the client to run the command itself.
 
-The client half runs on every CLI call, so it imports little (`socket`, `marshal`, `os`,
-`stat`, `sys` and `kernel.dotenv`).
+The client half runs on every CLI call, so it imports little (`socket`, `os`, `stat`, `sys`,
+`kernel.dotenv` and `warm_wire`).
 """
 
 from __future__ import annotations
 
-import marshal
 import os
 import stat
 import sys
+
+from mdvdb.cli.warm_wire import HEADER, WireError, decode, encode, message_length
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,6 +40,11 @@ FORWARDED = frozenset({"search", "get"})
 # Set to 1 to make the CLI never use a warm process (benchmarks, debugging).
 NO_WARM_ENV = "MDVDB_NO_WARM"
 CLIENT_TIMEOUT = 60.0
+# Bounds on one exchange: argv, cwd and the MDVDB_* environment fit in far less than a MiB;
+# the output of `get` on a large page is the biggest reply.
+MAX_REQUEST = 1 << 20
+MAX_REPLY = 256 << 20
+REQUEST_SECONDS = 10.0  # a client must have sent its whole request by then
 
 
 class _in_folder:  # noqa: N801 - used as a context manager, like contextlib's
@@ -106,12 +114,23 @@ def forward(argv: list[str]) -> int | None:
     request = {"argv": argv, "cwd": os.getcwd(), "env": _client_env()}
     try:
         reply = _exchange(folder, request)
+    except TimeoutError:
+        sys.stderr.write(
+            f"mdvdb: the warm process ({folder}/{SOCKET_NAME}) did not answer within "
+            f"{CLIENT_TIMEOUT:g} s; running the command here\n"
+        )
+        return None
     except (OSError, ValueError):
         return None  # stale socket or a server that just exited: run the command ourselves
-    sys.stdout.write(reply["stdout"])
-    sys.stderr.write(reply["stderr"])
+    if reply.get("fallback"):
+        return None  # an answer too big for the socket: this process computes it
+    stdout, stderr, code = reply.get("stdout"), reply.get("stderr"), reply.get("code")
+    if not (isinstance(stdout, str) and isinstance(stderr, str) and isinstance(code, int)):
+        return None
+    sys.stdout.write(stdout)
+    sys.stderr.write(stderr)
     sys.stdout.flush()
-    return int(reply["code"])
+    return code
 
 
 def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> dict:
@@ -122,23 +141,45 @@ def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> di
     try:
         with _in_folder(folder):
             sock.connect(SOCKET_NAME)
-        sock.sendall(marshal.dumps(request))
+        sock.sendall(encode(request))
         sock.shutdown(socket.SHUT_WR)
-        chunks = []
-        while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                break
-            chunks.append(data)
+        data = _read_message(sock, MAX_REPLY)
     finally:
         sock.close()
-    try:
-        reply = marshal.loads(b"".join(chunks))
-    except (EOFError, TypeError) as exc:
-        raise ValueError("malformed reply") from exc
+    if data is None:
+        raise WireError("no reply")
+    reply = decode(data, MAX_REPLY)
     if not isinstance(reply, dict) or "code" not in reply:
-        raise ValueError("malformed reply")
+        raise WireError("malformed reply")
     return reply
+
+
+def _read_message(sock, cap: int, deadline: float | None = None) -> bytes | None:
+    """One whole message (header and body) from `sock`, None when the peer closed before
+    sending a byte; WireError past `cap`, TimeoutError past `deadline` (time.monotonic)."""
+    import time
+
+    need = HEADER
+    chunks: list[bytes] = []
+    got = 0
+    while got < need:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request was not complete in time")
+            sock.settimeout(min(left, CLIENT_TIMEOUT))
+        data = sock.recv(min(need - got, 1 << 16))
+        if not data:
+            if got == 0:
+                return None
+            raise WireError(f"cut short after {got} bytes")
+        chunks.append(data)
+        got += len(data)
+        if need == HEADER and got >= HEADER:
+            head = b"".join(chunks)
+            need = HEADER + message_length(head[:HEADER], cap)
+            chunks = [head]
+    return b"".join(chunks)
 
 
 # -- server -------------------------------------------------------------------------------
@@ -147,6 +188,8 @@ LOG_NAME = "serve.log"  # a background server's stdout and stderr (the watcher's
 PING_TIMEOUT = 2.0
 # How often the accept loop looks at its stop event and its idle clock.
 POLL_SECONDS = 0.2
+# Connections served at once (each on its own thread); more are closed at once.
+MAX_CONNECTIONS = 64
 
 
 class ServeError(RuntimeError):
@@ -246,6 +289,7 @@ class WarmServer:
         """Serve until stopped or idle. `preload()` runs before the socket exists (so the
         first call is warm and a readiness ping means ready); `started()` runs once
         calls are accepted and may return a `stop()` to call on the way out (the watcher)."""
+        import errno
         import socket
         import threading
         import time
@@ -289,9 +333,19 @@ class WarmServer:
                     continue
                 except InterruptedError:
                     continue
+                except OSError as exc:  # out of file descriptors (EMFILE...): wait for some
+                    if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                        raise
+                    self.stop.wait(POLL_SECONDS)
+                    continue
                 with self._count:
-                    self._active += 1
-                    self._last = time.monotonic()
+                    full = self._active >= MAX_CONNECTIONS
+                    if not full:
+                        self._active += 1
+                        self._last = time.monotonic()
+                if full:  # a runaway client: the one it opened last is closed, not queued
+                    conn.close()
+                    continue
                 threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
         finally:
             if listener is not None:
@@ -311,14 +365,22 @@ class WarmServer:
         try:
             with conn:
                 conn.settimeout(CLIENT_TIMEOUT)
-                chunks = []
-                while True:  # the client shuts its write side after the request
-                    data = conn.recv(1 << 16)
-                    if not data:
-                        break
-                    chunks.append(data)
-                reply = self._answer(b"".join(chunks))
-                conn.sendall(marshal.dumps(reply))
+                try:
+                    raw = _read_message(conn, MAX_REQUEST, time.monotonic() + REQUEST_SECONDS)
+                except (WireError, TimeoutError) as exc:
+                    conn.sendall(encode(_refusal(f"bad warm request: {exc}")))
+                    _drain(conn)
+                    return
+                if raw is None:
+                    return  # connected and closed: a probe, nobody to answer
+                reply = self._answer(raw)
+                try:
+                    message = encode(reply)
+                except WireError as exc:
+                    message = encode(_refusal(f"unsendable reply: {exc}"))
+                if len(message) > MAX_REPLY:
+                    message = encode({"fallback": "reply too large", "code": 1})
+                conn.sendall(message)
         except OSError:
             pass  # the client hung up or stalled: there is nobody to answer
         finally:
@@ -330,9 +392,9 @@ class WarmServer:
         import time
 
         try:
-            request = marshal.loads(raw)
+            request = decode(raw, MAX_REQUEST)
             if not isinstance(request, dict):
-                raise ValueError("not a request")
+                raise WireError("not a request")
             op = request.get("op", "run")
             if op == "ping":
                 return {
@@ -348,16 +410,38 @@ class WarmServer:
                 self.stop.set()
                 return {"pid": os.getpid(), "stopping": True, "code": 0}
             if op != "run":
-                raise ValueError(f"unknown op {op!r}")
-            argv = [str(a) for a in request["argv"]]
+                raise WireError(f"unknown op {op!r}")
+            argv, cwd, env = request.get("argv"), request.get("cwd"), request.get("env") or {}
+            if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+                raise WireError("argv is not a list of strings")
+            if not isinstance(cwd, str) or not isinstance(env, dict):
+                raise WireError("cwd or env of the wrong type")
+            if not all(isinstance(v, str) for v in env.values()):
+                raise WireError("env values that are not strings")
             if not argv or argv[0] not in FORWARDED:
-                raise ValueError("not a forwarded command")
+                raise WireError("not a forwarded command")
             with self._busy:
                 self._requests += 1
                 assert self._runner is not None
-                return self._runner.run(argv, str(request["cwd"]), dict(request.get("env") or {}))
-        except (ValueError, KeyError, TypeError, EOFError) as exc:
-            return {"stdout": "", "stderr": f"mdvdb: bad warm request: {exc}\n", "code": 1}
+                return self._runner.run(argv, cwd, env)
+        except WireError as exc:
+            return _refusal(f"bad warm request: {exc}")
+
+
+def _drain(conn: socket.socket, limit: int = MAX_REQUEST) -> None:
+    """After answering a request it did not read to the end: stop writing and read what the
+    client still sends (up to `limit` bytes, a second), so that closing does not reset the
+    connection and lose the answer before the client reads it."""
+    import socket
+
+    conn.shutdown(socket.SHUT_WR)
+    conn.settimeout(1.0)
+    while limit > 0 and (data := conn.recv(1 << 16)):
+        limit -= len(data)
+
+
+def _refusal(problem: str) -> dict:
+    return {"stdout": "", "stderr": f"mdvdb: {problem}\n", "code": 1}
 
 
 class _Runner:

@@ -259,17 +259,18 @@ def _source_rels(
     out = []
     folders = source_folders(config)
     walked = [s.path for s in folders if not s.skipped]
+    place = -1  # the source's place in `walked`
     for source in folders:
         if source.problem and errors is not None:
             errors.append((source.raw, source.problem))
         if source.skipped:
             continue
-        first = walked.index(source.path)
+        place += 1
         if any(
-            walked_within(source.path, other) and (other != source.path or i < first)
+            walked_within(source.path, other) and (other != source.path or i < place)
             for i, other in enumerate(walked)
         ):
-            continue  # a walk of another source folder reaches it
+            continue  # a walk of another source folder (or of this one, listed before) reaches it
         if source.rel is None:  # outside the root, allowed: its own rules only
             out.append((source.path, "", Rules.for_folder(config, "", above=False)))
         else:

@@ -57,6 +57,18 @@ class GrepError(RuntimeError):
     """A search that cannot run (rg missing, no root to search); one line for the user."""
 
 
+def rg_complaint(said: str, pattern: str, regex: bool, literal: str) -> str:
+    """What rg wrote on stderr when it failed, in one line: for a bad regex, its `error:`
+    line (rg spends three more on the pattern and a caret) and `literal`, how the front end
+    asks for literal text; else its first lines joined."""
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    if regex and any("regex parse error" in line for line in lines):
+        reason = next((ln[6:].strip() for ln in lines if ln.startswith("error:")), "cannot parse")
+        return f"bad regex {pattern!r}: {reason} (ripgrep regex syntax; {literal})"
+    detail = "; ".join(line.removeprefix("rg: ") for line in lines[:3])
+    return f"ripgrep failed: {detail or 'no message'}"
+
+
 @dataclass
 class GrepOptions:
     pattern: str

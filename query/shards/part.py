@@ -144,8 +144,10 @@ class ShardPart:
         """Chunks of this shard holding each term."""
         part = self.lexical
         rows = part.lookup(hashes)
-        safe = np.maximum(rows, 0)
-        return np.where(rows >= 0, part.offsets[safe + 1] - part.offsets[safe], 0).astype(np.int64)
+        out = np.zeros(len(rows), dtype=np.int64)
+        hit = rows[rows >= 0]  # none in an empty shard, whose offsets are just [0]
+        out[rows >= 0] = part.offsets[hit + 1] - part.offsets[hit]
+        return out
 
     def norm(self, k1: float, b: float, avg: float, floor: float) -> np.ndarray:
         """This shard's slice of the global length norm, from the global mean length: the

@@ -332,8 +332,10 @@ class _ShardChunks:
     def __init__(self, snapshot: ShardedSnapshot):
         self._snapshot = snapshot
         first = snapshot.files[0].file.tables["chunks"] if snapshot.files else None
-        self.schema = first.schema.remove(first.schema.get_field_index("vector")) if first else None
-        self.column_names = list(self.schema.names) if first else []
+        # `is not None`: an empty shard's table is falsy (no rows) but has every column
+        found = first is not None
+        self.schema = first.schema.remove(first.schema.get_field_index("vector")) if found else None
+        self.column_names = list(self.schema.names) if found else []
         self.num_rows = len(snapshot.chunk_file_ids)
         self._columns: dict[str, _ShardColumn] = {}
 
