@@ -242,7 +242,8 @@ MANIFEST_DIGEST = "manifest_digest"  # the stored manifest's `manifest_digest`, 
 STAT_SIGNATURES = "folder_signatures"
 STAT_SIGNATURE = "stat_signature"  # the one digest older versions kept: dropped when seen
 # Paths re-stamped (stat changed, content not) since the last pack: their rows in the
-# published index still carry the old mtime, so the next pack rebuilds them.
+# published index still carry the old mtime, so schema and pack run (`pipeline.tasks`)
+# and rebuild them.
 UNPACKED_RESTAMPS = "unpacked_restamps"
 # Set (to a fresh token) when parse or chunk left files out of the manifest because they
 # could not be read or parsed; cleared by the first run that ends without setting it again
