@@ -24,7 +24,9 @@ _PUBLIC = {
     "ingest_folder": ("pipeline.ingest", "ingest_folder"),
     "relative_paths": ("pipeline.ingest", "relative_paths"),
     "start_background": ("pipeline.watch", "start_background"),
+    "since_text": ("pipeline.lock", "since_text"),
     "walk": ("pipeline.discover", "walk"),
+    "writer_holder": ("pipeline.lock", "writer_holder"),
 }
 
 __all__ = [
@@ -36,13 +38,15 @@ __all__ = [
     "ingest_folder",
     "relative_paths",
     "start_background",
+    "since_text",
     "walk",
+    "writer_holder",
 ]
 
 if TYPE_CHECKING:
     from pipeline.discover import walk
     from pipeline.ingest import IngestError, ingest_folder, relative_paths
-    from pipeline.lock import LockBusy
+    from pipeline.lock import LockBusy, since_text, writer_holder
     from pipeline.report import IngestReport
     from pipeline.state import State
     from pipeline.watch import Watcher, start_background

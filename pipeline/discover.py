@@ -93,6 +93,9 @@ class _Walker:
         self.skip_names = {os.path.basename(p) for p in self.skip}
         # (name, files found, folders, problems) when a subfolder walked elsewhere was met
         self.places: list[tuple[str, int, int, int]] = []
+        # The split walk's child: the pid of the ingest it walks for, which it must not
+        # outlive (a SIGKILLed parent reaps no child): checked at every folder.
+        self.parent: int | None = None
 
     def visit(
         self, folder: str, rel: str, rules: Rules, elsewhere: frozenset[str] = frozenset()
@@ -101,6 +104,8 @@ class _Walker:
         `elsewhere`: names of subfolders (plain folders, not links) that another process
         walks (`_split_walk`): where each would be walked, only its place is noted."""
         errors = self.errors
+        if self.parent is not None and os.getppid() != self.parent:
+            os._exit(1)
         try:
             st = os.stat(folder)
         except OSError as exc:
@@ -345,6 +350,7 @@ def _split_walk(
     if len(names) < SPLIT_MIN_FOLDERS:
         return None
     theirs = frozenset(names[1::2])
+    parent = os.getpid()
     read, write = os.pipe()
     try:
         pid = os.fork()
@@ -359,7 +365,7 @@ def _split_walk(
 
             gc.disable()  # short-lived: a collection would only copy pages it shares
             os.close(read)
-            _child_walk(config, source, rel, rules, theirs, write)
+            _child_walk(config, source, rel, rules, theirs, write, parent)
             code = 0
         finally:
             os._exit(code)
@@ -382,10 +388,17 @@ def _split_walk(
 
 
 def _child_walk(
-    config: Config, source: Path, rel: str, rules: Rules, theirs: frozenset[str], out: int
+    config: Config,
+    source: Path,
+    rel: str,
+    rules: Rules,
+    theirs: frozenset[str],
+    out: int,
+    parent: int,
 ) -> None:
     """The forked half of `_split_walk`: each subfolder in `theirs`, in the folder's own
-    order (as the serial walk meets them), written to `out` with `marshal`."""
+    order (as the serial walk meets them), written to `out` with `marshal`; it ends as
+    soon as it sees that `parent` is gone (`_Walker.parent`)."""
     import marshal
 
     errors: list[tuple[str, str]] = []
@@ -403,7 +416,7 @@ def _child_walk(
         if verdict is not True:
             continue  # the parent skips it too, and reports nothing for a plain folder
         walker = _Walker(config, [])
-        walker.seen_dirs = top.seen_dirs
+        walker.seen_dirs, walker.parent = top.seen_dirs, parent
         walker.visit(entry.path, child_rel, entered)
         found = walker.found
         parts[name] = (

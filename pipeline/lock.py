@@ -1,7 +1,8 @@
 """One writer at a time: an exclusive `filelock` on the state folder.
 
 The lock is an OS file lock (flock), so the kernel releases it when its holder dies: a lock
-left by a killed process is never stale. A side file names the holder (pid, command, since
+left by a killed process is never stale. No child holds it (`_Flock`), so it is free as
+soon as the writer is gone. A side file names the holder (pid, command, since
 when) so a waiting writer can say whom it waits for.
 """
 
@@ -21,7 +22,13 @@ class _Busy(Exception):
 class _Flock:
     """An exclusive `flock` on one file, held through an open descriptor (POSIX). What
     `filelock` does there, without its import (logging, secrets, platform, decimal...: ~30 ms
-    of every `mdvdb ingest`, a no-op included)."""
+    of every `mdvdb ingest`, a no-op included).
+
+    An flock belongs to the open file, which a fork shares: a forked child (a worker of the
+    pool, the clustering helper) alive after its parent was SIGKILLed kept the folder locked
+    for good. So the descriptor is closed in every forked child (`_close_in_child`), which
+    leaves the parent's lock as it is, and is close-on-exec (`os.open`'s default) for the
+    processes started with exec."""
 
     def __init__(self, path: str, mode: int):
         self.path, self.mode = path, mode
@@ -48,16 +55,37 @@ class _Flock:
             os.close(fd)
             raise
         self.fd = fd
+        _HELD.add(self)
 
     def release(self) -> None:
         import fcntl
 
         fd, self.fd = self.fd, None
+        _HELD.discard(self)
         if fd is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
+
+
+# The locks this process holds, whose descriptors a forked child closes first thing.
+_HELD: set[_Flock] = set()
+
+
+def _close_in_child() -> None:
+    for lock in _HELD:
+        fd, lock.fd = lock.fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 class _PortableLock:
@@ -103,17 +131,11 @@ class WriterLock:
         self._lock = _file_lock(str(self.path), private.FILE_MODE)
 
     def holder(self) -> str:
-        """Who holds the lock, from the side file. A side file naming a dead process is a
-        leftover of a killed writer (the kernel freed its lock): the holder is a writer
-        that has not written its own yet."""
-        try:
-            info = json.loads(self.info_path.read_text())
-        except (OSError, ValueError):
+        """Who holds the lock, in words (`writer_holder`)."""
+        info = writer_holder(self.info_path.parent)
+        if info is None:
             return "another mdvdb process"
-        if not isinstance(info, dict) or not _alive(info.get("pid")):
-            return "another mdvdb process"
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("since", 0)))
-        return f"pid {info.get('pid')} ({info.get('command')}) since {since}"
+        return f"pid {info['pid']} ({info['command']}) since {since_text(info['since'])}"
 
     def acquire(self, wait: bool = True, on_wait=None) -> None:
         try:
@@ -143,6 +165,30 @@ class WriterLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def writer_holder(state_dir: Path) -> dict | None:
+    """The writer holding the lock of `state_dir`, as its side file names it: pid, command,
+    since (seconds since the epoch); None when no live process is named. A side file
+    naming a dead process is a leftover of a killed writer (the kernel freed its lock); the
+    lock may be held a moment before its holder writes its own."""
+    try:
+        info = json.loads((Path(state_dir) / "writer.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not _alive(info.get("pid")):
+        return None
+    since = info.get("since")
+    return {
+        "pid": info["pid"],
+        "command": str(info.get("command", "")),
+        "since": float(since) if isinstance(since, (int, float)) else None,
+    }
+
+
+def since_text(seconds: float | None) -> str:
+    """A lock holder's `since` as people read it (local time)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds or 0))
 
 
 def describe_command() -> str:
