@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from pipeline.plan import Delta, Plan
     from pipeline.schema_pack import SchemaUpdate
 
+# An ingest's progress, `progress(stage, done, total)`: (stage, 0, 0) as each stage begins
+# (discover, parse, chunk, embed, cluster, schema, pack: those doit runs); then ("parse",
+# files, of files), ("chunk", files, of files), ("embed", chunks, of chunks) as they work,
+# and ("chunks", chunks cut so far, 0) after each batch parse writes.
 Progress = Callable[[str, int, int], None]
 Problem = tuple[str, str]  # (path, what is wrong with it)
 
@@ -580,6 +584,7 @@ def _prepare_files(
     failed: list[str] = []
     chunks = embedded = 0
     report = (pool,) if pool is not None else ()
+    progress("parse", 0, len(todo))
     batches = executor(config).prepare(
         config, todo, spec, lambda done: progress("parse", done, len(todo)), *report
     )
@@ -598,6 +603,7 @@ def _prepare_files(
             shas, vectors = _unknown_vectors(state, model, batch.vector_shas, batch.vectors)
             state.put_prepared(key, batch.records, model, shas, vectors, batch.embedded)
             chunks += batch.chunks
+            progress("chunks", chunks, 0)
             embedded += len(shas)
             if analysed is not None and batch.lexical is not None:
                 analysed.append(batch.lexical)

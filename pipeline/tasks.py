@@ -185,6 +185,7 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
         if run is None:
             return _alone(name, body)
         started, cpu = time.perf_counter(), cpu_seconds()
+        run.progress(name, 0, 0)  # the stage begins
         try:
             output = body(run)
         except BaseException as exc:  # noqa: BLE001 - re-raised by pipeline.ingest

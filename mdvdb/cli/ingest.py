@@ -10,7 +10,6 @@ parser call `run_ingest`, so both print the same bytes.
 from __future__ import annotations
 
 import sys
-import time
 
 from mdvdb.cli.errors import (
     EXIT_OK,
@@ -80,27 +79,6 @@ def fast_main(argv: list[str]) -> int | None:
     return EXIT_OK
 
 
-class Progress:
-    """A one-line progress display on a terminal; silent otherwise."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.last = 0.0
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last < 0.1 and done < total):
-            return
-        self.last = now
-        width = 30
-        filled = int(width * done / max(total, 1))
-        bar = "#" * filled + "-" * (width - filled)
-        sys.stderr.write(f"\r{stage:>8} [{bar}] {done}/{total}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 def run_ingest(
     paths: list[str] | None = None,
     root: str | None = None,
@@ -129,7 +107,9 @@ def run_ingest(
             if not quiet:
                 _line(f"mdvdb: waiting for the index lock held by {holder}", err=True)
 
-        progress = Progress(sys.stderr.isatty() and not quiet and not as_json)
+        from mdvdb.cli.progress import IngestProgress
+
+        progress = IngestProgress(sys.stderr.isatty() and not quiet and not as_json)
         held = hold_index(config) if PROCESS_ENDS else None
         try:
             report = ingest_folder(
@@ -146,6 +126,7 @@ def run_ingest(
                 return
             raise
         finally:
+            progress.close()
             if held is not None:
                 release_elsewhere(held)
         if as_json:
