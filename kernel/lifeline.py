@@ -8,7 +8,7 @@ locked for good (no child holds it now: `pipeline.lock`). Three kinds:
   the pool's queue shares that queue's other end with its siblings, so none ever comes. Off
   Linux none is forked (`pipeline.workers.pool_is_safe`);
 - children that only run (the split walk's child checks its parent at every folder,
-  `pipeline.discover`) or read a pipe whose end of file ends them (the release helper,
+  `pipeline.walk.discover`) or read a pipe whose end of file ends them (the release helper,
   `mdvdb/cli/ingest.py`);
 - processes a library starts out of our reach (Ray's local cluster): a `Guard`.
 """

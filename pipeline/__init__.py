@@ -25,7 +25,7 @@ _PUBLIC = {
     "relative_paths": ("pipeline.ingest", "relative_paths"),
     "start_background": ("pipeline.watch", "start_background"),
     "since_text": ("pipeline.lock", "since_text"),
-    "walk": ("pipeline.discover", "walk"),
+    "walk_files": ("pipeline.walk.discover", "walk"),
     "writer_holder": ("pipeline.lock", "writer_holder"),
 }
 
@@ -39,16 +39,16 @@ __all__ = [
     "relative_paths",
     "start_background",
     "since_text",
-    "walk",
+    "walk_files",
     "writer_holder",
 ]
 
 if TYPE_CHECKING:
-    from pipeline.discover import walk
     from pipeline.ingest import IngestError, ingest_folder, relative_paths
     from pipeline.lock import LockBusy, since_text, writer_holder
     from pipeline.report import IngestReport
     from pipeline.state import State
+    from pipeline.walk.discover import walk as walk_files
     from pipeline.watch import Watcher, start_background
 
 
