@@ -64,6 +64,17 @@ def test_a_touch_then_ingest_of_that_path(indexed_notes: Path):
 
 
 @pytest.mark.slow
+def test_the_hook_form_stays_quiet_after_a_touch(indexed_notes: Path):
+    """`ingest --quiet` prints nothing when no content changed, also when it republishes
+    the index to record a touched file's stat."""
+    _settle_copy(indexed_notes)
+    os.utime(indexed_notes / "tar.md", (1_700_000_000, 1_700_000_000))
+    quiet = run_cli("ingest", "--quiet", "--root", str(indexed_notes))
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert _check(indexed_notes) == 0
+
+
+@pytest.mark.slow
 def test_a_save_of_the_same_bytes(indexed_notes: Path):
     _settle_copy(indexed_notes)
     page = indexed_notes / "tar.md"
