@@ -1,7 +1,7 @@
 """The processes an ingest starts end when the ingest does, however it ends (SIGKILL too).
 
 One left alive keeps the ingest's memory, and one that held the writer lock kept the folder
-locked for good (no child holds it now: `pipeline.lock`). Three kinds:
+locked for good (no forked child keeps it now: `keep_from_children`). Three kinds:
 
 - forked children that wait (the pool's workers, the clustering helper): `die_with_parent`,
   Linux's parent-death signal. An end of file is not enough there: a worker blocked reading
@@ -20,9 +20,35 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["GUARD_VARIABLE", "Guard", "die_with_parent"]
+__all__ = ["GUARD_VARIABLE", "Guard", "die_with_parent", "keep_from_children", "let_go"]
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+# Descriptors no forked child keeps (`keep_from_children`): the process's, not a run's.
+_KEPT: set[int] = set()
+
+
+def keep_from_children(fd: int) -> None:
+    """Close `fd` first thing in every child this process forks, until `let_go(fd)`: the
+    writer lock's descriptor (`pipeline.lock`), which a child would otherwise share."""
+    _KEPT.add(fd)
+
+
+def let_go(fd: int) -> None:
+    _KEPT.discard(fd)
+
+
+def _close_in_child() -> None:
+    for fd in _KEPT:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _KEPT.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 def die_with_parent(parent: int) -> None:

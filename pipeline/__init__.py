@@ -23,8 +23,8 @@ _PUBLIC = {
     "Watcher": ("pipeline.watch", "Watcher"),
     "ingest_folder": ("pipeline.ingest", "ingest_folder"),
     "relative_paths": ("pipeline.ingest", "relative_paths"),
-    "start_background": ("pipeline.watch", "start_background"),
     "since_text": ("pipeline.lock", "since_text"),
+    "start_background": ("pipeline.watch", "start_background"),
     "walk_files": ("pipeline.walk.discover", "walk"),
     "writer_holder": ("pipeline.lock", "writer_holder"),
 }
@@ -37,8 +37,8 @@ __all__ = [
     "Watcher",
     "ingest_folder",
     "relative_paths",
-    "start_background",
     "since_text",
+    "start_background",
     "walk_files",
     "writer_holder",
 ]

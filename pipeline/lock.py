@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from kernel import lifeline
+
 
 class _Busy(Exception):
     """The lock is held and the caller asked not to wait."""
@@ -26,17 +28,18 @@ class _Flock:
 
     An flock belongs to the open file, which a fork shares: a forked child (a worker of the
     pool, the clustering helper) alive after its parent was SIGKILLed kept the folder locked
-    for good. So the descriptor is closed in every forked child (`_close_in_child`), which
-    leaves the parent's lock as it is, and is close-on-exec (`os.open`'s default) for the
-    processes started with exec."""
+    for good. So the descriptor is closed in every forked child
+    (`kernel.lifeline.keep_from_children`), which leaves the parent's lock as it is, and is
+    close-on-exec (`os.open`'s default) for the processes started with exec."""
 
     def __init__(self, path: str, mode: int):
         self.path, self.mode = path, mode
         self.fd: int | None = None
+        self.pid = 0  # the process that holds it
 
     @property
     def is_locked(self) -> bool:
-        return self.fd is not None
+        return self.fd is not None and self.pid == os.getpid()  # not in a forked child
 
     def acquire(self, timeout: float = -1) -> None:
         import fcntl
@@ -54,38 +57,20 @@ class _Flock:
         except BaseException:
             os.close(fd)
             raise
-        self.fd = fd
-        _HELD.add(self)
+        self.fd, self.pid = fd, os.getpid()
+        lifeline.keep_from_children(fd)
 
     def release(self) -> None:
         import fcntl
 
         fd, self.fd = self.fd, None
-        _HELD.discard(self)
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-
-
-# The locks this process holds, whose descriptors a forked child closes first thing.
-_HELD: set[_Flock] = set()
-
-
-def _close_in_child() -> None:
-    for lock in _HELD:
-        fd, lock.fd = lock.fd, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    _HELD.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_in_child)
+        if fd is None or self.pid != os.getpid():
+            return  # a forked child: its copy was closed when it started
+        lifeline.let_go(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
 
 class _PortableLock:
