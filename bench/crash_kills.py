@@ -16,7 +16,7 @@ drawn over the length of its unkilled work. Then:
 - differences from a clean build: the index's files, chunks and vectors (bit for bit,
   `bench/crash_stress.index_content`) against a clean build of the same version.
 
-    python bench/crash_kills.py --kills 100 [--files 1000] [--seed 1] [--json]
+    python bench/crash_kills.py --kills 100 [--files 1000] [--seed 1] [--command C]... [--json]
 """
 
 from __future__ import annotations
@@ -207,8 +207,12 @@ def check_after(root: Path, reference: Path) -> dict:
     return {"ingest_ok": ingest.returncode == 0, "verify_ok": verify.returncode == 0, "same": same}
 
 
-def crash_kills(source: Path, kills: int, n_files: int, seed: int = 1) -> list[dict]:
-    """`kills` SIGKILLs shared out over COMMANDS in turn; one row per command."""
+def crash_kills(
+    source: Path, kills: int, n_files: int, seed: int = 1, commands: list[str] | None = None
+) -> list[dict]:
+    """`kills` SIGKILLs shared out over `commands` (default: all of COMMANDS) in turn; one
+    row per command."""
+    names = commands or list(COMMANDS)
     rng = random.Random(seed)
     root = Path(tempfile.mkdtemp(prefix="mdvdb-kills-"))
     diff = versions(source, root, n_files, seed)
@@ -217,7 +221,7 @@ def crash_kills(source: Path, kills: int, n_files: int, seed: int = 1) -> list[d
     subprocess.run(first, check=True, capture_output=True, env=quiet_env())
     version = 0
     lengths = {}
-    for name in COMMANDS:
+    for name in names:
         version = 1 - version
         lengths[name] = baseline(root, name, diff, version)
     rows = {
@@ -225,11 +229,11 @@ def crash_kills(source: Path, kills: int, n_files: int, seed: int = 1) -> list[d
             ("kills", "mid_run", "left_processes", "locked_folders", "failed_ingests"), 0
         )
         | {"unverifiable": 0, "differences": 0, "unkilled_s": round(lengths[name], 2)}
-        for name in COMMANDS
+        for name in names
     }
     try:
         for n in range(kills):
-            name = list(COMMANDS)[n % len(COMMANDS)]
+            name = names[n % len(names)]
             version = 1 - version
             switch(root, diff, version)
             killed = one_kill(root, name, rng.uniform(0.05, lengths[name] * 1.1), f"k{n}")
@@ -254,12 +258,16 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--corpus", default="tldr")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--command", action="append", choices=list(COMMANDS), help="only these (repeatable)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from bench.common import corpus, print_table
 
     load = os.getloadavg()[0]
-    rows = crash_kills(corpus(args.corpus) / "pages", args.kills, args.files, args.seed)
+    pages = corpus(args.corpus) / "pages"
+    rows = crash_kills(pages, args.kills, args.files, args.seed, args.command)
     title = f"SIGKILLed commands ({args.files} files, load {load:.1f} at the start)"
     print_table(title, rows, args.json)
 
