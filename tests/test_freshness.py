@@ -48,6 +48,21 @@ def _settle_copy(root: Path) -> None:
 
 
 def test_a_touched_file_is_fresh_after_one_ingest(indexed_notes: Path):
+    """The inner loop's case: the ingests the command runs, in this process, then the real
+    `status --check` (the slow cases below run `mdvdb ingest` too)."""
+    from kernel.config import load_config
+    from pipeline import ingest_folder
+
+    config = load_config(indexed_notes, environ=dict(os.environ))
+    ingest_folder(config)  # the copy's own first run
+    os.utime(indexed_notes / "tar.md", (1_700_000_000, 1_700_000_000))
+    report = ingest_folder(config)
+    assert (report.hashed, report.changed, report.published) == (1, 0, True)
+    assert _check(indexed_notes) == 0
+
+
+@pytest.mark.slow
+def test_a_touched_file_through_the_cli(indexed_notes: Path):
     _settle_copy(indexed_notes)
     os.utime(indexed_notes / "tar.md", (1_700_000_000, 1_700_000_000))
     assert _check(indexed_notes) == 3  # stale until an ingest has seen it
