@@ -1,13 +1,9 @@
 """`doit` builds the index here too: `doit`, `doit list`, `doit clean`.
 
-Any Markdown repository can do the same with a `dodo.py` of one line:
-    from pipeline.tasks import *  # noqa: F401,F403
-(doit's settings then are its defaults; these are the ones `mdvdb ingest` uses). Importing
-this file reads the configuration and nothing else: no lock, no database, no state.
+Any Markdown repository can do the same with this one line: the star import brings the
+stage tasks and `DOIT_CONFIG`, the settings `mdvdb ingest` uses (doit's DB in the state
+folder). Importing it reads the configuration and makes the state folder: no lock, no
+index, no cache.
 """
 
-from kernel.config import load_config
 from pipeline.tasks import *  # noqa: F401,F403
-from pipeline.tasks import doit_config
-
-DOIT_CONFIG = doit_config(load_config())

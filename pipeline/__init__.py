@@ -24,8 +24,10 @@ _PUBLIC = {
     "Watcher": ("pipeline.watch", "Watcher"),
     "ingest_folder": ("pipeline.ingest", "ingest_folder"),
     "relative_paths": ("pipeline.ingest", "relative_paths"),
+    "since_text": ("pipeline.lock", "since_text"),
     "start_background": ("pipeline.watch", "start_background"),
     "walk_files": ("pipeline.walk.discover", "walk"),
+    "writer_holder": ("pipeline.lock", "writer_holder"),
 }
 
 __all__ = [
@@ -37,13 +39,15 @@ __all__ = [
     "Watcher",
     "ingest_folder",
     "relative_paths",
+    "since_text",
     "start_background",
     "walk_files",
+    "writer_holder",
 ]
 
 if TYPE_CHECKING:
     from pipeline.ingest import IngestError, ingest_folder, relative_paths
-    from pipeline.lock import LockBusy
+    from pipeline.lock import LockBusy, since_text, writer_holder
     from pipeline.report import IngestReport
     from pipeline.state import State, StateDamaged
     from pipeline.walk.discover import walk as walk_files

@@ -15,8 +15,8 @@ The fit is the one the parent would make (same code, same input, one BLAS thread
 index built with the helper equals one built without it (`tests/test_cluster_helper.py`).
 Forked like the ingest workers, so only where those may be (`workers.pool_is_safe`); the
 helper ignores Ctrl-C (the parent stops it), ends when the parent closes its end of the
-pipe, is killed when the parent dies (Linux's parent-death signal), and a helper that dies
-gives one line.
+pipe, is killed when the parent dies (`kernel.lifeline`), never holds the writer lock
+(`pipeline.lock` closes it in every forked child), and a helper that dies gives one line.
 """
 
 from __future__ import annotations
@@ -94,8 +94,10 @@ def _serve(conn: Any, parent_end: Any, parent: int) -> None:
     """The helper's life: import, then fit what comes until the pipe closes."""
     import signal
 
+    from kernel.lifeline import die_with_parent
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent(parent)
+    die_with_parent(parent)  # it would outlive a SIGKILLed parent, blocked in `recv`
     parent_end.close()  # so that the parent's close is our end of file
     import sklearn.cluster  # noqa: F401 - what the fit and the silhouette use
     import sklearn.metrics  # noqa: F401
@@ -119,20 +121,3 @@ def _serve(conn: Any, parent_end: Any, parent: int) -> None:
             break
     conn.close()
     os._exit(0)
-
-
-def _die_with_parent(parent: int) -> None:
-    """Killed when the parent dies, even by SIGKILL: the helper holds a copy of the
-    parent's descriptors, the writer lock's included, and the workers forked after it hold
-    the parent's end of the pipe, so waiting for an end of file could outlive the parent
-    and keep the next ingest waiting for the lock."""
-    import ctypes
-    import signal
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(0)

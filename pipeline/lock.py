@@ -1,7 +1,8 @@
 """One writer at a time: an exclusive `filelock` on the state folder.
 
 The lock is an OS file lock (flock), so the kernel releases it when its holder dies: a lock
-left by a killed process is never stale. A side file names the holder (pid, command, since
+left by a killed process is never stale. No child holds it (`_Flock`), so it is free as
+soon as the writer is gone. A side file names the holder (pid, command, since
 when) so a waiting writer can say whom it waits for.
 """
 
@@ -13,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from kernel import lifeline
+
 
 class _Busy(Exception):
     """The lock is held and the caller asked not to wait."""
@@ -21,15 +24,22 @@ class _Busy(Exception):
 class _Flock:
     """An exclusive `flock` on one file, held through an open descriptor (POSIX). What
     `filelock` does there, without its import (logging, secrets, platform, decimal...: ~30 ms
-    of every `mdvdb ingest`, a no-op included)."""
+    of every `mdvdb ingest`, a no-op included).
+
+    An flock belongs to the open file, which a fork shares: a forked child (a worker of the
+    pool, the clustering helper) alive after its parent was SIGKILLed kept the folder locked
+    for good. So the descriptor is closed in every forked child
+    (`kernel.lifeline.keep_from_children`), which leaves the parent's lock as it is, and is
+    close-on-exec (`os.open`'s default) for the processes started with exec."""
 
     def __init__(self, path: str, mode: int):
         self.path, self.mode = path, mode
         self.fd: int | None = None
+        self.pid = 0  # the process that holds it
 
     @property
     def is_locked(self) -> bool:
-        return self.fd is not None
+        return self.fd is not None and self.pid == os.getpid()  # not in a forked child
 
     def acquire(self, timeout: float = -1) -> None:
         import fcntl
@@ -48,17 +58,20 @@ class _Flock:
         except BaseException:
             os.close(fd)
             raise
-        self.fd = fd
+        self.fd, self.pid = fd, os.getpid()
+        lifeline.keep_from_children(fd)
 
     def release(self) -> None:
         import fcntl
 
         fd, self.fd = self.fd, None
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
+        if fd is None or self.pid != os.getpid():
+            return  # a forked child: its copy was closed when it started
+        lifeline.let_go(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
 
 class _PortableLock:
@@ -104,19 +117,11 @@ class WriterLock:
         self._lock = _file_lock(str(self.path), private.FILE_MODE)
 
     def holder(self) -> str:
-        """Who holds the lock, from the side file. A side file naming a dead process is a
-        leftover of a killed writer (the kernel freed its lock): the holder is a writer
-        that has not written its own yet."""
-        from kernel.safe_open import read_own
-
-        try:  # never through a link, never a FIFO, at most 64 KB
-            info = json.loads(read_own(self.info_path, 1 << 16) or b"")
-        except (OSError, ValueError):
+        """Who holds the lock, in words (`writer_holder`)."""
+        info = writer_holder(self.info_path.parent)
+        if info is None:
             return "another mdvdb process"
-        if not isinstance(info, dict) or not _alive(info.get("pid")):
-            return "another mdvdb process"
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("since", 0)))
-        return f"pid {info.get('pid')} ({info.get('command')}) since {since}"
+        return f"pid {info['pid']} ({info['command']}) since {since_text(info['since'])}"
 
     def acquire(self, wait: bool = True, on_wait=None) -> None:
         try:
@@ -146,6 +151,32 @@ class WriterLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def writer_holder(state_dir: Path) -> dict | None:
+    """The writer holding the lock of `state_dir`, as its side file names it: pid, command,
+    since (seconds since the epoch); None when no live process is named. A side file
+    naming a dead process is a leftover of a killed writer (the kernel freed its lock); the
+    lock may be held a moment before its holder writes its own."""
+    from kernel.safe_open import read_own
+
+    try:  # never through a link, never a FIFO, at most 64 KB
+        info = json.loads(read_own(Path(state_dir) / "writer.json", 1 << 16) or b"")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not _alive(info.get("pid")):
+        return None
+    since = info.get("since")
+    return {
+        "pid": info["pid"],
+        "command": str(info.get("command", "")),
+        "since": float(since) if isinstance(since, (int, float)) else None,
+    }
+
+
+def since_text(seconds: float | None) -> str:
+    """A lock holder's `since` as people read it (local time)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds or 0))
 
 
 def describe_command() -> str:

@@ -38,9 +38,11 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from kernel.lifeline import Guard
 from pipeline.workers import (
     Batch,
     EmbedSpec,
@@ -371,7 +373,16 @@ def prepare(
     )
     batches = batches_of(todo)
     started = time.perf_counter()
-    ray = _start(config)
+    # A local cluster started for the run dies with it, SIGKILL included: its raylet's
+    # agents would outlive a killed driver by a minute or two (`kernel.lifeline.Guard`).
+    guard = Guard() if address_of(config) is None else None
+    try:
+        with guard.marking() if guard is not None else nullcontext():
+            ray = _start(config)
+    except BaseException:
+        if guard is not None:
+            guard.close()
+        raise
     try:
         import ray.exceptions
 
@@ -390,6 +401,8 @@ def prepare(
         ) from None
     finally:
         ray.shutdown()
+        if guard is not None:
+            guard.close()
 
 
 def _start(config: Config):

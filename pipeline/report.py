@@ -39,7 +39,11 @@ class IngestReport:
 
     @property
     def nothing_changed(self) -> bool:
-        return not (self.added or self.changed or self.removed or self.published)
+        """No file's content changed and nothing was parsed or embedded again: what
+        `ingest --quiet` keeps quiet about, a republish that only records new stats (touched
+        files) included."""
+        work = self.added or self.changed or self.removed or self.parsed or self.chunks_embedded
+        return not (work or self.chunked)
 
     @classmethod
     def of_outputs(

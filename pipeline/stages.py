@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from pipeline.pack.schema import SchemaUpdate
     from pipeline.plan import Delta, Plan
 
+# An ingest's progress, `progress(stage, done, total)`: (stage, 0, 0) as each stage begins
+# (discover, parse, chunk, embed, cluster, schema, pack: those doit runs); then ("parse",
+# files, of files), ("chunk", files, of files), ("embed", chunks, of chunks) as they work,
+# and ("chunks", chunks cut so far, 0) after each batch parse writes.
 Progress = Callable[[str, int, int], None]
 Problem = tuple[str, str]  # (path, what is wrong with it)
 
@@ -245,7 +249,8 @@ MANIFEST_DIGEST = "manifest_digest"  # the stored manifest's `manifest_digest`, 
 STAT_SIGNATURES = "folder_signatures"
 STAT_SIGNATURE = "stat_signature"  # the one digest older versions kept: dropped when seen
 # Paths re-stamped (stat changed, content not) since the last pack: their rows in the
-# published index still carry the old mtime, so the next pack rebuilds them.
+# published index still carry the old mtime, so schema and pack run (`pipeline.tasks`)
+# and rebuild them.
 UNPACKED_RESTAMPS = "unpacked_restamps"
 # Set (to a fresh token) when parse or chunk left files out of the manifest because they
 # could not be read or parsed; cleared by the first run that ends without setting it again
@@ -599,6 +604,7 @@ def _prepare_files(
     failed: list[str] = []
     chunks = embedded = 0
     report = (pool,) if pool is not None else ()
+    progress("parse", 0, len(todo))
     batches = executor(config).prepare(
         config, todo, spec, lambda done: progress("parse", done, len(todo)), *report
     )
@@ -617,6 +623,7 @@ def _prepare_files(
             shas, vectors = _unknown_vectors(state, model, batch.vector_shas, batch.vectors)
             state.put_prepared(key, batch.records, model, shas, vectors, batch.embedded)
             chunks += batch.chunks
+            progress("chunks", chunks, 0)
             embedded += len(shas)
             if analysed is not None and batch.lexical is not None:
                 analysed.append(batch.lexical)

@@ -172,6 +172,7 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
         if run is None:
             return _alone(name, body)
         started, cpu = time.perf_counter(), cpu_seconds()
+        run.progress(name, 0, 0)  # the stage begins
         try:
             output = body(run)
         except BaseException as exc:  # noqa: BLE001 - re-raised by pipeline.ingest
@@ -197,7 +198,8 @@ def _alone(name: str, body: Body) -> dict:
     lock.acquire(wait=True)
     run = IngestRun(config)
     try:
-        return {"digest": body(run).digest}
+        output = run.outputs[name] = body(run)  # `close` aborts the writer schema began
+        return {"digest": output.digest}
     finally:
         run.close()
         lock.release()
@@ -266,16 +268,18 @@ def _index_is_current(run: IngestRun | None, config: Config) -> Callable[..., bo
     return check
 
 
-def _no_retry(run: IngestRun | None, config: Config) -> Callable[..., bool]:
-    """An `uptodate` check: parse and chunk are not up to date while files an earlier run
-    could not read or parse wait to be tried again (`stages.RETRY_UNPARSED`): their
-    upstream digest can be the one the failing run saw."""
+def _unset(run: IngestRun | None, config: Config, key: str) -> Callable[..., bool]:
+    """An `uptodate` check: the task is up to date only while the state holds no `key`.
+    `stages.RETRY_UNPARSED` (parse, chunk): files an earlier run could not read or parse
+    wait to be tried again, and their upstream digest can be the one the failing run saw.
+    `stages.UNPACKED_RESTAMPS` (schema, pack): files touched without a change wait for the
+    index to carry their new stat, or `status --check` would call them stale forever."""
 
     def check(task: Any, values: dict) -> bool:
         if run is not None:
-            return run.state.get_value(stages.RETRY_UNPARSED) is None
+            return run.state.get_value(key) is None
         with State(config.state_path) as state:
-            return state.get_value(stages.RETRY_UNPARSED) is None
+            return state.get_value(key) is None
 
     return check
 
@@ -358,7 +362,7 @@ def task_parse(run: IngestRun | None = None):
         "uptodate": [
             result_dep("discover"),
             _index_is_current(run, config),
-            _no_retry(run, config),
+            _unset(run, config, stages.RETRY_UNPARSED),
         ],
         "verbosity": 0,
     }
@@ -374,7 +378,7 @@ def task_chunk(run: IngestRun | None = None):
             result_dep("parse"),
             config_changed(_chunk_settings(config)),
             _index_is_current(run, config),
-            _no_retry(run, config),
+            _unset(run, config, stages.RETRY_UNPARSED),
         ],
         "verbosity": 0,
     }
@@ -427,6 +431,7 @@ def task_schema(run: IngestRun | None = None):
             result_dep("embed"),
             config_changed({**_settings(config), **overlay}),
             _index_is_current(run, config),
+            _unset(run, config, stages.UNPACKED_RESTAMPS),
         ],
         "verbosity": 0,
     }
@@ -445,6 +450,7 @@ def task_pack(run: IngestRun | None = None):
             # One config_changed per task: doit keeps a single saved value for all of them.
             config_changed(_pack_settings(config)),
             _index_is_current(run, config),
+            _unset(run, config, stages.UNPACKED_RESTAMPS),
         ],
         "targets": [str(published_file(config))],
         "verbosity": 0,
@@ -480,4 +486,22 @@ TASK_CREATORS = {
     "task_pack": task_pack,
 }
 
-__all__ = ["STAGES", "IngestRun", "doit_config", *TASK_CREATORS]
+
+def __getattr__(name: str) -> Any:
+    """`DOIT_CONFIG` for a `dodo.py` of one line (`from pipeline.tasks import *`): the
+    settings `mdvdb ingest` uses, doit's DB in the state folder, which is made here so that
+    `doit list` in a fresh clone has a folder to open it in. Computed only when a dodo
+    asks for it (PEP 562), never by `mdvdb ingest`'s import of this module."""
+    if name != "DOIT_CONFIG":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from kernel import private
+
+    config = load_config()
+    private.state_folder(config.state_path)
+    settings = doit_config(config)
+    private.touch(settings["dep_file"])  # 0600, as `mdvdb ingest` makes it
+    return settings
+
+
+# `DOIT_CONFIG` is served by `__getattr__` above.
+__all__ = ["DOIT_CONFIG", "STAGES", "IngestRun", "doit_config", *TASK_CREATORS]  # noqa: F822

@@ -333,7 +333,9 @@ def _pooled(
     from concurrent.futures import Future, ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(workers, mp_context=_context(), initializer=_quiet_worker)
+    pool = ProcessPoolExecutor(
+        workers, mp_context=_context(), initializer=_start_worker, initargs=(os.getpid(),)
+    )
     pending: deque[tuple[Future[Batch], int]] = deque()
     todo = iter(batches)
     done = 0
@@ -384,8 +386,13 @@ def _context():
     return multiprocessing.get_context("fork")
 
 
-def _quiet_worker() -> None:
-    """A worker ignores Ctrl-C: the parent receives it and shuts the pool down."""
+def _start_worker(parent: int) -> None:
+    """A worker dies with the parent, even a SIGKILLed one (`kernel.lifeline`: blocked on
+    the pool's queue it would wait forever), and ignores Ctrl-C: the parent receives it and
+    shuts the pool down. It never holds the writer lock (`pipeline.lock`)."""
     import signal
 
+    from kernel.lifeline import die_with_parent
+
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,4 +1,6 @@
-"""A touched-but-unchanged file is read once, not at every later ingest (through the CLI)."""
+"""A touched-but-unchanged file is read once, not at every later ingest (through the CLI),
+and the one ingest that reads it republishes the index with its new stat, so that the
+index is fresh again (tests/test_freshness.py: `status --check`)."""
 
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ def _ingest_json(root: Path) -> dict:
 
 def test_a_touched_file_is_read_once(indexed_notes: Path):
     """The inner loop's case (the fuller ones below are `slow` and run `mdvdb ingest`): after
-    a touch, one ingest reads the file and publishes nothing; the next reads no file. The
-    ingest the command runs, in this process."""
+    a touch, one ingest reads the file, embeds nothing and publishes its new stat; the next
+    reads no file and publishes nothing. The ingest the command runs, in this process."""
     from kernel.config import load_config
     from pipeline import ingest_folder
 
@@ -31,8 +33,9 @@ def test_a_touched_file_is_read_once(indexed_notes: Path):
     assert ingest().hashed == 0  # (the copy's own first run)
     os.utime(indexed_notes / "tar.md", (1_700_000_000, 1_700_000_000))
     first = ingest()
-    assert (first.hashed, first.changed, first.published) == (1, 0, False)
-    assert ingest().hashed == 0
+    assert (first.hashed, first.changed, first.chunks_embedded, first.published) == (1, 0, 0, True)
+    second = ingest()
+    assert (second.hashed, second.published) == (0, False)
 
 
 @pytest.mark.slow
@@ -40,10 +43,10 @@ def test_touched_file_is_hashed_once_then_trusted_by_its_new_stat(indexed_notes:
     assert _ingest_json(indexed_notes)["hashed"] == 0  # (the copy's own first run)
     os.utime(indexed_notes / "tar.md", (1_700_000_000, 1_700_000_000))
     first = _ingest_json(indexed_notes)
-    assert (first["hashed"], first["changed"], first["published"]) == (1, 0, False)
+    assert (first["hashed"], first["changed"], first["published"]) == (1, 0, True)
     # The manifest took the new mtime: the next no-op reads no file at all.
     second = _ingest_json(indexed_notes)
-    assert (second["hashed"], second["changed"]) == (0, 0)
+    assert (second["hashed"], second["changed"], second["published"]) == (0, 0, False)
     assert second["unchanged"] == first["unchanged"] == first["files"]
     # A new file makes the next run compare every stat with the manifest (not only the
     # walk's signature): the touched file is not read again, only the new one.

@@ -62,6 +62,26 @@ def test_no_wait_exits_1_naming_the_holder(notes: Path):
     assert not (notes / ".markdownvdb.index").exists()
 
 
+def test_status_names_the_writer_holding_the_lock(indexed_notes: Path):
+    """`mdvdb status` (text and --json) says which process holds the lock, and nothing once
+    it is gone, even killed (its side file then names a dead process)."""
+    holder = _hold(indexed_notes / ".markdownvdb.state", 30)
+    try:
+        text = run_cli("status", "--root", str(indexed_notes))
+        assert text.returncode == 0
+        assert f"writer:     pid {holder.pid} (test-holder, since " in text.stdout
+        shown = json.loads(run_cli("status", "--json", "--root", str(indexed_notes)).stdout)
+        assert shown["writer"]["pid"] == holder.pid
+        assert shown["writer"]["command"] == "test-holder"
+        assert abs(shown["writer"]["since"] - time.time()) < 60
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (indexed_notes / ".markdownvdb.state" / "writer.json").exists()  # left by the kill
+    shown = json.loads(run_cli("status", "--json", "--root", str(indexed_notes)).stdout)
+    assert shown["writer"] is None
+
+
 def test_second_writer_waits_then_runs(notes: Path):
     """The holder lets go once the second writer says it waits (not after a fixed time: no
     idle seconds, and no race with a slow start-up on a loaded machine)."""

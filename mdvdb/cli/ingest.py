@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,27 +41,6 @@ class IngestOptions:
     )
 
 
-class Progress:
-    """A one-line progress display on a terminal; silent otherwise."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.last = 0.0
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last < 0.1 and done < total):
-            return
-        self.last = now
-        width = 30
-        filled = int(width * done / max(total, 1))
-        bar = "#" * filled + "-" * (width - filled)
-        sys.stderr.write(f"\r{stage:>8} [{bar}] {done}/{total}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 def run_ingest(
     paths: Sequence[str] = (),
     root: str | None = None,
@@ -91,7 +69,9 @@ def run_ingest(
             if not quiet:
                 _line(f"mdvdb: waiting for the index lock held by {holder}", err=True)
 
-        progress = Progress(sys.stderr.isatty() and not quiet and not as_json)
+        from mdvdb.cli.progress import IngestProgress
+
+        progress = IngestProgress(sys.stderr.isatty() and not quiet and not as_json)
         try:
             report = ingest_folder(
                 config,
@@ -109,6 +89,8 @@ def run_ingest(
             if not as_json:
                 _warn(printable, getattr(exc, "problems", ()))
             raise
+        finally:
+            progress.close()
         if as_json:
             print_json(report.to_json())  # the library's report, as `mdvdb.ingest` gives it
             return

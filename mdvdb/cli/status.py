@@ -71,10 +71,20 @@ def _status(config, as_json: bool, check: bool) -> int:
         if as_json:
             print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
         return code
+    writer = _writer(config)
     if as_json:
-        print_json({**st.to_json(), "damaged": damage, "switched_off": config.switched_off})
+        print_json(
+            {
+                **st.to_json(),
+                "damaged": damage,
+                "switched_off": config.switched_off,
+                "writer": writer,
+            }
+        )
         return EXIT_OK
     if not st.exists:
+        if writer is not None:
+            raise CliError(f"no index at {st.index_path} yet: {_writing(writer)} builds it")
         raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
     updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
     line(f"index:      {st.index_path} ({st.index_bytes / 1e6:.1f} MB)")
@@ -95,9 +105,26 @@ def _status(config, as_json: bool, check: bool) -> int:
         line(f"problems:   {len(st.errors)} reported by the last ingest, e.g.:")
         for path, problem in st.errors[:10]:
             line(f"  {printable(f'{path}: {problem}', one_line=True)}")
+    if writer is not None:
+        line(f"writer:     {_writing(writer)} holds the lock")
     if config.switched_off:
         line("switched off: .mdvdb-off exists here; `mdvdb search` exits 5")
     return EXIT_OK
+
+
+def _writer(config) -> dict | None:
+    """The writer holding the folder's lock now (pid, command, since), or None."""
+    from pipeline import writer_holder
+
+    return writer_holder(config.state_path)
+
+
+def _writing(writer: dict) -> str:
+    from kernel.terminal import printable
+    from pipeline import since_text
+
+    command = printable(writer["command"], one_line=True)
+    return f"pid {writer['pid']} ({command}, since {since_text(writer['since'])})"
 
 
 def _status_of(config):
