@@ -73,7 +73,7 @@ class IngestReport:
                 report.index_bytes, report.chunks = output.index_bytes, output.chunks
                 report.reused_files = output.reused_files
                 report.published = True
-        report.errors = list(once_per_path(problems))
+        report.errors = sorted(once_per_path(problems))  # by path, as `status` lists them
         return report
 
     def to_json(self) -> dict[str, Any]:

@@ -257,9 +257,31 @@ def _pack(run: IngestRun) -> stages.Packed:
     assert schema is None or isinstance(schema, stages.Schema)
     parsed = run.outputs.get("parse")
     analysed = parsed.analysed if isinstance(parsed, stages.Parsed) else None
+    manifest = run.manifest()
     return stages.pack(
-        run.config, run.manifest(), run.state, run.provider, run.problems(), schema, analysed
+        run.config,
+        manifest,
+        run.state,
+        run.provider,
+        run.problems(),
+        schema,
+        analysed,
+        looked(run, manifest),
     )
+
+
+def looked(run: IngestRun, manifest: stages.Manifest) -> stages.Looked:
+    """What this run looked at again (`stages.Looked`): the walk, if discover ran (every
+    path, or those `mdvdb ingest PATH` named); the overlay, if the schema stage ran; the
+    indexed files whose parse or chunk problem the files table now holds."""
+    walk = (run.only if run.only else None) if "discover" in run.outputs else ()
+    parsed = [
+        path
+        for name in ("parse", "chunk")
+        for path, _ in getattr(run.outputs.get(name), "problems", ())
+    ]
+    in_rows = frozenset(p for p in parsed if p in manifest.entries) if parsed else frozenset()
+    return stages.Looked(walk, "schema" in run.outputs, in_rows)
 
 
 def _config(run: IngestRun | None) -> Config:

@@ -22,7 +22,7 @@ import numpy as np
 from kernel import index_format
 from kernel.config import DEFAULT_LIMIT, Config, ConfigError, load_config
 from kernel.off_loop import async_twin
-from query.results import Document, Section, Status
+from query.results import Document, Problem, Section, Status
 from query.snapshot import QueryError, Reader, Snapshot, provider_mismatch
 
 if TYPE_CHECKING:
@@ -233,11 +233,29 @@ class Index(Reader):
         status.model = meta.get("model")
         status.dimensions = meta.get("dimensions")
         status.format_version = meta.get("format_version")
-        status.errors = meta.get("errors", [])
+        status.errors, status.errors_left_out = self._problems(meta)
         status.provider_mismatch = provider_mismatch(meta, self.config)
         if check_files:
             status.stale_files = self._stale_files()
         return status
+
+    def _problems(self, meta: dict[str, Any]) -> tuple[list[Problem], int]:
+        """Every file's current problem, sorted by path, and how many the meta's cap left
+        out: the parse errors the files table holds (each file's own, whatever run read
+        it), then what the last ingest recorded beside them (`pipeline.stages`
+        `problems_to_record`: files left out, folders, the overlay)."""
+        files = self.snapshot.table("files")
+        found: dict[str, str] = {}
+        errors = index_format.column_array(files, "parse_error")
+        if len(errors) and errors.buffers()[0] is not None:  # a validity bitmap: some set
+            for path, error in zip(self.snapshot.paths, errors.to_pylist(), strict=True):
+                if error is not None:
+                    found[path] = error
+        for entry in meta.get("errors") or ():
+            if isinstance(entry, list) and len(entry) >= 2 and entry[0] not in found:
+                found[str(entry[0])] = str(entry[1])
+        problems = [Problem(path, found[path]) for path in sorted(found)]
+        return problems, int(meta.get("errors_left_out") or 0)
 
     def _stale_files(self) -> list[str]:
         """Indexed files whose size or mtime changed, or that are gone (a stat each)."""

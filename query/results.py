@@ -109,6 +109,14 @@ class Document:
 
 
 @dataclass
+class Problem:
+    """What is wrong with one file (or folder) of the project, as the index records it."""
+
+    path: str
+    problem: str
+
+
+@dataclass
 class Status:
     """The index's state as `mdvdb status` reports it."""
 
@@ -125,7 +133,10 @@ class Status:
     stale_files: list[str] = field(default_factory=list)  # changed or deleted since indexed
     new_files: list[str] = field(default_factory=list)  # on disk, not in the index
     provider_mismatch: str | None = None  # the config asks for another embedding model
-    errors: list[list[str]] = field(default_factory=list)
+    # Every current problem, sorted by path (`Index.status`), and how many the index's
+    # record of them left out (it keeps 1000 beside the parse errors of the files table).
+    errors: list[Problem] = field(default_factory=list)
+    errors_left_out: int = 0
 
     @property
     def fresh(self) -> bool:

@@ -23,6 +23,7 @@ from mdvdb.cli.errors import (
 )
 
 FLAGS = {"--check": "check", "--verify": "verify"}
+PROBLEMS_SHOWN = 20  # problems the human status lists; `--json` has them all
 
 
 def fast_main(argv: list[str], one_shot: bool = False) -> int | None:
@@ -97,9 +98,13 @@ def _status(config, as_json: bool, check: bool, lite: bool) -> int:
     elif not st.provider_mismatch:
         line("stale:      none")
     if st.errors:
-        line(f"problems:   {len(st.errors)} reported by the last ingest, e.g.:")
-        for path, problem in st.errors[:10]:
-            line(f"  {printable(f'{path}: {problem}', one_line=True)}")
+        total = len(st.errors) + st.errors_left_out
+        line(f"problems:   {total} file{'s' if total != 1 else ''}")
+        for found in st.errors[:PROBLEMS_SHOWN]:
+            line(f"  {printable(f'{found.path}: {found.problem}', one_line=True)}")
+        if total > PROBLEMS_SHOWN:
+            more = total - PROBLEMS_SHOWN
+            line(f"  ... and {more} more (`mdvdb status --json` lists them)")
     if config.switched_off:
         line("switched off: .mdvdb-off exists here; `mdvdb search` exits 5")
     return EXIT_OK
