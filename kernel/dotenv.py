@@ -31,14 +31,40 @@ def parse_dotenv(text: str) -> dict[str, str]:
     return values
 
 
+DEFAULT_INDEX_FILE = ".markdownvdb.index"
+
+
+def project_markers() -> tuple[str, ...]:
+    """The names that make a folder a project: `.markdownvdb`, and the index an ingest wrote
+    there (`MDVDB_INDEX_FILE` when the environment names one inside the root, and a
+    sharded index's folder beside it)."""
+    index = os.environ.get("MDVDB_INDEX_FILE", "").strip() or DEFAULT_INDEX_FILE
+    if os.path.isabs(index) or os.pardir in index.replace("\\", "/").split("/"):
+        index = DEFAULT_INDEX_FILE  # an index outside the root marks no folder
+    return (CONFIG_FILE, index, index + ".shards")
+
+
 def find_root(start: str) -> str:
-    """The nearest folder upward holding `.markdownvdb`, else the starting folder."""
+    """The nearest folder upward from `start` that is a project (`project_markers`), else
+    `start`. The climb never reaches the user's home from below it nor crosses into another
+    file system: a home or a disk indexed once is not the project of every folder in it."""
     here = os.path.realpath(start)
+    home = os.path.realpath(os.path.expanduser("~"))
+    device = _device(here)
+    markers = project_markers()
     folder = here
     while True:
-        if os.path.isfile(os.path.join(folder, CONFIG_FILE)):
+        config, index, shards = (os.path.join(folder, name) for name in markers)
+        if os.path.isfile(config) or os.path.isfile(index) or os.path.isdir(shards):
             return folder
         parent = os.path.dirname(folder)
-        if parent == folder:
+        if parent == folder or parent == home or _device(parent) != device:
             return here
         folder = parent
+
+
+def _device(folder: str) -> int | None:
+    try:
+        return os.stat(folder).st_dev
+    except OSError:
+        return None

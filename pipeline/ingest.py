@@ -100,6 +100,7 @@ def ingest_folder(
             )
         report = IngestReport.of_outputs(run.outputs, run.seconds, time.perf_counter() - started)
         report.stage_cpu_seconds = dict(run.cpu_seconds)
+        report.root = str(config.root)
         report.cpu_seconds = cpu_seconds() - cpu_started
         if not report.published and not published_file(config).exists():
             raise IngestError("ingest finished without an index; run `mdvdb ingest --full`")

@@ -36,6 +36,7 @@ class IngestReport:
     executor_actors: list[dict] = field(default_factory=list)  # Ray: each actor's report
     clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
     reused_files: int = 0  # files whose rows pack reused from the previous index
+    root: str = ""  # the project root indexed (found upward from a subfolder: kernel.dotenv)
 
     @property
     def nothing_changed(self) -> bool:
@@ -79,6 +80,7 @@ class IngestReport:
     def to_json(self) -> dict[str, Any]:
         """The record `mdvdb ingest --json` prints."""
         return {
+            "root": self.root,
             "files": self.files,
             "added": self.added,
             "changed": self.changed,

@@ -218,10 +218,10 @@ class Index(Reader):
         except index_format.IndexDamaged:
             raise  # one line telling the user to rebuild, not "no index"
         except index_format.IndexFormatError:
-            return Status(index_path=str(self.source), exists=False)
+            return Status(index_path=str(self.source), exists=False, root=str(self.config.root))
 
     def _status(self, check_files: bool) -> Status:
-        status = Status(index_path=str(self.source), exists=False)
+        status = Status(index_path=str(self.source), exists=False, root=str(self.config.root))
         snap = self.snapshot
         meta = snap.meta
         status.exists = True

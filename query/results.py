@@ -122,6 +122,7 @@ class Status:
 
     index_path: str
     exists: bool
+    root: str = ""  # the project root (found upward from a subfolder: kernel.dotenv)
     files: int = 0
     chunks: int = 0
     index_bytes: int = 0

@@ -157,11 +157,22 @@ def run_ingest(
             _line(printable(f"warning: {path}: {problem}", one_line=True), err=True)
         if len(report.errors) > 20:
             _line(f"warning: ... and {len(report.errors) - 20} more problems", err=True)
+        if not _is_cwd(config.root):  # found upward from a subfolder: say which project
+            _line(printable(f"project root: {config.root}", one_line=True))
         _line(
             f"{report.files} files: {report.added} added, {report.changed} changed, "
             f"{report.removed} removed, {report.unchanged} unchanged; "
             f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
         )
+
+
+def _is_cwd(root) -> bool:
+    import os
+
+    try:
+        return os.path.realpath(os.getcwd()) == str(root)
+    except OSError:  # the current folder was deleted
+        return False
 
 
 def hold_index(config) -> int | None:

@@ -83,6 +83,7 @@ def _status(config, as_json: bool, check: bool, lite: bool) -> int:
     if not st.exists:
         raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
     updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
+    line(f"root:       {config.root}")
     line(f"index:      {st.index_path} ({st.index_bytes / 1e6:.1f} MB)")
     line(f"documents:  {st.files}")
     line(f"chunks:     {st.chunks}")
@@ -122,7 +123,8 @@ def _status_of(config, lite: bool = False):
     except (OSError, ValueError, IndexFormatError) as exc:  # damaged, torn or foreign
         from query import Status
 
-        st, reason = Status(index_path=str(config.index_path), exists=False), str(exc)
+        st = Status(index_path=str(config.index_path), exists=False, root=str(config.root))
+        reason = str(exc)
     else:
         if st.exists or not config.index_path.exists():
             return st, None
