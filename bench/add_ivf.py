@@ -3,7 +3,7 @@
     python bench/add_ivf.py SOURCE_INDEX DEST_FOLDER [--min-chunks 50000]
 
 Reads SOURCE_INDEX (never writes it), builds the `ivf` table from its vectors with the same
-code pack runs (`pipeline.ivf.build`), and writes DEST_FOLDER/.markdownvdb.index: every other
+code pack runs (`pipeline.pack.ivf.build`), and writes DEST_FOLDER/.markdownvdb.index: every other
 table's bytes copied file-to-file, the new table and meta key added. How the 1M-chunk bench
 index got its lists (a re-ingest there is ~30 min); prints the build time.
 """
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> None:
     from kernel import index_format
     from kernel import ivf as ivf_format
-    from pipeline import ivf
+    from pipeline.pack import ivf
     from pipeline.plan import Plan
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

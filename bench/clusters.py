@@ -27,7 +27,7 @@ import numpy as np
 
 from bench.common import WORK, corpus, print_table
 from kernel.config import load_config
-from pipeline import cluster
+from pipeline.cluster import topics as cluster
 from pipeline.embed import model_key
 from pipeline.state import ManifestEntry, State
 

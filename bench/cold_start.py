@@ -39,11 +39,11 @@ s = t(); import pyarrow; marks["import pyarrow"] = t() - s
 s = t(); from mdvdb.cli.errors import load; cfg = load(root); marks["config"] = t() - s
 s = t(); from query import open_index; ix = open_index(config=cfg); ix.snapshot
 marks["import query + map index"] = t() - s
-s = t(); from query import tiers, titles; titles._lowered(ix.snapshot)
+s = t(); from query.rank import tiers, titles; titles._lowered(ix.snapshot)
 marks["title tier: lower titles + headings"] = t() - s
-s = t(); from query.lexical import lexical_index; lexical_index(ix)
+s = t(); from query.score.lexical import lexical_index; lexical_index(ix)
 marks["lexical postings (views)"] = t() - s
-s = t(); from query.search import query_vector; query_vector(ix, query)
+s = t(); from query.rank.search import query_vector; query_vector(ix, query)
 marks["model (BPE lookup, table / encoder weights) + embed"] = t() - s
 s = t(); tiers.tiered_search(ix, query, limit=20); marks["score + rank (hybrid, 2 tiers)"] = t() - s
 s = t()

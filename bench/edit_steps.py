@@ -29,7 +29,7 @@ from pathlib import Path
 # module -> [(attribute path, step label)]
 STEPS: dict[str, list[tuple[str, str]]] = {
     "pipeline.tasks": [("_discover", "discover stage"), ("IngestRun.close", "run close")],
-    "pipeline.discover": [
+    "pipeline.walk.discover": [
         ("walk_folders", "walk"),
         ("_merged", "walk: merge of the forked half"),
         ("folder_signatures", "folder digests"),
@@ -47,16 +47,16 @@ STEPS: dict[str, list[tuple[str, str]]] = {
     ],
     "pipeline.workers": [("prepare_batch", "parse: one batch")],
     "kernel.providers.local": [("load_tokenizer", "parse: tokenizer load")],
-    "pipeline.pack": [
+    "pipeline.pack.build": [
         ("plan", "plan"),
         ("_previous", "previous index open + check"),
         ("build_tables", "build tables"),
     ],
-    "pipeline.schema_pack": [("update", "schema update")],
-    "pipeline.cluster": [("assign", "cluster assign")],
-    "pipeline.lexical": [("update", "lexical update")],
-    "pipeline.duplicates": [("update", "near-duplicates")],
-    "pipeline.ivf": [("build", "IVF")],
+    "pipeline.pack.schema": [("update", "schema update")],
+    "pipeline.cluster.topics": [("assign", "cluster assign")],
+    "pipeline.pack.lexical": [("update", "lexical update")],
+    "pipeline.pack.duplicates": [("update", "near-duplicates")],
+    "pipeline.pack.ivf": [("build", "IVF")],
     "kernel.index_format": [
         ("verify_checksums", "checksums of the previous index"),
         ("write_index", "write_index (older versions: all of the write)"),

@@ -9,7 +9,7 @@ Per set and model: the documents are written as Markdown (bench/quality.py's lay
 folder of their own whose `.markdownvdb` names the model, and a fresh `mdvdb ingest` process
 indexes it, timed (wall, CPU) with its peak RSS (`/usr/bin/time`). An existing index is
 reused with its recorded timing (`--fresh` re-ingests). Then every test query runs in the
-semantic and hybrid modes of `query.search`, and plain BM25 (bm25s) in the same run.
+semantic and hybrid modes of `query.rank.search`, and plain BM25 (bm25s) in the same run.
 
 Fusion per model: hybrid nDCG@10 over a grid of fusion settings on every set, and the
 leave-one-set-out choice (the setting best on the mean of the other sets, scored on the held
@@ -80,9 +80,9 @@ def rank_documents(scores: np.ndarray, chunk_doc: np.ndarray, valid: np.ndarray 
 def memoize_inputs(index) -> None:
     """Per query, the BM25F scores, page scores and query vector are the same for every
     fusion setting: remember them on this index's own objects, so a sweep of many settings
-    runs `query.search.mode_scores` itself (page-level and name evidence included) at the
+    runs `query.rank.search.mode_scores` itself (page-level and name evidence included) at the
     cost of the fusion only."""
-    from query.lexical import lexical_index
+    from query.score.lexical import lexical_index
 
     lexical = lexical_index(index)
     provider = index.provider()
@@ -103,8 +103,8 @@ def memoize_inputs(index) -> None:
 
 def mdvdb_runs(index, queries: dict, qids: list[str], doc_of_file: list[str], modes, drop_self):
     """Per mode: query id -> ranked document ids, files ranked by their best section's
-    score from `query.search.mode_scores` (bench/quality.py's --fast ranking)."""
-    from query.search import mode_scores
+    score from `query.rank.search.mode_scores` (bench/quality.py's --fast ranking)."""
+    from query.rank.search import mode_scores
 
     memoize_inputs(index)
     chunk_doc = index.snapshot.chunk_file_ids
@@ -219,9 +219,9 @@ def quality(folder: Path, roots: dict, baseline_cache: dict) -> tuple[list[dict]
 
 def sweep(raws: tuple) -> list[dict]:
     """Hybrid nDCG@10 of every GRID setting on one set, for one model, through
-    `query.search.mode_scores` (the shipped hybrid with page-level and name evidence) with
+    `query.rank.search.mode_scores` (the shipped hybrid with page-level and name evidence) with
     the index's recorded settings set aside and the GRID values in force."""
-    from query import fusion
+    from query.score import fusion
 
     index, queries, qrels, doc_of_file, drop_self = raws
     known = {f.name for f in fields(fusion.PARAMS)}
@@ -355,7 +355,7 @@ def latency(roots: dict, runs: int) -> list[dict]:
 
     from kernel.config import load_config
     from query import open_index
-    from query.search import query_vector
+    from query.rank.search import query_vector
 
     queries = ["extract a tar archive", "vitamin d and bone fractures", "rotate an api key"]
     env = {**os.environ, "MDVDB_NO_WARM": "1"}  # never answered by a warm server
@@ -407,8 +407,8 @@ def windows(raws: dict, width: int = 256, stride: int = 192) -> list[dict]:
     `width` every `stride`, then the same semantic and hybrid runs as with the cut vectors."""
     from kernel.providers.base import normalize_rows
     from kernel.providers.minilm import MiniLMProvider
-    from query.fusion import PARAMS, hybrid
-    from query.lexical import lexical_index
+    from query.score.fusion import PARAMS, hybrid
+    from query.score.lexical import lexical_index
 
     index, queries, qrels, doc_of_file, drop_self = raws
     provider = MiniLMProvider("all-minilm-l6-v2")

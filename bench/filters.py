@@ -48,7 +48,7 @@ def leetcode_root() -> tuple[Path, float | None]:
 def generated_root(chunks: int) -> Path:
     """A project whose index holds `chunks` chunks of random vectors, 5 per file."""
     from kernel.config import load_config
-    from pipeline.pack import PackSources, publish
+    from pipeline.pack.build import PackSources, publish
     from pipeline.state import ManifestEntry
 
     root = WORK / f"generated-{chunks}"
@@ -162,7 +162,7 @@ def paired(base, fn, repeat: int) -> tuple[float, float, float]:
 def measure(label: str, root: Path, repeat: int) -> list[dict]:
     from query import open_index
     from query.filters import candidate_mask, matching_files, parse_filter
-    from query.tiers import tiered_search
+    from query.rank.tiers import tiered_search
 
     index = open_index(root)
     snap = index.snapshot

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import print_table  # noqa: E402
 from kernel.project_files import BUILTIN_IGNORES, RG_FLAGS  # noqa: E402
-from query.grep import TYPE_GLOBS, find_rg  # noqa: E402
+from query.grep.ripgrep import TYPE_GLOBS, find_rg  # noqa: E402
 
 # (name, pattern, extra mdvdb flags). Rare patterns make rg scan everything (no early stop);
 # common ones let mdvdb stop rg after --limit matches.
@@ -45,7 +45,7 @@ def mdvdb_cmd() -> list[str]:
 
 
 def rg_argv(rg: str, pattern: str, corpus: Path, as_json: bool) -> list[str]:
-    """What `mdvdb grep` runs (see query.grep.build_argv), optionally without --json."""
+    """What `mdvdb grep` runs (see query.grep.ripgrep.build_argv), optionally without --json."""
     argv = [rg] + (["--json"] if as_json else []) + ["--no-config", "--smart-case"]
     argv += ["--fixed-strings", "--max-count", "1050"]  # 50 body matches + frontmatter lines
     for glob in TYPE_GLOBS["md"]:

@@ -2,7 +2,7 @@
 the same data (CPU seconds: a busy machine inflates them far less than wall time).
 
 - pack's lexical step: analysing every chunk itself, vs merging the analyses the ingest
-  workers made (`pipeline.lexical.analyse_chunks`, per file, as a worker calls it);
+  workers made (`pipeline.pack.lexical.analyse_chunks`, per file, as a worker calls it);
 - clustering's choice of k: every candidate fitted on every document, vs the candidates
   tried on a sample and only the chosen k fitted on every document (`choose_and_fit`).
 
@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import print_table  # noqa: E402
 from kernel import index_format  # noqa: E402
-from pipeline import cluster, lexical  # noqa: E402
+from pipeline.cluster import topics as cluster  # noqa: E402
+from pipeline.pack import lexical
 
 
 def lexical_rows(index: index_format.IndexFile) -> list[dict]:

@@ -7,7 +7,7 @@ shortest arguments are ~40 indexed words), so a ranking change that penalises sh
 free there. tldr is full of short real answers (a command page of three examples), so this
 check guards against that: a fixed sample of English pages (`pages/common`, `pages/linux`;
 alias pages left out), each page's `> description` line as the query, and the rank of that
-page among files ranked by their best section (hybrid, `query.search.mode_scores`, the
+page among files ranked by their best section (hybrid, `query.rank.search.mode_scores`, the
 scoring `bench/quality.py --fast` uses). Reported: MRR@10 and hit@1 over all queries, and
 MRR@10 over the pages shorter than 40 indexed words. Variants are the ones of
 bench/quality.py (named, or `field=value,...`), each against the default in one process.
@@ -48,7 +48,7 @@ def queries(root: Path, index, n_pages: int, seed: int) -> list[tuple[int, str]]
 
 
 def score(index, items: list[tuple[int, str]], lengths: np.ndarray) -> dict:
-    from query.search import mode_scores
+    from query.rank.search import mode_scores
 
     chunk_file = index.snapshot.chunk_file_ids
     rr, hit1, rr_short = [], [], []
@@ -90,8 +90,9 @@ def main() -> None:
         parser.error(f"{root}: no index (run `mdvdb ingest --root {root}` first)")
 
     from kernel.config import load_config
-    from query import fusion, open_index
-    from query.lexical import lexical_index
+    from query import open_index
+    from query.score import fusion
+    from query.score.lexical import lexical_index
 
     index = open_index(config=load_config(root, environ={}))
     lengths = lexical_index(index).page_lengths()

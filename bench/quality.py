@@ -26,10 +26,10 @@ collapsed result lists in `also_in` (a user sees "also in N other files"), each 
 after its result, on every set. `--repack` ingests each set again in full (after a change to
 what pack computes, such as the BM25F parameters).
 
-A variant is a named set of overrides of `query.fusion.FusionParams` (VARIANTS below): it runs
+A variant is a named set of overrides of `query.score.fusion.FusionParams` (VARIANTS below): it runs
 the default mode with those settings. With variants, the leave-one-set-out table over them is
 printed too (docs/search-quality.md explains the rule). `--fast` ranks files from
-`query.search.mode_scores` (no tiers, no shaping): ~5x cheaper, for sweeps.
+`query.rank.search.mode_scores` (no tiers, no shaping): ~5x cheaper, for sweeps.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ METRICS = ("ndcg@10", "recall@100", "mrr@10")
 # each ranked right after its result (full library path only).
 COPY_METRICS = ("ndcg@10+copies", "recall@100+copies")
 
-# Named overrides of query.fusion.FusionParams, run in the default mode. Every experiment in
+# Named overrides of query.score.fusion.FusionParams, run in the default mode. Every experiment in
 # docs/search-quality.md is one of these.
 VARIANTS: dict[str, dict] = {
     "no-page": {"page_weight": 0.0},
@@ -231,12 +231,12 @@ VARIANTS: dict[str, dict] = {
 
 def variant_settings(name: str) -> dict:
     """A named variant's overrides, or an ad-hoc one spelt `field=value,field=value` (fields of
-    `query.fusion.FusionParams`, values cast to the field's type): sweeps need no new name."""
+    `query.score.fusion.FusionParams`, values cast to the field's type): sweeps need no new name."""
     if name in VARIANTS:
         return VARIANTS[name]
     from dataclasses import fields
 
-    from query.fusion import FusionParams
+    from query.score.fusion import FusionParams
 
     kinds = {f.name: type(getattr(FusionParams(), f.name)) for f in fields(FusionParams)}
     out = {}
@@ -432,7 +432,7 @@ class Target:
 
     def run(self, mode: str | None, fast: bool = False) -> tuple[dict[str, float], float]:
         """Metrics of one mode (None = the configured default) and seconds per query.
-        `fast`: rank files by their best section's score from `query.search.mode_scores`
+        `fast`: rank files by their best section's score from `query.rank.search.mode_scores`
         (the scoring of `mdvdb search` without title tiers and result shaping), ~5x cheaper:
         for sweeping scoring parameters."""
         from query.request import SearchRequest
@@ -476,7 +476,7 @@ class Target:
         return metrics, seconds
 
     def run_fast(self, mode: str) -> tuple[dict[str, float], float]:
-        from query.search import mode_scores
+        from query.rank.search import mode_scores
 
         snap = self.index.snapshot
         chunk_files = snap.chunk_file_ids
@@ -500,7 +500,7 @@ class Target:
 def run_set(
     target: Target, variants: list[str], modes: list[str], fast: bool = False
 ) -> tuple[list[dict], dict]:
-    from query import fusion
+    from query.score import fusion
 
     t = time.perf_counter()
     baseline = bm25_baseline(target.corpus, target.queries, target.qids, target.drop_self)

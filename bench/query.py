@@ -90,7 +90,7 @@ def bench(
     index.search(queries[0])  # load the model and map the index
     fast_queries = index.warm_up()  # as `mdvdb serve` / `mdvdb mcp` do at start
     warm, other, embed = [], [], []
-    from query import fusion
+    from query.score import fusion
 
     for q in queries:
         start = time.perf_counter()
@@ -206,7 +206,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="also time warm search with these query.fusion settings, interleaved",
+        help="also time warm search with these query.score.fusion settings, interleaved",
     )
     parser.add_argument(
         "--models", default="wordllama", help=f"comma-separated, of {', '.join(MODELS)}"
@@ -222,7 +222,7 @@ def main() -> None:
         parser.error(f"unknown model: {', '.join(unknown)}")
     against = None
     if args.against:
-        from query.fusion import PARAMS
+        from query.score.fusion import PARAMS
 
         against = {}
         for item in args.against:

@@ -16,7 +16,7 @@ and the int8 copy), then `rounds` times per run through `Index.search` (limit 10
 - with an index that holds IVF lists (`kernel.ivf`; `bench/add_ivf.py` adds them to an
   existing index): `search --mode hybrid` with MDVDB_SEARCH_FIRST_PASS=ivf, and its recall;
 - the default first pass (IVF, else int8) fused over n-length arrays, as before fusion over
-  candidates (`query.fusion._REFERENCE`): the old data flow in the same process.
+  candidates (`query.score.fusion._REFERENCE`): the old data flow in the same process.
 `--synthetic N` times the dense pass alone (two directions, as hybrid search asks) on N random
 unit vectors of 256 dimensions against the float32 scan: no 1M-chunk index is ingested (about
 half an hour here), so the lexical side at that size is not in it.
@@ -95,8 +95,8 @@ def row(name: str, samples: list[float], **extra) -> dict:
 def agreement(exact_index, fast_index, queries: list[str]) -> tuple[float, float]:
     """Mean recall@10 of the int8 hybrid ranking vs the exact one; share of queries whose
     fused scores are the same bits."""
-    from query.search import mode_scores
-    from query.vector import top_k
+    from query.rank.search import mode_scores
+    from query.score.vector import top_k
 
     recalls, same = [], 0
     for q in queries:
@@ -125,7 +125,7 @@ def _has_lists(index) -> bool:
 
 
 def recall_only(root: Path, queries: list[str]) -> list[dict]:
-    from query import vector
+    from query.score import vector
 
     exact = _opened(root, "exact")
     n = exact.snapshot.vectors.shape[0]
@@ -159,7 +159,7 @@ def bm25s_runner(index):
 
 def _reference(index, query: str):
     """`index.search(query)` through the n-length reference fusion path."""
-    from query import fusion, vector
+    from query.score import fusion, vector
 
     if not hasattr(fusion, "_REFERENCE"):
         return index.search(query, mode="hybrid")  # a checkout without the candidate path
@@ -177,7 +177,7 @@ def bench_root(
 ) -> tuple[list[dict], list[dict]]:
     from kernel.config import load_config
     from query import open_index
-    from query.vector import Int8Rows, row_dots
+    from query.score.vector import Int8Rows, row_dots
 
     exact = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "exact"}))
     fast = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "int8"}))
@@ -203,7 +203,7 @@ def bench_root(
         runs["search --mode hybrid, IVF + rescoring"] = lambda q: lists.search(q, mode="hybrid")
     if reference:
         # the same first pass as the default one, fused over n-length arrays (the data flow
-        # before fusion over candidates; query.fusion._REFERENCE), in the same process
+        # before fusion over candidates; query.score.fusion._REFERENCE), in the same process
         default = lists if lists is not None else fast
         runs["search --mode hybrid, n-length fusion (reference)"] = lambda q: _reference(default, q)
     if with_bm25s:
@@ -226,7 +226,7 @@ def bench_root(
 
 
 def bench_synthetic(n: int, rounds: int, d: int = 256) -> list[dict]:
-    from query.vector import DenseScorer, Int8Rows, row_dots
+    from query.score.vector import DenseScorer, Int8Rows, row_dots
 
     rng = np.random.default_rng(7)
     matrix = np.empty((n, d), dtype=np.float32)
@@ -281,7 +281,7 @@ def main() -> None:
     if args.cpu:
         global CLOCK
         CLOCK = time.process_time
-    from query import vector
+    from query.score import vector
 
     if args.depth:
         vector.RESCORE_DEPTH = args.depth

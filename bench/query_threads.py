@@ -2,7 +2,7 @@
 
     python bench/query_threads.py --root DIR [--root DIR2 ...] [--rounds 5] [--quiet] [--json]
 
-A split pass (query.second_core.in_parallel: the IVF lists' int8 products, the block-wise
+A split pass (query.score.second_core.in_parallel: the IVF lists' int8 products, the block-wise
 fusion, top-k comparisons) runs on the caller and one helper thread per other core; whether
 that pays depends on the machine (free cores, shared memory bandwidth). Fresh processes
 differ by more than the effect (±15% here), so the arms run in one warm `Index`, each query
@@ -44,7 +44,7 @@ def _run_queue() -> int:
 
 
 def measure(root: Path, rounds: int, quiet: bool = False) -> dict:
-    import query.second_core as second_core
+    import query.score.second_core as second_core
     from kernel.config import load_config
     from query import open_index
 
@@ -56,7 +56,7 @@ def measure(root: Path, rounds: int, quiet: bool = False) -> dict:
     index = arms["off"]
 
     def run(arm: str, q: str) -> tuple[float, bool]:
-        # the same query again: not the remembered last answer (query.search)
+        # the same query again: not the remembered last answer (query.rank.search)
         index.snapshot.cache.pop("last_scores", None)
         alone = _run_queue() <= 1
         start = time.perf_counter()

@@ -5,7 +5,7 @@
     python bench/rank_identity.py compare A.json B.json
 
 `dump` runs in the current directory's code (the checkout it is started from: its `query`
-package comes first on the path), through `query.search.mode_scores` (the fused score of
+package comes first on the path), through `query.rank.search.mode_scores` (the fused score of
 every chunk) and `Index.search` (the response a user gets, limit 10). Per query it records a
 digest of the whole fused score array, the top 10 (chunk ids and scores) and the response's
 (chunk id, score) pairs, and a digest of the whole response as `mdvdb search --json
@@ -30,7 +30,7 @@ def dump(args) -> None:
 
     from kernel.config import load_config
     from query import open_index
-    from query.search import mode_scores
+    from query.rank.search import mode_scores
 
     queries = _queries(args.queries)[: args.limit]
     env = {"MDVDB_SEARCH_FIRST_PASS": args.first_pass}

@@ -65,7 +65,7 @@ class Wire:
     and the waves of overlapping requests (round trips on the critical path)."""
 
     def __init__(self):
-        from query import shard_wire
+        from query.shards import wire as shard_wire
 
         self.wire = shard_wire
         # a round to every server at once (`exchange_all`), or one request (`exchange`)
@@ -136,7 +136,7 @@ def _answers(index, query: str, mode: str) -> list:
 
 def _forget_df(index) -> None:
     """The router's per-generation document frequencies, dropped (`--fresh`)."""
-    from query.lexical import lexical_index
+    from query.score.lexical import lexical_index
 
     found = lexical_index(index)
     for name in ("df_cache", "page_df_cache"):
@@ -178,7 +178,7 @@ class Router:
             {"MDVDB_SHARDS": str(args.shards), "MDVDB_SHARD_SERVERS": ",".join(addresses)},
         )
         if args.per_chunk:
-            from query import shard_query
+            from query.rank import shard_search as shard_query
 
             shard_query.staged_scores = lambda *a, **k: None
         self.wire = Wire().__enter__()

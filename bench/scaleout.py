@@ -92,7 +92,7 @@ def layout(base: Path, corpus: Path, shards: int) -> tuple[Path, float | None]:
 
 
 class _KeepAll(dict):
-    """A per-process cache of one snapshot's answer (query.govern's frontmatter-field test,
+    """A per-process cache of one snapshot's answer (query.rank.govern's frontmatter-field test,
     query.schema's schema) that keeps every snapshot's: the bench holds two indexes in one
     process and alternates between them, where a reader process holds one; with a one-entry
     cache each alternation recomputed it (~150 ms a query at 1M chunks, in both layouts)."""
@@ -102,7 +102,8 @@ class _KeepAll(dict):
 
 
 def _keep_both_readers() -> None:
-    from query import govern, schema
+    from query import schema
+    from query.rank import govern
 
     govern._DETECTED = _KeepAll(govern._DETECTED)
     schema._CACHE = _KeepAll(schema._CACHE)
@@ -189,7 +190,7 @@ def open_rows(roots: dict[int, Path], rounds: int) -> list[dict]:
     map N shards lazily; then the same plus a first lexical search (what it opens)."""
     from kernel.config import load_config
     from kernel.shards import published_source
-    from query.sharded import ShardedSnapshot
+    from query.shards.reader import ShardedSnapshot
     from query.snapshot import Reader, Snapshot
 
     rows = []
@@ -201,7 +202,7 @@ def open_rows(roots: dict[int, Path], rounds: int) -> list[dict]:
             started = time.perf_counter()
             snap = Snapshot.load(source) if shards == 1 else ShardedSnapshot.load(source)
             opened.append(time.perf_counter() - started)
-            from query import search as searching
+            from query.rank import search as searching
 
             reader = Reader(config)
             reader._snapshot = snap
@@ -236,9 +237,9 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
     import numpy as np
 
     from kernel import text_analysis
-    from query.lexical import lexical_index
-    from query.search import query_vector
-    from query.vector import row_dots
+    from query.rank.search import query_vector
+    from query.score.lexical import lexical_index
+    from query.score.vector import row_dots
 
     def top10(scores):
         k = min(10, len(scores))
@@ -253,14 +254,14 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
         lex_shard = [[] for _ in parts]
         dense_shard = [[] for _ in parts]
         merges, lex_one, dense_one, int8_one = [], [], [], []
-        # The int8 first pass rescored exactly (query.vector), in each shard and in the
+        # The int8 first pass rescored exactly (query.score.vector), in each shard and in the
         # one file, when simsimd is there: the copies are built here, outside the timing.
         int8_shard = compact_one = None
-        from query.shard_part import CALLS
+        from query.shards.part import CALLS
 
         if _has_simsimd() and "dense" in CALLS:  # a checkout before it: the exact scans
-            from query.sharded import shard_depth
-            from query.vector import DenseScorer, Int8Rows
+            from query.score.vector import DenseScorer, Int8Rows
+            from query.shards.reader import shard_depth
 
             int8_shard = [[] for _ in parts]
             n = flat.vectors.shape[0]
@@ -359,7 +360,7 @@ def shard_summary(rows: list[dict]) -> list[dict]:
 
 class _Timed:
     """A shard's part with each call timed and its bytes on the wire counted (the request's
-    arguments and the answer as query.shard_wire encodes them; counted outside the time)."""
+    arguments and the answer as query.shards.wire encodes them; counted outside the time)."""
 
     remote = False
 
@@ -369,7 +370,7 @@ class _Timed:
         self.part, self.shard, self.log = part, shard, log
 
     def call(self, name: str, *args):
-        from query.shard_wire import encode
+        from query.shards.wire import encode
 
         started = time.perf_counter()
         value = self.part.call(name, *args)
@@ -389,15 +390,15 @@ class _InTurn:
 
 
 def staged_rows(one, sharded, rounds: int, per_shard: list | None = None) -> list[dict]:
-    """The staged query (query.shard_query) with each shard's calls run one at a time and
+    """The staged query (query.rank.shard_search) with each shard's calls run one at a time and
     timed: per query, the work of each shard in each round, the router's own work (the wall
     time less every shard's), and the bytes a wire would carry. If each shard ran on its
     own node, a query would cost the router's work plus, per round, the slowest shard
     (plus a network round trip per round): the `critical path` column. Semantic mode takes
     the per-chunk path (one `dense` call a shard). `per_shard`: filled with one row per
     shard, its work per query (all its calls) p50 and p95 in each mode."""
-    from query import shard_query
-    from query import sharded as fanned
+    from query.rank import shard_search as shard_query
+    from query.shards import reader as fanned
 
     rows = []
     shard_query.IN_PROCESS = True  # the rounds a router over shard servers runs
@@ -494,8 +495,8 @@ def one_shard_reader(root: Path):
     from kernel import shards
     from kernel.config import load_config
     from query.index import Index
-    from query.shard_part import ShardFile
-    from query.sharded import ShardedSnapshot
+    from query.shards.part import ShardFile
+    from query.shards.reader import ShardedSnapshot
 
     path = root / ".markdownvdb.index"
     shard = ShardFile.load(path)
@@ -542,14 +543,14 @@ def _has_simsimd() -> bool:
 
 class Traffic:
     """Bytes and requests between the router and the shard servers, counted where the
-    router encodes a request and decodes an answer (query.shard_wire's `exchange_all`, or
+    router encodes a request and decodes an answer (query.shards.wire's `exchange_all`, or
     `exchange` before it, `encode` and `decode`), in all and per call (a round's message
     to a server carries one call per shard it serves: each is counted)."""
 
     def __init__(self):
         import threading
 
-        from query import shard_wire
+        from query.shards import wire as shard_wire
 
         self.wire = shard_wire
         self.send = "exchange_all" if hasattr(shard_wire, "exchange_all") else "exchange"

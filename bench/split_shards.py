@@ -1,5 +1,5 @@
 """Split a one-file index into the shard set `MDVDB_SHARDS=N mdvdb ingest` would write, without
-parsing or embedding again (pipeline/shard_split.py), and time it.
+parsing or embedding again (pipeline/pack/split.py), and time it.
 
     python bench/split_shards.py SOURCE_ROOT DEST_ROOT --shards 20 [--json]
     python bench/split_shards.py /tmp/m1 /tmp/shard1m/m1-20 --shards 20   # the 1M point
@@ -31,7 +31,7 @@ def split_folder(source: Path, dest: Path, shards: int) -> dict:
     """Split SOURCE's one-file index into DEST's shards folder; what it took."""
     from kernel.config import load_config
     from pipeline.lock import LockBusy, WriterLock
-    from pipeline.shard_split import SplitError, split
+    from pipeline.pack.split import SplitError, split
     from pipeline.state import State
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -73,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.shards < 2:
         parser.error("--shards must be 2 or more")
-    from pipeline.shard_split import SplitError
+    from pipeline.pack.split import SplitError
 
     try:
         row = split_folder(args.source.resolve(), args.dest.resolve(), args.shards)

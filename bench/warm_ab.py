@@ -12,9 +12,9 @@ meet the same load. A process reports its p50 of each and their ratio; the table
 medians over its processes per checkout, and the other checkout's p50 over this one's.
 `--against` is the other checkout's interpreter (its `bench/` and code are found next to
 its `.venv`); without it, only this checkout runs. `--threads` adds this checkout with
-MDVDB_SEARCH_THREADS=0 (the passes split over every core, query.second_core; the default is
+MDVDB_SEARCH_THREADS=0 (the passes split over every core, query.score.second_core; the default is
 1) to the rotation; `--one-core` makes the other checkout's helper threads off too (its
-`query.second_core.cores` = 1: what this checkout's default does). The load average is
+`query.score.second_core.cores` = 1: what this checkout's default does). The load average is
 printed with each process. Nothing is written into DIR.
 """
 
@@ -38,10 +38,10 @@ import numpy as np
 from bench.query_speed import QUERIES
 from kernel.config import load_config
 from query import open_index
-from query.vector import row_dots
+from query.score.vector import row_dots
 
 if {one_core}:
-    import query.second_core as second_core
+    import query.score.second_core as second_core
     second_core.cores = lambda: 1
 index = open_index(config=load_config({root!r}, environ={env!r}))
 for _ in range(2):

@@ -1,6 +1,6 @@
 """The SHA-256 of a file's bytes: what the index records per file (`files.sha256`).
 
-The write side hashes a file it (re)reads (`pipeline.discover`), the read side hashes it again
+The write side hashes a file it (re)reads (`pipeline.walk.discover`), the read side hashes it again
 to check an index against the folder (`query.verify`): one function for both, so the two can
 never disagree on what "the file's hash" is.
 """

@@ -219,7 +219,7 @@ def _build_lexical_forward_schema():
     return pa.schema([("postings", pa.list_(pa.int32()))])
 
 
-# Near-duplicate sections (`pipeline.duplicates`): row i is chunk i, with its 64-bit SimHash
+# Near-duplicate sections (`pipeline.pack.duplicates`): row i is chunk i, with its 64-bit SimHash
 # `signature` (uint64) and `group` (int32: the row of the first chunk of its group of near
 # copies, -1 when it has none). The meta key `near_duplicates` records the signature version.
 

@@ -2,7 +2,7 @@
 
 `pipeline`, `query` and `mdvdb` are imported by every command, `mdvdb search` cold included,
 so their `__init__` imports nothing: a name such as `query.GrepOptions` costs only
-`query.grep`, when it is first read."""
+`query.grep.ripgrep`, when it is first read."""
 
 from __future__ import annotations
 

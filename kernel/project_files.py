@@ -10,7 +10,7 @@ that is inside the root, and nothing ignores it:
 - every `.gitignore` on the way down: from the top of the git repository holding the root (or
   the root itself when there is none) to the file's folder. Deeper files win, as in git.
 
-Two consumers read the rules differently. The walk (`pipeline.discover`) applies them with
+Two consumers read the rules differently. The walk (`pipeline.walk.discover`) applies them with
 `pathspec`, folder by folder. `mdvdb grep` hands them to ripgrep (`rg_rules`): the built-ins and
 user patterns as `--glob !...` overrides (which nothing re-includes), the `.gitignore` files
 below each searched folder natively, and the ones above it (above the root included) translated

@@ -1,8 +1,8 @@
 """What the MCP tools do, as plain functions from arguments to compact JSON-ready dicts.
 
 Each runs on the read-side libraries exactly as the matching CLI command does (`query.request`
-for search, `query.grep` for grep, `query.schema`, `query.clusters`), and only the shape of the
-answer differs: short keys, no nulls, no internal columns, line text cut around the match,
+for search, `query.grep.ripgrep` for grep, `query.schema`, `query.clusters`), and only the shape of
+the answer differs: short keys, no nulls, no internal columns, line text cut around the match,
 because a model pays for every token it reads. `mdvdb.mcp_server` registers them as tools.
 Expected failures raise `ToolProblem` or one of the libraries' own errors, whose one-line
 message the server hands to the model.
@@ -325,13 +325,13 @@ def clusters(index: Index, cluster_id: int | None = None, limit: int = 100) -> d
 
 
 def status(config: Config, index: Index) -> dict[str, Any]:
-    from pipeline import walk
+    from pipeline import walk_files
 
     st = index.status()
     if st.exists:
         from query import new_files
 
-        st.new_files = new_files(index.snapshot, config.root, walk(config, []))
+        st.new_files = new_files(index.snapshot, config.root, walk_files(config, []))
     return {
         "exists": st.exists,
         "fresh": st.fresh,

@@ -24,7 +24,7 @@ _PUBLIC = {
     "ingest_folder": ("pipeline.ingest", "ingest_folder"),
     "relative_paths": ("pipeline.ingest", "relative_paths"),
     "start_background": ("pipeline.watch", "start_background"),
-    "walk": ("pipeline.discover", "walk"),
+    "walk_files": ("pipeline.walk.discover", "walk"),
 }
 
 __all__ = [
@@ -36,15 +36,15 @@ __all__ = [
     "ingest_folder",
     "relative_paths",
     "start_background",
-    "walk",
+    "walk_files",
 ]
 
 if TYPE_CHECKING:
-    from pipeline.discover import walk
     from pipeline.ingest import IngestError, ingest_folder, relative_paths
     from pipeline.lock import LockBusy
     from pipeline.report import IngestReport
     from pipeline.state import State
+    from pipeline.walk.discover import walk as walk_files
     from pipeline.watch import Watcher, start_background
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from pipeline.cluster import KChoice
+    from pipeline.cluster.topics import KChoice
 
 # Fewer files than this never get a helper: under it the ingest starts no worker pool
 # (`workers.POOL_MIN_FILES`) and k-means needs no scikit-learn (`cluster.NUMPY_BELOW`).
@@ -100,7 +100,7 @@ def _serve(conn: Any, parent_end: Any, parent: int) -> None:
     import sklearn.cluster  # noqa: F401 - what the fit and the silhouette use
     import sklearn.metrics  # noqa: F401
 
-    from pipeline.cluster import choose_and_fit
+    from pipeline.cluster.topics import choose_and_fit
 
     while True:
         try:

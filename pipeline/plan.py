@@ -1,8 +1,8 @@
 """The record pack's steps share: `Plan`, the previous index diffed against the manifest.
 
-`pipeline.pack.plan` makes it; the steps that keep their own tables in step with its rows
+`pipeline.pack.build.plan` makes it; the steps that keep their own tables in step with its rows
 (`schema_pack.update`, `lexical.update`, `cluster.assign`, `duplicates.update`) read it. It
-lives apart from `pipeline.pack`, which imports those steps, so that no step imports pack
+lives apart from `pipeline.pack.build`, which imports those steps, so that no step imports pack
 back (the "pipeline has no import cycle" contract in pyproject.toml).
 """
 

@@ -1,6 +1,6 @@
 """The frontmatter schema: inferred from every file's frontmatter, merged with the overlay.
 
-(`pipeline.schema_pack` keeps the inference's counts in the index so that an ingest only
+(`pipeline.pack.schema` keeps the inference's counts in the index so that an ingest only
 subtracts and adds the frontmatter of the files it changed.)
 
 Inference answers "what fields exist?" for agents: each field's type (mixed types are reported

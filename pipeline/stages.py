@@ -30,9 +30,9 @@ from pipeline.state import ManifestEntry, State
 
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
-    from pipeline.pack import PackSources
+    from pipeline.pack.build import PackSources
+    from pipeline.pack.schema import SchemaUpdate
     from pipeline.plan import Delta, Plan
-    from pipeline.schema_pack import SchemaUpdate
 
 Progress = Callable[[str, int, int], None]
 Problem = tuple[str, str]  # (path, what is wrong with it)
@@ -50,8 +50,8 @@ def digest_of(*parts: object) -> str:
 
 
 def manifest_digest(entries: Mapping[str, ManifestEntry]) -> str:
-    """Digest of (path, sha) of every current file (`pipeline.discover.manifest_digest`)."""
-    from pipeline.discover import manifest_digest as digest
+    """Digest of (path, sha) of every current file (`pipeline.walk.discover.manifest_digest`)."""
+    from pipeline.walk.discover import manifest_digest as digest
 
     return digest(entries.values())
 
@@ -129,7 +129,7 @@ class Parsed:
     workers: int = 1  # processes that did it (pipeline.workers), or Ray actors
     executor: str = "local"  # local or ray (MDVDB_EXECUTOR)
     executor_start_seconds: float = 0.0  # Ray: connecting or starting, until the actors are up
-    # The lexical analyses of the chunks cut (`pipeline.lexical.Store`): pack merges them
+    # The lexical analyses of the chunks cut (`pipeline.pack.lexical.Store`): pack merges them
     # into postings instead of analysing every chunk again on one core.
     analysed: Any = field(default=None, repr=False, compare=False)
     # Ray: each actor's report (pipeline.ray_executor.ActorReport: node, pid, GPUs, model,
@@ -238,7 +238,7 @@ def stamp_index(config: Config, state: State) -> None:
 # -- discover -------------------------------------------------------------------------------
 
 MANIFEST_DIGEST = "manifest_digest"  # the stored manifest's `manifest_digest`, while current
-# Per folder, `pipeline.discover.folder_signatures` of the walk the stored manifest holds.
+# Per folder, `pipeline.walk.discover.folder_signatures` of the walk the stored manifest holds.
 STAT_SIGNATURES = "folder_signatures"
 STAT_SIGNATURE = "stat_signature"  # the one digest older versions kept: dropped when seen
 # Paths re-stamped (stat changed, content not) since the last pack: their rows in the
@@ -345,8 +345,8 @@ def discover(
     manifest rows of folders whose stat signature moved are read and compared: the others
     are known to hold what they held. `walked_files`: told how many files the walk found,
     before any is hashed."""
-    from pipeline.discover import discover as walk_and_compare
-    from pipeline.discover import folder_signatures, updated_digest, walk_folders
+    from pipeline.walk.discover import discover as walk_and_compare
+    from pipeline.walk.discover import folder_signatures, updated_digest, walk_folders
 
     # The published index is part of the cache: when it is not the one the last run wrote
     # (deleted, replaced), nothing is trusted and every stage re-checks its work.
@@ -517,7 +517,7 @@ def parse(
         workers, started, actors = pool.actors, pool.start_seconds, tuple(pool.reports)
     digest = digest_of(kept.digest)
     kind = config.executor.partition(":")[0]
-    from pipeline.lexical import Store
+    from pipeline.pack.lexical import Store
 
     lexical = Store.join(analysed) if analysed else None
     return Parsed(
@@ -574,7 +574,7 @@ def _prepare_files(
         # the model's and the parser's); a sharded pack hands nothing over.
         state.hold()
         if config.clustering_enabled:
-            from pipeline.cluster import DocVectors, LabelWords
+            from pipeline.cluster.topics import DocVectors, LabelWords
 
             state.label_words = LabelWords()  # numbered as the workers' batches come back
             state.doc_vectors = DocVectors()
@@ -629,7 +629,7 @@ def _warm_cluster_imports(config: Config, files: int) -> Callable[[], None] | No
     clustering after them will import (scikit-learn's k-means and silhouette, ~2 CPU-s),
     off the serial part of the build. None when no full clustering of NUMPY_BELOW or more
     documents follows this parse (clustering off, or too few files to re-cluster)."""
-    from pipeline.cluster import NUMPY_BELOW
+    from pipeline.cluster.topics import NUMPY_BELOW
 
     least = max(NUMPY_BELOW, config.clustering_rebalance_threshold)
     if not config.clustering_enabled or files < least:
@@ -832,7 +832,7 @@ def cluster(
     """Topic clusters of documents (kept in the state; pack publishes them). `helper`: a
     `cluster_helper.ClusterHelper` that makes a full clustering's fit while the schema
     stage and pack run (pack waits for it before it reads the clusters)."""
-    from pipeline import cluster as clustering
+    from pipeline.cluster import topics as clustering
     from pipeline.embed import model_key
 
     if not config.clustering_enabled:
@@ -863,17 +863,17 @@ def cluster(
 
 def schema(config: Config, manifest: Manifest, state: State, provider: EmbeddingProvider) -> Schema:
     """Read the overlay (kept in the state), diff the previous index against the manifest
-    (`pipeline.pack.plan`) and infer the schema of the files to publish from it, by
-    difference where the previous index has the counts (`pipeline.schema_pack.update`),
+    (`pipeline.pack.build.plan`) and infer the schema of the files to publish from it, by
+    difference where the previous index has the counts (`pipeline.pack.schema.update`),
     merged with the overlay and checked against it."""
-    from pipeline import pack as packing
-    from pipeline import schema_pack
+    from pipeline.pack import build as packing
+    from pipeline.pack import schema as schema_pack
     from pipeline.schema import stage
 
     overlay = stage(config.root, state)
     problems = ((overlay.path, overlay.error),) if overlay.error else ()
     digest = digest_of(manifest.digest, overlay.digest, overlay.error)
-    if config.shards > 1:  # pipeline.shard_pack infers each shard's schema with its plan
+    if config.shards > 1:  # pipeline.pack.sharded infers each shard's schema with its plan
         return Schema("", None, None, problems, digest)
     rows = packing.plan(config.index_path, _pack_sources(config, manifest, state, provider))
     # The chunks table is final: writing it begins now, beside the schema and pack steps.
@@ -893,7 +893,7 @@ def _pack_sources(
     config: Config, manifest: Manifest, state: State, provider: EmbeddingProvider
 ) -> PackSources:
     from pipeline.embed import model_key
-    from pipeline.pack import PackSources
+    from pipeline.pack.build import PackSources
 
     key, chunks = model_key(provider), chunk_key(config)
     return PackSources(
@@ -927,7 +927,7 @@ def pack(
     looked at again (`problems_to_record`)."""
     from kernel.fusion_models import fusion_settings
     from pipeline.embed import model_key
-    from pipeline.pack import publish
+    from pipeline.pack.build import publish
 
     key, chunks = model_key(provider), chunk_key(config)
     digest = digest_of(manifest.digest, chunks, key)
@@ -980,9 +980,9 @@ def pack(
 
 
 def _pack_shards(config, manifest, state, sources, meta, digest) -> Packed:
-    """`MDVDB_SHARDS` > 1: one pack per shard (pipeline.shard_pack). Nothing is handed over
+    """`MDVDB_SHARDS` > 1: one pack per shard (pipeline.pack.sharded). Nothing is handed over
     from the caches: the records stay in the state, which every shard's next pack reads."""
-    from pipeline import shard_pack
+    from pipeline.pack import sharded as shard_pack
 
     written = shard_pack.publish(config, sources, meta)
     damaged = tuple(

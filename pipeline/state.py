@@ -184,7 +184,7 @@ class State:
         migrate(self.db)
         self._held: _Held | None = None
         # A pooled first build's documents' label words, made by its workers, for the full
-        # clustering that follows (`pipeline.cluster.LabelWords`); memory only.
+        # clustering that follows (`pipeline.cluster.topics.LabelWords`); memory only.
         self.label_words: Any = None
         # With them, the workers' document vectors (`cluster.DocVectors`), and a full
         # clustering's fit still in the helper process (`cluster.finish_deferred`).

@@ -84,8 +84,8 @@ class IngestRun:
         """Told by discover's walk: a folder of `files` files that has never been clustered
         gets a full clustering after its parse; its helper starts now, while the parent
         hashes (the helper imports scikit-learn on the core the walk leaves idle)."""
+        from pipeline.cluster.keys import STATE_KEY, is_deferred
         from pipeline.cluster_helper import MIN_FILES, ClusterHelper
-        from pipeline.cluster_keys import STATE_KEY, is_deferred
 
         config = self.config
         if (
@@ -318,7 +318,7 @@ def _no_retry(run: IngestRun | None, config: Config) -> Callable[..., bool]:
 def _not_deferred(run: IngestRun | None, config: Config) -> Callable[..., bool]:
     """An `uptodate` check: the cluster stage is not up to date while the state says a
     fit it left to the helper process was never stored (the run failed before pack)."""
-    from pipeline.cluster_keys import is_deferred
+    from pipeline.cluster.keys import is_deferred
 
     def check(task: Any, values: dict) -> bool:
         if run is not None:
@@ -354,7 +354,7 @@ def _pack_settings(config: Config) -> dict[str, Any]:
     """A new index format, analyzer, BM25F parameters or near-duplicate signature rebuilds
     the index on the next plain `mdvdb ingest`."""
     from kernel.index_format import FORMAT_VERSION
-    from pipeline.pack_versions import lexical_meta, near_duplicates_meta
+    from pipeline.pack.versions import lexical_meta, near_duplicates_meta
 
     return {
         **_settings(config),

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kernel.config import OFF_FILE, Config
 from kernel.project_files import always_ignored, named_ignored_folders
-from pipeline.discover import MARKDOWN_SUFFIXES, PathFilter
+from pipeline.walk.discover import MARKDOWN_SUFFIXES, PathFilter
 
 # A batch closes when no change came for the debounce time, or at the latest after this
 # many debounce periods (a tree that never goes quiet still gets indexed).

@@ -37,7 +37,7 @@ import numpy as np
 if TYPE_CHECKING:
     from kernel.config import Config
     from kernel.providers.local import LocalProvider
-    from pipeline.lexical import Store
+    from pipeline.pack.lexical import Store
 
 # Fewer files than this run in this process: starting workers (each imports the parser and
 # loads the tokenizer, ~0.3 s) would cost more than it saves.
@@ -83,7 +83,7 @@ class Spec:
     overlap: int
     embed: EmbedSpec | None  # None: chunk only (the embed stage embeds)
     lexical: bool = True  # analyse each chunk's words for the lexical postings
-    label_words: bool = False  # each file's cluster label words (`pipeline.cluster`)
+    label_words: bool = False  # each file's cluster label words (`pipeline.cluster.topics`)
 
 
 @dataclass
@@ -97,7 +97,7 @@ class Batch:
     vector_shas: list[bytes] = field(default_factory=list)
     vectors: np.ndarray | None = None
     embedded: list[str] = field(default_factory=list)  # file shas whose chunks all have one
-    # The lexical analysis of every chunk (`pipeline.lexical.Store`), made here so that pack
+    # The lexical analysis of every chunk (`pipeline.pack.lexical.Store`), made here so that pack
     # only merges postings; None when the batch was not asked for it.
     lexical: Store | None = None
     # (file sha, its cluster label words space-separated) per file with chunks, when asked.
@@ -156,8 +156,8 @@ def prepare_batch(
     as is in this process. `contents`: the files' bytes read by the caller (or why they
     could not be read), for a worker that does not see the folder (pipeline/ray_executor.py)."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
-    from pipeline.cluster import label_text, label_words
-    from pipeline.lexical import chunk_fields, chunk_keys, store_of
+    from pipeline.cluster.topics import label_text, label_words
+    from pipeline.pack.lexical import chunk_fields, chunk_keys, store_of
     from pipeline.parse import parse_document
 
     out = Batch()
@@ -238,7 +238,7 @@ def _document_vectors(
     """Each file's document vector for the full clustering that follows a pooled first
     build (`cluster.document_vectors`, unusable chunk vectors as zero rows: what the
     cluster stage would gather from the caches), so that it decodes no record for them."""
-    from pipeline.cluster import document_vectors
+    from pipeline.cluster.topics import document_vectors
     from pipeline.embed import usable_rows
 
     picks: list[int] = []

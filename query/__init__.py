@@ -21,49 +21,49 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs mdvd
 
 # public name -> (module, name in that module)
 _PUBLIC = {
-    "COLOR_CHOICES": ("query.grep_format", "COLOR_CHOICES"),
+    "COLOR_CHOICES": ("query.grep.format", "COLOR_CHOICES"),
     "ClusterList": ("query.clusters", "ClusterList"),
     "Document": ("query.results", "Document"),
-    "FILE_TYPES": ("query.grep", "FILE_TYPES"),
+    "FILE_TYPES": ("query.grep.ripgrep", "FILE_TYPES"),
     "FilterError": ("query.filters", "FilterError"),
-    "GrepError": ("query.grep", "GrepError"),
-    "GREP_OPTIONS": ("query.grep_options", "GREP_OPTIONS"),
-    "GREP_HELP": ("query.grep_options", "HELP"),
-    "GREP_DESCRIPTION": ("query.grep_options", "DESCRIPTION"),
-    "GrepOptions": ("query.grep", "GrepOptions"),
-    "GrepRequest": ("query.grep_options", "GrepRequest"),
-    "HumanWriter": ("query.grep_format", "HumanWriter"),
+    "GrepError": ("query.grep.ripgrep", "GrepError"),
+    "GREP_OPTIONS": ("query.grep.options", "GREP_OPTIONS"),
+    "GREP_HELP": ("query.grep.options", "HELP"),
+    "GREP_DESCRIPTION": ("query.grep.options", "DESCRIPTION"),
+    "GrepOptions": ("query.grep.ripgrep", "GrepOptions"),
+    "GrepRequest": ("query.grep.options", "GrepRequest"),
+    "HumanWriter": ("query.grep.format", "HumanWriter"),
     "Index": ("query.index", "Index"),
-    "JsonWriter": ("query.grep_format", "JsonWriter"),
+    "JsonWriter": ("query.grep.format", "JsonWriter"),
     "MODES": ("query.search_options", "MODES"),
-    "Match": ("query.grep", "Match"),
+    "Match": ("query.grep.ripgrep", "Match"),
     "OPTIONS": ("query.search_options", "OPTIONS"),
     "Option": ("query.options", "Option"),
     "QueryError": ("query.snapshot", "QueryError"),
-    "Registry": ("query.sources", "Registry"),
+    "Registry": ("query.grep.sources", "Registry"),
     "RequestError": ("query.request", "RequestError"),
     "Schema": ("query.schema", "Schema"),
     "SearchOutcome": ("query.request", "SearchOutcome"),
     "SearchRequest": ("query.request", "SearchRequest"),
     "SearchResponse": ("query.results", "SearchResponse"),
     "SearchResult": ("query.results", "SearchResult"),
-    "ShardServer": ("query.shard_wire", "ShardServer"),
-    "SourceError": ("query.sources", "SourceError"),
+    "ShardServer": ("query.shards.wire", "ShardServer"),
+    "SourceError": ("query.grep.sources", "SourceError"),
     "Status": ("query.results", "Status"),
     "cluster_members": ("query.clusters", "members"),
     "explain_no_match": ("query.no_match", "explain"),
-    "grep_snippet": ("query.grep_format", "snippet"),
+    "grep_snippet": ("query.grep.format", "snippet"),
     "list_clusters": ("query.clusters", "list_clusters"),
     "load_schema": ("query.schema", "load_schema"),
     "new_files": ("query.verify", "new_files"),
     "open_index": ("query.index", "open_index"),
-    "other_files": ("query.collapse", "other_files"),
+    "other_files": ("query.rank.collapse", "other_files"),
     "overlay_is_stale": ("query.schema", "overlay_is_stale"),
-    "query_vector": ("query.search", "query_vector"),
+    "query_vector": ("query.rank.search", "query_vector"),
     "run_request": ("query.request", "run_request"),
-    "select_roots": ("query.sources", "select_roots"),
-    "start_grep": ("query.grep", "start"),
-    "use_color": ("query.grep_format", "use_color"),
+    "select_roots": ("query.grep.sources", "select_roots"),
+    "start_grep": ("query.grep.ripgrep", "start"),
+    "use_color": ("query.grep.format", "use_color"),
     "value_counts": ("query.schema", "value_counts"),
     "verify_index": ("query.verify", "verify"),
     "write_cluster_map": ("query.clusters", "write_map"),
@@ -122,25 +122,25 @@ if TYPE_CHECKING:
     from query.clusters import ClusterList, list_clusters
     from query.clusters import members as cluster_members
     from query.clusters import write_map as write_cluster_map
-    from query.collapse import other_files
     from query.filters import FilterError
-    from query.grep import FILE_TYPES, GrepError, GrepOptions, Match
-    from query.grep import start as start_grep
-    from query.grep_format import COLOR_CHOICES, HumanWriter, JsonWriter, use_color
-    from query.grep_format import snippet as grep_snippet
-    from query.grep_options import DESCRIPTION as GREP_DESCRIPTION
-    from query.grep_options import GREP_OPTIONS, GrepRequest
-    from query.grep_options import HELP as GREP_HELP
+    from query.grep.format import COLOR_CHOICES, HumanWriter, JsonWriter, use_color
+    from query.grep.format import snippet as grep_snippet
+    from query.grep.options import DESCRIPTION as GREP_DESCRIPTION
+    from query.grep.options import GREP_OPTIONS, GrepRequest
+    from query.grep.options import HELP as GREP_HELP
+    from query.grep.ripgrep import FILE_TYPES, GrepError, GrepOptions, Match
+    from query.grep.ripgrep import start as start_grep
+    from query.grep.sources import Registry, SourceError, select_roots
     from query.index import Index, open_index
     from query.no_match import explain as explain_no_match
     from query.options import Option
+    from query.rank.collapse import other_files
+    from query.rank.search import query_vector
     from query.request import RequestError, SearchOutcome, SearchRequest, run_request
     from query.results import Document, SearchResponse, SearchResult, Status
     from query.schema import Schema, load_schema, overlay_is_stale, value_counts
-    from query.search import query_vector
     from query.search_options import MODES, OPTIONS
     from query.snapshot import QueryError
-    from query.sources import Registry, SourceError, select_roots
     from query.verify import new_files
     from query.verify import verify as verify_index
 

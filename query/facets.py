@@ -71,7 +71,7 @@ def keyword_mask(index: Reader, query: str) -> np.ndarray | None:
     """One boolean per chunk: its page contains every word of `query` (the keyword rule);
     None when the query has no searchable word. Read from the postings: one slice per word."""
     from kernel import text_analysis
-    from query.lexical import lexical_index
+    from query.score.lexical import lexical_index
 
     hashes = np.unique(text_analysis.term_ids(query))
     if len(hashes) == 0:

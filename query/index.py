@@ -2,8 +2,8 @@
 
 `Index` is a `query.snapshot.Reader` (the mapped file, pinned per query, and the query
 embedder) plus one method per query, each calling down into the module that answers it
-(`query.search`, `query.schema`, `query.clusters`, `query.grep`). Those modules take the
-reader and never import this one, so `query/` has no import cycle.
+(`query.rank.search`, `query.schema`, `query.clusters`, `query.grep.ripgrep`). Those modules take
+the reader and never import this one, so `query/` has no import cycle.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from query.snapshot import QueryError, Reader, Snapshot, provider_mismatch
 
 if TYPE_CHECKING:
     from query.clusters import ClusterList
-    from query.grep import Match
+    from query.grep.ripgrep import Match
     from query.schema import Schema
 
 __all__ = ["Index", "QueryError", "Snapshot", "open_index"]
@@ -65,7 +65,7 @@ class OnPinnedSnapshot:
 if TYPE_CHECKING:
     from typing import Concatenate, ParamSpec, TypeVar
 
-    from query.search import search as query_search
+    from query.rank.search import search as query_search
 
     P = ParamSpec("P")
     R = TypeVar("R")
@@ -84,9 +84,9 @@ class Index(Reader):
         search = _typed_as_method(query_search)
     else:
         search = OnPinnedSnapshot(
-            "query.search",
+            "query.rank.search",
             "search",
-            """Ranked sections for `query` (`mdvdb search --json`): `query.search.search` on
+            """Ranked sections for `query` (`mdvdb search --json`): `query.rank.search.search` on
             one pinned snapshot, with its parameters. None takes the configured default
             (MDVDB_SEARCH_DEFAULT_LIMIT, _MIN_SCORE, _MODE); `filters` and `cluster` restrict
             the candidates, `mask` is one boolean per chunk; `per_file` caps sections a file,
@@ -128,13 +128,14 @@ class Index(Reader):
         exclude_blacklisted: bool = False,
     ) -> list[Match]:
         """Exact text over the source folders with ripgrep, as `mdvdb grep --json` (needs no
-        index): the same options and defaults, the matches as `query.grep.Match` (`to_json()`
-        gives the CLI's records). A bad source filter is a `query.sources.SourceError`; a
-        pattern rg refuses (`regex=True`), or no root to search, a `query.grep.GrepError`."""
+        index): the same options and defaults, the matches as `query.grep.ripgrep.Match`
+        (`to_json()` gives the CLI's records). A bad source filter is a
+        `query.grep.sources.SourceError`; a pattern rg refuses (`regex=True`), or no root to
+        search, a `query.grep.ripgrep.GrepError`."""
         import tempfile
 
-        from query import grep as grepping
-        from query.sources import Registry, select_roots
+        from query.grep import ripgrep as grepping
+        from query.grep.sources import Registry, select_roots
 
         if not pattern:
             raise grepping.GrepError("a pattern is required")

@@ -1,7 +1,7 @@
 """How a command's options are declared once: a dataclass whose fields each carry a `Spec`.
 
 `query.search_options.SearchRequest` (`mdvdb search`, the MCP tool, the library) and
-`query.grep_options.GrepRequest` (`mdvdb grep`) are declared this way. From the one
+`query.grep.options.GrepRequest` (`mdvdb grep`) are declared this way. From the one
 declaration the shell builds both of its parsers: the hand parser of the hot path
 (`mdvdb.cli.hand_parser`, no typer) and the typer command that prints `--help`
 (`mdvdb.cli.declared`). Nothing here imports more than `dataclasses`.

@@ -3,7 +3,7 @@
 Filter strings in the CLI spelling, tag/category facets (with the valid values when a facet
 matches nothing), title-first tiers with a query or the files passing the filters without one,
 then the agent shapes (`files`: one entry per file; `max_tokens`: a budget on excerpt text).
-Every section list is diverse (query.collapse): near-duplicates once with their copies in
+Every section list is diverse (query.rank.collapse): near-duplicates once with their copies in
 `also_in`, at most `per_file` sections of a file, one with `files`.
 The MCP server runs searches through this so an agent gets the same answer as a person at the
 command line; the outcome is plain data, so each front end only decides how to show it.
@@ -23,9 +23,9 @@ from query.search_options import OPTIONS, SearchRequest
 __all__ = ["NoSuchValue", "RequestError", "SearchOutcome", "SearchRequest", "run_request"]
 
 if TYPE_CHECKING:
+    from query.rank.tiers import TieredResponse
     from query.shaping import FileHit
     from query.snapshot import Reader
-    from query.tiers import TieredResponse
 
 
 class RequestError(ValueError):
@@ -102,7 +102,7 @@ def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
 
 
 def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> None:
-    from query.tiers import tiered_search
+    from query.rank.tiers import tiered_search
 
     # With a tag or category, the query's words must be on the page (query.facets).
     keywords = (

@@ -90,8 +90,8 @@ def _shared_snapshot(path: Path, lite: bool = False, servers: tuple[str, ...] = 
                 return cached
         except OSError:
             pass
-    if path.name == shards.MANIFEST:  # a sharded index (query.sharded)
-        from query.sharded import ShardedSnapshot
+    if path.name == shards.MANIFEST:  # a sharded index (query.shards.reader)
+        from query.shards.reader import ShardedSnapshot
 
         snap: Snapshot = ShardedSnapshot.load(path, servers)  # type: ignore[assignment]
     else:

@@ -128,7 +128,7 @@ def _verify_sharded(path: Path, root: Path | str) -> VerifyReport:
         if near is None or near.num_rows != report.chunks:
             report.problems.append(f"{manifest.global_file}: near-duplicate rows != chunks")
         if report.ok:
-            from query.sharded import order_problems
+            from query.shards.reader import order_problems
 
             report.problems += order_problems(path.parent, manifest)
     except index_format.IndexFormatError as exc:

@@ -346,7 +346,7 @@ def test_grep_bad_regex_is_a_tool_error(answers: dict):
 
 def test_grep_without_ripgrep_says_how_to_install(folder: Path, monkeypatch):
     from mdvdb import mcp_tools
-    from query.grep import GrepError
+    from query.grep.ripgrep import GrepError
 
     monkeypatch.setattr(sys, "executable", str(folder / "no-python-here"))
     monkeypatch.setenv("PATH", str(folder))

@@ -1,7 +1,7 @@
 """The ingest's fast lexical analysis gives the same terms and postings as the plain one.
 
 `kernel.text_analysis.term_ids` looks each token's terms up in a cache instead of stemming
-and hashing every word again, and `pipeline.lexical.store_of` builds a batch's analyses with
+and hashing every word again, and `pipeline.pack.lexical.store_of` builds a batch's analyses with
 a few NumPy calls instead of one `unique` per chunk. The analyzer is part of the index
 format: each test compares with the reference computation and fails on any difference."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from kernel import text_analysis
 from kernel.text_analysis import term_hash, term_ids, words
-from pipeline.lexical import Store, analyse, store_of
+from pipeline.pack.lexical import Store, analyse, store_of
 
 TEXTS = [
     "",

@@ -22,7 +22,7 @@ from mdvdb.cli import COMMAND_MODULES
 from mdvdb.cli import search as fast
 from mdvdb.cli.app import app
 from query import open_index
-from query.titles import _lowered, query_words, title_files
+from query.rank.titles import _lowered, query_words, title_files
 from tests.conftest import build_index, run_cli
 
 PAGES = {

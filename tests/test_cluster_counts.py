@@ -1,5 +1,5 @@
 """Cluster keywords count words per cluster without scikit-learn's vectoriser
-(`pipeline.cluster._class_counts`): the same terms and counts as the `CountVectorizer` it
+(`pipeline.cluster.topics._class_counts`): the same terms and counts as the `CountVectorizer` it
 replaced, on documents of every shape, and the same refusals (no term left)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from pipeline import cluster
+from pipeline.cluster import topics as cluster
 
 WORDS = (  # noqa: SIM905 - a word list reads better as prose
     "tar archive Archive ARCHIVE the and of compress gzip bzip2 x86_64 snake_case file files "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cluster import NUMPY_BELOW
+from pipeline.cluster.topics import NUMPY_BELOW
 from pipeline.cluster_helper import MIN_FILES
 from pipeline.workers import POOL_MIN_FILES
 from tests.conftest import REPO
@@ -27,8 +27,8 @@ from tests.test_parallel_ingest import _project
 _CLI = r"""
 import os, sys
 if sys.argv[1] == "die":
-    import pipeline.cluster
-    pipeline.cluster.choose_and_fit = lambda *args: os._exit(3)
+    import pipeline.cluster.topics
+    pipeline.cluster.topics.choose_and_fit = lambda *args: os._exit(3)
 import mdvdb.cli
 def said(exit):  # an ingest that ends by `os._exit` reports first
     def report(*args):

@@ -188,7 +188,7 @@ def test_rebalance_at_the_threshold_and_not_before(tmp_path: Path):
 
 
 def test_a_large_folder_rebalances_after_a_share_of_its_documents():
-    from pipeline.cluster import rebalance_at
+    from pipeline.cluster.topics import rebalance_at
 
     assert rebalance_at(50, 0.05, 400) == 50  # a small folder keeps the fixed count
     assert rebalance_at(50, 0.05, 100_000) == 5_000  # not on every 50th edit at 100k files

@@ -17,7 +17,7 @@ from tests.conftest import run_cli, seed_model_cache
 
 
 def test_page_sums_are_reduceat_bit_for_bit():
-    from query.vector import page_sums
+    from query.score.vector import page_sums
 
     rng = np.random.default_rng(5)
     for high in (3, 9, 40):
@@ -187,11 +187,11 @@ def test_a_results_json_is_asdicts():
 
 
 def test_a_path_lowered_alone_is_its_slice_of_the_lowered_column():
-    """`query.titles` lowers the paths a first name query looks at one by one; a later one,
+    """`query.rank.titles` lowers the paths a first name query looks at one by one; a later one,
     or a path with a capital sigma, reads the whole lowered column: the same strings."""
     import pyarrow as pa
 
-    from query import titles
+    from query.rank import titles
 
     paths = [
         "docs/Tar.md",
@@ -235,7 +235,8 @@ def test_the_first_vector_query_scans_exactly_and_counts_as_before(indexed_notes
     without the IVF meta; it counts as a vector query, so the second one quantises."""
     pytest.importorskip("simsimd")
     from kernel.config import load_config
-    from query import open_index, vector
+    from query import open_index
+    from query.score import vector
 
     monkeypatch.setattr(vector, "AUTO_MIN_ROWS", 1)
     index = open_index(config=load_config(indexed_notes), lite=True)
@@ -251,7 +252,7 @@ def test_the_first_vector_query_scans_exactly_and_counts_as_before(indexed_notes
 def test_page_vectors_summed_in_place_are_the_gathered_ones():
     """`multi_section_pages` sums each page's rows where they lie in the matrix: the same
     bits as summing a gathered copy of them (pages of 1 to 12 sections)."""
-    from query.vector import multi_section_pages, page_sums
+    from query.score.vector import multi_section_pages, page_sums
 
     rng = np.random.default_rng(11)
     sizes = rng.integers(1, 13, size=300)

@@ -125,7 +125,7 @@ def test_corpus_files_are_indexed_or_reported(corpora_dir: Path, tmp_path: Path,
     on_disk = {p for p in on_disk if p.lower().endswith((".md", ".markdown"))}
     on_disk = {p for p in on_disk if not p.startswith(".markdownvdb")}
     from kernel.config import load_config
-    from pipeline.discover import walk
+    from pipeline.walk.discover import walk
 
     wanted = set(walk(load_config(root), []))  # what the ignore rules leave
     assert wanted <= on_disk

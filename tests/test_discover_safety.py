@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernel.config import load_config
-from pipeline.discover import PathFilter, walk
+from pipeline.walk.discover import PathFilter, walk
 from tests.conftest import run_cli
 
 

@@ -1,11 +1,11 @@
-"""Near-duplicate groups (pipeline/duplicates.py) are the connected components of signatures
+"""Near-duplicate groups (pipeline/pack/duplicates.py) are the connected components of signatures
 within 3 bits: the bucketed search finds exactly the pairs a brute-force comparison finds."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline import duplicates
+from pipeline.pack import duplicates
 
 
 def _brute_force_groups(signatures: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ import pytest
 
 from kernel.config import load_config
 from pipeline import ingest, stages
-from pipeline import pack as packing
+from pipeline.pack import build as packing
 from pipeline.state import State
 from tests.test_incremental_pack import TOPICS, page, tables_and_meta, write
 

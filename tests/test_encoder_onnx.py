@@ -345,8 +345,8 @@ def test_fusion_settings_follow_the_model_and_are_recorded_in_the_index(project)
     from kernel.config import load_config
     from kernel.fusion_models import LOCAL_ENCODER
     from query import open_index
-    from query.fusion import PARAMS
-    from query.fusion_params import params_for, params_for_meta
+    from query.score.fusion import PARAMS
+    from query.score.fusion_params import params_for, params_for_meta
 
     root, env = project
     build_index(root, env)  # the ingest the command runs, in this process (not its subject)

@@ -1,5 +1,5 @@
 """A section matched by meaning only shows its sentence closest to the query; a long-lived
-reader keeps each such section's sentences and their vectors per snapshot (query.excerpt
+reader keeps each such section's sentences and their vectors per snapshot (query.rank.excerpt
 `memo`). The kept ones must give what a fresh process shows, and an edit must not be
 answered from the previous snapshot's."""
 

@@ -1,4 +1,4 @@
-"""The int8 first pass of hybrid search (query/vector.py): rescored rows are exact, the rest
+"""The int8 first pass of hybrid search (query/score/vector.py): rescored rows are exact, the rest
 can never outrank them, and over a real corpus the fused scores are those of the exact scan."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from kernel.config import load_config
-from query import open_index, vector
-from query.search import PageVectors, mode_scores
-from query.vector import DenseScorer, Int8Rows, PageSide
+from query import open_index
+from query.rank.search import PageVectors, mode_scores
+from query.score import vector
+from query.score.vector import DenseScorer, Int8Rows, PageSide
 from tests.conftest import run_cli, unpack_corpus
 
 
@@ -82,7 +83,7 @@ def test_page_mixed_scores_exact_and_int8_agree_with_the_gathered_formula():
     pages = PageVectors(page_vecs, layout.chunks, layout.rows)
     query, direction = matrix[0] + matrix[1], matrix[10:13].mean(axis=0)
     rho, beta = np.float32(0.5), np.float32(1.0)
-    # The formula as query.fusion applied it, over the gathered rows of multi-section pages.
+    # The formula as query.score.fusion applied it, over the gathered rows of multi-section pages.
     sub = matrix[pages.chunks]
     plain = matrix @ query
     mix = (np.float32(1) - rho) * np.einsum("ij,j->i", sub, query) + rho * np.einsum(

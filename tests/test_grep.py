@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from kernel.config import load_config
-from query import grep
-from query.grep_format import ELLIPSIS, MAX_LINE, use_color
-from query.sources import Registry, entry_points, select_roots
+from query.grep import ripgrep as grep
+from query.grep.format import ELLIPSIS, MAX_LINE, use_color
+from query.grep.sources import Registry, entry_points, select_roots
 from tests.conftest import REPO, run_cli, unpack_corpus
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -477,7 +477,7 @@ def test_entry_points_match_importlib_metadata():
     from importlib.metadata import entry_points as metadata_entry_points
 
     expected = {(ep.name, ep.value) for ep in metadata_entry_points(group="mdvdb.sources")}
-    assert ("dir", "query.sources:dir_roots") in expected
+    assert ("dir", "query.grep.sources:dir_roots") in expected
     assert set(entry_points("mdvdb.sources")) == expected
 
 
@@ -533,7 +533,7 @@ def test_grep_imports_nothing_heavy(project: Path):
     )
     assert result.returncode == 0, result.stderr
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
-    assert "query.grep" in imported
+    assert "query.grep.ripgrep" in imported
     for heavy in ("numpy", "pyarrow", "typer", "yaml", "importlib.metadata", "query.index"):
         assert heavy not in imported
 

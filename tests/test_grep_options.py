@@ -1,5 +1,5 @@
 """`mdvdb grep` parses its arguments with the hand parser; its typer command (the `--help`) is
-built from the same declaration (`query.grep_options`), and the two must agree.
+built from the same declaration (`query.grep.options`), and the two must agree.
 
 Every argument list is run both ways in this process, through the hand parser
 (`mdvdb.cli.grep.fast_main`) and through the typer command, and the two must print the same
@@ -19,7 +19,7 @@ import typer.main
 from mdvdb.cli import COMMAND_MODULES
 from mdvdb.cli import grep as fast
 from mdvdb.cli.app import app
-from query.grep_options import GREP_OPTIONS
+from query.grep.options import GREP_OPTIONS
 from tests.conftest import run_cli, typer_invoke
 
 

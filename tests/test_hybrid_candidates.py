@@ -1,7 +1,8 @@
-"""Hybrid search over candidates (query/fusion.py, query/vector.py top_rows): the sampled top-k,
-the first fusion's feedback chunks from the rescored and best BM25F rows, the sparse semantic
-part, the per-file page part, the stub and name parts on their rows only. Each must give
-the n-length reference path's answer bit for bit (`fusion._REFERENCE`, `vector.REFERENCE`)."""
+"""Hybrid search over candidates (query/score/fusion.py, query/score/vector.py top_rows): the
+sampled top-k, the first fusion's feedback chunks from the rescored and best BM25F rows, the
+sparse semantic part, the per-file page part, the stub and name parts on their rows only. Each
+must give the n-length reference path's answer bit for bit (`fusion._REFERENCE`,
+`vector.REFERENCE`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import pytest
 
 from bench.generate import generate
 from kernel.config import load_config
-from query import fusion, open_index, vector
+from query import open_index
 from query.filters import parse_filter
-from query.search import mode_scores, search
-from query.tiers import tiered_search
+from query.rank.search import mode_scores, search
+from query.rank.tiers import tiered_search
+from query.score import fusion, vector
 from tests.conftest import build_index, read_only_folder
 from tests.test_ivf import QUERIES as IVF_QUERIES
 
@@ -183,10 +185,10 @@ def test_first_fusion_bound_falls_back_when_it_cannot_prove(built: Path, small_s
 
 
 def test_union_rows_is_union1d() -> None:
-    """`query.vector.union_rows`, the rescored rows of both directions, is np.union1d's
+    """`query.score.vector.union_rows`, the rescored rows of both directions, is np.union1d's
     answer (sorted distinct rows, its dtype) for overlapping, disjoint, empty and mixed-width
     inputs."""
-    from query.vector import union_rows
+    from query.score.vector import union_rows
 
     rng = np.random.default_rng(3)
     for _ in range(300):
@@ -205,9 +207,9 @@ def test_passes_split_over_cores_answer_as_one_core(
     built: Path, first_pass: str, small_scale, monkeypatch
 ):
     """The IVF lists' int8 products, the block-wise fusion and the top-k comparison passes
-    run in pieces on every core (query.second_core.in_parallel):
+    run in pieces on every core (query.score.second_core.in_parallel):
     the same bits as on one core, with the pieces really taken by more than one thread."""
-    from query import second_core
+    from query.score import second_core
 
     monkeypatch.setattr(second_core, "_THREADS", second_core._THREADS)  # restored after
     monkeypatch.setattr(vector, "PARALLEL_INT8_ROWS", 64)

@@ -17,9 +17,11 @@ import pytest
 
 from kernel import index_format
 from kernel.config import load_config
-from pipeline import cluster, duplicates, ingest, lexical, stages
-from pipeline import splice as splice_module
-from pipeline.splice import runs, splice
+from pipeline import ingest, stages
+from pipeline.cluster import topics as cluster
+from pipeline.pack import duplicates, lexical
+from pipeline.pack import splice as splice_module
+from pipeline.pack.splice import runs, splice
 from pipeline.state import State
 from tests.conftest import run_cli
 
@@ -464,8 +466,8 @@ def test_updated_forward_view_equals_a_fresh_transpose(seed: int):
 def test_the_manifest_digest_is_updated_from_the_stored_one():
     """An edit updates the stored digest by the entries that left and came: the same value
     as hashing every entry, in any order; a digest of the older kind is not updated."""
-    from pipeline.discover import manifest_digest, updated_digest
     from pipeline.state import ManifestEntry
+    from pipeline.walk.discover import manifest_digest, updated_digest
 
     before = [ManifestEntry(f"d/{i}.md", i, i, f"{i:064x}") for i in range(50)]
     edited = ManifestEntry("d/7.md", 8, 9, "f" * 64)

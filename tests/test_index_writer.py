@@ -238,7 +238,8 @@ def test_the_writer_begun_with_the_plan_is_removed_when_pack_fails(
     once planned); when a later step fails, the run leaves no temp file and the published
     index is the previous one, byte for byte."""
     from kernel.config import load_config
-    from pipeline import ingest, lexical
+    from pipeline import ingest
+    from pipeline.pack import lexical
 
     root = tmp_path / "notes"
     root.mkdir()

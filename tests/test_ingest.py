@@ -7,7 +7,8 @@ import pytest
 
 from kernel import index_format
 from kernel.config import load_config
-from pipeline import ingest, pack
+from pipeline import ingest
+from pipeline.pack import build as pack
 from query import open_index
 
 

@@ -1,5 +1,5 @@
-"""The IVF first pass (kernel/ivf.py, pipeline/ivf.py, query/vector.py IvfSide): lists built
-at pack, forced on here by MDVDB_IVF_MIN_CHUNKS on a small generated corpus; recall against
+"""The IVF first pass (kernel/ivf.py, pipeline/pack/ivf.py, query/score/vector.py IvfSide): lists
+built at pack, forced on here by MDVDB_IVF_MIN_CHUNKS on a small generated corpus; recall against
 the exact scan, old indexes, damaged lists, incremental packs."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import pytest
 from bench.generate import generate
 from kernel import index_format, ivf
 from kernel.config import load_config
-from query import open_index, vector
-from query.search import mode_scores
+from query import open_index
+from query.rank.search import mode_scores
+from query.score import vector
 from tests.conftest import build_index, run_cli
 
 FORCE = {"MDVDB_IVF_MIN_CHUNKS": "100"}
@@ -190,7 +191,7 @@ def test_rows_are_gathered_from_each_piece_as_take_gives_them():
     spliced column would copy every piece first): the same rows, null vectors as zeros."""
     import pyarrow as pa
 
-    from pipeline import ivf as pack_ivf
+    from pipeline.pack import ivf as pack_ivf
 
     dims = 4
     rng = np.random.default_rng(5)

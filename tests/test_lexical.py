@@ -190,7 +190,7 @@ def test_weights_and_feedback_shares_are_computed_from_the_stored_tf(project: Pa
     the k1 and b the meta records), and the forward view names exactly each chunk's postings."""
     import numpy as np
 
-    from query.lexical import lexical_index
+    from query.score.lexical import lexical_index
 
     index = open_index(config=load_config(project, environ={}))
     lexical = lexical_index(index)
@@ -223,7 +223,7 @@ def test_a_long_lived_reader_scores_with_the_same_bits_from_its_weights(project:
     once; each term's weights, and every query's scores, are the bits computed per term."""
     import numpy as np
 
-    from query.lexical import lexical_index
+    from query.score.lexical import lexical_index
 
     index = open_index(config=load_config(project, environ={}))
     queries = ["kubernetes pods", "extract a tar archive", "le fichier caché", "git"]
@@ -251,7 +251,7 @@ def test_the_forward_view_past_16_bits_of_chunk_ids():
     """`transpose` orders by the low, then the high 16 bits when chunk ids need more."""
     import numpy as np
 
-    from pipeline.lexical import transpose
+    from pipeline.pack.lexical import transpose
 
     rng = np.random.default_rng(7)
     n = 200_000

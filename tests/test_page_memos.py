@@ -1,6 +1,6 @@
 """What a reader keeps per snapshot about pages, independent of the query: governing's
-confidence factor and date (query.govern.page_terms), the names a query may call a page by
-(query.titles._names). A long-lived reader must still see an edit once it is published, and
+confidence factor and date (query.rank.govern.page_terms), the names a query may call a page by
+(query.rank.titles._names). A long-lived reader must still see an edit once it is published, and
 two readers of one snapshot with other settings must each rank by their own."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_a_long_lived_reader_sees_a_page_edit_and_each_readers_settings(tmp_path
 
 
 def test_page_names_kept_per_snapshot_follow_a_retitled_page(tmp_path: Path):
-    """query.titles keeps each page's title and stem per snapshot once a name query asked
+    """query.rank.titles keeps each page's title and stem per snapshot once a name query asked
     for them: a long-lived reader names the page by its new title after an edit, and the
     kept names answer the next query as the first."""
     from kernel.config import load_config
@@ -81,11 +81,11 @@ def test_page_names_kept_per_snapshot_follow_a_retitled_page(tmp_path: Path):
 
 
 def test_a_factor_of_one_leaves_the_rounded_relevance():
-    """query.govern.rerank skips the second rounding when a page's factor is 1: rounding a
+    """query.rank.govern.rerank skips the second rounding when a page's factor is 1: rounding a
     value already rounded to 6 digits gives it back, for any magnitude and sign."""
     import random
 
-    from query.govern import adjusted
+    from query.rank.govern import adjusted
 
     rng = random.Random(1)
     for _ in range(50_000):

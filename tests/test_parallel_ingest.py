@@ -50,7 +50,7 @@ def _project(root: Path, files: int) -> Path:
 
 
 def _ingest(root: Path, workers: str) -> dict:
-    # Clustering off: the clusters table records when it was built (pipeline/cluster.py), so
+    # Clustering off: the clusters table records when it was built (pipeline/cluster/topics.py), so
     # two builds differ there by the clock whatever the workers; everything else is compared.
     env = {"MDVDB_WORKERS": workers, "MDVDB_CLUSTERING_ENABLED": "false"}
     out = run_cli("ingest", "--json", "--root", str(root), env=env)
@@ -136,7 +136,8 @@ def test_the_workers_analyses_are_the_ones_pack_would_make(tmp_path: Path):
 
     import numpy as np
 
-    from pipeline import lexical, pack
+    from pipeline.pack import build as pack
+    from pipeline.pack import lexical
     from pipeline.state import ManifestEntry
     from pipeline.workers import Spec, prepare_batch
 

@@ -1,4 +1,4 @@
-"""The query path's selections: `query.vector.top_rows(above=)`, a selection of the same
+"""The query path's selections: `query.score.vector.top_rows(above=)`, a selection of the same
 scores, changed since at known rows, made from the rows an earlier selection found above its
 cut (the stub selection's rows serve the name pool and the final ranking: no pass over n rows
 each), and `distinct`, np.unique's answer by one sort. Each must be the plain answer."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from query import vector
+from query.score import vector
 from tests.test_hybrid_candidates import _reference_top
 
 
@@ -64,7 +64,7 @@ def test_a_raised_row_left_out_would_be_missed():
 
 
 def test_distinct_is_numpys_unique():
-    """`query.vector.distinct`, the query path's np.unique (terms, pages, feedback terms):
+    """`query.score.vector.distinct`, the query path's np.unique (terms, pages, feedback terms):
     the same values, counts and inverse, for every integer type the callers pass."""
     rng = np.random.default_rng(5)
     for dtype in (np.int32, np.int64, np.uint64):

@@ -124,7 +124,8 @@ def test_explain_adds_up_with_the_stub_prior_and_other_query_vectors(project: Pa
     """The settings measured off by default (a stub-page prior, idf-weighted query vectors,
     section k1/b recomputed in memory) keep `--explain`'s parts adding up to the score; the
     stub prior shows as its own (negative) part."""
-    from query import fusion, open_index
+    from query import open_index
+    from query.score import fusion
 
     index = open_index(config=load_config(project, environ={}))
     settings = {
@@ -149,7 +150,8 @@ def test_the_dense_side_sees_a_sections_page(project: Path):
     """Page-level evidence on the dense side (ρ): the upgrades page's "Before you start" does
     not say kubernetes, its sibling section does; with ρ its semantic part gains on the
     hardware page's same-worded section, and without ρ it does not."""
-    from query import fusion, open_index
+    from query import open_index
+    from query.score import fusion
 
     index = open_index(config=load_config(project, environ={}))
 
@@ -168,7 +170,7 @@ def test_the_dense_side_sees_a_sections_page(project: Path):
 def test_an_encoder_index_keeps_the_settings_it_was_measured_with():
     """The round-3 settings were chosen with WordLlama: an encoder's index, even one recorded
     before they existed, gets its model's values (off), a WordLlama index the defaults."""
-    from query.fusion_params import params_for_meta
+    from query.score.fusion_params import params_for_meta
 
     minilm = {"provider": "local", "model": "all-minilm-l6-v2", "fusion": {"dense_weight": 0.4}}
     old = params_for_meta(minilm)
@@ -180,7 +182,7 @@ def test_an_encoder_index_keeps_the_settings_it_was_measured_with():
 def test_long_queries_can_get_their_own_feedback_weights():
     """`dense_long_words` (off by default) gives queries of more than N words their own dense
     weight, Rocchio β and RM3 λ; -1 leaves a weight as it is, shorter queries are untouched."""
-    from query import fusion
+    from query.score import fusion
 
     base = fusion.current()
     assert base.dense_long_words == 0
@@ -211,8 +213,9 @@ def test_proximity_rewards_query_words_said_together(project: Path):
     words side by side and gets a bonus; the guide's "Upgrades" section has them three content
     words apart ("kubernetes one minor version") and gets none with a window of 1, a smaller
     one with a window of 3."""
-    from query import open_index, proximity
-    from query.lexical import lexical_index
+    from query import open_index
+    from query.score import proximity
+    from query.score.lexical import lexical_index
 
     index = open_index(config=load_config(project, environ={}))
     lexical = lexical_index(index)
@@ -236,8 +239,8 @@ def test_term_reweighting_discounts_words_absent_from_the_first_answers(project:
     the discount-only form leaves "kubernetes" at its idf."""
     from kernel.text_analysis import term_ids
     from query import open_index
-    from query.lexical import lexical_index
-    from query.term_weights import factors
+    from query.score.lexical import lexical_index
+    from query.score.term_weights import factors
 
     index = open_index(config=load_config(project, environ={}))
     lexical = lexical_index(index)
@@ -260,7 +263,8 @@ def test_term_reweighting_discounts_words_absent_from_the_first_answers(project:
 def test_explain_adds_up_with_the_lexical_evidence_of_round_5(project: Path, settings: dict):
     """Proximity (inside BM25F, or its own `proximity` part) and query-term reweighting keep
     `--explain`'s parts adding up to the score."""
-    from query import fusion, open_index
+    from query import open_index
+    from query.score import fusion
 
     index = open_index(config=load_config(project, environ={}))
     with fusion.overridden(**settings):

@@ -97,7 +97,7 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             f"# {name.title()}\n\n## Behaviour\n\nHow the autoscaler treats {name} of worker "
             "nodes.\n"
         )
-    # More copies of one section than a search ranks at first (query.collapse.fetch_size)
+    # More copies of one section than a search ranks at first (query.rank.collapse.fetch_size)
     for i in range(40):
         mirror = root / "mirror" / f"m{i:02}.md"
         mirror.parent.mkdir(exist_ok=True)

@@ -1,4 +1,4 @@
-"""MDVDB_SEARCH_THREADS: how many threads a search's split passes run on (query.second_core).
+"""MDVDB_SEARCH_THREADS: how many threads a search's split passes run on (query.score.second_core).
 By default (0) one per core that is idle when the pass starts: with every core busy a split
 pass was slower than one thread, with one idle it was faster at 1M chunks
 (docs/benchmarks.md); the answers are the same bits either way (test_hybrid_candidates)."""
@@ -26,7 +26,7 @@ def _taken_by(second_core) -> set[str]:
 
 
 def test_one_thread_keeps_every_piece_on_the_caller(monkeypatch):
-    from query import second_core
+    from query.score import second_core
 
     monkeypatch.setattr(second_core, "_THREADS", None)
     monkeypatch.setattr(second_core, "cores", lambda: 2)
@@ -44,7 +44,8 @@ def test_one_thread_keeps_every_piece_on_the_caller(monkeypatch):
 
 def test_each_search_applies_its_setting(tmp_path: Path, monkeypatch):
     from kernel.config import load_config
-    from query import open_index, second_core
+    from query import open_index
+    from query.score import second_core
 
     monkeypatch.setattr(second_core, "_THREADS", None)
     monkeypatch.setattr(second_core, "cores", lambda: 4)
@@ -85,8 +86,8 @@ def test_a_fresh_process_starts_at_the_settings_default(tmp_path: Path):
         "want = default.parse(default.default) or None\n"
         f"index = open_index(config=load_config({str(tmp_path)!r}, environ={{}}))\n"
         "index.search('tar', mode='lexical')\n"
-        "assert 'query.second_core' not in sys.modules\n"
-        "from query import second_core\n"
+        "assert 'query.score.second_core' not in sys.modules\n"
+        "from query.score import second_core\n"
         "assert second_core._THREADS is want is None, second_core._THREADS\n"
         f"other = open_index(config=load_config({str(tmp_path)!r}, "
         "environ={'MDVDB_SEARCH_THREADS': '3'}))\n"
@@ -101,7 +102,7 @@ def test_every_core_means_the_idle_ones(monkeypatch):
     """Set to one per core, a pass is split only over the cores idle when it starts: none
     idle, one range on the caller; one idle, pieces for two threads. A number set explicitly
     splits whatever the machine is doing."""
-    from query import second_core
+    from query.score import second_core
 
     monkeypatch.setattr(second_core, "_THREADS", second_core._THREADS)  # restored after
     monkeypatch.setattr(second_core, "cores", lambda: 2)
@@ -126,7 +127,7 @@ def test_no_core_is_idle_while_every_core_spins():
     import sys
     import time
 
-    from query import second_core
+    from query.score import second_core
 
     spin = "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end: pass\n"
     spinners = [

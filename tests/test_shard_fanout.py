@@ -109,7 +109,7 @@ def test_shards_with_ivf_lists_answer_as_the_exact_ranking(generated, tmp_path: 
 
 @pytest.mark.slow
 def test_each_shard_runs_the_int8_first_pass(generated) -> None:
-    """A warm sharded reader's hybrid query runs `query.vector.dense_scorer` in each shard:
+    """A warm sharded reader's hybrid query runs `query.score.vector.dense_scorer` in each shard:
     each keeps its own int8 copy (of its rows mixed with their pages'), as the one-file
     reader keeps one of the whole matrix; with `exact`, none is built."""
     _, four, _ = generated
@@ -186,7 +186,7 @@ def test_a_shard_answers_its_best_rows_and_a_fill(two_shards: Path) -> None:
     exceeds (what makes the merged array fuse to the one-file bits)."""
     import numpy as np
 
-    from query.shard_part import ShardPart
+    from query.shards.part import ShardPart
 
     shard = sorted((two_shards / ".markdownvdb.index.shards").glob("shard-000-*.index"))[0]
     part = ShardPart.load(shard)
@@ -233,7 +233,7 @@ def _kb_per_query(root: Path, mode: str) -> tuple[float, dict]:
 
 @pytest.mark.slow
 def test_bytes_per_query_do_not_grow_with_the_shards(generated, tmp_path: Path) -> None:
-    """The staged protocol (query.shard_query): a lexical or hybrid query over shards 3x
+    """The staged protocol (query.rank.shard_search): a lexical or hybrid query over shards 3x
     larger exchanges about the same bytes (best rows, maxima, terms: ~9 KB lexical, ~80 KB
     hybrid over 4 shards), where the per-chunk protocol sent every scoring chunk's BM25F
     and expansion score; and the larger answers are the one-file ones."""
@@ -264,8 +264,8 @@ def test_rounds_answer_as_one_file_and_survive_a_lost_session(generated, monkeyp
     10s, with and without a filter, are the one-file ones; when the shards drop a query's
     arrays (more queries at once than they keep), the router's next request for the same
     query's rows starts the rounds again and answers the same."""
-    from query import shard_query
     from query.filters import parse_filter
+    from query.rank import shard_search as shard_query
 
     one, four, _ = generated
     monkeypatch.setattr(shard_query, "IN_PROCESS", True)
@@ -286,12 +286,12 @@ def test_rounds_answer_as_one_file_and_survive_a_lost_session(generated, monkeyp
 
 
 def test_ranked_breaks_ties_by_row_so_a_merge_of_shards_is_the_whole() -> None:
-    """`query.vector.ranked`: the k best by score, then row descending; each shard's own best
+    """`query.score.vector.ranked`: the k best by score, then row descending; each shard's own best
     (its rows in the one-file order), merged by (score, global row descending), are the whole
     array's best, with many equal scores (near copies) at and around the k-th."""
     import numpy as np
 
-    from query.vector import ranked
+    from query.score.vector import ranked
 
     rng = np.random.default_rng(7)
     for _ in range(200):

@@ -1,4 +1,4 @@
-"""A router over shard servers answers in few round trips (query/shard_query.py): a round is
+"""A router over shard servers answers in few round trips (query/rank/shard_search.py): a round is
 one message per server, the corpus-wide numbers a step needs are gathered in the round
 before it where they can be, and the rows a shortcut cannot vouch for are asked for in a
 round of their own. The counts are asserted, and every shortcut is checked against the
@@ -116,7 +116,7 @@ class Rounds:
     """The router's round trips (`exchange_all` calls), each named by its step."""
 
     def __init__(self, monkeypatch):
-        from query import shard_wire
+        from query.shards import wire as shard_wire
 
         self.log: list[str] = []
         send = shard_wire.exchange_all
@@ -193,7 +193,7 @@ def test_each_shortcut_answers_as_the_round_it_replaces(folders, server, monkeyp
     shortcut, the lexical maximum from each shard's front, is checked against every row in
     `test_the_shards_front_gives_the_mixed_lexical_maximum`, and end to end by the one-file
     comparison above.)"""
-    from query import shard_query
+    from query.rank import shard_search as shard_query
 
     one, three = folders
     router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
@@ -231,7 +231,7 @@ def test_the_shards_front_gives_the_mixed_lexical_maximum() -> None:
     ties, zeros and rows that score on one side only. And the front is a front: each of its
     pairs is a row's, and no row beats one of them in both values (all the rows would give
     the maximum too, at the bytes the front is there to save)."""
-    from query.shard_stages import lexical_front, mixed_lexical
+    from query.shards.stages import lexical_front, mixed_lexical
 
     rng = np.random.default_rng(3)
     dominated = 0  # rows a front must leave out: the draws have them
@@ -262,9 +262,9 @@ def test_the_name_pool_from_the_candidates_is_exact_or_none() -> None:
     asks the shards); it returns them in most draws."""
     from types import SimpleNamespace
 
-    from query.fusion import Fused, with_stub_prior
-    from query.shard_query import _pool_after_stub
-    from query.vector import ranked, top_rows
+    from query.rank.shard_search import _pool_after_stub
+    from query.score.fusion import Fused, with_stub_prior
+    from query.score.vector import ranked, top_rows
 
     rng = np.random.default_rng(11)
     known = 0
@@ -322,7 +322,7 @@ def test_a_router_reconnects_to_a_restarted_server(folders, _server, monkeypatch
     _server["proc"].wait(timeout=30)
     _server["proc"], again = _shard_server_of(three, listen=address)
     assert again == address
-    from query import shard_wire
+    from query.shards import wire as shard_wire
 
     reopened = []
     real_again = shard_wire._again

@@ -130,8 +130,8 @@ def test_a_shard_scores_in_another_process_as_in_a_thread(twins) -> None:
     from kernel import text_analysis
     from kernel.config import load_config
     from query import open_index
-    from query.lexical import lexical_index
-    from query.sharded import score_shard_file
+    from query.score.lexical import lexical_index
+    from query.shards.reader import score_shard_file
 
     _, four = twins
     index = open_index(config=load_config(four, {**os.environ, **SHARDED}))
@@ -260,7 +260,7 @@ def test_tldr_subset_sharded_ranks_as_one_file(corpora_dir: Path, tmp_path: Path
             shutil.copy2(source, dest)
     _ingest(one)
     _ingest(four, SHARDED)
-    # and through a router over two shard servers: the staged rounds (query.shard_query),
+    # and through a router over two shard servers: the staged rounds (query.rank.shard_search),
     # whose merges must break the ties of near copies as the one file does
     servers = [_shard_server(four, "0,1"), _shard_server(four, "2,3")]
     try:
@@ -299,7 +299,7 @@ def test_a_router_over_shard_servers_answers_as_one_file(twins) -> None:
     """Two shard servers (shards 0-1 and 2-3) on 127.0.0.1; `mdvdb search` with
     MDVDB_SHARD_SERVERS sends them its per-shard work (BM25F with the global statistics,
     cosines, pages, feedback) and merges: the whole JSON answer is the one-file one."""
-    from query.shard_wire import exchange
+    from query.shards.wire import exchange
 
     one, four = twins
     servers = [_shard_server(four, "0,1"), _shard_server(four, "2,3")]
@@ -331,7 +331,7 @@ def test_a_router_over_shard_servers_answers_as_one_file(twins) -> None:
 def test_a_shard_server_refuses_what_it_does_not_serve(twins) -> None:
     """Requests for another shard's file, a path, an unknown call: an error answer each."""
     from kernel.config import load_config
-    from query.shard_wire import ShardServer, decode, encode
+    from query.shards.wire import ShardServer, decode, encode
 
     _, four = twins
     config = load_config(four, {**os.environ, **SHARDED})

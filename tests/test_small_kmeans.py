@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import cluster
+from pipeline.cluster import topics as cluster
 from tests.test_clusters import TOPICS, write_corpus
 
 
@@ -37,7 +37,7 @@ def with_sklearn(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_stop_words_are_scikit_learns():
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-    from pipeline.stop_words import ENGLISH_STOP_WORDS as ours
+    from pipeline.cluster.stop_words import ENGLISH_STOP_WORDS as ours
 
     assert ours == ENGLISH_STOP_WORDS
 
@@ -114,7 +114,7 @@ def test_small_ingest_never_imports_scikit_learn(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
-    assert "pipeline.small_kmeans" in imported  # the stage ran, on the NumPy path
+    assert "pipeline.cluster.small_kmeans" in imported  # the stage ran, on the NumPy path
     assert not {m for m in imported if m.split(".")[0] in ("sklearn", "scipy")}
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from query.stubs import is_record
+from query.rank.stubs import is_record
 from tests.conftest import build_index, run_cli
 
 PAGES = {

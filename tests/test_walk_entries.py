@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from kernel.config import load_config
-from pipeline.discover import walk_folders
+from pipeline.walk.discover import walk_folders
 
 
 def test_every_kind_of_entry_is_taken_or_left_as_before(tmp_path: Path):
@@ -62,9 +62,9 @@ def _tree(root: Path, folders: int = 12, files_at_top: bool = True) -> None:
 # and a test session may have some left running by earlier tests.
 COMPARE = """
 import json, sys, threading
-from pipeline import discover
+from pipeline.walk import discover
 from kernel.config import load_config
-from pipeline.discover import folder_signatures, walk_folders
+from pipeline.walk.discover import folder_signatures, walk_folders
 if sys.argv[2] == "thread":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
 merged = []

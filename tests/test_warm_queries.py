@@ -33,7 +33,7 @@ if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("
     )
 
 from kernel.providers import encoder_onnx, minilm  # noqa: E402
-from query.vector import PARALLEL_ROWS, DenseScorer, row_dots  # noqa: E402
+from query.score.vector import PARALLEL_ROWS, DenseScorer, row_dots  # noqa: E402
 from tests.test_encoder_onnx import TEXTS  # noqa: E402
 
 MODEL = "MDVDB_EMBEDDING_MODEL=all-minilm-l6-v2\n"
@@ -184,7 +184,7 @@ def test_mdvdb_serve_embeds_queries_with_onnxruntime(minilm_notes: Path):
 
 def test_two_products_at_once_equal_one_after_the_other():
     """The exact dense pass runs the query's and the feedback's products on two threads
-    (query.second_core): the same numbers as one after the other."""
+    (query.score.second_core): the same numbers as one after the other."""
     rng = np.random.default_rng(0)
     matrix = rng.standard_normal((PARALLEL_ROWS + 5, 64)).astype(np.float32)
     a, b = rng.standard_normal((2, 64)).astype(np.float32)

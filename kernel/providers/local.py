@@ -164,7 +164,7 @@ class LocalProvider(SequentialBatches):
 
     def token_sums(self, texts: Sequence[str]) -> np.ndarray:
         """The sum of each text's token vectors, not normalised: a query can weight its
-        words' tokens before they are pooled (query.search.query_vector). One text at a
+        words' tokens before they are pooled (query.rank.search.query_vector). One text at a
         time: a query's words are short, and the lookup BPE spares loading the tokenizer."""
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)

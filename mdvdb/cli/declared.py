@@ -1,7 +1,7 @@
 """A typer command's parameters from declared options (`query.options`): the other half of
 what `mdvdb.cli.hand_parser` builds from the same declaration.
 
-`search` (declared by `query.search_options`) and `grep` (`query.grep_options`) are typer
+`search` (declared by `query.search_options`) and `grep` (`query.grep.options`) are typer
 commands whose signature is generated here, with the shared `--root` and `--json` last, so
 their `--help`, bounds and choices are the declaration's.
 """

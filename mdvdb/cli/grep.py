@@ -4,7 +4,7 @@ This command has a budget of about 100 ms over raw rg, Python start-up included,
 costs more than half of that. So `mdvdb.cli.main` hands `grep` straight to `fast_main()` below,
 which parses with the hand parser (`mdvdb.cli.hand_parser`) and never imports typer, NumPy or
 Arrow. `register(app)` puts the typer command on the app, built from the same declaration
-(`query.grep_options`): it lists the command in `mdvdb --help` and prints `mdvdb grep --help`.
+(`query.grep.options`): it lists the command in `mdvdb --help` and prints `mdvdb grep --help`.
 A usage error is one line from the hand parser, exit 2.
 """
 

@@ -143,11 +143,11 @@ def _status_of(config, lite: bool = False):
 
 def _new_files(config, lite: bool = False) -> list[str]:
     """Files on disk that the index does not have (uses the ingest's own walk and rules)."""
-    from pipeline import walk
+    from pipeline import walk_files
     from query import new_files, open_index
 
     snapshot = open_index(config=config, lite=lite).snapshot
-    return new_files(snapshot, config.root, walk(config, []))
+    return new_files(snapshot, config.root, walk_files(config, []))
 
 
 def run_verify(config, as_json: bool) -> int:

@@ -1,0 +1,422 @@
+"""Pack: assemble every table and publish ONE index file atomically.
+
+Incremental: rows of files whose path, SHA-256 and mtime are unchanged are reused from the
+previous index as runs of consecutive rows (`pipeline.pack.splice`: slices, no JSON decoding, no
+cache reads, no copy until the writer copies their bytes file-to-file); only new or changed
+files are read from the caches. Rows are in path order either way, so an incremental pack
+writes the same tables as a full one. The previous index is reused only when it was built
+with the same embedding model and chunking (`build_key`); otherwise everything comes from
+the caches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kernel import index_format
+from pipeline.cluster import topics as cluster
+from pipeline.cluster.topics import ClusterAssignment
+from pipeline.pack import duplicates, ivf, lexical
+from pipeline.pack import schema as schema_pack
+from pipeline.pack.lexical import LexicalTables
+from pipeline.pack.splice import splice
+from pipeline.plan import Delta, Plan
+from pipeline.state import ManifestEntry, State
+
+
+@dataclass(frozen=True)
+class PackSources:
+    """What pack reads: the current files and where their fresh rows come from."""
+
+    # Every current file (any order: pack sorts by path); only read when `delta` cannot
+    # plan the pack.
+    entries: Collection[ManifestEntry]
+    dimensions: int
+    build_key: str  # model key + chunking key: what makes old rows reusable
+    # sha -> {"title", "metadata", "error", "chunks"} for the files that must be read fresh
+    load_documents: Callable[[set[str]], dict[str, dict[str, Any]]]
+    # chunk sha bytes (in order) -> (n, dimensions) float32
+    load_vectors: Callable[[list[bytes]], np.ndarray]
+    # The overlay and the clusters the schema and cluster stages stored (None: neither).
+    state: State | None
+    # The manifest's changes since the previous index was packed (None: diff every file).
+    delta: Delta | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    bytes: int
+    chunks: int
+    reused_files: int
+    damaged: tuple[str, ...]
+
+
+def _files_rows(entries: list[ManifestEntry], docs: dict[str, dict[str, Any]]) -> pa.Table:
+    rows = [docs[e.sha256] for e in entries]
+    n = len(entries)
+    return pa.Table.from_arrays(
+        [
+            pa.array(np.zeros(n, dtype=np.int32)),
+            pa.array([e.path for e in entries], pa.string()),
+            pa.array([e.sha256 for e in entries], pa.string()),
+            pa.array([e.size for e in entries], pa.int64()),
+            pa.array([e.mtime_ns / 1e9 for e in entries], pa.float64()),
+            pa.array([d["title"] for d in rows], pa.string()),
+            pa.array([json.dumps(d["metadata"], ensure_ascii=False) for d in rows], pa.string()),
+            pa.array([d["error"] for d in rows], pa.string()),
+            pa.array(np.full(n, -1, dtype=np.int32)),
+        ],
+        schema=index_format.FILES_SCHEMA,
+    )
+
+
+def _chunk_rows(
+    entries: list[ManifestEntry],
+    docs: dict[str, dict[str, Any]],
+    first_file_id: int,
+    load_vectors: Callable[[list[bytes]], np.ndarray],
+    dimensions: int,
+) -> pa.Table:
+    file_ids, headings, paths, starts, ends, texts, tokens, shas = ([] for _ in range(8))
+    for offset, entry in enumerate(entries):
+        for c in docs[entry.sha256]["chunks"]:
+            file_ids.append(first_file_id + offset)
+            headings.append(c["heading"])
+            paths.append(c["heading_path"])
+            starts.append(c["start_line"])
+            ends.append(c["end_line"])
+            texts.append(c["text"])
+            tokens.append(c["token_count"])
+            shas.append(c["sha256"])
+    vectors = np.ascontiguousarray(load_vectors([bytes.fromhex(s) for s in shas]), np.float32)
+    # A zero row is a chunk the provider gave no usable vector for (pipeline.embed never
+    # caches one): a null vector, searched by keywords only.
+    missing = ~vectors.any(axis=1) if len(vectors) else np.zeros(0, dtype=bool)
+    flat = pa.array(vectors.reshape(-1))
+    return pa.Table.from_arrays(
+        [
+            pa.array(np.zeros(len(shas), dtype=np.int32)),
+            pa.array(file_ids, pa.int32()),
+            pa.array(headings, pa.string()),
+            pa.array(paths, pa.list_(pa.string())),
+            pa.array(starts, pa.int32()),
+            pa.array(ends, pa.int32()),
+            pa.array(texts, pa.string()),
+            pa.array(tokens, pa.int32()),
+            pa.array(shas, pa.string()),
+            pa.FixedSizeListArray.from_arrays(
+                flat, dimensions, mask=pa.array(missing) if missing.any() else None
+            ),
+        ],
+        schema=index_format.chunks_schema(dimensions),
+    )
+
+
+def _previous(
+    index_path: Path, build_key: str, damaged: list[str]
+) -> index_format.IndexFile | None:
+    try:
+        previous = index_format.read_index(index_path)
+    except index_format.IndexDamaged:
+        damaged.append(str(index_path))
+        return None
+    except index_format.IndexFormatError:
+        return None
+    if previous.meta.get("build_key") != build_key:
+        return None
+    # Rows are reused only from an index whose bytes are the ones written: reused bytes get
+    # fresh checksums in the new file, so a damaged row copied now would pass every later
+    # check. Hashing reads the file once more from the page cache (~0.1 s per 100 MB), once
+    # a run (the verdict is shared with the write side's cache, and begun on a thread
+    # when discover found changes: `stages.discover`).
+    if index_format.checksum_problems(previous):
+        damaged.append(str(index_path))
+        return None
+    # Reuse slices runs of rows, which needs chunks grouped by file in file order: true of
+    # every index pack writes; anything else is rebuilt from the caches.
+    file_ids = previous.tables["chunks"].column("file_id").to_numpy()
+    if len(file_ids) and (np.any(np.diff(file_ids) < 0) or file_ids[-1] >= previous_rows(previous)):
+        return None
+    return previous
+
+
+def previous_rows(previous: index_format.IndexFile) -> int:
+    return previous.tables["files"].num_rows
+
+
+def _file_source(entries: list[ManifestEntry], previous: index_format.IndexFile | None):
+    """Per new file row, the row of the previous index with the same path, content and
+    mtime, or -1: only such rows are identical to what a full rebuild would write."""
+    import pyarrow.compute as pc
+
+    source = np.full(len(entries), -1, dtype=np.int64)
+    old = previous.tables["files"] if previous is not None else None
+    if old is None or not old.num_rows or not entries:
+        return source
+    paths = [e.path for e in entries]
+    shas = [e.sha256 for e in entries]
+    mtimes = np.array([e.mtime_ns for e in entries], dtype=np.int64) / 1e9
+    at = pc.index_in(pa.array(paths, pa.string()), value_set=old.column("path"))
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    rows = at.fill_null(0).to_numpy().astype(np.int64)
+    same = pc.equal(old.column("sha256").take(pa.array(rows)), pa.array(shas, pa.string()))
+    same = same.to_numpy(zero_copy_only=False)
+    same &= old.column("mtime").to_numpy()[rows] == mtimes
+    keep = found & same
+    source[keep] = rows[keep]
+    return source
+
+
+def _delta_source(
+    previous: index_format.IndexFile, delta: Delta, files: int
+) -> tuple[list[ManifestEntry], np.ndarray] | None:
+    """`_file_source` from the delta alone: every row of the previous index is kept but
+    those of paths that left or whose row must be rebuilt, and the rebuilt entries go in
+    at their places in path order (a binary search each: the previous rows are in path
+    order). A delta entry whose previous row has its sha and mtime keeps it, as in
+    `_file_source`. None when the result would not hold `files` rows (the previous index
+    is not the manifest the delta was taken from): then the whole manifest is diffed."""
+    old = previous.tables["files"]
+    n = old.num_rows
+    paths = index_format.column_array(old, "path")
+    shas = index_format.column_array(old, "sha256")
+    mtimes = index_format.column_array(old, "mtime").to_numpy()
+
+    def row_of(path: str) -> tuple[int, bool]:
+        lo, hi = 0, n
+        while lo < hi:  # bisect over the Arrow column, one scalar per step
+            mid = (lo + hi) // 2
+            if paths[mid].as_py() < path:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo, lo < n and paths[lo].as_py() == path
+
+    keep = np.ones(n, dtype=bool)
+    for path in delta.removed:
+        at, found = row_of(path)
+        if found:
+            keep[at] = False
+    fresh: list[ManifestEntry] = []
+    places: list[int] = []
+    for entry in sorted(delta.fresh, key=itemgetter(0)):
+        at, found = row_of(entry.path)
+        if found:
+            if shas[at].as_py() == entry.sha256 and mtimes[at] == entry.mtime_ns / 1e9:
+                continue  # the previous row is the one a full diff would keep
+            keep[at] = False
+        fresh.append(entry)
+        places.append(at)
+    kept = np.flatnonzero(keep)
+    if len(kept) + len(fresh) != files:
+        return None
+    # Fresh entry j goes after the kept rows whose paths sort before it, and after the
+    # fresh entries before it.
+    before = np.r_[0, np.cumsum(keep)][np.array(places, dtype=np.int64)] if fresh else []
+    source = np.empty(len(kept) + len(fresh), dtype=np.int64)
+    at_fresh = np.asarray(before, dtype=np.int64) + np.arange(len(fresh), dtype=np.int64)
+    mask = np.zeros(len(source), dtype=bool)
+    mask[at_fresh] = True
+    source[mask] = -1
+    source[~mask] = kept
+    return fresh, source
+
+
+def _chunk_source(previous, file_source: np.ndarray, fresh_counts: np.ndarray):
+    """Per new chunk row, the chunk row of the previous index it repeats, or -1; and the
+    new file id of every chunk. Kept files keep their chunks, fresh files get theirs from
+    the fresh table, in file order."""
+    kept = file_source >= 0
+    counts = np.zeros(len(file_source), dtype=np.int64)
+    counts[~kept] = fresh_counts
+    old_start = np.zeros(1, dtype=np.int64)
+    if previous is not None:
+        old_ids = previous.tables["chunks"].column("file_id").to_numpy()
+        old_start = np.searchsorted(old_ids, np.arange(previous_rows(previous) + 1))
+        counts[kept] = np.diff(old_start)[file_source[kept]]
+    file_of = np.repeat(np.arange(len(file_source), dtype=np.int32), counts)
+    starts = np.r_[0, np.cumsum(counts)][:-1]
+    within = np.arange(len(file_of), dtype=np.int64) - np.repeat(starts, counts)
+    source = np.full(len(file_of), -1, dtype=np.int64)
+    from_old = kept[file_of]
+    source[from_old] = old_start[file_source[file_of[from_old]]] + within[from_old]
+    return source, file_of
+
+
+def plan(index_path: Path, sources: PackSources) -> Plan:
+    """Runs of rows of the previous index, spliced with the new or changed files read from
+    the caches; files in path order."""
+    damaged: list[str] = []
+    previous = _previous(index_path, sources.build_key, damaged)
+    planned = None
+    if previous is not None and sources.delta is not None:
+        planned = _delta_source(previous, sources.delta, len(sources.entries))
+    if planned is not None:
+        fresh, file_source = planned
+    else:
+        entries = sorted(sources.entries, key=itemgetter(0))  # ManifestEntry.path
+        file_source = _file_source(entries, previous)
+        fresh = [e for e, src in zip(entries, file_source.tolist(), strict=True) if src < 0]
+    docs = sources.load_documents({e.sha256 for e in fresh})
+    fresh_files = _files_rows(fresh, docs)
+    fresh_chunks = _chunk_rows(fresh, docs, 0, sources.load_vectors, sources.dimensions)
+    fresh_counts = np.array([len(docs[e.sha256]["chunks"]) for e in fresh], dtype=np.int64)
+    chunk_source, file_of = _chunk_source(previous, file_source, fresh_counts)
+    old_files = old_chunks = None
+    if previous is not None:
+        # A cast only where the schemas differ: `cast` imports pyarrow.compute (~50 ms), which
+        # the plan of an edit does not otherwise need before the writer begins.
+        old_files = _as(
+            previous.tables["files"].select(index_format.FILES_SCHEMA.names),
+            index_format.FILES_SCHEMA,
+        )
+        old_chunks = _as(previous.tables["chunks"], fresh_chunks.schema)
+    files = splice(old_files, fresh_files, file_source)
+    chunks = splice(old_chunks, fresh_chunks, chunk_source)
+    files = files.set_column(0, "file_id", pa.array(np.arange(files.num_rows, dtype=np.int32)))
+    chunks = chunks.set_column(0, "chunk_id", pa.array(np.arange(chunks.num_rows, dtype=np.int32)))
+    chunks = chunks.set_column(1, "file_id", pa.array(file_of, pa.int32()))
+    return Plan(previous, files, chunks, file_source, chunk_source, tuple(damaged))
+
+
+def _as(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    return table if table.schema.equals(schema, check_metadata=True) else table.cast(schema)
+
+
+def assemble(
+    plan: Plan,
+    schema: schema_pack.SchemaUpdate,
+    lexical: LexicalTables,
+    clusters: ClusterAssignment,
+    near_duplicates: pa.Table,
+    meta: Mapping[str, Any],
+    lists: ivf.IvfPart | None = None,
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    """Every table of the new index and its meta, from the plan and the steps' outputs."""
+    files = plan.files.set_column(
+        plan.files.schema.get_field_index("cluster_id"), "cluster_id", clusters.cluster_ids
+    )
+    files = schema.with_typed_columns(files)
+    tables = {"files": files, "chunks": plan.chunks, **lexical.tables}
+    if clusters.table is not None:
+        tables["clusters"] = clusters.table
+    if clusters.similarity is not None:
+        tables[cluster.SIMILARITY_TABLE] = clusters.similarity
+    tables.update(schema.tables)
+    tables["near_duplicates"] = near_duplicates
+    if lists is not None and lists.table is not None:
+        tables[ivf.ivf_format.TABLE] = lists.table
+    meta = {
+        **meta,
+        "lexical": lexical.meta,
+        "schema_overlay": schema.overlay_meta,
+        duplicates.META_KEY: duplicates.meta(),
+        "build_key": meta["build_key"],
+        "files": files.num_rows,
+        "chunks": plan.chunks.num_rows,
+    }
+    if lists is not None and lists.meta is not None:
+        meta[ivf.ivf_format.META_KEY] = lists.meta
+    return tables, meta
+
+
+def publish(
+    index_path: Path,
+    sources: PackSources,
+    meta: Mapping[str, Any],
+    rows: Plan | None = None,
+    schema: schema_pack.SchemaUpdate | None = None,
+    analysed: lexical.Store | None = None,
+    ivf_min_rows: int | None = None,
+    writer: index_format.IndexWriter | None = None,
+) -> Written:
+    """pack in its named steps: `plan`, `schema_pack.update`, `cluster.assign`, then
+    `build_tables` (`lexical.update`, `duplicates.update`, `ivf.build`, `assemble`), each
+    table written as soon as it is final (`index_format.IndexWriter`: the previous index
+    stays mapped while the new one is written, and its unchanged bytes are copied from it).
+    `rows` and `schema`: the plan and schema the `schema` stage already made from the same
+    sources in this run;
+    `analysed`: lexical analyses the ingest workers made of this run's new chunks;
+    `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.pack.ivf`; None: never);
+    `writer`: the writer `start_writing` began for `rows` (its chunks put already)."""
+    if rows is None:
+        rows = plan(index_path, sources)
+    if schema is None:
+        schema = schema_pack.update(rows, sources.state)
+    if writer is None:
+        writer = start_writing(index_path, rows)
+    try:
+        meta = {**meta, "build_key": sources.build_key}
+        tables, full_meta = build_tables(
+            rows,
+            schema,
+            lambda: cluster.assign(rows, sources.state),
+            meta,
+            sources.dimensions,
+            ivf_min_rows,
+            analysed,
+            early=writer.put,
+        )
+        written = writer.finish(tables, full_meta)
+    except BaseException:
+        writer.abort()
+        raise
+    return Written(written, rows.chunks.num_rows, rows.reused_files, rows.damaged)
+
+
+def start_writing(index_path: Path, rows: Plan) -> index_format.IndexWriter:
+    """The writer of the next index, begun as soon as its rows are planned: the chunks table
+    is final once planned, so its bytes (the previous index's copied file-to-file, the
+    checksums) are written on the writer's thread while the steps after the plan run, and
+    go to the disk as they are written. The caller finishes or aborts it."""
+    writer = index_format.IndexWriter(index_path, source=rows.previous)
+    try:
+        writer.put("chunks", rows.chunks)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer
+
+
+def build_tables(
+    rows: Plan,
+    schema: schema_pack.SchemaUpdate,
+    clusters: ClusterAssignment | Callable[[], ClusterAssignment],
+    meta: Mapping[str, Any],
+    dimensions: int,
+    ivf_min_rows: int | None,
+    analysed: lexical.Store | None = None,
+    ivf_reuse: bool = True,
+    early: Callable[[str, pa.Table], None] | None = None,
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    """The steps after `plan`, `schema_pack.update` and `cluster.assign`, for one index
+    file (the one-file index, or a shard of a sharded one: pipeline/pack/sharded.py):
+    `lexical.update`, `duplicates.update`, `ivf.build` from `ivf_min_rows` chunks (None:
+    never), then `assemble`. `ivf_reuse=False`: the lists are trained on these rows even
+    when the previous index has lists (a shard split from a one-file index,
+    `pipeline.pack.split`: the whole index's centroids are not the shard's). `early`:
+    given each table as soon as it is final (`IndexWriter.put`), so that it is written
+    while the next steps run. `clusters` as a function is called after the other steps: a
+    first build's clustering fit may still be running in its helper process
+    (`pipeline.cluster_helper`)."""
+    postings = lexical.update(rows, analysed)
+    if early is not None:
+        for name, table in postings.tables.items():
+            early(name, table)
+    near = duplicates.update(rows)
+    lists = None
+    if ivf_min_rows is not None:
+        lists = ivf.build(
+            rows if ivf_reuse else replace(rows, previous=None), dimensions, ivf_min_rows
+        )
+    if callable(clusters):
+        clusters = clusters()
+    return assemble(rows, schema, postings, clusters, near, meta, lists)

@@ -1,0 +1,792 @@
+"""Lexical postings: field-weighted tf per (term, chunk), built at pack time into the `lexical`
+tables; readers compute the BM25F weights from them (`query.score.lexical`).
+
+Each chunk has three fields: the file's title, its heading path (headings equal to the title
+left out, since the title field already holds them) and its text. A term's field-weighted
+frequency is `sum(weight_f * tf_f)` and the chunk length is `sum(weight_f * len_f)` (BM25F with
+one length normalisation), so a word in a heading counts like several in the body. The weights
+were chosen by measurement (docs/search-quality.md).
+
+Speed: analysing text is the slow part (~1.7 µs a word). A pack over a previous index updates
+its postings (see "incremental update" below): only fresh chunks are analysed. Weights are not
+stored: idf and the average length change with every edit, so stored weights would all be
+rewritten each time, and they cost 4 bytes a posting that tf and the lengths already say. The
+previous index's postings are the only analysis cache: the state folder keeps none, since it
+would repeat what the index holds. A pack without a usable previous index analyses every chunk
+and builds the postings with NumPy (one gather, one stable sort by term); `Store` also reads
+and writes an on-disk .npz form, which only benchmarks use now.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from kernel import index_format
+from kernel.text_analysis import term_ids
+from pipeline.pack.splice import rows_of, runs, splice
+from pipeline.pack.versions import (  # noqa: F401 - declared there, used here and by name
+    FIELDS,
+    LENGTHS_TABLE,
+    PARAMS,
+    TF_TABLE,
+    Bm25fParams,
+    lexical_meta,
+)
+
+if TYPE_CHECKING:
+    from pipeline.plan import Plan
+
+
+@dataclass
+class Analysed:
+    """One chunk's distinct terms with per-field counts and its field lengths."""
+
+    terms: np.ndarray  # uint64, sorted, distinct
+    counts: np.ndarray  # (len(terms), 3) float32: tf in title, headings, body
+    lengths: np.ndarray  # (3,) float32: words in title, headings, body
+
+
+def analyse(title: str, headings: list[str], text: str) -> Analysed:
+    parts = [term_ids(title), term_ids(" ".join(headings)), term_ids(text)]
+    every = np.concatenate(parts)
+    field = np.repeat(np.arange(3), [len(p) for p in parts])
+    terms, inverse = np.unique(every, return_inverse=True)
+    counts = np.zeros((len(terms), 3), dtype=np.float32)
+    np.add.at(counts, (inverse, field), 1.0)
+    return Analysed(terms, counts, np.array([len(p) for p in parts], dtype=np.float32))
+
+
+def store_of(keys: np.ndarray, chunks: list[tuple[str, list[str], str]]) -> Store:
+    """`Store.of(keys, [analyse(title, headings, text) ...])` for many chunks at once: the
+    same arrays, built with a few NumPy calls over every chunk's terms (a `unique` and an
+    `add.at` per chunk cost more than analysing its words). A title shared by consecutive
+    chunks (a file's) is analysed once."""
+    parts: list[np.ndarray] = []
+    last_title: str | None = None
+    title_ids = _U64
+    for title, headings, text in chunks:
+        if title != last_title:
+            last_title, title_ids = title, term_ids(title)
+        parts += [title_ids, term_ids(" ".join(headings)), term_ids(text)]
+    return _store_of_parts(np.asarray(keys, dtype=np.uint64), parts)
+
+
+def _store_of_parts(keys: np.ndarray, parts: list[np.ndarray]) -> Store:
+    """The Store of chunks whose term hashes per field are parts[3 i : 3 i + 3]."""
+    n = len(parts) // 3
+    if not n:
+        return Store.of(_U64, [])
+    sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts)).reshape(n, 3)
+    every = np.concatenate(parts).astype(np.uint64, copy=False)
+    field = np.repeat(np.tile(np.arange(3, dtype=np.int64), n), sizes.ravel())
+    chunk = np.repeat(np.arange(n, dtype=np.int64), sizes.sum(axis=1))
+    order = np.lexsort((every, chunk))  # by chunk, then term
+    every, chunk, field = every[order], chunk[order], field[order]
+    first = np.ones(len(every), dtype=bool)
+    first[1:] = (every[1:] != every[:-1]) | (chunk[1:] != chunk[:-1])
+    group = np.cumsum(first) - 1
+    groups = int(group[-1]) + 1 if len(group) else 0
+    counts = np.bincount(group * 3 + field, minlength=groups * 3).reshape(groups, 3)
+    per_chunk = np.bincount(chunk[first], minlength=n)
+    return Store(
+        keys=keys,
+        starts=np.r_[0, np.cumsum(per_chunk)].astype(np.int64),
+        lengths=sizes.astype(np.float32),
+        terms=every[first],
+        counts=counts.astype(np.float32),
+    )
+
+
+def chunk_fields(title: str, heading_path: list[str]) -> list[str]:
+    """The heading field: the path minus headings that repeat the title."""
+    return [h for h in heading_path if h.strip() != title.strip()]
+
+
+@dataclass
+class Store:
+    """Analysed chunks, chunk-major and flat: chunk i's terms are terms[starts[i]:starts[i+1]].
+    This is also the form of the on-disk cache (one .npz in the state folder), so a pack reads
+    the analyses of 40k unchanged chunks with one file read and a vectorised gather."""
+
+    keys: np.ndarray  # uint64 per chunk: hash of (title, heading, chunk sha)
+    starts: np.ndarray  # int64, chunks + 1
+    lengths: np.ndarray  # (chunks, 3) float32
+    terms: np.ndarray  # uint64 per (chunk, term)
+    counts: np.ndarray  # (postings, 3) float32
+
+    @classmethod
+    def of(cls, keys: np.ndarray, analysed: list[Analysed]) -> Store:
+        sizes = np.fromiter((len(a.terms) for a in analysed), dtype=np.int64, count=len(analysed))
+        return cls(
+            keys=np.asarray(keys, dtype=np.uint64),
+            starts=np.r_[0, np.cumsum(sizes)].astype(np.int64),
+            lengths=np.stack([a.lengths for a in analysed]).astype(np.float32)
+            if analysed
+            else np.zeros((0, 3), np.float32),
+            terms=np.concatenate([a.terms for a in analysed]) if analysed else _U64,
+            counts=np.concatenate([a.counts for a in analysed]) if analysed else _COUNTS,
+        )
+
+    def take(self, rows: np.ndarray) -> Store:
+        """The chunks at `rows` (any order, repeats allowed), without a Python loop."""
+        rows = np.asarray(rows, dtype=np.int64)
+        begin, end = self.starts[rows], self.starts[rows + 1]
+        sizes = end - begin
+        out_starts = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+        gather = np.repeat(begin - out_starts[:-1], sizes) + np.arange(out_starts[-1])
+        return Store(
+            self.keys[rows], out_starts, self.lengths[rows], self.terms[gather], self.counts[gather]
+        )
+
+    @staticmethod
+    def concat(a: Store, b: Store) -> Store:
+        return Store.join([a, b])
+
+    @staticmethod
+    def join(parts: list[Store]) -> Store:
+        """The stores one after the other, with one copy of each array."""
+        if not parts:
+            return Store.of(_U64, [])
+        sizes = np.array([len(p.terms) for p in parts], dtype=np.int64)
+        shift = np.r_[0, np.cumsum(sizes)[:-1]]
+        return Store(
+            np.concatenate([p.keys for p in parts]).astype(np.uint64, copy=False),
+            np.concatenate(
+                [p.starts[:-1] + s for p, s in zip(parts, shift, strict=True)]
+                + [np.array([sizes.sum()], np.int64)]
+            ).astype(np.int64),
+            np.concatenate([p.lengths for p in parts]).astype(np.float32, copy=False),
+            np.concatenate([p.terms for p in parts]).astype(np.uint64, copy=False),
+            np.concatenate([p.counts for p in parts]).astype(np.float32, copy=False),
+        )
+
+    def rows_for(self, keys: np.ndarray) -> np.ndarray:
+        """The row holding each of `keys`, or -1 where this store has none."""
+        rows = np.full(len(keys), -1, dtype=np.int64)
+        if not len(self.keys) or not len(keys):
+            return rows
+        sorter = np.argsort(self.keys, kind="stable")
+        at = np.minimum(np.searchsorted(self.keys, keys, sorter=sorter), len(sorter) - 1)
+        hit = self.keys[sorter[at]] == keys
+        rows[hit] = sorter[at[hit]]
+        return rows
+
+
+_U64 = np.zeros(0, np.uint64)
+_COUNTS = np.zeros((0, 3), np.float32)
+_STORE_FIELDS = ("keys", "starts", "lengths", "terms", "counts")
+
+
+def _crc(texts: list[str]) -> np.ndarray:
+    return np.fromiter(
+        (zlib.crc32(t.encode()) if t else 0 for t in texts), dtype=np.uint64, count=len(texts)
+    )
+
+
+def chunk_keys(file_titles: list[str], file_ids: np.ndarray, headings: list[str], shas: list[str]):
+    """One uint64 per chunk naming what its analysis depends on: the chunk's SHA-256 (its text
+    and parent headings), its own heading and its file's title. Mixed from 64 bits of the
+    SHA-256 and CRC-32s of the strings with NumPy (~40 ms for 40k chunks, a third of a
+    per-chunk BLAKE2b); two chunks collide only if their texts' SHA-256 prefixes already match
+    and the CRCs do too."""
+    sha = np.fromiter((int(s[:16], 16) for s in shas), dtype=np.uint64, count=len(shas))
+    title = _crc(file_titles)[file_ids] * np.uint64(0x9E3779B97F4A7C15)
+    heading = _crc(headings) * np.uint64(0xC2B2AE3D27D4EB4F)
+    return sha ^ title ^ heading
+
+
+def analyse_chunks(
+    title: str | None, chunks: list[tuple[str, list[str], str, str]]
+) -> tuple[np.ndarray, list[Analysed]]:
+    """The keys (`chunk_keys`) and analyses of one file's chunks, each given as (heading,
+    heading path, text, sha256)."""
+    title = title or ""
+    keys = file_chunk_keys(title, chunks)
+    return keys, [analyse(title, chunk_fields(title, c[1] or []), c[2]) for c in chunks]
+
+
+def file_chunk_keys(title: str, chunks: list[tuple[str, list[str], str, str]]) -> np.ndarray:
+    """`chunk_keys` of one file's chunks, each given as (heading, heading path, text, sha256)."""
+    return chunk_keys(
+        [title],
+        np.zeros(len(chunks), dtype=np.int64),
+        [c[0] for c in chunks],
+        [c[3] for c in chunks],
+    )
+
+
+def analysed_store(files: pa.Table, chunks: pa.Table, analysed: Store | None = None) -> Store:
+    """Every chunk analysed, in chunk order. Analyses come from `analysed` (made by the
+    ingest workers in this run); only chunks it lacks are analysed here (the state folder
+    keeps no analysis cache: the index's postings are that cache)."""
+    all_titles = [t or "" for t in files.column("title").to_pylist()]
+    file_ids = chunks.column("file_id").to_numpy()
+    keys = chunk_keys(
+        all_titles,
+        file_ids,
+        chunks.column("heading").to_pylist(),
+        chunks.column("sha256").to_pylist(),
+    )
+    old = analysed if analysed is not None and len(analysed.keys) else None
+    rows = old.rows_for(keys) if old is not None else np.full(len(keys), -1, dtype=np.int64)
+    missing = np.flatnonzero(rows < 0)
+    if len(missing):
+        take = pa.array(missing)
+        paths = chunks.column("heading_path").take(take).to_pylist()
+        texts = chunks.column("text").take(take).to_pylist()
+        titles = [all_titles[i] for i in file_ids[missing].tolist()]
+        fresh = Store.of(
+            keys[missing],
+            [
+                analyse(title, chunk_fields(title, path or []), text)
+                for title, path, text in zip(titles, paths, texts, strict=True)
+            ],
+        )
+        base = old if old is not None else Store.of(_U64, [])
+        rows[missing] = len(base.keys) + np.arange(len(missing))
+        old = Store.concat(base, fresh)
+    if old is None:  # nothing given and nothing to analyse: no chunks at all
+        return Store.of(_U64, [])
+    return old.take(rows)
+
+
+@dataclass
+class Postings:
+    """The postings as the index stores them. No BM25F weights: the reader computes them from
+    tf, the lengths and df (they would add 4 bytes a posting to the index, and change on
+    every edit anyway)."""
+
+    terms: np.ndarray  # uint64, sorted distinct
+    df: np.ndarray  # int32
+    offsets: np.ndarray  # int32, len(terms) + 1
+    chunk_ids: np.ndarray  # int32, grouped by term, ascending inside a term
+    tf: np.ndarray  # float32, field-weighted term frequency of each posting (same order)
+    lengths: np.ndarray  # float32 per chunk: field-weighted length
+    # Forward view, chunk-major: the positions of each chunk's postings (`transpose`).
+    forward: pa.ListArray
+
+
+def weighted(values: np.ndarray, params: Bm25fParams = PARAMS) -> np.ndarray:
+    """Field-weighted sums of (n, 3) per-field values, elementwise: the same bits whatever the
+    size of the array (a matrix product may round differently on large and small inputs, and
+    a full and an incremental pack must agree to the bit)."""
+    if not len(values):
+        return np.zeros(0, dtype=np.float32)
+    fw = params.weights()
+    return values[:, 0] * fw[0] + values[:, 1] * fw[1] + values[:, 2] * fw[2]
+
+
+def transpose(chunk_ids: np.ndarray, n: int) -> pa.ListArray:
+    """The forward view of term-major postings: for each of the `n` chunks, the positions of
+    its postings, ascending (a stable order by chunk id). Linear time: NumPy's stable sort of
+    16-bit keys is a radix sort, so the ids are ordered by their low, then their high 16 bits
+    (~55 ms of CPU for tldr's 1.3M postings on a loaded 2-core machine, about 2% of a
+    one-file edit's ingest)."""
+    if n <= 1 << 16:
+        order = np.argsort(chunk_ids.astype(np.uint16), kind="stable")
+    else:
+        order = np.argsort((chunk_ids & 0xFFFF).astype(np.uint16), kind="stable")
+        order = order[np.argsort((chunk_ids[order] >> 16).astype(np.uint16), kind="stable")]
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(chunk_ids, minlength=n), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(order.astype(np.int32)))
+
+
+def _empty_postings(n: int) -> Postings:
+    empty = np.zeros(0, dtype=np.int32)
+    none = empty.astype(np.float32)
+    lengths = np.zeros(n, np.float32)
+    return Postings(_U64, empty, np.zeros(1, np.int32), empty, none, lengths, transpose(empty, n))
+
+
+def build_postings(store: Store, params: Bm25fParams = PARAMS) -> Postings:
+    """Every (term, chunk) posting with its field-weighted tf, grouped by term."""
+    n = len(store.keys)
+    if n == 0 or len(store.terms) == 0:
+        return _empty_postings(n)
+    chunk_of = np.repeat(np.arange(n, dtype=np.int32), np.diff(store.starts))
+    lengths = weighted(store.lengths, params)
+    tf = weighted(store.counts, params)
+    order = np.argsort(store.terms, kind="stable")  # stable: chunk ids ascend inside a term
+    terms = store.terms[order]
+    starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
+    df = np.diff(np.r_[starts, len(terms)]).astype(np.int32)
+    chunk_ids = chunk_of[order]
+    return Postings(
+        terms=terms[starts],
+        df=df,
+        offsets=np.r_[starts, len(terms)].astype(np.int32),
+        chunk_ids=chunk_ids,
+        tf=tf[order],
+        lengths=lengths,
+        forward=transpose(chunk_ids, n),
+    )
+
+
+# -- incremental update -----------------------------------------------------------------
+#
+# An edit changes idf and the average length, so every weight changes, but the postings
+# themselves barely move. The index keeps each posting's field-weighted tf (`lexical_tf`,
+# term-major like `lexical`) and each chunk's field-weighted length (`lexical_lengths`), from
+# which readers compute the weights. An incremental pack drops the postings of chunks that
+# left, renumbers the rest (a monotone map: kept chunks keep their order) and merges in the
+# postings of the fresh chunks (analysed now: they are few) at their places: linear passes
+# instead of a sort of every posting (0.5 s at 3.4M). The forward view is the transpose of
+# the result (`transpose`, linear too): every position after an inserted posting moves.
+
+# Up to this many fresh postings of known terms are placed by a search each; more, by one
+# search over keys of every old posting.
+SEARCH_EACH_MAX = 2000
+
+
+def _analyse_rows(
+    files: pa.Table, chunks: pa.Table, rows: np.ndarray, made: Store | None = None
+) -> Store:
+    """Analyses of the chunks at `rows` (the fresh ones), in that order: taken from `made`
+    (the ingest workers' analyses of this run) where it has them, else made here."""
+    if not len(rows):
+        return Store.of(_U64, [])
+    picked = rows_of(chunks.select(["file_id", "heading", "heading_path", "text", "sha256"]), rows)
+    file_ids = picked.column("file_id").to_numpy()
+    titles = files.column("title").to_pylist() if len(rows) > 1000 else None
+    if titles is None:
+        titles = [files.column("title")[int(i)].as_py() for i in file_ids]
+    else:
+        titles = [titles[i] for i in file_ids.tolist()]
+    titles = [t or "" for t in titles]
+    found = np.full(len(rows), -1, dtype=np.int64)
+    if made is not None and len(made.keys):
+        keys = chunk_keys(
+            titles,
+            np.arange(len(rows)),
+            picked.column("heading").to_pylist(),
+            picked.column("sha256").to_pylist(),
+        )
+        found = made.rows_for(keys)
+    missing = np.flatnonzero(found < 0)
+    if not len(missing):
+        return made.take(found)  # type: ignore[union-attr]
+    take = pa.array(missing)
+    paths = picked.column("heading_path").take(take).to_pylist()
+    texts = picked.column("text").take(take).to_pylist()
+    analysed = [
+        analyse(title, chunk_fields(title, path or []), text)
+        for title, path, text in zip([titles[i] for i in missing], paths, texts, strict=True)
+    ]
+    fresh = Store.of(np.zeros(len(missing), np.uint64), analysed)
+    if len(missing) == len(rows):
+        return fresh
+    base = made if made is not None else Store.of(_U64, [])
+    found[missing] = len(base.keys) + np.arange(len(missing))
+    return Store.concat(base, fresh).take(found)
+
+
+def _previous_lexical(previous) -> dict | None:
+    if previous is None or previous.meta.get("lexical") != lexical_meta():
+        return None
+    tables = {name: previous.tables.get(name) for name in ("lexical", TF_TABLE, LENGTHS_TABLE)}
+    if any(t is None for t in tables.values()):
+        return None
+    # The forward view too when present: it is updated rather than transposed again.
+    forward = previous.tables.get("lexical_forward")
+    if forward is not None and forward.num_rows == previous.tables["chunks"].num_rows:
+        tables["lexical_forward"] = forward
+    return tables
+
+
+def update_postings(
+    old: dict,
+    files: pa.Table,
+    chunks: pa.Table,
+    source: np.ndarray,
+    params=PARAMS,
+    analysed: Store | None = None,
+) -> Postings:
+    """The postings of the new chunks from the previous index's and the fresh chunks'."""
+    n = len(source)
+    old_lengths = index_format.column_array(old[LENGTHS_TABLE], "length").to_numpy()
+    kept = np.flatnonzero(source >= 0)
+    fresh_rows = np.flatnonzero(source < 0)
+    new_of_old = np.full(len(old_lengths), -1, dtype=np.int32)
+    new_of_old[source[kept]] = kept
+    # Old postings, term-major, renumbered, without the chunks that left.
+    old_terms = old["lexical"].column("term").to_numpy()
+    old_offsets, old_chunks = index_format.list_parts(old["lexical"], "chunk_ids")
+    tf = index_format.column_array(old[TF_TABLE], "tf").to_numpy()
+    old_df = np.diff(old_offsets)
+    chunk_ids = new_of_old[old_chunks]
+    alive = np.ones(len(chunk_ids), dtype=bool)
+    if len(kept) < len(old_lengths):
+        alive = chunk_ids >= 0
+        # Each departed posting's term by a search in the offsets: an edit drops a few dozen
+        # postings, where a term per posting (3.4M at 100k files) cost a pass over them all.
+        dead = np.flatnonzero(~alive)
+        dead_terms = np.searchsorted(old_offsets, dead, side="right") - 1
+        old_df = old_df - np.bincount(dead_terms, minlength=len(old_terms))
+        chunk_ids, tf = chunk_ids[alive], tf[alive]
+    # Fresh postings (analysed now), sorted by (term, chunk).
+    store = _analyse_rows(files, chunks, fresh_rows, analysed)
+    fresh_chunk = np.repeat(fresh_rows, np.diff(store.starts)).astype(np.int32)
+    fresh_tf = weighted(store.counts, params)
+    lengths = np.zeros(n, dtype=np.float32)
+    lengths[kept] = old_lengths[source[kept]]
+    lengths[fresh_rows] = weighted(store.lengths, params)
+    if n == 0 or (not len(chunk_ids) and not len(store.terms)):
+        return _empty_postings(n)
+    order = np.lexsort((fresh_chunk, store.terms))
+    fresh_terms, fresh_chunk, fresh_tf = store.terms[order], fresh_chunk[order], fresh_tf[order]
+    # Where each fresh posting goes among the old ones: at its term's place (the start of
+    # the next old term when the term is new), then by chunk inside the term.
+    starts = np.r_[0, np.cumsum(old_df)]
+    row = np.searchsorted(old_terms, fresh_terms)
+    known = row < len(old_terms)
+    known[known] = old_terms[row[known]] == fresh_terms[known]
+    at = starts[row]
+    inside = np.flatnonzero(known)
+    if len(inside) <= SEARCH_EACH_MAX:  # an edit: a search in each term's own postings
+        for i in inside.tolist():
+            a, b = starts[row[i]], starts[row[i] + 1]
+            at[i] = a + np.searchsorted(chunk_ids[a:b], fresh_chunk[i])
+    else:  # many: one search over (term, chunk) keys of every old posting
+        width = np.int64(n + 1)
+        keys = np.repeat(np.arange(len(old_terms), dtype=np.int64), old_df) * width + chunk_ids
+        at[inside] = np.searchsorted(keys, row[inside] * width + fresh_chunk[inside])
+    forward = None
+    if "lexical_forward" in old:
+        forward = update_forward(old["lexical_forward"], source, new_of_old, alive, at, fresh_chunk)
+    chunk_ids = np.insert(chunk_ids, at, fresh_chunk)
+    tf = np.insert(tf, at, fresh_tf)
+    # The old terms (sorted, distinct) with the fresh ones they lack put in at their places:
+    # the same array as `union1d`, without hashing every term again (~55 ms at 100k files).
+    new_terms = np.unique(fresh_terms[~known]).astype(old_terms.dtype, copy=False)
+    every = np.insert(old_terms, np.searchsorted(old_terms, new_terms), new_terms)
+    df_all = np.zeros(len(every), dtype=np.int64)
+    df_all[np.searchsorted(every, old_terms)] += old_df
+    np.add.at(df_all, np.searchsorted(every, fresh_terms), 1)
+    present = df_all > 0
+    df = df_all[present].astype(np.int32)
+    return Postings(
+        terms=every[present],
+        df=df,
+        offsets=np.r_[0, np.cumsum(df)].astype(np.int32),
+        chunk_ids=chunk_ids,
+        tf=tf,
+        lengths=lengths,
+        forward=forward if forward is not None else transpose(chunk_ids, n),
+    )
+
+
+def update_forward(
+    old_forward: pa.Table,
+    source: np.ndarray,
+    new_of_old: np.ndarray,
+    posting_alive: np.ndarray,
+    at: np.ndarray,
+    fresh_chunk: np.ndarray,
+) -> pa.ListArray | None:
+    """The forward view of the updated postings from the previous one, equal to `transpose`
+    of them without sorting every posting again (an edit at 300k chunks and 3.4M postings:
+    a few linear passes instead of two radix sorts).
+
+    The postings update keeps the old postings of kept chunks in their order and inserts
+    the fresh ones before positions `at` (ascending; `np.insert`), so old posting k, the
+    k-th survivor, lands at k + (fresh postings inserted at or before k): a monotone map,
+    which keeps each kept chunk's positions ascending. A fresh chunk's positions are where
+    its postings were inserted. None (the caller transposes) when `at` is not ascending or
+    the kept chunks changed order (never, for rows in path order)."""
+    at = np.asarray(at, dtype=np.int64)
+    kept = source >= 0
+    if (len(at) > 1 and np.any(np.diff(at) < 0)) or np.any(np.diff(source[kept]) <= 0):
+        return None
+    offsets, positions = index_format.list_parts(old_forward, "postings")
+    old_counts = np.diff(offsets)
+    n = len(source)
+    # New position of every surviving old posting, in order: its rank among the survivors
+    # plus the fresh postings inserted at or before that rank (one pass: a running count).
+    survivors = int(np.count_nonzero(posting_alive))
+    inserted = np.bincount(at, minlength=survivors + 1)[: survivors + 1] if len(at) else None
+    moved = np.arange(survivors, dtype=np.int32)
+    if inserted is not None:
+        moved += np.cumsum(inserted[:survivors], dtype=np.int32)
+    if survivors == len(posting_alive):
+        new_position = moved
+    else:
+        new_position = np.full(len(posting_alive), -1, dtype=np.int32)
+        new_position[posting_alive] = moved
+    counts = np.bincount(fresh_chunk, minlength=n).astype(np.int64)
+    counts[kept] = old_counts[source[kept]]
+    new_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_offsets[1:])
+    if len(kept) and kept.all() and n == len(old_counts) and not len(at):
+        values = new_position[positions]  # nothing came or left: the same view
+    else:
+        mapped = new_position[positions]
+        gone = new_of_old < 0
+        if gone.any():
+            mapped = mapped[~np.repeat(gone, old_counts)]
+        # Fresh postings: the i-th inserted (in `at` order) lands at at[i] + i.
+        fresh_positions = at + np.arange(len(at), dtype=np.int64)
+        fresh_positions = fresh_positions[np.lexsort((fresh_positions, fresh_chunk))]
+        values = np.empty(int(new_offsets[-1]), dtype=np.int32)
+        if len(fresh_positions):
+            entry_fresh = np.repeat(~kept, counts)
+            values[~entry_fresh] = mapped
+            values[entry_fresh] = fresh_positions
+        else:
+            values[:] = mapped
+    return pa.ListArray.from_arrays(
+        pa.array(new_offsets.astype(np.int32)), pa.array(values, pa.int32())
+    )
+
+
+def forward_table(postings: Postings) -> pa.Table:
+    return pa.Table.from_arrays([postings.forward], schema=index_format.LEXICAL_FORWARD_SCHEMA)
+
+
+def postings_table(postings: Postings) -> pa.Table:
+    offsets = pa.array(postings.offsets, pa.int32())
+    return pa.Table.from_arrays(
+        [
+            pa.array(postings.terms, pa.uint64()),
+            pa.array(postings.df, pa.int32()),
+            pa.ListArray.from_arrays(offsets, pa.array(postings.chunk_ids, pa.int32())),
+        ],
+        schema=index_format.LEXICAL_SCHEMA,
+    )
+
+
+@dataclass(frozen=True)
+class LexicalTables:
+    """pack's `lexical` step: the postings tables and what a reader must know of them."""
+
+    tables: dict[str, pa.Table]
+    meta: dict
+
+
+# -- an edit's update, in place of the postings it does not touch ------------------------
+#
+# `update_postings` rebuilds every array (a few passes over every posting: ~0.2 s at 3.4M).
+# An edit of a few files leaves almost every term's postings as they were, so `spliced_tables`
+# writes the new tables as runs of the previous index's rows (slices: the writer copies their
+# bytes file-to-file) with fresh rows only for the terms the edit touched. What cannot be
+# sliced is done in one pass each: the chunk ids when rows moved (a file's chunk count
+# changed), and the forward view's positions (every posting after an insertion moves).
+
+
+# Past this many fresh chunks, `update_postings` (one pass over everything) is the better way.
+FRESH_CHUNKS_MAX = 200
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Every index of the half-open ranges [starts[i], ends[i]), concatenated."""
+    sizes = ends - starts
+    total = int(sizes.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    out_starts = np.r_[0, np.cumsum(sizes)[:-1]]
+    return np.repeat(starts - out_starts, sizes) + np.arange(total, dtype=np.int64)
+
+
+def spliced_tables(
+    old: dict,
+    files: pa.Table,
+    chunks: pa.Table,
+    source: np.ndarray,
+    params: Bm25fParams = PARAMS,
+    analysed: Store | None = None,
+) -> dict[str, pa.Table] | None:
+    """The four lexical tables `update_postings` gives (the same values, `tests/
+    test_incremental_pack.py` compares them), as runs of the previous index's rows plus the
+    rows of the terms this edit touched. None when the previous index has no forward view,
+    or the fresh postings are too many for one search each (then `update_postings`)."""
+    forward_old = old.get("lexical_forward")
+    n = len(source)
+    if forward_old is None or n == 0:
+        return None
+    old_lengths_array = index_format.column_array(old[LENGTHS_TABLE], "length")
+    n_old = len(old_lengths_array)
+    kept = np.flatnonzero(source >= 0)
+    fresh_rows = np.flatnonzero(source < 0)
+    if not len(kept) or len(fresh_rows) > FRESH_CHUNKS_MAX or np.any(np.diff(source[kept]) <= 0):
+        return None  # nothing kept, many fresh chunks, or kept rows out of order
+    store = _analyse_rows(files, chunks, fresh_rows, analysed)
+    if len(store.terms) > SEARCH_EACH_MAX:
+        return None
+    new_of_old = np.full(n_old, -1, dtype=np.int32)
+    new_of_old[source[kept]] = kept
+    moved = bool(np.any(source[kept] != kept))  # chunk ids of kept chunks changed
+    old_terms = old["lexical"].column("term").to_numpy()
+    old_list = index_format.column_array(old["lexical"], "chunk_ids")
+    old_offsets, old_chunks = index_format.list_parts(old["lexical"], "chunk_ids")
+    old_offsets = old_offsets.astype(np.int64)
+    tf_array = index_format.column_array(old[TF_TABLE], "tf")
+    old_tf = tf_array.to_numpy()
+    fwd_offsets, fwd_values = index_format.list_parts(forward_old, "postings")
+    # The postings of the chunks that left, by position, from the forward view.
+    dead_chunks = np.flatnonzero(new_of_old < 0)
+    dead = np.sort(fwd_values[_ranges(fwd_offsets[dead_chunks], fwd_offsets[dead_chunks + 1])])
+    dead = dead.astype(np.int64)
+    dead_terms = np.searchsorted(old_offsets, dead, side="right") - 1
+    # Fresh postings by (term, chunk), each with the position of the previous postings it
+    # goes before: in its term's postings, before the first kept chunk that comes after it
+    # (compared in the previous numbering, which kept chunks keep the order of); a new
+    # term's go where the next term's begin.
+    fresh_chunk = np.repeat(fresh_rows, np.diff(store.starts)).astype(np.int32)
+    fresh_tf = weighted(store.counts, params)
+    order = np.lexsort((fresh_chunk, store.terms))
+    fresh_terms, fresh_chunk, fresh_tf = store.terms[order], fresh_chunk[order], fresh_tf[order]
+    row = np.searchsorted(old_terms, fresh_terms)
+    known = row < len(old_terms)
+    known[known] = old_terms[row[known]] == fresh_terms[known]
+    at = old_offsets[row]
+    next_kept = np.searchsorted(kept, fresh_chunk)
+    bound = np.where(
+        next_kept < len(kept), source[kept[np.minimum(next_kept, len(kept) - 1)]], n_old
+    )
+    for i in np.flatnonzero(known).tolist():
+        a, b = old_offsets[row[i]], old_offsets[row[i] + 1]
+        at[i] = a + np.searchsorted(old_chunks[a:b], bound[i])
+    # The new terms: the previous ones with the fresh ones they lack put in at their places.
+    new_terms = np.unique(fresh_terms[~known]).astype(old_terms.dtype, copy=False)
+    every = np.insert(old_terms, np.searchsorted(old_terms, new_terms), new_terms)
+    # Each previous term's row among `every`: moved down by the new terms before it.
+    place = np.arange(len(old_terms), dtype=np.int64)
+    if len(new_terms):
+        place += np.searchsorted(new_terms, old_terms)
+    df_all = np.zeros(len(every), dtype=np.int64)
+    df_all[place] = np.diff(old_offsets)
+    np.subtract.at(df_all, place[dead_terms], 1)
+    np.add.at(df_all, np.searchsorted(every, fresh_terms), 1)
+    touched = np.zeros(len(every), dtype=bool)
+    touched[place[dead_terms]] = True
+    touched[np.searchsorted(every, fresh_terms)] = True
+    present = df_all > 0
+    # Per row of the new `lexical` table: the previous row it repeats, or -1 (rebuilt).
+    row_source_all = np.full(len(every), -1, dtype=np.int64)
+    row_source_all[place] = np.arange(len(old_terms))
+    row_source = np.where(touched, -1, row_source_all)[present]
+    rebuilt_rows = np.flatnonzero(touched & present)
+    # The rebuilt terms' postings: the previous ones that stay (renumbered when rows moved)
+    # with the fresh ones put in at their places.
+    ids_source = new_of_old[old_chunks] if moved else old_chunks  # one pass, when needed
+    fresh_row = np.searchsorted(every, fresh_terms)  # ascending: fresh postings are by term
+    old_row = row_source_all[rebuilt_rows]
+    mine_from = np.searchsorted(fresh_row, rebuilt_rows)
+    mine_to = np.searchsorted(fresh_row, rebuilt_rows, side="right")
+    a_all = np.where(old_row >= 0, old_offsets[np.maximum(old_row, 0)], 0)
+    b_all = np.where(old_row >= 0, old_offsets[np.maximum(old_row, 0) + 1], 0)
+    gone_from, gone_to = np.searchsorted(dead, a_all), np.searchsorted(dead, b_all)
+    parts_ids, parts_tf, sizes = [], [], []
+    for k in range(len(rebuilt_rows)):
+        ids = fresh_chunk[mine_from[k] : mine_to[k]]
+        tfs = fresh_tf[mine_from[k] : mine_to[k]]
+        if old_row[k] >= 0:
+            a, b = int(a_all[k]), int(b_all[k])
+            gone = dead[gone_from[k] : gone_to[k]] - a
+            stay_ids, stay_tf = ids_source[a:b], old_tf[a:b]
+            if len(gone):
+                stay_ids, stay_tf = np.delete(stay_ids, gone), np.delete(stay_tf, gone)
+            if len(ids):
+                where = np.searchsorted(stay_ids, ids)
+                ids, tfs = np.insert(stay_ids, where, ids), np.insert(stay_tf, where, tfs)
+            else:
+                ids, tfs = stay_ids, stay_tf
+        parts_ids.append(ids.astype(np.int32, copy=False))
+        parts_tf.append(tfs.astype(np.float32, copy=False))
+        sizes.append(len(ids))
+    fresh_offsets = np.zeros(len(sizes) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=fresh_offsets[1:])
+    fresh_ids = np.concatenate(parts_ids) if parts_ids else np.zeros(0, np.int32)
+    fresh_tfs = np.concatenate(parts_tf) if parts_tf else np.zeros(0, np.float32)
+    fresh_list = pa.ListArray.from_arrays(pa.array(fresh_offsets), pa.array(fresh_ids, pa.int32()))
+    kept_list = old_list
+    if moved:  # the kept chunks after a change moved: their ids are the renumbered ones
+        kept_list = pa.ListArray.from_arrays(
+            pa.array(old_offsets.astype(np.int32)), pa.array(ids_source, pa.int32())
+        )
+    chunk_ids = splice(kept_list, fresh_list, row_source)
+    # tf, term-major like the postings: the same runs, at the level of postings.
+    tf_parts_out, taken = [], 0
+    for first, length in runs(row_source):
+        if first >= 0:
+            a, b = int(old_offsets[first]), int(old_offsets[first + length])
+            tf_parts_out.append(tf_array.slice(a, b - a))
+        else:
+            a, b = int(fresh_offsets[taken]), int(fresh_offsets[taken + length])
+            tf_parts_out.append(pa.array(fresh_tfs[a:b], pa.float32()))
+            taken += length
+    # The forward view: every surviving posting moves by the postings inserted at or before
+    # it less those removed before it (one pass); the fresh chunks' postings are where they
+    # were inserted.
+    events = np.concatenate([dead + 1, at])
+    steps = np.concatenate([np.full(len(dead), -1), np.ones(len(at), dtype=np.int64)])
+    by_place = np.argsort(events, kind="stable")
+    events, levels = events[by_place], np.cumsum(steps[by_place])
+    lengths_between = np.diff(np.r_[0, events, len(old_chunks) + 1])
+    levels = np.r_[0, levels]
+    # The narrowest table that holds every step: the lookup below is one random read per
+    # posting, and a smaller table stays in the cache (int8: half the time of int16).
+    reach = int(np.abs(levels).max())
+    wide = np.int8 if reach < 1 << 7 else np.int16 if reach < 1 << 15 else np.int32
+    shift = np.repeat(levels.astype(wide), lengths_between)
+    moved_by = np.take(shift, fwd_values, mode="clip")  # `clip`: no bounds check per read
+    mapped = np.add(fwd_values, moved_by, dtype=np.int32)
+    inserted = at - np.searchsorted(dead, at) + np.arange(len(at))
+    by_chunk = np.lexsort((inserted, fresh_chunk))
+    counts = np.bincount(fresh_chunk, minlength=n)[fresh_rows]
+    fwd_fresh_offsets = np.zeros(len(fresh_rows) + 1, dtype=np.int32)
+    np.cumsum(counts, out=fwd_fresh_offsets[1:])
+    fresh_forward = pa.ListArray.from_arrays(
+        pa.array(fwd_fresh_offsets), pa.array(inserted[by_chunk].astype(np.int32), pa.int32())
+    )
+    old_forward = pa.ListArray.from_arrays(
+        pa.array(fwd_offsets.astype(np.int32, copy=False)),
+        pa.array(mapped.astype(np.int32, copy=False), pa.int32()),
+    )
+    forward = splice(old_forward, fresh_forward, source)
+    lengths = splice(
+        old_lengths_array, pa.array(weighted(store.lengths, params), pa.float32()), source
+    )
+    terms = every[present]
+    df = df_all[present].astype(np.int32)
+    return {
+        "lexical": pa.Table.from_arrays(
+            [pa.array(terms, pa.uint64()), pa.array(df, pa.int32()), chunk_ids],
+            schema=index_format.LEXICAL_SCHEMA,
+        ),
+        "lexical_forward": pa.Table.from_arrays(
+            [forward], schema=index_format.LEXICAL_FORWARD_SCHEMA
+        ),
+        TF_TABLE: pa.table({"tf": pa.chunked_array(tf_parts_out, pa.float32())}),
+        LENGTHS_TABLE: pa.table({"length": lengths}),
+    }
+
+
+def update(plan: Plan, analysed: Store | None = None) -> LexicalTables:
+    """The previous index's postings updated for the plan's fresh and departed chunks, or,
+    without a usable previous index, built from every chunk's analysis; the analyzer and the
+    parameters go to the index meta. `analysed`: the analyses the ingest workers made of
+    this run's new chunks (any chunk missing from it is analysed here)."""
+    files, chunks, source = plan.files, plan.chunks, plan.chunk_source
+    old = _previous_lexical(plan.previous)
+    if old is not None:
+        # The previous index's postings are the analysis cache: only fresh chunks are
+        # analysed, however many they are (the state folder keeps no second copy).
+        spliced = spliced_tables(old, files, chunks, source, analysed=analysed)
+        if spliced is not None:
+            return LexicalTables(spliced, lexical_meta())
+        postings = update_postings(old, files, chunks, source, analysed=analysed)
+    else:
+        postings = build_postings(analysed_store(files, chunks, analysed))
+    tables = {
+        "lexical": postings_table(postings),
+        "lexical_forward": forward_table(postings),
+        TF_TABLE: pa.table({"tf": pa.array(postings.tf, pa.float32())}),
+        LENGTHS_TABLE: pa.table({"length": pa.array(postings.lengths, pa.float32())}),
+    }
+    return LexicalTables(tables, lexical_meta())

@@ -1,0 +1,270 @@
+"""Pack for a sharded index (`MDVDB_SHARDS` > 1): the usual pack run once per shard.
+
+A shard is an ordinary index file over the files whose path hashes to it
+(`kernel.shards.shard_of`), written by the same steps as a one-file index (`pipeline.pack.build`:
+plan, schema, lexical, clusters, near-duplicates, assemble, write) with the previous file of
+that shard as the source of reused rows. A shard whose files (path, SHA-256, mtime), cluster
+ids and schema are what its previous file holds is not written again: an edit rewrites only
+the shards it touches.
+
+What spans shards goes to one small `global` file per generation, rewritten by every pack:
+the near-duplicate groups (a group can join sections of two shards; recomputed over all
+signatures in the one-file chunk order, as the one-file pack does) and the `clusters` table
+(sizes and representatives over every file). Then the manifest is published
+(`kernel.shards.publish_manifest`) and files no longer named are removed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kernel import index_format, shards
+from kernel.config import Config
+from pipeline.cluster import topics as cluster
+from pipeline.pack import schema as schema_pack
+from pipeline.pack.build import PackSources, Written, build_tables, duplicates, plan, previous_rows
+
+
+def _digest(*parts: object) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+def _unchanged(rows, schema, clusters, count: int) -> bool:
+    """The shard's rows would be its previous file's: the same files, reused whole, the
+    same cluster ids, the same typed `fm:` columns (same field types) and the same
+    problems. (Its `schema` table may be behind: readers take the schema from the global
+    file.)"""
+    previous = rows.previous
+    if previous is None or rows.reused_files != count or previous_rows(previous) != count:
+        return False
+    old_files = previous.tables["files"]
+    old_ids = old_files.column("cluster_id").to_numpy()
+    if not np.array_equal(old_ids, clusters.cluster_ids.to_numpy(zero_copy_only=False)):
+        return False
+    types = schema_pack.column_types(schema.result.fields)
+    old_types = schema_pack._previous_types(previous)
+    if {name: old_types.get(name) for name in types} != types:
+        return False
+    if {c for c in old_files.column_names if c.startswith("fm:")} != set(schema.typed_names):
+        return False
+    old_problems = previous.tables.get("schema_problems")
+    return old_problems is not None and old_problems.equals(schema.tables["schema_problems"])
+
+
+def _counted(rows, source: Path | None):
+    """The plan the schema step counts: the shard's own, or, for a shard split from a
+    one-file index, the same rows as if all were fresh, so their frontmatter is counted
+    (the shard's files once) instead of the one file's counts less every other shard's
+    files (N - 1 times the index for N shards). The result is the same: the counts of
+    the shard's files."""
+    if source is None:
+        return rows
+    return replace(
+        rows,
+        previous=None,
+        file_source=np.full(rows.files.num_rows, -1, dtype=np.int64),
+        chunk_source=np.full(rows.chunks.num_rows, -1, dtype=np.int64),
+    )
+
+
+def publish(
+    config: Config, sources: PackSources, meta: Mapping[str, Any], source: Path | None = None
+) -> Written:
+    """Write the shards an edit touched, the global file, and publish the manifest.
+    `source`: a one-file index that is every shard's previous file (`pipeline.pack.split`):
+    each shard is planned from its rows and written, none kept, its IVF lists trained on its
+    own rows as in a first sharded ingest."""
+    from kernel import private
+
+    folder = config.shards_path
+    if not folder.is_dir():
+        private.make_dir(folder)
+    count = config.shards
+    try:
+        old = shards.read_manifest(folder)
+    except shards.ShardsError:
+        old = None
+    if old is not None and (old.shards != count or len(old.entries) != count):
+        old = None  # another shard count: every shard is rebuilt from the caches
+    generation = old.generation + 1 if old is not None else 1
+    parts: list[list] = [[] for _ in range(count)]
+    for entry in sources.entries:
+        parts[shards.shard_of(entry.path, count)].append(entry)
+    entries: list[shards.ShardEntry] = []
+    written_bytes = reused = chunks = 0
+    damaged: list[str] = []
+    lexical_meta: dict[str, Any] = {}
+    overlay_meta: dict[str, Any] = {}
+    planned = []
+    for shard, members in enumerate(parts):
+        own = replace(sources, entries=tuple(members))
+        previous = folder / old.entries[shard].name if old is not None else folder / "-"
+        if source is not None:
+            previous = source
+        rows = plan(previous, own)
+        planned.append((rows, schema_pack.update(_counted(rows, source), own.state)))
+    # One schema over every shard: the fields' types (hence the typed columns a filter
+    # reads) are those of the whole index, not of the shard's files.
+    fields = schema_pack.global_fields([update for _, update in planned], sources.state)
+    types = schema_pack.column_types(fields)
+    problems = []
+    for shard, members in enumerate(parts):
+        own = replace(sources, entries=tuple(members))
+        rows, schema = planned[shard]
+        if schema_pack.column_types(schema.result.fields) != types:
+            schema = schema_pack.update(_counted(rows, source), own.state, fields)
+        problems += schema.result.problems
+        damaged += rows.damaged
+        clusters = cluster.assign(rows, own.state)
+        digest = _digest(sources.build_key, sorted((e.path, e.sha256, e.mtime_ns) for e in members))
+        reused += rows.reused_files
+        chunks += rows.chunks.num_rows
+        overlay_meta = schema.overlay_meta
+        if source is None and old is not None and _unchanged(rows, schema, clusters, len(members)):
+            kept = old.entries[shard]
+            entries.append(replace(kept, digest=digest))
+            lexical_meta = rows.previous.meta.get("lexical") or lexical_meta
+            continue
+        shard_meta = {**meta, "build_key": sources.build_key, "shard": [shard, count]}
+        # A shard as big as an index that gets IVF lists gets its own (MDVDB_IVF_MIN_CHUNKS)
+        tables, full_meta = build_tables(
+            rows,
+            schema,
+            clusters,
+            shard_meta,
+            sources.dimensions,
+            config.ivf_min_chunks,
+            ivf_reuse=source is None,
+        )
+        name = shards.shard_name(shard, generation)
+        written_bytes += index_format.write_index(
+            folder / name, tables, full_meta, source=rows.previous
+        )
+        lexical_meta = full_meta["lexical"]
+        entries.append(
+            shards.ShardEntry(
+                shard, name, generation, digest, rows.files.num_rows, rows.chunks.num_rows
+            )
+        )
+    global_name = shards.global_name(generation)
+    result = schema_pack.SchemaResult(
+        fields=fields,
+        problems=sorted(problems, key=lambda p: p.path),
+        overlay=schema_pack.stored_overlay(sources.state),
+    )
+    schema_tables = {
+        "schema": schema_pack.schema_table(result),
+        "schema_problems": schema_pack.problems_table(result),
+    }
+    previous_global = folder / old.global_file if old is not None else None
+    files = _write_global(
+        folder, global_name, entries, sources, meta, schema_tables, previous_global
+    )
+    manifest = shards.Manifest(
+        count,
+        generation,
+        entries,
+        global_name,
+        {
+            **meta,
+            "build_key": sources.build_key,
+            "lexical": lexical_meta,
+            "schema_overlay": overlay_meta,
+            duplicates.META_KEY: duplicates.meta(),
+            "files": files,
+            "chunks": chunks,
+            "shards": count,
+            "generation": generation,
+            "written_at": time.time(),
+        },
+    )
+    shards.publish_manifest(folder, manifest)
+    # One generation of grace: a reader that read the previous manifest may not have
+    # mapped its files yet.
+    shards.remove_unlisted(folder, manifest.names() | (old.names() if old is not None else set()))
+    return Written(written_bytes, chunks, reused, tuple(damaged))
+
+
+def _write_global(
+    folder,
+    name: str,
+    entries: list[shards.ShardEntry],
+    sources: PackSources,
+    meta,
+    schema_tables: dict[str, pa.Table],
+    previous_global=None,
+) -> int:
+    """The corpus-wide tables, from the shards just published: near-duplicate groups over
+    every signature in the one-file chunk order, the clusters over every file, and the
+    one-file order itself (`shard_files`, `shard_chunks`: the global id of each shard row,
+    shard after shard; `chunk_files`: each chunk's file in that order), so a reader opens
+    the shards without sorting every path or opening a shard's tables.
+    Near-duplicate groups are taken from the previous global file when the signatures in
+    the one-file order are the same (an ingest that re-packs without changing any text)."""
+    opened = [index_format.read_index(folder / e.name, lazy=True) for e in entries]
+    paths = [f.tables["files"].column("path").to_pylist() for f in opened]
+    chunk_files = [f.tables["chunks"].column("file_id").to_numpy() for f in opened]
+    order = shards.global_order(paths, chunk_files)
+    signatures = np.concatenate(
+        [f.tables["near_duplicates"].column("signature").to_numpy() for f in opened]
+        or [np.zeros(0, np.uint64)]
+    )[order.chunk_order]
+    near = _previous_groups(previous_global, signatures)
+    if near is None:
+        near = pa.Table.from_arrays(
+            [pa.array(signatures, pa.uint64()), pa.array(duplicates.groups(signatures))],
+            schema=duplicates.schema(),
+        )
+    chunk_file_ids = np.empty(len(order.chunk_order), dtype=np.int32)
+    for ids, chunk_ids, local in zip(order.file_ids, order.chunk_ids, chunk_files, strict=True):
+        chunk_file_ids[chunk_ids] = ids[np.asarray(local, dtype=np.int64)]
+    concatenated = [
+        np.concatenate(ids or [np.zeros(0, np.int64)]) for ids in (order.file_ids, order.chunk_ids)
+    ]
+    tables: dict[str, pa.Table] = {
+        "near_duplicates": near,
+        **schema_tables,
+        "shard_files": pa.table({"file_id": pa.array(concatenated[0], pa.int64())}),
+        "shard_chunks": pa.table({"chunk_id": pa.array(concatenated[1], pa.int64())}),
+        "chunk_files": pa.table({"file_id": pa.array(chunk_file_ids, pa.int32())}),
+    }
+    files = pa.concat_tables(
+        [f.tables["files"].select(["path", "sha256", "cluster_id"]) for f in opened]
+    ).take(pa.array(order.file_order))
+    if sources.state is not None:
+        table = cluster.clusters_table(files, sources.state)
+        if table is not None:
+            tables["clusters"] = table
+    index_format.write_index(
+        folder / name, tables, {**meta, duplicates.META_KEY: duplicates.meta()}
+    )
+    return files.num_rows
+
+
+def _previous_groups(path, signatures: np.ndarray) -> pa.Table | None:
+    """The previous global file's near-duplicate table when its signatures (same version)
+    are these, in this order: the groups are a function of them."""
+    if path is None:
+        return None
+    try:
+        previous = index_format.read_index(path, lazy=True)
+        if (previous.meta.get(duplicates.META_KEY) or {}) != duplicates.meta():
+            return None
+        table = previous.tables.get("near_duplicates")
+    except index_format.IndexFormatError:
+        return None
+    if table is None or table.num_rows != len(signatures):
+        return None
+    if not np.array_equal(table.column("signature").to_numpy(), signatures):
+        return None
+    return table.combine_chunks()

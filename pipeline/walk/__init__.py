@@ -1,0 +1,3 @@
+"""The walk: the source folders, their ignore rules and what changed."""
+
+__all__: list[str] = []

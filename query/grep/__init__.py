@@ -1,0 +1,3 @@
+"""Exact text search over the source roots (`mdvdb grep`)."""
+
+__all__: list[str] = []

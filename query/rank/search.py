@@ -1,0 +1,633 @@
+"""Search: score chunks, pick the best, shape them as section-level results."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from query.filters import Filter, candidate_mask, count_matches
+from query.rank import govern as governing
+from query.rank.collapse import Diversity
+from query.rank.excerpt import Excerpt
+from query.results import SearchResponse, SearchResult
+from query.score.vector import PageVectors, cosine_scores, dense_scorer, page_vectors_of, top_k
+from query.snapshot import QueryError
+
+if TYPE_CHECKING:
+    from query.snapshot import Reader
+
+NAME_POOL = 100  # the best sections whose pages are checked for a name match
+BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
+
+
+def query_vector(
+    index: Reader,
+    query: str,
+    form: str = "plain",
+    floor: float = 0.0,
+    idf_from: str = "sections",
+    sif_a: float = 0.01,
+    common: float = 0.0,
+) -> np.ndarray:
+    """The query's embedding. `form` (query.score.fusion.FusionParams.query_vector):
+    - "plain": the whole query, as the provider embeds any text;
+    - "idf-raw": for a static model (a vector is the mean of its tokens' vectors: the
+      provider has `token_sums`), the tokens of each analysed query word weighted by that
+      word's idf in this index; stop words and punctuation weigh nothing. The query's
+      "I am interested in articles about" stops steering the dense side, the words that tell
+      sections apart lead it. Any other provider: "plain".
+    - "idf" (normalised word vectors), "content" (stop words dropped) and "-sqrt" forms
+      (weight sqrt(idf)): the variants measured in docs/search-quality.md.
+    - "sif": the token sums weighted a / (a + p(w)) (`sif_a`), p(w) the share of sections
+      holding the word: SIF's smooth inverse frequency, frequent words fade, rare ones
+      weigh 1 (idf keeps rewarding rarity).
+    `common` > 0 then takes that share of the query's projection on the index's common
+    direction out (SIF's common-component removal, query side). Measured, off by default
+    (docs/search-quality.md, "CACM round 5, dense side and priors")."""
+    q = _query_vector(index, query, form, floor, idf_from, sif_a)
+    if common > 0:
+        u = common_direction(index)
+        if u is not None:
+            q = q - np.float32(common * float(q @ u)) * u
+            norm = float(np.linalg.norm(q))
+            q = (q / norm).astype(np.float32) if norm > 0 else q
+    return q
+
+
+def common_direction(index: Reader) -> np.ndarray | None:
+    """Once per snapshot: the first singular vector of the section vectors (not centred),
+    the direction every WordLlama vector shares (SIF's "common component")."""
+    snap = index.snapshot
+    found = snap.cache.get("common_direction", False)
+    if found is False:
+        found = None
+        vectors = snap.vectors
+        if vectors.shape[0]:
+            gram = np.zeros((vectors.shape[1], vectors.shape[1]), dtype=np.float64)
+            for start in range(0, vectors.shape[0], 65536):
+                block = np.asarray(vectors[start : start + 65536], dtype=np.float32)
+                gram += block.T @ block
+            _, eigvecs = np.linalg.eigh(gram)
+            u = eigvecs[:, -1].astype(np.float32)
+            found = u if float(u.sum()) >= 0 else -u
+        snap.cache["common_direction"] = found
+    return found
+
+
+def _query_vector(
+    index: Reader, query: str, form: str, floor: float, idf_from: str, sif_a: float
+) -> np.ndarray:
+    provider = index.provider()
+    token_sums = getattr(provider, "token_sums", None)
+    if form == "plain" or token_sums is None:
+        # A provider with a query path of its own (the local encoder's, which loads no
+        # runtime) embeds the query through it.
+        embed_query = getattr(provider, "embed_query", None)
+        return embed_query(query) if embed_query is not None else provider.embed([query])[0]
+    from kernel import text_analysis
+
+    words = [(w, ids) for w in text_analysis.tokens(query) if len(ids := text_analysis.term_ids(w))]
+    if not words:
+        return provider.embed([query])[0]
+    if form == "content":
+        return provider.embed([" ".join(w for w, _ in words)])[0]
+    from query.score.lexical import lexical_index
+
+    lexical = lexical_index(index)
+    if form.startswith("sif"):
+        share = _df_share(lexical, idf_from)
+        weights = np.array(
+            [float((sif_a / (sif_a + share(ids))).mean()) for _, ids in words], dtype=np.float32
+        )
+    else:
+        idf = lexical.term_page_idf if idf_from == "pages" else lexical.term_idf
+        # every word's terms in one lookup (a sharded index asks its shards once, not per word)
+        every = idf(np.concatenate([ids for _, ids in words]))
+        bounds = np.cumsum([0, *(len(ids) for _, ids in words)])
+        weights = np.array(
+            [float(every[a:b].mean()) for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
+            dtype=np.float32,
+        )
+    if form.endswith("-sqrt"):
+        weights = np.sqrt(weights)
+    if floor > 0 and len(weights):
+        weights = np.maximum(weights, np.float32(floor) * weights.max())
+    if form.startswith(("idf-raw", "sif")):
+        vectors = token_sums([w for w, _ in words])
+    else:
+        vectors = provider.embed([w for w, _ in words])
+    q = (weights[:, None] * vectors).sum(axis=0)
+    norm = float(np.linalg.norm(q))
+    return (q / norm).astype(np.float32) if norm > 0 else provider.embed([query])[0]
+
+
+def _df_share(lexical, idf_from: str):
+    """p(w) of SIF's a / (a + p(w)): the share of sections (or pages) holding the term,
+    read back from its idf (the index keeps document frequencies, not collection counts)."""
+    if idf_from == "pages" and lexical.chunk_files is not None and len(lexical.chunk_files):
+        n = float(int(lexical.chunk_files[-1]) + 1)
+        idf = lexical.term_page_idf
+    else:
+        n = float(lexical.n_chunks)
+        idf = lexical.term_idf
+
+    def share(ids) -> np.ndarray:
+        # idf = log1p((n - df + 0.5) / (df + 0.5))  =>  df = (n + 1) / e^idf - 0.5
+        df = (n + 1.0) / np.exp(idf(ids).astype(np.float64)) - 0.5
+        return np.clip(df / max(n, 1.0), 0.0, 1.0)
+
+    return share
+
+
+def page_vectors(index: Reader) -> PageVectors:
+    """Once per snapshot: the normalised sums of the pages of several sections."""
+    snap = index.snapshot
+    found = snap.cache.get("page_vectors")
+    if found is None:
+        in_shards = getattr(snap, "page_vectors", None)  # each page summed in its shard
+        if in_shards is not None:
+            found = PageVectors(*in_shards())
+        else:
+            found = page_vectors_of(snap.chunk_file_ids, snap.vectors)
+        snap.cache["page_vectors"] = found
+    return found
+
+
+def semantic_scores(index: Reader, query: str) -> np.ndarray:
+    snap = index.snapshot
+    if snap.vectors.shape[0] == 0:
+        return np.zeros(0, dtype=np.float32)
+    return cosine_scores(snap.vectors, query_vector(index, query))
+
+
+def search(
+    index: Reader,
+    query: str,
+    limit: int | None = None,
+    min_score: float | None = None,
+    mode: str | None = None,
+    explain: bool = False,
+    govern: bool | None = None,
+    filters: Sequence[Filter] = (),
+    mask: np.ndarray | None = None,
+    cluster: int | None = None,
+    per_file: int | None = None,
+    collapse: bool = True,
+    diversity: Diversity | None = None,
+) -> SearchResponse:
+    """`filters` (metadata) and `mask` (one boolean per chunk) restrict the candidates
+    before ranking; `total` in the response counts candidates scoring >= min_score.
+    Near-duplicate sections come back once (`collapse`), at most `per_file` sections of a
+    file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
+    one response (query.rank.collapse)."""
+    config = index.config
+    # MDVDB_SEARCH_THREADS, process-wide as the helper threads are (only speed depends on
+    # it, never an answer); a one-shot search that never splits a pass does not import them
+    if (
+        "query.score.second_core" in sys.modules
+        or config.search_threads != type(config).search_threads
+    ):
+        from query.score import second_core
+
+        second_core.set_threads(config.search_threads or None)
+    limit = config.search_default_limit if limit is None else limit
+    min_score = config.search_min_score if min_score is None else min_score
+    mode = config.search_default_mode if mode is None else mode
+    governed = governing.enabled(index, govern)
+    in_cluster = None
+    if cluster is not None:
+        from query.clusters import chunk_mask
+
+        in_cluster = chunk_mask(index, cluster)
+        mask = in_cluster if mask is None else mask & in_cluster
+    allowed = candidate_mask(index, filters, mask)
+    if diversity is None:
+        diversity = Diversity.of(index, per_file, collapse)
+    # what a sharded index's staged search is asked first (`_diverse_top`): a lexical one
+    # answers it with its scores, in one round trip
+    first = (allowed, _first_fetch(limit, governed, diversity), min_score)
+    scores, parts = _memo_scores(index, query, mode, first)
+    matching = parts.get("_candidates")
+    candidates = (
+        allowed if matching is None else matching if allowed is None else allowed & matching
+    )
+    # a sharded index's staged search: its shards answer the best rows under the filter
+    select = parts.get("_select")
+    if select is not None:
+        candidates = allowed
+    order = _diverse_top(
+        scores,
+        candidates,
+        min_score,
+        limit,
+        governed,
+        diversity,
+        per_file,
+        select,
+        parts.get("_above"),
+    )
+    components = (
+        {
+            # the stub part only where it cut (a record), not as a 0 on every hit
+            i: {
+                name: round(float(v[i]), 6)
+                for name, v in parts.items()
+                if name[0] != "_" and (name != "stub" or v[i] != 0)
+            }
+            for i in order
+        }
+        if explain
+        else None
+    )
+    if governed:
+        # Governing re-orders the candidates; collapse and the per-file cap then keep the
+        # governed best of each group (the authoritative copy, not the first in path order).
+        # It reads only each candidate's score and page metadata: the rows shown are
+        # materialised (headings, lines, excerpts) after it, not the 3x more it weighs.
+        weighed = governing.rerank(index, order, scores)
+        kept = set(diversity.select([hit.chunk_id for hit in weighed], limit, per_file))
+        weighed = [hit for hit in weighed if hit.chunk_id in kept]
+        results = build_results(index, [hit.chunk_id for hit in weighed], scores, None, query, mode)
+        for hit, governed_hit in zip(results, weighed, strict=True):
+            hit.score = governed_hit.score
+            if explain:
+                hit.explain = governed_hit.explain(components.get(hit.chunk_id))
+    else:
+        results = build_results(index, order, scores, components, query, mode)
+    diversity.commit([hit.chunk_id for hit in results])
+    scope = diversity.scope
+    if scope is not None and in_cluster is not None:
+        scope = scope & in_cluster
+    diversity.attach_copies(index, results, allowed if scope is None else scope)
+    response = SearchResponse(query, mode, results)
+    if select is not None:
+        response.total = select.total(allowed, min_score)
+    elif matching is not None and min_score <= 0:
+        # every candidate scores > 0 >= min_score (`_candidates` is `scores > 0`): the
+        # count of the mask is `count_matches`, without two more passes over the rows
+        response.total = int(np.count_nonzero(candidates))
+    else:
+        response.total = count_matches(scores, min_score, candidates)
+    return response
+
+
+def _diverse_top(
+    scores: np.ndarray,
+    candidates: np.ndarray | None,
+    min_score: float,
+    limit: int,
+    governed: bool,
+    diversity: Diversity,
+    per_file: int | None,
+    select=None,
+    above=None,
+) -> list[int]:
+    """The best chunk ids that repeat no near-duplicate and respect the per-file cap: rank
+    a few more candidates than wanted, and more again while collapsing leaves too few.
+    `select` (a sharded index's staged search): asked for the best rows under the filter
+    `candidates`, it fills their scores in. `above` (query.score.vector.Above): the rows of
+    `scores` that can rank, as the hybrid scoring left them."""
+    wanted = governing.candidates(limit) if governed else limit
+    fetch = _first_fetch(limit, governed, diversity)
+    while True:
+        if select is not None:
+            ranked = select(candidates, fetch, min_score)
+        else:
+            ranked = top_k(scores, fetch, candidates, above)
+        ranked = [int(i) for i in ranked if scores[i] >= min_score]
+        if governed:  # collapsing waits for the governed order (see `search`)
+            return ranked
+        order = diversity.select(ranked, wanted, per_file)
+        if len(order) >= wanted or len(ranked) < fetch:
+            return order
+        fetch *= 4
+
+
+def _first_fetch(limit: int, governed: bool, diversity: Diversity) -> int:
+    """How many ranked candidates `_diverse_top` asks for first."""
+    return diversity.fetch_size(governing.candidates(limit) if governed else limit)
+
+
+def _memo_scores(
+    index: Reader, query: str, mode: str, first: tuple | None = None
+) -> tuple[np.ndarray, dict]:
+    """mode_scores, remembering the last query of this snapshot: title-first tiers search
+    the same query twice (title documents, then the rest) with different masks. `first`:
+    (filter, depth, floor) of the first selection (`query.rank.shard_search.staged_scores`)."""
+    from query.score import fusion
+
+    snap = index.snapshot
+    key = (mode, query, fusion.current(), index.config.search_first_pass)
+    last = snap.cache.get("last_scores")
+    if last is None or last[0] != key:
+        last = (key, mode_scores(index, query, mode, first))
+        snap.cache["last_scores"] = last
+    return last[1]
+
+
+def mode_scores(
+    index: Reader, query: str, mode: str, first: tuple | None = None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per-chunk scores for a mode, and the named components `--explain` shows. In hybrid
+    mode `lexical + semantic == fused`; `bm25` and `cosine` are the raw inputs. Lexical mode
+    never loads the embedding provider."""
+    from query.score.lexical import lexical_index
+
+    if mode in ("lexical", "hybrid") and getattr(index.snapshot, "manifest", None) is not None:
+        # a sharded index: its shards score in rounds and send their best rows
+        from query.rank.shard_search import staged_scores
+
+        found = staged_scores(index, query, mode, _vector_of(index, query), NAME_POOL, first)
+        if found is not None:
+            return found
+    if mode == "semantic":
+        sem = semantic_scores(index, query)
+        return sem, {"semantic": sem, "fused": sem}
+    if mode == "lexical":
+        lex = lexical_index(index).scores(query)
+        return lex, {"lexical": lex, "fused": lex, "_candidates": lex > 0}
+    if mode == "hybrid":
+        from query.score.fusion import for_query, hybrid
+        from query.score.fusion_params import params_for
+
+        embedding = _embed_meanwhile(index, query, for_query(query, params_for(index)))
+        lexical = lexical_index(index)
+        vectors = index.snapshot.vectors
+        if vectors.shape[0] == 0:
+            empty = np.zeros(0, dtype=np.float32)
+            return empty, {"_candidates": empty > 0}
+        params = params_for(index)  # the defaults, as the index's model calls for
+        # BM25F is scored once, by the view the settings call for (the packed k1 / b, or
+        # a rescored one): not by the packed view first and then again.
+        if params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor:
+            floor = params.section_length_floor
+            key = ("lexical_rescored", params.section_k1, params.section_b, floor)
+            if key not in index.snapshot.cache:
+                index.snapshot.cache[key] = lexical.rescored(
+                    params.section_k1 or 1.2,
+                    params.section_b if params.section_b >= 0 else 0.75,
+                    floor,
+                )
+            lexical = index.snapshot.cache[key]
+        bm25 = lexical.scores(query)
+        bonus = None
+        if params.proximity_weight > 0:
+            from query.score import proximity
+
+            bonus = proximity.scores(
+                lexical,
+                index.snapshot,
+                query,
+                bm25,
+                params.proximity_pool,
+                params.proximity_window,
+                params.proximity_adjacent,
+                params.proximity_specific,
+                params.proximity_key_terms,
+            )
+        first_pass = bm25
+        if bonus is not None and params.proximity_into == "bm25":
+            bm25 = bm25 + np.float32(params.proximity_weight) * bonus
+        page = None
+        if params.page_weight > 0:
+            by_file = lexical.page_scores(query, params.page_k1, params.page_b)
+            if by_file is not None:
+                from query.score import fusion
+
+                files = index.snapshot.chunk_file_ids
+                page = by_file[files] if fusion._REFERENCE else fusion.PerFile(by_file, files)
+        params = for_query(query, params)
+        qvec = embedding.result() if embedding else _vector_of(index, query)(params)
+        pages = page_vectors(index) if params.page_dense_weight > 0 else None
+        dense = dense_scorer(index, pages, params.page_dense_weight)
+        fused, cosine = hybrid(
+            lexical,
+            vectors,
+            qvec,
+            bm25,
+            params,
+            page=page,
+            pages=pages,
+            dense=dense,
+            query=query,
+        )
+        # The rows of the fused scores above the stub selection's cut (query.score.vector.Above):
+        # the name pool and the final ranking select from them again, not from all n rows,
+        # while every later change of the scores is at rows it names.
+        above = None
+        if params.stub_length > 0 and params.stub_weight > 0:
+            from query.score.fusion import with_stub_prior
+
+            page_length = lexical.page_lengths()
+            if page_length is not None and params.stub_kind != "any":
+                from query.rank.stubs import stub_rows
+
+                seen: list = []
+                rows = stub_rows(
+                    index, fused.scores, page_length, params.stub_length, params.stub_kind, seen
+                )
+                length = page_length[index.snapshot.chunk_file_ids[rows]]
+                fused = with_stub_prior(fused, length, params, rows, owned=True)
+                # (the cut rows, changed in place, are among the selection's own rows)
+                above = seen[0] if seen else None
+            elif page_length is not None:
+                chunk_length = page_length[index.snapshot.chunk_file_ids]
+                fused = with_stub_prior(fused, chunk_length, params)
+        if bonus is not None and params.proximity_into == "fused":
+            from query.score.fusion import with_proximity
+
+            fused = with_proximity(fused, bonus, params.proximity_weight)
+            above = None  # every row changed
+        parts = {"lexical": fused.lexical, "semantic": fused.semantic}
+        if fused.page is not None:
+            parts["page"] = fused.page
+        if fused.stub is not None:
+            parts["stub"] = fused.stub
+        if fused.proximity is not None:
+            parts["proximity"] = fused.proximity
+        parts.update(fused=fused.scores, bm25=first_pass, cosine=cosine)
+        if bonus is not None:
+            parts["proximity_bonus"] = bonus
+        if page is not None:
+            parts["page_bm25"] = page
+        scores = fused.scores
+        if params.name_weight > 0:
+            from query.rank.titles import name_files
+
+            chunk_files = index.snapshot.chunk_file_ids
+            from query.score.vector import distinct
+
+            pool = distinct(chunk_files[_name_pool(fused.scores, above)])[0]
+            named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
+            named[pool[name_files(index.snapshot, query, pool)]] = True
+            if named.any():
+                part, scores, raised = _name_part(index.snapshot, named, scores, params.name_weight)
+                parts = {"name": part, **parts, "fused": scores}
+                above = above.rising(raised) if above is not None else None
+        parts = {**parts, "_candidates": scores > 0}
+        if above is not None:
+            parts["_above"] = above
+        return scores, parts
+    raise QueryError(f"unknown search mode {mode!r}: use semantic, lexical or hybrid")
+
+
+def _name_pool(scores: np.ndarray, above=None) -> np.ndarray:
+    """The NAME_POOL best sections (`query.score.fusion.best`; `above`:
+    query.score.vector.Above)."""
+    from query.score.vector import top_rows
+
+    return top_rows(scores, NAME_POOL, positive=True, above=above)
+
+
+def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
+    """(the name part, scores + it, the rows it raised): `weight` on each section of a
+    `named` file. A file's sections are contiguous rows, so they are found by binary search
+    in the file ids, not by a pass over every row (the reference: query.score.fusion._REFERENCE)."""
+    from query.score import fusion
+
+    chunk_files = snap.chunk_file_ids
+    if fusion._REFERENCE or not _files_ascend(snap):
+        part = (np.float32(weight) * named[chunk_files]).astype(np.float32)
+        return part, scores + part, np.flatnonzero(part)
+    files = np.flatnonzero(named)
+    begin = np.searchsorted(chunk_files, files, side="left")
+    end = np.searchsorted(chunk_files, files, side="right")
+    spans = zip(begin.tolist(), end.tolist(), strict=True)
+    rows = np.concatenate([np.arange(a, b) for a, b in spans])
+    part = np.zeros(len(chunk_files), dtype=np.float32)
+    part[rows] = np.float32(weight)
+    scores[rows] += part[rows]  # in place: the caller's fused scores are replaced by these
+    return part, scores, rows
+
+
+def _files_ascend(snap) -> bool:
+    """Whether each chunk's file id is >= the previous one's (once per snapshot)."""
+    found = snap.cache.get("chunk_files_ascend")
+    if found is None:
+        files = snap.chunk_file_ids
+        found = snap.cache["chunk_files_ascend"] = bool(np.all(files[1:] >= files[:-1]))
+    return found
+
+
+def _vector_of(index: Reader, query: str):
+    """The query's embedding under some fusion settings (`query_vector`'s arguments)."""
+
+    def vector(params) -> np.ndarray:
+        return query_vector(
+            index,
+            query,
+            params.query_vector,
+            params.query_idf_floor,
+            params.query_idf_from,
+            params.query_sif_a,
+            params.query_common,
+        )
+
+    return vector
+
+
+def _embed_meanwhile(index: Reader, query: str, params):
+    """The query's embedding started on the second core while BM25 is scored, for a warm
+    process whose query embedder is an encoder (`embed_query`: ~3 ms a query that releases
+    the GIL); None otherwise (a cold search, whose provider is not loaded yet, keeps the
+    plain order; WordLlama's embedding is a fraction of a millisecond)."""
+    provider = index.loaded_provider
+    if (
+        params.query_vector != "plain"
+        or params.query_common > 0
+        or getattr(provider, "embed_query", None) is None
+    ):
+        return None
+    from query.score.second_core import in_background
+
+    return in_background(provider.embed_query, query)
+
+
+def build_results(
+    index: Reader,
+    order: list[int],
+    scores: np.ndarray,
+    components: dict[int, dict[str, float]] | None = None,
+    query: str | None = None,
+    mode: str | None = None,
+    excerpts: bool = True,
+) -> list[SearchResult]:
+    """Materialise only the chosen rows: the rest of the index is never decoded. A few rows
+    go row by row through the columns, not `Table.take`, which imports pyarrow.compute (~30 ms
+    cold); many rows (`--files -n 100` reads 400) are one `take` per table, ~8x faster.
+    Excerpts are the passages that matched `query` (query.rank.excerpt)."""
+    snap = index.snapshot
+    if not order:
+        return []
+    chunks = snap.table("chunks")
+    files = snap.table("files")
+    names = ("file_id", "heading", "heading_path", "text", "start_line", "end_line")
+    if len(order) > BATCH_ROWS:
+        import pyarrow as pa
+
+        rows = chunks.select(list(names)).take(pa.array(order, pa.int64())).to_pydict()
+        file_ids = sorted(set(rows["file_id"]))
+        picked = files.select(["path", "frontmatter", "title", "cluster_id"])
+        picked = picked.take(pa.array(file_ids, pa.int64())).to_pydict()
+        fdata = {fid: {name: picked[name][i] for name in picked} for i, fid in enumerate(file_ids)}
+        cdata = [{name: rows[name][i] for name in names} for i in range(len(order))]
+    else:
+        ccol = {name: chunks.column(name) for name in names}
+        fcol = {name: files.column(name) for name in ("path", "frontmatter", "title", "cluster_id")}
+        cdata = [{name: ccol[name][i].as_py() for name in names} for i in order]
+        fdata = {
+            fid: {name: fcol[name][fid].as_py() for name in fcol}
+            for fid in {c["file_id"] for c in cdata}
+        }
+    if excerpts:
+        sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
+        shown = _excerpts(index, sections, query, mode, order)
+    else:  # a caller that shows no excerpts
+        shown = [Excerpt("", 0, 0)] * len(order)
+    meta: dict[int, dict[str, Any]] = {}
+    results = []
+    for chunk_id, chunk, excerpt in zip(order, cdata, shown, strict=True):
+        file_id = chunk["file_id"]
+        info = fdata[file_id]
+        if file_id not in meta:
+            meta[file_id] = json.loads(info["frontmatter"] or "{}")
+        results.append(
+            SearchResult(
+                path=info["path"],
+                heading=chunk["heading"],
+                heading_path=chunk["heading_path"],
+                start_line=chunk["start_line"],
+                end_line=chunk["end_line"],
+                score=round(float(scores[chunk_id]), 6),
+                excerpt=excerpt.text,
+                metadata=dict(meta[file_id]),
+                title=info["title"],
+                chunk_id=chunk_id,
+                file_id=file_id,
+                cluster_id=info["cluster_id"],
+                explain=components.get(chunk_id) if components else None,
+                excerpt_lines=[excerpt.start_line, excerpt.end_line],
+            )
+        )
+    return results
+
+
+def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None, mode, rows):
+    """The matched passage of each section (`rows`: their chunk ids); by meaning (closest
+    sentence) only with the local static model, whose vectors cost microseconds: an encoder
+    or a remote provider would make every search slower or cost a request. The sentences
+    of a section matched by meaning, and their vectors, are kept per snapshot."""
+    from query.rank.excerpt import excerpts
+
+    config = index.config
+    local = config.embedding_provider == "local" and config.embedding_model.startswith("wordllama")
+    embed = index.provider().embed if query and mode != "lexical" and local else None
+    memo = None
+    if embed is not None:
+        key = ("excerpt_sentences", config.embedding_model, config.embedding_dimensions)
+        memo = index.snapshot.cache.setdefault(key, {})
+    return excerpts(sections, query, embed, keys=list(rows), memo=memo)

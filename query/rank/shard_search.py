@@ -1,0 +1,567 @@
+"""A staged lexical or hybrid search over shards: the router computes the global numbers,
+the shards score their own rows and send back only their best rows.
+
+The one-file search (query.rank.search.mode_scores, query.score.fusion.hybrid) needs, beyond each
+chunk's own values, a few corpus-wide numbers: term and page document frequencies, the
+maxima that normalise BM25F, the expansion and the page-level score, the cosine's top and
+`pool`-th value, the three best BM25F chunks (Rocchio), the ten best of the first fused
+ranking (RM3), the best 128 of the fused one (stub test) and its best 100 (name test). Each
+is a maximum or a merge of the shards' best rows, so a query runs in rounds, each one
+message per shard server carrying a call per shard it serves, every server asked before
+any answer is read (query.shards.wire.exchange_all: a round costs one round trip; the shard
+keeps its arrays between rounds, query.shards.stages):
+
+    (term_df) the terms the reader does not know yet -> their df and page df, summed
+    bm25    terms' idf and norm      -> max, best 3 rows (+ their vectors), page max;
+            lexical mode: also the best `fetch` rows under the caller's first filter
+    dense   query vector, direction  -> best `pool` + 1 rows of the cosines, a fill, and
+            their BM25F (the router scores them in the first fused ranking: a bound)
+    first   max bm25, cosine floor,  -> best 10 rows of the first fused ranking at or
+            the bound                   above the bound, with their postings (the router
+                                        picks the RM3 terms; new ones: a df round)
+    expand  the terms and their idf  -> max of the expansion, and the front of (bm25,
+                                        expansion) pairs no row beats in both: the lexical
+                                        side's maximum, computed by the router
+    fuse    every normaliser, λ      -> best 128 rows (stub test), their page lengths
+    final   stub rows, named pages,  -> best `fetch` rows, their parts, how many pass
+            the filter
+
+A lexical query whose terms the reader knows is one round trip; a hybrid one six. Three
+rounds of the earlier protocol are folded into the ones before them, each exactly:
+- the feedback chunks' postings come with `first`'s rows; the bound keeps that small: a
+  row of the global best 10 is among its shard's best 10 and scores at least the 10th best
+  of any rows the router holds;
+- the lexical side's maximum after feedback, (1 - λ) bm25 / max + λ expansion / max in
+  float32, never decreases in either value, so its maximum over a shard's rows is its
+  maximum over the front, whatever the corpus-wide maxima (`shard_stages.lexical_front`);
+- the name test's pool (the best 100 after the stub prior) is computed by the router from
+  the 128 candidates with the shards' arithmetic when no other row can be in it (the prior
+  only scales candidates down; every other row ranks below the 128th): `_pool_after_stub`
+  says when, and otherwise the `stub` round asks the shards.
+tests/test_shard_rounds.py counts the round trips and runs each skipped round anyway to
+compare. Nothing sent either way holds a number per chunk: the bytes of a query grow with
+`fetch`, the query and the number of shards, not with a shard's size
+(tests/test_shard_fanout.py). Equal scores are merged by (score, global row descending),
+the order `query.score.vector.ranked` gives the one-file index, so the answers are the one-file
+ones bit for bit. A router over shard servers (`MDVDB_SHARD_SERVERS`) searches this way;
+shards in this process's threads, `--mode semantic` and the options this does not cover
+(term proximity, term reweighting, agreement feedback) take the per-chunk path of
+query.shards.reader.
+"""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from kernel import index_format, text_analysis
+from query.score.lexical import bm25_idf
+from query.shards.reader import call_each, shard_depth, split_postings
+from query.shards.stages import encode_mask, first_scores, mixed_lexical
+
+__all__ = ["staged_scores"]
+
+
+# Shards answered by this process's threads take the per-chunk path: nothing crosses a
+# wire, and on 2 cores it was 1.1-1.5x faster than the rounds (20 shards of 6,500 chunks
+# and 4 of 1,100, same run; docs/scale-out.md). bench/scaleout.py sets this to time the
+# rounds shard by shard.
+IN_PROCESS = False
+
+
+class SessionGone(Exception):
+    """A shard dropped the arrays of this query (too many queries at once): start again."""
+
+
+def staged_scores(
+    index, query: str, mode: str, vector, name_pool: int, first: tuple | None = None
+) -> tuple[np.ndarray, dict] | None:
+    """(scores, parts) as `query.rank.search.mode_scores` returns them, with a `_select` part
+    that answers the best rows under a filter (`Selection`); None where the per-chunk path
+    must answer (not a sharded index, an option this does not cover, shards out of the
+    one-file order). `vector(params)`: the query's embedding; `name_pool`: the best rows
+    whose pages the name test reads (query.rank.search); `first`: the (filter, depth, floor)
+    the caller will ask `_select` for first, which a lexical query answers in its one
+    round."""
+    snap = index.snapshot
+    if getattr(snap, "manifest", None) is None or not hasattr(snap, "order"):
+        return None
+    if not snap.servers and not IN_PROCESS:
+        return None  # shards in this process's threads: nothing crosses a wire
+    if not _in_order(snap) or not len(snap.chunk_file_ids):
+        return None
+    if mode == "lexical":
+        return _lexical(index, query, first)
+    if mode == "hybrid":
+        from query.score.fusion_params import params_for
+
+        params = params_for(index)
+        if (
+            params.proximity_weight > 0
+            or params.term_feedback_weight > 0
+            or params.feedback_mode != "fixed"
+            or params.feedback_with_page
+        ):
+            return None
+        return _hybrid(index, query, params, vector, name_pool)
+    return None
+
+
+def _in_order(snap) -> bool:
+    """Every shard's rows in the one-file order (the pack writes them so): a shard's ties,
+    broken by its own rows, are then broken by global rows."""
+    found = snap.cache.get("staged_in_order")
+    if found is None:
+        ids = snap.order.chunk_ids
+        found = all(len(i) < 2 or bool((np.diff(i) > 0).all()) for i in ids)
+        snap.cache["staged_in_order"] = found
+    return found
+
+
+class Staged:
+    """One query's rounds over the shards (a session each shard keys its arrays by)."""
+
+    def __init__(self, snap):
+        self.snap = snap
+        self.parts = snap.parts
+        self.chunk_ids = snap.order.chunk_ids
+        self.session = uuid.uuid4().hex
+
+    def round(self, step: str, args: dict | list[dict]) -> list[dict]:
+        """One step on every shard at once (one round trip to shard servers)."""
+        given = args if isinstance(args, list) else [args] * len(self.parts)
+        try:
+            return call_each(self.parts, "stage", [(self.session, step, a) for a in given])
+        except (ValueError, index_format.IndexFormatError) as exc:
+            if "is gone" in str(exc):
+                raise SessionGone(str(exc)) from None
+            raise
+
+    def merge(
+        self, answers: list[dict], k: int, key: str | None = None, extra: tuple[str, ...] = ()
+    ) -> tuple:
+        """The k best (global rows, values, *extra) of the shards' best rows, by score,
+        then global row descending (`query.score.vector.ranked`); `extra`: values the shards
+        sent along with their rows."""
+        got = [a[key] if key else a for a in answers]
+        got = [(i, g) for i, g in enumerate(got) if g is not None and len(g["rows"])]
+        if not got:
+            empty = np.zeros(0, np.int64)
+            return (empty, np.zeros(0, np.float32), *(empty for _ in extra))
+        rows = np.concatenate([self.chunk_ids[i][np.asarray(g["rows"], np.int64)] for i, g in got])
+        values = np.concatenate([np.asarray(g["values"]) for i, g in got])
+        order = np.lexsort((-rows, -values))[:k]
+        more = [np.concatenate([np.asarray(g[name]) for _, g in got])[order] for name in extra]
+        return (rows[order], values[order], *more)
+
+    def local(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Global rows as each shard's local rows."""
+        shard_of, local_of = self.snap.vectors.where
+        rows = np.asarray(rows, dtype=np.int64)
+        owners = shard_of[rows]
+        return [local_of[rows[owners == i]].astype(np.int32) for i in range(len(self.parts))]
+
+
+class Selection:
+    """The final round, asked for again per filter and depth: `query.rank.search` calls it for
+    the best `fetch` rows under a filter (title tiers and a growing collapse ask again,
+    each one round), and it fills their scores and parts into the one-file arrays."""
+
+    def __init__(self, staged: Staged, final: list[dict], restart):
+        n = len(staged.snap.chunk_file_ids)
+        self.staged = staged
+        self.final = final
+        self.restart = restart  # runs the rounds again (a shard dropped the session)
+        self.scores = np.zeros(n, dtype=np.float32)
+        self.parts: dict[str, Any] = {}
+        self.totals: dict[tuple, int] = {}
+        # (filter, depth, floor, the shards' answers) sent with an earlier round
+        self.ready: tuple | None = None
+
+    def __call__(self, allowed: np.ndarray | None, fetch: int, min_score: float) -> list[int]:
+        staged = self.staged
+        answers, ready = None, self.ready
+        if ready is not None and ready[0] is allowed and ready[1:3] == (fetch, min_score):
+            answers, self.ready = ready[3], None
+        if answers is None:
+            args = [
+                {**given, **select_args(allowed, ids, fetch, min_score)}
+                for given, ids in zip(self.final, staged.chunk_ids, strict=True)
+            ]
+            try:
+                answers = staged.round("final", args)
+            except SessionGone:
+                self.restart()
+                answers = staged.round("final", args)
+        n = len(self.scores)
+        rows = [staged.chunk_ids[i][np.asarray(a["rows"], np.int64)] for i, a in enumerate(answers)]
+        every = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        for name in answers[0]["parts"] if answers else ():
+            if name not in self.parts:
+                self.parts[name] = np.zeros(n, dtype=np.float32)
+            values = np.concatenate([np.asarray(a["parts"][name]) for a in answers])
+            self.parts[name][every] = values
+        fused = self.parts.get("fused")
+        if fused is not None:
+            self.scores[every] = fused[every]
+        self.totals[(id(allowed), float(min_score))] = sum(int(a["count"]) for a in answers)
+        order = np.lexsort((-every, -self.scores[every]))[: int(fetch)]
+        return every[order].tolist()
+
+    def total(self, allowed: np.ndarray | None, min_score: float) -> int:
+        key = (id(allowed), float(min_score))
+        if key not in self.totals:
+            self(allowed, 1, min_score)
+        return self.totals[key]
+
+
+def select_args(allowed: np.ndarray | None, ids: np.ndarray, fetch: int, min_score: float):
+    """What the `final` step of one shard needs of a selection: its slice of the filter."""
+    return {
+        "mask": None if allowed is None else encode_mask(allowed[ids]),
+        "fetch": int(fetch),
+        "min_score": float(min_score),
+    }
+
+
+def _result(selection: Selection) -> tuple[np.ndarray, dict]:
+    parts = selection.parts
+    parts["_select"] = selection
+    return selection.scores, parts
+
+
+def _terms(lexical, query: str, pages: bool = False) -> tuple[dict[str, Any], np.ndarray]:
+    """The query's terms with their global idf, and (`pages`) their page df: both
+    statistics in one round for the terms the reader does not know yet."""
+    hashes = text_analysis.term_ids(query)
+    unique, counts = np.unique(hashes, return_counts=True)
+    unique = unique.astype(np.uint64)
+    df, page_df = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(unique):
+        df, page_df = lexical.term_statistics(unique, pages=pages)
+    terms = {
+        "hashes": unique,
+        "weights": counts.astype(np.float32),
+        "idf": np.asarray(lexical.idf(df) if len(unique) else np.zeros(0), dtype=np.float32),
+        "spec": [float(x) for x in lexical.norm_spec()],
+    }
+    return terms, page_df
+
+
+def _lexical(index, query: str, first: tuple | None):
+    from query.score.lexical import lexical_index
+
+    snap = index.snapshot
+    staged = Staged(snap)
+    terms, _ = _terms(lexical_index(index), query)
+    final = [{"mode": "lexical"} for _ in staged.parts]
+
+    def rounds() -> None:
+        staged.round("bm25", terms)
+
+    if first is None:
+        rounds()
+        return _result(Selection(staged, final, rounds))
+    allowed, fetch, min_score = first
+    args = [select_args(allowed, ids, fetch, min_score) for ids in staged.chunk_ids]
+    answers = staged.round("bm25", [{**terms, "select": a} for a in args])
+    selection = Selection(staged, final, rounds)
+    selection.ready = (allowed, int(fetch), float(min_score), [a["final"] for a in answers])
+    return _result(selection)
+
+
+def _hybrid(index, query: str, params, vector, name_pool: int):
+    from query.rank.stubs import CANDIDATES
+    from query.rank.titles import name_files
+    from query.score.fusion import LEXICAL_EXACT, _nth_best, for_query
+    from query.score.lexical import lexical_index
+    from query.score.vector import dense_scorer
+
+    snap = index.snapshot
+    lexical = lexical_index(index)
+    if params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor:
+        floor = params.section_length_floor
+        key = ("lexical_rescored", params.section_k1, params.section_b, floor)
+        if key not in snap.cache:
+            snap.cache[key] = lexical.rescored(
+                params.section_k1 or 1.2, params.section_b if params.section_b >= 0 else 0.75, floor
+            )
+        lexical = snap.cache[key]
+    terms, page_df = _terms(lexical, query, pages=params.page_weight > 0)
+    chunk_files = snap.chunk_file_ids
+    n_files = int(chunk_files[-1]) + 1
+    page = None
+    if params.page_weight > 0:
+        _, avg = lexical._page_lengths(n_files)
+        page = {
+            "hashes": terms["hashes"],
+            "counts": terms["weights"].astype(np.int64),
+            "idf": np.asarray([bm25_idf(n_files, d) for d in page_df.tolist()], np.float64),
+            "k1": params.page_k1,
+            "b": params.page_b,
+            "avg": avg,
+        }
+    params = for_query(query, params)
+    qvec = vector(params)
+    first_pass = dense_scorer(index).first_pass
+    rho = params.page_dense_weight if params.page_dense_weight > 0 else 0.0
+    staged = Staged(snap)
+    n = len(chunk_files)
+    keep = params.pool + 1
+    w = float(params.dense_weight)
+    final: list[dict] = []
+
+    def rounds() -> None:
+        top = params.dense_feedback_chunks if params.dense_feedback_weight else 0
+        also = LEXICAL_EXACT if first_pass == "ivf" and _has_lists(snap) else 0
+        answers = staged.round("bm25", {**terms, "top": top, "also": also, "page": page})
+        max_bm25 = max(a["max"] for a in answers)
+        max_page = max(a.get("page_max", 0.0) for a in answers)
+        direction = None
+        if top:
+            rows, _ = staged.merge(answers, top, "top")
+            if len(rows):
+                held = {}
+                for i, a in enumerate(answers):
+                    for row, v in zip(
+                        staged.chunk_ids[i][np.asarray(a["top"]["rows"], np.int64)].tolist(),
+                        a["vectors"],
+                        strict=True,
+                    ):
+                        held[row] = v
+                direction = np.stack([held[r] for r in rows.tolist()]).mean(axis=0)
+        local_also: list = [None] * len(staged.parts)
+        if also:
+            local_also = staged.local(staged.merge(answers, also, "also")[0])
+        dense = staged.round(
+            "dense",
+            [
+                {
+                    "query": qvec,
+                    "direction": direction,
+                    "beta": float(params.dense_feedback_weight),
+                    "keep": keep,
+                    "rho": float(rho),
+                    "first_pass": first_pass,
+                    "depth": shard_depth(len(ids), n, keep),
+                    "also": local_also[i],
+                }
+                for i, ids in enumerate(staged.chunk_ids)
+            ],
+        )
+        cos = np.concatenate([np.asarray(a["cosine"]) for a in dense])
+        moved = cos
+        if direction is not None:
+            moved = np.concatenate([np.asarray(a["moved"]) for a in dense])
+        top_c, floor_c = float(cos.max()), _nth_best(cos, params.pool)
+        top_m, floor_m = float(moved.max()), _nth_best(moved, params.pool)
+        mix = None  # the lexical side is BM25F alone
+        max_lex = max_bm25
+        if params.feedback_weight > 0 and params.feedback_terms > 0:
+            k = params.feedback_chunks
+            first = {"max": max_bm25, "top": top_c, "floor": floor_c, "w": w, "k": k}
+            bound = _first_bound(dense, first)
+            answers = staged.round("first", {**first, "bound": bound, "postings": True})
+            chunks, values = staged.merge(answers, k)
+            if len(chunks):
+                postings: dict = {}
+                for i, a in enumerate(answers):
+                    rows = staged.chunk_ids[i][np.asarray(a["rows"], np.int64)]
+                    postings.update(split_postings(rows, a["postings"]))
+                hashes, weights = lexical.feedback_terms(
+                    chunks, values, params.feedback_terms, params.feedback_idf, postings
+                )
+                hashes = np.asarray(hashes, dtype=np.uint64)
+                idf = lexical.idf(lexical.document_frequency(hashes)) if len(hashes) else []
+                answers = staged.round(
+                    "expand",
+                    {
+                        "hashes": hashes,
+                        "weights": np.asarray(weights, dtype=np.float32),
+                        "idf": np.asarray(idf, dtype=np.float32),
+                        "spec": terms["spec"],
+                    },
+                )
+                lam = np.float32(params.feedback_weight * 1.0)
+                mix = {
+                    "lam": float(lam),
+                    "max_bm25": max_bm25,
+                    "max_expansion": max(a["max"] for a in answers),
+                }
+                max_lex = _mixed_max(answers, mix)
+        stub = None
+        if params.stub_length > 0 and params.stub_weight > 0:
+            stub = {
+                "kind": params.stub_kind,
+                "length": float(params.stub_length),
+                "weight": float(params.stub_weight),
+                "candidates": CANDIDATES,
+            }
+        names = name_pool if params.name_weight > 0 else 0
+        answers = staged.round(
+            "fuse",
+            {
+                "max": max_lex,
+                "top": top_m,
+                "floor": floor_m,
+                "w": w,
+                "page_weight": float(params.page_weight) if page is not None else 0.0,
+                "max_page": max_page,
+                "stub": stub,
+                "mix": mix,
+                "names": names,
+            },
+        )
+        pool = None  # the best rows whose pages the name test reads
+        stub_args: list = [None] * len(staged.parts)  # the prior the final round applies
+        if stub is not None and stub["kind"] != "any":
+            rows, values, short, length = staged.merge(
+                answers, CANDIDATES, extra=("short", "length")
+            )
+            cut = np.isin(rows, _stub_records(snap, rows[short.astype(bool)], stub["kind"]))
+            local = staged.local(rows[cut])
+            if names:
+                pool = _pool_after_stub(rows, values, length, cut, stub, names, CANDIDATES)
+            if names and pool is None:  # a row outside the candidates may be in the pool
+                answers = staged.round(
+                    "stub", [{"stub": {**stub, "rows": r}, "names": names} for r in local]
+                )
+                pool, _ = staged.merge(answers, name_pool)
+            else:
+                stub_args = [{**stub, "rows": r} for r in local]
+        elif names:
+            pool, _ = staged.merge(answers, name_pool)
+        named = None
+        if pool is not None:
+            files = np.unique(chunk_files[pool], return_counts=True)[0]
+            found = files[name_files(snap, query, files)]
+            if len(found):
+                named = _local_files(snap, found)
+        final[:] = [
+            {
+                "mode": "hybrid",
+                "named": None if named is None else named[i],
+                "name_weight": float(params.name_weight),
+                "stub": stub_args[i],
+            }
+            for i in range(len(staged.parts))
+        ]
+
+    rounds()
+    return _result(Selection(staged, final, rounds))
+
+
+def _first_bound(dense: list[dict], first: dict) -> float | None:
+    """A value the first fused ranking's k-th best reaches: the k-th best of the rows the
+    dense round answered (their BM25F and cosine came with them), scored as the shards
+    score every row (`shard_stages.first_scores`); None when fewer than k score."""
+    values = [
+        first_scores(
+            np.asarray(a["bm25"]),
+            np.asarray(a["cosine"]),
+            first["w"],
+            first["max"],
+            first["top"],
+            first["floor"],
+        )
+        for a in dense
+    ]
+    every = np.concatenate(values) if values else np.zeros(0, np.float32)
+    every = every[every > 0]
+    k = int(first["k"])
+    if len(every) < k:
+        return None
+    return float(np.partition(every, len(every) - k)[len(every) - k])
+
+
+def _mixed_max(answers: list[dict], mix: dict) -> float:
+    """The maximum of the lexical side after feedback over every shard, from each shard's
+    front of (bm25, expansion) pairs (`shard_stages.lexical_front`)."""
+    best = [
+        float(
+            mixed_lexical(
+                np.asarray(a["front_bm25"], dtype=np.float32),
+                np.asarray(a["front_expansion"], dtype=np.float32),
+                mix["lam"],
+                mix["max_bm25"],
+                mix["max_expansion"],
+            ).max()
+        )
+        for a in answers
+        if len(a["front_bm25"])
+    ]
+    return max(best, default=0.0)
+
+
+def _pool_after_stub(
+    rows: np.ndarray,
+    values: np.ndarray,
+    length: np.ndarray,
+    cut: np.ndarray,
+    stub: dict,
+    names: int,
+    candidates: int,
+) -> np.ndarray | None:
+    """The `names` best rows after the stub prior, from the fused ranking's best
+    `candidates` alone (`rows`, `values`, best first; `cut`: those the prior scales down,
+    `length`: their pages' lengths), with the shards' arithmetic (`with_stub_prior`); None
+    when a row outside the candidates could be among them (then a round asks the shards).
+    Every other row ranks below the last candidate and the prior leaves it alone: the
+    pool is known when its last row still ranks above that, or no other row is positive."""
+    from query.score.fusion import Fused, with_stub_prior
+
+    at = np.flatnonzero(cut)
+    prior = SimpleNamespace(stub_length=stub["length"], stub_weight=stub["weight"])
+    scores = np.array(values, dtype=np.float32)
+    after = with_stub_prior(Fused(scores, scores, scores), length[at], prior, at).scores
+    positive = np.flatnonzero(after > 0)
+    pool = positive[np.lexsort((-rows[positive], -after[positive]))][:names]
+    if len(rows) < candidates or values[-1] <= 0:
+        return rows[pool]  # every row is a candidate, or no other row is positive
+    if len(pool) < names:
+        return None
+    last, last_row = after[pool[-1]], rows[pool[-1]]
+    if last > values[-1] or (last == values[-1] and last_row >= rows[-1]):
+        return rows[pool]
+    return None
+
+
+def _has_lists(snap) -> bool:
+    """Some shard has IVF lists (only those score the lexical side's best rows apart)."""
+    from kernel import ivf
+
+    return any(isinstance(f.meta.get(ivf.META_KEY), dict) for f in snap.files)
+
+
+def _stub_records(snap, rows: np.ndarray, kind: str) -> np.ndarray:
+    """Which of these short pages' sections pass the stub test (`query.rank.stubs.stub_rows`:
+    the text is read here, once per section and snapshot)."""
+    from query.rank.stubs import TESTS
+
+    test = TESTS[kind]
+    known: dict[int, bool] = snap.cache.setdefault(("stub_sections", kind), {})
+    missing = [i for i in rows.tolist() if i not in known]
+    if missing:
+        texts = snap.table("chunks").column("text")
+        for i in missing:
+            known[i] = test(texts[i].as_py() or "")
+    return rows[np.fromiter((known[i] for i in rows.tolist()), dtype=bool, count=len(rows))]
+
+
+def _local_files(snap, files: np.ndarray) -> list[np.ndarray]:
+    """Global file ids as each shard's local ones."""
+    found = snap.cache.get("staged_file_where")
+    if found is None:
+        n = sum(len(ids) for ids in snap.order.file_ids)
+        shard_of = np.empty(n, dtype=np.int32)
+        local_of = np.empty(n, dtype=np.int64)
+        for shard, ids in enumerate(snap.order.file_ids):
+            shard_of[ids] = shard
+            local_of[ids] = np.arange(len(ids))
+        found = snap.cache["staged_file_where"] = (shard_of, local_of)
+    shard_of, local_of = found
+    files = np.asarray(files, dtype=np.int64)
+    return [local_of[files[shard_of[files] == i]].astype(np.int32) for i in range(len(snap.parts))]

@@ -1,0 +1,775 @@
+"""Hybrid fusion: calibrated score fusion of BM25F and the dense cosine, with feedback.
+
+Plain reciprocal-rank fusion throws the score gaps away and loses to BM25 alone on NFCorpus.
+Here each side is normalised onto [0, 1] and mixed with a fixed dense weight `w`:
+
+    lexical part  = (1 - w) * bm25 / max(bm25)
+    semantic part = w * clip((cos - floor) / (max(cos) - floor), 0, 1)
+    fused         = lexical part + semantic part
+
+`floor` is the cosine of the `pool`-th best chunk, so the semantic side is spread over the
+candidates that matter, not over the whole corpus (whose worst cosines would squash every
+plausible candidate into the top of the range).
+
+Then one round of pseudo-relevance feedback on both sides, from the first fused ranking:
+- lexical (RM3): the `feedback_terms` heaviest terms of the top `feedback_chunks` chunks
+  (weighted by p(term | chunk) and the chunk's fused score) are scored as a second query, and
+  mixed in: bm25' = (1 - λ) * bm25 / max + λ * expansion / max;
+- dense (Rocchio): q' = q + β * mean(vectors of the `dense_feedback_chunks` best BM25F chunks).
+The final score fuses bm25' and cos(q') as above. `--explain` shows the two parts, which add up
+to the fused score by construction, and the raw first-pass `bm25` and `cosine`.
+
+All settings were chosen on NFCorpus and confirmed, unchanged, on Cranfield; the numbers are
+in docs/search-quality.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from query.score.vector import DenseScorer, top_rows, union_rows
+
+
+@dataclass(frozen=True)
+class FusionParams:
+    """The hybrid ranking's settings (the defaults are the measured best)."""
+
+    dense_weight: float = 0.3
+    pool: int = 100
+    feedback_chunks: int = 10
+    feedback_terms: int = 10
+    feedback_weight: float = 0.4  # λ
+    dense_feedback_chunks: int = 3
+    dense_feedback_weight: float = 1.0  # β
+    title_tiers: bool = True  # query.rank.tiers: title-matched documents first
+    title_tier_max_words: int = 0  # ... only for queries of at most this many words (0: any)
+    # "fixed": λ as given; "agreement": λ times the share of the lexical top 10 that is also
+    # in the dense top 10 (feedback only as far as both sides agree on the first page)
+    feedback_mode: str = "fixed"
+    feedback_idf: bool = False  # pick feedback terms by RM3 weight * idf
+    page_weight: float = 0.2  # μ: share of the page-level BM25 in each section's score
+    name_weight: float = 0.3  # ν: added to sections of a page whose title/stem the query names
+    page_k1: float = 1.2  # BM25 k1 of the page-level score
+    page_b: float = 0.75  # BM25 b of the page-level score (length normalisation of pages)
+    # settings for long queries: a query of more than `dense_long_words` words (0: off, the
+    # same settings for every query) uses each of these that is >= 0 (-1: unchanged) as its
+    # dense weight, Rocchio β and RM3 λ. A long query already says what it wants; feedback
+    # mostly helps the short ones.
+    dense_long_words: int = 0
+    dense_long_weight: float = -1.0
+    dense_feedback_long_weight: float = -1.0
+    feedback_long_weight: float = -1.0
+    # the query's embedding: "plain" (the whole query), "content" (its analysed words only:
+    # stop words dropped), "idf" (each content word embedded alone, weighted by its idf in
+    # the index: a static model's mean of word vectors, led by the words that discriminate)
+    query_vector: str = "plain"
+    # idf forms only: a word's weight is at least this share of the query's heaviest word
+    # (0: none), so a topic word common in a small one-topic folder still counts
+    query_idf_floor: float = 0.0
+    # idf forms only: where a word's idf comes from: "sections" (chunks) or "pages" (files)
+    query_idf_from: str = "sections"
+    # "sif" forms only: SIF's a in a word's weight a / (a + p(w)), p(w) the share of
+    # sections (or pages, `query_idf_from`) holding it: frequent words fade, rare ones weigh 1
+    query_sif_a: float = 0.01
+    # the share of the query vector's projection on the index's common direction (the
+    # first singular vector of its section vectors) taken out (0: none; 1: SIF's removal)
+    query_common: float = 0.0
+    # RM3 picks its feedback chunks from the first fused ranking with the page-level part in
+    # it (the ranking the user is shown), not from the fusion of the two sides alone
+    feedback_with_page: bool = False
+    # ρ: page-level evidence on the dense side: each section's cosine becomes
+    # (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector) (0: off)
+    page_dense_weight: float = 0.5
+    # section-level BM25F k1 / b; 0 = as packed into the index (recomputed in memory from
+    # the index's tf and lengths when set: how other values are measured without a re-pack)
+    section_k1: float = 1.5
+    section_b: float = -1.0
+    # a floor on a section's length in BM25F's normalisation, as a share of the mean length:
+    # a stub (a title and a byline) is not rewarded for being short below it (0: no floor)
+    section_length_floor: float = 0.0
+    # stub pages: a page whose indexed (field-weighted) length is under `stub_length` scores
+    # x (1 - stub_weight * (1 - length / stub_length)) (0: off), if it is of `stub_kind`
+    # (query.rank.stubs): "any" short page; "bare" (no list item, code, table, quote or link);
+    # "record" (a title and `Label: value` lines only: a catalogue entry, no prose). On by
+    # default for records only: they are half of CACM and almost never its answers, while
+    # "any" buried short real answers such as a tldr page of three examples
+    # (docs/search-quality.md, "CACM round 4" and "CACM round 5, dense side and priors")
+    stub_length: float = 40.0
+    stub_weight: float = 0.4
+    stub_kind: str = "record"
+    # term proximity (query.score.proximity): a BM25TP-style bonus for pairs of query terms at most
+    # `proximity_window` content words apart, found in the `proximity_pool` best BM25F
+    # sections; pairs of words next to each other in the query (sequential dependence) or,
+    # `proximity_adjacent` False, every pair. τ = `proximity_weight` (0: off; measured, not
+    # kept: it lifts CACM and costs Cranfield and Ray, docs/search-quality.md "CACM round 5");
+    # `proximity_into` "bm25": BM25F + τ * bonus before fusion and feedback, as BM25TP adds
+    # it; "fused": (1 - τ) * fused + τ * bonus / max(bonus), its own part in `--explain`
+    proximity_weight: float = 0.0
+    proximity_pool: int = 50
+    proximity_window: int = 1
+    proximity_adjacent: bool = True
+    proximity_into: str = "bm25"
+    proximity_specific: bool = False  # weight a pair by its idf within the pool too
+    proximity_key_terms: int = 0  # pairs only among the query's N highest-idf terms (0: all)
+    # γ: query-term reweighting (query.score.term_weights): each query term's idf becomes its
+    # Robertson/Sparck Jones relevance weight with the first fused ranking's best
+    # `term_feedback_chunks` sections as the relevant set (0: off, plain BM25F; measured, not
+    # kept: a CACM-only gain)
+    term_feedback_weight: float = 0.0
+    term_feedback_chunks: int = 10  # R: the pseudo-relevant sections
+    term_feedback_down: bool = False  # only discount (a term in most of them keeps its idf)
+
+
+PARAMS = FusionParams()
+
+
+def current() -> FusionParams:
+    """The ranking settings in force (read at call time, so a benchmark can swap them)."""
+    return PARAMS
+
+
+@contextlib.contextmanager
+def overridden(**changes) -> Iterator[FusionParams]:
+    """Run a block with some ranking settings changed: how bench/quality.py tries a variant
+    through the same code path as `mdvdb search`."""
+    global PARAMS
+    saved = PARAMS
+    PARAMS = replace(saved, **changes)
+    try:
+        yield PARAMS
+    finally:
+        PARAMS = saved
+
+
+@dataclass
+class Fused:
+    """A fused ranking and its weighted parts (what `--explain` shows)."""
+
+    scores: np.ndarray  # fused, per chunk
+    lexical: np.ndarray  # the lexical part (already weighted)
+    semantic: np.ndarray  # the semantic part (already weighted)
+    page: np.ndarray | None = None  # the page-level part (already weighted), if any
+    stub: np.ndarray | None = None  # the stub-page part (<= 0), if any
+    proximity: np.ndarray | None = None  # the term-proximity part (already weighted), if any
+
+
+def _nth_best(values: np.ndarray, n: int) -> float:
+    if len(values) == 0:
+        return 0.0
+    n = min(n, len(values))
+    return float(np.partition(values, len(values) - n)[len(values) - n])
+
+
+def normalised_lexical(lexical: np.ndarray) -> np.ndarray:
+    top = float(lexical.max()) if len(lexical) else 0.0
+    return lexical / np.float32(top) if top > 0 else np.zeros_like(lexical)
+
+
+def normalised_semantic(
+    semantic: np.ndarray, pool: int, support: np.ndarray | None = None
+) -> np.ndarray:
+    """`support` (query.score.vector.DenseScorer.support): rows holding the best values, every
+    other row at most their lowest; then the top and the floor are read from them alone
+    (the same values, without two passes and a partition of n rows), and only they can
+    score above 0 (every other row is at most the floor: clipped to exactly 0)."""
+    if len(semantic) == 0:
+        return semantic
+    sparse = _sparse_semantic(semantic, pool, support)
+    if sparse is not None:
+        out = np.zeros(len(semantic), dtype=np.float32)
+        out[sparse[0]] = sparse[1]
+        return out
+    semantic = np.asarray(semantic)  # (a query.score.vector.Spread: the whole array)
+    if support is not None and len(support) > pool:
+        values = semantic[support]
+        top, floor = float(values.max()), _nth_best(values, pool)
+    else:
+        top, floor = float(semantic.max()), _nth_best(semantic, pool)
+    return scaled_semantic(semantic, top, floor)
+
+
+def scaled_semantic(semantic: np.ndarray, top: float, floor: float) -> np.ndarray:
+    """The semantic side spread over [floor, top] (`normalised_semantic`, whose top and
+    floor a sharded search gathers from the shards' best rows)."""
+    if top <= floor:
+        return (semantic >= top).astype(np.float32)
+    return np.clip((semantic - floor) / (top - floor), 0.0, 1.0).astype(np.float32)
+
+
+def _sparse_semantic(
+    semantic, pool: int, support: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """`normalised_semantic` as (support, its values there): every other row is 0. None
+    when that cannot be said (no support, the reference path, every best row tied)."""
+    if _REFERENCE or support is None or len(support) <= pool or len(semantic) == 0:
+        return None
+    values = semantic[support]
+    top, floor = float(values.max()), _nth_best(values, pool)
+    if top <= floor:  # every best row ties: any other row may tie with them too
+        return None
+    return support, np.clip((values - floor) / (top - floor), 0.0, 1.0).astype(np.float32)
+
+
+class Scaled:
+    """A fused part as `--explain` reads it: `base` (an n-length array), or `values` at
+    `rows` and 0 elsewhere, times each of `factors` in turn. Each product is the float32 one
+    the whole array would get (the same bits), but only at the rows read: mixing in page
+    evidence rescales every part, which was two more passes over n rows per query.
+    `np.asarray` gives the whole array."""
+
+    __array_ufunc__ = None  # no silent arithmetic: scalars multiply it, callers read rows
+
+    def __init__(self, n: int, base=None, rows=None, values=None, factors: tuple = ()):
+        self.n, self.base, self.rows, self.values = n, base, rows, values
+        self.factors = factors
+        self._where: dict[int, int] | None = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.n,)
+
+    def __mul__(self, factor) -> Scaled:
+        if self.base is None:  # a few values: multiply them now
+            values = np.float32(factor) * self.values
+            return Scaled(self.n, None, self.rows, values, self.factors)
+        return Scaled(self.n, self.base, None, None, (*self.factors, np.float32(factor)))
+
+    __rmul__ = __mul__
+
+    def _apply(self, x):
+        for factor in self.factors:
+            x = factor * x
+        return x
+
+    def __array__(self, dtype=None, copy=None):
+        if self.base is not None:
+            out = self._apply(self.base)
+            out = out.copy() if out is self.base else out
+        else:
+            out = np.zeros(self.n, dtype=np.float32)
+            out[self.rows] = self.values
+            out = self._apply(out)
+        return out if dtype is None else out.astype(dtype)
+
+    def __getitem__(self, row):
+        if self.base is not None:
+            return self._apply(self.base[row])
+        if isinstance(row, int | np.integer):
+            if self._where is None:
+                self._where = {r: i for i, r in enumerate(self.rows.tolist())}
+            at = self._where.get(int(row))
+            return self._apply(self.values[at] if at is not None else np.float32(0))
+        return np.asarray(self)[row]
+
+
+def _part(values) -> Scaled:
+    return values if isinstance(values, Scaled) else Scaled(len(values), base=values)
+
+
+# Set by tests: fusion over n-length arrays throughout (the reference the candidate path
+# must match bit for bit).
+_REFERENCE = False
+
+
+def for_query(query: str, params: FusionParams | None = None) -> FusionParams:
+    """The settings for this query (`dense_long_words`: weights that follow query length)."""
+    params = params or PARAMS
+    if not params.dense_long_words or len(query.split()) <= params.dense_long_words:
+        return params
+    changes = {
+        name: value
+        for name, value in (
+            ("dense_weight", params.dense_long_weight),
+            ("dense_feedback_weight", params.dense_feedback_long_weight),
+            ("feedback_weight", params.feedback_long_weight),
+        )
+        if value >= 0
+    }
+    return replace(params, **changes) if changes else params
+
+
+def fuse(
+    lexical: np.ndarray,
+    semantic: np.ndarray,
+    params: FusionParams | None = None,
+    support: np.ndarray | None = None,
+) -> Fused:
+    params = params or PARAMS
+    w = np.float32(params.dense_weight)
+    if _REFERENCE:
+        lex = (np.float32(1) - w) * normalised_lexical(lexical).astype(np.float32)
+        sem = w * normalised_semantic(semantic, params.pool, support)
+        return Fused(scores=lex + sem, lexical=lex, semantic=sem)
+    # the same operations in place (each array here is a fresh one)
+    lex = normalised_lexical(lexical).astype(np.float32, copy=False)
+    lex = np.multiply(lex, np.float32(1) - w, out=lex if lex is not lexical else None)
+    sparse = _sparse_semantic(semantic, params.pool, support)
+    if sparse is None:
+        sem = normalised_semantic(semantic, params.pool, support)
+        np.multiply(sem, w, out=sem)
+        return Fused(scores=lex + sem, lexical=lex, semantic=sem)
+    # the semantic part is 0 but at the rescored rows: lex + 0 is lex elsewhere
+    rows, values = sparse
+    values = w * values
+    scores = lex.copy()
+    scores[rows] += values
+    return Fused(scores=scores, lexical=lex, semantic=Scaled(len(lex), None, rows, values))
+
+
+def best(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k best positive scores, best first, equal scores as
+    query.score.vector.ranked orders them (query.score.vector.top_rows: without a partition of n
+    rows)."""
+    return top_rows(scores, k, positive=True)
+
+
+def hybrid(
+    lexical_index,
+    vectors: np.ndarray,
+    query_vector: np.ndarray,
+    bm25: np.ndarray,
+    params: FusionParams | None = None,
+    page: np.ndarray | None = None,
+    pages=None,
+    dense: DenseScorer | None = None,
+    query: str | None = None,
+) -> tuple[Fused, np.ndarray]:
+    """The hybrid ranking with feedback; returns it and the first-pass cosines.
+
+    The dense feedback chunks are the BM25F top ones, so the moved query's cosines follow by
+    linearity from one more matrix-vector product: cos(q') ∝ cos(q) + β·(v · c), c the mean
+    of the feedback vectors (the common factor 1/|q + β·c| does not change a min-max
+    normalised score). A second pass over only the first 64 (Matryoshka) dimensions was
+    measured: 0.003 / 0.002 nDCG@10 worse on NFCorpus / Cranfield for ~1.5 ms, not kept.
+    `dense` scores both directions (query.score.vector: exact, or an int8 pass rescored exactly);
+    by default an exact scorer over `vectors`.
+    """
+    params = params or PARAMS
+    dense = dense or DenseScorer(vectors)
+    if isinstance(dense, DenseScorer):  # (a sharded scorer hands back arrays)
+        dense.lazy = not _REFERENCE  # fusion reads the IVF pass's scores at few rows
+    query_vector = query_vector.astype(np.float32, copy=False)
+    # An IVF pass scores only the probed lists: the lexical side's best candidates are
+    # scored exactly too (their dense part then never depends on the probes).
+    also = None
+    if getattr(dense, "lists", None) is not None:
+        also = top_rows(bm25, LEXICAL_EXACT, positive=True)  # best first, ties by row
+    k = params.dense_feedback_chunks
+    dense_top = []
+    if params.dense_feedback_weight and also is not None and k <= LEXICAL_EXACT:
+        # the best k of the best 1,000 (or of every positive row), in the same order, are
+        # `best(bm25, k)`: no second pass over n rows
+        dense_top = also[:k]
+    elif params.dense_feedback_weight:
+        dense_top = best(bm25, k)
+    direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
+    # Page-level evidence (`pages`, query.rank.search.PageVectors: pages of several sections) is
+    # mixed in by the scorer: (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector);
+    # a one-section page's cosine is its section's, so mixing leaves it as it is.
+    rho = params.page_dense_weight if pages is not None else 0.0
+    if rho > 0 and dense.pages is None:
+        from query.score.vector import PageSide
+
+        dense.pages = PageSide.of(pages, vectors)
+    raw, cosine, semantic = dense.mixed(
+        query_vector,
+        direction,
+        params.dense_feedback_weight,
+        keep=params.pool + 1,
+        rho=rho,
+        also=also,
+    )
+    support = getattr(dense, "support", None)  # the rows the scorer rescored exactly
+    feedback = params.feedback_weight > 0 and params.feedback_terms > 0
+    term_feedback = params.term_feedback_weight > 0 and query
+    found = None
+    if (
+        feedback
+        and not term_feedback
+        and not _REFERENCE
+        and support is not None
+        and len(support) > params.pool
+        and not (params.feedback_with_page and page is not None and params.page_weight > 0)
+    ):
+        asked = LEXICAL_EXACT if also is not None else FIRST_LEXICAL
+        top = also if also is not None else best(bm25, asked)
+        complete = len(top) < asked
+        found = _first_best(bm25, cosine, params, support, top, complete, params.feedback_chunks)
+    first = None
+    if found is None and (feedback or term_feedback):
+        first = fuse(bm25, cosine, params, support)
+        if params.feedback_with_page and page is not None and params.page_weight > 0:
+            first = with_page(first, page, params.page_weight, owned=True)
+        first = first.scores
+    if term_feedback:
+        from query.score.term_weights import reweighted
+
+        top = best(first, params.term_feedback_chunks)
+        gamma, down = params.term_feedback_weight, params.term_feedback_down
+        bm25 = reweighted(lexical_index, query, top, gamma, len(bm25), down)
+    lexical = bm25
+    if feedback:
+        if found is None:
+            chunks = best(first, params.feedback_chunks)
+            found = chunks, first[chunks]
+        chunks = found[0]
+        if len(chunks):
+            rows, weights = lexical_index.feedback_terms(
+                chunks, found[1], params.feedback_terms, params.feedback_idf
+            )
+            expansion = _scored(lexical_index, bm25, rows, weights)
+            share = feedback_share(bm25, cosine, params)
+            if params.feedback_mode == "drift":
+                share = overlap(best(expansion, AGREEMENT_DEPTH), chunks[:AGREEMENT_DEPTH])
+            lam = np.float32(params.feedback_weight * share)
+            blended = None
+            if not _REFERENCE and isinstance(page, PerFile) and params.page_weight > 0:
+                # BM25F's maximum is the first of `also` (its best rows, best first; none:
+                # no row scores above 0), unless term feedback rescored it since
+                most = None if also is None or term_feedback else bm25[also[:1]].max(initial=0)
+                blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
+            if blended is not None:
+                return blended, raw
+            if _REFERENCE:
+                lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
+            else:  # the same products, in place (`expansion` is this call's own array)
+                lexical = normalised_lexical(bm25)
+                np.multiply(lexical, 1 - lam, out=lexical)
+                most = float(expansion.max()) if len(expansion) else 0.0
+                if most > 0:
+                    np.divide(expansion, np.float32(most), out=expansion)
+                else:
+                    expansion[:] = 0
+                np.multiply(expansion, lam, out=expansion)
+                np.add(lexical, expansion, out=lexical)
+    fused = fuse(lexical, semantic, params, support)
+    if page is not None and params.page_weight > 0:
+        fused = with_page(fused, page, params.page_weight, owned=True)
+    return fused, raw
+
+
+# Rows per block of `_blended` (a few arrays of it stay in the core's cache).
+BLOCK = 65_536
+# `_blended`'s two passes are split over threads in pieces of at least this many rows: at
+# 131k chunks (two pieces of 65k) the hand-over cost more than the second core saved (a
+# 131k query 7% slower with it; at 1M, split, 6-8% faster; docs/benchmarks.md).
+PARALLEL_FUSION_ROWS = 262_144
+
+
+def _blended(
+    bm25: np.ndarray,
+    expansion: np.ndarray,
+    lam: np.float32,
+    semantic,
+    params: FusionParams,
+    support: np.ndarray | None,
+    page: PerFile,
+    top_bm25: float | None = None,
+) -> Fused | None:
+    """`with_page(fuse(mix of bm25 and expansion, semantic), page)`, block by block: the same
+    float32 operations on each row in the same order (the same bits), but each block of rows
+    goes through all of them while it is in the cache, instead of a dozen passes over n
+    rows through memory. None when the semantic part is not sparse (then the plain path).
+    `expansion` is the caller's own: it ends holding the lexical part."""
+    sparse = _sparse_semantic(semantic, params.pool, support)
+    if sparse is None:
+        return None
+    from query.score.second_core import in_parallel, row_ranges
+
+    n = len(bm25)
+    w = np.float32(params.dense_weight)
+    one_minus_w = np.float32(1) - w
+    keep, part = _mixed_part(page.values, params.page_weight)
+    if top_bm25 is None:  # (the caller's `bm25.max()` when it knows it: one pass fewer)
+        top_bm25 = float(bm25.max()) if n else 0.0
+    top_expansion = float(expansion.max()) if n else 0.0
+    one_minus_lam = 1 - lam
+    lexical = expansion  # (1 - λ) bm25 / max + λ expansion / max, in place
+    # Every row is computed on its own: the blocks run on every core at once
+    # (query.score.second_core), each piece of rows a block at a time.
+    pieces = row_ranges(n, PARALLEL_FUSION_ROWS)
+
+    def mix(piece: tuple[int, int]) -> float:
+        top = 0.0
+        for a in range(piece[0], piece[1], BLOCK):
+            b = min(a + BLOCK, piece[1])
+            block = lexical[a:b]
+            if top_expansion > 0:
+                np.divide(block, np.float32(top_expansion), out=block)
+            else:
+                block[:] = 0
+            np.multiply(block, lam, out=block)
+            if top_bm25 > 0:
+                mixed = bm25[a:b] / np.float32(top_bm25)
+            else:
+                mixed = np.zeros(b - a, np.float32)
+            np.multiply(mixed, one_minus_lam, out=mixed)
+            np.add(mixed, block, out=block)
+            top = max(top, float(block.max()))
+        return top
+
+    top_lexical = max(in_parallel(mix, pieces), default=0.0)
+    rows, values = sparse
+    values = w * values
+    order = np.argsort(rows, kind="stable")
+    rows, values = rows[order], values[order]
+    scores = np.empty(n, dtype=np.float32)
+    at = _page_rows(part, page.files, n)  # the rows whose page part is not 0, or None
+
+    def fused(piece: tuple[int, int]) -> None:
+        starts = list(range(piece[0], piece[1], BLOCK))
+        bounds = np.searchsorted(rows, [*starts, piece[1]]).tolist()
+        if at is not None:
+            page_bounds = np.searchsorted(at[0], [*starts, piece[1]]).tolist()
+        for i, a in enumerate(starts):
+            b = min(a + BLOCK, piece[1])
+            block = lexical[a:b]  # becomes lexical / max ((1 - w) times it: the part)
+            if top_lexical > 0:
+                np.divide(block, np.float32(top_lexical), out=block)
+            else:
+                block[:] = 0
+            out = scores[a:b]
+            np.multiply(block, one_minus_w, out=out)  # the weighted part, where it is summed
+            r, v = rows[bounds[i] : bounds[i + 1]] - a, values[bounds[i] : bounds[i + 1]]
+            out[r] += v  # the semantic part (0 elsewhere: x + 0 is x)
+            np.multiply(out, keep, out=out)
+            if at is None:
+                np.add(out, np.take(part, page.files[a:b]), out=out)
+            else:  # x + 0 is x: only the rows of pages with a part change
+                lo, hi = page_bounds[i], page_bounds[i + 1]
+                out[at[0][lo:hi] - a] += at[1][lo:hi]
+
+    in_parallel(fused, pieces)
+    return Fused(
+        scores=scores,
+        # (1 - w) * x, then keep * that: the products `with_page` makes of the part
+        lexical=keep * (one_minus_w * Scaled(n, base=lexical)),
+        semantic=keep * Scaled(n, None, rows, values),
+        page=PerFile(part, page.files),  # per chunk when read
+    )
+
+
+# `_blended` adds the page part only at the rows of the pages that have one when there are
+# at most 1 / PAGE_FILES_SHARE as many such pages as rows (finding a page's rows is two
+# bisections: over that, one gather of all n rows costs less).
+PAGE_FILES_SHARE = 256
+
+
+def _page_rows(part: np.ndarray, files: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows (ascending) whose per-file `part` is not 0, and that part at each: a file's
+    chunks are contiguous and their file ids ascend (query.score.lexical's page postings read
+    them so), so each such file's rows are one range, found by bisection. None when there
+    are too many such files (then a gather of every row is cheaper)."""
+    if _REFERENCE or part.dtype != np.float32:
+        return None
+    bits = part.view(np.uint32)  # (not 0 as bits: -0.0 too, which adds nothing either)
+    if not len(bits) or bits.max() == 0:  # (a max is quicker than a count)
+        return np.zeros(0, dtype=np.intp), part[:0]
+    if np.count_nonzero(bits) * PAGE_FILES_SHARE > n:
+        return None
+    with_part = np.flatnonzero(bits).astype(files.dtype)  # (in its type: no cast of `files`)
+    lo = np.searchsorted(files, with_part, side="left")
+    sizes = np.searchsorted(files, with_part, side="right") - lo
+    total = int(sizes.sum())
+    firsts = np.cumsum(sizes) - sizes
+    rows = np.repeat(lo - firsts, sizes) + np.arange(total)
+    return rows, np.repeat(part[with_part], sizes)
+
+
+def _scored(lexical_index, like: np.ndarray, rows: np.ndarray, weights: np.ndarray):
+    """The expansion terms' scores in a fresh array (query.score.lexical.LexicalIndex writes the
+    first term instead of adding it to zeros; a sharded view adds as it always did)."""
+    from query.score.lexical import LexicalIndex
+
+    if isinstance(lexical_index, LexicalIndex):
+        return lexical_index.add_terms(np.zeros_like(like), rows, weights, zero=True)
+    return lexical_index.add_terms(np.zeros_like(like), rows, weights)
+
+
+def _first_best(
+    bm25: np.ndarray,
+    cosine: np.ndarray,
+    params: FusionParams,
+    support: np.ndarray,
+    top: np.ndarray,
+    complete: bool,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """`best(fuse(bm25, cosine).scores, k)` and those scores, from candidates alone: the rows
+    the dense scorer rescored (`support`: the only ones whose semantic part is not 0) and the
+    best BM25F rows (`top`, `best(bm25, m)`: best first; `complete` when it holds every
+    positive one). Any other row's fused score is its lexical part alone, at most that of the
+    last of `top` (the same float32 operations on a lower or equal BM25F round no higher);
+    so when the k-th candidate scores strictly above that, no other row can enter. None
+    when that does not hold (the caller then fuses all n rows)."""
+    from query.score.vector import ranked_rows
+
+    held = cosine[support]
+    if float(held.max()) <= _nth_best(held, params.pool):
+        return None  # every best row ties: other rows may score on the dense side too
+    w = np.float32(params.dense_weight)
+    rows = union_rows(support, top)
+    most = float(bm25[top[0]]) if len(top) else 0.0  # = bm25.max(): `top` is best first
+    lex = np.zeros(len(rows), dtype=np.float32)
+    bound = np.float32(0)
+    if most > 0:
+        lex = (np.float32(1) - w) * (bm25[rows] / np.float32(most))
+        lowest = bm25[top[-1:]] / np.float32(most)
+        bound = ((np.float32(1) - w) * lowest)[0]
+    sparse = _sparse_semantic(cosine, params.pool, support)
+    if sparse is not None:  # the normalised part at `support`, 0 at the other rows
+        part = np.zeros(len(rows), dtype=np.float32)
+        part[np.searchsorted(rows, sparse[0])] = sparse[1]
+        sem = w * part
+    else:
+        sem = w * normalised_semantic(cosine, params.pool, support)[rows]
+    scores = lex + sem
+    keep = scores > 0
+    chosen, tied = ranked_rows(rows[keep], scores[keep], k)
+    if tied:
+        return None  # equal scores decide: `best` over all rows picks them as it always has
+    values = scores[np.searchsorted(rows, chosen)]
+    if not complete and not (len(chosen) == k and values[-1] > bound):
+        return None
+    return chosen, values
+
+
+def with_stub_prior(
+    fused: Fused,
+    page_length: np.ndarray,
+    params: FusionParams,
+    rows: np.ndarray | None = None,
+    owned: bool = False,
+) -> Fused:
+    """Scale down the sections of stub pages (a title and a byline, an index page): a page
+    with under `stub_length` indexed words rarely answers. The cut is its own part
+    (`stub`, <= 0), so `--explain` still adds up. `rows`: only those sections (query.rank.stubs),
+    `page_length` then being their pages' lengths; None: every section."""
+    short = np.clip(page_length / np.float32(params.stub_length), 0.0, 1.0)
+    factor = np.float32(1) - np.float32(params.stub_weight) * (np.float32(1) - short)
+    if rows is None:
+        part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
+        scores = fused.scores + part
+    elif _REFERENCE:
+        part = np.zeros_like(fused.scores)
+        part[rows] = fused.scores[rows] * (factor - np.float32(1))
+        scores = fused.scores + part
+    else:  # x + 0 is x: only the cut rows change (in place when handed over)
+        cut = (fused.scores[rows] * (factor - np.float32(1))).astype(fused.scores.dtype)
+        scores = fused.scores if owned else fused.scores.copy()
+        scores[rows] += cut
+        part = Scaled(len(scores), None, rows, cut)  # 0 but at the cut rows
+    return Fused(
+        scores=scores,
+        lexical=fused.lexical,
+        semantic=fused.semantic,
+        page=fused.page,
+        stub=part,
+    )
+
+
+def feedback_share(bm25: np.ndarray, cosine: np.ndarray, params: FusionParams) -> float:
+    """How much of λ a query gets: all of it ("fixed"), or the overlap of the lexical and
+    dense top 10 ("agreement"), a cheap sign that the first page is right."""
+    if params.feedback_mode != "agreement":
+        return 1.0
+    cosine = np.asarray(cosine)
+    k = AGREEMENT_DEPTH
+    lexical_top = best(bm25, k)
+    if not len(lexical_top):
+        return 0.0
+    dense_top = best(cosine - cosine.min() + 1e-6, k)
+    return len(np.intersect1d(lexical_top, dense_top)) / k
+
+
+AGREEMENT_DEPTH = 10
+LEXICAL_EXACT = 1000  # the best BM25F chunks an IVF pass scores exactly (query.score.vector)
+# the best BM25F chunks the first fusion's feedback chunks are looked for among (with the
+# rescored rows) after an int8 pass (an IVF pass: its LEXICAL_EXACT)
+FIRST_LEXICAL = 100
+
+
+def overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of the first AGREEMENT_DEPTH of `b` that `a` also holds."""
+    return len(np.intersect1d(a, b)) / AGREEMENT_DEPTH
+
+
+def _mixed_part(signal: np.ndarray, weight: float) -> tuple[np.float32, np.ndarray]:
+    """(1 - w, w * signal / max(signal)): what a mixed-in signal leaves the fused parts, and
+    its own additive part."""
+    w = np.float32(weight)
+    part = normalised_lexical(signal.astype(np.float32, copy=False))  # a new array
+    return np.float32(1) - w, np.multiply(part, w, out=part)  # (x * w is w * x: in place)
+
+
+@dataclass(frozen=True)
+class PerFile:
+    """One value per chunk held per file (chunk i's is `values[files[i]]`): the page-level
+    BM25 as fusion reads it. Normalising and weighting it per file costs a third of the
+    passes over chunks (the same operations on the same values: the same bits); `--explain`
+    reads single rows; `np.asarray` gives the per-chunk array."""
+
+    values: np.ndarray
+    files: np.ndarray
+
+    def __getitem__(self, rows):
+        return self.values[self.files[rows]]
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.take(self.values, self.files)
+        return out if dtype is None else out.astype(dtype)
+
+
+def with_page(
+    fused: Fused, page: np.ndarray | PerFile, weight: float, owned: bool = False
+) -> Fused:
+    """Mix page-level evidence (one BM25 score per chunk: its page's) into each section's
+    score: (1 - μ) * fused + μ * page / max(page). The parts stay additive for `--explain`."""
+    if isinstance(page, PerFile):
+        # every file's value is some chunk's (a file holds the chunks its postings name),
+        # so the max over files is the max over chunks
+        keep, part = _mixed_part(page.values, weight)
+        part = np.take(part, page.files)  # (`take`: ~6x faster than indexing here)
+    else:
+        keep, part = _mixed_part(page, weight)
+    if _REFERENCE:
+        return Fused(
+            scores=keep * fused.scores + part,
+            lexical=keep * fused.lexical,
+            semantic=keep * fused.semantic,
+            page=part,
+        )
+    # the same products, in place when the caller hands its scores over (`owned`); the
+    # other parts rescaled only where `--explain` reads them
+    scores = np.multiply(fused.scores, keep, out=fused.scores if owned else None)
+    np.add(scores, part, out=scores)
+    return Fused(
+        scores=scores,
+        lexical=keep * _part(fused.lexical),
+        semantic=keep * _part(fused.semantic),
+        page=part,
+    )
+
+
+def with_proximity(fused: Fused, bonus: np.ndarray, weight: float) -> Fused:
+    """Mix the term-proximity bonus into each section's score: (1 - τ) * fused + τ * bonus /
+    max(bonus). The parts stay additive for `--explain`."""
+    keep, part = _mixed_part(bonus, weight)
+    return Fused(
+        scores=keep * fused.scores + part,
+        lexical=keep * fused.lexical,
+        semantic=keep * fused.semantic,
+        page=None if fused.page is None else keep * fused.page,
+        stub=None if fused.stub is None else keep * fused.stub,
+        proximity=part,
+    )

@@ -1,0 +1,409 @@
+"""Lexical scoring: BM25F over the postings in the mapped index, with NumPy only.
+
+The `lexical` table (see `kernel.index_format.LEXICAL_SCHEMA`) is CSC-like: sorted term hashes,
+one offsets buffer and flat chunk ids, with each posting's field-weighted tf beside it
+(`lexical_tf`). A query is analysed with the same `kernel.text_analysis` as the index, its terms
+found by `searchsorted`, and each term's BM25F weights computed from its tf slice and added into
+a dense score vector: no Python loop over postings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernel import index_format, text_analysis
+from kernel.index_format import IndexFormatError
+
+# Terms whose page-level postings a long-lived reader keeps (then it starts over).
+PAGE_TERMS = 4096
+
+
+class LexicalUnavailable(IndexFormatError):
+    """The index has no usable lexical postings (missing, or of another analyzer)."""
+
+
+@dataclass
+class LexicalIndex:
+    """BM25F over the index's postings: zero-copy views of its lexical tables."""
+
+    terms: np.ndarray  # uint64, sorted
+    offsets: np.ndarray  # int32 or int64, len(terms) + 1
+    chunk_ids: np.ndarray  # int32
+    tf: np.ndarray  # float32: each posting's field-weighted tf
+    lengths: np.ndarray  # float32: each chunk's field-weighted length
+    n_chunks: int
+    # Forward view (chunk -> positions of its postings) for pseudo-relevance feedback.
+    forward_offsets: np.ndarray
+    forward_postings: np.ndarray
+    k1: float = 1.2
+    b: float = 0.75
+    # Page level (`page_scores`): each chunk's file.
+    chunk_files: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        # BM25's length norm per chunk, once per snapshot (a pass over the chunks, not the
+        # postings); the same expression and dtypes as the weights packs used to store.
+        avg = float(self.lengths.mean()) if len(self.lengths) else 0.0
+        self.norm = self.k1 * (1.0 - self.b + self.b * self.lengths / (avg or 1.0))
+        # Every posting's BM25F weight, computed once this view has scored a query (a
+        # long-lived reader): later queries and their feedback terms slice it instead of
+        # gathering the length norm per posting. A one-shot search never builds it.
+        self.weights: np.ndarray | None = None
+        self.queries = 0
+
+    def all_weights(self) -> np.ndarray:
+        """`term_weights` of every term at once: the same operations per posting in the
+        same order and dtypes, so the same bits (4 bytes a posting, once per view)."""
+        if self.weights is None:
+            df = np.diff(self.offsets)
+            # idf per distinct df through the scalar path `term_weights` takes (a vector
+            # log1p may round differently from the scalar one); few distinct values
+            values, inverse = np.unique(df, return_inverse=True)
+            per_value = np.array([self.idf(int(v)) for v in values.tolist()], np.float32)
+            idf = np.repeat(per_value[inverse], df)
+            out = self.tf * np.float32(self.k1 + 1.0)
+            denominator = self.norm[self.chunk_ids]
+            denominator += self.tf
+            out /= denominator
+            out *= idf
+            self.weights = out
+        return self.weights
+
+    @classmethod
+    def from_snapshot(cls, snapshot) -> LexicalIndex:
+        """Zero-copy views over the mapped lexical tables; refuses other analyzers."""
+        meta = snapshot.meta.get("lexical") or {}
+        table = snapshot.table("lexical")
+        path = snapshot.file.path
+        if table is None or not meta:
+            raise LexicalUnavailable(
+                f"{path} has no lexical postings (built by an older mdvdb): run `mdvdb ingest`"
+            )
+        if meta.get("analyzer") != text_analysis.ANALYZER_VERSION:
+            raise LexicalUnavailable(
+                f"{path} holds lexical postings of analyzer {meta.get('analyzer')!r}; this mdvdb "
+                f"reads {text_analysis.ANALYZER_VERSION!r}: run `mdvdb ingest` to rebuild them"
+            )
+        names = ("lexical_forward", "lexical_tf", "lexical_lengths")
+        tables = {name: snapshot.table(name) for name in names}
+        missing = [n for n, t in tables.items() if t is None]
+        if missing:
+            raise LexicalUnavailable(f"{path} has no {missing[0]} table: run `mdvdb ingest`")
+        offsets, chunk_ids = index_format.list_parts(table, "chunk_ids")
+        forward_offsets, forward_postings = index_format.list_parts(
+            tables["lexical_forward"], "postings"
+        )
+        return cls(
+            terms=_values(table, "term", np.uint64),
+            offsets=offsets,
+            chunk_ids=chunk_ids,
+            tf=_values(tables["lexical_tf"], "tf", np.float32),
+            lengths=_values(tables["lexical_lengths"], "length", np.float32),
+            n_chunks=snapshot.table("chunks").num_rows,
+            forward_offsets=forward_offsets,
+            forward_postings=forward_postings,
+            k1=float(meta.get("k1", 1.2)),
+            b=float(meta.get("b", 0.75)),
+            chunk_files=snapshot.chunk_file_ids,
+        )
+
+    def lookup(self, hashes: np.ndarray) -> np.ndarray:
+        """Row of each term hash, -1 where the index does not have it."""
+        if len(self.terms) == 0:
+            return np.full(len(hashes), -1, dtype=np.int64)
+        rows = np.searchsorted(self.terms, hashes)
+        rows = np.minimum(rows, len(self.terms) - 1)
+        return np.where(self.terms[rows] == hashes, rows, -1)
+
+    def term_chunks(self, hashes: np.ndarray) -> list[np.ndarray | None]:
+        """The chunk ids of each term's postings (None: a term the index lacks)."""
+        out: list[np.ndarray | None] = []
+        for row in self.lookup(hashes).tolist():
+            a, b = (int(self.offsets[row]), int(self.offsets[row + 1])) if row >= 0 else (0, 0)
+            out.append(self.chunk_ids[a:b] if row >= 0 else None)
+        return out
+
+    def idf(self, df: np.ndarray | int) -> np.ndarray:
+        return bm25_idf(self.n_chunks, df).astype(np.float32)
+
+    def term_weights(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, BM25F weights) of one term's postings: idf * saturated tf, computed
+        from the stored tf in the order of operations the stored weights of format 3 had, so
+        the scores are the same bits."""
+        a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+        if self.weights is not None:
+            return self.chunk_ids[a:b], self.weights[a:b]
+        ids, tf = self.chunk_ids[a:b], self.tf[a:b]
+        out = tf * np.float32(self.k1 + 1.0)
+        denominator = self.norm[ids]
+        denominator += tf
+        out /= denominator
+        out *= self.idf(b - a)
+        return ids, out
+
+    def add_terms(
+        self, out: np.ndarray, rows: np.ndarray, weights: np.ndarray, zero: bool = False
+    ) -> np.ndarray:
+        """out += sum of weight * postings(row): the one scoring loop, over query terms.
+        `zero`: `out` is all zeros, so the first term is written, not added (0 + x is x; a
+        term's weights are > 0); a weight of 1 multiplies nothing (x * 1 is x). One thread:
+        `np.add.at` holds the GIL, so ranges of rows scattered on two threads fought over it
+        (a 1M-chunk query 1.3-1.5x slower than on one core, under load)."""
+        for row, weight in zip(rows.tolist(), weights.tolist(), strict=True):
+            if row < 0:
+                continue
+            ids, term = self.term_weights(row)
+            if weight != 1.0:
+                term = term * np.float32(weight)
+            if len(ids) and int(ids[-1]) - int(ids[0]) + 1 == len(ids):
+                # a run of rows (a term in every chunk): ascending distinct ids, so the
+                # slice is the same rows in the same order, without a scatter
+                span = out[int(ids[0]) : int(ids[-1]) + 1]
+                if zero:
+                    span[:] = term
+                else:
+                    span += term
+                zero = False
+            elif zero:
+                out[ids] = term
+                zero = False
+            else:
+                # the same float32 sums as `out[ids] += term` (a term's ids are distinct),
+                # ~10x faster with int32 ids (that form's in-place path is a slow one)
+                np.add.at(out, ids, term)
+        return out
+
+    def feedback_terms(
+        self, chunks: np.ndarray, scores: np.ndarray, count: int, by_idf: bool = False
+    ):
+        """RM3-style expansion: terms of the feedback chunks weighted by sum over chunks of
+        p(term | chunk) * the chunk's share of the feedback scores; the `count` heaviest as
+        (rows, weights). `by_idf` picks the terms by weight * idf instead (keeping their RM3
+        weights): boilerplate that fills short chunks (a journal name, a year) is frequent
+        in them but in every chunk, so it does not tell the feedback chunks apart.
+        p(term | chunk) is the posting's tf over the chunk's length, found through the
+        forward view's positions."""
+        begin, end = self.forward_offsets[chunks], self.forward_offsets[chunks + 1]
+        sizes = end - begin
+        if sizes.sum() == 0 or scores.sum() <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        starts = np.concatenate(([0], np.cumsum(sizes)))
+        gather = np.repeat(begin - starts[:-1], sizes) + np.arange(starts[-1])
+        positions = self.forward_postings[gather]
+        rows = np.searchsorted(self.offsets, positions, side="right") - 1
+
+        def df(unique: np.ndarray) -> np.ndarray:
+            return self.offsets[unique + 1] - self.offsets[unique]
+
+        best, weights = feedback_best(
+            rows,
+            self.tf[positions],
+            sizes,
+            self.lengths[chunks],
+            scores,
+            count,
+            (self.n_chunks, df) if by_idf else None,
+        )
+        return best.astype(np.int64), weights
+
+    def page_scores(self, query: str, k1: float = 1.2, b: float = 0.75) -> np.ndarray | None:
+        """BM25 of every page (file) as one document: a section that does not repeat its
+        page's topic words still belongs to a page that has them. Built at query time from
+        the chunk postings: a page's tf is the sum of its chunks' field-weighted tf (so the
+        title, in every chunk, saturates), its length the sum of their lengths, and df counts
+        pages. Chunks of a file are contiguous and a term's chunk ids ascend, so a term's
+        pages come sorted and one `reduceat` per term does it. None without chunk files."""
+        if self.chunk_files is None:
+            return None
+        out, unique, counts, corpus = page_query(self, query)
+        for row, count in zip(self.lookup(unique).tolist(), counts.tolist(), strict=True):
+            if row < 0:
+                continue
+            pages, tf = self.page_tf(row)
+            n_files, page_len, avg = corpus
+            weight = count * bm25_idf(n_files, len(pages))
+            add_page_term(out, pages, tf, weight, (page_len, avg), k1, b)
+        return out
+
+    def page_tf(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """One term's pages (ascending) and its tf summed over each page's chunks: a
+        file's chunks are contiguous and a term's chunk ids ascend, so one `reduceat`. A
+        long-lived reader (the view's weights built) keeps them for the terms it has been
+        asked for."""
+        cache = self.__dict__.setdefault("_page_terms", {})
+        found = cache.get(row)
+        if found is None:
+            a, b = int(self.offsets[row]), int(self.offsets[row + 1])
+            files = np.take(self.chunk_files, self.chunk_ids[a:b])
+            starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+            found = (files[starts], np.add.reduceat(self.tf[a:b], starts))
+            if self.weights is not None:
+                if len(cache) >= PAGE_TERMS:
+                    cache.clear()
+                cache[row] = found
+        return found
+
+    def page_lengths(self) -> np.ndarray | None:
+        """Each page's indexed (field-weighted) length; None without the tf tables."""
+        if self.lengths is None or self.chunk_files is None or not len(self.chunk_files):
+            return None
+        return self._page_lengths(int(self.chunk_files[-1]) + 1)[0]
+
+    def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:
+        return page_lengths_of(self, n_files)
+
+    def rescored(self, k1: float, b: float, floor: float = 0.0) -> LexicalIndex:
+        """The same postings scored with another k1 / b (the weights are computed from the
+        stored tf at query time, so this is only another length norm): how other values are
+        measured without a re-pack. `floor` (a fraction of the mean length) lifts shorter
+        chunks' lengths in the norm only; feedback shares keep the true lengths."""
+        from dataclasses import replace
+
+        out = replace(self, k1=float(k1), b=float(b))
+        if floor and len(self.lengths):
+            avg = float(self.lengths.mean()) or 1.0
+            lengths = np.maximum(self.lengths, np.float32(floor * avg))
+            out.norm = out.k1 * (1.0 - out.b + out.b * lengths / avg)
+        return out
+
+    def term_idf(self, hashes: np.ndarray) -> np.ndarray:
+        """Chunk-level idf of each term hash (a term the index lacks gets the highest)."""
+        rows = self.lookup(hashes)
+        df = np.where(rows >= 0, self.offsets[rows + 1] - self.offsets[np.maximum(rows, 0)], 0)
+        n = self.n_chunks
+        return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
+
+    def term_page_idf(self, hashes: np.ndarray) -> np.ndarray:
+        """Page-level idf of each term hash: df counts the files holding it (a term's chunk
+        ids ascend and a file's chunks are contiguous, so its files come sorted). Falls back
+        to the chunk-level idf without chunk files."""
+        if self.chunk_files is None or not len(self.chunk_files):
+            return self.term_idf(hashes)
+        n = int(self.chunk_files[-1]) + 1
+        out = np.empty(len(hashes), dtype=np.float32)
+        for i, row in enumerate(self.lookup(hashes).tolist()):
+            df = 0
+            if row >= 0:
+                files = self.chunk_files[self.chunk_ids[self.offsets[row] : self.offsets[row + 1]]]
+                df = int(np.count_nonzero(files[1:] != files[:-1])) + 1 if len(files) else 0
+            out[i] = np.log1p((n - df + 0.5) / (df + 0.5))
+        return out
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25F score of every chunk (0 where no query term occurs)."""
+        hashes = text_analysis.term_ids(query)
+        self.queries += 1
+        if self.queries == 2:  # a long-lived reader: worth the one pass
+            self.all_weights()
+        out = np.zeros(self.n_chunks, dtype=np.float32)
+        if len(hashes) == 0:
+            return out
+        from query.score.vector import distinct
+
+        unique, counts = distinct(hashes, counts=True)
+        return self.add_terms(out, self.lookup(unique), counts.astype(np.float32), zero=True)
+
+
+# -- the BM25 arithmetic the one-file index and the sharded one (query.shards.reader) share -------
+
+
+def bm25_idf(n: int | float, df: np.ndarray | int) -> np.ndarray:
+    """BM25's idf of a term in `df` of `n` chunks (or pages), in the caller's dtype."""
+    return np.log1p((n - df + 0.5) / (df + 0.5))
+
+
+def page_lengths_of(lexical, n_files: int) -> tuple[np.ndarray, float]:
+    """Each page's length (its chunks' `lengths` summed by `chunk_files`) and the mean over
+    pages with text, kept on `lexical` (once per snapshot)."""
+    found = getattr(lexical, "_page_len", None)
+    if found is None or len(found[0]) != n_files:
+        lengths = np.bincount(lexical.chunk_files, weights=lexical.lengths, minlength=n_files)
+        filled = lengths[lengths > 0]
+        found = (lengths.astype(np.float32), float(filled.mean()) if len(filled) else 1.0)
+        lexical._page_len = found
+    return found
+
+
+def page_query(lexical, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
+    """What page-level BM25 (`page_scores`) starts from: a zero score per page, the query's
+    distinct terms and how often it says each (none when it has none or there is no page),
+    and the corpus `add_page_term` reads (the number of pages, their lengths, the mean)."""
+    n_files = int(lexical.chunk_files[-1]) + 1 if len(lexical.chunk_files) else 0
+    out = np.zeros(n_files, dtype=np.float32)
+    hashes = text_analysis.term_ids(query)
+    if len(hashes) == 0 or n_files == 0:
+        none = np.zeros(0, dtype=np.uint64)
+        return out, none, none.astype(np.int64), (n_files, None, 1.0)
+    page_len, avg = page_lengths_of(lexical, n_files)
+    from query.score.vector import distinct
+
+    unique, counts = distinct(hashes, counts=True)
+    return out, unique, counts, (n_files, page_len, avg)
+
+
+def add_page_term(
+    out: np.ndarray,
+    pages: np.ndarray,
+    tf: np.ndarray,
+    weight: float,
+    lengths: tuple[np.ndarray, float],
+    k1: float,
+    b: float,
+) -> None:
+    """out[pages] += one query term's BM25 over pages: `tf`, its tf in each of `pages`
+    (summed over the page's chunks); `weight`, how often the query says it times its page
+    idf; `lengths`, (each page's length, their mean). The one formula of the one-file
+    index, the sharded one and a shard's staged query (query.shards.stages)."""
+    page_len, avg = lengths
+    norm = k1 * (1.0 - b + b * page_len[pages] / avg)
+    out[pages] += np.float32(weight) * (tf * (k1 + 1.0) / (tf + norm))
+
+
+def feedback_best(
+    terms: np.ndarray,
+    tf: np.ndarray,
+    sizes: np.ndarray,
+    chunk_lengths: np.ndarray,
+    scores: np.ndarray,
+    count: int,
+    by_idf: tuple[int, Callable[[np.ndarray], np.ndarray]] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """RM3's expansion terms from the feedback chunks' postings, laid out chunk by chunk
+    (`terms`, their `tf`, `sizes` postings per chunk): each term weighted by the sum over
+    chunks of tf / the chunk's length * the chunk's share of `scores`. The `count`
+    heaviest as (terms, weights); `by_idf` = (chunks in the index, the df of terms) picks
+    them by weight * idf instead."""
+    lengths = np.repeat(np.maximum(chunk_lengths, np.float32(1.0)), sizes)
+    shares = tf / lengths
+    mass = shares * np.repeat(scores / scores.sum(), sizes)
+    from query.score.vector import distinct
+
+    unique, inverse = distinct(terms, inverse=True)
+    totals = np.bincount(inverse, weights=mass)
+    rank = totals
+    if by_idf is not None:
+        n, df_of = by_idf
+        rank = totals * bm25_idf(n, df_of(unique).astype(np.float64))
+    best = np.argsort(-rank, kind="stable")[:count]
+    return unique[best], totals[best].astype(np.float32)
+
+
+def _values(table, name: str, dtype) -> np.ndarray:
+    if table.num_rows == 0:
+        return np.zeros(0, dtype)
+    return index_format.column_array(table, name).to_numpy(zero_copy_only=True)
+
+
+def lexical_index(index) -> LexicalIndex:
+    """The current snapshot's lexical index, built once per snapshot."""
+    snap = index.snapshot
+    found = snap.cache.get("lexical")
+    if found is None:
+        # A sharded index scores its shards' postings where they are (query.shards.reader).
+        build = getattr(snap, "build_lexical", None)
+        found = build() if build is not None else LexicalIndex.from_snapshot(snap)
+        snap.cache["lexical"] = found
+    return found

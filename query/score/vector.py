@@ -1,0 +1,1040 @@
+"""Vector scoring: exact over the mapped float32 matrix, or an int8 first pass rescored exactly.
+
+No ANN library: a scan needs no build step and stays exact where it matters. Below ~20k
+chunks one float32 matrix-vector product is a few ms. Above, a long-lived reader (`mdvdb
+serve`, MCP, the library) keeps an int8 copy of the matrix (per-dimension scales, a quarter
+of the bytes) built on the snapshot's second vector query, scores every row on it (SIMD int8
+dot products, simsimd) and rescores the best `RESCORE_DEPTH` rows exactly from float32.
+Hybrid fusion only ever uses the best `pool` (100) cosines (every lower one is clipped to 0,
+query.score.fusion), so when the exact top `pool` is among the rescored rows every fused score is
+the exact one, whatever mask a tier or filter applies after; recall of that is measured per
+corpus (bench/query_speed.py, tests). `--mode semantic` ranks raw cosines under any mask, so
+it stays an exact scan. Page-level dense evidence (a section's cosine mixed with its page's,
+query.score.fusion) is mixed in here: the int8 copy is then one of each chunk's mixed vector (still
+n x d bytes), and only the rescored rows' pages are read exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Below this many rows a product is cheaper than handing it to another thread (~50 us).
+PARALLEL_ROWS = 20_000
+# An int8 pass is split into pieces of at least this many rows (~1.5 ms of products each,
+# ~46 ns a row for two vectors): smaller ones, handed to another thread, cost more than they
+# saved (the probe of a 131k-chunk index, ~30k rows, ran 1-8% slower split; docs/benchmarks.md).
+PARALLEL_INT8_ROWS = 32_768
+# Rows rescored exactly after the int8 pass (10x hybrid fusion's pool of 100).
+RESCORE_DEPTH = 1000
+# With page evidence, the feedback direction is estimated on the mixed vectors: its rows'
+# rescored set is this many times deeper.
+MOVED_DEPTH_FACTOR = 4
+# `auto`: the int8 pass only from this many chunks on (below, float32 is already cheap).
+AUTO_MIN_ROWS = 20_000
+# The IVF pass (an index with `kernel.ivf` lists) probes the lists nearest each direction
+# until they hold this share of the rows, and at least IVF_MIN_PROBE_ROWS (measured per
+# corpus for recall of the fused top 10: bench/query_speed.py --recall-only).
+# On the generated corpora (weakly clustered text) the lists nearest the query hold 99% of
+# its exact best 101 mixed cosines at 10-15% of the rows; at 15% and 500 + 2 x 500 rows
+# rescored, the fused top 10 was the exact one on 30/30 queries at 131k and at 1M chunks
+# (0.997 at 10%; docs/benchmarks.md, "IVF first pass").
+IVF_PROBE_SHARE = 0.15
+IVF_MIN_PROBE_ROWS = 16_000
+IVF_RESCORE_DEPTH = 500
+IVF_MOVED_DEPTH_FACTOR = 2
+
+
+def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Rows and query are unit length, so the dot product is the cosine."""
+    return row_dots(matrix, query)
+
+
+def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """matrix @ vector through einsum's single-threaded SIMD loop, not BLAS: OpenBLAS's
+    threaded sgemv waits for a scheduler slice whenever the other core is busy, which on a
+    shared 2-core machine made a 40k x 256 product 10 ms at the median against einsum's 2-3 ms
+    (same minimum, 1.6 ms; bench/query_speed.py, docs/benchmarks.md). A matrix left in the
+    shards of a sharded index (query.shards.reader.ShardedVectors) computes it shard by shard."""
+    fanned = getattr(matrix, "row_dots", None)
+    if fanned is not None:
+        return fanned(vector)
+    scores = np.einsum("ij,j->i", matrix, vector.astype(np.float32, copy=False))
+    # A NaN row (a damaged index, an old provider answer) scores nothing rather than
+    # turning every normalised hybrid score into NaN (cheap: one pass over n scores, and
+    # nan_to_num's own passes only when one is not finite).
+    if not np.isfinite(scores).all():
+        np.nan_to_num(scores, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    return scores
+
+
+@dataclass(frozen=True)
+class Int8Rows:
+    """An int8 copy of a float32 matrix: column j is stored as round(x / scale[j]) with
+    scale[j] = max |x| of column j / 127, so each dimension uses the whole int8 range (the
+    dimensions of a static model differ in spread by 10x and more)."""
+
+    codes: np.ndarray  # (n, d) int8, C-contiguous
+    scale: np.ndarray  # (d,) float32
+
+    @classmethod
+    def of(cls, matrix: np.ndarray, block: int = 65_536) -> Int8Rows:
+        """Quantise in blocks of rows, so the float32 temporaries stay a few MB."""
+        n, d = matrix.shape
+        top = np.zeros(d, dtype=np.float32)
+        for a in range(0, n, block):
+            part = np.nan_to_num(matrix[a : a + block], nan=0.0, posinf=0.0, neginf=0.0)
+            np.maximum(top, np.abs(part).max(axis=0, initial=0.0), out=top)
+        scale = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+        codes = np.empty((n, d), dtype=np.int8)
+        for a in range(0, n, block):
+            part = np.nan_to_num(matrix[a : a + block], nan=0.0, posinf=0.0, neginf=0.0)
+            codes[a : a + block] = np.clip(np.rint(part / scale), -127, 127)
+        return cls(codes, scale)
+
+    def dots(self, vectors: np.ndarray) -> np.ndarray:
+        """Approximate matrix @ v for each row v of `vectors` (k, d) as a (k, n) float32
+        array, in one pass over the codes: v * scale is itself quantised to int8 (its own
+        scale per vector), and the int8 x int8 products are exact integer sums."""
+        import simsimd
+
+        weighted = vectors.astype(np.float32) * self.scale
+        top = np.abs(weighted).max(axis=1)
+        step = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+        query = np.rint(weighted / step[:, None]).astype(np.int8)
+        # codes first: each row of codes is read once for all k vectors (the other order
+        # reads the matrix k times: 52 against 32-47 ms for k=2 at 131k under load).
+        raw = np.asarray(simsimd.cdist(self.codes, query, metric="dot", out_dtype="float32"))
+        return np.multiply(raw.T, step[:, None], order="C")
+
+    def dots_spans(
+        self, vectors: np.ndarray, spans: list[tuple[int, int]], order: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """`dots` over the rows of each (start, end) span only, concatenated: (k, m); and,
+        given `order`, `order[a:b]` of the spans concatenated likewise. Every row's product
+        is its own, so the spans are cut into pieces of about equal rows, scored on all
+        cores at once (query.score.second_core; simsimd releases the GIL) into one array: the
+        same bits as one call after the other."""
+        import simsimd
+
+        from query.score.second_core import in_parallel, row_ranges
+
+        query, step = self._query(vectors)
+        m = sum(b - a for a, b in spans)
+        raw = np.empty((m, len(vectors)), dtype=np.float32)
+        ids = np.empty(m, dtype=order.dtype) if order is not None else None
+
+        def fill(pieces: list[tuple[int, int, int]]) -> None:
+            for at, a, b in pieces:
+                # (not cdist's `out=`: simsimd 6.5 returns None from it without a reference,
+                # which under Python 3.11 frees None after enough calls)
+                raw[at : at + b - a] = simsimd.cdist(
+                    self.codes[a:b], query, metric="dot", out_dtype="float32"
+                )
+                if ids is not None:
+                    ids[at : at + b - a] = order[a:b]
+
+        in_parallel(fill, _span_pieces(spans, row_ranges(m, PARALLEL_INT8_ROWS)))
+        return np.multiply(raw.T, step[:, None], order="C"), ids
+
+    def _query(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each vector times the scales, quantised to int8 with its own step."""
+        weighted = vectors.astype(np.float32) * self.scale
+        top = np.abs(weighted).max(axis=1)
+        step = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+        return np.rint(weighted / step[:, None]).astype(np.int8), step
+
+
+@dataclass(frozen=True)
+class PageSide:
+    """Page-level dense evidence as the scorer mixes it in (`mixed`): the normalised mean
+    vector of each page of several sections (`vectors`), for each section of such a page
+    (`chunks`) the row of its page (`rows`), and per chunk that row or -1 (`page_of`), so
+    a rescored row finds its page without a search. `compact`, in a long-lived reader: an
+    int8 copy of every chunk's mixed vector (1 - rho) * section + rho * page (a section of a
+    one-section page: itself) for the `rho` it was built with; a cosine is linear in the
+    vector, so one int8 pass over it estimates every mixed cosine, with no pass over the
+    pages and no gather per query."""
+
+    vectors: np.ndarray
+    chunks: np.ndarray
+    rows: np.ndarray
+    page_of: np.ndarray
+    compact: Int8Rows | None = None
+    rho: float = 0.0
+
+    @classmethod
+    def of(cls, pages, matrix: np.ndarray, rho: float = 0.0) -> PageSide:
+        """`rho` > 0: with the int8 copy of the mixed vectors (a pass over the matrix)."""
+        page_of = np.full(matrix.shape[0], -1, dtype=np.int64)
+        page_of[pages.chunks] = pages.rows
+        compact = None
+        if rho > 0 and len(pages.chunks):
+            compact = Int8Rows.of(_MixedRows(matrix, pages.vectors, page_of, np.float32(rho)))
+        return cls(pages.vectors, pages.chunks, pages.rows, page_of, compact, rho)
+
+
+@dataclass(frozen=True)
+class _MixedRows:
+    """The mixed vectors of `PageSide.compact`, made a block of rows at a time (Int8Rows.of
+    slices them): never a whole float32 copy of the matrix."""
+
+    matrix: np.ndarray
+    pages: np.ndarray
+    page_of: np.ndarray
+    rho: np.float32
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.matrix.shape
+
+    def __getitem__(self, rows: slice | np.ndarray) -> np.ndarray:
+        part = np.array(self.matrix[rows], dtype=np.float32)
+        page = self.page_of[rows]
+        multi = page >= 0
+        part[multi] = (np.float32(1) - self.rho) * part[multi] + self.rho * self.pages[page[multi]]
+        return part
+
+
+@dataclass(frozen=True)
+class IvfSide:
+    """The IVF first pass of a long-lived reader: the index's lists (`kernel.ivf`) and an
+    int8 copy of the rows in list order (`codes`: of the mixed vectors when built with page
+    evidence, `rho` > 0, as `PageSide.compact`), so a probed list is a contiguous slice of
+    it. `order[p]` is the chunk at list position p."""
+
+    centroids: np.ndarray
+    offsets: np.ndarray
+    order: np.ndarray
+    codes: Int8Rows
+    rho: float = 0.0
+    below: np.ndarray | None = None  # (n,) float32: -(1 + i) / 2^21, below any cap
+
+    @classmethod
+    def of(cls, lists, matrix: np.ndarray, pages: PageSide | None = None, rho: float = 0.0):
+        order = np.asarray(lists.rows, dtype=np.int64)
+        source = matrix
+        if pages is not None and rho > 0 and len(pages.chunks):
+            source = _MixedRows(matrix, pages.vectors, pages.page_of, np.float32(rho))
+        else:
+            rho = 0.0
+        codes = Int8Rows.of(_ReorderedRows(source, order))
+        offsets = np.asarray(lists.offsets, dtype=np.int64)
+        below = -np.arange(1, len(order) + 1, dtype=np.float32) * np.float32(2.0**-21)
+        return cls(np.asarray(lists.centroids, np.float32), offsets, order, codes, rho, below)
+
+    def probe(self, vectors: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, (k, m) int8 estimates) of the rows in the lists nearest the query
+        (`vectors[0]`) and nearest the moved query q + beta * direction (`vectors[1]`)."""
+        n = len(self.order)
+        wanted = min(n, max(IVF_MIN_PROBE_ROWS, int(IVF_PROBE_SHARE * n)))
+        near = self.centroids @ vectors.T  # (lists, k)
+        picked = _nearest_lists(near[:, 0], self.offsets, wanted)
+        if vectors.shape[0] > 1:
+            moved = near[:, 0] + np.float32(beta) * near[:, 1]
+            picked = union_rows(picked, _nearest_lists(moved, self.offsets, wanted))
+        # Adjacent lists are one run of the list-ordered copy: each run is scored where it
+        # lies (no gather of the probed rows).
+        picked = np.sort(picked)
+        breaks = np.flatnonzero(np.diff(picked) != 1) + 1
+        first = picked[np.concatenate(([0], breaks))]
+        last = picked[np.append(breaks - 1, len(picked) - 1)]
+        begin, end = self.offsets[first].tolist(), self.offsets[last + 1].tolist()
+        spans = list(zip(begin, end, strict=True))
+        approx, ids = self.codes.dots_spans(vectors, spans, self.order)
+        return ids, approx
+
+
+def _span_pieces(
+    spans: list[tuple[int, int]], ranges: list[tuple[int, int]]
+) -> list[list[tuple[int, int, int]]]:
+    """The (start, end) spans of rows, laid end to end, cut at each range's bounds: per range
+    of output positions, its (position, start, end) pieces."""
+    out: list[list[tuple[int, int, int]]] = [[] for _ in ranges]
+    i, at = 0, 0
+    for a, b in spans:
+        while a < b:
+            while at >= ranges[i][1]:
+                i += 1
+            take = min(b - a, ranges[i][1] - at)
+            out[i].append((at, a, a + take))
+            a, at = a + take, at + take
+    return out
+
+
+def _nearest_lists(score: np.ndarray, offsets: np.ndarray, wanted: int) -> np.ndarray:
+    """The lists of highest centroid score, best first, until they hold `wanted` rows."""
+    ranked = np.argsort(-score, kind="stable")
+    held = np.cumsum(np.diff(offsets)[ranked])
+    return ranked[: int(np.searchsorted(held, wanted)) + 1]
+
+
+@dataclass(frozen=True)
+class _ReorderedRows:
+    """Rows of `source` in `order`, a block at a time (Int8Rows.of slices them)."""
+
+    source: object
+    order: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.order), self.source.shape[1])
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        return np.asarray(self.source[self.order[rows]], dtype=np.float32)
+
+
+class DenseScorer:
+    """Cosines of every row against a query (and the dense-feedback direction), exact or by
+    an int8 pass plus exact rescoring. The rows outside the rescored set keep their int8
+    estimate, capped at the lowest exact score of the rescored set: they can never outrank
+    one, so a top-k or a top-`pool` floor taken on the result is the exact one whenever the
+    exact top-k is among the rescored rows (and `explain` still shows a near cosine)."""
+
+    def __init__(
+        self,
+        matrix: np.ndarray,
+        compact: Int8Rows | None = None,
+        depth: int = 0,
+        pages: PageSide | None = None,
+        lists: IvfSide | None = None,
+    ):
+        self.matrix = matrix
+        self.compact = compact
+        self.depth = depth or RESCORE_DEPTH
+        self.pages = pages
+        self.lists = lists
+        # After an IVF or int8 pass: the rows scored exactly, every other row at most their
+        # lowest (query.score.fusion reads its pool floor from them alone); None after a pass
+        # that leaves no such guarantee.
+        self.support: np.ndarray | None = None
+        # Set by hybrid fusion, which reads the IVF pass's scores at `support` and at a few
+        # shown rows only: they come back as `Spread` views, not three n-length arrays.
+        self.lazy = False
+
+    def scores(
+        self,
+        query: np.ndarray,
+        direction: np.ndarray | None = None,
+        beta: float = 0.0,
+        keep: int = 0,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(matrix @ q, matrix @ q + beta * (matrix @ direction)): the first-pass cosine and
+        the dense-feedback score (the second is the first when `direction` is None). `keep`:
+        the caller reads the best `keep` scores, so at least that many rows are rescored."""
+        _, cosine, moved = self.mixed(query, direction, beta, keep)
+        return cosine, moved
+
+    def mixed(
+        self,
+        query: np.ndarray,
+        direction: np.ndarray | None = None,
+        beta: float = 0.0,
+        keep: int = 0,
+        rho: float = 0.0,
+        also: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(raw cosine, cosine, moved): `scores`, with page-level evidence when the scorer
+        has `pages` and rho > 0: a section of a page of several sections scores
+        (1 - rho) * cos(q, section) + rho * cos(q, page), and its moved score adds
+        beta * (section . direction). The raw cosine is the section's own (`explain`).
+        `also`: rows scored exactly whatever the first pass probes (the lexical side's
+        candidates, when the IVF pass scores only some rows)."""
+        self.support = None
+        query = query.astype(np.float32, copy=False)
+        if direction is not None:
+            direction = direction.astype(np.float32, copy=False)
+        pages = self.pages if rho > 0 and self.pages is not None else None
+        if pages is not None and not len(pages.chunks):
+            pages = None
+        depth = max(self.depth, keep)
+        lists = self.lists
+        if lists is not None and (lists.rho != rho if pages is not None else lists.rho != 0):
+            lists = None  # its copy was made for another mix: the other passes
+        fast = (
+            lists is not None
+            or self.compact is not None
+            or (pages is not None and pages.compact is not None and pages.rho == rho)
+        )
+        if lists is not None:  # the probed rows' estimates: fewer rows rescored
+            depth = max(IVF_RESCORE_DEPTH, keep)
+        if not fast or self.matrix.shape[0] <= depth:
+            return self._exact(query, direction, np.float32(beta), pages, np.float32(rho))
+        return self._rescored(
+            query, direction, np.float32(beta), pages, np.float32(rho), depth, lists, also
+        )
+
+    def _exact(self, query, direction, beta, pages, rho):
+        """Every row scored from float32; the page mix reuses the rows' products (no
+        gather of the sections of multi-section pages: at 131k chunks that was a 134 MB copy
+        and two more scans per query)."""
+        moved_dots = None
+        if direction is None:
+            cosine = row_dots(self.matrix, query)
+        elif self.matrix.shape[0] < PARALLEL_ROWS:
+            cosine = row_dots(self.matrix, query)
+            moved_dots = row_dots(self.matrix, direction)
+        else:
+            # Both products at once, the second on the other core (query.score.second_core).
+            from query.score.second_core import in_background
+
+            moved = in_background(row_dots, self.matrix, direction)
+            cosine = row_dots(self.matrix, query)
+            moved_dots = moved.result()
+        raw = cosine
+        if pages is not None:
+            page_cosine = row_dots(pages.vectors, query)[pages.rows]
+            mix = (np.float32(1) - rho) * cosine[pages.chunks] + rho * page_cosine
+            cosine = cosine.copy()
+            cosine[pages.chunks] = mix
+        if moved_dots is None:
+            return raw, cosine, cosine
+        semantic = raw + beta * moved_dots
+        if pages is not None:
+            semantic[pages.chunks] = mix + beta * moved_dots[pages.chunks]
+        return raw, cosine, semantic
+
+    def _rescored(self, query, direction, beta, pages, rho, depth, lists=None, also=None):
+        """The int8 pass over every row (or, with `lists`, over the rows of the probed IVF
+        lists), the best `depth` rows of each score rescored exactly from float32, the rest
+        capped below them. With pages, the pass is over the mixed vectors
+        (`PageSide.compact`, `IvfSide.codes`) and the feedback direction is estimated on
+        them too (only which rows get rescored depends on it); rescored rows are exact.
+        Rows no probed list holds take the cap itself."""
+        if lists is not None:
+            mixed = lists.rho > 0
+        else:
+            mixed = pages is not None and pages.compact is not None and pages.rho == rho
+        rows = query[None] if direction is None else np.stack([query, direction])
+        # With pages, both directions on the mixed vectors in one pass: the query's is the
+        # mixed cosine itself, the direction's only estimates (section . direction) (it is
+        # (page . direction) in part), so the moved score's rescored set is deeper.
+        ids = None
+        if lists is not None:
+            ids, approx = lists.probe(rows, float(beta))
+        else:
+            approx = (pages.compact if mixed else self.compact).dots(rows)
+        raw = cosine = approx[0]
+        moved_dots = approx[1] if direction is not None else None
+        moved_depth = (IVF_MOVED_DEPTH_FACTOR if ids is not None else MOVED_DEPTH_FACTOR) * depth
+        moved_depth = moved_depth if mixed else depth
+        if pages is not None and not mixed:  # another rho than the copy's: mix here
+            cosine = raw.copy()
+            if ids is None:
+                page_cosine = row_dots(pages.vectors, query)[pages.rows]
+                cosine[pages.chunks] *= np.float32(1) - rho
+                cosine[pages.chunks] += rho * page_cosine
+            else:
+                page_rows = pages.page_of[ids]
+                multi = np.flatnonzero(page_rows >= 0)
+                page_cosine = row_dots(pages.vectors[page_rows[multi]], query)
+                cosine[multi] = (np.float32(1) - rho) * raw[multi] + rho * page_cosine
+        moved = cosine if direction is None else cosine + beta * moved_dots
+        m = len(cosine)
+        picked = best_rows(cosine, min(depth, m))
+        if direction is not None:
+            picked = union_rows(picked, best_rows(moved, min(moved_depth, m)))
+        if ids is not None:  # local positions -> chunk ids, plus the rows asked for
+            picked = ids[picked]
+            if also is not None and len(also):
+                # one sorted set (np.setdiff1d's hashed unique cost ~0.3 ms a query); rows
+                # in order make the gather below walk the map forward
+                picked = union_rows(picked, np.asarray(also, dtype=picked.dtype))
+        exact = self.matrix[picked]  # gather: depth rows, not n
+        exact_raw = row_dots(exact, query)
+        exact_cos = exact_raw
+        if pages is not None:
+            page_rows = pages.page_of[picked]
+            multi = np.flatnonzero(page_rows >= 0)
+            if len(multi):
+                page_cosine = row_dots(pages.vectors[page_rows[multi]], query)
+                exact_cos = exact_raw.copy()
+                exact_cos[multi] = (np.float32(1) - rho) * exact_raw[multi] + rho * page_cosine
+        exact_moved = None
+        if direction is not None:
+            exact_moved = exact_cos + beta * row_dots(exact, direction)
+        if ids is not None:
+            self.support = picked
+            return (_lazy_spread if self.lazy else _spread)(
+                lists.below,
+                ids,
+                picked,
+                raw,
+                cosine,
+                moved,
+                exact_raw,
+                exact_cos,
+                exact_moved,
+                pages is not None,
+                direction is not None,
+            )
+        # every other row is capped at the rescored rows' lowest value (each score's own)
+        self.support = picked
+        if pages is None:
+            cosine = raw = _with_exact(raw, picked, exact_raw)  # in place: approx is ours
+        else:
+            # The raw cosine is only shown (`explain`): outside the rescored rows, the
+            # mixed estimate stands in for it.
+            raw = _with_exact(cosine.copy() if mixed else raw, picked, exact_raw)
+            cosine = _with_exact(cosine, picked, exact_cos)
+        if direction is None:
+            return raw, cosine, cosine
+        return raw, cosine, _with_exact(moved, picked, exact_moved)
+
+
+def _spread(
+    below, ids, picked, raw, cosine, moved, exact_raw, exact_cos, exact_moved, paged, moves
+):
+    """The IVF pass's n-length scores: each one's exact values at `picked`, the probed rows'
+    estimates capped at the lowest exact value (the cap), every other row below the cap by
+    `below` (`IvfSide.below`: distinct values, in row order; n equal values made each
+    `np.partition` of fusion's pool floor 5-10x slower)."""
+
+    def full(approx, exact):
+        return _filled(below, ids, picked, approx, exact)
+
+    cos = full(cosine, exact_cos)
+    shown = full(cosine if paged else raw, exact_raw) if paged else cos
+    if not moves:
+        return shown, cos, cos
+    return shown, cos, full(moved, exact_moved)
+
+
+def _filled(below, ids, picked, approx, exact) -> np.ndarray:
+    """One of `_spread`'s arrays."""
+    cap = exact.min() if len(exact) else np.float32(0)
+    out = below + cap
+    out[ids] = np.minimum(approx, cap)
+    out[picked] = exact
+    return out
+
+
+def _lazy_spread(
+    below, ids, picked, raw, cosine, moved, exact_raw, exact_cos, exact_moved, paged, moves
+):
+    """`_spread`'s three arrays as `Spread` views (the same values, built only if asked)."""
+    cos = Spread(below, ids, cosine, picked, exact_cos)
+    shown = Spread(below, ids, cosine if paged else raw, picked, exact_raw) if paged else cos
+    if not moves:
+        return shown, cos, cos
+    return shown, cos, Spread(below, ids, moved, picked, exact_moved)
+
+
+class Spread:
+    """An IVF pass's n-length scores as what makes them (`_spread`): the exact values at the
+    rescored rows (`picked`), the probed rows' estimates capped at the lowest exact value,
+    every other row below that cap by `below`. Read at the rescored rows (`self[picked]`,
+    the very array `DenseScorer.support` holds) it gathers nothing; any other read, or
+    `np.asarray`, builds the whole array once."""
+
+    __array_ufunc__ = None  # no silent arithmetic: callers read rows or ask for the array
+
+    def __init__(self, below, ids, approx, picked, exact):
+        self.below, self.ids, self.approx = below, ids, approx
+        self.picked, self.exact = picked, exact
+        self._full: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int]:
+        return self.below.shape
+
+    def __len__(self) -> int:
+        return len(self.below)
+
+    def full(self) -> np.ndarray:
+        if self._full is None:
+            self._full = _filled(self.below, self.ids, self.picked, self.approx, self.exact)
+        return self._full
+
+    def __getitem__(self, rows):
+        if rows is self.picked:
+            return self.exact.copy()
+        return self.full()[rows]
+
+    def __array__(self, dtype=None, copy=None):
+        full = self.full()
+        return full if dtype is None else full.astype(dtype)
+
+
+def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    """The k best rows, in no order (partitioning the scores themselves, not their
+    negation: no n-sized temporary). Of many rows, only those above a sampled cut are
+    partitioned (`top_rows`' cut: ~4k rows, not all n), on the reference path too (which
+    of the rows tied with the k-th best it keeps is its own choice, as a partition's is)."""
+    n = scores.shape[0]
+    found = _above_cut(scores, k, None, False, always=True) if k < n else None
+    if found is not None:
+        rows, values = found
+        return rows[np.argpartition(values, len(values) - k)[len(values) - k :]]
+    return np.argpartition(scores, n - k)[n - k :]
+
+
+def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """approx capped at min(exact) everywhere, exact at `rows` (in place: approx is ours)."""
+    np.minimum(approx, exact.min() if len(exact) else 0.0, out=approx)
+    approx[rows] = exact
+    return approx
+
+
+def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
+    """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS: `exact`; `int8`;
+    `ivf` (the index's IVF lists when it has sound ones, else int8); `auto` (default) = the
+    IVF lists when the index has them, else int8 from AUTO_MIN_ROWS chunks on, once the
+    snapshot has answered a
+    vector query (a one-shot `mdvdb search` never pays for a copy it would use once: building
+    it is a pass over the matrix, as dear as the exact scan). `pages` (query.rank.search.
+    PageVectors, or None) and `rho`: the page-level side; then the int8 copy is one of the
+    mixed vectors for this rho (PageSide), so a query costs no pass over the pages."""
+    snap = index.snapshot
+    matrix = snap.vectors
+    mode = getattr(index.config, "search_first_pass", "auto")
+    n = matrix.shape[0]
+    sharded = getattr(matrix, "scorer", None)
+    if sharded is not None:  # sharded: each shard runs this function on its own rows
+        seen = snap.cache.get("vector_queries", 0)
+        snap.cache["vector_queries"] = seen + 1
+        exact = mode == "exact" or n <= RESCORE_DEPTH
+        exact = exact or (mode == "auto" and (n < AUTO_MIN_ROWS or seen == 0))
+        # "ivf": a shard's own first pass (IVF lists where it has them, else int8)
+        return sharded("exact" if exact else "int8" if mode == "int8" else "ivf")
+    if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
+        side = None
+        if pages is not None and rho > 0 and len(pages.chunks) > 0:
+            side = snap.cache.get(("page_side", 0.0))
+            if side is None:
+                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
+        return DenseScorer(matrix, pages=side)
+    mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
+    built = ("page_side", float(rho)) in snap.cache or "int8_rows" in snap.cache
+    ivf_key = ("ivf_side", float(rho) if mixed else 0.0)
+    if (
+        mode == "auto"
+        and n >= AUTO_MIN_ROWS
+        and not (built or ivf_key in snap.cache or snap.cache.get("vector_queries", 0))
+    ):
+        # The snapshot's first vector query scans exactly, whatever the index holds (below):
+        # decided without reading the IVF meta or loading simsimd, which a one-shot `mdvdb
+        # search` would import for nothing (~2 ms).
+        snap.cache["vector_queries"] = 1
+        quantise = listed = False
+    else:
+        from kernel import ivf
+
+        listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
+        small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
+        depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
+        quantise = not (mode == "exact" or n <= depth or small)
+        quantise = quantise and _has_simsimd()  # without its wheel: the exact scans
+        if quantise and not built and ivf_key not in snap.cache:
+            seen = snap.cache.get("vector_queries", 0)
+            snap.cache["vector_queries"] = seen + 1
+            quantise = not (mode == "auto" and seen == 0)
+    lists = _ivf_lists(snap, n, matrix.shape[1]) if quantise and listed else None
+    if quantise and lists is not None:
+        # The IVF lists' int8 copy (of the mixed vectors, in list order) takes the place
+        # of the whole-matrix one.
+        side = None
+        if mixed:
+            side = snap.cache.get(("page_side", 0.0))
+            if side is None:
+                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
+        key = ("ivf_side", float(rho) if mixed else 0.0)
+        probe = snap.cache.get(key)
+        if probe is None:
+            probe = snap.cache[key] = IvfSide.of(lists, matrix, side, rho if mixed else 0.0)
+        return DenseScorer(matrix, pages=side, lists=probe)
+    side = compact = None
+    if quantise and not mixed:
+        compact = snap.cache.get("int8_rows")
+        if compact is None:
+            compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
+    if mixed:
+        # The mixed vectors' int8 copy takes the place of the rows' one.
+        key = ("page_side", float(rho)) if quantise else ("page_side", 0.0)
+        side = snap.cache.get(key)
+        if side is None:
+            side = snap.cache[key] = PageSide.of(pages, matrix, key[1])
+    return DenseScorer(matrix, compact, pages=side)
+
+
+def _ivf_lists(snap, n: int, dims: int):
+    """The snapshot's sound IVF lists (kernel.ivf), or None (none, or damaged: then the
+    int8 / exact passes answer, and `status --verify` names the damage)."""
+    found = snap.cache.get("ivf_lists", False)
+    if found is False:
+        from kernel import ivf
+
+        found = snap.cache["ivf_lists"] = ivf.read(snap.table(ivf.TABLE), snap.meta, n, dims)
+    return found
+
+
+def _has_simsimd() -> bool:
+    try:
+        import simsimd  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def top_k(
+    scores: np.ndarray, k: int, mask: np.ndarray | None = None, above: Above | None = None
+) -> np.ndarray:
+    """Indices of the k best finite scores, best first, equal scores in row order (`ranked`'s
+    order); rows where mask is False are skipped (`top_rows`: no partition of n rows)."""
+    return top_rows(scores, k, mask, above=above)
+
+
+@dataclass(frozen=True)
+class Above:
+    """Every finite row of a score array above `cut` (at or above it unless `strict`), rows
+    ascending, as one `top_rows` found them, plus the rows whose score may have risen since
+    (`rising`: a later part added to them). Every other row still scores below the cut, so
+    a later selection of at most as many rows on the changed array looks only at these
+    (`top_rows(above=)`) instead of passing over all n rows again."""
+
+    rows: np.ndarray
+    cut: float
+    strict: bool
+
+    def rising(self, rows: np.ndarray) -> Above:
+        """This cut after `rows` may have risen too."""
+        return Above(union_rows(self.rows, rows), self.cut, self.strict)
+
+    def select(self, scores, k: int, mask, positive: bool) -> np.ndarray | None:
+        """`top_rows(scores, k, mask, positive)` from these rows, or None when fewer than k
+        allowed rows are still above the cut (then the k best may lie anywhere)."""
+        rows = self.rows
+        values = scores[rows]
+        keep = values > self.cut if self.strict else values >= self.cut
+        keep &= np.isfinite(values)
+        if mask is not None:
+            keep &= mask[rows]
+        if positive:
+            keep &= values > 0
+        if int(np.count_nonzero(keep)) < k:
+            return None
+        return _ranked(rows[keep], values[keep], k)[0]
+
+
+# `top_rows` guesses its cut from a strided sample of the scores: the sample's CUT_RANK-th
+# best, the sample sized so that about CUT_ROWS_PER_ROW rows per row wanted (at least
+# CUT_MIN_ROWS) of all n score above it. One comparison pass over n rows then finds those few,
+# instead of a partition of all n (7-10x dearer at 1M rows); the 32nd best of a sample is
+# steady enough that fewer than k rows pass about never (a Gamma(32) below a quarter of its
+# mean), and then a cut 8x deeper is tried before every row is ranked. (The sample's k-th best
+# left ~n/32 rows above it for any k >= 64: 31k rows gathered and partitioned at 1M.)
+CUT_RANK = 32
+CUT_ROWS_PER_ROW = 4
+CUT_MIN_ROWS = 2048
+SAMPLE_MIN = 2048
+# Below this many rows (or when k is more than this share of them) the plain partition answers.
+SAMPLED_MIN_ROWS = 32_768
+SAMPLED_MAX_SHARE = 128
+# Set by tests: every call takes the plain path (the reference the sampled one must match).
+REFERENCE = False
+
+
+def top_rows(
+    scores: np.ndarray,
+    k: int,
+    mask: np.ndarray | None = None,
+    positive: bool = False,
+    above: Above | None = None,
+    seen: list | None = None,
+) -> np.ndarray:
+    """The k best rows of `scores`, best first, equal scores by descending row: rows where
+    `mask` is False, non-finite scores and (`positive`) scores <= 0 never count.
+
+    The k-th best value v splits the answer: every row above v, then the highest rows equal
+    to v. A cut t from a sample of the scores finds them without a partition of n rows: when at
+    least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
+    those few are ranked. Otherwise (a sample that missed, a mask that leaves few rows, few
+    positive scores) the allowed rows are all ranked: the same answer either way, and
+    `ranked`'s (equal scores by descending row, as a sharded search merges them).
+
+    `above` (an earlier call's `Above` for this array, since changed at its own rows at
+    most, `Above.rising`): the answer from its rows when enough are still above its cut
+    (the k-th best is then at or above it, so every row of the answer, ties included, is
+    among them: the same answer). `seen` (a list): given no mask and no `positive`, the
+    `Above` this call found is appended to it, for the next selection."""
+    n = scores.shape[0]
+    if k <= 0 or n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if above is not None and not REFERENCE:
+        found = above.select(scores, k, mask, positive)
+        if found is not None:
+            return found
+    cut = [] if seen is not None and mask is None and not positive else None
+    found = _above_cut(scores, k, mask, positive, cuts=cut)
+    if found is not None and cut:
+        seen.append(Above(found[0], *cut[-1]))
+    if found is None:
+        rows = np.flatnonzero(mask) if mask is not None else None
+        values = scores if rows is None else scores[rows]
+        keep = np.isfinite(values)
+        if positive:
+            keep &= values > 0
+        if not keep.all():
+            picked = np.flatnonzero(keep)
+            rows = picked if rows is None else rows[picked]
+            values = values[picked]
+        elif rows is None:
+            rows = np.arange(n)
+        found = rows, values
+    return _ranked(found[0], found[1], k)[0]
+
+
+def _above_cut(
+    scores: np.ndarray,
+    k: int,
+    mask: np.ndarray | None,
+    positive: bool,
+    always: bool = False,
+    cuts: list | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows ascending, their scores) of every allowed finite row at or above a cut from a
+    strided sample, when at least k of them are (the k best are then among them); None when
+    no cut was found that way (too few rows, a sample that missed, non-finite values) or
+    on the reference path (unless `always`). `cuts`: (cut, strict) of the answer appended."""
+    n = scores.shape[0]
+    if (REFERENCE and not always) or n < SAMPLED_MIN_ROWS or k * SAMPLED_MAX_SHARE > n:
+        return None
+    target = max(CUT_ROWS_PER_ROW * k, CUT_MIN_ROWS)  # rows wanted above the cut
+    size = min(n // 2, max(SAMPLE_MIN, CUT_RANK * n // target))
+    sample = scores[:: max(1, n // size)]
+    m = len(sample)
+    rank = min(m, max(1, round(target * m / n)))  # the sample's rank-th ~ target rows deep
+    ordered = None
+    for depth in dict.fromkeys((rank, min(m, 8 * rank))):
+        if ordered is None:
+            ordered = np.partition(sample, m - depth)
+        else:
+            ordered.partition(m - depth)
+        cut = ordered[m - depth]
+        if not np.isfinite(cut):
+            return None
+        if positive and not cut > 0:
+            # every positive row: the whole answer, however few
+            return _allowed(np.flatnonzero(scores > 0), scores, mask)
+        for strict in (True, False):  # (rows above the cut are fewer when many tie)
+            rows = _rows_above(scores, cut, strict)
+            rows, values = _allowed(rows, scores, mask)
+            if len(rows) >= k:
+                if cuts is not None:
+                    cuts.append((cut, strict))
+                return rows, values
+    return None
+
+
+# `_rows_above` compares in pieces on every core from this many rows a piece.
+PARALLEL_COMPARE_ROWS = 131_072
+
+
+def _rows_above(scores: np.ndarray, cut, strict: bool) -> np.ndarray:
+    """`np.flatnonzero(scores > cut)` (`>=` unless `strict`), in pieces of rows on every
+    core (query.score.second_core) when there are many: the same rows, ascending."""
+    from query.score.second_core import in_parallel, row_ranges
+
+    def above(span: tuple[int, int]) -> np.ndarray:
+        part = scores[span[0] : span[1]]
+        return np.flatnonzero(part > cut if strict else part >= cut) + span[0]
+
+    ranges = row_ranges(scores.shape[0], PARALLEL_COMPARE_ROWS)
+    if len(ranges) < 2:
+        return np.flatnonzero(scores > cut if strict else scores >= cut)
+    return np.concatenate(in_parallel(above, ranges))
+
+
+def _allowed(rows: np.ndarray, scores: np.ndarray, mask: np.ndarray | None):
+    """(rows, their scores) kept where `mask` allows and the score is finite."""
+    if mask is not None:
+        rows = rows[mask[rows]]
+    values = scores[rows]
+    finite = np.isfinite(values)
+    if not finite.all():
+        rows, values = rows[finite], values[finite]
+    return rows, values
+
+
+def ranked_rows(rows: np.ndarray, values: np.ndarray, k: int) -> tuple[np.ndarray, bool]:
+    """The k best of `rows` (ascending) by `values` (finite), best first, ties by row
+    descending; and
+    whether equal values decided it (`top_rows`' `ties`)."""
+    return _ranked(rows, values, k, True)
+
+
+def _ranked(
+    rows: np.ndarray, values: np.ndarray, k: int, ordered: bool = True
+) -> tuple[np.ndarray, bool]:
+    """The k best of (rows ascending, their finite values), best first, ties by row
+    descending; and
+    whether a tie decided it (a row left out equal to a chosen one, or, `ordered`, two
+    chosen ones equal)."""
+    m = len(rows)
+    tied = False
+    if m > k:
+        v = np.partition(values, m - k)[m - k]  # the k-th best value
+        above = values > v
+        level = np.flatnonzero(values == v)
+        need = k - int(np.count_nonzero(above))
+        tied = len(level) > need
+        chosen = np.sort(np.concatenate((np.flatnonzero(above), level[len(level) - need :])))
+        rows, values = rows[chosen], values[chosen]
+    order = np.lexsort((-rows, -values))
+    if ordered and not tied and len(order) > 1:
+        ranked = values[order]
+        tied = bool(np.any(ranked[1:] == ranked[:-1]))
+    return rows[order].astype(np.int64, copy=False), tied
+
+
+def union_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`np.union1d(a, b)` (sorted distinct rows), by one sort of both: NumPy 2's union1d
+    goes through a hashed `unique` that cost ~1.2 ms for 1,000 + 8,000 rows, twice a hybrid
+    query (a sort and a neighbour compare: ~0.07 ms)."""
+    rows = np.concatenate((a, b))
+    if len(rows) < 2:
+        return rows
+    rows.sort()
+    keep = np.empty(len(rows), dtype=bool)
+    keep[0] = True
+    np.not_equal(rows[1:], rows[:-1], out=keep[1:])
+    return rows[keep]
+
+
+def distinct(
+    values: np.ndarray, counts: bool = False, inverse: bool = False
+) -> tuple[np.ndarray, ...]:
+    """`np.unique(values, return_counts=counts, return_inverse=inverse)` of a 1-D integer
+    array: (its distinct values ascending[, each one's count][, where each value went]),
+    the same arrays, by one sort and a neighbour compare. np.unique's own steps cost ~25 us
+    a call in Python, five calls a hybrid query (the query's terms twice, the name pool's
+    pages, the feedback terms)."""
+    values = np.asarray(values).ravel()
+    if inverse:
+        perm = values.argsort()
+        ordered = values[perm]
+    else:
+        ordered = np.sort(values)
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    out: tuple[np.ndarray, ...] = (ordered[first],)
+    if inverse:
+        where = np.empty(len(ordered), dtype=np.intp)
+        where[perm] = np.cumsum(first) - 1
+        out += (where,)
+    if counts:
+        starts = np.flatnonzero(first)
+        out += (np.diff(np.append(starts, len(ordered))),)
+    return out
+
+
+def ranked(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k best scores, best first, equal scores the later position first:
+    the same rows whichever way the array was split, so the best of each shard, merged by
+    (score, then row descending), are the one-file best bit for bit (query.rank.shard_search). A
+    partial sort alone picks among rows tied with the k-th score as it pleases. Which way
+    ties go is a ranking choice: equal scores are mostly identical copies of a section, and
+    which copy is shown moved Ray docs QA by 0.015 nDCG@10 (docs/search-quality.md, "Tie
+    order")."""
+    n = scores.shape[0]
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-scores, k - 1)[:k]
+    if k < n:  # a compare and a count over the rows (~2% of the partition at 1M rows)
+        kth = scores[part].min()
+        equal = scores == kth
+        if np.count_nonzero(equal) > np.count_nonzero(scores[part] == kth):  # ties left out
+            part = np.concatenate([part[scores[part] > kth], np.flatnonzero(equal)])
+    return part[np.lexsort((-part, -scores[part]))][:k]
+
+
+def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """`np.add.reduceat(vectors, offsets, axis=0)`, bit for bit, ~8x faster for short pages.
+    Along axis 0, reduceat calls its inner loop once per page and dimension (~30 ms of a cold
+    tldr search for 1,778 pages of 2-4 sections). Pages of up to 8 sections are summed here
+    a section at a time over all pages of that length, in reduceat's order (the first row
+    plus the sum of the others, left to right); longer ones still go to reduceat.
+    `tests/test_cold_start.py` checks the bits against reduceat."""
+    out = np.empty((len(count), vectors.shape[1]), dtype=vectors.dtype)
+    long = count > 8
+    for size in np.unique(count[~long], return_counts=True)[0].tolist():
+        pages = np.flatnonzero(count == size)
+        first = offsets[pages]
+        if size == 1:
+            out[pages] = vectors[first]
+            continue
+        rest = vectors[first + 1]
+        for k in range(2, size):
+            rest = rest + vectors[first + k]
+        out[pages] = vectors[first] + rest
+    if long.any():
+        pages = np.flatnonzero(long)
+        rows = np.concatenate([np.arange(offsets[p], offsets[p] + count[p]) for p in pages])
+        local = np.cumsum(count[pages]) - count[pages]
+        out[pages] = np.add.reduceat(vectors[rows], local, axis=0)
+    return out
+
+
+def multi_section_pages(
+    files: np.ndarray, vectors: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The pages of several sections, from each chunk's file id (a file's chunks are
+    contiguous): each such page's first chunk, the chunks read (page by page, in order),
+    the page of each chunk read, and the pages' normalised vector sums; None if no page
+    has two sections. Only those rows are read and summed: a reduceat over the whole
+    matrix cost a cold tldr search ~150 ms. A page's sum does not depend on the pages
+    around it, so a shard computes the one-file bits for its own pages."""
+    if not len(files):
+        return None
+    first, count, offsets, chunks, rows = page_layout(files)
+    if not len(first):
+        return None
+    if isinstance(vectors, np.ndarray) and vectors.dtype == np.float32:
+        # A page's sections are contiguous rows: summed where they lie in the map, the same
+        # additions as over a gathered copy of them (which cost a cold search ~1 ms).
+        sums = page_sums(vectors, first, count)
+    else:
+        sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    return first, chunks, rows, sums / np.maximum(norms, np.float32(1e-12))
+
+
+def page_layout(files: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Where the pages of several sections are, from each chunk's file id (a file's chunks
+    are contiguous; `files` not empty): each such page's first chunk and section count,
+    where its sections start among `chunks`, the chunks (page by page, in order) and the
+    page of each. The one layout of the one-file reader and of a sharded one (whose
+    pages' vectors stay in their shards)."""
+    starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+    sizes = np.diff(np.r_[starts, len(files)])
+    multi = sizes > 1
+    first, count = starts[multi], sizes[multi]
+    rows = np.repeat(np.arange(len(count)), count)
+    offsets = np.cumsum(count) - count
+    chunks = first[rows] + (np.arange(int(count.sum())) - offsets[rows])
+    return first, count, offsets, chunks, rows
+
+
+@dataclass
+class PageVectors:
+    """The dense side's view of pages of more than one section: each one's mean section
+    vector, normalised (`vectors`), and for every section of such a page (`chunks`) the row
+    of its page (`rows`). A one-section page's vector is its section's, so its cosine is
+    known already: only these pages cost a matrix-vector product per query."""
+
+    vectors: np.ndarray
+    chunks: np.ndarray
+    rows: np.ndarray
+
+
+def page_vectors_of(files: np.ndarray, vectors: np.ndarray) -> PageVectors:
+    """The `PageVectors` of an index's rows (a one-file index, or one shard's own rows)."""
+    pages = multi_section_pages(files, vectors)
+    if pages is None:
+        empty = np.zeros(0, dtype=np.int64)
+        return PageVectors(np.zeros((0, vectors.shape[1]), dtype=np.float32), empty, empty)
+    _, chunks, rows, unit = pages
+    return PageVectors(unit, chunks, rows)

@@ -1,0 +1,3 @@
+"""Reading a sharded index: the shard files' parts, their wire and stages."""
+
+__all__: list[str] = []

@@ -1,0 +1,419 @@
+"""One shard's share of a query: the work a shard does for the fan-out, arrays in, arrays out.
+
+`ShardPart` holds one shard file, mapped lazily (only the tables a call needs are opened),
+and answers every per-shard call a sharded search makes: the document frequency of terms,
+BM25F scores of its chunks with the GLOBAL idf and length norm the caller sends, the page
+(file) tf sums page-level BM25 adds up, the postings of feedback chunks, and the dense side:
+cosines of its rows (or some of them) and of its pages' mean vectors, and rows themselves.
+
+Every method takes and returns plain arrays and numbers, in the shard's local numbering, so
+the same object serves a thread of this process (`query.shards.reader`) and a shard server in
+another process or on another node (`query.shards.wire` + `mdvdb serve --shards`): the
+router scatters the answers into the one-file order. Each value is computed with the float32
+operations of the one-file index, row by row, so a merged answer has the one-file bits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernel import index_format
+from query.score.lexical import LexicalIndex
+from query.score.vector import best_rows, multi_section_pages, page_vectors_of, row_dots, union_rows
+from query.shards import stages as shard_stages
+
+# The calls a remote shard answers (query.shards.wire refuses anything else).
+CALLS = frozenset(
+    {
+        "info",
+        "lengths",
+        "df",
+        "term_scores",
+        "term_chunks",
+        "page_tf",
+        "feedback_postings",
+        "dots",
+        "dots_rows",
+        "rows",
+        "page_files",
+        "page_dots",
+        "dense",
+        "page_df",
+        "term_df",
+        "stage",
+    }
+)
+SESSIONS = 16  # staged queries a shard keeps the arrays of (then the oldest goes)
+SESSION_ROWS = 5_000_000  # ... and at most this many rows' worth of them
+
+
+@dataclass
+class ShardFile:
+    """A shard file mapped with its tables opened on first use; what `LexicalIndex` and
+    the dense calls read (it quacks like `query.snapshot.Snapshot`)."""
+
+    file: index_format.IndexFile
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path | str) -> ShardFile:
+        return cls(index_format.read_index(path, lazy=True))
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.file.meta
+
+    def table(self, name: str):
+        return self.file.tables.get(name)
+
+    @property
+    def chunk_file_ids(self) -> np.ndarray:
+        found = self.cache.get("chunk_file_ids")
+        if found is None:
+            chunks = self.file.tables["chunks"]
+            found = index_format.column_array(chunks, "file_id").to_numpy()
+            self.cache["chunk_file_ids"] = found
+        return found
+
+    @property
+    def paths(self) -> list[str]:
+        found = self.cache.get("paths")
+        if found is None:
+            found = self.cache["paths"] = self.file.tables["files"].column("path").to_pylist()
+        return found
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """(chunks, dims) float32 view over the map: no copy (as `Snapshot.load`)."""
+        found = self.cache.get("vectors")
+        if found is None:
+            found = index_format.vector_matrix(self.file)
+            self.cache["vectors"] = found
+        return found
+
+
+class ShardPart:
+    """The per-shard calls (module docstring) over one `ShardFile`."""
+
+    def __init__(self, shard: ShardFile):
+        self.shard = shard
+        self._lexical: LexicalIndex | None = None
+        self._norms: dict[tuple, np.ndarray] = {}
+        self._pages: tuple[np.ndarray, np.ndarray] | None = None
+        self._sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, path: Path | str) -> ShardPart:
+        return cls(ShardFile.load(path))
+
+    @property
+    def lexical(self) -> LexicalIndex:
+        if self._lexical is None:
+            self._lexical = LexicalIndex.from_snapshot(self.shard)
+        return self._lexical
+
+    def call(self, name: str, *args):
+        """A named call, as a shard server dispatches it."""
+        if name not in CALLS:
+            raise ValueError(f"unknown shard call {name!r}")
+        return getattr(self, name)(*args)
+
+    # -- lexical ---------------------------------------------------------------------------
+    def info(self, lengths: bool = False) -> dict[str, Any]:
+        """The shard's chunk count and packed BM25 parameters (and, `lengths`, each
+        chunk's length: what a reader needs of a shard to open it, in one round)."""
+        lexical = self.lexical
+        out = {"chunks": int(lexical.n_chunks), "k1": lexical.k1, "b": lexical.b}
+        if lengths:
+            out["lengths"] = self.lengths()
+        return out
+
+    def lengths(self) -> np.ndarray:
+        """Each chunk's field-weighted length (the router needs them all, once, for the
+        mean length in the one-file order: float32 means are order-sensitive)."""
+        return self.lexical.lengths
+
+    def df(self, hashes: np.ndarray) -> np.ndarray:
+        """Chunks of this shard holding each term."""
+        part = self.lexical
+        rows = part.lookup(hashes)
+        safe = np.maximum(rows, 0)
+        return np.where(rows >= 0, part.offsets[safe + 1] - part.offsets[safe], 0).astype(np.int64)
+
+    def norm(self, k1: float, b: float, avg: float, floor: float) -> np.ndarray:
+        """This shard's slice of the global length norm, from the global mean length: the
+        expression of `LexicalIndex` element by element, so each chunk gets the same bits."""
+        key = (k1, b, avg, floor)
+        found = self._norms.get(key)
+        if found is None:
+            lengths = self.lexical.lengths
+            if floor:
+                lengths = np.maximum(lengths, np.float32(floor * avg))
+            found = k1 * (1.0 - b + b * lengths / (avg or 1.0))
+            if len(self._norms) > 4:
+                self._norms.clear()
+            self._norms[key] = found
+        return found
+
+    def term_scores(
+        self,
+        hashes: np.ndarray,
+        weights: np.ndarray,
+        idf: np.ndarray,
+        norm: tuple[float, float, float, float],
+        start: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """BM25F of this shard's chunks for the terms, with the global idf and the global
+        norm's parameters (k1, b, mean length, floor), added to `start` (local rows and
+        their scores so far). Only the chunks that score are sent back (local rows, scores):
+        the rest are 0, so the answer grows with the chunks holding a term, not the shard
+        (or, when most chunks score, (None, every chunk's score): 4 bytes a chunk, not 8).
+        """
+        lexical = self.lexical
+        out = np.zeros(lexical.n_chunks, np.float32)
+        if start is not None:
+            out[np.asarray(start[0], dtype=np.int64)] = start[1]
+        k1 = float(norm[0])
+        shard_term_scores(lexical, hashes, weights, idf, self.norm(*norm), out, k1)
+        rows = np.flatnonzero(out)
+        if 2 * len(rows) > len(out):  # most chunks score: the array is smaller than its pairs
+            return None, out
+        return rows.astype(np.int32), out[rows]
+
+    def term_chunks(self, hashes: np.ndarray) -> list[np.ndarray | None]:
+        return self.lexical.term_chunks(hashes)
+
+    def page_tf(self, hashes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """For each term, the local files holding it and their summed tf (a file's chunks
+        all live in one shard): what page-level BM25 adds up over the shards."""
+        part = self.lexical
+        out: list[tuple[np.ndarray, np.ndarray] | None] = []
+        for row in part.lookup(hashes).tolist():
+            if row < 0:
+                out.append(None)
+                continue
+            pages, tf = part.page_tf(row)
+            out.append((pages.astype(np.int32), tf))
+        return out
+
+    def page_df(self, hashes: np.ndarray) -> np.ndarray:
+        """Files of this shard holding each term (page-level BM25's df, summed over shards)."""
+        return np.asarray(
+            [0 if f is None else len(f[0]) for f in self.page_tf(hashes)], dtype=np.int64
+        )
+
+    def term_df(self, hashes: np.ndarray, pages: bool = False) -> dict[str, np.ndarray]:
+        """`df` and, with `pages`, `page_df` of the terms: a query's global statistics
+        gathered in one round."""
+        out = {"df": self.df(hashes)}
+        if pages:
+            out["page_df"] = self.page_df(hashes)
+        return out
+
+    def feedback_postings(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(term hashes, tf, postings per chunk) of the given local chunks, chunk by chunk."""
+        part = self.lexical
+        hashes, tfs, sizes = [], [], []
+        for local in np.asarray(chunks).tolist():
+            a, b = int(part.forward_offsets[local]), int(part.forward_offsets[local + 1])
+            positions = part.forward_postings[a:b]
+            rows = np.searchsorted(part.offsets, positions, side="right") - 1
+            hashes.append(part.terms[rows])
+            tfs.append(part.tf[positions])
+            sizes.append(b - a)
+        return (
+            np.concatenate(hashes) if hashes else np.zeros(0, np.uint64),
+            np.concatenate(tfs) if tfs else np.zeros(0, np.float32),
+            np.asarray(sizes, dtype=np.int64),
+        )
+
+    # -- dense -----------------------------------------------------------------------------
+    def dots(self, vector: np.ndarray) -> np.ndarray:
+        """The cosine of every row of this shard (rows and query are unit length)."""
+        return row_dots(self.shard.vectors, vector)
+
+    def dots_rows(self, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        return row_dots(self.shard.vectors[rows], vector)
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(self.shard.vectors[rows])
+
+    def page_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(local file ids, normalised mean vectors) of this shard's pages of several
+        sections: the sums of `query.rank.search.page_vectors`, page by page (a page's sum
+        does not depend on the pages around it, so the bits are the one-file ones)."""
+        if self._pages is None:
+            files = self.shard.chunk_file_ids
+            vectors = self.shard.vectors
+            dims = vectors.shape[1]
+            found = (np.zeros(0, np.int64), np.zeros((0, dims), np.float32))
+            pages = multi_section_pages(files, vectors)
+            if pages is not None:
+                first, _, _, unit = pages
+                found = (files[first].astype(np.int64), unit)
+            self._pages = found
+        return self._pages
+
+    def page_files(self) -> np.ndarray:
+        """The local file ids of this shard's multi-section pages (`page_vectors` order)."""
+        return self.page_vectors()[0]
+
+    def page_dots(self, vector: np.ndarray) -> np.ndarray:
+        """Cosines of this shard's multi-section pages (in `page_vectors` order)."""
+        return row_dots(self.page_vectors()[1], vector)
+
+    def dense(
+        self,
+        query: np.ndarray,
+        direction: np.ndarray | None,
+        beta: float,
+        keep: int,
+        rho: float,
+        first_pass: str,
+        top: int = 0,
+        depth: int = 0,
+        also: np.ndarray | None = None,
+    ) -> dict[str, Any]:
+        """The dense side of a hybrid query on this shard, in one call: the one-file
+        reader's scorer (`query.score.vector.dense_scorer`, by the router's `first_pass`: "int8",
+        the int8 pass rescored exactly; "ivf", the first pass the one-file reader takes
+        for an index like this shard (IVF lists where it has them, else int8); "exact")
+        over this shard's rows, with its pages' evidence mixed in (rho) and the feedback
+        direction. Returns
+        the (raw, cosine, moved) arrays of `DenseScorer.mixed`; with `top` > 0 only the
+        rows among the `top` best cosine or moved scores (`rows`, local) with their values,
+        and per array a `fill` for every other row: the `top`-th best value. Fusion reads
+        only the best `pool` cosines (every one at or below the `pool`-th is clipped to
+        0), and a shard's `top`-th best is never above the corpus's `pool`-th when
+        top >= pool, so the filled array fuses to the one-file bits (docs/scale-out.md).
+        `depth`: the rows the int8 pass hands to exact rescoring here (the router gives
+        each shard its share of the one-file depth; 0: the one-file depth). `also`: local
+        rows an IVF pass scores exactly whatever it probes (the lexical side's best, as the
+        one-file reader hands them over)."""
+        arrays = self._dense_arrays(query, direction, beta, keep, rho, first_pass, depth, also)
+        return _dense_answer(*arrays, top)
+
+    def _dense_arrays(self, query, direction, beta, keep, rho, first_pass, depth, also):
+        """(raw, cosine, moved) of every row of this shard (`dense`)."""
+        from query.score.vector import dense_scorer
+
+        pages = self.page_side() if rho > 0 else None
+        scorer = dense_scorer(_ShardReader(self.shard, first_pass), pages, rho)
+        if depth and getattr(scorer, "lists", None) is None:  # IVF lists keep their own
+            scorer.depth = int(depth)
+        if getattr(scorer, "lists", None) is not None and also is not None and len(also):
+            return scorer.mixed(query, direction, beta, keep, rho, also=also)
+        return scorer.mixed(query, direction, beta, keep, rho)
+
+    # -- a staged query (query.rank.shard_search) ------------------------------------------------
+    def add_term_scores(self, out, hashes, weights, idf, spec: tuple) -> np.ndarray:
+        """out += BM25F of the terms (global idf, the global norm's parameters `spec`)."""
+        return shard_term_scores(self.lexical, hashes, weights, idf, self.norm(*spec), out, spec[0])
+
+    @staticmethod
+    def dense_answer(raw, cosine, moved, top: int) -> dict[str, Any]:
+        return _dense_answer(raw, cosine, moved, top)
+
+    def stage(self, session: str, step: str, args: dict[str, Any]) -> dict[str, Any]:
+        """One round of a staged query: this shard's arrays stay here between rounds (by
+        `session`), the router sends the global numbers the next step needs, and the
+        answer is a few best rows and maxima, never a number per chunk."""
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None:
+                if step != "bm25":
+                    raise ValueError(f"shard session {session!r} is gone: start again")
+                state = self._sessions[session] = {}
+                # ~12 float32 arrays of the shard's rows a query: fewer kept for a big shard
+                # (5 at 1M rows, ~250 MB), a lost one is started again by the router
+                keep = max(2, min(SESSIONS, SESSION_ROWS // max(1, self.lexical.n_chunks)))
+                while len(self._sessions) > keep:
+                    self._sessions.popitem(last=False)
+            else:
+                self._sessions.move_to_end(session)
+        return shard_stages.run(self, state, step, args)
+
+    def page_side(self):
+        """This shard's multi-section pages as `query.score.vector.PageVectors` (local rows)."""
+        found = self.shard.cache.get("page_vectors")
+        if found is None:
+            found = page_vectors_of(self.shard.chunk_file_ids, self.shard.vectors)
+            self.shard.cache["page_vectors"] = found
+        return found
+
+
+def _dense_answer(raw, cosine, moved, top: int) -> dict[str, Any]:
+    """`ShardPart.dense`'s answer from the full arrays: with `top` > 0 the best rows only."""
+    n = len(cosine)
+    if not top or n <= top:
+        return {"raw": raw, "cosine": cosine, "moved": moved}
+    rows = best_rows(cosine, top)
+    if moved is not cosine:
+        rows = union_rows(rows, best_rows(moved, top))
+    fills = [float(np.partition(a, n - top)[n - top]) for a in (cosine, moved)]
+    return {
+        "rows": rows.astype(np.int32),
+        "raw": raw[rows],
+        "cosine": cosine[rows],
+        "moved": moved[rows],
+        # The raw cosine is only shown (`explain`): the cosine's fill stands in for it.
+        "fill": [fills[0], fills[0], fills[1]],
+    }
+
+
+@dataclass
+class _ShardConfig:
+    search_first_pass: str
+
+
+@dataclass
+class _ShardReader:
+    """What `query.score.vector.dense_scorer` reads of a reader (its snapshot and its first-pass
+    setting), for one shard: the int8 copies it builds stay in the shard file's cache."""
+
+    snapshot: ShardFile
+    first_pass: str
+
+    @property
+    def config(self) -> _ShardConfig:
+        return _ShardConfig(self.first_pass)
+
+
+def shard_term_scores(
+    lexical: LexicalIndex,
+    hashes: np.ndarray,
+    weights: np.ndarray,
+    idf: np.ndarray,
+    norm: np.ndarray,
+    out: np.ndarray,
+    k1: float | None = None,
+) -> np.ndarray:
+    """One shard's part of a BM25F query: `out` (this shard's chunks, local order) += the sum
+    over terms of weight * idf * saturated tf, term by term in the given order. `idf` and
+    `norm` (this shard's chunks' length norms) come from the global statistics. The float32
+    operations are those of `LexicalIndex.term_weights` / `add_terms`, so each chunk gets
+    the one-file bits. `k1`: the saturation the norm was built with (default: the
+    shard's own, as packed)."""
+    saturation = np.float32((lexical.k1 if k1 is None else k1) + 1.0)
+    for row, weight, term_idf in zip(
+        lexical.lookup(hashes).tolist(), weights.tolist(), idf.tolist(), strict=True
+    ):
+        if row < 0:
+            continue
+        a, b = int(lexical.offsets[row]), int(lexical.offsets[row + 1])
+        ids, tf = lexical.chunk_ids[a:b], lexical.tf[a:b]
+        term = tf * saturation
+        denominator = norm[ids]
+        denominator += tf
+        term /= denominator
+        term *= np.float32(term_idf)
+        term *= np.float32(weight)
+        out[ids] += term
+    return out

@@ -1,0 +1,357 @@
+"""A shard's side of a staged query (query.rank.shard_search): the steps of a lexical or hybrid
+search run on the shard's own rows, with the global numbers the router sends.
+
+Each step keeps its arrays in the shard's session and answers what the router needs to
+compute the next global number: a maximum, a few best rows, the best rows of the final
+score under the caller's filter and their count. No answer holds a number per chunk, so
+the bytes per query do not grow with the shard.
+
+Every array is the one-file expression of `query.rank.search.mode_scores` / `query.score.fusion`,
+element by element, with the one-file maxima, floors and feedback terms: a row's score has
+the one-file bits. Best rows are ranked by score, then row descending (`query.score.vector.ranked`):
+a shard's rows are in the one-file order (kernel/shards.py), so the router's merge by (score,
+global row) picks the one-file rows even among equal scores.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from query.score.fusion import Fused, best, scaled_semantic, with_stub_prior
+from query.score.lexical import add_page_term
+from query.score.vector import ranked
+
+ShardPart = Any  # query.shards.part.ShardPart (which imports this module)
+
+__all__ = ["decode_mask", "encode_mask", "first_scores", "lexical_front", "mixed_lexical", "run"]
+
+
+def run(part: ShardPart, state: dict[str, Any], step: str, args: dict[str, Any]) -> dict:
+    handler = STEPS.get(step)
+    if handler is None:
+        raise ValueError(f"unknown stage {step!r}")
+    return handler(part, state, args)
+
+
+def _rows(scores: np.ndarray, k: int, positive: bool = True) -> dict[str, np.ndarray]:
+    """The k best rows (local, score then row descending) and their values."""
+    rows = best(scores, k) if positive else ranked(scores, k)
+    return {"rows": rows.astype(np.int32), "values": scores[rows]}
+
+
+def _max(values: np.ndarray | None) -> float:
+    return float(values.max()) if values is not None and len(values) else 0.0
+
+
+def _scaled(values: np.ndarray, top: float) -> np.ndarray:
+    """`query.score.fusion.normalised_lexical` with the corpus-wide maximum `top`."""
+    return values / np.float32(top) if top > 0 else np.zeros_like(values)
+
+
+def _page_lengths(part: ShardPart) -> np.ndarray:
+    """Each local file's field-weighted length (float32), summed as the one-file index sums
+    it: the chunks of a file, in order, all in this shard."""
+    found = part.shard.cache.get("stage_page_lengths")
+    if found is None:
+        lexical = part.lexical
+        files = part.shard.chunk_file_ids
+        n = len(part.shard.paths)
+        found = np.bincount(files, weights=lexical.lengths, minlength=n).astype(np.float32)
+        part.shard.cache["stage_page_lengths"] = found
+    return found
+
+
+def _term_scores(part: ShardPart, args: dict) -> np.ndarray:
+    """BM25F of this shard's chunks for the terms, with the global idf and norm."""
+    out = np.zeros(part.lexical.n_chunks, np.float32)
+    hashes = np.asarray(args["hashes"], dtype=np.uint64)
+    if len(hashes):
+        weights = np.asarray(args["weights"], dtype=np.float32)
+        idf = np.asarray(args["idf"], dtype=np.float32)
+        part.add_term_scores(out, hashes, weights, idf, tuple(float(x) for x in args["spec"]))
+    return out
+
+
+def _bm25(part: ShardPart, state: dict, args: dict) -> dict:
+    """BM25F of the query terms with the global idf and length norm; the page-level BM25
+    with the global page df; the best rows for the Rocchio direction and an IVF pass. A
+    lexical query's final answer comes with it (`select`: the filter, depth and floor the
+    router expects to be asked first), so it takes one round trip."""
+    scores = _term_scores(part, args)
+    state["bm25"] = scores
+    answer: dict[str, Any] = {"max": _max(scores)}
+    if args.get("select") is not None:
+        answer["final"] = _final(part, state, {"mode": "lexical", **args["select"]})
+    if args.get("top"):
+        answer["top"] = _rows(scores, int(args["top"]))
+        answer["vectors"] = np.ascontiguousarray(part.shard.vectors[answer["top"]["rows"]])
+    if args.get("also"):
+        answer["also"] = _rows(scores, int(args["also"]))
+    page = args.get("page")
+    state["page"] = None
+    if page is not None:
+        state["page"] = _page_scores(part, page)
+        answer["page_max"] = _max(state["page"])
+    return answer
+
+
+def _page_scores(part: ShardPart, page: dict) -> np.ndarray:
+    """`ShardedLexical.page_scores` for this shard's files, per chunk."""
+    k1, b, avg = float(page["k1"]), float(page["b"]), float(page["avg"])
+    page_len = _page_lengths(part)
+    out = np.zeros(len(page_len), dtype=np.float32)
+    idfs = np.asarray(page["idf"], dtype=np.float64)
+    hashes = np.asarray(page["hashes"], dtype=np.uint64)
+    found = part.page_tf(hashes)
+    for got, count, idf in zip(found, np.asarray(page["counts"]).tolist(), idfs, strict=True):
+        if got is None:
+            continue
+        pages, tf = got
+        add_page_term(out, pages, tf, count * idf, (page_len, avg), k1, b)
+    return out[part.shard.chunk_file_ids]
+
+
+def _dense(part: ShardPart, state: dict, args: dict) -> dict:
+    """The dense side (`ShardPart.dense`), its arrays kept for the next steps."""
+    direction = args.get("direction")
+    also = args.get("also")
+    raw, cosine, moved = part._dense_arrays(
+        np.asarray(args["query"], dtype=np.float32),
+        None if direction is None else np.asarray(direction, dtype=np.float32),
+        float(args["beta"]),
+        int(args["keep"]),
+        float(args["rho"]),
+        str(args["first_pass"]),
+        int(args["depth"]),
+        None if also is None else np.asarray(also, dtype=np.int64),
+    )
+    if direction is None:
+        moved = cosine
+    state["raw"], state["cosine"], state["moved"] = raw, cosine, moved
+    answer = part.dense_answer(raw, cosine, moved, int(args["keep"]))
+    # BM25F at the answered rows: the router scores them in the first fused ranking, and
+    # its k-th best bounds the rows the next step sends back (`_first`)
+    rows = answer.get("rows")
+    answer["bm25"] = state["bm25"] if rows is None else state["bm25"][rows]
+    return answer
+
+
+def first_scores(bm25, cosine, w: float, max_bm25: float, top: float, floor: float):
+    """The first fused ranking (`query.score.fusion.fuse` of BM25F and the cosine), element by
+    element: over a shard's rows, or over the rows the router holds (the same bits)."""
+    w = np.float32(w)
+    lex = (np.float32(1) - w) * _scaled(bm25, max_bm25).astype(np.float32)
+    return lex + w * scaled_semantic(cosine, top, floor)
+
+
+def _first(part: ShardPart, state: dict, args: dict) -> dict:
+    """The best rows of the first fused ranking, from which the router picks the feedback
+    chunks, with their postings (so the router reads none in a round of its own): only
+    those at or above `bound`, a value the router knows k rows reach (the k-th best of
+    the rows it holds), so the rows it cannot use stay here."""
+    scores = first_scores(
+        state["bm25"], state["cosine"], args["w"], args["max"], args["top"], args["floor"]
+    )
+    found = _rows(scores, int(args["k"]))
+    if args.get("bound") is not None:
+        keep = found["values"] >= np.float32(args["bound"])
+        found = {"rows": found["rows"][keep], "values": found["values"][keep]}
+    if args.get("postings"):
+        found["postings"] = part.feedback_postings(found["rows"])
+    return found
+
+
+def mixed_lexical(bm25, expansion, lam: float, max_bm25: float, max_expansion: float):
+    """The lexical side after feedback, element by element: (1 - λ) bm25 / max + λ
+    expansion / max, over a shard's rows or the few the router holds (the same bits)."""
+    lam = np.float32(lam)
+    return (1 - lam) * _scaled(bm25, max_bm25) + lam * _scaled(expansion, max_expansion)
+
+
+def lexical_front(bm25: np.ndarray, expansion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bm25, expansion) pairs that include every pair no other row beats in both:
+    `mixed_lexical` never decreases in either value (each float32 step is monotone), so its
+    maximum over a shard's rows is its maximum over these, whatever the corpus-wide maxima
+    turn out to be; the router computes it from the shards' pairs instead of asking for it
+    in a round of its own. The row of most bm25 (with the most expansion among those) and
+    the row of most expansion (likewise) beat every row that is not above both of them on
+    the other side; the few rows that are, ordered by bm25, keep those above the expansion
+    of every row before them."""
+    if len(bm25) == 0:
+        return np.zeros(0, np.float32), np.zeros(0, np.float32)
+    top_b = bm25.max()
+    top_e = expansion.max()
+    e_at_top_b = expansion[bm25 == top_b].max()
+    b_at_top_e = bm25[expansion == top_e].max()
+    rows = np.flatnonzero((bm25 > b_at_top_e) & (expansion > e_at_top_b))
+    b, e = bm25[rows], expansion[rows]
+    order = np.argsort(-b, kind="stable")
+    b, e = b[order], e[order]
+    beaten = np.r_[False, e[1:] <= np.maximum.accumulate(e)[:-1]] if len(e) else np.zeros(0, bool)
+    front_b = np.r_[np.float32(top_b), np.float32(b_at_top_e), b[~beaten]]
+    front_e = np.r_[np.float32(e_at_top_b), np.float32(top_e), e[~beaten]]
+    return front_b.astype(np.float32), front_e.astype(np.float32)
+
+
+def _expand(part: ShardPart, state: dict, args: dict) -> dict:
+    """The RM3 expansion terms' BM25F (global idf): its maximum, and the front of
+    (bm25, expansion) that gives the maximum of the lexical side (`lexical_front`)."""
+    out = _term_scores(part, args)
+    state["expansion"] = out
+    front_b, front_e = lexical_front(state["bm25"], out)
+    return {"max": _max(out), "front_bm25": front_b, "front_expansion": front_e}
+
+
+def _lexical_side(state: dict, mix: dict | None) -> np.ndarray:
+    """The lexical side after feedback (`mixed_lexical`), or BM25F without it."""
+    if not mix:
+        return state["bm25"]
+    return mixed_lexical(
+        state["bm25"], state["expansion"], mix["lam"], mix["max_bm25"], mix["max_expansion"]
+    )
+
+
+def _fuse(part: ShardPart, state: dict, args: dict) -> dict:
+    """The final fusion with the page-level part (the lexical side mixed first); the best
+    rows the stub test reads, or, when the router has no stub test to run (none, or every
+    short page), the prior applied here and the best rows whose pages the name test
+    reads."""
+    state["lexical"] = _lexical_side(state, args.get("mix"))
+    w = np.float32(args["w"])
+    lex = (np.float32(1) - w) * _scaled(state["lexical"], args["max"]).astype(np.float32)
+    sem = w * scaled_semantic(state["moved"], args["top"], args["floor"])
+    fused = Fused(scores=lex + sem, lexical=lex, semantic=sem)
+    page = state.get("page")
+    if page is not None and args["page_weight"] > 0:
+        mu = np.float32(args["page_weight"])
+        keep = np.float32(1) - mu
+        part_page = mu * _scaled(page.astype(np.float32, copy=False), args["max_page"])
+        fused = Fused(
+            scores=keep * fused.scores + part_page,
+            lexical=keep * fused.lexical,
+            semantic=keep * fused.semantic,
+            page=part_page,
+        )
+    state["fused"] = fused
+    stub = args.get("stub")
+    if not stub or stub["kind"] == "any":
+        _with_stub(part, state, stub)
+        return _rows(fused.scores, int(args["names"])) if args.get("names") else {}
+    found = _rows(fused.scores, int(stub["candidates"]), positive=False)
+    length = _page_lengths(part)[part.shard.chunk_file_ids[found["rows"]]]
+    return {**found, "short": length < np.float32(stub["length"]), "length": length}
+
+
+def _with_stub(part: ShardPart, state: dict, stub: dict | None) -> None:
+    """The stub prior on the rows the router names (or every row: kind "any")."""
+    if not stub:
+        return
+    params = SimpleNamespace(stub_length=stub["length"], stub_weight=stub["weight"])
+    length = _page_lengths(part)[part.shard.chunk_file_ids]
+    rows = stub.get("rows")
+    if rows is None:
+        state["fused"] = with_stub_prior(state["fused"], length, params)
+    else:
+        rows = np.asarray(rows, dtype=np.int64)
+        state["fused"] = with_stub_prior(state["fused"], length[rows], params, rows)
+
+
+def _stub(part: ShardPart, state: dict, args: dict) -> dict:
+    """The stub prior on the rows the router names; then the best rows whose pages the
+    name test reads (when the router could not tell them from the candidates alone)."""
+    _with_stub(part, state, args.get("stub"))
+    if args.get("names"):
+        return _rows(state["fused"].scores, int(args["names"]))
+    return {}
+
+
+def _final(part: ShardPart, state: dict, args: dict) -> dict:
+    """The final scores (with the name part, when the router found named pages) under the
+    caller's filter: the best `fetch` rows at or above `min_score`, every part's value at
+    them, and how many rows pass."""
+    key = ("final", args.get("mode"))
+    final = state.get(key)
+    if final is None:
+        final = state[key] = _final_parts(part, state, args)
+    scores = final["fused"]
+    passing = scores > 0
+    if args.get("min_score") is not None:
+        passing &= scores >= float(args["min_score"])  # as `query.rank.search` compares
+    mask = decode_mask(args.get("mask"), len(scores))
+    if mask is not None:
+        passing &= mask
+    rows = np.flatnonzero(passing)
+    top = rows[ranked(scores[rows], int(args["fetch"]))]
+    return {
+        "rows": top.astype(np.int32),
+        "parts": {name: values[top] for name, values in final.items()},
+        "count": len(rows),
+    }
+
+
+def _final_parts(part: ShardPart, state: dict, args: dict) -> dict[str, np.ndarray]:
+    """The parts `query.rank.search.mode_scores` names, in its order, for every local row."""
+    if args.get("mode") == "lexical":
+        return {"lexical": state["bm25"], "fused": state["bm25"]}
+    _with_stub(part, state, args.get("stub"))  # the rows the router found without a round
+    fused = state["fused"]
+    parts = {"lexical": fused.lexical, "semantic": fused.semantic}
+    if fused.page is not None:
+        parts["page"] = fused.page
+    if fused.stub is not None:
+        parts["stub"] = fused.stub
+    parts.update(fused=fused.scores, bm25=state["bm25"], cosine=state["raw"])
+    if state.get("page") is not None:
+        parts["page_bm25"] = state["page"]
+    named = args.get("named")
+    if named is not None:
+        files = np.zeros(len(part.shard.paths), dtype=bool)
+        files[np.asarray(named, dtype=np.int64)] = True
+        name = np.float32(args["name_weight"]) * files[part.shard.chunk_file_ids]
+        parts = {"name": name.astype(np.float32), **parts, "fused": fused.scores + name}
+    return parts
+
+
+STEPS = {
+    "bm25": _bm25,
+    "dense": _dense,
+    "first": _first,
+    "expand": _expand,
+    "fuse": _fuse,
+    "stub": _stub,
+    "final": _final,
+}
+
+
+# -- a filter over the wire -----------------------------------------------------------------
+def encode_mask(mask: np.ndarray | None) -> dict[str, Any] | None:
+    """A shard's slice of the caller's filter, as few bytes as it takes: the rows it keeps
+    (a narrow filter, a title tier), the rows it drops (a wide one), or one bit a row."""
+    if mask is None:
+        return None
+    n = len(mask)
+    kept = int(np.count_nonzero(mask))
+    if kept * 32 <= n:
+        return {"rows": np.flatnonzero(mask).astype(np.int32)}
+    if (n - kept) * 32 <= n:
+        return {"not": np.flatnonzero(~mask).astype(np.int32)}
+    return {"bits": np.packbits(mask), "n": n}
+
+
+def decode_mask(found: dict[str, Any] | None, n: int) -> np.ndarray | None:
+    if found is None:
+        return None
+    if "rows" in found:
+        mask = np.zeros(n, dtype=bool)
+        mask[np.asarray(found["rows"], dtype=np.int64)] = True
+        return mask
+    if "not" in found:
+        mask = np.ones(n, dtype=bool)
+        mask[np.asarray(found["not"], dtype=np.int64)] = False
+        return mask
+    if int(found.get("n", -1)) != n:
+        raise ValueError("a filter for another shard size")
+    return np.unpackbits(np.asarray(found["bits"], dtype=np.uint8), count=n).astype(bool)
