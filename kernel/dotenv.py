@@ -58,7 +58,7 @@ def find_root(start: str) -> str:
         if os.path.isfile(config) or os.path.isfile(index) or os.path.isdir(shards):
             return folder
         parent = os.path.dirname(folder)
-        if parent == folder or parent == home or _device(parent) != device:
+        if parent in (folder, home) or _device(parent) != device:
             return here
         folder = parent
 
