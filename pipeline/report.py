@@ -107,4 +107,5 @@ class IngestReport:
             "executor_actors": self.executor_actors,
             "stage_cpu_seconds": {k: round(v, 3) for k, v in self.stage_cpu_seconds.items()},
             "errors": [{"path": p, "problem": m} for p, m in self.errors],
+            "errors_total": len(self.errors),
         }

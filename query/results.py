@@ -19,6 +19,8 @@ class SearchResult:
     excerpt: str
     metadata: dict[str, Any]
     title: str = ""
+    # Row numbers in the snapshot that answered (for the library's own lookups); they
+    # shift when another file is added or deleted, so `to_json` leaves them out.
     chunk_id: int = -1
     file_id: int = -1
     cluster_id: int = -1
@@ -38,6 +40,7 @@ class SearchResult:
             data = asdict(self)
         if not explain:
             data.pop("explain")
+        del data["chunk_id"], data["file_id"]  # row numbers: see above
         return data
 
 
@@ -151,4 +154,7 @@ class Status:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["fresh"] = self.fresh
+        data["stale_total"] = len(self.stale_files)
+        data["new_total"] = len(self.new_files)
+        data["errors_total"] = len(self.errors) + data.pop("errors_left_out")
         return data

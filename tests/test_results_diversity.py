@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import build_index, run_cli
+from tests.json_shapes import call_tool
 
 SECTION = """## Configure the autoscaler
 
@@ -239,11 +240,13 @@ def test_mcp_search_lists_the_copies(docs: Path) -> None:
         )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            found = await session.call_tool(
-                "search", {"query": "autoscaler max_workers idle nodes", "limit": 10}
+            found = await call_tool(
+                session, "search", {"query": "autoscaler max_workers idle nodes", "limit": 10}
             )
-            capped = await session.call_tool(
-                "search", {"query": "autoscaler note worker pools", "limit": 20, "per_file": 1}
+            capped = await call_tool(
+                session,
+                "search",
+                {"query": "autoscaler note worker pools", "limit": 20, "per_file": 1},
             )
             return {"found": found.structured_content, "capped": capped.structured_content}
 

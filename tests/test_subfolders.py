@@ -16,6 +16,7 @@ import pytest
 
 from kernel import dotenv
 from tests.conftest import build_index, run_cli
+from tests.json_shapes import call_tool
 
 SUB = "05 - Concepts"
 ZETTEL = "# Zettelkasten\n\nA slip-box of atomic notes, each linked to the others.\n"
@@ -167,7 +168,7 @@ def test_serve_and_mcp_started_in_a_subfolder_serve_the_project(tmp_path: Path):
             ClientSession(read, write) as session,
         ):
             await session.initialize()
-            result = await session.call_tool("search", {"query": "zettelkasten", "limit": 1})
+            result = await call_tool(session, "search", {"query": "zettelkasten", "limit": 1})
             return result.structured_content
 
     answer = asyncio.run(ask())
