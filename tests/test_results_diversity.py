@@ -252,9 +252,10 @@ def test_mcp_search_lists_the_copies(docs: Path) -> None:
 
     answers = asyncio.run(call())
     results = answers["found"]["results"]
-    copies = [r for r in results if r["path"].endswith("page.md") and r["lines"].startswith("3-")]
+    copies = [r for r in results if r["path"].endswith("page.md") and r["start_line"] == 3]
     assert len(copies) == 1
     assert len(copies[0]["also_in"]) == 4
-    assert all(entry.endswith(":" + copies[0]["lines"]) for entry in copies[0]["also_in"])
+    lines = (copies[0]["start_line"], copies[0]["end_line"])
+    assert all((c["start_line"], c["end_line"]) == lines for c in copies[0]["also_in"])
     capped = answers["capped"]["results"]
     assert sum(r["path"] == "crowded.md" for r in capped) == 1
