@@ -315,6 +315,27 @@ def _no_retry(run: IngestRun | None, config: Config) -> Callable[..., bool]:
     return check
 
 
+def _problems_recorded(run: IngestRun | None, config: Config) -> Callable[..., bool]:
+    """An `uptodate` check: pack is not up to date while the index records other problems
+    than it would now (`stages.problems_to_record`): a walk's problem that changed no file
+    (a name that is not UTF-8, a symlink loop, one of those gone) still reaches `status`."""
+
+    def check(task: Any, values: dict) -> bool:
+        if run is None:
+            return True  # `doit pack` alone: no walk of this run to compare
+        from kernel.index_format import read_meta
+
+        try:
+            meta = read_meta(published_file(config))
+        except Exception:  # noqa: BLE001 - no index, or an unreadable one: pack decides
+            return False
+        manifest = run.manifest()
+        wanted = stages.problems_to_record(config, manifest, run.problems(), looked(run, manifest))
+        return all(meta.get(k) == wanted.get(k) for k in ("errors", "errors_left_out"))
+
+    return check
+
+
 def _not_deferred(run: IngestRun | None, config: Config) -> Callable[..., bool]:
     """An `uptodate` check: the cluster stage is not up to date while the state says a
     fit it left to the helper process was never stored (the run failed before pack)."""
@@ -480,6 +501,7 @@ def task_pack(run: IngestRun | None = None):
             # One config_changed per task: doit keeps a single saved value for all of them.
             config_changed(_pack_settings(config)),
             _index_is_current(run, config),
+            _problems_recorded(run, config),
         ],
         "targets": [str(published_file(config))],
         "verbosity": 0,
