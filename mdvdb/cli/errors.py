@@ -24,7 +24,10 @@ EXIT_INTERRUPTED = 130
 
 # The options every command shares, declared once for typer (`app.RootOption`, `JsonOption`)
 # and for the hand parsers of the hot path.
-ROOT_FLAG, ROOT_HELP = "--root", "Project root (default: nearest folder with .markdownvdb)."
+ROOT_FLAG, ROOT_HELP = (
+    "--root",
+    "Project root (default: the nearest folder upward with .markdownvdb or an index).",
+)
 JSON_FLAG, JSON_HELP = "--json", "One JSON document on stdout."
 
 # The library's expected failures, by class name so that none of them is imported to be caught.
