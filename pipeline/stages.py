@@ -1032,12 +1032,12 @@ def problems_to_record(
     This run's, and an earlier run's that this run did not look at again; an indexed file's
     entry carries its SHA-256 and stays while its content does. `errors_left_out` counts
     what the cap left out."""
-    from kernel import index_format
+    from kernel.shards import published_meta
 
     recorded: dict[str, list[str]] = {}
     fresh = [(p, m) for p, m in problems if p not in looked.in_rows]
     try:
-        earlier = index_format.read_meta(config.index_path).get("errors") or []
+        earlier = published_meta(config).get("errors") or []
     except Exception:  # noqa: BLE001 - no previous index, or a damaged one: nothing to carry
         earlier = []
     earlier = [e for e in earlier if isinstance(e, list) and len(e) >= 2 and isinstance(e[0], str)]
@@ -1087,13 +1087,13 @@ def _skipped_files(
     """Reported files left out of the index, with their (size, mtime, ctime), so that `status`
     does not call them new until they change; carried over from the previous index for
     files this run did not look at (`mdvdb ingest PATH`, the watcher)."""
-    from kernel import index_format
+    from kernel.shards import published_meta
 
     entries = manifest.entries
     root = config.root
     candidates = [path for path, _ in problems]
     try:
-        candidates += list(index_format.read_meta(config.index_path).get("skipped") or {})
+        candidates += list(published_meta(config).get("skipped") or {})
     except Exception:  # noqa: BLE001 - no previous index, or a damaged one: nothing to carry
         pass
     skipped: dict[str, list[int]] = {}

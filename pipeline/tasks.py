@@ -323,10 +323,10 @@ def _problems_recorded(run: IngestRun | None, config: Config) -> Callable[..., b
     def check(task: Any, values: dict) -> bool:
         if run is None:
             return True  # `doit pack` alone: no walk of this run to compare
-        from kernel.index_format import read_meta
+        from kernel.shards import published_meta
 
         try:
-            meta = read_meta(published_file(config))
+            meta = published_meta(config)
         except Exception:  # noqa: BLE001 - no index, or an unreadable one: pack decides
             return False
         manifest = run.manifest()
