@@ -248,10 +248,10 @@ class Index(Reader):
         files = self.snapshot.table("files")
         found: dict[str, str] = {}
         errors = index_format.column_array(files, "parse_error")
-        if len(errors) and errors.buffers()[0] is not None:  # a validity bitmap: some set
-            for path, error in zip(self.snapshot.paths, errors.to_pylist(), strict=True):
-                if error is not None:
-                    found[path] = error
+        if errors.null_count < len(errors):  # some file has one: read only those rows
+            paths = index_format.column_array(files, "path")
+            for i in _valid_rows(errors).tolist():
+                found[paths[i].as_py()] = errors[i].as_py()
         for entry in meta.get("errors") or ():
             if isinstance(entry, list) and len(entry) >= 2 and entry[0] not in found:
                 found[str(entry[0])] = str(entry[1])
@@ -292,6 +292,16 @@ class Index(Reader):
             return absolute.relative_to(root).as_posix()
         except ValueError:
             raise QueryError(f"{path}: outside the project root, refused") from None
+
+
+def _valid_rows(column: Any) -> np.ndarray:
+    """The rows of a column that are not null, from its validity bitmap (every row without
+    one): no Python object per row of a 100k-file index."""
+    bitmap = column.buffers()[0]
+    if bitmap is None or not column.null_count:
+        return np.arange(len(column))
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return np.flatnonzero(bits[column.offset : column.offset + len(column)])
 
 
 def open_index(
