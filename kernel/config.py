@@ -223,7 +223,7 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("MDVDB_SOURCE_DIRS", "source_dirs", _paths, ".", "Comma-separated folders to index"),
-    Setting("MDVDB_INDEX_FILE", "index_file", _path, ".markdownvdb.index", "The index file"),
+    Setting("MDVDB_INDEX_FILE", "index_file", _path, dotenv.DEFAULT_INDEX_FILE, "The index file"),
     Setting(
         "MDVDB_STATE_DIR",
         "state_dir",
@@ -513,7 +513,9 @@ def unknown_keys(config: Config) -> list[tuple[str, str | None]]:
 
 
 def find_root(start: Path | None = None) -> Path:
-    """The nearest folder upward holding `.markdownvdb`, else the starting folder."""
+    """The nearest project folder upward (`.markdownvdb` or an index there), else the
+    starting folder; never the user's home from below it nor across file systems
+    (`kernel.dotenv.find_root`)."""
     return Path(dotenv.find_root(str(start or Path.cwd())))
 
 
@@ -523,7 +525,7 @@ class Config:
 
     root: Path
     source_dirs: list[str] = field(default_factory=lambda: ["."])
-    index_file: str = ".markdownvdb.index"
+    index_file: str = dotenv.DEFAULT_INDEX_FILE
     state_dir: str = ".markdownvdb.state"
     ignore_patterns: list[str] = field(default_factory=list)
     follow_outside_root: bool = False

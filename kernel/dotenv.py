@@ -41,17 +41,34 @@ def read_file(path: str | os.PathLike) -> str | None:
     return None if raw is None else raw.decode("utf-8-sig")
 
 
+DEFAULT_INDEX_FILE = ".markdownvdb.index"
+
+
+def project_markers() -> tuple[str, ...]:
+    """The names that make a folder a project: `.markdownvdb`, and the index an ingest wrote
+    there (`MDVDB_INDEX_FILE` when the environment names one inside the root, and a
+    sharded index's folder beside it)."""
+    index = os.environ.get("MDVDB_INDEX_FILE", "").strip() or DEFAULT_INDEX_FILE
+    if os.path.isabs(index) or os.pardir in index.replace("\\", "/").split("/"):
+        index = DEFAULT_INDEX_FILE  # an index outside the root marks no folder
+    return (CONFIG_FILE, index, index + ".shards")
+
+
 def find_root(start: str) -> str:
-    """The nearest folder upward holding `.markdownvdb` (anything of that name but a folder:
-    one that cannot be read is then refused in one line, not passed over), else the
-    starting folder."""
+    """The nearest folder upward from `start` that is a project (`project_markers`), else
+    `start`. The climb never reaches the user's home from below it nor crosses into another
+    file system: a home or a disk indexed once is not the project of every folder in it."""
     here = os.path.realpath(start)
+    home = os.path.realpath(os.path.expanduser("~"))
+    device = _device(here)
+    markers = project_markers()
     folder = here
     while True:
-        if _marks_root(os.path.join(folder, CONFIG_FILE)):
+        config, index, shards = (os.path.join(folder, name) for name in markers)
+        if _marks_root(config) or os.path.isfile(index) or os.path.isdir(shards):
             return folder
         parent = os.path.dirname(folder)
-        if parent == folder:
+        if parent in (folder, home) or _device(parent) != device:
             return here
         folder = parent
 
@@ -61,3 +78,10 @@ def _marks_root(path: str) -> bool:
         return not os.path.isdir(path) and os.path.lexists(path)
     except OSError:
         return False
+
+
+def _device(folder: str) -> int | None:
+    try:
+        return os.stat(folder).st_dev
+    except OSError:
+        return None

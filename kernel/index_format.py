@@ -927,8 +927,21 @@ def damage_message() -> str | None:
 
 
 def read_meta(path: Path | str) -> dict[str, Any]:
-    """Only the footer's metadata: cheap enough for `status` on a large index."""
-    return read_index(path).meta
+    """Only the footer's metadata, checked as every open checks the footer (`_footer`), without
+    opening a table or importing pyarrow: cheap enough for a no-op ingest's checks."""
+    import mmap
+
+    path = Path(path)
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            raise IndexFormatError(f"{path} is not a Markdown VDB index (too short)")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                return _footer(path, view)[2]
+            finally:
+                view.release()
 
 
 # -- writing ------------------------------------------------------------------------------

@@ -141,6 +141,19 @@ def _present(path: Path) -> bool:
     return os.path.lexists(path)
 
 
+def published_meta(config) -> dict[str, Any]:
+    """The meta of the index the configuration asks for (a sharded index's: its manifest's);
+    FileNotFoundError when there is none yet."""
+    if config.shards > 1:
+        manifest = read_manifest(config.shards_path)
+        if manifest is None:
+            raise FileNotFoundError(manifest_path(config.shards_path))
+        return dict(manifest.meta)
+    from kernel import index_format
+
+    return index_format.read_meta(config.index_path)
+
+
 def manifest_path(folder: Path) -> Path:
     return folder / MANIFEST
 

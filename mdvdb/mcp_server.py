@@ -45,13 +45,13 @@ Use it for questions and topics ("how do I undo the last commit"), even when the
 other words. For an exact string (identifier, error message, command, regex) use grep: search
 ranks by meaning and can bury exact text.
 
-Returns {"query", "mode", "total", "results": [{"path", "heading", "lines": "start-end",
-"score", "excerpt", "tier"}]}. tier "title": the file's title or a heading holds every query
-word (first, one per file); "content": the other sections, best first. lines are 1-based,
-ready for get_document(path, start_line, end_line). Scores compare within one answer only.
-A section repeated nearly word for word in other files (versioned copies) comes once, with
-"also_in": ["path:start-end", ...] (collapse=false: every copy); at most per_file sections
-of one file (default 3, 0: no cap).
+Returns {"query", "mode", "total", "results": [{"path", "heading_path", "start_line",
+"end_line", "score", "excerpt", "tier"}]}. tier "title": the file's title or a heading holds
+every query word (first, one per file); "content": the other sections, best first. Lines are
+1-based, ready for get_document(path, start_line, end_line). Scores compare within one
+answer only. A section repeated nearly word for word in other files (versioned copies) comes
+once, with "also_in": [{"path", "start_line", "end_line"}, ...] and "also_in_count"
+(collapse=false: every copy); at most per_file sections of one file (default 3, 0: no cap).
 Cheaper or fuller: files_only=true returns {"files": [{"path", "score"}]}, one per file;
 max_tokens caps the total excerpt text; full_text=true adds each section's whole "text".
 
@@ -80,8 +80,8 @@ or "TODO|FIXME". Smart case: case-insensitive unless the pattern has an upper-ca
 Frontmatter lines are skipped unless include_frontmatter=true.
 
 Returns {"pattern", "matches", "more", "files": [{"path", "title", "hits": [{"line",
-"text"}]}]}: 1-based line numbers and the matching line (a long one cut around the match with
-"…"). limit (default 10) caps all matches, per_file_limit (default 5) those of one file;
+"snippet"}]}]}: 1-based line numbers and the matching line (a long one cut around the match
+with "…"). limit (default 10) caps all matches, per_file_limit (default 5) those of one file;
 "more": true says matches were left out, and on a file that it has more.
 context=N (up to 10) adds N lines "before" and "after" each hit. file_type: "md" (default,
 .md/.markdown), "qmd" or "all"; sources: only these roots ("dir:docs"). A bad regex is an
@@ -89,22 +89,23 @@ error saying why."""
 
 GET_DOC = """Read one indexed Markdown file by its path (as returned by search or grep).
 
-Returns {"path", "title", "metadata" (frontmatter), "sections": [{"heading", "lines"}],
-"content"}. Give start_line/end_line (1-based, inclusive, e.g. from a search result's
-"lines" or around a grep hit) to get only that part of the content and save tokens;
-content_only=true drops the metadata and the section outline."""
+Returns {"path", "title", "metadata" (frontmatter), "sections": [{"heading_path",
+"start_line", "end_line"}], "content"}. Give start_line/end_line (1-based, inclusive, e.g.
+from a search result or around a grep hit) to get only that part of the content and save
+tokens; content_only=true drops the metadata and the section outline."""
 
 STATUS_DOC = """Whether an index exists and is up to date.
 
-Returns {"exists", "fresh", "files", "chunks", "stale_files" (count), "new_files" (count),
-"examples" (a few changed paths), "provider", "model", "last_update"}. If not fresh, call
-ingest before relying on search results for recently edited files (grep reads the files and
-is always current)."""
+Returns {"exists", "fresh", "root", "files", "chunks", "stale_files" and "new_files" (the
+first 5 paths changed or added since the last ingest; "stale_total", "new_total" count
+them), "errors" (the first 20 files with a problem, {"path", "problem"}; "errors_total"),
+"provider", "model", "last_update"}. If not fresh, call ingest before relying on search
+results for recently edited files (grep reads the files and is always current)."""
 
 INGEST_DOC = """Bring the index up to date with the files on disk (only what changed is
 re-processed; a no-op is fast). Returns counts: {"files", "added", "changed", "removed",
-"unchanged", "chunks_embedded", "seconds", "errors"}. Call it after you edited notes and
-want search to see the edits."""
+"unchanged", "chunks_embedded", "seconds", "errors" (the first 20), "errors_total"}. Call it
+after you edited notes and want search to see the edits."""
 
 CLUSTERS_DOC = """The topics the notes fall into (document clusters built at ingest): an
 overview of an unfamiliar folder before searching.
@@ -152,6 +153,9 @@ def reply(data: dict[str, Any]) -> CallToolResult:
     as text for those that read text: indentation alone is ~30% of the tokens."""
     import json
 
+    from kernel.version import JSON_SCHEMA_VERSION
+
+    data = {"schema_version": JSON_SCHEMA_VERSION, **data}  # docs/json.md
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
@@ -277,8 +281,8 @@ def build_server(config: Config):
             "path": doc.path,
             "title": doc.title,
             "metadata": doc.metadata,
-            "sections": [
-                {"heading": " > ".join(s.heading_path), "lines": f"{s.start_line}-{s.end_line}"}
+            "sections": [  # `mdvdb get --json`'s, less each one's own heading
+                {"heading_path": s.heading_path, "start_line": s.start_line, "end_line": s.end_line}
                 for s in doc.sections
             ],
             "content": content,

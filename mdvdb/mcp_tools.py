@@ -23,6 +23,8 @@ GREP_LINE_CHARS = 240  # a matching line longer than this is cut around the matc
 VALUES_SHOWN = 100  # facet values listed when a tag/category matches no file
 FIELD_VALUES_SHOWN = 200  # values listed by schema(field=...)
 MAX_CONTEXT = 10  # grep context lines either side, at most
+PATHS_SHOWN = 5  # stale and new files status lists
+PROBLEMS_SHOWN = 20  # problems status, ingest and schema list
 
 
 class ToolProblem(ValueError):
@@ -62,6 +64,7 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
             "total": 0,
             "facet": missing.facet.flag.lstrip("-"),
             "message": missing.message(VALUES_SHOWN),
+            "valid_values": missing.values[:VALUES_SHOWN],
         }
     if outcome.listed is not None:
         return {
@@ -87,18 +90,20 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
 
 
 def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) -> dict[str, Any]:
+    """A search result as `mdvdb search --json` gives it, less the fields a model rarely
+    needs (metadata, title, cluster_id, excerpt_lines): the names are the CLI's."""
     out: dict[str, Any] = {
         "path": hit.path,
-        "heading": " > ".join(hit.heading_path) or hit.heading,
-        "lines": f"{hit.start_line}-{hit.end_line}",
+        "heading_path": hit.heading_path or [hit.heading],
+        "start_line": hit.start_line,
+        "end_line": hit.end_line,
         "score": round(hit.score, 4),
         "excerpt": hit.excerpt,
         "tier": tier,
     }
     if hit.also_in_count:
-        out["also_in"] = [f"{c['path']}:{c['start_line']}-{c['end_line']}" for c in hit.also_in]
-        if hit.also_in_count > len(hit.also_in):
-            out["also_in_count"] = hit.also_in_count
+        out["also_in"] = hit.also_in
+        out["also_in_count"] = hit.also_in_count
     if full_text and hit.chunk_id >= 0:
         out["text"] = index.snapshot.table("chunks").column("text")[hit.chunk_id].as_py()
     if explain and hit.explain:
@@ -205,7 +210,7 @@ def grep_reply(
             files.append(entry)
         hit: dict[str, Any] = {
             "line": match.line,
-            "text": snippet(match.text, match.spans, False, GREP_LINE_CHARS),
+            "snippet": snippet(match.text, match.spans, False, GREP_LINE_CHARS),
         }
         if context:
             lines = lines_of.get(match.path)
@@ -252,7 +257,7 @@ def schema(index: Index, field: str | None = None) -> dict[str, Any]:
             raise ToolProblem("this index has no frontmatter schema yet: run ingest")
         data: dict[str, Any] = {}
         if overlay_is_stale(index):
-            data["warning"] = (
+            data["warning"] = (  # `mdvdb schema --json`'s, in the tool's words
                 ".markdownvdb.schema.yml changed since the last ingest; run ingest to merge it"
             )
         if field is not None:
@@ -263,19 +268,18 @@ def schema(index: Index, field: str | None = None) -> dict[str, Any]:
             counts = value_counts(snapshot, info)
             data.update(compact_field(info))
             data["values"] = [[value, n] for value, n in counts[:FIELD_VALUES_SHOWN]]
-            if len(counts) > FIELD_VALUES_SHOWN:
-                data["values_shown"] = FIELD_VALUES_SHOWN
+            data["values_total"] = len(counts)
             return data
         data["files"] = int(snapshot.meta.get("files", 0))
         data["fields"] = [compact_field(info) for info in merged.fields.values()]
         if merged.overlay_error:
-            data["overlay_error"] = merged.overlay_error
+            data["overlay"] = {"error": merged.overlay_error}
         if merged.problems:
-            data["problems"] = len(merged.problems)
-            data["problem_examples"] = [
+            data["problems"] = [
                 {"path": p.path, "field": p.field, "problem": p.problem}
-                for p in merged.problems[:5]
+                for p in merged.problems[:PROBLEMS_SHOWN]
             ]
+            data["problems_total"] = len(merged.problems)
         return data
 
 
@@ -284,7 +288,7 @@ def compact_field(info) -> dict[str, Any]:
     out: dict[str, Any] = {"name": info.name, "type": info.type, "files": info.files}
     out["distinct"] = info.distinct
     if info.type == "mixed" or info.type != info.inferred_type:
-        out["found_types"] = info.type_counts
+        out["type_counts"] = info.type_counts
     if info.values is not None:
         out["values"] = [[value, n] for value, n in info.values]
     if info.description:
@@ -336,19 +340,13 @@ def status(config: Config, index: Index) -> dict[str, Any]:
         from query import new_files
 
         st.new_files = new_files(index.snapshot, config.root, walk_files(config, []))
-    return {
-        "exists": st.exists,
-        "fresh": st.fresh,
-        "files": st.files,
-        "chunks": st.chunks,
-        "stale_files": len(st.stale_files),
-        "new_files": len(st.new_files),
-        "examples": (st.stale_files + st.new_files)[:5],
-        "provider": st.provider,
-        "model": st.model,
-        "last_update": st.last_update,
-        "provider_mismatch": st.provider_mismatch,
-    }
+    data = st.to_json()  # `mdvdb status --json`, its lists cut short (the *_total say how long)
+    for name in ("stale_files", "new_files"):
+        data[name] = data[name][:PATHS_SHOWN]
+    data["errors"] = data["errors"][:PROBLEMS_SHOWN]
+    keep = ("exists", "fresh", "root", "files", "chunks", "provider", "model", "last_update")
+    more = ("provider_mismatch", "stale_files", "stale_total", "new_files", "new_total")
+    return {k: data[k] for k in (*keep, *more, "errors", "errors_total")}
 
 
 def ingest(config: Config) -> dict[str, Any]:
@@ -364,5 +362,6 @@ def ingest(config: Config) -> dict[str, Any]:
         "unchanged": report.unchanged,
         "chunks_embedded": report.chunks_embedded,
         "seconds": round(report.seconds, 3),
-        "errors": [{"path": p, "problem": m} for p, m in report.errors[:20]],
+        "errors": [{"path": p, "problem": m} for p, m in report.errors[:PROBLEMS_SHOWN]],
+        "errors_total": len(report.errors),
     }

@@ -120,6 +120,7 @@ def _run_once(config, options, progress, started, cpu_started) -> IngestReport:
             raise error
         report = IngestReport.of_outputs(run.outputs, run.seconds, time.perf_counter() - started)
         report.stage_cpu_seconds = dict(run.cpu_seconds)
+        report.root = str(config.root)
         report.cpu_seconds = cpu_seconds() - cpu_started
         if not report.published and not published_file(config).exists():
             raise IngestError("ingest finished without an index; run `mdvdb ingest --full`")

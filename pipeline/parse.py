@@ -143,10 +143,11 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
             ),
         )
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 2}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return {}, body_start, f"invalid YAML frontmatter{line}: {problem}"
+        # The file's lines before the frontmatter's text: the opening delimiter's match
+        # ends there (`---`, or `---\n` when a blank line follows it).
+        opening = handler.FM_BOUNDARY.search(text)
+        before = text.count("\n", 0, opening.end()) if opening is not None else 0
+        return {}, body_start, "invalid YAML frontmatter" + yaml_message(exc, fm_text, before)
     except Exception as exc:  # TOML/JSON decoders raise their own types
         huge = _HUGE_INT.search(str(exc)) if isinstance(exc, ValueError) else None
         if huge:  # Python's own message tells the user to call sys.set_int_max_str_digits()
@@ -162,6 +163,40 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
     if not isinstance(data, dict):
         return {}, body_start, f"frontmatter is a {type(data).__name__}, not a mapping"
     return json_safe(data), body_start, None
+
+
+# LibYAML's messages that leave out the character PyYAML's own scanner names, and how
+# PyYAML words them: (libyaml's problem, offset of the character from the mark, PyYAML's).
+_UNNAMED = {
+    "found character that cannot start any token": (
+        0,
+        "found character {} that cannot start any token",
+    ),
+    "found unknown escape character": (1, "found unknown escape character {}"),
+}
+
+
+def yaml_message(exc: yaml.YAMLError, fm_text: str, before: int) -> str:
+    """` at line N, column C: problem` for a YAML error, the line counted in the file
+    (`before`: the file's lines ahead of `fm_text`), the character named as PyYAML names it."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    where = ""
+    if mark is not None:
+        where = f" at line {before + mark.line + 1}, column {mark.column + 1}"
+    elif isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow
+        line = before + fm_text.count("\n", 0, exc.position) + 1
+        where, problem = f" at line {line}", str(exc).splitlines()[0]
+    if not problem:
+        return f": {str(exc).splitlines()[0]}" if str(exc) else ""
+    named = _UNNAMED.get(problem)
+    if named is not None and mark is not None and mark.index + named[0] < len(fm_text):
+        problem = named[1].format(repr(fm_text[mark.index + named[0]]))
+    elif problem == "found undefined alias" and mark is not None:
+        alias = re.match(r"\*([^\s,\[\]{}]+)", fm_text[mark.index :])
+        if alias:
+            problem = f"found undefined alias {alias.group(1)!r}"
+    return f"{where}: {problem}"
 
 
 def load_yaml(text: str) -> Any:

@@ -36,6 +36,7 @@ class IngestReport:
     executor_actors: list[dict] = field(default_factory=list)  # Ray: each actor's report
     clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
     reused_files: int = 0  # files whose rows pack reused from the previous index
+    root: str = ""  # the project root indexed (found upward from a subfolder: kernel.dotenv)
 
     @property
     def nothing_changed(self) -> bool:
@@ -77,12 +78,13 @@ class IngestReport:
                 report.index_bytes, report.chunks = output.index_bytes, output.chunks
                 report.reused_files = output.reused_files
                 report.published = True
-        report.errors = list(once_per_path(problems))
+        report.errors = sorted(once_per_path(problems))  # by path, as `status` lists them
         return report
 
     def to_json(self) -> dict[str, Any]:
         """The record `mdvdb ingest --json` prints."""
         return {
+            "root": self.root,
             "files": self.files,
             "added": self.added,
             "changed": self.changed,
@@ -109,4 +111,5 @@ class IngestReport:
             "executor_actors": self.executor_actors,
             "stage_cpu_seconds": {k: round(v, 3) for k, v in self.stage_cpu_seconds.items()},
             "errors": [{"path": p, "problem": m} for p, m in self.errors],
+            "errors_total": len(self.errors),
         }

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from kernel.config import Config
+from kernel.config import SCHEMA_OVERLAY_FILE, Config
 from pipeline.state import ManifestEntry, State
 
 if TYPE_CHECKING:
@@ -290,6 +290,12 @@ class StoredEntries(Mapping[str, ManifestEntry]):
         if self._entries is not None:
             return path in self._entries
         return isinstance(path, str) and bool(self._state.manifest_rows([path]))
+
+    def some(self, paths: list[str]) -> dict[str, ManifestEntry]:
+        """The entries of these paths, without reading the others' rows."""
+        if self._entries is not None:
+            return {p: self._entries[p] for p in paths if p in self._entries}
+        return self._state.manifest_rows(paths) if paths else {}
 
 
 def _unmoved(state: State, moved: list[str] | None, walked: tuple[dict, list]) -> Manifest | None:
@@ -942,11 +948,13 @@ def pack(
     problems: tuple[Problem, ...],
     schema: Schema | None = None,
     analysed: Any = None,
+    looked: Looked | None = None,
 ) -> Packed:
     """Assemble every table and publish the one index file atomically, then hand what the
     new index holds over from the caches to it (`State.hand_over`). `schema`: the schema
     stage's output of this run, used when it was made from this manifest; `analysed`: the
-    lexical analyses the parse stage made (`Parsed.analysed`)."""
+    lexical analyses the parse stage made (`Parsed.analysed`); `looked`: what this run
+    looked at again (`problems_to_record`)."""
     from kernel.fusion_models import fusion_settings
     from pipeline.embed import model_key
     from pipeline.pack.build import publish
@@ -961,7 +969,7 @@ def pack(
         "dimensions": provider.dimensions,
         "fusion": fusion_settings(provider.name, provider.model),
         "config": config.fingerprint(),
-        "errors": [list(e) for e in problems][:1000],
+        **problems_to_record(config, manifest, problems, looked or Looked()),
         "skipped": _skipped_files(config, manifest, problems),
         "mdvdb_version": _version(),
     }
@@ -1021,6 +1029,76 @@ def _pack_shards(config, manifest, state, sources, meta, digest) -> Packed:
     return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
 
 
+@dataclass(frozen=True)
+class Looked:
+    """What a run looked at again, so that a problem of an earlier run it did not report
+    is gone: `walk`, the walk's paths (None: every one; else these and what is under
+    them: `mdvdb ingest PATH`, the watcher; () when no walk ran, as in a `doit pack`);
+    `overlay`: the schema stage read the overlay; `in_rows`: paths whose problem this run
+    is their parse error, which the files table holds."""
+
+    walk: tuple[str, ...] | None = ()
+    overlay: bool = False
+    in_rows: frozenset[str] = frozenset()
+
+    def covers(self, path: str) -> bool:
+        if path == SCHEMA_OVERLAY_FILE:
+            return self.overlay
+        if self.walk is None:
+            return True
+        return any(path == w or path.startswith(f"{w}/") for w in self.walk)
+
+
+# Problems recorded in the index's meta at most (the footer every reader parses); the files
+# table holds every parse error whatever their number.
+MAX_RECORDED_PROBLEMS = 1000
+
+
+def problems_to_record(
+    config: Config, manifest: Manifest, problems: tuple[Problem, ...], looked: Looked
+) -> dict[str, Any]:
+    """The meta's `errors`: every current problem the files table does not hold (a file left
+    out, a folder, the overlay, a section the provider gave no vector for), sorted by path.
+    This run's, and an earlier run's that this run did not look at again; an indexed file's
+    entry carries its SHA-256 and stays while its content does. `errors_left_out` counts
+    what the cap left out."""
+    from kernel.shards import published_meta
+
+    recorded: dict[str, list[str]] = {}
+    fresh = [(p, m) for p, m in problems if p not in looked.in_rows]
+    try:
+        earlier = published_meta(config).get("errors") or []
+    except Exception:  # noqa: BLE001 - no previous index, or a damaged one: nothing to carry
+        earlier = []
+    earlier = [e for e in earlier if isinstance(e, list) and len(e) >= 2 and isinstance(e[0], str)]
+    reported = {p for p, _ in problems}
+    carried = [e for e in earlier if e[0] not in reported]
+    indexed = _entries_of(manifest, [p for p, _ in fresh] + [e[0] for e in carried])
+    for path, problem in fresh:
+        entry = indexed.get(path)
+        recorded[path] = [path, problem] + ([entry.sha256] if entry is not None else [])
+    for path, problem, *sha in carried:
+        entry = indexed.get(path)
+        if path in recorded or (entry is None and looked.covers(path)):
+            continue  # looked at again and fine, or reported again
+        if entry is not None and sha != [entry.sha256]:
+            continue  # an indexed file whose content changed: its rows say what is wrong now
+        recorded[path] = [path, problem, *sha]
+    every = sorted(recorded.values())
+    out: dict[str, Any] = {"errors": every[:MAX_RECORDED_PROBLEMS]}
+    if len(every) > MAX_RECORDED_PROBLEMS:
+        out["errors_left_out"] = len(every) - MAX_RECORDED_PROBLEMS
+    return out
+
+
+def _entries_of(manifest: Manifest, paths: list[str]) -> dict[str, ManifestEntry]:
+    """The manifest entries of these paths."""
+    entries = manifest.entries
+    if isinstance(entries, StoredEntries):
+        return entries.some(paths)
+    return {p: entries[p] for p in paths if p in entries}
+
+
 def once_per_path(problems: tuple[Problem, ...] | list[Problem]) -> tuple[Problem, ...]:
     """The first problem reported for each path: a file that discover and parse both
     stumble on is one problem to its user."""
@@ -1039,13 +1117,13 @@ def _skipped_files(
     """Reported files left out of the index, with their (size, mtime, ctime), so that `status`
     does not call them new until they change; carried over from the previous index for
     files this run did not look at (`mdvdb ingest PATH`, the watcher)."""
-    from kernel import index_format
+    from kernel.shards import published_meta
 
     entries = manifest.entries
     root = config.root
     candidates = [path for path, _ in problems]
     try:
-        candidates += list(index_format.read_meta(config.index_path).get("skipped") or {})
+        candidates += list(published_meta(config).get("skipped") or {})
     except Exception:  # noqa: BLE001 - no previous index, or a damaged one: nothing to carry
         pass
     skipped: dict[str, list[int]] = {}

@@ -246,9 +246,31 @@ def _pack(run: IngestRun) -> stages.Packed:
     assert schema is None or isinstance(schema, stages.Schema)
     parsed = run.outputs.get("parse")
     analysed = parsed.analysed if isinstance(parsed, stages.Parsed) else None
+    manifest = run.manifest()
     return stages.pack(
-        run.config, run.manifest(), run.state, run.provider, run.problems(), schema, analysed
+        run.config,
+        manifest,
+        run.state,
+        run.provider,
+        run.problems(),
+        schema,
+        analysed,
+        looked(run, manifest),
     )
+
+
+def looked(run: IngestRun, manifest: stages.Manifest) -> stages.Looked:
+    """What this run looked at again (`stages.Looked`): the walk, if discover ran (every
+    path, or those `mdvdb ingest PATH` named); the overlay, if the schema stage ran; the
+    indexed files whose parse or chunk problem the files table now holds."""
+    walk = (run.only if run.only else None) if "discover" in run.outputs else ()
+    parsed = [
+        path
+        for name in ("parse", "chunk")
+        for path, _ in getattr(run.outputs.get(name), "problems", ())
+    ]
+    in_rows = frozenset(p for p in parsed if p in manifest.entries) if parsed else frozenset()
+    return stages.Looked(walk, "schema" in run.outputs, in_rows)
 
 
 def _config(run: IngestRun | None) -> Config:
@@ -280,6 +302,27 @@ def _unset(run: IngestRun | None, config: Config, key: str) -> Callable[..., boo
             return run.state.get_value(key) is None
         with State(config.state_path) as state:
             return state.get_value(key) is None
+
+    return check
+
+
+def _problems_recorded(run: IngestRun | None, config: Config) -> Callable[..., bool]:
+    """An `uptodate` check: pack is not up to date while the index records other problems
+    than it would now (`stages.problems_to_record`): a walk's problem that changed no file
+    (a name that is not UTF-8, a symlink loop, one of those gone) still reaches `status`."""
+
+    def check(task: Any, values: dict) -> bool:
+        if run is None:
+            return True  # `doit pack` alone: no walk of this run to compare
+        from kernel.shards import published_meta
+
+        try:
+            meta = published_meta(config)
+        except Exception:  # noqa: BLE001 - no index, or an unreadable one: pack decides
+            return False
+        manifest = run.manifest()
+        wanted = stages.problems_to_record(config, manifest, run.problems(), looked(run, manifest))
+        return all(meta.get(k) == wanted.get(k) for k in ("errors", "errors_left_out"))
 
     return check
 
@@ -451,6 +494,7 @@ def task_pack(run: IngestRun | None = None):
             config_changed(_pack_settings(config)),
             _index_is_current(run, config),
             _unset(run, config, stages.UNPACKED_RESTAMPS),
+            _problems_recorded(run, config),
         ],
         "targets": [str(published_file(config))],
         "verbosity": 0,

@@ -22,7 +22,7 @@ import numpy as np
 from kernel import index_format
 from kernel.config import DEFAULT_LIMIT, Config, ConfigError, load_config
 from kernel.off_loop import async_twin
-from query.results import Document, Section, Status
+from query.results import Document, Problem, Section, Status
 from query.snapshot import QueryError, Reader, Snapshot, provider_mismatch
 
 if TYPE_CHECKING:
@@ -216,10 +216,10 @@ class Index(Reader):
         except index_format.IndexDamaged:
             raise  # one line telling the user to rebuild, not "no index"
         except index_format.IndexFormatError:
-            return Status(index_path=str(self.source), exists=False)
+            return Status(index_path=str(self.source), exists=False, root=str(self.config.root))
 
     def _status(self, check_files: bool) -> Status:
-        status = Status(index_path=str(self.source), exists=False)
+        status = Status(index_path=str(self.source), exists=False, root=str(self.config.root))
         snap = self.snapshot
         meta = snap.meta
         status.exists = True
@@ -231,11 +231,29 @@ class Index(Reader):
         status.model = meta.get("model")
         status.dimensions = meta.get("dimensions")
         status.format_version = meta.get("format_version")
-        status.errors = meta.get("errors", [])
+        status.errors, status.errors_left_out = self._problems(meta)
         status.provider_mismatch = provider_mismatch(meta, self.config)
         if check_files:
             status.stale_files = self._stale_files()
         return status
+
+    def _problems(self, meta: dict[str, Any]) -> tuple[list[Problem], int]:
+        """Every file's current problem, sorted by path, and how many the meta's cap left
+        out: the parse errors the files table holds (each file's own, whatever run read
+        it), then what the last ingest recorded beside them (`pipeline.stages`
+        `problems_to_record`: files left out, folders, the overlay)."""
+        files = self.snapshot.table("files")
+        found: dict[str, str] = {}
+        errors = index_format.column_array(files, "parse_error")
+        if errors.null_count < len(errors):  # some file has one: read only those rows
+            paths = index_format.column_array(files, "path")
+            for i in _valid_rows(errors).tolist():
+                found[paths[i].as_py()] = errors[i].as_py()
+        for entry in meta.get("errors") or ():
+            if isinstance(entry, list) and len(entry) >= 2 and entry[0] not in found:
+                found[str(entry[0])] = str(entry[1])
+        problems = [Problem(path, found[path]) for path in sorted(found)]
+        return problems, int(meta.get("errors_left_out") or 0)
 
     def _stale_files(self) -> list[str]:
         """Indexed files whose size or mtime changed, or that are gone (a stat each)."""
@@ -271,6 +289,16 @@ class Index(Reader):
             return absolute.relative_to(root).as_posix()
         except ValueError:
             raise QueryError(f"{path}: outside the project root, refused") from None
+
+
+def _valid_rows(column: Any) -> np.ndarray:
+    """The rows of a column that are not null, from its validity bitmap (every row without
+    one): no Python object per row of a 100k-file index."""
+    bitmap = column.buffers()[0]
+    if bitmap is None or not column.null_count:
+        return np.arange(len(column))
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return np.flatnonzero(bits[column.offset : column.offset + len(column)])
 
 
 def open_index(

@@ -19,6 +19,8 @@ class SearchResult:
     excerpt: str
     metadata: dict[str, Any]
     title: str = ""
+    # Row numbers in the snapshot that answered (for the library's own lookups); they
+    # shift when another file is added or deleted, so `to_json` leaves them out.
     chunk_id: int = -1
     file_id: int = -1
     cluster_id: int = -1
@@ -38,6 +40,7 @@ class SearchResult:
             data = asdict(self)
         if not explain:
             data.pop("explain")
+        del data["chunk_id"], data["file_id"]  # row numbers: see above
         return data
 
 
@@ -109,11 +112,20 @@ class Document:
 
 
 @dataclass
+class Problem:
+    """What is wrong with one file (or folder) of the project, as the index records it."""
+
+    path: str
+    problem: str
+
+
+@dataclass
 class Status:
     """The index's state as `mdvdb status` reports it."""
 
     index_path: str
     exists: bool
+    root: str = ""  # the project root (found upward from a subfolder: kernel.dotenv)
     files: int = 0
     chunks: int = 0
     index_bytes: int = 0
@@ -125,7 +137,10 @@ class Status:
     stale_files: list[str] = field(default_factory=list)  # changed or deleted since indexed
     new_files: list[str] = field(default_factory=list)  # on disk, not in the index
     provider_mismatch: str | None = None  # the config asks for another embedding model
-    errors: list[list[str]] = field(default_factory=list)
+    # Every current problem, sorted by path (`Index.status`), and how many the index's
+    # record of them left out (it keeps 1000 beside the parse errors of the files table).
+    errors: list[Problem] = field(default_factory=list)
+    errors_left_out: int = 0
 
     @property
     def fresh(self) -> bool:
@@ -139,4 +154,7 @@ class Status:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["fresh"] = self.fresh
+        data["stale_total"] = len(self.stale_files)
+        data["new_total"] = len(self.new_files)
+        data["errors_total"] = len(self.errors) + data.pop("errors_left_out")
         return data

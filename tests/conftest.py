@@ -161,7 +161,7 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input:
     """Run the real `mdvdb` command in a subprocess."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("FORCE_COLOR", None)
-    return subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "mdvdb", *args],
         cwd=cwd,
         env=full_env,
@@ -170,6 +170,11 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input:
         text=True,
         timeout=300,
     )
+    # Every `--json` output a test produces is the documented shape (docs/json.md).
+    from tests.json_shapes import check_cli
+
+    check_cli(tuple(map(str, args)), done.returncode, done.stdout)
+    return done
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import run_cli
+from tests.json_shapes import call_tool
 
 if TYPE_CHECKING:  # imported where used: mcp costs ~1 CPU-s to import, and every xdist
     # worker imports every test module, inner-loop tests or not
@@ -63,12 +64,12 @@ def test_mcp_search_finds_a_new_file_without_ingest(indexed_notes: Path, tmp_pat
     async def steps(session: ClientSession):
         # The watch is live once its first walk (catching up with the folder) has run.
         await asyncio.to_thread(wait_for_line, log, "watch: full walk")
-        before = await session.call_tool("search", {"query": "zebracorn", "mode": "lexical"})
+        before = await call_tool(session, "search", {"query": "zebracorn", "mode": "lexical"})
         assert "zebracorn.md" not in found_paths(before)
         (indexed_notes / "zebracorn.md").write_text(NEW_NOTE)
         written = time.monotonic()
         while True:
-            result = await session.call_tool("search", {"query": "zebracorn stripes"})
+            result = await call_tool(session, "search", {"query": "zebracorn stripes"})
             elapsed = time.monotonic() - written
             if "zebracorn.md" in found_paths(result) or elapsed > LIVE_SECONDS:
                 return found_paths(result), elapsed
@@ -88,9 +89,9 @@ def test_mcp_watch_false_leaves_the_index_alone(indexed_notes: Path, tmp_path: P
     async def steps(session: ClientSession):
         (indexed_notes / "zebracorn.md").write_text(NEW_NOTE)
         await asyncio.sleep(2.0)  # ten times what a watched folder needs here
-        unseen = await session.call_tool("search", {"query": "zebracorn", "mode": "lexical"})
-        await session.call_tool("ingest", {})
-        seen = await session.call_tool("search", {"query": "zebracorn", "mode": "lexical"})
+        unseen = await call_tool(session, "search", {"query": "zebracorn", "mode": "lexical"})
+        await call_tool(session, "ingest", {})
+        seen = await call_tool(session, "search", {"query": "zebracorn", "mode": "lexical"})
         return found_paths(unseen), found_paths(seen)
 
     unseen, seen = asyncio.run(mcp_session(indexed_notes, log, env, steps))
@@ -140,12 +141,12 @@ def test_mcp_watch_pauses_while_switched_off(notes: Path, tmp_path: Path):
         await asyncio.to_thread(wait_for_line, log, "watch: paused:", LIVE_SECONDS)
         (notes / "zebracorn.md").write_text(NEW_NOTE)
         await asyncio.sleep(2.0)
-        switched = await session.call_tool("search", {"query": "zebracorn", "mode": "lexical"})
+        switched = await call_tool(session, "search", {"query": "zebracorn", "mode": "lexical"})
         indexed_while_off = "zebracorn.md" in open_index(notes).snapshot.paths
         off.unlink()
         removed = time.monotonic()
         while True:
-            result = await session.call_tool("search", {"query": "zebracorn stripes"})
+            result = await call_tool(session, "search", {"query": "zebracorn stripes"})
             elapsed = time.monotonic() - removed
             if "zebracorn.md" in found_paths(result) or elapsed > LIVE_SECONDS:
                 return switched, indexed_while_off, found_paths(result), elapsed

@@ -18,6 +18,7 @@ import pytest
 
 from kernel.config import OFF_FILE, load_config
 from tests.conftest import FIXTURES, build_index, copy_markdown, run_cli
+from tests.json_shapes import call_tool
 
 if TYPE_CHECKING:  # imported where used: mcp costs ~1 CPU-s to import, and every xdist
     # worker imports every test module, inner-loop tests or not
@@ -126,7 +127,7 @@ def answers(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
         out = {"cli": cli}
 
         async def call(name: str, tool: str, arguments: dict) -> None:
-            out[name] = await session.call_tool(tool, arguments)
+            out[name] = await call_tool(session, tool, arguments)
 
         out["tools"] = {t.name: t for t in (await session.list_tools()).tools}
         for name, (arguments, _) in PARITY.items():
@@ -152,8 +153,7 @@ def answers(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
         await call("cluster 0", "clusters", {"cluster_id": 0})
         await call("cluster missing", "clusters", {"cluster_id": 99})
         top = out["search"].structured_content["results"][0]
-        start, end = (int(x) for x in top["lines"].split("-"))
-        part = {"path": top["path"], "start_line": start, "end_line": end}
+        part = {k: top[k] for k in ("path", "start_line", "end_line")}
         await call("part", "get_document", part)
         await call("whole", "get_document", {"path": "tar.md"})
         await call("missing", "get_document", {"path": "../etc/passwd"})
@@ -241,8 +241,9 @@ def test_search_is_compact_and_says_its_tier(answers: dict):
     found = answers["search"]
     results = found.structured_content["results"]
     assert not found.is_error and 1 <= len(results) <= 3
-    assert results[0]["path"] == "tar.md" and results[0]["heading"].startswith("tar")
-    assert set(results[0]) == {"path", "heading", "lines", "score", "excerpt", "tier"}
+    assert results[0]["path"] == "tar.md" and results[0]["heading_path"][0] == "tar"
+    shape = {"path", "heading_path", "start_line", "end_line", "score", "excerpt", "tier"}
+    assert set(results[0]) == shape  # the CLI's names, fewer of them
     assert {r["tier"] for r in results} == {"content"}  # no title holds all three words
     titled = answers["parity title tier"].structured_content["results"]
     assert titled[0]["path"] == "tar.md" and titled[0]["tier"] == "title"
@@ -257,11 +258,9 @@ def test_search_matches_the_cli(answers: dict, name: str):
     """Same paths, sections and tiers in the same order as `mdvdb search --json`."""
     mcp = answers[f"parity {name}"]
     assert not mcp.is_error, mcp.content
-    ours = [(r["path"], r["lines"], r["tier"]) for r in mcp.structured_content["results"]]
-    theirs = [
-        (r["path"], f"{r['start_line']}-{r['end_line']}", r["tier"])
-        for r in answers["cli"][name]["results"]
-    ]
+    same = ("path", "heading_path", "start_line", "end_line", "tier")
+    ours = [tuple(r[k] for k in same) for r in mcp.structured_content["results"]]
+    theirs = [tuple(r[k] for k in same) for r in answers["cli"][name]["results"]]
     assert ours == theirs and ours
     assert mcp.structured_content["total"] == answers["cli"][name]["total"]
 
@@ -305,9 +304,9 @@ def test_grep_finds_exact_text_with_line_numbers(answers: dict):
     [hit_file] = literal["files"]
     assert hit_file["path"] == "projects/cache.md" and hit_file["title"] == "Cache layer"
     [hit] = hit_file["hits"]
-    assert hit == {"line": error_line, "text": lines[error_line - 1]}
+    assert hit == {"line": error_line, "snippet": lines[error_line - 1]}
     regex = answers["grep regex"].structured_content["files"][0]["hits"]
-    assert regex == [{"line": line_of(CACHE_MD, "def "), "text": "def lru_cache_get(key):"}]
+    assert regex == [{"line": line_of(CACHE_MD, "def "), "snippet": "def lru_cache_get(key):"}]
     context = answers["grep context"].structured_content["files"][0]["hits"][0]
     assert context["before"] == ["```python"] and context["after"] == ["    return CACHE[key]"]
     limited = answers["grep limit"].structured_content
@@ -320,7 +319,7 @@ def test_grep_finds_exact_text_with_line_numbers(answers: dict):
         {
             "path": "projects/cache.md",
             "title": "Cache layer",
-            "hits": [{"line": line_of(CACHE_MD, "# Cache layer"), "text": "# Cache layer"}],
+            "hits": [{"line": line_of(CACHE_MD, "# Cache layer"), "snippet": "# Cache layer"}],
             "more": True,
         }
     ]
@@ -376,12 +375,13 @@ def test_get_document_status_and_a_newer_index(answers: dict, folder: Path):
     assert part["path"] == "tar.md" and "tar xf" in part["content"]
     assert len(part["content"]) < len(whole["content"])
     assert whole["content"] == (folder / "tar.md").read_text()
-    assert any(s["heading"].endswith("Extract") for s in whole["sections"])
+    assert any(s["heading_path"][-1] == "Extract" for s in whole["sections"])
     assert answers["missing"].is_error and "outside the project root" in (
         answers["missing"].content[0].text
     )
     status = answers["status"].structured_content
     assert status["exists"] and status["fresh"] and status["files"] == 6
+    assert status["root"] == str(folder) and status["errors"] == [] and status["stale_total"] == 0
     assert answers["ingest"].structured_content["added"] == 1
     assert answers["after"].structured_content["results"][0]["path"] == "rust.md"
     off = answers["off"]
@@ -446,7 +446,7 @@ def test_http_transport_on_loopback_only(tmp_path: Path):
             ):
                 await session.initialize()
                 tools = {t.name for t in (await session.list_tools()).tools}
-                found = await session.call_tool("search", {"query": "extract a tar archive"})
+                found = await call_tool(session, "search", {"query": "extract a tar archive"})
                 return tools, found
 
         tools, found = asyncio.run(call())

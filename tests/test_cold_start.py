@@ -75,7 +75,7 @@ def library_answer(root: Path, args: list[str]) -> dict:
     data = outcome.tiers.to_json(wanted.explain)
     if not outcome.tiers.results:
         data["no_match"] = explain_no_match(index, outcome).to_json()
-    return data
+    return {"schema_version": 1, **data}  # the CLI adds the version (docs/json.md)
 
 
 def test_a_cold_search_answers_as_the_warm_library(indexed_notes: Path):
@@ -134,6 +134,7 @@ def test_a_results_json_is_asdicts():
     )
     for explain in (False, True):
         want = asdict(hit)
+        del want["chunk_id"], want["file_id"]  # row numbers stay out of the JSON
         if not explain:
             want.pop("explain")
         got = hit.to_json(explain)
@@ -145,7 +146,8 @@ def test_a_results_json_is_asdicts():
     assert hit.metadata["tags"][1]["b"] == [1, 2.5, None, True]  # a copy, as asdict's
     assert hit.also_in[0]["path"] == "b.md" and hit.heading_path == ["T", "H"]
     odd = SearchResult("a.md", "", [], 1, 2, 0.0, "", {"when": (1, 2)})
-    assert odd.to_json() == {k: v for k, v in asdict(odd).items() if k != "explain"}
+    left_out = ("explain", "chunk_id", "file_id")
+    assert odd.to_json() == {k: v for k, v in asdict(odd).items() if k not in left_out}
 
 
 def test_a_path_lowered_alone_is_its_slice_of_the_lowered_column():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import build_index, run_cli
+from tests.json_shapes import call_tool
 
 # mcp is imported where used: it costs ~1 CPU-s, and every xdist worker imports every
 # test module, inner-loop tests or not.
@@ -130,7 +131,7 @@ def test_mcp_search_applies_the_rule_and_the_same_hint(kb: Path):
     async def run():
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            return [await session.call_tool("search", arguments) for arguments in calls]
+            return [await call_tool(session, "search", arguments) for arguments in calls]
 
     replies = [r.structured_content for r in asyncio.run(run())]
     keyword, hot, value, listing, query = replies

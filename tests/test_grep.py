@@ -79,13 +79,14 @@ def test_json_records_with_a_missing_root_skipped_silently(project: Path):
     assert result.stderr == ""
     found = records(result)
     assert {tuple(sorted(r)) for r in found} == {
-        ("line", "page_id", "path", "snippet", "source", "title")
+        ("line", "page_id", "path", "schema_version", "snippet", "source", "title")
     }
     paths = {r["path"] for r in found}
     assert paths == {"docs/paged.md", "docs/plain.md", "notes/note.md", "notes/busy.md"}
     paged = [r for r in found if r["path"] == "docs/paged.md"]
     assert paged == [
         {
+            "schema_version": 1,
             "path": "docs/paged.md",
             "source": "dir:docs",
             "line": 9,

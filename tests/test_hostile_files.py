@@ -194,7 +194,7 @@ def test_unreadable_folder_and_file_are_reported_and_status_settles(tmp_path: Pa
             _ingest_ok(root, "locked.md", prefix=prefix)
             _settles(root, prefix=prefix)
         status = json.loads(_cli("status", "--json", "--root", str(root), prefix=prefix).stdout)
-        assert [e[0] for e in status["errors"]].count("locked.md") == 1
+        assert [e["path"] for e in status["errors"]].count("locked.md") == 1
     finally:
         locked.chmod(0o644)
     # Readable again: now it is a new file, and the next ingest takes it.

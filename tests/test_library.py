@@ -79,7 +79,8 @@ def test_ingest_reports_what_the_cli_reports(tmp_path: Path):
     shutil.copytree(FIXTURES / "notes", by_cli)
     report = asyncio.run(mdvdb.aingest(by_library))
     printed = _cli_json("ingest", root=by_cli)
-    mine = report.to_json()
+    mine = {"schema_version": 1, **report.to_json()}  # the CLI adds the version
+    mine["root"] = printed["root"] = "the root"  # two folders
     for key in TIMINGS:
         mine.pop(key), printed.pop(key)
     # The footer records the time of writing: the two files may differ by a byte or two.
@@ -96,12 +97,14 @@ def test_ingest_reports_what_the_cli_reports(tmp_path: Path):
 def test_schema_clusters_and_grep_match_the_cli_json(project: Path):
     index = mdvdb.open_index(project)
     schema = _cli_json("schema", root=project)
-    schema.pop("files")
+    for printed_only in ("schema_version", "files", "problems_total"):  # what the CLI adds
+        schema.pop(printed_only)
     assert _plain(index.schema().to_json()) == schema
     assert {"tags", "category", "title"} <= set(index.schema().fields)
     assert load_schema(index) is index.schema()  # an Index is accepted, as a snapshot is
 
-    assert _plain(index.clusters().to_json()) == _cli_json("clusters", root=project)
+    clusters = _cli_json("clusters", root=project)
+    assert {"schema_version": 1, **_plain(index.clusters().to_json())} == clusters
 
     for args, options in (
         (("tar",), {}),
@@ -113,6 +116,7 @@ def test_schema_clusters_and_grep_match_the_cli_json(project: Path):
         out = run_cli("grep", *args, "--json", "--root", str(project))
         assert out.returncode == 0, out.stderr
         printed = [json.loads(line) for line in out.stdout.splitlines()]
+        assert {line.pop("schema_version") for line in printed} == {1}
         assert printed, args
         mine = _plain([m.to_json() for m in index.grep(args[0], **options)])
         if not options.get("sort"):  # streamed: files come in the order rg's threads find them

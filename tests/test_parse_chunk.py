@@ -81,3 +81,52 @@ def test_single_huge_line_is_split():
     chunks = chunk_document(doc, 128, 16)
     assert len(chunks) >= 20
     assert all(c.start_line == c.end_line == 1 for c in chunks)
+
+
+# (file bytes, the exact problem): the line and column count in the file itself, whatever
+# precedes the frontmatter's text (a blank line after `---`, a BOM, CRLF), and the character
+# is named as PyYAML names it.
+YAML_PROBLEMS = [
+    (
+        b"---\ntitle: [bad\n---\n# N\n",
+        "invalid YAML frontmatter at line 3, column 1: did not find expected ',' or ']'",
+    ),
+    (
+        b"---\na: 1\nb: : x\n---\nbody\n",
+        "invalid YAML frontmatter at line 3, column 4: mapping values are not allowed in this "
+        "context",
+    ),
+    (
+        b"---\n\na: 1\nb: : x\n---\nbody\n",
+        "invalid YAML frontmatter at line 4, column 4: mapping values are not allowed in this "
+        "context",
+    ),
+    (
+        b"---\na: @x\n---\n",
+        "invalid YAML frontmatter at line 2, column 4: found character '@' that cannot start "
+        "any token",
+    ),
+    (
+        b"\xef\xbb\xbf---\r\ntitle: ok\r\na: `x\r\n---\r\n",
+        "invalid YAML frontmatter at line 3, column 4: found character '`' that cannot start "
+        "any token",
+    ),
+    (
+        b'---\na: "\\q"\n---\n',
+        "invalid YAML frontmatter at line 2, column 5: found unknown escape character 'q'",
+    ),
+    (
+        b"---\na: *nope\n---\n",
+        "invalid YAML frontmatter at line 2, column 4: found undefined alias 'nope'",
+    ),
+    (
+        b'---\ntitle: ok\na: "x\x07"\n---\n',
+        "invalid YAML frontmatter at line 3: unacceptable character #x0007: control "
+        "characters are not allowed",
+    ),
+]
+
+
+def test_yaml_problems_name_the_line_and_the_character():
+    for raw, expected in YAML_PROBLEMS:
+        assert parse_document(raw, "x.md").error == expected, raw

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import build_index, run_cli
+from tests.json_shapes import call_tool
 
 # mcp is imported where used: it costs ~1 CPU-s, and every xdist worker imports every
 # test module, inner-loop tests or not.
@@ -96,7 +97,7 @@ def mcp_grep(root: Path, calls: list[dict], env: dict | None = None) -> list:
     async def run():
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            return [await session.call_tool("grep", arguments) for arguments in calls]
+            return [await call_tool(session, "grep", arguments) for arguments in calls]
 
     return asyncio.run(run())
 

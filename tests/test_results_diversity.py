@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import build_index, run_cli
+from tests.json_shapes import call_tool
 
 SECTION = """## Configure the autoscaler
 
@@ -239,19 +240,22 @@ def test_mcp_search_lists_the_copies(docs: Path) -> None:
         )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            found = await session.call_tool(
-                "search", {"query": "autoscaler max_workers idle nodes", "limit": 10}
+            found = await call_tool(
+                session, "search", {"query": "autoscaler max_workers idle nodes", "limit": 10}
             )
-            capped = await session.call_tool(
-                "search", {"query": "autoscaler note worker pools", "limit": 20, "per_file": 1}
+            capped = await call_tool(
+                session,
+                "search",
+                {"query": "autoscaler note worker pools", "limit": 20, "per_file": 1},
             )
             return {"found": found.structured_content, "capped": capped.structured_content}
 
     answers = asyncio.run(call())
     results = answers["found"]["results"]
-    copies = [r for r in results if r["path"].endswith("page.md") and r["lines"].startswith("3-")]
+    copies = [r for r in results if r["path"].endswith("page.md") and r["start_line"] == 3]
     assert len(copies) == 1
     assert len(copies[0]["also_in"]) == 4
-    assert all(entry.endswith(":" + copies[0]["lines"]) for entry in copies[0]["also_in"])
+    lines = (copies[0]["start_line"], copies[0]["end_line"])
+    assert all((c["start_line"], c["end_line"]) == lines for c in copies[0]["also_in"])
     capped = answers["capped"]["results"]
     assert sum(r["path"] == "crowded.md" for r in capped) == 1

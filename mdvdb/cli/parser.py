@@ -28,7 +28,11 @@ _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 ROOT = Option(
     "root",
     None,
-    Spec(Path, "Project root (default: nearest folder with .markdownvdb).", ("--root",)),
+    Spec(
+        Path,
+        "Project root (default: the nearest folder upward with .markdownvdb or an index).",
+        ("--root",),
+    ),
 )
 JSON = Option("as_json", False, Spec(bool, "One JSON document on stdout.", ("--json",)))
 

@@ -47,21 +47,25 @@ def _schema(config, as_json: bool, field: str | None, check: bool) -> int:
     merged = load_schema(index.snapshot)
     if not merged.present:
         raise CliError("this index has no frontmatter schema yet: run `mdvdb ingest`")
-    if overlay_is_stale(index):
-        line(
-            "warning: .markdownvdb.schema.yml changed since the last ingest; "
-            "run `mdvdb ingest` to merge it",
-            err=True,
-        )
+    stale = overlay_is_stale(index)
+    if stale:
+        line(f"warning: {STALE_OVERLAY}", err=True)
     if check:
         return _check(merged, as_json)
     if field is not None:
         _one_field(index, merged, field, as_json)
     elif as_json:
-        print_json({"files": index.snapshot.file.meta.get("files", 0), **merged.to_json()})
+        data = {"files": index.snapshot.file.meta.get("files", 0), **merged.to_json()}
+        data["problems_total"] = len(merged.problems)
+        print_json({**data, **({"warning": STALE_OVERLAY} if stale else {})})
     else:
         _print_schema(merged, int(index.snapshot.meta.get("files", 0)))
     return EXIT_OK
+
+
+STALE_OVERLAY = (
+    ".markdownvdb.schema.yml changed since the last ingest; run `mdvdb ingest` to merge it"
+)
 
 
 def _print_schema(merged, files: int) -> None:
@@ -99,7 +103,7 @@ def _one_field(index, merged, name: str, as_json: bool) -> None:
 
     counts = value_counts(index.snapshot, info)
     if as_json:
-        print_json({**asdict(info), "values": counts})
+        print_json({**asdict(info), "values": counts, "values_total": len(counts)})
         return
     line(f"{info.name}: {info.type}, {info.files} files, {info.distinct} distinct values")
     if info.description:

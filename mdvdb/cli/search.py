@@ -167,7 +167,7 @@ def _no_such_value(missing, query: str | None, as_json: bool, no_match) -> None:
             "results": [],
             "total": 0,
             "message": missing.message(VALUES_SHOWN),
-            "facet": missing.facet.flag,
+            "facet": missing.facet.flag.lstrip("-"),
             "valid_values": missing.values,
             "no_match": no_match,
         }

@@ -283,7 +283,8 @@ def show_running(folder, as_json: bool) -> int:
     running = warm.ping(folder)
     stale = False if running else warm.remove_stale_socket(folder)
     if as_json:
-        print_json({"running": running is not None, **(running or {})})
+        shown = {k: v for k, v in (running or {}).items() if k != "code"}  # the reply's own
+        print_json({"running": running is not None, **shown})
         sys.stdout.flush()
     elif running:
         line(

@@ -21,6 +21,8 @@ from mdvdb.cli.errors import (
 )
 from mdvdb.cli.parser import Command
 
+PROBLEMS_SHOWN = 20  # problems the human status lists; `--json` has them all
+
 
 @dataclass(frozen=True)
 class StatusOptions:
@@ -87,6 +89,7 @@ def _status(config, as_json: bool, check: bool) -> int:
             raise CliError(f"no index at {st.index_path} yet: {_writing(writer)} builds it")
         raise CliError(f"no index at {st.index_path}: run `mdvdb ingest`")
     updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.last_update or 0))
+    line(f"root:       {config.root}")
     line(f"index:      {st.index_path} ({st.index_bytes / 1e6:.1f} MB)")
     line(f"documents:  {st.files}")
     line(f"chunks:     {st.chunks}")
@@ -102,9 +105,13 @@ def _status(config, as_json: bool, check: bool) -> int:
     elif not st.provider_mismatch:
         line("stale:      none")
     if st.errors:
-        line(f"problems:   {len(st.errors)} reported by the last ingest, e.g.:")
-        for path, problem in st.errors[:10]:
-            line(f"  {printable(f'{path}: {problem}', one_line=True)}")
+        total = len(st.errors) + st.errors_left_out
+        line(f"problems:   {total} file{'s' if total != 1 else ''}")
+        for found in st.errors[:PROBLEMS_SHOWN]:
+            line(f"  {printable(f'{found.path}: {found.problem}', one_line=True)}")
+        if total > PROBLEMS_SHOWN:
+            more = total - PROBLEMS_SHOWN
+            line(f"  ... and {more} more (`mdvdb status --json` lists them)")
     if writer is not None:
         line(f"writer:     {_writing(writer)} holds the lock")
     if config.switched_off:
@@ -139,7 +146,8 @@ def _status_of(config):
     except (OSError, ValueError, IndexFormatError) as exc:  # damaged, torn or foreign
         from query import Status
 
-        st, reason = Status(index_path=str(config.index_path), exists=False), str(exc)
+        st = Status(index_path=str(config.index_path), exists=False, root=str(config.root))
+        reason = str(exc)
     else:
         if st.exists or not config.index_path.exists():
             return st, None

@@ -104,7 +104,11 @@ def match_line(match: Match, color: bool) -> str:
 
 
 def json_record(match: Match) -> str:
-    return json.dumps(match.to_json(), ensure_ascii=False) + "\n"
+    """One line of `mdvdb grep --json` (JSON Lines): `schema_version` first (docs/json.md)."""
+    from kernel.version import JSON_SCHEMA_VERSION
+
+    record = {"schema_version": JSON_SCHEMA_VERSION, **match.to_json()}
+    return json.dumps(record, ensure_ascii=False) + "\n"
 
 
 class HumanWriter:
