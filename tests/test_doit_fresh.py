@@ -21,10 +21,9 @@ DOIT = Path(sys.executable).with_name("doit")
 
 
 def readme_dodo() -> str:
-    """The one-line `dodo.py` the README gives for a notes folder."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Building with doit", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
+    """The one-line `dodo.py` the doit guide (docs/doit.md) gives for a notes folder."""
+    text = (REPO / "docs" / "doit.md").read_text(encoding="utf-8")
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)[0]
 
 
 def _doit(root: Path, *args: str, pythonpath: Path | None = None) -> str:
