@@ -203,18 +203,23 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
 
 def _alone(name: str, body: Body) -> dict:
     """A stage under plain `doit`: a run of its own on the current folder, under the writer
-    lock for the length of this action."""
+    lock for the length of this action, which first deletes the temp files a killed writer
+    left (as `mdvdb ingest` does; no stage's writer outlives its action)."""
+    from pipeline.ingest import remove_stale_temp_files
     from pipeline.lock import WriterLock
 
     config = load_config()
     lock = WriterLock(config.state_path, command=f"doit {name}")
     lock.acquire(wait=True)
-    run = IngestRun(config)
+    run = None
     try:
+        remove_stale_temp_files(config)
+        run = IngestRun(config)
         output = run.outputs[name] = body(run)  # `close` aborts the writer schema began
         return {"digest": output.digest}
     finally:
-        run.close()
+        if run is not None:
+            run.close()
         lock.release()
 
 
