@@ -15,7 +15,14 @@ from kernel.shards import published_file
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
 from pipeline.stages import RETRY_UNPARSED, IngestError, Progress, build_settings
-from pipeline.tasks import STAGES, TASK_CREATORS, IngestRun, cpu_seconds, doit_config
+from pipeline.tasks import (
+    STAGES,
+    TASK_CREATORS,
+    IngestRun,
+    cpu_seconds,
+    doit_config,
+    remove_stale_temp_files,
+)
 
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
@@ -111,24 +118,6 @@ def ingest_folder(
     finally:
         run.close()
         lock.release()
-
-
-def remove_stale_temp_files(config: Config) -> list[Path]:
-    """Delete index temp files a killed writer left behind. Safe only under the writer
-    lock: no other writer can be mid-write, so every such file is dead."""
-    from kernel.index_format import temp_files
-
-    removed = []
-    stale = temp_files(config.index_path)
-    if config.shards_path.is_dir():  # a sharded pack's temp files sit beside its shards
-        stale += [p for p in config.shards_path.iterdir() if p.name.startswith(".")]
-    for path in stale:
-        try:
-            path.unlink()
-            removed.append(path)
-        except FileNotFoundError:
-            pass
-    return removed
 
 
 # What older versions kept in the state folder and this one does not: the model table and the

@@ -36,6 +36,8 @@ from doit import task_params  # noqa: E402
 from doit.tools import config_changed, result_dep  # noqa: E402
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kernel.providers.base import EmbeddingProvider
 
 STAGES = ("discover", "parse", "chunk", "embed", "cluster", "schema", "pack")
@@ -201,11 +203,28 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
     return action
 
 
+def remove_stale_temp_files(config: Config) -> list[Path]:
+    """Delete index temp files a killed writer left behind. Safe only under the writer
+    lock: no other writer can be mid-write, so every such file is dead."""
+    from kernel.index_format import temp_files
+
+    removed = []
+    stale = temp_files(config.index_path)
+    if config.shards_path.is_dir():  # a sharded pack's temp files sit beside its shards
+        stale += [p for p in config.shards_path.iterdir() if p.name.startswith(".")]
+    for path in stale:
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
 def _alone(name: str, body: Body) -> dict:
     """A stage under plain `doit`: a run of its own on the current folder, under the writer
     lock for the length of this action, which first deletes the temp files a killed writer
     left (as `mdvdb ingest` does; no stage's writer outlives its action)."""
-    from pipeline.ingest import remove_stale_temp_files
     from pipeline.lock import WriterLock
 
     config = load_config()
