@@ -11,13 +11,19 @@ from typing import TYPE_CHECKING
 
 from kernel import private
 from kernel.config import Config
-from kernel.safe_open import Refused, real_folder, remove_where
 from kernel.shards import published_file
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
 from pipeline.stages import RETRY_UNPARSED, IngestError, Progress, build_settings
 from pipeline.state import StateDamaged, is_damage
-from pipeline.tasks import STAGES, TASK_CREATORS, IngestRun, cpu_seconds, doit_config
+from pipeline.tasks import (
+    STAGES,
+    TASK_CREATORS,
+    IngestRun,
+    cpu_seconds,
+    doit_config,
+    remove_stale_temp_files,
+)
 
 if TYPE_CHECKING:
     from kernel.providers.base import EmbeddingProvider
@@ -198,33 +204,6 @@ def _passes_check(path: Path) -> bool:
             db.close()
     except sqlite3.DatabaseError:
         return False
-
-
-def remove_stale_temp_files(config: Config) -> list[Path]:
-    """Delete index temp files a killed writer left behind. Safe only under the writer
-    lock: no other writer can be mid-write, so every such file is dead. Never through a
-    link: the shards folder is entered only when it is a real folder (a cloned repository
-    can ship `.markdownvdb.index.shards -> ~`), and every name is unlinked relative to its
-    folder's descriptor (`kernel.safe_open.remove_where`)."""
-    from kernel.index_format import TEMP_SUFFIX
-
-    index = config.index_path
-    prefix = f".{index.name}."
-    folder = index.parent
-    removed = [
-        folder / name
-        for name in remove_where(
-            folder, lambda name: name.startswith(prefix) and name.endswith(TEMP_SUFFIX)
-        )
-    ]
-    try:
-        sharded = real_folder(config.shards_path)
-    except Refused:
-        sharded = False  # a link or a file there: not ours to clean (a writer refuses it)
-    if sharded:  # a sharded pack's temp files sit beside its shards
-        shards = config.shards_path
-        removed += [shards / n for n in remove_where(shards, lambda n: n.startswith("."))]
-    return removed
 
 
 # What older versions kept in the state folder and this one does not: the model table and the

@@ -157,7 +157,9 @@ def writer_holder(state_dir: Path) -> dict | None:
     """The writer holding the lock of `state_dir`, as its side file names it: pid, command,
     since (seconds since the epoch); None when no live process is named. A side file
     naming a dead process is a leftover of a killed writer (the kernel freed its lock); the
-    lock may be held a moment before its holder writes its own."""
+    lock may be held a moment before its holder writes its own. Where /proc/locks lists
+    the locks (Linux), a named process must hold the lock too: its pid may be another
+    process's by now."""
     from kernel.safe_open import read_own
 
     try:  # never through a link, never a FIFO, at most 64 KB
@@ -165,6 +167,8 @@ def writer_holder(state_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     if not isinstance(info, dict) or not _alive(info.get("pid")):
+        return None
+    if _flock_holders(Path(state_dir) / "writer.lock") not in (None, {info["pid"]}):
         return None
     since = info.get("since")
     return {
@@ -185,6 +189,25 @@ def describe_command() -> str:
     if name == "__main__.py":
         name = Path(sys.argv[0]).parent.name
     return " ".join([name, *sys.argv[1:]])[:200]
+
+
+def _flock_holders(path: Path) -> set[int] | None:
+    """The pids /proc/locks names as holding a lock on `path` (waiters' "->" lines left
+    out); None where it cannot be read (not Linux)."""
+    try:
+        inode = f":{os.stat(path).st_ino}"
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    holders = set()
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"
+        fields = line.split()
+        if "->" not in fields and len(fields) > 5 and fields[5].endswith(inode):
+            try:
+                holders.add(int(fields[4]))
+            except ValueError:
+                pass
+    return holders
 
 
 def _alive(pid: object) -> bool:

@@ -29,11 +29,14 @@ from doit import task_params
 from doit.tools import config_changed, result_dep
 
 from kernel.config import Config, load_config
+from kernel.safe_open import Refused, real_folder, remove_where
 from kernel.shards import manifest_path, published_file
 from pipeline import stages
 from pipeline.state import State
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kernel.providers.base import EmbeddingProvider
 
 STAGES = ("discover", "parse", "chunk", "embed", "cluster", "schema", "pack")
@@ -188,20 +191,51 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
     return action
 
 
+def remove_stale_temp_files(config: Config) -> list[Path]:
+    """Delete index temp files a killed writer left behind. Safe only under the writer
+    lock: no other writer can be mid-write, so every such file is dead. Never through a
+    link: the shards folder is entered only when it is a real folder (a cloned repository
+    can ship `.markdownvdb.index.shards -> ~`), and every name is unlinked relative to its
+    folder's descriptor (`kernel.safe_open.remove_where`)."""
+    from kernel.index_format import TEMP_SUFFIX
+
+    index = config.index_path
+    prefix = f".{index.name}."
+    folder = index.parent
+    removed = [
+        folder / name
+        for name in remove_where(
+            folder, lambda name: name.startswith(prefix) and name.endswith(TEMP_SUFFIX)
+        )
+    ]
+    try:
+        sharded = real_folder(config.shards_path)
+    except Refused:
+        sharded = False  # a link or a file there: not ours to clean (a writer refuses it)
+    if sharded:  # a sharded pack's temp files sit beside its shards
+        shards = config.shards_path
+        removed += [shards / n for n in remove_where(shards, lambda n: n.startswith("."))]
+    return removed
+
+
 def _alone(name: str, body: Body) -> dict:
     """A stage under plain `doit`: a run of its own on the current folder, under the writer
-    lock for the length of this action."""
+    lock for the length of this action, which first deletes the temp files a killed writer
+    left (as `mdvdb ingest` does; no stage's writer outlives its action)."""
     from pipeline.lock import WriterLock
 
     config = load_config()
     lock = WriterLock(config.state_path, command=f"doit {name}")
     lock.acquire(wait=True)
-    run = IngestRun(config)
+    run = None
     try:
+        remove_stale_temp_files(config)
+        run = IngestRun(config)
         output = run.outputs[name] = body(run)  # `close` aborts the writer schema began
         return {"digest": output.digest}
     finally:
-        run.close()
+        if run is not None:
+            run.close()
         lock.release()
 
 

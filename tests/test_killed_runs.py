@@ -128,20 +128,23 @@ def test_a_forked_child_never_holds_the_writer_lock(tmp_path: Path):
         _gone(mark, 0)
 
 
+# The child says "ready" once it has asked: a parent killed before that would only test
+# `die_with_parent`'s check of a parent already gone.
 ASKS_TO_DIE_WITH_ITS_PARENT = """
 import os, time
 from kernel.lifeline import die_with_parent
 parent = os.getpid()
 if os.fork() == 0:
     die_with_parent(parent)
+    print("ready", flush=True)
     time.sleep(60)
     os._exit(0)
-print("ready", flush=True)
 time.sleep(60)
 """
 
 
 def test_a_forked_child_dies_with_its_sigkilled_parent():
+    """The parent-death signal (a pool worker's lifeline): the child outlives nothing."""
     mark = uuid.uuid4().hex
     proc = _start(ASKS_TO_DIE_WITH_ITS_PARENT, mark=mark)
     assert _count(mark, 2) == 2

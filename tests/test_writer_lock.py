@@ -82,6 +82,26 @@ def test_status_names_the_writer_holding_the_lock(indexed_notes: Path):
     assert shown["writer"] is None
 
 
+def test_status_names_no_writer_for_a_side_file_whose_pid_holds_no_lock(indexed_notes: Path):
+    """A killed writer's side file whose pid now belongs to a live process that holds no
+    lock (pid reuse): `status` names no writer. Linux (/proc/locks) only."""
+    if not Path("/proc/locks").exists():
+        pytest.skip("no /proc/locks")
+    state = indexed_notes / ".markdownvdb.state"
+    (state / "writer.lock").touch()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        info = {"pid": sleeper.pid, "command": "mdvdb ingest", "since": time.time()}
+        (state / "writer.json").write_text(json.dumps(info))
+        shown = json.loads(run_cli("status", "--json", "--root", str(indexed_notes)).stdout)
+        assert shown["writer"] is None
+        text = run_cli("status", "--root", str(indexed_notes))
+        assert text.returncode == 0 and "writer:" not in text.stdout
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_second_writer_waits_then_runs(notes: Path):
     """The holder lets go once the second writer says it waits (not after a fixed time: no
     idle seconds, and no race with a slow start-up on a loaded machine)."""
