@@ -7,6 +7,7 @@ MCP SDK's client."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -25,11 +26,18 @@ from tests.conftest import run_cli
 SOCKET = Path(".markdownvdb.state") / "serve.sock"
 
 
+def _at(sock: socket.socket, path: Path, bind: bool = False) -> None:
+    """Connect (or bind) `sock` by a name relative to its folder, as mdvdb does: a temp
+    folder's full path can pass the 108 bytes AF_UNIX allows."""
+    with contextlib.chdir(path.parent):
+        (sock.bind if bind else sock.connect)(path.name)
+
+
 def _raw_exchange(path: Path, payload: bytes, shut: bool = True, timeout: float = 10.0) -> bytes:
     """Send `payload` on the Unix socket, then read until the server closes."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
-    sock.connect(str(path))
+    _at(sock, path)
     try:
         sock.sendall(payload)
         if shut:
@@ -113,7 +121,7 @@ def test_the_warm_socket_answers_any_bytes_with_an_error_and_sigterm_always(
 
         # SIGTERM while a client holds a half-sent request: the server ends at once.
         stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        stalled.connect(str(sock))
+        _at(stalled, sock)
         stalled.sendall(b"MDW1\x00\x00\x10\x00d")
         time.sleep(0.3)
         server.send_signal(signal.SIGTERM)
@@ -133,7 +141,7 @@ def test_the_warm_client_falls_back_when_the_reply_is_garbage(indexed_notes: Pat
     marshal, a stray program): the CLI runs the command itself, same output, one call."""
     cold = run_cli("search", "tar", "--root", str(indexed_notes))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(indexed_notes / SOCKET))
+    _at(listener, indexed_notes / SOCKET, bind=True)
     listener.listen(4)
     lock = os.open(indexed_notes / ".markdownvdb.state" / "serve.lock", os.O_RDWR | os.O_CREAT)
     import fcntl

@@ -630,4 +630,4 @@ def test_a_non_finite_min_score_flag_is_a_usage_error(notes):
     for value in ("nan", "inf", "-inf"):
         for args in (("--min-score", value), (f"--min-score={value}", "--json")):
             result = run_cli("search", "tar", *args, "--root", str(notes))
-            one_line_error(result, 2, "min_score must be a finite number")
+            one_line_error(result, 2, "--min-score: expected a finite number")

@@ -83,7 +83,7 @@ def _converter(option: Option) -> Callable[[str], Any]:
         if spec.value is float:
             value: Any = _float(raw)
             if value is None:
-                raise UsageError(f"{shown}: expected a number, got {raw!r}")
+                raise UsageError(f"{shown}: expected a finite number, got {raw!r}")
         elif spec.value is int:
             if not _INT.fullmatch(raw):
                 raise UsageError(f"{shown}: expected a whole number, got {raw!r}")
