@@ -931,8 +931,10 @@ def read_meta(path: Path | str) -> dict[str, Any]:
     opening a table or importing pyarrow: cheap enough for a no-op ingest's checks."""
     import mmap
 
+    from kernel.safe_open import open_regular
+
     path = Path(path)
-    with open(path, "rb") as fh:
+    with open(open_regular(path), "rb") as fh:  # never a link, a FIFO or a device
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
             raise IndexFormatError(f"{path} is not a Markdown VDB index (too short)")

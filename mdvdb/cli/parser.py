@@ -23,6 +23,9 @@ __all__ = ["Command", "UsageError", "parse", "ROOT", "JSON"]
 
 _INT = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+# What a negative number, meant as an option's value, looks like (`-1`, `-.5`, `-inf`): taken
+# as the value, so that the option's own check can say what is wrong with it.
+_NEGATIVE = re.compile(r"-(?:[0-9.].*|inf(?:inity)?|nan)", re.IGNORECASE)
 
 # The options every command over a project shares (each Command says whether it takes them).
 ROOT = Option(
@@ -199,7 +202,9 @@ def _read(plan: _Plan, argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             raise UsageError(f"no such option: {name}")
         if value is None:
             if i >= len(argv) or (
-                argv[i].startswith("-") and name not in plan.dash_values and _float(argv[i]) is None
+                argv[i].startswith("-")
+                and name not in plan.dash_values
+                and not _NEGATIVE.fullmatch(argv[i])
             ):
                 raise UsageError(f"{name} needs a value")
             value = argv[i]
