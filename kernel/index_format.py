@@ -484,10 +484,13 @@ def changed_in_place(index: IndexFile) -> bool:
     if index.whole is None or not index.ends:
         return False
     try:
-        if os.stat(index.path).st_size != index.size:
-            return True
+        st = os.stat(index.path)
     except OSError:
         return False  # gone: the reader keeps what it mapped
+    if st.st_ino != index.inode:
+        return False  # replaced by a rename since the caller's stat: a new publish
+    if st.st_size != index.size:
+        return True
     return _ends_of(index.whole) != index.ends
 
 

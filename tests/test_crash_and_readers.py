@@ -20,7 +20,7 @@ def test_four_readers_while_a_writer_reingests_twenty_times(tmp_path: Path):
     assert out["writer"]["rounds"] == 20
     for report in out["readers"]:
         assert report["queries"] > 0
-        assert (report["errors"], report["mixed"], report["backwards"]) == (0, 0, 0), report
+        assert (report["errors"], report["mixed"], report["backwards"]) == (0, 0, 0), str(report)
     # The readers did see the writer's work, not one frozen snapshot.
     assert max(r["rounds_seen"] for r in out["readers"]) > 5
 
