@@ -162,14 +162,6 @@ class LocalProvider(SequentialBatches):
                 out[i] = table[rows, :d].sum(axis=0) / len(ids)
         return normalize_rows(out)
 
-    def token_sums(self, texts: Sequence[str]) -> np.ndarray:
-        """The sum of each text's token vectors, not normalised: a query can weight its
-        words' tokens before they are pooled (query.rank.search.query_vector). One text at a
-        time: a query's words are short, and the lookup BPE spares loading the tokenizer."""
-        if not texts:
-            return np.zeros((0, self.dimensions), dtype=np.float32)
-        return np.concatenate([self._sums([text])[0] for text in texts])
-
     def _sums(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         table = load_table(self.cache_dir)
         token_ids = self._token_ids(texts)

@@ -149,15 +149,13 @@ class ShardPart:
         out[rows >= 0] = part.offsets[hit + 1] - part.offsets[hit]
         return out
 
-    def norm(self, k1: float, b: float, avg: float, floor: float) -> np.ndarray:
+    def norm(self, k1: float, b: float, avg: float) -> np.ndarray:
         """This shard's slice of the global length norm, from the global mean length: the
         expression of `LexicalIndex` element by element, so each chunk gets the same bits."""
-        key = (k1, b, avg, floor)
+        key = (k1, b, avg)
         found = self._norms.get(key)
         if found is None:
             lengths = self.lexical.lengths
-            if floor:
-                lengths = np.maximum(lengths, np.float32(floor * avg))
             found = k1 * (1.0 - b + b * lengths / (avg or 1.0))
             if len(self._norms) > 4:
                 self._norms.clear()
@@ -169,11 +167,11 @@ class ShardPart:
         hashes: np.ndarray,
         weights: np.ndarray,
         idf: np.ndarray,
-        norm: tuple[float, float, float, float],
+        norm: tuple[float, float, float],
         start: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray | None, np.ndarray]:
         """BM25F of this shard's chunks for the terms, with the global idf and the global
-        norm's parameters (k1, b, mean length, floor), added to `start` (local rows and
+        norm's parameters (k1, b, mean length), added to `start` (local rows and
         their scores so far). Only the chunks that score are sent back (local rows, scores):
         the rest are 0, so the answer grows with the chunks holding a term, not the shard
         (or, when most chunks score, (None, every chunk's score): 4 bytes a chunk, not 8).

@@ -237,8 +237,7 @@ def _fuse(part: ShardPart, state: dict, args: dict) -> dict:
         )
     state["fused"] = fused
     stub = args.get("stub")
-    if not stub or stub["kind"] == "any":
-        _with_stub(part, state, stub)
+    if not stub:
         return _rows(fused.scores, int(args["names"])) if args.get("names") else {}
     found = _rows(fused.scores, int(stub["candidates"]), positive=False)
     length = _page_lengths(part)[part.shard.chunk_file_ids[found["rows"]]]
@@ -246,17 +245,13 @@ def _fuse(part: ShardPart, state: dict, args: dict) -> dict:
 
 
 def _with_stub(part: ShardPart, state: dict, stub: dict | None) -> None:
-    """The stub prior on the rows the router names (or every row: kind "any")."""
+    """The stub prior on the rows the router names."""
     if not stub:
         return
     params = SimpleNamespace(stub_length=stub["length"], stub_weight=stub["weight"])
-    length = _page_lengths(part)[part.shard.chunk_file_ids]
-    rows = stub.get("rows")
-    if rows is None:
-        state["fused"] = with_stub_prior(state["fused"], length, params)
-    else:
-        rows = np.asarray(rows, dtype=np.int64)
-        state["fused"] = with_stub_prior(state["fused"], length[rows], params, rows)
+    rows = np.asarray(stub["rows"], dtype=np.int64)
+    length = _page_lengths(part)[part.shard.chunk_file_ids[rows]]
+    state["fused"] = with_stub_prior(state["fused"], length, params, rows)
 
 
 def _stub(part: ShardPart, state: dict, args: dict) -> dict:
