@@ -322,8 +322,7 @@ def _page_part(index: Reader, lexical, query: str, params):
         return None
     from query.score import fusion
 
-    files = index.snapshot.chunk_file_ids
-    return by_file[files] if fusion._REFERENCE else fusion.PerFile(by_file, files)
+    return fusion.PerFile(by_file, index.snapshot.chunk_file_ids)
 
 
 def _with_stub_prior(index: Reader, lexical, fused, params):
@@ -388,11 +387,9 @@ def _name_pool(scores: np.ndarray, above=None) -> np.ndarray:
 def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
     """(the name part, scores + it, the rows it raised): `weight` on each section of a
     `named` file. A file's sections are contiguous rows, so they are found by binary search
-    in the file ids, not by a pass over every row (the reference: query.score.fusion._REFERENCE)."""
-    from query.score import fusion
-
+    in the file ids, not by a pass over every row (unless they do not ascend)."""
     chunk_files = snap.chunk_file_ids
-    if fusion._REFERENCE or not _files_ascend(snap):
+    if not _files_ascend(snap):
         part = (np.float32(weight) * named[chunk_files]).astype(np.float32)
         return part, scores + part, np.flatnonzero(part)
     files = np.flatnonzero(named)

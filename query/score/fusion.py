@@ -143,8 +143,8 @@ def _sparse_semantic(
     semantic, pool: int, support: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """`normalised_semantic` as (support, its values there): every other row is 0. None
-    when that cannot be said (no support, the reference path, every best row tied)."""
-    if _REFERENCE or support is None or len(support) <= pool or len(semantic) == 0:
+    when that cannot be said (no support, every best row tied)."""
+    if support is None or len(support) <= pool or len(semantic) == 0:
         return None
     values = semantic[support]
     top, floor = float(values.max()), _nth_best(values, pool)
@@ -212,11 +212,6 @@ def _part(values) -> Scaled:
     return values if isinstance(values, Scaled) else Scaled(len(values), base=values)
 
 
-# Set by tests: fusion over n-length arrays throughout (the reference the candidate path
-# must match bit for bit).
-_REFERENCE = False
-
-
 def fuse(
     lexical: np.ndarray,
     semantic: np.ndarray,
@@ -225,11 +220,7 @@ def fuse(
 ) -> Fused:
     params = params or PARAMS
     w = np.float32(params.dense_weight)
-    if _REFERENCE:
-        lex = (np.float32(1) - w) * normalised_lexical(lexical).astype(np.float32)
-        sem = w * normalised_semantic(semantic, params.pool, support)
-        return Fused(scores=lex + sem, lexical=lex, semantic=sem)
-    # the same operations in place (each array here is a fresh one)
+    # in place (each array here is a fresh one) (each array here is a fresh one)
     lex = normalised_lexical(lexical).astype(np.float32, copy=False)
     lex = np.multiply(lex, np.float32(1) - w, out=lex if lex is not lexical else None)
     sparse = _sparse_semantic(semantic, params.pool, support)
@@ -275,7 +266,7 @@ def hybrid(
     params = params or PARAMS
     dense = dense or DenseScorer(vectors)
     if isinstance(dense, DenseScorer):  # (a sharded scorer hands back arrays)
-        dense.lazy = not _REFERENCE  # fusion reads the IVF pass's scores at few rows
+        dense.lazy = True  # fusion reads the IVF pass's scores at few rows
     query_vector = query_vector.astype(np.float32, copy=False)
     # An IVF pass scores only the probed lists: the lexical side's best candidates are
     # scored exactly too (their dense part then never depends on the probes).
@@ -310,7 +301,7 @@ def hybrid(
     support = getattr(dense, "support", None)  # the rows the scorer rescored exactly
     feedback = params.feedback_weight > 0 and params.feedback_terms > 0
     found = None
-    if feedback and not _REFERENCE and support is not None and len(support) > params.pool:
+    if feedback and support is not None and len(support) > params.pool:
         asked = LEXICAL_EXACT if also is not None else FIRST_LEXICAL
         top = also if also is not None else best(bm25, asked)
         complete = len(top) < asked
@@ -329,25 +320,23 @@ def hybrid(
             expansion = _scored(lexical_index, bm25, rows, weights)
             lam = np.float32(params.feedback_weight)
             blended = None
-            if not _REFERENCE and isinstance(page, PerFile) and params.page_weight > 0:
+            if isinstance(page, PerFile) and params.page_weight > 0:
                 # BM25F's maximum is the first of `also` (its best rows, best first; none:
                 # no row scores above 0)
                 most = None if also is None else bm25[also[:1]].max(initial=0)
                 blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
             if blended is not None:
                 return blended, raw
-            if _REFERENCE:
-                lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
-            else:  # the same products, in place (`expansion` is this call's own array)
-                lexical = normalised_lexical(bm25)
-                np.multiply(lexical, 1 - lam, out=lexical)
-                most = float(expansion.max()) if len(expansion) else 0.0
-                if most > 0:
-                    np.divide(expansion, np.float32(most), out=expansion)
-                else:
-                    expansion[:] = 0
-                np.multiply(expansion, lam, out=expansion)
-                np.add(lexical, expansion, out=lexical)
+            # (1 - λ) bm25 / max + λ expansion / max, in place (`expansion` is this call's)
+            lexical = normalised_lexical(bm25)
+            np.multiply(lexical, 1 - lam, out=lexical)
+            most = float(expansion.max()) if len(expansion) else 0.0
+            if most > 0:
+                np.divide(expansion, np.float32(most), out=expansion)
+            else:
+                expansion[:] = 0
+            np.multiply(expansion, lam, out=expansion)
+            np.add(lexical, expansion, out=lexical)
     fused = fuse(lexical, semantic, params, support)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight, owned=True)
@@ -466,7 +455,7 @@ def _page_rows(part: np.ndarray, files: np.ndarray, n: int) -> tuple[np.ndarray,
     chunks are contiguous and their file ids ascend (query.score.lexical's page postings read
     them so), so each such file's rows are one range, found by bisection. None when there
     are too many such files (then a gather of every row is cheaper)."""
-    if _REFERENCE or part.dtype != np.float32:
+    if part.dtype != np.float32:
         return None
     bits = part.view(np.uint32)  # (not 0 as bits: -0.0 too, which adds nothing either)
     if not len(bits) or bits.max() == 0:  # (a max is quicker than a count)
@@ -544,27 +533,19 @@ def with_stub_prior(
     fused: Fused,
     page_length: np.ndarray,
     params: FusionParams,
-    rows: np.ndarray | None = None,
+    rows: np.ndarray,
     owned: bool = False,
 ) -> Fused:
-    """Scale down the sections of stub pages (a title and a byline, an index page): a page
-    with under `stub_length` indexed words rarely answers. The cut is its own part
-    (`stub`, <= 0), so `--explain` still adds up. `rows`: only those sections (query.rank.stubs),
-    `page_length` then being their pages' lengths; None: every section."""
+    """Scale down the sections `rows` of stub pages (query.rank.stubs; `page_length`: their
+    pages' lengths): a page with under `stub_length` indexed words rarely answers. The cut
+    is its own part (`stub`, <= 0), so `--explain` still adds up."""
     short = np.clip(page_length / np.float32(params.stub_length), 0.0, 1.0)
     factor = np.float32(1) - np.float32(params.stub_weight) * (np.float32(1) - short)
-    if rows is None:
-        part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
-        scores = fused.scores + part
-    elif _REFERENCE:
-        part = np.zeros_like(fused.scores)
-        part[rows] = fused.scores[rows] * (factor - np.float32(1))
-        scores = fused.scores + part
-    else:  # x + 0 is x: only the cut rows change (in place when handed over)
-        cut = (fused.scores[rows] * (factor - np.float32(1))).astype(fused.scores.dtype)
-        scores = fused.scores if owned else fused.scores.copy()
-        scores[rows] += cut
-        part = Scaled(len(scores), None, rows, cut)  # 0 but at the cut rows
+    # x + 0 is x: only the cut rows change (in place when handed over)
+    cut = (fused.scores[rows] * (factor - np.float32(1))).astype(fused.scores.dtype)
+    scores = fused.scores if owned else fused.scores.copy()
+    scores[rows] += cut
+    part = Scaled(len(scores), None, rows, cut)  # 0 but at the cut rows
     return Fused(
         scores=scores,
         lexical=fused.lexical,
@@ -621,14 +602,7 @@ def with_page(
         part = np.take(part, page.files)  # (`take`: ~6x faster than indexing here)
     else:
         keep, part = _mixed_part(page, weight)
-    if _REFERENCE:
-        return Fused(
-            scores=keep * fused.scores + part,
-            lexical=keep * fused.lexical,
-            semantic=keep * fused.semantic,
-            page=part,
-        )
-    # the same products, in place when the caller hands its scores over (`owned`); the
+    # in place when the caller hands its scores over (`owned`); the
     # other parts rescaled only where `--explain` reads them
     scores = np.multiply(fused.scores, keep, out=fused.scores if owned else None)
     np.add(scores, part, out=scores)
