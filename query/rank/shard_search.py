@@ -98,7 +98,7 @@ class Staged:
         self, answers: list[dict], k: int, key: str | None = None, extra: tuple[str, ...] = ()
     ) -> tuple:
         """The k best (global rows, values, *extra) of the shards' best rows, by score,
-        then global row descending (`query.score.vector.ranked`); `extra`: values the shards
+        then global row descending (`query.score.vector.top_rows`); `extra`: values the shards
         sent along with their rows."""
         got = [a[key] if key else a for a in answers]
         got = [(i, g) for i, g in enumerate(got) if g is not None and len(g["rows"])]

@@ -56,7 +56,7 @@ def stub_rows(
     n = len(scores)
     if not n:
         return np.zeros(0, dtype=np.int64)
-    # the best CANDIDATES, ties as query.score.vector.ranked orders them (a sharded search agrees)
+    # the best CANDIDATES, ties by row descending (a sharded search agrees)
     from query.score.vector import top_rows
 
     top = top_rows(scores, CANDIDATES, seen=seen)

@@ -238,7 +238,7 @@ def fuse(
 
 def best(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best positive scores, best first, equal scores as
-    query.score.vector.ranked orders them (query.score.vector.top_rows: without a partition of n
+    query.score.vector.top_rows orders them (without a partition of n
     rows)."""
     return top_rows(scores, k, positive=True)
 

@@ -666,7 +666,7 @@ def _has_simsimd() -> bool:
 def top_k(
     scores: np.ndarray, k: int, mask: np.ndarray | None = None, above: Above | None = None
 ) -> np.ndarray:
-    """Indices of the k best finite scores, best first, equal scores in row order (`ranked`'s
+    """Indices of the k best finite scores, best first, equal scores in row order (`top_rows`'
     order); rows where mask is False are skipped (`top_rows`: no partition of n rows)."""
     return top_rows(scores, k, mask, above=above)
 
@@ -734,8 +734,10 @@ def top_rows(
     to v. A cut t from a sample of the scores finds them without a partition of n rows: when at
     least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
     those few are ranked. Otherwise (a sample that missed, a mask that leaves few rows, few
-    positive scores) the allowed rows are all ranked: the same answer either way, and
-    `ranked`'s (equal scores by descending row, as a sharded search merges them).
+    positive scores) the allowed rows are all ranked: the same answer either way
+    (equal scores by descending row, as a sharded search merges them: a partial sort alone
+    picks among rows tied with the k-th score as it pleases, and which copy of a section is
+    shown moved Ray docs QA by 0.015 nDCG@10, docs/search-quality.md "Tie order").
 
     `above` (an earlier call's `Above` for this array, since changed at its own rows at
     most, `Above.rising`): the answer from its rows when enough are still above its cut
@@ -909,27 +911,6 @@ def distinct(
         starts = np.flatnonzero(first)
         out += (np.diff(np.append(starts, len(ordered))),)
     return out
-
-
-def ranked(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k best scores, best first, equal scores the later position first:
-    the same rows whichever way the array was split, so the best of each shard, merged by
-    (score, then row descending), are the one-file best bit for bit (query.rank.shard_search). A
-    partial sort alone picks among rows tied with the k-th score as it pleases. Which way
-    ties go is a ranking choice: equal scores are mostly identical copies of a section, and
-    which copy is shown moved Ray docs QA by 0.015 nDCG@10 (docs/search-quality.md, "Tie
-    order")."""
-    n = scores.shape[0]
-    k = min(k, n)
-    if k <= 0:
-        return np.zeros(0, dtype=np.int64)
-    part = np.argpartition(-scores, k - 1)[:k]
-    if k < n:  # a compare and a count over the rows (~2% of the partition at 1M rows)
-        kth = scores[part].min()
-        equal = scores == kth
-        if np.count_nonzero(equal) > np.count_nonzero(scores[part] == kth):  # ties left out
-            part = np.concatenate([part[scores[part] > kth], np.flatnonzero(equal)])
-    return part[np.lexsort((-part, -scores[part]))][:k]
 
 
 def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
