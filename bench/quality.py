@@ -542,11 +542,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--query-path",
-        choices=("reference", "warm", "warm-int8"),
+        choices=("reference", "warm"),
         default=None,
         help="a local encoder's queries: its NumPy reference throughout, or from the first "
-        "query the onnxruntime session a warm process (`mdvdb serve`, an open Index) uses "
-        "(warm-int8: the int8 document graph instead of the float32 one)",
+        "query the onnxruntime session a warm process (`mdvdb serve`, an open Index) uses",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -555,8 +554,6 @@ def main() -> None:
 
         if args.query_path == "reference":
             minilm.WARM_AFTER = 0  # never switch to the onnxruntime session
-        elif args.query_path == "warm-int8":
-            minilm.QUERY_GRAPH = "int8"
     sets = [s for s in args.sets.split(",") if s]
     unknown = [s for s in sets if s not in ARCHIVES]
     variants = list(VARIANTS) if "all" in args.variant else args.variant
