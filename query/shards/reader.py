@@ -49,7 +49,6 @@ __all__ = [
     "ShardedLexical",
     "ShardedSnapshot",
     "ShardedVectors",
-    "score_shard_file",
     "shard_term_scores",
 ]
 
@@ -641,16 +640,6 @@ class ShardedPageVectors:
         for rows, local in zip(self.where, answers, strict=True):
             out[rows] = local
         return out
-
-
-def score_shard_file(
-    path: str, hashes: np.ndarray, weights: np.ndarray, idf: np.ndarray, norm: np.ndarray
-) -> np.ndarray:
-    """`shard_term_scores` as another process (or node) runs it: map the shard file, score
-    its chunks with the global `idf` and `norm` the caller sends, return the local scores."""
-    lexical = ShardPart.load(path).lexical
-    out = np.zeros(lexical.n_chunks, dtype=np.float32)
-    return shard_term_scores(lexical, hashes, weights, idf, norm, out)
 
 
 @dataclass
