@@ -12,7 +12,6 @@ import numpy as np
 from query.filters import Filter, candidate_mask, count_matches
 from query.rank import govern as governing
 from query.rank.collapse import Diversity
-from query.rank.excerpt import Excerpt
 from query.results import SearchResponse, SearchResult
 from query.score.vector import PageVectors, cosine_scores, dense_scorer, page_vectors_of, top_k
 from query.snapshot import QueryError
@@ -432,7 +431,6 @@ def build_results(
     components: dict[int, dict[str, float]] | None = None,
     query: str | None = None,
     mode: str | None = None,
-    excerpts: bool = True,
 ) -> list[SearchResult]:
     """Materialise only the chosen rows: the rest of the index is never decoded. A few rows
     go row by row through the columns, not `Table.take`, which imports pyarrow.compute (~30 ms
@@ -461,11 +459,8 @@ def build_results(
             fid: {name: fcol[name][fid].as_py() for name in fcol}
             for fid in {c["file_id"] for c in cdata}
         }
-    if excerpts:
-        sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
-        shown = _excerpts(index, sections, query, mode, order)
-    else:  # a caller that shows no excerpts
-        shown = [Excerpt("", 0, 0)] * len(order)
+    sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
+    shown = _excerpts(index, sections, query, mode, order)
     meta: dict[int, dict[str, Any]] = {}
     results = []
     for chunk_id, chunk, excerpt in zip(order, cdata, shown, strict=True):
