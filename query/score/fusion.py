@@ -249,7 +249,7 @@ def hybrid(
     query_vector: np.ndarray,
     bm25: np.ndarray,
     params: FusionParams | None = None,
-    page: np.ndarray | None = None,
+    page: PerFile | None = None,
     pages=None,
     dense: DenseScorer | None = None,
 ) -> tuple[Fused, np.ndarray]:
@@ -320,7 +320,7 @@ def hybrid(
             expansion = _scored(lexical_index, bm25, rows, weights)
             lam = np.float32(params.feedback_weight)
             blended = None
-            if isinstance(page, PerFile) and params.page_weight > 0:
+            if page is not None and params.page_weight > 0:
                 # BM25F's maximum is the first of `also` (its best rows, best first; none:
                 # no row scores above 0)
                 most = None if also is None else bm25[also[:1]].max(initial=0)
@@ -590,18 +590,13 @@ class PerFile:
         return out if dtype is None else out.astype(dtype)
 
 
-def with_page(
-    fused: Fused, page: np.ndarray | PerFile, weight: float, owned: bool = False
-) -> Fused:
+def with_page(fused: Fused, page: PerFile, weight: float, owned: bool = False) -> Fused:
     """Mix page-level evidence (one BM25 score per chunk: its page's) into each section's
-    score: (1 - μ) * fused + μ * page / max(page). The parts stay additive for `--explain`."""
-    if isinstance(page, PerFile):
-        # every file's value is some chunk's (a file holds the chunks its postings name),
-        # so the max over files is the max over chunks
-        keep, part = _mixed_part(page.values, weight)
-        part = np.take(part, page.files)  # (`take`: ~6x faster than indexing here)
-    else:
-        keep, part = _mixed_part(page, weight)
+    score: (1 - μ) * fused + μ * page / max(page). The parts stay additive for `--explain`.
+    Every file's value is some chunk's (a file holds the chunks its postings name), so the
+    max over files is the max over chunks."""
+    keep, part = _mixed_part(page.values, weight)
+    part = np.take(part, page.files)  # (`take`: ~6x faster than indexing here)
     # in place when the caller hands its scores over (`owned`); the
     # other parts rescaled only where `--explain` reads them
     scores = np.multiply(fused.scores, keep, out=fused.scores if owned else None)
