@@ -32,8 +32,6 @@ from query.shards import stages as shard_stages
 CALLS = frozenset(
     {
         "info",
-        "lengths",
-        "df",
         "term_scores",
         "term_chunks",
         "page_tf",
@@ -44,7 +42,6 @@ CALLS = frozenset(
         "page_files",
         "page_dots",
         "dense",
-        "page_df",
         "term_df",
         "stage",
     }
@@ -131,14 +128,9 @@ class ShardPart:
         chunk's length: what a reader needs of a shard to open it, in one round)."""
         lexical = self.lexical
         out = {"chunks": int(lexical.n_chunks), "k1": lexical.k1, "b": lexical.b}
-        if lengths:
-            out["lengths"] = self.lengths()
+        if lengths:  # (the router needs them all, once, for the mean length in the one-file
+            out["lengths"] = lexical.lengths  # order: float32 means are order-sensitive)
         return out
-
-    def lengths(self) -> np.ndarray:
-        """Each chunk's field-weighted length (the router needs them all, once, for the
-        mean length in the one-file order: float32 means are order-sensitive)."""
-        return self.lexical.lengths
 
     def df(self, hashes: np.ndarray) -> np.ndarray:
         """Chunks of this shard holding each term."""

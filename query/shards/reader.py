@@ -709,14 +709,7 @@ class ShardedLexical:
     # -- global statistics ----------------------------------------------------------------
     def document_frequency(self, hashes: np.ndarray) -> np.ndarray:
         """Chunks holding each term, summed over the shards."""
-        return self._summed("df", self.df_cache, hashes)
-
-    def _summed(self, call: str, cache: dict, hashes: np.ndarray) -> np.ndarray:
-        """Each term's count summed over the shards' `call` answers, kept in `cache` for
-        the generation; only the terms not known yet are asked for."""
-        pages = call == "page_df"
-        found = self.term_statistics(hashes, chunks=not pages, pages=pages)
-        return found[1] if pages else found[0]
+        return self.term_statistics(hashes)[0]
 
     def term_statistics(
         self, hashes: np.ndarray, chunks: bool = True, pages: bool = False
