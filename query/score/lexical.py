@@ -246,13 +246,6 @@ class LexicalIndex:
 
         return replace(self, k1=float(k1), b=float(b))
 
-    def term_idf(self, hashes: np.ndarray) -> np.ndarray:
-        """Chunk-level idf of each term hash (a term the index lacks gets the highest)."""
-        rows = self.lookup(hashes)
-        df = np.where(rows >= 0, self.offsets[rows + 1] - self.offsets[np.maximum(rows, 0)], 0)
-        n = self.n_chunks
-        return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
-
     def scores(self, query: str) -> np.ndarray:
         """BM25F score of every chunk (0 where no query term occurs)."""
         hashes = text_analysis.term_ids(query)

@@ -740,9 +740,6 @@ class ShardedLexical:
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return bm25_idf(self.n_chunks, df).astype(np.float32)
 
-    def term_idf(self, hashes: np.ndarray) -> np.ndarray:
-        return self.idf(self.document_frequency(hashes))
-
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """Present for the interface; the sharded "row" of a term is its hash."""
         return np.asarray(hashes)
