@@ -2,7 +2,7 @@
 the same data (CPU seconds: a busy machine inflates them far less than wall time).
 
 - pack's lexical step: analysing every chunk itself, vs merging the analyses the ingest
-  workers made (`pipeline.pack.lexical.analyse_chunks`, per file, as a worker calls it);
+  workers made (`pipeline.pack.lexical.store_of`, per file);
 - clustering's choice of k: every candidate fitted on every document, vs the candidates
   tried on a sample and only the chosen k fitted on every document (`choose_and_fit`).
 
@@ -26,6 +26,11 @@ from pipeline.cluster import topics as cluster  # noqa: E402
 from pipeline.pack import lexical
 
 
+def _keyed(rows: list[tuple]) -> tuple[list[str], list[str]]:
+    """The headings and SHA-256s of (heading, heading path, text, sha256) rows."""
+    return [r[0] for r in rows], [r[3] for r in rows]
+
+
 def lexical_rows(index: index_format.IndexFile) -> list[dict]:
     files, chunks = index.tables["files"], index.tables["chunks"]
     titles = files.column("title").to_pylist()
@@ -45,8 +50,10 @@ def lexical_rows(index: index_format.IndexFile) -> list[dict]:
     for f in range(files.num_rows):
         a, b = int(bounds[f]), int(bounds[f + 1])
         if a < b:
-            keys, analysed = lexical.analyse_chunks(titles[f], rows[a:b])
-            parts.append(lexical.Store.of(keys, analysed))
+            title = titles[f] or ""
+            keys = lexical.chunk_keys([title], np.zeros(b - a, np.int64), *_keyed(rows[a:b]))
+            fields = [(title, lexical.chunk_fields(title, r[1] or []), r[2]) for r in rows[a:b]]
+            parts.append(lexical.store_of(keys, fields))
     made = lexical.Store.join(parts)
     in_workers = time.process_time() - started
     out = []

@@ -73,7 +73,6 @@ VARIANTS: dict[str, dict] = {
     # the default before the third CACM round (section BM25F k1 as packed, 1.2; no page-level
     # evidence on the dense side)
     "previous": {
-        "query_vector": "plain",
         "section_k1": 0.0,
         "page_dense_weight": 0.0,
         "stub_length": 0.0,
@@ -86,7 +85,6 @@ VARIANTS: dict[str, dict] = {
     "dense-0.2": {"dense_weight": 0.2},
     "dense-0.4": {"dense_weight": 0.4},
     "page-0.4": {"page_weight": 0.4},
-    "feedback-drift": {"feedback_mode": "drift"},
     "A:page-0.2+name-0.2": {"page_weight": 0.2, "name_weight": 0.2},
     "B:page-0.3+name-0.2+fb-0.3-chunks-5": {
         "page_weight": 0.3,
@@ -110,7 +108,6 @@ VARIANTS: dict[str, dict] = {
         for mu in (0.2, 0.3, 0.4)
         for k in (5, 10)
     },
-    "feedback-drift-0.6": {"feedback_mode": "drift", "feedback_weight": 0.6},
     "fb-chunks-5": {"feedback_chunks": 5},
     "fb-terms-5": {"feedback_terms": 5},
     "fb-terms-20": {"feedback_terms": 20},
@@ -123,73 +120,23 @@ VARIANTS: dict[str, dict] = {
     "name-0.1": {"name_weight": 0.1},
     "name-0.3": {"name_weight": 0.3},
     "feedback-0.2": {"feedback_weight": 0.2},
-    "tiers-max-3": {"title_tier_max_words": 3},
-    "feedback-agreement": {"feedback_mode": "agreement"},
-    "feedback-agreement-0.8": {"feedback_mode": "agreement", "feedback_weight": 0.8},
     "feedback-0.2-page-0.2": {"feedback_weight": 0.2, "page_weight": 0.2},
-    "feedback-idf": {"feedback_idf": True},
-    "feedback-idf-page-0.2": {"feedback_idf": True, "page_weight": 0.2},
     "page-b-0.3": {"page_b": 0.3},
     "page-b-0.5": {"page_b": 0.5},
     "page-b-0.9": {"page_b": 0.9},
     "page-k1-0.9": {"page_k1": 0.9},
     "page-k1-2.0": {"page_k1": 2.0},
     "page-0.3-b-0.5": {"page_weight": 0.3, "page_b": 0.5},
-    "dense-long-12-0.4": {"dense_long_words": 12, "dense_long_weight": 0.4},
-    "dense-long-12-0.2": {"dense_long_words": 12, "dense_long_weight": 0.2},
-    "qvec-content": {"query_vector": "content"},
-    "qvec-idf": {"query_vector": "idf"},
-    "qvec-idf-sqrt": {"query_vector": "idf-sqrt"},
-    "qvec-idf-raw": {"query_vector": "idf-raw"},
-    "qvec-idf-raw-sqrt": {"query_vector": "idf-raw-sqrt"},
     "k1-0.9": {"section_k1": 0.9},
     "k1-1.5": {"section_k1": 1.5},
     "k1-2.0": {"section_k1": 2.0},
-    "b-0.5": {"section_b": 0.5},
-    "b-0.9": {"section_b": 0.9},
-    "b-0.3": {"section_b": 0.3},
-    "b-0.2": {"section_b": 0.2},
-    "b-0.4": {"section_b": 0.4},
-    "b-0.6": {"section_b": 0.6},
-    "k1-0.9-b-0.3": {"section_k1": 0.9, "section_b": 0.3},
-    "b-0.3-qvec-idf": {"section_b": 0.3, "query_vector": "idf"},
-    "b-0.5-qvec-idf": {"section_b": 0.5, "query_vector": "idf"},
-    "len-floor-0.25": {"section_length_floor": 0.25},
-    "len-floor-0.5": {"section_length_floor": 0.5},
-    "len-floor-0.75": {"section_length_floor": 0.75},
-    "len-floor-1.0": {"section_length_floor": 1.0},
     **{
         f"stub-{t}-{w}": {"stub_length": t, "stub_weight": w}
         for t in (30, 40, 60)
         for w in (0.2, 0.4, 0.6)
     },
-    "len-floor-1.0-qvec-idf-raw": {"section_length_floor": 1.0, "query_vector": "idf-raw"},
-    "len-floor-1.0-k1-1.5": {"section_length_floor": 1.0, "section_k1": 1.5},
-    "qvec-idf-sqrt-k1-1.5": {"query_vector": "idf-sqrt", "section_k1": 1.5},
-    "qvec-idf-sqrt-len-floor-1.0": {"query_vector": "idf-sqrt", "section_length_floor": 1.0},
-    "k1-1.2-b-0.75": {"section_k1": 1.2, "section_b": 0.75},  # the packed values: a check
-    # round 3: idf forms that keep a small folder's topic word (page idf, a floor)
-    **{
-        f"qvec-{form}-{where}{'-k1-1.5' if k1 else ''}": {
-            "query_vector": form,
-            "query_idf_from": where,
-            **({"section_k1": 1.5} if k1 else {}),
-        }
-        for form in ("idf", "idf-sqrt", "idf-raw", "idf-raw-sqrt")
-        for where in ("pages",)
-        for k1 in (False, True)
-    },
+    "k1-1.2": {"section_k1": 1.2},  # the packed value: a check
     **{f"page-dense-{r}": {"page_dense_weight": r} for r in (0.3, 0.5)},
-    **{
-        f"page-dense-{r}-qvec-idf-raw-pages{'-k1-1.5' if k1 else ''}": {
-            "page_dense_weight": r,
-            "query_vector": "idf-raw",
-            "query_idf_from": "pages",
-            **({"section_k1": 1.5} if k1 else {}),
-        }
-        for r in (0.3, 0.5)
-        for k1 in (False, True)
-    },
     **{f"page-dense-{r}-k1-1.5": {"page_dense_weight": r, "section_k1": 1.5} for r in (0.3, 0.5)},
     # on top of page-dense 0.5 + k1 1.5: feedback settings measured on CACM alone before
     **{
@@ -197,34 +144,7 @@ VARIANTS: dict[str, dict] = {
         for name, extra in (
             ("dense-fb-0.5", {"dense_feedback_weight": 0.5}),
             ("fb-chunks-5", {"feedback_chunks": 5}),
-            ("qvec-idf-raw-pages", {"query_vector": "idf-raw", "query_idf_from": "pages"}),
-            (
-                "qvec-idf-raw-sqrt-pages",
-                {"query_vector": "idf-raw-sqrt", "query_idf_from": "pages"},
-            ),
-            (
-                "qvec-idf-raw-pages-floor-0.5",
-                {"query_vector": "idf-raw", "query_idf_from": "pages", "query_idf_floor": 0.5},
-            ),
-            ("qvec-content", {"query_vector": "content"}),
         )
-    },
-    "fbpage": {"feedback_with_page": True},
-    "fbpage-k1-1.5": {"feedback_with_page": True, "section_k1": 1.5},
-    **{
-        f"fbpage-qvec-{form}-pages{'-k1-1.5' if k1 else ''}": {
-            "feedback_with_page": True,
-            "query_vector": form,
-            "query_idf_from": "pages",
-            **({"section_k1": 1.5} if k1 else {}),
-        }
-        for form in ("idf-raw", "idf-raw-sqrt")
-        for k1 in (False, True)
-    },
-    **{
-        f"qvec-{form}-floor-{f}": {"query_vector": form, "query_idf_floor": f}
-        for form in ("idf-sqrt", "idf-raw-sqrt")
-        for f in (0.5, 0.7, 0.9)
     },
 }
 
@@ -622,11 +542,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--query-path",
-        choices=("reference", "warm", "warm-int8"),
+        choices=("reference", "warm"),
         default=None,
         help="a local encoder's queries: its NumPy reference throughout, or from the first "
-        "query the onnxruntime session a warm process (`mdvdb serve`, an open Index) uses "
-        "(warm-int8: the int8 document graph instead of the float32 one)",
+        "query the onnxruntime session a warm process (`mdvdb serve`, an open Index) uses",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -635,8 +554,6 @@ def main() -> None:
 
         if args.query_path == "reference":
             minilm.WARM_AFTER = 0  # never switch to the onnxruntime session
-        elif args.query_path == "warm-int8":
-            minilm.QUERY_GRAPH = "int8"
     sets = [s for s in args.sets.split(",") if s]
     unknown = [s for s in sets if s not in ARCHIVES]
     variants = list(VARIANTS) if "all" in args.variant else args.variant

@@ -148,9 +148,7 @@ def bench(
     settings = ", ".join(f"{k}={v}" for k, v in (against or {}).items())
     embedder = "reference"
     if fast_queries:
-        from kernel.providers import minilm
-
-        embedder = f"onnxruntime, {minilm.QUERY_GRAPH} graph"
+        embedder = "onnxruntime, float32 graph"
     return [
         row("mdvdb search, warm, in-process", warm),
         *([row(f"mdvdb search, warm, in-process ({settings})", other)] if other else []),

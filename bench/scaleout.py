@@ -278,7 +278,7 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
             return out
 
         for part in parts:  # map what the calls read (a shard server keeps it mapped)
-            part.call("df", np.zeros(1, np.uint64))
+            part.call("term_df", np.zeros(1, np.uint64))
             part.call("dots", np.zeros(flat.vectors.shape[1], np.float32))
             if int8_shard is not None:
                 zero = np.zeros(flat.vectors.shape[1], np.float32)

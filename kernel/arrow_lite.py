@@ -348,10 +348,6 @@ class LiteTable:
         """The pyarrow Table of the same bytes (built on first call)."""
         return self._real()
 
-    @property
-    def num_columns(self) -> int:
-        return len(self.column_names)
-
     def __len__(self) -> int:
         return self.num_rows
 

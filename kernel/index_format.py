@@ -1394,18 +1394,6 @@ def _sync_file_range() -> Any:
     return _SYNC[0]
 
 
-def temp_files(path: Path | str) -> list[Path]:
-    """Temp files `write_index` leaves beside `path` when its process is killed mid-write.
-    Only the writer-lock holder may delete them: another writer's temp file is live."""
-    path = Path(path)
-    try:
-        names = os.listdir(path.parent)
-    except OSError:
-        return []
-    prefix = f".{path.name}."
-    return [path.parent / n for n in names if n.startswith(prefix) and n.endswith(TEMP_SUFFIX)]
-
-
 def _fsync_dir(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)

@@ -109,13 +109,6 @@ def words(text: str) -> list[str]:
     return out
 
 
-def tokens(text: str) -> list[str]:
-    """The text's words as written (NFKC, casefolded; a Han/Kana/Hangul run is one token),
-    before stop words and stemming: the pieces `words` analyses one by one."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return [cjk or word for cjk, word in _token_pairs(text)]
-
-
 @lru_cache(maxsize=200_000)
 def term_hash(term: str) -> int:
     """The stored form of a term: a stable unsigned 64-bit hash."""

@@ -1,8 +1,8 @@
 """Hybrid search over candidates (query/score/fusion.py, query/score/vector.py top_rows): the
 sampled top-k, the first fusion's feedback chunks from the rescored and best BM25F rows, the
 sparse semantic part, the per-file page part, the stub and name parts on their rows only. Each
-must give the n-length reference path's answer bit for bit (`fusion._REFERENCE`,
-`vector.REFERENCE`)."""
+must give the answer of the n-length fallbacks they stand in for bit for bit (`_reference`:
+every shortcut turned off)."""
 
 from __future__ import annotations
 
@@ -107,10 +107,23 @@ def _index(root: Path, first_pass: str, threads: str = "1"):
     return index
 
 
+def _reference(patch) -> None:
+    """Every candidate shortcut declines, so each step takes its n-length fallback."""
+    from query.rank import search as ranking
+
+    for name in ("_sparse_semantic", "_first_best", "_blended", "_page_rows"):
+        patch.setattr(fusion, name, lambda *a, **k: None)
+    patch.setattr(ranking, "_files_ascend", lambda snap: False)
+    patch.setattr(vector, "SAMPLED_MIN_ROWS", 1 << 62)  # no sampled cut: every row ranked
+    patch.setattr(vector.Above, "select", lambda *a, **k: None)
+
+
 def _answers(index, reference: bool, monkeypatch, hybrid_only: bool = False) -> list:
     """`hybrid_only`: without the lexical and semantic modes (no fusion runs in them)."""
-    monkeypatch.setattr(fusion, "_REFERENCE", reference)
-    monkeypatch.setattr(vector, "REFERENCE", reference)
+    if reference:
+        with monkeypatch.context() as patch:
+            _reference(patch)
+            return _answers(index, False, monkeypatch, hybrid_only)
     index.snapshot.cache.pop("last_scores", None)
     out = []
     n = index.snapshot.vectors.shape[0]

@@ -16,6 +16,14 @@ from kernel import index_format
 from tests.conftest import build_index, run_cli
 
 
+def temp_files(path: Path | str) -> list[Path]:
+    """The temp files `write_index` left beside `path` (`.NAME.*.tmp`)."""
+    path = Path(path)
+    prefix = f".{path.name}."
+    names = [p.name for p in path.parent.iterdir()]
+    return [path.parent / n for n in names if n.startswith(prefix) and n.endswith(".tmp")]
+
+
 def _tables(n: int = 20_000) -> dict[str, pa.Table]:
     rng = np.random.default_rng(3)
     return {
@@ -73,7 +81,7 @@ def test_tables_put_early_make_the_index_write_index_makes(tmp_path: Path):
     assert index_format.verify_checksums(steps) == []
     assert max(_regions(steps, "chunks")) < min(_regions(steps, "lexical"))
     assert max(_regions(steps, "lexical")) < min(_regions(steps, "files"))
-    assert index_format.temp_files(tmp_path / "steps.index") == []
+    assert temp_files(tmp_path / "steps.index") == []
 
 
 def test_a_failing_writer_publishes_nothing_and_leaves_no_temp_file(tmp_path: Path):
@@ -89,19 +97,19 @@ def test_a_failing_writer_publishes_nothing_and_leaves_no_temp_file(tmp_path: Pa
     with pytest.raises(TypeError, match="cannot store"):
         writer.finish({"bad": unwritable}, {})
     writer.abort()
-    assert path.read_bytes() == before and index_format.temp_files(path) == []
+    assert path.read_bytes() == before and temp_files(path) == []
 
     writer = index_format.IndexWriter(path)
     writer.put("chunks", _tables()["chunks"])
     writer.abort()  # the caller's own step failed after the put
-    assert path.read_bytes() == before and index_format.temp_files(path) == []
+    assert path.read_bytes() == before and temp_files(path) == []
 
     writer = index_format.IndexWriter(path)
     writer.put("chunks", _tables()["chunks"])
     with pytest.raises(ValueError, match="put but not published"):
         writer.finish({"files": _tables()["files"]}, {})
     writer.abort()
-    assert path.read_bytes() == before and index_format.temp_files(path) == []
+    assert path.read_bytes() == before and temp_files(path) == []
     with pytest.raises(ValueError, match="twice"):
         writer = index_format.IndexWriter(path)
         try:
@@ -253,14 +261,14 @@ def test_the_writer_begun_with_the_plan_is_removed_when_pack_fails(
     seen: list[list[Path]] = []
 
     def failing(*args, **kwargs):
-        seen.append(index_format.temp_files(config.index_path))
+        seen.append(temp_files(config.index_path))
         raise RuntimeError("the lexical step failed")
 
     monkeypatch.setattr(lexical, "update", failing)
     with pytest.raises(RuntimeError, match="lexical step failed"):
         ingest.ingest_folder(config)
     assert len(seen) == 1 and len(seen[0]) == 1  # being written when the step ran
-    assert index_format.temp_files(config.index_path) == []
+    assert temp_files(config.index_path) == []
     assert config.index_path.read_bytes() == before
     monkeypatch.undo()
     assert ingest.ingest_folder(config).published

@@ -227,7 +227,7 @@ def test_a_long_lived_reader_scores_with_the_same_bits_from_its_weights(project:
 
     index = open_index(config=load_config(project, environ={}))
     queries = ["kubernetes pods", "extract a tar archive", "le fichier caché", "git"]
-    for lexical in (lexical_index(index), lexical_index(index).rescored(1.5, 0.75, 0.25)):
+    for lexical in (lexical_index(index), lexical_index(index).rescored(1.5, 0.75)):
         lexical.weights = None  # the view may have served other tests' queries
         per_term = []
         for query in queries:

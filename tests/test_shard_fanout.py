@@ -285,24 +285,24 @@ def test_rounds_answer_as_one_file_and_survive_a_lost_session(generated, monkeyp
         assert "_select" in snap.cache["last_scores"][1][1]  # the rounds answered
 
 
-def test_ranked_breaks_ties_by_row_so_a_merge_of_shards_is_the_whole() -> None:
-    """`query.score.vector.ranked`: the k best by score, then row descending; each shard's own best
-    (its rows in the one-file order), merged by (score, global row descending), are the whole
+def test_top_rows_breaks_ties_by_row_so_a_merge_of_shards_is_the_whole() -> None:
+    """`query.score.vector.top_rows`: the k best by score, then row descending; each shard's own
+    best (its rows in the one-file order), merged by (score, global row descending), are the whole
     array's best, with many equal scores (near copies) at and around the k-th."""
     import numpy as np
 
-    from query.score.vector import ranked
+    from query.score.vector import top_rows
 
     rng = np.random.default_rng(7)
     for _ in range(200):
         n = int(rng.integers(1, 400))
         k = int(rng.integers(1, 150))
         scores = rng.integers(0, 6, n).astype(np.float32)
-        whole = ranked(scores, k)
+        whole = top_rows(scores, k)
         assert np.array_equal(whole, np.lexsort((-np.arange(n), -scores))[:k])
         owner = rng.integers(0, 3, n)
         rows = np.concatenate(
-            [np.flatnonzero(owner == s)[ranked(scores[owner == s], k)] for s in range(3)]
+            [np.flatnonzero(owner == s)[top_rows(scores[owner == s], k)] for s in range(3)]
         )
         merged = rows[np.lexsort((-rows, -scores[rows]))][:k]
         assert np.array_equal(merged, whole)

@@ -264,7 +264,7 @@ def test_the_name_pool_from_the_candidates_is_exact_or_none() -> None:
 
     from query.rank.shard_search import _pool_after_stub
     from query.score.fusion import Fused, with_stub_prior
-    from query.score.vector import ranked, top_rows
+    from query.score.vector import top_rows
 
     rng = np.random.default_rng(11)
     known = 0
@@ -276,7 +276,7 @@ def test_the_name_pool_from_the_candidates_is_exact_or_none() -> None:
         length = rng.choice([5.0, 20.0, 39.0, 80.0], n).astype(np.float32)
         candidates, names = int(rng.integers(5, 40)), int(rng.integers(2, 30))
         stub = {"length": 40.0, "weight": float(rng.choice([0.4, 0.9]))}
-        rows = ranked(scores, candidates)
+        rows = top_rows(scores, candidates)
         cut = rng.random(len(rows)) < rng.choice([0.1, 0.5, 0.9])
         prior = SimpleNamespace(stub_length=stub["length"], stub_weight=stub["weight"])
         whole = with_stub_prior(

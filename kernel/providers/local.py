@@ -161,28 +161,3 @@ class LocalProvider(SequentialBatches):
                 np.clip(rows, 0, last, out=rows)
                 out[i] = table[rows, :d].sum(axis=0) / len(ids)
         return normalize_rows(out)
-
-    def token_sums(self, texts: Sequence[str]) -> np.ndarray:
-        """The sum of each text's token vectors, not normalised: a query can weight its
-        words' tokens before they are pooled (query.rank.search.query_vector). One text at a
-        time: a query's words are short, and the lookup BPE spares loading the tokenizer."""
-        if not texts:
-            return np.zeros((0, self.dimensions), dtype=np.float32)
-        return np.concatenate([self._sums([text])[0] for text in texts])
-
-    def _sums(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        table = load_table(self.cache_dir)
-        token_ids = self._token_ids(texts)
-        lengths = np.fromiter((len(t) for t in token_ids), dtype=np.int64, count=len(texts))
-        ids = np.fromiter(
-            (i for t in token_ids for i in t), dtype=np.int64, count=int(lengths.sum())
-        )
-        np.clip(ids, 0, table.shape[0] - 1, out=ids)
-        # Matryoshka truncation: the first d dimensions of a WordLlama vector are a model.
-        rows = table[ids, : self.dimensions]
-        sums = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        nonempty = lengths > 0
-        if nonempty.any():
-            starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[nonempty]
-            sums[nonempty] = np.add.reduceat(rows, starts, axis=0)
-        return sums, lengths

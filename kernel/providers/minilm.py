@@ -313,16 +313,10 @@ def _blas_threads():
     return _blas_controller().limit(limits=1, user_api="blas")
 
 
-RUNTIMES = ("auto", "onnx", "numpy")
 # A process that embeds this many queries is a warm one (a library Index held open, a
 # benchmark, a server): from then on its queries go to the onnxruntime session, loaded in
 # the background meanwhile. A cold `mdvdb search` embeds one query and never loads it. 0: never.
 WARM_AFTER = 2
-# The warm query path's graph: "float32", the reference's function on onnxruntime (built in
-# memory from the weights when the process warms up; its vectors match the reference's, so
-# rankings do not move), or "int8", the cached document graph, a little faster and a little
-# less exact (docs/search-quality.md, "Encoders: WordLlama vs MiniLM").
-QUERY_GRAPH = "float32"
 
 
 @dataclass
@@ -345,22 +339,17 @@ def query_path(folder: Path) -> _QueryPath:
 
 
 def fast_queries_possible(folder: Path) -> bool:
-    """There is a fast query path to switch to: onnxruntime and onnx are installed (and, for
-    the int8 graph, ingest has built and cached it; a search process never writes one)."""
+    """There is a fast query path to switch to: onnxruntime and onnx are installed."""
     from kernel.providers import encoder_onnx
 
-    if not encoder_onnx.available():
-        return False
-    if QUERY_GRAPH == "float32":
-        return True
-    try:
-        return encoder_onnx.graph_path(folder).is_file()
-    except OSError:
-        return False
+    return encoder_onnx.available()
 
 
 def warm_queries(folder: Path, wait: bool = True) -> bool:
-    """Switch this process's queries of `folder` to the onnxruntime session (QUERY_GRAPH):
+    """Switch this process's queries of `folder` to an onnxruntime session of the float32
+    graph, the reference's function (built in memory from the weights; its vectors match
+    the reference's, so rankings do not move; the cached int8 document graph moved them,
+    docs/search-quality.md, "Encoders: WordLlama vs MiniLM"):
     loaded now (`wait`) or by a background thread (queries keep the NumPy path until it is
     ready). True when the switch is done or under way; False when it is not possible (see
     fast_queries_possible). Both paths agree (tests/test_warm_queries.py)."""
@@ -383,16 +372,12 @@ def warm_queries(folder: Path, wait: bool = True) -> bool:
 def _load_fast(folder: Path, state: _QueryPath) -> None:
     try:
         from kernel.providers import encoder_onnx
+        from kernel.providers.encoder_graph import graph_bytes
 
         spec = read_spec(folder)
-        if QUERY_GRAPH == "float32":
-            from kernel.providers.encoder_graph import graph_bytes
-
-            graph = graph_bytes(read_weights(folder), spec, quantise=False)
-            encoder = encoder_onnx.OnnxEncoder(graph, spec)
-            del graph
-        else:
-            encoder = encoder_onnx.OnnxEncoder(encoder_onnx.graph_path(folder), spec)
+        graph = graph_bytes(read_weights(folder), spec, quantise=False)
+        encoder = encoder_onnx.OnnxEncoder(graph, spec)
+        del graph
     except Exception:  # a damaged weights file or graph, a broken install: stay on NumPy
         encoder = None
     with _QUERY_LOCK:

@@ -1,4 +1,4 @@
-"""The cluster stage's three computations in plain NumPy, for small folders.
+"""The cluster stage's k-means and silhouette in plain NumPy, for small folders.
 
 Importing scikit-learn costs more CPU than everything else an ingest of a small folder does
 (`sklearn` pulls in SciPy, joblib and its own C extensions, whatever submodule is asked
@@ -12,18 +12,11 @@ these instead, and an ingest of a small folder never imports scikit-learn:
   good; on well-separated topics both find the same one (tests/test_small_kmeans.py).
 - `silhouette_cosine`: the exact cosine silhouette, which scikit-learn computes too when the
   sample covers every document (it does below its 3,000-document sample).
-- `document_counts`: `CountVectorizer(binary=True)` with the same token pattern, stop words
-  and document-frequency bounds, term for term (the test compares the two).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-
 import numpy as np
-
-from pipeline.cluster.stop_words import ENGLISH_STOP_WORDS
 
 MAX_ITER = 100
 TOLERANCE = 1e-4  # scikit-learn's default: relative to the data's mean variance
@@ -118,35 +111,3 @@ def silhouette_cosine(points: np.ndarray, labels: np.ndarray) -> float:
     score = np.divide(b - a, bigger, out=np.zeros_like(a), where=bigger > 0)
     score[own_size <= 1] = 0.0
     return float(score.mean())
-
-
-def document_counts(
-    texts: list[str],
-    token_pattern: str,
-    preprocess: Callable[[str], str],
-    max_df: float,
-    min_df: int,
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """(terms sorted, (documents, terms) 0/1 matrix) as `CountVectorizer(binary=True,
-    stop_words="english")` gives them; None where it raises (no term left)."""
-    token = re.compile(token_pattern)
-    per_doc = [
-        {t for t in token.findall(preprocess(text)) if t not in ENGLISH_STOP_WORDS}
-        for text in texts
-    ]
-    frequency: dict[str, int] = {}
-    for terms in per_doc:
-        for term in terms:
-            frequency[term] = frequency.get(term, 0) + 1
-    if not frequency:
-        return None
-    most = max_df * len(texts)  # a float share, as CountVectorizer reads max_df
-    kept = sorted(t for t, df in frequency.items() if min_df <= df <= most)
-    if not kept:
-        return None
-    column = {t: i for i, t in enumerate(kept)}
-    counts = np.zeros((len(texts), len(kept)), dtype=np.float64)
-    for row, terms in enumerate(per_doc):
-        at = [column[t] for t in terms if t in column]
-        counts[row, at] = 1.0
-    return np.array(kept, dtype=object), counts

@@ -4,7 +4,7 @@ A document's vector is the normalised mean of its chunk vectors. A full clusteri
 (scikit-learn, fixed seed) with k chosen by silhouette over a bounded grid of candidates (see
 docs/clusters.md for the measurements behind the choice), names each cluster by class-based
 TF-IDF over its documents' text, and keeps its most central documents. Below NUMPY_BELOW
-documents the same three computations run in plain NumPy (`pipeline/cluster/small_kmeans.py`):
+documents k-means and the silhouette run in plain NumPy (`pipeline/cluster/small_kmeans.py`):
 importing scikit-learn would cost a small folder's ingest more than all its other work.
 
 Between full clusterings, a new or changed document is only assigned to its nearest centroid:
@@ -254,21 +254,10 @@ def class_counts(
     vocabulary: LabelWords | None = None,
 ) -> tuple[Any, np.ndarray] | None:
     """(terms sorted, (k, terms) count of each cluster's documents using each term), from the
-    binary document-term matrix as scikit-learn's CountVectorizer makes it: a dense one in
-    plain NumPy below NUMPY_BELOW documents, else each document's set of words
-    (`_class_counts`; `words`: those sets already numbered in `vocabulary`, one per text,
-    as the ingest workers made them). None when no term is left after the stop words and
-    the document-frequency bounds."""
-    if len(texts) < NUMPY_BELOW:
-        from pipeline.cluster.small_kmeans import document_counts
-
-        dense = document_counts(texts, TOKEN_PATTERN, _preprocess, max_df, min_df)
-        if dense is None:
-            return None
-        terms, matrix = dense
-        per_class = np.zeros((k, matrix.shape[1]))
-        np.add.at(per_class, labels, matrix)
-        return terms, per_class
+    binary document-term matrix as scikit-learn's CountVectorizer makes it, read from each
+    document's set of words (`_class_counts`; `words`: those sets already numbered in
+    `vocabulary`, one per text, as the ingest workers made them). None when no term is left
+    after the stop words and the document-frequency bounds."""
     if words is None or vocabulary is None:
         vocabulary = LabelWords()
         words = [vocabulary.number(label_words(text)) for text in texts]

@@ -13,8 +13,7 @@ stored: idf and the average length change with every edit, so stored weights wou
 rewritten each time, and they cost 4 bytes a posting that tf and the lengths already say. The
 previous index's postings are the only analysis cache: the state folder keeps none, since it
 would repeat what the index holds. A pack without a usable previous index analyses every chunk
-and builds the postings with NumPy (one gather, one stable sort by term); `Store` also reads
-and writes an on-disk .npz form, which only benchmarks use now.
+and builds the postings with NumPy (one gather, one stable sort by term).
 """
 
 from __future__ import annotations
@@ -42,30 +41,12 @@ if TYPE_CHECKING:
     from pipeline.plan import Plan
 
 
-@dataclass
-class Analysed:
-    """One chunk's distinct terms with per-field counts and its field lengths."""
-
-    terms: np.ndarray  # uint64, sorted, distinct
-    counts: np.ndarray  # (len(terms), 3) float32: tf in title, headings, body
-    lengths: np.ndarray  # (3,) float32: words in title, headings, body
-
-
-def analyse(title: str, headings: list[str], text: str) -> Analysed:
-    parts = [term_ids(title), term_ids(" ".join(headings)), term_ids(text)]
-    every = np.concatenate(parts)
-    field = np.repeat(np.arange(3), [len(p) for p in parts])
-    terms, inverse = np.unique(every, return_inverse=True)
-    counts = np.zeros((len(terms), 3), dtype=np.float32)
-    np.add.at(counts, (inverse, field), 1.0)
-    return Analysed(terms, counts, np.array([len(p) for p in parts], dtype=np.float32))
-
-
 def store_of(keys: np.ndarray, chunks: list[tuple[str, list[str], str]]) -> Store:
-    """`Store.of(keys, [analyse(title, headings, text) ...])` for many chunks at once: the
-    same arrays, built with a few NumPy calls over every chunk's terms (a `unique` and an
-    `add.at` per chunk cost more than analysing its words). A title shared by consecutive
-    chunks (a file's) is analysed once."""
+    """The analyses of chunks given as (title, heading field, text): each chunk's distinct
+    terms with their tf in title, headings and body, and its three field lengths, built
+    with a few NumPy calls over every chunk's terms (a `unique` and an `add.at` per chunk
+    cost more than analysing its words; tests/test_analysis_cache.py holds that plain
+    form). A title shared by consecutive chunks (a file's) is analysed once."""
     parts: list[np.ndarray] = []
     last_title: str | None = None
     title_ids = _U64
@@ -80,7 +61,7 @@ def _store_of_parts(keys: np.ndarray, parts: list[np.ndarray]) -> Store:
     """The Store of chunks whose term hashes per field are parts[3 i : 3 i + 3]."""
     n = len(parts) // 3
     if not n:
-        return Store.of(_U64, [])
+        return Store.empty()
     sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts)).reshape(n, 3)
     every = np.concatenate(parts).astype(np.uint64, copy=False)
     field = np.repeat(np.tile(np.arange(3, dtype=np.int64), n), sizes.ravel())
@@ -109,9 +90,8 @@ def chunk_fields(title: str, heading_path: list[str]) -> list[str]:
 
 @dataclass
 class Store:
-    """Analysed chunks, chunk-major and flat: chunk i's terms are terms[starts[i]:starts[i+1]].
-    This is also the form of the on-disk cache (one .npz in the state folder), so a pack reads
-    the analyses of 40k unchanged chunks with one file read and a vectorised gather."""
+    """Analysed chunks, chunk-major and flat: chunk i's terms are terms[starts[i]:starts[i+1]]
+    (what the ingest workers hand pack, gathered with one vectorised `take`)."""
 
     keys: np.ndarray  # uint64 per chunk: hash of (title, heading, chunk sha)
     starts: np.ndarray  # int64, chunks + 1
@@ -120,17 +100,8 @@ class Store:
     counts: np.ndarray  # (postings, 3) float32
 
     @classmethod
-    def of(cls, keys: np.ndarray, analysed: list[Analysed]) -> Store:
-        sizes = np.fromiter((len(a.terms) for a in analysed), dtype=np.int64, count=len(analysed))
-        return cls(
-            keys=np.asarray(keys, dtype=np.uint64),
-            starts=np.r_[0, np.cumsum(sizes)].astype(np.int64),
-            lengths=np.stack([a.lengths for a in analysed]).astype(np.float32)
-            if analysed
-            else np.zeros((0, 3), np.float32),
-            terms=np.concatenate([a.terms for a in analysed]) if analysed else _U64,
-            counts=np.concatenate([a.counts for a in analysed]) if analysed else _COUNTS,
-        )
+    def empty(cls) -> Store:
+        return cls(_U64, np.zeros(1, np.int64), np.zeros((0, 3), np.float32), _U64, _COUNTS)
 
     def take(self, rows: np.ndarray) -> Store:
         """The chunks at `rows` (any order, repeats allowed), without a Python loop."""
@@ -151,7 +122,7 @@ class Store:
     def join(parts: list[Store]) -> Store:
         """The stores one after the other, with one copy of each array."""
         if not parts:
-            return Store.of(_U64, [])
+            return Store.empty()
         sizes = np.array([len(p.terms) for p in parts], dtype=np.int64)
         shift = np.r_[0, np.cumsum(sizes)[:-1]]
         return Store(
@@ -179,7 +150,6 @@ class Store:
 
 _U64 = np.zeros(0, np.uint64)
 _COUNTS = np.zeros((0, 3), np.float32)
-_STORE_FIELDS = ("keys", "starts", "lengths", "terms", "counts")
 
 
 def _crc(texts: list[str]) -> np.ndarray:
@@ -200,24 +170,12 @@ def chunk_keys(file_titles: list[str], file_ids: np.ndarray, headings: list[str]
     return sha ^ title ^ heading
 
 
-def analyse_chunks(
-    title: str | None, chunks: list[tuple[str, list[str], str, str]]
-) -> tuple[np.ndarray, list[Analysed]]:
-    """The keys (`chunk_keys`) and analyses of one file's chunks, each given as (heading,
-    heading path, text, sha256)."""
-    title = title or ""
-    keys = file_chunk_keys(title, chunks)
-    return keys, [analyse(title, chunk_fields(title, c[1] or []), c[2]) for c in chunks]
-
-
-def file_chunk_keys(title: str, chunks: list[tuple[str, list[str], str, str]]) -> np.ndarray:
-    """`chunk_keys` of one file's chunks, each given as (heading, heading path, text, sha256)."""
-    return chunk_keys(
-        [title],
-        np.zeros(len(chunks), dtype=np.int64),
-        [c[0] for c in chunks],
-        [c[3] for c in chunks],
-    )
+def _fields(titles: list[str], paths: list, texts: list) -> list[tuple[str, list[str], str]]:
+    """`store_of`'s (title, heading field, text) of chunks read from the tables."""
+    return [
+        (title, chunk_fields(title, path or []), text or "")
+        for title, path, text in zip(titles, paths, texts, strict=True)
+    ]
 
 
 def analysed_store(files: pa.Table, chunks: pa.Table, analysed: Store | None = None) -> Store:
@@ -240,18 +198,12 @@ def analysed_store(files: pa.Table, chunks: pa.Table, analysed: Store | None = N
         paths = chunks.column("heading_path").take(take).to_pylist()
         texts = chunks.column("text").take(take).to_pylist()
         titles = [all_titles[i] for i in file_ids[missing].tolist()]
-        fresh = Store.of(
-            keys[missing],
-            [
-                analyse(title, chunk_fields(title, path or []), text)
-                for title, path, text in zip(titles, paths, texts, strict=True)
-            ],
-        )
-        base = old if old is not None else Store.of(_U64, [])
+        fresh = store_of(keys[missing], _fields(titles, paths, texts))
+        base = old if old is not None else Store.empty()
         rows[missing] = len(base.keys) + np.arange(len(missing))
         old = Store.concat(base, fresh)
     if old is None:  # nothing given and nothing to analyse: no chunks at all
-        return Store.of(_U64, [])
+        return Store.empty()
     return old.take(rows)
 
 
@@ -350,7 +302,7 @@ def _analyse_rows(
     """Analyses of the chunks at `rows` (the fresh ones), in that order: taken from `made`
     (the ingest workers' analyses of this run) where it has them, else made here."""
     if not len(rows):
-        return Store.of(_U64, [])
+        return Store.empty()
     picked = rows_of(chunks.select(["file_id", "heading", "heading_path", "text", "sha256"]), rows)
     file_ids = picked.column("file_id").to_numpy()
     titles = files.column("title").to_pylist() if len(rows) > 1000 else None
@@ -374,14 +326,11 @@ def _analyse_rows(
     take = pa.array(missing)
     paths = picked.column("heading_path").take(take).to_pylist()
     texts = picked.column("text").take(take).to_pylist()
-    analysed = [
-        analyse(title, chunk_fields(title, path or []), text)
-        for title, path, text in zip([titles[i] for i in missing], paths, texts, strict=True)
-    ]
-    fresh = Store.of(np.zeros(len(missing), np.uint64), analysed)
+    chosen = [titles[i] for i in missing]
+    fresh = store_of(np.zeros(len(missing), np.uint64), _fields(chosen, paths, texts))
     if len(missing) == len(rows):
         return fresh
-    base = made if made is not None else Store.of(_U64, [])
+    base = made if made is not None else Store.empty()
     found[missing] = len(base.keys) + np.arange(len(missing))
     return Store.concat(base, fresh).take(found)
 

@@ -98,11 +98,6 @@ def _parsed(text: str) -> float:
     return parsed.timestamp()
 
 
-def adjusted(score: float, weight: float) -> float:
-    """Scale toward better for weight > 1 whatever the sign of the score."""
-    return score * weight if score >= 0 else score / weight
-
-
 # Pages whose weight and date a reader keeps per snapshot (then it starts over).
 PAGE_CACHE = 50_000
 
@@ -144,8 +139,8 @@ def rerank(index: Reader, chunk_ids: list[int], scores) -> list[Governed]:
     ):
         weight, when = pages[file_id]
         relevance = round(value, 6)
-        # `adjusted` inline; a factor of 1 leaves the rounded relevance as it is (rounding
-        # an already rounded value to the same digits gives it back)
+        # scaled toward better for weight > 1 whatever the sign; a factor of 1 leaves the
+        # rounded relevance as it is (rounding a rounded value to the same digits gives it back)
         if weight == 1.0:
             score = relevance
         else:

@@ -12,7 +12,6 @@ import numpy as np
 from query.filters import Filter, candidate_mask, count_matches
 from query.rank import govern as governing
 from query.rank.collapse import Diversity
-from query.rank.excerpt import Excerpt
 from query.results import SearchResponse, SearchResult
 from query.score.vector import PageVectors, cosine_scores, dense_scorer, page_vectors_of, top_k
 from query.snapshot import QueryError
@@ -24,123 +23,12 @@ NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
 
 
-def query_vector(
-    index: Reader,
-    query: str,
-    form: str = "plain",
-    floor: float = 0.0,
-    idf_from: str = "sections",
-    sif_a: float = 0.01,
-    common: float = 0.0,
-) -> np.ndarray:
-    """The query's embedding. `form` (query.score.fusion.FusionParams.query_vector):
-    - "plain": the whole query, as the provider embeds any text;
-    - "idf-raw": for a static model (a vector is the mean of its tokens' vectors: the
-      provider has `token_sums`), the tokens of each analysed query word weighted by that
-      word's idf in this index; stop words and punctuation weigh nothing. The query's
-      "I am interested in articles about" stops steering the dense side, the words that tell
-      sections apart lead it. Any other provider: "plain".
-    - "idf" (normalised word vectors), "content" (stop words dropped) and "-sqrt" forms
-      (weight sqrt(idf)): the variants measured in docs/search-quality.md.
-    - "sif": the token sums weighted a / (a + p(w)) (`sif_a`), p(w) the share of sections
-      holding the word: SIF's smooth inverse frequency, frequent words fade, rare ones
-      weigh 1 (idf keeps rewarding rarity).
-    `common` > 0 then takes that share of the query's projection on the index's common
-    direction out (SIF's common-component removal, query side). Measured, off by default
-    (docs/search-quality.md, "CACM round 5, dense side and priors")."""
-    q = _query_vector(index, query, form, floor, idf_from, sif_a)
-    if common > 0:
-        u = common_direction(index)
-        if u is not None:
-            q = q - np.float32(common * float(q @ u)) * u
-            norm = float(np.linalg.norm(q))
-            q = (q / norm).astype(np.float32) if norm > 0 else q
-    return q
-
-
-def common_direction(index: Reader) -> np.ndarray | None:
-    """Once per snapshot: the first singular vector of the section vectors (not centred),
-    the direction every WordLlama vector shares (SIF's "common component")."""
-    snap = index.snapshot
-    found = snap.cache.get("common_direction", False)
-    if found is False:
-        found = None
-        vectors = snap.vectors
-        if vectors.shape[0]:
-            gram = np.zeros((vectors.shape[1], vectors.shape[1]), dtype=np.float64)
-            for start in range(0, vectors.shape[0], 65536):
-                block = np.asarray(vectors[start : start + 65536], dtype=np.float32)
-                gram += block.T @ block
-            _, eigvecs = np.linalg.eigh(gram)
-            u = eigvecs[:, -1].astype(np.float32)
-            found = u if float(u.sum()) >= 0 else -u
-        snap.cache["common_direction"] = found
-    return found
-
-
-def _query_vector(
-    index: Reader, query: str, form: str, floor: float, idf_from: str, sif_a: float
-) -> np.ndarray:
+def query_vector(index: Reader, query: str) -> np.ndarray:
+    """The query's embedding: through the provider's own query path where it has one (the
+    local encoder's, which loads no runtime), else as the provider embeds any text."""
     provider = index.provider()
-    token_sums = getattr(provider, "token_sums", None)
-    if form == "plain" or token_sums is None:
-        # A provider with a query path of its own (the local encoder's, which loads no
-        # runtime) embeds the query through it.
-        embed_query = getattr(provider, "embed_query", None)
-        return embed_query(query) if embed_query is not None else provider.embed([query])[0]
-    from kernel import text_analysis
-
-    words = [(w, ids) for w in text_analysis.tokens(query) if len(ids := text_analysis.term_ids(w))]
-    if not words:
-        return provider.embed([query])[0]
-    if form == "content":
-        return provider.embed([" ".join(w for w, _ in words)])[0]
-    from query.score.lexical import lexical_index
-
-    lexical = lexical_index(index)
-    if form.startswith("sif"):
-        share = _df_share(lexical, idf_from)
-        weights = np.array(
-            [float((sif_a / (sif_a + share(ids))).mean()) for _, ids in words], dtype=np.float32
-        )
-    else:
-        idf = lexical.term_page_idf if idf_from == "pages" else lexical.term_idf
-        # every word's terms in one lookup (a sharded index asks its shards once, not per word)
-        every = idf(np.concatenate([ids for _, ids in words]))
-        bounds = np.cumsum([0, *(len(ids) for _, ids in words)])
-        weights = np.array(
-            [float(every[a:b].mean()) for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
-            dtype=np.float32,
-        )
-    if form.endswith("-sqrt"):
-        weights = np.sqrt(weights)
-    if floor > 0 and len(weights):
-        weights = np.maximum(weights, np.float32(floor) * weights.max())
-    if form.startswith(("idf-raw", "sif")):
-        vectors = token_sums([w for w, _ in words])
-    else:
-        vectors = provider.embed([w for w, _ in words])
-    q = (weights[:, None] * vectors).sum(axis=0)
-    norm = float(np.linalg.norm(q))
-    return (q / norm).astype(np.float32) if norm > 0 else provider.embed([query])[0]
-
-
-def _df_share(lexical, idf_from: str):
-    """p(w) of SIF's a / (a + p(w)): the share of sections (or pages) holding the term,
-    read back from its idf (the index keeps document frequencies, not collection counts)."""
-    if idf_from == "pages" and lexical.chunk_files is not None and len(lexical.chunk_files):
-        n = float(int(lexical.chunk_files[-1]) + 1)
-        idf = lexical.term_page_idf
-    else:
-        n = float(lexical.n_chunks)
-        idf = lexical.term_idf
-
-    def share(ids) -> np.ndarray:
-        # idf = log1p((n - df + 0.5) / (df + 0.5))  =>  df = (n + 1) / e^idf - 0.5
-        df = (n + 1.0) / np.exp(idf(ids).astype(np.float64)) - 0.5
-        return np.clip(df / max(n, 1.0), 0.0, 1.0)
-
-    return share
+    embed_query = getattr(provider, "embed_query", None)
+    return embed_query(query) if embed_query is not None else provider.embed([query])[0]
 
 
 def page_vectors(index: Reader) -> PageVectors:
@@ -362,7 +250,9 @@ def mode_scores(
         # a sharded index: its shards score in rounds and send their best rows
         from query.rank.shard_search import staged_scores
 
-        found = staged_scores(index, query, mode, _vector_of(index, query), NAME_POOL, first)
+        found = staged_scores(
+            index, query, mode, lambda: query_vector(index, query), NAME_POOL, first
+        )
         if found is not None:
             return found
     if mode == "semantic":
@@ -377,12 +267,12 @@ def mode_scores(
 
 
 def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Hybrid mode in its named steps: BM25F (with the proximity bonus and the page part
-    where the settings ask), the fusion with the cosine, the stub prior, the name part."""
-    from query.score.fusion import for_query, hybrid
+    """Hybrid mode in its named steps: BM25F (with the page part where the settings ask),
+    the fusion with the cosine, the stub prior, the name part."""
+    from query.score.fusion import hybrid
     from query.score.fusion_params import params_for
 
-    embedding = _embed_meanwhile(index, query, for_query(query, params_for(index)))
+    embedding = _embed_meanwhile(index, query)
     vectors = index.snapshot.vectors
     if vectors.shape[0] == 0:
         empty = np.zeros(0, dtype=np.float32)
@@ -390,25 +280,15 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
     params = params_for(index)  # the defaults, as the index's model calls for
     lexical = _section_lexical(index, params)
     bm25 = lexical.scores(query)
-    bonus = _proximity_bonus(index, lexical, query, bm25, params)
-    first_pass = bm25
-    if bonus is not None and params.proximity_into == "bm25":
-        bm25 = bm25 + np.float32(params.proximity_weight) * bonus
     page = _page_part(index, lexical, query, params)
-    params = for_query(query, params)
-    qvec = embedding.result() if embedding else _vector_of(index, query)(params)
+    qvec = embedding.result() if embedding else query_vector(index, query)
     pages = page_vectors(index) if params.page_dense_weight > 0 else None
     dense = dense_scorer(index, pages, params.page_dense_weight)
     fused, cosine = hybrid(
-        lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense, query=query
+        lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense
     )
     fused, above = _with_stub_prior(index, lexical, fused, params)
-    if bonus is not None and params.proximity_into == "fused":
-        from query.score.fusion import with_proximity
-
-        fused = with_proximity(fused, bonus, params.proximity_weight)
-        above = None  # every row changed
-    parts = _fused_parts(fused, first_pass, cosine, bonus, page)
+    parts = _fused_parts(fused, bm25, cosine, page)
     scores = fused.scores
     if params.name_weight > 0:
         scores, parts, above = _with_name_part(index, query, fused, parts, above, params)
@@ -419,39 +299,17 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
 
 
 def _section_lexical(index: Reader, params):
-    """The lexical index BM25F is scored by, once: the packed k1 / b, or a view rescored
-    with the settings' (kept in the snapshot's cache)."""
+    """The lexical index BM25F is scored by, once: the packed k1, or a view rescored with
+    the settings' (kept in the snapshot's cache)."""
     from query.score.lexical import lexical_index
 
     lexical = lexical_index(index)
-    if not (params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor):
+    if not params.section_k1 > 0:
         return lexical
-    floor = params.section_length_floor
-    key = ("lexical_rescored", params.section_k1, params.section_b, floor)
+    key = ("lexical_rescored", params.section_k1)
     if key not in index.snapshot.cache:
-        index.snapshot.cache[key] = lexical.rescored(
-            params.section_k1 or 1.2, params.section_b if params.section_b >= 0 else 0.75, floor
-        )
+        index.snapshot.cache[key] = lexical.rescored(params.section_k1, 0.75)
     return index.snapshot.cache[key]
-
-
-def _proximity_bonus(index: Reader, lexical, query: str, bm25: np.ndarray, params):
-    """The term-proximity bonus per chunk (query.score.proximity), or None when it is off."""
-    if params.proximity_weight <= 0:
-        return None
-    from query.score import proximity
-
-    return proximity.scores(
-        lexical,
-        index.snapshot,
-        query,
-        bm25,
-        params.proximity_pool,
-        params.proximity_window,
-        params.proximity_adjacent,
-        params.proximity_specific,
-        params.proximity_key_terms,
-    )
 
 
 def _page_part(index: Reader, lexical, query: str, params):
@@ -463,8 +321,7 @@ def _page_part(index: Reader, lexical, query: str, params):
         return None
     from query.score import fusion
 
-    files = index.snapshot.chunk_file_ids
-    return by_file[files] if fusion._REFERENCE else fusion.PerFile(by_file, files)
+    return fusion.PerFile(by_file, index.snapshot.chunk_file_ids)
 
 
 def _with_stub_prior(index: Reader, lexical, fused, params):
@@ -478,28 +335,23 @@ def _with_stub_prior(index: Reader, lexical, fused, params):
     page_length = lexical.page_lengths()
     if page_length is None:
         return fused, None
-    if params.stub_kind == "any":
-        chunk_length = page_length[index.snapshot.chunk_file_ids]
-        return with_stub_prior(fused, chunk_length, params), None
     from query.rank.stubs import stub_rows
 
     seen: list = []
-    rows = stub_rows(index, fused.scores, page_length, params.stub_length, params.stub_kind, seen)
+    rows = stub_rows(index, fused.scores, page_length, params.stub_length, seen)
     length = page_length[index.snapshot.chunk_file_ids[rows]]
     fused = with_stub_prior(fused, length, params, rows, owned=True)
     # (the cut rows, changed in place, are among the selection's own rows)
     return fused, seen[0] if seen else None
 
 
-def _fused_parts(fused, bm25, cosine, bonus, page) -> dict[str, np.ndarray]:
+def _fused_parts(fused, bm25, cosine, page) -> dict[str, np.ndarray]:
     """The components `--explain` shows, in their order."""
     parts = {"lexical": fused.lexical, "semantic": fused.semantic}
-    for name in ("page", "stub", "proximity"):
+    for name in ("page", "stub"):
         if getattr(fused, name) is not None:
             parts[name] = getattr(fused, name)
     parts.update(fused=fused.scores, bm25=bm25, cosine=cosine)
-    if bonus is not None:
-        parts["proximity_bonus"] = bonus
     if page is not None:
         parts["page_bm25"] = page
     return parts
@@ -534,11 +386,9 @@ def _name_pool(scores: np.ndarray, above=None) -> np.ndarray:
 def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
     """(the name part, scores + it, the rows it raised): `weight` on each section of a
     `named` file. A file's sections are contiguous rows, so they are found by binary search
-    in the file ids, not by a pass over every row (the reference: query.score.fusion._REFERENCE)."""
-    from query.score import fusion
-
+    in the file ids, not by a pass over every row (unless they do not ascend)."""
     chunk_files = snap.chunk_file_ids
-    if fusion._REFERENCE or not _files_ascend(snap):
+    if not _files_ascend(snap):
         part = (np.float32(weight) * named[chunk_files]).astype(np.float32)
         return part, scores + part, np.flatnonzero(part)
     files = np.flatnonzero(named)
@@ -561,34 +411,13 @@ def _files_ascend(snap) -> bool:
     return found
 
 
-def _vector_of(index: Reader, query: str):
-    """The query's embedding under some fusion settings (`query_vector`'s arguments)."""
-
-    def vector(params) -> np.ndarray:
-        return query_vector(
-            index,
-            query,
-            params.query_vector,
-            params.query_idf_floor,
-            params.query_idf_from,
-            params.query_sif_a,
-            params.query_common,
-        )
-
-    return vector
-
-
-def _embed_meanwhile(index: Reader, query: str, params):
+def _embed_meanwhile(index: Reader, query: str):
     """The query's embedding started on the second core while BM25 is scored, for a warm
     process whose query embedder is an encoder (`embed_query`: ~3 ms a query that releases
     the GIL); None otherwise (a cold search, whose provider is not loaded yet, keeps the
     plain order; WordLlama's embedding is a fraction of a millisecond)."""
     provider = index.loaded_provider
-    if (
-        params.query_vector != "plain"
-        or params.query_common > 0
-        or getattr(provider, "embed_query", None) is None
-    ):
+    if getattr(provider, "embed_query", None) is None:
         return None
     from query.score.second_core import in_background
 
@@ -602,7 +431,6 @@ def build_results(
     components: dict[int, dict[str, float]] | None = None,
     query: str | None = None,
     mode: str | None = None,
-    excerpts: bool = True,
 ) -> list[SearchResult]:
     """Materialise only the chosen rows: the rest of the index is never decoded. A few rows
     go row by row through the columns, not `Table.take`, which imports pyarrow.compute (~30 ms
@@ -631,11 +459,8 @@ def build_results(
             fid: {name: fcol[name][fid].as_py() for name in fcol}
             for fid in {c["file_id"] for c in cdata}
         }
-    if excerpts:
-        sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
-        shown = _excerpts(index, sections, query, mode, order)
-    else:  # a caller that shows no excerpts
-        shown = [Excerpt("", 0, 0)] * len(order)
+    sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
+    shown = _excerpts(index, sections, query, mode, order)
     meta: dict[int, dict[str, Any]] = {}
     results = []
     for chunk_id, chunk, excerpt in zip(order, cdata, shown, strict=True):

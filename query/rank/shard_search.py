@@ -44,7 +44,7 @@ def staged_scores(
     """(scores, parts) as `query.rank.search.mode_scores` returns them, with a `_select` part
     that answers the best rows under a filter (`Selection`); None where the per-chunk path
     must answer (not a sharded index, an option this does not cover, shards out of the
-    one-file order). `vector(params)`: the query's embedding; `name_pool`: the best rows
+    one-file order). `vector()`: the query's embedding; `name_pool`: the best rows
     whose pages the name test reads (query.rank.search); `first`: the (filter, depth, floor)
     the caller will ask `_select` for first, which a lexical query answers in its one
     round."""
@@ -60,15 +60,7 @@ def staged_scores(
     if mode == "hybrid":
         from query.score.fusion_params import params_for
 
-        params = params_for(index)
-        if (
-            params.proximity_weight > 0
-            or params.term_feedback_weight > 0
-            or params.feedback_mode != "fixed"
-            or params.feedback_with_page
-        ):
-            return None
-        return _hybrid(index, query, params, vector, name_pool)
+        return _hybrid(index, query, params_for(index), vector, name_pool)
     return None
 
 
@@ -106,7 +98,7 @@ class Staged:
         self, answers: list[dict], k: int, key: str | None = None, extra: tuple[str, ...] = ()
     ) -> tuple:
         """The k best (global rows, values, *extra) of the shards' best rows, by score,
-        then global row descending (`query.score.vector.ranked`); `extra`: values the shards
+        then global row descending (`query.score.vector.top_rows`); `extra`: values the shards
         sent along with their rows."""
         got = [a[key] if key else a for a in answers]
         got = [(i, g) for i, g in enumerate(got) if g is not None and len(g["rows"])]
@@ -236,19 +228,15 @@ def _lexical(index, query: str, first: tuple | None):
 
 
 def _hybrid(index, query: str, params, vector, name_pool: int):
-    from query.score.fusion import for_query
     from query.score.lexical import lexical_index
     from query.score.vector import dense_scorer
 
     snap = index.snapshot
     lexical = lexical_index(index)
-    if params.section_k1 > 0 or params.section_b >= 0 or params.section_length_floor:
-        floor = params.section_length_floor
-        key = ("lexical_rescored", params.section_k1, params.section_b, floor)
+    if params.section_k1 > 0:
+        key = ("lexical_rescored", params.section_k1)
         if key not in snap.cache:
-            snap.cache[key] = lexical.rescored(
-                params.section_k1 or 1.2, params.section_b if params.section_b >= 0 else 0.75, floor
-            )
+            snap.cache[key] = lexical.rescored(params.section_k1, 0.75)
         lexical = snap.cache[key]
     terms, page_df = _terms(lexical, query, pages=params.page_weight > 0)
     n_files = int(snap.chunk_file_ids[-1]) + 1
@@ -263,10 +251,7 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
             "b": params.page_b,
             "avg": avg,
         }
-    params = for_query(query, params)
-    rounds = _HybridRounds(
-        Staged(snap), lexical, query, params, vector(params), terms, page, name_pool
-    )
+    rounds = _HybridRounds(Staged(snap), lexical, query, params, vector(), terms, page, name_pool)
     rounds.first_pass = dense_scorer(index).first_pass
     rounds()
     return _result(Selection(rounds.staged, rounds.final, rounds))
@@ -300,7 +285,6 @@ class _HybridRounds:
             from query.rank.stubs import CANDIDATES
 
             stub = {
-                "kind": params.stub_kind,
                 "length": float(params.stub_length),
                 "weight": float(params.stub_weight),
                 "candidates": CANDIDATES,
@@ -405,9 +389,7 @@ class _HybridRounds:
         for i, a in enumerate(answers):
             rows = staged.chunk_ids[i][np.asarray(a["rows"], np.int64)]
             postings.update(split_postings(rows, a["postings"]))
-        hashes, weights = lexical.feedback_terms(
-            chunks, values, params.feedback_terms, params.feedback_idf, postings
-        )
+        hashes, weights = lexical.feedback_terms(chunks, values, params.feedback_terms, postings)
         hashes = np.asarray(hashes, dtype=np.uint64)
         idf = lexical.idf(lexical.document_frequency(hashes)) if len(hashes) else []
         answers = staged.round(
@@ -431,14 +413,14 @@ class _HybridRounds:
         """(the best rows whose pages the name test reads, or None; the stub prior each
         shard's final round applies): from the `fuse` round's answers, with the `stub`
         round when a row outside the candidates may be in the pool."""
-        from query.rank.stubs import CANDIDATES
+        from query.rank.stubs import CANDIDATES, record_rows
 
         staged = self.staged
         stub_args: list = [None] * len(staged.parts)
-        if stub is None or stub["kind"] == "any":
+        if stub is None:
             return (staged.merge(answers, self.name_pool)[0] if names else None), stub_args
         rows, values, short, length = staged.merge(answers, CANDIDATES, extra=("short", "length"))
-        cut = np.isin(rows, _stub_records(self.snap, rows[short.astype(bool)], stub["kind"]))
+        cut = np.isin(rows, record_rows(self.snap, rows[short.astype(bool)]))
         local = staged.local(rows[cut])
         pool = None
         if names:
@@ -541,21 +523,6 @@ def _has_lists(snap) -> bool:
     from kernel import ivf
 
     return any(isinstance(f.meta.get(ivf.META_KEY), dict) for f in snap.files)
-
-
-def _stub_records(snap, rows: np.ndarray, kind: str) -> np.ndarray:
-    """Which of these short pages' sections pass the stub test (`query.rank.stubs.stub_rows`:
-    the text is read here, once per section and snapshot)."""
-    from query.rank.stubs import TESTS
-
-    test = TESTS[kind]
-    known: dict[int, bool] = snap.cache.setdefault(("stub_sections", kind), {})
-    missing = [i for i in rows.tolist() if i not in known]
-    if missing:
-        texts = snap.table("chunks").column("text")
-        for i in missing:
-            known[i] = test(texts[i].as_py() or "")
-    return rows[np.fromiter((known[i] for i in rows.tolist()), dtype=bool, count=len(rows))]
 
 
 def _local_files(snap, files: np.ndarray) -> list[np.ndarray]:

@@ -82,8 +82,6 @@ def tiered_search(
 
         params = current()
         words = query_words(query) if params.title_tiers else []
-        if params.title_tier_max_words and len(words) > params.title_tier_max_words:
-            words = []  # a question, not a title: rank it on its content
         titled = title_files(snap, words)[snap.chunk_file_ids]
         title_chunks = int(np.count_nonzero(candidates & titled))
         # One Diversity for both searches: near-duplicates and per-file caps span the response.

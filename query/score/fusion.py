@@ -46,82 +46,22 @@ class FusionParams:
     dense_feedback_chunks: int = 3
     dense_feedback_weight: float = 1.0  # β
     title_tiers: bool = True  # query.rank.tiers: title-matched documents first
-    title_tier_max_words: int = 0  # ... only for queries of at most this many words (0: any)
-    # "fixed": λ as given; "agreement": λ times the share of the lexical top 10 that is also
-    # in the dense top 10 (feedback only as far as both sides agree on the first page)
-    feedback_mode: str = "fixed"
-    feedback_idf: bool = False  # pick feedback terms by RM3 weight * idf
     page_weight: float = 0.2  # μ: share of the page-level BM25 in each section's score
     name_weight: float = 0.3  # ν: added to sections of a page whose title/stem the query names
     page_k1: float = 1.2  # BM25 k1 of the page-level score
     page_b: float = 0.75  # BM25 b of the page-level score (length normalisation of pages)
-    # settings for long queries: a query of more than `dense_long_words` words (0: off, the
-    # same settings for every query) uses each of these that is >= 0 (-1: unchanged) as its
-    # dense weight, Rocchio β and RM3 λ. A long query already says what it wants; feedback
-    # mostly helps the short ones.
-    dense_long_words: int = 0
-    dense_long_weight: float = -1.0
-    dense_feedback_long_weight: float = -1.0
-    feedback_long_weight: float = -1.0
-    # the query's embedding: "plain" (the whole query), "content" (its analysed words only:
-    # stop words dropped), "idf" (each content word embedded alone, weighted by its idf in
-    # the index: a static model's mean of word vectors, led by the words that discriminate)
-    query_vector: str = "plain"
-    # idf forms only: a word's weight is at least this share of the query's heaviest word
-    # (0: none), so a topic word common in a small one-topic folder still counts
-    query_idf_floor: float = 0.0
-    # idf forms only: where a word's idf comes from: "sections" (chunks) or "pages" (files)
-    query_idf_from: str = "sections"
-    # "sif" forms only: SIF's a in a word's weight a / (a + p(w)), p(w) the share of
-    # sections (or pages, `query_idf_from`) holding it: frequent words fade, rare ones weigh 1
-    query_sif_a: float = 0.01
-    # the share of the query vector's projection on the index's common direction (the
-    # first singular vector of its section vectors) taken out (0: none; 1: SIF's removal)
-    query_common: float = 0.0
-    # RM3 picks its feedback chunks from the first fused ranking with the page-level part in
-    # it (the ranking the user is shown), not from the fusion of the two sides alone
-    feedback_with_page: bool = False
     # ρ: page-level evidence on the dense side: each section's cosine becomes
     # (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector) (0: off)
     page_dense_weight: float = 0.5
-    # section-level BM25F k1 / b; 0 = as packed into the index (recomputed in memory from
-    # the index's tf and lengths when set: how other values are measured without a re-pack)
+    # section-level BM25F k1; 0 = as packed into the index (recomputed in memory from the
+    # index's tf and lengths when set)
     section_k1: float = 1.5
-    section_b: float = -1.0
-    # a floor on a section's length in BM25F's normalisation, as a share of the mean length:
-    # a stub (a title and a byline) is not rewarded for being short below it (0: no floor)
-    section_length_floor: float = 0.0
-    # stub pages: a page whose indexed (field-weighted) length is under `stub_length` scores
-    # x (1 - stub_weight * (1 - length / stub_length)) (0: off), if it is of `stub_kind`
-    # (query.rank.stubs): "any" short page; "bare" (no list item, code, table, quote or link);
-    # "record" (a title and `Label: value` lines only: a catalogue entry, no prose). On by
-    # default for records only: they are half of CACM and almost never its answers, while
-    # "any" buried short real answers such as a tldr page of three examples
-    # (docs/search-quality.md, "CACM round 4" and "CACM round 5, dense side and priors")
+    # stub pages: a record page (query.rank.stubs: a title and `Label: value` lines only, a
+    # catalogue entry) whose indexed length is under `stub_length` scores
+    # x (1 - stub_weight * (1 - length / stub_length)) (0: off): records are half of CACM and
+    # almost never its answers (docs/search-quality.md, "CACM round 4" and "round 5")
     stub_length: float = 40.0
     stub_weight: float = 0.4
-    stub_kind: str = "record"
-    # term proximity (query.score.proximity): a BM25TP-style bonus for pairs of query terms at most
-    # `proximity_window` content words apart, found in the `proximity_pool` best BM25F
-    # sections; pairs of words next to each other in the query (sequential dependence) or,
-    # `proximity_adjacent` False, every pair. τ = `proximity_weight` (0: off; measured, not
-    # kept: it lifts CACM and costs Cranfield and Ray, docs/search-quality.md "CACM round 5");
-    # `proximity_into` "bm25": BM25F + τ * bonus before fusion and feedback, as BM25TP adds
-    # it; "fused": (1 - τ) * fused + τ * bonus / max(bonus), its own part in `--explain`
-    proximity_weight: float = 0.0
-    proximity_pool: int = 50
-    proximity_window: int = 1
-    proximity_adjacent: bool = True
-    proximity_into: str = "bm25"
-    proximity_specific: bool = False  # weight a pair by its idf within the pool too
-    proximity_key_terms: int = 0  # pairs only among the query's N highest-idf terms (0: all)
-    # γ: query-term reweighting (query.score.term_weights): each query term's idf becomes its
-    # Robertson/Sparck Jones relevance weight with the first fused ranking's best
-    # `term_feedback_chunks` sections as the relevant set (0: off, plain BM25F; measured, not
-    # kept: a CACM-only gain)
-    term_feedback_weight: float = 0.0
-    term_feedback_chunks: int = 10  # R: the pseudo-relevant sections
-    term_feedback_down: bool = False  # only discount (a term in most of them keeps its idf)
 
 
 PARAMS = FusionParams()
@@ -154,7 +94,6 @@ class Fused:
     semantic: np.ndarray  # the semantic part (already weighted)
     page: np.ndarray | None = None  # the page-level part (already weighted), if any
     stub: np.ndarray | None = None  # the stub-page part (<= 0), if any
-    proximity: np.ndarray | None = None  # the term-proximity part (already weighted), if any
 
 
 def _nth_best(values: np.ndarray, n: int) -> float:
@@ -204,8 +143,8 @@ def _sparse_semantic(
     semantic, pool: int, support: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """`normalised_semantic` as (support, its values there): every other row is 0. None
-    when that cannot be said (no support, the reference path, every best row tied)."""
-    if _REFERENCE or support is None or len(support) <= pool or len(semantic) == 0:
+    when that cannot be said (no support, every best row tied)."""
+    if support is None or len(support) <= pool or len(semantic) == 0:
         return None
     values = semantic[support]
     top, floor = float(values.max()), _nth_best(values, pool)
@@ -273,28 +212,6 @@ def _part(values) -> Scaled:
     return values if isinstance(values, Scaled) else Scaled(len(values), base=values)
 
 
-# Set by tests: fusion over n-length arrays throughout (the reference the candidate path
-# must match bit for bit).
-_REFERENCE = False
-
-
-def for_query(query: str, params: FusionParams | None = None) -> FusionParams:
-    """The settings for this query (`dense_long_words`: weights that follow query length)."""
-    params = params or PARAMS
-    if not params.dense_long_words or len(query.split()) <= params.dense_long_words:
-        return params
-    changes = {
-        name: value
-        for name, value in (
-            ("dense_weight", params.dense_long_weight),
-            ("dense_feedback_weight", params.dense_feedback_long_weight),
-            ("feedback_weight", params.feedback_long_weight),
-        )
-        if value >= 0
-    }
-    return replace(params, **changes) if changes else params
-
-
 def fuse(
     lexical: np.ndarray,
     semantic: np.ndarray,
@@ -303,11 +220,7 @@ def fuse(
 ) -> Fused:
     params = params or PARAMS
     w = np.float32(params.dense_weight)
-    if _REFERENCE:
-        lex = (np.float32(1) - w) * normalised_lexical(lexical).astype(np.float32)
-        sem = w * normalised_semantic(semantic, params.pool, support)
-        return Fused(scores=lex + sem, lexical=lex, semantic=sem)
-    # the same operations in place (each array here is a fresh one)
+    # in place (each array here is a fresh one) (each array here is a fresh one)
     lex = normalised_lexical(lexical).astype(np.float32, copy=False)
     lex = np.multiply(lex, np.float32(1) - w, out=lex if lex is not lexical else None)
     sparse = _sparse_semantic(semantic, params.pool, support)
@@ -325,7 +238,7 @@ def fuse(
 
 def best(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best positive scores, best first, equal scores as
-    query.score.vector.ranked orders them (query.score.vector.top_rows: without a partition of n
+    query.score.vector.top_rows orders them (without a partition of n
     rows)."""
     return top_rows(scores, k, positive=True)
 
@@ -336,10 +249,9 @@ def hybrid(
     query_vector: np.ndarray,
     bm25: np.ndarray,
     params: FusionParams | None = None,
-    page: np.ndarray | None = None,
+    page: PerFile | None = None,
     pages=None,
     dense: DenseScorer | None = None,
-    query: str | None = None,
 ) -> tuple[Fused, np.ndarray]:
     """The hybrid ranking with feedback; returns it and the first-pass cosines.
 
@@ -354,7 +266,7 @@ def hybrid(
     params = params or PARAMS
     dense = dense or DenseScorer(vectors)
     if isinstance(dense, DenseScorer):  # (a sharded scorer hands back arrays)
-        dense.lazy = not _REFERENCE  # fusion reads the IVF pass's scores at few rows
+        dense.lazy = True  # fusion reads the IVF pass's scores at few rows
     query_vector = query_vector.astype(np.float32, copy=False)
     # An IVF pass scores only the probed lists: the lexical side's best candidates are
     # scored exactly too (their dense part then never depends on the probes).
@@ -388,32 +300,15 @@ def hybrid(
     )
     support = getattr(dense, "support", None)  # the rows the scorer rescored exactly
     feedback = params.feedback_weight > 0 and params.feedback_terms > 0
-    term_feedback = params.term_feedback_weight > 0 and query
     found = None
-    if (
-        feedback
-        and not term_feedback
-        and not _REFERENCE
-        and support is not None
-        and len(support) > params.pool
-        and not (params.feedback_with_page and page is not None and params.page_weight > 0)
-    ):
+    if feedback and support is not None and len(support) > params.pool:
         asked = LEXICAL_EXACT if also is not None else FIRST_LEXICAL
         top = also if also is not None else best(bm25, asked)
         complete = len(top) < asked
         found = _first_best(bm25, cosine, params, support, top, complete, params.feedback_chunks)
     first = None
-    if found is None and (feedback or term_feedback):
-        first = fuse(bm25, cosine, params, support)
-        if params.feedback_with_page and page is not None and params.page_weight > 0:
-            first = with_page(first, page, params.page_weight, owned=True)
-        first = first.scores
-    if term_feedback:
-        from query.score.term_weights import reweighted
-
-        top = best(first, params.term_feedback_chunks)
-        gamma, down = params.term_feedback_weight, params.term_feedback_down
-        bm25 = reweighted(lexical_index, query, top, gamma, len(bm25), down)
+    if found is None and feedback:
+        first = fuse(bm25, cosine, params, support).scores
     lexical = bm25
     if feedback:
         if found is None:
@@ -421,34 +316,27 @@ def hybrid(
             found = chunks, first[chunks]
         chunks = found[0]
         if len(chunks):
-            rows, weights = lexical_index.feedback_terms(
-                chunks, found[1], params.feedback_terms, params.feedback_idf
-            )
+            rows, weights = lexical_index.feedback_terms(chunks, found[1], params.feedback_terms)
             expansion = _scored(lexical_index, bm25, rows, weights)
-            share = feedback_share(bm25, cosine, params)
-            if params.feedback_mode == "drift":
-                share = overlap(best(expansion, AGREEMENT_DEPTH), chunks[:AGREEMENT_DEPTH])
-            lam = np.float32(params.feedback_weight * share)
+            lam = np.float32(params.feedback_weight)
             blended = None
-            if not _REFERENCE and isinstance(page, PerFile) and params.page_weight > 0:
+            if page is not None and params.page_weight > 0:
                 # BM25F's maximum is the first of `also` (its best rows, best first; none:
-                # no row scores above 0), unless term feedback rescored it since
-                most = None if also is None or term_feedback else bm25[also[:1]].max(initial=0)
+                # no row scores above 0)
+                most = None if also is None else bm25[also[:1]].max(initial=0)
                 blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
             if blended is not None:
                 return blended, raw
-            if _REFERENCE:
-                lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
-            else:  # the same products, in place (`expansion` is this call's own array)
-                lexical = normalised_lexical(bm25)
-                np.multiply(lexical, 1 - lam, out=lexical)
-                most = float(expansion.max()) if len(expansion) else 0.0
-                if most > 0:
-                    np.divide(expansion, np.float32(most), out=expansion)
-                else:
-                    expansion[:] = 0
-                np.multiply(expansion, lam, out=expansion)
-                np.add(lexical, expansion, out=lexical)
+            # (1 - λ) bm25 / max + λ expansion / max, in place (`expansion` is this call's)
+            lexical = normalised_lexical(bm25)
+            np.multiply(lexical, 1 - lam, out=lexical)
+            most = float(expansion.max()) if len(expansion) else 0.0
+            if most > 0:
+                np.divide(expansion, np.float32(most), out=expansion)
+            else:
+                expansion[:] = 0
+            np.multiply(expansion, lam, out=expansion)
+            np.add(lexical, expansion, out=lexical)
     fused = fuse(lexical, semantic, params, support)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight, owned=True)
@@ -567,7 +455,7 @@ def _page_rows(part: np.ndarray, files: np.ndarray, n: int) -> tuple[np.ndarray,
     chunks are contiguous and their file ids ascend (query.score.lexical's page postings read
     them so), so each such file's rows are one range, found by bisection. None when there
     are too many such files (then a gather of every row is cheaper)."""
-    if _REFERENCE or part.dtype != np.float32:
+    if part.dtype != np.float32:
         return None
     bits = part.view(np.uint32)  # (not 0 as bits: -0.0 too, which adds nothing either)
     if not len(bits) or bits.max() == 0:  # (a max is quicker than a count)
@@ -645,27 +533,19 @@ def with_stub_prior(
     fused: Fused,
     page_length: np.ndarray,
     params: FusionParams,
-    rows: np.ndarray | None = None,
+    rows: np.ndarray,
     owned: bool = False,
 ) -> Fused:
-    """Scale down the sections of stub pages (a title and a byline, an index page): a page
-    with under `stub_length` indexed words rarely answers. The cut is its own part
-    (`stub`, <= 0), so `--explain` still adds up. `rows`: only those sections (query.rank.stubs),
-    `page_length` then being their pages' lengths; None: every section."""
+    """Scale down the sections `rows` of stub pages (query.rank.stubs; `page_length`: their
+    pages' lengths): a page with under `stub_length` indexed words rarely answers. The cut
+    is its own part (`stub`, <= 0), so `--explain` still adds up."""
     short = np.clip(page_length / np.float32(params.stub_length), 0.0, 1.0)
     factor = np.float32(1) - np.float32(params.stub_weight) * (np.float32(1) - short)
-    if rows is None:
-        part = (fused.scores * (factor - np.float32(1))).astype(np.float32)
-        scores = fused.scores + part
-    elif _REFERENCE:
-        part = np.zeros_like(fused.scores)
-        part[rows] = fused.scores[rows] * (factor - np.float32(1))
-        scores = fused.scores + part
-    else:  # x + 0 is x: only the cut rows change (in place when handed over)
-        cut = (fused.scores[rows] * (factor - np.float32(1))).astype(fused.scores.dtype)
-        scores = fused.scores if owned else fused.scores.copy()
-        scores[rows] += cut
-        part = Scaled(len(scores), None, rows, cut)  # 0 but at the cut rows
+    # x + 0 is x: only the cut rows change (in place when handed over)
+    cut = (fused.scores[rows] * (factor - np.float32(1))).astype(fused.scores.dtype)
+    scores = fused.scores if owned else fused.scores.copy()
+    scores[rows] += cut
+    part = Scaled(len(scores), None, rows, cut)  # 0 but at the cut rows
     return Fused(
         scores=scores,
         lexical=fused.lexical,
@@ -675,30 +555,10 @@ def with_stub_prior(
     )
 
 
-def feedback_share(bm25: np.ndarray, cosine: np.ndarray, params: FusionParams) -> float:
-    """How much of λ a query gets: all of it ("fixed"), or the overlap of the lexical and
-    dense top 10 ("agreement"), a cheap sign that the first page is right."""
-    if params.feedback_mode != "agreement":
-        return 1.0
-    cosine = np.asarray(cosine)
-    k = AGREEMENT_DEPTH
-    lexical_top = best(bm25, k)
-    if not len(lexical_top):
-        return 0.0
-    dense_top = best(cosine - cosine.min() + 1e-6, k)
-    return len(np.intersect1d(lexical_top, dense_top)) / k
-
-
-AGREEMENT_DEPTH = 10
 LEXICAL_EXACT = 1000  # the best BM25F chunks an IVF pass scores exactly (query.score.vector)
 # the best BM25F chunks the first fusion's feedback chunks are looked for among (with the
 # rescored rows) after an int8 pass (an IVF pass: its LEXICAL_EXACT)
 FIRST_LEXICAL = 100
-
-
-def overlap(a: np.ndarray, b: np.ndarray) -> float:
-    """Share of the first AGREEMENT_DEPTH of `b` that `a` also holds."""
-    return len(np.intersect1d(a, b)) / AGREEMENT_DEPTH
 
 
 def _mixed_part(signal: np.ndarray, weight: float) -> tuple[np.float32, np.ndarray]:
@@ -730,26 +590,14 @@ class PerFile:
         return out if dtype is None else out.astype(dtype)
 
 
-def with_page(
-    fused: Fused, page: np.ndarray | PerFile, weight: float, owned: bool = False
-) -> Fused:
+def with_page(fused: Fused, page: PerFile, weight: float, owned: bool = False) -> Fused:
     """Mix page-level evidence (one BM25 score per chunk: its page's) into each section's
-    score: (1 - μ) * fused + μ * page / max(page). The parts stay additive for `--explain`."""
-    if isinstance(page, PerFile):
-        # every file's value is some chunk's (a file holds the chunks its postings name),
-        # so the max over files is the max over chunks
-        keep, part = _mixed_part(page.values, weight)
-        part = np.take(part, page.files)  # (`take`: ~6x faster than indexing here)
-    else:
-        keep, part = _mixed_part(page, weight)
-    if _REFERENCE:
-        return Fused(
-            scores=keep * fused.scores + part,
-            lexical=keep * fused.lexical,
-            semantic=keep * fused.semantic,
-            page=part,
-        )
-    # the same products, in place when the caller hands its scores over (`owned`); the
+    score: (1 - μ) * fused + μ * page / max(page). The parts stay additive for `--explain`.
+    Every file's value is some chunk's (a file holds the chunks its postings name), so the
+    max over files is the max over chunks."""
+    keep, part = _mixed_part(page.values, weight)
+    part = np.take(part, page.files)  # (`take`: ~6x faster than indexing here)
+    # in place when the caller hands its scores over (`owned`); the
     # other parts rescaled only where `--explain` reads them
     scores = np.multiply(fused.scores, keep, out=fused.scores if owned else None)
     np.add(scores, part, out=scores)
@@ -758,18 +606,4 @@ def with_page(
         lexical=keep * _part(fused.lexical),
         semantic=keep * _part(fused.semantic),
         page=part,
-    )
-
-
-def with_proximity(fused: Fused, bonus: np.ndarray, weight: float) -> Fused:
-    """Mix the term-proximity bonus into each section's score: (1 - τ) * fused + τ * bonus /
-    max(bonus). The parts stay additive for `--explain`."""
-    keep, part = _mixed_part(bonus, weight)
-    return Fused(
-        scores=keep * fused.scores + part,
-        lexical=keep * fused.lexical,
-        semantic=keep * fused.semantic,
-        page=None if fused.page is None else keep * fused.page,
-        stub=None if fused.stub is None else keep * fused.stub,
-        proximity=part,
     )

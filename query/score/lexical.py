@@ -9,7 +9,6 @@ a dense score vector: no Python loop over postings.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -176,16 +175,11 @@ class LexicalIndex:
                 np.add.at(out, ids, term)
         return out
 
-    def feedback_terms(
-        self, chunks: np.ndarray, scores: np.ndarray, count: int, by_idf: bool = False
-    ):
+    def feedback_terms(self, chunks: np.ndarray, scores: np.ndarray, count: int):
         """RM3-style expansion: terms of the feedback chunks weighted by sum over chunks of
         p(term | chunk) * the chunk's share of the feedback scores; the `count` heaviest as
-        (rows, weights). `by_idf` picks the terms by weight * idf instead (keeping their RM3
-        weights): boilerplate that fills short chunks (a journal name, a year) is frequent
-        in them but in every chunk, so it does not tell the feedback chunks apart.
-        p(term | chunk) is the posting's tf over the chunk's length, found through the
-        forward view's positions."""
+        (rows, weights). p(term | chunk) is the posting's tf over the chunk's length, found
+        through the forward view's positions."""
         begin, end = self.forward_offsets[chunks], self.forward_offsets[chunks + 1]
         sizes = end - begin
         if sizes.sum() == 0 or scores.sum() <= 0:
@@ -194,18 +188,8 @@ class LexicalIndex:
         gather = np.repeat(begin - starts[:-1], sizes) + np.arange(starts[-1])
         positions = self.forward_postings[gather]
         rows = np.searchsorted(self.offsets, positions, side="right") - 1
-
-        def df(unique: np.ndarray) -> np.ndarray:
-            return self.offsets[unique + 1] - self.offsets[unique]
-
         best, weights = feedback_best(
-            rows,
-            self.tf[positions],
-            sizes,
-            self.lengths[chunks],
-            scores,
-            count,
-            (self.n_chunks, df) if by_idf else None,
+            rows, self.tf[positions], sizes, self.lengths[chunks], scores, count
         )
         return best.astype(np.int64), weights
 
@@ -255,42 +239,12 @@ class LexicalIndex:
     def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:
         return page_lengths_of(self, n_files)
 
-    def rescored(self, k1: float, b: float, floor: float = 0.0) -> LexicalIndex:
+    def rescored(self, k1: float, b: float) -> LexicalIndex:
         """The same postings scored with another k1 / b (the weights are computed from the
-        stored tf at query time, so this is only another length norm): how other values are
-        measured without a re-pack. `floor` (a fraction of the mean length) lifts shorter
-        chunks' lengths in the norm only; feedback shares keep the true lengths."""
+        stored tf at query time, so this is only another length norm)."""
         from dataclasses import replace
 
-        out = replace(self, k1=float(k1), b=float(b))
-        if floor and len(self.lengths):
-            avg = float(self.lengths.mean()) or 1.0
-            lengths = np.maximum(self.lengths, np.float32(floor * avg))
-            out.norm = out.k1 * (1.0 - out.b + out.b * lengths / avg)
-        return out
-
-    def term_idf(self, hashes: np.ndarray) -> np.ndarray:
-        """Chunk-level idf of each term hash (a term the index lacks gets the highest)."""
-        rows = self.lookup(hashes)
-        df = np.where(rows >= 0, self.offsets[rows + 1] - self.offsets[np.maximum(rows, 0)], 0)
-        n = self.n_chunks
-        return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
-
-    def term_page_idf(self, hashes: np.ndarray) -> np.ndarray:
-        """Page-level idf of each term hash: df counts the files holding it (a term's chunk
-        ids ascend and a file's chunks are contiguous, so its files come sorted). Falls back
-        to the chunk-level idf without chunk files."""
-        if self.chunk_files is None or not len(self.chunk_files):
-            return self.term_idf(hashes)
-        n = int(self.chunk_files[-1]) + 1
-        out = np.empty(len(hashes), dtype=np.float32)
-        for i, row in enumerate(self.lookup(hashes).tolist()):
-            df = 0
-            if row >= 0:
-                files = self.chunk_files[self.chunk_ids[self.offsets[row] : self.offsets[row + 1]]]
-                df = int(np.count_nonzero(files[1:] != files[:-1])) + 1 if len(files) else 0
-            out[i] = np.log1p((n - df + 0.5) / (df + 0.5))
-        return out
+        return replace(self, k1=float(k1), b=float(b))
 
     def scores(self, query: str) -> np.ndarray:
         """BM25F score of every chunk (0 where no query term occurs)."""
@@ -369,13 +323,11 @@ def feedback_best(
     chunk_lengths: np.ndarray,
     scores: np.ndarray,
     count: int,
-    by_idf: tuple[int, Callable[[np.ndarray], np.ndarray]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """RM3's expansion terms from the feedback chunks' postings, laid out chunk by chunk
     (`terms`, their `tf`, `sizes` postings per chunk): each term weighted by the sum over
     chunks of tf / the chunk's length * the chunk's share of `scores`. The `count`
-    heaviest as (terms, weights); `by_idf` = (chunks in the index, the df of terms) picks
-    them by weight * idf instead."""
+    heaviest as (terms, weights)."""
     lengths = np.repeat(np.maximum(chunk_lengths, np.float32(1.0)), sizes)
     shares = tf / lengths
     mass = shares * np.repeat(scores / scores.sum(), sizes)
@@ -383,11 +335,7 @@ def feedback_best(
 
     unique, inverse = distinct(terms, inverse=True)
     totals = np.bincount(inverse, weights=mass)
-    rank = totals
-    if by_idf is not None:
-        n, df_of = by_idf
-        rank = totals * bm25_idf(n, df_of(unique).astype(np.float64))
-    best = np.argsort(-rank, kind="stable")[:count]
+    best = np.argsort(-totals, kind="stable")[:count]
     return unique[best], totals[best].astype(np.float32)
 
 

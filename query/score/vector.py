@@ -454,7 +454,7 @@ class DenseScorer:
             exact_moved = exact_cos + beta * row_dots(exact, direction)
         if ids is not None:
             self.support = picked
-            return (_lazy_spread if self.lazy else _spread)(
+            spread = _spread(
                 lists.below,
                 ids,
                 picked,
@@ -467,6 +467,8 @@ class DenseScorer:
                 pages is not None,
                 direction is not None,
             )
+            # (whole arrays unless the caller reads a few rows: `np.asarray` of a view)
+            return spread if self.lazy else tuple(np.asarray(a) for a in spread)
         # every other row is capped at the rescored rows' lowest value (each score's own)
         self.support = picked
         if pages is None:
@@ -481,26 +483,8 @@ class DenseScorer:
         return raw, cosine, _with_exact(moved, picked, exact_moved)
 
 
-def _spread(
-    below, ids, picked, raw, cosine, moved, exact_raw, exact_cos, exact_moved, paged, moves
-):
-    """The IVF pass's n-length scores: each one's exact values at `picked`, the probed rows'
-    estimates capped at the lowest exact value (the cap), every other row below the cap by
-    `below` (`IvfSide.below`: distinct values, in row order; n equal values made each
-    `np.partition` of fusion's pool floor 5-10x slower)."""
-
-    def full(approx, exact):
-        return _filled(below, ids, picked, approx, exact)
-
-    cos = full(cosine, exact_cos)
-    shown = full(cosine if paged else raw, exact_raw) if paged else cos
-    if not moves:
-        return shown, cos, cos
-    return shown, cos, full(moved, exact_moved)
-
-
 def _filled(below, ids, picked, approx, exact) -> np.ndarray:
-    """One of `_spread`'s arrays."""
+    """One of `_spread`'s arrays, in full."""
     cap = exact.min() if len(exact) else np.float32(0)
     out = below + cap
     out[ids] = np.minimum(approx, cap)
@@ -508,10 +492,14 @@ def _filled(below, ids, picked, approx, exact) -> np.ndarray:
     return out
 
 
-def _lazy_spread(
+def _spread(
     below, ids, picked, raw, cosine, moved, exact_raw, exact_cos, exact_moved, paged, moves
 ):
-    """`_spread`'s three arrays as `Spread` views (the same values, built only if asked)."""
+    """The IVF pass's n-length scores as `Spread` views (built only if asked): each one's
+    exact values at `picked`, the probed rows' estimates capped at the lowest exact value
+    (the cap), every other row below the cap by `below` (`IvfSide.below`: distinct values,
+    in row order; n equal values made each `np.partition` of fusion's pool floor 5-10x
+    slower)."""
     cos = Spread(below, ids, cosine, picked, exact_cos)
     shown = Spread(below, ids, cosine if paged else raw, picked, exact_raw) if paged else cos
     if not moves:
@@ -558,10 +546,10 @@ class Spread:
 def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
     """The k best rows, in no order (partitioning the scores themselves, not their
     negation: no n-sized temporary). Of many rows, only those above a sampled cut are
-    partitioned (`top_rows`' cut: ~4k rows, not all n), on the reference path too (which
-    of the rows tied with the k-th best it keeps is its own choice, as a partition's is)."""
+    partitioned (`top_rows`' cut: ~4k rows, not all n; which of the rows tied with the k-th
+    best it keeps is its own choice, as a partition's is)."""
     n = scores.shape[0]
-    found = _above_cut(scores, k, None, False, always=True) if k < n else None
+    found = _above_cut(scores, k, None, False) if k < n else None
     if found is not None:
         rows, values = found
         return rows[np.argpartition(values, len(values) - k)[len(values) - k :]]
@@ -678,7 +666,7 @@ def _has_simsimd() -> bool:
 def top_k(
     scores: np.ndarray, k: int, mask: np.ndarray | None = None, above: Above | None = None
 ) -> np.ndarray:
-    """Indices of the k best finite scores, best first, equal scores in row order (`ranked`'s
+    """Indices of the k best finite scores, best first, equal scores in row order (`top_rows`'
     order); rows where mask is False are skipped (`top_rows`: no partition of n rows)."""
     return top_rows(scores, k, mask, above=above)
 
@@ -729,8 +717,6 @@ SAMPLE_MIN = 2048
 # Below this many rows (or when k is more than this share of them) the plain partition answers.
 SAMPLED_MIN_ROWS = 32_768
 SAMPLED_MAX_SHARE = 128
-# Set by tests: every call takes the plain path (the reference the sampled one must match).
-REFERENCE = False
 
 
 def top_rows(
@@ -748,8 +734,10 @@ def top_rows(
     to v. A cut t from a sample of the scores finds them without a partition of n rows: when at
     least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
     those few are ranked. Otherwise (a sample that missed, a mask that leaves few rows, few
-    positive scores) the allowed rows are all ranked: the same answer either way, and
-    `ranked`'s (equal scores by descending row, as a sharded search merges them).
+    positive scores) the allowed rows are all ranked: the same answer either way
+    (equal scores by descending row, as a sharded search merges them: a partial sort alone
+    picks among rows tied with the k-th score as it pleases, and which copy of a section is
+    shown moved Ray docs QA by 0.015 nDCG@10, docs/search-quality.md "Tie order").
 
     `above` (an earlier call's `Above` for this array, since changed at its own rows at
     most, `Above.rising`): the answer from its rows when enough are still above its cut
@@ -759,7 +747,7 @@ def top_rows(
     n = scores.shape[0]
     if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
-    if above is not None and not REFERENCE:
+    if above is not None:
         found = above.select(scores, k, mask, positive)
         if found is not None:
             return found
@@ -788,15 +776,14 @@ def _above_cut(
     k: int,
     mask: np.ndarray | None,
     positive: bool,
-    always: bool = False,
     cuts: list | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(rows ascending, their scores) of every allowed finite row at or above a cut from a
     strided sample, when at least k of them are (the k best are then among them); None when
-    no cut was found that way (too few rows, a sample that missed, non-finite values) or
-    on the reference path (unless `always`). `cuts`: (cut, strict) of the answer appended."""
+    no cut was found that way (too few rows, a sample that missed, non-finite values).
+    `cuts`: (cut, strict) of the answer appended."""
     n = scores.shape[0]
-    if (REFERENCE and not always) or n < SAMPLED_MIN_ROWS or k * SAMPLED_MAX_SHARE > n:
+    if n < SAMPLED_MIN_ROWS or k * SAMPLED_MAX_SHARE > n:
         return None
     target = max(CUT_ROWS_PER_ROW * k, CUT_MIN_ROWS)  # rows wanted above the cut
     size = min(n // 2, max(SAMPLE_MIN, CUT_RANK * n // target))
@@ -924,27 +911,6 @@ def distinct(
         starts = np.flatnonzero(first)
         out += (np.diff(np.append(starts, len(ordered))),)
     return out
-
-
-def ranked(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k best scores, best first, equal scores the later position first:
-    the same rows whichever way the array was split, so the best of each shard, merged by
-    (score, then row descending), are the one-file best bit for bit (query.rank.shard_search). A
-    partial sort alone picks among rows tied with the k-th score as it pleases. Which way
-    ties go is a ranking choice: equal scores are mostly identical copies of a section, and
-    which copy is shown moved Ray docs QA by 0.015 nDCG@10 (docs/search-quality.md, "Tie
-    order")."""
-    n = scores.shape[0]
-    k = min(k, n)
-    if k <= 0:
-        return np.zeros(0, dtype=np.int64)
-    part = np.argpartition(-scores, k - 1)[:k]
-    if k < n:  # a compare and a count over the rows (~2% of the partition at 1M rows)
-        kth = scores[part].min()
-        equal = scores == kth
-        if np.count_nonzero(equal) > np.count_nonzero(scores[part] == kth):  # ties left out
-            part = np.concatenate([part[scores[part] > kth], np.flatnonzero(equal)])
-    return part[np.lexsort((-part, -scores[part]))][:k]
 
 
 def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:

@@ -32,8 +32,6 @@ from query.shards import stages as shard_stages
 CALLS = frozenset(
     {
         "info",
-        "lengths",
-        "df",
         "term_scores",
         "term_chunks",
         "page_tf",
@@ -44,7 +42,6 @@ CALLS = frozenset(
         "page_files",
         "page_dots",
         "dense",
-        "page_df",
         "term_df",
         "stage",
     }
@@ -131,14 +128,9 @@ class ShardPart:
         chunk's length: what a reader needs of a shard to open it, in one round)."""
         lexical = self.lexical
         out = {"chunks": int(lexical.n_chunks), "k1": lexical.k1, "b": lexical.b}
-        if lengths:
-            out["lengths"] = self.lengths()
+        if lengths:  # (the router needs them all, once, for the mean length in the one-file
+            out["lengths"] = lexical.lengths  # order: float32 means are order-sensitive)
         return out
-
-    def lengths(self) -> np.ndarray:
-        """Each chunk's field-weighted length (the router needs them all, once, for the
-        mean length in the one-file order: float32 means are order-sensitive)."""
-        return self.lexical.lengths
 
     def df(self, hashes: np.ndarray) -> np.ndarray:
         """Chunks of this shard holding each term."""
@@ -149,15 +141,13 @@ class ShardPart:
         out[rows >= 0] = part.offsets[hit + 1] - part.offsets[hit]
         return out
 
-    def norm(self, k1: float, b: float, avg: float, floor: float) -> np.ndarray:
+    def norm(self, k1: float, b: float, avg: float) -> np.ndarray:
         """This shard's slice of the global length norm, from the global mean length: the
         expression of `LexicalIndex` element by element, so each chunk gets the same bits."""
-        key = (k1, b, avg, floor)
+        key = (k1, b, avg)
         found = self._norms.get(key)
         if found is None:
             lengths = self.lexical.lengths
-            if floor:
-                lengths = np.maximum(lengths, np.float32(floor * avg))
             found = k1 * (1.0 - b + b * lengths / (avg or 1.0))
             if len(self._norms) > 4:
                 self._norms.clear()
@@ -169,11 +159,11 @@ class ShardPart:
         hashes: np.ndarray,
         weights: np.ndarray,
         idf: np.ndarray,
-        norm: tuple[float, float, float, float],
+        norm: tuple[float, float, float],
         start: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray | None, np.ndarray]:
         """BM25F of this shard's chunks for the terms, with the global idf and the global
-        norm's parameters (k1, b, mean length, floor), added to `start` (local rows and
+        norm's parameters (k1, b, mean length), added to `start` (local rows and
         their scores so far). Only the chunks that score are sent back (local rows, scores):
         the rest are 0, so the answer grows with the chunks holding a term, not the shard
         (or, when most chunks score, (None, every chunk's score): 4 bytes a chunk, not 8).

@@ -49,7 +49,6 @@ __all__ = [
     "ShardedLexical",
     "ShardedSnapshot",
     "ShardedVectors",
-    "score_shard_file",
     "shard_term_scores",
 ]
 
@@ -643,16 +642,6 @@ class ShardedPageVectors:
         return out
 
 
-def score_shard_file(
-    path: str, hashes: np.ndarray, weights: np.ndarray, idf: np.ndarray, norm: np.ndarray
-) -> np.ndarray:
-    """`shard_term_scores` as another process (or node) runs it: map the shard file, score
-    its chunks with the global `idf` and `norm` the caller sends, return the local scores."""
-    lexical = ShardPart.load(path).lexical
-    out = np.zeros(lexical.n_chunks, dtype=np.float32)
-    return shard_term_scores(lexical, hashes, weights, idf, norm, out)
-
-
 @dataclass
 class ShardedLexical:
     """The `LexicalIndex` interface the query modules use, over shards (module docstring).
@@ -667,7 +656,6 @@ class ShardedLexical:
     n_chunks: int
     k1: float = 1.2
     b: float = 0.75
-    floor: float = 0.0
     # term hash -> chunks holding it, over every shard: kept for the generation (the
     # snapshot), shared by the rescored views, so a term's df costs a round trip once
     df_cache: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
@@ -690,19 +678,15 @@ class ShardedLexical:
             found = self._where = _by_shard(self.chunk_ids, self.n_chunks)
         return found
 
-    def norm_spec(self) -> tuple[float, float, float, float]:
+    def norm_spec(self) -> tuple[float, float, float]:
         """What a shard needs to build its slice of the global length norm."""
-        avg = self.avg
-        if self.floor and len(self.lengths):
-            avg = avg or 1.0
-        return (self.k1, self.b, avg, self.floor if len(self.lengths) else 0.0)
+        return (self.k1, self.b, self.avg)
 
     @property
     def norm(self) -> np.ndarray:
         """The global length norm per chunk (what each shard computes for its slice)."""
-        k1, b, avg, floor = self.norm_spec()
-        lengths = np.maximum(self.lengths, np.float32(floor * avg)) if floor else self.lengths
-        return k1 * (1.0 - b + b * lengths / (avg or 1.0))
+        k1, b, avg = self.norm_spec()
+        return k1 * (1.0 - b + b * self.lengths / (avg or 1.0))
 
     @classmethod
     def of(cls, snapshot: ShardedSnapshot) -> ShardedLexical:
@@ -725,14 +709,7 @@ class ShardedLexical:
     # -- global statistics ----------------------------------------------------------------
     def document_frequency(self, hashes: np.ndarray) -> np.ndarray:
         """Chunks holding each term, summed over the shards."""
-        return self._summed("df", self.df_cache, hashes)
-
-    def _summed(self, call: str, cache: dict, hashes: np.ndarray) -> np.ndarray:
-        """Each term's count summed over the shards' `call` answers, kept in `cache` for
-        the generation; only the terms not known yet are asked for."""
-        pages = call == "page_df"
-        found = self.term_statistics(hashes, chunks=not pages, pages=pages)
-        return found[1] if pages else found[0]
+        return self.term_statistics(hashes)[0]
 
     def term_statistics(
         self, hashes: np.ndarray, chunks: bool = True, pages: bool = False
@@ -762,25 +739,6 @@ class ShardedLexical:
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return bm25_idf(self.n_chunks, df).astype(np.float32)
-
-    def term_idf(self, hashes: np.ndarray) -> np.ndarray:
-        return self.idf(self.document_frequency(hashes))
-
-    def page_document_frequency(self, hashes: np.ndarray) -> np.ndarray:
-        """Files holding each term, summed over the shards (a file lives in one shard);
-        kept for the generation as `document_frequency` keeps the chunk counts."""
-        return self._summed("page_df", self.page_df_cache, hashes)
-
-    def term_page_idf(self, hashes: np.ndarray) -> np.ndarray:
-        """Page-level idf: df counts the files holding the term, over every shard."""
-        hashes = np.asarray(hashes, dtype=np.uint64)
-        n = int(self.chunk_files[-1]) + 1 if len(self.chunk_files) else 0
-        if n == 0:
-            return self.term_idf(hashes)
-        df = np.zeros(len(hashes), dtype=np.int64)
-        for found in call_each(self.parts, "page_tf", [(hashes,)] * len(self.parts)):
-            df += [0 if f is None else len(f[0]) for f in found]
-        return bm25_idf(n, df).astype(np.float32)
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """Present for the interface; the sharded "row" of a term is its hash."""
@@ -838,8 +796,8 @@ class ShardedLexical:
         unique, counts = np.unique(hashes, return_counts=True)
         return self.add_terms(out, unique, counts.astype(np.float32))
 
-    def rescored(self, k1: float, b: float, floor: float = 0.0) -> ShardedLexical:
-        out = replace(self, k1=float(k1), b=float(b), floor=float(floor))
+    def rescored(self, k1: float, b: float) -> ShardedLexical:
+        out = replace(self, k1=float(k1), b=float(b))
         out._avg = self.avg
         out._where = getattr(self, "_where", None)
         return out
@@ -849,7 +807,6 @@ class ShardedLexical:
         chunks: np.ndarray,
         scores: np.ndarray,
         count: int,
-        by_idf: bool = False,
         postings: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
     ):
         """`LexicalIndex.feedback_terms` over shards: each feedback chunk's postings are
@@ -876,8 +833,7 @@ class ShardedLexical:
             return np.zeros(0, np.uint64), np.zeros(0, np.float32)
         terms = np.concatenate([h for h, _ in per_chunk])
         tf = np.concatenate([t for _, t in per_chunk])
-        by = (self.n_chunks, self.document_frequency) if by_idf else None
-        return feedback_best(terms, tf, size, self.lengths[chunks], scores, count, by)
+        return feedback_best(terms, tf, size, self.lengths[chunks], scores, count)
 
     # -- pages ----------------------------------------------------------------------------
     def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:

@@ -8,9 +8,9 @@ the bytes per query do not grow with the shard.
 
 Every array is the one-file expression of `query.rank.search.mode_scores` / `query.score.fusion`,
 element by element, with the one-file maxima, floors and feedback terms: a row's score has
-the one-file bits. Best rows are ranked by score, then row descending (`query.score.vector.ranked`):
-a shard's rows are in the one-file order (kernel/shards.py), so the router's merge by (score,
-global row) picks the one-file rows even among equal scores.
+the one-file bits. Best rows are ranked by score, then row descending
+(`query.score.vector.top_rows`): a shard's rows are in the one-file order (kernel/shards.py),
+so the router's merge by (score, global row) picks the one-file rows even among equal scores.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 from query.score.fusion import Fused, best, scaled_semantic, with_stub_prior
 from query.score.lexical import add_page_term
-from query.score.vector import ranked
+from query.score.vector import top_rows
 
 ShardPart = Any  # query.shards.part.ShardPart (which imports this module)
 
@@ -38,7 +38,7 @@ def run(part: ShardPart, state: dict[str, Any], step: str, args: dict[str, Any])
 
 def _rows(scores: np.ndarray, k: int, positive: bool = True) -> dict[str, np.ndarray]:
     """The k best rows (local, score then row descending) and their values."""
-    rows = best(scores, k) if positive else ranked(scores, k)
+    rows = best(scores, k) if positive else top_rows(scores, k)
     return {"rows": rows.astype(np.int32), "values": scores[rows]}
 
 
@@ -237,8 +237,7 @@ def _fuse(part: ShardPart, state: dict, args: dict) -> dict:
         )
     state["fused"] = fused
     stub = args.get("stub")
-    if not stub or stub["kind"] == "any":
-        _with_stub(part, state, stub)
+    if not stub:
         return _rows(fused.scores, int(args["names"])) if args.get("names") else {}
     found = _rows(fused.scores, int(stub["candidates"]), positive=False)
     length = _page_lengths(part)[part.shard.chunk_file_ids[found["rows"]]]
@@ -246,17 +245,13 @@ def _fuse(part: ShardPart, state: dict, args: dict) -> dict:
 
 
 def _with_stub(part: ShardPart, state: dict, stub: dict | None) -> None:
-    """The stub prior on the rows the router names (or every row: kind "any")."""
+    """The stub prior on the rows the router names."""
     if not stub:
         return
     params = SimpleNamespace(stub_length=stub["length"], stub_weight=stub["weight"])
-    length = _page_lengths(part)[part.shard.chunk_file_ids]
-    rows = stub.get("rows")
-    if rows is None:
-        state["fused"] = with_stub_prior(state["fused"], length, params)
-    else:
-        rows = np.asarray(rows, dtype=np.int64)
-        state["fused"] = with_stub_prior(state["fused"], length[rows], params, rows)
+    rows = np.asarray(stub["rows"], dtype=np.int64)
+    length = _page_lengths(part)[part.shard.chunk_file_ids[rows]]
+    state["fused"] = with_stub_prior(state["fused"], length, params, rows)
 
 
 def _stub(part: ShardPart, state: dict, args: dict) -> dict:
@@ -283,12 +278,11 @@ def _final(part: ShardPart, state: dict, args: dict) -> dict:
     mask = decode_mask(args.get("mask"), len(scores))
     if mask is not None:
         passing &= mask
-    rows = np.flatnonzero(passing)
-    top = rows[ranked(scores[rows], int(args["fetch"]))]
+    top = top_rows(scores, int(args["fetch"]), mask=passing)
     return {
         "rows": top.astype(np.int32),
         "parts": {name: values[top] for name, values in final.items()},
-        "count": len(rows),
+        "count": int(np.count_nonzero(passing)),
     }
 
 
