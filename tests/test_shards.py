@@ -306,6 +306,42 @@ def test_a_shard_server_refuses_what_it_does_not_serve(twins) -> None:
     assert "error" in decode(server.answer(b"\x00" * 3 + b"garbage"))
 
 
+def test_a_shard_server_of_another_release_is_one_line(twins) -> None:
+    """A real server on 127.0.0.1 whose hello lacks this release's protocol (as an older
+    mdvdb's does): `mdvdb search` through it says so in one line, exit 1."""
+    import threading
+
+    from kernel.config import load_config
+    from query.shards.wire import ShardServer, decode, encode
+
+    class Older(ShardServer):
+        def answer(self, raw: bytes) -> bytes:
+            reply = decode(super().answer(raw))
+            if isinstance(reply.get("value"), dict):
+                reply["value"].pop("protocol", None)
+            return encode(reply)
+
+    _, four = twins
+    config = load_config(four, {**os.environ, **SHARDED})
+    server = Older(config.shards_path, [0, 1, 2, 3], 4)
+    port: list[int] = []
+    ready = threading.Event()
+    thread = threading.Thread(
+        target=server.serve, args=("127.0.0.1", 0, lambda p: (port.append(p), ready.set()))
+    )
+    thread.start()
+    try:
+        assert ready.wait(10)
+        routed = {**SHARDED, "MDVDB_SHARD_SERVERS": f"127.0.0.1:{port[0]}"}
+        done = run_cli("search", "tar", "--root", str(four), env=routed)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert done.stderr.count("\n") == 1 and "speaks protocol None" in done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        server.stop.set()
+        thread.join(10)
+
+
 def test_shard_servers_chosen_by_the_folder_are_refused(tmp_path: Path) -> None:
     """A folder's `.markdownvdb` may not send the user's queries to servers it names."""
     root = tmp_path / "p"

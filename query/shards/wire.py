@@ -48,6 +48,9 @@ IDLE_CONNECTION = 300.0  # a server closes a connection idle this long
 PARALLEL_CORES = 2  # a server runs a round's shards on threads from this many cores
 SHARD_FILE = re.compile(r"shard-(\d{3})-g(\d{6})\.index")
 _LENGTH = struct.Struct("<Q")
+# The calls' names and arguments: a router refuses a server of another protocol (another
+# mdvdb release) in one line rather than failing inside a query. Raise it with any change.
+PROTOCOL = 2
 
 
 class ShardServerError(index_format.IndexFormatError):
@@ -312,7 +315,13 @@ def remote_parts(servers: Sequence[str], manifest: shards.Manifest) -> list[Remo
     owner: dict[int, str] = {}
     hellos = exchange_all([(address, {"op": "ping"}) for address in servers], timeout=10.0)
     for address, hello in zip(servers, hellos, strict=True):  # every server at once
-        count = hello.get("shard_count") if isinstance(hello, dict) else None
+        hello = hello if isinstance(hello, dict) else {}
+        if hello.get("protocol") != PROTOCOL:
+            raise ShardServerError(
+                f"shard server {address} speaks protocol {hello.get('protocol')}, this mdvdb "
+                f"{PROTOCOL}: run the same mdvdb release on the router and every server"
+            )
+        count = hello.get("shard_count")
         if count != manifest.shards:
             raise ShardServerError(
                 f"shard server {address} serves an index of {count} "
@@ -376,6 +385,7 @@ class ShardServer:
             op = request.get("op", "call")
             if op == "ping":
                 value: Any = {
+                    "protocol": PROTOCOL,
                     "shards": sorted(self.served),
                     "shard_count": self.shard_count,
                     "requests": self.requests,
