@@ -62,11 +62,14 @@ def explain(index: Reader, outcome: SearchOutcome, values_shown: int = 200) -> N
 
 
 def _reason(index: Reader, outcome: SearchOutcome) -> str | None:
-    """Which part left nothing: the filters and facets (no file passes them), the keyword rule
+    """Which part left nothing: the query (no real evidence of a match in the index:
+    query.rank.evidence), the filters and facets (no file passes them), the keyword rule
     (files pass them, none has the query's words), else None (the query found nothing)."""
     from query.filters import matching_files
 
     request = outcome.request
+    if outcome.no_evidence is not None:
+        return outcome.no_evidence
     if not outcome.filters:
         return None
     try:
