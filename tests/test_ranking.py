@@ -88,7 +88,7 @@ def test_a_page_named_by_the_query_ranks_first(project: Path):
 def test_explain_parts_add_up_with_every_component(project: Path, query: str):
     data = search(project, query, "--explain", "-n", "6")
     assert data["results"]
-    additive = ("lexical", "semantic", "page", "name", "stub")
+    additive = ("lexical", "feedback", "semantic", "page", "name", "stub")
     seen: set[str] = set()
     for hit in data["results"]:
         parts = hit["explain"]
@@ -138,7 +138,7 @@ def test_explain_adds_up_with_the_stub_prior_and_other_query_vectors(project: Pa
     with fusion.overridden(**settings):
         results = index.search("drain kubernetes nodes", limit=6, explain=True).results
     assert results
-    additive = ("lexical", "semantic", "page", "name", "stub")
+    additive = ("lexical", "feedback", "semantic", "page", "name", "stub")
     assert any(hit.explain.get("stub", 0.0) < 0 for hit in results)
     for hit in results:
         total = sum(hit.explain.get(name, 0.0) for name in additive)
@@ -270,7 +270,7 @@ def test_explain_adds_up_with_the_lexical_evidence_of_round_5(project: Path, set
     with fusion.overridden(**settings):
         results = index.search("kubernetes version upgrades", limit=6, explain=True).results
     assert results
-    additive = ("lexical", "semantic", "page", "name", "stub", "proximity")
+    additive = ("lexical", "feedback", "semantic", "page", "name", "stub", "proximity")
     if settings.get("proximity_into") == "fused":
         assert any(hit.explain.get("proximity", 0.0) > 0 for hit in results)
     if "proximity_weight" in settings:

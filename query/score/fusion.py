@@ -155,6 +155,8 @@ class Fused:
     page: np.ndarray | None = None  # the page-level part (already weighted), if any
     stub: np.ndarray | None = None  # the stub-page part (<= 0), if any
     proximity: np.ndarray | None = None  # the term-proximity part (already weighted), if any
+    # the RM3 round's share of the lexical part (`--explain`'s `feedback`), if it ran
+    feedback: Feedback | None = None
 
 
 def _nth_best(values: np.ndarray, n: int) -> float:
@@ -387,7 +389,14 @@ def hybrid(
         also=also,
     )
     support = getattr(dense, "support", None)  # the rows the scorer rescored exactly
-    feedback = params.feedback_weight > 0 and params.feedback_terms > 0
+    # RM3 expands what the query's own words found: with none of them in any section there
+    # is nothing to expand, and words picked from the sections nearest by meaning alone would
+    # pass for lexical evidence of a match (query.rank.evidence)
+    feedback = (
+        params.feedback_weight > 0
+        and params.feedback_terms > 0
+        and (len(also) > 0 if also is not None else _any_positive(bm25))
+    )
     term_feedback = params.term_feedback_weight > 0 and query
     found = None
     if (
@@ -414,7 +423,7 @@ def hybrid(
         top = best(first, params.term_feedback_chunks)
         gamma, down = params.term_feedback_weight, params.term_feedback_down
         bm25 = reweighted(lexical_index, query, top, gamma, len(bm25), down)
-    lexical = bm25
+    lexical, split = bm25, None
     if feedback:
         if found is None:
             chunks = best(first, params.feedback_chunks)
@@ -429,6 +438,7 @@ def hybrid(
             if params.feedback_mode == "drift":
                 share = overlap(best(expansion, AGREEMENT_DEPTH), chunks[:AGREEMENT_DEPTH])
             lam = np.float32(params.feedback_weight * share)
+            split = Feedback(lexical_index, bm25, rows, weights, lam)
             blended = None
             if not _REFERENCE and isinstance(page, PerFile) and params.page_weight > 0:
                 # BM25F's maximum is the first of `also` (its best rows, best first; none:
@@ -436,6 +446,7 @@ def hybrid(
                 most = None if also is None or term_feedback else bm25[also[:1]].max(initial=0)
                 blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
             if blended is not None:
+                blended.feedback = split
                 return blended, raw
             if _REFERENCE:
                 lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
@@ -452,7 +463,54 @@ def hybrid(
     fused = fuse(lexical, semantic, params, support)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight, owned=True)
+    fused.feedback = split
     return fused, raw
+
+
+def _any_positive(values: np.ndarray) -> bool:
+    return bool(len(values)) and float(values.max()) > 0
+
+
+class Feedback:
+    """How the RM3 round mixed into the lexical part, to tell `--explain`'s `lexical` (the
+    query's own words) from its `feedback` (the expansion terms): the lexical part at a row is
+    L = c * ((1 - λ) b / max b + λ e / max e), whatever later scales it, so the query's words
+    are the share (1 - λ) b / max b of the sum. The expansion `e` is scored again on first
+    use: only `--explain` reads it."""
+
+    def __init__(self, lexical_index, bm25: np.ndarray, rows, weights, lam) -> None:
+        self.lexical_index, self.bm25, self.rows, self.weights = lexical_index, bm25, rows, weights
+        self.lam = float(lam)
+        self._expansion: np.ndarray | None = None
+
+    def words_share(self, row: int) -> float:
+        """The share of the lexical part at `row` that the query's own words give."""
+        if self._expansion is None:
+            self._expansion = _scored(self.lexical_index, self.bm25, self.rows, self.weights)
+            self._tops = (float(self.bm25.max()), float(self._expansion.max()))
+        top_b, top_e = self._tops
+        words = (1 - self.lam) * float(self.bm25[row]) / top_b if top_b > 0 else 0.0
+        added = self.lam * float(self._expansion[row]) / top_e if top_e > 0 else 0.0
+        return words / (words + added) if words + added > 0 else 1.0
+
+    def parts(self, lexical) -> tuple[SplitPart, SplitPart]:
+        """(`lexical`: the query's words, `feedback`: the expansion terms) of a lexical part."""
+        return SplitPart(lexical, self, True), SplitPart(lexical, self, False)
+
+
+class SplitPart:
+    """One side of a lexical part split by `Feedback`, read row by row (`--explain`)."""
+
+    def __init__(self, lexical, feedback: Feedback, words: bool) -> None:
+        self.lexical, self.feedback, self.words = lexical, feedback, words
+
+    def __len__(self) -> int:
+        return len(self.lexical)
+
+    def __getitem__(self, row) -> np.float32:
+        share = self.feedback.words_share(int(row))
+        total = float(self.lexical[row])
+        return np.float32(total * share if self.words else total - total * share)
 
 
 # Rows per block of `_blended` (a few arrays of it stay in the core's cache).
