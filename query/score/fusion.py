@@ -489,13 +489,26 @@ class Feedback:
             self._expansion = _scored(self.lexical_index, self.bm25, self.rows, self.weights)
             self._tops = (float(self.bm25.max()), float(self._expansion.max()))
         top_b, top_e = self._tops
-        words = (1 - self.lam) * float(self.bm25[row]) / top_b if top_b > 0 else 0.0
-        added = self.lam * float(self._expansion[row]) / top_e if top_e > 0 else 0.0
-        return words / (words + added) if words + added > 0 else 1.0
+        return words_share(self.bm25[row], self._expansion[row], self.lam, top_b, top_e)
 
     def parts(self, lexical) -> tuple[SplitPart, SplitPart]:
         """(`lexical`: the query's words, `feedback`: the expansion terms) of a lexical part."""
         return SplitPart(lexical, self, True), SplitPart(lexical, self, False)
+
+
+def words_share(bm25, expansion, lam: float, top_bm25: float, top_expansion: float) -> float:
+    """(1 - λ) b / max b over (1 - λ) b / max b + λ e / max e at one row (1 where both are 0):
+    the query's own words' share of the lexical part (a sharded index's shards say the same)."""
+    lam = float(lam)
+    words = (1 - lam) * float(bm25) / top_bm25 if top_bm25 > 0 else 0.0
+    added = lam * float(expansion) / top_expansion if top_expansion > 0 else 0.0
+    return words / (words + added) if words + added > 0 else 1.0
+
+
+def split_at(total, share: float, words: bool) -> np.float32:
+    """The query words' (`words`) or the feedback's side of a lexical part `total`."""
+    total = float(total)
+    return np.float32(total * share if words else total - total * share)
 
 
 class SplitPart:
@@ -508,9 +521,7 @@ class SplitPart:
         return len(self.lexical)
 
     def __getitem__(self, row) -> np.float32:
-        share = self.feedback.words_share(int(row))
-        total = float(self.lexical[row])
-        return np.float32(total * share if self.words else total - total * share)
+        return split_at(self.lexical[row], self.feedback.words_share(int(row)), self.words)
 
 
 # Rows per block of `_blended` (a few arrays of it stay in the core's cache).
