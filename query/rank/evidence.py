@@ -42,6 +42,8 @@ def no_evidence(index: Reader, query: str, mode: str, bm25: np.ndarray | None = 
     if not query or not query.strip():
         return None
     try:
+        if not len(_terms(query)):  # stop words or punctuation only: nothing to judge by
+            return None
         words_in_index, held = _lexical_evidence(index, query, bm25)
         if held >= WORD_SHARE:
             return None
@@ -69,12 +71,9 @@ def _reason(query: str, words_in_index: bool, lexical_only: bool = False) -> str
 def _lexical_evidence(index: Reader, query: str, bm25=None) -> tuple[bool, float]:
     """(whether any query word is in the index, the largest share of the query's word weight
     one of its TOP_SECTIONS best BM25F sections holds)."""
-    from kernel import text_analysis
     from query.score.lexical import lexical_index
 
-    hashes = np.unique(text_analysis.term_ids(query))
-    if not len(hashes):
-        return False, 0.0
+    hashes = _terms(query)
     lexical = lexical_index(index)
     postings = lexical.term_chunks(hashes)
     if all(p is None for p in postings):
@@ -91,6 +90,13 @@ def _lexical_evidence(index: Reader, query: str, bm25=None) -> tuple[bool, float
         if chunks is not None:
             held += weight * np.isin(top, chunks)
     return True, float(held.max() / idf.sum()) if idf.sum() > 0 else 0.0
+
+
+def _terms(query: str) -> np.ndarray:
+    """The query's distinct analysed terms (stop words are none)."""
+    from kernel import text_analysis
+
+    return np.unique(text_analysis.term_ids(query))
 
 
 def _best_cosine(index: Reader, query: str) -> float:
