@@ -358,8 +358,7 @@ def hybrid(
     if isinstance(dense, DenseScorer):  # (a sharded scorer hands back arrays)
         dense.lazy = not _REFERENCE  # fusion reads the IVF pass's scores at few rows
     query_vector = query_vector.astype(np.float32, copy=False)
-    # An IVF pass scores only the probed lists: the lexical side's best candidates are
-    # scored exactly too (their dense part then never depends on the probes).
+    # An IVF pass scores only the probed lists: the lexical side's best are scored exactly too
     also = None
     if getattr(dense, "lists", None) is not None:
         also = top_rows(bm25, LEXICAL_EXACT, positive=True)  # best first, ties by row
@@ -392,11 +391,7 @@ def hybrid(
     # RM3 expands what the query's own words found: with none of them in any section there
     # is nothing to expand, and words picked from the sections nearest by meaning alone would
     # pass for lexical evidence of a match (query.rank.evidence)
-    feedback = (
-        params.feedback_weight > 0
-        and params.feedback_terms > 0
-        and (len(also) > 0 if also is not None else _any_positive(bm25))
-    )
+    feedback = _expands(params, bm25, also)
     term_feedback = params.term_feedback_weight > 0 and query
     found = None
     if (
@@ -426,40 +421,12 @@ def hybrid(
     lexical, split = bm25, None
     if feedback:
         if found is None:
-            chunks = best(first, params.feedback_chunks)
-            found = chunks, first[chunks]
-        chunks = found[0]
-        if len(chunks):
-            rows, weights = lexical_index.feedback_terms(
-                chunks, found[1], params.feedback_terms, params.feedback_idf
-            )
-            expansion = _scored(lexical_index, bm25, rows, weights)
-            share = feedback_share(bm25, cosine, params)
-            if params.feedback_mode == "drift":
-                share = overlap(best(expansion, AGREEMENT_DEPTH), chunks[:AGREEMENT_DEPTH])
-            lam = np.float32(params.feedback_weight * share)
-            split = Feedback(lexical_index, bm25, rows, weights, lam)
-            blended = None
-            if not _REFERENCE and isinstance(page, PerFile) and params.page_weight > 0:
-                # BM25F's maximum is the first of `also` (its best rows, best first; none:
-                # no row scores above 0), unless term feedback rescored it since
-                most = None if also is None or term_feedback else bm25[also[:1]].max(initial=0)
-                blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
+            found = (chunks := best(first, params.feedback_chunks)), first[chunks]
+        if len(found[0]):
+            sides = (bm25, cosine, semantic, support, page, also, bool(term_feedback))
+            lexical, split, blended = _rm3(lexical_index, found, params, sides)
             if blended is not None:
-                blended.feedback = split
                 return blended, raw
-            if _REFERENCE:
-                lexical = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
-            else:  # the same products, in place (`expansion` is this call's own array)
-                lexical = normalised_lexical(bm25)
-                np.multiply(lexical, 1 - lam, out=lexical)
-                most = float(expansion.max()) if len(expansion) else 0.0
-                if most > 0:
-                    np.divide(expansion, np.float32(most), out=expansion)
-                else:
-                    expansion[:] = 0
-                np.multiply(expansion, lam, out=expansion)
-                np.add(lexical, expansion, out=lexical)
     fused = fuse(lexical, semantic, params, support)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight, owned=True)
@@ -467,8 +434,52 @@ def hybrid(
     return fused, raw
 
 
-def _any_positive(values: np.ndarray) -> bool:
-    return bool(len(values)) and float(values.max()) > 0
+def _expands(params: FusionParams, bm25: np.ndarray, also) -> bool:
+    """Whether the RM3 round runs: on, and some query word in a section (`also`: the best
+    BM25F rows an IVF pass holds, best first)."""
+    if not (params.feedback_weight > 0 and params.feedback_terms > 0):
+        return False
+    if also is not None:
+        return len(also) > 0
+    return bool(len(bm25)) and float(bm25.max()) > 0
+
+
+def _rm3(lexical_index, found, params: FusionParams, sides):
+    """The RM3 round from the feedback chunks `found` (rows, first scores): (the lexical side,
+    its `Feedback`, the whole fused ranking when `_blended` made it, else None)."""
+    bm25, cosine, semantic, support, page, also, term_feedback = sides
+    chunks = found[0]
+    rows, weights = lexical_index.feedback_terms(
+        chunks, found[1], params.feedback_terms, params.feedback_idf
+    )
+    expansion = _scored(lexical_index, bm25, rows, weights)
+    share = feedback_share(bm25, cosine, params)
+    if params.feedback_mode == "drift":
+        share = overlap(best(expansion, AGREEMENT_DEPTH), chunks[:AGREEMENT_DEPTH])
+    lam = np.float32(params.feedback_weight * share)
+    split = Feedback(lexical_index, bm25, rows, weights, lam)
+    if not _REFERENCE and isinstance(page, PerFile) and params.page_weight > 0:
+        # BM25F's maximum is the first of `also` (its best rows, best first; none:
+        # no row scores above 0), unless term feedback rescored it since
+        most = None if also is None or term_feedback else bm25[also[:1]].max(initial=0)
+        blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
+        if blended is not None:
+            blended.feedback = split
+            return None, split, blended
+    if _REFERENCE:
+        mixed = (1 - lam) * normalised_lexical(bm25) + lam * normalised_lexical(expansion)
+        return mixed, split, None
+    # the same products, in place (`expansion` is this call's own array)
+    lexical = normalised_lexical(bm25)
+    np.multiply(lexical, 1 - lam, out=lexical)
+    most = float(expansion.max()) if len(expansion) else 0.0
+    if most > 0:
+        np.divide(expansion, np.float32(most), out=expansion)
+    else:
+        expansion[:] = 0
+    np.multiply(expansion, lam, out=expansion)
+    np.add(lexical, expansion, out=lexical)
+    return lexical, split, None
 
 
 class Feedback:
