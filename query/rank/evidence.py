@@ -14,6 +14,7 @@ words in them. Neither is evidence. A query has some when either side says so on
   depend on its model and its texts (a static model's best cosine for letters is ~0.25-0.45
   on one set, ~0.19-0.31 on another), so no constant fits every index.
 
+`--mode semantic` is not judged: it asks for the sections nearest in meaning, however far.
 The numbers behind the rule (bench/no_match.py) are in docs/search-quality.md, "An honest
 empty answer".
 """
@@ -39,7 +40,8 @@ def no_evidence(index: Reader, query: str, mode: str, bm25: np.ndarray | None = 
     """Why nothing in the index matches `query` (the one-line reason), or None when
     something does (or when that cannot be told: never an empty answer by accident).
     `bm25`: the query's first-pass BM25F scores when the search already has them."""
-    if not query or not query.strip():
+    if not query or not query.strip() or mode == "semantic":
+        # (`--mode semantic` asks for the nearest sections by meaning, close or not)
         return None
     try:
         if not len(_terms(query)):  # stop words or punctuation only: nothing to judge by
