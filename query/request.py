@@ -105,16 +105,11 @@ def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
 
 
 def _no_evidence(index: Reader, request: SearchRequest) -> str | None:
-    """query.rank.evidence's reason, reading the search's own first-pass BM25F scores."""
+    """query.rank.evidence's reason, if the query has no real evidence of a match."""
     from query.rank.evidence import no_evidence
 
     mode = request.mode or index.config.search_default_mode
-    last = index.snapshot.cache.get("last_scores")  # (query.rank.search._memo_scores)
-    bm25 = None
-    if last is not None and last[0][:2] == (mode, request.query):
-        parts = last[1][1]
-        bm25 = parts.get("bm25", parts.get("lexical") if mode == "lexical" else None)
-    return no_evidence(index, request.query or "", mode, bm25)
+    return no_evidence(index, request.query or "", mode)
 
 
 def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> None:
