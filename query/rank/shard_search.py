@@ -386,8 +386,7 @@ class _HybridRounds:
         from query.score.fusion import _nth_best
 
         params, staged, lexical = self.params, self.staged, self.lexical
-        if not (params.feedback_weight > 0 and params.feedback_terms > 0) or not max_bm25 > 0:
-            # (no query word in any section: nothing to expand, as query.score.fusion.hybrid)
+        if not (params.feedback_weight > 0 and params.feedback_terms > 0):
             return None, max_bm25
         k = params.feedback_chunks
         first = {
