@@ -50,7 +50,9 @@ def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
     if not (data.get("results") or data.get("files")):  # the CLI's suggestions, in one line
         from query import explain_no_match as explain
 
-        data["hint"] = explain(index, outcome, VALUES_SHOWN).hint()
+        missed = explain(index, outcome, VALUES_SHOWN)
+        data["no_match"] = missed.to_json()  # the CLI's `--json` no_match
+        data["hint"] = missed.hint()
     return data
 
 

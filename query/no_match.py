@@ -62,8 +62,14 @@ def explain(index: Reader, outcome: SearchOutcome, values_shown: int = 200) -> N
 
 
 def _reason(index: Reader, outcome: SearchOutcome) -> str | None:
-    """Which part left nothing: the filters and facets (no file passes them), the keyword rule
+    """Which part left nothing: the query (no real evidence of a match in the index:
+    query.rank.evidence), the filters and facets (no file passes them), the keyword rule
     (files pass them, none has the query's words), else None (the query found nothing)."""
+    return _filter_reason(index, outcome) or outcome.no_evidence
+
+
+def _filter_reason(index: Reader, outcome: SearchOutcome) -> str | None:
+    """The filters' and facets' part of `_reason`."""
     from query.filters import matching_files
 
     request = outcome.request

@@ -66,6 +66,9 @@ class SearchOutcome:
     listed: list[FileMatch] | None = None
     total: int = 0  # matches before the limit
     no_such_value: NoSuchValue | None = None
+    # why the query has no real evidence of a match here (query.rank.evidence): then
+    # `tiers` holds no result and the answer is an honest empty one
+    no_evidence: str | None = None
 
 
 def parse_filters(texts: Sequence[str]) -> list[Filter]:
@@ -101,6 +104,14 @@ def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
     return outcome
 
 
+def _no_evidence(index: Reader, request: SearchRequest) -> str | None:
+    """query.rank.evidence's reason, if the query has no real evidence of a match."""
+    from query.rank.evidence import no_evidence
+
+    mode = request.mode or index.config.search_default_mode
+    return no_evidence(index, request.query or "", mode)
+
+
 def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> None:
     from query.rank.tiers import tiered_search
 
@@ -116,6 +127,9 @@ def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> No
         mask=keywords,
         **request.search_options(),
     )
+    outcome.no_evidence = _no_evidence(index, request)
+    if outcome.no_evidence is not None:
+        response.results, response.total = [], 0
     if request.max_tokens is not None:
         from query import shaping  # the agent shapes only when asked: not a plain search's
 

@@ -18,8 +18,13 @@ def page(root: Path, name: str, **front: str) -> None:
     (root / name).write_text(text, encoding="utf-8")
 
 
-def search_json(root: Path, *args: str) -> dict:
-    done = run_cli("search", "rotate signing keys", "--json", *args, "--root", str(root))
+NOTES = "extract an archive"
+
+
+def search_json(root: Path, *args: str, query: str = "rotate signing keys") -> dict:
+    """`query` matches the wiki's pages; the fixture notes answer NOTES (a query without a
+    match there is an empty answer: tests/test_no_match_evidence.py)."""
+    done = run_cli("search", query, "--json", *args, "--root", str(root))
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -79,9 +84,10 @@ def test_weights_and_field_names_are_configurable(wiki: Path):
 
 @pytest.mark.slow
 def test_govern_is_off_by_default_without_the_fields(indexed_notes: Path):
-    plain = search_json(indexed_notes, "--explain")["results"]
+    plain = search_json(indexed_notes, "--explain", query=NOTES)["results"]
+    assert plain
     assert all("govern_factor" not in r["explain"] for r in plain)
-    forced = search_json(indexed_notes, "--explain", "--govern")["results"]
+    forced = search_json(indexed_notes, "--explain", "--govern", query=NOTES)["results"]
     assert all(r["explain"]["govern_factor"] == 1.0 for r in forced)
 
 
@@ -99,8 +105,8 @@ def test_files_prints_one_line_per_file(indexed_notes: Path):
 
 
 def test_max_tokens_caps_total_excerpt_size(indexed_notes: Path):
-    full = search_json(indexed_notes, "-n", "10")["results"]
-    capped = search_json(indexed_notes, "-n", "10", "--max-tokens", "40")["results"]
+    full = search_json(indexed_notes, "-n", "10", query=NOTES)["results"]
+    capped = search_json(indexed_notes, "-n", "10", "--max-tokens", "40", query=NOTES)["results"]
     assert sum(len(r["excerpt"]) for r in full) > 160
     assert 0 < len(capped) < len(full)
     assert sum(len(r["excerpt"]) for r in capped) <= 160
@@ -108,10 +114,10 @@ def test_max_tokens_caps_total_excerpt_size(indexed_notes: Path):
 
 
 def test_min_score_and_limit(indexed_notes: Path):
-    assert len(search_json(indexed_notes, "-n", "2")["results"]) == 2
-    every = search_json(indexed_notes, "-n", "20")["results"]
+    assert len(search_json(indexed_notes, "-n", "2", query=NOTES)["results"]) == 2
+    every = search_json(indexed_notes, "-n", "20", query=NOTES)["results"]
     cut = sorted(r["score"] for r in every)[len(every) // 2]
-    high = search_json(indexed_notes, "-n", "20", "--min-score", str(cut))["results"]
+    high = search_json(indexed_notes, "-n", "20", "--min-score", str(cut), query=NOTES)["results"]
     assert 0 < len(high) < len(every) and all(r["score"] >= cut for r in high)
 
 

@@ -46,7 +46,11 @@ def test_kept_sentences_answer_as_a_fresh_process_and_follow_an_edit(tmp_path: P
     memo = next(v for k, v in index.snapshot.cache.items() if k[0] == "excerpt_sentences")
     assert len(memo) == 1  # the section's sentences are kept...
     assert excerpt_of(index) == first  # ...and answer the next query as they did the first
-    done = run_cli("search", "feline", "--json", "-n", "5", "--root", str(tmp_path))
+    # (semantic: in a two-page folder "feline" is no closer to the cats than nonsense gets,
+    # so the default answers it with no match, query.rank.evidence; the excerpt is the same)
+    done = run_cli(
+        "search", "feline", "--mode", "semantic", "--json", "-n", "5", "--root", str(tmp_path)
+    )
     shown = {r["path"]: r["excerpt"] for r in json.loads(done.stdout)["results"]}
     assert shown["notes.md"] == first
     # the same section (row) with another sentence: the new snapshot's own

@@ -90,7 +90,8 @@ def test_explain_parts_add_up_to_the_fused_score(project: Path):
     assert data["results"]
     for hit in data["results"]:
         parts = hit["explain"]
-        additive = parts["lexical"] + parts["semantic"] + parts["page"] + parts.get("name", 0.0)
+        additive = parts["lexical"] + parts.get("feedback", 0.0) + parts["semantic"]
+        additive += parts["page"] + parts.get("name", 0.0)
         additive += parts.get("stub", 0.0)
         assert additive == pytest.approx(parts["fused"], abs=4e-6)
         assert hit["score"] == pytest.approx(parts["fused"], abs=2e-6)

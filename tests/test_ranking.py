@@ -88,7 +88,7 @@ def test_a_page_named_by_the_query_ranks_first(project: Path):
 def test_explain_parts_add_up_with_every_component(project: Path, query: str):
     data = search(project, query, "--explain", "-n", "6")
     assert data["results"]
-    additive = ("lexical", "semantic", "page", "name", "stub")
+    additive = ("lexical", "feedback", "semantic", "page", "name", "stub")
     seen: set[str] = set()
     for hit in data["results"]:
         parts = hit["explain"]

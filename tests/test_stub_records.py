@@ -67,7 +67,8 @@ def test_only_records_pay_the_stub_prior(project: Path):
             if short_answer in hits:
                 assert hits[short_answer].get("stub", 0.0) == 0.0, (query, short_answer)
         for parts in hits.values():
-            total = sum(parts.get(n, 0.0) for n in ("lexical", "semantic", "page", "name", "stub"))
+            additive = ("lexical", "feedback", "semantic", "page", "name", "stub")
+            total = sum(parts.get(n, 0.0) for n in additive)
             assert total == pytest.approx(parts["fused"], abs=5e-6)
 
 

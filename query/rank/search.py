@@ -287,8 +287,9 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
     fused, cosine = hybrid(
         lexical, vectors, qvec, bm25, params, page=page, pages=pages, dense=dense
     )
+    feedback = fused.feedback  # (the later steps make new Fused: kept for `--explain`)
     fused, above = _with_stub_prior(index, lexical, fused, params)
-    parts = _fused_parts(fused, bm25, cosine, page)
+    parts = _fused_parts(fused, bm25, cosine, page, feedback)
     scores = fused.scores
     if params.name_weight > 0:
         scores, parts, above = _with_name_part(index, query, fused, parts, above, params)
@@ -345,9 +346,14 @@ def _with_stub_prior(index: Reader, lexical, fused, params):
     return fused, seen[0] if seen else None
 
 
-def _fused_parts(fused, bm25, cosine, page) -> dict[str, np.ndarray]:
-    """The components `--explain` shows, in their order."""
+def _fused_parts(fused, bm25, cosine, page, feedback=None) -> dict[str, np.ndarray]:
+    """The components `--explain` shows, in their order. With an RM3 round (`feedback`,
+    query.score.fusion.Feedback), `lexical` is the query's own words and `feedback` what the
+    expansion terms added: feedback is never shown as evidence of the query's words."""
     parts = {"lexical": fused.lexical, "semantic": fused.semantic}
+    if feedback is not None:
+        parts = dict(zip(("lexical", "feedback"), feedback.parts(fused.lexical), strict=True))
+        parts["semantic"] = fused.semantic
     for name in ("page", "stub"):
         if getattr(fused, name) is not None:
             parts[name] = getattr(fused, name)

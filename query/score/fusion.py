@@ -94,6 +94,8 @@ class Fused:
     semantic: np.ndarray  # the semantic part (already weighted)
     page: np.ndarray | None = None  # the page-level part (already weighted), if any
     stub: np.ndarray | None = None  # the stub-page part (<= 0), if any
+    # the RM3 round's share of the lexical part (`--explain`'s `feedback`), if it ran
+    feedback: Feedback | None = None
 
 
 def _nth_best(values: np.ndarray, n: int) -> float:
@@ -268,8 +270,7 @@ def hybrid(
     if isinstance(dense, DenseScorer):  # (a sharded scorer hands back arrays)
         dense.lazy = True  # fusion reads the IVF pass's scores at few rows
     query_vector = query_vector.astype(np.float32, copy=False)
-    # An IVF pass scores only the probed lists: the lexical side's best candidates are
-    # scored exactly too (their dense part then never depends on the probes).
+    # An IVF pass scores only the probed lists: the lexical side's best are scored exactly too
     also = None
     if getattr(dense, "lists", None) is not None:
         also = top_rows(bm25, LEXICAL_EXACT, positive=True)  # best first, ties by row
@@ -299,7 +300,7 @@ def hybrid(
         also=also,
     )
     support = getattr(dense, "support", None)  # the rows the scorer rescored exactly
-    feedback = params.feedback_weight > 0 and params.feedback_terms > 0
+    feedback = _expands(params)
     found = None
     if feedback and support is not None and len(support) > params.pool:
         asked = LEXICAL_EXACT if also is not None else FIRST_LEXICAL
@@ -309,38 +310,111 @@ def hybrid(
     first = None
     if found is None and feedback:
         first = fuse(bm25, cosine, params, support).scores
-    lexical = bm25
+    lexical, split = bm25, None
     if feedback:
         if found is None:
-            chunks = best(first, params.feedback_chunks)
-            found = chunks, first[chunks]
-        chunks = found[0]
-        if len(chunks):
-            rows, weights = lexical_index.feedback_terms(chunks, found[1], params.feedback_terms)
-            expansion = _scored(lexical_index, bm25, rows, weights)
-            lam = np.float32(params.feedback_weight)
-            blended = None
-            if page is not None and params.page_weight > 0:
-                # BM25F's maximum is the first of `also` (its best rows, best first; none:
-                # no row scores above 0)
-                most = None if also is None else bm25[also[:1]].max(initial=0)
-                blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
+            found = (chunks := best(first, params.feedback_chunks)), first[chunks]
+        if len(found[0]):
+            sides = (bm25, semantic, support, page, also)
+            lexical, split, blended = _rm3(lexical_index, found, params, sides)
             if blended is not None:
                 return blended, raw
-            # (1 - λ) bm25 / max + λ expansion / max, in place (`expansion` is this call's)
-            lexical = normalised_lexical(bm25)
-            np.multiply(lexical, 1 - lam, out=lexical)
-            most = float(expansion.max()) if len(expansion) else 0.0
-            if most > 0:
-                np.divide(expansion, np.float32(most), out=expansion)
-            else:
-                expansion[:] = 0
-            np.multiply(expansion, lam, out=expansion)
-            np.add(lexical, expansion, out=lexical)
     fused = fuse(lexical, semantic, params, support)
     if page is not None and params.page_weight > 0:
         fused = with_page(fused, page, params.page_weight, owned=True)
+    fused.feedback = split
     return fused, raw
+
+
+def _expands(params: FusionParams) -> bool:
+    """Whether the RM3 round runs. (Also when no query word is in any section: skipping it
+    then cost NFCorpus 0.0003 nDCG@10, docs/search-quality.md "An honest empty answer"; what
+    it adds is `--explain`'s `feedback`, never `lexical`, and never evidence of a match:
+    query.rank.evidence reads the query's own words and first-pass cosine.)"""
+    return params.feedback_weight > 0 and params.feedback_terms > 0
+
+
+def _rm3(lexical_index, found, params: FusionParams, sides):
+    """The RM3 round from the feedback chunks `found` (rows, first scores): (the lexical side,
+    its `Feedback`, the whole fused ranking when `_blended` made it, else None)."""
+    bm25, semantic, support, page, also = sides
+    chunks = found[0]
+    rows, weights = lexical_index.feedback_terms(chunks, found[1], params.feedback_terms)
+    expansion = _scored(lexical_index, bm25, rows, weights)
+    lam = np.float32(params.feedback_weight)
+    split = Feedback(lexical_index, bm25, rows, weights, lam)
+    if page is not None and params.page_weight > 0:
+        # BM25F's maximum is the first of `also` (its best rows, best first; none:
+        # no row scores above 0)
+        most = None if also is None else bm25[also[:1]].max(initial=0)
+        blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
+        if blended is not None:
+            blended.feedback = split
+            return None, split, blended
+    # (1 - λ) bm25 / max + λ expansion / max, in place (`expansion` is this call's)
+    lexical = normalised_lexical(bm25)
+    np.multiply(lexical, 1 - lam, out=lexical)
+    most = float(expansion.max()) if len(expansion) else 0.0
+    if most > 0:
+        np.divide(expansion, np.float32(most), out=expansion)
+    else:
+        expansion[:] = 0
+    np.multiply(expansion, lam, out=expansion)
+    np.add(lexical, expansion, out=lexical)
+    return lexical, split, None
+
+
+class Feedback:
+    """How the RM3 round mixed into the lexical part, to tell `--explain`'s `lexical` (the
+    query's own words) from its `feedback` (the expansion terms): the lexical part at a row is
+    L = c * ((1 - λ) b / max b + λ e / max e), whatever later scales it, so the query's words
+    are the share (1 - λ) b / max b of the sum. The expansion `e` is scored again on first
+    use: only `--explain` reads it."""
+
+    def __init__(self, lexical_index, bm25: np.ndarray, rows, weights, lam) -> None:
+        self.lexical_index, self.bm25, self.rows, self.weights = lexical_index, bm25, rows, weights
+        self.lam = float(lam)
+        self._expansion: np.ndarray | None = None
+
+    def words_share(self, row: int) -> float:
+        """The share of the lexical part at `row` that the query's own words give."""
+        if self._expansion is None:
+            self._expansion = _scored(self.lexical_index, self.bm25, self.rows, self.weights)
+            self._tops = (float(self.bm25.max()), float(self._expansion.max()))
+        top_b, top_e = self._tops
+        return words_share(self.bm25[row], self._expansion[row], self.lam, top_b, top_e)
+
+    def parts(self, lexical) -> tuple[SplitPart, SplitPart]:
+        """(`lexical`: the query's words, `feedback`: the expansion terms) of a lexical part."""
+        return SplitPart(lexical, self, True), SplitPart(lexical, self, False)
+
+
+def words_share(bm25, expansion, lam: float, top_bm25: float, top_expansion: float) -> float:
+    """(1 - λ) b / max b over (1 - λ) b / max b + λ e / max e at one row (1 where both are 0):
+    the query's own words' share of the lexical part (a sharded index's shards say the same)."""
+    lam = float(lam)
+    words = (1 - lam) * float(bm25) / top_bm25 if top_bm25 > 0 else 0.0
+    added = lam * float(expansion) / top_expansion if top_expansion > 0 else 0.0
+    return words / (words + added) if words + added > 0 else 1.0
+
+
+def split_at(total, share: float, words: bool) -> np.float32:
+    """The query words' (`words`) or the feedback's side of a lexical part `total`."""
+    total = float(total)
+    return np.float32(total * share if words else total - total * share)
+
+
+class SplitPart:
+    """One side of a lexical part split by `Feedback`, read row by row (`--explain`)."""
+
+    def __init__(self, lexical, feedback: Feedback, words: bool) -> None:
+        self.lexical, self.feedback, self.words = lexical, feedback, words
+
+    def __len__(self) -> int:
+        return len(self.lexical)
+
+    def __getitem__(self, row) -> np.float32:
+        return split_at(self.lexical[row], self.feedback.words_share(int(row)), self.words)
 
 
 # Rows per block of `_blended` (a few arrays of it stay in the core's cache).

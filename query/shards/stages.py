@@ -220,6 +220,7 @@ def _fuse(part: ShardPart, state: dict, args: dict) -> dict:
     short page), the prior applied here and the best rows whose pages the name test
     reads."""
     state["lexical"] = _lexical_side(state, args.get("mix"))
+    state["mix"] = args.get("mix")  # (the final round's `--explain` parts read it)
     w = np.float32(args["w"])
     lex = (np.float32(1) - w) * _scaled(state["lexical"], args["max"]).astype(np.float32)
     sem = w * scaled_semantic(state["moved"], args["top"], args["floor"])
@@ -293,6 +294,10 @@ def _final_parts(part: ShardPart, state: dict, args: dict) -> dict[str, np.ndarr
     _with_stub(part, state, args.get("stub"))  # the rows the router found without a round
     fused = state["fused"]
     parts = {"lexical": fused.lexical, "semantic": fused.semantic}
+    mix = state.get("mix")
+    if mix is not None and state.get("expansion") is not None:  # the RM3 round's share apart
+        words, added = (_Split(fused.lexical, state, mix, side) for side in (True, False))
+        parts = {"lexical": words, "feedback": added, "semantic": fused.semantic}
     if fused.page is not None:
         parts["page"] = fused.page
     if fused.stub is not None:
@@ -307,6 +312,31 @@ def _final_parts(part: ShardPart, state: dict, args: dict) -> dict[str, np.ndarr
         name = np.float32(args["name_weight"]) * files[part.shard.chunk_file_ids]
         parts = {"name": name.astype(np.float32), **parts, "fused": fused.scores + name}
     return parts
+
+
+class _Split:
+    """One side of the lexical part (`query.score.fusion.SplitPart`), read at the rows the
+    final answer sends: the same scalar steps as the one-file `--explain`."""
+
+    def __init__(self, lexical, state: dict, mix: dict, words: bool) -> None:
+        self.lexical, self.state, self.mix, self.words = lexical, state, mix, words
+
+    def __getitem__(self, rows) -> np.ndarray:
+        from query.score.fusion import split_at, words_share
+
+        bm25, expansion, mix = self.state["bm25"], self.state["expansion"], self.mix
+        lexical = np.asarray(self.lexical[rows])
+        out = [
+            split_at(
+                lexical[i],
+                words_share(
+                    bm25[r], expansion[r], mix["lam"], mix["max_bm25"], mix["max_expansion"]
+                ),
+                self.words,
+            )
+            for i, r in enumerate(np.asarray(rows).tolist())
+        ]
+        return np.array(out, dtype=np.float32)
 
 
 STEPS = {
