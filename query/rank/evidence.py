@@ -72,7 +72,8 @@ def _terms(query: str) -> np.ndarray:
     """The query's distinct analysed terms (stop words are none)."""
     from kernel import text_analysis
 
-    return np.unique(text_analysis.term_ids(query))
+    # return_counts: a plain np.unique imports numpy.ma (~18 ms of a cold search here)
+    return np.unique(text_analysis.term_ids(query), return_counts=True)[0]
 
 
 def _best_cosine(index: Reader, query: str) -> float:
