@@ -112,3 +112,14 @@ def test_mcp_search_tool_returns_the_same_no_match(indexed_notes: Path):
     assert nonsense["results"] == [] and nonsense["no_match"] == cli["no_match"]
     assert nonsense["hint"].startswith(f"No matches. {LINE} Try: ")
     assert real["results"] and "no_match" not in real
+
+
+def test_a_sharded_index_gives_the_same_no_match(notes: Path):
+    """A sharded index's lexical side has no term rows (its lookup returns every hash), so
+    the evidence check must ask for postings: before, nonsense got results there."""
+    sharded = {"MDVDB_SHARDS": "2"}
+    assert run_cli("ingest", cwd=notes, env=sharded).returncode == 0
+    data = json.loads(run_cli("search", "--json", NONSENSE, cwd=notes, env=sharded).stdout)
+    assert data["results"] == [] and data["no_match"]["reason"] == LINE
+    real = json.loads(run_cli("search", "--json", "extract tar", cwd=notes, env=sharded).stdout)
+    assert real["results"] and real["results"][0]["path"] == "tar.md"

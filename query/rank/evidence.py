@@ -39,15 +39,12 @@ def no_evidence(index: Reader, query: str, mode: str) -> str | None:
     if not query or not query.strip() or mode == "semantic":
         # (`--mode semantic` asks for the nearest sections by meaning, close or not)
         return None
-    try:
-        terms = _terms(query)
-        if not len(terms):  # stop words or punctuation only: nothing to judge by
-            return None
-        if _words_in_index(index, terms):
-            return None
-        if mode != "lexical" and _best_cosine(index, query) >= dense_threshold(index):
-            return None
-    except Exception:  # a sharded or unusual index: keep the answer the ranking gave
+    terms = _terms(query)
+    if not len(terms):  # stop words or punctuation only: nothing to judge by
+        return None
+    if _words_in_index(index, terms):
+        return None
+    if mode != "lexical" and _best_cosine(index, query) >= dense_threshold(index):
         return None
     return _reason(query, lexical_only=mode == "lexical")
 
@@ -65,7 +62,8 @@ def _reason(query: str, lexical_only: bool = False) -> str:
 def _words_in_index(index: Reader, terms: np.ndarray) -> bool:
     from query.score.lexical import lexical_index
 
-    return bool(np.any(lexical_index(index).lookup(terms) >= 0))
+    # term_chunks, not lookup: a sharded index has no term rows (its lookup is the identity)
+    return any(chunks is not None for chunks in lexical_index(index).term_chunks(terms))
 
 
 def _terms(query: str) -> np.ndarray:
