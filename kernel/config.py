@@ -364,6 +364,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Minimum score",
     ),
     Setting(
+        "MDVDB_SEARCH_MIN_CONFIDENCE",
+        "search_min_confidence",
+        _float(0.0, 1.0),
+        "0.0",
+        "Leave out results whose confidence (the estimated chance they are relevant) is lower",
+    ),
+    Setting(
         "MDVDB_SEARCH_PER_FILE",
         "search_per_file",
         _int(0, 1000),
@@ -550,6 +557,7 @@ class Config:
     shard_servers: tuple[str, ...] = ()
     search_default_limit: int = DEFAULT_LIMIT
     search_min_score: float = 0.0
+    search_min_confidence: float = 0.0
     search_per_file: int = 3
     search_default_mode: str = "hybrid"
     search_first_pass: str = "auto"

@@ -75,7 +75,10 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
             "total": outcome.total,
         }
     if outcome.files is not None:
-        files = [{"path": hit.path, "score": round(hit.score, 4)} for hit in outcome.files]
+        files = [
+            {"path": hit.path, "score": round(hit.score, 4), "confidence": hit.confidence}
+            for hit in outcome.files
+        ]
         return {"query": query, "files": files}
     tiers = outcome.tiers
     assert tiers is not None
@@ -100,6 +103,7 @@ def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) ->
         "start_line": hit.start_line,
         "end_line": hit.end_line,
         "score": round(hit.score, 4),
+        "confidence": hit.confidence,
         "excerpt": hit.excerpt,
         "tier": tier,
     }

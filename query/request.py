@@ -112,6 +112,15 @@ def _no_evidence(index: Reader, request: SearchRequest) -> str | None:
     return no_evidence(index, request.query or "", mode)
 
 
+def _least_confidence(index: Reader, request: SearchRequest, response: TieredResponse) -> None:
+    """Leave out the results under the request's minimum confidence (query.rank.confidence)."""
+    least = request.min_confidence
+    if least is None:
+        least = index.config.search_min_confidence
+    if least > 0:
+        response.results = [pair for pair in response.results if pair[1].confidence >= least]
+
+
 def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> None:
     from query.rank.tiers import tiered_search
 
@@ -130,6 +139,7 @@ def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome) -> No
     outcome.no_evidence = _no_evidence(index, request)
     if outcome.no_evidence is not None:
         response.results, response.total = [], 0
+    _least_confidence(index, request, response)
     if request.max_tokens is not None:
         from query import shaping  # the agent shapes only when asked: not a plain search's
 

@@ -19,6 +19,8 @@ class SearchResult:
     excerpt: str
     metadata: dict[str, Any]
     title: str = ""
+    # The estimated chance that this result is relevant (query.rank.confidence).
+    confidence: float | None = None
     # Row numbers in the snapshot that answered (for the library's own lookups); they
     # shift when another file is added or deleted, so `to_json` leaves them out.
     chunk_id: int = -1

@@ -46,6 +46,18 @@ class SearchRequest:
             setting="MDVDB_SEARCH_MIN_SCORE",
         ),
     )
+    min_confidence: float | None = _option(
+        None,
+        Spec(
+            float,
+            "Leave out results less likely to be relevant (0-1; default "
+            "MDVDB_SEARCH_MIN_CONFIDENCE, 0).",
+            ("--min-confidence",),
+            minimum=0.0,
+            maximum=1.0,
+            setting="MDVDB_SEARCH_MIN_CONFIDENCE",
+        ),
+    )
     files: bool = _option(
         False,
         Spec(bool, "One line per file: score and path (cheapest).", ("--files",), "files_only"),

@@ -17,17 +17,18 @@ CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text and BPE tokenize
 class FileHit:
     path: str
     score: float
+    confidence: float | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "score": self.score}
+        return {"path": self.path, "score": self.score, "confidence": self.confidence}
 
 
 def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileHit]:
-    """One entry per file, at its best section's score, in result order."""
+    """One entry per file, at its best section's score and confidence, in result order."""
     seen: dict[str, FileHit] = {}
     for hit in results:
         if hit.path not in seen:
-            seen[hit.path] = FileHit(hit.path, hit.score)
+            seen[hit.path] = FileHit(hit.path, hit.score, hit.confidence)
     files = list(seen.values())
     return files if limit is None else files[:limit]
 

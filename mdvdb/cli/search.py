@@ -85,7 +85,8 @@ def _print_tiers(response, explain: bool) -> None:
             echo("## Title Matches" if tier == "title" else "## Content Matches")
         heading = printable(" > ".join(hit.heading_path), one_line=True)
         path = printable(hit.path, one_line=True)
-        echo(f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
+        sure = "" if hit.confidence is None else f", confidence {hit.confidence:.2f}"
+        echo(f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f}{sure})")
         if heading:
             echo(f"   {heading}")
         echo(f"   {hit.excerpt}")

@@ -26,9 +26,15 @@ BATCH_ROWS = 64  # above this many results, gather rows with one `take` per tabl
 def query_vector(index: Reader, query: str) -> np.ndarray:
     """The query's embedding: through the provider's own query path where it has one (the
     local encoder's, which loads no runtime), else as the provider embeds any text."""
+    cache = index.snapshot.cache
+    memo = cache.get("query_vector")  # the last query's: its search, evidence and confidence
+    if memo is not None and memo[0] == query:
+        return memo[1]
     provider = index.provider()
     embed_query = getattr(provider, "embed_query", None)
-    return embed_query(query) if embed_query is not None else provider.embed([query])[0]
+    vector = embed_query(query) if embed_query is not None else provider.embed([query])[0]
+    cache["query_vector"] = (query, vector)
+    return vector
 
 
 def page_vectors(index: Reader) -> PageVectors:
@@ -66,12 +72,14 @@ def search(
     per_file: int | None = None,
     collapse: bool = True,
     diversity: Diversity | None = None,
+    rate: bool = True,
 ) -> SearchResponse:
     """`filters` (metadata) and `mask` (one boolean per chunk) restrict the candidates
     before ranking; `total` in the response counts candidates scoring >= min_score.
     Near-duplicate sections come back once (`collapse`), at most `per_file` sections of a
     file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
-    one response (query.rank.collapse)."""
+    one response (query.rank.collapse). `rate`: each result's confidence
+    (query.rank.confidence), which a caller merging several searches sets itself."""
     config = index.config
     _apply_threads(config)
     limit = config.search_default_limit if limit is None else limit
@@ -121,6 +129,10 @@ def search(
     if scope is not None and in_cluster is not None:
         scope = scope & in_cluster
     diversity.attach_copies(index, results, allowed if scope is None else scope)
+    if rate:
+        from query.rank.confidence import rate as rate_results
+
+        rate_results(index, query, results, mode)
     response = SearchResponse(query, mode, results)
     if select is not None:
         response.total = select.total(allowed, min_score)
@@ -281,7 +293,11 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
     lexical = _section_lexical(index, params)
     bm25 = lexical.scores(query)
     page = _page_part(index, lexical, query, params)
-    qvec = embedding.result() if embedding else query_vector(index, query)
+    if embedding:
+        qvec = embedding.result()
+        index.snapshot.cache["query_vector"] = (query, qvec)  # as query_vector keeps it
+    else:
+        qvec = query_vector(index, query)
     pages = page_vectors(index) if params.page_dense_weight > 0 else None
     dense = dense_scorer(index, pages, params.page_dense_weight)
     fused, cosine = hybrid(

@@ -102,6 +102,7 @@ def tiered_search(
                 explain=explain,
                 govern=govern,
                 cluster=cluster,
+                rate=False,
             )
             if wanted
             else SearchResponse(query, "", [], 0)
@@ -138,8 +139,12 @@ def tiered_search(
             explain=explain,
             govern=govern,
             cluster=cluster,
+            rate=False,
         )
         rest = [(CONTENT, hit) for hit in content.results]
+        from query.rank.confidence import rate
+
+        rate(index, query, [hit for _, hit in first + rest], content.mode)
         return TieredResponse(
             query=query,
             mode=content.mode,
