@@ -93,6 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--fit", action="store_true", help="coefficients fitted on all sets")
+    parser.add_argument("--save", type=Path, help="also write the features to this .npz")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sets = [s for s in args.sets.split(",") if s]
@@ -100,6 +101,8 @@ def main() -> None:
     for name in sets:
         data[name] = collect(Target(name, set_folder(name, None)))
         print(f"{name}: {len(data[name][1])} results", file=sys.stderr)
+    if args.save:
+        np.savez(args.save, **{f"{k}_{i}": v for k, d in data.items() for i, v in enumerate(d)})
     table, summary, cuts = [], [], []
     for held in sets:
         coef = fit([data[s][:2] for s in sets if s != held])

@@ -26,15 +26,9 @@ BATCH_ROWS = 64  # above this many results, gather rows with one `take` per tabl
 def query_vector(index: Reader, query: str) -> np.ndarray:
     """The query's embedding: through the provider's own query path where it has one (the
     local encoder's, which loads no runtime), else as the provider embeds any text."""
-    cache = index.snapshot.cache
-    memo = cache.get("query_vector")  # the last query's: its search, evidence and confidence
-    if memo is not None and memo[0] == query:
-        return memo[1]
     provider = index.provider()
     embed_query = getattr(provider, "embed_query", None)
-    vector = embed_query(query) if embed_query is not None else provider.embed([query])[0]
-    cache["query_vector"] = (query, vector)
-    return vector
+    return embed_query(query) if embed_query is not None else provider.embed([query])[0]
 
 
 def page_vectors(index: Reader) -> PageVectors:
@@ -132,7 +126,7 @@ def search(
     if rate:
         from query.rank.confidence import rate as rate_results
 
-        rate_results(index, query, results, mode)
+        rate_results(index, query, results)
     response = SearchResponse(query, mode, results)
     if select is not None:
         response.total = select.total(allowed, min_score)
@@ -293,11 +287,7 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
     lexical = _section_lexical(index, params)
     bm25 = lexical.scores(query)
     page = _page_part(index, lexical, query, params)
-    if embedding:
-        qvec = embedding.result()
-        index.snapshot.cache["query_vector"] = (query, qvec)  # as query_vector keeps it
-    else:
-        qvec = query_vector(index, query)
+    qvec = embedding.result() if embedding else query_vector(index, query)
     pages = page_vectors(index) if params.page_dense_weight > 0 else None
     dense = dense_scorer(index, pages, params.page_dense_weight)
     fused, cosine = hybrid(

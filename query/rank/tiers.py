@@ -144,7 +144,7 @@ def tiered_search(
         rest = [(CONTENT, hit) for hit in content.results]
         from query.rank.confidence import rate
 
-        rate(index, query, [hit for _, hit in first + rest], content.mode)
+        rate(index, query, [hit for _, hit in first + rest])
         return TieredResponse(
             query=query,
             mode=content.mode,
