@@ -19,6 +19,7 @@ class SearchResult:
     excerpt: str
     metadata: dict[str, Any]
     title: str = ""
+    id: str = ""  # the document id of `path` (kernel/doc_ids.py)
     # Row numbers in the snapshot that answered (for the library's own lookups); they
     # shift when another file is added or deleted, so `to_json` leaves them out.
     chunk_id: int = -1
@@ -106,6 +107,14 @@ class Document:
     sections: list[Section]
     parse_error: str | None = None
     cluster_id: int = -1
+    id: str = ""  # the document id (kernel/doc_ids.py)
+    # The lines `content` holds (1-based, in the file) and the file's line count; with
+    # paging, where the next page starts (`offset` of the asked lines; None: nothing left).
+    start_line: int = 1
+    end_line: int = 0
+    total_lines: int = 0
+    offset: int = 0
+    next_offset: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
