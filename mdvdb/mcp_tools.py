@@ -346,9 +346,12 @@ def status(config: Config, index: Index) -> dict[str, Any]:
     for name in ("stale_files", "new_files"):
         data[name] = data[name][:PATHS_SHOWN]
     data["errors"] = data["errors"][:PROBLEMS_SHOWN]
+    if data["broken_links"] is not None:
+        data["broken_links"] = data["broken_links"][:PROBLEMS_SHOWN]
     keep = ("exists", "fresh", "root", "files", "chunks", "provider", "model", "last_update")
     more = ("provider_mismatch", "stale_files", "stale_total", "new_files", "new_total")
-    return {k: data[k] for k in (*keep, *more, "errors", "errors_total")}
+    links = ("broken_links", "broken_links_total")
+    return {k: data[k] for k in (*keep, *more, "errors", "errors_total", *links)}
 
 
 def ingest(config: Config) -> dict[str, Any]:

@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass
 
 from kernel import doc_ids, index_format
+from query.shaping import CHARS_PER_TOKEN
 from query.snapshot import QueryError, Snapshot
 
-__all__ = ["CHARS_PER_TOKEN", "AmbiguousName", "Page", "Wanted", "id_map", "page", "targets"]
+__all__ = ["AmbiguousName", "Page", "Wanted", "id_map", "page", "targets"]
 
-CHARS_PER_TOKEN = 4  # what --max-tokens counts: about four characters a token
 _RANGE = re.compile(r"^(.+):(\d+)([-+])(\d+)$")
 _GLOB = re.compile(r"[*?\[]")
 

@@ -323,6 +323,9 @@ class Index(Reader):
         status.format_version = meta.get("format_version")
         status.errors, status.errors_left_out = self._problems(meta)
         status.provider_mismatch = provider_mismatch(meta, self.config)
+        from query.links import broken_links
+
+        status.broken_links = broken_links(snap)
         if check_files:
             status.stale_files = self._stale_files()
         return status

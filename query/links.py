@@ -7,12 +7,12 @@ resolved graph: these queries refuse it in one line.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from kernel import index_format
+from query.results import Link
 from query.snapshot import QueryError, Snapshot
 
 __all__ = ["Link", "backlinks", "broken_links", "links", "orphans"]
@@ -21,23 +21,6 @@ SHARDED = (
     "a sharded index (MDVDB_SHARDS > 1) has no link graph: links, backlinks and orphans "
     "need a one-file index (MDVDB_SHARDS=1, then `mdvdb ingest`)"
 )
-
-
-@dataclass(frozen=True)
-class Link:
-    """One link as written in `source` at `line`, and the indexed file it names."""
-
-    source: str
-    line: int
-    kind: str  # wikilink, embed, markdown, image
-    target: str  # as written ('' for a link inside the same note)
-    anchor: str  # the heading or block after `#`, '' if none
-    label: str  # the visible text, '' if none
-    resolved: str | None  # the indexed path it names; None when it names none
-    broken: bool  # names a note that is not in the index
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _table(snap: Snapshot) -> Any:
@@ -99,5 +82,14 @@ def broken_links(snap: Snapshot) -> list[Link] | None:
         table = _table(snap)
     except QueryError:
         return None
-    broken = table.column("broken").to_pylist()
-    return _rows(snap, table, np.flatnonzero(np.asarray(broken, dtype=bool)))
+    if not snap.meta[index_format.LINKS_META_KEY].get("broken", 1):
+        return []  # pack counted none: the column is not read
+    return _rows(snap, table, _true_rows(table.column("broken")))
+
+
+def _true_rows(column: Any) -> np.ndarray:
+    """The rows of a boolean column that are true, from its bit-packed values."""
+    column = column.chunk(0) if getattr(column, "num_chunks", 1) == 1 else column
+    data = column.buffers()[1]
+    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+    return np.flatnonzero(bits[column.offset : column.offset + len(column)])

@@ -120,6 +120,31 @@ class Document:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Link:
+    """One link as written in `source` at `line`, and the indexed file it names."""
+
+    source: str
+    line: int
+    kind: str  # wikilink, embed, markdown, image
+    target: str  # as written ('' for a link inside the same note)
+    anchor: str  # the heading or block after `#`, '' if none
+    label: str  # the visible text, '' if none
+    resolved: str | None  # the indexed path it names; None when it names none
+    broken: bool  # names a note that is not in the index
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def written(self) -> str:
+        """The link as its syntax shows it: `[[target#anchor]]`, `![[...]]`, `(target#anchor)`."""
+        where = self.target + (f"#{self.anchor}" if self.anchor else "")
+        if self.kind in ("wikilink", "embed"):
+            return ("!" if self.kind == "embed" else "") + f"[[{where}]]"
+        return ("!" if self.kind == "image" else "") + f"[{self.label}]({where})"
+
+
 @dataclass
 class Problem:
     """What is wrong with one file (or folder) of the project, as the index records it."""
@@ -150,6 +175,9 @@ class Status:
     # record of them left out (it keeps 1000 beside the parse errors of the files table).
     errors: list[Problem] = field(default_factory=list)
     errors_left_out: int = 0
+    # Links that name a note no indexed file is, by file and line (`query.links`); None
+    # when the index keeps no resolved link graph (a sharded one).
+    broken_links: list[Link] | None = None
 
     @property
     def fresh(self) -> bool:
@@ -166,4 +194,5 @@ class Status:
         data["stale_total"] = len(self.stale_files)
         data["new_total"] = len(self.new_files)
         data["errors_total"] = len(self.errors) + data.pop("errors_left_out")
+        data["broken_links_total"] = None if self.broken_links is None else len(self.broken_links)
         return data

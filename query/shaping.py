@@ -17,9 +17,10 @@ CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text and BPE tokenize
 class FileHit:
     path: str
     score: float
+    id: str = ""  # the document id (kernel/doc_ids.py)
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "score": self.score}
+        return {"path": self.path, "score": self.score, "id": self.id}
 
 
 def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileHit]:
@@ -27,7 +28,7 @@ def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileH
     seen: dict[str, FileHit] = {}
     for hit in results:
         if hit.path not in seen:
-            seen[hit.path] = FileHit(hit.path, hit.score)
+            seen[hit.path] = FileHit(hit.path, hit.score, hit.id)
     files = list(seen.values())
     return files if limit is None else files[:limit]
 

@@ -85,7 +85,7 @@ def _print_tiers(response, explain: bool) -> None:
             echo("## Title Matches" if tier == "title" else "## Content Matches")
         heading = printable(" > ".join(hit.heading_path), one_line=True)
         path = printable(hit.path, one_line=True)
-        echo(f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})")
+        echo(f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f})  #{hit.id}")
         if heading:
             echo(f"   {heading}")
         echo(f"   {hit.excerpt}")
@@ -119,7 +119,7 @@ def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> Non
         print_json(data)
         return
     for hit in hits:
-        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
+        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}  #{hit.id}")
 
 
 def _print_files(found, total: int, as_json: bool, no_match=None) -> None:

@@ -347,8 +347,12 @@ def _add_links(
         tables[index_format.LINKS_TABLE] = link_pack.unresolved(raw)
         return
     paths = index_format.column_array(plan.files, "path").to_pylist()
-    tables[index_format.LINKS_TABLE] = link_pack.resolved(raw, paths)
-    meta[index_format.LINKS_META_KEY] = {"resolution": link_pack.RESOLUTION_VERSION}
+    links = tables[index_format.LINKS_TABLE] = link_pack.resolved(raw, paths)
+    broken = int(np.count_nonzero(index_format.column_array(links, "broken").to_numpy(False)))
+    meta[index_format.LINKS_META_KEY] = {
+        "resolution": link_pack.RESOLUTION_VERSION,
+        "broken": broken,
+    }
     meta[index_format.DOC_IDS_META_KEY] = doc_ids.lengthened(paths)
 
 
