@@ -36,11 +36,9 @@ class AmbiguousName(QueryError):
     """A note name that several indexed files have; `candidates` lists their paths."""
 
     def __init__(self, name: str, candidates: list[str]) -> None:
-        self.candidates = candidates
-        listed = "\n".join(f"  {path}" for path in candidates)
-        super().__init__(
-            f"{name}: {len(candidates)} files have this name; give one path:\n{listed}"
-        )
+        self.name, self.candidates = name, candidates
+        listed = ", ".join(candidates)
+        super().__init__(f"{name}: {len(candidates)} files have this name; give a path: {listed}")
 
 
 def id_map(snap: Snapshot) -> dict[str, str]:
@@ -162,6 +160,6 @@ def page(
         cut = newline + 1 if newline >= 0 else limit
         rest = rest[:cut]
     shown_first = first + asked.count("\n", 0, offset)
-    shown_last = shown_first + max(0, rest.rstrip("\n").count("\n"))
+    shown_last = shown_first + (rest[:-1] if rest.endswith("\n") else rest).count("\n")
     next_offset = offset + cut if cut is not None else None
     return Page(rest, shown_first, min(shown_last, last), total, offset, next_offset)

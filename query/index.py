@@ -189,7 +189,9 @@ class Index(Reader):
         with self.pinned():
             wanted = self._wanted(path)
             if len(wanted) != 1:
-                raise QueryError(f"{path}: names {len(wanted)} files; use get_documents")
+                raise QueryError(
+                    f"{path}: names {len(wanted)} files; give one (get_documents reads several)"
+                )
             one = wanted[0]
             first = start_line if start_line is not None else one.start_line
             last = end_line if end_line is not None else one.end_line
@@ -242,6 +244,18 @@ class Index(Reader):
 
         with self.pinned() as snap:
             return graph.orphans(snap)
+
+    def path_of(self, target: str) -> str:
+        """The one indexed path a target names (a path, an id, a unique note name)."""
+        with self.pinned():
+            return self._one(target)
+
+    def id_of(self, path: str) -> str:
+        """The document id of an indexed path (kernel/doc_ids.py)."""
+        from kernel import doc_ids
+
+        with self.pinned() as snap:
+            return doc_ids.id_of(path, snap.meta.get(index_format.DOC_IDS_META_KEY))
 
     def _one(self, target: str) -> str:
         wanted = self._wanted(target)

@@ -138,10 +138,12 @@ class Link:
 
     @property
     def written(self) -> str:
-        """The link as its syntax shows it: `[[target#anchor]]`, `![[...]]`, `(target#anchor)`."""
+        """The link as its syntax shows it: `[[target#anchor|label]]`, `![[...]]`,
+        `[label](target#anchor)`."""
         where = self.target + (f"#{self.anchor}" if self.anchor else "")
         if self.kind in ("wikilink", "embed"):
-            return ("!" if self.kind == "embed" else "") + f"[[{where}]]"
+            label = f"|{self.label}" if self.label else ""
+            return ("!" if self.kind == "embed" else "") + f"[[{where}{label}]]"
         return ("!" if self.kind == "image" else "") + f"[{self.label}]({where})"
 
 
