@@ -216,11 +216,12 @@ class Index(Reader):
         known = set(snap.paths)
         try:
             rel = self._relative(target)
-        except QueryError:
-            rel = None
-        if rel is not None and rel in known:
-            return targets(snap, rel, known)
-        return targets(snap, target, known)
+        except QueryError as outside:  # unless it is an id, a name or a glob: refused
+            try:
+                return targets(snap, target, known)
+            except QueryError:
+                raise outside from None
+        return targets(snap, rel if rel in known else target, known)
 
     def links(self, path: str) -> list[Link]:
         """The links `path` (a path, id or unique note name) holds, in line order, each with

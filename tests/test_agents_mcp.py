@@ -57,7 +57,18 @@ tags: [python]
 Workers take jobs from a queue in the database and retry failed ones with backoff.
 """
 
-TOOLS = {"search", "grep", "get_document", "schema", "clusters", "status", "ingest"}
+TOOLS = {
+    "search",
+    "grep",
+    "get_document",
+    "links",
+    "backlinks",
+    "orphans",
+    "schema",
+    "clusters",
+    "status",
+    "ingest",
+}
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +191,7 @@ def test_the_stdio_server_starts_without_typer(answers: dict):
 
 
 @pytest.mark.slow
-def test_lists_the_seven_tools_described_for_a_model(answers: dict):
+def test_lists_the_ten_tools_described_for_a_model(answers: dict):
     tools = answers["tools"]
     assert set(tools) == TOOLS
     search, grep = tools["search"].description, tools["grep"].description
