@@ -278,6 +278,33 @@ def build_server(config: Config):
             include_frontmatter=include_frontmatter,
         )
 
+    async def status() -> CallToolResult:
+        return await call(mcp_tools.status, config, index)
+
+    async def ingest() -> CallToolResult:
+        return await call(mcp_tools.ingest, config)
+
+    async def clusters(cluster_id: int | None = None, limit: int = 100) -> CallToolResult:
+        with tool_errors():
+            check_bounds(limit=limit)
+        return await call(mcp_tools.clusters, index, cluster_id, limit)
+
+    async def schema(field: str | None = None) -> CallToolResult:
+        return await call(mcp_tools.schema, index, field)
+
+    server.add_tool(search, description=SEARCH_DOC)
+    server.add_tool(grep, description=GREP_DOC)
+    add_document_tools(server, index)
+    server.add_tool(schema, description=SCHEMA_DOC)
+    server.add_tool(clusters, description=CLUSTERS_DOC)
+    server.add_tool(status, description=STATUS_DOC)
+    server.add_tool(ingest, description=INGEST_DOC)
+    return server
+
+
+def add_document_tools(server, index) -> None:
+    """get_document, links, backlinks and orphans, bound to one project's index."""
+
     async def get_document(
         path: str,
         start_line: int | None = None,
@@ -314,31 +341,10 @@ def build_server(config: Config):
             check_bounds(limit=limit)
         return await call(mcp_tools.orphans, index, limit)
 
-    async def status() -> CallToolResult:
-        return await call(mcp_tools.status, config, index)
-
-    async def ingest() -> CallToolResult:
-        return await call(mcp_tools.ingest, config)
-
-    async def clusters(cluster_id: int | None = None, limit: int = 100) -> CallToolResult:
-        with tool_errors():
-            check_bounds(limit=limit)
-        return await call(mcp_tools.clusters, index, cluster_id, limit)
-
-    async def schema(field: str | None = None) -> CallToolResult:
-        return await call(mcp_tools.schema, index, field)
-
-    server.add_tool(search, description=SEARCH_DOC)
-    server.add_tool(grep, description=GREP_DOC)
     server.add_tool(get_document, description=GET_DOC)
     server.add_tool(links, description=LINKS_DOC)
     server.add_tool(backlinks, description=BACKLINKS_DOC)
     server.add_tool(orphans, description=ORPHANS_DOC)
-    server.add_tool(schema, description=SCHEMA_DOC)
-    server.add_tool(clusters, description=CLUSTERS_DOC)
-    server.add_tool(status, description=STATUS_DOC)
-    server.add_tool(ingest, description=INGEST_DOC)
-    return server
 
 
 TOKEN_NAME = "mcp-http.token"
