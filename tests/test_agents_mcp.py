@@ -253,7 +253,7 @@ def test_search_is_compact_and_says_its_tier(answers: dict):
     results = found.structured_content["results"]
     assert not found.is_error and 1 <= len(results) <= 3
     assert results[0]["path"] == "tar.md" and results[0]["heading_path"][0] == "tar"
-    shape = {"path", "heading_path", "start_line", "end_line", "score", "excerpt", "tier"}
+    shape = {"path", "id", "heading_path", "start_line", "end_line", "score", "excerpt", "tier"}
     assert set(results[0]) == shape  # the CLI's names, fewer of them
     assert {r["tier"] for r in results} == {"content"}  # no title holds all three words
     titled = answers["parity title tier"].structured_content["results"]
@@ -261,7 +261,7 @@ def test_search_is_compact_and_says_its_tier(answers: dict):
     assert json.loads(found.content[0].text) == found.structured_content
     files = answers["files"].structured_content["files"]
     assert files[0]["path"] == "tar.md" and len({f["path"] for f in files}) == len(files)
-    assert set(files[0]) == {"path", "score"}
+    assert set(files[0]) == {"path", "id", "score"}
 
 
 @pytest.mark.parametrize("name", sorted(PARITY))
