@@ -139,6 +139,21 @@ def test_an_edit_updates_links_and_backlinks_incrementally(tmp_path: Path):
     }
 
 
+def test_an_edit_that_keeps_every_path_resolves_its_new_links(tmp_path: Path):
+    """No file added or removed: the other files' links keep what they resolved to, the
+    edited file's are resolved over every path (the nearest Meeting.md by path length)."""
+    root = vault_copy(tmp_path)
+    (root / "Lonely.md").write_text("# Lonely\n\nSee [[Meeting]] and [[Ghost note]].\n")
+    assert cli_json(root, "ingest")["changed"] == 1
+    assert cli(root, "links", "Lonely")[1].splitlines() == [
+        "Lonely.md:3  [[Meeting]]  -> people/Meeting.md",
+        "Lonely.md:3  [[Ghost note]]  -> (broken)",
+    ]
+    assert cli(root, "links", "Home.md")[1].splitlines() == HOME_LINKS
+    assert cli(root, "orphans")[1] == ""
+    assert cli_json(root, "status")["broken_links_total"] == 3
+
+
 def test_a_sharded_index_refuses_the_link_commands_in_one_line(tmp_path: Path):
     root = copy_markdown(FIXTURES / "vault", tmp_path / "vault")
     env = {"MDVDB_SHARDS": "2"}

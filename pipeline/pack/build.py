@@ -346,14 +346,18 @@ def _add_links(
     if not resolve:
         tables[index_format.LINKS_TABLE] = link_pack.unresolved(raw)
         return
-    paths = index_format.column_array(plan.files, "path").to_pylist()
-    links = tables[index_format.LINKS_TABLE] = link_pack.resolved(raw, paths)
+    same = link_pack.same_paths(plan.previous, plan.files)
+    fresh = index_format.column_array(raw, "fresh").to_numpy(zero_copy_only=False).any()
+    # An edit that adds or removes no file resolves only its own links, and keeps the ids.
+    paths = [] if same and not fresh else index_format.column_array(plan.files, "path").to_pylist()
+    links = tables[index_format.LINKS_TABLE] = link_pack.resolved(raw, paths, only_fresh=same)
     broken = int(np.count_nonzero(index_format.column_array(links, "broken").to_numpy(False)))
     meta[index_format.LINKS_META_KEY] = {
         "resolution": link_pack.RESOLUTION_VERSION,
         "broken": broken,
     }
-    meta[index_format.DOC_IDS_META_KEY] = doc_ids.lengthened(paths)
+    kept = plan.previous.meta.get(index_format.DOC_IDS_META_KEY) if same else None
+    meta[index_format.DOC_IDS_META_KEY] = kept if kept is not None else doc_ids.lengthened(paths)
 
 
 def publish(

@@ -30,7 +30,7 @@ from kernel import index_format
 from kernel.project_files import MARKDOWN_SUFFIXES
 from pipeline.links import RawLink
 
-__all__ = ["RESOLUTION_VERSION", "Resolver", "raw_links", "resolved"]
+__all__ = ["RESOLUTION_VERSION", "Resolver", "raw_links", "resolved", "same_paths", "unresolved"]
 
 RESOLUTION_VERSION = 1
 _RAW = ("line", "kind", "target", "anchor", "label")
@@ -41,8 +41,9 @@ def raw_links(
     file_source: np.ndarray,
     fresh: Sequence[Sequence[RawLink]],
 ) -> pa.Table:
-    """The new index's links, unresolved: the previous index's rows of every reused file
-    (renumbered) and the fresh files' links, grouped by new file id in line order."""
+    """The new index's links, grouped by new file id in line order: the previous index's
+    rows of every reused file (renumbered, with what they resolved to there) and the fresh
+    files' links (`fresh` true, unresolved)."""
     new_ids = np.arange(len(file_source), dtype=np.int32)
     kept = file_source >= 0
     parts: list[pa.Table] = []
@@ -53,19 +54,23 @@ def raw_links(
         old_ids = index_format.column_array(old, "file_id").to_numpy()
         now = renumber[old_ids]
         rows = np.flatnonzero(now >= 0)
-        taken = old.select(["file_id", *_RAW]).take(pa.array(rows))
-        parts.append(taken.set_column(0, "file_id", pa.array(now[rows], pa.int32())))
+        taken = old.select(["file_id", *_RAW, "resolved", "broken"]).take(pa.array(rows))
+        taken = taken.set_column(0, "file_id", pa.array(now[rows], pa.int32()))
+        parts.append(taken.append_column("fresh", pa.array(np.zeros(len(rows), dtype=bool))))
     fresh_ids = new_ids[~kept]
     ids = [int(f) for f, links in zip(fresh_ids, fresh, strict=True) for _ in links]
     columns = list(zip(*(link for links in fresh for link in links), strict=True)) or [()] * 5
+    n = len(ids)
     parts.append(
         pa.Table.from_arrays(
             [pa.array(ids, pa.int32())]
             + [
                 pa.array(list(c), pa.int32() if i == 0 else pa.string())
                 for i, c in enumerate(columns)
-            ],
-            names=["file_id", *_RAW],
+            ]
+            + [pa.nulls(n, pa.string()), pa.array(np.zeros(n, dtype=bool))]
+            + [pa.array(np.ones(n, dtype=bool))],
+            names=["file_id", *_RAW, "resolved", "broken", "fresh"],
         )
     )
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -128,12 +133,20 @@ class Resolver:
         return None
 
 
-def resolved(table: pa.Table, paths: Sequence[str]) -> pa.Table:
-    """`table` (raw links, file_id = row of `paths`) with `resolved` and `broken` filled."""
+def resolved(table: pa.Table, paths: Sequence[str], only_fresh: bool = False) -> pa.Table:
+    """`table` (from `raw_links`; file_id = row of `paths`) with `resolved` and `broken`
+    filled: every row, or with `only_fresh` (the paths are the previous index's) only the
+    fresh files' rows, the others keeping what they resolved to."""
+    fresh = index_format.column_array(table, "fresh").to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(fresh) if only_fresh else np.arange(table.num_rows)
+    table = table.drop_columns(["fresh"])
+    if not len(rows):
+        return table
     resolver = Resolver(paths)
-    file_ids = index_format.column_array(table, "file_id").to_numpy()
-    kinds = index_format.column_array(table, "kind").to_pylist()
-    targets = index_format.column_array(table, "target").to_pylist()
+    take = pa.array(rows)
+    file_ids = index_format.column_array(table, "file_id").take(take).to_numpy()
+    kinds = index_format.column_array(table, "kind").take(take).to_pylist()
+    targets = index_format.column_array(table, "target").take(take).to_pylist()
     memo: dict[tuple[str, str, str], str | None] = {}
     out: list[str | None] = []
     broken: list[bool] = []
@@ -146,9 +159,19 @@ def resolved(table: pa.Table, paths: Sequence[str]) -> pa.Table:
         found = memo[key]
         out.append(found)
         broken.append(found is None and kind != "image" and _names_note(target))
-    table = table.select(["file_id", *_RAW])
-    table = table.append_column("resolved", pa.array(out, pa.string()))
-    return table.append_column("broken", pa.array(broken, pa.bool_()))
+    if len(rows) == table.num_rows:
+        new_resolved, new_broken = pa.array(out, pa.string()), pa.array(broken, pa.bool_())
+    else:
+        import pyarrow.compute as pc
+
+        mask = pa.array(fresh)
+        old_resolved = index_format.column_array(table, "resolved")
+        old_broken = index_format.column_array(table, "broken")
+        new_resolved = pc.replace_with_mask(old_resolved, mask, pa.array(out, pa.string()))
+        new_broken = pc.replace_with_mask(old_broken, mask, pa.array(broken, pa.bool_()))
+    at = table.schema.get_field_index("resolved")
+    table = table.set_column(at, "resolved", new_resolved)
+    return table.set_column(at + 1, "broken", new_broken)
 
 
 def unresolved(table: pa.Table) -> pa.Table:
@@ -158,6 +181,21 @@ def unresolved(table: pa.Table) -> pa.Table:
     table = table.select(["file_id", *_RAW])
     table = table.append_column("resolved", pa.nulls(n, pa.string()))
     return table.append_column("broken", pa.array(np.zeros(n, dtype=bool)))
+
+
+def same_paths(previous: index_format.IndexFile | None, files: pa.Table) -> bool:
+    """The new index has exactly the previous one's paths, and that one's links were
+    resolved by these rules: its resolutions (and document ids) still hold."""
+    if previous is None:
+        return False
+    meta = previous.meta.get(index_format.LINKS_META_KEY)
+    if not isinstance(meta, dict) or meta.get("resolution") != RESOLUTION_VERSION:
+        return False
+    old = previous.tables["files"]
+    if old.num_rows != files.num_rows:
+        return False
+    before = index_format.column_array(old, "path")
+    return before.equals(index_format.column_array(files, "path"))
 
 
 def _stem(path: str) -> str:
