@@ -27,45 +27,83 @@ LINKS_VERSION = "l1"
 # (line, kind, target, anchor, label): kind is wikilink, embed, markdown or image.
 RawLink = tuple[int, str, str, str, str]
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
 # `[label](dest "title")` and `![alt](dest)`; dest may be `<...>` (spaces allowed there).
 _INLINE = re.compile(
     r"(!?)\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]"
     r"\(\s*(<[^<>\n]*>|[^\s()<>]+)(?:\s+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?\s*\)"
 )
-_DEFINITION = re.compile(r"^ {0,3}\[([^\]\n]+)\]:\s*(<[^<>\n]*>|\S+)")
+_DEFINITION = re.compile(r"^ {0,3}\[([^\]\n]+)\]:[ \t]*(<[^<>\n]*>|\S+)")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
 def extract_links(doc: ParsedDoc) -> list[RawLink]:
-    """Every link of a parsed note, in line order."""
+    """Every link of a parsed note, in line order: the body with fenced code blanked out,
+    read line by line where a line can hold one; the frontmatter for wikilinks only."""
     out: list[RawLink] = []
-    fence = ""
-    for number, line in enumerate(doc.lines, 1):
-        if number < doc.body_start:
-            if "[[" in line:
-                out.extend(link for _, link in _wikilinks(number, line))
-            continue
-        opened = _FENCE.match(line)
-        if fence:
-            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
-                fence = ""
-            continue
-        if opened:
-            fence = opened.group(1)
-            continue
-        if "[" not in line:
-            continue
+    for number, line in enumerate(doc.lines[: doc.body_start - 1], 1):
+        if "[[" in line:
+            out.extend(link for _, link in _wikilinks(line, number))
+    body = doc.lines[doc.body_start - 1 :]
+    text = "\n".join(body)
+    if "[" not in text:
+        return out
+    if "```" in text or "~~~" in text:
+        body = _without_fences(text).split("\n")
+    first = doc.body_start
+    for at in [i for i, line in enumerate(body) if "[" in line]:
+        line = body[at]
         if "`" in line:
             line = _CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line)
-        found = _wikilinks(number, line) + _markdown(number, line)
-        found.sort(key=lambda item: item[0])
+        found = _wikilinks(line, first + at) if "[[" in line else []
+        if "](" in line or "]:" in line:
+            found += _markdown(line, first + at)
+            found.sort(key=lambda item: item[0])
         out.extend(link for _, link in found)
     return out
 
 
-def _wikilinks(number: int, line: str) -> list[tuple[int, RawLink]]:
+def _fences(text: str) -> list[tuple[int, int, str]]:
+    """(start of its line, end, run) of each run of 3+ backticks or tildes that opens a
+    line (at most 3 spaces in), in order. str.find, not a regex: ~20x faster on big pages."""
+    found = []
+    for mark in ("```", "~~~"):
+        at = text.find(mark)
+        while at >= 0:
+            end = at + 3
+            while end < len(text) and text[end] == mark[0]:
+                end += 1
+            line_start = text.rfind("\n", 0, at) + 1
+            if at - line_start <= 3 and not text[line_start:at].strip(" "):
+                found.append((line_start, end, text[at:end]))
+            at = text.find(mark, end)
+    found.sort()
+    return found
+
+
+def _without_fences(text: str) -> str:
+    """`text` with its fenced code blocks blanked out (same lines)."""
+    parts, at, fence = [], 0, None
+    for line_start, end, mark in _fences(text):
+        if fence is None:
+            fence = (mark, line_start)
+        elif mark[0] == fence[0][0] and len(mark) >= len(fence[0]):
+            parts.append(text[at : fence[1]])
+            parts.append(_blank(text[fence[1] : end]))
+            at, fence = end, None
+    if fence is not None:  # an unclosed fence runs to the end
+        parts.append(text[at : fence[1]])
+        parts.append(_blank(text[fence[1] :]))
+        at = len(text)
+    parts.append(text[at:])
+    return "".join(parts)
+
+
+def _blank(text: str) -> str:
+    return "\n" * text.count("\n")
+
+
+def _wikilinks(line: str, number: int) -> list[tuple[int, RawLink]]:
     """(column, link) of each wikilink or embed of a line."""
     found = []
     for link in wikilinks.find(line):
@@ -74,7 +112,7 @@ def _wikilinks(number: int, line: str) -> list[tuple[int, RawLink]]:
     return found
 
 
-def _markdown(number: int, line: str) -> list[tuple[int, RawLink]]:
+def _markdown(line: str, number: int) -> list[tuple[int, RawLink]]:
     """(column, link) of each inline link, image or reference definition of a line."""
     found = []
     for match in _INLINE.finditer(line):
@@ -84,7 +122,7 @@ def _markdown(number: int, line: str) -> list[tuple[int, RawLink]]:
         if link is not None:
             kind = "image" if match.group(1) else "markdown"
             found.append((match.start(), (number, kind, link[0], link[1], match.group(2).strip())))
-    definition = _DEFINITION.match(line)
+    definition = _DEFINITION.match(line) if "]:" in line else None
     if definition is not None:
         link = _destination(definition.group(2))
         if link is not None:

@@ -340,3 +340,26 @@ def test_the_mcp_tools_answer_links_backlinks_orphans_and_documents(vault: Path)
     assert out["ambiguous"].is_error and "projects/Meeting.md" in out["ambiguous"].content[0].text
     assert data["status"]["broken_links_total"] == 2
     assert data["search"]["results"][0]["id"] == apollo
+
+
+def test_links_in_code_are_not_links():
+    """Fenced blocks (backticks or tildes, closed by a run as long; an unclosed one runs to
+    the end) and code spans hold no links; a URL is no link to a file."""
+    from pipeline.links import extract_links
+    from pipeline.parse import parse_document
+
+    text = (
+        "# A\n"
+        "[[one]] `[[span]]` [web](https://x.org) [mail](mailto:a@b.c)\n"
+        "   ```python\n[[fenced]]\n   ```\n"
+        "text ``` is no fence [[two]]\n"
+        "~~~~\n[[tilde]]\n~~~\nstill [[code]]\n~~~~\n"
+        "[def]: <a b.md#x>\n"
+        "````\n[[unclosed]]\n"
+    )
+    found = extract_links(parse_document(text.encode(), "a.md"))
+    assert [(line, kind, target, anchor) for line, kind, target, anchor, _ in found] == [
+        (2, "wikilink", "one", ""),
+        (6, "wikilink", "two", ""),
+        (12, "markdown", "a b.md", "x"),
+    ]
