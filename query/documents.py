@@ -68,6 +68,11 @@ def targets(snap: Snapshot, target: str, known: set[str]) -> list[Wanted]:
         found = ids.get(wanted_id) or [p for i, p in ids.items() if i.startswith(wanted_id)]
         if isinstance(found, str) or len(found) == 1:
             return [Wanted(found if isinstance(found, str) else found[0])]
+        if found:
+            longer = ", ".join(
+                f"#{doc_ids.id_of(p, snap.meta.get(index_format.DOC_IDS_META_KEY))}" for p in found
+            )
+            raise QueryError(f"{target}: {len(found)} documents have ids that start so: {longer}")
     if _GLOB.search(target):
         pattern = _glob(target)
         matched = [Wanted(p) for p in snap.paths if pattern.fullmatch(p)]

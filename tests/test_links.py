@@ -363,3 +363,25 @@ def test_links_in_code_are_not_links():
         (6, "wikilink", "two", ""),
         (12, "markdown", "a b.md", "x"),
     ]
+
+
+def test_colliding_ids_are_lengthened_until_they_differ(tmp_path: Path):
+    """n50785.md and n132544.md share the first 8 hex digits of their SHA-256 (2b1d75dc):
+    both get longer ids, and the short one names neither alone."""
+    from kernel.doc_ids import lengthened
+
+    ids = lengthened(["n50785.md", "n132544.md", "other.md"])
+    assert set(ids) == {"n50785.md", "n132544.md"}
+    assert all(len(i) > 8 and i.startswith("2b1d75dc") for i in ids.values())
+    assert ids["n50785.md"] != ids["n132544.md"]
+    root = tmp_path / "ids"
+    root.mkdir()
+    for name in ("n50785.md", "n132544.md", "other.md"):
+        (root / name).write_text(f"# {name}\n\nText of {name}.\n")
+    build_index(root)
+    for name in ("n50785.md", "n132544.md"):
+        shown = cli_json(root, "get", f"#{ids[name]}")
+        assert (shown["path"], shown["id"]) == (name, ids[name])
+    assert cli_json(root, "get", "other.md")["id"] == short_id("other.md")
+    code, _, err = cli(root, "get", "#2b1d75dc")
+    assert code == 1 and ids["n50785.md"] in err and ids["n132544.md"] in err
