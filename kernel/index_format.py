@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 MAGIC = b"MDVDBIX\x00"
 HEADER = struct.Struct("<8sII")
 TRAILER = struct.Struct("<QQ8s")  # footer length, footer xxh3-64, magic
@@ -221,6 +221,38 @@ def _build_lexical_forward_schema():
 # Near-duplicate sections (`pipeline.pack.duplicates`): row i is chunk i, with its 64-bit SimHash
 # `signature` (uint64) and `group` (int32: the row of the first chunk of its group of near
 # copies, -1 when it has none). The meta key `near_duplicates` records the signature version.
+
+# -- The link graph (format 5) ----------------------------------------------------------------
+# One row per link a file holds, grouped by `file_id` (the linking file's row in `files`) in
+# line order: what was written (`kind`: wikilink, embed, markdown or image; `target` and
+# `anchor` as written, `label` the visible text) and, for a one-file index, the indexed path
+# it resolves to (`resolved`: null when it names no indexed file; `broken` when it names a
+# note no indexed file is, never for images and attachments). Written by
+# pipeline/pack/links.py, read by query/links.py. The meta key `links` records the
+# resolution's version; a sharded index keeps the rows unresolved and has no such key.
+LINKS_TABLE = "links"
+LINKS_META_KEY = "links"
+# Document ids (kernel/doc_ids.py): the meta key holding the paths whose short id collides
+# with another's, with their lengthened ids ({path: id}); absent or empty when none do.
+DOC_IDS_META_KEY = "doc_ids"
+
+
+def _build_links_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("file_id", pa.int32()),
+            ("line", pa.int32()),  # 1-based, in the original file
+            ("kind", pa.string()),
+            ("target", pa.string()),
+            ("anchor", pa.string()),
+            ("label", pa.string()),
+            ("resolved", pa.string()),
+            ("broken", pa.bool_()),  # resolves to nothing and names a note (not an image)
+        ]
+    )
+
 
 # The clusters table's schema metadata key: JSON with k, silhouette, the candidates tried,
 # documents assigned since the last full clustering ("pending") and unclustered documents.
@@ -1414,6 +1446,7 @@ _LAZY_SCHEMAS = {
     "SCHEMA_PROBLEMS_SCHEMA": _build_schema_problems_schema,
     "LEXICAL_SCHEMA": _build_lexical_schema,
     "LEXICAL_FORWARD_SCHEMA": _build_lexical_forward_schema,
+    "LINKS_SCHEMA": _build_links_schema,
 }
 
 

@@ -5,8 +5,9 @@ The library in two calls, the same work as the CLI:
     import mdvdb
 
     report = mdvdb.ingest("my-notes")          # `mdvdb ingest --root my-notes`
-    index = mdvdb.open_index("my-notes")       # search, get_document, status, schema,
-    hits = index.search("rotate an api key")   # clusters, grep; each with an a... async form
+    index = mdvdb.open_index("my-notes")       # search, get_document(s), links, backlinks,
+    hits = index.search("rotate an api key")   # orphans, status, schema, clusters, grep;
+                                               # each with an a... async form
 
 The errors a call can raise are importable from here too (`mdvdb.ConfigError`...), each loaded
 from its layer on first use. Nothing heavy is imported here: `mdvdb` is imported by every

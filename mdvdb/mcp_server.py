@@ -35,7 +35,8 @@ INSTRUCTIONS = (
     "topics, other wording); `grep` finds exact text (identifiers, error messages, commands, "
     "quoted phrases, regexes) with line numbers, straight from the files. `schema` lists the "
     "frontmatter fields and values that search filters use; `clusters` gives the topics of an "
-    "unfamiliar folder. Read what they point to with `get_document` (a line range saves tokens). "
+    "unfamiliar folder. Read what they point to with `get_document` (a line range saves tokens); "
+    "`links` and `backlinks` follow a note to its neighbours. "
     "`status` says whether the index is fresh; `ingest` refreshes it after files changed."
 )
 
@@ -87,12 +88,28 @@ context=N (up to 10) adds N lines "before" and "after" each hit. file_type: "md"
 .md/.markdown), "qmd" or "all"; sources: only these roots ("dir:docs"). A bad regex is an
 error saying why."""
 
-GET_DOC = """Read one indexed Markdown file by its path (as returned by search or grep).
+GET_DOC = """Read indexed Markdown files: path is a path (as search or grep return it),
+a document id ("#abc12345", the "id" of a search result), "PATH:START-END" or
+"PATH:START+COUNT" (1-based lines), a glob ("notes/*.md") or a note's name without folder
+and extension (an error lists the files when several have it); paths adds more targets.
 
-Returns {"path", "title", "metadata" (frontmatter), "sections": [{"heading_path",
-"start_line", "end_line"}], "content"}. Give start_line/end_line (1-based, inclusive, e.g.
-from a search result or around a grep hit) to get only that part of the content and save
-tokens; content_only=true drops the metadata and the section outline."""
+Returns {"path", "id", "title", "metadata" (frontmatter), "sections": [{"heading_path",
+"start_line", "end_line"}], "content", "start_line", "end_line", "total_lines"} for one
+document, {"documents": [...]} for several. start_line/end_line keep only those lines (e.g.
+from a search result or around a grep hit) to save tokens; max_tokens cuts each content at
+a line's end, and "next_offset" then says where the rest starts: call again with
+offset=next_offset. content_only=true drops the metadata and the section outline."""
+
+LINKS_DOC = """The links one note holds (wikilinks, embeds, Markdown links), in line order:
+{"path", "id", "links": [{"line", "kind" (wikilink, embed, markdown, image), "target",
+"anchor", "label", "resolved" (the indexed path it names), "broken"}]}. path: a path, id
+or note name. Use it to follow a note to its neighbours."""
+
+BACKLINKS_DOC = """The links of other notes that name this one: {"path", "id", "backlinks":
+[{"source", "line", "kind", "target", "anchor", "label"}]}. path: a path, id or note name."""
+
+ORPHANS_DOC = """The notes no other note links to and that link to no other note:
+{"orphans": [path, ...] (at most limit, default 100), "total"}."""
 
 STATUS_DOC = """Whether an index exists and is up to date.
 
@@ -261,34 +278,6 @@ def build_server(config: Config):
             include_frontmatter=include_frontmatter,
         )
 
-    async def get_document(
-        path: str,
-        start_line: int | None = None,
-        end_line: int | None = None,
-        content_only: bool = False,
-    ) -> CallToolResult:
-        with tool_errors():
-            doc = await index.aget_document(path)
-        content = doc.content
-        if start_line is not None or end_line is not None:
-            lines = content.split("\n")
-            first = max(1, start_line or 1)
-            last = min(len(lines), end_line or len(lines))
-            content = "\n".join(lines[first - 1 : last])
-        if content_only:
-            return reply({"path": doc.path, "content": content})
-        data = {
-            "path": doc.path,
-            "title": doc.title,
-            "metadata": doc.metadata,
-            "sections": [  # `mdvdb get --json`'s, less each one's own heading
-                {"heading_path": s.heading_path, "start_line": s.start_line, "end_line": s.end_line}
-                for s in doc.sections
-            ],
-            "content": content,
-        }
-        return reply(data)
-
     async def status() -> CallToolResult:
         return await call(mcp_tools.status, config, index)
 
@@ -305,12 +294,57 @@ def build_server(config: Config):
 
     server.add_tool(search, description=SEARCH_DOC)
     server.add_tool(grep, description=GREP_DOC)
-    server.add_tool(get_document, description=GET_DOC)
+    add_document_tools(server, index)
     server.add_tool(schema, description=SCHEMA_DOC)
     server.add_tool(clusters, description=CLUSTERS_DOC)
     server.add_tool(status, description=STATUS_DOC)
     server.add_tool(ingest, description=INGEST_DOC)
     return server
+
+
+def add_document_tools(server, index) -> None:
+    """get_document, links, backlinks and orphans, bound to one project's index."""
+
+    async def get_document(
+        path: str,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        content_only: bool = False,
+        max_tokens: int | None = None,
+        offset: int = 0,
+        paths: list[str] | None = None,
+    ) -> CallToolResult:
+        with tool_errors():
+            check_bounds(max_tokens=max_tokens)
+            if len(paths or ()) > MAX_LIMIT:
+                raise mcp_tools.ToolProblem(f"{len(paths)} paths; the cap is {MAX_LIMIT}")
+        targets = [path, *(paths or ())]
+        return await call(
+            mcp_tools.documents,
+            index,
+            targets,
+            start_line,
+            end_line,
+            max_tokens,
+            offset,
+            content_only,
+        )
+
+    async def links(path: str) -> CallToolResult:
+        return await call(mcp_tools.links, index, path, "links")
+
+    async def backlinks(path: str) -> CallToolResult:
+        return await call(mcp_tools.links, index, path, "backlinks")
+
+    async def orphans(limit: int = 100) -> CallToolResult:
+        with tool_errors():
+            check_bounds(limit=limit)
+        return await call(mcp_tools.orphans, index, limit)
+
+    server.add_tool(get_document, description=GET_DOC)
+    server.add_tool(links, description=LINKS_DOC)
+    server.add_tool(backlinks, description=BACKLINKS_DOC)
+    server.add_tool(orphans, description=ORPHANS_DOC)
 
 
 TOKEN_NAME = "mcp-http.token"

@@ -71,12 +71,17 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
     if outcome.listed is not None:
         return {
             "query": None,
-            "results": [{"path": f.path, "title": f.title} for f in outcome.listed],
+            "results": [{"path": f.path, "id": f.id, "title": f.title} for f in outcome.listed],
             "total": outcome.total,
         }
     if outcome.files is not None:
         files = [
-            {"path": hit.path, "score": round(hit.score, 4), "confidence": hit.confidence}
+            {
+                "path": hit.path,
+                "id": hit.id,
+                "score": round(hit.score, 4),
+                "confidence": hit.confidence,
+            }
             for hit in outcome.files
         ]
         return {"query": query, "files": files}
@@ -99,6 +104,7 @@ def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) ->
     needs (metadata, title, cluster_id, excerpt_lines): the names are the CLI's."""
     out: dict[str, Any] = {
         "path": hit.path,
+        "id": hit.id,
         "heading_path": hit.heading_path or [hit.heading],
         "start_line": hit.start_line,
         "end_line": hit.end_line,
@@ -335,6 +341,65 @@ def clusters(index: Index, cluster_id: int | None = None, limit: int = 100) -> d
     return data
 
 
+# -- documents and links --------------------------------------------------------------------
+
+
+def documents(
+    index: Index,
+    targets: list[str],
+    start_line: int | None = None,
+    end_line: int | None = None,
+    max_tokens: int | None = None,
+    offset: int = 0,
+    content_only: bool = False,
+) -> dict[str, Any]:
+    """`mdvdb get --json`, compact: one document, or {"documents": [...]} when the targets
+    name several (a glob, several paths)."""
+    ranged = start_line is not None or end_line is not None or offset > 0
+    if ranged and len(targets) > 1:
+        raise ToolProblem("start_line, end_line and offset read one document: give one")
+    with index.pinned():
+        if ranged:
+            docs = [index.get_document(targets[0], start_line, end_line, max_tokens, offset)]
+        else:
+            docs = index.get_documents(targets, max_tokens)
+    shown = [_document(doc, content_only) for doc in docs]
+    return shown[0] if len(targets) == 1 and len(shown) == 1 else {"documents": shown}
+
+
+def _document(doc, content_only: bool) -> dict[str, Any]:
+    data: dict[str, Any] = {"path": doc.path, "id": doc.id}
+    if not content_only:
+        data["title"] = doc.title
+        data["metadata"] = doc.metadata
+        data["sections"] = [  # `mdvdb get --json`'s, less each one's own heading
+            {"heading_path": s.heading_path, "start_line": s.start_line, "end_line": s.end_line}
+            for s in doc.sections
+        ]
+    data["content"] = doc.content
+    data["start_line"], data["end_line"] = doc.start_line, doc.end_line
+    data["total_lines"] = doc.total_lines
+    if doc.next_offset is not None:
+        data["next_offset"] = doc.next_offset
+    return data
+
+
+def links(index: Index, path: str, direction: str) -> dict[str, Any]:
+    """`mdvdb links --json` (direction "links") or `mdvdb backlinks --json` ("backlinks"),
+    each link without its empty fields."""
+    with index.pinned():
+        target = index.path_of(path)
+        found = index.links(target) if direction == "links" else index.backlinks(target)
+        data = [{k: v for k, v in link.to_json().items() if v not in ("", None)} for link in found]
+        return {"path": target, "id": index.id_of(target), direction: data}
+
+
+def orphans(index: Index, limit: int = 100) -> dict[str, Any]:
+    """`mdvdb orphans --json`, at most `limit` paths (`total` counts them all)."""
+    found = index.orphans()
+    return {"orphans": found[:limit], "total": len(found)}
+
+
 # -- status and ingest ----------------------------------------------------------------------
 
 
@@ -350,9 +415,12 @@ def status(config: Config, index: Index) -> dict[str, Any]:
     for name in ("stale_files", "new_files"):
         data[name] = data[name][:PATHS_SHOWN]
     data["errors"] = data["errors"][:PROBLEMS_SHOWN]
+    if data["broken_links"] is not None:
+        data["broken_links"] = data["broken_links"][:PROBLEMS_SHOWN]
     keep = ("exists", "fresh", "root", "files", "chunks", "provider", "model", "last_update")
     more = ("provider_mismatch", "stale_files", "stale_total", "new_files", "new_total")
-    return {k: data[k] for k in (*keep, *more, "errors", "errors_total")}
+    links = ("broken_links", "broken_links_total")
+    return {k: data[k] for k in (*keep, *more, "errors", "errors_total", *links)}
 
 
 def ingest(config: Config) -> dict[str, Any]:

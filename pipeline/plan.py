@@ -49,6 +49,8 @@ class Plan:
     file_source: np.ndarray
     chunk_source: np.ndarray
     damaged: tuple[str, ...]  # the previous index, when it failed its checks
+    # The links of `files`, unresolved (`pipeline.pack.links.raw_links`); None: not planned.
+    links: pa.Table | None = None
 
     @property
     def reused_files(self) -> int:

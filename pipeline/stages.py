@@ -194,9 +194,11 @@ class Packed:
 
 
 def chunk_key(config: Config) -> str:
+    """The chunk cache's key: the chunking and the link extraction its records hold."""
     from pipeline.chunking import chunking_key
+    from pipeline.links import LINKS_VERSION
 
-    return chunking_key(config.chunk_max_tokens, config.chunk_overlap_tokens)
+    return f"{chunking_key(config.chunk_max_tokens, config.chunk_overlap_tokens)}:{LINKS_VERSION}"
 
 
 def build_settings(config: Config) -> str:
@@ -750,6 +752,7 @@ def _drop_unparsed(
 def chunk(config: Config, manifest: Manifest, state: State, progress: Progress = _quiet) -> Chunked:
     """One chunk per heading section, windows for oversized ones."""
     from pipeline.chunking import chunk_document
+    from pipeline.links import extract_links
     from pipeline.parse import ParsedDoc
 
     key = chunk_key(config)
@@ -777,6 +780,7 @@ def chunk(config: Config, manifest: Manifest, state: State, progress: Progress =
                 "metadata": doc.metadata,
                 "error": doc.error,
                 "chunks": [c.to_json() for c in chunks],
+                "links": extract_links(doc),
             }
             out.append((sha, record))
         state.put_chunks(key, out)

@@ -1048,6 +1048,9 @@ class Published:
                 "sha256",
             )
         }
+        from pipeline.links import links_by_file
+
+        links = links_by_file(self._index().tables.get("links"), file_rows.tolist())
         out: dict[str, dict[str, Any]] = {}
         at = 0
         for i, sha in enumerate(rows):
@@ -1072,5 +1075,6 @@ class Published:
                 "metadata": json.loads(metas[i] or "{}"),
                 "error": errors[i],
                 "chunks": chunks,
+                "links": links[i],
             }
         return out

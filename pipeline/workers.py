@@ -159,6 +159,7 @@ def prepare_batch(
     could not be read), for a worker that does not see the folder (pipeline/ray_executor.py)."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
     from pipeline.cluster.topics import label_text, label_words
+    from pipeline.links import extract_links
     from pipeline.pack.lexical import chunk_fields, chunk_keys, store_of
     from pipeline.parse import parse_document
 
@@ -194,6 +195,7 @@ def prepare_batch(
             "metadata": doc.metadata,
             "error": doc.error,
             "chunks": [c.to_json() for c in chunks],
+            "links": extract_links(doc),
         }
         out.records.append((sha, json.dumps(record)))
         out.chunks += len(chunks)

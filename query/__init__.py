@@ -21,6 +21,7 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs mdvd
 
 # public name -> (module, name in that module)
 _PUBLIC = {
+    "AmbiguousName": ("query.documents", "AmbiguousName"),
     "COLOR_CHOICES": ("query.grep.format", "COLOR_CHOICES"),
     "ClusterList": ("query.clusters", "ClusterList"),
     "Document": ("query.results", "Document"),
@@ -34,6 +35,7 @@ _PUBLIC = {
     "HumanWriter": ("query.grep.format", "HumanWriter"),
     "Index": ("query.index", "Index"),
     "JsonWriter": ("query.grep.format", "JsonWriter"),
+    "Link": ("query.results", "Link"),
     "MODES": ("query.search_options", "MODES"),
     "Match": ("query.grep.ripgrep", "Match"),
     "OPTIONS": ("query.search_options", "OPTIONS"),
@@ -69,6 +71,7 @@ _PUBLIC = {
 }
 
 __all__ = [
+    "AmbiguousName",
     "COLOR_CHOICES",
     "ClusterList",
     "Document",
@@ -82,6 +85,7 @@ __all__ = [
     "HumanWriter",
     "Index",
     "JsonWriter",
+    "Link",
     "MODES",
     "Match",
     "OPTIONS",
@@ -120,6 +124,7 @@ if TYPE_CHECKING:
     from query.clusters import ClusterList, list_clusters
     from query.clusters import members as cluster_members
     from query.clusters import write_map as write_cluster_map
+    from query.documents import AmbiguousName
     from query.filters import FilterError
     from query.grep.format import COLOR_CHOICES, HumanWriter, JsonWriter, use_color
     from query.grep.format import snippet as grep_snippet
@@ -133,7 +138,7 @@ if TYPE_CHECKING:
     from query.rank.collapse import other_files
     from query.rank.search import query_vector
     from query.request import RequestError, SearchOutcome, SearchRequest, run_request
-    from query.results import Document, SearchResponse, SearchResult, Status
+    from query.results import Document, Link, SearchResponse, SearchResult, Status
     from query.schema import Schema, load_schema, overlay_is_stale, value_counts
     from query.search_options import MODES, OPTIONS
     from query.snapshot import QueryError

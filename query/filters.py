@@ -284,9 +284,10 @@ class FileMatch:
     title: str
     file_id: int
     metadata: dict[str, Any]
+    id: str = ""  # the document id (kernel/doc_ids.py)
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "title": self.title, "metadata": self.metadata}
+        return {"path": self.path, "title": self.title, "metadata": self.metadata, "id": self.id}
 
 
 def matching_files(
@@ -301,9 +302,18 @@ def matching_files(
     ids = np.arange(files.num_rows) if mask is None else np.flatnonzero(mask)
     total = int(ids.shape[0])
     chosen = ids if limit is None else ids[:limit]
+    from kernel import doc_ids, index_format
+
     rows = files.select(["path", "title", "frontmatter"]).take(chosen).to_pylist()
+    long_ids = snap.meta.get(index_format.DOC_IDS_META_KEY)
     return [
-        FileMatch(r["path"], r["title"], int(i), json.loads(r["frontmatter"] or "{}"))
+        FileMatch(
+            r["path"],
+            r["title"],
+            int(i),
+            json.loads(r["frontmatter"] or "{}"),
+            doc_ids.id_of(r["path"], long_ids),
+        )
         for r, i in zip(rows, chosen, strict=True)
     ], total
 

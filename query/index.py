@@ -28,6 +28,7 @@ from query.snapshot import QueryError, Reader, Snapshot, provider_mismatch
 if TYPE_CHECKING:
     from query.clusters import ClusterList
     from query.grep.ripgrep import Match
+    from query.links import Link
     from query.schema import Schema
 
 __all__ = ["Index", "QueryError", "Snapshot", "open_index"]
@@ -76,8 +77,9 @@ if TYPE_CHECKING:
 
 
 class Index(Reader):
-    """A project's index, opened read-only: search, get_document, status, schema, clusters,
-    grep and their `a...` forms. Cheap to create; maps the file on first use."""
+    """A project's index, opened read-only: search, get_document(s), links, backlinks,
+    orphans, status, schema, clusters, grep and their `a...` forms. Cheap to create; maps
+    the file on first use."""
 
     # -- queries --------------------------------------------------------------------------
     if TYPE_CHECKING:
@@ -171,16 +173,112 @@ class Index(Reader):
                 raise grepping.GrepError(grepping.rg_complaint(said, pattern, regex, literal))
         return matches
 
-    def get_document(self, path: str) -> Document:
+    def get_document(
+        self,
+        path: str,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        max_tokens: int | None = None,
+        offset: int = 0,
+    ) -> Document:
+        """One indexed document (`mdvdb get --json`): `path` is a path, `PATH:START-END`,
+        `PATH:START+COUNT`, a document id or a unique note name (`query.documents`).
+        `start_line`/`end_line` (1-based) keep those lines; `max_tokens` (about four
+        characters each) cuts the content at a line's end, from character `offset` of the
+        kept lines: the Document's `next_offset` says where the next page starts."""
         with self.pinned():
-            return self._get_document(path)
+            wanted = self._wanted(path)
+            if len(wanted) != 1:
+                raise QueryError(
+                    f"{path}: names {len(wanted)} files; give one (get_documents reads several)"
+                )
+            one = wanted[0]
+            first = start_line if start_line is not None else one.start_line
+            last = end_line if end_line is not None else one.end_line
+            return self._get_document(one.path, first, last, max_tokens, offset)
 
-    def _get_document(self, path: str) -> Document:
-        rel = self._relative(path)
+    def get_documents(
+        self, targets: Sequence[str], max_tokens: int | None = None
+    ) -> list[Document]:
+        """Every document the targets name (paths, ranges, ids, globs, note names; each file
+        once, in the order named), each cut to `max_tokens` as `get_document` does."""
+        with self.pinned():
+            seen: dict[tuple, None] = {}
+            for target in targets:
+                for one in self._wanted(target):
+                    seen.setdefault((one.path, one.start_line, one.end_line))
+            return [self._get_document(*key, max_tokens, 0) for key in seen]
+
+    def _wanted(self, target: str) -> list[Any]:
+        from query.documents import targets
+
+        snap = self.snapshot
+        known = set(snap.paths)
+        try:
+            rel = self._relative(target)
+        except QueryError as outside:  # unless it is an id, a name or a glob: refused
+            try:
+                return targets(snap, target, known)
+            except QueryError:
+                raise outside from None
+        return targets(snap, rel if rel in known else target, known)
+
+    def links(self, path: str) -> list[Link]:
+        """The links `path` (a path, id or unique note name) holds, in line order, each with
+        the indexed file it resolves to (`mdvdb links --json`)."""
+        from query import links as graph
+
+        with self.pinned() as snap:
+            file_id = self.path_id(self._one(path))
+            return graph.links(snap, file_id)
+
+    def backlinks(self, path: str) -> list[Link]:
+        """The links of other indexed files that resolve to `path` (`mdvdb backlinks`)."""
+        from query import links as graph
+
+        with self.pinned() as snap:
+            return graph.backlinks(snap, self._one(path))
+
+    def orphans(self) -> list[str]:
+        """The indexed files with no link to or from another indexed file (`mdvdb orphans`)."""
+        from query import links as graph
+
+        with self.pinned() as snap:
+            return graph.orphans(snap)
+
+    def path_of(self, target: str) -> str:
+        """The one indexed path a target names (a path, an id, a unique note name)."""
+        with self.pinned():
+            return self._one(target)
+
+    def id_of(self, path: str) -> str:
+        """The document id of an indexed path (kernel/doc_ids.py)."""
+        from kernel import doc_ids
+
+        with self.pinned() as snap:
+            return doc_ids.id_of(path, snap.meta.get(index_format.DOC_IDS_META_KEY))
+
+    def _one(self, target: str) -> str:
+        wanted = self._wanted(target)
+        if len(wanted) != 1:
+            raise QueryError(f"{target}: names {len(wanted)} files; give one")
+        return wanted[0].path
+
+    def _get_document(
+        self,
+        rel: str,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        max_tokens: int | None = None,
+        offset: int = 0,
+    ) -> Document:
+        from kernel import doc_ids
+        from query.documents import page
+
         snap = self.snapshot
         file_id = self.path_id(rel)
         if file_id is None:
-            raise QueryError(f"{path}: not in the index")
+            raise QueryError(f"{rel}: not in the index")
         files = snap.table("files")
         row = {name: files.column(name)[file_id].as_py() for name in files.column_names}
         chunks = snap.table("chunks")
@@ -198,15 +296,22 @@ class Index(Reader):
             content = _read_note(self.config, rel)
         except OSError:  # gone, or no longer the regular file inside the root it was
             content = "\n\n".join(chunks.column("text")[int(i)].as_py() for i in ids)
+        shown = page(content, start_line, end_line, max_tokens, offset)
         return Document(
             path=rel,
             title=row["title"],
             sha256=row["sha256"],
             metadata=json.loads(row["frontmatter"] or "{}"),
-            content=content,
+            content=shown.content,
             sections=sections,
             parse_error=row["parse_error"],
             cluster_id=row["cluster_id"],
+            id=doc_ids.id_of(rel, snap.meta.get(index_format.DOC_IDS_META_KEY)),
+            start_line=shown.start_line,
+            end_line=shown.end_line,
+            total_lines=shown.total_lines,
+            offset=shown.offset,
+            next_offset=shown.next_offset,
         )
 
     def status(self, check_files: bool = True) -> Status:
@@ -233,6 +338,9 @@ class Index(Reader):
         status.format_version = meta.get("format_version")
         status.errors, status.errors_left_out = self._problems(meta)
         status.provider_mismatch = provider_mismatch(meta, self.config)
+        from query.links import broken_links
+
+        status.broken_links = broken_links(snap)
         if check_files:
             status.stale_files = self._stale_files()
         return status
@@ -278,6 +386,10 @@ class Index(Reader):
     aclusters = async_twin(clusters)
     agrep = async_twin(grep)
     aget_document = async_twin(get_document)
+    aget_documents = async_twin(get_documents)
+    alinks = async_twin(links)
+    abacklinks = async_twin(backlinks)
+    aorphans = async_twin(orphans)
     astatus = async_twin(status)
 
     def _relative(self, path: str) -> str:

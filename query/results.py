@@ -21,6 +21,7 @@ class SearchResult:
     title: str = ""
     # The estimated chance that this result is relevant (query.rank.confidence).
     confidence: float | None = None
+    id: str = ""  # the document id of `path` (kernel/doc_ids.py)
     # Row numbers in the snapshot that answered (for the library's own lookups); they
     # shift when another file is added or deleted, so `to_json` leaves them out.
     chunk_id: int = -1
@@ -108,9 +109,44 @@ class Document:
     sections: list[Section]
     parse_error: str | None = None
     cluster_id: int = -1
+    id: str = ""  # the document id (kernel/doc_ids.py)
+    # The lines `content` holds (1-based, in the file) and the file's line count; with
+    # paging, where the next page starts (`offset` of the asked lines; None: nothing left).
+    start_line: int = 1
+    end_line: int = 0
+    total_lines: int = 0
+    offset: int = 0
+    next_offset: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link as written in `source` at `line`, and the indexed file it names."""
+
+    source: str
+    line: int
+    kind: str  # wikilink, embed, markdown, image
+    target: str  # as written ('' for a link inside the same note)
+    anchor: str  # the heading or block after `#`, '' if none
+    label: str  # the visible text, '' if none
+    resolved: str | None  # the indexed path it names; None when it names none
+    broken: bool  # names a note that is not in the index
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def written(self) -> str:
+        """The link as its syntax shows it: `[[target#anchor|label]]`, `![[...]]`,
+        `[label](target#anchor)`."""
+        where = self.target + (f"#{self.anchor}" if self.anchor else "")
+        if self.kind in ("wikilink", "embed"):
+            label = f"|{self.label}" if self.label else ""
+            return ("!" if self.kind == "embed" else "") + f"[[{where}{label}]]"
+        return ("!" if self.kind == "image" else "") + f"[{self.label}]({where})"
 
 
 @dataclass
@@ -143,6 +179,9 @@ class Status:
     # record of them left out (it keeps 1000 beside the parse errors of the files table).
     errors: list[Problem] = field(default_factory=list)
     errors_left_out: int = 0
+    # Links that name a note no indexed file is, by file and line (`query.links`); None
+    # when the index keeps no resolved link graph (a sharded one).
+    broken_links: list[Link] | None = None
 
     @property
     def fresh(self) -> bool:
@@ -159,4 +198,5 @@ class Status:
         data["stale_total"] = len(self.stale_files)
         data["new_total"] = len(self.new_files)
         data["errors_total"] = len(self.errors) + data.pop("errors_left_out")
+        data["broken_links_total"] = None if self.broken_links is None else len(self.broken_links)
         return data

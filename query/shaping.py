@@ -17,10 +17,16 @@ CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text and BPE tokenize
 class FileHit:
     path: str
     score: float
+    id: str = ""  # the document id (kernel/doc_ids.py)
     confidence: float | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "score": self.score, "confidence": self.confidence}
+        return {
+            "path": self.path,
+            "score": self.score,
+            "id": self.id,
+            "confidence": self.confidence,
+        }
 
 
 def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileHit]:
@@ -28,7 +34,7 @@ def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileH
     seen: dict[str, FileHit] = {}
     for hit in results:
         if hit.path not in seen:
-            seen[hit.path] = FileHit(hit.path, hit.score, hit.confidence)
+            seen[hit.path] = FileHit(hit.path, hit.score, hit.id, hit.confidence)
     files = list(seen.values())
     return files if limit is None else files[:limit]
 

@@ -37,6 +37,7 @@ VALUED = {
     "--color",
     "--per-file-limit",
     "--idle-timeout",
+    "--offset",
 }
 
 
@@ -101,6 +102,9 @@ def cli_shape(args: tuple[str, ...]) -> str | None:
     return {
         "search": "search",
         "get": "get",
+        "links": "links",
+        "backlinks": "backlinks",
+        "orphans": "orphans",
         "clusters": "clusters",
         "grep": "grep_line",
         "ingest": "ingest",

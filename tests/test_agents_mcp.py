@@ -57,7 +57,18 @@ tags: [python]
 Workers take jobs from a queue in the database and retry failed ones with backoff.
 """
 
-TOOLS = {"search", "grep", "get_document", "schema", "clusters", "status", "ingest"}
+TOOLS = {
+    "search",
+    "grep",
+    "get_document",
+    "links",
+    "backlinks",
+    "orphans",
+    "schema",
+    "clusters",
+    "status",
+    "ingest",
+}
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +191,7 @@ def test_the_stdio_server_starts_without_typer(answers: dict):
 
 
 @pytest.mark.slow
-def test_lists_the_seven_tools_described_for_a_model(answers: dict):
+def test_lists_the_ten_tools_described_for_a_model(answers: dict):
     tools = answers["tools"]
     assert set(tools) == TOOLS
     search, grep = tools["search"].description, tools["grep"].description
@@ -242,7 +253,7 @@ def test_search_is_compact_and_says_its_tier(answers: dict):
     results = found.structured_content["results"]
     assert not found.is_error and 1 <= len(results) <= 3
     assert results[0]["path"] == "tar.md" and results[0]["heading_path"][0] == "tar"
-    shape = {"path", "heading_path", "start_line", "end_line", "score", "confidence"}
+    shape = {"path", "id", "heading_path", "start_line", "end_line", "score", "confidence"}
     shape |= {"excerpt", "tier"}
     assert set(results[0]) == shape  # the CLI's names, fewer of them
     assert {r["tier"] for r in results} == {"content"}  # no title holds all three words
@@ -251,7 +262,7 @@ def test_search_is_compact_and_says_its_tier(answers: dict):
     assert json.loads(found.content[0].text) == found.structured_content
     files = answers["files"].structured_content["files"]
     assert files[0]["path"] == "tar.md" and len({f["path"] for f in files}) == len(files)
-    assert set(files[0]) == {"path", "score", "confidence"}
+    assert set(files[0]) == {"path", "id", "score", "confidence"}
 
 
 @pytest.mark.parametrize("name", sorted(PARITY))

@@ -80,8 +80,8 @@ def test_the_other_commands_read_their_forms():
     ingest = fields("ingest", ["--root", "r", "-q", "--", "--full"])
     assert ingest["quiet"] is True and ingest["full"] is False and ingest["paths"] == ["--full"]
     assert fields("ingest", ["--executor=ray:auto"])["executor"] == "ray:auto"
-    assert fields("get", ["--", "-a.md"])["path"] == "-a.md"
-    assert fields("get", ["-"])["path"] == "-"
+    assert fields("get", ["--", "-a.md"])["targets"] == ["-a.md"]
+    assert fields("get", ["-"])["targets"] == ["-"]
     assert has(fields("schema", ["category", "--check"]), field="category", check=True)
     assert has(fields("serve", ["--status", "--json"]), show_status=True, as_json=True)
     assert fields("serve", ["--idle-timeout", "0.5"])["idle_timeout"] == 0.5
@@ -105,7 +105,10 @@ def test_the_other_commands_read_their_forms():
         ["status", "--bogus"],
         ["status", "--json=yes"],
         ["get"],
-        ["get", "a.md", "b.md"],
+        ["get", "a.md", "--offset", "-1"],
+        ["links"],
+        ["backlinks", "a.md", "b.md"],
+        ["orphans", "x"],
         ["schema", "a", "b"],
         ["schema", "--check=1"],
         ["clusters", "--plot"],

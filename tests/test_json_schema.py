@@ -73,6 +73,11 @@ def test_every_command_and_form_prints_the_documented_json(notes: Path, tmp_path
         ("search", "tar", "--no-collapse", "--per-file", "0"),
         ("get", "tar.md"),
         ("get", "broken.md"),
+        ("get", "tar.md:1+3", "--max-tokens", "5"),
+        ("get", "*.md", "tar", "--max-tokens", "10"),
+        ("links", "tar.md"),
+        ("backlinks", "tar"),
+        ("orphans",),
         ("status",),
         ("status", "--check"),
         ("status", "--verify"),
@@ -140,6 +145,9 @@ def test_docs_name_every_shape_and_the_schema_is_valid():
     for argv in (
         ("search", "--json"),
         ("get", "x", "--json"),
+        ("links", "x", "--json"),
+        ("backlinks", "x", "--json"),
+        ("orphans", "--json"),
         ("status", "--json"),
         ("status", "--check", "--json"),
         ("status", "--verify", "--json"),
@@ -159,7 +167,8 @@ def cli_shape_name(name: str) -> bool:
     """A top-level output (a command's or a tool's), not a part of one."""
     return bool(
         re.fullmatch(
-            r"(mcp_(search|grep|get_document|schema|clusters|status|ingest))|search|get|"
+            r"(mcp_(search|grep|get_document|links|backlinks|orphans|schema|clusters|status|"
+            r"ingest))|search|get|links|backlinks|orphans|"
             r"status(_check|_verify)?|schema(_field|_check)?|clusters|grep_line|ingest|"
             r"serve_status",
             name,

@@ -24,6 +24,9 @@ COMMANDS = {
     "ingest": "mdvdb.cli.ingest",
     "search": "mdvdb.cli.search",
     "get": "mdvdb.cli.get",
+    "links": "mdvdb.cli.links",
+    "backlinks": "mdvdb.cli.backlinks",
+    "orphans": "mdvdb.cli.orphans",
     "status": "mdvdb.cli.status",
     "serve": "mdvdb.cli.serve",
     "mcp": "mdvdb.cli.mcp",
@@ -37,7 +40,9 @@ LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
 # Short commands that only read: their process needs neither OpenBLAS's thread per core (no
 # product here is big enough to use them) nor the cyclic collector (the imports would pay for
 # dozens of collections that find almost nothing, and the process ends with the command).
-READ_ONLY = frozenset({"search", "get", "status", "schema", "clusters", "grep"})
+READ_ONLY = frozenset(
+    {"search", "get", "links", "backlinks", "orphans", "status", "schema", "clusters", "grep"}
+)
 # A writing command's imports alone would run the collector's young generation ~100 times for
 # a few hundred objects: it starts collecting after this many allocations instead of 700.
 YOUNG_OBJECTS = 20_000

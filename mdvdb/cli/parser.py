@@ -162,6 +162,8 @@ def _place(positionals: list[Option], given: list[str], values: dict[str, Any]) 
     `repeat` positional."""
     for option in positionals:
         if option.spec.repeat:
+            if option.required and not given:
+                raise UsageError(f"missing argument {option.name.upper()}")
             values[option.name], given = list(given), []
         elif given:
             values[option.name] = _converter(option)(given.pop(0))

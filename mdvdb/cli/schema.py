@@ -69,6 +69,8 @@ STALE_OVERLAY = (
 
 
 def _print_schema(merged, files: int) -> None:
+    from kernel.yaml_values import yaml_value
+
     overlay = "none" if merged.overlay_digest is None else ".markdownvdb.schema.yml"
     line(f"{len(merged.fields)} frontmatter fields over {files} files (overlay: {overlay})")
     if merged.overlay_error:
@@ -84,7 +86,7 @@ def _print_schema(merged, files: int) -> None:
         if info.description:
             line(f"{'':{width}}  {info.description}")
         if info.values is not None:
-            shown = ", ".join(f"{v} ({n})" for v, n in info.values)
+            shown = ", ".join(f"{yaml_value(v)} ({n})" for v, n in info.values)
             line(f"{'':{width}}  values: {shown}")
         elif info.distinct:
             line(f"{'':{width}}  {info.distinct} distinct values")
@@ -99,6 +101,7 @@ def _one_field(index, merged, name: str, as_json: bool) -> None:
     if info is None:
         known = ", ".join(merged.field_names()) or "(none)"
         raise CliError(f"unknown field {name!r}; known: {known}", EXIT_USAGE)
+    from kernel.yaml_values import yaml_value
     from query import value_counts
 
     counts = value_counts(index.snapshot, info)
@@ -109,7 +112,7 @@ def _one_field(index, merged, name: str, as_json: bool) -> None:
     if info.description:
         line(info.description)
     for value, n in counts:
-        line(f"  {value}  ({n})")
+        line(f"  {yaml_value(value)}  ({n})")
 
 
 def _check(merged, as_json: bool) -> None:

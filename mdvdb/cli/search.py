@@ -86,7 +86,8 @@ def _print_tiers(response, explain: bool) -> None:
         heading = printable(" > ".join(hit.heading_path), one_line=True)
         path = printable(hit.path, one_line=True)
         sure = "" if hit.confidence is None else f", confidence {hit.confidence:.2f}"
-        echo(f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f}{sure})")
+        line = f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f}{sure})"
+        echo(f"{line}  #{hit.id}")
         if heading:
             echo(f"   {heading}")
         echo(f"   {hit.excerpt}")
@@ -120,7 +121,7 @@ def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> Non
         print_json(data)
         return
     for hit in hits:
-        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
+        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}  #{hit.id}")
 
 
 def _print_files(found, total: int, as_json: bool, no_match=None) -> None:

@@ -112,11 +112,28 @@ def _status(config, as_json: bool, check: bool) -> int:
         if total > PROBLEMS_SHOWN:
             more = total - PROBLEMS_SHOWN
             line(f"  ... and {more} more (`mdvdb status --json` lists them)")
+    _print_broken(st.broken_links)
     if writer is not None:
         line(f"writer:     {_writing(writer)} holds the lock")
     if config.switched_off:
         line("switched off: .mdvdb-off exists here; `mdvdb search` exits 5")
     return EXIT_OK
+
+
+def _print_broken(broken) -> None:
+    """The broken links, one line each (`path:line: [[target]]`); nothing without a graph."""
+    from kernel.terminal import printable
+
+    if broken is None:
+        return
+    if not broken:
+        line("links:      none broken")
+        return
+    line(f"links:      {len(broken)} broken")
+    for link in broken[:PROBLEMS_SHOWN]:
+        line(f"  {printable(f'{link.source}:{link.line}: {link.written}', one_line=True)}")
+    if len(broken) > PROBLEMS_SHOWN:
+        line(f"  ... and {len(broken) - PROBLEMS_SHOWN} more (`mdvdb status --json` lists them)")
 
 
 def _writer(config) -> dict | None:

@@ -25,6 +25,7 @@ from kernel import index_format
 from pipeline.cluster import topics as cluster
 from pipeline.cluster.topics import ClusterAssignment
 from pipeline.pack import duplicates, ivf, lexical
+from pipeline.pack import links as link_pack
 from pipeline.pack import schema as schema_pack
 from pipeline.pack.lexical import LexicalTables
 from pipeline.pack.splice import splice
@@ -284,7 +285,10 @@ def plan(index_path: Path, sources: PackSources) -> Plan:
     files = files.set_column(0, "file_id", pa.array(np.arange(files.num_rows, dtype=np.int32)))
     chunks = chunks.set_column(0, "chunk_id", pa.array(np.arange(chunks.num_rows, dtype=np.int32)))
     chunks = chunks.set_column(1, "file_id", pa.array(file_of, pa.int32()))
-    return Plan(previous, files, chunks, file_source, chunk_source, tuple(damaged))
+    links = link_pack.raw_links(
+        previous, file_source, [docs[e.sha256].get("links", ()) for e in fresh]
+    )
+    return Plan(previous, files, chunks, file_source, chunk_source, tuple(damaged), links)
 
 
 def _as(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -299,8 +303,11 @@ def assemble(
     near_duplicates: pa.Table,
     meta: Mapping[str, Any],
     lists: ivf.IvfPart | None = None,
+    resolve_links: bool = True,
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    """Every table of the new index and its meta, from the plan and the steps' outputs."""
+    """Every table of the new index and its meta, from the plan and the steps' outputs.
+    `resolve_links`: the links are resolved over this file's paths and the colliding
+    document ids listed (False for a shard: it holds only some of the paths)."""
     files = plan.files.set_column(
         plan.files.schema.get_field_index("cluster_id"), "cluster_id", clusters.cluster_ids
     )
@@ -325,7 +332,32 @@ def assemble(
     }
     if lists is not None and lists.meta is not None:
         meta[ivf.ivf_format.META_KEY] = lists.meta
+    _add_links(plan, tables, meta, resolve_links)
     return tables, meta
+
+
+def _add_links(
+    plan: Plan, tables: dict[str, pa.Table], meta: dict[str, Any], resolve: bool
+) -> None:
+    """The link graph and the document ids' collisions (`kernel.doc_ids`)."""
+    from kernel import doc_ids
+
+    raw = plan.links if plan.links is not None else link_pack.raw_links(None, np.zeros(0), [])
+    if not resolve:
+        tables[index_format.LINKS_TABLE] = link_pack.unresolved(raw)
+        return
+    same = link_pack.same_paths(plan.previous, plan.files)
+    fresh = index_format.column_array(raw, "fresh").to_numpy(zero_copy_only=False).any()
+    # An edit that adds or removes no file resolves only its own links, and keeps the ids.
+    paths = [] if same and not fresh else index_format.column_array(plan.files, "path").to_pylist()
+    links = tables[index_format.LINKS_TABLE] = link_pack.resolved(raw, paths, only_fresh=same)
+    broken = int(np.count_nonzero(index_format.column_array(links, "broken").to_numpy(False)))
+    meta[index_format.LINKS_META_KEY] = {
+        "resolution": link_pack.RESOLUTION_VERSION,
+        "broken": broken,
+    }
+    kept = plan.previous.meta.get(index_format.DOC_IDS_META_KEY) if same else None
+    meta[index_format.DOC_IDS_META_KEY] = kept if kept is not None else doc_ids.lengthened(paths)
 
 
 def publish(
@@ -396,6 +428,7 @@ def build_tables(
     analysed: lexical.Store | None = None,
     ivf_reuse: bool = True,
     early: Callable[[str, pa.Table], None] | None = None,
+    resolve_links: bool = True,
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """The steps after `plan`, `schema_pack.update` and `cluster.assign`, for one index
     file (the one-file index, or a shard of a sharded one: pipeline/pack/sharded.py):
@@ -404,9 +437,9 @@ def build_tables(
     when the previous index has lists (a shard split from a one-file index,
     `pipeline.pack.split`: the whole index's centroids are not the shard's). `early`:
     given each table as soon as it is final (`IndexWriter.put`), so that it is written
-    while the next steps run. `clusters` as a function is called after the other steps: a
-    first build's clustering fit may still be running in its helper process
-    (`pipeline.cluster_helper`)."""
+    while the next steps run. `resolve_links`: see `assemble`. `clusters` as a function is
+    called after the other steps: a first build's clustering fit may still be running in
+    its helper process (`pipeline.cluster_helper`)."""
     postings = lexical.update(rows, analysed)
     if early is not None:
         for name, table in postings.tables.items():
@@ -419,4 +452,4 @@ def build_tables(
         )
     if callable(clusters):
         clusters = clusters()
-    return assemble(rows, schema, postings, clusters, near, meta, lists)
+    return assemble(rows, schema, postings, clusters, near, meta, lists, resolve_links)

@@ -185,6 +185,7 @@ def _write_shard(config, own: PackSources, meta, at: tuple[int, int], rows, sche
         own.dimensions,
         config.ivf_min_chunks,
         ivf_reuse=source is None,
+        resolve_links=False,
     )
     name = shards.shard_name(shard, generation)
     size = index_format.write_index(folder / name, tables, full_meta, source=rows.previous)
@@ -197,6 +198,8 @@ def _write_shard(config, own: PackSources, meta, at: tuple[int, int], rows, sche
 def _publish(folder, old, generation: int, fields, tally: _Tally, sources, meta):
     """Write the global file (the whole index's schema, near-duplicate groups, clusters)
     and publish the manifest naming it and the shards; the manifest."""
+    from kernel import doc_ids
+
     global_name = shards.global_name(generation)
     result = schema_pack.SchemaResult(
         fields=fields,
@@ -227,6 +230,7 @@ def _publish(folder, old, generation: int, fields, tally: _Tally, sources, meta)
             "chunks": tally.chunks,
             "shards": count,
             "generation": generation,
+            index_format.DOC_IDS_META_KEY: doc_ids.lengthened(e.path for e in sources.entries),
             "written_at": time.time(),
         },
     )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kernel import doc_ids, index_format
 from query.filters import Filter, candidate_mask, count_matches
 from query.rank import govern as governing
 from query.rank.collapse import Diversity
@@ -474,6 +475,7 @@ def build_results(
     sections = [(chunk["text"], chunk["start_line"]) for chunk in cdata]
     shown = _excerpts(index, sections, query, mode, order)
     meta: dict[int, dict[str, Any]] = {}
+    long_ids = snap.meta.get(index_format.DOC_IDS_META_KEY)
     results = []
     for chunk_id, chunk, excerpt in zip(order, cdata, shown, strict=True):
         file_id = chunk["file_id"]
@@ -491,6 +493,7 @@ def build_results(
                 excerpt=excerpt.text,
                 metadata=dict(meta[file_id]),
                 title=info["title"],
+                id=doc_ids.id_of(info["path"], long_ids),
                 chunk_id=chunk_id,
                 file_id=file_id,
                 cluster_id=info["cluster_id"],
