@@ -121,7 +121,7 @@ def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> Non
         print_json(data)
         return
     for hit in hits:
-        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}  #{hit.id}")
+        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
 
 
 def _print_files(found, total: int, as_json: bool, no_match=None) -> None:
