@@ -98,6 +98,8 @@ def cli_shape(args: tuple[str, ...]) -> str | None:
         return "schema_check" if "--check" in rest else "schema_field" if positional else "schema"
     if command == "serve":
         return "serve_status" if "--status" in rest else None
+    if command == "ingest" and "--dry-run" in rest:
+        return "ingest_dry_run"
     return {
         "search": "search",
         "get": "get",
