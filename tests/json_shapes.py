@@ -106,6 +106,7 @@ def cli_shape(args: tuple[str, ...]) -> str | None:
         "clusters": "clusters",
         "grep": "grep_line",
         "ingest": "ingest",
+        "doctor": "doctor",
     }.get(command)
 
 
