@@ -161,7 +161,7 @@ def _model(config, checkup: Checkup) -> None:
 
 
 def _ripgrep(config, checkup: Checkup) -> None:
-    from query.grep.ripgrep import find_rg
+    from query import find_rg
 
     try:
         checkup.add("rg", OK, find_rg())
