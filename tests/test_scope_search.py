@@ -177,3 +177,20 @@ def test_the_mcp_search_tool_takes_scope_dates_and_decay(project: Path, tmp_path
     assert scoped["results"][0]["source"] == "notes"
     assert scoped["sources"] == {"notes": {"path": "notes", "description": "My own notes"}}
     assert [h["path"] for h in decayed["results"]][-1] == "notes/old.md"
+
+
+def test_the_library_takes_the_same_request(project: Path):
+    import mdvdb
+    from query import SearchRequest, run_request
+
+    index = mdvdb.open_index(project)
+    request = SearchRequest(QUERY, paths=["notes/"], since="1y", decay="30d")
+    with index.pinned():
+        outcome = run_request(index, request)
+    hits = [hit for _, hit in outcome.tiers.results]
+    cli = search(project, QUERY, "--path", "notes/", "--since", "1y", "--decay", "30d")
+    assert [hit.path for hit in hits] == paths(cli) == ["notes/fresh.md"]
+    assert hits[0].source == "notes" and outcome.sources_json() == cli["sources"]
+    # the ranking function itself takes the decay too (`Index.search`)
+    decayed = index.search(QUERY, decay=30 * DAY).results
+    assert decayed[-1].path == "notes/old.md"
