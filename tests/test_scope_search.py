@@ -194,3 +194,22 @@ def test_the_library_takes_the_same_request(project: Path):
     # the ranking function itself takes the decay too (`Index.search`)
     decayed = index.search(QUERY, decay=30 * DAY).results
     assert decayed[-1].path == "notes/old.md"
+
+
+def test_sources_settings_that_cannot_be_used_are_one_line(tmp_path: Path):
+    (tmp_path / "docs").mkdir()
+    cases = {
+        "MDVDB_SOURCES=docs\n": "MDVDB_SOURCES (from ",
+        "MDVDB_SOURCES=docs:docs,Docs:docs\n": "the source name 'Docs' is given twice",
+        "MDVDB_SOURCES=docs:docs\nMDVDB_SOURCE_DIRS=docs\n": "are both set",
+    }
+    for text, said in cases.items():
+        (tmp_path / ".markdownvdb").write_text(text)
+        done = run_cli("search", "x", "--root", str(tmp_path))
+        assert done.returncode == 2, text
+        assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    # the environment's MDVDB_SOURCE_DIRS wins over the file's MDVDB_SOURCES (closer to you)
+    (tmp_path / ".markdownvdb").write_text("MDVDB_SOURCES=docs:docs:Docs\n")
+    done = run_cli("doctor", "--root", str(tmp_path), env={"MDVDB_SOURCE_DIRS": "."})
+    assert "note     config: MDVDB_SOURCES (from " in done.stdout
+    assert "is not used: MDVDB_SOURCE_DIRS from the environment wins" in done.stdout

@@ -108,8 +108,17 @@ def _config(root: str | None, checkup: Checkup):
     for key, suggestion in unknown_keys(config):
         hint = f"did you mean {suggestion}?" if suggestion else "remove it"
         checkup.add("config", PROBLEM, f"{path}: unknown key {key}", hint)
+    if "MDVDB_SOURCES" in config.origins and not config.sources:
+        checkup.add(
+            "config",
+            NOTE,
+            f"MDVDB_SOURCES (from {config.origin('MDVDB_SOURCES')}) is not used: "
+            f"MDVDB_SOURCE_DIRS from {config.origin('MDVDB_SOURCE_DIRS')} wins",
+        )
     for setting in SETTINGS:
         origin = config.origin(setting.env)
+        if setting.env == "MDVDB_SOURCE_DIRS" and config.sources:
+            continue  # MDVDB_SOURCES' folders, listed under that name
         if origin != "the default" and setting.env not in SECRETS:
             raw = os.environ.get(setting.env) if origin == "the environment" else None
             value = raw if raw is not None else _shown(getattr(config, setting.attr))
