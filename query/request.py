@@ -150,15 +150,15 @@ def _name_sources(index: Reader, outcome: SearchOutcome, hits) -> None:
     """Each hit's source name, and the sources shown, when the project names its sources."""
     if not index.config.sources or not hits:
         return
-    from query.scope import file_sources
+    from query.scope import source_of, source_table
 
-    table, owners = file_sources(index)
+    table = source_table(index)
     shown: dict[str, SourceInfo] = {}
-    for hit in hits:
-        owner = int(owners[hit.file_id])
-        if owner >= 0:
-            hit.source = table[owner].name
-            shown.setdefault(hit.source, table[owner])
+    for hit in hits:  # a path's source: no pass over every file for ten results
+        source = source_of(table, hit.path)
+        if source is not None:
+            hit.source = source.name
+            shown.setdefault(source.name, source)
     outcome.sources = shown
 
 

@@ -27,7 +27,15 @@ from query.filters import Filter
 if TYPE_CHECKING:
     from query.snapshot import Reader, Snapshot
 
-__all__ = ["Scope", "ScopeError", "SourceInfo", "file_sources", "scope_of", "source_table"]
+__all__ = [
+    "Scope",
+    "ScopeError",
+    "SourceInfo",
+    "file_sources",
+    "scope_of",
+    "source_of",
+    "source_table",
+]
 
 
 class ScopeError(ValueError):
@@ -139,6 +147,12 @@ def source_table(index: Reader) -> list[SourceInfo]:
     return out
 
 
+def source_of(table: Sequence[SourceInfo], path: str) -> SourceInfo | None:
+    """The most specific source of `table` holding the root-relative `path`."""
+    inside = [s for s in table if not s.folder or path.startswith(s.folder + "/")]
+    return max(inside, key=lambda s: len(s.folder), default=None)  # first of equals
+
+
 def file_sources(index: Reader) -> tuple[list[SourceInfo], np.ndarray]:
     """The sources, and one number per file: the most specific source holding it (-1: none)."""
     table = source_table(index)
@@ -146,17 +160,9 @@ def file_sources(index: Reader) -> tuple[list[SourceInfo], np.ndarray]:
     key = ("file_sources", tuple(table))
     found = snap.cache.get(key)
     if found is None:
-        owners = np.full(len(snap.paths), -1, dtype=np.int32)
-        depth = np.full(len(snap.paths), -1, dtype=np.int32)
-        for number, source in enumerate(table):
-            prefix = source.folder + "/" if source.folder else ""
-            level = len(source.folder) if source.folder else 0
-            inside = np.fromiter(
-                (p.startswith(prefix) for p in snap.paths), dtype=bool, count=len(snap.paths)
-            )
-            better = inside & (depth < level)
-            owners[better], depth[better] = number, level
-        found = snap.cache[key] = owners
+        number = {source: i for i, source in enumerate(table)}
+        owners = (number.get(source_of(table, p), -1) for p in snap.paths)
+        found = snap.cache[key] = np.fromiter(owners, dtype=np.int32, count=len(snap.paths))
     return table, found
 
 

@@ -26,7 +26,9 @@ MODES = (
 class SearchRequest:
     """One search as `mdvdb search` defines it; every field is an option of every front end."""
 
-    query: str | None = _option(None, Spec(str, "What to look for (optional with --filter/--tag)."))
+    query: str | None = _option(
+        None, Spec(str, "What to look for (optional with a filter, tag, path, source or date).")
+    )
     limit: int | None = _option(
         None,
         Spec(
