@@ -47,7 +47,7 @@ def search(index: Index, request: SearchRequest, full_text: bool = False) -> dic
 
 def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
     data = _search_data(index, outcome, full_text)
-    if outcome.sources is not None and data.get("results"):
+    if outcome.sources is not None and (data.get("results") or data.get("files")):
         data["sources"] = outcome.sources_json()  # each named source's description, once
     if not (data.get("results") or data.get("files")):  # the CLI's suggestions, in one line
         from query import explain_no_match as explain
@@ -77,7 +77,9 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
             "total": outcome.total,
         }
     if outcome.files is not None:
-        files = [{"path": hit.path, "score": round(hit.score, 4)} for hit in outcome.files]
+        files = [
+            _sourced({"path": hit.path, "score": round(hit.score, 4)}, hit) for hit in outcome.files
+        ]
         return {"query": query, "files": files}
     tiers = outcome.tiers
     assert tiers is not None

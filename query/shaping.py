@@ -17,9 +17,13 @@ CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text and BPE tokenize
 class FileHit:
     path: str
     score: float
+    source: str | None = None  # its named source (MDVDB_SOURCES), when the project names them
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "score": self.score}
+        data: dict[str, object] = {"path": self.path, "score": self.score}
+        if self.source is not None:
+            data["source"] = self.source
+        return data
 
 
 def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileHit]:
@@ -27,7 +31,7 @@ def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileH
     seen: dict[str, FileHit] = {}
     for hit in results:
         if hit.path not in seen:
-            seen[hit.path] = FileHit(hit.path, hit.score)
+            seen[hit.path] = FileHit(hit.path, hit.score, hit.source)
     files = list(seen.values())
     return files if limit is None else files[:limit]
 

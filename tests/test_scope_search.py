@@ -85,6 +85,9 @@ def test_each_result_carries_its_source_and_the_answer_describes_it(project: Pat
         "docs": {"path": "docs", "description": "Product documentation, kept by the docs team"},
         "notes": {"path": "notes", "description": "My own notes"},
     }
+    files = search(project, QUERY, "--files")
+    assert {hit["path"]: hit["source"] for hit in files["files"]} == by_path
+    assert files["sources"] == data["sources"]
     only = search(project, QUERY, "--source", "docs")
     assert {hit["source"] for hit in only["results"]} == {"docs"}
     assert set(only["sources"]) == {"docs"}

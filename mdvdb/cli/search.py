@@ -68,7 +68,10 @@ def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
     elif outcome.listed is not None:
         _print_files(outcome, as_json, missed.to_json() if empty else None)
     elif outcome.files is not None:
-        _print_by_file(wanted.query, outcome.files, as_json, missed.to_json() if empty else None)
+        sources = outcome.sources_json()
+        _print_by_file(
+            wanted.query, outcome.files, as_json, missed.to_json() if empty else None, sources
+        )
     elif as_json:
         data = outcome.tiers.to_json(wanted.explain)
         if outcome.sources is not None:
@@ -114,10 +117,12 @@ def also_in_line(hit, shown: int = 3) -> str:
     return f"also in {others} other file{'s' if others != 1 else ''}: {listed}"
 
 
-def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> None:
+def _print_by_file(query: str | None, hits, as_json: bool, no_match=None, sources=None) -> None:
     """`--files`: one line per file in tier order (title documents first)."""
     if as_json:
         data = {"query": query, "files": [h.to_json() for h in hits]}
+        if sources is not None:
+            data["sources"] = sources
         if no_match is not None:
             data["no_match"] = no_match
         print_json(data)
