@@ -31,6 +31,7 @@ def problems(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.startswith("problem ")]
 
 
+@pytest.mark.slow
 def test_a_healthy_folder_exits_0_and_says_where_settings_come_from(indexed_notes: Path):
     (indexed_notes / ".markdownvdb").write_text("MDVDB_SEARCH_PER_FILE=2\n")
     done = doctor(indexed_notes, env={"MDVDB_SEARCH_DEFAULT_LIMIT": "7"})

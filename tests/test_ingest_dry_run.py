@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 
@@ -28,6 +30,7 @@ def edit(root: Path) -> None:
     (root / "git-basics.md").unlink()
 
 
+@pytest.mark.slow
 def test_dry_run_lists_the_changes_and_writes_nothing(indexed_notes: Path):
     root = indexed_notes
     edit(root)

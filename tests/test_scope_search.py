@@ -63,6 +63,7 @@ def paths(data: dict) -> list[str]:
     return [hit["path"] for hit in data["results"]]
 
 
+@pytest.mark.slow
 def test_path_globs_fill_the_top_n_from_the_scope(project: Path):
     assert paths(search(project, QUERY, "-n", "2")) == ["notes/old.md", "notes/fresh.md"]
     scoped = search(project, QUERY, "-n", "2", "--path", "docs/")  # two docs, not none
@@ -77,6 +78,7 @@ def test_path_globs_fill_the_top_n_from_the_scope(project: Path):
     ]
 
 
+@pytest.mark.slow
 def test_each_result_carries_its_source_and_the_answer_describes_it(project: Path):
     data = search(project, QUERY)
     by_path = {hit["path"]: hit["source"] for hit in data["results"]}
@@ -108,6 +110,7 @@ def test_grep_names_the_same_sources(project: Path):
     assert found and all("notes/" in p for p in found)
 
 
+@pytest.mark.slow
 def test_since_and_before_on_the_modified_time(project: Path):
     assert "notes/old.md" in paths(search(project, QUERY))
     for since in ("30d", dt.date.fromtimestamp(NOW - 100 * DAY).isoformat()):
@@ -118,6 +121,7 @@ def test_since_and_before_on_the_modified_time(project: Path):
     assert listed == ["notes/old.md"]
 
 
+@pytest.mark.slow
 def test_since_on_a_frontmatter_date_field(project: Path):
     since = dt.date.fromtimestamp(NOW - 30 * DAY).isoformat()
     assert paths(search(project, QUERY, "--since", since, "--date-field", "updated")) == [
@@ -134,6 +138,7 @@ def test_unreadable_dates_are_usage_errors(project: Path):
         assert value in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_recency_decay_lowers_old_pages(project: Path):
     plain = search(project, QUERY, "--path", "notes/")
     assert paths(plain)[0] == "notes/old.md"
