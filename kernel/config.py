@@ -255,13 +255,11 @@ def _escaped_split(raw: str) -> list[str]:
 
 
 def _half_life(raw: str) -> float:
-    """A recency half-life in seconds (`90d`); `off`, `0` or nothing: no decay."""
-    from kernel.dates import DateError, duration_seconds
+    """A recency half-life in seconds (`90d`); `off`: no decay (kernel.dates)."""
+    from kernel.dates import DateError, half_life
 
-    if raw.strip().lower() in ("", "off", "0", "none"):
-        return 0.0
     try:
-        return duration_seconds(raw)
+        return half_life(raw)
     except DateError as exc:
         raise ValueError(str(exc)) from None
 

@@ -7,7 +7,7 @@ days (`90d`, `12w`). A date without a time is midnight UTC; a datetime without a
 
 from __future__ import annotations
 
-__all__ = ["DateError", "duration_seconds", "moment", "timestamp_of"]
+__all__ = ["DateError", "duration_seconds", "half_life", "moment", "timestamp_of"]
 
 UNITS = {"h": 3600.0, "d": 86_400.0, "w": 7 * 86_400.0, "y": 365 * 86_400.0}
 # A century: a longer duration (or half-life) is a typo, not a wish.
@@ -30,6 +30,13 @@ def duration_seconds(text: str) -> float:
     if seconds <= 0 or seconds > MAX_SECONDS:
         raise DateError(f"{text!r}: a duration must be more than 0 and at most 100y")
     return seconds
+
+
+def half_life(text: str) -> float:
+    """A recency half-life in seconds (`90d`); `off`, `none`, `0` or nothing: 0, no decay."""
+    if text.strip().lower() in ("", "off", "none", "0"):
+        return 0.0
+    return duration_seconds(text)
 
 
 def timestamp_of(text: str) -> float | None:

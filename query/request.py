@@ -98,7 +98,7 @@ def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
             raise RequestError(problem)
     if request.min_score is not None and not math.isfinite(request.min_score):
         raise RequestError(f"min_score must be a finite number, got {request.min_score}")
-    scope = _scope(index, request)
+    scope, decay = _scope(index, request), _half_life(index, request)
     facets = facets_of(index, request.tag, request.category)
     filters = parse_filters(request.filters) + [facet.filter() for facet in facets]
     outcome = SearchOutcome(request, filters + scope.filters)
@@ -113,7 +113,7 @@ def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
         )
         _name_sources(index, outcome, outcome.listed)
         return outcome
-    _search(index, request, outcome, scope)
+    _search(index, request, outcome, scope, decay)
     return outcome
 
 
@@ -136,12 +136,10 @@ def _half_life(index: Reader, request: SearchRequest) -> float:
     """`--decay`'s half-life in seconds (`off`: 0), else MDVDB_SEARCH_DECAY's."""
     if request.decay is None:
         return index.config.search_decay
-    from kernel.dates import DateError, duration_seconds
+    from kernel.dates import DateError, half_life
 
-    if request.decay.strip().lower() in ("off", "0", "none"):
-        return 0.0
     try:
-        return duration_seconds(request.decay)
+        return half_life(request.decay)
     except DateError as exc:
         raise RequestError(f"decay: {exc}") from None
 
@@ -170,7 +168,9 @@ def _no_evidence(index: Reader, request: SearchRequest) -> str | None:
     return no_evidence(index, request.query or "", mode)
 
 
-def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome, scope: Scope) -> None:
+def _search(
+    index: Reader, request: SearchRequest, outcome: SearchOutcome, scope: Scope, decay: float
+) -> None:
     from query.rank.tiers import tiered_search
 
     # With a tag or category, the query's words must be on the page (query.facets).
@@ -184,7 +184,7 @@ def _search(index: Reader, request: SearchRequest, outcome: SearchOutcome, scope
         outcome.filters,
         limit=request.limit,
         mask=mask,
-        decay=_half_life(index, request),
+        decay=decay,
         decay_field=request.date_field,
         **request.search_options(),
     )

@@ -135,7 +135,9 @@ def path_mask(snap: Snapshot, globs: Sequence[str]) -> np.ndarray:
 
 
 def source_table(index: Reader) -> list[SourceInfo]:
-    """The configured sources inside the root, in configuration order."""
+    """The configured sources inside the root, in configuration order: names and folders
+    only (`kernel.project_files.source_folders` also reads the ignore rules, which a search
+    that names its results needs not)."""
     config = index.config
     out = []
     for source, path in zip(config.named_sources(), config.source_paths(), strict=True):
