@@ -156,15 +156,22 @@ def source_of(table: Sequence[SourceInfo], path: str) -> SourceInfo | None:
 
 
 def file_sources(index: Reader) -> tuple[list[SourceInfo], np.ndarray]:
-    """The sources, and one number per file: the most specific source holding it (-1: none)."""
+    """The sources, and one number per file: its source by `source_of`'s rule (-1: none),
+    computed for every file at once (NumPy's prefix test, shortest folder first so that a
+    more specific one overrides; the first configured of equal folders last)."""
     table = source_table(index)
     snap = index.snapshot
     key = ("file_sources", tuple(table))
     found = snap.cache.get(key)
     if found is None:
-        number = {source: i for i, source in enumerate(table)}
-        owners = (number.get(source_of(table, p), -1) for p in snap.paths)
-        found = snap.cache[key] = np.fromiter(owners, dtype=np.int32, count=len(snap.paths))
+        paths = np.array(snap.paths, dtype=str)
+        found = np.full(len(paths), -1, dtype=np.int32)
+        order = sorted(range(len(table)), key=lambda i: (len(table[i].folder), -i))
+        for number in order:
+            folder = table[number].folder
+            inside = np.char.startswith(paths, folder + "/") if folder else True
+            found[inside] = number
+        snap.cache[key] = found
     return table, found
 
 

@@ -221,3 +221,30 @@ def test_sources_settings_that_cannot_be_used_are_one_line(tmp_path: Path):
     done = run_cli("doctor", "--root", str(tmp_path), env={"MDVDB_SOURCE_DIRS": "."})
     assert "note     config: MDVDB_SOURCES (from " in done.stdout
     assert "is not used: MDVDB_SOURCE_DIRS from the environment wins" in done.stdout
+
+
+def test_nested_sources_name_the_most_specific_folder(tmp_path: Path):
+    """The rule for every file at once (the --source mask) and for one path (a result's
+    name) agree: the longest configured folder holding the file."""
+    from query import open_index
+    from query.scope import file_sources, source_of
+
+    for rel in ("top.md", "docs/guide.md", "docs/api/calls.md", "docsx/other.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"# {rel}\n\nText about {rel}.\n")
+    (tmp_path / ".markdownvdb").write_text("MDVDB_SOURCES=all:.,docs:docs/,api:./docs/api\n")
+    build_index(tmp_path)
+    index = open_index(tmp_path)
+    table, owners = file_sources(index)
+    by_mask = {p: table[o].name for p, o in zip(index.snapshot.paths, owners.tolist(), strict=True)}
+    by_path = {p: source_of(table, p).name for p in index.snapshot.paths}
+    assert (
+        by_mask
+        == by_path
+        == {
+            "top.md": "all",
+            "docs/guide.md": "docs",
+            "docs/api/calls.md": "api",
+            "docsx/other.md": "all",
+        }
+    )
