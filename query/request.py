@@ -73,6 +73,7 @@ class SearchOutcome:
     # the named sources (MDVDB_SOURCES) of the results shown, by name: each result carries
     # its source's name, the response each source's folder and description once
     sources: dict[str, SourceInfo] | None = None
+    in_scope: int | None = None  # files inside --path/--source/--since/--before (None: all)
 
     def sources_json(self) -> dict[str, dict[str, str]] | None:
         if self.sources is None:
@@ -102,6 +103,8 @@ def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
     facets = facets_of(index, request.tag, request.category)
     filters = parse_filters(request.filters) + [facet.filter() for facet in facets]
     outcome = SearchOutcome(request, filters + scope.filters)
+    if scope.files is not None:
+        outcome.in_scope = int(scope.files.sum())
     for facet in facets:
         values = unmatched(index, facet)
         if values is not None:

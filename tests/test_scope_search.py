@@ -97,6 +97,15 @@ def test_each_result_carries_its_source_and_the_answer_describes_it(project: Pat
     assert "[notes]" in human.stdout and "docs/" not in human.stdout
 
 
+def test_an_empty_scope_says_so(project: Path):
+    done = run_cli("search", QUERY, "--root", str(project), "--path", "nothing/", "--since", "1d")
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[:2] == [
+        "No matches.",
+        "No file is in --path nothing/ --since 1d.",
+    ]
+
+
 def test_an_unknown_source_is_one_line_and_exit_2(project: Path):
     done = run_cli("search", QUERY, "--root", str(project), "--source", "wiki")
     assert done.returncode == 2
