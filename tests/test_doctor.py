@@ -119,3 +119,16 @@ def test_an_unreadable_state_folder_is_named(indexed_notes: Path):
     assert done.returncode == 1, done.stdout
     line = next(line for line in problems(done.stdout) if line.startswith("problem  state: "))
     assert "cannot be read and written by you" in line and "fix: chmod u+rwx" in line
+
+
+@pytest.mark.slow
+def test_a_running_server_is_a_note_not_a_problem(indexed_notes: Path):
+    started = run_cli("serve", "--background", "--root", str(indexed_notes))
+    assert started.returncode == 0, started.stderr
+    try:
+        done = doctor(indexed_notes, env={"MDVDB_WATCH": "false"})
+    finally:
+        assert run_cli("serve", "--stop", "--root", str(indexed_notes)).returncode == 0
+    assert done.returncode == 0, done.stdout
+    notes = [line for line in done.stdout.splitlines() if line.startswith("note     serve: ")]
+    assert len(notes) == 1 and "`mdvdb serve` runs (pid " in notes[0]
