@@ -185,9 +185,14 @@ def test_the_mcp_search_tool_takes_scope_dates_and_decay(project: Path, tmp_path
         schema = tools["search"].input_schema["properties"]
         scoped = await call_tool(session, "search", arguments)
         decayed = await call_tool(session, "search", {"query": QUERY, "decay": "30d"})
-        return schema, scoped.structured_content, decayed.structured_content
+        capped = await call_tool(session, "search", {"query": QUERY, "paths": ["a/"] * 51})
+        bad = await call_tool(session, "search", {"query": QUERY, "since": "soon"})
+        return schema, scoped.structured_content, decayed.structured_content, capped, bad
 
-    schema, scoped, decayed = asyncio.run(session_run(project, steps, tmp_path / "mcp.log"))
+    ran = asyncio.run(session_run(project, steps, tmp_path / "mcp.log"))
+    schema, scoped, decayed, capped, bad = ran
+    assert capped.is_error and capped.content[0].text.endswith("51 paths; the cap is 50")
+    assert bad.is_error and "'soon' is neither a date" in bad.content[0].text
     assert {"paths", "sources", "since", "before", "date_field", "decay"} <= set(schema)
     cli = search(project, QUERY, "--path", "notes/", "--source", "notes", "--since", "1y")
     assert [h["path"] for h in scoped["results"]] == paths(cli) == ["notes/fresh.md"]
