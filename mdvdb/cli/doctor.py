@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, CliError, print_json
+from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, CliError, echo, print_json
 from mdvdb.cli.parser import Command
 
 __all__ = ["COMMAND", "Finding", "run_doctor"]
@@ -82,12 +82,12 @@ def run_doctor(root: str | None = None, as_json: bool = False) -> int:
         )
     else:
         for finding in checkup.findings:
-            print(printable(finding.line(), one_line=True))
+            echo(printable(finding.line(), one_line=True))
         for setting in checkup.settings:
             shown = f"{setting['name']}={setting['value']} (from {setting['origin']})"
-            print(printable(f"setting  {shown}", one_line=True))
+            echo(printable(f"setting  {shown}", one_line=True))
         count = checkup.problems
-        print(f"doctor: {count} problem{'s' if count != 1 else ''}" if count else "doctor: ok")
+        echo(f"doctor: {count} problem{'s' if count != 1 else ''}" if count else "doctor: ok")
     return EXIT_ERROR if checkup.problems else EXIT_OK
 
 
