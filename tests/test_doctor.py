@@ -132,3 +132,21 @@ def test_a_running_server_is_a_note_not_a_problem(indexed_notes: Path):
     assert done.returncode == 0, done.stdout
     notes = [line for line in done.stdout.splitlines() if line.startswith("note     serve: ")]
     assert len(notes) == 1 and "`mdvdb serve` runs (pid " in notes[0]
+
+
+def test_a_remote_model_without_its_key_is_named(indexed_notes: Path):
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env["MDVDB_EMBEDDING_PROVIDER"] = "openai"
+    done = subprocess.run(
+        [sys.executable, "-m", "mdvdb", "doctor", "--root", str(indexed_notes)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 1
+    model = [line for line in problems(done.stdout) if line.startswith("problem  model: ")]
+    assert model == [
+        "problem  model: openai text-embedding-3-small: openai: OPENAI_API_KEY is not set (put "
+        "it in the environment or in .markdownvdb); fix: set what it names (docs/embeddings.md)"
+    ]

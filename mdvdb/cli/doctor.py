@@ -138,7 +138,16 @@ def _model(config, checkup: Checkup) -> None:
 
     provider, model = config.embedding_provider, config.embedding_model
     name = f"{provider} {model}"
-    if provider != "local":
+    if provider != "local":  # created as ingest creates it: its settings, no request sent
+        from kernel.providers import get_provider
+
+        try:
+            get_provider(config).close()
+        except Exception as exc:  # the provider's own line (a missing key, a bad URL)
+            checkup.add(
+                "model", PROBLEM, f"{name}: {exc}", "set what it names (docs/embeddings.md)"
+            )
+            return
         checkup.add("model", OK, f"{name} (remote: reached at the next ingest or search)")
         return
     if not local_model_is_encoder(model):
