@@ -93,7 +93,7 @@ def run_doctor(root: str | None = None, as_json: bool = False) -> int:
 
 def _config(root: str | None, checkup: Checkup):
     """The configuration, or None (a problem) when it cannot be loaded."""
-    from kernel.config import SECRETS, SETTINGS, ConfigError, unknown_keys
+    from kernel.config import OFF_FILE, SECRETS, SETTINGS, ConfigError, unknown_keys
     from kernel.dotenv import CONFIG_FILE
     from mdvdb.cli.errors import load
 
@@ -105,6 +105,8 @@ def _config(root: str | None, checkup: Checkup):
     path = config.root / CONFIG_FILE
     where = str(path) if path.is_file() else "no config file, defaults and environment"
     checkup.add("config", OK, f"root {config.root} ({where})")
+    if config.switched_off:
+        checkup.add("config", NOTE, f"search is switched off here ({config.root / OFF_FILE})")
     for key, suggestion in unknown_keys(config):
         hint = f"did you mean {suggestion}?" if suggestion else "remove it"
         checkup.add("config", PROBLEM, f"{path}: unknown key {key}", hint)
