@@ -200,6 +200,70 @@ def _addresses(raw: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class NamedSource:
+    """A source folder with its name and an optional description (MDVDB_SOURCES); an entry of
+    MDVDB_SOURCE_DIRS is named by its folder (`docs/`: `docs`), with no description."""
+
+    name: str
+    path: str  # as configured, relative to the root or absolute
+    description: str = ""
+
+
+def source_id(raw: str) -> str:
+    """A source folder's name when the user gives none: its path as configured, without
+    `./` or a trailing slash (`./docs/` -> `docs`; the root -> `.`)."""
+    cleaned = raw.strip().replace("\\", "/").rstrip("/")
+    while cleaned.startswith("./"):
+        cleaned = cleaned[2:]
+    return cleaned or "."
+
+
+def _sources(raw: str) -> tuple[NamedSource, ...]:
+    """`NAME:PATH[:DESCRIPTION]` entries separated by commas (`\\,` is a comma inside a
+    description): `docs:docs:Product documentation,notes:notes:My notes`."""
+    out: list[NamedSource] = []
+    for entry in _escaped_split(raw):
+        name, sep, rest = entry.partition(":")
+        path, _, description = rest.partition(":")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ValueError(f"expected NAME:PATH[:DESCRIPTION], got {_shown(entry)}")
+        if not all(c.isalnum() or c in "_.-" for c in name) or len(name) > 64:
+            raise ValueError(f"a source name is letters, digits, _ . - (64 at most), got {name!r}")
+        if any(s.name.casefold() == name.casefold() for s in out):
+            raise ValueError(f"the source name {name!r} is given twice")
+        out.append(NamedSource(name, _path(path), description.strip()))
+    if not out:
+        raise ValueError("no source given")
+    return tuple(out)
+
+
+def _escaped_split(raw: str) -> list[str]:
+    """Comma-separated parts, `\\,` kept as a comma; blank parts dropped."""
+    parts, current, chars = [], [], iter(raw)
+    for ch in chars:
+        if ch == "\\":
+            current.append(next(chars, "\\"))
+        elif ch == ",":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _half_life(raw: str) -> float:
+    """A recency half-life in seconds (`90d`); `off`: no decay (kernel.dates)."""
+    from kernel.dates import DateError, half_life
+
+    try:
+        return half_life(raw)
+    except DateError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _executor(raw: str) -> str:
     """local, ray (a Ray cluster started for the run) or ray:ADDRESS (an existing one)."""
     kind, colon, address = raw.strip().partition(":")
@@ -223,6 +287,14 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("MDVDB_SOURCE_DIRS", "source_dirs", _paths, ".", "Comma-separated folders to index"),
+    Setting(
+        "MDVDB_SOURCES",
+        "sources",
+        _sources,
+        None,
+        "Named source folders instead of MDVDB_SOURCE_DIRS: NAME:PATH[:DESCRIPTION],... "
+        "(`docs:docs:Product documentation,notes:notes`); search results carry the name",
+    ),
     Setting("MDVDB_INDEX_FILE", "index_file", _path, dotenv.DEFAULT_INDEX_FILE, "The index file"),
     Setting(
         "MDVDB_STATE_DIR",
@@ -385,6 +457,13 @@ SETTINGS: tuple[Setting, ...] = (
         " | ".join(SEARCH_MODES),
     ),
     Setting(
+        "MDVDB_SEARCH_DECAY",
+        "search_decay",
+        _half_life,
+        "off",
+        "Recency half-life of search scores (`90d`: a page 90 days old scores half); off = none",
+    ),
+    Setting(
         "MDVDB_SEARCH_FIRST_PASS",
         "search_first_pass",
         _choice("auto", "ivf", "int8", "exact"),
@@ -532,6 +611,7 @@ class Config:
 
     root: Path
     source_dirs: list[str] = field(default_factory=lambda: ["."])
+    sources: tuple[NamedSource, ...] = ()  # MDVDB_SOURCES; then source_dirs are their paths
     index_file: str = dotenv.DEFAULT_INDEX_FILE
     state_dir: str = ".markdownvdb.state"
     ignore_patterns: list[str] = field(default_factory=list)
@@ -560,6 +640,7 @@ class Config:
     search_min_confidence: float = 0.0
     search_per_file: int = 3
     search_default_mode: str = "hybrid"
+    search_decay: float = 0.0  # half-life in seconds; 0: off
     search_first_pass: str = "auto"
     search_threads: int = 0
     ivf_min_chunks: int = 50_000
@@ -612,6 +693,12 @@ class Config:
 
     def source_paths(self) -> list[Path]:
         return [(self.root / d).resolve() for d in self.source_dirs]
+
+    def named_sources(self) -> list[NamedSource]:
+        """Each source folder with its name, in the order of `source_dirs`."""
+        if self.sources:
+            return list(self.sources)
+        return [NamedSource(source_id(raw), raw) for raw in self.source_dirs]
 
     def env(self, name: str, default: str | None = None) -> str | None:
         """A non-MDVDB variable (OPENAI_API_KEY, OLLAMA_HOST...), environment first."""
@@ -700,8 +787,33 @@ def load_config(root: Path | str | None = None, environ: dict[str, str] | None =
             config.extra_origins[key] = "the environment"
 
     _apply_provider_defaults(config)
+    _named_sources(config)
     _validate(config)
     return config
+
+
+_RANK = {"the environment": 2, "the default": 0}
+
+
+def _named_sources(config: Config) -> None:
+    """MDVDB_SOURCES names the source folders: it replaces MDVDB_SOURCE_DIRS, the one set
+    closer to the user (environment > file) winning; both in one place is an error."""
+    if not config.sources:
+        return
+    named, dirs = (
+        config.origins.get(k, "the default") for k in ("MDVDB_SOURCES", "MDVDB_SOURCE_DIRS")
+    )
+    named_rank, dirs_rank = (_RANK.get(o, 1) for o in (named, dirs))
+    if dirs_rank > named_rank:
+        config.sources = ()
+        return
+    if dirs_rank == named_rank:
+        raise ConfigError(
+            f"MDVDB_SOURCES and MDVDB_SOURCE_DIRS are both set (from {named}); keep one "
+            "(MDVDB_SOURCES names the folders: NAME:PATH[:DESCRIPTION])"
+        )
+    config.source_dirs = [s.path for s in config.sources]
+    config.origins["MDVDB_SOURCE_DIRS"] = named
 
 
 def user_config_path(env: dict[str, str] | None = None) -> Path:

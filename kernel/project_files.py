@@ -80,6 +80,8 @@ class SourceFolder:
     rel: str | None  # relative to the root ("" = the root itself); None when outside it
     skipped: bool = False
     problem: str | None = None  # ingest reports it as `RAW: problem`, grep prints `warning`
+    name: str = ""  # MDVDB_SOURCES' name, else the folder as configured (`Config.named_sources`)
+    description: str = ""
 
     @property
     def warning(self) -> str | None:
@@ -96,6 +98,16 @@ def inside(path: Path, root: Path) -> bool:
 
 def source_folders(config: Config) -> list[SourceFolder]:
     """Every configured source folder with its verdict, in configuration order."""
+    from dataclasses import replace
+
+    named = config.named_sources()
+    return [
+        replace(found, name=source.name, description=source.description)
+        for found, source in zip(_source_verdicts(config), named, strict=True)
+    ]
+
+
+def _source_verdicts(config: Config) -> list[SourceFolder]:
     out = []
     for raw, path in zip(config.source_dirs, config.source_paths(), strict=True):
         if not inside(path, config.root):

@@ -63,8 +63,14 @@ Narrow by metadata (all must hold):
   naming the fields there are.
 - tag / category: one value each, any case; if no file has it, the answer lists the values.
 - cluster: a cluster_id from clusters.
-With no query, filters/tag/category list the matching files: {"results": [{"path",
-"title"}], "total"}.
+- paths: gitignore-style globs, any of them, e.g. ["docs/", "*.runbook.md", "notes/**/2026-*.md"].
+- sources: named sources (MDVDB_SOURCES); each result then has "source", and the answer a
+  "sources" object describing each source shown once.
+- since / before: a date ("2026-01-31") or a duration back from now ("30d", "12h", "2w",
+  "1y") on the file's modified time, or on the frontmatter date named by date_field.
+- decay: a recency half-life ("90d": a page that old scores half), after relevance.
+With no query, filters/tag/category/paths/sources/since/before list the matching files:
+{"results": [{"path", "title"}], "total"}.
 
 Also: limit (default 10), min_score, mode ("hybrid", the default: keywords and meaning;
 "semantic"; "lexical": keywords only), govern (weigh pages by confidence/updated
@@ -183,7 +189,8 @@ async def call(function, *args: Any, **kwargs: Any) -> CallToolResult:
         return reply(await asyncio.to_thread(function, *args, **kwargs))
 
 
-BOUNDED = ("query", "filters", "limit", "max_tokens")  # the caps check_bounds applies
+# the caps check_bounds applies
+BOUNDED = ("query", "filters", "paths", "sources", "limit", "max_tokens")
 
 
 def search_parameters() -> list[inspect.Parameter]:
@@ -369,12 +376,12 @@ def check_bounds(**values: Any) -> None:
             cap = MAX_QUERY_CHARS if name == "query" else MAX_PATTERN_CHARS
             if len(value) > cap:
                 raise ToolProblem(f"{name} is {len(value)} characters; the cap is {cap}")
-        elif name == "filters":
+        elif name in ("filters", "paths", "sources"):  # lists of short strings
             if len(value) > MAX_FILTERS:
-                raise ToolProblem(f"{len(value)} filters; the cap is {MAX_FILTERS}")
+                raise ToolProblem(f"{len(value)} {name}; the cap is {MAX_FILTERS}")
             for item in value:
                 if len(item) > MAX_FILTER_CHARS:
-                    raise ToolProblem(f"a filter is {len(item)} characters; the cap is 500")
+                    raise ToolProblem(f"one of {name} is {len(item)} characters; the cap is 500")
         else:
             cap = MAX_MAX_TOKENS if name == "max_tokens" else MAX_LIMIT
             if not 1 <= value <= cap:

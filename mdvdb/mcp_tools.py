@@ -47,6 +47,8 @@ def search(index: Index, request: SearchRequest, full_text: bool = False) -> dic
 
 def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
     data = _search_data(index, outcome, full_text)
+    if outcome.sources is not None and (data.get("results") or data.get("files")):
+        data["sources"] = outcome.sources_json()  # each named source's description, once
     if not (data.get("results") or data.get("files")):  # the CLI's suggestions, in one line
         from query import explain_no_match as explain
 
@@ -71,17 +73,22 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
     if outcome.listed is not None:
         return {
             "query": None,
-            "results": [{"path": f.path, "id": f.id, "title": f.title} for f in outcome.listed],
+            "results": [
+                _sourced({"path": f.path, "id": f.id, "title": f.title}, f) for f in outcome.listed
+            ],
             "total": outcome.total,
         }
     if outcome.files is not None:
         files = [
-            {
-                "path": hit.path,
-                "id": hit.id,
-                "score": round(hit.score, 4),
-                "confidence": hit.confidence,
-            }
+            _sourced(
+                {
+                    "path": hit.path,
+                    "id": hit.id,
+                    "score": round(hit.score, 4),
+                    "confidence": hit.confidence,
+                },
+                hit,
+            )
             for hit in outcome.files
         ]
         return {"query": query, "files": files}
@@ -113,6 +120,7 @@ def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) ->
         "excerpt": hit.excerpt,
         "tier": tier,
     }
+    _sourced(out, hit)
     if hit.also_in_count:
         out["also_in"] = hit.also_in
         out["also_in_count"] = hit.also_in_count
@@ -120,6 +128,13 @@ def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) ->
         out["text"] = index.snapshot.table("chunks").column("text")[hit.chunk_id].as_py()
     if explain and hit.explain:
         out["explain"] = hit.explain
+    return out
+
+
+def _sourced(out: dict[str, Any], hit) -> dict[str, Any]:
+    """`out` with the hit's named source, when the project names its sources."""
+    if hit.source is not None:
+        out["source"] = hit.source
     return out
 
 

@@ -23,6 +23,7 @@ _PUBLIC = {
     "StateDamaged": ("pipeline.state", "StateDamaged"),
     "Watcher": ("pipeline.watch", "Watcher"),
     "ingest_folder": ("pipeline.ingest", "ingest_folder"),
+    "preview_ingest": ("pipeline.preview", "preview_ingest"),
     "relative_paths": ("pipeline.ingest", "relative_paths"),
     "since_text": ("pipeline.lock", "since_text"),
     "start_background": ("pipeline.watch", "start_background"),
@@ -38,6 +39,7 @@ __all__ = [
     "StateDamaged",
     "Watcher",
     "ingest_folder",
+    "preview_ingest",
     "relative_paths",
     "since_text",
     "start_background",
@@ -48,6 +50,7 @@ __all__ = [
 if TYPE_CHECKING:
     from pipeline.ingest import IngestError, ingest_folder, relative_paths
     from pipeline.lock import LockBusy, since_text, writer_holder
+    from pipeline.preview import preview_ingest
     from pipeline.report import IngestReport
     from pipeline.state import State, StateDamaged
     from pipeline.walk.discover import walk as walk_files

@@ -60,6 +60,7 @@ _PUBLIC = {
     "other_files": ("query.rank.collapse", "other_files"),
     "overlay_is_stale": ("query.schema", "overlay_is_stale"),
     "query_vector": ("query.rank.search", "query_vector"),
+    "find_rg": ("query.grep.ripgrep", "find_rg"),
     "rg_complaint": ("query.grep.ripgrep", "rg_complaint"),
     "run_request": ("query.request", "run_request"),
     "select_roots": ("query.grep.sources", "select_roots"),
@@ -102,6 +103,7 @@ __all__ = [
     "Status",
     "cluster_members",
     "explain_no_match",
+    "find_rg",
     "grep_snippet",
     "list_clusters",
     "load_schema",
@@ -130,7 +132,7 @@ if TYPE_CHECKING:
     from query.grep.format import snippet as grep_snippet
     from query.grep.options import DESCRIPTION as GREP_DESCRIPTION
     from query.grep.options import GREP_OPTIONS, GrepRequest
-    from query.grep.ripgrep import FILE_TYPES, GrepError, GrepOptions, Match, rg_complaint
+    from query.grep.ripgrep import FILE_TYPES, GrepError, GrepOptions, Match, find_rg, rg_complaint
     from query.grep.ripgrep import start as start_grep
     from query.grep.sources import Registry, SourceError, select_roots
     from query.index import Index, open_index

@@ -285,20 +285,30 @@ class FileMatch:
     file_id: int
     metadata: dict[str, Any]
     id: str = ""  # the document id (kernel/doc_ids.py)
+    source: str | None = None  # its named source (MDVDB_SOURCES), when the project names them
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "title": self.title, "metadata": self.metadata, "id": self.id}
+        data = {"path": self.path, "title": self.title, "metadata": self.metadata, "id": self.id}
+        if self.source is not None:
+            data["source"] = self.source
+        return data
 
 
 def matching_files(
-    index: Reader, filters: Sequence[Filter], limit: int | None = None
+    index: Reader,
+    filters: Sequence[Filter],
+    limit: int | None = None,
+    within: np.ndarray | None = None,
 ) -> tuple[list[FileMatch], int]:
-    """Files passing every filter, in path order, at most `limit`; and how many there are."""
+    """Files passing every filter (and `within`, one boolean per file), in path order, at
+    most `limit`; and how many there are."""
     import json
 
     snap = index.snapshot
     files = snap.table("files")
     mask = file_mask(snap, filters)
+    if within is not None:
+        mask = within if mask is None else mask & within
     ids = np.arange(files.num_rows) if mask is None else np.flatnonzero(mask)
     total = int(ids.shape[0])
     chosen = ids if limit is None else ids[:limit]

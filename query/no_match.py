@@ -65,7 +65,14 @@ def _reason(index: Reader, outcome: SearchOutcome) -> str | None:
     """Which part left nothing: the query (no real evidence of a match in the index:
     query.rank.evidence), the filters and facets (no file passes them), the keyword rule
     (files pass them, none has the query's words), else None (the query found nothing)."""
-    return _filter_reason(index, outcome) or outcome.no_evidence
+    return _scope_reason(outcome) or _filter_reason(index, outcome) or outcome.no_evidence
+
+
+def _scope_reason(outcome: SearchOutcome) -> str | None:
+    """No file is inside `--path`, `--source`, `--since`/`--before` at all."""
+    if outcome.in_scope != 0:
+        return None
+    return f"No file is in {_named(outcome.request, scope_only=True)}."
 
 
 def _filter_reason(index: Reader, outcome: SearchOutcome) -> str | None:
@@ -92,11 +99,18 @@ def _filter_reason(index: Reader, outcome: SearchOutcome) -> str | None:
     return None
 
 
-def _named(request) -> str:
-    """The filters and facets as the user gave them."""
-    parts = [f"--filter {text}" for text in request.filters]
-    if request.tag is not None:
+def _named(request, scope_only: bool = False) -> str:
+    """The filters, facets and scope as the user gave them."""
+    parts = [] if scope_only else [f"--filter {text}" for text in request.filters]
+    if request.tag is not None and not scope_only:
         parts.append(f"--tag {request.tag}")
-    if request.category is not None:
+    if request.category is not None and not scope_only:
         parts.append(f"--category {request.category}")
+    parts += [f"--path {glob}" for glob in request.paths]
+    parts += [f"--source {name}" for name in request.sources]
+    for flag, value in (("--since", request.since), ("--before", request.before)):
+        if value:
+            parts.append(f"{flag} {value}")
+    if request.date_field and (request.since or request.before):
+        parts.append(f"--date-field {request.date_field}")
     return " ".join(parts)

@@ -35,6 +35,8 @@ class SearchResult:
     also_in_count: int = 0
     # The lines of the file the excerpt was taken from (inside start_line..end_line).
     excerpt_lines: list[int] | None = None
+    # Its named source (MDVDB_SOURCES; query.request), only when the project names them.
+    source: str | None = None
 
     def to_json(self, explain: bool = False) -> dict[str, Any]:
         try:  # what `asdict` gives, without its generic walk (~0.3 ms a result, cold)
@@ -43,6 +45,8 @@ class SearchResult:
             data = asdict(self)
         if not explain:
             data.pop("explain")
+        if data["source"] is None:
+            del data["source"]
         del data["chunk_id"], data["file_id"]  # row numbers: see above
         return data
 

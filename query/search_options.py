@@ -26,7 +26,9 @@ MODES = (
 class SearchRequest:
     """One search as `mdvdb search` defines it; every field is an option of every front end."""
 
-    query: str | None = _option(None, Spec(str, "What to look for (optional with --filter/--tag)."))
+    query: str | None = _option(
+        None, Spec(str, "What to look for (optional with a filter, tag, path, source or date).")
+    )
     limit: int | None = _option(
         None,
         Spec(
@@ -98,6 +100,72 @@ class SearchRequest:
     category: str | None = _option(
         None, Spec(str, "Files in this category (any case).", ("--category",), repeat="once")
     )
+    paths: Sequence[str] = _option(
+        (),
+        Spec(
+            str,
+            "Only files matching this glob, repeatable (any of them): gitignore syntax, "
+            "e.g. docs/, *.md, notes/**/2026-*.md, /README.md.",
+            ("--path",),
+            repeat="many",
+            metavar="GLOB",
+        ),
+    )
+    sources: Sequence[str] = _option(
+        (),
+        Spec(
+            str,
+            "Only files of this source, repeatable (MDVDB_SOURCES' names; else a "
+            "MDVDB_SOURCE_DIRS folder as written).",
+            ("--source",),
+            repeat="many",
+            metavar="NAME",
+        ),
+    )
+    since: str | None = _option(
+        None,
+        Spec(
+            str,
+            "Only files modified at or after this date (2026-01-31, 2026-01-31T09:30) or "
+            "within this long (30d, 12h, 2w, 1y); --date-field: that field's date.",
+            ("--since",),
+            repeat="once",
+            metavar="WHEN",
+        ),
+    )
+    before: str | None = _option(
+        None,
+        Spec(
+            str,
+            "Only files modified before this date, or longer ago than this (30d).",
+            ("--before",),
+            repeat="once",
+            metavar="WHEN",
+        ),
+    )
+    date_field: str | None = _option(
+        None,
+        Spec(
+            str,
+            "The frontmatter date --since, --before and --decay read instead of the "
+            "modified time (e.g. updated).",
+            ("--date-field",),
+            repeat="once",
+            metavar="FIELD",
+        ),
+    )
+    decay: str | None = _option(
+        None,
+        Spec(
+            str,
+            "Recency decay: a page this old scores half (90d; off: none; default "
+            "MDVDB_SEARCH_DECAY, off).",
+            ("--decay",),
+            repeat="once",
+            setting="MDVDB_SEARCH_DECAY",
+            metavar="HALF_LIFE",
+        ),
+    )
     cluster: int | None = _option(
         None, Spec(int, "Only this cluster (see `mdvdb clusters`).", ("--cluster",))
     )
@@ -117,6 +185,12 @@ class SearchRequest:
             bool, "Show every copy of a repeated section, not one with also_in.", ("--no-collapse",)
         ),
     )
+
+    @property
+    def restricted(self) -> bool:
+        """Something other than a query chooses files (filters, facets, scope, dates)."""
+        scoped = (self.paths, self.sources, self.since, self.before)
+        return bool(self.filters or self.tag or self.category or any(scoped))
 
     def search_options(self) -> dict:
         options = {

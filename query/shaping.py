@@ -19,14 +19,18 @@ class FileHit:
     score: float
     id: str = ""  # the document id (kernel/doc_ids.py)
     confidence: float | None = None
+    source: str | None = None  # its named source (MDVDB_SOURCES), when the project names them
 
     def to_json(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "path": self.path,
             "score": self.score,
             "id": self.id,
             "confidence": self.confidence,
         }
+        if self.source is not None:
+            data["source"] = self.source
+        return data
 
 
 def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileHit]:
@@ -34,7 +38,7 @@ def by_file(results: list[SearchResult], limit: int | None = None) -> list[FileH
     seen: dict[str, FileHit] = {}
     for hit in results:
         if hit.path not in seen:
-            seen[hit.path] = FileHit(hit.path, hit.score, hit.id, hit.confidence)
+            seen[hit.path] = FileHit(hit.path, hit.score, hit.id, hit.confidence, hit.source)
     files = list(seen.values())
     return files if limit is None else files[:limit]
 

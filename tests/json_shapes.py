@@ -26,6 +26,11 @@ VALUED = {
     "--category",
     "--cluster",
     "--per-file",
+    "--path",
+    "--since",
+    "--before",
+    "--date-field",
+    "--decay",
     "--plot",
     "--executor",
     "--source",
@@ -99,6 +104,8 @@ def cli_shape(args: tuple[str, ...]) -> str | None:
         return "schema_check" if "--check" in rest else "schema_field" if positional else "schema"
     if command == "serve":
         return "serve_status" if "--status" in rest else None
+    if command == "ingest" and "--dry-run" in rest:
+        return "ingest_dry_run"
     return {
         "search": "search",
         "get": "get",
@@ -108,6 +115,7 @@ def cli_shape(args: tuple[str, ...]) -> str | None:
         "clusters": "clusters",
         "grep": "grep_line",
         "ingest": "ingest",
+        "doctor": "doctor",
     }.get(command)
 
 

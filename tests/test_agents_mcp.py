@@ -239,7 +239,8 @@ def test_search_tool_and_cli_take_the_same_options_with_the_same_defaults(answer
     # Nothing but a query: the same request from the CLI's parser and the tool.
     def request(fields: dict) -> dict:
         made = dataclasses.asdict(SearchRequest(**fields))
-        return {**made, "filters": list(made["filters"])}
+        many = [option.name for option in OPTIONS if option.spec.repeat == "many"]
+        return {**made, **{name: list(made[name]) for name in many}}
 
     by_cli = parse(search, ["q"])
     by_cli.pop("root"), by_cli.pop("as_json")

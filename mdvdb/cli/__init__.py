@@ -34,6 +34,7 @@ COMMANDS = {
     "watch": "mdvdb.cli.watch",
     "schema": "mdvdb.cli.schema",
     "clusters": "mdvdb.cli.clusters",
+    "doctor": "mdvdb.cli.doctor",
 }
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})

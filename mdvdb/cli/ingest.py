@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +40,14 @@ class IngestOptions:
             ("--executor",),
         ),
     )
+    dry_run: bool = option(
+        False,
+        Spec(
+            bool,
+            "List what an ingest would add, change and remove; write nothing.",
+            ("--dry-run",),
+        ),
+    )
 
 
 def run_ingest(
@@ -50,6 +59,7 @@ def run_ingest(
     if_present: bool = False,
     as_json: bool = False,
     executor: str | None = None,
+    dry_run: bool = False,
 ) -> None:
     """Index the source folders (only what changed since the last run) and print the report."""
     from kernel.terminal import printable
@@ -60,6 +70,8 @@ def run_ingest(
             choose_executor(config, executor)
         if if_present and (config.switched_off or not is_set_up(config)):
             return
+        if dry_run:
+            return dry_run_ingest(config, paths, as_json)
         from pipeline import LockBusy, ingest_folder
 
         if paths:
@@ -104,6 +116,40 @@ def run_ingest(
             f"{report.removed} removed, {report.unchanged} unchanged; "
             f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
         )
+
+
+def dry_run_ingest(config, paths: Sequence[str], as_json: bool) -> None:
+    """`--dry-run`: the paths an ingest would add, change and remove, one a line, then a
+    summary; nothing written (`pipeline.preview`)."""
+    from kernel.terminal import printable
+    from pipeline import preview_ingest, relative_paths
+
+    rels = relative_paths(config, list(paths)) if paths else None
+    preview = preview_ingest(config, rels)
+    # a path not on disk is fine when the index has it (the ingest would remove it)
+    missing = [
+        raw
+        for raw, rel in zip(paths, rels or [], strict=True)
+        if not os.path.lexists(raw)
+        and not any(r == rel or r.startswith(f"{rel}/") for r in preview.removed)
+    ]
+    if missing:
+        raise CliError(f"ingest: no such file or folder: {', '.join(missing)}")
+    if as_json:
+        print_json(preview.to_json())
+        return
+    _warn(printable, preview.errors)
+    for word, listed in (
+        ("add", preview.added),
+        ("change", preview.changed),
+        ("remove", preview.removed),
+    ):
+        for path in listed:
+            _line(printable(f"{word:<7}{path}", one_line=True))
+    _line(
+        f"dry run: {len(preview.added)} to add, {len(preview.changed)} to change, "
+        f"{len(preview.removed)} to remove, {preview.unchanged} unchanged; nothing written"
+    )
 
 
 def _warn(printable, problems) -> None:

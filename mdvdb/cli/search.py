@@ -23,8 +23,9 @@ VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
 
 def search(root: str | None, as_json: bool, **fields: Any) -> None:
     """`fields`: the `SearchRequest` fields the parser read."""
-    if not (fields["query"] or fields["filters"] or fields["tag"] or fields["category"]):
-        raise UsageError("give a QUERY, --filter, --tag or --category")
+    scoped = ("filters", "tag", "category", "paths", "sources", "since", "before")
+    if not (fields["query"] or any(fields[name] for name in scoped)):
+        raise UsageError("give a QUERY, --filter, --tag, --category, --path, --source or --since")
     with user_errors():
         config = load(root)
         refuse_if_off(config)
@@ -65,11 +66,16 @@ def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
     if outcome.no_such_value is not None:
         _no_such_value(outcome.no_such_value, wanted.query, as_json, missed.to_json())
     elif outcome.listed is not None:
-        _print_files(outcome.listed, outcome.total, as_json, missed.to_json() if empty else None)
+        _print_files(outcome, as_json, missed.to_json() if empty else None)
     elif outcome.files is not None:
-        _print_by_file(wanted.query, outcome.files, as_json, missed.to_json() if empty else None)
+        sources = outcome.sources_json()
+        _print_by_file(
+            wanted.query, outcome.files, as_json, missed.to_json() if empty else None, sources
+        )
     elif as_json:
         data = outcome.tiers.to_json(wanted.explain)
+        if outcome.sources is not None:
+            data["sources"] = outcome.sources_json()
         if empty:
             data["no_match"] = missed.to_json()
         print_json(data)
@@ -86,8 +92,9 @@ def _print_tiers(response, explain: bool) -> None:
         heading = printable(" > ".join(hit.heading_path), one_line=True)
         path = printable(hit.path, one_line=True)
         sure = "" if hit.confidence is None else f", confidence {hit.confidence:.2f}"
+        source = f"  [{printable(hit.source, one_line=True)}]" if hit.source else ""
         line = f"{i}. {path}:{hit.start_line}-{hit.end_line}  ({hit.score:.3f}{sure})"
-        echo(f"{line}  #{hit.id}")
+        echo(f"{line}  #{hit.id}{source}")
         if heading:
             echo(f"   {heading}")
         echo(f"   {hit.excerpt}")
@@ -112,10 +119,12 @@ def also_in_line(hit, shown: int = 3) -> str:
     return f"also in {others} other file{'s' if others != 1 else ''}: {listed}"
 
 
-def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> None:
+def _print_by_file(query: str | None, hits, as_json: bool, no_match=None, sources=None) -> None:
     """`--files`: one line per file in tier order (title documents first)."""
     if as_json:
         data = {"query": query, "files": [h.to_json() for h in hits]}
+        if sources is not None:
+            data["sources"] = sources
         if no_match is not None:
             data["no_match"] = no_match
         print_json(data)
@@ -124,7 +133,8 @@ def _print_by_file(query: str | None, hits, as_json: bool, no_match=None) -> Non
         echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
 
 
-def _print_files(found, total: int, as_json: bool, no_match=None) -> None:
+def _print_files(outcome, as_json: bool, no_match=None) -> None:
+    found, total = outcome.listed, outcome.total
     if as_json:
         data = {
             "query": None,
@@ -133,6 +143,8 @@ def _print_files(found, total: int, as_json: bool, no_match=None) -> None:
             "shown": len(found),
             "truncated": total > len(found),
         }
+        if outcome.sources is not None:
+            data["sources"] = outcome.sources_json()
         if no_match is not None:
             data["no_match"] = no_match
         print_json(data)

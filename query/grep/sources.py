@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernel.config import Config
+from kernel.config import Config, source_id
 
 ENTRY_POINT_GROUP = "mdvdb.sources"
 BUILTIN_TYPE = "dir"
@@ -57,7 +57,7 @@ def dir_roots(config: Config) -> list[tuple[str, Path]]:
     the root, not ignored; `kernel.project_files`), named as configured."""
     from kernel.project_files import source_folders
 
-    return [(_dir_id(s.raw), s.path) for s in source_folders(config) if not s.skipped]
+    return [(s.name, s.path) for s in source_folders(config) if not s.skipped]
 
 
 def dir_warnings(config: Config) -> list[str]:
@@ -65,13 +65,6 @@ def dir_warnings(config: Config) -> list[str]:
     from kernel.project_files import source_folders
 
     return [s.warning for s in source_folders(config) if s.warning]
-
-
-def _dir_id(raw: str) -> str:
-    cleaned = raw.strip().replace("\\", "/").rstrip("/")
-    while cleaned.startswith("./"):
-        cleaned = cleaned[2:]
-    return cleaned or "."
 
 
 BUILTINS: dict[str, RootsFunction] = {BUILTIN_TYPE: dir_roots}
@@ -218,12 +211,12 @@ class SourceFilter:
         kind, sep, ident = spec.strip().partition(":")
         if not kind or (sep and not ident.strip()):
             raise SourceError(f"--source {spec!r}: expected TYPE or TYPE:ID")
-        return cls(kind.strip(), _dir_id(ident) if sep else None)
+        return cls(kind.strip(), source_id(ident) if sep else None)
 
     def matches(self, root: Root) -> bool:
         if root.type != self.type:
             return False
-        return self.id is None or _dir_id(root.id).casefold() == self.id.casefold()
+        return self.id is None or source_id(root.id).casefold() == self.id.casefold()
 
 
 @dataclass

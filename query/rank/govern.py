@@ -102,42 +102,73 @@ def _parsed(text: str) -> float:
 PAGE_CACHE = 50_000
 
 
+@dataclass(frozen=True)
+class Decay:
+    """Opt-in recency decay (`--decay`, MDVDB_SEARCH_DECAY): a page's score is multiplied by
+    0.5 ** (age / half_life), its age counted from its `field` date (frontmatter; a page
+    without one: its modified time) or its modified time, to `now`; never above 1 (a date in
+    the future is not a bonus). This is the one place a score is decayed."""
+
+    half_life: float  # seconds, > 0
+    now: float
+    field: str | None = None
+
+    def factor(self, when: float) -> float:
+        age = max(self.now - when, 0.0)
+        return max(0.5 ** (age / self.half_life), 1e-12)  # > 0: a negative score divides
+
+
 @dataclass(slots=True)
 class Governed:
     """One candidate after governing: its row, its relevance (rounded as shown), its
-    governed score and the confidence factor that made it."""
+    governed score and the confidence factor that made it (the decay factor apart)."""
 
     chunk_id: int
     relevance: float
     score: float
     factor: float
+    decay: float | None = None
 
     def explain(self, parts: dict[str, float] | None) -> dict[str, float]:
         """`--explain`'s parts of this row plus what governing did to it."""
-        return {
+        shown = {
             **(parts or {}),
             "relevance": self.relevance,
             "govern_factor": self.factor,
             "govern_adjustment": round(self.score - self.relevance, 6),
         }
+        if self.decay is not None:
+            shown["decay_factor"] = round(self.decay, 6)
+        return shown
 
 
-def rerank(index: Reader, chunk_ids: list[int], scores) -> list[Governed]:
+def rerank(
+    index: Reader,
+    chunk_ids: list[int],
+    scores,
+    confidence: bool = True,
+    decay: Decay | None = None,
+) -> list[Governed]:
     """The candidates `chunk_ids` (relevance order) re-ordered by the governed score, newer
     `updated` first on exact ties, then relevance order. Each page's confidence factor and
     date are read from its frontmatter once per snapshot (`page_terms`), not per candidate
-    and query: a warm search weighs ~100 candidates, mostly pages it has weighed before."""
+    and query: a warm search weighs ~100 candidates, mostly pages it has weighed before.
+    `confidence`: weigh by the confidence field (governing on); `decay`: by age."""
     if not chunk_ids:
         return []
     snap = index.snapshot
     file_ids = snap.chunk_file_ids[chunk_ids].tolist()
     pages = page_terms(index, file_ids)
+    ages = page_dates(index, file_ids, decay.field) if decay is not None else {}
     values = scores[chunk_ids].tolist()
     keyed = []
     for position, (chunk_id, file_id, value) in enumerate(
         zip(chunk_ids, file_ids, values, strict=True)
     ):
         weight, when = pages[file_id]
+        shown = weight if confidence else 1.0  # the confidence factor --explain shows
+        aged = decay.factor(ages[file_id]) if decay is not None else None
+        weight = shown if aged is None else shown * aged
         relevance = round(value, 6)
         # scaled toward better for weight > 1 whatever the sign; a factor of 1 leaves the
         # rounded relevance as it is (rounding a rounded value to the same digits gives it back)
@@ -146,9 +177,29 @@ def rerank(index: Reader, chunk_ids: list[int], scores) -> list[Governed]:
         else:
             score = round(relevance * weight if relevance >= 0 else relevance / weight, 6)
         # (position is unique: the tuples are ordered by their first three items alone)
-        keyed.append((-score, -when, position, chunk_id, relevance, score, weight))
+        keyed.append((-score, -when, position, chunk_id, relevance, score, shown, aged))
     keyed.sort()
-    return [Governed(item[3], item[4], item[5], item[6]) for item in keyed]
+    return [Governed(*item[3:]) for item in keyed]
+
+
+def page_dates(index: Reader, file_ids: list[int], field: str | None) -> dict[int, float]:
+    """The date each page's decay counts from: its `field` frontmatter date when it has one
+    that reads, else its modified time (the index's `mtime`)."""
+    import json
+
+    from kernel import index_format
+
+    snap = index.snapshot
+    files = snap.table("files")
+    mtimes = index_format.column_array(files, "mtime").to_numpy()
+    out = {i: float(mtimes[i]) for i in file_ids}
+    if field:
+        column = files.column("frontmatter")
+        for file_id in file_ids:
+            when = timestamp(json.loads(column[file_id].as_py() or "{}").get(field))
+            if when != float("-inf"):
+                out[file_id] = when
+    return out
 
 
 def page_terms(index: Reader, file_ids: list[int]) -> dict[int, tuple[float, float]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -68,19 +69,25 @@ def search(
     collapse: bool = True,
     diversity: Diversity | None = None,
     rate: bool = True,
+    decay: float = 0.0,
+    decay_field: str | None = None,
 ) -> SearchResponse:
     """`filters` (metadata) and `mask` (one boolean per chunk) restrict the candidates
     before ranking; `total` in the response counts candidates scoring >= min_score.
     Near-duplicate sections come back once (`collapse`), at most `per_file` sections of a
     file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
     one response (query.rank.collapse). `rate`: each result's confidence
-    (query.rank.confidence), which a caller merging several searches sets itself."""
+    (query.rank.confidence), which a caller merging several searches sets itself. `decay`: a
+    recency half-life in seconds (0: none), from the `decay_field` date or the modified time
+    (query.rank.govern.Decay)."""
     config = index.config
     _apply_threads(config)
     limit = config.search_default_limit if limit is None else limit
     min_score = config.search_min_score if min_score is None else min_score
     mode = config.search_default_mode if mode is None else mode
-    governed = governing.enabled(index, govern)
+    confidence = governing.enabled(index, govern)
+    aging = governing.Decay(decay, time.time(), decay_field) if decay > 0 else None
+    governed = confidence or aging is not None  # weighed after relevance, on a wider pool
     in_cluster = None
     if cluster is not None:
         from query.clusters import chunk_mask
@@ -116,7 +123,8 @@ def search(
     components = _components(parts, order) if explain else None
     if governed:
         chosen = (diversity, limit, per_file)
-        results = _governed(index, order, scores, components, query, mode, chosen)
+        weighing = (confidence, aging)
+        results = _governed(index, order, scores, components, query, mode, chosen, weighing)
     else:
         results = build_results(index, order, scores, components, query, mode)
     diversity.commit([hit.chunk_id for hit in results])
@@ -160,6 +168,7 @@ def _governed(
     query: str,
     mode: str,
     chosen: tuple[Diversity, int, int | None],
+    weighing: tuple[bool, governing.Decay | None] = (True, None),
 ) -> list[SearchResult]:
     """The results of a governed search. Governing re-orders the candidates; collapse and
     the per-file cap then keep the governed best of each group (the authoritative copy, not
@@ -167,7 +176,7 @@ def _governed(
     rows shown are materialised (headings, lines, excerpts) after it. `chosen`: the
     diversity, the limit and the per-file cap the results are chosen by."""
     diversity, limit, per_file = chosen
-    weighed = governing.rerank(index, order, scores)
+    weighed = governing.rerank(index, order, scores, *weighing)
     kept = set(diversity.select([hit.chunk_id for hit in weighed], limit, per_file))
     weighed = [hit for hit in weighed if hit.chunk_id in kept]
     results = build_results(index, [hit.chunk_id for hit in weighed], scores, None, query, mode)

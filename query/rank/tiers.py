@@ -69,6 +69,8 @@ def tiered_search(
     cluster: int | None = None,
     per_file: int | None = None,
     collapse: bool = True,
+    decay: float = 0.0,
+    decay_field: str | None = None,
 ) -> TieredResponse:
     """Up to `limit` results: best section of each title document, then content sections.
     `mask` (one boolean per chunk) restricts the candidates as `filters` do; the other
@@ -103,6 +105,8 @@ def tiered_search(
                 govern=govern,
                 cluster=cluster,
                 rate=False,
+                decay=decay,
+                decay_field=decay_field,
             )
             if wanted
             else SearchResponse(query, "", [], 0)
@@ -140,6 +144,8 @@ def tiered_search(
             govern=govern,
             cluster=cluster,
             rate=False,
+            decay=decay,
+            decay_field=decay_field,
         )
         rest = [(CONTENT, hit) for hit in content.results]
         from query.rank.confidence import rate
