@@ -49,6 +49,21 @@ def test_a_healthy_folder_exits_0_and_says_where_settings_come_from(indexed_note
     assert {c["check"] for c in data["checks"]} >= {"config", "model", "index", "stale"}
 
 
+def test_a_broken_link_is_a_problem_naming_where_it_is(indexed_notes: Path):
+    (indexed_notes / "links.md").write_text("# Links\n\nSee [[tar]] and [[No such note]].\n")
+    assert run_cli("ingest", cwd=indexed_notes).returncode == 0
+    done = doctor(indexed_notes)
+    assert done.returncode == 1
+    assert problems(done.stdout) == [
+        "problem  links: broken link links.md:3 -> No such note; "
+        "fix: correct the link or create the note it names"
+    ]
+    data = json.loads(doctor(indexed_notes, "--json").stdout)
+    assert [c["message"] for c in data["checks"] if c["status"] == "problem"] == [
+        "broken link links.md:3 -> No such note"
+    ]
+
+
 def test_stale_files_are_a_problem_with_the_fix(indexed_notes: Path):
     (indexed_notes / "new.md").write_text("# New\n\nWritten after the ingest.\n")
     done = doctor(indexed_notes)

@@ -252,9 +252,7 @@ def _freshness(config, checkup: Checkup) -> None:
 
 
 def _broken_links(status, checkup: Checkup) -> None:
-    """BROKEN LINKS: the one place doctor reads them, from `status` (`broken_links`: what the
-    link graph lists; each `{path, target, line}` or a line of text). Until status lists
-    them, nothing is reported here."""
+    """Broken links, as `status` lists them (query.Link; None for a sharded index)."""
     broken = getattr(status, "broken_links", None)
     if broken is None:
         return
@@ -262,10 +260,14 @@ def _broken_links(status, checkup: Checkup) -> None:
         checkup.add("links", OK, "no broken link")
         return
     for link in broken[:20]:
-        text = link if isinstance(link, str) else f"{link.get('path')}: {link.get('target')}"
         checkup.add(
-            "links", PROBLEM, f"broken link {text}", "correct the link or create its target"
+            "links",
+            PROBLEM,
+            f"broken link {link.source}:{link.line} -> {link.target}",
+            "correct the link or create the note it names",
         )
+    if len(broken) > 20:
+        checkup.add("links", PROBLEM, f"... and {len(broken) - 20} more (`mdvdb status`)", None)
 
 
 def _running(config, checkup: Checkup) -> None:
