@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 MAGIC = b"MDVDBIX\x00"
 HEADER = struct.Struct("<8sII")
 TRAILER = struct.Struct("<QQ8s")  # footer length, footer xxh3-64, magic
@@ -115,6 +115,10 @@ def _build_files_schema():
             ("frontmatter", pa.string()),  # JSON object
             ("parse_error", pa.string()),  # null when the file parsed cleanly
             ("cluster_id", pa.int32()),  # -1 when clustering is off or pending
+            # Format 5: Markdown conventions (`kernel.conventions`): the frontmatter's
+            # aliases, and the body's inline #tags without `#`.
+            ("aliases", pa.list_(pa.string())),
+            ("tags", pa.list_(pa.string())),
         ]
     )
 

@@ -42,7 +42,7 @@ class Chunk:
 
 def chunking_key(max_tokens: int, overlap: int) -> str:
     """Cache key of a chunking: changes when the rules or the settings change."""
-    return f"v2:{max_tokens}:{overlap}"
+    return f"v3:{max_tokens}:{overlap}"
 
 
 def _count(texts: list[str]) -> list[int]:

@@ -29,6 +29,7 @@ from typing import Any
 import frontmatter
 import yaml
 
+from kernel import conventions
 from kernel.text_decode import decode
 
 # Bounds on frontmatter (see the module docstring). Generous for real notes: the largest
@@ -60,12 +61,16 @@ class Heading:
 
 @dataclass
 class ParsedDoc:
-    lines: list[str]  # the whole file, BOM removed, line endings normalised
+    # The whole file, BOM removed, line endings normalised; in the body, comments blanked
+    # and wikilinks as their visible text (`kernel.conventions`), line for line.
+    lines: list[str]
     body_start: int  # 1-based line where the body starts (after frontmatter)
     metadata: dict[str, Any] = field(default_factory=dict)
     headings: list[Heading] = field(default_factory=list)
     title: str = ""
     error: str | None = None
+    aliases: list[str] = field(default_factory=list)  # frontmatter `aliases` / `alias`
+    tags: list[str] = field(default_factory=list)  # inline `#tags` of the body, without `#`
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -292,7 +297,7 @@ def headings_of(lines: list[str], body_start: int) -> list[Heading]:
         found = parsed_headings(body)
     out = []
     for level, text, line in found:
-        text = text.strip()
+        text = conventions.unescape(text.strip())
         if len(text) > MAX_HEADING_CHARS:
             text = text[: MAX_HEADING_CHARS - 1].rstrip() + "…"
         out.append(Heading(level, text, line + body_start))
@@ -380,6 +385,7 @@ def parse_document(raw: bytes, path: str) -> ParsedDoc:
     if lines and lines[-1] == "":
         lines.pop()
     long_problem = _cut_long_lines(lines)
+    lines, tags = conventions.indexed_lines(lines, body_start - 1)
     headings = headings_of(lines, body_start)
     problems = [p for p in (fm_problem, decode_problem, long_problem) if p]
     doc = ParsedDoc(
@@ -388,6 +394,8 @@ def parse_document(raw: bytes, path: str) -> ParsedDoc:
         metadata=metadata,
         headings=headings,
         error="; ".join(problems) or None,
+        aliases=conventions.aliases_of(metadata),
+        tags=tags,
     )
     doc.title = title_of(doc, path)
     return doc
@@ -409,6 +417,7 @@ def _cut_long_lines(lines: list[str]) -> str | None:
 
 
 def title_of(doc: ParsedDoc, path: str) -> str:
+    """The file's title: frontmatter `title`, else its first H1, else its file name."""
     title = doc.metadata.get("title")
     if isinstance(title, str) and title.strip():
         title = title.strip()
@@ -416,6 +425,4 @@ def title_of(doc: ParsedDoc, path: str) -> str:
     for heading in doc.headings:
         if heading.level == 1:
             return heading.text
-    if doc.headings:
-        return doc.headings[0].text
     return path.rsplit("/", 1)[-1].rsplit(".", 1)[0]

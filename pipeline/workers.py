@@ -159,7 +159,7 @@ def prepare_batch(
     could not be read), for a worker that does not see the folder (pipeline/ray_executor.py)."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
     from pipeline.cluster.topics import label_text, label_words
-    from pipeline.pack.lexical import chunk_fields, chunk_keys, store_of
+    from pipeline.pack.lexical import chunk_fields, chunk_keys, store_of, title_field
     from pipeline.parse import parse_document
 
     out = Batch()
@@ -193,6 +193,8 @@ def prepare_batch(
             "title": doc.title,
             "metadata": doc.metadata,
             "error": doc.error,
+            "aliases": doc.aliases,
+            "tags": doc.tags,
             "chunks": [c.to_json() for c in chunks],
         }
         out.records.append((sha, json.dumps(record)))
@@ -201,7 +203,7 @@ def prepare_batch(
             text = label_text(doc.title or "", [c.text for c in chunks])
             out.label_words.append((sha, " ".join(label_words(text))))
         if spec.lexical and chunks:
-            title = doc.title or ""
+            title = title_field(doc.title or "", doc.aliases)
             lex_titles.append(title)
             for c in chunks:
                 lex_file.append(len(lex_titles) - 1)

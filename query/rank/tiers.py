@@ -1,4 +1,4 @@
-"""Title-first tiers (the `kb-search` behaviour): documents whose title or a heading
+"""Title-first tiers (the `kb-search` behaviour): documents whose title or an alias
 contains every word of the query come first, one entry each (their best section); content
 matches follow, the other sections of those documents included.
 
