@@ -297,7 +297,7 @@ def headings_of(lines: list[str], body_start: int) -> list[Heading]:
         found = parsed_headings(body)
     out = []
     for level, text, line in found:
-        text = conventions.unescape(text.strip())
+        text = text.strip()
         if len(text) > MAX_HEADING_CHARS:
             text = text[: MAX_HEADING_CHARS - 1].rstrip() + "…"
         out.append(Heading(level, text, line + body_start))
@@ -387,6 +387,8 @@ def parse_document(raw: bytes, path: str) -> ParsedDoc:
     long_problem = _cut_long_lines(lines)
     lines, tags = conventions.indexed_lines(lines, body_start - 1)
     headings = headings_of(lines, body_start)
+    for heading in headings:  # shown and stored as a reader sees it: `\#Tag` reads `#Tag`
+        heading.text = conventions.unescape(heading.text)
     problems = [p for p in (fm_problem, decode_problem, long_problem) if p]
     doc = ParsedDoc(
         lines=lines,
