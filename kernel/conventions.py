@@ -15,6 +15,7 @@ Display helpers: `unescape` drops CommonMark's backslash escapes (`\\#Tag` reads
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = ["aliases_of", "indexed_lines", "tags_in", "unescape"]
 _FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
 # Where something may start: a code span's backticks or a comment's opening.
 _OPENING = re.compile(r"`+|<!--|%%")
+_BACKTICKS = re.compile(r"`+")
 _TAG = re.compile(r"(?:(?<=\s)|^)#([^\s!-,.:-@\[-^`{-~]|[_\-/])+", re.UNICODE)
 _TAG_CHARS = re.compile(r"^[\w\-/]+$")
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
@@ -71,11 +73,34 @@ def _prose(text: str, tags: list[str]) -> str:
     return text
 
 
+def _span_ends(line: str) -> dict[int, int]:
+    """Where each run of backticks of `line` that opens a code span starts -> where the span
+    ends (after the next run of the same length, as CommonMark closes it). Each run's next
+    equal run is found by bisection, so a line of thousands of backticks costs n log n."""
+    runs = [(m.start(), m.end()) for m in _BACKTICKS.finditer(line)]
+    by_size: dict[int, list[int]] = {}
+    for i, (start, end) in enumerate(runs):
+        by_size.setdefault(end - start, []).append(i)
+    ends: dict[int, int] = {}
+    i = 0
+    while i < len(runs):
+        start, end = runs[i]
+        same = by_size[end - start]
+        k = bisect.bisect_right(same, i)
+        if k < len(same):  # closed by that run; what lies between is code
+            ends[start] = runs[same[k]][1]
+            i = same[k] + 1
+        else:
+            i += 1  # no closing run: literal backticks
+    return ends
+
+
 def _line(line: str, closer: str | None, tags: list[str]) -> tuple[str, str | None]:
     """One line outside a fence, inside a comment whose end is `closer` (None: outside one):
     the line as indexed and the comment still open at its end."""
     out: list[str] = []
     at = 0
+    spans = _span_ends(line) if "`" in line else {}
     while at <= len(line):
         if closer is not None:
             end = line.find(closer, at)
@@ -90,8 +115,7 @@ def _line(line: str, closer: str | None, tags: list[str]) -> tuple[str, str | No
         out.append(_prose(line[at : match.start()], tags))
         token = match.group(0)
         if token.startswith("`"):
-            close = re.compile(rf"(?<!`){token}(?!`)").search(line, match.end())
-            stop = close.end() if close is not None else match.end()
+            stop = spans.get(match.start(), match.end())
             out.append(line[match.start() : stop])  # a code span, or stray backticks
             at = stop
         else:
