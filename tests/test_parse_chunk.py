@@ -134,10 +134,10 @@ def test_yaml_problems_name_the_line_and_the_character():
 
 def test_comments_are_blanked_line_for_line_and_hide_headings():
     raw = (
-        "---\ntitle: T\naliases: Other name\n---\n"
-        "# Top\n\nkept <!-- gone --> text\n%%\n## Not a heading\nsecret\n%%\n"
-        "## Real [[target|Label]] \\#x\n\nbody #tag\n"
-    ).encode()
+        b"---\ntitle: T\naliases: Other name\n---\n"
+        b"# Top\n\nkept <!-- gone --> text\n%%\n## Not a heading\nsecret\n%%\n"
+        b"## Real [[target|Label]] \\#x\n\nbody #tag\n"
+    )
     doc = parse_document(raw, "n.md")
     assert len(doc.lines) == raw.decode().count("\n")  # no line lost
     assert [(h.level, h.text, h.line) for h in doc.headings] == [
