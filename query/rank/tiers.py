@@ -142,7 +142,8 @@ def tiered_search(
             cluster=cluster,
         )
         rest = [(CONTENT, hit) for hit in content.results]
-        repeated = _repeated_block(index, query, candidates, diversity, mode, explain)
+        shown = {"min_score": min_score, "mode": mode, "explain": explain, "govern": govern}
+        repeated = _repeated_block(index, query, candidates, diversity, cluster, shown)
         return TieredResponse(
             query=query,
             mode=content.mode,
@@ -156,12 +157,13 @@ def _repeated_block(
     query: str,
     candidates: np.ndarray,
     diversity: Diversity,
-    mode: str | None,
-    explain: bool,
+    cluster: int | None,
+    shown: dict[str, Any],
 ) -> list[tuple[str, SearchResult]]:
     """The best boilerplate section holding every word of the query, when no other
     candidate section holds them all (the honest answer: the words are only in a block
-    repeated in many files); else nothing."""
+    repeated in many files); else nothing. `shown`: the search's min_score, mode, explain
+    and govern."""
     boilerplate = diversity.boilerplate
     if boilerplate is None:
         return []
@@ -182,5 +184,5 @@ def _repeated_block(
         return []
     alone = Diversity.of(index, collapse=True, scope=candidates)
     alone.boilerplate = None
-    found = search(index, query, limit=1, mask=having, diversity=alone, mode=mode, explain=explain)
+    found = search(index, query, limit=1, mask=having, diversity=alone, cluster=cluster, **shown)
     return [(REPEATED, hit) for hit in found.results]
