@@ -29,6 +29,8 @@ _OPENING = re.compile(r"`+|<!--|%%")
 _BACKTICKS = re.compile(r"`+")
 _TAG = re.compile(r"(?:(?<=\s)|^)#([^\s!-,.:-@\[-^`{-~]|[_\-/])+", re.UNICODE)
 _TAG_CHARS = re.compile(r"^[\w\-/]+$")
+_HTML_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+_HTML_CODE = re.compile(r"<code\b[^<>]*>.*?</code>", re.IGNORECASE)
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _CLOSERS = {"<!--": "-->", "%%": "%%"}
 
@@ -42,6 +44,8 @@ def tags_in(text: str) -> list[str]:
     """The inline tags of prose `text` (no code, no comments), without `#`, in order."""
     if "#" not in text:
         return []
+    if "<" in text:  # no tags in HTML code or an HTML tag's attributes (`color: #fff`)
+        text = _HTML_TAG.sub("", _HTML_CODE.sub(" ", text))
     out = []
     for match in _TAG.finditer(text):
         tag = match.group(0)[1:].rstrip("/")

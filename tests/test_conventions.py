@@ -49,6 +49,7 @@ TAGS = """# Tagged
 
 Working notes #pkm and #Project/alpha, an issue number #123 (not a tag).
 A link [to a heading](#anchor), a URL http://example.org/#fragment, an \\#escaped one.
+Some <span style="background: #fff">styled</span> text and <code>#htmlcode</code>.
 
 ```
 #incode is code
@@ -158,7 +159,8 @@ def test_inline_tags_filter_beside_frontmatter_tags(vault: Path) -> None:
     assert paths_with_tag(vault, "pkm") == ["reading.md", "tags.md"]  # inline + frontmatter
     assert paths_with_tag(vault, "PROJECT/ALPHA") == ["tags.md"]  # any case, nested
     assert paths_with_tag(vault, "reading") == ["reading.md"]
-    for not_a_tag in ("123", "anchor", "fragment", "escaped", "incode", "inspan", "NotATag"):
+    not_tags = ("123", "anchor", "fragment", "escaped", "incode", "inspan", "NotATag", "fff")
+    for not_a_tag in (*not_tags, "htmlcode"):
         done = run_cli("search", "--tag", not_a_tag, "--root", str(vault))
         assert done.returncode == 0 and done.stdout.startswith("No matches. Valid values:")
         assert "pkm" in done.stdout and not_a_tag.lower() not in done.stdout.lower()
