@@ -20,7 +20,7 @@ class Chunk:
     heading_path: list[str]
     start_line: int
     end_line: int
-    text: str  # the section's lines as written
+    text: str  # the section's lines as parse gives them (comments blanked, wikilinks as their text)
     embed_text: str  # what is embedded and hashed: heading context + text
     token_count: int
     sha256: str
