@@ -115,6 +115,10 @@ def _build_files_schema():
             ("frontmatter", pa.string()),  # JSON object
             ("parse_error", pa.string()),  # null when the file parsed cleanly
             ("cluster_id", pa.int32()),  # -1 when clustering is off or pending
+            # Format 5: Markdown conventions (`kernel.conventions`): the frontmatter's
+            # aliases, and the body's inline #tags without `#`.
+            ("aliases", pa.list_(pa.string())),
+            ("tags", pa.list_(pa.string())),
         ]
     )
 

@@ -33,6 +33,15 @@ _MARKERS = re.compile(r"[*_]{1,3}|~~")
 _PIPE = re.compile(r"[ \t]*\|[ \t]*")
 _SPACES = re.compile(r"\t[ \t]*| [ \t]+")
 _LINK_TARGET = re.compile(r"\]\((?:[^()\n]|\([^)\n]*\))*\)")
+# A backslash escape (`\#Tag`, `\*`) is held as a private-use character while the markup
+# goes, so the character it escapes is shown and never read as markup.
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+_HELD = 0xE000
+_RESTORE = {_HELD + c: chr(c) for c in range(0x21, 0x7F)}
+
+
+def _hold(match: re.Match) -> str:
+    return chr(_HELD + ord(match.group(1)))
 
 
 def _keep_lines(match: re.Match) -> str:
@@ -52,6 +61,9 @@ def _unemphasise(match: re.Match) -> str:
 
 def plain(text: str) -> str:
     """The visible text of Markdown (with inline HTML), same number of lines."""
+    escaped = "\\" in text
+    if escaped:
+        text = _ESCAPE.sub(_hold, text)
     if "<!--" in text:
         text = _COMMENT.sub(_keep_lines, text)
     if "```" in text or "~~~" in text:
@@ -87,6 +99,8 @@ def plain(text: str) -> str:
         import html  # here: its entity table costs a search whose excerpts have no '&'
 
         text = html.unescape(text)
+    if escaped:
+        text = text.translate(_RESTORE)
     return _SPACES.sub(" ", text) if "  " in text or "\t" in text else text
 
 

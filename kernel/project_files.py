@@ -53,7 +53,8 @@ BUILTIN_IGNORES = frozenset(
         ".idea",
         ".git",
         "node_modules",
-        ".obsidian",
+        ".obsidian",  # Obsidian's settings and plugins
+        ".trash",  # Obsidian's deleted notes
         "__pycache__",
         ".next",
         ".nuxt",

@@ -47,12 +47,14 @@ other words. For an exact string (identifier, error message, command, regex) use
 ranks by meaning and can bury exact text.
 
 Returns {"query", "mode", "total", "results": [{"path", "heading_path", "start_line",
-"end_line", "score", "excerpt", "tier"}]}. tier "title": the file's title or a heading holds
-every query word (first, one per file); "content": the other sections, best first. Lines are
-1-based, ready for get_document(path, start_line, end_line). Scores compare within one
-answer only. A section repeated nearly word for word in other files (versioned copies) comes
-once, with "also_in": [{"path", "start_line", "end_line"}, ...] and "also_in_count"
-(collapse=false: every copy); at most per_file sections of one file (default 3, 0: no cap).
+"end_line", "score", "excerpt", "tier"}]}. tier "title": the file's title or an alias holds
+every query word (first, one per file); "content": the other sections, best first;
+"repeated": a block many files share (a footer, a template), shown once and only when no other
+section holds every query word. Lines are 1-based, ready for get_document(path, start_line,
+end_line). Scores compare within one answer only. A section repeated nearly word for word in
+other files (versioned copies) comes once, with "also_in": [{"path", "start_line",
+"end_line"}, ...] (the first 5) and "also_in_count" (collapse=false: every copy); at most
+per_file sections of one file (default 3, 0: no cap).
 Cheaper or fuller: files_only=true returns {"files": [{"path", "score"}]}, one per file;
 max_tokens caps the total excerpt text; full_text=true adds each section's whole "text".
 

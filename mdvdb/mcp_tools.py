@@ -25,6 +25,7 @@ FIELD_VALUES_SHOWN = 200  # values listed by schema(field=...)
 MAX_CONTEXT = 10  # grep context lines either side, at most
 PATHS_SHOWN = 5  # stale and new files status lists
 PROBLEMS_SHOWN = 20  # problems status, ingest and schema list
+MCP_ALSO_IN_SHOWN = 5  # copies a search result lists (also_in_count has them all)
 
 
 class ToolProblem(ValueError):
@@ -122,7 +123,9 @@ def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) ->
     }
     _sourced(out, hit)
     if hit.also_in_count:
-        out["also_in"] = hit.also_in
+        # a model needs the count, and a few copies to open: never a footer's thousands
+        if tier != "repeated":
+            out["also_in"] = hit.also_in[:MCP_ALSO_IN_SHOWN]
         out["also_in_count"] = hit.also_in_count
     if full_text and hit.chunk_id >= 0:
         out["text"] = index.snapshot.table("chunks").column("text")[hit.chunk_id].as_py()

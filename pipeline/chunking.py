@@ -20,7 +20,7 @@ class Chunk:
     heading_path: list[str]
     start_line: int
     end_line: int
-    text: str  # the section's lines as written
+    text: str  # the section's lines as parse gives them (comments blanked, wikilinks as their text)
     embed_text: str  # what is embedded and hashed: heading context + text
     token_count: int
     sha256: str
@@ -42,7 +42,7 @@ class Chunk:
 
 def chunking_key(max_tokens: int, overlap: int) -> str:
     """Cache key of a chunking: changes when the rules or the settings change."""
-    return f"v2:{max_tokens}:{overlap}"
+    return f"v3:{max_tokens}:{overlap}"
 
 
 def _count(texts: list[str]) -> list[int]:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the cache key reads LINKS_VERSION on every run: no parser i
 __all__ = ["LINKS_VERSION", "RawLink", "extract_links"]
 
 # Part of the chunk cache's key: a change of these rules re-extracts every file.
-LINKS_VERSION = "l1"
+LINKS_VERSION = "l2"
 
 # (line, kind, target, anchor, label): kind is wikilink, embed, markdown or image.
 RawLink = tuple[int, str, str, str, str]
@@ -41,10 +41,15 @@ def extract_links(doc: ParsedDoc) -> list[RawLink]:
     """Every link of a parsed note, in line order: the body with fenced code blanked out,
     read line by line where a line can hold one; the frontmatter for wikilinks only."""
     out: list[RawLink] = []
-    for number, line in enumerate(doc.lines[: doc.body_start - 1], 1):
+    lines = doc.lines
+    if doc.link_lines:  # the body's wikilinks as written, not as their visible text
+        lines = list(lines)
+        for at, line in doc.link_lines:
+            lines[at] = line
+    for number, line in enumerate(lines[: doc.body_start - 1], 1):
         if "[[" in line:
             out.extend(link for _, link in _wikilinks(line, number))
-    body = doc.lines[doc.body_start - 1 :]
+    body = lines[doc.body_start - 1 :]
     text = "\n".join(body)
     if "[" not in text:
         return out

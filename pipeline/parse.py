@@ -29,6 +29,7 @@ from typing import Any
 import frontmatter
 import yaml
 
+from kernel import conventions
 from kernel.text_decode import decode
 
 # Bounds on frontmatter (see the module docstring). Generous for real notes: the largest
@@ -60,12 +61,19 @@ class Heading:
 
 @dataclass
 class ParsedDoc:
-    lines: list[str]  # the whole file, BOM removed, line endings normalised
+    # The whole file, BOM removed, line endings normalised; in the body, comments blanked
+    # and wikilinks as their visible text (`kernel.conventions`), line for line.
+    lines: list[str]
     body_start: int  # 1-based line where the body starts (after frontmatter)
     metadata: dict[str, Any] = field(default_factory=dict)
     headings: list[Heading] = field(default_factory=list)
     title: str = ""
     error: str | None = None
+    aliases: list[str] = field(default_factory=list)  # frontmatter `aliases` / `alias`
+    tags: list[str] = field(default_factory=list)  # inline `#tags` of the body, without `#`
+    # [index in `lines`, the line with its wikilinks as written] where `lines` shows their
+    # text: what the link graph reads (pipeline/links.py)
+    link_lines: list[list] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -380,7 +388,10 @@ def parse_document(raw: bytes, path: str) -> ParsedDoc:
     if lines and lines[-1] == "":
         lines.pop()
     long_problem = _cut_long_lines(lines)
+    lines, tags, linked = conventions.indexed_lines(lines, body_start - 1)
     headings = headings_of(lines, body_start)
+    for heading in headings:  # shown and stored as a reader sees it: `\#Tag` reads `#Tag`
+        heading.text = conventions.unescape(heading.text)
     problems = [p for p in (fm_problem, decode_problem, long_problem) if p]
     doc = ParsedDoc(
         lines=lines,
@@ -388,6 +399,9 @@ def parse_document(raw: bytes, path: str) -> ParsedDoc:
         metadata=metadata,
         headings=headings,
         error="; ".join(problems) or None,
+        aliases=conventions.aliases_of(metadata),
+        tags=tags,
+        link_lines=[list(pair) for pair in linked],
     )
     doc.title = title_of(doc, path)
     return doc
@@ -409,6 +423,7 @@ def _cut_long_lines(lines: list[str]) -> str | None:
 
 
 def title_of(doc: ParsedDoc, path: str) -> str:
+    """The file's title: frontmatter `title`, else its first H1, else its file name."""
     title = doc.metadata.get("title")
     if isinstance(title, str) and title.strip():
         title = title.strip()
@@ -416,6 +431,4 @@ def title_of(doc: ParsedDoc, path: str) -> str:
     for heading in doc.headings:
         if heading.level == 1:
             return heading.text
-    if doc.headings:
-        return doc.headings[0].text
     return path.rsplit("/", 1)[-1].rsplit(".", 1)[0]

@@ -779,6 +779,8 @@ def chunk(config: Config, manifest: Manifest, state: State, progress: Progress =
                 "title": doc.title,
                 "metadata": doc.metadata,
                 "error": doc.error,
+                "aliases": doc.aliases,
+                "tags": doc.tags,
                 "chunks": [c.to_json() for c in chunks],
                 "links": extract_links(doc),
             }

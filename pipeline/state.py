@@ -1029,6 +1029,8 @@ class Published:
         titles = self._column("files", "title").take(take).to_pylist()
         metas = self._column("files", "frontmatter").take(take).to_pylist()
         errors = self._column("files", "parse_error").take(take).to_pylist()
+        aliases = self._column("files", "aliases").take(take).to_pylist()
+        tags = self._column("files", "tags").take(take).to_pylist()
         counts = starts[file_rows + 1] - starts[file_rows]
         chunk_rows = (
             np.concatenate([np.arange(starts[r], starts[r + 1]) for r in file_rows.tolist()])
@@ -1074,6 +1076,8 @@ class Published:
                 "title": titles[i],
                 "metadata": json.loads(metas[i] or "{}"),
                 "error": errors[i],
+                "aliases": aliases[i] or [],
+                "tags": tags[i] or [],
                 "chunks": chunks,
                 "links": links[i],
             }

@@ -160,7 +160,7 @@ def prepare_batch(
     from pipeline.chunking import chunk_with_token_ids, token_ids
     from pipeline.cluster.topics import label_text, label_words
     from pipeline.links import extract_links
-    from pipeline.pack.lexical import chunk_fields, chunk_keys, store_of
+    from pipeline.pack.lexical import chunk_fields, chunk_keys, store_of, title_field
     from pipeline.parse import parse_document
 
     out = Batch()
@@ -194,6 +194,8 @@ def prepare_batch(
             "title": doc.title,
             "metadata": doc.metadata,
             "error": doc.error,
+            "aliases": doc.aliases,
+            "tags": doc.tags,
             "chunks": [c.to_json() for c in chunks],
             "links": extract_links(doc),
         }
@@ -203,7 +205,7 @@ def prepare_batch(
             text = label_text(doc.title or "", [c.text for c in chunks])
             out.label_words.append((sha, " ".join(label_words(text))))
         if spec.lexical and chunks:
-            title = doc.title or ""
+            title = title_field(doc.title or "", doc.aliases)
             lex_titles.append(title)
             for c in chunks:
                 lex_file.append(len(lex_titles) - 1)

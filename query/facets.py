@@ -32,7 +32,8 @@ class Facet:
     value: str
 
     def filter(self) -> Filter:
-        return Filter(self.field, "=", self.value, ignore_case=True)
+        inline = self.flag == "--tag"  # a note's inline #tags are tags too
+        return Filter(self.field, "=", self.value, ignore_case=True, inline_tags=inline)
 
 
 def facets_of(index: Reader, tag: str | None, category: str | None) -> list[Facet]:
@@ -58,9 +59,21 @@ def known_values(index: Reader, field: str) -> list[str]:
     return sorted(v for v in pc.unique(column).to_pylist() if v != "")
 
 
+def inline_tags(index: Reader) -> list[str]:
+    """Every inline #tag of the index (without `#`), sorted, no duplicates."""
+    import pyarrow.compute as pc
+
+    from kernel import index_format
+
+    column = index_format.arrow_array(index.snapshot.table("files"), "tags")
+    return sorted(v for v in pc.unique(pc.list_flatten(column)).to_pylist() if v)
+
+
 def unmatched(index: Reader, facet: Facet) -> list[str] | None:
     """None when some file has the facet's value (any case); else the values there are."""
     values = known_values(index, facet.field)
+    if facet.filter().inline_tags:
+        values = sorted(set(values) | set(inline_tags(index)))
     wanted = facet.value.lower()
     if any(v.lower() == wanted for v in values):
         return None

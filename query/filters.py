@@ -52,6 +52,8 @@ class Filter:
     op: str = "="
     value: Any = None  # "=" / "!=": one value or a tuple of values (any of them)
     ignore_case: bool = False
+    # `--tag`: the body's inline #tags (the `files.tags` column) count as values too
+    inline_tags: bool = False
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -210,9 +212,21 @@ def file_mask(
         schema = load_schema(snapshot)
     files = snapshot.table("files")
     mask = np.ones(files.num_rows, dtype=bool)
-    for typed in resolve(filters, schema):
+    tag_facets = [f for f in filters if f.inline_tags]
+    for f in tag_facets:
+        mask &= _tag_mask(files, f, schema)
+    for typed in resolve([f for f in filters if not f.inline_tags], schema):
         mask &= _evaluate(files, typed)
     return mask
+
+
+def _tag_mask(files, f: Filter, schema: Schema) -> np.ndarray:
+    """Files with the tag in their frontmatter field (if some file has it) or inline."""
+    values = tuple(frontmatter_text(v).lower() for v in f.values)
+    inline = _list_contains(index_format.arrow_array(files, "tags"), values, True)
+    if schema.get(f.field) is None:
+        return inline
+    return inline | _evaluate(files, resolve([f], schema)[0])
 
 
 def chunk_mask(

@@ -74,8 +74,9 @@ def test_human_output_and_summary_line(notes: Path):
     assert r.returncode == 0
     assert "4 files: 4 added, 0 changed, 0 removed, 0 unchanged" in r.stdout
     r = run_cli("search", "open ports", "--root", str(notes))
-    # The "Open ports" heading holds every query word: a title-tier match (issue 5).
-    assert r.stdout.startswith("## Title Matches\n1. guides/networking.md:")
+    # The "Open ports" heading holds every query word, but a heading is not a title (issue
+    # 35: only the title and the aliases are): the best content match.
+    assert r.stdout.startswith("## Content Matches\n1. guides/networking.md:3-")
 
 
 def test_status_reports_stale_and_new_files(indexed_notes: Path):

@@ -43,7 +43,8 @@ def page(topic: str, i: int, rating: object = None, extra: str = "") -> str:
     return (
         f"---\ntitle: {topic.title()} note {i}\ntags: [{topic}, {words[i % len(words)]}]\n"
         f"status: {['draft', 'review', 'published'][i % 3]}\n{rating_line}"
-        f"updated: 2026-0{1 + i % 9}-1{i % 9}\n{extra}---\n# {topic.title()} note {i}\n\n{body}\n"
+        f"updated: 2026-0{1 + i % 9}-1{i % 9}\naliases: [{topic} {i}]\n{extra}---\n"
+        f"# {topic.title()} note {i}\n\n{body} #{words[(i + 1) % len(words)]}\n"
     )
 
 
@@ -420,7 +421,12 @@ def test_updated_forward_view_equals_a_fresh_transpose(seed: int):
         new_texts.append(text())
 
     def tables(texts: list[str]) -> tuple[pa.Table, pa.Table]:
-        files = pa.table({"title": pa.array(["Note"], pa.string())})
+        files = pa.table(
+            {
+                "title": pa.array(["Note"], pa.string()),
+                "aliases": pa.array([[]], pa.list_(pa.string())),
+            }
+        )
         chunks = pa.table(
             {
                 "file_id": pa.array(np.zeros(len(texts), np.int32)),

@@ -154,6 +154,23 @@ def test_an_edit_that_keeps_every_path_resolves_its_new_links(tmp_path: Path):
     assert cli_json(root, "status")["broken_links_total"] == 3
 
 
+def test_links_in_comments_are_not_links_and_shown_text_stays_a_link(tmp_path: Path):
+    """The index shows a wikilink as its text (kernel/conventions.py) but the graph reads it
+    as written; a link inside a comment (`<!-- -->`, `%% %%`) is not indexed, so no link."""
+    root = vault_copy(tmp_path)
+    (root / "Lonely.md").write_text(
+        "# Lonely\n\nSee [[Meeting|the meeting]]. <!-- [[Ghost note]] -->\n"
+        "%% [Hidden](Home.md) and\n[[Another ghost]] %%\nand [Home](Home.md).\n"
+    )
+    assert cli_json(root, "ingest")["changed"] == 1
+    assert cli(root, "links", "Lonely")[1].splitlines() == [
+        "Lonely.md:3  [[Meeting|the meeting]]  -> people/Meeting.md",
+        "Lonely.md:6  [Home](Home.md)  -> Home.md",
+    ]
+    found = cli_json(root, "search", "the meeting", "--path", "Lonely.md")["results"]
+    assert found and "[[" not in found[0]["excerpt"]
+
+
 def test_a_sharded_index_refuses_the_link_commands_in_one_line(tmp_path: Path):
     root = copy_markdown(FIXTURES / "vault", tmp_path / "vault")
     env = {"MDVDB_SHARDS": "2"}

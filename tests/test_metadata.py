@@ -166,7 +166,7 @@ def test_title_matches_come_first_numbered_continuously(kb: Path) -> None:
     content = lines.index("## Content Matches")
     numbers = [int(line.split(".", 1)[0]) for line in lines if line[:1].isdigit()]
     assert numbers == list(range(1, len(numbers) + 1))
-    # Title tier: documents whose title or a heading holds every word; the rest follow.
+    # Title tier: documents whose title (or an alias) holds every word; the rest follow.
     title_paths = {line.split(":", 1)[0].split(" ", 1)[1] for line in lines[1:content]}
     assert "kb/notes.md" not in title_paths
     # No "Showing top 5 of N matches" under a query: N counted every chunk scoring above 0

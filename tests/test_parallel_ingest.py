@@ -22,9 +22,11 @@ LONG_SECTION = "\n".join(
 def _page(i: int) -> bytes:
     """Every kind of file the pipeline treats differently, in turn."""
     kind = i % 8
-    if kind == 0:
+    if kind == 0:  # frontmatter; aliases, an inline tag, a comment, a wikilink (issue 35)
         front = f"title: Page {i}\ntags: [a, b{i % 5}]\ndate: 2024-01-{i % 28 + 1:02d}"
-        return f"---\n{front}\n---\n\n# Heading {i}\n\nBody {i} about kayaks.\n".encode()
+        front += f"\naliases: [Alias {i}]"
+        body = f"Body {i} about kayaks #t{i % 3} %%hidden%% [[Page {i + 8}|next]].\n"
+        return f"---\n{front}\n---\n\n# Heading {i}\n\n{body}".encode()
     if kind == 1:  # nested headings: chunks embedded with their parents' headings
         nested = f"## Child {i}\n\nChild text {i}.\n\n### Grandchild\n\nDeep {i}.\n"
         return f"# Top {i}\n\nIntro.\n\n{nested}".encode()
@@ -154,7 +156,7 @@ def test_the_workers_analyses_are_the_ones_pack_would_make(tmp_path: Path):
     assert batch.lexical is not None and len(batch.lexical.keys) == chunks.num_rows > 64
 
     keys = lexical.chunk_keys(
-        [t or "" for t in files.column("title").to_pylist()],
+        lexical.title_fields(files),  # each file's title and aliases
         chunks.column("file_id").to_numpy(),
         chunks.column("heading").to_pylist(),
         chunks.column("sha256").to_pylist(),

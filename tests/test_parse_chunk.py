@@ -130,3 +130,27 @@ YAML_PROBLEMS = [
 def test_yaml_problems_name_the_line_and_the_character():
     for raw, expected in YAML_PROBLEMS:
         assert parse_document(raw, "x.md").error == expected, raw
+
+
+def test_comments_are_blanked_line_for_line_and_hide_headings():
+    raw = (
+        b"---\ntitle: T\naliases: Other name\n---\n"
+        b"# Top\n\nkept <!-- gone --> text\n%%\n## Not a heading\nsecret\n%%\n"
+        b"## Real [[target|Label]] \\#x\n\nbody #tag\n"
+    )
+    doc = parse_document(raw, "n.md")
+    assert len(doc.lines) == raw.decode().count("\n")  # no line lost
+    assert [(h.level, h.text, h.line) for h in doc.headings] == [
+        (1, "Top", 5),
+        (2, "Real Label #x", 12),
+    ]
+    assert doc.lines[6] == "kept  text" and doc.lines[7:10] == ["", "", ""]
+    assert doc.aliases == ["Other name"] and doc.tags == ["tag"]
+    chunks = chunk_document(doc, 512, 64)
+    assert [(c.start_line, c.end_line) for c in chunks] == [(5, 7), (12, 14)]
+    assert not any("secret" in c.text or "gone" in c.text for c in chunks)
+
+
+def test_title_is_frontmatter_then_first_h1_then_file_name():
+    assert parse_document(b"## Only an H2\n\ntext\n", "dir/my-note.md").title == "my-note"
+    assert parse_document(b"## H2\n\n# The H1\n", "n.md").title == "The H1"

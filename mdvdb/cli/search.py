@@ -19,6 +19,11 @@ from mdvdb.cli.parser import Command, UsageError
 from query import OPTIONS
 
 VALUES_SHOWN = 200  # facet values listed in "No matches. Valid values: ..."
+TIER_HEADINGS = {
+    "title": "## Title Matches",
+    "content": "## Content Matches",
+    "repeated": "## Only In A Repeated Block (a footer or template many files share)",
+}
 
 
 def search(root: str | None, as_json: bool, **fields: Any) -> None:
@@ -88,7 +93,7 @@ def _print_tiers(response, explain: bool) -> None:
     for i, (this_tier, hit) in enumerate(response.results, 1):
         if this_tier != tier:
             tier = this_tier
-            echo("## Title Matches" if tier == "title" else "## Content Matches")
+            echo(TIER_HEADINGS.get(tier, "## Content Matches"))
         heading = printable(" > ".join(hit.heading_path), one_line=True)
         path = printable(hit.path, one_line=True)
         sure = "" if hit.confidence is None else f", confidence {hit.confidence:.2f}"

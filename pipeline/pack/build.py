@@ -42,7 +42,8 @@ class PackSources:
     entries: Collection[ManifestEntry]
     dimensions: int
     build_key: str  # model key + chunking key: what makes old rows reusable
-    # sha -> {"title", "metadata", "error", "chunks"} for the files that must be read fresh
+    # sha -> {"title", "metadata", "error", "aliases", "tags", "chunks"} for the files that
+    # must be read fresh
     load_documents: Callable[[set[str]], dict[str, dict[str, Any]]]
     # chunk sha bytes (in order) -> (n, dimensions) float32
     load_vectors: Callable[[list[bytes]], np.ndarray]
@@ -74,6 +75,8 @@ def _files_rows(entries: list[ManifestEntry], docs: dict[str, dict[str, Any]]) -
             pa.array([json.dumps(d["metadata"], ensure_ascii=False) for d in rows], pa.string()),
             pa.array([d["error"] for d in rows], pa.string()),
             pa.array(np.full(n, -1, dtype=np.int32)),
+            pa.array([d.get("aliases") or [] for d in rows], pa.list_(pa.string())),
+            pa.array([d.get("tags") or [] for d in rows], pa.list_(pa.string())),
         ],
         schema=index_format.FILES_SCHEMA,
     )

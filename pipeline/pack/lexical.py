@@ -1,8 +1,9 @@
 """Lexical postings: field-weighted tf per (term, chunk), built at pack time into the `lexical`
 tables; readers compute the BM25F weights from them (`query.score.lexical`).
 
-Each chunk has three fields: the file's title, its heading path (headings equal to the title
-left out, since the title field already holds them) and its text. A term's field-weighted
+Each chunk has three fields: the file's title with its aliases (`title_field`), its heading
+path (headings equal to the title or an alias left out, since the title field already holds
+them) and its text. A term's field-weighted
 frequency is `sum(weight_f * tf_f)` and the chunk length is `sum(weight_f * len_f)` (BM25F with
 one length normalisation), so a word in a heading counts like several in the body. The weights
 were chosen by measurement (docs/search-quality.md).
@@ -83,9 +84,23 @@ def _store_of_parts(keys: np.ndarray, parts: list[np.ndarray]) -> Store:
     )
 
 
+def title_field(title: str, aliases: list[str] | None) -> str:
+    """The title field's text: the file's title, then its aliases, one a line."""
+    return "\n".join([title, *aliases]) if aliases else title
+
+
+def title_fields(files: pa.Table) -> list[str]:
+    """`title_field` of every row of a `files` table."""
+    titles = files.column("title").to_pylist()
+    aliases = files.column("aliases").to_pylist()
+    return [title_field(t or "", a) for t, a in zip(titles, aliases, strict=True)]
+
+
 def chunk_fields(title: str, heading_path: list[str]) -> list[str]:
-    """The heading field: the path minus headings that repeat the title."""
-    return [h for h in heading_path if h.strip() != title.strip()]
+    """The heading field: the path minus headings that repeat the title field (`title`:
+    `title_field`'s text, the title or one of the aliases)."""
+    names = {line.strip() for line in title.split("\n")} if "\n" in title else {title.strip()}
+    return [h for h in heading_path if h.strip() not in names]
 
 
 @dataclass
@@ -182,7 +197,7 @@ def analysed_store(files: pa.Table, chunks: pa.Table, analysed: Store | None = N
     """Every chunk analysed, in chunk order. Analyses come from `analysed` (made by the
     ingest workers in this run); only chunks it lacks are analysed here (the state folder
     keeps no analysis cache: the index's postings are that cache)."""
-    all_titles = [t or "" for t in files.column("title").to_pylist()]
+    all_titles = title_fields(files)
     file_ids = chunks.column("file_id").to_numpy()
     keys = chunk_keys(
         all_titles,
@@ -305,12 +320,16 @@ def _analyse_rows(
         return Store.empty()
     picked = rows_of(chunks.select(["file_id", "heading", "heading_path", "text", "sha256"]), rows)
     file_ids = picked.column("file_id").to_numpy()
-    titles = files.column("title").to_pylist() if len(rows) > 1000 else None
-    if titles is None:
-        titles = [files.column("title")[int(i)].as_py() for i in file_ids]
+    if len(rows) > 1000:
+        every = title_fields(files)
+        titles = [every[i] for i in file_ids.tolist()]
     else:
-        titles = [titles[i] for i in file_ids.tolist()]
-    titles = [t or "" for t in titles]
+        titles = [
+            title_field(
+                files.column("title")[int(i)].as_py() or "", files.column("aliases")[int(i)].as_py()
+            )
+            for i in file_ids
+        ]
     found = np.full(len(rows), -1, dtype=np.int64)
     if made is not None and len(made.keys):
         keys = chunk_keys(

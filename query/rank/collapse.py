@@ -7,6 +7,12 @@ sections of one file (`MDVDB_SEARCH_PER_FILE`, `--per-file`; `--files` is a cap 
 ranking asks for more candidates than it returns, and for more again when collapsing left
 fewer than it wants, so an answer is short only when the index has no more distinct matches.
 
+Boilerplate: a group whose copies lie in many files (at least `BOILERPLATE_MIN_FILES`, and
+`BOILERPLATE_SHARE` of the index's files: a footer, a badge block, a template's empty heading)
+says nothing about the page it sits on. Its sections are left out of a collapsed search
+(`Diversity.boilerplate`); title-first tiers show one of them, marked as a repeated block,
+only when no other section holds every word of the query (`query.rank.tiers`).
+
 One `Diversity` spans a whole response: title-first tiers search twice (title documents, then
 content) and share it, so a content section never repeats a title result or its page's quota.
 Selection works on chunk ids before any result is materialised; it costs a Python loop over a
@@ -15,6 +21,7 @@ few dozen ids.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,6 +38,8 @@ SIGNATURE_META_KEY = "near_duplicates"
 ALSO_IN_SHOWN = 20  # copies listed per result (`also_in_count` has them all)
 OVERSAMPLE = 3  # candidates fetched per wanted result before collapsing
 MIN_EXTRA = 20
+BOILERPLATE_MIN_FILES = 10  # a group in fewer files is a copy, not boilerplate
+BOILERPLATE_SHARE = 0.02  # ... and in at least this share of the index's files
 
 
 class DuplicatesUnavailable(IndexFormatError):
@@ -58,6 +67,32 @@ def groups_of(snapshot: Snapshot) -> np.ndarray:
     return found
 
 
+def boilerplate_of(snapshot: Snapshot) -> np.ndarray | None:
+    """Per chunk, whether it is boilerplate (see the module docstring); None when no chunk
+    is. Once per snapshot."""
+    if "boilerplate" in snapshot.cache:
+        return snapshot.cache["boilerplate"]
+    groups = groups_of(snapshot)
+    files = snapshot.chunk_file_ids
+    n_files = snapshot.table("files").num_rows
+    found = None
+    member = groups >= 0
+    need = max(BOILERPLATE_MIN_FILES, math.ceil(BOILERPLATE_SHARE * n_files))
+    if np.count_nonzero(member) >= need:
+        # distinct (group, file) pairs, then files per group (return_counts: a plain
+        # np.unique imports numpy.ma)
+        pairs = groups[member].astype(np.int64) * n_files + files[member]
+        per_pair = np.unique(pairs, return_counts=True)[0] // n_files
+        group_ids, counts = np.unique(per_pair, return_counts=True)
+        big = group_ids[counts >= need]
+        if len(big):
+            flag = np.zeros(len(groups), dtype=bool)
+            flag[big] = True
+            found = member & flag[np.where(member, groups, 0)]
+    snapshot.cache["boilerplate"] = found
+    return found
+
+
 @dataclass
 class Diversity:
     """What one response already holds: near-duplicate groups and sections per file."""
@@ -68,6 +103,13 @@ class Diversity:
     scope: np.ndarray | None = None  # chunks `also_in` may list (the filters), None: all
     used_groups: set[int] = field(default_factory=set)
     file_counts: dict[int, int] = field(default_factory=dict)
+    boilerplate: np.ndarray | None = None  # per chunk, left out of the search; None: none
+
+    def without_boilerplate(self, allowed: np.ndarray | None) -> np.ndarray | None:
+        """`allowed` (one boolean per chunk, None: every chunk) less the boilerplate."""
+        if self.boilerplate is None:
+            return allowed
+        return ~self.boilerplate if allowed is None else allowed & ~self.boilerplate
 
     @classmethod
     def of(
@@ -82,7 +124,8 @@ class Diversity:
         if cap < 0:
             raise ValueError(f"per_file must be 0 (no cap) or more, got {cap}")
         groups = groups_of(snap) if collapse else None
-        return cls(groups, snap.chunk_file_ids, cap, scope)
+        boilerplate = boilerplate_of(snap) if collapse else None
+        return cls(groups, snap.chunk_file_ids, cap, scope, boilerplate=boilerplate)
 
     def fetch_size(self, wanted: int) -> int:
         """Candidates to rank for `wanted` results: more when some may be dropped."""

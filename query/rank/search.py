@@ -97,6 +97,7 @@ def search(
     allowed = candidate_mask(index, filters, mask)
     if diversity is None:
         diversity = Diversity.of(index, per_file, collapse)
+    allowed = diversity.without_boilerplate(allowed)
     # what a sharded index's staged search is asked first (`_diverse_top`): a lexical one
     # answers it with its scores, in one round trip
     first = (allowed, _first_fetch(limit, governed, diversity), min_score)

@@ -1,4 +1,4 @@
-"""Title-first tiers (the `kb-search` behaviour): documents whose title or a heading
+"""Title-first tiers (the `kb-search` behaviour): documents whose title or an alias
 contains every word of the query come first, one entry each (their best section); content
 matches follow, the other sections of those documents included.
 
@@ -26,9 +26,11 @@ if TYPE_CHECKING:
     from query.results import SearchResult
     from query.snapshot import Reader
 
-__all__ = ["CONTENT", "TITLE", "TieredResponse", "tiered_search"]
+__all__ = ["CONTENT", "REPEATED", "TITLE", "TieredResponse", "tiered_search"]
 
-TITLE, CONTENT = "title", "content"
+# REPEATED: a boilerplate section (query.rank.collapse), shown once and first when it alone
+# holds every word of the query.
+TITLE, CONTENT, REPEATED = "title", "content", "repeated"
 
 
 @dataclass
@@ -148,12 +150,52 @@ def tiered_search(
             decay_field=decay_field,
         )
         rest = [(CONTENT, hit) for hit in content.results]
+        shown = {"min_score": min_score, "mode": mode, "explain": explain, "govern": govern}
+        shown |= {"decay": decay, "decay_field": decay_field, "rate": False}
+        repeated = _repeated_block(index, query, candidates, diversity, cluster, shown)
+        results = (repeated + first + rest)[:limit] if repeated else first + rest
         from query.rank.confidence import rate
 
-        rate(index, query, [hit for _, hit in first + rest])
+        rate(index, query, [hit for _, hit in results])
         return TieredResponse(
             query=query,
             mode=content.mode,
-            results=first + rest,
-            total=title_total + (content.total or 0),
+            results=results,
+            total=title_total + (content.total or 0) + len(repeated),
         )
+
+
+def _repeated_block(
+    index: Reader,
+    query: str,
+    candidates: np.ndarray,
+    diversity: Diversity,
+    cluster: int | None,
+    shown: dict[str, Any],
+) -> list[tuple[str, SearchResult]]:
+    """The best boilerplate section holding every word of the query, when no other
+    candidate section holds them all (the honest answer: the words are only in a block
+    repeated in many files); else nothing. `shown`: the search's min_score, mode, explain
+    and govern."""
+    boilerplate = diversity.boilerplate
+    if boilerplate is None:
+        return []
+    from kernel import text_analysis
+    from query.score.lexical import lexical_index
+
+    terms = np.unique(text_analysis.term_ids(query), return_counts=True)[0]
+    if not len(terms):
+        return []
+    having = candidates.copy()
+    for chunks in lexical_index(index).term_chunks(terms):
+        if chunks is None:
+            return []
+        keep = np.zeros(len(having), dtype=bool)
+        keep[chunks] = True
+        having &= keep
+    if not having.any() or (having & ~boilerplate).any():
+        return []
+    alone = Diversity.of(index, collapse=True, scope=candidates)
+    alone.boilerplate = None
+    found = search(index, query, limit=1, mask=having, diversity=alone, cluster=cluster, **shown)
+    return [(REPEATED, hit) for hit in found.results]

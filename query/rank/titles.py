@@ -1,7 +1,10 @@
-"""Words of a query in titles, headings and file names, over texts lowered once per snapshot.
+"""Words of a query in titles and file names, over texts lowered once per snapshot.
 
-Title-first tiers (`query.rank.tiers`) ask which files a title or heading of contains every word
-of the query; hybrid ranking (`query.rank.search`) asks which of its best files the query names.
+A file's titles are its title (frontmatter `title`, else its first H1, else its file name)
+and its frontmatter aliases; other headings are not titles (a template's `## MOC` in sixty
+notes does not make them the note aliased "MOC"). Title-first tiers (`query.rank.tiers`) ask
+which files a title of contains every word of the query; hybrid ranking (`query.rank.search`)
+asks which of its best files the query names.
 A query word matches, case-insensitively, where a word of the title begins ("archive" in
 "Archives", "tar" not in "start"; anywhere in Chinese, Japanese and Korean text).
 """
@@ -39,13 +42,19 @@ def query_words(query: str) -> list[str]:
 
 
 def title_files(snapshot: Snapshot, words: list[str]) -> np.ndarray:
-    """One boolean per file: its title, or one of its headings, contains every word."""
-    titles, headings = _lowered(snapshot)
+    """One boolean per file: its title contains every word, or one of its aliases every
+    word that is not a stop word (an alias is a short name: "what is a MOC" names the note
+    aliased "MOC")."""
+    from kernel.text_analysis import STOP_WORDS
+
+    titles, aliases, alias_files = _lowered(snapshot)
     mask = np.zeros(len(titles.starts), dtype=bool)
     if not words:
         return mask
     mask[titles.containing_all(words)] = True
-    mask[snapshot.chunk_file_ids[headings.containing_all(words)]] = True
+    named = [w for w in words if w not in STOP_WORDS]
+    if len(alias_files) and named:
+        mask[alias_files[aliases.containing_all(named)]] = True
     return mask
 
 
@@ -176,24 +185,26 @@ NAMES_KEPT = 50_000
 
 def _names(snapshot: Snapshot):
     """file ids -> each file's names as `name_files` tries them: its title, the last dotted
-    part of the title (None without a dot), its file stem; lowered. They do not depend on
-    the query: kept per snapshot for the files asked (a warm search checks ~100 files a
+    part of the title (None without a dot), its file stem, its aliases; lowered. They do not
+    depend on the query: kept per snapshot for the files asked (a warm search checks ~100 files a
     query, mostly ones it has checked before)."""
     kept = snapshot.cache.get("page_names")
     if kept is None or len(kept) > NAMES_KEPT:
         kept = snapshot.cache["page_names"] = {}
 
-    def names_of(file_ids: list[int]) -> list[tuple[str, str | None, str]]:
+    def names_of(file_ids: list[int]) -> list[tuple[str | None, ...]]:
         missing = [f for f in file_ids if f not in kept]
         if missing:
-            titles, _ = _lowered(snapshot)
+            titles, _, _ = _lowered(snapshot)
             path_of = _path_lowering(snapshot)
+            aliases = index_format.column_array(snapshot.table("files"), "aliases")
             for file_id in missing:
                 title = titles.text[titles.starts[file_id] : titles.ends[file_id]].strip()
                 stem = path_of(file_id).rsplit("/", 1)[-1]
                 stem = stem.rsplit(".", 1)[0] if "." in stem else stem
                 dotted = title.rsplit(".", 1)[-1] if "." in title else None
-                kept[file_id] = (title, dotted, stem)
+                others = tuple(a.lower().strip() for a in aliases[file_id].as_py() or ())
+                kept[file_id] = (title, dotted, stem, *others)
         return [kept[f] for f in file_ids]
 
     return names_of
@@ -233,11 +244,16 @@ def _lowered_paths(snapshot: Snapshot) -> _Lowered:
     return found
 
 
-def _lowered(snapshot: Snapshot) -> tuple[_Lowered, _Lowered]:
-    """Titles and chunk headings, lowered once per snapshot."""
+def _lowered(snapshot: Snapshot) -> tuple[_Lowered, _Lowered, np.ndarray]:
+    """Titles and aliases, lowered once per snapshot, and the file of each alias."""
     found = snapshot.cache.get("tiers")
     if found is None:
-        titles = _Lowered.of(index_format.column_array(snapshot.table("files"), "title"))
-        headings = _Lowered.of(index_format.column_array(snapshot.table("chunks"), "heading"))
-        found = snapshot.cache["tiers"] = (titles, headings)
+        files = snapshot.table("files")
+        titles = _Lowered.of(index_format.column_array(files, "title"))
+        aliases = index_format.column_array(files, "aliases")
+        offsets = np.asarray(aliases.offsets.to_numpy(), dtype=np.int64)
+        alias_files = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+        names = aliases.values.to_pylist()[offsets[0] : offsets[-1]] if len(alias_files) else []
+        found = (titles, _Lowered.of_rows(names), alias_files)
+        snapshot.cache["tiers"] = found
     return found
