@@ -213,7 +213,6 @@ def published_is_current(config: Config, state: State) -> bool:
     parse, chunk and embed caches)."""
     import stat
 
-    from kernel.safe_open import open_regular
     from kernel.shards import published_file
 
     path = published_file(config)
@@ -226,14 +225,27 @@ def published_is_current(config: Config, state: State) -> bool:
     if state.get_value("published_stamp") != [st.st_size, st.st_mtime_ns]:
         return False
     if config.shards > 1:
-        return True  # a sharded pack hands nothing over: the caches hold every record
+        # a sharded pack hands nothing over (the caches hold every record), but shards of
+        # another format were cut from caches of another format: rebuild them all
+        from kernel.shards import read_manifest
+
+        manifest = read_manifest(config.shards_path)
+        if manifest is None:
+            return False
+        path = config.shards_path / manifest.global_file
+    return _this_format(path)
+
+
+def _this_format(path) -> bool:
+    """The index file at `path` is in the format this code writes."""
+    from kernel.index_format import FORMAT_VERSION, MAGIC
+    from kernel.safe_open import open_regular
+
     try:
         with open(open_regular(path), "rb") as fh:
             header = fh.read(16)
     except OSError:
         return False
-    from kernel.index_format import FORMAT_VERSION, MAGIC
-
     return header[:8] == MAGIC and int.from_bytes(header[8:12], "little") == FORMAT_VERSION
 
 

@@ -378,3 +378,24 @@ def test_verify_checks_the_stored_row_order(tmp_path: Path) -> None:
     verify = run_cli("status", "--verify", "--root", str(root), env=SHARDED)
     assert verify.returncode == 1
     assert "stored chunk files" in verify.stderr + verify.stdout
+
+
+def test_shards_of_an_older_format_are_rebuilt_by_a_plain_ingest(notes: Path) -> None:
+    """After an upgrade that changes the index format, `mdvdb ingest` rebuilds every shard
+    (their records were cut from caches of the older format), as it rebuilds a one-file
+    index: before, it kept them, and a search then failed on the old format."""
+    assert run_cli("ingest", cwd=notes, env=SHARDED).returncode == 0
+    manifest = shards.read_manifest(notes / ".markdownvdb.index.shards")
+    for name in [manifest.global_file, *(e.name for e in manifest.entries)]:
+        path = notes / ".markdownvdb.index.shards" / name
+        data = bytearray(path.read_bytes())
+        data[8:12] = (4).to_bytes(4, "little")  # the format this release replaced
+        path.write_bytes(bytes(data))
+    old = run_cli("search", "tar", cwd=notes, env=SHARDED)
+    assert old.returncode == 1 and "has index format 4" in old.stderr
+    assert "Traceback" not in old.stderr
+    done = run_cli("ingest", cwd=notes, env=SHARDED)
+    assert done.returncode == 0, done.stderr
+    found = run_cli("search", "--json", "extract tar", cwd=notes, env=SHARDED)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["results"][0]["path"] == "tar.md"

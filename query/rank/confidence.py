@@ -73,14 +73,12 @@ def _coverage(index: Reader, query: str, chunks: np.ndarray) -> np.ndarray:
     if not len(terms):
         return share
     n = max(int(index.snapshot.chunk_file_ids.shape[0]), 1)
-    postings = lexical_index(index).term_chunks(terms)
+    lexical = lexical_index(index)
     # a word the index lacks weighs the most (df 0): no section can hold it
-    weights = [float(bm25_idf(n, 0 if p is None else len(p))) for p in postings]
-    total = sum(weights)
+    weights = bm25_idf(n, lexical.document_frequency(terms).astype(np.float64))
+    total = float(weights.sum())
     if total <= 0:
         return share
-    for weight, found in zip(weights, postings, strict=True):
-        if found is not None and len(found):  # postings ascend: a binary search per hit
-            at = np.minimum(np.searchsorted(found, chunks), len(found) - 1)
-            share += weight * (found[at] == chunks)
-    return share / total
+    for at, held in enumerate(lexical.chunk_terms(chunks)):
+        share[at] = float(weights[np.isin(terms, held)].sum()) / total
+    return share

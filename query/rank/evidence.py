@@ -62,8 +62,9 @@ def _reason(query: str, lexical_only: bool = False) -> str:
 def _words_in_index(index: Reader, terms: np.ndarray) -> bool:
     from query.score.lexical import lexical_index
 
-    # term_chunks, not lookup: a sharded index has no term rows (its lookup is the identity)
-    return any(chunks is not None for chunks in lexical_index(index).term_chunks(terms))
+    # document frequency, not lookup: a sharded index has no term rows (its lookup is the
+    # identity); its frequencies are kept per generation, so the search's own ask answers
+    return bool(np.any(lexical_index(index).document_frequency(terms) > 0))
 
 
 def _terms(query: str) -> np.ndarray:

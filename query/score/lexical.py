@@ -125,6 +125,22 @@ class LexicalIndex:
             out.append(self.chunk_ids[a:b] if row >= 0 else None)
         return out
 
+    def document_frequency(self, hashes: np.ndarray) -> np.ndarray:
+        """Chunks holding each term (0: a term the index lacks)."""
+        rows = self.lookup(hashes)
+        found = np.maximum(rows, 0)
+        df = self.offsets[found + 1] - self.offsets[found] if len(self.terms) else rows * 0
+        return np.where(rows >= 0, df, 0)
+
+    def chunk_terms(self, chunks: np.ndarray) -> list[np.ndarray]:
+        """The term hashes of each chunk (its forward postings)."""
+        out = []
+        for chunk in np.asarray(chunks).tolist():
+            a, b = int(self.forward_offsets[chunk]), int(self.forward_offsets[chunk + 1])
+            rows = np.searchsorted(self.offsets, self.forward_postings[a:b], side="right") - 1
+            out.append(self.terms[rows])
+        return out
+
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return bm25_idf(self.n_chunks, df).astype(np.float32)
 

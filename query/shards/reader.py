@@ -802,6 +802,25 @@ class ShardedLexical:
         out._where = getattr(self, "_where", None)
         return out
 
+    def chunk_terms(self, chunks: np.ndarray) -> list[np.ndarray]:
+        """`LexicalIndex.chunk_terms` over shards: one message per shard holding some."""
+        return [h for h, _ in self._chunk_postings(np.asarray(chunks, dtype=np.int64))]
+
+    def _chunk_postings(self, chunks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(hashes, tf) of each chunk, read from its shard."""
+        shard_of, local_of = self.where
+        owners = shard_of[chunks]
+        groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
+        answers = call_each(
+            [self.parts[g[0]] for g in groups],
+            "feedback_postings",
+            [(local_of[chunks[g[1]]],) for g in groups],
+        )
+        postings: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for (_, at), answer in zip(groups, answers, strict=True):
+            postings.update(split_postings(chunks[at], answer))
+        return [postings[c] for c in chunks.tolist()]
+
     def feedback_terms(
         self,
         chunks: np.ndarray,
@@ -816,18 +835,9 @@ class ShardedLexical:
         sums them."""
         chunks = np.asarray(chunks, dtype=np.int64)
         if postings is None:
-            shard_of, local_of = self.where
-            owners = shard_of[chunks]
-            groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
-            answers = call_each(
-                [self.parts[g[0]] for g in groups],
-                "feedback_postings",
-                [(local_of[chunks[g[1]]],) for g in groups],
-            )
-            postings = {}
-            for (_, at), answer in zip(groups, answers, strict=True):
-                postings.update(split_postings(chunks[at], answer))
-        per_chunk = [postings[c] for c in chunks.tolist()]
+            per_chunk = self._chunk_postings(chunks)
+        else:
+            per_chunk = [postings[c] for c in chunks.tolist()]
         size = np.asarray([len(h) for h, _ in per_chunk], dtype=np.int64)
         if size.sum() == 0 or scores.sum() <= 0:
             return np.zeros(0, np.uint64), np.zeros(0, np.float32)
