@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pipeline.links import LINKS_VERSION
+
 import hashlib
 import os
 import shutil
@@ -120,7 +122,7 @@ def test_the_state_keeps_only_what_the_index_lacks(notes: Path):
     # The records the index holds come back from it exactly as chunking made them.
     with State(config.state_path, index_path=config.index_path) as state:
         shas = [e.sha256 for e in state.manifest().values()]
-        from_index = state.get_chunks(chunking_key(512, 50), shas)
+        from_index = state.get_chunks(f"{chunking_key(512, 50)}:{LINKS_VERSION}", shas)
     assert len(from_index) == 4
     for path in ("tar.md", "guides/cooking.md"):
         raw = (notes / path).read_bytes()

@@ -136,6 +136,7 @@ class Rounds:
         return list(self.log)
 
 
+RATE = "feedback_postings"  # the shown sections' terms, for their confidence
 HYBRID = ["stage:bm25", "stage:dense", "stage:first", "stage:expand", "stage:fuse", "stage:final"]
 
 
@@ -143,25 +144,27 @@ def test_round_trips_per_query(folders, server, monkeypatch) -> None:
     """A lexical query is one round trip once its terms' statistics are known (its best
     rows come back with the scores), a hybrid one six (no stub round: the pool of the name
     test is known from the candidates); new terms add one round for both of their
-    statistics, and RM3's new expansion terms one more. Each round is one message per
-    server, whatever the shards it serves."""
+    statistics, and RM3's new expansion terms one more; then one round reads the shown
+    sections' terms for their confidence (query.rank.confidence). Each round is one message
+    per server, whatever the shards it serves."""
     one, three = folders
     router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
     rounds = Rounds(monkeypatch)
     first = rounds.of(lambda: router.search(QUERIES[0], limit=10, mode="lexical"))
-    assert first[-2:] == ["term_df", "stage:bm25"], first
+    assert first[-3:] == ["term_df", "stage:bm25", RATE], first
     for query in QUERIES:  # (a query string the reader has not just answered)
         assert rounds.of(lambda q=query: router.search(q + " ", mode="lexical")) in (
-            ["stage:bm25"],
-            ["term_df", "stage:bm25"],
+            ["stage:bm25", RATE],
+            ["term_df", "stage:bm25", RATE],
         )
-        assert rounds.of(lambda q=query: router.search(q + "  ", mode="lexical")) == ["stage:bm25"]
+        again = rounds.of(lambda q=query: router.search(q + "  ", mode="lexical"))
+        assert again == ["stage:bm25", RATE]
     fresh = rounds.of(lambda: router.search("yeast flour oven", mode="hybrid"))
     assert fresh[0] == "term_df" and fresh[1:4] == HYBRID[:3], fresh
-    assert [r for r in fresh if r != "term_df"] == HYBRID, fresh
+    assert [r for r in fresh if r != "term_df"] == [*HYBRID, RATE], fresh
     for query in QUERIES:
         router.search(query, mode="hybrid")
-        assert rounds.of(lambda q=query: router.search(q + " ", mode="hybrid")) == HYBRID
+        assert rounds.of(lambda q=query: router.search(q + " ", mode="hybrid")) == [*HYBRID, RATE]
 
 
 def test_router_answers_as_one_file_with_every_part(folders, server) -> None:
