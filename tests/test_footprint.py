@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pipeline.links import LINKS_VERSION
-
 import hashlib
 import os
 import shutil
@@ -19,6 +17,7 @@ from kernel.config import load_config
 from kernel.providers.local import tokenizer_path, weights_path
 from pipeline import ingest
 from pipeline.chunking import chunk_document, chunking_key
+from pipeline.links import LINKS_VERSION
 from pipeline.parse import parse_document
 from pipeline.state import State, embed_text_of
 from tests.conftest import run_cli, unpack_corpus

@@ -77,6 +77,9 @@ def tiered_search(
     """Up to `limit` results: best section of each title document, then content sections.
     `mask` (one boolean per chunk) restricts the candidates as `filters` do; the other
     options are `query.rank.search.search`'s. Both searches read one snapshot."""
+    # what every search of the response shares (its confidence is rated once, at the end)
+    shown = {"min_score": min_score, "mode": mode, "explain": explain, "govern": govern}
+    shown |= {"decay": decay, "decay_field": decay_field, "rate": False}
     with index.pinned():
         snap = index.snapshot
         candidates = candidate_mask(index, filters, mask)
@@ -101,14 +104,8 @@ def tiered_search(
                 mask=candidates & titled,
                 diversity=diversity,
                 per_file=1,
-                min_score=min_score,
-                mode=mode,
-                explain=explain,
-                govern=govern,
                 cluster=cluster,
-                rate=False,
-                decay=decay,
-                decay_field=decay_field,
+                **shown,
             )
             if wanted
             else SearchResponse(query, "", [], 0)
@@ -140,18 +137,10 @@ def tiered_search(
             limit=limit - len(first),
             mask=rest_mask,
             diversity=diversity,
-            min_score=min_score,
-            mode=mode,
-            explain=explain,
-            govern=govern,
             cluster=cluster,
-            rate=False,
-            decay=decay,
-            decay_field=decay_field,
+            **shown,
         )
         rest = [(CONTENT, hit) for hit in content.results]
-        shown = {"min_score": min_score, "mode": mode, "explain": explain, "govern": govern}
-        shown |= {"decay": decay, "decay_field": decay_field, "rate": False}
         repeated = _repeated_block(index, query, candidates, diversity, cluster, shown)
         results = (repeated + first + rest)[:limit] if repeated else first + rest
         from query.rank.confidence import rate
