@@ -1,8 +1,8 @@
 """Query benchmark: warm in-process search (p50/p95) and a cold `mdvdb search` process.
 
-Reference alternatives in the same run: brute force over vectors loaded into RAM without the
-map (np.load of the same matrix), and `rg -l` for the cold process (the cheapest thing a user
-could run instead).
+Reference alternatives in the same run: brute force over a float32 copy of the vectors in RAM
+(the query embedded, `M @ v` with NumPy's default threads, argsort), the `M @ v` scan alone, and
+`rg -l` for the cold process (the cheapest thing a user could run instead).
 
     python bench/query.py [--corpus tldr] [--queries 200] [--json]
     python bench/query.py --models wordllama,minilm --minilm-root /tmp/tldr-minilm --bm25s
@@ -113,13 +113,16 @@ def bench(
 
     matrix = np.array(index.snapshot.vectors)  # a private copy in RAM: no map
     provider = index.provider()
-    brute = []
+    brute, scan = [], []
     for q in queries:
         start = time.perf_counter()
         v = provider.embed([q])[0]
         scores = matrix @ v
         np.argsort(-scores)[:10]
         brute.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        matrix @ v
+        scan.append(time.perf_counter() - start)
 
     cold = []
     for q in QUERIES[:cold_runs]:
@@ -153,7 +156,8 @@ def bench(
         row("mdvdb search, warm, in-process", warm),
         *([row(f"mdvdb search, warm, in-process ({settings})", other)] if other else []),
         row(f"query embedding alone, warm ({embedder})", embed),
-        row("brute force argsort, RAM copy", brute),
+        row("brute force: embed, M @ v, argsort (RAM copy)", brute),
+        row("M @ v alone, float32 RAM copy (NumPy default threads)", scan),
         *([row("mdvdb search, cold process", cold)] if cold_runs else []),
         *([row("rg -l -i WORD, cold process", rg)] if cold_runs else []),
     ]

@@ -9,14 +9,15 @@ and the int8 copy), then `rounds` times per run through `Index.search` (limit 10
 `mdvdb serve` makes. Per index, in the same run:
 - `search --mode hybrid` with MDVDB_SEARCH_FIRST_PASS=exact (the float32 scans) and =int8;
 - lexical and semantic search;
-- the reference: one float32 brute-force scan of the whole matrix (einsum, what `exact` does
-  per direction), the int8 pass alone, and bm25s (its own index of the chunk texts, top 10);
+- the references: `M @ v` over an in-memory float32 copy of the whole matrix (NumPy's default
+  BLAS threads: the fastest obvious scan), the int8 pass alone, and bm25s (its own index of
+  the chunk texts, top 10);
 - recall@10 of the int8 hybrid ranking against the exact one, and the share of queries whose
   fused scores are bit-identical;
 - with an index that holds IVF lists (`kernel.ivf`; `bench/add_ivf.py` adds them to an
   existing index): `search --mode hybrid` with MDVDB_SEARCH_FIRST_PASS=ivf, and its recall;
-- the default first pass (IVF, else int8) fused over n-length arrays, as before fusion over
-  candidates (`query.score.fusion._REFERENCE`): the old data flow in the same process.
+`--real` runs on the real large corpus of bench/real_corpus.py (built and ingested on first
+use) with its fixed real queries: the folder every speed figure is reported on first.
 `--synthetic N` times the dense pass alone (two directions, as hybrid search asks) on N random
 unit vectors of 256 dimensions against the float32 scan: no 1M-chunk index is ingested (about
 half an hour here), so the lexical side at that size is not in it.
@@ -70,6 +71,7 @@ QUERIES = [
 
 
 CLOCK = time.perf_counter  # --cpu: time.process_time (this process's CPU time)
+SCAN = "M @ v, float32 copy in RAM (NumPy default threads)"  # the obvious alternative
 
 
 def samples_of(fn, queries: list[str], rounds: int) -> list[float]:
@@ -157,27 +159,12 @@ def bm25s_runner(index):
     return run
 
 
-def _reference(index, query: str):
-    """`index.search(query)` through the n-length reference fusion path."""
-    from query.score import fusion, vector
-
-    if not hasattr(fusion, "_REFERENCE"):
-        return index.search(query, mode="hybrid")  # a checkout without the candidate path
-    fusion._REFERENCE = vector.REFERENCE = True
-    try:
-        index.snapshot.cache.pop("last_scores", None)
-        return index.search(query, mode="hybrid")
-    finally:
-        fusion._REFERENCE = vector.REFERENCE = False
-        index.snapshot.cache.pop("last_scores", None)
-
-
 def bench_root(
-    root: Path, rounds: int, queries: list[str], with_bm25s: bool, reference: bool = True
+    root: Path, rounds: int, queries: list[str], with_bm25s: bool
 ) -> tuple[list[dict], list[dict]]:
     from kernel.config import load_config
     from query import open_index
-    from query.score.vector import Int8Rows, row_dots
+    from query.score.vector import Int8Rows
 
     exact = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "exact"}))
     fast = open_index(config=load_config(root, environ={"MDVDB_SEARCH_FIRST_PASS": "int8"}))
@@ -185,6 +172,7 @@ def bench_root(
     vectors = exact.snapshot.vectors
     probe = np.asarray(exact.provider().embed([queries[0]])[0], dtype=np.float32)
     compact = Int8Rows.of(vectors)
+    in_ram = np.array(vectors)  # the obvious alternative's matrix: a private float32 copy
     for q in queries:  # warm-up: map, model, lexical views, the int8 copy
         for mode in ("lexical", "semantic", "hybrid"):
             exact.search(q, mode=mode)
@@ -196,23 +184,18 @@ def bench_root(
         "search --mode hybrid, int8 + rescoring": lambda q: fast.search(q, mode="hybrid"),
         "search --mode lexical": lambda q: fast.search(q, mode="lexical"),
         "search --mode semantic (exact)": lambda q: fast.search(q, mode="semantic"),
-        "float32 brute-force scan (einsum)": lambda q: row_dots(vectors, probe),
+        SCAN: lambda q: in_ram @ probe,
         "int8 pass alone, 2 directions": lambda q: compact.dots(np.stack([probe, probe])),
     }
     if lists is not None:
         runs["search --mode hybrid, IVF + rescoring"] = lambda q: lists.search(q, mode="hybrid")
-    if reference:
-        # the same first pass as the default one, fused over n-length arrays (the data flow
-        # before fusion over candidates; query.score.fusion._REFERENCE), in the same process
-        default = lists if lists is not None else fast
-        runs["search --mode hybrid, n-length fusion (reference)"] = lambda q: _reference(default, q)
     if with_bm25s:
         runs["bm25s top 10"] = bm25s_runner(exact)
     n, d = vectors.shape
     rows = []
     for name, fn in runs.items():
         rows.append(row(name, samples_of(fn, queries, rounds), root=root.name, chunks=n))
-    scan = next(r for r in rows if r["run"].startswith("float32"))["p50_ms"]
+    scan = next(r for r in rows if r["run"] == SCAN)["p50_ms"]
     for r in rows:
         r["x_scan"] = round(r["p50_ms"] / scan, 2) if scan else None
     agreed = []
@@ -226,7 +209,7 @@ def bench_root(
 
 
 def bench_synthetic(n: int, rounds: int, d: int = 256) -> list[dict]:
-    from query.score.vector import DenseScorer, Int8Rows, row_dots
+    from query.score.vector import DenseScorer, Int8Rows
 
     rng = np.random.default_rng(7)
     matrix = np.empty((n, d), dtype=np.float32)
@@ -238,7 +221,7 @@ def bench_synthetic(n: int, rounds: int, d: int = 256) -> list[dict]:
     probes = [matrix[i] + matrix[i + 1] for i in range(30)]
     direction = matrix[100:103].mean(axis=0)
     runs = {
-        "float32 brute-force scan (einsum)": lambda i: row_dots(matrix, probes[i]),
+        SCAN: lambda i: matrix @ probes[i],
         "dense pass exact, 2 directions": lambda i: DenseScorer(matrix).scores(
             probes[i], direction, 1.0
         ),
@@ -273,9 +256,7 @@ def main() -> None:
         help="CPU time instead of wall time (steadier on a loaded machine; the int8 hybrid "
         "with a static model runs on one thread, the exact one on two)",
     )
-    parser.add_argument(
-        "--no-reference", action="store_true", help="skip the n-length fusion reference row"
-    )
+    parser.add_argument("--real", action="store_true", help="the real large corpus")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.cpu:
@@ -299,6 +280,11 @@ def main() -> None:
     agreements: list[dict] = []
     for n in args.synthetic or []:
         rows += bench_synthetic(n, args.rounds)
+    if args.real:
+        from bench.real_corpus import ingested_real
+
+        real, queries = ingested_real()
+        args.root = [*(args.root or []), real]
     roots = args.root or ([] if args.synthetic else [None])
     for root in roots:
         if root is None:
@@ -310,9 +296,7 @@ def main() -> None:
         if args.recall_only:
             agreements += recall_only(root, queries)
             continue
-        timed, agreed = bench_root(
-            root, args.rounds, queries, not args.no_bm25s, not args.no_reference
-        )
+        timed, agreed = bench_root(root, args.rounds, queries, not args.no_bm25s)
         rows += timed
         agreements += agreed
     print_table("Warm in-process query latency (ms), first passes vs exact", rows, args.json)

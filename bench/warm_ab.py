@@ -7,9 +7,10 @@ Each process (one per checkout and pair, in the order A B, B A, A B...) opens th
 DIR read-only, warms up (every query of bench/query_speed.py twice: maps the index, builds the
 lexical weights and the IVF / int8 copies), then runs `rounds` passes over the 30 queries,
 each query's `Index.search(q, mode="hybrid")` (limit 10, what `mdvdb serve` runs) followed by
-one float32 brute-force scan of the whole matrix (einsum: the issue's reference), so both
-meet the same load. A process reports its p50 of each and their ratio; the table gives the
-medians over its processes per checkout, and the other checkout's p50 over this one's.
+the fastest obvious alternative, `M @ v` over an in-memory float32 copy of the whole matrix
+(NumPy's default BLAS threads), so both meet the same load. A process reports its p50 of
+each and their ratio; the table gives the medians over its processes per checkout, and the
+other checkout's p50 over this one's.
 `--against` is the other checkout's interpreter (its `bench/` and code are found next to
 its `.venv`); without it, only this checkout runs. `--threads` adds this checkout with
 MDVDB_SEARCH_THREADS=0 (the passes split over every core, query.score.second_core; the default is
@@ -38,7 +39,6 @@ import numpy as np
 from bench.query_speed import QUERIES
 from kernel.config import load_config
 from query import open_index
-from query.score.vector import row_dots
 
 if {one_core}:
     import query.score.second_core as second_core
@@ -47,7 +47,7 @@ index = open_index(config=load_config({root!r}, environ={env!r}))
 for _ in range(2):
     for q in QUERIES:
         index.search(q, mode="hybrid")
-vectors = index.snapshot.vectors
+vectors = np.array(index.snapshot.vectors)  # in RAM, not the map
 probe = np.asarray(index.provider().embed([QUERIES[0]])[0], dtype=np.float32)
 hybrid, scan = [], []
 for _ in range({rounds}):
@@ -56,7 +56,7 @@ for _ in range({rounds}):
         index.search(q, mode="hybrid")
         hybrid.append(time.perf_counter() - start)
         start = time.perf_counter()
-        row_dots(vectors, probe)
+        vectors @ probe
         scan.append(time.perf_counter() - start)
 print(json.dumps({{"hybrid": statistics.median(hybrid) * 1e3, "scan": statistics.median(scan) * 1e3,
     "load": os.getloadavg()[0], "chunks": int(vectors.shape[0])}}))
