@@ -204,19 +204,19 @@ def verify_files(model: LocalModel) -> list[FileCheck]:
 
 
 # The probe `mdvdb models --measure` embeds: chunk-sized texts of ordinary prose (~120 words).
-_PROBE_WORDS = (
+_PROBE = (
     "the index keeps every note in one file so that a search reads a single mapped table "
     "while the walk compares folder signatures and an edit re-embeds only its own chunks "
     "a query is embedded once and scored against the vectors and the keyword postings "
-    "then fused ranked and shown with the passage that matched it best "
-).split()
+    "then fused ranked and shown with the passage that matched it best"
+)
 PROBE_CHUNKS = 64
 
 
 def _probe_texts(count: int) -> list[str]:
-    words = len(_PROBE_WORDS)
+    words = _PROBE.split()
     return [
-        " ".join(_PROBE_WORDS[(i + j) % words] for j in range(120)) + f" note {i}"
+        " ".join(words[(i + j) % len(words)] for j in range(120)) + f" note {i}"
         for i in range(count)
     ]
 
