@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.json_shapes import check
 from tests.test_doctor import venv_without
 
@@ -193,6 +193,8 @@ def test_minilm_without_its_runtime_warns_once_per_ingest(notes: Path, tmp_path:
             f"mdvdb: {MINILM} runs on its slow NumPy reference here (onnxruntime is not "
             f"installed); for the fast runtime: mdvdb models install {MINILM}"
         ], done.stderr
+    docs = (REPO / "docs" / "embeddings.md").read_text(encoding="utf-8")
+    assert warned[0] in docs.splitlines()  # the line the docs show is the one printed
     search = in_venv(python, "search", "tar", "--root", str(root))
     assert search.returncode == 0 and WARNING not in search.stderr  # a query never warns
     if HAS_RUNTIME:  # with its runtime: no line
