@@ -200,3 +200,14 @@ def test_minilm_without_its_runtime_warns_once_per_ingest(notes: Path, tmp_path:
     if HAS_RUNTIME:  # with its runtime: no line
         fast = minilm_ingest(sys.executable, four_notes(notes, tmp_path / "fast"))
         assert fast.returncode == 0 and WARNING not in fast.stderr
+
+
+def test_the_runtime_packages_are_the_minilm_extra_pyproject_declares():
+    import tomllib
+
+    from kernel.providers import catalog
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    extra = declared["project"]["optional-dependencies"]["minilm"]
+    assert catalog.extra_requirements("minilm") == extra
+    assert catalog._source_tree_extra("minilm") == extra  # run from a source tree

@@ -110,10 +110,23 @@ def extra_requirements(extra: str) -> list[str]:
         return []
     try:
         declared = importlib.metadata.requires(DIST_NAME) or []
-    except importlib.metadata.PackageNotFoundError:
-        return []
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return _source_tree_extra(extra)
     wanted = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
     return [r.split(";", 1)[0].strip() for r in declared if ";" in r and wanted.search(r)]
+
+
+def _source_tree_extra(extra: str) -> list[str]:
+    """The extra as the source tree's pyproject.toml declares it (the same declaration the
+    installed metadata is built from)."""
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, ValueError):
+        return []
+    return list(project.get("optional-dependencies", {}).get(extra, []))
 
 
 def _installed(requirement: str) -> bool:

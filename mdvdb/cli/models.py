@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernel.options import Spec, declared, option
-from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, CliError, echo, print_json, user_errors
+from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, echo, print_json, user_errors
 from mdvdb.cli.parser import Command, UsageError
 
 __all__ = ["COMMAND", "ModelsOptions", "run_models"]
@@ -79,15 +79,11 @@ def run_models(
 
 
 def _configured(root: str | None) -> str | None:
-    """The local model the project's configuration selects (None: a remote provider, or
-    no configuration can be read here)."""
-    from kernel.config import ConfigError
+    """The local model the project's configuration selects (None: a remote provider); a
+    bad setting or --root is the usual one line (exit 2), as for every command."""
     from mdvdb.cli.errors import load
 
-    try:
-        config = load(root)
-    except (ConfigError, CliError):
-        return None
+    config = load(root)
     if config.embedding_provider != "local":
         return None
     return str(config.embedding_model)
@@ -98,7 +94,7 @@ def _row(model, configured: str | None, measure: bool) -> dict[str, Any]:
 
     installed = model.weights_folder() is not None and not catalog.missing_requirements(model)
     speed = catalog.recorded_speed(model)
-    if measure and installed:
+    if measure and model.weights_folder() is not None:  # the slow fallback measured too
         speed = catalog.measure_speed(model)
     size = catalog.size_on_disk(model)
     return {
