@@ -35,6 +35,16 @@ def registry_reachable(python: str, env: dict) -> bool:
     return done.returncode == 0
 
 
+def minilm_speed(argv: list[str], env: dict) -> dict:
+    """MiniLM's row of `models --measure --json`, the faster of two probes (a busy machine)."""
+    rows = []
+    for _ in range(2):
+        done = run(argv, env)
+        assert done.returncode == 0, done.stderr
+        rows.append({m["name"]: m for m in json.loads(done.stdout)["models"]}[MINILM])
+    return max(rows, key=lambda row: row["chunks_per_s"] or 0)
+
+
 @pytest.mark.slow
 def test_models_install_in_a_fresh_venv_gives_an_onnxruntime_minilm_ingest(tmp_path: Path):
     if shutil.which("git") is None:
@@ -71,12 +81,13 @@ def test_models_install_in_a_fresh_venv_gives_an_onnxruntime_minilm_ingest(tmp_p
     assert report["chunks_embedded"] > 0
     status = json.loads(run([mdvdb, "status", "--json", "--root", str(notes)], env).stdout)
     assert (status["model"], status["dimensions"]) == (MINILM, 384)
-    listed = json.loads(
-        run([mdvdb, "models", "--measure", "--json", "--root", str(notes)], env).stdout
-    )
-    row = {m["name"]: m for m in listed["models"]}[MINILM]
-    assert row["configured"] and row["installed"] and row["runtime"] == "onnxruntime"
-    assert row["chunks_per_s"] > 0
-    print(f"MiniLM here: {row['chunks_per_s']} chunks/s on onnxruntime")
+    fresh = minilm_speed([mdvdb, "models", "--measure", "--json", "--root", str(notes)], env)
+    assert fresh["configured"] and fresh["installed"] and fresh["runtime"] == "onnxruntime"
+    # The same probe in this environment, same run: onnxruntime's speed, not the NumPy
+    # reference's (several times slower, docs/embeddings.md).
+    here = minilm_speed([sys.executable, "-m", "mdvdb", "models", "--measure", "--json"], env)
+    print(f"MiniLM chunks/s: fresh venv {fresh['chunks_per_s']}, this one {here['chunks_per_s']}")
+    if here["runtime"] == "onnxruntime":
+        assert fresh["chunks_per_s"] >= 0.4 * here["chunks_per_s"]
     found = run([mdvdb, "search", "extract a tar archive", "--root", str(notes)], env)
     assert found.returncode == 0 and "tar.md" in found.stdout, found.stdout + found.stderr
