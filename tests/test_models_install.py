@@ -76,18 +76,18 @@ def test_models_install_in_a_fresh_venv_gives_an_onnxruntime_minilm_ingest(tmp_p
     (notes / ".markdownvdb").write_text(f"MDVDB_EMBEDDING_MODEL={MINILM}\n")
     done = run([mdvdb, "ingest", "--json", "--root", str(notes)], env)
     assert done.returncode == 0, done.stderr
-    assert "slow NumPy reference" not in done.stderr
+    assert "slow NumPy reference" not in done.stderr  # the line of the NumPy fallback
+    # The document encoder was onnxruntime's: its int8 graph was built into the cache.
+    assert list((tmp_path / "cache" / "models").glob("encoder-*.onnx"))
     report = json.loads(done.stdout)
     assert report["chunks_embedded"] > 0
     status = json.loads(run([mdvdb, "status", "--json", "--root", str(notes)], env).stdout)
     assert (status["model"], status["dimensions"]) == (MINILM, 384)
     fresh = minilm_speed([mdvdb, "models", "--measure", "--json", "--root", str(notes)], env)
     assert fresh["configured"] and fresh["installed"] and fresh["runtime"] == "onnxruntime"
-    # The same probe in this environment, same run: onnxruntime's speed, not the NumPy
-    # reference's (several times slower, docs/embeddings.md).
+    # The same probe in this environment, same run, for the record (on a busy machine the
+    # NumPy reference is only ~2x slower, too close to assert on).
     here = minilm_speed([sys.executable, "-m", "mdvdb", "models", "--measure", "--json"], env)
     print(f"MiniLM chunks/s: fresh venv {fresh['chunks_per_s']}, this one {here['chunks_per_s']}")
-    if here["runtime"] == "onnxruntime":
-        assert fresh["chunks_per_s"] >= 0.4 * here["chunks_per_s"]
     found = run([mdvdb, "search", "extract a tar archive", "--root", str(notes)], env)
     assert found.returncode == 0 and "tar.md" in found.stdout, found.stdout + found.stderr
