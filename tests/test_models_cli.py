@@ -180,26 +180,46 @@ def minilm_ingest(python: str, root: Path, *settings: str):
     return in_venv(python, "ingest", "--root", str(root))
 
 
+HAS_RAY = importlib.util.find_spec("ray") is not None
+ONE_PROCESS, SHARDED_POOLED = (), ("MDVDB_SHARDS=2", "MDVDB_WORKERS=2")
+ON_RAY = ("MDVDB_EXECUTOR=ray", "MDVDB_WORKERS=2")
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_WEIGHTS, reason="needs the MiniLM weights, to take the runtime away")
-def test_minilm_without_its_runtime_warns_once_per_ingest(notes: Path, tmp_path: Path):
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ONE_PROCESS,
+        SHARDED_POOLED,
+        pytest.param(ON_RAY, marks=pytest.mark.skipif(not HAS_RAY, reason="no ray extra")),
+    ],
+    ids=["one-process", "sharded-pooled", "ray"],
+)
+def test_minilm_without_its_runtime_warns_once_per_ingest(
+    settings: tuple[str, ...], notes: Path, tmp_path: Path
+):
     python = venv_without(tmp_path / "venv", {"onnxruntime", "onnx"})
-    for extra in ((), ("MDVDB_SHARDS=2", "MDVDB_WORKERS=2")):
-        root = four_notes(notes, tmp_path / f"notes{len(extra)}")
-        done = minilm_ingest(python, root, *extra)
-        assert done.returncode == 0, done.stderr
-        warned = [line for line in done.stderr.splitlines() if WARNING in line]
-        assert warned == [
-            f"mdvdb: {MINILM} runs on its slow NumPy reference here (onnxruntime is not "
-            f"installed); for the fast runtime: mdvdb models install {MINILM}"
-        ], done.stderr
+    root = four_notes(notes, tmp_path / "four")
+    done = minilm_ingest(python, root, *settings)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if WARNING in line]
+    assert warned == [
+        f"mdvdb: {MINILM} runs on its slow NumPy reference here (onnxruntime is not "
+        f"installed); for the fast runtime: mdvdb models install {MINILM}"
+    ], done.stderr
     docs = (REPO / "docs" / "embeddings.md").read_text(encoding="utf-8")
     assert warned[0] in docs.splitlines()  # the line the docs show is the one printed
     search = in_venv(python, "search", "tar", "--root", str(root))
     assert search.returncode == 0 and WARNING not in search.stderr  # a query never warns
-    if HAS_RUNTIME:  # with its runtime: no line
-        fast = minilm_ingest(sys.executable, four_notes(notes, tmp_path / "fast"))
-        assert fast.returncode == 0 and WARNING not in fast.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (HAS_WEIGHTS and HAS_RUNTIME), reason="needs MiniLM and its runtime")
+def test_minilm_with_its_runtime_says_nothing(notes: Path, tmp_path: Path):
+    done = minilm_ingest(sys.executable, four_notes(notes, tmp_path / "four"))
+    assert done.returncode == 0, done.stderr
+    assert WARNING not in done.stderr
 
 
 def test_the_runtime_packages_are_the_minilm_extra_pyproject_declares():
