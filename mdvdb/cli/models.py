@@ -64,17 +64,17 @@ def run_models(
         if chosen is None:
             known = ", ".join(m.name for m in catalog.MODELS)
             raise UsageError(f"unknown model {name!r}; the local models are: {known}")
-    if action == "install":
-        if chosen is None:
-            raise UsageError("install needs a model NAME, e.g. all-minilm-l6-v2")
-        return _install(chosen, as_json)
-    if action == "verify":
-        return _verify([chosen] if chosen else list(catalog.MODELS), as_json)
     if measure and action != "list":
         raise UsageError("--measure goes with the list: mdvdb models --measure")
-    if chosen is not None:
+    if action == "install" and chosen is None:
+        raise UsageError("install needs a model NAME, e.g. all-minilm-l6-v2")
+    if action == "list" and chosen is not None:
         raise UsageError("list takes no NAME (install NAME, verify NAME)")
     with user_errors():
+        if action == "install":
+            return _install(chosen, as_json)
+        if action == "verify":
+            return _verify([chosen] if chosen else list(catalog.MODELS), as_json)
         return _list(root, measure, as_json)
 
 
@@ -92,7 +92,7 @@ def _configured(root: str | None) -> str | None:
 def _row(model, configured: str | None, measure: bool) -> dict[str, Any]:
     from kernel.providers import catalog
 
-    installed = model.weights_folder() is not None and not catalog.missing_requirements(model)
+    missing = catalog.missing_requirements(model)
     speed = catalog.recorded_speed(model)
     if measure and model.weights_folder() is not None:  # the slow fallback measured too
         speed = catalog.measure_speed(model)
@@ -100,8 +100,8 @@ def _row(model, configured: str | None, measure: bool) -> dict[str, Any]:
     return {
         "name": model.name,
         "configured": configured is not None and configured.lower() == model.name,
-        "installed": installed,
-        "missing": catalog.missing_requirements(model),
+        "installed": not missing,
+        "missing": missing,
         "dimensions": model.dimensions,
         "languages": model.languages,
         "size_on_disk_mb": None if size is None else round(size / 1e6, 1),
