@@ -134,6 +134,11 @@ def embed_spec(provider: object) -> EmbedSpec | EncoderEmbed | None:
 
     if type(provider) is not MiniLMProvider:
         return None
+    from kernel.providers import encoder_onnx
+    from kernel.providers.minilm import warn_slow_runtime
+
+    if not encoder_onnx.available():  # said here: the actors' stderr never reaches the user
+        warn_slow_runtime(provider.model)
     named = provider.model.lower() == MODEL_NAME
     return EncoderEmbed(
         provider.model if named else str(provider.folder),

@@ -106,6 +106,9 @@ def cli_shape(args: tuple[str, ...]) -> str | None:
         return "serve_status" if "--status" in rest else None
     if command == "ingest" and "--dry-run" in rest:
         return "ingest_dry_run"
+    if command == "models":
+        action = positional[0] if positional else "list"
+        return {"install": "models_install", "verify": "models_verify"}.get(action, "models")
     return {
         "search": "search",
         "get": "get",

