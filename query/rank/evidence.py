@@ -1,20 +1,23 @@
 """Whether a query has any real evidence of a match in this index, or an empty answer is honest.
 
-A hybrid ranking always has a best section: a query of random letters still gets the sections
-whose vectors happen to lie nearest, and the pseudo-relevance feedback round then found "their"
-words in them. Neither is evidence. A query has some when either side says so on its own:
+A hybrid ranking always has a best section: a query of random letters, or a question of
+another subject, still gets the sections whose vectors happen to lie nearest, and the
+pseudo-relevance feedback round then found "their" words in them. Neither is evidence. A
+query has evidence when `coverage + closeness >= MIN_EVIDENCE`:
 
-- lexical: one of its words (analysed as the index is) is in some section;
-- dense: its best cosine over the index is above what nonsense reaches on this same index: the
-  mean plus three standard deviations of the best cosines of PROBES random letter strings,
-  embedded the way the query is (measured once per snapshot). An index's cosines depend on its
-  model and its texts (a static model's best cosine for letters is ~0.25-0.45 on one set,
-  ~0.19-0.31 on another, up to 0.52 on a third), so no constant fits every index.
+- coverage: the largest share of the query's word weight (BM25 idf, a word the index lacks
+  weighing the most) that one of the TOP_SECTIONS best BM25 sections holds (the feedback
+  round's terms are not read);
+- closeness: where the query's best first-pass cosine lies between what nonsense reaches on
+  this index (0: the mean best cosine of PROBES random letter strings) and what the index's
+  own text reaches (1: the mean best cosine of up to PROBES section headings, each asked of
+  the other files' sections; never below 0). Both are measured once per snapshot: an
+  index's cosines depend on its model and its texts, so no constant fits every index.
 
-A stricter lexical side (one of the 10 best sections must hold half of the query's word
-weight) also answered queries of another subject `no_match`, but cost three of the five
-evaluation sets 0.007-0.034 nDCG@10 (short or misspelt questions): not kept
-(docs/search-quality.md, "An honest empty answer", with bench/no_match.py's numbers).
+MIN_EVIDENCE was chosen on the five evaluation sets by bench/no_match.py --fit (the
+least no-answer share of the five, every set losing at most 1% of the relevant results its
+top 10 held): docs/search-quality.md, "An honest empty answer", with the held-out figures.
+`--mode lexical` keeps the lexical side alone (no query word in the index: no match), and
 `--mode semantic` is not judged: it asks for the sections nearest in meaning, however far.
 """
 
@@ -26,11 +29,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+__all__ = ["MIN_EVIDENCE", "closeness", "coverage", "no_evidence", "probe_queries"]
+
 if TYPE_CHECKING:
     from query.snapshot import Reader
 
-PROBES = 64  # random letter strings whose best cosines set the dense threshold
-SPREAD = 3.0  # standard deviations above the probes' mean
+PROBES = 64  # random letter strings, and at most as many headings, per reference
+TOP_SECTIONS = 10  # the best BM25 sections whose coverage is read
+MIN_EVIDENCE = 0.7  # coverage + closeness a query needs (bench/no_match.py --fit)
+SPREAD = 3.0  # the least span of closeness, in the letters' standard deviations
 
 
 def no_evidence(index: Reader, query: str, mode: str) -> str | None:
@@ -42,21 +49,25 @@ def no_evidence(index: Reader, query: str, mode: str) -> str | None:
     terms = _terms(query)
     if not len(terms):  # stop words or punctuation only: nothing to judge by
         return None
-    if _words_in_index(index, terms):
+    in_index = _words_in_index(index, terms)
+    if mode == "lexical":
+        return None if in_index else _reason(query, None, lexical_only=True)
+    held = coverage(index, query) if in_index else 0.0
+    if held >= MIN_EVIDENCE or held + closeness(index, query) >= MIN_EVIDENCE:
         return None
-    if mode != "lexical" and _best_cosine(index, query) >= dense_threshold(index):
-        return None
-    return _reason(query, lexical_only=mode == "lexical")
+    return _reason(query, held if in_index else None)
 
 
-def _reason(query: str, lexical_only: bool = False) -> str:
+def _reason(query: str, held: float | None, lexical_only: bool = False) -> str:
+    """The one line: `held` is the coverage when some query word is in the index."""
     shown = query if len(query) <= 60 else query[:57] + "..."
+    if held is None:
+        why = "no query word is in the index"
+    else:
+        why = f"the best sections hold {held:.0%} of the query's word weight"
     if lexical_only:
-        return f'no section matches "{shown}" (no query word is in the index)'
-    return (
-        f'no section matches "{shown}" (no query word is in the index, and nothing is close '
-        "in meaning)"
-    )
+        return f'no section matches "{shown}" ({why})'
+    return f'no section matches "{shown}" ({why}, and nothing is close in meaning)'
 
 
 def _words_in_index(index: Reader, terms: np.ndarray) -> bool:
@@ -75,16 +86,32 @@ def _terms(query: str) -> np.ndarray:
     return np.unique(text_analysis.term_ids(query), return_counts=True)[0]
 
 
-def _best_cosine(index: Reader, query: str) -> float:
-    """The query's best first-pass cosine over every section (no feedback moved it)."""
-    from query.rank.search import query_vector
-    from query.score.vector import cosine_scores
+def coverage(index: Reader, query: str) -> float:
+    """The largest idf share of the query's words one of the best BM25 sections holds."""
+    from query.rank.confidence import section_coverage
 
-    vectors = index.snapshot.vectors
-    if vectors.shape[0] == 0:
-        return -1.0
-    qvec = query_vector(index, query)
-    return float(np.max(cosine_scores(vectors, qvec)))
+    bm25 = _bm25(index, query)
+    best = np.argsort(-bm25, kind="stable")[:TOP_SECTIONS]
+    best = best[bm25[best] > 0].astype(np.int64)
+    return float(section_coverage(index, query, best).max()) if len(best) else 0.0
+
+
+def _bm25(index: Reader, query: str) -> np.ndarray:
+    """The search's own BM25F of this query when it kept it (query.rank.search), else one."""
+    from query.score.lexical import lexical_index
+
+    n = int(index.snapshot.chunk_file_ids.shape[0])
+    last = index.snapshot.cache.get("last_scores")
+    kept = last[1][1].get("bm25") if last is not None and last[0][1] == query else None
+    if isinstance(kept, np.ndarray) and kept.shape == (n,):
+        return kept
+    return lexical_index(index).scores(query)
+
+
+def closeness(index: Reader, query: str) -> float:
+    """The query's best cosine between the letters' (0) and the headings' (1) on this index."""
+    nonsense, text = _references(index)
+    return max((_best_cosines(index, [query])[0] - nonsense) / (text - nonsense), 0.0)
 
 
 def probe_queries(count: int = PROBES, seed: int = 0) -> list[str]:
@@ -100,11 +127,52 @@ def probe_queries(count: int = PROBES, seed: int = 0) -> list[str]:
     ]
 
 
-def dense_threshold(index: Reader) -> float:
-    """Once per snapshot: the best cosine nonsense reaches on this index (see the module)."""
+def _headings(index: Reader) -> tuple[list[str], np.ndarray]:
+    """Up to PROBES section headings of two words or more, spread over the index, and their
+    sections' files."""
     snap = index.snapshot
-    found = snap.cache.get("no_match_threshold")
+    n = int(snap.chunk_file_ids.shape[0])
+    table = snap.table("chunks")
+    if n == 0 or table is None or "heading" not in table.column_names:
+        return [], np.zeros(0, dtype=np.int64)  # (a sharded index keeps no chunk table)
+    rows = np.unique(np.linspace(0, n - 1, min(n, 4 * PROBES)).astype(np.int64))
+    found = table.column("heading").take(rows).to_pylist()
+    picked = [i for i, h in enumerate(found) if h and len(h.split()) >= 2][:PROBES]
+    files = np.asarray(snap.chunk_file_ids)[rows[picked]]
+    return [found[i] for i in picked], files
+
+
+def _references(index: Reader) -> tuple[float, float]:
+    """Once per snapshot: the mean best cosine of the letter probes and of the headings
+    (each over the other files' sections); the span is at least SPREAD letters' deviations."""
+    snap = index.snapshot
+    found = snap.cache.get("no_match_references")
     if found is None:
-        best = np.array([_best_cosine(index, probe) for probe in probe_queries()])
-        found = snap.cache["no_match_threshold"] = float(best.mean() + SPREAD * best.std())
+        headings, files = _headings(index)
+        best = _best_cosines(index, probe_queries() + headings, files)
+        letters, text = best[:PROBES], best[PROBES:]
+        nonsense = float(letters.mean())
+        span = max(float(text.mean()) - nonsense if len(text) else 0.0, SPREAD * letters.std())
+        found = snap.cache["no_match_references"] = (nonsense, nonsense + max(span, 1e-6))
     return found
+
+
+def _best_cosines(index: Reader, texts: list[str], files: np.ndarray | None = None) -> np.ndarray:
+    """Each text's best first-pass cosine over every section (no feedback moved it); the
+    last len(files) texts leave out the sections of their own file."""
+    from query.rank.search import query_vector
+    from query.score.vector import cosine_scores
+
+    snap = index.snapshot
+    vectors = snap.vectors
+    if vectors.shape[0] == 0:
+        return np.full(len(texts), -1.0)
+    own = np.asarray(snap.chunk_file_ids) if files is not None and len(files) else None
+    first = len(texts) - (len(files) if own is not None else 0)
+    out = np.empty(len(texts))
+    for at, text in enumerate(texts):
+        scores = cosine_scores(vectors, query_vector(index, text))
+        if at >= first:
+            scores = np.where(own == files[at - first], -1.0, scores)
+        out[at] = float(np.max(scores))
+    return out
