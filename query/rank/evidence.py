@@ -38,6 +38,7 @@ PROBES = 64  # random letter strings, and at most as many headings, per referenc
 TOP_SECTIONS = 10  # the best BM25 sections whose coverage is read
 MIN_EVIDENCE = 0.7  # coverage + closeness a query needs (bench/no_match.py --fit)
 SPREAD = 3.0  # the least span of closeness, in the letters' standard deviations
+BLOCK_ROWS = 16_384  # sections per matrix product of the references (8 MB of scores)
 
 
 def no_evidence(index: Reader, query: str, mode: str) -> str | None:
@@ -110,8 +111,16 @@ def _bm25(index: Reader, query: str) -> np.ndarray:
 
 def closeness(index: Reader, query: str) -> float:
     """The query's best cosine between the letters' (0) and the headings' (1) on this index."""
+    from query.rank.search import query_vector
+    from query.score.vector import cosine_scores
+
     nonsense, text = _references(index)
-    return max((_best_cosines(index, [query])[0] - nonsense) / (text - nonsense), 0.0)
+    vectors = index.snapshot.vectors
+    if vectors.shape[0] == 0:
+        return 0.0
+    # one vector: the search's own single-threaded pass (query.score.vector.row_dots)
+    best = float(np.max(cosine_scores(vectors, query_vector(index, query))))
+    return max((best - nonsense) / (text - nonsense), 0.0)
 
 
 def probe_queries(count: int = PROBES, seed: int = 0) -> list[str]:
@@ -160,19 +169,36 @@ def _references(index: Reader) -> tuple[float, float]:
 def _best_cosines(index: Reader, texts: list[str], files: np.ndarray | None = None) -> np.ndarray:
     """Each text's best first-pass cosine over every section (no feedback moved it); the
     last len(files) texts leave out the sections of their own file."""
-    from query.rank.search import query_vector
     from query.score.vector import cosine_scores
 
     snap = index.snapshot
     vectors = snap.vectors
-    if vectors.shape[0] == 0:
+    if vectors.shape[0] == 0 or not texts:
         return np.full(len(texts), -1.0)
-    own = np.asarray(snap.chunk_file_ids) if files is not None and len(files) else None
-    first = len(texts) - (len(files) if own is not None else 0)
-    out = np.empty(len(texts))
-    for at, text in enumerate(texts):
-        scores = cosine_scores(vectors, query_vector(index, text))
-        if at >= first:
-            scores = np.where(own == files[at - first], -1.0, scores)
-        out[at] = float(np.max(scores))
-    return out
+    asked = _query_vectors(index, texts).astype(np.float32, copy=False)
+    own = np.full(len(texts), -1, dtype=np.int64)  # the file each text leaves out (-1: none)
+    if files is not None and len(files):
+        own[len(texts) - len(files) :] = files
+    file_ids = np.asarray(snap.chunk_file_ids)
+    best = np.full(len(texts), -1.0)
+    if not isinstance(vectors, np.ndarray):  # a sharded index's rows answer one vector a call
+        for at, vector in enumerate(asked):
+            scores = np.where(file_ids == own[at], -1.0, cosine_scores(vectors, vector))
+            best[at] = float(np.max(scores))
+        return best
+    for first in range(0, vectors.shape[0], BLOCK_ROWS):  # one product per block of rows
+        block = np.asarray(vectors[first : first + BLOCK_ROWS], dtype=np.float32) @ asked.T
+        np.nan_to_num(block, copy=False, nan=-1.0, posinf=-1.0, neginf=-1.0)
+        block[file_ids[first : first + BLOCK_ROWS, None] == own[None, :]] = -1.0
+        best = np.maximum(best, block.max(axis=0))
+    return best
+
+
+def _query_vectors(index: Reader, texts: list[str]) -> np.ndarray:
+    """The texts embedded as queries are (query.rank.search.query_vector), in one call where
+    the provider takes a batch."""
+    provider = index.provider()
+    embed_query = getattr(provider, "embed_query", None)
+    if embed_query is None:
+        return np.asarray(provider.embed(texts))
+    return np.stack([embed_query(text) for text in texts])
