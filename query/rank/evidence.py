@@ -47,6 +47,11 @@ def no_evidence(index: Reader, query: str, mode: str) -> str | None:
     if not query or not query.strip() or mode == "semantic":
         # (`--mode semantic` asks for the nearest sections by meaning, close or not)
         return None
+    with index.pinned():  # one snapshot for every read (the caller's, when it holds one)
+        return _judged(index, query, mode)
+
+
+def _judged(index: Reader, query: str, mode: str) -> str | None:
     terms = _terms(query)
     if not len(terms):  # stop words or punctuation only: nothing to judge by
         return None
@@ -92,21 +97,28 @@ def coverage(index: Reader, query: str) -> float:
     from query.rank.confidence import section_coverage
 
     bm25 = _bm25(index, query)
-    best = np.argsort(-bm25, kind="stable")[:TOP_SECTIONS]
-    best = best[bm25[best] > 0].astype(np.int64)
+    best = np.flatnonzero(bm25 > 0)
+    if len(best) > TOP_SECTIONS:  # the ten best in linear time (their order does not matter)
+        best = best[np.argpartition(-bm25[best], TOP_SECTIONS - 1)[:TOP_SECTIONS]]
+    best = best.astype(np.int64)
     return float(section_coverage(index, query, best).max()) if len(best) else 0.0
 
 
 def _bm25(index: Reader, query: str) -> np.ndarray:
-    """The search's own BM25F of this query when it kept it (query.rank.search), else one."""
+    """The query's BM25F of every section: the search's own when it kept it."""
     from query.score.lexical import lexical_index
 
+    kept = _kept(index, query, "bm25")
+    return kept if kept is not None else lexical_index(index).scores(query)
+
+
+def _kept(index: Reader, query: str, part: str) -> np.ndarray | None:
+    """A part of this query's scores of every section, as the search just kept them
+    (query.rank.search's last scores), or None."""
     n = int(index.snapshot.chunk_file_ids.shape[0])
     last = index.snapshot.cache.get("last_scores")
-    kept = last[1][1].get("bm25") if last is not None and last[0][1] == query else None
-    if isinstance(kept, np.ndarray) and kept.shape == (n,):
-        return kept
-    return lexical_index(index).scores(query)
+    kept = last[1][1].get(part) if last is not None and last[0][1] == query else None
+    return kept if isinstance(kept, np.ndarray) and kept.shape == (n,) else None
 
 
 def closeness(index: Reader, query: str) -> float:
@@ -118,9 +130,11 @@ def closeness(index: Reader, query: str) -> float:
     vectors = index.snapshot.vectors
     if vectors.shape[0] == 0:
         return 0.0
-    # one vector: the search's own single-threaded pass (query.score.vector.row_dots)
-    best = float(np.max(cosine_scores(vectors, query_vector(index, query))))
-    return max((best - nonsense) / (text - nonsense), 0.0)
+    # the search's cosines hold the best one (its first pass rescores its best rows exactly)
+    cosine = _kept(index, query, "cosine")
+    if cosine is None:
+        cosine = cosine_scores(vectors, query_vector(index, query))
+    return max((float(np.max(cosine)) - nonsense) / (text - nonsense), 0.0)
 
 
 def probe_queries(count: int = PROBES, seed: int = 0) -> list[str]:
