@@ -202,17 +202,18 @@ def _best_cosines(index: Reader, texts: list[str], files: np.ndarray | None = No
         return best
     for first in range(0, vectors.shape[0], BLOCK_ROWS):  # one product per block of rows
         block = np.asarray(vectors[first : first + BLOCK_ROWS], dtype=np.float32) @ asked.T
-        np.nan_to_num(block, copy=False, nan=-1.0, posinf=-1.0, neginf=-1.0)
+        if not np.isfinite(block).all():  # a damaged row scores nothing
+            np.nan_to_num(block, copy=False, nan=-1.0, posinf=-1.0, neginf=-1.0)
         block[file_ids[first : first + BLOCK_ROWS, None] == own[None, :]] = -1.0
         best = np.maximum(best, block.max(axis=0))
     return best
 
 
 def _query_vectors(index: Reader, texts: list[str]) -> np.ndarray:
-    """The texts embedded as queries are (query.rank.search.query_vector), in one call where
-    the provider takes a batch."""
-    provider = index.provider()
-    embed_query = getattr(provider, "embed_query", None)
-    if embed_query is None:
-        return np.asarray(provider.embed(texts))
-    return np.stack([embed_query(text) for text in texts])
+    """The texts embedded as a query is (query.rank.search.query_vector): one by one through a
+    local model's quick query path, in one request to a remote provider."""
+    from query.rank.search import query_vector
+
+    if index.config.embedding_provider != "local":
+        return np.asarray(index.provider().embed(texts))
+    return np.stack([query_vector(index, text) for text in texts])
