@@ -123,6 +123,9 @@ def test_a_sharded_index_gives_the_same_no_match(notes: Path):
     assert data["results"] == [] and data["no_match"]["reason"] == LINE
     real = json.loads(run_cli("search", "--json", "extract tar", cwd=notes, env=sharded).stdout)
     assert real["results"] and real["results"][0]["path"] == "tar.md"
+    # its shards keep no chunk table, so no headings: closeness spans the letters' spread
+    foreign = json.loads(run_cli("search", "--json", FOREIGN, cwd=notes, env=sharded).stdout)
+    assert foreign["results"] == [] and foreign["no_match"]["reason"] == FOREIGN_LINE
 
 
 # A question of another subject that shares words with the notes ("wild", "day"): before, one
