@@ -58,8 +58,18 @@ def _judged(index: Reader, query: str, mode: str) -> str | None:
     in_index = _words_in_index(index, terms)
     if mode == "lexical":
         return None if in_index else _reason(query, None, lexical_only=True)
+    # Both parts are >= 0: the cheaper one first, the other only when the first is short.
+    # Closeness is a max over the search's cosines once the references are measured; before
+    # that (a cold process) coverage, which needs no reference, goes first.
+    near = None
+    if "no_match_references" in index.snapshot.cache:
+        near = closeness(index, query)
+        if near >= MIN_EVIDENCE:
+            return None
     held = coverage(index, query) if in_index else 0.0
-    if held >= MIN_EVIDENCE or held + closeness(index, query) >= MIN_EVIDENCE:
+    if held >= MIN_EVIDENCE:
+        return None
+    if held + (closeness(index, query) if near is None else near) >= MIN_EVIDENCE:
         return None
     return _reason(query, held if in_index else None)
 
@@ -130,11 +140,24 @@ def closeness(index: Reader, query: str) -> float:
     vectors = index.snapshot.vectors
     if vectors.shape[0] == 0:
         return 0.0
-    # the search's cosines hold the best one (its first pass rescores its best rows exactly)
-    cosine = _kept(index, query, "cosine")
-    if cosine is None:
-        cosine = cosine_scores(vectors, query_vector(index, query))
-    return max((float(np.max(cosine)) - nonsense) / (text - nonsense), 0.0)
+    best = _kept_best_cosine(index, query)
+    if best is None:
+        best = float(np.max(cosine_scores(vectors, query_vector(index, query))))
+    return max((best - nonsense) / (text - nonsense), 0.0)
+
+
+def _kept_best_cosine(index: Reader, query: str) -> float | None:
+    """The best cosine among the search's own cosines of this query, or None: an exact pass
+    holds it; an IVF pass (query.score.vector.Spread) holds it among its rescored rows, every
+    other row being capped below them."""
+    from query.score.vector import Spread
+
+    last = index.snapshot.cache.get("last_scores")
+    kept = last[1][1].get("cosine") if last is not None and last[0][1] == query else None
+    if isinstance(kept, Spread) and len(kept.exact):
+        return float(np.max(kept.exact))
+    kept = _kept(index, query, "cosine")
+    return None if kept is None else float(np.max(kept))
 
 
 def probe_queries(count: int = PROBES, seed: int = 0) -> list[str]:
