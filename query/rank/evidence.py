@@ -15,7 +15,7 @@ query has evidence when `coverage + closeness >= MIN_EVIDENCE`:
   index's cosines depend on its model and its texts, so no constant fits every index.
 
 MIN_EVIDENCE was chosen on the five evaluation sets by bench/no_match.py --fit (the
-least no-answer share of the five, every set losing at most 1% of the relevant results its
+largest least no-answer share of the five, every set losing at most 1% of the relevant results its
 top 10 held): docs/search-quality.md, "An honest empty answer", with the held-out figures.
 `--mode lexical` keeps the lexical side alone (no query word in the index: no match), and
 `--mode semantic` is not judged: it asks for the sections nearest in meaning, however far.
