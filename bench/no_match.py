@@ -1,7 +1,7 @@
 """An honest empty answer, measured: queries that have no answer in a set get `no_match`, the
 set's own queries keep their relevant results.
 
-    python bench/no_match.py [--sets nfcorpus,cacm] [--queries 200] [--json]
+    python bench/no_match.py [--sets nfcorpus,cacm] [--queries 200] [--json] [--fit]
 
 Over each of the five evaluation sets' indexes (built and kept by bench/quality.py under
 $MDVDB_BENCH_DIR, default /tmp/mdvdb-bench), through `query.request.run_request` (the library
@@ -15,6 +15,12 @@ call behind `mdvdb search` and the MCP search tool), with the default settings:
   no-evidence rule switched off (before) and on (after): the relevant files the top 10 held
   before, how many of them the answer no longer holds (lost), and the share of the set's
   queries answered `no_match`.
+
+`--fit`: instead, each query's evidence (query.rank.evidence's coverage + closeness) and the
+relevant files its top 10 held with the rule off; then per set the frontier (the share of the
+no-answer queries under each threshold, and the share of relevant results lost), the
+threshold chosen on all the sets (the largest least share with every set losing at most
+LOSS), and leave one set out: the threshold chosen so on the other sets, applied to it.
 """
 
 from __future__ import annotations
@@ -119,16 +125,99 @@ def run_set(name: str, count: int) -> dict:
     }
 
 
+LOSS = 0.01  # the share of relevant results a threshold may lose on a set
+THRESHOLDS = tuple(round(0.4 + 0.05 * i, 2) for i in range(13))
+
+
+def evidence_rows(name: str, count: int) -> list[tuple[str, float, int]]:
+    """(kind, coverage + closeness, relevant files in the top 10 with the rule off) per query:
+    `count` no-answer queries, then the set's own."""
+    from query.rank.evidence import closeness, coverage
+    from query.request import SearchRequest, run_request
+
+    target = Target(name, set_folder(name, None))
+    other = Target(FOREIGN[name], set_folder(FOREIGN[name], None))
+    half = count // 2
+    asked = [("random", text, None) for text in letters(half)]
+    asked += [("foreign", other.queries[q], None) for q in other.qids[: count - half]]
+    asked += [("own", target.queries[q], q) for q in target.qids]
+    rows = []
+    with rule_off():
+        for kind, text, qid in asked:
+            outcome = run_request(target.index, SearchRequest(query=text, files=True))
+            relevant = 0
+            if qid is not None:
+                judged = target.qrels[qid]
+                docs = {target.doc_of_path[hit.path] for hit in outcome.files or []}
+                relevant = sum(
+                    judged.get(d, 0) > 0 and not (target.drop_self and d == qid) for d in docs
+                )
+            held = coverage(target.index, text)
+            rows.append((kind, held + closeness(target.index, text), relevant))
+    return rows
+
+
+def at_threshold(rows: list[tuple[str, float, int]], threshold: float) -> tuple[float, float]:
+    """(share of no-answer queries under `threshold`, share of relevant results lost)."""
+    empty = [kind for kind, value, _ in rows if kind != "own" and value < threshold]
+    asked = sum(kind != "own" for kind, _, _ in rows)
+    total = sum(rel for kind, _, rel in rows if kind == "own")
+    lost = sum(rel for kind, value, rel in rows if kind == "own" and value < threshold)
+    return len(empty) / max(asked, 1), lost / total if total else 0.0
+
+
+def chosen(table: dict[str, dict[float, tuple[float, float]]], sets: list[str]) -> float:
+    """The threshold of the largest least no-answer share over `sets`, each losing <= LOSS."""
+    allowed = [t for t in THRESHOLDS if all(table[s][t][1] <= LOSS for s in sets)] or [
+        THRESHOLDS[0]
+    ]
+    return max(allowed, key=lambda t: (min(table[s][t][0] for s in sets), -t))
+
+
+def fit(sets: list[str], count: int, as_json: bool) -> None:
+    table = {}
+    for name in sets:
+        rows = evidence_rows(name, count)
+        table[name] = {t: at_threshold(rows, t) for t in THRESHOLDS}
+    frontier = [
+        {"threshold": t, **{s: f"{table[s][t][0]:.1%} / {table[s][t][1]:.2%}" for s in sets}}
+        for t in THRESHOLDS
+    ]
+    print_table("no_match share / relevant lost, per threshold", frontier, as_json)
+    everywhere = chosen(table, sets)
+    held = []
+    for name in sets:
+        t = chosen(table, [s for s in sets if s != name])
+        share, lost = table[name][t]
+        on_all = table[name][everywhere]
+        held.append(
+            {
+                "held_out": name,
+                "threshold": t,
+                "no_match": round(share, 3),
+                "lost_share": round(lost, 4),
+                "all_sets_threshold": everywhere,
+                "no_match_at_it": round(on_all[0], 3),
+                "lost_at_it": round(on_all[1], 4),
+            }
+        )
+    print_table(f"Leave one set out (loss <= {LOSS:.0%} on the others)", held, as_json)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", default=",".join(SETS), help="comma-separated set names")
     parser.add_argument("--queries", type=int, default=200, help="no-answer queries per set")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--fit", action="store_true", help="the threshold's frontier and LOSO")
     args = parser.parse_args()
     sets = [s for s in args.sets.split(",") if s]
     unknown = [s for s in sets if s not in FOREIGN]
     if unknown:
         parser.error(f"unknown set: {', '.join(unknown)}")
+    if args.fit:
+        fit(sets, args.queries, args.json)
+        return
     rows = [run_set(name, args.queries) for name in sets]
     load = os.getloadavg()[0]
     title = f"No-answer queries and the sets' own (load {load:.1f})"

@@ -123,3 +123,51 @@ def test_a_sharded_index_gives_the_same_no_match(notes: Path):
     assert data["results"] == [] and data["no_match"]["reason"] == LINE
     real = json.loads(run_cli("search", "--json", "extract tar", cwd=notes, env=sharded).stdout)
     assert real["results"] and real["results"][0]["path"] == "tar.md"
+    # its shards keep no chunk table, so no headings: closeness spans the letters' spread
+    foreign = json.loads(run_cli("search", "--json", FOREIGN, cwd=notes, env=sharded).stdout)
+    assert foreign["results"] == [] and foreign["no_match"]["reason"] == FOREIGN_LINE
+
+
+# A question of another subject that shares words with the notes ("wild", "day"): before, one
+# word in some section was evidence enough and it got the nearest sections.
+FOREIGN = "does eating wild fish every day cause cancer"
+FOREIGN_LINE = (
+    f'no section matches "{FOREIGN}" '
+    "(the best sections hold 22% of the query's word weight, and nothing is close in meaning)"
+)
+
+
+def test_a_question_of_another_subject_gets_no_match(indexed_notes: Path):
+    done = run_cli("search", FOREIGN, cwd=indexed_notes)
+    assert done.returncode == 0, done.stderr
+    assert FOREIGN_LINE in done.stdout.splitlines()
+    data = json.loads(run_cli("search", "--json", FOREIGN, cwd=indexed_notes).stdout)
+    assert data["results"] == [] and data["no_match"]["reason"] == FOREIGN_LINE
+    # its words are in the index: the lexical mode, which reads words alone, still answers
+    lexical = run_cli("search", "--json", "--mode", "lexical", FOREIGN, cwd=indexed_notes)
+    assert json.loads(lexical.stdout)["results"]
+
+
+def test_a_question_near_in_meaning_is_kept(indexed_notes: Path):
+    """Few of its words are in the notes (22% of their weight: "yeast", "starters"), but it is
+    close in meaning to the bread page: kept."""
+    query = "do dietary starters or yeast supplements lower blood pressure"
+    data = json.loads(run_cli("search", "--json", query, cwd=indexed_notes).stdout)
+    assert "no_match" not in data and data["results"][0]["path"] == "guides/cooking.md"
+
+
+@pytest.mark.slow
+def test_mcp_search_gives_a_question_of_another_subject_no_match(indexed_notes: Path):
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mdvdb", "mcp", "--root", str(indexed_notes)]
+    )
+
+    async def run():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await call_tool(session, "search", {"query": FOREIGN})
+
+    answer = asyncio.run(run()).structured_content
+    assert answer["results"] == [] and answer["no_match"]["reason"] == FOREIGN_LINE

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["COEFFICIENTS", "FEATURES", "confidences", "features", "rate"]
+__all__ = ["COEFFICIENTS", "FEATURES", "confidences", "features", "rate", "section_coverage"]
 
 if TYPE_CHECKING:
     from query.results import SearchResult
@@ -39,7 +39,7 @@ def features(index: Reader, query: str, hits: Sequence[SearchResult]) -> np.ndar
     out = np.zeros((len(hits), len(FEATURES)), dtype=np.float64)
     if hits:
         chunks = np.array([hit.chunk_id for hit in hits], dtype=np.int64)
-        out[:, 0] = _coverage(index, query, chunks)
+        out[:, 0] = section_coverage(index, query, chunks)
         out[:, 1] = np.log1p(np.arange(len(hits)))
     return out
 
@@ -62,7 +62,7 @@ def rate(index: Reader, query: str, hits: Sequence[SearchResult]) -> None:
         hit.confidence = value
 
 
-def _coverage(index: Reader, query: str, chunks: np.ndarray) -> np.ndarray:
+def section_coverage(index: Reader, query: str, chunks: np.ndarray) -> np.ndarray:
     """The idf-weighted share of the query's terms in each section."""
     from kernel import text_analysis
     from query.score.lexical import bm25_idf, lexical_index

@@ -1,20 +1,23 @@
 """Whether a query has any real evidence of a match in this index, or an empty answer is honest.
 
-A hybrid ranking always has a best section: a query of random letters still gets the sections
-whose vectors happen to lie nearest, and the pseudo-relevance feedback round then found "their"
-words in them. Neither is evidence. A query has some when either side says so on its own:
+A hybrid ranking always has a best section: a query of random letters, or a question of
+another subject, still gets the sections whose vectors happen to lie nearest, and the
+pseudo-relevance feedback round then found "their" words in them. Neither is evidence. A
+query has evidence when `coverage + closeness >= MIN_EVIDENCE`:
 
-- lexical: one of its words (analysed as the index is) is in some section;
-- dense: its best cosine over the index is above what nonsense reaches on this same index: the
-  mean plus three standard deviations of the best cosines of PROBES random letter strings,
-  embedded the way the query is (measured once per snapshot). An index's cosines depend on its
-  model and its texts (a static model's best cosine for letters is ~0.25-0.45 on one set,
-  ~0.19-0.31 on another, up to 0.52 on a third), so no constant fits every index.
+- coverage: the largest share of the query's word weight (BM25 idf, a word the index lacks
+  weighing the most) that one of the TOP_SECTIONS best BM25 sections holds (the feedback
+  round's terms are not read);
+- closeness: where the query's best first-pass cosine lies between what nonsense reaches on
+  this index (0: the mean best cosine of PROBES random letter strings) and what the index's
+  own text reaches (1: the mean best cosine of up to PROBES section headings, each asked of
+  the other files' sections; never below 0). Both are measured once per snapshot: an
+  index's cosines depend on its model and its texts, so no constant fits every index.
 
-A stricter lexical side (one of the 10 best sections must hold half of the query's word
-weight) also answered queries of another subject `no_match`, but cost three of the five
-evaluation sets 0.007-0.034 nDCG@10 (short or misspelt questions): not kept
-(docs/search-quality.md, "An honest empty answer", with bench/no_match.py's numbers).
+MIN_EVIDENCE was chosen on the five evaluation sets by bench/no_match.py --fit (the
+largest least no-answer share of the five, every set losing at most 1% of the relevant results its
+top 10 held): docs/search-quality.md, "An honest empty answer", with the held-out figures.
+`--mode lexical` keeps the lexical side alone (no query word in the index: no match), and
 `--mode semantic` is not judged: it asks for the sections nearest in meaning, however far.
 """
 
@@ -26,11 +29,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+__all__ = ["MIN_EVIDENCE", "closeness", "coverage", "no_evidence", "probe_queries"]
+
 if TYPE_CHECKING:
     from query.snapshot import Reader
 
-PROBES = 64  # random letter strings whose best cosines set the dense threshold
-SPREAD = 3.0  # standard deviations above the probes' mean
+PROBES = 64  # random letter strings, and at most as many headings, per reference
+TOP_SECTIONS = 10  # the best BM25 sections whose coverage is read
+MIN_EVIDENCE = 0.7  # coverage + closeness a query needs (bench/no_match.py --fit)
+SPREAD = 3.0  # the least span of closeness, in the letters' standard deviations
+BLOCK_ROWS = 16_384  # sections per matrix product of the references (8 MB of scores)
 
 
 def no_evidence(index: Reader, query: str, mode: str) -> str | None:
@@ -39,24 +47,43 @@ def no_evidence(index: Reader, query: str, mode: str) -> str | None:
     if not query or not query.strip() or mode == "semantic":
         # (`--mode semantic` asks for the nearest sections by meaning, close or not)
         return None
+    with index.pinned():  # one snapshot for every read (the caller's, when it holds one)
+        return _judged(index, query, mode)
+
+
+def _judged(index: Reader, query: str, mode: str) -> str | None:
     terms = _terms(query)
     if not len(terms):  # stop words or punctuation only: nothing to judge by
         return None
-    if _words_in_index(index, terms):
+    in_index = _words_in_index(index, terms)
+    if mode == "lexical":
+        return None if in_index else _reason(query, None, lexical_only=True)
+    # Both parts are >= 0: the cheaper one first, the other only when the first is short.
+    # Closeness is a max over the search's cosines once the references are measured; before
+    # that (a cold process) coverage, which needs no reference, goes first.
+    near = None
+    if "no_match_references" in index.snapshot.cache:
+        near = closeness(index, query)
+        if near >= MIN_EVIDENCE:
+            return None
+    held = coverage(index, query) if in_index else 0.0
+    if held >= MIN_EVIDENCE:
         return None
-    if mode != "lexical" and _best_cosine(index, query) >= dense_threshold(index):
+    if held + (closeness(index, query) if near is None else near) >= MIN_EVIDENCE:
         return None
-    return _reason(query, lexical_only=mode == "lexical")
+    return _reason(query, held if in_index else None)
 
 
-def _reason(query: str, lexical_only: bool = False) -> str:
+def _reason(query: str, held: float | None, lexical_only: bool = False) -> str:
+    """The one line: `held` is the coverage when some query word is in the index."""
     shown = query if len(query) <= 60 else query[:57] + "..."
+    if held is None:
+        why = "no query word is in the index"
+    else:
+        why = f"the best sections hold {held:.0%} of the query's word weight"
     if lexical_only:
-        return f'no section matches "{shown}" (no query word is in the index)'
-    return (
-        f'no section matches "{shown}" (no query word is in the index, and nothing is close '
-        "in meaning)"
-    )
+        return f'no section matches "{shown}" ({why})'
+    return f'no section matches "{shown}" ({why}, and nothing is close in meaning)'
 
 
 def _words_in_index(index: Reader, terms: np.ndarray) -> bool:
@@ -75,16 +102,62 @@ def _terms(query: str) -> np.ndarray:
     return np.unique(text_analysis.term_ids(query), return_counts=True)[0]
 
 
-def _best_cosine(index: Reader, query: str) -> float:
-    """The query's best first-pass cosine over every section (no feedback moved it)."""
+def coverage(index: Reader, query: str) -> float:
+    """The largest idf share of the query's words one of the best BM25 sections holds."""
+    from query.rank.confidence import section_coverage
+
+    bm25 = _bm25(index, query)
+    best = np.flatnonzero(bm25 > 0)
+    if len(best) > TOP_SECTIONS:  # the ten best in linear time (their order does not matter)
+        best = best[np.argpartition(-bm25[best], TOP_SECTIONS - 1)[:TOP_SECTIONS]]
+    best = best.astype(np.int64)
+    return float(section_coverage(index, query, best).max()) if len(best) else 0.0
+
+
+def _bm25(index: Reader, query: str) -> np.ndarray:
+    """The query's BM25F of every section: the search's own when it kept it."""
+    from query.score.lexical import lexical_index
+
+    kept = _kept(index, query, "bm25")
+    return kept if kept is not None else lexical_index(index).scores(query)
+
+
+def _kept(index: Reader, query: str, part: str) -> np.ndarray | None:
+    """A part of this query's scores of every section, as the search just kept them
+    (query.rank.search's last scores), or None."""
+    n = int(index.snapshot.chunk_file_ids.shape[0])
+    last = index.snapshot.cache.get("last_scores")
+    kept = last[1][1].get(part) if last is not None and last[0][1] == query else None
+    return kept if isinstance(kept, np.ndarray) and kept.shape == (n,) else None
+
+
+def closeness(index: Reader, query: str) -> float:
+    """The query's best cosine between the letters' (0) and the headings' (1) on this index."""
     from query.rank.search import query_vector
     from query.score.vector import cosine_scores
 
+    nonsense, text = _references(index)
     vectors = index.snapshot.vectors
     if vectors.shape[0] == 0:
-        return -1.0
-    qvec = query_vector(index, query)
-    return float(np.max(cosine_scores(vectors, qvec)))
+        return 0.0
+    best = _kept_best_cosine(index, query)
+    if best is None:
+        best = float(np.max(cosine_scores(vectors, query_vector(index, query))))
+    return max((best - nonsense) / (text - nonsense), 0.0)
+
+
+def _kept_best_cosine(index: Reader, query: str) -> float | None:
+    """The best cosine among the search's own cosines of this query, or None: an exact pass
+    holds it; an IVF pass (query.score.vector.Spread) holds it among its rescored rows, every
+    other row being capped below them."""
+    from query.score.vector import Spread
+
+    last = index.snapshot.cache.get("last_scores")
+    kept = last[1][1].get("cosine") if last is not None and last[0][1] == query else None
+    if isinstance(kept, Spread) and len(kept.exact):
+        return float(np.max(kept.exact))
+    kept = _kept(index, query, "cosine")
+    return None if kept is None else float(np.max(kept))
 
 
 def probe_queries(count: int = PROBES, seed: int = 0) -> list[str]:
@@ -100,11 +173,70 @@ def probe_queries(count: int = PROBES, seed: int = 0) -> list[str]:
     ]
 
 
-def dense_threshold(index: Reader) -> float:
-    """Once per snapshot: the best cosine nonsense reaches on this index (see the module)."""
+def _headings(index: Reader) -> tuple[list[str], np.ndarray]:
+    """Up to PROBES section headings of two words or more, spread over the index, and their
+    sections' files."""
     snap = index.snapshot
-    found = snap.cache.get("no_match_threshold")
+    n = int(snap.chunk_file_ids.shape[0])
+    table = snap.table("chunks")
+    if n == 0 or table is None or "heading" not in table.column_names:
+        return [], np.zeros(0, dtype=np.int64)  # (a sharded index keeps no chunk table)
+    rows = np.unique(np.linspace(0, n - 1, min(n, 4 * PROBES)).astype(np.int64))
+    found = table.column("heading").take(rows).to_pylist()
+    picked = [i for i, h in enumerate(found) if h and len(h.split()) >= 2][:PROBES]
+    files = np.asarray(snap.chunk_file_ids)[rows[picked]]
+    return [found[i] for i in picked], files
+
+
+def _references(index: Reader) -> tuple[float, float]:
+    """Once per snapshot: the mean best cosine of the letter probes and of the headings
+    (each over the other files' sections); the span is at least SPREAD letters' deviations."""
+    snap = index.snapshot
+    found = snap.cache.get("no_match_references")
     if found is None:
-        best = np.array([_best_cosine(index, probe) for probe in probe_queries()])
-        found = snap.cache["no_match_threshold"] = float(best.mean() + SPREAD * best.std())
+        headings, files = _headings(index)
+        best = _best_cosines(index, probe_queries() + headings, files)
+        letters, text = best[:PROBES], best[PROBES:]
+        nonsense = float(letters.mean())
+        span = max(float(text.mean()) - nonsense if len(text) else 0.0, SPREAD * letters.std())
+        found = snap.cache["no_match_references"] = (nonsense, nonsense + max(span, 1e-6))
     return found
+
+
+def _best_cosines(index: Reader, texts: list[str], files: np.ndarray | None = None) -> np.ndarray:
+    """Each text's best first-pass cosine over every section (no feedback moved it); the
+    last len(files) texts leave out the sections of their own file."""
+    from query.score.vector import cosine_scores
+
+    snap = index.snapshot
+    vectors = snap.vectors
+    if vectors.shape[0] == 0 or not texts:
+        return np.full(len(texts), -1.0)
+    asked = _query_vectors(index, texts).astype(np.float32, copy=False)
+    own = np.full(len(texts), -1, dtype=np.int64)  # the file each text leaves out (-1: none)
+    if files is not None and len(files):
+        own[len(texts) - len(files) :] = files
+    file_ids = np.asarray(snap.chunk_file_ids)
+    best = np.full(len(texts), -1.0)
+    if not isinstance(vectors, np.ndarray):  # a sharded index's rows answer one vector a call
+        for at, vector in enumerate(asked):
+            scores = np.where(file_ids == own[at], -1.0, cosine_scores(vectors, vector))
+            best[at] = float(np.max(scores))
+        return best
+    for first in range(0, vectors.shape[0], BLOCK_ROWS):  # one product per block of rows
+        block = np.asarray(vectors[first : first + BLOCK_ROWS], dtype=np.float32) @ asked.T
+        if not np.isfinite(block).all():  # a damaged row scores nothing
+            np.nan_to_num(block, copy=False, nan=-1.0, posinf=-1.0, neginf=-1.0)
+        block[file_ids[first : first + BLOCK_ROWS, None] == own[None, :]] = -1.0
+        best = np.maximum(best, block.max(axis=0))
+    return best
+
+
+def _query_vectors(index: Reader, texts: list[str]) -> np.ndarray:
+    """The texts embedded as a query is (query.rank.search.query_vector): one by one through a
+    local model's quick query path, in one request to a remote provider."""
+    from query.rank.search import query_vector
+
+    if index.config.embedding_provider != "local":
+        return np.asarray(index.provider().embed(texts))
+    return np.stack([query_vector(index, text) for text in texts])
