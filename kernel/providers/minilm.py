@@ -514,17 +514,19 @@ class MiniLMProvider(SequentialBatches):
         """Runs in flight at once: the onnx encoder runs one text per run on one thread each."""
         return getattr(self.encoder, "workers", 1)
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, asked: bool = True) -> np.ndarray:
         """One query's unit vector: by the onnxruntime session once this process is warm
         (`warm_queries`), else by the NumPy reference (see the class docstring). The
-        process's second query starts loading the session in the background."""
+        process's second asked query starts loading the session in the background; a text
+        the ranking embeds for itself (`asked=False`: the no-match rule's references) does
+        not count, so a cold search never loads onnxruntime."""
         ids = np.asarray([self.tokenizer.encode(text).ids], dtype=np.int64)
         mask = np.ones_like(ids)
         state = query_path(self.folder)
         fast = state.fast
         if fast is not None:
             return fast.forward(ids, mask)[0]
-        state.count += 1
+        state.count += asked
         warm = WARM_AFTER and state.count >= WARM_AFTER and self.runtime != "numpy"
         if warm and state.loading is None:
             warm_queries(self.folder, wait=False)

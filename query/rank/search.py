@@ -25,12 +25,15 @@ NAME_POOL = 100  # the best sections whose pages are checked for a name match
 BATCH_ROWS = 64  # above this many results, gather rows with one `take` per table
 
 
-def query_vector(index: Reader, query: str) -> np.ndarray:
+def query_vector(index: Reader, query: str, asked: bool = True) -> np.ndarray:
     """The query's embedding: through the provider's own query path where it has one (the
-    local encoder's, which loads no runtime), else as the provider embeds any text."""
+    local encoder's, which loads no runtime), else as the provider embeds any text. `asked`
+    False: a text the ranking embeds for itself, not a user's query (MiniLM's embed_query)."""
     provider = index.provider()
     embed_query = getattr(provider, "embed_query", None)
-    return embed_query(query) if embed_query is not None else provider.embed([query])[0]
+    if embed_query is None:
+        return provider.embed([query])[0]
+    return embed_query(query, asked=asked)
 
 
 def page_vectors(index: Reader) -> PageVectors:
