@@ -171,3 +171,25 @@ def test_mcp_search_gives_a_question_of_another_subject_no_match(indexed_notes: 
 
     answer = asyncio.run(run()).structured_content
     assert answer["results"] == [] and answer["no_match"]["reason"] == FOREIGN_LINE
+
+
+SMALL = {
+    "tar.md": "# Tar archives\n\nExtract a tar archive with `tar xf file.tar`.\n\n"
+    "## Create\n\nCreate one with `tar cf out.tar folder/`.\n",
+    "zip.md": "# Zip files\n\nUnpack a zip file with `unzip file.zip`.\n",
+    "git.md": "# Undo a commit\n\nUse `git reset HEAD~1` to undo the last commit.\n\n"
+    "## Keep the changes\n\n`git reset --soft HEAD~1` keeps them staged.\n",
+}
+
+
+@pytest.mark.parametrize("query", ["qqqzzzxxy", "zzzkkkwwq", "asdfghjkl", "xyzzy plugh"])
+def test_nonsense_gets_no_match_in_a_three_page_folder(tmp_path: Path, query: str):
+    """A few headings hardly reach farther than random letters: a query with no word in the
+    index must be closer than every letter probe (before, "zzzkkkwwq" got the zip page)."""
+    for name, text in SMALL.items():
+        (tmp_path / name).write_text(text)
+    assert run_cli("ingest", cwd=tmp_path).returncode == 0
+    data = json.loads(run_cli("search", "--json", query, cwd=tmp_path).stdout)
+    assert data["results"] == [] and "no query word is in the index" in data["no_match"]["reason"]
+    kept = json.loads(run_cli("search", "--json", "extract a tar archive", cwd=tmp_path).stdout)
+    assert kept["results"][0]["path"] == "tar.md"
