@@ -65,6 +65,11 @@ IN_FLIGHT_PER_ACTOR = 2
 # Seconds to reach a cluster's address before saying it is unreachable (ray.init itself would
 # retry for about a minute).
 CONNECT_TIMEOUT = 5.0
+# Seconds for the first actor to start (its model loaded), then for the others once one is
+# up: a pool asked for more CPUs than the cluster has free (MDVDB_WORKERS over its CPUs, a
+# node just lost) runs with the actors that started instead of waiting for the rest forever.
+START_SECONDS = 300.0
+GRACE_SECONDS = 30.0
 # The object store of a cluster started for the run: batches are small (128 files in, their
 # chunks and vectors out), and the machine is someone's laptop or a CI runner.
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
@@ -110,6 +115,7 @@ class ActorReport:
     """What an actor says once its model is loaded: where it runs and what it holds."""
 
     node: str
+    node_id: str  # Ray's id of the node: several nodes of one machine share its address
     pid: int
     version: str
     model: str  # the model it loaded (a model folder: path@weights digest; "": none)
@@ -252,6 +258,7 @@ class Preparer:
             model = _model_name(encoder.model, self.provider.revision)
         self.report = ActorReport(
             node=ray.util.get_node_ip_address(),
+            node_id=ray.get_runtime_context().get_node_id(),
             pid=os.getpid(),
             version=__version__,
             model=model,
@@ -391,9 +398,8 @@ def prepare(
     try:
         import ray.exceptions
 
-        actors = _pool(ray, config, spec, encoder, len(batches))
+        actors, reports = _started(ray, _pool(ray, config, spec, encoder, len(batches)))
         pool.actors = len(actors)
-        reports = ray.get([actor.ready.remote() for actor in actors])
         _check_actors(reports, encoder)
         pool.reports = reports
         pool.start_seconds = time.perf_counter() - started
@@ -460,6 +466,24 @@ def _pool(ray, config: Config, spec: Spec, encoder: EncoderEmbed | None, batches
     hold = os.environ.get(HOLD, "")
     size = config.embedding_batch_size
     return [actor.remote(spec, encoder, size, plan.num_gpus, hold) for _ in range(plan.actors)]
+
+
+def _started(ray, actors: list) -> tuple[list, list[dict]]:
+    """The actors that start, and their reports: every one, or those up within GRACE_SECONDS
+    of the first (the rest are not placed: killed, so the cluster drops their requests)."""
+    refs = [actor.ready.remote() for actor in actors]
+    up, waiting = ray.wait(refs, num_returns=1, timeout=START_SECONDS)
+    if not up:
+        raise WorkerDied(
+            f"no Ray worker started within {START_SECONDS:.0f} s (does the cluster have a free "
+            "CPU?); the previous index is intact"
+        )
+    if waiting:
+        _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=GRACE_SECONDS)
+    kept = [n for n, ref in enumerate(refs) if ref not in waiting]
+    for n in set(range(len(actors))) - set(kept):
+        ray.kill(actors[n])
+    return [actors[n] for n in kept], ray.get([refs[n] for n in kept])
 
 
 def _check_actors(reports: list[dict], encoder: EncoderEmbed | None) -> None:

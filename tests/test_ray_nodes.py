@@ -1,0 +1,132 @@
+"""`mdvdb ingest --executor ray:ADDRESS` on a cluster of several nodes (issue 36): a head that
+runs nothing and two worker nodes of one CPU each, started on this machine with
+`ray.cluster_utils.Cluster` (each node its own raylet and resources). An ingest spread over
+both nodes builds the local index byte for byte, and a pool asked for more actors than the
+cluster has CPUs runs with those that start."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_parallel_ingest import _cache_rows, _index_parts
+from tests.test_parallel_ingest import _project as _mixed_project
+
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("ray is not installed", allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+
+QUIET = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_USAGE_STATS_PROMPT_ENABLED": "0",
+    "MDVDB_CLUSTERING_ENABLED": "false",  # clustering records when it ran
+    # Both sides say it: a local Ray run (tests/test_ray.py) leaves ~/.ray/auth_token, and a
+    # driver that finds one turns token auth on against this cluster, started without it.
+    "RAY_AUTH_MODE": "disabled",
+}
+
+# The cluster, in its own process: prints its address, and stops when its stdin closes.
+CLUSTER = """
+import os, sys
+from ray.cluster_utils import Cluster
+temp = sys.argv[1]
+os.makedirs("/tmp/ray", exist_ok=True)  # Cluster records its address there
+store = {"object_store_memory": 100_000_000}
+cluster = Cluster(
+    initialize_head=True,
+    head_node_args={"num_cpus": 0, "temp_dir": temp, "include_dashboard": False, **store},
+)
+nodes = [cluster.add_node(num_cpus=1, **store) for _ in range(2)]
+cluster.wait_for_nodes()
+print(cluster.address, flush=True)
+sys.stdin.read()  # until the test closes it
+cluster.shutdown()
+"""
+
+
+class Nodes:
+    def __init__(self, proc: subprocess.Popen, address: str, temp: str) -> None:
+        self.proc, self.address, self.temp = proc, address, temp
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    temp = tempfile.mkdtemp(prefix="mdvdb-nodes-", dir="/tmp")  # short: Ray's socket paths
+    log = open(os.path.join(temp, "cluster.log"), "w")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLUSTER, temp],
+        env={**os.environ, **QUIET},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,
+    )
+    address = proc.stdout.readline().strip()  # a loaded 2-core machine: ~30 s seen
+    if not address:
+        proc.kill()
+        pytest.fail("the cluster did not start: " + Path(log.name).read_text()[-2000:])
+    try:
+        yield Nodes(proc, address, temp)
+    finally:
+        proc.stdin.close()  # the script shuts its nodes down
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _ingest(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return run_cli("ingest", "--json", "--root", str(root), *args, env={**QUIET, **(env or {})})
+
+
+def _ok(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _verify(root: Path) -> None:
+    done = run_cli("status", "--verify", "--root", str(root))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verify:   ok" in done.stdout
+
+
+def test_an_ingest_over_two_nodes_builds_the_local_index(nodes: Nodes, tmp_path: Path):
+    """Every kind of file, six batches: one actor on each worker node (the head offers no
+    CPU), the files shipped as bytes; the index and caches are the one-process build's."""
+    local = _mixed_project(tmp_path / "local", 300)
+    spread = Path(shutil.copytree(local, tmp_path / "spread"))
+    one = _ok(_ingest(local, env={"MDVDB_WORKERS": "1"}))
+    ray = _ok(_ingest(spread, "--executor", f"ray:{nodes.address}"))
+    actors = ray["executor_actors"]
+    assert ray["workers"] == len(actors) == 2 and ray["errors"] == one["errors"]
+    assert len({a["node_id"] for a in actors}) == 2, actors  # two nodes, one machine
+    assert all(a["batches"] >= 1 for a in actors), actors
+    assert _index_parts(spread / ".markdownvdb.index") == _index_parts(local / ".markdownvdb.index")
+    assert _cache_rows(spread / ".markdownvdb.state") == _cache_rows(local / ".markdownvdb.state")
+    _verify(spread)
+    # Three actors asked of two CPUs: the run goes on with the two that start (it waited for
+    # the third forever before), and an edit of every page builds the local index again.
+    for page in sorted(local.rglob("page-*.md")):
+        page.write_bytes(page.read_bytes() + b"\n## Added\n\nkayak paddles\n")
+        twin = spread / page.relative_to(local)
+        twin.write_bytes(page.read_bytes())
+        os.utime(twin, ns=(page.stat().st_atime_ns, page.stat().st_mtime_ns))  # indexed too
+    _ok(_ingest(local, env={"MDVDB_WORKERS": "1"}))
+    more = _ok(_ingest(spread, "--executor", f"ray:{nodes.address}", env={"MDVDB_WORKERS": "3"}))
+    assert more["workers"] == len(more["executor_actors"]) == 2, more["executor_actors"]
+    assert _index_parts(spread / ".markdownvdb.index") == _index_parts(local / ".markdownvdb.index")
+    _verify(spread)
