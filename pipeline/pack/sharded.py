@@ -88,7 +88,7 @@ def publish(
     config: Config, sources: PackSources, meta: Mapping[str, Any], source: Path | None = None
 ) -> Written:
     """Write the shards an edit touched, the global file, and publish the manifest.
-    `source`: a one-file index that is every shard's previous file (`pipeline.pack.split`):
+    `source`: a one-file index that is every shard's previous file (`bench/split_shards.py`):
     each shard is planned from its rows and written, none kept, its IVF lists trained on its
     own rows as in a first sharded ingest."""
     from kernel import private
