@@ -188,3 +188,11 @@ def echo(text: str = "", err: bool = False) -> None:
     from kernel.terminal import printable
 
     (sys.stderr if err else sys.stdout).write(f"{printable(text)}\n")
+
+
+def line(text: str = "", err: bool = False) -> None:
+    """A line as given, flushed (so that stdout and stderr lines keep their order in one
+    file)."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(f"{text}\n")
+    stream.flush()
