@@ -328,7 +328,7 @@ def assemble(
         **meta,
         "lexical": lexical.meta,
         "schema_overlay": schema.overlay_meta,
-        duplicates.META_KEY: duplicates.meta(),
+        duplicates.META_KEY: duplicates.near_duplicates_meta(),
         "build_key": meta["build_key"],
         "files": files.num_rows,
         "chunks": plan.chunks.num_rows,
