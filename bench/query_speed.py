@@ -98,13 +98,13 @@ def agreement(exact_index, fast_index, queries: list[str]) -> tuple[float, float
     """Mean recall@10 of the int8 hybrid ranking vs the exact one; share of queries whose
     fused scores are the same bits."""
     from query.rank.search import mode_scores
-    from query.score.vector import top_k
+    from query.score.vector import top_rows
 
     recalls, same = [], 0
     for q in queries:
         a, _ = mode_scores(exact_index, q, "hybrid")
         b, _ = mode_scores(fast_index, q, "hybrid")
-        ta, tb = set(top_k(a, 10).tolist()), set(top_k(b, 10).tolist())
+        ta, tb = set(top_rows(a, 10).tolist()), set(top_rows(b, 10).tolist())
         recalls.append(len(ta & tb) / max(len(ta), 1))
         same += bool(np.array_equal(a, b))
     return float(np.mean(recalls)), same / len(queries)

@@ -437,6 +437,8 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
     check) each table on its first use instead, for a reader of many files that needs a few
     tables of each (a sharded index: ~70 columns checked per file otherwise, ~20 ms a
     shard)."""
+    # A second reader, kept: a cold search 0.83-0.85x the time it takes with pyarrow on tldr
+    # (docs/benchmarks.md, "One implementation (issue 33), session 15").
     if lite and not os.environ.get(ARROW_READER_ENV):
         return _read_index_lite(Path(path))
     import pyarrow as pa

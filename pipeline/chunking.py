@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass
 
 from pipeline.parse import ParsedDoc
+from pipeline.state import embed_text_of
 
 
 @dataclass
@@ -177,8 +178,7 @@ def _split_line(section: _Section, line_no: int, line: str, max_tokens: int) -> 
 
 
 def _make(section: _Section, start: int, end: int, text: str, tokens: int) -> Chunk:
-    context = " > ".join(section.path[:-1])
-    embed_text = f"{context}\n{text}" if context else text
+    embed_text = embed_text_of(section.path, text)
     return Chunk(
         heading=section.heading,
         heading_path=list(section.path),

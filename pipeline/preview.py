@@ -37,10 +37,6 @@ class Preview:
     unchanged: int = 0
     errors: list[tuple[str, str]] = field(default_factory=list)  # (path, problem)
 
-    @property
-    def nothing_to_do(self) -> bool:
-        return not (self.added or self.changed or self.removed)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "dry_run": True,

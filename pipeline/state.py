@@ -806,8 +806,8 @@ class _Transaction:
 
 
 def embed_text_of(heading_path: list[str], text: str) -> str:
-    """What chunking embeds and hashes for a chunk: its parent headings, then its text
-    (`pipeline.chunking._make`); `tests/test_footprint.py` checks the two agree."""
+    """What chunking embeds and hashes for a chunk (`pipeline.chunking._make`): its parent
+    headings, then its text."""
     context = " > ".join(heading_path[:-1])
     return f"{context}\n{text}" if context else text
 

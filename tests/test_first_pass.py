@@ -156,8 +156,8 @@ def test_int8_hybrid_equals_the_exact_scan_on_cranfield(
     for query in queries:
         want, _ = mode_scores(exact, query, "hybrid")
         got, _ = mode_scores(fast, query, "hybrid")
-        top_want = set(vector.top_k(want, 10).tolist())
-        recalls.append(len(top_want & set(vector.top_k(got, 10).tolist())) / 10)
+        top_want = set(vector.top_rows(want, 10).tolist())
+        recalls.append(len(top_want & set(vector.top_rows(got, 10).tolist())) / 10)
         identical += bool(np.array_equal(want, got))
     assert _has_int8_copy(fast.snapshot.cache)
     assert np.mean(recalls) >= 0.99

@@ -78,8 +78,8 @@ def test_ivf_pass_recall_against_the_exact_scan(built: Path, monkeypatch):
     for query in QUERIES:
         want, _ = mode_scores(exact, query, "hybrid")
         got, _ = mode_scores(fast, query, "hybrid")
-        top = set(vector.top_k(want, 10).tolist())
-        recalls.append(len(top & set(vector.top_k(got, 10).tolist())) / 10)
+        top = set(vector.top_rows(want, 10).tolist())
+        recalls.append(len(top & set(vector.top_rows(got, 10).tolist())) / 10)
     side = fast.snapshot.cache[("ivf_side", 0.5)]
     ids, _ = side.probe(np.stack([side.centroids[0], side.centroids[1]]), 1.0)
     assert len(ids) < 0.6 * len(side.order)

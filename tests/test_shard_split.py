@@ -1,4 +1,4 @@
-"""A one-file index split into shards (pipeline/pack/split.py, bench/split_shards.py) is the
+"""A one-file index split into shards (bench/split_shards.py) is the
 shard set `MDVDB_SHARDS=N mdvdb ingest` writes for the same folder: the same manifest, the
 same tables in every shard file and in the global file, `status --verify` passing, the same
 answers; a split that put a file in another shard fails all three (docs/scale-out.md)."""
@@ -120,8 +120,8 @@ def test_a_split_writes_the_shards_an_ingest_writes(built) -> None:
 @pytest.mark.slow
 def test_a_split_that_misplaces_a_file_is_caught(built, tmp_path: Path, monkeypatch) -> None:
     """The checks above fail for a split whose hash sends files to the next shard."""
+    from bench.split_shards import split
     from kernel.config import load_config
-    from pipeline.pack.split import split
     from pipeline.state import State
 
     one, ingested = built

@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel.options import Spec, declared, option
-from mdvdb.cli.errors import EXIT_OK, EXIT_USAGE, CliError, load, print_json, user_errors
+from mdvdb.cli.errors import EXIT_OK, EXIT_USAGE, CliError, line, load, print_json, user_errors
 from mdvdb.cli.parser import Command
-from mdvdb.cli.status import line
 
 PLOT_SUFFIXES = (".html", ".htm", ".svg")
 

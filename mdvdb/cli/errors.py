@@ -183,8 +183,16 @@ def print_json(data: Any) -> None:
 
 
 def echo(text: str = "", err: bool = False) -> None:
-    """typer.echo's job for plain text: one line to stdout (or stderr), control characters
+    """Plain text as one line to stdout (or stderr), control characters
     escaped (the text comes from the notes; `kernel.terminal`)."""
     from kernel.terminal import printable
 
     (sys.stderr if err else sys.stdout).write(f"{printable(text)}\n")
+
+
+def line(text: str = "", err: bool = False) -> None:
+    """A line as given, flushed (so that stdout and stderr lines keep their order in one
+    file)."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(f"{text}\n")
+    stream.flush()

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
-from mdvdb.cli.errors import EXIT_USAGE, CliError, load, print_json, user_errors
+from mdvdb.cli.errors import EXIT_USAGE, CliError, line, load, print_json, user_errors
 from mdvdb.cli.parser import Command
 
 
@@ -79,7 +79,7 @@ def run_ingest(
 
         def waiting(holder: str) -> None:
             if not quiet:
-                _line(f"mdvdb: waiting for the index lock held by {holder}", err=True)
+                line(f"mdvdb: waiting for the index lock held by {holder}", err=True)
 
         from mdvdb.cli.progress import IngestProgress
 
@@ -110,8 +110,8 @@ def run_ingest(
             return
         _warn(printable, report.errors)
         if not _is_cwd(config.root):  # found upward from a subfolder: say which project
-            _line(printable(f"project root: {config.root}", one_line=True))
-        _line(
+            line(printable(f"project root: {config.root}", one_line=True))
+        line(
             f"{report.files} files: {report.added} added, {report.changed} changed, "
             f"{report.removed} removed, {report.unchanged} unchanged; "
             f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
@@ -145,8 +145,8 @@ def dry_run_ingest(config, paths: Sequence[str], as_json: bool) -> None:
         ("remove", preview.removed),
     ):
         for path in listed:
-            _line(printable(f"{word:<7}{path}", one_line=True))
-    _line(
+            line(printable(f"{word:<7}{path}", one_line=True))
+    line(
         f"dry run: {len(preview.added)} to add, {len(preview.changed)} to change, "
         f"{len(preview.removed)} to remove, {preview.unchanged} unchanged; nothing written"
     )
@@ -155,9 +155,9 @@ def dry_run_ingest(config, paths: Sequence[str], as_json: bool) -> None:
 def _warn(printable, problems) -> None:
     """One line per problem (path: what), the first 20."""
     for path, problem in problems[:20]:
-        _line(printable(f"warning: {path}: {problem}", one_line=True), err=True)
+        line(printable(f"warning: {path}: {problem}", one_line=True), err=True)
     if len(problems) > 20:
-        _line(f"warning: ... and {len(problems) - 20} more problems", err=True)
+        line(f"warning: ... and {len(problems) - 20} more problems", err=True)
 
 
 def _is_cwd(root) -> bool:
@@ -167,13 +167,6 @@ def _is_cwd(root) -> bool:
         return os.path.realpath(os.getcwd()) == str(root)
     except OSError:  # the current folder was deleted
         return False
-
-
-def _line(text: str, err: bool = False) -> None:
-    """typer.echo's bytes: the text and a newline, flushed."""
-    stream = sys.stderr if err else sys.stdout
-    stream.write(f"{text}\n")
-    stream.flush()
 
 
 def choose_executor(config, value: str) -> None:

@@ -11,12 +11,12 @@ from mdvdb.cli.errors import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    line,
     load,
     print_json,
     user_errors,
 )
 from mdvdb.cli.parser import Command
-from mdvdb.cli.status import line
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from mdvdb.cli.errors import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    line,
     load,
     print_json,
     user_errors,
 )
 from mdvdb.cli.parser import Command
-from mdvdb.cli.status import line
 
 # A background server's log is started afresh once it grows past this.
 LOG_KEEP_BYTES = 1 << 20

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 
@@ -14,6 +13,7 @@ from mdvdb.cli.errors import (
     EXIT_OK,
     EXIT_STALE,
     CliError,
+    line,
     load,
     print_json,
     refuse_if_off,
@@ -32,14 +32,6 @@ class StatusOptions:
     verify: bool = option(
         False, Spec(bool, "Read and check the whole index; exit 1 if unsound.", ("--verify",))
     )
-
-
-def line(text: str = "", err: bool = False) -> None:
-    """typer.echo's bytes for plain text: the text and a newline, flushed (so that stdout and
-    stderr lines keep their order in one file)."""
-    stream = sys.stderr if err else sys.stdout
-    stream.write(f"{text}\n")
-    stream.flush()
 
 
 def run_status(

@@ -328,7 +328,7 @@ def assemble(
         **meta,
         "lexical": lexical.meta,
         "schema_overlay": schema.overlay_meta,
-        duplicates.META_KEY: duplicates.meta(),
+        duplicates.META_KEY: duplicates.near_duplicates_meta(),
         "build_key": meta["build_key"],
         "files": files.num_rows,
         "chunks": plan.chunks.num_rows,
@@ -438,7 +438,7 @@ def build_tables(
     `lexical.update`, `duplicates.update`, `ivf.build` from `ivf_min_rows` chunks (None:
     never), then `assemble`. `ivf_reuse=False`: the lists are trained on these rows even
     when the previous index has lists (a shard split from a one-file index,
-    `pipeline.pack.split`: the whole index's centroids are not the shard's). `early`:
+    `bench/split_shards.py`: the whole index's centroids are not the shard's). `early`:
     given each table as soon as it is final (`IndexWriter.put`), so that it is written
     while the next steps run. `resolve_links`: see `assemble`. `clusters` as a function is
     called after the other steps: a first build's clustering fit may still be running in

@@ -52,10 +52,6 @@ def schema() -> pa.Schema:
     return pa.schema([("signature", pa.uint64()), ("group", pa.int32())])
 
 
-def meta() -> dict:
-    return near_duplicates_meta()
-
-
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser: every input bit moves every output bit."""
     x = x ^ (x >> np.uint64(30))
@@ -521,7 +517,7 @@ def update(plan: Plan) -> pa.Table:
 
 def _previous_signatures(previous) -> tuple[np.ndarray, np.ndarray] | None:
     """The previous index's signatures and groups, when of this version."""
-    if previous is None or (previous.meta.get(META_KEY) or {}) != meta():
+    if previous is None or (previous.meta.get(META_KEY) or {}) != near_duplicates_meta():
         return None
     table = previous.tables.get("near_duplicates")
     if table is None or table.num_rows != previous.tables["chunks"].num_rows:

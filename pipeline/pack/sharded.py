@@ -88,7 +88,7 @@ def publish(
     config: Config, sources: PackSources, meta: Mapping[str, Any], source: Path | None = None
 ) -> Written:
     """Write the shards an edit touched, the global file, and publish the manifest.
-    `source`: a one-file index that is every shard's previous file (`pipeline.pack.split`):
+    `source`: a one-file index that is every shard's previous file (`bench/split_shards.py`):
     each shard is planned from its rows and written, none kept, its IVF lists trained on its
     own rows as in a first sharded ingest."""
     from kernel import private
@@ -225,7 +225,7 @@ def _publish(folder, old, generation: int, fields, tally: _Tally, sources, meta)
             "build_key": sources.build_key,
             "lexical": tally.lexical_meta,
             "schema_overlay": tally.overlay_meta,
-            duplicates.META_KEY: duplicates.meta(),
+            duplicates.META_KEY: duplicates.near_duplicates_meta(),
             "files": files,
             "chunks": tally.chunks,
             "shards": count,
@@ -289,7 +289,7 @@ def _write_global(
         if table is not None:
             tables["clusters"] = table
     index_format.write_index(
-        folder / name, tables, {**meta, duplicates.META_KEY: duplicates.meta()}
+        folder / name, tables, {**meta, duplicates.META_KEY: duplicates.near_duplicates_meta()}
     )
     return files.num_rows
 
@@ -301,7 +301,7 @@ def _previous_groups(path, signatures: np.ndarray) -> pa.Table | None:
         return None
     try:
         previous = index_format.read_index(path, lazy=True)
-        if (previous.meta.get(duplicates.META_KEY) or {}) != duplicates.meta():
+        if (previous.meta.get(duplicates.META_KEY) or {}) != duplicates.near_duplicates_meta():
             return None
         table = previous.tables.get("near_duplicates")
     except index_format.IndexFormatError:

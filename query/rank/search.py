@@ -15,7 +15,7 @@ from query.filters import Filter, candidate_mask, count_matches
 from query.rank import govern as governing
 from query.rank.collapse import Diversity
 from query.results import SearchResponse, SearchResult
-from query.score.vector import PageVectors, cosine_scores, dense_scorer, page_vectors_of, top_k
+from query.score.vector import PageVectors, cosine_scores, dense_scorer, page_vectors_of, top_rows
 from query.snapshot import QueryError
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ def _diverse_top(
         if select is not None:
             ranked = select(candidates, fetch, min_score)
         else:
-            ranked = top_k(scores, fetch, candidates, above)
+            ranked = top_rows(scores, fetch, candidates, above=above)
         ranked = [int(i) for i in ranked if scores[i] >= min_score]
         if governed:  # collapsing waits for the governed order (see `search`)
             return ranked

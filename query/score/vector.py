@@ -663,14 +663,6 @@ def _has_simsimd() -> bool:
     return True
 
 
-def top_k(
-    scores: np.ndarray, k: int, mask: np.ndarray | None = None, above: Above | None = None
-) -> np.ndarray:
-    """Indices of the k best finite scores, best first, equal scores in row order (`top_rows`'
-    order); rows where mask is False are skipped (`top_rows`: no partition of n rows)."""
-    return top_rows(scores, k, mask, above=above)
-
-
 @dataclass(frozen=True)
 class Above:
     """Every finite row of a score array above `cut` (at or above it unless `strict`), rows
@@ -700,7 +692,7 @@ class Above:
             keep &= values > 0
         if int(np.count_nonzero(keep)) < k:
             return None
-        return _ranked(rows[keep], values[keep], k)[0]
+        return ranked_rows(rows[keep], values[keep], k)[0]
 
 
 # `top_rows` guesses its cut from a strided sample of the scores: the sample's CUT_RANK-th
@@ -768,7 +760,7 @@ def top_rows(
         elif rows is None:
             rows = np.arange(n)
         found = rows, values
-    return _ranked(found[0], found[1], k)[0]
+    return ranked_rows(found[0], found[1], k)[0]
 
 
 def _above_cut(
@@ -843,18 +835,8 @@ def _allowed(rows: np.ndarray, scores: np.ndarray, mask: np.ndarray | None):
 
 
 def ranked_rows(rows: np.ndarray, values: np.ndarray, k: int) -> tuple[np.ndarray, bool]:
-    """The k best of `rows` (ascending) by `values` (finite), best first, ties by row
-    descending; and
-    whether equal values decided it (`top_rows`' `ties`)."""
-    return _ranked(rows, values, k, True)
-
-
-def _ranked(
-    rows: np.ndarray, values: np.ndarray, k: int, ordered: bool = True
-) -> tuple[np.ndarray, bool]:
     """The k best of (rows ascending, their finite values), best first, ties by row
-    descending; and
-    whether a tie decided it (a row left out equal to a chosen one, or, `ordered`, two
+    descending; and whether a tie decided it (a row left out equal to a chosen one, or two
     chosen ones equal)."""
     m = len(rows)
     tied = False
@@ -867,7 +849,7 @@ def _ranked(
         chosen = np.sort(np.concatenate((np.flatnonzero(above), level[len(level) - need :])))
         rows, values = rows[chosen], values[chosen]
     order = np.lexsort((-rows, -values))
-    if ordered and not tied and len(order) > 1:
+    if not tied and len(order) > 1:
         ranked = values[order]
         tied = bool(np.any(ranked[1:] == ranked[:-1]))
     return rows[order].astype(np.int64, copy=False), tied
