@@ -1,5 +1,5 @@
 """The one argument parser (`mdvdb.cli.parser`) as users and agents meet it: the forms each
-command takes, the usage errors (one line, exit 2), and `--help` printed from the
+command takes, the usage errors (one line, exit 2), and `--help` printed by typer from the
 same declaration. Argument lists run through `mdvdb.cli.run`, the function the `mdvdb`
 process and the warm server both call; a few through the real process."""
 
@@ -143,7 +143,7 @@ def test_the_real_process_words_usage_errors_the_same(tmp_path: Path):
         assert code == 2 and err.startswith("mdvdb: no such ") and err.count("\n") == 1
 
 
-# -- --help: from the declaration ---------------------------------------------------------
+# -- --help: typer's, from the declaration --------------------------------------------------
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
@@ -172,7 +172,7 @@ def test_mdvdb_alone_and_help_list_every_command():
     assert whole.returncode == 0
     for name in COMMANDS:
         assert f"  {name} " in whole.stdout
-    bare = run_cli()  # the help, on stderr, exit 2 (a usage error)
+    bare = run_cli()  # typer's answer: the help, on stderr, exit 2
     assert bare.returncode == 2 and bare.stderr == whole.stdout
 
 

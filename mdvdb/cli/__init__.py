@@ -3,7 +3,7 @@
 Each command lives in its own module, which declares it (`COMMAND`, a `parser.Command`: its
 options and the function that runs it) and imports heavy libraries inside that function, so
 a command loads only what it uses. `main` imports the one module the command names, parses
-its arguments with `mdvdb.cli.parser` and runs it; `--help` is printed from the same
+its arguments with `mdvdb.cli.parser` and runs it; `--help` is printed by typer from the same
 declarations (`mdvdb.cli.help`). A query forwarded to a warm `mdvdb serve` process does not
 even parse here (`mdvdb.cli.warm`).
 """
@@ -106,7 +106,7 @@ def run(argv: list[str]) -> int:
 
 
 def show_help(commands: list[Command], name: str | None = None, bare: bool = False) -> int:
-    from mdvdb.cli.help import show
+    from mdvdb.cli.help import show  # typer: only for help
 
     return show(commands, name, bare)
 

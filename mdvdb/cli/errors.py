@@ -183,7 +183,7 @@ def print_json(data: Any) -> None:
 
 
 def echo(text: str = "", err: bool = False) -> None:
-    """Plain text as one line to stdout (or stderr), control characters
+    """typer.echo's job for plain text: one line to stdout (or stderr), control characters
     escaped (the text comes from the notes; `kernel.terminal`)."""
     from kernel.terminal import printable
 

@@ -1,108 +1,113 @@
-"""`mdvdb --help` and `mdvdb COMMAND --help`, printed from the declarations the parser reads.
+"""`mdvdb --help` and `mdvdb COMMAND --help`: typer commands built from the declarations.
 
-Each command's help lists its `Command` options (`kernel.options` fields, then `--root` and
-`--json`) with their help, value type or choices and bounds: the options `mdvdb.cli.parser`
-takes, from the same objects.
+typer only prints help here: `show` hands it `--help` (or nothing, for the bare `mdvdb`),
+never a user's other arguments, which `mdvdb.cli.parser` reads. Each command's typer
+signature is generated from its `Command` (`kernel.options` fields, then `--root` and
+`--json`), so the help lists the options the parser takes, with their help, bounds and
+choices.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
-import sys
-import textwrap
+import inspect
 from collections.abc import Sequence
+from enum import StrEnum
+from typing import Annotated, Any
 
-from kernel.options import Option, Spec
+import typer
+
+from kernel.options import Option
 from mdvdb.cli.parser import Command, is_switch
 
 __all__ = ["show"]
 
 TITLE = "Markdown VDB: search folders of Markdown by meaning, keywords or exact text."
-LEFT_MOST = 32  # a longer left column puts its help on the next line
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
-def _value(spec: Spec) -> str:
-    if spec.metavar:
-        return spec.metavar
-    if spec.choices:
-        return f"<{'|'.join(spec.choices)}>"
-    return f"<{spec.value.__name__}>"
+def _choices(name: str, choices: tuple[str, ...]) -> type[StrEnum]:
+    """The enum typer shows as `[a|b|c]`."""
+    return StrEnum(name, {choice: choice for choice in choices})
 
 
-def _bounds(spec: Spec) -> str:
-    low, high = spec.minimum, spec.maximum
-    if low is not None and high is not None:
-        return f"  [{low:g}<=x<={high:g}]"
-    if low is not None:
-        return f"  [x>={low:g}]"
-    return f"  [x<={high:g}]" if high is not None else ""
-
-
-def _left(option: Option) -> str:
+def _parameter(option: Option) -> inspect.Parameter:
     spec = option.spec
-    if not spec.flags:
-        return f"{option.name} {_value(spec)}"
-    if is_switch(spec):
-        return " / ".join(spec.flags)
-    flags = ", ".join(spec.flags)
-    return flags if spec.value is bool else f"{flags} {_value(spec)}"
+    value: Any = spec.value
+    if not spec.flags:  # a positional argument
+        kind = list[value] | None if spec.repeat else value if option.required else value | None
+        default = inspect.Parameter.empty if option.required else None
+        annotation = Annotated[kind, typer.Argument(help=spec.help, show_default=False)]
+        return inspect.Parameter(option.dest, KEYWORD, default=default, annotation=annotation)
+    declared = ["/".join(spec.flags)] if is_switch(spec) else list(spec.flags)
+    info = typer.Option(
+        *declared,
+        min=spec.minimum,
+        max=spec.maximum,
+        help=spec.help or None,
+        metavar=spec.metavar or None,
+    )
+    default: Any = option.default
+    if spec.value is bool:
+        kind: Any = bool if option.default is not None else bool | None
+        default = False if option.is_negative_flag else option.default
+    elif spec.repeat:
+        kind, default = list[value] | None, None
+    elif spec.choices:
+        enum = _choices(option.name.title().replace("_", ""), spec.choices)
+        kind, default = enum | None, None if default is None else enum(default)
+    else:
+        kind = value | None
+    return inspect.Parameter(
+        option.dest, KEYWORD, default=default, annotation=Annotated[kind, info]
+    )
 
 
-def _rows(rows: Sequence[tuple[str, str]], width: int) -> list[str]:
-    """Two columns: each left text, then its help wrapped beside it (or below a long one)."""
-    column = min(max((len(left) for left, _ in rows), default=0), LEFT_MOST) + 4
-    out = []
-    for left, text in rows:
-        wrapped = textwrap.wrap(text, max(20, width - column)) or [""]
-        if len(left) + 4 > column:
-            out.append(f"  {left}")
-        else:
-            out.append(f"  {left.ljust(column - 2)}{wrapped.pop(0)}".rstrip())
-        out.extend(" " * column + line for line in wrapped)
-    return out
+def _typer_command(command: Command):
+    """A function whose signature typer reads; its body never runs (typer prints help)."""
+
+    def never_run(**values: Any) -> None:
+        raise AssertionError("typer only prints help; mdvdb.cli.parser parses")
+
+    signature = inspect.Signature([_parameter(o) for o in command.every_option])
+    never_run.__signature__ = signature  # type: ignore[attr-defined]
+    never_run.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    never_run.__doc__ = command.help
+    return never_run
 
 
-def _positional(option: Option) -> str:
-    shown = option.name if option.required else f"[{option.name}]"
-    return f"{shown}..." if option.spec.repeat else shown
+def _app(commands: Sequence[Command]) -> typer.Typer:
+    app = typer.Typer(
+        name="mdvdb",
+        help=TITLE,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
 
+    @app.callback()
+    def _options(
+        show_version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+    ) -> None:
+        """Markdown VDB: search folders of Markdown by meaning, keywords or exact text."""
 
-def _command_help(command: Command, width: int) -> list[str]:
-    options = command.every_option
-    positionals = [o for o in options if not o.spec.flags]
-    usage = " ".join(["Usage: mdvdb", command.name, "[OPTIONS]", *map(_positional, positionals)])
-    out = [usage, "", *("  " + line for line in textwrap.wrap(command.help, width - 2)), ""]
-    if positionals:
-        out += ["Arguments:", *_rows([(_left(o), o.spec.help) for o in positionals], width), ""]
-    flagged = [(_left(o), o.spec.help + _bounds(o.spec)) for o in options if o.spec.flags]
-    flagged.append((", ".join(command.help_flags), "Show this message and exit."))
-    return [*out, "Options:", *_rows(flagged, width)]
-
-
-def _main_help(commands: Sequence[Command], width: int) -> list[str]:
-    listed = []
     for command in commands:
-        first = re.split(r"\.\s", command.help, maxsplit=1)[0].rstrip(".") + "."
-        room = width - 4 - max(len(c.name) for c in commands) - 2
-        listed.append((command.name, first if len(first) <= room else first[: room - 3] + "..."))
-    options = [("--version", "Print the version."), ("--help", "Show this message and exit.")]
-    return [
-        *("Usage: mdvdb [OPTIONS] COMMAND [ARGS]...", "", f"  {TITLE}", "", "Options:"),
-        *_rows(options, width),
-        *("", "Commands:"),
-        *_rows(listed, width),
-    ]
+        app.command(command.name, context_settings={"help_option_names": list(command.help_flags)})(
+            _typer_command(command)
+        )
+    return app
 
 
 def show(commands: Sequence[Command], name: str | None = None, bare: bool = False) -> int:
-    """Print the help of the command `name` (None: of `mdvdb`, listing `commands`); its exit
-    code. `bare` (`mdvdb` alone): the same help on stderr, exit 2 (a usage error)."""
-    width = min(shutil.get_terminal_size((80, 24)).columns, 100)
+    """Print the help of the command `name` (None: of `mdvdb`, listing `commands`; `bare`:
+    for `mdvdb` alone, as typer answers it); its exit code."""
     if name is None:
-        lines = _main_help(commands, width)
+        app, argv = _app(commands), [] if bare else ["--help"]
     else:
         [command] = [c for c in commands if c.name == name]
-        lines = _command_help(command, width)
-    (sys.stderr if bare else sys.stdout).write("\n".join(lines) + "\n")
-    return 2 if bare else 0
+        app, argv = _app([command]), [name, "--help"]
+    try:
+        app(argv, prog_name="mdvdb")
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else 0
+    return 0

@@ -3,9 +3,10 @@
 A command is declared once (`Command`: its options as `kernel.options` fields, plus the
 shared `--root` and `--json`); `parse` reads an argument list against it in the forms
 people and agents use (flags, `--opt value`, `--opt=value`, `-n5`, repeated options, `--`)
-and checks types, choices and bounds. `--help` is printed from the same
-declaration (`mdvdb.cli.help`). No argument library: typer's import and command setup cost a
-cold `mdvdb search` more than its budget allows (docs/benchmarks.md, "One argument parser").
+and checks types, choices and bounds. typer prints the `--help` built from the same
+declaration (`mdvdb.cli.help`); it parses nothing. The parser stays ours, and typer out of
+every other call, because typer's import and command setup cost a cold `mdvdb search`
+more than its budget allows (docs/benchmarks.md, "One argument parser").
 """
 
 from __future__ import annotations
