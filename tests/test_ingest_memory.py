@@ -13,16 +13,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
+from tests.fake_embeddings import FakeEmbeddingServer
 from tests.test_parallel_ingest import _index_parts, _project
 
 # The real CLI with `RECORDS_BATCH` set (argv[1]); each read of records prints how many
 # files it asked for (stderr, "asked N"). The rest of argv is the command line.
 _BATCHED = r"""
 import sys
-import pipeline.pack.build as build
 import pipeline.state as st
-build.RECORDS_BATCH = int(sys.argv[1])
+st.RECORDS_BATCH = int(sys.argv[1])
 get_chunks = st.State.get_chunks
 def counted(self, key, shas):
     shas = list(shas)
@@ -35,8 +37,8 @@ sys.exit(main())
 """
 
 
-def _ingest(root: Path, batch: int, workers: str) -> tuple[dict, list[int]]:
-    env = {**os.environ, "MDVDB_WORKERS": workers, "MDVDB_CLUSTERING_ENABLED": "false"}
+def _ingest(root: Path, batch: int, workers: str, **extra: str) -> tuple[dict, list[int]]:
+    env = {**os.environ, "MDVDB_WORKERS": workers, "MDVDB_CLUSTERING_ENABLED": "false", **extra}
     env.pop("FORCE_COLOR", None)
     out = subprocess.run(
         [sys.executable, "-c", _BATCHED, str(batch), "ingest", "--json", "--root", str(root)],
@@ -51,6 +53,7 @@ def _ingest(root: Path, batch: int, workers: str) -> tuple[dict, list[int]]:
     return json.loads(out.stdout), asked
 
 
+@pytest.mark.slow  # four builds
 def test_records_read_in_batches_build_the_same_index(tmp_path: Path):
     one = _project(tmp_path / "one", 120)
     batched = _project(tmp_path / "batched", 120)
@@ -77,4 +80,27 @@ def test_records_read_in_batches_build_the_same_index(tmp_path: Path):
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     _ingest(one, 10_000, "1")
     _ingest(batched, 7, "1")
+    assert _index_parts(batched / ".markdownvdb.index") == _index_parts(one / ".markdownvdb.index")
+
+
+def test_the_embed_stage_reads_records_in_batches(tmp_path: Path):
+    """A provider that embeds in this process (a remote one here, MiniLM alike): the embed
+    stage keeps only the texts of a batch's records, and builds the same index."""
+    one = _project(tmp_path / "one", 60)
+    batched = _project(tmp_path / "batched", 60)
+    for path in one.rglob("*.md"):
+        st = path.stat()
+        os.utime(batched / path.relative_to(one), ns=(st.st_atime_ns, st.st_mtime_ns))
+    with FakeEmbeddingServer(dims=16) as server:
+        env = {
+            "MDVDB_EMBEDDING_PROVIDER": "ollama",
+            "MDVDB_EMBEDDING_DIMENSIONS": "16",
+            "OLLAMA_HOST": server.url,
+            "MDVDB_EMBEDDING_CONCURRENCY": "1",
+        }
+        whole, whole_asked = _ingest(one, 10_000, "1", **env)
+        parts, parts_asked = _ingest(batched, 5, "1", **env)
+    assert whole["chunks_embedded"] == parts["chunks_embedded"] > 60
+    distinct = max(whole_asked)
+    assert distinct > 5 and max(parts_asked) <= 5 and sum(parts_asked) >= 2 * distinct
     assert _index_parts(batched / ".markdownvdb.index") == _index_parts(one / ".markdownvdb.index")

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from kernel import index_format
+from pipeline import state as records_state
 from pipeline.cluster import topics as cluster
 from pipeline.cluster.topics import ClusterAssignment
 from pipeline.pack import duplicates, ivf, lexical
@@ -142,11 +143,6 @@ def _chunk_rows(
     return _with_vectors(_chunk_columns(entries, docs, first_file_id), load_vectors, dimensions)
 
 
-# Files whose records `plan` decodes at once: a first build's memory holds one batch of
-# records as Python objects, not every chunk's (docs/benchmarks.md, "Ingest memory").
-RECORDS_BATCH = 2000
-
-
 @dataclass(frozen=True)
 class _Fresh:
     files: pa.Table
@@ -156,15 +152,16 @@ class _Fresh:
 
 
 def _fresh_rows(fresh: list[ManifestEntry], sources: PackSources) -> _Fresh:
-    """The rows of the fresh files, made from their records RECORDS_BATCH files at a time
+    """The rows of the fresh files, made from their records `RECORDS_BATCH` files at a time
     (each batch's Arrow columns kept, its Python objects dropped), then joined; the
     vectors are read once, after the records."""
+    step = records_state.RECORDS_BATCH
     files: list[pa.Table] = []
     columns: list[list[pa.Array]] = []
     counts: list[int] = []
     links: list = []
-    for start in range(0, max(len(fresh), 1), RECORDS_BATCH):
-        batch = fresh[start : start + RECORDS_BATCH]
+    for start in range(0, max(len(fresh), 1), step):
+        batch = fresh[start : start + step]
         docs = sources.load_documents({e.sha256 for e in batch})
         files.append(_files_rows(batch, docs))
         columns.append(_chunk_columns(batch, docs, start))
