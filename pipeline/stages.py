@@ -559,6 +559,10 @@ def parse(
     from pipeline.pack.lexical import Store
 
     lexical = Store.join(analysed) if analysed else None
+    analysed.clear()
+    from pipeline.memory import release_freed
+
+    release_freed()  # the batches' records, parts and any spilled hold, freed
     return Parsed(
         kept,
         len(todo),
@@ -842,6 +846,7 @@ def _texts_to_embed(state: State, key: str, files: list[str]) -> tuple[dict[byte
     records gives, and the file shas found; the records are decoded `RECORDS_BATCH` files
     at a time and only the texts kept (docs/benchmarks.md, "Ingest memory (issue 37)")."""
     from pipeline import state as records
+    from pipeline.memory import release_freed
 
     texts: dict[bytes, str] = {}
     found: list[str] = []
@@ -851,6 +856,8 @@ def _texts_to_embed(state: State, key: str, files: list[str]) -> tuple[dict[byte
             found.append(sha)
             for c in doc["chunks"]:
                 texts[bytes.fromhex(c["sha256"])] = c["embed_text"]
+        del docs
+        release_freed()
     return texts, found
 
 

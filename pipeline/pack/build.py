@@ -25,6 +25,7 @@ from kernel import index_format
 from pipeline import state as records_state
 from pipeline.cluster import topics as cluster
 from pipeline.cluster.topics import ClusterAssignment
+from pipeline.memory import release_freed
 from pipeline.pack import duplicates, ivf, lexical
 from pipeline.pack import links as link_pack
 from pipeline.pack import schema as schema_pack
@@ -168,6 +169,7 @@ def _fresh_rows(fresh: list[ManifestEntry], sources: PackSources) -> _Fresh:
         counts += [len(docs[e.sha256]["chunks"]) for e in batch]
         links += [docs[e.sha256].get("links", ()) for e in batch]
         del docs
+        release_freed()  # the batch's Python objects: Arrow and NumPy allocate elsewhere
     joined = [_joined([part[i] for part in columns]) for i in range(len(columns[0]))]
     del columns
     return _Fresh(
