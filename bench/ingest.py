@@ -52,6 +52,8 @@ def _rg() -> str:
 
 
 def prepare(name: str) -> Path:
+    if os.sep in name and Path(name).is_dir():  # a folder (bench/real_corpus.py --sets)
+        return Path(name)
     if name.startswith("gen"):
         count = int(name[3:].replace("k", "000"))
         return generate(WORK / "generated" / name, count)
@@ -175,8 +177,12 @@ def full_build(name: str, workers: int, python: str = sys.executable, label: str
     # Run from the checkout that owns `python`: `-m` puts the working folder first on
     # sys.path, so a reference run from this folder would import this checkout's code.
     checkout = Path(python).parents[2] if label == "reference" else REPO
+    # `/usr/bin/time -v` where it exists: its maximum resident set size is the same
+    # ru_maxrss of the largest process, reported by a tool outside the benchmark.
+    gnu_time = ["/usr/bin/time", "-v"] if Path("/usr/bin/time").exists() else []
     done = subprocess.run(
-        [python, "-c", _PEAK, python, "-m", "mdvdb", "ingest", "--json", "--root", str(root)],
+        [*gnu_time, python, "-c", _PEAK, python, "-m", "mdvdb", "ingest", "--json"]
+        + ["--root", str(root)],
         env=env,
         capture_output=True,
         text=True,
@@ -186,10 +192,11 @@ def full_build(name: str, workers: int, python: str = sys.executable, label: str
     if done.returncode != 0:
         raise SystemExit(f"mdvdb ingest failed: {done.stderr[-2000:]}")
     report = json.loads(done.stdout)
-    peak = int(done.stderr.strip().splitlines()[-1].split()[-1])
+    figures = _stderr_figures(done.stderr)
+    peak = int(figures["peak_rss_KB"])
     # Every process of the build, as `/usr/bin/time` counts it (the ingest's own figure
     # counts the worker and helper processes it reaped, not the interpreter's start).
-    cpu_all = float(done.stderr.strip().splitlines()[-2].split()[-1])
+    cpu_all = float(figures["cpu_s"])
     cpu = report.get("stage_cpu_seconds", {})
     return {
         "code": label or "this",
@@ -214,9 +221,25 @@ def full_build(name: str, workers: int, python: str = sys.executable, label: str
         "pack_cpu_s": cpu.get("pack"),
         "index": index_digest(root / ".markdownvdb.index"),
         "peak_rss_MB": round(peak / 1024, 1),
+        "time_v_rss_MB": (
+            round(int(figures["time_v_KB"]) / 1024, 1) if "time_v_KB" in figures else None
+        ),
         "load_before": round(load_before, 2),
         "load_avg": round(os.getloadavg()[0], 2),
     }
+
+
+def _stderr_figures(stderr: str) -> dict[str, str]:
+    """The wrapper's `cpu_s` and `peak_rss_KB` lines, and `/usr/bin/time -v`'s maximum
+    resident set size as `time_v_KB` when it ran."""
+    out = {}
+    for line in stderr.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] in ("cpu_s", "peak_rss_KB"):
+            out[words[0]] = words[1]
+        elif line.strip().startswith("Maximum resident set size (kbytes):"):
+            out["time_v_KB"] = words[-1]
+    return out
 
 
 def _medians(runs: list[dict]) -> list[dict]:
@@ -228,10 +251,11 @@ def _medians(runs: list[dict]) -> list[dict]:
         mine = [r for r in runs if r["code"] == label]
         row = dict(mine[0])
         for key, value in row.items():
-            if isinstance(value, float) or key == "peak_rss_MB":
+            if isinstance(value, float) or key in ("peak_rss_MB", "time_v_rss_MB"):
                 values = [r[key] for r in mine if r[key] is not None]
                 row[key] = round(statistics.median(values), 2) if values else None
-        row["peak_rss_MB"] = max((r["peak_rss_MB"] or 0) for r in mine) or None
+        for key in ("peak_rss_MB", "time_v_rss_MB"):
+            row[key] = max((r[key] or 0) for r in mine) or None
         row["runs"] = len(mine)
         row["same_index"] = len(digests) == 1
         out.append(row)

@@ -1,7 +1,7 @@
 """A large real corpus for speed figures: one folder with the Markdown of every set in
 ../shared/corpora, and a fixed list of real queries (the sets' own questions).
 
-    python bench/real_corpus.py [--dest DIR] [--ingest] [--json]
+    python bench/real_corpus.py [--dest DIR] [--sets NAME...] [--ingest] [--json]
 
 The folder (default MDVDB_BENCH_DIR/real) holds one sub-folder per set: tldr, leetcode,
 powershell-docs, and the `md/` pages of ray-docs-qa, nfcorpus, cranfield, arguana and cacm.
@@ -10,7 +10,8 @@ allows, else copies; nothing is written into the project. `queries.json` beside 
 lists the first QUERIES_PER_SET questions of each set that has questions, in file order, so
 every run asks the same ones. `--ingest` indexes the folder with `mdvdb ingest` and reports
 files and chunks per set (the figures in docs/benchmarks.md, "The real large corpus").
-Other benches take the folder as `--root` and the list with `--queries-file`.
+Other benches take the folder as `--root` and the list with `--queries-file`. `--sets` builds
+the folder from the named sets only (e.g. `--sets tldr leetcode --dest DIR`: 153k chunks).
 """
 
 from __future__ import annotations
@@ -61,10 +62,12 @@ def _link(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def build(dest: Path) -> dict[str, int]:
-    """Fill `dest` with every set's Markdown (kept between runs); returns files per set."""
+def build(dest: Path, sets: list[str] | None = None) -> dict[str, int]:
+    """Fill `dest` with the Markdown of `sets` (default: every set; kept between runs);
+    returns files per set."""
     counts = {}
-    for name, (_, inner) in SETS.items():
+    for name in sets or SETS:
+        inner = SETS[name][1]
         source = unpacked(name) / inner
         n = 0
         for path in sorted(source.rglob("*.md")):
@@ -107,9 +110,11 @@ def real_queries(dest: Path = DEFAULT_DEST) -> list[str]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def ingested_real(dest: Path = DEFAULT_DEST) -> tuple[Path, list[str]]:
+def ingested_real(
+    dest: Path = DEFAULT_DEST, sets: list[str] | None = None
+) -> tuple[Path, list[str]]:
     """The folder, built and ingested if it is not yet, and its queries."""
-    build(dest)
+    build(dest, sets)
     if not (dest / ".markdownvdb.index").exists():
         subprocess.run(
             [sys.executable, "-m", "mdvdb", "ingest", "--quiet", "--root", str(dest)],
@@ -132,16 +137,17 @@ def chunks_per_set(dest: Path) -> Counter:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dest", type=Path, default=DEFAULT_DEST)
+    parser.add_argument("--sets", nargs="+", choices=list(SETS), help="only these sets")
     parser.add_argument("--ingest", action="store_true", help="index it and count chunks")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    files = build(args.dest)
+    files = build(args.dest, args.sets)
     queries = real_queries(args.dest)
     chunks: Counter = Counter()
     if args.ingest:
-        ingested_real(args.dest)
+        ingested_real(args.dest, args.sets)
         chunks = chunks_per_set(args.dest)
-    rows = [{"set": n, "files": files[n], "chunks": chunks.get(n, "")} for n in SETS]
+    rows = [{"set": n, "files": files[n], "chunks": chunks.get(n, "")} for n in files]
     rows.append({"set": "all", "files": sum(files.values()), "chunks": sum(chunks.values())})
     title = f"real corpus at {args.dest}: {len(queries)} queries"
     print_table(title, rows, args.json)

@@ -559,6 +559,10 @@ def parse(
     from pipeline.pack.lexical import Store
 
     lexical = Store.join(analysed) if analysed else None
+    analysed.clear()
+    from pipeline.memory import release_freed
+
+    release_freed()  # the batches' records, parts and any spilled hold, freed
     return Parsed(
         kept,
         len(todo),
@@ -820,11 +824,7 @@ def embed(
     # Only files not yet marked complete for this model and chunking: a one-file edit reads
     # one chunk record, not every file's.
     todo = state.files_to_embed(mark, manifest.pending())
-    docs = state.get_chunks(chunks, todo)
-    texts: dict[bytes, str] = {}
-    for doc in docs.values():
-        for c in doc["chunks"]:
-            texts[bytes.fromhex(c["sha256"])] = c["embed_text"]
+    texts, found = _texts_to_embed(state, chunks, todo)
     rejected: list[bytes] = []
     embedded = embed_missing(
         state,
@@ -834,9 +834,31 @@ def embed(
         lambda done, total: progress("embed", done, total),
         rejected,
     )
-    problems = _rejected(manifest, docs, set(rejected)) if rejected else ()
-    state.mark_embedded(mark, list(docs))
+    problems = ()
+    if rejected:  # rare: the records of the files are read again for their lines
+        problems = _rejected(manifest, state.get_chunks(chunks, found), set(rejected))
+    state.mark_embedded(mark, found)
     return Embedded(embedded, problems, digest_of(manifest.digest, chunks, key))
+
+
+def _texts_to_embed(state: State, key: str, files: list[str]) -> tuple[dict[bytes, str], list]:
+    """Each chunk's embedded text by chunk sha, in the order one read of every file's
+    records gives, and the file shas found; the records are decoded `RECORDS_BATCH` files
+    at a time and only the texts kept (docs/benchmarks.md, "Ingest memory (issue 37)")."""
+    from pipeline import state as records
+    from pipeline.memory import release_freed
+
+    texts: dict[bytes, str] = {}
+    found: list[str] = []
+    for start in range(0, len(files), records.RECORDS_BATCH):
+        docs = state.get_chunks(key, files[start : start + records.RECORDS_BATCH])
+        for sha, doc in docs.items():
+            found.append(sha)
+            for c in doc["chunks"]:
+                texts[bytes.fromhex(c["sha256"])] = c["embed_text"]
+        del docs
+        release_freed()
+    return texts, found
 
 
 def _rejected(

@@ -170,6 +170,12 @@ class ManifestEntry(NamedTuple):
 # written here and the rest of the run writes through as before.
 HOLD_BYTES = 256 * 2**20
 
+# Files whose chunk records a stage decodes at once (the embed stage, pack's plan): a big
+# run holds one batch of records as Python objects, not every chunk's (docs/benchmarks.md,
+# "Ingest memory (issue 37)"). A multiple of 500, the reads' part (`State._rows_in`): the
+# records come back in the order one read of every file gives.
+RECORDS_BATCH = 2000
+
 
 class _Held:
     """What `State.hold` keeps in memory instead of the chunks, embeddings and embedded

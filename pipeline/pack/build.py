@@ -22,8 +22,10 @@ import numpy as np
 import pyarrow as pa
 
 from kernel import index_format
+from pipeline import state as records_state
 from pipeline.cluster import topics as cluster
 from pipeline.cluster.topics import ClusterAssignment
+from pipeline.memory import release_freed
 from pipeline.pack import duplicates, ivf, lexical
 from pipeline.pack import links as link_pack
 from pipeline.pack import schema as schema_pack
@@ -82,13 +84,11 @@ def _files_rows(entries: list[ManifestEntry], docs: dict[str, dict[str, Any]]) -
     )
 
 
-def _chunk_rows(
-    entries: list[ManifestEntry],
-    docs: dict[str, dict[str, Any]],
-    first_file_id: int,
-    load_vectors: Callable[[list[bytes]], np.ndarray],
-    dimensions: int,
-) -> pa.Table:
+def _chunk_columns(
+    entries: list[ManifestEntry], docs: dict[str, dict[str, Any]], first_file_id: int
+) -> list[pa.Array]:
+    """The chunks' columns from `file_id` to `sha256` (the chunks schema less its first and
+    last), from the records of `entries`."""
     file_ids, headings, paths, starts, ends, texts, tokens, shas = ([] for _ in range(8))
     for offset, entry in enumerate(entries):
         for c in docs[entry.sha256]["chunks"]:
@@ -100,6 +100,23 @@ def _chunk_rows(
             texts.append(c["text"])
             tokens.append(c["token_count"])
             shas.append(c["sha256"])
+    return [
+        pa.array(file_ids, pa.int32()),
+        pa.array(headings, pa.string()),
+        pa.array(paths, pa.list_(pa.string())),
+        pa.array(starts, pa.int32()),
+        pa.array(ends, pa.int32()),
+        pa.array(texts, pa.string()),
+        pa.array(tokens, pa.int32()),
+        pa.array(shas, pa.string()),
+    ]
+
+
+def _with_vectors(
+    columns: list[pa.Array], load_vectors: Callable[[list[bytes]], np.ndarray], dimensions: int
+) -> pa.Table:
+    """The chunks table of `_chunk_columns`' columns, with each chunk's vector."""
+    shas = columns[-1].to_pylist()
     vectors = np.ascontiguousarray(load_vectors([bytes.fromhex(s) for s in shas]), np.float32)
     # A zero row is a chunk the provider gave no usable vector for (pipeline.embed never
     # caches one): a null vector, searched by keywords only.
@@ -108,20 +125,63 @@ def _chunk_rows(
     return pa.Table.from_arrays(
         [
             pa.array(np.zeros(len(shas), dtype=np.int32)),
-            pa.array(file_ids, pa.int32()),
-            pa.array(headings, pa.string()),
-            pa.array(paths, pa.list_(pa.string())),
-            pa.array(starts, pa.int32()),
-            pa.array(ends, pa.int32()),
-            pa.array(texts, pa.string()),
-            pa.array(tokens, pa.int32()),
-            pa.array(shas, pa.string()),
+            *columns,
             pa.FixedSizeListArray.from_arrays(
                 flat, dimensions, mask=pa.array(missing) if missing.any() else None
             ),
         ],
         schema=index_format.chunks_schema(dimensions),
     )
+
+
+def _chunk_rows(
+    entries: list[ManifestEntry],
+    docs: dict[str, dict[str, Any]],
+    first_file_id: int,
+    load_vectors: Callable[[list[bytes]], np.ndarray],
+    dimensions: int,
+) -> pa.Table:
+    return _with_vectors(_chunk_columns(entries, docs, first_file_id), load_vectors, dimensions)
+
+
+@dataclass(frozen=True)
+class _Fresh:
+    files: pa.Table
+    chunks: pa.Table
+    counts: np.ndarray  # chunks per fresh file
+    links: list  # each fresh file's raw links
+
+
+def _fresh_rows(fresh: list[ManifestEntry], sources: PackSources) -> _Fresh:
+    """The rows of the fresh files, made from their records `RECORDS_BATCH` files at a time
+    (each batch's Arrow columns kept, its Python objects dropped), then joined; the
+    vectors are read once, after the records."""
+    step = records_state.RECORDS_BATCH
+    files: list[pa.Table] = []
+    columns: list[list[pa.Array]] = []
+    counts: list[int] = []
+    links: list = []
+    for start in range(0, max(len(fresh), 1), step):
+        batch = fresh[start : start + step]
+        docs = sources.load_documents({e.sha256 for e in batch})
+        files.append(_files_rows(batch, docs))
+        columns.append(_chunk_columns(batch, docs, start))
+        counts += [len(docs[e.sha256]["chunks"]) for e in batch]
+        links += [docs[e.sha256].get("links", ()) for e in batch]
+        del docs
+        release_freed()  # the batch's Python objects: Arrow and NumPy allocate elsewhere
+    joined = [_joined([part[i] for part in columns]) for i in range(len(columns[0]))]
+    del columns
+    return _Fresh(
+        pa.concat_tables(files).combine_chunks(),
+        _with_vectors(joined, sources.load_vectors, sources.dimensions),
+        np.array(counts, dtype=np.int64),
+        links,
+    )
+
+
+def _joined(parts: list[pa.Array]) -> pa.Array:
+    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
 
 
 def _previous(
@@ -269,11 +329,9 @@ def plan(index_path: Path, sources: PackSources) -> Plan:
         entries = sorted(sources.entries, key=itemgetter(0))  # ManifestEntry.path
         file_source = _file_source(entries, previous)
         fresh = [e for e, src in zip(entries, file_source.tolist(), strict=True) if src < 0]
-    docs = sources.load_documents({e.sha256 for e in fresh})
-    fresh_files = _files_rows(fresh, docs)
-    fresh_chunks = _chunk_rows(fresh, docs, 0, sources.load_vectors, sources.dimensions)
-    fresh_counts = np.array([len(docs[e.sha256]["chunks"]) for e in fresh], dtype=np.int64)
-    chunk_source, file_of = _chunk_source(previous, file_source, fresh_counts)
+    rows = _fresh_rows(fresh, sources)
+    fresh_files, fresh_chunks = rows.files, rows.chunks
+    chunk_source, file_of = _chunk_source(previous, file_source, rows.counts)
     old_files = old_chunks = None
     if previous is not None:
         # A cast only where the schemas differ: `cast` imports pyarrow.compute (~50 ms), which
@@ -288,9 +346,7 @@ def plan(index_path: Path, sources: PackSources) -> Plan:
     files = files.set_column(0, "file_id", pa.array(np.arange(files.num_rows, dtype=np.int32)))
     chunks = chunks.set_column(0, "chunk_id", pa.array(np.arange(chunks.num_rows, dtype=np.int32)))
     chunks = chunks.set_column(1, "file_id", pa.array(file_of, pa.int32()))
-    links = link_pack.raw_links(
-        previous, file_source, [docs[e.sha256].get("links", ()) for e in fresh]
-    )
+    links = link_pack.raw_links(previous, file_source, rows.links)
     return Plan(previous, files, chunks, file_source, chunk_source, tuple(damaged), links)
 
 

@@ -272,25 +272,30 @@ def _empty_postings(n: int) -> Postings:
 
 
 def build_postings(store: Store, params: Bm25fParams = PARAMS) -> Postings:
-    """Every (term, chunk) posting with its field-weighted tf, grouped by term."""
+    """Every (term, chunk) posting with its field-weighted tf, grouped by term. Each
+    per-posting temporary is dropped as soon as it is used: at 131k chunks of real pages
+    there are millions of postings (docs/benchmarks.md, "Ingest memory (issue 37)")."""
     n = len(store.keys)
     if n == 0 or len(store.terms) == 0:
         return _empty_postings(n)
-    chunk_of = np.repeat(np.arange(n, dtype=np.int32), np.diff(store.starts))
-    lengths = weighted(store.lengths, params)
-    tf = weighted(store.counts, params)
     order = np.argsort(store.terms, kind="stable")  # stable: chunk ids ascend inside a term
     terms = store.terms[order]
     starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
-    df = np.diff(np.r_[starts, len(terms)]).astype(np.int32)
-    chunk_ids = chunk_of[order]
+    distinct = terms[starts]
+    del terms
+    df = np.diff(np.r_[starts, len(order)]).astype(np.int32)
+    offsets = np.r_[starts, len(order)].astype(np.int32)
+    del starts
+    chunk_ids = np.repeat(np.arange(n, dtype=np.int32), np.diff(store.starts))[order]
+    tf = weighted(store.counts, params)[order]
+    del order
     return Postings(
-        terms=terms[starts],
+        terms=distinct,
         df=df,
-        offsets=np.r_[starts, len(terms)].astype(np.int32),
+        offsets=offsets,
         chunk_ids=chunk_ids,
-        tf=tf[order],
-        lengths=lengths,
+        tf=tf,
+        lengths=weighted(store.lengths, params),
         forward=transpose(chunk_ids, n),
     )
 

@@ -1,0 +1,106 @@
+"""A first build's memory is bounded by design (docs/benchmarks.md, "Ingest memory (issue 37)"):
+pack decodes the chunk records of at most `RECORDS_BATCH` files at once
+(`pipeline.pack.build._fresh_rows`), so the Python objects it holds do not grow with the
+corpus. Real `mdvdb ingest` processes: a build in batches of a few files writes the index
+byte for byte as one in a single batch, and no read of records asks for more files than a
+batch holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.fake_embeddings import FakeEmbeddingServer
+from tests.test_parallel_ingest import _index_parts, _project
+
+# The real CLI with `RECORDS_BATCH` set (argv[1]); each read of records prints how many
+# files it asked for (stderr, "asked N"). The rest of argv is the command line.
+_BATCHED = r"""
+import sys
+import pipeline.state as st
+st.RECORDS_BATCH = int(sys.argv[1])
+get_chunks = st.State.get_chunks
+def counted(self, key, shas):
+    shas = list(shas)
+    print("asked", len(shas), file=sys.__stderr__, flush=True)
+    return get_chunks(self, key, shas)
+st.State.get_chunks = counted
+from mdvdb.cli import main
+sys.argv = ["mdvdb", *sys.argv[2:]]
+sys.exit(main())
+"""
+
+
+def _ingest(root: Path, batch: int, workers: str, **extra: str) -> tuple[dict, list[int]]:
+    env = {**os.environ, "MDVDB_WORKERS": workers, "MDVDB_CLUSTERING_ENABLED": "false", **extra}
+    env.pop("FORCE_COLOR", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _BATCHED, str(batch), "ingest", "--json", "--root", str(root)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    asked = [int(line.split()[1]) for line in out.stderr.splitlines() if line.startswith("asked")]
+    return json.loads(out.stdout), asked
+
+
+@pytest.mark.slow  # four builds
+def test_records_read_in_batches_build_the_same_index(tmp_path: Path):
+    one = _project(tmp_path / "one", 120)
+    batched = _project(tmp_path / "batched", 120)
+    for root in (one, batched):  # a file of no chunks and a duplicate among the batches
+        (root / "d0" / "empty.md").write_text("")
+        (root / "d1" / "same.md").write_bytes((root / "d0" / "page-00000.md").read_bytes())
+    os.utime(batched / "d0" / "empty.md", ns=(0, (one / "d0" / "empty.md").stat().st_mtime_ns))
+    for path in one.rglob("*.md"):  # same mtimes: they are in the index
+        st = path.stat()
+        os.utime(batched / path.relative_to(one), ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    whole, whole_asked = _ingest(one, 10_000, "1")
+    parts, parts_asked = _ingest(batched, 7, "1")
+    assert whole["files"] == parts["files"] == 122 and whole["chunks"] == parts["chunks"]
+    distinct = max(whole_asked)  # one read of every distinct file's records
+    assert distinct > 7 and max(parts_asked) <= 7 and sum(parts_asked) >= distinct
+    assert _index_parts(batched / ".markdownvdb.index") == _index_parts(one / ".markdownvdb.index")
+
+    # An edit packs its fresh rows the same way: still the same index both ways.
+    for root in (one, batched):
+        path = root / "d3" / "page-00003.md"
+        path.write_text(path.read_text() + "\n\n## Added\n\nA paragraph about kayaks.\n")
+        st = (one / "d3" / "page-00003.md").stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    _ingest(one, 10_000, "1")
+    _ingest(batched, 7, "1")
+    assert _index_parts(batched / ".markdownvdb.index") == _index_parts(one / ".markdownvdb.index")
+
+
+def test_the_embed_stage_reads_records_in_batches(tmp_path: Path):
+    """A provider that embeds in this process (a remote one here, MiniLM alike): the embed
+    stage keeps only the texts of a batch's records, and builds the same index."""
+    one = _project(tmp_path / "one", 60)
+    batched = _project(tmp_path / "batched", 60)
+    for path in one.rglob("*.md"):
+        st = path.stat()
+        os.utime(batched / path.relative_to(one), ns=(st.st_atime_ns, st.st_mtime_ns))
+    with FakeEmbeddingServer(dims=16) as server:
+        env = {
+            "MDVDB_EMBEDDING_PROVIDER": "ollama",
+            "MDVDB_EMBEDDING_DIMENSIONS": "16",
+            "OLLAMA_HOST": server.url,
+            "MDVDB_EMBEDDING_CONCURRENCY": "1",
+        }
+        whole, whole_asked = _ingest(one, 10_000, "1", **env)
+        parts, parts_asked = _ingest(batched, 5, "1", **env)
+    assert whole["chunks_embedded"] == parts["chunks_embedded"] > 60
+    distinct = max(whole_asked)
+    assert distinct > 5 and max(parts_asked) <= 5 and sum(parts_asked) >= 2 * distinct
+    assert _index_parts(batched / ".markdownvdb.index") == _index_parts(one / ".markdownvdb.index")
