@@ -144,13 +144,13 @@ def _upgrade(config) -> dict | None:
     """The upgrade to the configured model that the published index is the static stage
     of (`pipeline.upgrade.progress_of`), or None."""
     from kernel.shards import published_meta
-    from pipeline.upgrade import progress_of
+    from pipeline import upgrade_progress
 
     try:
         meta = published_meta(config)
     except Exception:  # noqa: BLE001 - the status of an unreadable index says so itself
         return None
-    return progress_of(config, meta)
+    return upgrade_progress(config, meta)
 
 
 def _upgrade_text(upgrade: dict) -> str:
