@@ -100,7 +100,8 @@ def _ingest(config, options, progress, started, cpu_started) -> IngestReport:
     quick = {**options, "borrowed_provider": None, "upgrading_to": upgrade.target_of(config)}
     report = _run_once(static, quick, progress, started, cpu_started)
     searchable = time.perf_counter() - started  # the static index is published
-    report.upgrade = upgrade.advance(config, options["borrowed_provider"], config.upgrade_seconds)
+    embedder, budget = options["borrowed_provider"], config.upgrade_seconds
+    report.upgrade = upgrade.advance(config, embedder, budget, progress)
     report.upgrade["static_seconds"] = round(searchable, 3)
     if report.upgrade["complete"]:
         # every chunk is cached: the stages now build what a direct build would have

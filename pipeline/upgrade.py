@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,12 @@ def static_stage(config: Config) -> Config | None:
     )
 
 
-def advance(config: Config, provider: EmbeddingProvider | None, seconds: float) -> dict:
+def advance(
+    config: Config,
+    provider: EmbeddingProvider | None,
+    seconds: float,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict:
     """Embed for the configured model the chunks of the published manifest that its cache
     lacks, a batch at a time until `seconds` have passed (at least one batch a run, so a
     tiny budget still moves); each batch is committed as it comes back. The progress, as
@@ -88,6 +94,8 @@ def advance(config: Config, provider: EmbeddingProvider | None, seconds: float) 
                 part = dict(todo[asked : asked + size])
                 embed_missing(state, provider, part, size, rejected=[])
                 asked += len(part)
+                if progress is not None:
+                    progress("upgrade", asked, len(todo))
         finally:
             if own:
                 provider.close()

@@ -142,8 +142,11 @@ def test_first_ingest_is_static_and_later_ingests_finish_a_direct_build(pages: P
 
 
 @pytest.mark.slow
-def test_status_says_how_far_the_upgrade_is(pages: Path):
-    run_cli("ingest", cwd=pages, env=UPGRADING)
+def test_ingest_and_status_say_how_far_the_upgrade_is(pages: Path):
+    ingest = run_cli("ingest", cwd=pages, env=UPGRADING)
+    assert ingest.returncode == 0, ingest.stderr
+    said = ingest.stdout.splitlines()[-1]
+    assert re.match(rf"upgrade to all-minilm-l6-v2: {BATCH} of \d+ chunks embedded, ", said), said
     done = run_cli("status", cwd=pages, env=UPGRADING)
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("upgrade:"))
