@@ -29,8 +29,13 @@ PROGRESS_FILE = "upgrade.json"
 
 
 def _slow(config: Config) -> bool:
-    """A model that embeds a folder at a fraction of the static model's speed."""
-    return config.embedding_provider == "local" and local_model_is_encoder(config.embedding_model)
+    """A model that embeds a folder at a fraction of the static model's speed here (on Ray
+    the actors embed it in the parse: the cluster is its speed, docs/scale-out.md)."""
+    return (
+        config.executor == "local"
+        and config.embedding_provider == "local"
+        and local_model_is_encoder(config.embedding_model)
+    )
 
 
 def target_of(config: Config) -> dict[str, Any]:
