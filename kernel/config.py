@@ -403,6 +403,16 @@ SETTINGS: tuple[Setting, ...] = (
         "How Ray workers get the Markdown: paths (a shared filesystem) | bytes (in the task); "
         "auto: paths on a cluster started for the run, bytes on ray:ADDRESS",
     ),
+    # A contextual local model is slow to embed a folder: the static model's index is published
+    # first and the contextual vectors follow, this many seconds an ingest (docs/upgrade.md).
+    Setting(
+        "MDVDB_UPGRADE_SECONDS",
+        "upgrade_seconds",
+        _float(0.0, 86_400.0),
+        "30",
+        "Seconds an ingest spends embedding for a contextual model while the static model's "
+        "index serves (checked a batch at a time; 0: embed everything before publishing)",
+    ),
     Setting("MDVDB_CHUNK_MAX_TOKENS", "chunk_max_tokens", _int(16, 8192), "512", "Tokens a chunk"),
     Setting(
         "MDVDB_SHARDS",
@@ -631,6 +641,7 @@ class Config:
     workers: int = 0  # 0: one per CPU (pipeline.workers.worker_count)
     executor: str = "local"  # local | ray | ray:ADDRESS (pipeline/ray_executor.py)
     executor_files: str = "auto"  # auto | paths | bytes
+    upgrade_seconds: float = 30.0  # 0: no static index first (pipeline.upgrade)
     chunk_max_tokens: int = 512
     chunk_overlap_tokens: int = 50
     shards: int = 1

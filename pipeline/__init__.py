@@ -27,6 +27,7 @@ _PUBLIC = {
     "relative_paths": ("pipeline.ingest", "relative_paths"),
     "since_text": ("pipeline.lock", "since_text"),
     "start_background": ("pipeline.watch", "start_background"),
+    "upgrade_progress": ("pipeline.upgrade", "progress_of"),
     "walk_files": ("pipeline.walk.discover", "walk"),
     "writer_holder": ("pipeline.lock", "writer_holder"),
 }
@@ -43,6 +44,7 @@ __all__ = [
     "relative_paths",
     "since_text",
     "start_background",
+    "upgrade_progress",
     "walk_files",
     "writer_holder",
 ]
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from pipeline.preview import preview_ingest
     from pipeline.report import IngestReport
     from pipeline.state import State, StateDamaged
+    from pipeline.upgrade import progress_of as upgrade_progress
     from pipeline.walk.discover import walk as walk_files
     from pipeline.watch import Watcher, start_background
 

@@ -76,16 +76,41 @@ def ingest_folder(
         refuse_newer(config)
         options = {"only": only, "full": full, "borrowed_provider": provider}
         try:
-            report = _run_once(config, options, progress, started, cpu_started)
+            report = _ingest(config, options, progress, started, cpu_started)
         except Exception as exc:
             notice = set_aside_damaged_state(config, exc)
             if notice is None:
                 raise
-            report = _run_once(config, options, progress, started, cpu_started)
+            report = _ingest(config, options, progress, started, cpu_started)
             report.errors.insert(0, notice)
         return report
     finally:
         lock.release()
+
+
+def _ingest(config, options, progress, started, cpu_started) -> IngestReport:
+    """One run of the stages, or for a contextual model not yet cached for every chunk
+    (`pipeline.upgrade`): the static model's index, then this run's share of the upgrade,
+    then the configured model's index once every chunk has its vector."""
+    from pipeline import upgrade
+
+    static = upgrade.static_stage(config)
+    if static is None:
+        return _run_once(config, options, progress, started, cpu_started)
+    quick = {**options, "borrowed_provider": None, "upgrading_to": upgrade.target_of(config)}
+    report = _run_once(static, quick, progress, started, cpu_started)
+    searchable = time.perf_counter() - started  # the static index is published
+    embedder, budget = options["borrowed_provider"], config.upgrade_seconds
+    report.upgrade = upgrade.advance(config, embedder, budget, progress)
+    report.upgrade["static_seconds"] = round(searchable, 3)
+    if report.upgrade["complete"]:
+        # every chunk is cached: the stages now build what a direct build would have
+        final = _run_once(config, {**options, "full": False}, progress, started, cpu_started)
+        report.published, report.index_bytes = True, final.index_bytes
+    report.upgrade["published"] = report.upgrade["complete"]
+    report.seconds = time.perf_counter() - started
+    report.cpu_seconds = cpu_seconds() - cpu_started
+    return report
 
 
 def _run_once(config, options, progress, started, cpu_started) -> IngestReport:

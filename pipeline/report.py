@@ -36,6 +36,8 @@ class IngestReport:
     executor_actors: list[dict] = field(default_factory=list)  # Ray: each actor's report
     clustering: str = ""  # what the cluster stage did: full, assign, unchanged (or "")
     reused_files: int = 0  # files whose rows pack reused from the previous index
+    # The upgrade to a contextual model this run advanced (`pipeline.upgrade.advance`).
+    upgrade: dict | None = None
     root: str = ""  # the project root indexed (found upward from a subfolder: kernel.dotenv)
 
     @property
@@ -112,4 +114,5 @@ class IngestReport:
             "stage_cpu_seconds": {k: round(v, 3) for k, v in self.stage_cpu_seconds.items()},
             "errors": [{"path": p, "problem": m} for p, m in self.errors],
             "errors_total": len(self.errors),
+            "upgrade": self.upgrade,
         }

@@ -989,12 +989,14 @@ def pack(
     schema: Schema | None = None,
     analysed: Any = None,
     looked: Looked | None = None,
+    extra_meta: dict | None = None,
 ) -> Packed:
     """Assemble every table and publish the one index file atomically, then hand what the
     new index holds over from the caches to it (`State.hand_over`). `schema`: the schema
     stage's output of this run, used when it was made from this manifest; `analysed`: the
     lexical analyses the parse stage made (`Parsed.analysed`); `looked`: what this run
-    looked at again (`problems_to_record`)."""
+    looked at again (`problems_to_record`); `extra_meta`: more of the meta (an upgrade's
+    static stage records its target, `pipeline.upgrade`)."""
     from kernel.fusion_models import fusion_settings
     from pipeline.embed import model_key
     from pipeline.pack.build import publish
@@ -1012,6 +1014,7 @@ def pack(
         **problems_to_record(config, manifest, problems, looked or Looked()),
         "skipped": _skipped_files(config, manifest, problems),
         "mdvdb_version": _version(),
+        **(extra_meta or {}),
     }
     sources = _pack_sources(config, manifest, state, provider)
     if config.shards > 1:

@@ -72,6 +72,9 @@ class IngestRun:
     error: BaseException | None = None
     # A provider the caller owns (the watcher loads its model once): used, never closed.
     borrowed_provider: EmbeddingProvider | None = None
+    # The static stage of an upgrade (`pipeline.upgrade`): the model the index records it
+    # is upgrading to.
+    upgrading_to: dict | None = None
     # Forked by discover for a big first clustering (`pipeline.cluster_helper`).
     cluster_helper: Any = None
     _state: State | None = None
@@ -290,6 +293,7 @@ def _pack(run: IngestRun) -> stages.Packed:
         schema,
         analysed,
         looked(run, manifest),
+        {"upgrading_to": run.upgrading_to} if run.upgrading_to else None,
     )
 
 
@@ -525,7 +529,9 @@ def task_pack(run: IngestRun | None = None):
             result_dep("cluster"),
             result_dep("schema"),
             # One config_changed per task: doit keeps a single saved value for all of them.
-            config_changed(_pack_settings(config)),
+            config_changed(
+                {**_pack_settings(config), "upgrading_to": run.upgrading_to if run else None}
+            ),
             _index_is_current(run, config),
             _unset(run, config, stages.UNPACKED_RESTAMPS),
             _problems_recorded(run, config),

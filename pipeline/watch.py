@@ -14,6 +14,8 @@ What it survives, and how:
   the watcher checks the source folders' identity between batches, re-watches, and re-checks
   the whole folder to catch what happened while nothing was watching.
 - a changed `.gitignore`: the rules changed, so the batch is a full walk.
+- an upgrade to a contextual model under way (`pipeline.upgrade`): a quiet watch runs the
+  next ingest (a full walk and its `MDVDB_UPGRADE_SECONDS` of embedding) until it is done.
 - the off-switch (`.mdvdb-off` in the root): while it is there nothing is indexed (one log
   line when it appears, one when it goes); once it is removed, a full walk catches up with
   what changed meanwhile.
@@ -54,6 +56,7 @@ class Batch:
     ms: float = 0.0
     error: str | None = None
     problems: list[tuple[str, str]] = field(default_factory=list)
+    upgrade: dict | None = None  # the upgrade's progress after it (`pipeline.upgrade`)
 
     def line(self) -> str:
         scope = "full walk" if self.paths is None else f"paths: {len(self.paths)}"
@@ -64,6 +67,10 @@ class Batch:
             f"watch: {scope}: {self.files} files changed, {self.embedded} chunks embedded, "
             f"{self.chunks} chunks indexed, {self.ms:.0f} ms"
         )
+        if self.upgrade is not None:
+            up = self.upgrade
+            done = "done" if up["complete"] else f"{up['done']} of {up['chunks']} chunks"
+            text += f", upgrade to {up['model']}: {done}"
         return text + self._problems()
 
     def _problems(self) -> str:
@@ -98,6 +105,7 @@ class Watcher:
         self._index_name = config.index_path.name
         self._named_ignored = named_ignored_folders(config)
         self._off = False
+        self._upgrading = False  # an upgrade is under way: a quiet watch continues it
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -163,6 +171,8 @@ class Watcher:
                     pending_full, pending = False, []
                     if paths is None or paths:
                         self._ingest(paths)
+                    elif self._upgrading:
+                        self._ingest(None)  # quiet: the upgrade's next share
                     moved = [p for p in self._sources() if _identity(p) != identity.get(p)]
                     if moved:
                         # A source folder was deleted, recreated or moved: its watch is dead.
@@ -301,10 +311,13 @@ class Watcher:
             batch.chunks = report.chunks
             batch.embedded = report.chunks_embedded
             batch.problems = list(report.errors)
+            batch.upgrade = report.upgrade
         except Exception as exc:  # a failed batch must not end the watch
             batch.error = f"{type(exc).__name__}: {exc}"
             batch.problems = list(getattr(exc, "problems", ()))  # found before it failed
         batch.ms = (time.perf_counter() - started) * 1000
+        # a failed run does not retry on its own: the next change does
+        self._upgrading = batch.upgrade is not None and not batch.upgrade["complete"]
         if paths is None or batch.files or batch.error or batch.problems:
             self.log(batch.line())
         if self.on_batch:

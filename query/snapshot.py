@@ -202,10 +202,10 @@ class Reader:
             from kernel.providers import get_provider
 
             meta = self.snapshot.meta
-            cfg = self.config
-            mismatch = provider_mismatch(meta, cfg)
+            mismatch = provider_mismatch(meta, self.config)
             if mismatch is not None:
                 raise QueryError(f"{mismatch}: run `mdvdb ingest` to re-embed")
+            cfg = query_config(meta, self.config)
             # A search is interactive: two retries ride out a blip, more would keep the user
             # waiting ~15 s for "cannot connect" when the server is simply not running.
             provider = get_provider(
@@ -253,7 +253,38 @@ def provider_mismatch(meta: dict[str, Any], config: Config) -> str | None:
     wanted = (config.embedding_provider, config.embedding_model, config.embedding_dimensions)
     if built == wanted or (config.embedding_dimensions == 0 and built[:2] == wanted[:2]):
         return None
+    if upgrading_to_configured(meta, config):
+        return None  # the static stage of an upgrade: its queries use its own model
     return (
         f"index built with {built[0]}:{built[1]} ({built[2]} dims), configuration "
         f"asks for {wanted[0]}:{wanted[1]} ({wanted[2]} dims)"
+    )
+
+
+def upgrading_to_configured(meta: dict[str, Any], config: Config) -> bool:
+    """The index is the static stage of an upgrade to the configured model (docs/upgrade.md):
+    it serves, with its own model, until the configured model's index replaces it."""
+    target = meta.get("upgrading_to")
+    wanted = (config.embedding_provider, config.embedding_model, config.embedding_dimensions)
+    return (
+        isinstance(target, dict)
+        and (
+            target.get("provider"),
+            target.get("model"),
+            target.get("dimensions"),
+        )
+        == wanted
+    )
+
+
+def query_config(meta: dict[str, Any], config: Config) -> Config:
+    """The configuration a query vector for this index is made with: the configured one,
+    or during an upgrade the model the index was built with (one model per ranking)."""
+    if not upgrading_to_configured(meta, config):
+        return config
+    return replace(
+        config,
+        embedding_provider=str(meta.get("provider")),
+        embedding_model=meta.get("model"),
+        embedding_dimensions=meta.get("dimensions"),
     )

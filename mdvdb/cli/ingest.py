@@ -116,6 +116,19 @@ def run_ingest(
             f"{report.removed} removed, {report.unchanged} unchanged; "
             f"{report.chunks_embedded} chunks embedded; {report.seconds:.2f} s"
         )
+        if report.upgrade is not None:
+            line(_upgrade_line(report.upgrade))
+
+
+def _upgrade_line(up: dict) -> str:
+    """The upgrade to a contextual model this run advanced (docs/upgrade.md)."""
+    if up["published"]:
+        return f"upgrade to {up['model']}: done; its index is published"
+    return (
+        f"upgrade to {up['model']}: {up['done']} of {up['chunks']} chunks embedded, "
+        f"{up['left']} left; searchable meanwhile with the static model (`mdvdb ingest` "
+        "again or a running `mdvdb watch` continues)"
+    )
 
 
 def dry_run_ingest(config, paths: Sequence[str], as_json: bool) -> None:

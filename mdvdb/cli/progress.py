@@ -19,7 +19,7 @@ from typing import Any, TextIO
 __all__ = ["IngestProgress"]
 
 # What each counted event counts (`pipeline.stages.Progress`).
-UNITS = {"parse": "files", "chunk": "files", "embed": "chunks"}
+UNITS = {"parse": "files", "chunk": "files", "embed": "chunks", "upgrade": "chunks"}
 # Seconds between two redraws (a redraw of a few lines costs ~1 ms).
 REDRAW_S = 0.1
 # The display starts at a count of this many files or chunks, or at any count once the run

@@ -66,6 +66,7 @@ def _status(config, as_json: bool, check: bool) -> int:
             print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
         return code
     writer = _writer(config)
+    upgrade = _upgrade(config) if st.exists else None
     if as_json:
         print_json(
             {
@@ -73,6 +74,7 @@ def _status(config, as_json: bool, check: bool) -> int:
                 "damaged": damage,
                 "switched_off": config.switched_off,
                 "writer": writer,
+                "upgrade": upgrade,
             }
         )
         return EXIT_OK
@@ -87,6 +89,8 @@ def _status(config, as_json: bool, check: bool) -> int:
     line(f"chunks:     {st.chunks}")
     line(f"updated:    {updated}")
     line(f"embeddings: {st.provider}:{st.model} ({st.dimensions} dims)")
+    if upgrade is not None:
+        line(f"upgrade:    {_upgrade_text(upgrade)}")
     if st.provider_mismatch:
         line(f"stale:      {st.provider_mismatch}; run `mdvdb ingest`")
     stale = st.stale_files + st.new_files
@@ -126,6 +130,29 @@ def _print_broken(broken) -> None:
         line(f"  {printable(f'{link.source}:{link.line}: {link.written}', one_line=True)}")
     if len(broken) > PROBLEMS_SHOWN:
         line(f"  ... and {len(broken) - PROBLEMS_SHOWN} more (`mdvdb status --json` lists them)")
+
+
+def _upgrade(config) -> dict | None:
+    """The upgrade to the configured model that the published index is the static stage
+    of (`pipeline.upgrade.progress_of`), or None."""
+    from kernel.shards import published_meta
+    from pipeline import upgrade_progress
+
+    try:
+        meta = published_meta(config)
+    except Exception:  # noqa: BLE001 - the status of an unreadable index says so itself
+        return None
+    return upgrade_progress(config, meta)
+
+
+def _upgrade_text(upgrade: dict) -> str:
+    eta = upgrade["eta_seconds"]
+    when = f", about {eta:.0f} s of embedding left" if eta is not None else ""
+    return (
+        f"to {upgrade['model']}: {upgrade['share']:.0%} of {upgrade['chunks']} chunks "
+        f"({upgrade['left']} left{when}); `mdvdb ingest` or a running watcher continues it, "
+        "search uses the static model until then"
+    )
 
 
 def _writer(config) -> dict | None:

@@ -16,7 +16,7 @@ from query.rank import govern as governing
 from query.rank.collapse import Diversity
 from query.results import SearchResponse, SearchResult
 from query.score.vector import PageVectors, cosine_scores, dense_scorer, page_vectors_of, top_rows
-from query.snapshot import QueryError
+from query.snapshot import QueryError, query_config
 
 if TYPE_CHECKING:
     from query.snapshot import Reader
@@ -524,7 +524,7 @@ def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None,
     of a section matched by meaning, and their vectors, are kept per snapshot."""
     from query.rank.excerpt import excerpts
 
-    config = index.config
+    config = query_config(index.snapshot.meta, index.config)  # an upgrade's static stage
     local = config.embedding_provider == "local" and config.embedding_model.startswith("wordllama")
     embed = index.provider().embed if query and mode != "lexical" and local else None
     memo = None
