@@ -417,6 +417,11 @@ def _pack_settings(config: Config) -> dict[str, Any]:
 
 # -- doit task creators: `run` is a task parameter (`doit.api.run_tasks`) -------------------
 
+# doit swaps sys.stdout and sys.stderr for buffers of its own around each action unless a
+# task says not to: a process-wide swap, which in `mdvdb serve` took a search's answer while
+# the watcher ingested. The stages print nothing (their lines go through `run.progress`).
+UNCAPTURED = {"verbosity": 0, "io": {"capture": False}}
+
 RUN_PARAM = [{"name": "run", "default": None, "help": "the ingest run (API use only)"}]
 
 
@@ -427,7 +432,7 @@ def task_discover(run: IngestRun | None = None):
     return {
         "actions": [_action(run, "discover", _discover)],
         "uptodate": [False],
-        "verbosity": 0,
+        **UNCAPTURED,
         "clean": [lambda: _clean_state(config, run)],
     }
 
@@ -445,7 +450,7 @@ def task_parse(run: IngestRun | None = None):
             _index_is_current(run, config),
             _unset(run, config, stages.RETRY_UNPARSED),
         ],
-        "verbosity": 0,
+        **UNCAPTURED,
     }
 
 
@@ -461,7 +466,7 @@ def task_chunk(run: IngestRun | None = None):
             _index_is_current(run, config),
             _unset(run, config, stages.RETRY_UNPARSED),
         ],
-        "verbosity": 0,
+        **UNCAPTURED,
     }
 
 
@@ -476,7 +481,7 @@ def task_embed(run: IngestRun | None = None):
             config_changed(_settings(config)),
             _index_is_current(run, config),
         ],
-        "verbosity": 0,
+        **UNCAPTURED,
     }
 
 
@@ -491,7 +496,7 @@ def task_cluster(run: IngestRun | None = None):
             config_changed(_cluster_settings(config)),
             _not_deferred(run, config),
         ],
-        "verbosity": 0,
+        **UNCAPTURED,
     }
 
 
@@ -514,7 +519,7 @@ def task_schema(run: IngestRun | None = None):
             _index_is_current(run, config),
             _unset(run, config, stages.UNPACKED_RESTAMPS),
         ],
-        "verbosity": 0,
+        **UNCAPTURED,
     }
 
 
@@ -537,7 +542,7 @@ def task_pack(run: IngestRun | None = None):
             _problems_recorded(run, config),
         ],
         "targets": [str(published_file(config))],
-        "verbosity": 0,
+        **UNCAPTURED,
         "clean": [lambda: _clean_index(config)],
     }
 

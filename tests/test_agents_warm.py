@@ -216,3 +216,68 @@ def test_concurrent_background_starts_give_one_server(indexed_notes: Path):
     finally:
         stop = run_cli("serve", "--stop", "--root", str(indexed_notes))
     assert stop.returncode == 0 and f"(pid {pids.pop()})" in stop.stdout
+
+
+@pytest.mark.slow
+def test_answers_stay_whole_while_the_watcher_ingests(indexed_notes: Path):
+    """A warm server's watcher ingests while it answers: doit swapped sys.stdout around each
+    stage, process-wide, and a search that ran meanwhile answered nothing with exit code 0.
+    Here a file changes every 0.1 s while 60 searches go through the warm process."""
+    import threading
+
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mdvdb",
+            "serve",
+            "--idle-timeout",
+            "60",
+            "--root",
+            str(indexed_notes),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    done = threading.Event()
+
+    def edit() -> None:
+        page = indexed_notes / "churn.md"
+        n = 0
+        while not done.is_set():
+            n += 1
+            page.write_text(f"# Churn {n}\n\nA page the watcher indexes again, round {n}.\n")
+            time.sleep(0.1)
+
+    editor = threading.Thread(target=edit)
+    try:
+        assert wait_for((indexed_notes / SOCKET).exists, 60), "no socket"
+        editor.start()
+        assert wait_for(lambda: "chunks indexed" in _log_so_far(server), 60)
+        for _ in range(60):
+            warm = run_cli(
+                "search", "extract a tar archive", "--json", "-n", "3", "--root", str(indexed_notes)
+            )
+            assert warm.returncode == 0, warm.stderr
+            assert json.loads(warm.stdout)["results"], warm.stdout
+    finally:
+        done.set()
+        if editor.is_alive():
+            editor.join()
+        server.kill()
+        server.wait()
+
+
+def _log_so_far(server: subprocess.Popen) -> str:
+    """The server's stderr read so far, without blocking (its watcher's lines)."""
+    import select
+
+    text = getattr(server, "_seen", "")
+    while select.select([server.stderr], [], [], 0)[0]:
+        line = server.stderr.readline()
+        if not line:
+            break
+        text += line
+    server._seen = text
+    return text

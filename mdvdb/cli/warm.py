@@ -444,14 +444,56 @@ def _refusal(problem: str) -> dict:
     return {"stdout": "", "stderr": f"mdvdb: {problem}\n", "code": 1}
 
 
+class _PerThread:
+    """The warm process's sys.stdout (or sys.stderr): a request's thread writes to its own
+    buffer, every other thread (the watcher's) to the stream this one replaced.
+    `contextlib.redirect_stdout` swaps one global for all threads, so a watcher's line could
+    land in an answer, or an answer in whatever buffer another thread had swapped in."""
+
+    def __init__(self, stream) -> None:
+        import threading
+
+        self.stream = stream
+        self._local = threading.local()
+
+    def target(self):
+        return getattr(self._local, "buffer", None) or self.stream
+
+    def capture(self, buffer) -> None:
+        self._local.buffer = buffer
+
+    def write(self, text: str) -> int:
+        return self.target().write(text)
+
+    def flush(self) -> None:
+        self.target().flush()
+
+    def isatty(self) -> bool:
+        return self.target().isatty()
+
+    def __getattr__(self, name: str):
+        return getattr(self.target(), name)
+
+
+def _per_thread(name: str) -> _PerThread:
+    """sys.stdout or sys.stderr, made per-thread once for this process."""
+    stream = getattr(sys, name)
+    if not isinstance(stream, _PerThread):
+        stream = _PerThread(stream)
+        setattr(sys, name, stream)
+    return stream
+
+
 class _Runner:
     """Runs one CLI command in this process with the caller's cwd, MDVDB_* environment and
     captured output, the way `python -m mdvdb` would have."""
 
+    def __init__(self) -> None:
+        self.out, self.err = _per_thread("stdout"), _per_thread("stderr")
+
     def run(self, argv: list[str], cwd: str, env: dict[str, str]) -> dict:
         import io
         import traceback
-        from contextlib import redirect_stderr, redirect_stdout
 
         from mdvdb.cli import run
 
@@ -459,21 +501,24 @@ class _Runner:
         saved_env = {k: v for k, v in os.environ.items() if k.startswith("MDVDB_")}
         before = os.getcwd()
         code = 0
+        self.out.capture(out)
+        self.err.capture(err)
         try:
             os.chdir(cwd)
             _swap_env(env)
-            with redirect_stdout(out), redirect_stderr(err):
-                try:
-                    code = run(argv)
-                except SystemExit as exc:
-                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-                except Exception:
-                    traceback.print_exc()
-                    code = 1
+            try:
+                code = run(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception:
+                traceback.print_exc(file=err)
+                code = 1
         except OSError as exc:
             err.write(f"mdvdb: {exc}\n")
             code = 1
         finally:
+            self.out.capture(None)
+            self.err.capture(None)
             _swap_env(saved_env)
             os.chdir(before)
         return {"stdout": out.getvalue(), "stderr": err.getvalue(), "code": code}
