@@ -8,7 +8,7 @@ edited, 1 % deleted, 1 % added), starts one command and SIGKILLs it after a rand
 drawn over the length of its unkilled work. Then:
 
 - left processes: every process the command started (forked workers, the clustering
-  helper, the release helper...) carries a mark in its environment; any still alive 5 s
+  helper...) carries a mark in its environment; any still alive 5 s
   after the kill counts (and is killed so the bench goes on);
 - locked folders: a lock on `writer.lock` in /proc/locks then, or `mdvdb ingest --no-wait`
   failing (it exits 1 at once when another writer holds the lock);
@@ -150,7 +150,7 @@ def baseline(root: Path, name: str, diff: dict[str, tuple], version: int) -> flo
     """Seconds the command takes, unkilled, to index the switch to `version`."""
     switch(root, diff, version)
     started = time.perf_counter()
-    proc = start(root, name, "baseline")
+    proc = start(root, name, f"{os.getpid()}-baseline")
     if name.startswith("ingest"):
         proc.wait()
     else:
@@ -174,12 +174,25 @@ def one_kill(root: Path, name: str, delay: float, mark: str) -> dict:
     while marked(mark) and time.monotonic() < deadline:
         time.sleep(0.05)
     left = marked(mark)
+    names = [_described(pid) for pid in left]
     for pid in left:  # so that the next rounds are not theirs
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return {"mid_run": mid_run, "left": len(left), "locks": lock_holders(root)}
+    return {"mid_run": mid_run, "left": len(left), "left_names": names, "locks": lock_holders(root)}
+
+
+def _described(pid: int) -> str:
+    """`pid (state) its command line`, for the report of what a kill left."""
+    try:
+        argv = (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return f"{pid} (gone)"
+    return f"{pid} ({state}) {argv[:160]}"
 
 
 def check_after(root: Path, reference: Path) -> dict:
@@ -204,14 +217,20 @@ def check_after(root: Path, reference: Path) -> dict:
             and a_vec.shape == b_vec.shape
             and bool(np.array_equal(a_vec, b_vec))
         )
-    return {"ingest_ok": ingest.returncode == 0, "verify_ok": verify.returncode == 0, "same": same}
+    said = (ingest.stderr + verify.stderr).decode(errors="replace").strip().splitlines()
+    return {
+        "ingest_ok": ingest.returncode == 0,
+        "verify_ok": verify.returncode == 0,
+        "same": same,
+        "said": said[-3:],
+    }
 
 
 def crash_kills(
     source: Path, kills: int, n_files: int, seed: int = 1, commands: list[str] | None = None
 ) -> list[dict]:
     """`kills` SIGKILLs shared out over `commands` (default: all of COMMANDS) in turn; one
-    row per command."""
+    row per command, whose `problems` says what each kill that left something wrong left."""
     names = commands or list(COMMANDS)
     rng = random.Random(seed)
     root = Path(tempfile.mkdtemp(prefix="mdvdb-kills-"))
@@ -229,16 +248,25 @@ def crash_kills(
             ("kills", "mid_run", "left_processes", "locked_folders", "failed_ingests"), 0
         )
         | {"unverifiable": 0, "differences": 0, "unkilled_s": round(lengths[name], 2)}
+        | {"problems": []}
         for name in names
     }
     try:
         for n in range(kills):
             name = names[n % len(names)]
+            row = rows[name]
             version = 1 - version
             switch(root, diff, version)
-            killed = one_kill(root, name, rng.uniform(0.05, lengths[name] * 1.1), f"k{n}")
+            delay = rng.uniform(0.05, lengths[name] * 1.1)
+            killed = one_kill(root, name, delay, f"{os.getpid()}-k{n}")  # unique: runs side by side
             after = check_after(root, references[version])
-            row = rows[name]
+            wrong = killed["left_names"] + [
+                k for k in ("ingest_ok", "verify_ok", "same") if not after[k]
+            ]
+            wrong += [f"{killed['locks']} locks"] if killed["locks"] else []
+            if wrong:
+                said = after["said"]
+                row["problems"].append(f"kill {n} at {delay:.2f} s: {wrong}, said {said}")
             row["kills"] += 1
             row["mid_run"] += killed["mid_run"]
             row["left_processes"] += killed["left"]
@@ -269,7 +297,10 @@ def main() -> None:
     pages = corpus(args.corpus) / "pages"
     rows = crash_kills(pages, args.kills, args.files, args.seed, args.command)
     title = f"SIGKILLed commands ({args.files} files, load {load:.1f} at the start)"
+    problems = [f"{row['command']}: {line}" for row in rows for line in row.pop("problems")]
     print_table(title, rows, args.json)
+    for line in problems if not args.json else ():
+        print(line)
 
 
 if __name__ == "__main__":

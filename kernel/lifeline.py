@@ -1,15 +1,12 @@
 """The processes an ingest starts end when the ingest does, however it ends (SIGKILL too).
 
 One left alive keeps the ingest's memory, and one that held the writer lock kept the folder
-locked for good (no forked child keeps it now: `keep_from_children`). Three kinds:
+locked for good (no forked child keeps it now: `keep_from_children`). Two kinds:
 
 - forked children that wait (the pool's workers, the clustering helper): `die_with_parent`,
   Linux's parent-death signal. An end of file is not enough there: a worker blocked reading
   the pool's queue shares that queue's other end with its siblings, so none ever comes. Off
   Linux none is forked (`pipeline.workers.pool_is_safe`);
-- children that only run (the split walk's child checks its parent at every folder,
-  `pipeline.walk.discover`) or read a pipe whose end of file ends them (the release helper,
-  `mdvdb/cli/ingest.py`);
 - processes a library starts out of our reach (Ray's local cluster): a `Guard`.
 """
 

@@ -225,7 +225,7 @@ def test_sigkills_of_every_writing_command(corpora_dir: Path):
         assert row["kills"] == 2
         bad = {k: row[k] for k in ("left_processes", "locked_folders", "failed_ingests")}
         bad |= {k: row[k] for k in ("unverifiable", "differences")}
-        assert set(bad.values()) == {0}, row
+        assert set(bad.values()) == {0}, f"{row['command']}: {bad}; {row['problems']}"
 
 
 @pytest.mark.slow
