@@ -124,7 +124,9 @@ STATUS_DOC = """Whether an index exists and is up to date.
 Returns {"exists", "fresh", "root", "files", "chunks", "stale_files" and "new_files" (the
 first 5 paths changed or added since the last ingest; "stale_total", "new_total" count
 them), "errors" (the first 20 files with a problem, {"path", "problem"}; "errors_total"),
-"provider", "model", "last_update"}. If not fresh, call ingest before relying on search
+"provider", "model", "last_update", "upgrade" (null, or how far the upgrade to a contextual
+model is: {"model", "chunks", "done", "left", "share", "eta_seconds"}; search uses the
+static model until it is done)}. If not fresh, call ingest before relying on search
 results for recently edited files (grep reads the files and is always current)."""
 
 INGEST_DOC = """Bring the index up to date with the files on disk (only what changed is

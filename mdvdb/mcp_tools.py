@@ -422,7 +422,7 @@ def orphans(index: Index, limit: int = 100) -> dict[str, Any]:
 
 
 def status(config: Config, index: Index) -> dict[str, Any]:
-    from pipeline import walk_files
+    from pipeline import upgrade_progress, walk_files
 
     st = index.status()
     if st.exists:
@@ -438,7 +438,8 @@ def status(config: Config, index: Index) -> dict[str, Any]:
     keep = ("exists", "fresh", "root", "files", "chunks", "provider", "model", "last_update")
     more = ("provider_mismatch", "stale_files", "stale_total", "new_files", "new_total")
     links = ("broken_links", "broken_links_total")
-    return {k: data[k] for k in (*keep, *more, "errors", "errors_total", *links)}
+    shown = {k: data[k] for k in (*keep, *more, "errors", "errors_total", *links)}
+    return {**shown, "upgrade": upgrade_progress(config) if st.exists else None}
 
 
 def ingest(config: Config) -> dict[str, Any]:

@@ -137,11 +137,18 @@ def _write_progress(config: Config, progress: dict) -> None:
     os.replace(temp, path)  # a reader sees the old progress or the new one, never half
 
 
-def progress_of(config: Config, meta: dict) -> dict | None:
-    """The upgrade the published index is the static stage of, as `mdvdb status` shows it:
-    the model, chunks done and left, the share done and an ETA from the measured rate; None
-    when the index is no static stage."""
-    target = meta.get("upgrading_to")
+def progress_of(config: Config) -> dict | None:
+    """The upgrade the published index is the static stage of, as `mdvdb status` and the MCP
+    status tool show it: the model, chunks done and left, the share done and an ETA from the
+    measured rate; None when the index is no static stage (or cannot be read: its status
+    says so itself)."""
+    from kernel.shards import published_meta
+
+    try:
+        meta = published_meta(config)
+    except Exception:  # noqa: BLE001 - a damaged or missing index is no upgrade's stage
+        return None
+    target = meta.get("upgrading_to") if isinstance(meta, dict) else None
     if not isinstance(target, dict):
         return None
     try:

@@ -156,6 +156,36 @@ def test_ingest_and_status_say_how_far_the_upgrade_is(pages: Path):
     assert "stale:      none" in done.stdout
 
 
+@pytest.mark.slow
+def test_the_mcp_status_tool_says_how_far_the_upgrade_is(pages: Path, tmp_path: Path):
+    """An agent's `status` call, through a real MCP client, carries the upgrade as
+    `mdvdb status --json` does (the server's watcher off: nothing moves meanwhile)."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    from tests.json_shapes import call_tool
+
+    assert run_cli("ingest", cwd=pages, env=UPGRADING).returncode == 0
+    cli = _json("status", root=pages, env=UPGRADING)["upgrade"]
+    assert cli["done"] == BATCH
+
+    async def status() -> dict:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "mdvdb", "mcp", "--root", str(pages)],
+            env={**os.environ, **UPGRADING, "MDVDB_WATCH": "false"},
+        )
+        with (tmp_path / "mcp.log").open("w") as errlog:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                return (await call_tool(session, "status", {})).structured_content
+
+    assert anyio.run(status)["upgrade"] == cli
+
+
 def test_upgrade_off_embeds_everything_before_publishing(pages: Path):
     report = _json("ingest", root=pages, env=DIRECT)
     assert report["upgrade"] is None

@@ -66,7 +66,9 @@ def _status(config, as_json: bool, check: bool) -> int:
             print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
         return code
     writer = _writer(config)
-    upgrade = _upgrade(config) if st.exists else None
+    from pipeline import upgrade_progress
+
+    upgrade = upgrade_progress(config) if st.exists else None
     if as_json:
         print_json(
             {
@@ -130,19 +132,6 @@ def _print_broken(broken) -> None:
         line(f"  {printable(f'{link.source}:{link.line}: {link.written}', one_line=True)}")
     if len(broken) > PROBLEMS_SHOWN:
         line(f"  ... and {len(broken) - PROBLEMS_SHOWN} more (`mdvdb status --json` lists them)")
-
-
-def _upgrade(config) -> dict | None:
-    """The upgrade to the configured model that the published index is the static stage
-    of (`pipeline.upgrade.progress_of`), or None."""
-    from kernel.shards import published_meta
-    from pipeline import upgrade_progress
-
-    try:
-        meta = published_meta(config)
-    except Exception:  # noqa: BLE001 - the status of an unreadable index says so itself
-        return None
-    return upgrade_progress(config, meta)
 
 
 def _upgrade_text(upgrade: dict) -> str:
