@@ -81,18 +81,24 @@ def run_ingest(
             if not quiet:
                 line(f"mdvdb: waiting for the index lock held by {holder}", err=True)
 
+        from contextlib import nullcontext, redirect_stdout
+
         from mdvdb.cli.progress import IngestProgress
 
         progress = IngestProgress(sys.stderr.isatty() and not quiet and not as_json)
+        # With --json stdout is the report alone: what a library prints meanwhile (Ray's
+        # "(raylet) A worker died..." lines) goes to stderr.
+        stray = redirect_stdout(sys.stderr) if as_json else nullcontext()
         try:
-            report = ingest_folder(
-                config,
-                paths or None,
-                full=full,
-                progress=progress,
-                wait=not no_wait,
-                on_wait=waiting,
-            )
+            with stray:
+                report = ingest_folder(
+                    config,
+                    paths or None,
+                    full=full,
+                    progress=progress,
+                    wait=not no_wait,
+                    on_wait=waiting,
+                )
         except LockBusy:
             if if_present:  # a hook: another writer (a watcher) is already bringing it up to date
                 return

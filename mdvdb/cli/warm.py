@@ -357,6 +357,8 @@ class WarmServer:
                 pass
             if stop_extra:
                 stop_extra()
+            if self._runner is not None:
+                self._runner.close()
             os.close(lock_fd)  # releases the lock, last: the next server may start now
 
     def _serve_one(self, conn: socket.socket) -> None:
@@ -475,21 +477,20 @@ class _PerThread:
         return getattr(self.target(), name)
 
 
-def _per_thread(name: str) -> _PerThread:
-    """sys.stdout or sys.stderr, made per-thread once for this process."""
-    stream = getattr(sys, name)
-    if not isinstance(stream, _PerThread):
-        stream = _PerThread(stream)
-        setattr(sys, name, stream)
-    return stream
-
-
 class _Runner:
     """Runs one CLI command in this process with the caller's cwd, MDVDB_* environment and
     captured output, the way `python -m mdvdb` would have."""
 
     def __init__(self) -> None:
-        self.out, self.err = _per_thread("stdout"), _per_thread("stderr")
+        from contextlib import ExitStack, redirect_stderr, redirect_stdout
+
+        self.out, self.err = _PerThread(sys.stdout), _PerThread(sys.stderr)
+        self._streams = ExitStack()  # for the server's life: `close`
+        self._streams.enter_context(redirect_stdout(self.out))
+        self._streams.enter_context(redirect_stderr(self.err))
+
+    def close(self) -> None:
+        self._streams.close()
 
     def run(self, argv: list[str], cwd: str, env: dict[str, str]) -> dict:
         import io
