@@ -81,14 +81,15 @@ def run_ingest(
             if not quiet:
                 line(f"mdvdb: waiting for the index lock held by {holder}", err=True)
 
-        from contextlib import nullcontext, redirect_stdout
+        import io
+        from contextlib import redirect_stdout
 
         from mdvdb.cli.progress import IngestProgress
 
         progress = IngestProgress(sys.stderr.isatty() and not quiet and not as_json)
-        # With --json stdout is the report alone: what a library prints meanwhile (Ray's
-        # "(raylet) A worker died..." lines) goes to stderr.
-        stray = redirect_stdout(sys.stderr) if as_json else nullcontext()
+        # What a library prints to stdout during the run goes nowhere, as when doit captured
+        # it: Ray's driver repeats a dead worker's error there, which our one line reports.
+        stray = redirect_stdout(io.StringIO())
         try:
             with stray:
                 report = ingest_folder(
