@@ -30,8 +30,13 @@ what pack computes, such as the BM25F parameters).
 
 A variant is a named set of overrides of `query.score.fusion.FusionParams` (VARIANTS below): it runs
 the default mode with those settings. With variants, the leave-one-set-out table over them is
-printed too (docs/search-quality.md explains the rule). `--fast` ranks files from
-`query.rank.search.mode_scores` (no tiers, no shaping): ~5x cheaper, for sweeps.
+printed too (docs/search-quality.md explains the rule).
+`--model NAME` builds each set's index with that model in its own folder (`--model
+all-minilm-l6-v2`); with `--upgrade-seconds S` the ingest runs the upgrade of docs/upgrade.md
+with that budget, so a small one leaves the static stage published and the upgrade part-way
+(`upgrade_done` in the runs table; every run's ingest advances it by another budget).
+`--fast` ranks files from `query.rank.search.mode_scores` (no tiers, no shaping): ~5x
+cheaper, for sweeps.
 """
 
 from __future__ import annotations
@@ -358,7 +363,7 @@ def baselines(corpus: dict, queries: dict, qids: list[str], drop_self: bool) -> 
 class Target:
     """One ingested set and its judgements, ready to answer queries."""
 
-    def __init__(self, name: str, folder: Path, repack: bool = False):
+    def __init__(self, name: str, folder: Path, repack: bool = False, model: dict | None = None):
         from kernel.config import load_config
         from pipeline.ingest import ingest_folder as ingest
         from query import open_index
@@ -367,8 +372,10 @@ class Target:
         self.corpus, self.queries, self.qrels = load_beir(folder)
         self.qids = list(self.qrels)
         root = WORK / "quality-sets" / name
+        if model:  # its own copy of the set: the default model's index stays as it is
+            root = WORK / "quality-sets" / (name + "." + ".".join(sorted(model.values())))
         self.doc_of_path = write_markdown(self.corpus, root, name in NESTED)
-        config = load_config(root, environ={})
+        config = load_config(root, environ=model or {})
         started = time.perf_counter()
         self.report = ingest(config, full=repack)
         self.ingest_s = time.perf_counter() - started
@@ -486,6 +493,8 @@ def run_set(
         "chunks": int(snap.vectors.shape[0]),
         "ingest_s": round(target.ingest_s, 1),
         "chunks_embedded": target.report.chunks_embedded,
+        "model": snap.meta.get("model"),
+        "upgrade_done": (target.report.upgrade or {}).get("done"),
         "baselines_s": round(bm25_s, 2),
         **timing,
     }
@@ -584,8 +593,16 @@ def main() -> None:
         help="a local encoder's queries: its NumPy reference throughout, or from the first "
         "query the onnxruntime session a warm process (`mdvdb serve`, an open Index) uses",
     )
+    parser.add_argument("--model", help="MDVDB_EMBEDDING_MODEL of the indexes (own copies)")
+    parser.add_argument(
+        "--upgrade-seconds",
+        help="MDVDB_UPGRADE_SECONDS of their ingest: a small budget leaves a partial upgrade",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    model = {"MDVDB_EMBEDDING_MODEL": args.model} if args.model else {}
+    if args.upgrade_seconds is not None:
+        model["MDVDB_UPGRADE_SECONDS"] = args.upgrade_seconds
     if args.query_path:
         from kernel.providers import minilm
 
@@ -606,7 +623,7 @@ def main() -> None:
         modes.append("default")  # variants are judged against it
     rows, infos = [], []
     for name in sets:
-        target = Target(name, set_folder(name, args.corpora), args.repack)
+        target = Target(name, set_folder(name, args.corpora), args.repack, model)
         if args.ingest_only:
             print(f"{name}: {target.report.chunks_embedded} embedded, {target.ingest_s:.0f} s")
             continue

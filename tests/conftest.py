@@ -157,6 +157,17 @@ def read_only_folder(root: Path):
     assert tree_stamp(root) == before, f"a test wrote into the shared folder {root}"
 
 
+def start_serve(root: Path, idle_timeout: int = 60) -> subprocess.Popen:
+    """A real `mdvdb serve` on `root` (text pipes): the caller waits for its socket and kills it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mdvdb", "serve", "--idle-timeout", str(idle_timeout)]
+        + ["--root", str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None):
     """Run the real `mdvdb` command in a subprocess."""
     full_env = {**os.environ, **(env or {})}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_serve
 
 SOCKET = Path(".markdownvdb.state") / "serve.sock"
 
@@ -42,21 +42,8 @@ def test_serve_answers_identically_then_exits_when_idle(indexed_notes: Path, tmp
     cold_get = run_cli("get", "tar.md", "--root", str(indexed_notes))
     assert cold.returncode == 0 and cold.stdout
 
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mdvdb",
-            "serve",
-            "--idle-timeout",
-            "6",  # room for a client's start on a loaded machine between the calls below
-            "--root",
-            str(indexed_notes),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # 6 s: room for a client's start on a loaded machine between the calls below
+    server = start_serve(indexed_notes, idle_timeout=6)
     try:
         sock = indexed_notes / SOCKET
         assert wait_for(sock.exists, 60), server.stderr.read() if server.poll() else "no socket"
@@ -225,21 +212,7 @@ def test_answers_stay_whole_while_the_watcher_ingests(indexed_notes: Path):
     Here a file changes every 0.1 s while 60 searches go through the warm process."""
     import threading
 
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mdvdb",
-            "serve",
-            "--idle-timeout",
-            "60",
-            "--root",
-            str(indexed_notes),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = start_serve(indexed_notes)
     done = threading.Event()
 
     def edit() -> None:

