@@ -207,6 +207,36 @@ def test_tiny_model_fast_path_agrees(tmp_path: Path):
     assert cosines.min() > 0.99, cosines
 
 
+@pytest.mark.parametrize("blockwise", [False, True])
+def test_both_forms_of_the_down_projection_agree(tmp_path: Path, blockwise: bool):
+    """The float32 down projection (CPUs without onnxruntime's 8-bit kernel) and the 8-bit
+    blockwise one (its input, 64 wide here, one zero-padded block of 256) agree with the
+    reference; the cached graph has the form `blockwise_kernel` picks for this machine."""
+    import onnx
+    from safetensors.numpy import load_file
+
+    from kernel.providers import encoder_graph
+
+    folder = tiny_model(tmp_path / "tiny")
+    spec = minilm.read_spec(folder)
+    graph = encoder_graph.graph_bytes(
+        load_file(str(folder / "model.safetensors")), spec, blockwise=blockwise
+    )
+    ops = {node.op_type for node in onnx.load_from_string(graph).graph.node}
+    assert ("MatMulNBits" in ops) == blockwise and ("MatMul" in ops) != blockwise
+    if blockwise and not encoder_graph.blockwise_kernel():
+        pytest.skip("onnxruntime here has no 8-bit MatMulNBits kernel (x86, onnxruntime >= 1.22)")
+    fast = encoder_onnx.OnnxEncoder(graph, spec)
+    ids = np.array([[101, 2129, 2079, 1045, 102, 0], [101, 7592, 2088, 102, 0, 0]])
+    mask = (ids > 0).astype(np.int64)
+    cosines = (fast.forward(ids, mask) * minilm.BertEncoder(spec).forward(ids, mask)).sum(axis=1)
+    assert cosines.min() > 0.99, cosines
+    cached = onnx.load(str(encoder_onnx.ensure_graph(folder, spec)))
+    assert ("MatMulNBits" in {n.op_type for n in cached.graph.node}) == (
+        encoder_graph.blockwise_kernel()
+    )
+
+
 @pytest.mark.slow
 def test_graph_is_cached_reused_and_rebuilt_when_the_weights_change(project):
     root, env = project

@@ -7,12 +7,16 @@ function. It is built once per model (a few seconds) and cached per user (`encod
 Quantisation, chosen by measurement (docs/search-quality.md, "Encoders: WordLlama vs MiniLM"):
 the weight matrices are stored as int8 with one scale per output column (symmetric), and each
 product runs as onnxruntime's `DynamicQuantizeMatMul` (the activations are quantised to uint8
-per tensor on the fly; on CPUs with VNNI/AMX the product is an integer kernel). Two places stay
-float32 because int8 there moved vectors too far from the reference (the cosines are in that
-section): the feed-forward down projection, whose input (the GELU output) has a few channels
-with outliers far above the rest; and the attention products (Q·Kᵀ and softmax·V), which
-have no fixed weights to quantise and run in onnxruntime's fused `MultiHeadAttention`.
-The attention scale 1/√d is folded into the query weights.
+per tensor on the fly; on CPUs with VNNI/AMX the product is an integer kernel). The
+feed-forward down projection's input (the GELU output) has a few channels with outliers far
+above the rest, so quantised per tensor it moved vectors too far (cosine 0.89): it runs as
+`MatMulNBits` instead, 8-bit weights and int8 products with the activations quantised per
+block of 256 (accuracy level 4), which keeps each outlier inside its block: 1.27× the speed of
+a float32 product at the same cosines (docs/benchmarks.md, "MiniLM's speed on real text").
+That kernel exists on x86 from onnxruntime 1.22 (`blockwise_kernel`); elsewhere the down
+projection stays float32. The attention products (Q·Kᵀ and softmax·V) have no fixed weights
+to quantise and run in onnxruntime's fused `MultiHeadAttention`. The attention scale 1/√d is
+folded into the query weights.
 """
 
 from __future__ import annotations
@@ -22,9 +26,26 @@ from pathlib import Path
 import numpy as np
 
 # Bump when the graph this module writes changes: it is part of the cache key.
-GRAPH_VERSION = 2
+GRAPH_VERSION = 3
 OPSET = 20  # for the Gelu operator (exact erf form)
 MS_DOMAIN = "com.microsoft"
+BLOCK = 256  # the down projection's quantisation block (input channels per scale)
+
+
+def blockwise_kernel() -> bool:
+    """onnxruntime here runs 8-bit `MatMulNBits` with int8 products: x86 from 1.22 (before
+    that, and on other CPUs, an 8-bit node fails at run time)."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    import onnxruntime
+
+    try:
+        major, minor = (int(part) for part in onnxruntime.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (1, 22)
 
 
 def _int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -35,21 +56,42 @@ def _int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return quantised, scale
 
 
-def build_graph(weights: dict[str, np.ndarray], spec, out: Path, quantise: bool = True) -> None:
+def _int8_blocks(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """weight (out, in) -> `MatMulNBits`' 8-bit layout: per output row, blocks of BLOCK input
+    channels (the last one zero-padded), each with a symmetric float32 scale; values stored
+    with the default zero point 128."""
+    rows, inputs = weight.shape
+    blocks = -(-inputs // BLOCK)
+    padded = np.zeros((rows, blocks * BLOCK), np.float32)
+    padded[:, :inputs] = weight
+    padded = padded.reshape(rows, blocks, BLOCK)
+    peak = np.abs(padded).max(axis=2)
+    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    quantised = np.clip(np.rint(padded / scale[..., None]), -127, 127) + 128
+    return quantised.astype(np.uint8), scale.reshape(-1)
+
+
+def build_graph(
+    weights: dict[str, np.ndarray], spec, out: Path, quantise: bool = True, blockwise: bool = False
+) -> None:
     """Write the encoder graph to `out` (`graph_bytes`)."""
-    out.write_bytes(graph_bytes(weights, spec, quantise))
+    out.write_bytes(graph_bytes(weights, spec, quantise, blockwise))
 
 
-def graph_bytes(weights: dict[str, np.ndarray], spec, quantise: bool = True) -> bytes:
+def graph_bytes(
+    weights: dict[str, np.ndarray], spec, quantise: bool = True, blockwise: bool = False
+) -> bytes:
     """The encoder graph, serialised: inputs input_ids, attention_mask (int64, batch x
     length); output `embedding` (batch x hidden), pooled as the model's pooling config says
     (mean over the mask, or the [CLS] row), not yet unit length. `quantise=False` keeps every
     product float32: the reference's function on onnxruntime's kernels (a warm process's
-    query path, `minilm.warm_queries`)."""
+    query path, `minilm.warm_queries`); `blockwise` (with `quantise`) runs the down
+    projection as 8-bit `MatMulNBits`, for where `blockwise_kernel()` says it runs."""
     from onnx import TensorProto
     from onnx import helper as oh
 
     g = _Graph({k.removeprefix("bert."): v for k, v in weights.items()}, spec, quantise)
+    g.blockwise = quantise and blockwise
     x = g.embeddings()
     # onnxruntime's fused attention: 1 = a real token in the key padding mask.
     mask32 = g.node("Cast", ["attention_mask"], to=TensorProto.INT32)
@@ -75,6 +117,7 @@ class _Graph:
 
     def __init__(self, w: dict[str, np.ndarray], spec, quantise: bool) -> None:
         self.w, self.spec, self.quantise = w, spec, quantise
+        self.blockwise = False
         self.inits: list = []
         self.nodes: list = []
         self.hidden = spec.hidden_size
@@ -115,11 +158,24 @@ class _Graph:
             domain=MS_DOMAIN,
         )
 
-    def float_linear(self, x: str, prefix: str) -> str:
-        w = self.w
-        weight = self.const(prefix + ".weight.T", np.ascontiguousarray(w[prefix + ".weight"].T))
-        product = self.node("MatMul", [x, weight])
-        return self.node("Add", [product, self.const(prefix + ".bias", w[prefix + ".bias"])])
+    def down_projection(self, x: str, prefix: str) -> str:
+        """float32, or 8-bit per block (`blockwise`): see the module docstring."""
+        weight, bias = self.w[prefix + ".weight"], self.w[prefix + ".bias"]
+        if not self.blockwise:
+            product = self.node("MatMul", [x, self.const(prefix + ".weight.T", weight.T.copy())])
+            return self.node("Add", [product, self.const(prefix + ".bias", bias)])
+        packed, scales = _int8_blocks(weight)
+        product = self.node(
+            "MatMulNBits",
+            [x, self.const(prefix + ".int8b", packed), self.const(prefix + ".scaleb", scales)],
+            domain=MS_DOMAIN,
+            K=weight.shape[1],
+            N=weight.shape[0],
+            bits=8,
+            block_size=BLOCK,
+            accuracy_level=4,  # int8 products, the activations quantised per block
+        )
+        return self.node("Add", [product, self.const(prefix + ".bias", bias)])
 
     def layer_norm(self, x: str, prefix: str) -> str:
         scale = self.const(prefix + ".weight", self.w[prefix + ".weight"])
@@ -169,7 +225,7 @@ class _Graph:
         x = self.layer_norm(x, f"{att}output.LayerNorm")
         up_w, up_b = w[f"{p}intermediate.dense.weight"], w[f"{p}intermediate.dense.bias"]
         up = node("Gelu", [self.int8_linear(x, f"{p}up", up_w, up_b)], approximate="none")
-        x = node("Add", [self.float_linear(up, f"{p}output.dense"), x])
+        x = node("Add", [self.down_projection(up, f"{p}output.dense"), x])
         return self.layer_norm(x, f"{p}output.LayerNorm")
 
     def pooled(self, x: str) -> str:

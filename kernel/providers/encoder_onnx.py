@@ -31,14 +31,15 @@ def available() -> bool:
 def graph_path(folder: Path) -> Path:
     """Where the built graph of this model folder lives: keyed by its files' digests."""
     from kernel import user_cache
-    from kernel.providers.encoder_graph import GRAPH_VERSION
+    from kernel.providers.encoder_graph import GRAPH_VERSION, blockwise_kernel
 
     weights = user_cache.source_sha256(folder / "model.safetensors")
     config = hashlib.sha256((folder / "config.json").read_bytes())
     for extra in ("sentence_bert_config.json", "1_Pooling/config.json"):
         if (folder / extra).is_file():
             config.update((folder / extra).read_bytes())
-    name = f"encoder-{weights[:32]}-{config.hexdigest()[:16]}-g{GRAPH_VERSION}.onnx"
+    form = "b" if blockwise_kernel() else "f"  # the down projection's form (encoder_graph)
+    name = f"encoder-{weights[:32]}-{config.hexdigest()[:16]}-g{GRAPH_VERSION}{form}.onnx"
     return user_cache.models_dir() / name
 
 
@@ -53,7 +54,7 @@ def ensure_graph(folder: Path, spec, rebuild: bool = False) -> Path:
     from safetensors.numpy import load_file
 
     from kernel import user_cache
-    from kernel.providers.encoder_graph import build_graph
+    from kernel.providers.encoder_graph import blockwise_kernel, build_graph
 
     try:
         weights = load_file(str(folder / "model.safetensors"))
@@ -62,7 +63,7 @@ def ensure_graph(folder: Path, spec, rebuild: bool = False) -> Path:
     scratch = Path(tempfile.mkdtemp(prefix="mdvdb-graph-"))
     built = scratch / path.name
     try:
-        build_graph(weights, spec, built)
+        build_graph(weights, spec, built, blockwise=blockwise_kernel())
     except KeyError as exc:
         raise ProviderError(f"{folder}/model.safetensors has no tensor {exc}") from None
     data = built.read_bytes()
