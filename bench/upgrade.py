@@ -17,8 +17,8 @@ Per run, each on a fresh hard-linked copy of it, fresh `mdvdb ingest --json` pro
   the static index was searchable (`upgrade.static_seconds`), when the first ingest exited,
   how many ingests and seconds it took in all, the MiniLM stage's chunks/s.
 Peak RSS is the largest process of any of a mode's ingests, CPU s the user + system time of
-all of them (`/usr/bin/time -v`). Medians
-over the runs; the load average is printed beside them (the machine is shared).
+all of them (`/usr/bin/time -v`). Medians over the runs; the load average is printed beside
+them (the machine is shared).
 """
 
 from __future__ import annotations

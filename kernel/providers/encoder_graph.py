@@ -58,17 +58,15 @@ def _int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _int8_blocks(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """weight (out, in) -> `MatMulNBits`' 8-bit layout: per output row, blocks of BLOCK input
-    channels (the last one zero-padded), each with a symmetric float32 scale; values stored
-    with the default zero point 128."""
+    channels (the last one zero-padded), each quantised as `_int8_columns` quantises a column;
+    values stored with the default zero point 128."""
     rows, inputs = weight.shape
     blocks = -(-inputs // BLOCK)
     padded = np.zeros((rows, blocks * BLOCK), np.float32)
     padded[:, :inputs] = weight
-    padded = padded.reshape(rows, blocks, BLOCK)
-    peak = np.abs(padded).max(axis=2)
-    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-    quantised = np.clip(np.rint(padded / scale[..., None]), -127, 127) + 128
-    return quantised.astype(np.uint8), scale.reshape(-1)
+    quantised, scale = _int8_columns(padded.reshape(rows * blocks, BLOCK).T)
+    stored = (quantised.T.astype(np.int16) + 128).astype(np.uint8)
+    return stored.reshape(rows, blocks, BLOCK), scale
 
 
 def build_graph(
@@ -90,8 +88,7 @@ def graph_bytes(
     from onnx import TensorProto
     from onnx import helper as oh
 
-    g = _Graph({k.removeprefix("bert."): v for k, v in weights.items()}, spec, quantise)
-    g.blockwise = quantise and blockwise
+    g = _Graph({k.removeprefix("bert."): v for k, v in weights.items()}, spec, quantise, blockwise)
     x = g.embeddings()
     # onnxruntime's fused attention: 1 = a real token in the key padding mask.
     mask32 = g.node("Cast", ["attention_mask"], to=TensorProto.INT32)
@@ -115,9 +112,11 @@ def graph_bytes(
 class _Graph:
     """The nodes and initialisers of the encoder graph, added block by block."""
 
-    def __init__(self, w: dict[str, np.ndarray], spec, quantise: bool) -> None:
+    def __init__(
+        self, w: dict[str, np.ndarray], spec, quantise: bool, blockwise: bool = False
+    ) -> None:
         self.w, self.spec, self.quantise = w, spec, quantise
-        self.blockwise = False
+        self.blockwise = quantise and blockwise  # the down projection's form
         self.inits: list = []
         self.nodes: list = []
         self.hidden = spec.hidden_size

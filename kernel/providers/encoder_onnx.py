@@ -28,17 +28,18 @@ def available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
 
 
-def graph_path(folder: Path) -> Path:
-    """Where the built graph of this model folder lives: keyed by its files' digests."""
+def graph_path(folder: Path, blockwise: bool) -> Path:
+    """Where the built graph of this model folder lives: keyed by its files' digests and the
+    form of its down projection (`encoder_graph.blockwise_kernel`)."""
     from kernel import user_cache
-    from kernel.providers.encoder_graph import GRAPH_VERSION, blockwise_kernel
+    from kernel.providers.encoder_graph import GRAPH_VERSION
 
     weights = user_cache.source_sha256(folder / "model.safetensors")
     config = hashlib.sha256((folder / "config.json").read_bytes())
     for extra in ("sentence_bert_config.json", "1_Pooling/config.json"):
         if (folder / extra).is_file():
             config.update((folder / extra).read_bytes())
-    form = "b" if blockwise_kernel() else "f"  # the down projection's form (encoder_graph)
+    form = "b" if blockwise else "f"
     name = f"encoder-{weights[:32]}-{config.hexdigest()[:16]}-g{GRAPH_VERSION}{form}.onnx"
     return user_cache.models_dir() / name
 
@@ -46,7 +47,10 @@ def graph_path(folder: Path) -> Path:
 def ensure_graph(folder: Path, spec, rebuild: bool = False) -> Path:
     """The cached graph for `folder`, built now if absent (or `rebuild`). A cache that cannot
     be written (read-only home) still works: the graph goes to a temp file for this process."""
-    path = graph_path(folder)
+    from kernel.providers.encoder_graph import blockwise_kernel
+
+    blockwise = blockwise_kernel()
+    path = graph_path(folder, blockwise)
     if path.is_file() and not rebuild:
         return path
     import tempfile
@@ -54,7 +58,7 @@ def ensure_graph(folder: Path, spec, rebuild: bool = False) -> Path:
     from safetensors.numpy import load_file
 
     from kernel import user_cache
-    from kernel.providers.encoder_graph import blockwise_kernel, build_graph
+    from kernel.providers.encoder_graph import build_graph
 
     try:
         weights = load_file(str(folder / "model.safetensors"))
@@ -63,7 +67,7 @@ def ensure_graph(folder: Path, spec, rebuild: bool = False) -> Path:
     scratch = Path(tempfile.mkdtemp(prefix="mdvdb-graph-"))
     built = scratch / path.name
     try:
-        build_graph(weights, spec, built, blockwise=blockwise_kernel())
+        build_graph(weights, spec, built, blockwise=blockwise)
     except KeyError as exc:
         raise ProviderError(f"{folder}/model.safetensors has no tensor {exc}") from None
     data = built.read_bytes()
