@@ -2,7 +2,7 @@
 
     python bench/scaleout.py --chunks 131000 --shards 4,20 [--rounds 5] [--json]
     python bench/scaleout.py --chunks 1000000 --shards 4,20        # the 1M-chunk point
-    python bench/scaleout.py --layouts 1=ONE_FILE_ROOT,20=SHARDED_ROOT [--servers 4]
+    python bench/scaleout.py --layouts 1=ONE_FILE_ROOT,20=SHARDED_ROOT [--groups 4]
         # folders already ingested (one file, and MDVDB_SHARDS=20): nothing is built; a
         # sharded folder can be split from the one-file index without embedding again:
         # MDVDB_IVF_MIN_CHUNKS=20000 python bench/split_shards.py /tmp/m1 SHARDED_ROOT --shards 20
@@ -27,9 +27,10 @@ then each N); ingests are timed too. Then, warm and in process:
    shard ran on its own node, a query would cost about the slowest shard plus the merge
    (plus the network): the `fan-out critical path` row, next to the one-file cost of the same
    work. docs/scale-out.md builds the 10M-document plan from these rows;
-3. with --servers K: K real shard servers (`mdvdb serve --shards`, on 127.0.0.1) share the
-   largest N's shards, and a router (`MDVDB_SHARD_SERVERS`) answers the same searches over
-   TCP: latency and whether every answer is the one-file one.
+3. with --groups K: `mdvdb serve --ray local` deploys the largest N's shards as K shard
+   groups on Ray Serve, and a router in this process (`MDVDB_RAY_SERVE`) and the app's HTTP
+   endpoint answer the same searches: latency, rounds and bytes, and whether every answer
+   is the one-file one.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
 
 from bench.common import WORK, median_ms, p95_ms, print_table  # noqa: E402
 from bench.generate import generate  # noqa: E402
@@ -359,8 +362,8 @@ def shard_summary(rows: list[dict]) -> list[dict]:
 
 
 class _Timed:
-    """A shard's part with each call timed and its bytes on the wire counted (the request's
-    arguments and the answer as query.shards.wire encodes them; counted outside the time)."""
+    """A shard's part with each call timed and its bytes counted (the request's arguments
+    and the answer as pickled, what Ray carries; counted outside the time)."""
 
     remote = False
 
@@ -370,13 +373,13 @@ class _Timed:
         self.part, self.shard, self.log = part, shard, log
 
     def call(self, name: str, *args):
-        from query.shards.wire import encode
+        import pickle
 
         started = time.perf_counter()
         value = self.part.call(name, *args)
         took = time.perf_counter() - started
         step = f"stage:{args[1]}" if name == "stage" else name
-        size = len(encode(list(args))) + len(encode({"value": value}))
+        size = len(pickle.dumps(list(args), 5)) + len(pickle.dumps(value, 5))
         self.log.append((self.shard, step, took, size))
         _Timed.counting += time.perf_counter() - started - took  # not the router's work
         return value
@@ -401,7 +404,7 @@ def staged_rows(one, sharded, rounds: int, per_shard: list | None = None) -> lis
     from query.shards import reader as fanned
 
     rows = []
-    shard_query.IN_PROCESS = True  # the rounds a router over shard servers runs
+    shard_query.IN_PROCESS = True  # the rounds a router over shard groups runs
     with sharded.pinned() as snap:
         saved_parts, saved_pool = list(snap.parts), fanned._POOLS.get(False)
         log: list = []
@@ -542,123 +545,138 @@ def _has_simsimd() -> bool:
 
 
 class Traffic:
-    """Bytes and requests between the router and the shard servers, counted where the
-    router encodes a request and decodes an answer (query.shards.wire's `exchange_all`, or
-    `exchange` before it, `encode` and `decode`), in all and per call (a round's message
-    to a server carries one call per shard it serves: each is counted)."""
+    """Calls, rounds and bytes between a router and its shards, counted where the router sends
+    a round (`query.shards.reader.call_each`): each call's arguments and answer as pickled
+    (what Ray carries to a shard group), in all and per call (`stage:STEP` for a staged
+    round). The same counts for shards on Ray Serve and for shards in threads with the
+    staged rounds on (`query.rank.shard_search.IN_PROCESS`)."""
 
     def __init__(self):
         import threading
 
-        from query.shards import wire as shard_wire
-
-        self.wire = shard_wire
-        self.send = "exchange_all" if hasattr(shard_wire, "exchange_all") else "exchange"
-        self.saved = shard_wire.encode, shard_wire.decode, getattr(shard_wire, self.send)
-        self.sent = self.received = self.requests = 0
+        self.sent = self.received = self.requests = self.rounds = 0
         self.by_call: dict[str, int] = {}
         self.calls: dict[str, int] = {}
-        self.local = threading.local()
-        self.current = ""
+        self.steps: list[str] = []  # each round's name, in order
         self.lock = threading.Lock()
 
-    def _count(self, size: int, sent: bool) -> None:
-        # a round's messages are encoded on the router's threads: the call in flight
-        name = getattr(self.local, "call", None) or self.current or "other"
-        with self.lock:
-            if sent:
-                self.sent += size
-            else:
-                self.received += size
-            self.by_call[name] = self.by_call.get(name, 0) + size
-
     def __enter__(self):
-        encode, decode, exchange = self.saved
+        import pickle
 
-        def counted_encode(value):
-            data = encode(value)
-            self._count(len(data), True)
-            return data
+        from query.rank import shard_search
+        from query.shards import reader
 
-        def counted_decode(data):
-            self._count(len(data), False)
-            return decode(data)
+        self.modules = (reader, shard_search)
+        real = self.saved = reader.call_each
 
-        def counted_exchange(*args, **kwargs):
-            requests = args[0] if self.send == "exchange_all" else [args[:2]]
-            for _, request in requests:
-                calls = request.get("calls") or [request]
-                self.local.call = calls[0].get("call") or request.get("op")
-                if self.local.call == "stage":  # a staged query's round, by its step
-                    self.local.call = f"stage:{calls[0]['args'][1]}"
-                self.current = self.local.call
-                with self.lock:
-                    self.requests += len(calls)
-                    self.calls[self.local.call] = self.calls.get(self.local.call, 0) + len(calls)
-            return exchange(*args, **kwargs)
+        def counted(parts, name, args=None):
+            out = real(parts, name, args)
+            given = [()] * len(parts) if args is None else args
+            key = f"stage:{given[0][1]}" if name == "stage" and given else name
+            sent = sum(len(pickle.dumps(list(a), 5)) for a in given)
+            received = sum(len(pickle.dumps(v, 5)) for v in out)
+            with self.lock:
+                self.sent, self.received = self.sent + sent, self.received + received
+                self.requests += len(parts)
+                self.rounds += 1
+                self.steps.append(key)
+                self.calls[key] = self.calls.get(key, 0) + len(parts)
+                self.by_call[key] = self.by_call.get(key, 0) + sent + received
+            return out
 
-        self.wire.encode, self.wire.decode = counted_encode, counted_decode
-        setattr(self.wire, self.send, counted_exchange)
+        for module in self.modules:
+            module.call_each = counted
         return self
 
     def __exit__(self, *exc):
-        self.wire.encode, self.wire.decode = self.saved[:2]
-        setattr(self.wire, self.send, self.saved[2])
+        for module in self.modules:
+            module.call_each = self.saved
 
 
-def router_rows(one, root: Path, shards: int, servers: int, rounds: int) -> list[dict]:
-    """`servers` real shard servers share the shards; a router answers the searches."""
+def start_serve(root: Path, shards: int, groups: int, cpus: float) -> tuple:
+    """`mdvdb serve --ray local` of `root` in its own process: (process, Ray address, URL)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "mdvdb", "serve", "--ray", "local", "--root", str(root)]
+    argv += ["--groups", str(groups), "--cpus", str(cpus), "--listen", f"127.0.0.1:{port}"]
+    env = {**os.environ, "MDVDB_SHARDS": str(shards), "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    ready = proc.stdout.readline()  # "serve: ... on Ray ADDRESS; search at URL"
+    if "search at" not in ready:
+        proc.kill()
+        raise SystemExit(f"mdvdb serve --ray did not start: {ready!r}")
+    return proc, ready.split(" on Ray ")[1].split(";")[0], ready.split()[-1]
+
+
+def router_rows(one_root: Path, root: Path, shards: int, groups: int, rounds: int) -> list[dict]:
+    """`groups` shard groups on Ray Serve (a Ray started for these rows) share the shards; a
+    router in a process of its own (one Ray cluster a process) answers the searches."""
+    import json
+
+    proc, address, url = start_serve(root, shards, groups, cpus=0.5)
+    try:
+        argv = [sys.executable, __file__, "routed", str(one_root), str(root), str(shards)]
+        argv += [str(groups), str(rounds), address, url]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        if done.returncode != 0:
+            raise SystemExit(f"the routed run failed: {done.stderr[-3000:]}")
+        return json.loads(done.stdout.splitlines()[-1])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=120)
+
+
+def routed_main(argv: list[str]) -> None:
+    """The router of `router_rows`: with MDVDB_RAY_SERVE in this process, and the app's
+    HTTP endpoint; one JSON list of rows on stdout."""
+    import json
+
     from kernel.config import load_config
     from query import open_index
 
-    owned = [list(range(shards))[i::servers] for i in range(servers)]
-    procs, addresses = [], []
-    env = {**os.environ, "MDVDB_SHARDS": str(shards)}
-    try:
-        for mine in owned:
-            argv = [sys.executable, "-m", "mdvdb", "serve", "--shards", ",".join(map(str, mine))]
-            proc = subprocess.Popen(
-                [*argv, "--root", str(root)], env=env, stdout=subprocess.PIPE, text=True
-            )
-            procs.append(proc)
-            addresses.append(proc.stdout.readline().split()[-1])
-        config = load_config(root, {**env, "MDVDB_SHARD_SERVERS": ",".join(addresses)})
-        router = open_index(config=config)
-        rows = []
-        for mode in MODES:
-            reference = {q: answers(one, q, mode) for q in QUERIES}
-            got = {q: answers(router, q, mode) for q in QUERIES}
-            same = all(got[q] == reference[q] for q in QUERIES)
-            shared = statistics.mean(overlap(got[q], reference[q]) for q in QUERIES)
-            samples = []
-            with Traffic() as traffic:
-                for _ in range(rounds):
-                    for q in QUERIES:
-                        started = time.perf_counter()
-                        router.search(q, limit=10, mode=mode)
-                        samples.append(time.perf_counter() - started)
-            searches = rounds * len(QUERIES)
-            rows.append(
-                {
-                    "mode": mode,
-                    "layout": f"router, {servers} servers x {shards // servers} shards",
-                    "median_ms": median_ms(samples),
-                    "p95_ms": p95_ms(samples),
-                    "same_answers": same,
-                    "top10_overlap": round(shared, 3),
-                    "kb_per_query": round((traffic.sent + traffic.received) / searches / 1e3, 1),
-                    "calls_per_shard": round(traffic.requests / searches / shards, 1),
-                    "kb_by_call": ", ".join(
-                        f"{name} {size / searches / 1e3:.0f}"
-                        for name, size in sorted(traffic.by_call.items(), key=lambda kv: -kv[1])
-                    ),
-                }
-            )
-        return rows
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=60)
+    one_root, root, shards, groups, rounds, address, url = argv
+    shards, groups, rounds = int(shards), int(groups), int(rounds)
+    _keep_both_readers()
+    one = open_at(Path(one_root), 1)
+    env = {**os.environ, "MDVDB_SHARDS": str(shards), "MDVDB_RAY_SERVE": address}
+    router = open_index(config=load_config(Path(root), env))
+    rows = []
+    for mode in MODES:
+        reference = {q: answers(one, q, mode) for q in QUERIES}
+        got = {q: answers(router, q, mode) for q in QUERIES}
+        samples, posted = [], []
+        with Traffic() as traffic:
+            for _ in range(rounds):
+                for q in QUERIES:
+                    started = time.perf_counter()
+                    router.search(q, limit=10, mode=mode)
+                    samples.append(time.perf_counter() - started)
+        for _ in range(rounds):
+            for q in QUERIES:
+                started = time.perf_counter()
+                httpx.post(url, json={"query": q, "mode": mode, "limit": 10}, timeout=60)
+                posted.append(time.perf_counter() - started)
+        searches = rounds * len(QUERIES)
+        rows.append(
+            {
+                "mode": mode,
+                "layout": f"Serve, {groups} groups x {shards // groups} shards",
+                "median_ms": median_ms(samples),
+                "p95_ms": p95_ms(samples),
+                "http_median_ms": median_ms(posted),
+                "http_p95_ms": p95_ms(posted),
+                "same_answers": all(got[q] == reference[q] for q in QUERIES),
+                "top10_overlap": round(
+                    statistics.mean(overlap(got[q], reference[q]) for q in QUERIES), 3
+                ),
+                "kb_per_query": round((traffic.sent + traffic.received) / searches / 1e3, 1),
+                "rounds_per_query": round(traffic.rounds / searches, 1),
+            }
+        )
+    print(json.dumps(rows))
 
 
 def main() -> None:
@@ -670,7 +688,9 @@ def main() -> None:
         default="",
         help="N=ROOT,... of folders already ingested (1 = one file): nothing is generated",
     )
-    parser.add_argument("--servers", type=int, default=0, help="shard servers for the router")
+    parser.add_argument(
+        "--groups", default="", help="shard groups on Ray Serve for routed runs, e.g. 1,2,4"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--queries", type=int, default=len(QUERIES), help="use the first N queries only"
@@ -741,10 +761,14 @@ def main() -> None:
             per_shard + shard_summary(per_shard),
             args.json,
         )
-        if args.servers:
+        routed = []
+        for groups in [int(g) for g in args.groups.split(",") if g.strip()]:
+            routed += router_rows(roots[1], roots[most], most, groups, args.rounds)
+        if routed:
             print_table(
-                f"router over shard servers on 127.0.0.1 ({total} chunks, {most} shards)",
-                router_rows(indexes[1], roots[most], most, args.servers, args.rounds),
+                f"routed through Ray Serve on this machine ({total} chunks, {most} shards; "
+                "median/p95: a router in this process, http: the app's endpoint)",
+                routed,
                 args.json,
             )
     print(f"load average: {os.getloadavg()[0]:.1f}", file=sys.stderr)
@@ -755,6 +779,8 @@ if __name__ == "__main__":
         from bench.scaleout_ingest import main as ingest_main
 
         ingest_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["routed"]:  # a router over Ray Serve (router_rows)
+        routed_main(sys.argv[2:])
     elif sys.argv[1:2] == ["shard"]:  # one shard of a bigger layout, timed alone
         one_shard_main(sys.argv[2:])
     else:

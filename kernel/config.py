@@ -186,18 +186,12 @@ def _str(raw: str) -> str:
     return raw.strip()
 
 
-def _addresses(raw: str) -> tuple[str, ...]:
-    """HOST:PORT[,HOST:PORT...] (empty: none)."""
-    out = []
-    for item in raw.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"expected HOST:PORT, got {item!r}")
-        out.append(item)
-    return tuple(out)
+def _app_name(raw: str) -> str:
+    """A Serve application's name: letters, digits, `-`, `_` and `.`."""
+    name = raw.strip()
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ValueError(f"expected a name of letters, digits, -, _ or ., got {raw!r}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -422,11 +416,19 @@ SETTINGS: tuple[Setting, ...] = (
         "Index shard files, split by a hash of the path (1: one index file; docs/scale-out.md)",
     ),
     Setting(
-        "MDVDB_SHARD_SERVERS",
-        "shard_servers",
-        _addresses,
+        "MDVDB_RAY_SERVE",
+        "ray_serve",
+        _str,
         "",
-        "HOST:PORT,... of `mdvdb serve --shards` processes a reader sends its per-shard work to",
+        "Ray address (auto, HOST:PORT, ray://HOST:PORT) where `mdvdb serve --ray` deployed "
+        "this index's shard groups: a reader sends its per-shard work there (docs/scale-out.md)",
+    ),
+    Setting(
+        "MDVDB_RAY_SERVE_APP",
+        "ray_serve_app",
+        _app_name,
+        "mdvdb",
+        "The Serve application of `mdvdb serve --ray` (one per index on a cluster)",
     ),
     Setting(
         "MDVDB_CHUNK_OVERLAP_TOKENS", "chunk_overlap_tokens", _int(0, 8191), "50", "Window overlap"
@@ -645,7 +647,8 @@ class Config:
     chunk_max_tokens: int = 512
     chunk_overlap_tokens: int = 50
     shards: int = 1
-    shard_servers: tuple[str, ...] = ()
+    ray_serve: str = ""  # a Ray address; empty: shards in this process
+    ray_serve_app: str = "mdvdb"
     search_default_limit: int = DEFAULT_LIMIT
     search_min_score: float = 0.0
     search_min_confidence: float = 0.0

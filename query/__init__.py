@@ -47,7 +47,7 @@ _PUBLIC = {
     "SearchRequest": ("query.request", "SearchRequest"),
     "SearchResponse": ("query.results", "SearchResponse"),
     "SearchResult": ("query.results", "SearchResult"),
-    "ShardServer": ("query.shards.wire", "ShardServer"),
+    "ShardGroup": ("query.shards.serve", "ShardGroup"),
     "SourceError": ("query.grep.sources", "SourceError"),
     "Status": ("query.results", "Status"),
     "cluster_members": ("query.clusters", "members"),
@@ -64,6 +64,8 @@ _PUBLIC = {
     "rg_complaint": ("query.grep.ripgrep", "rg_complaint"),
     "run_request": ("query.request", "run_request"),
     "select_roots": ("query.grep.sources", "select_roots"),
+    "shard_group_name": ("query.shards.serve", "group_name"),
+    "shard_groups": ("query.shards.serve", "groups_of"),
     "start_grep": ("query.grep.ripgrep", "start"),
     "use_color": ("query.grep.format", "use_color"),
     "value_counts": ("query.schema", "value_counts"),
@@ -98,7 +100,7 @@ __all__ = [
     "SearchRequest",
     "SearchResponse",
     "SearchResult",
-    "ShardServer",
+    "ShardGroup",
     "SourceError",
     "Status",
     "cluster_members",
@@ -115,6 +117,8 @@ __all__ = [
     "rg_complaint",
     "run_request",
     "select_roots",
+    "shard_group_name",
+    "shard_groups",
     "start_grep",
     "use_color",
     "value_counts",
@@ -143,6 +147,9 @@ if TYPE_CHECKING:
     from query.results import Document, Link, SearchResponse, SearchResult, Status
     from query.schema import Schema, load_schema, overlay_is_stale, value_counts
     from query.search_options import MODES, OPTIONS
+    from query.shards.serve import ShardGroup
+    from query.shards.serve import group_name as shard_group_name
+    from query.shards.serve import groups_of as shard_groups
     from query.snapshot import QueryError
     from query.verify import new_files
     from query.verify import verify as verify_index

@@ -78,11 +78,11 @@ class Snapshot:
 _SNAPSHOTS: dict[tuple[Path, bool], Snapshot] = {}  # by path and lite
 
 
-def _shared_snapshot(path: Path, lite: bool = False, servers: tuple[str, ...] = ()) -> Snapshot:
+def _shared_snapshot(path: Path, lite: bool = False, route: tuple[str, ...] = ()) -> Snapshot:
     key = (path, lite)
     cached = _SNAPSHOTS.get(key)
-    if cached is not None and getattr(cached, "servers", servers) != servers:
-        cached = None  # the same sharded index, read through other shard servers
+    if cached is not None and getattr(cached, "route", route) != route:
+        cached = None  # the same sharded index, read through other shard groups
     if cached is not None:
         try:
             st = os.stat(path)
@@ -94,7 +94,7 @@ def _shared_snapshot(path: Path, lite: bool = False, servers: tuple[str, ...] = 
     if path.name == shards.MANIFEST:  # a sharded index (query.shards.reader)
         from query.shards.reader import ShardedSnapshot
 
-        snap: Snapshot = ShardedSnapshot.load(path, servers)  # type: ignore[assignment]
+        snap: Snapshot = ShardedSnapshot.load(path, route)  # type: ignore[assignment]
     else:
         snap = Snapshot.load(path, lite)
     _SNAPSHOTS[key] = snap
@@ -139,23 +139,27 @@ class Reader:
     def _current(self) -> Snapshot:
         snap = self._snapshot
         if snap is None or self._is_outdated(snap):
-            snap = _shared_snapshot(self.source, self.lite, self._shard_servers())
+            snap = _shared_snapshot(self.source, self.lite, self._route())
             self._snapshot = snap
         return snap
 
-    def _shard_servers(self) -> tuple[str, ...]:
-        """MDVDB_SHARD_SERVERS, unless an untrusted folder's `.markdownvdb` chose them: the
-        query's words and vector go to those servers."""
+    def _route(self) -> tuple[str, ...]:
+        """(MDVDB_RAY_SERVE, MDVDB_RAY_SERVE_APP) when shard groups on Ray Serve answer the
+        per-shard calls, unless an untrusted folder's `.markdownvdb` chose the cluster: the
+        query's words and vector go there."""
         from kernel.config import CONFIG_FILE, TRUSTED_FOLDERS
 
         cfg = self.config
-        if cfg.shard_servers and cfg.from_folder("MDVDB_SHARD_SERVERS") and not cfg.trusted:
+        if not cfg.ray_serve:
+            return ()
+        chosen = cfg.from_folder("MDVDB_RAY_SERVE") or cfg.from_folder("MDVDB_RAY_SERVE_APP")
+        if chosen and not cfg.trusted:
             raise QueryError(
-                f"MDVDB_SHARD_SERVERS comes from {cfg.root / CONFIG_FILE}; refusing to send "
-                f"queries to servers the folder chose (set it in your environment, or trust "
+                f"MDVDB_RAY_SERVE comes from {cfg.root / CONFIG_FILE}; refusing to send "
+                f"queries to a cluster the folder chose (set it in your environment, or trust "
                 f"the folder: {TRUSTED_FOLDERS}={cfg.root})"
             )
-        return cfg.shard_servers
+        return (cfg.ray_serve, cfg.ray_serve_app)
 
     @contextmanager
     def pinned(self) -> Iterator[Snapshot]:

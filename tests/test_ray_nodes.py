@@ -13,6 +13,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -46,10 +48,13 @@ cluster = Cluster(
     initialize_head=True,
     head_node_args={"num_cpus": 0, "temp_dir": temp, "include_dashboard": False, **store},
 )
-nodes = [cluster.add_node(num_cpus=1, **store) for _ in range(2)]
+nodes = [cluster.add_node(num_cpus=int(sys.argv[2]), **store) for _ in range(2)]
 cluster.wait_for_nodes()
 print(cluster.address, flush=True)
-sys.stdin.read()  # until the test closes it
+for line in sys.stdin:  # until the test closes it; "kill N": worker node N dies at once
+    if line.startswith("kill "):
+        cluster.remove_node(nodes[int(line.split()[1])], allow_graceful=False)
+        print("killed", flush=True)
 cluster.shutdown()
 """
 
@@ -58,13 +63,26 @@ class Nodes:
     def __init__(self, proc: subprocess.Popen, address: str, temp: str) -> None:
         self.proc, self.address, self.temp = proc, address, temp
 
+    def kill(self, node: int) -> None:
+        """Worker node `node`'s raylet and workers SIGKILLed (`Cluster.remove_node`)."""
+        self.proc.stdin.write(f"kill {node}\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "killed"
+
 
 @pytest.fixture(scope="module")
 def nodes():
+    with cluster_of(cpus=1) as running:
+        yield running
+
+
+@contextmanager
+def cluster_of(cpus: int):
+    """A head with no CPU and two worker nodes of `cpus` CPUs each, in their own process."""
     temp = tempfile.mkdtemp(prefix="mdvdb-nodes-", dir="/tmp")  # short: Ray's socket paths
     log = open(os.path.join(temp, "cluster.log"), "w")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
-        [sys.executable, "-c", CLUSTER, temp],
+        [sys.executable, "-c", CLUSTER, temp, str(cpus)],
         env={**os.environ, **QUIET},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -130,3 +148,56 @@ def test_an_ingest_over_two_nodes_builds_the_local_index(nodes: Nodes, tmp_path:
     assert more["workers"] == len(more["executor_actors"]) == 2, more["executor_actors"]
     assert _index_parts(spread / ".markdownvdb.index") == _index_parts(local / ".markdownvdb.index")
     _verify(spread)
+
+
+def test_a_worker_node_killed_mid_ingest_leaves_a_clean_retry(tmp_path: Path):
+    """Both actors hold a batch when worker node 0 dies (its raylet and workers SIGKILLed):
+    the run either finishes on the node left or stops with one line, the previous index
+    intact and the folder free; the next run, on the one node left, builds the local index
+    byte for byte. (A cluster of its own: it loses a node.)"""
+    from tests.test_ray import HOLD, Head, _ingest_in_background, _workers_holding_a_batch
+
+    local = _mixed_project(tmp_path / "local", 300)
+    later = sorted(local.rglob("page-*.md"))[100:]
+    held = {page.relative_to(local): page.read_bytes() for page in later}
+    for page in later:
+        page.unlink()
+    _ok(_ingest(local, env={"MDVDB_WORKERS": "1"}))  # the previous index: 200 files fewer
+    on_ray = Path(shutil.copytree(local, tmp_path / "ray"))
+    before = _index_parts(on_ray / ".markdownvdb.index")
+    for name, data in held.items():
+        (local / name).write_bytes(data)
+        shutil.copy2(local / name, on_ray / name)  # the same bytes and times
+    _ok(_ingest(local, env={"MDVDB_WORKERS": "1"}))
+    go = tmp_path / "go"
+    with cluster_of(cpus=1) as cluster:
+        head = Head(cluster.address, cluster.temp)
+        run = _ingest_in_background(
+            on_ray, "--executor", f"ray:{cluster.address}", env={HOLD: str(go)}
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while len(_workers_holding_a_batch(head)) < 2:
+                assert run.poll() is None, run.communicate()
+                assert time.monotonic() < deadline, "two actors never held a batch"
+                time.sleep(0.2)
+            cluster.kill(0)
+            go.touch()
+            out, err = run.communicate(timeout=600)
+        finally:
+            go.touch()
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        if run.returncode == 0:
+            parts = _index_parts(on_ray / ".markdownvdb.index")
+            assert parts == _index_parts(local / ".markdownvdb.index")
+        else:
+            assert run.returncode == 1, err
+            lines = [line for line in err.splitlines() if line.startswith("mdvdb:")]
+            assert len(lines) == 1 and "previous index is intact" in lines[0], err[-3000:]
+            assert _index_parts(on_ray / ".markdownvdb.index") == before
+        again = _ok(_ingest(on_ray, "--executor", f"ray:{cluster.address}"))
+        assert len({a["node_id"] for a in again["executor_actors"]}) <= 1
+    assert _index_parts(on_ray / ".markdownvdb.index") == _index_parts(local / ".markdownvdb.index")
+    _verify(on_ray)

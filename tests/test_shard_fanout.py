@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_shards import _shard_server
 
 FILES = 1_500  # ~4,500 chunks: four shards of more than RESCORE_DEPTH (1,000) rows
 SHARDED = {"MDVDB_SHARDS": "4"}
@@ -140,33 +139,28 @@ def test_each_shard_runs_the_int8_first_pass(generated) -> None:
 
 
 @pytest.mark.slow
-def test_a_router_receives_candidates_not_a_number_per_chunk(generated) -> None:
-    """Two real shard servers on 127.0.0.1; a router (the library with
-    MDVDB_SHARD_SERVERS) answers as the one file. A hybrid query's dense side is one call
-    per shard answering its best rows (no call answers a cosine per chunk: the previous
-    protocol's `dots` and `page_dots` did, twice over), and the BM25F answers carry only
-    the chunks that score."""
+def test_a_router_receives_candidates_not_a_number_per_chunk(generated, monkeypatch) -> None:
+    """The staged rounds a router over shard groups runs (here with the shards in threads):
+    the answers are the one file's. A hybrid query's dense side is one call per shard
+    answering its best rows (no call answers a cosine per chunk: the previous protocol's
+    `dots` and `page_dots` did, twice over), and the BM25F answers carry only the chunks
+    that score."""
     from bench.scaleout import Traffic
+    from query.rank import shard_search
 
     one, four, chunks = generated
-    servers = [_shard_server(four, "0,1"), _shard_server(four, "2,3")]
-    try:
-        routed = {**SHARDED, "MDVDB_SHARD_SERVERS": ",".join(a for _, a in servers)}
-        router = _open(four, routed)
-        reference = _open(one, {})
-        for mode in ("lexical", "hybrid"):
-            for query in QUERIES:
-                assert _top(router, query, mode) == _top(reference, query, mode), (mode, query)
-        with Traffic() as traffic:
-            for query in QUERIES:
-                router.search(query, limit=10, mode="hybrid")
-        assert traffic.calls.get("stage:dense") == 4 * len(QUERIES), traffic.calls
-        assert not {"dots", "page_dots", "dots_rows", "term_scores"} & set(traffic.calls)
-        assert traffic.by_call["stage:dense"] / len(QUERIES) < 8 * chunks, traffic.by_call
-    finally:
-        for proc, _ in servers:
-            proc.terminate()
-            proc.wait(timeout=30)
+    monkeypatch.setattr(shard_search, "IN_PROCESS", True)
+    router = _open(four, SHARDED)
+    reference = _open(one, {})
+    for mode in ("lexical", "hybrid"):
+        for query in QUERIES:
+            assert _top(router, query, mode) == _top(reference, query, mode), (mode, query)
+    with Traffic() as traffic:
+        for query in QUERIES:
+            router.search(query, limit=10, mode="hybrid")
+    assert traffic.calls.get("stage:dense") == 4 * len(QUERIES), traffic.calls
+    assert not {"dots", "page_dots", "dots_rows", "term_scores"} & set(traffic.calls)
+    assert traffic.by_call["stage:dense"] / len(QUERIES) < 8 * chunks, traffic.by_call
 
 
 @pytest.fixture(scope="module")
@@ -213,32 +207,31 @@ WIDE = [
 
 
 def _kb_per_query(root: Path, mode: str) -> tuple[float, dict]:
-    """KB a router exchanges per query with one real shard server holding all four shards
-    (after a first pass: the terms' df is kept per generation), and the calls it made."""
+    """KB a router exchanges per query with its four shards in the staged rounds (after a
+    first pass: the terms' df is kept per generation), and the calls it made."""
     from bench.scaleout import Traffic
 
-    server = _shard_server(root, "0,1,2,3")
-    try:
-        router = _open(root, {**SHARDED, "MDVDB_SHARD_SERVERS": server[1]})
+    router = _open(root, SHARDED)
+    for query in WIDE:
+        router.search(query, limit=10, mode=mode)
+    with Traffic() as traffic:
         for query in WIDE:
-            router.search(query, limit=10, mode=mode)
-        with Traffic() as traffic:
-            for query in WIDE:
-                router.search(query + " again", limit=10, mode=mode)
-        return (traffic.sent + traffic.received) / len(WIDE) / 1e3, dict(traffic.calls)
-    finally:
-        server[0].terminate()
-        server[0].wait(timeout=30)
+            router.search(query + " again", limit=10, mode=mode)
+    return (traffic.sent + traffic.received) / len(WIDE) / 1e3, dict(traffic.calls)
 
 
 @pytest.mark.slow
-def test_bytes_per_query_do_not_grow_with_the_shards(generated, tmp_path: Path) -> None:
+def test_bytes_per_query_do_not_grow_with_the_shards(
+    generated, tmp_path: Path, monkeypatch
+) -> None:
     """The staged protocol (query.rank.shard_search): a lexical or hybrid query over shards 3x
     larger exchanges about the same bytes (best rows, maxima, terms: ~9 KB lexical, ~80 KB
     hybrid over 4 shards), where the per-chunk protocol sent every scoring chunk's BM25F
     and expansion score; and the larger answers are the one-file ones."""
     from bench.generate import generate
+    from query.rank import shard_search
 
+    monkeypatch.setattr(shard_search, "IN_PROCESS", True)
     one, four, chunks = generated
     small = generate(tmp_path / "small", FILES // 3)
     done = run_cli("ingest", "--root", str(small), env=SHARDED)

@@ -1,5 +1,5 @@
-"""A router over shard servers answers in few round trips (query/rank/shard_search.py): a round is
-one message per server, the corpus-wide numbers a step needs are gathered in the round
+"""A router over shard groups answers in few round trips (query/rank/shard_search.py): a round is
+one request per group, the corpus-wide numbers a step needs are gathered in the round
 before it where they can be, and the rows a shortcut cannot vouch for are asked for in a
 round of their own. The counts are asserted, and every shortcut is checked against the
 round it replaces: the same answers, and the one-file ones (docs/scale-out.md)."""
@@ -59,37 +59,14 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return one, three
 
 
-@pytest.fixture(scope="module")
-def _server(folders) -> dict:
-    """One real shard server (`mdvdb serve --shards all`) for the three shards: its process
-    and address, which the restart test replaces by a new process on the same address."""
-    running = dict(zip(("proc", "address"), _shard_server_of(folders[1]), strict=True))
-    yield running
-    running["proc"].terminate()
-    running["proc"].wait(timeout=30)
-
-
 @pytest.fixture
-def server(_server: dict) -> str:
-    return _server["address"]
+def staged(monkeypatch) -> None:
+    """The staged rounds a router over shard groups runs, with the shards in this process's
+    threads (as bench/scaleout.py times them; tests/test_ray_serve.py runs them on Ray
+    Serve): the same calls, arguments and answers."""
+    from query.rank import shard_search
 
-
-def _shard_server_of(root: Path, listen: str = "127.0.0.1:0"):
-    """A real `mdvdb serve --shards all` of `root`: (process, address)."""
-    import subprocess
-    import sys
-
-    argv = ["serve", "--shards", "all", "--listen", listen, "--root", str(root)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mdvdb", *argv],
-        env={**os.environ, **SHARDS},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    assert line.startswith("serve: shards"), line + proc.stderr.read()
-    return proc, line.split()[-1]
+    monkeypatch.setattr(shard_search, "IN_PROCESS", True)
 
 
 def _open(root: Path, env: dict):
@@ -113,22 +90,21 @@ def _forget(index) -> None:
 
 
 class Rounds:
-    """The router's round trips (`exchange_all` calls), each named by its step."""
+    """The router's round trips (`call_each` calls), each named by its step."""
 
     def __init__(self, monkeypatch):
-        from query.shards import wire as shard_wire
+        from query.rank import shard_search
+        from query.shards import reader
 
         self.log: list[str] = []
-        send = shard_wire.exchange_all
+        send = reader.call_each
 
-        def logged(requests, *args, **kwargs):
-            request = requests[0][1]
-            call = (request.get("calls") or [request])[0]
-            name = call.get("call") or request.get("op")
-            self.log.append(f"{name}:{call['args'][1]}" if name == "stage" else name)
-            return send(requests, *args, **kwargs)
+        def logged(parts, name, args=None):
+            self.log.append(f"{name}:{args[0][1]}" if name == "stage" else name)
+            return send(parts, name, args)
 
-        monkeypatch.setattr(shard_wire, "exchange_all", logged)
+        monkeypatch.setattr(reader, "call_each", logged)
+        monkeypatch.setattr(shard_search, "call_each", logged)
 
     def of(self, search) -> list[str]:
         self.log.clear()
@@ -140,15 +116,15 @@ RATE = "feedback_postings"  # the shown sections' terms, for their confidence
 HYBRID = ["stage:bm25", "stage:dense", "stage:first", "stage:expand", "stage:fuse", "stage:final"]
 
 
-def test_round_trips_per_query(folders, server, monkeypatch) -> None:
+def test_round_trips_per_query(folders, staged, monkeypatch) -> None:
     """A lexical query is one round trip once its terms' statistics are known (its best
     rows come back with the scores), a hybrid one six (no stub round: the pool of the name
     test is known from the candidates); new terms add one round for both of their
     statistics, and RM3's new expansion terms one more; then one round reads the shown
-    sections' terms for their confidence (query.rank.confidence). Each round is one message
-    per server, whatever the shards it serves."""
+    sections' terms for their confidence (query.rank.confidence). Each round is one request
+    per shard group, whatever the shards it serves."""
     one, three = folders
-    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
+    router = _open(three, SHARDS)
     rounds = Rounds(monkeypatch)
     first = rounds.of(lambda: router.search(QUERIES[0], limit=10, mode="lexical"))
     assert first[-3:] == ["term_df", "stage:bm25", RATE], first
@@ -167,13 +143,13 @@ def test_round_trips_per_query(folders, server, monkeypatch) -> None:
         assert rounds.of(lambda q=query: router.search(q + " ", mode="hybrid")) == [*HYBRID, RATE]
 
 
-def test_router_answers_as_one_file_with_every_part(folders, server) -> None:
+def test_router_answers_as_one_file_with_every_part(folders, staged) -> None:
     """Top 10 with every part of the score (`explain`: BM25F, cosine, page, stub, name),
     totals, with and without a filter, lexical and hybrid: the one-file answers."""
     from query.filters import parse_filter
 
     one, three = folders
-    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
+    router = _open(three, SHARDS)
     reference = _open(one, {})
     archive = [parse_filter("category=archive")]
     stubs_cut = 0
@@ -189,7 +165,7 @@ def test_router_answers_as_one_file_with_every_part(folders, server) -> None:
     assert stubs_cut, "no query ranks a catalogue record: the stub prior goes untested"
 
 
-def test_each_shortcut_answers_as_the_round_it_replaces(folders, server, monkeypatch) -> None:
+def test_each_shortcut_answers_as_the_round_it_replaces(folders, staged, monkeypatch) -> None:
     """The rounds the router skips, run anyway: the name test's pool asked of the shards
     after the stub prior (not computed from the candidates), and every shard's best 10 of the
     first fused ranking with postings (no bound). The answers are the same. (The third
@@ -199,7 +175,7 @@ def test_each_shortcut_answers_as_the_round_it_replaces(folders, server, monkeyp
     from query.rank import shard_search as shard_query
 
     one, three = folders
-    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
+    router = _open(three, SHARDS)
     queries = [*QUERIES, "tar archive record", "invoice tax record"]
     real_bound = shard_query._first_bound
     bounds = []
@@ -293,13 +269,14 @@ def test_the_name_pool_from_the_candidates_is_exact_or_none() -> None:
     assert 100 < known < 400, known
 
 
-def test_concurrent_queries_through_one_router(folders, server) -> None:
+def test_concurrent_queries_through_one_router(folders, staged) -> None:
     """Searches from several threads of one router (as `mdvdb serve` answers clients): each
-    round takes its own kept connections, and every answer is the one-file one."""
+    query's rounds keep their own session on every shard, and every answer is the one-file
+    one."""
     from concurrent.futures import ThreadPoolExecutor
 
     one, three = folders
-    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": server})
+    router = _open(three, SHARDS)
     reference = _open(one, {})
     asked = [
         (q + " " * i, mode) for i in range(3) for q in QUERIES for mode in ("lexical", "hybrid")
@@ -308,35 +285,3 @@ def test_concurrent_queries_through_one_router(folders, server) -> None:
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda qm: _top(router, *qm), asked))
     assert got == want
-
-
-@pytest.mark.slow  # a server restarted and a router reconnecting: ~2 CPU-s
-def test_a_router_reconnects_to_a_restarted_server(folders, _server, monkeypatch) -> None:
-    """The shard server restarts on its address between two queries: the connections the
-    router kept are closed, so its next round opens new ones (once) and answers. (The
-    module's server is the one restarted: one server start fewer; the new one serves the
-    tests after this one, on the same address.)"""
-    one, three = folders
-    reference = _open(one, {})
-    address = _server["address"]
-    router = _open(three, {**SHARDS, "MDVDB_SHARD_SERVERS": address})
-    assert _top(router, QUERIES[0], "hybrid") == _top(reference, QUERIES[0], "hybrid")
-    _server["proc"].terminate()
-    _server["proc"].wait(timeout=30)
-    _server["proc"], again = _shard_server_of(three, listen=address)
-    assert again == address
-    from query.shards import wire as shard_wire
-
-    reopened = []
-    real_again = shard_wire._again
-
-    def again_logged(*args, **kwargs):
-        reopened.append(args[0])
-        return real_again(*args, **kwargs)
-
-    monkeypatch.setattr(shard_wire, "_again", again_logged)
-    for mode in ("lexical", "hybrid"):
-        assert _top(router, QUERIES[1], mode) == _top(reference, QUERIES[1], mode)
-    # the answers came over connections kept from before the restart, found closed and
-    # opened anew (a router that kept none would answer too, without reconnecting)
-    assert reopened and set(reopened) == {address}, reopened

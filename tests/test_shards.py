@@ -202,10 +202,12 @@ TLDR_QUERIES = [
 
 
 @pytest.mark.slow
-def test_tldr_subset_sharded_ranks_as_one_file(corpora_dir: Path, tmp_path: Path) -> None:
+def test_tldr_subset_sharded_ranks_as_one_file(
+    corpora_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
     """1,600 tldr pages spread over every platform folder (near copies across folders),
-    indexed as one file and as four shards, searched in process and through a router over
-    shard servers: the same top 10 (path and lines, and scores)."""
+    indexed as one file and as four shards, searched in process and with the staged rounds
+    of a router over shard groups: the same top 10 (path and lines, and scores)."""
     pages = unpack_corpus(corpora_dir, "tldr") / "pages"
     files = sorted(pages.rglob("*.md"))
     step = len(files) / 1600
@@ -218,136 +220,33 @@ def test_tldr_subset_sharded_ranks_as_one_file(corpora_dir: Path, tmp_path: Path
             shutil.copy2(source, dest)
     _ingest(one)
     _ingest(four, SHARDED)
-    # and through a router over two shard servers: the staged rounds (query.rank.shard_search),
+    for mode in ("lexical", "hybrid"):
+        for query in TLDR_QUERIES:
+            expected = _search(one, query, "--mode", mode)
+            assert expected["results"], query
+            assert _search(four, query, "--mode", mode, env=SHARDED) == expected, (mode, query)
+    # and in the staged rounds of a router over shard groups (query.rank.shard_search),
     # whose merges must break the ties of near copies as the one file does
-    servers = [_shard_server(four, "0,1"), _shard_server(four, "2,3")]
-    try:
-        routed = {**SHARDED, "MDVDB_SHARD_SERVERS": ",".join(a for _, a in servers)}
-        for mode in ("lexical", "hybrid"):
-            for query in TLDR_QUERIES:
-                expected = _search(one, query, "--mode", mode)
-                assert expected["results"], query
-                assert _search(four, query, "--mode", mode, env=SHARDED) == expected, (mode, query)
-                assert _search(four, query, "--mode", mode, env=routed) == expected, (mode, query)
-    finally:
-        for proc, _ in servers:
-            proc.terminate()
-            proc.wait(timeout=30)
-
-
-def _shard_server(root: Path, which: str):
-    """A real `mdvdb serve --shards` on 127.0.0.1 (any free port); (process, address)."""
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mdvdb", "serve", "--shards", which, "--root", str(root)],
-        env={**os.environ, **SHARDED},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline()  # "serve: shards 0,1 of ROOT on 127.0.0.1:PORT"
-    assert line.startswith("serve: shards"), line + proc.stderr.read()
-    return proc, line.split()[-1]
-
-
-@pytest.mark.slow
-def test_a_router_over_shard_servers_answers_as_one_file(twins) -> None:
-    """Two shard servers (shards 0-1 and 2-3) on 127.0.0.1; `mdvdb search` with
-    MDVDB_SHARD_SERVERS sends them its per-shard work (BM25F with the global statistics,
-    cosines, pages, feedback) and merges: the whole JSON answer is the one-file one."""
-    from query.shards.wire import exchange
-
-    one, four = twins
-    servers = [_shard_server(four, "0,1"), _shard_server(four, "2,3")]
-    try:
-        routed = {**SHARDED, "MDVDB_SHARD_SERVERS": ",".join(a for _, a in servers)}
-        for mode in ("lexical", "hybrid", "semantic"):
-            for query in QUERIES:
-                expected = _search(one, query, "--mode", mode)
-                assert expected["results"], query
-                assert _search(four, query, "--mode", mode, env=routed) == expected, (mode, query)
-        expected = _search(one, "example work", "--filter", "category=network")
-        assert _search(four, "example work", "--filter", "category=network", env=routed) == (
-            expected
-        )
-        # The work was done by the servers (each served its own shards' calls).
-        for _, address in servers:
-            assert exchange(address, {"op": "ping"})["requests"] > 0
-        # A shard nobody serves: one line, exit 1.
-        alone = {**SHARDED, "MDVDB_SHARD_SERVERS": servers[0][1]}
-        done = run_cli("search", "tar", "--root", str(four), env=alone)
-        assert done.returncode == 1
-        assert done.stderr.count("\n") == 1 and "serves shard(s) 2, 3" in done.stderr
-    finally:
-        for proc, _ in servers:
-            proc.terminate()
-            proc.wait(timeout=30)
-
-
-def test_a_shard_server_refuses_what_it_does_not_serve(twins) -> None:
-    """Requests for another shard's file, a path, an unknown call: an error answer each."""
     from kernel.config import load_config
-    from query.shards.wire import ShardServer, decode, encode
+    from query import open_index
+    from query.rank import shard_search
 
-    _, four = twins
-    config = load_config(four, {**os.environ, **SHARDED})
-    manifest = shards.read_manifest(config.shards_path)
-    server = ShardServer(config.shards_path, [0], 4)
-    mine, other = manifest.entries[0].name, manifest.entries[1].name
-    assert "value" in decode(server.answer(encode({"file": mine, "call": "info", "args": []})))
-    for request in (
-        {"file": other, "call": "info", "args": []},
-        {"file": "../" + mine, "call": "info", "args": []},
-        {"file": mine, "call": "__init__", "args": []},
-    ):
-        assert "error" in decode(server.answer(encode(request))), request
-    assert "error" in decode(server.answer(b"\x00" * 3 + b"garbage"))
+    monkeypatch.setattr(shard_search, "IN_PROCESS", True)
+    staged = open_index(config=load_config(four, {**os.environ, **SHARDED}))
+    reference = open_index(config=load_config(one, dict(os.environ)))
+    for mode in ("lexical", "hybrid"):
+        for query in TLDR_QUERIES:
+            want = [(r.path, r.start_line, r.score) for r in reference.search(query, mode=mode)]
+            got = [(r.path, r.start_line, r.score) for r in staged.search(query, mode=mode)]
+            assert got == want, (mode, query)
 
 
-def test_a_shard_server_of_another_release_is_one_line(twins) -> None:
-    """A real server on 127.0.0.1 whose hello lacks this release's protocol (as an older
-    mdvdb's does): `mdvdb search` through it says so in one line, exit 1."""
-    import threading
-
-    from kernel.config import load_config
-    from query.shards.wire import ShardServer, decode, encode
-
-    class Older(ShardServer):
-        def answer(self, raw: bytes) -> bytes:
-            reply = decode(super().answer(raw))
-            if isinstance(reply.get("value"), dict):
-                reply["value"].pop("protocol", None)
-            return encode(reply)
-
-    _, four = twins
-    config = load_config(four, {**os.environ, **SHARDED})
-    server = Older(config.shards_path, [0, 1, 2, 3], 4)
-    port: list[int] = []
-    ready = threading.Event()
-    thread = threading.Thread(
-        target=server.serve, args=("127.0.0.1", 0, lambda p: (port.append(p), ready.set()))
-    )
-    thread.start()
-    try:
-        assert ready.wait(10)
-        routed = {**SHARDED, "MDVDB_SHARD_SERVERS": f"127.0.0.1:{port[0]}"}
-        done = run_cli("search", "tar", "--root", str(four), env=routed)
-        assert done.returncode == 1, done.stdout + done.stderr
-        assert done.stderr.count("\n") == 1 and "speaks protocol None" in done.stderr
-        assert "Traceback" not in done.stderr
-    finally:
-        server.stop.set()
-        thread.join(10)
-
-
-def test_shard_servers_chosen_by_the_folder_are_refused(tmp_path: Path) -> None:
-    """A folder's `.markdownvdb` may not send the user's queries to servers it names."""
+def test_a_cluster_chosen_by_the_folder_is_refused(tmp_path: Path) -> None:
+    """A folder's `.markdownvdb` may not send the user's queries to a Ray cluster it names."""
     root = tmp_path / "p"
     root.mkdir()
     (root / "a.md").write_text("# a\n\ntext\n", encoding="utf-8")
-    (root / ".markdownvdb").write_text("MDVDB_SHARD_SERVERS=203.0.113.9:7001\n", encoding="utf-8")
+    (root / ".markdownvdb").write_text("MDVDB_RAY_SERVE=203.0.113.9:6379\n", encoding="utf-8")
     done = run_cli("search", "text", "--root", str(root), env=SHARDED)
     assert done.returncode == 1, done.stdout
     assert done.stderr.count("\n") == 1 and "refusing to send queries" in done.stderr

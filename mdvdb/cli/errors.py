@@ -172,6 +172,10 @@ def refuse_if_off(config) -> None:
 
 
 def print_json(data: Any) -> None:
+    sys.stdout.write(json_text(data))
+
+
+def json_text(data: Any) -> str:
     """One `--json` document: `schema_version` first (docs/json.md), then the result."""
     import json
 
@@ -179,7 +183,7 @@ def print_json(data: Any) -> None:
 
     if isinstance(data, dict):
         data = {"schema_version": JSON_SCHEMA_VERSION, **data}
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+    return json.dumps(data, ensure_ascii=False, default=str) + "\n"
 
 
 def echo(text: str = "", err: bool = False) -> None:

@@ -49,43 +49,72 @@ COMMAND = Command(
 def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
     """Run one `query.request` search (the library the MCP server uses too) and print it;
     `fields`: `SearchRequest` fields."""
-    from query import FilterError, RequestError, SearchRequest, open_index, run_request
+    from query import open_index
 
     index = open_index(config=config, lite=errors.ONE_SHOT)
-    # No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request as for the library.
+    wanted, outcome = search_outcome(index, fields)
+    if as_json:
+        print_json(json_answer(index, wanted, outcome))
+        return
+    if _is_empty(outcome):  # the same suggestions whatever left nothing (query.no_match)
+        from query import explain_no_match
+
+        for line in explain_no_match(index, outcome).lines():
+            echo(line)
+    elif outcome.listed is not None:
+        _print_files(outcome)
+    elif outcome.files is not None:
+        for hit in outcome.files:  # `--files`: one line per file in tier order
+            echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
+    else:
+        _print_tiers(outcome.tiers, wanted.explain)
+
+
+def search_outcome(index, fields: dict[str, Any]):
+    """(the request, its outcome) of `SearchRequest` fields; a bad filter or request is a
+    usage error. No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request."""
+    from query import FilterError, RequestError, SearchRequest, run_request
+
     wanted = SearchRequest(**fields)
     try:
         with index.pinned():
-            outcome = run_request(index, wanted)
+            return wanted, run_request(index, wanted)
     except (FilterError, RequestError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    empty = not (outcome.listed or outcome.files or (outcome.tiers and outcome.tiers.results))
-    if empty:  # the same suggestions whatever left nothing (query.no_match)
-        from query import explain_no_match as explain
 
-        missed = explain(index, outcome)
-        if not as_json:
-            for line in missed.lines():
-                echo(line)
-            return
+
+def _is_empty(outcome) -> bool:
+    return not (outcome.listed or outcome.files or (outcome.tiers and outcome.tiers.results))
+
+
+def json_answer(index, wanted, outcome) -> dict[str, Any]:
+    """The `--json` document of a search (docs/json.md), `schema_version` aside; the HTTP
+    ingress of `mdvdb serve --ray` answers the same."""
+    no_match = None
+    if _is_empty(outcome):
+        from query import explain_no_match
+
+        no_match = explain_no_match(index, outcome).to_json()
     if outcome.no_such_value is not None:
-        _no_such_value(outcome.no_such_value, wanted.query, as_json, missed.to_json())
-    elif outcome.listed is not None:
-        _print_files(outcome, as_json, missed.to_json() if empty else None)
+        return _no_such_value(outcome.no_such_value, wanted.query, no_match)
+    if outcome.listed is not None:
+        found, total = outcome.listed, outcome.total
+        data = {
+            "query": None,
+            "results": [{**f.to_json(), "tier": "filter"} for f in found],
+            "total": total,
+            "shown": len(found),
+            "truncated": total > len(found),
+        }
     elif outcome.files is not None:
-        sources = outcome.sources_json()
-        _print_by_file(
-            wanted.query, outcome.files, as_json, missed.to_json() if empty else None, sources
-        )
-    elif as_json:
-        data = outcome.tiers.to_json(wanted.explain)
-        if outcome.sources is not None:
-            data["sources"] = outcome.sources_json()
-        if empty:
-            data["no_match"] = missed.to_json()
-        print_json(data)
+        data = {"query": wanted.query, "files": [h.to_json() for h in outcome.files]}
     else:
-        _print_tiers(outcome.tiers, wanted.explain)
+        data = outcome.tiers.to_json(wanted.explain)
+    if outcome.sources is not None:
+        data["sources"] = outcome.sources_json()
+    if no_match is not None:
+        data["no_match"] = no_match
+    return data
 
 
 def _print_tiers(response, explain: bool) -> None:
@@ -124,36 +153,8 @@ def also_in_line(hit, shown: int = 3) -> str:
     return f"also in {others} other file{'s' if others != 1 else ''}: {listed}"
 
 
-def _print_by_file(query: str | None, hits, as_json: bool, no_match=None, sources=None) -> None:
-    """`--files`: one line per file in tier order (title documents first)."""
-    if as_json:
-        data = {"query": query, "files": [h.to_json() for h in hits]}
-        if sources is not None:
-            data["sources"] = sources
-        if no_match is not None:
-            data["no_match"] = no_match
-        print_json(data)
-        return
-    for hit in hits:
-        echo(f"{hit.score:.3f}  {printable(hit.path, one_line=True)}")
-
-
-def _print_files(outcome, as_json: bool, no_match=None) -> None:
+def _print_files(outcome) -> None:
     found, total = outcome.listed, outcome.total
-    if as_json:
-        data = {
-            "query": None,
-            "results": [{**f.to_json(), "tier": "filter"} for f in found],
-            "total": total,
-            "shown": len(found),
-            "truncated": total > len(found),
-        }
-        if outcome.sources is not None:
-            data["sources"] = outcome.sources_json()
-        if no_match is not None:
-            data["no_match"] = no_match
-        print_json(data)
-        return
     for f in found:
         title, target = plain_title(f.title), link_target(f.path)
         echo(f"- [{printable(title, one_line=True)}]({printable(target, one_line=True)})")
@@ -178,16 +179,14 @@ def _cap_note(shown: int, total: int) -> None:
     echo(f"Showing top {shown} of {total} matches. Narrow the query for more specific results.")
 
 
-def _no_such_value(missing, query: str | None, as_json: bool, no_match) -> None:
+def _no_such_value(missing, query: str | None, no_match) -> dict[str, Any]:
     """`--json` only: the human form is query.no_match's, headed by the valid values."""
-    print_json(
-        {
-            "query": query,
-            "results": [],
-            "total": 0,
-            "message": missing.message(VALUES_SHOWN),
-            "facet": missing.facet.flag.lstrip("-"),
-            "valid_values": missing.values,
-            "no_match": no_match,
-        }
-    )
+    return {
+        "query": query,
+        "results": [],
+        "total": 0,
+        "message": missing.message(VALUES_SHOWN),
+        "facet": missing.facet.flag.lstrip("-"),
+        "valid_values": missing.values,
+        "no_match": no_match,
+    }

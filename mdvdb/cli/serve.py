@@ -1,5 +1,5 @@
 """`mdvdb serve`: the warm process (the CLI forwards `search` and `get` to it), its status and
-stop, and the shard servers of a sharded index."""
+stop; with `--ray`, a sharded index deployed on Ray Serve (mdvdb/serve_ray.py)."""
 
 from __future__ import annotations
 
@@ -53,17 +53,33 @@ class ServeOptions:
         False,
         Spec(bool, "Whether one runs (pid, uptime, calls): exit 0, else 1.", ("--status",)),
     )
-    shards: str | None = option(
+    ray: str | None = option(
         None,
         Spec(
             str,
-            "Serve these shards of a sharded index (e.g. 0,1 or all) to a router over TCP "
-            "(--listen), instead of the warm path (docs/scale-out.md).",
-            ("--shards",),
+            "Deploy this sharded index on Ray Serve at this Ray address (auto, HOST:PORT, or "
+            "local: a Ray started for this process) and serve it until stopped "
+            "(docs/scale-out.md).",
+            ("--ray",),
+            metavar="ADDRESS",
         ),
     )
     listen: str = option(
-        "127.0.0.1:0", Spec(str, "HOST:PORT for --shards (port 0: any free one).", ("--listen",))
+        "127.0.0.1:8000",
+        Spec(str, "HOST:PORT of the HTTP search endpoint with --ray.", ("--listen",)),
+    )
+    groups: int | None = option(
+        None,
+        Spec(int, "Shard groups with --ray (default: one per shard).", ("--groups",), minimum=1),
+    )
+    replicas: int = option(
+        1, Spec(int, "Replicas of each shard group with --ray.", ("--replicas",), minimum=1)
+    )
+    cpus: float = option(
+        1.0,
+        Spec(
+            float, "CPUs each shard-group replica reserves with --ray.", ("--cpus",), minimum=0.01
+        ),
     )
 
 
@@ -74,17 +90,20 @@ def serve(
     background: bool,
     stop: bool,
     show_status: bool,
-    shards: str | None,
+    ray: str | None,
     listen: str,
+    groups: int | None,
+    replicas: int,
+    cpus: float,
 ) -> int:
     with user_errors():
         if sum((background, stop, show_status)) > 1:
             raise CliError("--background, --stop and --status go alone", EXIT_USAGE)
         config = load(root)
-        if shards is not None:
+        if ray is not None:
             if background or stop or show_status:
-                raise CliError("--shards serves in the foreground, alone", EXIT_USAGE)
-            _serve_shards(config, shards, listen)
+                raise CliError("--ray serves in the foreground, alone", EXIT_USAGE)
+            _serve_ray(config, ray, listen, groups, replicas, cpus)
             return EXIT_OK
         from mdvdb.cli import warm
 
@@ -116,54 +135,36 @@ COMMAND = Command(
     help="Keep the index and model loaded; `mdvdb search`/`get` use it while it runs."
     "\n\nListens on a Unix socket in the state folder (0600, no TCP port), re-indexes changed "
     "files as they change (MDVDB_WATCH=false turns that off) and exits by itself after the "
-    "idle timeout. Without it every command works the same, only slower. With "
-    "MDVDB_SHARD_SERVERS set it is a router: the per-shard work goes to those servers.",
+    "idle timeout. Without it every command works the same, only slower. With --ray it "
+    "deploys a sharded index on Ray Serve instead: shard groups with replicas and an HTTP "
+    "search endpoint that answers as `mdvdb search --json`.",
 )
 
 
-def _serve_shards(config, which: str, listen: str) -> None:
-    """A shard server: the per-shard calls of some shards, over TCP, until SIGTERM."""
-    import signal
-
+def _serve_ray(config, address: str, listen: str, groups, replicas: int, cpus: float) -> None:
+    """The sharded index on Ray Serve, in the foreground until SIGTERM or Ctrl-C."""
     from kernel import shards as shard_files
-    from query import ShardServer
 
     manifest = shard_files.read_manifest(config.shards_path)
     if manifest is None:
-        raise CliError(f"no sharded index at {config.shards_path}: run `mdvdb ingest` first")
-    if which.strip() == "all":
-        served = list(range(manifest.shards))
-    else:
-        try:
-            served = sorted({int(part) for part in which.split(",") if part.strip()})
-        except ValueError:
-            raise CliError(f"--shards: expected N,M,... or all: {which!r}", EXIT_USAGE) from None
-        outside = [n for n in served if not 0 <= n < manifest.shards]
-        if not served or outside:
-            raise CliError(
-                f"--shards: the index has shards 0-{manifest.shards - 1}, got {which!r}",
-                EXIT_USAGE,
-            )
+        raise CliError(
+            f"no sharded index at {config.shards_path}: --ray serves the shard files of "
+            "MDVDB_SHARDS >= 2 (run `mdvdb ingest` first)"
+        )
     host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise CliError(f"--listen: expected HOST:PORT, got {listen!r}", EXIT_USAGE)
-    server = ShardServer(config.shards_path, served, manifest.shards)
-
-    def on_signal(signum, frame) -> None:
-        server.stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-    def ready(bound: int) -> None:
-        names = ",".join(map(str, served))
-        line(f"serve: shards {names} of {config.root} on {host}:{bound}")
-        sys.stdout.flush()
-
     try:
-        server.serve(host.strip("[]"), int(port), ready)
-    except OSError as exc:
-        raise CliError(f"--listen {listen}: {exc}") from None
+        from mdvdb import serve_ray
+    except ImportError as exc:
+        raise CliError(
+            f"--ray needs Ray Serve ({exc.name} is missing): pip install 'markdown-vdb[ray]'"
+        ) from None
+    try:
+        serve_ray.run(config, address, (host.strip("[]"), int(port)), groups, replicas, cpus)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CliError(f"--ray {address}: {first}") from None
 
 
 def _serve_here(config, folder, timeout: float) -> None:

@@ -4,7 +4,7 @@ numbers, the shards score their own rows and send back only their best ones.
 Each corpus-wide number the one-file search needs (term and page document frequencies, the
 maxima that normalise BM25F, the cosine's top and pool-th value, the feedback rows) is a
 maximum or a merge of the shards' best rows, so a query runs in rounds, one message per
-shard server each (`bm25`, `dense`, `first` and `expand` for the feedback, `fuse`, `stub`,
+shard group each (`bm25`, `dense`, `first` and `expand` for the feedback, `fuse`, `stub`,
 `final`): docs/scale-out.md, "What is built", lists them and what each carries. Nothing sent
 holds a number per chunk, and ties merge by (score, global row), so the answers are the
 one-file ones bit for bit (tests/test_shard_rounds.py, tests/test_shard_fanout.py). Shards
@@ -28,14 +28,10 @@ from query.shards.stages import encode_mask, first_scores, mixed_lexical
 __all__ = ["staged_scores"]
 
 
-# Shards in this process's threads take the per-chunk path, the faster one without a wire
+# Shards in this process's threads take the per-chunk path, the faster one without a network
 # (docs/benchmarks.md, "Sharded reads, third round"); bench/scaleout.py sets this to time
 # the rounds shard by shard.
 IN_PROCESS = False
-
-
-class SessionGone(Exception):
-    """A shard dropped the arrays of this query (too many queries at once): start again."""
 
 
 def staged_scores(
@@ -51,8 +47,8 @@ def staged_scores(
     snap = index.snapshot
     if getattr(snap, "manifest", None) is None or not hasattr(snap, "order"):
         return None
-    if not snap.servers and not IN_PROCESS:
-        return None  # shards in this process's threads: nothing crosses a wire
+    if not snap.route and not IN_PROCESS:
+        return None  # shards in this process's threads: nothing crosses a network
     if not _in_order(snap) or not len(snap.chunk_file_ids):
         return None
     if mode == "lexical":
@@ -83,16 +79,25 @@ class Staged:
         self.parts = snap.parts
         self.chunk_ids = snap.order.chunk_ids
         self.session = uuid.uuid4().hex
+        self.history: list[tuple[str, list[dict]]] = []  # the rounds so far, but `final`
 
     def round(self, step: str, args: dict | list[dict]) -> list[dict]:
-        """One step on every shard at once (one round trip to shard servers)."""
+        """One step on every shard at once (one request per shard group). A shard that
+        lost the query's arrays (too many queries at once, or a replica that took over
+        from one that died) makes every shard rebuild them from the rounds so far: one
+        more round trip, the same answer."""
         given = args if isinstance(args, list) else [args] * len(self.parts)
         try:
-            return call_each(self.parts, "stage", [(self.session, step, a) for a in given])
+            answers = call_each(self.parts, "stage", [(self.session, step, a) for a in given])
         except (ValueError, index_format.IndexFormatError) as exc:
-            if "is gone" in str(exc):
-                raise SessionGone(str(exc)) from None
-            raise
+            if "is gone" not in str(exc):
+                raise
+            replay = [[(done, every[i]) for done, every in self.history] for i in range(len(given))]
+            calls = [(self.session, step, a, replay[i]) for i, a in enumerate(given)]
+            answers = call_each(self.parts, "stage", calls)
+        if step != "final":
+            self.history.append((step, given))
+        return answers
 
     def merge(
         self, answers: list[dict], k: int, key: str | None = None, extra: tuple[str, ...] = ()
@@ -124,11 +129,10 @@ class Selection:
     the best `fetch` rows under a filter (title tiers and a growing collapse ask again,
     each one round), and it fills their scores and parts into the one-file arrays."""
 
-    def __init__(self, staged: Staged, final: list[dict], restart):
+    def __init__(self, staged: Staged, final: list[dict]):
         n = len(staged.snap.chunk_file_ids)
         self.staged = staged
         self.final = final
-        self.restart = restart  # runs the rounds again (a shard dropped the session)
         self.scores = np.zeros(n, dtype=np.float32)
         self.parts: dict[str, Any] = {}
         self.totals: dict[tuple, int] = {}
@@ -145,11 +149,7 @@ class Selection:
                 {**given, **select_args(allowed, ids, fetch, min_score)}
                 for given, ids in zip(self.final, staged.chunk_ids, strict=True)
             ]
-            try:
-                answers = staged.round("final", args)
-            except SessionGone:
-                self.restart()
-                answers = staged.round("final", args)
+            answers = staged.round("final", args)
         n = len(self.scores)
         rows = [staged.chunk_ids[i][np.asarray(a["rows"], np.int64)] for i, a in enumerate(answers)]
         every = np.concatenate(rows) if rows else np.zeros(0, np.int64)
@@ -212,17 +212,13 @@ def _lexical(index, query: str, first: tuple | None):
     staged = Staged(snap)
     terms, _ = _terms(lexical_index(index), query)
     final = [{"mode": "lexical"} for _ in staged.parts]
-
-    def rounds() -> None:
-        staged.round("bm25", terms)
-
     if first is None:
-        rounds()
-        return _result(Selection(staged, final, rounds))
+        staged.round("bm25", terms)
+        return _result(Selection(staged, final))
     allowed, fetch, min_score = first
     args = [select_args(allowed, ids, fetch, min_score) for ids in staged.chunk_ids]
     answers = staged.round("bm25", [{**terms, "select": a} for a in args])
-    selection = Selection(staged, final, rounds)
+    selection = Selection(staged, final)
     selection.ready = (allowed, int(fetch), float(min_score), [a["final"] for a in answers])
     return _result(selection)
 
@@ -254,13 +250,12 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
     rounds = _HybridRounds(Staged(snap), lexical, query, params, vector(), terms, page, name_pool)
     rounds.first_pass = dense_scorer(index).first_pass
     rounds()
-    return _result(Selection(rounds.staged, rounds.final, rounds))
+    return _result(Selection(rounds.staged, rounds.final))
 
 
 class _HybridRounds:
-    """A hybrid query's rounds over the shards (module docstring), each a named step; called
-    again when a shard dropped the query's arrays (`SessionGone`). Leaves the final round's
-    arguments, one per shard, in `final`."""
+    """A hybrid query's rounds over the shards (module docstring), each a named step. Leaves
+    the final round's arguments, one per shard, in `final`."""
 
     def __init__(self, staged, lexical, query, params, qvec, terms, page, name_pool):
         self.staged, self.snap, self.lexical = staged, staged.snap, lexical

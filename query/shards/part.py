@@ -7,8 +7,8 @@ BM25F scores of its chunks with the GLOBAL idf and length norm the caller sends,
 cosines of its rows (or some of them) and of its pages' mean vectors, and rows themselves.
 
 Every method takes and returns plain arrays and numbers, in the shard's local numbering, so
-the same object serves a thread of this process (`query.shards.reader`) and a shard server in
-another process or on another node (`query.shards.wire` + `mdvdb serve --shards`): the
+the same object serves a thread of this process (`query.shards.reader`) and a shard group
+on a Ray cluster (`query.shards.serve` + `mdvdb serve --ray`): the
 router scatters the answers into the one-file order. Each value is computed with the float32
 operations of the one-file index, row by row, so a merged answer has the one-file bits.
 """
@@ -28,7 +28,7 @@ from query.score.lexical import LexicalIndex
 from query.score.vector import best_rows, multi_section_pages, page_vectors_of, row_dots, union_rows
 from query.shards import stages as shard_stages
 
-# The calls a remote shard answers (query.shards.wire refuses anything else).
+# The calls a remote shard answers (query.shards.serve refuses anything else).
 CALLS = frozenset(
     {
         "info",
@@ -313,23 +313,29 @@ class ShardPart:
     def dense_answer(raw, cosine, moved, top: int) -> dict[str, Any]:
         return _dense_answer(raw, cosine, moved, top)
 
-    def stage(self, session: str, step: str, args: dict[str, Any]) -> dict[str, Any]:
+    def stage(
+        self, session: str, step: str, args: dict[str, Any], replay: list | None = None
+    ) -> dict[str, Any]:
         """One round of a staged query: this shard's arrays stay here between rounds (by
         `session`), the router sends the global numbers the next step needs, and the
-        answer is a few best rows and maxima, never a number per chunk."""
+        answer is a few best rows and maxima, never a number per chunk. `replay`: the
+        earlier rounds' (step, args), run afresh first (the router's answer to a lost
+        session)."""
         with self._lock:
             state = self._sessions.get(session)
-            if state is None:
-                if step != "bm25":
+            if state is None or replay is not None:
+                if state is None and step != "bm25" and replay is None:
                     raise ValueError(f"shard session {session!r} is gone: start again")
                 state = self._sessions[session] = {}
                 # ~12 float32 arrays of the shard's rows a query: fewer kept for a big shard
-                # (5 at 1M rows, ~250 MB), a lost one is started again by the router
+                # (5 at 1M rows, ~250 MB), a lost one is replayed by the router
                 keep = max(2, min(SESSIONS, SESSION_ROWS // max(1, self.lexical.n_chunks)))
                 while len(self._sessions) > keep:
                     self._sessions.popitem(last=False)
             else:
                 self._sessions.move_to_end(session)
+        for done, given in replay or ():
+            shard_stages.run(self, state, done, given)
         return shard_stages.run(self, state, step, args)
 
     def page_side(self):

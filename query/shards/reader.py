@@ -11,8 +11,8 @@ filters, facets, tiers, clusters, `get`, collapse and the results read it as one
 row ids mean the same in both layouts.
 
 Nothing per chunk is gathered: every score is computed where the shard is mapped, by its
-`ShardPart` (query/shards/part.py: arrays in, arrays out), in threads here or in a shard server
-(`mdvdb serve --shards`, `MDVDB_SHARD_SERVERS`), and scattered into the one-file order:
+`ShardPart` (query/shards/part.py: arrays in, arrays out), in threads here or in shard groups on
+Ray Serve (`mdvdb serve --ray`, `MDVDB_RAY_SERVE`), and scattered into the one-file order:
 - BM25F (`ShardedLexical`) with GLOBAL statistics: the chunk count, each term's document
   frequency summed over the shards, the length norm from the mean length over every chunk
   in the one-file order (a float32 mean is order-sensitive);
@@ -59,8 +59,8 @@ DF_CACHE = 1_000_000  # terms whose corpus-wide df a reader keeps (then starts o
 
 def fan_out(function, items: Sequence, parts: Sequence = ()) -> list:
     """`function` over every item (a shard, or a group of rows of one), in threads: NumPy
-    drops the GIL in the heavy parts, and a remote shard waits on its socket, so calls to
-    shard servers get a wider pool than local work (`parts`: the shards, when the items
+    drops the GIL in the heavy parts, and a remote shard waits on its answer, so calls to
+    shard groups get a wider pool than local work (`parts`: the shards, when the items
     are not them)."""
     if len(items) <= 1:
         return [function(item) for item in items]
@@ -75,8 +75,8 @@ def fan_out(function, items: Sequence, parts: Sequence = ()) -> list:
 
 def call_each(parts: Sequence, name: str, args: Sequence[Sequence] | None = None) -> list:
     """`name` on each part with its own arguments (default: none), all at once: shards of
-    this process on threads (`fan_out`), shards in shard servers in one round trip, one
-    message per server (`query.shards.wire.RemotePart.call_each`)."""
+    this process on threads (`fan_out`), shards on Ray Serve in one round trip, one
+    request per shard group (`query.shards.serve.ServePart.call_each`)."""
     if not parts:
         return []
     given = [()] * len(parts) if args is None else args
@@ -132,7 +132,7 @@ class ShardedSnapshot:
     files: list[ShardFile]  # per shard: the mapped file (metadata tables)
     order: shards.GlobalOrder
     manifest: shards.Manifest
-    servers: tuple[str, ...] = ()  # the shard servers answering `parts`, if any
+    route: tuple[str, ...] = ()  # (Ray address, Serve app) answering `parts`, if any
     _path_ids: dict[str, int] | None = field(default=None, repr=False)
     cache: dict[str, Any] = field(default_factory=dict)
 
@@ -152,9 +152,9 @@ class ShardedSnapshot:
         return self.file.tables.get(name)
 
     @classmethod
-    def load(cls, path: Path, servers: Sequence[str] = ()) -> ShardedSnapshot:
-        """`path`: the manifest. `servers`: shard servers (HOST:PORT) that answer the
-        per-shard calls instead of this process (query.shards.wire). A file the manifest
+    def load(cls, path: Path, route: Sequence[str] = ()) -> ShardedSnapshot:
+        """`path`: the manifest. `route`: the (Ray address, Serve app) whose shard groups
+        answer the per-shard calls instead of this process (query.shards.serve). A file the manifest
         names may be removed by a pack that published two generations since the manifest
         was read: read it again."""
         folder = path.parent
@@ -170,11 +170,11 @@ class ShardedSnapshot:
                 if attempt == 4:
                     raise
                 continue
-            return cls._opened(path, st, manifest, files, extra, servers)
+            return cls._opened(path, st, manifest, files, extra, route)
         raise AssertionError("unreachable")
 
     @classmethod
-    def _opened(cls, path, st, manifest, files, extra, servers) -> ShardedSnapshot:
+    def _opened(cls, path, st, manifest, files, extra, route) -> ShardedSnapshot:
         order = _stored_order(extra, files) or shards.global_order(
             [f.paths for f in files], [f.chunk_file_ids for f in files]
         )
@@ -183,10 +183,10 @@ class ShardedSnapshot:
             chunk_file_ids = np.empty(len(order.chunk_order), dtype=np.int32)
             for ids, chunk_ids, f in zip(order.file_ids, order.chunk_ids, files, strict=True):
                 chunk_file_ids[chunk_ids] = ids[f.chunk_file_ids]
-        if servers:
-            from query.shards.wire import remote_parts
+        if route:
+            from query.shards.serve import serve_parts
 
-            parts = remote_parts(servers, manifest)
+            parts = serve_parts(*route, manifest)
         else:
             parts = [ShardPart(f) for f in files]
         dims = int(manifest.meta.get("dimensions") or 0)
@@ -208,7 +208,7 @@ class ShardedSnapshot:
             files=files,
             order=order,
             manifest=manifest,
-            servers=tuple(servers),
+            route=tuple(route),
         )
         file.tables = _GatheredTables(snap, extra)
         return snap

@@ -1,0 +1,212 @@
+"""`mdvdb serve --ray`: a sharded index served by Ray Serve.
+
+The application has a deployment per shard group (`query.ShardGroup`, `replicas` each,
+spread over the cluster's nodes by Ray) and an ingress, `SearchIngress`: an HTTP endpoint
+that takes the MCP `search` tool's arguments as a JSON object and answers what
+`mdvdb search --json` prints, running the query as one reader does with its per-shard work
+sent to the groups (query/shards/serve.py). A reader elsewhere (`mdvdb search`, the library,
+`mdvdb serve`) with `MDVDB_RAY_SERVE` set sends its per-shard work to the same groups.
+
+`build` is also a Serve application builder, for a cluster run by `serve deploy`:
+`serve run mdvdb.serve_ray:build root=/data/docs groups=2 replicas=2` (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from dataclasses import replace
+from typing import Any
+
+from kernel import shards
+
+__all__ = ["SearchIngress", "build", "request_fields", "run"]
+
+ROUTER_CLASS = "query.shards.serve:SessionAffinity"
+MAX_ONGOING = 32  # requests a replica takes at once (the rounds of concurrent queries)
+
+
+class RequestProblem(ValueError):
+    """A request body the ingress refuses (HTTP 400)."""
+
+
+def request_fields(body: Any) -> dict[str, Any]:
+    """The MCP `search` tool's arguments (a JSON object) as `SearchRequest` fields, each
+    checked against its declared type and bounds."""
+    from query import OPTIONS
+
+    if not isinstance(body, dict):
+        raise RequestProblem("expected a JSON object of search arguments")
+    known = {option.mcp_name: option for option in OPTIONS}
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        raise RequestProblem(f"unknown argument(s): {', '.join(unknown)}")
+    fields = {}
+    for name, option in known.items():
+        if name not in body:
+            fields[option.name] = [] if option.spec.repeat == "many" else option.default
+            continue
+        value = body[name]
+        if option.spec.repeat == "many":
+            value = [] if value is None else value
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise RequestProblem(f"{name}: expected a list of strings")
+        elif value is not None and not _is(value, option.spec.value):
+            raise RequestProblem(f"{name}: expected {option.spec.value.__name__}")
+        problem = None if option.spec.repeat == "many" else option.bound_problem(value, name)
+        if problem:
+            raise RequestProblem(problem)
+        if option.spec.choices and value is not None and value not in option.spec.choices:
+            raise RequestProblem(f"{name}: expected one of {', '.join(option.spec.choices)}")
+        fields[option.name] = value
+    scoped = ("query", "filters", "paths", "sources", "tag", "category", "since", "before")
+    if not any(fields[n] for n in scoped):
+        raise RequestProblem("give a query, filters, tag, category, paths, sources or since")
+    return fields
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+class SearchIngress:
+    """The application's HTTP ingress: POST the search arguments, get the `--json` answer."""
+
+    def __init__(self, root: str, app: str, *groups: Any):
+        from kernel.config import load_config
+        from query import open_index
+
+        del groups  # bound so that Serve deploys them with the app; the reader finds them
+        config = replace(load_config(root), ray_serve="auto", ray_serve_app=app)
+        self.index = open_index(config=config)
+
+    def answer(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, the document): 200 and `mdvdb search --json`'s, or an error."""
+        from mdvdb.cli.errors import USER_ERRORS, CliError
+        from mdvdb.cli.search import json_answer, search_outcome
+
+        try:
+            wanted, outcome = search_outcome(self.index, request_fields(body))
+            return 200, json_answer(self.index, wanted, outcome)
+        except (RequestProblem, CliError) as exc:
+            return 400, {"error": str(exc)}
+        except Exception as exc:  # the library's one-line errors; anything else is ours
+            if type(exc).__name__ not in USER_ERRORS:
+                raise
+            return 500, {"error": str(exc).splitlines()[0]}
+
+    async def __call__(self, request) -> Any:
+        from starlette.responses import Response
+
+        from mdvdb.cli.errors import json_text
+
+        status, data = 405, {"error": "POST the search arguments as JSON"}
+        if request.method == "POST":
+            try:
+                body = await request.json()
+            except ValueError:
+                status, data = 400, {"error": "the body is not JSON"}
+            else:
+                status, data = await asyncio.to_thread(self.answer, body)
+        return Response(json_text(data), status, media_type="application/json")
+
+
+def build(args: dict[str, str]):
+    """The Serve application for the sharded index of folder `root`: `groups` shard groups
+    (default: one per shard) of `replicas` replicas needing `cpus` CPUs each."""
+    from ray import serve
+    from ray.serve.config import RequestRouterConfig
+
+    from kernel.config import load_config
+    from query import ShardGroup, shard_group_name, shard_groups
+
+    config = load_config(args["root"])
+    manifest = shards.read_manifest(config.shards_path)
+    if manifest is None:
+        raise ValueError(f"no sharded index at {config.shards_path}: set MDVDB_SHARDS and ingest")
+    app = args.get("app") or config.ray_serve_app
+    served = shard_groups(manifest.shards, int(args.get("groups") or manifest.shards))
+    router = RequestRouterConfig(request_router_class=ROUTER_CLASS)
+    bound = []
+    for group, members in enumerate(served):
+        deployment = serve.deployment(
+            ShardGroup,
+            name=shard_group_name(group),
+            num_replicas=int(args.get("replicas") or 1),
+            ray_actor_options={"num_cpus": float(args.get("cpus") or 1)},
+            max_ongoing_requests=MAX_ONGOING,
+            request_router_config=router,
+        )
+        bound.append(
+            deployment.bind(str(config.shards_path), members, manifest.shards, len(served))
+        )
+    ingress = serve.deployment(
+        SearchIngress, name="search", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=64
+    )
+    return ingress.bind(str(config.root), app, *bound)
+
+
+def run(config, address: str, listen: tuple[str, int], groups: int, replicas: int, cpus: float):
+    """Deploy the application on the cluster at `address` (`local`: a Ray started here for
+    this process) and keep it up until SIGTERM or Ctrl-C; then delete it."""
+    import ray
+    from ray import serve
+
+    from mdvdb.cli.errors import line
+    from query import shard_groups
+
+    local = address == "local"
+    ray.init(address=address, log_to_driver=False, logging_level="ERROR")  # local: a new one
+    try:
+        serve.start(http_options={"host": listen[0], "port": listen[1]})
+        app = config.ray_serve_app
+        args = {"root": str(config.root), "app": app, "groups": str(groups or "")}
+        args.update(replicas=str(replicas), cpus=str(cpus))
+        serve.run(build(args), name=app, route_prefix=f"/{app}", blocking=False)
+        url = f"http://{listen[0]}:{listen[1]}/{app}"
+        _probe(url)
+        manifest = shards.read_manifest(config.shards_path)
+        count = len(shard_groups(manifest.shards, groups or manifest.shards))
+        gcs = ray.get_runtime_context().gcs_address
+        line(
+            f"serve: {count} shard group(s) x {replicas} replica(s) of {config.root} on Ray "
+            f"{gcs}; search at {url}"
+        )
+        _wait_for_signal()
+        serve.delete(app)
+    finally:
+        if local:
+            serve.shutdown()
+        ray.shutdown()
+
+
+def _probe(url: str, seconds: float = 60.0) -> None:
+    """The ingress answers at `url`, or a one-line error (Serve's HTTP proxy could not bind
+    the port, or another application holds the route)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if "POST the search" in httpx.get(url, timeout=5.0).text:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the search endpoint {url} does not answer (is the port in use?)")
+        time.sleep(0.5)
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop.set())
+    while not stop.wait(0.5):
+        pass
