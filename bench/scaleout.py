@@ -660,6 +660,7 @@ def routed_main(argv: list[str]) -> None:
                 httpx.post(url, json={"query": q, "mode": mode, "limit": 10}, timeout=60)
                 posted.append(time.perf_counter() - started)
         searches = rounds * len(QUERIES)
+        qps = _throughput(url, mode, searches, CLIENTS)
         rows.append(
             {
                 "mode": mode,
@@ -674,9 +675,24 @@ def routed_main(argv: list[str]) -> None:
                 ),
                 "kb_per_query": round((traffic.sent + traffic.received) / searches / 1e3, 1),
                 "rounds_per_query": round(traffic.rounds / searches, 1),
+                f"http_qps_{CLIENTS}_clients": round(qps, 1),
             }
         )
     print(json.dumps(rows))
+
+
+CLIENTS = 4  # concurrent HTTP clients for the throughput column
+
+
+def _throughput(url: str, mode: str, searches: int, clients: int) -> float:
+    """Searches a second through the endpoint with `clients` requests in flight."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    asked = [QUERIES[i % len(QUERIES)] for i in range(searches)]
+    with httpx.Client(timeout=120) as client, ThreadPoolExecutor(clients) as pool:
+        started = time.perf_counter()
+        list(pool.map(lambda q: client.post(url, json={"query": q, "mode": mode}), asked))
+        return len(asked) / (time.perf_counter() - started)
 
 
 def main() -> None:
