@@ -528,7 +528,8 @@ class State:
             raise KeyError(f"no embedding cached for chunk {missing}")
         if len(index) != len(shas):  # the same text in several places: copy its vector
             rows = np.fromiter((index[sha] for sha in shas), dtype=np.int64, count=len(shas))
-            out = out[rows]
+            again = np.flatnonzero(rows != np.arange(len(shas)))
+            out[again] = out[rows[again]]  # in place: no second matrix of every vector
         return out
 
     def files_to_embed(self, model: str, among: list[str] | None = None) -> list[str]:

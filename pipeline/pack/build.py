@@ -425,7 +425,7 @@ def publish(
     meta: Mapping[str, Any],
     rows: Plan | None = None,
     schema: schema_pack.SchemaUpdate | None = None,
-    analysed: lexical.Store | None = None,
+    analysed: lexical.Store | lexical.Handed | None = None,
     ivf_min_rows: int | None = None,
     writer: index_format.IndexWriter | None = None,
 ) -> Written:
@@ -435,7 +435,8 @@ def publish(
     stays mapped while the new one is written, and its unchanged bytes are copied from it).
     `rows` and `schema`: the plan and schema the `schema` stage already made from the same
     sources in this run;
-    `analysed`: lexical analyses the ingest workers made of this run's new chunks;
+    `analysed`: lexical analyses the ingest workers made of this run's new chunks (a
+    `lexical.Handed` is let go once the postings are built);
     `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.pack.ivf`; None: never);
     `writer`: the writer `start_writing` began for `rows` (its chunks put already)."""
     if rows is None:
@@ -484,7 +485,7 @@ def build_tables(
     meta: Mapping[str, Any],
     dimensions: int,
     ivf_min_rows: int | None,
-    analysed: lexical.Store | None = None,
+    analysed: lexical.Store | lexical.Handed | None = None,
     ivf_reuse: bool = True,
     early: Callable[[str, pa.Table], None] | None = None,
     resolve_links: bool = True,

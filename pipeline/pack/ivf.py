@@ -26,7 +26,9 @@ from kernel import ivf as ivf_format
 SAMPLE_PER_LIST = 40  # training rows per list (at least), as FAISS recommends 39-256
 ITERATIONS = 10
 DRIFT = 0.2  # rows assigned since training / rows, above which the lists are retrained
-BLOCK = 65_536  # rows assigned per product (a 65k x k float32 temporary)
+# Rows assigned per product: its (rows, k) float32 temporary and cleaned copy are small
+# beside pack's peak (docs/benchmarks.md); the products are the same bits at any size.
+BLOCK = 8_192
 SEED = 20261201
 
 
