@@ -973,8 +973,9 @@ def _pack_sources(
         dimensions=provider.dimensions,
         build_key=f"{key}|{chunks}",
         load_documents=lambda shas: state.get_chunks(chunks, shas),
+        # The plan's matrix becomes the held vectors' one copy (`State.get_embeddings`).
         load_vectors=lambda shas: state.get_embeddings(
-            key, shas, provider.dimensions, missing_ok=True
+            key, shas, provider.dimensions, missing_ok=True, adopt=True
         ),
         state=state,
     )

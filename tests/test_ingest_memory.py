@@ -179,3 +179,28 @@ def test_pack_lets_the_workers_analyses_go_once_the_postings_are_built():
     expected = lexical.build_postings(store.take(rows))
     assert tables["lexical"].equals(lexical.postings_table(expected))
     assert tables["lexical_forward"].equals(lexical.forward_table(expected))
+
+
+def test_the_plan_adopts_the_held_vectors(tmp_path: Path):
+    """A first build holds its vectors in memory (`State.hold`); pack's plan reads them with
+    `adopt`, after which the held rows are rows of the plan's matrix (one copy, not two),
+    and what is spilled or read again is the same."""
+    import numpy as np
+
+    from pipeline.state import State
+
+    rng = np.random.default_rng(4)
+    shas = [bytes([i]) * 32 for i in range(6)]
+    vectors = rng.random((6, 8), dtype=np.float32)
+    with State(tmp_path / "state") as state:
+        state.hold()
+        state.put_prepared("k", [("f" * 64, "{}")], "m", shas, vectors, ["f" * 64])
+        asked = [shas[3], shas[0], shas[3], shas[5]]  # a repeat, and rows left out
+        matrix = state.get_embeddings("m", asked, 8, adopt=True)
+        assert np.array_equal(matrix, vectors[[3, 0, 3, 5]])
+        held = state._held.vectors  # type: ignore[union-attr]
+        for sha in (shas[0], shas[3], shas[5]):
+            assert np.shares_memory(held[("m", sha)], matrix)
+        assert not np.shares_memory(held[("m", shas[1])], matrix)
+        state.spill()
+        assert np.array_equal(state.get_embeddings("m", shas, 8), vectors)
