@@ -93,13 +93,14 @@ def train(sample: np.ndarray, k: int, iterations: int = ITERATIONS) -> np.ndarra
     """Spherical k-means on `sample` (unit rows): k unit centroids. An empty list takes
     the sample row farthest from its centroid, so no list stays empty."""
     rng = np.random.default_rng(SEED)
-    sample = _clean(sample)
+    sample = _clean(sample)  # the caller's array goes here when it holds no other reference
     k = min(k, len(sample))
     centroids = sample[rng.choice(len(sample), k, replace=False)].copy()
     for _ in range(iterations):
         products = sample @ centroids.T
         labels = np.argmax(products, axis=1)
         best = products[np.arange(len(sample)), labels]
+        del products  # before the gather below and the next product: one at a time
         counts = np.bincount(labels, minlength=k)
         sums = np.zeros_like(centroids)
         filled = counts > 0
