@@ -133,8 +133,8 @@ class Parsed:
     workers: int = 1  # processes that did it (pipeline.workers), or Ray actors
     executor: str = "local"  # local or ray (MDVDB_EXECUTOR)
     executor_start_seconds: float = 0.0  # Ray: connecting or starting, until the actors are up
-    # The lexical analyses of the chunks cut (`pipeline.pack.lexical.Store`): pack merges them
-    # into postings instead of analysing every chunk again on one core.
+    # The lexical analyses of the chunks cut (a `pipeline.pack.lexical.Handed` store): pack
+    # merges them into postings instead of analysing every chunk again on one core.
     analysed: Any = field(default=None, repr=False, compare=False)
     # Ray: each actor's report (pipeline.ray_executor.ActorReport: node, pid, GPUs, model,
     # batch size), as `mdvdb ingest --json` lists it.
@@ -556,9 +556,9 @@ def parse(
         workers, started, actors = pool.actors, pool.start_seconds, tuple(pool.reports)
     digest = digest_of(kept.digest)
     kind = config.executor.partition(":")[0]
-    from pipeline.pack.lexical import Store
+    from pipeline.pack.lexical import Handed, Store
 
-    lexical = Store.join(analysed) if analysed else None
+    lexical = Handed(Store.join(analysed)) if analysed else None
     analysed.clear()
     from pipeline.memory import release_freed
 
@@ -973,8 +973,9 @@ def _pack_sources(
         dimensions=provider.dimensions,
         build_key=f"{key}|{chunks}",
         load_documents=lambda shas: state.get_chunks(chunks, shas),
+        # The plan's matrix becomes the held vectors' one copy (`State.get_embeddings`).
         load_vectors=lambda shas: state.get_embeddings(
-            key, shas, provider.dimensions, missing_ok=True
+            key, shas, provider.dimensions, missing_ok=True, adopt=True
         ),
         state=state,
     )

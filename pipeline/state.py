@@ -489,11 +489,18 @@ class State:
             )
 
     def get_embeddings(
-        self, model: str, shas: list[bytes], dimensions: int, missing_ok: bool = False
+        self,
+        model: str,
+        shas: list[bytes],
+        dimensions: int,
+        missing_ok: bool = False,
+        adopt: bool = False,
     ) -> np.ndarray:
         """Vectors in the order of `shas`; raises KeyError naming a missing one, or with
         `missing_ok` gives it a zero row (texts whose vectors the provider failed to give:
-        `pipeline.embed` never caches a zero vector, so zero means none)."""
+        `pipeline.embed` never caches a zero vector, so zero means none). `adopt` (pack's
+        plan, whose matrix the index is written from): the held vectors become rows of the
+        matrix returned, which must not change, so that it is their one copy."""
         import numpy as np
 
         index = {sha: i for i, sha in enumerate(shas)}
@@ -507,6 +514,8 @@ class State:
                 if row is not None:
                     out[i] = row
                     seen[i] = True
+                    if adopt:  # the worker's batch goes once none of its rows is held
+                        vectors[(model, sha)] = out[i]
             asked = [sha for sha, i in index.items() if not seen[i]]
         sql = "SELECT sha256, vector FROM embeddings WHERE model = ? AND sha256"
         for sha, blob in self._rows_in(sql, model, asked):
@@ -528,7 +537,8 @@ class State:
             raise KeyError(f"no embedding cached for chunk {missing}")
         if len(index) != len(shas):  # the same text in several places: copy its vector
             rows = np.fromiter((index[sha] for sha in shas), dtype=np.int64, count=len(shas))
-            out = out[rows]
+            again = np.flatnonzero(rows != np.arange(len(shas)))
+            out[again] = out[rows[again]]  # in place: no second matrix of every vector
         return out
 
     def files_to_embed(self, model: str, among: list[str] | None = None) -> list[str]:

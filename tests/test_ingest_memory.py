@@ -104,3 +104,103 @@ def test_the_embed_stage_reads_records_in_batches(tmp_path: Path):
     distinct = max(whole_asked)
     assert distinct > 5 and max(parts_asked) <= 5 and sum(parts_asked) >= 2 * distinct
     assert _index_parts(batched / ".markdownvdb.index") == _index_parts(one / ".markdownvdb.index")
+
+
+def _random_store(rng, chunks: int):
+    """A `lexical.Store` of `chunks` made-up analyses (few distinct terms: many shared)."""
+    import numpy as np
+
+    from pipeline.pack import lexical
+
+    parts = [
+        rng.integers(0, 50, rng.integers(0, 9)).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        for _ in range(3 * chunks)
+    ]
+    keys = rng.integers(0, 2**63, chunks).astype(np.uint64)
+    return lexical._store_of_parts(keys, parts)
+
+
+def test_postings_from_the_workers_order_equal_those_in_chunk_order():
+    """pack builds a first index's postings from the workers' analyses in their own order
+    (`build_postings(store, rows=...)`), with no copy of them in chunk order: the same
+    arrays as from that copy, with rows used by several chunks (the same text twice) and
+    rows no chunk has."""
+    import numpy as np
+
+    from pipeline.pack import lexical
+
+    rng = np.random.default_rng(37)
+    for trial in range(200):
+        store = _random_store(rng, int(rng.integers(1, 40)))
+        n = int(rng.integers(1, 60))
+        rows = rng.integers(0, len(store.keys), n)  # repeats and rows nobody has
+        if trial % 3 == 0 and n <= len(store.keys):
+            rows = rng.permutation(len(store.keys))[:n]  # each row at most once
+        expected = lexical.build_postings(store.take(rows))
+        got = lexical.build_postings(store, rows=rows)
+        for name in ("terms", "df", "offsets", "chunk_ids", "tf", "lengths"):
+            want, have = getattr(expected, name), getattr(got, name)
+            assert want.dtype == have.dtype and np.array_equal(want, have), (trial, name)
+        assert got.forward.equals(expected.forward), trial
+
+
+def test_pack_lets_the_workers_analyses_go_once_the_postings_are_built():
+    """The parse stage hands its analyses over (`lexical.Handed`): the lexical step takes
+    them, so nothing holds them through the steps after it."""
+    import gc
+    import weakref
+
+    import numpy as np
+    import pyarrow as pa
+
+    from pipeline.pack import lexical
+    from pipeline.plan import Plan
+
+    texts = ["kayaks and canoes", "canoes", "a paddle", "kayaks and canoes"]
+    files = pa.table({"title": ["Boats"], "aliases": pa.array([[]], pa.list_(pa.string()))})
+    chunks = pa.table(
+        {
+            "file_id": pa.array(np.zeros(len(texts), np.int32)),
+            "heading": [""] * len(texts),
+            "heading_path": pa.array([[] for _ in texts], pa.list_(pa.string())),
+            "text": texts,
+            "sha256": [str(i % 3) * 64 for i in range(len(texts))],  # the last repeats the first
+        }
+    )
+    store, rows = lexical.analyses_of(files, chunks)
+    workers = store.take(np.array([2, 1, 0]))  # the workers' order: not the chunks'
+    gone = weakref.ref(workers)
+    handed = lexical.Handed(workers)
+    del workers
+    plan = Plan(None, files, chunks, np.full(1, -1), np.full(len(texts), -1), ())
+    tables = lexical.update(plan, handed).tables
+    gc.collect()
+    assert gone() is None and handed.take() is None
+    expected = lexical.build_postings(store.take(rows))
+    assert tables["lexical"].equals(lexical.postings_table(expected))
+    assert tables["lexical_forward"].equals(lexical.forward_table(expected))
+
+
+def test_the_plan_adopts_the_held_vectors(tmp_path: Path):
+    """A first build holds its vectors in memory (`State.hold`); pack's plan reads them with
+    `adopt`, after which the held rows are rows of the plan's matrix (one copy, not two),
+    and what is spilled or read again is the same."""
+    import numpy as np
+
+    from pipeline.state import State
+
+    rng = np.random.default_rng(4)
+    shas = [bytes([i]) * 32 for i in range(6)]
+    vectors = rng.random((6, 8), dtype=np.float32)
+    with State(tmp_path / "state") as state:
+        state.hold()
+        state.put_prepared("k", [("f" * 64, "{}")], "m", shas, vectors, ["f" * 64])
+        asked = [shas[3], shas[0], shas[3], shas[5]]  # a repeat, and rows left out
+        matrix = state.get_embeddings("m", asked, 8, adopt=True)
+        assert np.array_equal(matrix, vectors[[3, 0, 3, 5]])
+        held = state._held.vectors  # type: ignore[union-attr]
+        for sha in (shas[0], shas[3], shas[5]):
+            assert np.shares_memory(held[("m", sha)], matrix)
+        assert not np.shares_memory(held[("m", shas[1])], matrix)
+        state.spill()
+        assert np.array_equal(state.get_embeddings("m", shas, 8), vectors)

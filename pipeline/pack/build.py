@@ -155,7 +155,7 @@ class _Fresh:
 def _fresh_rows(fresh: list[ManifestEntry], sources: PackSources) -> _Fresh:
     """The rows of the fresh files, made from their records `RECORDS_BATCH` files at a time
     (each batch's Arrow columns kept, its Python objects dropped), then joined; the
-    vectors are read once, after the records."""
+    vectors are read once, after the records (held ones adopted: `State.get_embeddings`)."""
     step = records_state.RECORDS_BATCH
     files: list[pa.Table] = []
     columns: list[list[pa.Array]] = []
@@ -172,12 +172,10 @@ def _fresh_rows(fresh: list[ManifestEntry], sources: PackSources) -> _Fresh:
         release_freed()  # the batch's Python objects: Arrow and NumPy allocate elsewhere
     joined = [_joined([part[i] for part in columns]) for i in range(len(columns[0]))]
     del columns
-    return _Fresh(
-        pa.concat_tables(files).combine_chunks(),
-        _with_vectors(joined, sources.load_vectors, sources.dimensions),
-        np.array(counts, dtype=np.int64),
-        links,
-    )
+    chunks = _with_vectors(joined, sources.load_vectors, sources.dimensions)
+    release_freed()  # the workers' batches of held vectors, now rows of the chunks table
+    files_table = pa.concat_tables(files).combine_chunks()
+    return _Fresh(files_table, chunks, np.array(counts, dtype=np.int64), links)
 
 
 def _joined(parts: list[pa.Array]) -> pa.Array:
@@ -425,7 +423,7 @@ def publish(
     meta: Mapping[str, Any],
     rows: Plan | None = None,
     schema: schema_pack.SchemaUpdate | None = None,
-    analysed: lexical.Store | None = None,
+    analysed: lexical.Store | lexical.Handed | None = None,
     ivf_min_rows: int | None = None,
     writer: index_format.IndexWriter | None = None,
 ) -> Written:
@@ -435,7 +433,8 @@ def publish(
     stays mapped while the new one is written, and its unchanged bytes are copied from it).
     `rows` and `schema`: the plan and schema the `schema` stage already made from the same
     sources in this run;
-    `analysed`: lexical analyses the ingest workers made of this run's new chunks;
+    `analysed`: lexical analyses the ingest workers made of this run's new chunks (a
+    `lexical.Handed` is let go once the postings are built);
     `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.pack.ivf`; None: never);
     `writer`: the writer `start_writing` began for `rows` (its chunks put already)."""
     if rows is None:
@@ -484,7 +483,7 @@ def build_tables(
     meta: Mapping[str, Any],
     dimensions: int,
     ivf_min_rows: int | None,
-    analysed: lexical.Store | None = None,
+    analysed: lexical.Store | lexical.Handed | None = None,
     ivf_reuse: bool = True,
     early: Callable[[str, pa.Table], None] | None = None,
     resolve_links: bool = True,

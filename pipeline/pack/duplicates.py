@@ -44,7 +44,9 @@ _BYTE_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 _SPREAD = np.array(  # nibble -> its 4 bits in 4 uint16 lanes (little-endian lane order)
     [sum(((v >> i) & 1) << (16 * i) for i in range(4)) for v in range(16)], dtype=np.uint64
 )
-_BATCH_CHARS = 4_000_000  # ~100 MB of working arrays
+_BATCH_CHARS = 1_000_000  # bounds the working arrays (docs/benchmarks.md, "Ingest memory")
+# Chunk texts decoded into Python strings at a time: every chunk's at once grew pack's peak.
+TEXTS_BATCH = 16_384
 _M1, _M2, _M3 = (np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
 
 
@@ -504,9 +506,9 @@ def update(plan: Plan) -> pa.Table:
         reused = source >= 0
         sigs[reused] = old[0][source[reused]]
         fresh = np.flatnonzero(~reused)
-    if len(fresh):
-        texts = rows_of(chunks.column("text"), fresh).to_pylist()
-        sigs[fresh] = signatures(texts)
+    for start in range(0, len(fresh), TEXTS_BATCH):  # a signature is its text's alone
+        rows = fresh[start : start + TEXTS_BATCH]
+        sigs[rows] = signatures(rows_of(chunks.column("text"), rows).to_pylist())
     grouped = None
     if old is not None and source is not None and len(source) == n:
         grouped = update_groups(old[0], old[1], sigs, source)

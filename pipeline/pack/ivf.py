@@ -26,7 +26,9 @@ from kernel import ivf as ivf_format
 SAMPLE_PER_LIST = 40  # training rows per list (at least), as FAISS recommends 39-256
 ITERATIONS = 10
 DRIFT = 0.2  # rows assigned since training / rows, above which the lists are retrained
-BLOCK = 65_536  # rows assigned per product (a 65k x k float32 temporary)
+# Rows assigned per product: its (rows, k) float32 temporary and cleaned copy are small
+# beside pack's peak (docs/benchmarks.md); the products are the same bits at any size.
+BLOCK = 8_192
 SEED = 20261201
 
 
@@ -91,13 +93,14 @@ def train(sample: np.ndarray, k: int, iterations: int = ITERATIONS) -> np.ndarra
     """Spherical k-means on `sample` (unit rows): k unit centroids. An empty list takes
     the sample row farthest from its centroid, so no list stays empty."""
     rng = np.random.default_rng(SEED)
-    sample = _clean(sample)
+    sample = _clean(sample)  # the caller's array goes here when it holds no other reference
     k = min(k, len(sample))
     centroids = sample[rng.choice(len(sample), k, replace=False)].copy()
     for _ in range(iterations):
         products = sample @ centroids.T
         labels = np.argmax(products, axis=1)
         best = products[np.arange(len(sample)), labels]
+        del products  # before the gather below and the next product: one at a time
         counts = np.bincount(labels, minlength=k)
         sums = np.zeros_like(centroids)
         filled = counts > 0

@@ -163,6 +163,19 @@ class Store:
         return rows
 
 
+class Handed:
+    """Analyses given to pack once (the parse stage's, `Parsed.analysed`): `update` takes
+    them, so their memory goes once the postings are built rather than after the steps
+    that follow (docs/benchmarks.md, "Ingest memory (issue 37)")."""
+
+    def __init__(self, store: Store) -> None:
+        self._store: Store | None = store
+
+    def take(self) -> Store | None:
+        store, self._store = self._store, None
+        return store
+
+
 _U64 = np.zeros(0, np.uint64)
 _COUNTS = np.zeros((0, 3), np.float32)
 
@@ -194,9 +207,18 @@ def _fields(titles: list[str], paths: list, texts: list) -> list[tuple[str, list
 
 
 def analysed_store(files: pa.Table, chunks: pa.Table, analysed: Store | None = None) -> Store:
-    """Every chunk analysed, in chunk order. Analyses come from `analysed` (made by the
-    ingest workers in this run); only chunks it lacks are analysed here (the state folder
-    keeps no analysis cache: the index's postings are that cache)."""
+    """Every chunk analysed, in chunk order (`analyses_of`, gathered in chunk order)."""
+    store, rows = analyses_of(files, chunks, analysed)
+    return store.take(rows)
+
+
+def analyses_of(
+    files: pa.Table, chunks: pa.Table, analysed: Store | None = None
+) -> tuple[Store, np.ndarray]:
+    """A store holding every chunk's analysis, and the row of each chunk in it. Analyses
+    come from `analysed` (made by the ingest workers in this run), left in their own order;
+    only chunks it lacks are analysed here (the state folder keeps no analysis cache: the
+    index's postings are that cache)."""
     all_titles = title_fields(files)
     file_ids = chunks.column("file_id").to_numpy()
     keys = chunk_keys(
@@ -216,10 +238,10 @@ def analysed_store(files: pa.Table, chunks: pa.Table, analysed: Store | None = N
         fresh = store_of(keys[missing], _fields(titles, paths, texts))
         base = old if old is not None else Store.empty()
         rows[missing] = len(base.keys) + np.arange(len(missing))
-        old = Store.concat(base, fresh)
+        old = Store.concat(base, fresh) if len(base.keys) else fresh
     if old is None:  # nothing given and nothing to analyse: no chunks at all
-        return Store.empty()
-    return old.take(rows)
+        return Store.empty(), rows
+    return old, rows
 
 
 @dataclass
@@ -248,20 +270,31 @@ def weighted(values: np.ndarray, params: Bm25fParams = PARAMS) -> np.ndarray:
     return values[:, 0] * fw[0] + values[:, 1] * fw[1] + values[:, 2] * fw[2]
 
 
+# Postings per block where `build_postings` and `transpose` go a block at a time: their
+# temporaries are a few arrays of this many, not of every posting.
+POSTINGS_BLOCK = 1 << 18
+
+
 def transpose(chunk_ids: np.ndarray, n: int) -> pa.ListArray:
     """The forward view of term-major postings: for each of the `n` chunks, the positions of
-    its postings, ascending (a stable order by chunk id). Linear time: NumPy's stable sort of
-    16-bit keys is a radix sort, so the ids are ordered by their low, then their high 16 bits
-    (~55 ms of CPU for tldr's 1.3M postings on a loaded 2-core machine, about 2% of a
-    one-file edit's ingest)."""
-    if n <= 1 << 16:
-        order = np.argsort(chunk_ids.astype(np.uint16), kind="stable")
-    else:
-        order = np.argsort((chunk_ids & 0xFFFF).astype(np.uint16), kind="stable")
-        order = order[np.argsort((chunk_ids[order] >> 16).astype(np.uint16), kind="stable")]
+    its postings, ascending. A counting sort, `POSTINGS_BLOCK` postings at a time: each
+    block's postings are ordered by chunk (a stable sort of the block alone, a radix sort
+    of 16-bit keys up to 65,536 chunks) and written after the ones of their chunks that
+    earlier blocks placed, so the temporaries do not grow with the postings (one sort of
+    every posting held several arrays of them at pack's peak: docs/benchmarks.md)."""
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(np.bincount(chunk_ids, minlength=n), out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(order.astype(np.int32)))
+    values = np.empty(len(chunk_ids), np.int32)
+    fill = offsets[:-1].astype(np.int64)  # each chunk's next free place
+    for start in range(0, len(chunk_ids), POSTINGS_BLOCK):
+        block = chunk_ids[start : start + POSTINGS_BLOCK]
+        order = np.argsort(block.astype(np.uint16) if n <= 1 << 16 else block, kind="stable")
+        ids = block[order]
+        first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # each run of one chunk
+        rank = np.arange(len(ids)) - np.repeat(first, np.diff(np.r_[first, len(ids)]))
+        values[fill[ids] + rank] = order + start
+        fill += np.bincount(block, minlength=n)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
 
 
 def _empty_postings(n: int) -> Postings:
@@ -271,33 +304,101 @@ def _empty_postings(n: int) -> Postings:
     return Postings(_U64, empty, np.zeros(1, np.int32), empty, none, lengths, transpose(empty, n))
 
 
-def build_postings(store: Store, params: Bm25fParams = PARAMS) -> Postings:
-    """Every (term, chunk) posting with its field-weighted tf, grouped by term. Each
-    per-posting temporary is dropped as soon as it is used: at 131k chunks of real pages
-    there are millions of postings (docs/benchmarks.md, "Ingest memory (issue 37)")."""
-    n = len(store.keys)
+def build_postings(
+    store: Store, params: Bm25fParams = PARAMS, rows: np.ndarray | None = None
+) -> Postings:
+    """Every (term, chunk) posting with its field-weighted tf, grouped by term, chunk ids
+    ascending inside a term. `rows`: chunk i's analysis is the store's row rows[i] (the
+    workers' analyses in their own order, `analyses_of`: no copy of them in chunk order);
+    None: row i. Past the sort, per-posting arrays are made a block at a time: at 131k
+    chunks of real pages there are millions of postings (docs/benchmarks.md, "Ingest
+    memory (issue 37)")."""
+    n = len(store.keys) if rows is None else len(rows)
     if n == 0 or len(store.terms) == 0:
         return _empty_postings(n)
-    order = np.argsort(store.terms, kind="stable")  # stable: chunk ids ascend inside a term
-    terms = store.terms[order]
-    starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
-    distinct = terms[starts]
-    del terms
-    df = np.diff(np.r_[starts, len(order)]).astype(np.int32)
-    offsets = np.r_[starts, len(order)].astype(np.int32)
-    del starts
-    chunk_ids = np.repeat(np.arange(n, dtype=np.int32), np.diff(store.starts))[order]
-    tf = weighted(store.counts, params)[order]
+    order, chunk_ids, repeats = _term_order(store, rows)
+    if not len(order):  # no chunk has a row with terms
+        return _empty_postings(n)
+    tf = np.empty(len(order), np.float32)
+    for start in range(0, len(order), POSTINGS_BLOCK):  # elementwise: the same bits
+        tf[start : start + POSTINGS_BLOCK] = weighted(
+            store.counts[order[start : start + POSTINGS_BLOCK]], params
+        )
+    distinct, df = _term_runs(store.terms, order)
     del order
+    if repeats is not None and len(repeats):
+        extra = store.take(rows[repeats])
+        chunk_ids, tf, df = _with_repeats(extra, repeats, distinct, chunk_ids, tf, df, params)
+    lengths = store.lengths if rows is None else store.lengths[rows]
     return Postings(
         terms=distinct,
         df=df,
-        offsets=offsets,
+        offsets=np.r_[0, np.cumsum(df)].astype(np.int32),
         chunk_ids=chunk_ids,
         tf=tf,
-        lengths=weighted(store.lengths, params),
+        lengths=weighted(lengths, params),
         forward=transpose(chunk_ids, n),
     )
+
+
+def _term_order(store: Store, rows: np.ndarray | None):
+    """(the store's postings in (term, chunk) order, their chunk ids, the chunks whose row
+    an earlier chunk has or None): `build_postings`' one sort of every posting."""
+    if rows is None:  # stable: chunk ids ascend inside a term
+        order = np.argsort(store.terms, kind="stable")
+        chunks = np.repeat(np.arange(len(store.keys), dtype=np.int32), np.diff(store.starts))
+        return order, chunks[order], None
+    n = len(rows)
+    chunk, repeats = _posting_chunks(store, rows)
+    unused = chunk == n  # rows no chunk has: sorted after every other posting, cut off
+    count = int(np.count_nonzero(unused))
+    order = np.lexsort((chunk, store.terms, unused) if count else (chunk, store.terms))
+    del unused
+    order = order[: len(order) - count]
+    return order, chunk[order], repeats
+
+
+def _term_runs(terms: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct terms of postings ordered by term, and the postings of each (df),
+    compared a block at a time: no sorted copy of every posting's term."""
+    firsts = []
+    for start in range(0, len(order), POSTINGS_BLOCK):
+        block = terms[order[max(start - 1, 0) : start + POSTINGS_BLOCK]]
+        changes = block[1:] != block[:-1]
+        firsts.append(np.flatnonzero(np.r_[True, changes] if start == 0 else changes) + start)
+    starts = np.concatenate(firsts)
+    return terms[order[starts]], np.diff(np.r_[starts, len(order)]).astype(np.int32)
+
+
+def _posting_chunks(store: Store, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk of each posting of `store`: the first chunk whose row it is, or len(rows)
+    for a row no chunk has (a second copy of a key); and the chunks whose row an earlier
+    chunk has (the same text, heading and title twice: `_with_repeats`)."""
+    n = len(rows)
+    used, first = np.unique(rows, return_index=True)
+    owner = np.full(len(store.keys), n, dtype=np.int32)
+    owner[used] = first
+    repeats = np.ones(n, dtype=bool)
+    repeats[first] = False
+    return np.repeat(owner, np.diff(store.starts)), np.flatnonzero(repeats)
+
+
+def _with_repeats(extra: Store, repeats, distinct, chunk_ids, tf, df, params):
+    """(chunk_ids, tf, df) with the postings of the `repeats` chunks (analysed in `extra`)
+    put in at their places: their terms are among `distinct` (an earlier chunk has the same
+    analysis), and the place inside a term is a bisection, for every such posting at once."""
+    extra_chunk = np.repeat(repeats.astype(np.int32), np.diff(extra.starts))
+    order = np.lexsort((extra_chunk, extra.terms))
+    extra_chunk, extra_tf = extra_chunk[order], weighted(extra.counts, params)[order]
+    offsets = np.r_[0, np.cumsum(df)]
+    term = np.searchsorted(distinct, extra.terms[order])
+    lo, hi = offsets[term], offsets[term + 1]
+    while (open_ := lo < hi).any():  # the first posting of the term not before the chunk
+        mid = (lo + hi) // 2
+        before = open_ & (chunk_ids[np.minimum(mid, len(chunk_ids) - 1)] < extra_chunk)
+        lo, hi = np.where(before, mid + 1, lo), np.where(open_ & ~before, mid, hi)
+    df = df + np.bincount(term, minlength=len(df)).astype(np.int32)
+    return np.insert(chunk_ids, lo, extra_chunk), np.insert(tf, lo, extra_tf), df
 
 
 # -- incremental update -----------------------------------------------------------------
@@ -824,11 +925,13 @@ def _forward(prev: _Previous, fresh: _Fresh, fresh_rows, n: int, source) -> pa.A
     return splice(old_forward, fresh_forward, source)
 
 
-def update(plan: Plan, analysed: Store | None = None) -> LexicalTables:
+def update(plan: Plan, analysed: Store | Handed | None = None) -> LexicalTables:
     """The previous index's postings updated for the plan's fresh and departed chunks, or,
     without a usable previous index, built from every chunk's analysis; the analyzer and the
     parameters go to the index meta. `analysed`: the analyses the ingest workers made of
     this run's new chunks (any chunk missing from it is analysed here)."""
+    if isinstance(analysed, Handed):
+        analysed = analysed.take()
     files, chunks, source = plan.files, plan.chunks, plan.chunk_source
     old = _previous_lexical(plan.previous)
     if old is not None:
@@ -839,7 +942,11 @@ def update(plan: Plan, analysed: Store | None = None) -> LexicalTables:
             return LexicalTables(spliced, lexical_meta())
         postings = update_postings(old, files, chunks, source, analysed=analysed)
     else:
-        postings = build_postings(analysed_store(files, chunks, analysed))
+        store, rows = analyses_of(files, chunks, analysed)
+        del analysed  # now only in `store`: gone with it once the postings are built
+        in_order = len(rows) == len(store.keys) and np.array_equal(rows, np.arange(len(rows)))
+        postings = build_postings(store, rows=None if in_order else rows)
+        del store, rows
     tables = {
         "lexical": postings_table(postings),
         "lexical_forward": forward_table(postings),
