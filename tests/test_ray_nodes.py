@@ -35,6 +35,9 @@ QUIET = {
     # Both sides say it: a local Ray run (tests/test_ray.py) leaves ~/.ray/auth_token, and a
     # driver that finds one turns token auth on against this cluster, started without it.
     "RAY_AUTH_MODE": "disabled",
+    # A worker that starts its interpreter and imports on a loaded 2-core machine can take
+    # over Ray's 60 s to register; the actor then dies before it holds a batch.
+    "RAY_worker_register_timeout_seconds": "600",
 }
 
 # The cluster, in its own process: prints its address, and stops when its stdin closes.

@@ -236,8 +236,10 @@ def test_tldr_subset_sharded_ranks_as_one_file(
     reference = open_index(config=load_config(one, dict(os.environ)))
     for mode in ("lexical", "hybrid"):
         for query in TLDR_QUERIES:
-            want = [(r.path, r.start_line, r.score) for r in reference.search(query, mode=mode)]
-            got = [(r.path, r.start_line, r.score) for r in staged.search(query, mode=mode)]
+            want = [
+                (r.path, r.start_line, r.score) for r in reference.search(query, mode=mode).results
+            ]
+            got = [(r.path, r.start_line, r.score) for r in staged.search(query, mode=mode).results]
             assert got == want, (mode, query)
 
 
