@@ -35,9 +35,6 @@ QUIET = {
     # Both sides say it: a local Ray run (tests/test_ray.py) leaves ~/.ray/auth_token, and a
     # driver that finds one turns token auth on against this cluster, started without it.
     "RAY_AUTH_MODE": "disabled",
-    # A worker that starts its interpreter and imports on a loaded 2-core machine can take
-    # over Ray's 60 s to register; the actor then dies before it holds a batch.
-    "RAY_worker_register_timeout_seconds": "600",
 }
 
 # The cluster, in its own process: prints its address, and stops when its stdin closes.
@@ -176,7 +173,7 @@ def test_a_worker_node_killed_mid_ingest_leaves_a_clean_retry(tmp_path: Path):
     with cluster_of(cpus=1) as cluster:
         head = Head(cluster.address, cluster.temp)
         run = _ingest_in_background(
-            on_ray, "--executor", f"ray:{cluster.address}", env={HOLD: str(go)}
+            on_ray, "--executor", f"ray:{cluster.address}", env={**QUIET, HOLD: str(go)}
         )
         try:
             deadline = time.monotonic() + 180
