@@ -7,6 +7,7 @@
         # sharded folder can be split from the one-file index without embedding again:
         # MDVDB_IVF_MIN_CHUNKS=20000 python bench/split_shards.py /tmp/m1 SHARDED_ROOT --shards 20
     python bench/scaleout.py ingest --files 4000 --workers 1,2     # Ray vs local ingest
+    python bench/scaleout.py nodes --executors pool --nodes 1,2,3  # bench/ray_ingest.py
     python bench/scaleout.py shard --one ONE_FILE_ROOT --shard SHARD_ROOT
         # one shard's files ingested alone (e.g. shard 0 of 20 of the 1M corpus), its
         # staged per-shard work timed, next to the one-file search of the whole corpus
@@ -795,6 +796,10 @@ if __name__ == "__main__":
         from bench.scaleout_ingest import main as ingest_main
 
         ingest_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["nodes"]:  # ingest on 1, 2, 3 nodes of a test cluster
+        from bench.ray_ingest import main as nodes_main
+
+        nodes_main(sys.argv[2:])
     elif sys.argv[1:2] == ["routed"]:  # a router over Ray Serve (router_rows)
         routed_main(sys.argv[2:])
     elif sys.argv[1:2] == ["shard"]:  # one shard of a bigger layout, timed alone

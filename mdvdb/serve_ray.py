@@ -8,7 +8,8 @@ sent to the groups (query/shards/serve.py). A reader elsewhere (`mdvdb search`, 
 `mdvdb serve`) with `MDVDB_RAY_SERVE` set sends its per-shard work to the same groups.
 
 `build` is also a Serve application builder, for a cluster run by `serve deploy`:
-`serve run mdvdb.serve_ray:build root=/data/docs groups=2 replicas=2` (docs/scale-out.md).
+`serve run --name mdvdb mdvdb.serve_ray:build root=/data/docs groups=2 replicas=2`
+(docs/scale-out.md); the ingress finds its groups in its own application.
 """
 
 from __future__ import annotations
@@ -77,11 +78,14 @@ def _is(value: Any, kind: type) -> bool:
 class SearchIngress:
     """The application's HTTP ingress: POST the search arguments, get the `--json` answer."""
 
-    def __init__(self, root: str, app: str, *groups: Any):
+    def __init__(self, root: str, *groups: Any):
+        from ray import serve
+
         from kernel.config import load_config
         from query import open_index
 
         del groups  # bound so that Serve deploys them with the app; the reader finds them
+        app = serve.get_replica_context().app_name  # `mdvdb serve --ray`'s, or `serve run`'s
         config = replace(load_config(root), ray_serve="auto", ray_serve_app=app)
         self.index = open_index(config=config)
 
@@ -129,7 +133,6 @@ def build(args: dict[str, str]):
     manifest = shards.read_manifest(config.shards_path)
     if manifest is None:
         raise ValueError(f"no sharded index at {config.shards_path}: set MDVDB_SHARDS and ingest")
-    app = args.get("app") or config.ray_serve_app
     served = shard_groups(manifest.shards, int(args.get("groups") or manifest.shards))
     router = RequestRouterConfig(request_router_class=ROUTER_CLASS)
     bound = []
@@ -148,7 +151,7 @@ def build(args: dict[str, str]):
     ingress = serve.deployment(
         SearchIngress, name="search", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=64
     )
-    return ingress.bind(str(config.root), app, *bound)
+    return ingress.bind(str(config.root), *bound)
 
 
 def run(config, address: str, listen: tuple[str, int], groups: int, replicas: int, cpus: float):
@@ -165,7 +168,7 @@ def run(config, address: str, listen: tuple[str, int], groups: int, replicas: in
     try:
         serve.start(http_options={"host": listen[0], "port": listen[1]})
         app = config.ray_serve_app
-        args = {"root": str(config.root), "app": app, "groups": str(groups or "")}
+        args = {"root": str(config.root), "groups": str(groups or "")}
         args.update(replicas=str(replicas), cpus=str(cpus))
         serve.run(build(args), name=app, route_prefix=f"/{app}", blocking=False)
         url = f"http://{listen[0]}:{listen[1]}/{app}"

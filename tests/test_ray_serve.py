@@ -314,6 +314,35 @@ def test_sigterm_stops_the_app(served: Served, twins) -> None:
     assert done.returncode == 1 and "Serve app 'mdvdb'" in done.stderr, done.stderr[-2000:]
 
 
+@needs_serve
+@pytest.mark.slow
+def test_serve_run_deploys_the_builder(served: Served, twins) -> None:
+    """The documented config path: `serve run --name APP mdvdb.serve_ray:build root=...` on
+    the same cluster (after `mdvdb serve --ray` stopped: Serve and its HTTP proxy stay) serves
+    the same answers at /APP, its ingress finding the groups of its own application."""
+    import httpx
+
+    one, four = twins
+    assert served.proc.poll() is not None  # the SIGTERM test above ran
+    serve_cli = Path(sys.executable).parent / "serve"
+    argv = [str(serve_cli), "run", "--non-blocking", "--address", served.address]
+    argv += ["--name", "built", "--route-prefix", "/built", "mdvdb.serve_ray:build"]
+    argv += [f"root={four}", "groups=1", "cpus=0.1"]
+    done = subprocess.run(
+        argv, env={**os.environ, **QUIET, **SHARDED}, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    url = served.url.rsplit("/", 1)[0] + "/built"
+    expected = _search(one, QUERIES[0], "--mode", "hybrid")
+    answer = httpx.post(url, json={"query": QUERIES[0], "mode": "hybrid"}, timeout=180)
+    assert answer.status_code == 200, answer.text
+    assert answer.text == expected.stdout
+    routed = _search(
+        four, QUERIES[0], "--mode", "hybrid", env=served.env(MDVDB_RAY_SERVE_APP="built")
+    )
+    assert routed.stdout == expected.stdout, routed.stderr[-2000:]
+
+
 def test_a_group_answers_only_its_own_shard_files(twins) -> None:
     """A shard group's calls for another group's file, a path, an unknown call: an error
     answer each (the router pins files by name: nothing else is opened)."""
