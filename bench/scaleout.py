@@ -236,7 +236,7 @@ def open_rows(roots: dict[int, Path], rounds: int) -> list[dict]:
 
 
 def simulation_rows(one, sharded, rounds: int) -> list[dict]:
-    """Each shard's own work timed alone (the `ShardPart` calls a shard server answers),
+    """Each shard's own work timed alone (the `ShardPart` calls a shard group answers),
     the merge, and the one-file cost of the same."""
     import numpy as np
 
@@ -281,7 +281,7 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
             out[np.asarray(answer[0], dtype=np.int64)] = answer[1]
             return out
 
-        for part in parts:  # map what the calls read (a shard server keeps it mapped)
+        for part in parts:  # map what the calls read (a shard group keeps it mapped)
             part.call("term_df", np.zeros(1, np.uint64))
             part.call("dots", np.zeros(flat.vectors.shape[1], np.float32))
             if int8_shard is not None:
@@ -605,11 +605,14 @@ def start_serve(root: Path, shards: int, groups: int, cpus: float) -> tuple:
     argv += ["--groups", str(groups), "--cpus", str(cpus), "--listen", f"127.0.0.1:{port}"]
     env = {**os.environ, "MDVDB_SHARDS": str(shards), "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
-    ready = proc.stdout.readline()  # "serve: ... on Ray ADDRESS; search at URL"
+    ready = (
+        proc.stdout.readline()
+    )  # "serve: ... on Ray ADDRESS; search at URL (bearer token: PATH)"
     if "search at" not in ready:
         proc.kill()
         raise SystemExit(f"mdvdb serve --ray did not start: {ready!r}")
-    return proc, ready.split(" on Ray ")[1].split(";")[0], ready.split()[-1]
+    url, token_file = ready.split(" search at ")[1].split(" (bearer token: ")
+    return proc, ready.split(" on Ray ")[1].split(";")[0], url, token_file.strip().rstrip(")")
 
 
 def router_rows(one_root: Path, root: Path, shards: int, groups: int, rounds: int) -> list[dict]:
@@ -617,10 +620,10 @@ def router_rows(one_root: Path, root: Path, shards: int, groups: int, rounds: in
     router in a process of its own (one Ray cluster a process) answers the searches."""
     import json
 
-    proc, address, url = start_serve(root, shards, groups, cpus=0.5)
+    proc, address, url, token_file = start_serve(root, shards, groups, cpus=0.5)
     try:
         argv = [sys.executable, __file__, "routed", str(one_root), str(root), str(shards)]
-        argv += [str(groups), str(rounds), address, url]
+        argv += [str(groups), str(rounds), address, url, token_file]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             raise SystemExit(f"the routed run failed: {done.stderr[-3000:]}")
@@ -638,7 +641,9 @@ def routed_main(argv: list[str]) -> None:
     from kernel.config import load_config
     from query import open_index
 
-    one_root, root, shards, groups, rounds, address, url = argv
+    one_root, root, shards, groups, rounds, address, url, token_file = argv
+    token = Path(token_file).read_text(encoding="utf-8").strip()
+    headers = {"authorization": f"Bearer {token}"}
     shards, groups, rounds = int(shards), int(groups), int(rounds)
     _keep_both_readers()
     one = open_at(Path(one_root), 1)
@@ -658,10 +663,11 @@ def routed_main(argv: list[str]) -> None:
         for _ in range(rounds):
             for q in QUERIES:
                 started = time.perf_counter()
-                httpx.post(url, json={"query": q, "mode": mode, "limit": 10}, timeout=60)
+                asked = {"query": q, "mode": mode, "limit": 10}
+                httpx.post(url, json=asked, headers=headers, timeout=60)
                 posted.append(time.perf_counter() - started)
         searches = rounds * len(QUERIES)
-        qps = _throughput(url, mode, searches, CLIENTS)
+        qps = _throughput(url, headers, mode, searches, CLIENTS)
         rows.append(
             {
                 "mode": mode,
@@ -685,12 +691,15 @@ def routed_main(argv: list[str]) -> None:
 CLIENTS = 4  # concurrent HTTP clients for the throughput column
 
 
-def _throughput(url: str, mode: str, searches: int, clients: int) -> float:
+def _throughput(url: str, headers: dict, mode: str, searches: int, clients: int) -> float:
     """Searches a second through the endpoint with `clients` requests in flight."""
     from concurrent.futures import ThreadPoolExecutor
 
     asked = [QUERIES[i % len(QUERIES)] for i in range(searches)]
-    with httpx.Client(timeout=120) as client, ThreadPoolExecutor(clients) as pool:
+    with (
+        httpx.Client(timeout=120, headers=headers) as client,
+        ThreadPoolExecutor(clients) as pool,
+    ):
         started = time.perf_counter()
         list(pool.map(lambda q: client.post(url, json={"query": q, "mode": mode}), asked))
         return len(asked) / (time.perf_counter() - started)

@@ -423,11 +423,13 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def http_token(config: Config, token_file: str | None = None) -> tuple[str, str]:
+def http_token(
+    config: Config, token_file: str | None = None, name: str = TOKEN_NAME
+) -> tuple[str, str]:
     """The bearer token and where it is: `--token-file` (the user's own, refused when other
-    users can read it, as ssh refuses such keys), else the state folder's token, made once
-    with `secrets` (0600, never through a symlink) and kept across restarts so that a
-    client's configuration stays valid."""
+    users can read it, as ssh refuses such keys), else the state folder's token `name`,
+    made once with `secrets` (0600, never through a symlink) and kept across restarts so
+    that a client's configuration stays valid."""
     import os
     import secrets
     import stat
@@ -449,7 +451,7 @@ def http_token(config: Config, token_file: str | None = None) -> tuple[str, str]
             raise ConfigError(f"--token-file {path}: the token must be 16+ characters, no spaces")
         return token, str(path)
     private.state_folder(config.state_path)
-    path = config.state_path / TOKEN_NAME
+    path = config.state_path / name
     try:
         token = path.read_text(encoding="utf-8").strip() if not path.is_symlink() else ""
     except (OSError, UnicodeDecodeError):

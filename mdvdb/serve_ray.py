@@ -15,6 +15,7 @@ sent to the groups (query/shards/serve.py). A reader elsewhere (`mdvdb search`, 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import signal
 import threading
 from dataclasses import replace
@@ -25,6 +26,7 @@ from kernel import shards
 __all__ = ["SearchIngress", "build", "request_fields", "run"]
 
 ROUTER_CLASS = "query.shards.serve:SessionAffinity"
+TOKEN_NAME = "serve-http.token"  # the endpoint's bearer token in the state folder
 MAX_ONGOING = 32  # requests a replica takes at once (the rounds of concurrent queries)
 
 
@@ -78,7 +80,7 @@ def _is(value: Any, kind: type) -> bool:
 class SearchIngress:
     """The application's HTTP ingress: POST the search arguments, get the `--json` answer."""
 
-    def __init__(self, root: str, *groups: Any):
+    def __init__(self, root: str, token: str, *groups: Any):
         from ray import serve
 
         from kernel.config import load_config
@@ -88,6 +90,7 @@ class SearchIngress:
         app = serve.get_replica_context().app_name  # `mdvdb serve --ray`'s, or `serve run`'s
         config = replace(load_config(root), ray_serve="auto", ray_serve_app=app)
         self.index = open_index(config=config)
+        self.expected = f"Bearer {token}".encode() if token else b""
 
     def answer(self, body: Any) -> tuple[int, dict[str, Any]]:
         """(HTTP status, the document): 200 and `mdvdb search --json`'s, or an error."""
@@ -110,6 +113,11 @@ class SearchIngress:
         from mdvdb.cli.errors import json_text
 
         status, data = 405, {"error": "POST the search arguments as JSON"}
+        given = request.headers.get("authorization", "").encode()
+        if self.expected and not hmac.compare_digest(given, self.expected):
+            body = json_text({"error": "missing or wrong bearer token (mdvdb serve --help)"})
+            headers = {"www-authenticate": 'Bearer realm="mdvdb"'}
+            return Response(body, 401, headers=headers, media_type="application/json")
         if request.method == "POST":
             try:
                 body = await request.json()
@@ -122,7 +130,9 @@ class SearchIngress:
 
 def build(args: dict[str, str]):
     """The Serve application for the sharded index of folder `root`: `groups` shard groups
-    (default: one per shard) of `replicas` replicas needing `cpus` CPUs each."""
+    (default: one per shard) of `replicas` replicas needing `cpus` CPUs each; with
+    `token_file`, every request to the endpoint needs that bearer token (without it the
+    endpoint is open: for a platform's own authenticating ingress in front)."""
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
@@ -151,12 +161,18 @@ def build(args: dict[str, str]):
     ingress = serve.deployment(
         SearchIngress, name="search", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=64
     )
-    return ingress.bind(str(config.root), *bound)
+    token = ""
+    if args.get("token_file"):
+        from mdvdb.mcp_server import http_token
+
+        token, _ = http_token(config, args["token_file"])
+    return ingress.bind(str(config.root), token, *bound)
 
 
-def run(config, address: str, listen: tuple[str, int], groups: int, replicas: int, cpus: float):
+def run(config, address: str, listen: tuple[str, int], groups, replicas, cpus, token_file: str):
     """Deploy the application on the cluster at `address` (`local`: a Ray started here for
-    this process) and keep it up until SIGTERM or Ctrl-C; then delete it."""
+    this process) and keep it up until SIGTERM or Ctrl-C; then delete it. `token_file`: the
+    bearer token every request to the endpoint needs."""
     import ray
     from ray import serve
 
@@ -169,16 +185,16 @@ def run(config, address: str, listen: tuple[str, int], groups: int, replicas: in
         serve.start(http_options={"host": listen[0], "port": listen[1]})
         app = config.ray_serve_app
         args = {"root": str(config.root), "groups": str(groups or "")}
-        args.update(replicas=str(replicas), cpus=str(cpus))
+        args.update(replicas=str(replicas), cpus=str(cpus), token_file=token_file)
         serve.run(build(args), name=app, route_prefix=f"/{app}", blocking=False)
         url = f"http://{listen[0]}:{listen[1]}/{app}"
-        _probe(url)
+        _probe(url, token_file)
         manifest = shards.read_manifest(config.shards_path)
         count = len(shard_groups(manifest.shards, groups or manifest.shards))
         gcs = ray.get_runtime_context().gcs_address
         line(
             f"serve: {count} shard group(s) x {replicas} replica(s) of {config.root} on Ray "
-            f"{gcs}; search at {url}"
+            f"{gcs}; search at {url} (bearer token: {token_file})"
         )
         _wait_for_signal()
         serve.delete(app)
@@ -188,17 +204,20 @@ def run(config, address: str, listen: tuple[str, int], groups: int, replicas: in
         ray.shutdown()
 
 
-def _probe(url: str, seconds: float = 60.0) -> None:
+def _probe(url: str, token_file: str, seconds: float = 60.0) -> None:
     """The ingress answers at `url`, or a one-line error (Serve's HTTP proxy could not bind
     the port, or another application holds the route)."""
     import time
+    from pathlib import Path
 
     import httpx
 
+    token = Path(token_file).read_text(encoding="utf-8").strip()
+    headers = {"authorization": f"Bearer {token}"}
     deadline = time.monotonic() + seconds
     while True:
         try:
-            if "POST the search" in httpx.get(url, timeout=5.0).text:
+            if "POST the search" in httpx.get(url, headers=headers, timeout=5.0).text:
                 return
         except httpx.HTTPError:
             pass

@@ -101,8 +101,9 @@ def cluster():
 
 
 class Served:
-    def __init__(self, proc: subprocess.Popen, address: str, url: str, lines: list[str]):
-        self.proc, self.address, self.url, self.lines = proc, address, url, lines
+    def __init__(self, proc: subprocess.Popen, address: str, url: str, token: str):
+        self.proc, self.address, self.url = proc, address, url
+        self.headers = {"authorization": f"Bearer {token}"}
 
     def env(self, **more: str) -> dict[str, str]:
         return {**QUIET, **SHARDED, "MDVDB_RAY_SERVE": self.address, **more}
@@ -139,9 +140,13 @@ def served(cluster, twins):
             pytest.fail(f"mdvdb serve --ray did not start: {lines}")
         time.sleep(0.2)
     ready = next(line for line in lines if "search at" in line)
-    # "serve: 2 shard group(s) x 2 replica(s) of ROOT on Ray ADDRESS; search at URL"
+    # "serve: 2 shard group(s) x 2 replica(s) of ROOT on Ray ADDRESS; search at URL
+    # (bearer token: PATH)", the token generated in the state folder
     assert ready.startswith("serve: 2 shard group(s) x 2 replica(s) of "), ready
-    running = Served(proc, cluster.address, ready.split()[-1], lines)
+    url, token_file = ready.split(" search at ")[1].split(" (bearer token: ")
+    token = Path(token_file.strip().rstrip(")")).read_text(encoding="utf-8").strip()
+    assert token_file.startswith(str(four / ".markdownvdb.state")), token_file
+    running = Served(proc, cluster.address, url, token)
     yield running
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -182,8 +187,9 @@ def _replicas(served: Served, asks: int = 40) -> dict[str, list[dict]]:
 @needs_serve
 @pytest.mark.slow
 def test_the_endpoint_answers_as_mdvdb_search_json(served: Served, twins) -> None:
-    """POST the search tool's arguments: the body is what `mdvdb search --json` prints for
-    the one-file index, byte for byte, in every mode, with a filter and by file."""
+    """POST the search tool's arguments with the bearer token: the body is what `mdvdb
+    search --json` prints for the one-file index, byte for byte, in every mode, with a filter
+    and by file; without the token, 401."""
     import httpx
 
     one, _ = twins
@@ -203,12 +209,21 @@ def test_the_endpoint_answers_as_mdvdb_search_json(served: Served, twins) -> Non
         words = [body["query"], *flags]
         expected = _search(one, *words)
         assert expected.returncode == 0, expected.stderr
-        answer = httpx.post(served.url, json={**body, "limit": 10}, timeout=120)
+        answer = httpx.post(
+            served.url, json={**body, "limit": 10}, headers=served.headers, timeout=120
+        )
         assert answer.status_code == 200, answer.text
         assert answer.text == expected.stdout, body
-    refused = httpx.post(served.url, json={"query": "tar", "nope": 1}, timeout=60)
+    refused = httpx.post(
+        served.url, json={"query": "tar", "nope": 1}, headers=served.headers, timeout=60
+    )
     assert refused.status_code == 400 and "unknown argument(s): nope" in refused.text
-    assert httpx.get(served.url, timeout=60).status_code == 405
+    assert httpx.get(served.url, headers=served.headers, timeout=60).status_code == 405
+    # any local user can reach a loopback port: without the bearer token, 401 and nothing
+    for headers in ({}, {"authorization": "Bearer wrong-token-of-32-characters-xx"}):
+        stranger = httpx.post(served.url, json={"query": "tar"}, headers=headers, timeout=60)
+        assert stranger.status_code == 401 and "results" not in stranger.text
+        assert stranger.headers["www-authenticate"].startswith("Bearer")
 
 
 @needs_serve
@@ -317,9 +332,10 @@ def test_sigterm_stops_the_app(served: Served, twins) -> None:
 @needs_serve
 @pytest.mark.slow
 def test_serve_run_deploys_the_builder(served: Served, twins) -> None:
-    """The documented config path: `serve run --name APP mdvdb.serve_ray:build root=...` on
-    the same cluster (after `mdvdb serve --ray` stopped: Serve and its HTTP proxy stay) serves
-    the same answers at /APP, its ingress finding the groups of its own application."""
+    """The documented config path: `serve run --name APP mdvdb.serve_ray:build root=...
+    token_file=...` on the same cluster (after `mdvdb serve --ray` stopped: Serve and its HTTP
+    proxy stay) serves the same answers at /APP, its ingress finding the groups of its own
+    application and asking the token of that file."""
     import httpx
 
     one, four = twins
@@ -327,14 +343,17 @@ def test_serve_run_deploys_the_builder(served: Served, twins) -> None:
     serve_cli = Path(sys.executable).parent / "serve"
     argv = [str(serve_cli), "run", "--non-blocking", "--address", served.address]
     argv += ["--name", "built", "--route-prefix", "/built", "mdvdb.serve_ray:build"]
-    argv += [f"root={four}", "groups=1", "cpus=0.1"]
+    token = four / ".markdownvdb.state" / "serve-http.token"
+    argv += [f"root={four}", "groups=1", "cpus=0.1", f"token_file={token}"]
     done = subprocess.run(
         argv, env={**os.environ, **QUIET, **SHARDED}, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     url = served.url.rsplit("/", 1)[0] + "/built"
     expected = _search(one, QUERIES[0], "--mode", "hybrid")
-    answer = httpx.post(url, json={"query": QUERIES[0], "mode": "hybrid"}, timeout=180)
+    asked = {"query": QUERIES[0], "mode": "hybrid"}
+    assert httpx.post(url, json=asked, timeout=180).status_code == 401
+    answer = httpx.post(url, json=asked, headers=served.headers, timeout=180)
     assert answer.status_code == 200, answer.text
     assert answer.text == expected.stdout
     routed = _search(

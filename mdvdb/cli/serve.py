@@ -81,6 +81,15 @@ class ServeOptions:
             float, "CPUs each shard-group replica reserves with --ray.", ("--cpus",), minimum=0.01
         ),
     )
+    token_file: str | None = option(
+        None,
+        Spec(
+            str,
+            "With --ray: the HTTP endpoint's bearer token file (0600). Default: one generated "
+            "in the state folder (serve-http.token).",
+            ("--token-file",),
+        ),
+    )
 
 
 def serve(
@@ -95,6 +104,7 @@ def serve(
     groups: int | None,
     replicas: int,
     cpus: float,
+    token_file: str | None,
 ) -> int:
     with user_errors():
         if sum((background, stop, show_status)) > 1:
@@ -103,7 +113,7 @@ def serve(
         if ray is not None:
             if background or stop or show_status:
                 raise CliError("--ray serves in the foreground, alone", EXIT_USAGE)
-            _serve_ray(config, ray, listen, groups, replicas, cpus)
+            _serve_ray(config, ray, listen, groups, replicas, cpus, token_file)
             return EXIT_OK
         from mdvdb.cli import warm
 
@@ -141,7 +151,7 @@ COMMAND = Command(
 )
 
 
-def _serve_ray(config, address: str, listen: str, groups, replicas: int, cpus: float) -> None:
+def _serve_ray(config, address: str, listen: str, groups, replicas, cpus, token_file) -> None:
     """The sharded index on Ray Serve, in the foreground until SIGTERM or Ctrl-C."""
     from kernel import shards as shard_files
 
@@ -160,8 +170,12 @@ def _serve_ray(config, address: str, listen: str, groups, replicas: int, cpus: f
         raise CliError(
             f"--ray needs Ray Serve ({exc.name} is missing): pip install 'markdown-vdb[ray]'"
         ) from None
+    from mdvdb.mcp_server import http_token
+
+    _, where = http_token(config, token_file, serve_ray.TOKEN_NAME)
     try:
-        serve_ray.run(config, address, (host.strip("[]"), int(port)), groups, replicas, cpus)
+        place = (host.strip("[]"), int(port))
+        serve_ray.run(config, address, place, groups, replicas, cpus, where)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CliError(f"--ray {address}: {first}") from None

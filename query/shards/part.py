@@ -117,7 +117,7 @@ class ShardPart:
         return self._lexical
 
     def call(self, name: str, *args):
-        """A named call, as a shard server dispatches it."""
+        """A named call, as a shard group dispatches it."""
         if name not in CALLS:
             raise ValueError(f"unknown shard call {name!r}")
         return getattr(self, name)(*args)
