@@ -25,7 +25,7 @@ from kernel import shards
 
 __all__ = ["SearchIngress", "build", "request_fields", "run"]
 
-ROUTER_CLASS = "query.shards.serve:SessionAffinity"
+ROUTER_CLASS = "query.shards.affinity:SessionAffinity"
 TOKEN_NAME = "serve-http.token"  # the endpoint's bearer token in the state folder
 MAX_ONGOING = 32  # requests a replica takes at once (the rounds of concurrent queries)
 

@@ -150,11 +150,11 @@ def test_an_ingest_over_two_nodes_builds_the_local_index(nodes: Nodes, tmp_path:
     _verify(spread)
 
 
-def test_a_worker_node_killed_mid_ingest_leaves_a_clean_retry(tmp_path: Path):
+def test_a_worker_node_killed_mid_ingest_leaves_a_clean_retry(nodes: Nodes, tmp_path: Path):
     """Both actors hold a batch when worker node 0 dies (its raylet and workers SIGKILLed):
     the run either finishes on the node left or stops with one line, the previous index
     intact and the folder free; the next run, on the one node left, builds the local index
-    byte for byte. (A cluster of its own: it loses a node.)"""
+    byte for byte. (The module's cluster, which loses a node: this test comes last.)"""
     from tests.test_ray import HOLD, Head, _ingest_in_background, _workers_holding_a_batch
 
     local = _mixed_project(tmp_path / "local", 300)
@@ -170,34 +170,33 @@ def test_a_worker_node_killed_mid_ingest_leaves_a_clean_retry(tmp_path: Path):
         shutil.copy2(local / name, on_ray / name)  # the same bytes and times
     _ok(_ingest(local, env={"MDVDB_WORKERS": "1"}))
     go = tmp_path / "go"
-    with cluster_of(cpus=1) as cluster:
-        head = Head(cluster.address, cluster.temp)
-        run = _ingest_in_background(
-            on_ray, "--executor", f"ray:{cluster.address}", env={**QUIET, HOLD: str(go)}
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while len(_workers_holding_a_batch(head)) < 2:
-                assert run.poll() is None, run.communicate()
-                assert time.monotonic() < deadline, "two actors never held a batch"
-                time.sleep(0.2)
-            cluster.kill(0)
-            go.touch()
-            out, err = run.communicate(timeout=600)
-        finally:
-            go.touch()
-            if run.poll() is None:
-                run.kill()
-                run.wait()
-        if run.returncode == 0:
-            parts = _index_parts(on_ray / ".markdownvdb.index")
-            assert parts == _index_parts(local / ".markdownvdb.index")
-        else:
-            assert run.returncode == 1, err
-            lines = [line for line in err.splitlines() if line.startswith("mdvdb:")]
-            assert len(lines) == 1 and "previous index is intact" in lines[0], err[-3000:]
-            assert _index_parts(on_ray / ".markdownvdb.index") == before
-        again = _ok(_ingest(on_ray, "--executor", f"ray:{cluster.address}"))
-        assert len({a["node_id"] for a in again["executor_actors"]}) <= 1
+    head = Head(nodes.address, nodes.temp)
+    run = _ingest_in_background(
+        on_ray, "--executor", f"ray:{nodes.address}", env={**QUIET, HOLD: str(go)}
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while len(_workers_holding_a_batch(head)) < 2:
+            assert run.poll() is None, run.communicate()
+            assert time.monotonic() < deadline, "two actors never held a batch"
+            time.sleep(0.2)
+        nodes.kill(0)
+        go.touch()
+        out, err = run.communicate(timeout=600)
+    finally:
+        go.touch()
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    if run.returncode == 0:
+        parts = _index_parts(on_ray / ".markdownvdb.index")
+        assert parts == _index_parts(local / ".markdownvdb.index")
+    else:
+        assert run.returncode == 1, err
+        lines = [line for line in err.splitlines() if line.startswith("mdvdb:")]
+        assert len(lines) == 1 and "previous index is intact" in lines[0], err[-3000:]
+        assert _index_parts(on_ray / ".markdownvdb.index") == before
+    again = _ok(_ingest(on_ray, "--executor", f"ray:{nodes.address}"))
+    assert len({a["node_id"] for a in again["executor_actors"]}) <= 1
     assert _index_parts(on_ray / ".markdownvdb.index") == _index_parts(local / ".markdownvdb.index")
     _verify(on_ray)

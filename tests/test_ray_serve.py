@@ -365,7 +365,6 @@ def test_serve_run_deploys_the_builder(served: Served, twins) -> None:
 def test_a_group_answers_only_its_own_shard_files(twins) -> None:
     """A shard group's calls for another group's file, a path, an unknown call: an error
     answer each (the router pins files by name: nothing else is opened)."""
-    pytest.importorskip("ray.serve")
     from kernel import shards
     from kernel.config import load_config
     from query.shards.serve import ShardGroup
@@ -388,11 +387,9 @@ def test_a_group_answers_only_its_own_shard_files(twins) -> None:
     assert all("error" in a for a in answers[1:]), answers
 
 
-@pytest.mark.slow  # imports Ray Serve: ~9 CPU-s
 def test_a_group_of_another_release_is_one_line() -> None:
     """A group whose hello lacks this release's protocol (an older mdvdb's) or serves
     another index: one line naming it."""
-    pytest.importorskip("ray.serve")
     from kernel import index_format
     from query.shards.serve import PROTOCOL, _check
 

@@ -7,7 +7,8 @@ files it serves by the name each call gives (the generation the router pinned) a
 last few. A round of a query is one request per group (`calls`: a call per shard it serves),
 sent to every group at once; Serve picks the replica. A staged query keeps its arrays in
 the replica that ran its first round, so `SessionAffinity` routes every round of one query
-to the same replica of a group (rendezvous hashing on the query's session); a replica that
+to the same replica of a group (rendezvous hashing on the query's session,
+query/shards/affinity.py); a replica that
 lost them (it died, or another took its place) rebuilds them from the rounds the router
 replays (query.rank.shard_search, `Staged.round`). A call whose replica dies is sent again,
 to another replica; the answer stays the one-file answer bit for bit.
@@ -18,7 +19,6 @@ authentication, docs/scale-out.md).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
@@ -29,14 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ray.serve.request_router import RequestRouter
-
 from kernel import index_format, shards
 from query.shards.part import CALLS, ShardPart
 
 __all__ = [
     "DEFAULT_APP",
-    "SessionAffinity",
     "ShardGroup",
     "ServePart",
     "connect",
@@ -131,27 +128,6 @@ class ShardGroup:
         if len(calls) == 1:
             return [one(calls[0])]
         return list(self._pool.map(one, calls))
-
-
-class SessionAffinity(RequestRouter):
-    """Every round of one query to the same replica of a group: the replicas ranked by a
-    hash of (the request's session, the replica), the best first (rendezvous hashing: a
-    replica that goes moves only its own sessions). A request without one: any replica."""
-
-    async def choose_replicas(self, candidate_replicas, pending_request=None):
-        key = ""
-        if pending_request is not None and pending_request.args:
-            first = pending_request.args[0]
-            key = first if isinstance(first, str) else ""
-        if not key:
-            return [list(candidate_replicas)]
-
-        def weight(replica) -> bytes:
-            token = f"{key}/{replica.replica_id.unique_id}".encode()
-            return hashlib.blake2b(token, digest_size=8).digest()
-
-        ranked = sorted(candidate_replicas, key=weight, reverse=True)
-        return [[r] for r in ranked]
 
 
 def connect(address: str) -> None:
