@@ -70,45 +70,52 @@ QUIET = {
 }
 STORE_BYTES = 300_000_000  # each node's object store
 
-# The cluster, in its own process: prints its address, and stops when its stdin closes.
+# The cluster, in its own process: prints its address, and stops when its stdin closes;
+# a line "kill N" on its stdin makes worker node N die at once (tests/test_ray_nodes.py).
 CLUSTER = """
 import os, sys
 from ray.cluster_utils import Cluster
-temp, nodes, store = sys.argv[1], int(sys.argv[2]), {"object_store_memory": int(sys.argv[3])}
+temp, count, cpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+store = {"object_store_memory": int(sys.argv[4])}
 os.makedirs("/tmp/ray", exist_ok=True)  # Cluster records its address there
 cluster = Cluster(
     initialize_head=True,
     head_node_args={"num_cpus": 0, "temp_dir": temp, "include_dashboard": False, **store},
 )
-for _ in range(nodes):
-    cluster.add_node(num_cpus=1, **store)
+nodes = [cluster.add_node(num_cpus=cpus, **store) for _ in range(count)]
 cluster.wait_for_nodes()
 print(cluster.address, flush=True)
-sys.stdin.read()
+for line in sys.stdin:
+    if line.startswith("kill "):
+        cluster.remove_node(nodes[int(line.split()[1])], allow_graceful=False)
+        print("killed", flush=True)
 cluster.shutdown()
 """
 
 
-def start_cluster(nodes: int) -> tuple[subprocess.Popen, str, float, str]:
-    """A head (no CPU) and `nodes` one-CPU worker nodes: the process, the address, the
-    seconds until every node was registered, its temp folder."""
+def start_cluster(
+    nodes: int, cpus: int = 1, store: int = STORE_BYTES, env: dict | None = None
+) -> tuple[subprocess.Popen, str, float, str]:
+    """A head (no CPU) and `nodes` worker nodes of `cpus` CPUs: the process, the address,
+    the seconds until every node was registered, its temp folder. RuntimeError, with the
+    cluster's log, when it does not start."""
     temp = tempfile.mkdtemp(prefix="mdvdb-rb-", dir="/tmp")  # short: Ray's socket paths
     log = open(os.path.join(temp, "cluster.log"), "w")  # noqa: SIM115 - the process holds it
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-c", CLUSTER, temp, str(nodes), str(STORE_BYTES)],
-        env={**os.environ, **QUIET},
+        [sys.executable, "-c", CLUSTER, temp, str(nodes), str(cpus), str(store)],
+        env={**os.environ, **QUIET, **(env or {})},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
         start_new_session=True,
     )
-    address = proc.stdout.readline().strip()
+    address = proc.stdout.readline().strip()  # a loaded 2-core machine: ~30 s seen
     seconds = time.perf_counter() - started
     if not address:
         proc.kill()
-        raise SystemExit("the cluster did not start: " + Path(log.name).read_text()[-2000:])
+        raise RuntimeError("the cluster did not start: " + Path(log.name).read_text()[-2000:])
     return proc, address, seconds, temp
 
 
@@ -368,7 +375,10 @@ def main(argv: list[str] | None = None) -> None:
     reference = locals_[0]["_built"]
     table.append(_row("-", "local", locals_[args.warmup :], reference))
     for nodes in [int(n) for n in args.nodes.split(",")]:
-        proc, address, up_s, temp = start_cluster(nodes)
+        try:
+            proc, address, up_s, temp = start_cluster(nodes)
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from None
         ups.append({"worker_nodes": nodes, "cluster_up_s": round(up_s, 2)})
         runs: dict[str, list[dict]] = {e: [] for e in executors}
         try:

@@ -147,11 +147,11 @@ class Reader:
         """(MDVDB_RAY_SERVE, MDVDB_RAY_SERVE_APP) when shard groups on Ray Serve answer the
         per-shard calls, unless an untrusted folder's `.markdownvdb` chose the cluster: the
         query's words and vector go there."""
-        from kernel.config import CONFIG_FILE, TRUSTED_FOLDERS
-
         cfg = self.config
         if not cfg.ray_serve:
             return ()
+        from kernel.config import CONFIG_FILE, TRUSTED_FOLDERS
+
         chosen = cfg.from_folder("MDVDB_RAY_SERVE") or cfg.from_folder("MDVDB_RAY_SERVE_APP")
         if chosen and not cfg.trusted:
             raise QueryError(

@@ -11,8 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,27 +35,6 @@ QUIET = {
     "RAY_AUTH_MODE": "disabled",
 }
 
-# The cluster, in its own process: prints its address, and stops when its stdin closes.
-CLUSTER = """
-import os, sys
-from ray.cluster_utils import Cluster
-temp = sys.argv[1]
-os.makedirs("/tmp/ray", exist_ok=True)  # Cluster records its address there
-store = {"object_store_memory": 100_000_000}
-cluster = Cluster(
-    initialize_head=True,
-    head_node_args={"num_cpus": 0, "temp_dir": temp, "include_dashboard": False, **store},
-)
-nodes = [cluster.add_node(num_cpus=int(sys.argv[2]), **store) for _ in range(2)]
-cluster.wait_for_nodes()
-print(cluster.address, flush=True)
-for line in sys.stdin:  # until the test closes it; "kill N": worker node N dies at once
-    if line.startswith("kill "):
-        cluster.remove_node(nodes[int(line.split()[1])], allow_graceful=False)
-        print("killed", flush=True)
-cluster.shutdown()
-"""
-
 
 class Nodes:
     def __init__(self, proc: subprocess.Popen, address: str, temp: str) -> None:
@@ -78,33 +55,18 @@ def nodes():
 
 @contextmanager
 def cluster_of(cpus: int):
-    """A head with no CPU and two worker nodes of `cpus` CPUs each, in their own process."""
-    temp = tempfile.mkdtemp(prefix="mdvdb-nodes-", dir="/tmp")  # short: Ray's socket paths
-    log = open(os.path.join(temp, "cluster.log"), "w")  # noqa: SIM115 - closed at teardown
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CLUSTER, temp, str(cpus)],
-        env={**os.environ, **QUIET},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        start_new_session=True,
-    )
-    address = proc.stdout.readline().strip()  # a loaded 2-core machine: ~30 s seen
-    if not address:
-        proc.kill()
-        pytest.fail("the cluster did not start: " + Path(log.name).read_text()[-2000:])
+    """A head with no CPU and two worker nodes of `cpus` CPUs each, in their own process
+    (bench/ray_ingest.py's, with this module's environment)."""
+    from bench.ray_ingest import start_cluster, stop_cluster
+
+    try:
+        proc, address, _, temp = start_cluster(2, cpus, 100_000_000, QUIET)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
     try:
         yield Nodes(proc, address, temp)
     finally:
-        proc.stdin.close()  # the script shuts its nodes down
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
+        stop_cluster(proc, temp)
 
 
 def _ingest(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
