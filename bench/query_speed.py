@@ -94,20 +94,21 @@ def row(name: str, samples: list[float], **extra) -> dict:
     }
 
 
-def agreement(exact_index, fast_index, queries: list[str]) -> tuple[float, float]:
-    """Mean recall@10 of the int8 hybrid ranking vs the exact one; share of queries whose
-    fused scores are the same bits."""
+def agreement(exact_index, fast_index, queries: list[str], mode: str = "hybrid"):
+    """Mean recall@10 of a first pass's ranking vs the exact one; the share of queries whose
+    scores are the same bits (every row); the share whose top 10 rows and scores are."""
     from query.rank.search import mode_scores
     from query.score.vector import top_rows
 
-    recalls, same = [], 0
+    recalls, same, top_same = [], 0, 0
     for q in queries:
-        a, _ = mode_scores(exact_index, q, "hybrid")
-        b, _ = mode_scores(fast_index, q, "hybrid")
-        ta, tb = set(top_rows(a, 10).tolist()), set(top_rows(b, 10).tolist())
-        recalls.append(len(ta & tb) / max(len(ta), 1))
+        a, _ = mode_scores(exact_index, q, mode)
+        b, _ = mode_scores(fast_index, q, mode)
+        ta, tb = top_rows(a, 10), top_rows(b, 10)
+        recalls.append(len(set(ta.tolist()) & set(tb.tolist())) / max(len(ta), 1))
         same += bool(np.array_equal(a, b))
-    return float(np.mean(recalls)), same / len(queries)
+        top_same += bool(np.array_equal(ta, tb) and np.array_equal(a[ta], b[tb]))
+    return float(np.mean(recalls)), same / len(queries), top_same / len(queries)
 
 
 def _opened(root: Path, mode: str):
@@ -133,7 +134,7 @@ def recall_only(root: Path, queries: list[str]) -> list[dict]:
     n = exact.snapshot.vectors.shape[0]
     out = []
     for mode in ("int8", "ivf") if _has_lists(exact) else ("int8",):
-        recall, same = agreement(exact, _opened(root, mode), queries)
+        recall, same, _ = agreement(exact, _opened(root, mode), queries)
         row = {"root": root.name, "pass": mode, "chunks": n, "depth": vector.RESCORE_DEPTH}
         row |= {"queries": len(queries), "recall@10": round(recall, 4)}
         out.append(row | {"identical_scores": round(same, 3)})
@@ -177,13 +178,15 @@ def bench_root(
         for mode in ("lexical", "semantic", "hybrid"):
             exact.search(q, mode=mode)
         fast.search(q, mode="hybrid")
+        fast.search(q, mode="semantic")
         if lists is not None:
             lists.search(q, mode="hybrid")
     runs = {
         "search --mode hybrid, exact": lambda q: exact.search(q, mode="hybrid"),
         "search --mode hybrid, int8 + rescoring": lambda q: fast.search(q, mode="hybrid"),
         "search --mode lexical": lambda q: fast.search(q, mode="lexical"),
-        "search --mode semantic (exact)": lambda q: fast.search(q, mode="semantic"),
+        "search --mode semantic, exact": lambda q: exact.search(q, mode="semantic"),
+        "search --mode semantic, int8 + rescoring": lambda q: fast.search(q, mode="semantic"),
         SCAN: lambda q: in_ram @ probe,
         "int8 pass alone, 2 directions": lambda q: compact.dots(np.stack([probe, probe])),
     }
@@ -199,12 +202,14 @@ def bench_root(
     for r in rows:
         r["x_scan"] = round(r["p50_ms"] / scan, 2) if scan else None
     agreed = []
-    for mode, index in (("int8", fast), ("ivf", lists)):
+    passes = (("int8", fast, "hybrid"), ("ivf", lists, "hybrid"), ("int8", fast, "semantic"))
+    for name, index, mode in passes:
         if index is None:
             continue
-        recall, same = agreement(exact, index, queries)
-        agree = {"root": root.name, "pass": mode, "chunks": n, "queries": len(queries)}
-        agreed.append(agree | {"recall@10": recall, "identical_scores": round(same, 3)})
+        recall, same, top_same = agreement(exact, index, queries, mode)
+        agree = {"root": root.name, "mode": mode, "pass": name, "chunks": n}
+        agree |= {"queries": len(queries), "recall@10": recall}
+        agreed.append(agree | {"identical_scores": round(same, 3), "identical_top10": top_same})
     return rows, agreed
 
 

@@ -170,3 +170,32 @@ def test_int8_hybrid_equals_the_exact_scan_on_cranfield(
         assert all(a.returncode == 0 for a in answers)
         hits = [[(h["path"], h["score"]) for h in json.loads(a.stdout)["results"]] for a in answers]
         assert hits[0] == hits[1] and hits[0]
+
+
+def test_semantic_mode_through_the_int8_pass_answers_as_the_exact_scan(
+    indexed_notes: Path, monkeypatch
+):
+    """`--mode semantic` reads the int8 copy once it exists (its best rows rescored), and
+    under a narrow, a middling and a broad filter answers what the exact scan answers."""
+    monkeypatch.setattr(vector, "RESCORE_DEPTH", 2)
+    fast = open_index(
+        config=load_config(indexed_notes, environ={"MDVDB_SEARCH_FIRST_PASS": "int8"})
+    )
+    exact = open_index(
+        config=load_config(indexed_notes, environ={"MDVDB_SEARCH_FIRST_PASS": "exact"})
+    )
+    n = exact.snapshot.vectors.shape[0]
+    assert n > 8
+    rng = np.random.default_rng(5)
+    masks = {"none": None, "all but one": np.arange(n) != 3}
+    masks["narrow"] = np.isin(np.arange(n), rng.choice(n, size=max(1, n // 10), replace=False))
+    masks["half"] = np.arange(n) % 2 == 0
+    for query in ("how to extract an archive", "git branch and merge", "network ports"):
+        for name, mask in masks.items():
+            got = fast.search(query, mode="semantic", limit=5, mask=mask)
+            want = exact.search(query, mode="semantic", limit=5, mask=mask)
+            assert [(r.chunk_id, r.score) for r in got.results] == [
+                (r.chunk_id, r.score) for r in want.results
+            ], (query, name)
+            assert got.results, (query, name)
+    assert _has_int8_copy(fast.snapshot.cache)

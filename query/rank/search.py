@@ -50,11 +50,47 @@ def page_vectors(index: Reader) -> PageVectors:
     return found
 
 
-def semantic_scores(index: Reader, query: str) -> np.ndarray:
+# A filter keeping at most NARROW_SHARE of the sections is scored on its rows alone; one
+# keeping less than BROAD_SHARE, exactly: a first pass probes the rows nearest the query and
+# rescores the best of them, which such a filter may not hold.
+NARROW_SHARE = 0.125
+BROAD_SHARE = 0.9
+
+
+def semantic_pass(allowed: np.ndarray | None, n: int) -> str:
+    """How semantic mode scores under the filter `allowed`: "rows", "exact" or "first"."""
+    if allowed is None:
+        return "first"
+    kept = np.count_nonzero(allowed)
+    return "rows" if kept <= NARROW_SHARE * n else "first" if kept >= BROAD_SHARE * n else "exact"
+
+
+def semantic_scores(index: Reader, query: str, first: tuple | None = None) -> np.ndarray:
+    """Every section's cosine to the query. Unfiltered, through the int8 first pass where
+    the index has one (the best rows rescored exactly, the others capped below them, so the
+    top rows are the exact scan's; docs/benchmarks.md, "Semantic mode through the first
+    pass").
+    `first`: (filter, depth, floor) of the search; a narrow filter's rows alone are scored,
+    the others get -1."""
     snap = index.snapshot
-    if snap.vectors.shape[0] == 0:
+    matrix = snap.vectors
+    n = matrix.shape[0]
+    if n == 0:
         return np.zeros(0, dtype=np.float32)
-    return cosine_scores(snap.vectors, query_vector(index, query))
+    vector = query_vector(index, query)
+    allowed = first[0] if first else None
+    how = semantic_pass(allowed, n) if isinstance(matrix, np.ndarray) else "exact"
+    if how == "rows":
+        rows = np.flatnonzero(allowed)
+        scores = np.full(n, -1.0, dtype=np.float32)
+        scores[rows] = cosine_scores(matrix[rows], vector)
+        return scores
+    if how == "exact":
+        return cosine_scores(matrix, vector)
+    # every row's int8 estimate: the IVF lists' probe loses some of the nearest rows
+    # when no lexical side adds its candidates (docs/benchmarks.md, the same section)
+    scorer = dense_scorer(index, lists=False)
+    return scorer.mixed(vector, keep=first[1] if first else 0)[1]
 
 
 def search(
@@ -250,7 +286,12 @@ def _memo_scores(
     from query.score import fusion
 
     snap = index.snapshot
-    key = (mode, query, fusion.current(), index.config.search_first_pass)
+    how = None
+    if mode == "semantic":  # scored for this filter's rows alone: not kept
+        how = semantic_pass(first[0] if first else None, snap.chunk_file_ids.shape[0])
+        if how == "rows":
+            return mode_scores(index, query, mode, first)
+    key = (mode, query, fusion.current(), index.config.search_first_pass, how)
     last = snap.cache.get("last_scores")
     if last is None or last[0] != key:
         last = (key, mode_scores(index, query, mode, first))
@@ -276,7 +317,7 @@ def mode_scores(
         if found is not None:
             return found
     if mode == "semantic":
-        sem = semantic_scores(index, query)
+        sem = semantic_scores(index, query, first)
         return sem, {"semantic": sem, "fused": sem}
     if mode == "lexical":
         lex = lexical_index(index).scores(query)

@@ -563,15 +563,16 @@ def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.n
     return approx
 
 
-def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
+def dense_scorer(index, pages=None, rho: float = 0.0, lists: bool = True) -> DenseScorer:
     """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS: `exact`; `int8`;
     `ivf` (the index's IVF lists when it has sound ones, else int8); `auto` (default) = the
     IVF lists when the index has them, else int8 from AUTO_MIN_ROWS chunks on, once the
-    snapshot has answered a
-    vector query (a one-shot `mdvdb search` never pays for a copy it would use once: building
-    it is a pass over the matrix, as dear as the exact scan). `pages` (query.rank.search.
-    PageVectors, or None) and `rho`: the page-level side; then the int8 copy is one of the
-    mixed vectors for this rho (PageSide), so a query costs no pass over the pages."""
+    snapshot has answered a vector query (a one-shot `mdvdb search` never pays for a copy it
+    would use once: building it is a pass over the matrix, as dear as the exact scan).
+    `pages` (query.rank.search.PageVectors, or None) and `rho`: the page-level side; then the
+    int8 copy is one of the mixed vectors for this rho (PageSide), so a query costs no pass
+    over the pages. `lists` False: the int8 pass over every row where the IVF lists would
+    probe some."""
     snap = index.snapshot
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
@@ -607,7 +608,8 @@ def dense_scorer(index, pages=None, rho: float = 0.0) -> DenseScorer:
     else:
         from kernel import ivf
 
-        listed = mode in ("auto", "ivf") and isinstance(snap.meta.get(ivf.META_KEY), dict)
+        listed = lists and mode in ("auto", "ivf")
+        listed = listed and isinstance(snap.meta.get(ivf.META_KEY), dict)
         small = mode == "auto" and n < AUTO_MIN_ROWS and not listed
         depth = IVF_RESCORE_DEPTH if listed else RESCORE_DEPTH
         quantise = not (mode == "exact" or n <= depth or small)
