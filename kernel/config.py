@@ -480,8 +480,9 @@ SETTINGS: tuple[Setting, ...] = (
         "search_first_pass",
         _choice("auto", "ivf", "int8", "exact"),
         "auto",
-        "Hybrid search's dense pass: auto (warm: the IVF lists when the index has them, else "
-        "int8 from 20k chunks) | ivf | int8 (every row) | exact; each rescored exactly",
+        "The dense first pass: auto (warm: the IVF lists when the index has them, else "
+        "int8 from 20k chunks) | ivf | int8 (every row) | exact; each rescored exactly "
+        "(semantic mode reads int8 where the lists would probe)",
     ),
     Setting(
         "MDVDB_SEARCH_THREADS",

@@ -1,17 +1,13 @@
-"""Vector scoring: exact over the mapped float32 matrix, or an int8 first pass rescored exactly.
+"""Vector scoring: exact over the mapped float32 matrix, or a first pass rescored exactly.
 
 No ANN library: a scan needs no build step and stays exact where it matters. Below
-`AUTO_MIN_ROWS` chunks one float32 matrix-vector product is cheap. Above, a long-lived reader
-(`mdvdb serve`, MCP, the library) keeps an int8 copy of the matrix (per-dimension scales, a quarter
-of the bytes) built on the snapshot's second vector query, scores every row on it (SIMD int8
-dot products, simsimd) and rescores the best `RESCORE_DEPTH` rows exactly from float32.
-Hybrid fusion only ever uses the best `pool` (100) cosines (every lower one is clipped to 0,
-query.score.fusion), so when the exact top `pool` is among the rescored rows every fused score is
-the exact one, whatever mask a tier or filter applies after; recall of that is measured per
-corpus (bench/query_speed.py, tests). `--mode semantic` ranks raw cosines under any mask, so
-it stays an exact scan. Page-level dense evidence (a section's cosine mixed with its page's,
-query.score.fusion) is mixed in here: the int8 copy is then one of each chunk's mixed vector (still
-n x d bytes), and only the rescored rows' pages are read exactly.
+`AUTO_MIN_ROWS` chunks one float32 product is cheap. Above, a long-lived reader keeps an int8
+copy of the matrix (per-dimension scales, a quarter of the bytes), or probes the index's IVF
+lists, scores the rows on it (simsimd) and rescores the best ones exactly from float32; every
+other row is capped below them, so a top-k within the rescored rows is the exact one. Hybrid
+fusion reads only the best `pool` cosines; `--mode semantic` reads the int8 pass over every
+row (query.rank.search.semantic_scores). Page-level dense evidence (a section's cosine mixed
+with its page's) is mixed in here: the int8 copy then holds each chunk's mixed vector.
 """
 
 from __future__ import annotations
@@ -20,11 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Below this many rows a product is cheaper than handing it to another thread (~50 us).
+# Below this many rows a product is cheaper than handing it to another thread.
 PARALLEL_ROWS = 20_000
-# An int8 pass is split into pieces of at least this many rows (~1.5 ms of products each,
-# ~46 ns a row for two vectors): smaller ones, handed to another thread, cost more than they
-# saved (the probe of a 131k-chunk index, ~30k rows, ran 1-8% slower split; docs/benchmarks.md).
+# The least rows of a piece of an int8 pass handed to another thread (docs/benchmarks.md,
+# "Session 11: search threads on idle cores").
 PARALLEL_INT8_ROWS = 32_768
 # Rows rescored exactly after the int8 pass (10x hybrid fusion's pool of 100).
 RESCORE_DEPTH = 1000
@@ -33,13 +28,9 @@ RESCORE_DEPTH = 1000
 MOVED_DEPTH_FACTOR = 4
 # `auto`: the int8 pass only from this many chunks on (below, float32 is already cheap).
 AUTO_MIN_ROWS = 20_000
-# The IVF pass (an index with `kernel.ivf` lists) probes the lists nearest each direction
-# until they hold this share of the rows, and at least IVF_MIN_PROBE_ROWS (measured per
-# corpus for recall of the fused top 10: bench/query_speed.py --recall-only).
-# On the generated corpora (weakly clustered text) the lists nearest the query hold 99% of
-# its exact best 101 mixed cosines at 10-15% of the rows; at 15% and 500 + 2 x 500 rows
-# rescored, the fused top 10 was the exact one on 30/30 queries at 131k and at 1M chunks
-# (0.997 at 10%; docs/benchmarks.md, "IVF first pass").
+# The IVF pass probes the lists nearest each direction until they hold this share of the
+# rows (at least IVF_MIN_PROBE_ROWS), then rescores the best IVF_RESCORE_DEPTH: chosen for
+# the fused top 10's recall (docs/benchmarks.md, "IVF first pass").
 IVF_PROBE_SHARE = 0.15
 IVF_MIN_PROBE_ROWS = 16_000
 IVF_RESCORE_DEPTH = 500
