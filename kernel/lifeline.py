@@ -1,7 +1,7 @@
 """The processes an ingest starts end when the ingest does, however it ends (SIGKILL too).
 
-One left alive keeps the ingest's memory, and one that held the writer lock kept the folder
-locked for good (no forked child keeps it now: `keep_from_children`). Two kinds:
+One left alive keeps the ingest's memory, and one holding the writer lock would keep the
+folder locked for good (so no forked child keeps it: `keep_from_children`). Two kinds:
 
 - forked children that wait (the pool's workers, the clustering helper): `die_with_parent`,
   Linux's parent-death signal. An end of file is not enough there: a worker blocked reading
