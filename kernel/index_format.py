@@ -1224,9 +1224,8 @@ class IndexWriter:
     file-to-file, the checksums, and the start of the disk writeback of its range) while
     the caller computes the rest; `finish` writes the tables not yet written, the footer,
     fsyncs and renames, exactly as `write_index` does. An edit thus copies and hashes its
-    vectors beside the postings update instead of after it, and
-    the fsync before the rename waits for the tail of the file only (the rest is on its
-    way to the disk already).
+    vectors beside the postings update instead of after it, and the fsync before the rename
+    waits for the tail of the file only (the rest is on its way to the disk already).
 
     The file is published by `finish` only: until then it is a temp file, which `abort`
     removes (a killed writer's is removed by the next one, under the writer lock). Tables

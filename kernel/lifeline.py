@@ -90,8 +90,8 @@ GUARD_VARIABLE = "MDVDB_GUARDED_BY"
 
 class Guard:
     """For processes that a library we run starts without letting us ask for their
-    parent-death signal (Ray's local cluster: its raylet's agents and workers outlived a
-    SIGKILLed driver by minutes). Every process started inside `marking()` inherits a mark
+    parent-death signal (Ray's local cluster: its raylet's agents and workers would outlive
+    a SIGKILLed driver by minutes). Every process started inside `marking()` inherits a mark
     in its environment (`GUARD_VARIABLE`, unique to this guard); the guard, an exec'd process
     in a session of its own whose stdin is a pipe only this process holds, SIGKILLs every
     process with the mark as soon as this process ends, SIGKILL included, or calls `close`.

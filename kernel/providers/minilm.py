@@ -457,12 +457,11 @@ class MiniLMProvider(SequentialBatches):
     BERT-style model folder).
 
     Documents (ingest) go through `encoder`, the int8 onnxruntime graph, created on first
-    use; a query goes through `embed_query`: the float32 NumPy reference over the mapped
-    weights in a cold process, which therefore never imports onnxruntime nor builds a
-    session (docs/search-quality.md, "The query path: cold search without onnxruntime"); a float32
-    onnxruntime session in a warm one (`warm_up`), where the session is paid once and each
-    query costs a few ms less. The two compute the same function (cosine > 0.9999,
-    tests/test_warm_queries.py), so a query ranks alike cold or warm."""
+    use; a query goes through `embed_query`: the float32 NumPy reference in a cold process
+    (no onnxruntime import, no session; docs/search-quality.md, "The query path: cold search
+    without onnxruntime"), a float32 onnxruntime session in a warm one (`warm_up`). The two
+    compute the same function (tests/test_warm_queries.py), so a query ranks alike cold or
+    warm."""
 
     name = "local"
 
