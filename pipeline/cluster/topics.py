@@ -85,10 +85,9 @@ def document_vectors(chunk_vectors: np.ndarray, chunk_doc: np.ndarray, n_docs: i
 
 def candidate_ks(n_docs: int, max_clusters: int) -> list[int]:
     """The k values tried: a geometric grid over the upper half of the range up to the bound,
-    the smaller of MDVDB_CLUSTERING_MAX_CLUSTERS and sqrt(n). Not from 2: silhouette peaks at
-    k=2 on leetcode (it splits English from Chinese pages) and is flat on tldr, while the
-    agreement with LeetCode's own tags grows with k (docs/clusters.md); few, huge clusters
-    are no use to browse."""
+    the smaller of MDVDB_CLUSTERING_MAX_CLUSTERS and sqrt(n). Not from 2: silhouette can
+    peak at a split by language or be flat while agreement with a folder's own tags grows
+    with k (docs/clusters.md, "Choosing k"); few, huge clusters are no use to browse."""
     upper = min(max_clusters, max(2, int(np.sqrt(n_docs))), n_docs - 1)
     if upper < 2:
         return [1]
@@ -148,7 +147,7 @@ def choose_and_fit(vectors: np.ndarray, max_clusters: int, seed: int = SEED) -> 
     """Fit every candidate k and keep the one with the best silhouette.
 
     One BLAS/OpenMP thread: on a machine shared with other jobs, k-means with more threads
-    ran several times slower than with one (docs/clusters.md)."""
+    ran several times slower than with one (docs/clusters.md, "How a clustering is built")."""
     from threadpoolctl import threadpool_limits
 
     if len(vectors) >= NUMPY_BELOW:
@@ -214,7 +213,7 @@ def cluster_keywords(
     more than max(0.1, min(0.5, 2/k)) of all documents (corpus-wide words name no topic).
 
     Counting documents, not occurrences, keeps one page family that repeats its own name
-    (tldr's dozens of `wacli` pages) from naming a cluster of 400 documents."""
+    from naming a whole cluster (docs/clusters.md, "How a clustering is built")."""
     if not texts:
         return [[] for _ in range(k)]
     large = len(texts) >= 20

@@ -27,8 +27,8 @@ SAMPLE_PER_LIST = 40  # training rows per list (at least), as FAISS recommends 3
 ITERATIONS = 10
 DRIFT = 0.2  # rows assigned since training / rows, above which the lists are retrained
 # Rows assigned per product: its (rows, k) float32 temporary and cleaned copy are small
-# beside pack's peak (docs/benchmarks.md, "The end of pack (2026-12-06): met, 842.5 MB at
-# 133k"); the products are the same bits at any size.
+# beside pack's peak (docs/benchmarks.md, "Ingest memory (issue 37)"); the products are the
+# same bits at any size.
 BLOCK = 8_192
 SEED = 20261201
 
