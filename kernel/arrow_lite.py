@@ -1,7 +1,8 @@
 """Arrow columns read without pyarrow: the cold `mdvdb search` path's reader of an index.
 
-Importing pyarrow costs ~35-150 ms of a ~200-300 ms cold search, and a search reads a dozen
-columns of a few simple types, row by row for ten results or as one NumPy view. So the index
+Importing pyarrow is a large part of a cold search (docs/benchmarks.md, "Cold `mdvdb search`
+without pyarrow (issue 18, cold start)"), and a search reads a dozen columns of a few simple
+types, row by row for ten results or as one NumPy view. So the index
 file (`kernel.index_format`) can also be opened with this module: the serialized Arrow schema
 of each table is decoded here (a few flatbuffer tables: Message, Schema, Field and the type),
 and each column is a `LiteArray` over the memory map that offers the part of pyarrow's Array

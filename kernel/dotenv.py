@@ -1,7 +1,7 @@
 """The `.markdownvdb` file format and root discovery, with nothing but `os` imported.
 
 Shared by `kernel.config` and the warm-path client (`mdvdb.cli.warm`), which runs before
-anything else on every forwarded CLI call and cannot afford dataclasses or pathlib (~20 ms).
+anything else on every forwarded CLI call and cannot afford dataclasses' or pathlib's import.
 """
 
 from __future__ import annotations

@@ -26,10 +26,11 @@ def sha256_file(
     path: Path | str, root: Path | str | None, seen=None, limit: int | None = None
 ) -> str:
     """Unbuffered reads into one hash: a first build hashes every file of the folder, and
-    `hashlib.file_digest` (a 256 KB buffer per call) through a buffered reader cost twice
-    the CPU on tldr's 38k small files. `root`: where a symlink must land (None: anywhere);
-    `seen`: the walk's stat of the file; `limit`: MDVDB_MAX_FILE_BYTES (a bigger file is
-    Refused, and not read)."""
+    `hashlib.file_digest` (a 256 KB buffer per call) through a buffered reader costs more
+    CPU on many small files (docs/benchmarks.md, "Session 9: the clustering fit beside
+    schema and pack, a cheaper walk (issue 18 item 1)"). `root`: where a symlink must land
+    (None: anywhere); `seen`: the walk's stat of the file; `limit`: MDVDB_MAX_FILE_BYTES (a
+    bigger file is Refused, and not read)."""
     fd = open_source(os.fspath(path), None if root is None else os.fspath(root), seen)
     try:
         size, total = os.fstat(fd).st_size, 0

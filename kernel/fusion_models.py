@@ -17,18 +17,19 @@ from __future__ import annotations
 from kernel.config import local_model_is_encoder
 
 # Overrides of query.score.fusion.FusionParams fields for BERT-style encoders run by the local
-# provider (all-minilm-l6-v2 and user model folders). Re-chosen over all five sets with the
-# page-level and name evidence in the fusion: every held-out set picks these (RM3 λ was 0.2
-# when chosen over four sets without that evidence).
+# provider (all-minilm-l6-v2 and user model folders), chosen over all five sets with the
+# page-level and name evidence in the fusion: every held-out set picks these.
 LOCAL_ENCODER: dict[str, float] = {
     "dense_weight": 0.4,
     "feedback_weight": 0.4,
     "dense_feedback_weight": 0.5,
-    # page-level evidence on the dense side and section k1 1.5 were chosen with WordLlama
-    # (docs/search-quality.md, "CACM round 3") and not measured with an encoder: off here
+    # page-level evidence on the dense side and section k1 were chosen with WordLlama
+    # (docs/search-quality.md, "CACM round 3: idf forms that keep a folder's topic word,
+    # page-level evidence on the dense side") and not measured with an encoder: off here
     "page_dense_weight": 0.0,
     "section_k1": 0.0,
-    # the stub prior for catalogue records (CACM round 5) was measured with WordLlama only
+    # the stub prior for catalogue records was measured with WordLlama only
+    # (docs/search-quality.md, "CACM round 5, dense side and priors")
     "stub_weight": 0.0,
 }
 

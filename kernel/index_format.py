@@ -14,8 +14,8 @@ A table's layout is {"schema": [offset, length] of its serialized Arrow schema, 
 
 Damage (format 3 on): every open checks the footer against its checksum in the trailer and
 every offsets buffer for bounds (monotone, inside its values): cheap, linear in the number
-of rows, and enough that no native call can read outside the map (a bad string offset used
-to abort or segfault a reader). The per-buffer checksums cover the bytes themselves; they
+of rows, and enough that no native call can read outside the map. The per-buffer checksums
+cover the bytes themselves; they
 are checked by `status --verify` (`verify_checksums`), by a writer before it reuses rows of
 the previous index, and when a reader meets an unexpected error (`damage_message`), not on
 every search. A reader maps
@@ -347,8 +347,8 @@ class IndexFile:
 
 def column_array(table: pa.Table, name: str) -> pa.Array:
     """One column as one Array, still over the map. `combine_chunks()` copies even a single
-    chunk (41 MB of vectors on tldr, ~60 ms a cold query); every column of a read index is
-    one array, so the copy is only for tables someone built in several pieces."""
+    chunk; every column of a read index is one array, so the copy is only for tables someone
+    built in several pieces."""
     column = table.column(name)
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
@@ -388,7 +388,7 @@ def vector_matrix(file: IndexFile) -> Any:
         return np.zeros((0, dims), dtype=np.float32)
     column = column_array(chunks, "vector")
     # `.values` ignores a slice offset (`flatten()` would honour it, but imports
-    # pyarrow.compute: ~30 ms of a cold query), so apply the offset by hand.
+    # pyarrow.compute, dear on a cold query), so apply the offset by hand.
     flat = column.values.to_numpy(zero_copy_only=True)
     start = column.offset * dims
     return flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
@@ -435,9 +435,8 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
     `verify_checksums`. `lite` opens the tables without importing pyarrow
     (`kernel.arrow_lite`; the cold search path), with the same checks. `lazy`: open (and
     check) each table on its first use instead, for a reader of many files that needs a few
-    tables of each (a sharded index: ~70 columns checked per file otherwise, ~20 ms a
-    shard)."""
-    # A second reader, kept: a cold search 0.83-0.85x the time it takes with pyarrow on tldr
+    tables of each (a sharded index's shards)."""
+    # A second reader, kept because a cold search is faster with it than with pyarrow
     # (docs/benchmarks.md, "One implementation (issue 33), session 15").
     if lite and not os.environ.get(ARROW_READER_ENV):
         return _read_index_lite(Path(path))
@@ -753,8 +752,8 @@ def _open_table(body: pa.Buffer, layout: dict[str, Any]) -> pa.Table:
 def _open_array(kind: pa.DataType, desc: dict[str, Any], body: pa.Buffer) -> pa.Array:
     """One column from its buffers, zero-copy. `validate` checks every buffer is long enough
     for the declared length (cheap: no pass over the data); `_check_offsets` that every
-    offset lies inside the values, which `validate` leaves to its full (UTF-8 checking,
-    ~10x dearer) mode."""
+    offset lies inside the values, which `validate` leaves to its far dearer full (UTF-8
+    checking) mode."""
     import pyarrow as pa
 
     n, nulls = desc["n"], desc["z"]
@@ -816,7 +815,7 @@ _OPENED: list[weakref.ref] = []
 
 def verify_checksums(index: IndexFile) -> list[str]:
     """Hash every buffer and compare with the footer: the problems, by table and column.
-    Reads the whole file (about a second per GB here)."""
+    Reads the whole file."""
     problems: list[str] = []
     body = getattr(index, "body", None)
     layouts = getattr(index, "layouts", None)
@@ -854,7 +853,7 @@ def verify_checksums(index: IndexFile) -> list[str]:
 #
 # A writer reuses bytes of the previous index (pack's rows; the write side's cache of records
 # and vectors, `pipeline.state.Published`) only from a file whose checksums hold, and checking
-# them reads the whole file (~0.1-0.2 s at 100k files). So the verdict is kept per file
+# them reads the whole file. So the verdict is kept per file
 # identity (device, inode, size, mtime) for the life of the process: computed once however
 # many ask, never for a file this process wrote (`IndexWriter.finish` records it), and
 # possibly begun early on a thread (`check_soon`) while the run does other work.
@@ -992,8 +991,8 @@ def read_meta(path: Path | str) -> dict[str, Any]:
 # A column is written as its Arrow buffers, each the concatenation of its chunks' parts: a
 # table assembled from slices of the previous index and a few fresh rows is never combined in
 # memory. Parts that lie in the previous index's map (`source`) are copied file-to-file with
-# `copy_file_range`, so an edit of one file in a 500 MB index copies the unchanged bytes in the
-# kernel instead of faulting them through two memory maps.
+# `copy_file_range`, so an edit copies the unchanged bytes in the kernel instead of faulting
+# them through two memory maps.
 
 
 @dataclass
@@ -1224,10 +1223,9 @@ class IndexWriter:
     hands a finished table to a thread that writes it (the unchanged bytes copied
     file-to-file, the checksums, and the start of the disk writeback of its range) while
     the caller computes the rest; `finish` writes the tables not yet written, the footer,
-    fsyncs and renames, exactly as `write_index` does. An edit at 100k files thus copies
-    and hashes its 300 MB of vectors beside the postings update instead of after it, and
-    the fsync before the rename waits for the tail of the file only (the rest is on its
-    way to the disk already).
+    fsyncs and renames, exactly as `write_index` does. An edit thus copies and hashes its
+    vectors beside the postings update instead of after it, and the fsync before the rename
+    waits for the tail of the file only (the rest is on its way to the disk already).
 
     The file is published by `finish` only: until then it is a temp file, which `abort`
     removes (a killed writer's is removed by the next one, under the writer lock). Tables
@@ -1458,7 +1456,7 @@ _LAZY_SCHEMAS = {
 
 def __getattr__(name: str):
     """The Arrow schemas are built on first use, so that importing this module (to name a
-    temp file, read a constant) does not import pyarrow: 140 ms of a no-op ingest."""
+    temp file, read a constant) does not import pyarrow (a no-op ingest never needs it)."""
     if name in _LAZY_SCHEMAS:
         value = _LAZY_SCHEMAS[name]()
         globals()[name] = value

@@ -7,8 +7,8 @@ offsets buffer over one flat buffer of chunk ids, so a reader maps it as a permu
 chunks (list-contiguous) plus offsets, with no copy, and the index stays one file. A search
 scores the centroids, probes the nearest lists and rescores their rows (`query.score.vector`).
 
-An index without the table (older, or smaller than the threshold) is searched as before; one
-whose table does not add up (`problems`) is searched as before too, and `mdvdb status
+An index without the table (older, or smaller than the threshold) is searched without it
+(every row scanned); so is one whose table does not add up (`problems`), and `mdvdb status
 --verify` names what is wrong.
 """
 

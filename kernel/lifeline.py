@@ -1,7 +1,7 @@
 """The processes an ingest starts end when the ingest does, however it ends (SIGKILL too).
 
-One left alive keeps the ingest's memory, and one that held the writer lock kept the folder
-locked for good (no forked child keeps it now: `keep_from_children`). Two kinds:
+One left alive keeps the ingest's memory, and one holding the writer lock would keep the
+folder locked for good (so no forked child keeps it: `keep_from_children`). Two kinds:
 
 - forked children that wait (the pool's workers, the clustering helper): `die_with_parent`,
   Linux's parent-death signal. An end of file is not enough there: a worker blocked reading
@@ -90,8 +90,8 @@ GUARD_VARIABLE = "MDVDB_GUARDED_BY"
 
 class Guard:
     """For processes that a library we run starts without letting us ask for their
-    parent-death signal (Ray's local cluster: its raylet's agents and workers outlived a
-    SIGKILLed driver by minutes). Every process started inside `marking()` inherits a mark
+    parent-death signal (Ray's local cluster: its raylet's agents and workers would outlive
+    a SIGKILLed driver by minutes). Every process started inside `marking()` inherits a mark
     in its environment (`GUARD_VARIABLE`, unique to this guard); the guard, an exec'd process
     in a session of its own whose stdin is a pipe only this process holds, SIGKILLs every
     process with the mark as soon as this process ends, SIGKILL included, or calls `close`.

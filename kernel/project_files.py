@@ -25,8 +25,8 @@ is, or lies in, an always-ignored folder is used with a warning, because naming 
 but easy to make by mistake (`MDVDB_SOURCE_DIRS=.,build`). Each of these comes with one line
 (`SourceFolder.problem`) that ingest and grep print alike.
 
-This module imports only the standard library at import time: `mdvdb grep` loads it on its
-~100 ms budget; `pathspec` is imported by the walk's functions only.
+This module imports only the standard library at import time: `mdvdb grep`, a short command,
+loads it; `pathspec` is imported by the walk's functions only.
 """
 
 from __future__ import annotations
@@ -192,8 +192,8 @@ def always_ignored(rel: str, named: tuple[str, ...] = ()) -> bool:
 def _gitignored_folder(config: Config, rel: str) -> bool:
     """Whether the .gitignore files above `rel` (or the user's patterns) ignore it or one of
     its parent folders, as a walk descending from the top would have: the rules grow one
-    folder at a time, and a folder that does not exist holds no .gitignore (linear in the
-    depth: 1,600 levels of a missing folder took the rules of every prefix, a minute)."""
+    folder at a time, and a folder that does not exist holds no .gitignore (so the cost is
+    linear in the depth, not the rules of every prefix)."""
     rules = Rules.for_folder(config, "").entering(config.root, "")
     folder = ""
     present = True
@@ -522,10 +522,10 @@ def gitignores_below(
     path. Each file is read as the walk reads it (`read_gitignore`); one that is a link, a
     FIFO or too big goes to `problems` and counts for nothing.
 
-    Listing a folder costs per entry (~2 us: 75 ms for tldr's 38k files), so a folder
-    whose link count says it has no subfolder is not listed (`find`'s leaf optimisation),
-    on a file system seen to keep that count (a listed folder's subfolders matched it;
-    SMB and btrfs do not keep it); docs/benchmarks.md, "Round two"."""
+    Listing a folder costs per entry, so a folder whose link count says it has no
+    subfolder is not listed (`find`'s leaf optimisation), on a file system seen to keep
+    that count (a listed folder's subfolders matched it; SMB and btrfs do not keep it);
+    docs/benchmarks.md, "Round two: links, special files, sizes, text"."""
     skip = {str(config.index_path), str(config.state_path), str(config.shards_path)}
     base = "" if rel in (None, ".") else rel
     top = Rules.for_folder(config, base, above=rel is not None)

@@ -177,7 +177,8 @@ def tool_errors() -> Iterator[None]:
 
 def reply(data: dict[str, Any]) -> CallToolResult:
     """Structured content for clients that read it, and the same JSON without indentation
-    as text for those that read text: indentation alone is ~30% of the tokens."""
+    as text for those that read text: indentation alone costs a large share of the tokens
+    (docs/benchmarks.md, "MCP tools after the CLI-parity rework")."""
     import json
 
     from kernel.version import JSON_SCHEMA_VERSION

@@ -2,8 +2,8 @@
 
 HTTP (`guarded_protocol`): uvicorn's h11 protocol with a header timeout and a connection
 cap. Any local user can reach a loopback port, token or not; uvicorn closes no connection
-that never finishes its request head, so ~1,000 idle connections used to exhaust the open
-files and end every accept in EMFILE. Here a request head must be complete within
+that never finishes its request head, so enough idle connections (about a thousand) would
+exhaust the open files and end every accept in EMFILE. Here a request head must be complete within
 `HEADER_SECONDS` of the connection (or of the previous response, on a kept-alive one),
 else the connection gets `408` and is closed; at most `connection_cap()` connections are
 open at once (below the open-file limit): a new one past the cap closes the oldest that is
@@ -34,7 +34,7 @@ __all__ = [
 HEADER_SECONDS = 10.0
 MAX_CONNECTIONS = 512
 # Connections the kernel queues before an accept, and so the most asyncio accepts in one go
-# (uvicorn's default, 2,048, opened 1,000 descriptors before any could be refused).
+# (uvicorn's default, 2,048, would spend the descriptors before any could be refused).
 BACKLOG = 64
 
 

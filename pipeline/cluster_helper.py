@@ -3,7 +3,7 @@
 A first build of a big folder ends with work only the parent can do (the walk, the clustering,
 the schema plan, pack), one core idle while it runs. Two pieces of the clustering need nothing
 but a matrix and need not wait: importing scikit-learn, and choosing k and fitting it
-(`cluster.choose_and_fit`), seconds of CPU on a corpus like tldr. So a helper is forked while
+(`cluster.choose_and_fit`), seconds of CPU on a big folder. So a helper is forked while
 discover walks a folder that will need a full clustering (the parent is small then: nothing of
 the parse is loaded yet), imports scikit-learn on the idle core while the parent hashes the
 files, and waits. The cluster stage sends it the document vectors and returns at once; the

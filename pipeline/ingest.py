@@ -231,9 +231,9 @@ def _passes_check(path: Path) -> bool:
         return False
 
 
-# What older versions kept in the state folder and this one does not: the model table and the
-# query BPE (now once per user, kernel.user_cache) and the lexical analysis cache (the index's
-# postings are that cache now).
+# What older versions kept in the state folder and this one does not (removed when seen): the
+# model table and the query BPE (once per user: kernel.user_cache) and the lexical analysis
+# cache (the index's postings are that cache).
 LEGACY_STATE_FILES = ("local-*.f32.npy", "local-*-bpe-*.sqlite3", "lexical-cache.npz")
 
 

@@ -70,7 +70,7 @@ def extract_links(doc: ParsedDoc) -> list[RawLink]:
 
 def _fences(text: str) -> list[tuple[int, int, str]]:
     """(start of its line, end, run) of each run of 3+ backticks or tildes that opens a
-    line (at most 3 spaces in), in order. str.find, not a regex: ~20x faster on big pages."""
+    line (at most 3 spaces in), in order. str.find, not a regex: far faster on big pages."""
     found = []
     for mark in ("```", "~~~"):
         at = text.find(mark)

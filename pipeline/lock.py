@@ -23,12 +23,12 @@ class _Busy(Exception):
 
 class _Flock:
     """An exclusive `flock` on one file, held through an open descriptor (POSIX). What
-    `filelock` does there, without its import (logging, secrets, platform, decimal...: ~30 ms
-    of every `mdvdb ingest`, a no-op included).
+    `filelock` does there, without its import (logging, secrets, platform, decimal...: paid
+    by every `mdvdb ingest`, a no-op included).
 
     An flock belongs to the open file, which a fork shares: a forked child (a worker of the
-    pool, the clustering helper) alive after its parent was SIGKILLed kept the folder locked
-    for good. So the descriptor is closed in every forked child
+    pool, the clustering helper) alive after its parent was SIGKILLed would keep the folder
+    locked for good. So the descriptor is closed in every forked child
     (`kernel.lifeline.keep_from_children`), which leaves the parent's lock as it is, and is
     close-on-exec (`os.open`'s default) for the processes started with exec."""
 

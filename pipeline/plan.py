@@ -24,7 +24,7 @@ class Delta:
     """The manifest's changes since the one the published index was packed from: the
     entries whose rows must be rebuilt (added, changed, re-stamped since that pack) and the
     paths that left. With it, pack plans from these alone instead of diffing the previous
-    index against every current file (at 100k files, loading and sorting the manifest and
+    index against every current file (on a big folder, loading and sorting the manifest and
     hashing its paths cost more than the rest of an edit's plan)."""
 
     fresh: tuple[ManifestEntry, ...]

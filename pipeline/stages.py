@@ -280,7 +280,7 @@ DELTA_MAX = 5000
 
 class StoredEntries(Mapping[str, ManifestEntry]):
     """The stored manifest, read on first use: a run that finds nothing moved reports its
-    size and never reads 100k rows unless a later stage has work to do."""
+    size and never reads its rows unless a later stage has work to do."""
 
     def __init__(self, state: State, count: int):
         self._state, self._count = state, count
@@ -613,7 +613,7 @@ def _prepare_files(
     if config.shards <= 1 and pooled:
         # A run big enough for worker processes (a first build): its records stay in this
         # process, which holds no model, until the hand-over drops them (`State.hold`). One
-        # process parsing and embedding alone writes them as before (its peak memory is
+        # process parsing and embedding alone writes them to the caches (its peak memory is
         # the model's and the parser's); a sharded pack hands nothing over.
         state.hold()
         if config.clustering_enabled:
@@ -659,8 +659,8 @@ def _prepare_files(
     except (WorkerDied, ExecutorUnavailable) as exc:
         raise IngestError(str(exc)) from None
     if embedded and getattr(spec, "cache_dir", None) is not None:
-        # The query side's lookup tokenizer, built once per user (~1 s) by the ingest
-        # rather than by the first search.
+        # The query side's lookup tokenizer, built once per user by the ingest rather than
+        # by the first search.
         from pathlib import Path
 
         from kernel.providers.local import quick_bpe
@@ -671,8 +671,8 @@ def _prepare_files(
 
 def _warm_cluster_imports(config: Config, files: int) -> Callable[[], None] | None:
     """What a pooled first build's parent does while its workers run: import what the full
-    clustering after them will import (scikit-learn's k-means and silhouette, ~2 CPU-s),
-    off the serial part of the build. None when no full clustering of NUMPY_BELOW or more
+    clustering after them will import (scikit-learn's k-means and silhouette, a costly
+    import), off the serial part of the build. None when no full clustering of NUMPY_BELOW or more
     documents follows this parse (clustering off, or too few files to re-cluster)."""
     from pipeline.cluster.topics import NUMPY_BELOW
 
@@ -750,7 +750,7 @@ def _drop_unparsed(
 ) -> Manifest:
     """The manifest without the files that could not be read or parsed. `failed`: this
     run's failures when discover's changes are trusted (every other file was parsed by the
-    last clean run); None: look over the whole manifest (~0.4 s at 100k files)."""
+    last clean run); None: look over the whole manifest."""
     if failed is None:
         rows = state.unparsed()
         chunked = state.chunked(chunk_key(config), {sha for _, sha in rows})

@@ -101,7 +101,8 @@ def _m001_caches(db: sqlite3.Connection) -> None:
 
 
 def _m002_drop_manifest_sha_index(db: sqlite3.Connection) -> None:
-    """That index was 30% of the state folder, for one query (`State.prune` scans instead)."""
+    """That index cost much of the state folder for one query (`State.prune` scans instead;
+    docs/benchmarks.md, "Footprint on disk: index + state folder (issue 16)")."""
     db.execute("DROP INDEX IF EXISTS manifest_sha")
 
 
@@ -156,7 +157,7 @@ def migrate(db: sqlite3.Connection) -> None:
 
 
 class ManifestEntry(NamedTuple):
-    """A NamedTuple, not a dataclass: 38k of them are built on every run."""
+    """A NamedTuple, not a dataclass: one is built per file on every run."""
 
     path: str
     size: int
@@ -167,7 +168,7 @@ class ManifestEntry(NamedTuple):
 # A big first build keeps its chunk records, vectors and `embedded` marks in memory up to
 # this many bytes (`State.hold`) instead of writing them here, reading them back for the
 # cluster and schema stages and deleting them in the hand-over; past it, everything held is
-# written here and the rest of the run writes through as before.
+# written here and the rest of the run writes through.
 HOLD_BYTES = 256 * 2**20
 
 # Files whose chunk records a stage decodes at once (the embed stage, pack's plan): a big
@@ -236,12 +237,11 @@ class State:
     # -- a first build's records held in memory ---------------------------------------------
     def hold(self) -> None:
         """Keep what `put_prepared` is given in memory (up to `HOLD_BYTES`) until the
-        hand-over, which drops what the new index holds. A first build of tldr wrote 40k
-        records and vectors here, read them back twice (cluster, schema) and deleted them
-        after the publish: a third of the parent's work while the workers ran, and most of
-        the cluster and schema stages' reading. The price: a SIGKILLed run loses what was
-        held (at most `HOLD_BYTES`) and parses it again (an error or Ctrl-C writes it first,
-        `close`)."""
+        hand-over, which drops what the new index holds: a first build then never writes,
+        reads back (cluster, schema) and deletes records the index is about to hold
+        (docs/benchmarks.md, "Session 7: a first build's records held in memory"). The
+        price: a SIGKILLed run loses what was held (at most `HOLD_BYTES`) and parses it
+        again (an error or Ctrl-C writes it first, `close`)."""
         if self._held is None:
             self._held = _Held()
 
@@ -590,8 +590,7 @@ class State:
     def cluster_changes(self) -> tuple[list[tuple[str, str]], list[str]]:
         """(path, sha) of current files assigned to no cluster for their content, and the
         assigned paths that left the manifest, both in path order. The diff runs inside
-        SQLite (both tables are keyed by path): 5 ms on a one-file edit of tldr, where
-        building both as Python dicts was 30 ms."""
+        SQLite (both tables are keyed by path), cheaper than building both as Python dicts."""
         changed = self.db.execute(
             "SELECT m.path, m.sha256 FROM manifest m LEFT JOIN cluster_docs c ON c.path = m.path "
             "WHERE c.sha256 IS NULL OR c.sha256 != m.sha256 ORDER BY m.path"
@@ -659,8 +658,8 @@ class State:
                     (chunk_key,),
                 )
                 return
-            # One scan of the manifest per 500 candidates: it has no index on sha256 (that
-            # index was 30% of the state folder, for this query alone).
+            # One scan of the manifest per 500 candidates: it has no index on sha256 (one
+            # would cost much of the state folder for this query alone, `_m002_...`).
             shas = list(shas)
             sql = "SELECT DISTINCT sha256 FROM manifest WHERE ? IS NULL AND sha256"
             current = {r[0] for r in self._rows_in(sql, None, shas)}
@@ -679,10 +678,11 @@ class State:
 
         After a first build the index holds nearly every row: a table of which most rows go
         is copied (the rows that stay) into a new table that replaces it, instead of
-        deleting row by row. At 1M chunks the row-by-row DELETE rewrote every page of the
-        tables through the WAL (6 GB) and the incremental vacuum moved them all again; a
-        dropped table's pages only join the free list. All of it is one transaction: a crash
-        at any point leaves the tables as they were before or as they are after."""
+        deleting row by row, which rewrites every page of the tables through the WAL (and
+        the incremental vacuum moves them all again); a dropped table's pages only join the
+        free list (docs/benchmarks.md, "The hand-over after a first build (issue 18,
+        scale)"). All of it is one transaction: a crash at any point leaves the tables as
+        they were before or as they are after."""
         if self.published is None:
             self.spill()
             return
@@ -776,8 +776,8 @@ class State:
 
         When they are most of it (after a first build's hand-over), one VACUUM: it copies
         the pages that stay, so it costs what is left, where the incremental vacuum takes
-        each free page off the list through the WAL (at 1M chunks, 6 GB of WAL for pages
-        that were about to go). Otherwise the incremental vacuum, which costs the free
+        each free page off the list through the WAL (for pages that were about to go).
+        Otherwise the incremental vacuum, which costs the free
         pages, fewer than the live ones. Both are atomic in SQLite's own journal. (A
         database from before auto_vacuum is converted by the same VACUUM.)"""
         free = self.db.execute("PRAGMA freelist_count").fetchone()[0]
@@ -947,7 +947,7 @@ class Published:
     def _keys_in(self, table: str, column: str, keys: list[str]) -> set[str]:
         """The keys that some row of `table` holds in `column`. Only membership: no row
         numbers, so no Python loop over the hits (a run that does not trust discover's
-        change list asks this for every file, 100k of them)."""
+        change list asks this for every file)."""
         import pyarrow as pa
 
         if not keys:
@@ -999,8 +999,8 @@ class Published:
 
     def vectors_held(self, model: str, shas: list[bytes]) -> list[bytes]:
         """Those of `shas` the index has a vector of (membership only, for the hand-over:
-        no row numbers and no copy of the matrix, which at 1M chunks is a Python loop over
-        every sha and hundreds of MB)."""
+        no row numbers and no copy of the matrix, which for a big index is a Python loop
+        over every sha and a large copy)."""
         if not self._build_key().startswith(f"{model}|") or not shas:
             return []
         held = self._keys_in("chunks", "sha256", [s.hex() for s in shas])

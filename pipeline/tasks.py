@@ -1,7 +1,8 @@
 """The stages (`pipeline.stages`) as doit tasks: one task per stage, chained by digests.
 
 One task per *stage*, not per file: doit loads and checks every task on every run, which a
-task per file makes dear at 100k files (docs/benchmarks.md). Each
+task per file makes dear on a big folder (docs/architecture.md, "The pipeline: doit tasks,
+one per stage"). Each
 task's action calls its stage with the outputs of the stages before it and returns the stage's
 digest; the next task depends on it through `result_dep`, so a touched-but-unchanged file stops
 the chain at `discover`.
@@ -418,8 +419,8 @@ def _pack_settings(config: Config) -> dict[str, Any]:
 # -- doit task creators: `run` is a task parameter (`doit.api.run_tasks`) -------------------
 
 # doit swaps sys.stdout and sys.stderr for buffers of its own around each action unless a
-# task says not to: a process-wide swap, which in `mdvdb serve` took a search's answer while
-# the watcher ingested. The stages print nothing (their lines go through `run.progress`).
+# task says not to: a process-wide swap, which in `mdvdb serve` would take a search's answer
+# while the watcher ingests. The stages print nothing (their lines go through `run.progress`).
 UNCAPTURED = {"verbosity": 0, "io": {"capture": False}}
 
 RUN_PARAM = [{"name": "run", "default": None, "help": "the ingest run (API use only)"}]

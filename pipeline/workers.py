@@ -10,9 +10,9 @@ index files byte for byte) and memory stays bounded (a few batches in flight, ne
 corpus's parsed form).
 
 One file is parsed, chunked and embedded in one go: its parse result is only ever needed to
-chunk it, so it is not cached (writing a whole file's lines as JSON and reading them back was
-a third of the parse and chunk stages), and the token ids counted to chunk a section are the
-ids the local model pools for it (tokenizing twice was a quarter of the embed stage).
+chunk it, so it is not cached (no whole file's lines written as JSON and read back), and the
+token ids counted to chunk a section are the ids the local model pools for it (one
+tokenization, not two; docs/benchmarks.md, "Parallel ingest: `MDVDB_WORKERS` (issue 18 item 1)").
 
 `MDVDB_WORKERS` sizes the pool (0, the default: one process per CPU; 1: no pool). Small runs
 never pay for starting one: under `POOL_MIN_FILES` files the work runs in this process.
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pipeline.pack.lexical import Store
 
 # Fewer files than this run in this process: starting workers (each imports the parser and
-# loads the tokenizer, ~0.3 s) would cost more than it saves.
+# loads the tokenizer) would cost more than it saves.
 POOL_MIN_FILES = 1000
 # Files a worker handles per task: big enough that sending a batch and its result costs
 # little next to its work, small enough that a few in flight hold little memory.

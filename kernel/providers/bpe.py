@@ -2,7 +2,8 @@
 
 `tokenizers.Tokenizer.from_file` parses the whole tokenizer JSON (32k tokens, 61k merges) before
 it can encode anything, most of a cold `mdvdb search` to tokenize a dozen words
-(docs/benchmarks.md, "Cold search"). This module stores the vocabulary and merge ranks once in a
+(docs/benchmarks.md, "Agent interfaces: cold start, warm path, MCP (issue 9)"). This module
+stores the vocabulary and merge ranks once in a
 small SQLite file in the state folder and, per query, looks up only the pairs that actually
 occur (a few dozen indexed lookups). It reproduces the tokenizer exactly for this model's
 configuration (Prepend "▁" + Replace " " → "▁" normalizer, no pre-tokenizer, BPE with byte
@@ -92,8 +93,8 @@ class QueryBPE:
     def _encode_word(self, word: str) -> list[int]:
         """BPE: merge the adjacent pair of lowest rank (the first of equals) until none has
         one. Each pair's rank is looked up once and kept beside it; a merge asks only for the
-        two new pairs it makes (a query is one "word": asking every pair again after every
-        merge was ~0.3 ms of a warm search)."""
+        two new pairs it makes (a query is one "word", so asking every pair again after every
+        merge would repeat most lookups)."""
         symbols = list(word)
         none = _NO_RANK
         ranks = [self._rank_or(symbols[i], symbols[i + 1]) for i in range(len(symbols) - 1)]

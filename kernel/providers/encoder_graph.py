@@ -9,10 +9,10 @@ the weight matrices are stored as int8 with one scale per output column (symmetr
 product runs as onnxruntime's `DynamicQuantizeMatMul` (the activations are quantised to uint8
 per tensor on the fly; on CPUs with VNNI/AMX the product is an integer kernel). The
 feed-forward down projection's input (the GELU output) has a few channels with outliers far
-above the rest, so quantised per tensor it moved vectors too far (cosine 0.89): it runs as
-`MatMulNBits` instead, 8-bit weights and int8 products with the activations quantised per
-block of 256 (accuracy level 4), which keeps each outlier inside its block: 1.27× the speed of
-a float32 product at the same cosines (docs/benchmarks.md, "MiniLM's speed on real text").
+above the rest, so quantised per tensor it moved vectors too far: it runs as `MatMulNBits`
+instead, 8-bit weights and int8 products with the activations quantised per block of 256
+(accuracy level 4), which keeps each outlier inside its block: faster than a float32 product
+at the same cosines (docs/benchmarks.md, "MiniLM's speed on real text: where the time goes").
 That kernel exists on x86 from onnxruntime 1.22 (`blockwise_kernel`); elsewhere the down
 projection stays float32. The attention products (Q·Kᵀ and softmax·V) have no fixed weights
 to quantise and run in onnxruntime's fused `MultiHeadAttention`. The attention scale 1/√d is

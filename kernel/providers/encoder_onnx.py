@@ -91,11 +91,11 @@ class OnnxEncoder:
     """Same interface as `minilm.BertEncoder`: forward(ids, mask) -> unit rows.
 
     One text per run, several runs at once (`workers`, one per core, each single-threaded):
-    measured on NFCorpus abstracts, that embedded 3.3-3.7 texts/s where length-sorted padded
-    batches of 8k tokens did 2.0-2.3 (same run, load ~16 on 2 cores): no padding, no
-    (batch x heads x length²) attention tensors. It also keeps a text's vector independent of
-    its neighbours: the activations are quantised per tensor, so in a batch one text's scale
-    would depend on the others (cosine 0.995 between the same text alone and batched)."""
+    faster than length-sorted padded batches, with no padding and no (batch x heads x
+    length²) attention tensors (docs/search-quality.md, "Every core: one text per run on a
+    worker per core"). It also keeps a text's vector independent of its neighbours: the
+    activations are quantised per tensor, so in a batch one text's scale would depend on the
+    others."""
 
     tokens_per_pass = 1  # one text per run
 

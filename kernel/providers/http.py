@@ -271,7 +271,7 @@ class HttpEmbeddingProvider(ABC):
                 import httpx
 
                 n = self.settings.concurrency
-                # Building a TLS context costs ~0.1 s (certifi); a plain-http local server
+                # Building a TLS context is dear (certifi); a plain-http local server
                 # (Ollama, llama.cpp) never needs one.
                 tls = self.url.startswith("https:")
                 self._client = httpx.Client(

@@ -1,9 +1,9 @@
 """The offline default: WordLlama static embeddings, read straight from the wheel's files.
 
 WordLlama's own loader looks for its bundled files in the wrong folder, then tries to download,
-and imports pydantic, requests and toml on the way (~350 ms). Its model is only a token
-embedding table averaged over tokens, so we read the safetensors table and the tokenizer JSON
-ourselves: ~40 ms to load, nothing touches the network.
+and imports pydantic, requests and toml on the way. Its model is only a token embedding table
+averaged over tokens, so we read the safetensors table and the tokenizer JSON ourselves: a
+fraction of the load time, and nothing touches the network.
 """
 
 from __future__ import annotations
@@ -149,9 +149,10 @@ class LocalProvider(SequentialBatches):
     def embed_token_ids(self, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
         """The vectors of texts already tokenized (`pipeline.chunking` counts a chunk's
         tokens with this tokenizer and hands the ids on). Each text's rows are summed on
-        their own: one `reduceat` over every row of a batch gathers a (tokens x d) copy and
-        was 10x slower; the sum of one text's rows, in order, is the same whatever batch
-        the text is in (what a parallel ingest needs to equal the serial one)."""
+        their own: one `reduceat` over every row of a batch gathers a (tokens x d) copy and is
+        slower (docs/benchmarks.md, "Parallel ingest: `MDVDB_WORKERS` (issue 18 item 1)"); the
+        sum of one text's rows, in order, is the same whatever batch the text is in (what a
+        parallel ingest needs to equal the serial one)."""
         table = load_table(self.cache_dir)
         d, last = self.dimensions, table.shape[0] - 1
         out = np.zeros((len(token_ids), d), dtype=np.float32)

@@ -162,7 +162,8 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
 
 def _gelu(x: np.ndarray) -> np.ndarray:
     """BERT's exact GELU, x * Phi(x), in place. erf is Abramowitz-Stegun 7.1.26 (error below
-    1.5e-7, float32's own precision) because SciPy's erf is ~50x slower than NumPy's SIMD exp."""
+    1.5e-7, float32's own precision) because SciPy's erf is far slower than NumPy's SIMD exp
+    (docs/benchmarks.md, "Opt-in local encoder: all-MiniLM-L6-v2 in NumPy")."""
     z = np.abs(x)
     z *= np.float32(0.7071067811865476)
     t = z * np.float32(0.3275911)
@@ -303,10 +304,9 @@ def _blas_controller():
 
 
 def _blas_threads():
-    """One BLAS thread when the machine is already busy. Measured on a shared 2-core box (load
-    ~10): OpenBLAS with 2 threads spent 6x the CPU of 1 thread on the same batch, spinning,
-    and took 4x the wall time (a one-line query: 385 ms vs ~10-40 ms). On a quiet machine the
-    default (all cores) is kept: there 2 threads embed a query in 11 ms, 1 thread in 24 ms."""
+    """One BLAS thread when the machine is already busy, where OpenBLAS's threads spin and
+    cost more CPU and wall time than one; on a quiet machine the default (all cores) is kept
+    (docs/benchmarks.md, "Opt-in local encoder: all-MiniLM-L6-v2 in NumPy")."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load < (os.cpu_count() or 1) - 0.5:
         return contextlib.nullcontext()
@@ -457,12 +457,11 @@ class MiniLMProvider(SequentialBatches):
     BERT-style model folder).
 
     Documents (ingest) go through `encoder`, the int8 onnxruntime graph, created on first
-    use; a query goes through `embed_query`: the float32 NumPy reference over the mapped
-    weights in a cold process, which therefore never imports onnxruntime nor builds a
-    session (~0.5 s of a cold `mdvdb search`, docs/search-quality.md); a float32
-    onnxruntime session in a warm one (`warm_up`), where the session is paid once and each
-    query costs a few ms less. The two compute the same function (cosine > 0.9999,
-    tests/test_warm_queries.py), so a query ranks alike cold or warm."""
+    use; a query goes through `embed_query`: the float32 NumPy reference in a cold process
+    (no onnxruntime import, no session; docs/search-quality.md, "The query path: cold search
+    without onnxruntime"), a float32 onnxruntime session in a warm one (`warm_up`). The two
+    compute the same function (tests/test_warm_queries.py), so a query ranks alike cold or
+    warm."""
 
     name = "local"
 
@@ -560,9 +559,10 @@ class MiniLMProvider(SequentialBatches):
 
     def embed_batches(self, batches: Sequence[Sequence[str]]) -> Iterator[tuple[int, np.ndarray]]:
         """Sort by length across BATCHES_PER_SORT batches at a time, not within each batch:
-        ingest hands over batches of 64 texts in file order, whose lengths vary a lot, and
-        padding every text to its batch's longest wasted ~30% of the work on NFCorpus. Each
-        batch is still yielded (and so persisted by the caller) as soon as its window is done."""
+        ingest hands over batches of 64 texts in file order, whose lengths vary a lot, so
+        padding each to its batch's longest would waste work (docs/benchmarks.md, "Opt-in
+        local encoder: all-MiniLM-L6-v2 in NumPy"). Each batch is still yielded (and so
+        persisted by the caller) as soon as its window is done."""
         for first in range(0, len(batches), BATCHES_PER_SORT):
             window = batches[first : first + BATCHES_PER_SORT]
             vectors = self.embed([text for batch in window for text in batch])

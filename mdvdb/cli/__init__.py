@@ -45,7 +45,7 @@ LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
 READ_ONLY = frozenset(
     {"search", "get", "links", "backlinks", "orphans", "status", "schema", "clusters", "grep"}
 )
-# A writing command's imports alone would run the collector's young generation ~100 times for
+# A writing command's imports alone would run the collector's young generation many times for
 # a few hundred objects: it starts collecting after this many allocations instead of 700.
 YOUNG_OBJECTS = 20_000
 DIST_NAME = "markdown-vdb"

@@ -23,7 +23,7 @@ EXIT_INTERRUPTED = 130
 # Set by `mdvdb.cli.main`: this process ends after its one command (a warm server's calls do
 # not), so `search`, `get`, `status` and `schema` read the index with the format's own reader
 # instead of importing pyarrow, which would be a large part of their time (kernel.arrow_lite;
-# docs/benchmarks.md, "Cold search").
+# docs/benchmarks.md, "Cold `mdvdb search` without pyarrow (issue 18, cold start)").
 ONE_SHOT = False
 
 

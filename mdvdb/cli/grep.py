@@ -1,7 +1,8 @@
 """`mdvdb grep PATTERN`: exact text search over the source roots with ripgrep.
 
-It never imports NumPy or Arrow (the command has a budget of about 100 ms over raw rg,
-Python start-up included). Its options are declared once (`query.grep.options`).
+It never imports NumPy or Arrow: the command is held to a small cost over raw rg, Python
+start-up included (docs/benchmarks.md, "`mdvdb grep` vs raw ripgrep (issue 7)"). Its
+options are declared once (`query.grep.options`).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def _search(args: GrepRequest, root: str | None, as_json: bool) -> int:
 
 def _unnamed_file():
     """A file without a name for rg's stderr (a pipe could fill up and stop rg): memfd on
-    Linux, where importing tempfile would cost a grep ~10 ms; a temp file elsewhere."""
+    Linux, where importing tempfile would add to a grep's start-up; a temp file elsewhere."""
     make = getattr(os, "memfd_create", None)
     if make is not None:
         return open(make("rg-stderr", os.MFD_CLOEXEC), "w+b")  # noqa: SIM115 - closed by the caller

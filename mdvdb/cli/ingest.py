@@ -87,8 +87,8 @@ def run_ingest(
         from mdvdb.cli.progress import IngestProgress
 
         progress = IngestProgress(sys.stderr.isatty() and not quiet and not as_json)
-        # What a library prints to stdout during the run goes nowhere, as when doit captured
-        # it: Ray's driver repeats a dead worker's error there, which our one line reports.
+        # What a library prints to stdout during the run goes nowhere: Ray's driver repeats
+        # a dead worker's error there, which our one line reports.
         stray = redirect_stdout(io.StringIO())
         try:
             with stray:
@@ -209,7 +209,7 @@ def is_set_up(config) -> bool:
 
 def refuse_missing(config, paths: list[str]) -> None:
     """A path that is not on disk is fine when the index has it (re-checking it removes it);
-    otherwise it is a typo, which used to pass in silence."""
+    otherwise it is a typo, said so rather than passed over in silence."""
     import os
 
     from pipeline import relative_paths

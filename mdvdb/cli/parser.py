@@ -6,7 +6,7 @@ people and agents use (flags, `--opt value`, `--opt=value`, `-n5`, repeated opti
 and checks types, choices and bounds. typer prints the `--help` built from the same
 declaration (`mdvdb.cli.help`); it parses nothing. The parser stays ours, and typer out of
 every other call, because typer's import and command setup cost a cold `mdvdb search`
-more than its budget allows (docs/benchmarks.md, "One argument parser").
+more than its budget allows (docs/benchmarks.md, "Session 2: the typer-free hot path").
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ __all__ = ["IngestProgress"]
 
 # What each counted event counts (`pipeline.stages.Progress`).
 UNITS = {"parse": "files", "chunk": "files", "embed": "chunks", "upgrade": "chunks"}
-# Seconds between two redraws (a redraw of a few lines costs ~1 ms).
+# Seconds between two redraws.
 REDRAW_S = 0.1
 # The display starts at a count of this many files or chunks, or at any count once the run
-# has lasted this long: a run over by then (an edit) does not pay rich's import (~60 ms).
+# has lasted this long: a run over by then (an edit) does not pay rich's import.
 SHOW_FROM = 200
 SHOW_AFTER_S = 1.0
 

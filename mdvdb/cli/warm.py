@@ -12,7 +12,7 @@ calling user. The server exits by itself after an idle timeout, and holds an flo
 `serve.lock` for its life: one server per project, and a socket file whose lock is free is
 stale. One request per connection: `{"argv", "cwd", "env"}` in, `{"stdout", "stderr",
 "code"}` out, each one message of `mdvdb.cli.warm_wire` (a bounded encoding, safe on any
-bytes: it replaced marshal, which 11 bytes made spin); `{"op": "ping"}` (readiness,
+bytes, unlike marshal: `warm_wire`'s docstring); `{"op": "ping"}` (readiness,
 `serve --status`) and `{"op": "stop"}` are answered without running a command. A request
 over `MAX_REQUEST` bytes, or one that is not complete within `REQUEST_SECONDS`, gets an
 error reply; a reply over `MAX_REPLY` bytes tells the client to run the command itself.

@@ -8,9 +8,9 @@ length and count against the bytes left before it reads or allocates anything, n
 most `MAX_DEPTH` deep, takes at most `MAX_ITEMS` items in a list or mapping and refuses a
 message over the cap its reader gives; anything else is a `WireError`, never a hang.
 
-It replaced marshal, which 11 bytes (`[[[[[[[[[[N`) made build a list of 1.5 billion entries
-at 100% CPU, deaf to SIGTERM. JSON would do as well, but the client runs on every forwarded
-CLI call and `json` imports `re` and `enum` (~10 ms of a ~25 ms call): built-ins only here.
+Not marshal: 11 bytes (`[[[[[[[[[[N`) make it build a list of 1.5 billion entries, deaf to
+SIGTERM. JSON would do as well, but the client runs on every forwarded CLI call and `json`
+imports `re` and `enum`, a large part of such a call: built-ins only here.
 """
 
 from __future__ import annotations

@@ -48,9 +48,8 @@ SILHOUETTE_SAMPLE = 3000
 # what it is about (LeetCode pages follow theirs with solutions in six languages).
 LABEL_TEXT_CHARS = 4000
 # Above MINIBATCH_ABOVE documents the candidate k are tried on a sample of this many
-# documents and only the chosen one is fitted on all of them (`_choose_and_fit`): the search
-# was four mini-batch fits (three inits each) of every document, most of a full clustering's
-# time at 38k documents.
+# documents and only the chosen one is fitted on all of them (`_choose_and_fit`): fitting
+# every candidate on every document would be most of a full clustering's time.
 K_SEARCH_SAMPLE = 8000
 # Above this many documents a full clustering uses MiniBatchKMeans.
 MINIBATCH_ABOVE = 20000
@@ -74,8 +73,8 @@ def document_vectors(chunk_vectors: np.ndarray, chunk_doc: np.ndarray, n_docs: i
     zero row (callers leave it unclustered)."""
     dims = chunk_vectors.shape[1] if chunk_vectors.ndim == 2 else 0
     sums = np.zeros((n_docs, dims), dtype=np.float64)
-    # In blocks: a float64 copy of every chunk vector at once was 80 MB on tldr, at the
-    # parent's peak of a first build; `add.at` adds row after row either way (same sums).
+    # In blocks: a float64 copy of every chunk vector at once would add to the parent's peak
+    # of a first build; `add.at` adds row after row either way (same sums).
     for start in range(0, len(chunk_doc), DOC_VECTOR_BLOCK):
         block = slice(start, start + DOC_VECTOR_BLOCK)
         np.add.at(sums, chunk_doc[block], chunk_vectors[block].astype(np.float64))
@@ -86,10 +85,9 @@ def document_vectors(chunk_vectors: np.ndarray, chunk_doc: np.ndarray, n_docs: i
 
 def candidate_ks(n_docs: int, max_clusters: int) -> list[int]:
     """The k values tried: a geometric grid over the upper half of the range up to the bound,
-    the smaller of MDVDB_CLUSTERING_MAX_CLUSTERS and sqrt(n). Not from 2: silhouette peaks at
-    k=2 on leetcode (it splits English from Chinese pages) and is flat on tldr, while the
-    agreement with LeetCode's own tags grows with k (docs/clusters.md); few, huge clusters
-    are no use to browse."""
+    the smaller of MDVDB_CLUSTERING_MAX_CLUSTERS and sqrt(n). Not from 2: silhouette can
+    peak at a split by language or be flat while agreement with a folder's own tags grows
+    with k (docs/clusters.md, "Choosing k"); few, huge clusters are no use to browse."""
     upper = min(max_clusters, max(2, int(np.sqrt(n_docs))), n_docs - 1)
     if upper < 2:
         return [1]
@@ -148,8 +146,8 @@ class KChoice:
 def choose_and_fit(vectors: np.ndarray, max_clusters: int, seed: int = SEED) -> KChoice:
     """Fit every candidate k and keep the one with the best silhouette.
 
-    One BLAS/OpenMP thread: on the 2-core machine, shared with other jobs, k-means with two
-    threads ran 4-10x slower than with one (docs/clusters.md)."""
+    One BLAS/OpenMP thread: on a machine shared with other jobs, k-means with more threads
+    ran several times slower than with one (docs/clusters.md, "How a clustering is built")."""
     from threadpoolctl import threadpool_limits
 
     if len(vectors) >= NUMPY_BELOW:
@@ -198,7 +196,7 @@ _TOKEN = re.compile(TOKEN_PATTERN)
 
 def clean_text(text: str) -> str:
     """Fenced code, HTML tags, entities and URLs out: Markdown bodies carry them and they are
-    not topics (LeetCode's `mut`, `impl` and `charat` named clusters before this)."""
+    not topics (they would name clusters after code words: LeetCode's `mut`, `impl`)."""
     return _TAG.sub(" ", text)
 
 
@@ -215,7 +213,7 @@ def cluster_keywords(
     more than max(0.1, min(0.5, 2/k)) of all documents (corpus-wide words name no topic).
 
     Counting documents, not occurrences, keeps one page family that repeats its own name
-    (tldr's dozens of `wacli` pages) from naming a cluster of 400 documents."""
+    from naming a whole cluster (docs/clusters.md, "How a clustering is built")."""
     if not texts:
         return [[] for _ in range(k)]
     large = len(texts) >= 20
@@ -456,8 +454,8 @@ def run_stage(
     added or changed since the last full clustering to the rebalance threshold: `threshold`
     documents or `share` of them, whichever is larger. Otherwise only the changed documents
     are read and assigned to their nearest centroid. The share keeps a re-clustering (a
-    k-means fit over every document: tens of seconds at 100k files) from falling on every
-    50th edit of a large folder, while a small folder keeps the fixed count.
+    k-means fit over every document) from falling on every 50th edit of a large folder,
+    while a small folder keeps the fixed count.
     `changes`: (changed (path, sha), removed paths, documents) from discover's change list
     (`changes_of`), else the state's whole manifest is diffed against the assignments.
     `helper`: a full clustering's fit goes to that process and is finished when pack first
@@ -508,8 +506,8 @@ def changes_of(
 ) -> tuple[list[tuple[str, str]], list[str], int]:
     """`State.cluster_changes` from discover's changes since the last clean run (the
     entries added, changed or re-stamped, and the paths that left): after a clean run the
-    assignments matched every other file, so only these are looked up (at 100k files the
-    join over every row cost ~0.1 s of an edit)."""
+    assignments matched every other file, so only these are looked up (not a join over
+    every row)."""
     stored = state.cluster_docs_of([path for path, _ in fresh] + list(removed))
     changed = sorted((p, sha) for p, sha in fresh if (stored.get(p) or (0, 0, None))[2] != sha)
     gone = sorted(p for p in set(removed) if p in stored)
@@ -554,7 +552,7 @@ def doc_matrix(
 ) -> np.ndarray:
     """Document vectors: the normalised mean of each document's chunk vectors, read from the
     published index (and the state for chunks not published yet). No second cache of them:
-    a rebalance of 38k documents gathers their chunk rows from the mapped index."""
+    a rebalance gathers their chunk rows from the mapped index."""
     chunk_shas = [s for d in docs for s in d.chunk_shas]
     owner = np.repeat(np.arange(len(docs)), [len(d.chunk_shas) for d in docs])
     # missing_ok: a chunk the provider gave no usable vector for counts as a zero row.
@@ -718,7 +716,7 @@ def _assign(
 class StoredClusters:
     """The stage's result as pack needs it."""
 
-    # Assigned documents, column by column (100k of them: no Python object per document).
+    # Assigned documents, column by column (no Python object per document).
     paths: list[str]
     cluster_ids: np.ndarray  # int32
     similarity: np.ndarray  # float64, cosine to the centroid
@@ -741,7 +739,7 @@ def load_stored(state: Any) -> StoredClusters | None:
         (cid, label, json.loads(keywords), np.frombuffer(blob, dtype=np.float32))
         for cid, label, keywords, blob in state.cluster_topics()
     ]
-    # One pass per column (not zip(*rows): 100k arguments unpacked into four tuples).
+    # One pass per column (not zip(*rows): every row unpacked as an argument).
     return StoredClusters(
         [r[0] for r in rows],
         np.fromiter((r[1] for r in rows), dtype=np.int32, count=n),
@@ -755,7 +753,7 @@ def load_stored(state: Any) -> StoredClusters | None:
 def assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarray]:
     """Cluster id and similarity of every row of `files`: the id only where the path is
     assigned at the same content (-1 otherwise), the similarity wherever the path is
-    assigned (0.0 otherwise). One hash join in Arrow, no loop over 100k rows."""
+    assigned (0.0 otherwise). One hash join in Arrow, no Python loop over the rows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -785,7 +783,7 @@ class ClusterAssignment:
 # The write side's own table (readers ignore it): row i holds file i's cosine similarity to
 # its centroid, what the representatives are chosen by. With it and `files.cluster_id`, an
 # edit carries every unchanged file's assignment over from the previous index instead of
-# reading 100k of them back from the state (~0.2 s at 100k files).
+# reading them all back from the state.
 SIMILARITY_TABLE = "cluster_similarity"
 # Past this many rebuilt file rows, the assignments are read from the state in one pass.
 CARRY_MAX = 5000
@@ -853,7 +851,7 @@ def _carried(plan: Plan, state: State, info: dict) -> tuple[np.ndarray, np.ndarr
 def assign(plan: Plan, state: State | None) -> ClusterAssignment:
     """pack's step: the stage's result laid over the files being packed: carried over from
     the previous index for the rows it reused when that index holds the same clustering
-    (`_carried`), else read from the state (100k assignments in one pass). Every id is set
+    (`_carried`), else read from the state (every assignment in one pass). Every id is set
     again (all -1 when clustering is off)."""
     import pyarrow as pa
 

@@ -196,8 +196,8 @@ def _previous(
         return None
     # Rows are reused only from an index whose bytes are the ones written: reused bytes get
     # fresh checksums in the new file, so a damaged row copied now would pass every later
-    # check. Hashing reads the file once more from the page cache (~0.1 s per 100 MB), once
-    # a run (the verdict is shared with the write side's cache, and begun on a thread
+    # check. Hashing reads the file once more from the page cache, once a run (the verdict
+    # is shared with the write side's cache, and begun on a thread
     # when discover found changes: `stages.discover`).
     if index_format.checksum_problems(previous):
         damaged.append(str(index_path))
@@ -332,8 +332,8 @@ def plan(index_path: Path, sources: PackSources) -> Plan:
     chunk_source, file_of = _chunk_source(previous, file_source, rows.counts)
     old_files = old_chunks = None
     if previous is not None:
-        # A cast only where the schemas differ: `cast` imports pyarrow.compute (~50 ms), which
-        # the plan of an edit does not otherwise need before the writer begins.
+        # A cast only where the schemas differ: `cast` imports pyarrow.compute, which the
+        # plan of an edit does not otherwise need before the writer begins.
         old_files = _as(
             previous.tables["files"].select(index_format.FILES_SCHEMA.names),
             index_format.FILES_SCHEMA,

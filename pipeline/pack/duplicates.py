@@ -205,8 +205,8 @@ def _bucket_keys(unique: np.ndarray):
     """The bucket keys whose shared values find every pair within MAX_DISTANCE (3) bits:
     such a pair agrees on one of the 4 16-bit bands (pigeonhole), and on one of 4 12-bit
     slices of the other 48 bits (again), so 16 keys of 28 bits (band + slice). Buckets of
-    28 bits hold a few signatures at 10M, where 16-bit bands held ~150 each, every pair of
-    which was compared: 15 s at 1M signatures against ~1.5 s (BANDS bands alone)."""
+    28 bits stay small at millions of signatures, where 16-bit bands grow crowded and every
+    pair in them is compared (docs/benchmarks.md, "1M chunks (issues 18 and 19)")."""
     for band in range(BANDS):
         shift = np.uint64(16 * band)
         head = (unique >> shift) & np.uint64(0xFFFF)

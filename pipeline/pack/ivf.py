@@ -27,7 +27,8 @@ SAMPLE_PER_LIST = 40  # training rows per list (at least), as FAISS recommends 3
 ITERATIONS = 10
 DRIFT = 0.2  # rows assigned since training / rows, above which the lists are retrained
 # Rows assigned per product: its (rows, k) float32 temporary and cleaned copy are small
-# beside pack's peak (docs/benchmarks.md); the products are the same bits at any size.
+# beside pack's peak (docs/benchmarks.md, "Ingest memory (issue 37)"); the products are the
+# same bits at any size.
 BLOCK = 8_192
 SEED = 20261201
 
@@ -57,8 +58,8 @@ def _vector_blocks(chunks, dims: int):
 
 def _rows(chunks, dims: int, rows: np.ndarray) -> np.ndarray:
     """The vectors at `rows`, gathered piece by piece from NumPy views of the column's
-    pieces: `take` on a chunked column first combines every piece (at 300k chunks it copied
-    the 300 MB of vectors to read the few rows an edit adds: ~0.3 s)."""
+    pieces: `take` on a chunked column first combines every piece (a copy of every vector
+    to read the few rows an edit adds)."""
     rows = np.asarray(rows, dtype=np.int64)
     out = np.zeros((len(rows), dims), dtype=np.float32)
     at = 0

@@ -213,7 +213,7 @@ class SchemaUpdate:
 
     def with_typed_columns(self, files: pa.Table) -> pa.Table:
         # Collected, then one table: `append_column` per field copies the column list each
-        # time (quadratic: 16k fields took minutes).
+        # time (quadratic in the number of fields).
         if not self.typed_names:
             return files
         return pa.Table.from_arrays(

@@ -79,7 +79,7 @@ def _counted(rows, source: Path | None):
 
 def shard_count(config: Config, files: int) -> int:
     """`MDVDB_SHARDS`, or the number of files when there are fewer: a shard holds at least
-    a file (100,000 shards of 2 files were 99,998 empty index files, 60 s and 3.5 GB). The
+    a file (more shards than files would be empty index files, each written and read). The
     manifest records the count written; readers take it from there."""
     return max(1, min(config.shards, files))
 

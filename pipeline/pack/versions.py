@@ -3,7 +3,7 @@ the postings, the analyzer, the near-duplicate signature.
 
 Importable without NumPy or Arrow: `pipeline.tasks` reads these on every run, a no-op
 included, to decide whether pack is up to date, and a no-op should not pay for importing the
-libraries only a pack needs (~0.15 s). `pipeline.pack.lexical` and `pipeline.pack.duplicates` import
+libraries only a pack needs. `pipeline.pack.lexical` and `pipeline.pack.duplicates` import
 them from here.
 """
 
