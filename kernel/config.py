@@ -66,7 +66,7 @@ def _shown(raw: str) -> str:
 
 @dataclass(frozen=True)
 class Number:
-    """A numeric setting's parser and its range (docs/security.md, "every input bounded"):
+    """A numeric setting's parser and its range (docs/security.md, "Every input bounded"):
     a folder's file asking for 100,000 shards or a timeout of three years gets one line
     naming the setting, not an ingest that runs for an hour. `above`: `low` itself is
     refused (a duration must be more than 0)."""
