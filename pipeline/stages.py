@@ -816,24 +816,40 @@ def embed(
     provider: EmbeddingProvider,
     progress: Progress = _quiet,
 ) -> Embedded:
-    """Embed chunk texts with no cached vector for the provider."""
+    """Embed chunk texts with no cached vector for the provider, the texts of
+    `RECORDS_BATCH` files at a time: the corpus's texts are never all held at once
+    (docs/benchmarks.md, "Ingest memory (issue 37)")."""
     from pipeline.embed import embed_missing, model_key
+    from pipeline.memory import release_freed
+    from pipeline.state import RECORDS_BATCH
 
     key, chunks = model_key(provider), chunk_key(config)
     mark = f"{key}|{chunks}"
     # Only files not yet marked complete for this model and chunking: a one-file edit reads
     # one chunk record, not every file's.
     todo = state.files_to_embed(mark, manifest.pending())
-    texts, found = _texts_to_embed(state, chunks, todo)
+    parts = [todo[i : i + RECORDS_BATCH] for i in range(0, len(todo), RECORDS_BATCH)]
+    # how many texts there are to embed (the progress bar's total): one read more of the
+    # records, only when there is more than one part
+    seen: set[bytes] = set()
+    total = None if len(parts) < 2 else sum(_missing(state, chunks, key, p, seen) for p in parts)
     rejected: list[bytes] = []
-    embedded = embed_missing(
-        state,
-        provider,
-        texts,
-        config.embedding_batch_size,
-        lambda done, total: progress("embed", done, total),
-        rejected,
-    )
+    found: list[str] = []
+    embedded = 0
+    for part in parts:
+        texts, shas = _texts_to_embed(state, chunks, part)
+        found += shas
+        before = embedded
+        embedded += embed_missing(
+            state,
+            provider,
+            texts,
+            config.embedding_batch_size,
+            lambda done, count, before=before: progress("embed", before + done, total or count),
+            rejected,
+        )
+        del texts
+        release_freed()
     problems = ()
     if rejected:  # rare: the records of the files are read again for their lines
         problems = _rejected(manifest, state.get_chunks(chunks, found), set(rejected))
@@ -841,23 +857,24 @@ def embed(
     return Embedded(embedded, problems, digest_of(manifest.digest, chunks, key))
 
 
-def _texts_to_embed(state: State, key: str, files: list[str]) -> tuple[dict[bytes, str], list]:
-    """Each chunk's embedded text by chunk sha, in the order one read of every file's
-    records gives, and the file shas found; the records are decoded `RECORDS_BATCH` files
-    at a time and only the texts kept (docs/benchmarks.md, "Ingest memory (issue 37)")."""
-    from pipeline import state as records
-    from pipeline.memory import release_freed
+def _missing(state: State, chunks: str, model: str, files: list[str], seen: set[bytes]) -> int:
+    """How many chunk texts of `files`, not in `seen` (which gets them), have no cached
+    vector for `model`."""
+    texts, _ = _texts_to_embed(state, chunks, files)
+    fresh = [sha for sha in texts if sha not in seen]
+    seen.update(fresh)
+    return len(fresh) - len(state.known_embeddings(model, fresh))
 
+
+def _texts_to_embed(state: State, key: str, files: list[str]) -> tuple[dict[bytes, str], list]:
+    """Each chunk's embedded text by chunk sha, in the order one read of the files'
+    records gives, and the file shas found."""
     texts: dict[bytes, str] = {}
     found: list[str] = []
-    for start in range(0, len(files), records.RECORDS_BATCH):
-        docs = state.get_chunks(key, files[start : start + records.RECORDS_BATCH])
-        for sha, doc in docs.items():
-            found.append(sha)
-            for c in doc["chunks"]:
-                texts[bytes.fromhex(c["sha256"])] = c["embed_text"]
-        del docs
-        release_freed()
+    for sha, doc in state.get_chunks(key, files).items():
+        found.append(sha)
+        for c in doc["chunks"]:
+            texts[bytes.fromhex(c["sha256"])] = c["embed_text"]
     return texts, found
 
 
