@@ -68,7 +68,7 @@ class Int8Rows:
 
     @classmethod
     def of(cls, matrix: np.ndarray, block: int = 65_536) -> Int8Rows:
-        """Quantise in blocks of rows, so the float32 temporaries stay a few MB."""
+        """Quantise in blocks of rows, so the float32 temporaries are one block, not the matrix."""
         n, d = matrix.shape
         top = np.zeros(d, dtype=np.float32)
         for a in range(0, n, block):
@@ -543,9 +543,10 @@ def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.n
 
 def dense_scorer(index, pages=None, rho: float = 0.0, lists: bool = True) -> DenseScorer:
     """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS: `exact`; `int8`;
-    `ivf` (the index's sound IVF lists, else int8); `auto` (default): as `ivf`, or int8 from
-    AUTO_MIN_ROWS chunks on, but only from the snapshot's second vector query (a one-shot
-    `mdvdb search` would pay a pass over the matrix for a copy it uses once).
+    `ivf` (the index's sound IVF lists, else int8); `auto` (default): the IVF lists when the
+    index has them, else int8 from AUTO_MIN_ROWS chunks on, either only from the snapshot's
+    second vector query (a one-shot `mdvdb search` would pay a pass over the matrix for a copy
+    it uses once).
     `pages` (PageVectors, or None) and `rho`: the page-level side, mixed into the int8 copy.
     `lists` False: the int8 pass over every row where the IVF lists would probe some."""
     snap = index.snapshot
