@@ -1,7 +1,8 @@
 """Hybrid fusion: calibrated score fusion of BM25F and the dense cosine, with feedback.
 
-Plain reciprocal-rank fusion throws the score gaps away and loses to BM25 alone on NFCorpus.
-Here each side is normalised onto [0, 1] and mixed with a fixed dense weight `w`:
+Plain reciprocal-rank fusion throws the score gaps away and lost to BM25 alone
+(docs/search-quality.md, "How the fusion was chosen"). Here each side is normalised onto
+[0, 1] and mixed with a fixed dense weight `w`:
 
     lexical part  = (1 - w) * bm25 / max(bm25)
     semantic part = w * clip((cos - floor) / (max(cos) - floor), 0, 1)
