@@ -50,8 +50,8 @@ def project(vectors: np.ndarray, labels: np.ndarray) -> np.ndarray:
     spread around that place along the two main directions of the documents' offsets from
     their centres, in a disc whose area grows with the cluster's size.
 
-    Projecting the documents themselves (PCA or LDA) put most of tldr's 21 clusters on top of
-    each other, one far-off cluster taking the whole width (docs/clusters.md)."""
+    Projecting the documents themselves (PCA or LDA) piled most clusters on top of each
+    other (docs/clusters.md, "The map")."""
     from threadpoolctl import threadpool_limits
 
     ids = sorted(set(labels.tolist()) - {-1})

@@ -369,7 +369,7 @@ class Index(Reader):
         sizes = files.column("size").to_pylist()
         mtimes = files.column("mtime").to_pylist()
         stale = []
-        root = str(self.config.root)  # os.path.join: pathlib's `/` was half the time on 38k files
+        root = str(self.config.root)  # os.path.join: cheaper than pathlib's `/` over every file
         for path, size, mtime in zip(self.snapshot.paths, sizes, mtimes, strict=True):
             try:
                 st = os.stat(os.path.join(root, path))

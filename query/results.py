@@ -39,7 +39,7 @@ class SearchResult:
     source: str | None = None
 
     def to_json(self, explain: bool = False) -> dict[str, Any]:
-        try:  # what `asdict` gives, without its generic walk (~0.3 ms a result, cold)
+        try:  # what `asdict` gives, without its generic walk (dear per result, cold)
             data = {name: _copied(getattr(self, name)) for name in self.__dataclass_fields__}
         except _NotPlain:
             data = asdict(self)

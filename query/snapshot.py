@@ -57,8 +57,8 @@ class Snapshot:
 
     @property
     def paths(self) -> list[str]:
-        """Every file's path, by file id: built on first use (~5 ms on 38k files), which a
-        search that returns ten results never needs."""
+        """Every file's path, by file id: built on first use, which a search that returns
+        ten results never needs."""
         found = self.cache.get("paths")
         if found is None:
             found = self.cache["paths"] = self.table("files").column("path").to_pylist()

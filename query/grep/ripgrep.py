@@ -273,7 +273,7 @@ class GrepRun:
 
     def _stream(self) -> Iterator[_RawMatch]:
         """rg's JSON messages, each read to at most `MESSAGE_LIMIT` bytes: a match on a longer
-        line (a one-line file of 189 MB) is passed over, its path kept in `long_lines`, so
+        line (a one-line file of megabytes) is passed over, its path kept in `long_lines`, so
         memory stays bounded whatever the file."""
         assert self.process is not None and self.process.stdout is not None
         out = self.process.stdout

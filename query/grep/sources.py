@@ -9,9 +9,10 @@ type, `dir` (the configured MDVDB_SOURCE_DIRS). A wrapper package adds types thr
     wiki = "mdvdb_wiki.sources:roots"
 
 Entry points are found by reading the installed distributions' `entry_points.txt` files on
-`sys.path` directly: importing `importlib.metadata` alone costs 20-90 ms here, more than the
-whole budget `mdvdb grep` has over raw ripgrep. A type's module is imported only when its roots
-are needed, and the built-in works when no package metadata is installed at all.
+`sys.path` directly: importing `importlib.metadata` alone costs more than the whole budget
+`mdvdb grep` has over raw ripgrep (docs/benchmarks.md, "`mdvdb grep` vs raw ripgrep"). A
+type's module is imported only when its roots are needed, and the built-in works when no
+package metadata is installed at all.
 """
 
 from __future__ import annotations

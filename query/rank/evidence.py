@@ -14,10 +14,9 @@ query has evidence when `coverage + closeness >= MIN_EVIDENCE`:
   the other files' sections; never below 0). Both are measured once per snapshot: an
   index's cosines depend on its model and its texts, so no constant fits every index.
 
-MIN_EVIDENCE was chosen on the five evaluation sets by bench/no_match.py --fit (the
-largest least no-answer share of the five, every set losing at most 0.25% of the relevant
-results its top 10 held: 1% emptied two of CACM's questions and lost nDCG on two sets):
-docs/search-quality.md, "An honest empty answer", with the held-out figures.
+MIN_EVIDENCE was chosen on the five evaluation sets by bench/no_match.py --fit, bounded by
+what each set may lose of its relevant results: docs/search-quality.md, "The threshold now:
+0.45, and the letters' best".
 `--mode lexical` keeps the lexical side alone (no query word in the index: no match), and
 `--mode semantic` is not judged: it asks for the sections nearest in meaning, however far.
 """
@@ -108,7 +107,7 @@ def _terms(query: str) -> np.ndarray:
     """The query's distinct analysed terms (stop words are none)."""
     from kernel import text_analysis
 
-    # return_counts: a plain np.unique imports numpy.ma (~18 ms of a cold search here)
+    # return_counts: a plain np.unique imports numpy.ma (dear on a cold search)
     return np.unique(text_analysis.term_ids(query), return_counts=True)[0]
 
 

@@ -84,8 +84,8 @@ def timestamp(value: Any) -> float:
 
 @lru_cache(maxsize=4096)
 def _parsed(text: str) -> float:
-    """`timestamp` of a date string, remembered: a warm search weighs ~100 candidates a
-    query, mostly pages (and dates) it has weighed before."""
+    """`timestamp` of a date string, remembered: a warm search weighs `candidates(limit)`
+    rows a query, mostly pages (and dates) it has weighed before."""
     try:
         parsed = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -152,7 +152,7 @@ def rerank(
     """The candidates `chunk_ids` (relevance order) re-ordered by the governed score, newer
     `updated` first on exact ties, then relevance order. Each page's confidence factor and
     date are read from its frontmatter once per snapshot (`page_terms`), not per candidate
-    and query: a warm search weighs ~100 candidates, mostly pages it has weighed before.
+    and query: a warm search weighs mostly pages it has weighed before.
     `confidence`: weigh by the confidence field (governing on); `decay`: by age."""
     if not chunk_ids:
         return []

@@ -480,9 +480,8 @@ def _files_ascend(snap) -> bool:
 
 def _embed_meanwhile(index: Reader, query: str):
     """The query's embedding started on the second core while BM25 is scored, for a warm
-    process whose query embedder is an encoder (`embed_query`: ~3 ms a query that releases
-    the GIL); None otherwise (a cold search, whose provider is not loaded yet, keeps the
-    plain order; WordLlama's embedding is a fraction of a millisecond)."""
+    process whose query embedder is an encoder (its `embed_query` releases the GIL); None
+    otherwise (a cold search's provider is not loaded yet; a static model's embedding is cheap)."""
     provider = index.loaded_provider
     if getattr(provider, "embed_query", None) is None:
         return None
@@ -500,8 +499,8 @@ def build_results(
     mode: str | None = None,
 ) -> list[SearchResult]:
     """Materialise only the chosen rows: the rest of the index is never decoded. A few rows
-    go row by row through the columns, not `Table.take`, which imports pyarrow.compute (~30 ms
-    cold); many rows (`--files -n 100` reads 400) are one `take` per table, ~8x faster.
+    go row by row through the columns, not `Table.take`, which imports pyarrow.compute (dear
+    on a cold start); many rows are one `take` per table, which is faster then.
     Excerpts are the passages that matched `query` (query.rank.excerpt)."""
     snap = index.snapshot
     if not order:

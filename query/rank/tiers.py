@@ -119,7 +119,7 @@ def tiered_search(
         if (title.total or 0) <= len(title.results):
             title_total = len(first)  # the title search saw every passing section
         else:  # more sections passed than were fetched: count the candidate title documents
-            # return_counts: a plain np.unique imports numpy.ma (~8 ms of a cold search)
+            # return_counts: a plain np.unique imports numpy.ma (dear on a cold search)
             titled_files = snap.chunk_file_ids[candidates & titled]
             title_total = len(np.unique(titled_files, return_counts=True)[0])
         first = first[:limit]

@@ -29,7 +29,7 @@ __all__ = ["name_files", "query_words", "title_files"]
 
 @lru_cache(maxsize=1)
 def _cjk_start() -> re.Pattern[str]:
-    """A word that starts with CJK (compiled on first use: ~3 ms of a cold search)."""
+    """A word that starts with CJK (compiled on first use, off a cold search's path)."""
     return re.compile(f"[{CJK_RANGES}]")
 
 
@@ -64,9 +64,8 @@ class _Lowered:
     character span of each row.
 
     One `str.lower()` over the column's whole UTF-8 buffer, with row bounds counted in NumPy,
-    instead of a Python call per row, is what keeps a cold search cheap: ~2 ms instead of
-    ~40-80 ms for tldr's 78k titles and headings. A word is found with `str.find` and mapped
-    to its row by binary search; a match that runs past its row's end is not a match.
+    not a Python call per row, keeps a cold search cheap. A word is found with `str.find` and
+    mapped to its row by binary search; a match that runs past its row's end is not a match.
     """
 
     text: str
@@ -85,12 +84,12 @@ class _Lowered:
         lowered = text.lower()
         if len(lowered) != len(text) or "](" in lowered:
             return cls.of_rows(array.to_pylist())
-        if len(text) == offsets[-1] - offsets[0]:  # ASCII: characters are bytes (~10 ms less)
+        if len(text) == offsets[-1] - offsets[0]:  # ASCII: characters are bytes
             chars = offsets - offsets[0]
         else:
             data = np.frombuffer(data_buffer, np.uint8)[offsets[0] : offsets[-1]]
             # a character starts at every byte that is not a UTF-8 continuation byte (10xxxxxx)
-            starts = np.cumsum((data & 0xC0) != 0x80, dtype=np.int32)  # int32: ~5× faster
+            starts = np.cumsum((data & 0xC0) != 0x80, dtype=np.int32)  # int32: faster than int64
             chars = np.concatenate(([0], starts))[offsets - offsets[0]]
         return cls(lowered, chars[:-1], chars[1:])
 
@@ -123,7 +122,7 @@ class _Lowered:
         )
         rows = rows[keep]
         # sorted already (matches come in text order): drop repeats without np.unique, whose
-        # first call imports numpy.ma (~7 ms of a cold query)
+        # first call imports numpy.ma (dear on a cold query)
         return rows[np.concatenate(([True], rows[1:] != rows[:-1]))] if len(rows) else rows
 
     def containing_all(self, words: list[str]) -> np.ndarray:
@@ -186,8 +185,8 @@ NAMES_KEPT = 50_000
 def _names(snapshot: Snapshot):
     """file ids -> each file's names as `name_files` tries them: its title, the last dotted
     part of the title (None without a dot), its file stem, its aliases; lowered. They do not
-    depend on the query: kept per snapshot for the files asked (a warm search checks ~100 files a
-    query, mostly ones it has checked before)."""
+    depend on the query: kept per snapshot for the files asked (a warm search checks the pages
+    of its best sections, mostly ones it has checked before)."""
     kept = snapshot.cache.get("page_names")
     if kept is None or len(kept) > NAMES_KEPT:
         kept = snapshot.cache["page_names"] = {}
@@ -212,8 +211,8 @@ def _names(snapshot: Snapshot):
 
 def _path_lowering(snapshot: Snapshot):
     """file id -> its path lowered, as `_lowered_paths` has it. The snapshot's first name
-    query lowers only the paths it looks at (a one-shot search: ~100 of 38k paths, ~2 ms
-    less); later ones lower the whole column once. A path alone lowers as its slice of the
+    query lowers only the paths it looks at (a one-shot search needs a few of them); later
+    ones lower the whole column once. A path alone lowers as its slice of the
     lowered column, as `tests/test_cold_start.py` checks: a capital sigma is the one
     character whose lower case depends on its neighbours (across rows in the column), so a
     path holding one is read from the column."""

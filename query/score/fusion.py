@@ -1,7 +1,8 @@
 """Hybrid fusion: calibrated score fusion of BM25F and the dense cosine, with feedback.
 
-Plain reciprocal-rank fusion throws the score gaps away and loses to BM25 alone on NFCorpus.
-Here each side is normalised onto [0, 1] and mixed with a fixed dense weight `w`:
+Plain reciprocal-rank fusion throws the score gaps away and lost to BM25 alone
+(docs/search-quality.md, "How the fusion was chosen"). Here each side is normalised onto
+[0, 1] and mixed with a fixed dense weight `w`:
 
     lexical part  = (1 - w) * bm25 / max(bm25)
     semantic part = w * clip((cos - floor) / (max(cos) - floor), 0, 1)
@@ -19,8 +20,8 @@ Then one round of pseudo-relevance feedback on both sides, from the first fused 
 The final score fuses bm25' and cos(q') as above. `--explain` shows the two parts, which add up
 to the fused score by construction, and the raw first-pass `bm25` and `cosine`.
 
-All settings were chosen on NFCorpus and confirmed, unchanged, on Cranfield; the numbers are
-in docs/search-quality.md.
+How the settings were chosen: docs/search-quality.md, "How the fusion was chosen" and "The
+rule: leave one set out, lose nowhere".
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from query.score.vector import DenseScorer, top_rows, union_rows
 
 @dataclass(frozen=True)
 class FusionParams:
-    """The hybrid ranking's settings (the defaults are the measured best)."""
+    """The hybrid ranking's settings; the defaults are docs/search-quality.md's "What each
+    mode does"."""
 
     dense_weight: float = 0.3
     pool: int = 100
@@ -58,8 +60,8 @@ class FusionParams:
     section_k1: float = 1.5
     # stub pages: a record page (query.rank.stubs: a title and `Label: value` lines only, a
     # catalogue entry) whose indexed length is under `stub_length` scores
-    # x (1 - stub_weight * (1 - length / stub_length)) (0: off): records are half of CACM and
-    # almost never its answers (docs/search-quality.md, "CACM round 4" and "round 5")
+    # x (1 - stub_weight * (1 - length / stub_length)) (0: off): records rarely answer
+    # (docs/search-quality.md, "CACM round 5, dense side and priors")
     stub_length: float = 40.0
     stub_weight: float = 0.4
 
@@ -115,8 +117,7 @@ def normalised_semantic(
 ) -> np.ndarray:
     """`support` (query.score.vector.DenseScorer.support): rows holding the best values, every
     other row at most their lowest; then the top and the floor are read from them alone
-    (the same values, without two passes and a partition of n rows), and only they can
-    score above 0 (every other row is at most the floor: clipped to exactly 0)."""
+    (the same values, no pass over n rows), and only they can score above 0."""
     if len(semantic) == 0:
         return semantic
     sparse = _sparse_semantic(semantic, pool, support)
@@ -158,9 +159,8 @@ def _sparse_semantic(
 class Scaled:
     """A fused part as `--explain` reads it: `base` (an n-length array), or `values` at
     `rows` and 0 elsewhere, times each of `factors` in turn. Each product is the float32 one
-    the whole array would get (the same bits), but only at the rows read: mixing in page
-    evidence rescales every part, which was two more passes over n rows per query.
-    `np.asarray` gives the whole array."""
+    the whole array would get (the same bits), but computed only at the rows read, so
+    rescaling a part costs no pass over n rows. `np.asarray` gives the whole array."""
 
     __array_ufunc__ = None  # no silent arithmetic: scalars multiply it, callers read rows
 
@@ -222,7 +222,7 @@ def fuse(
 ) -> Fused:
     params = params or PARAMS
     w = np.float32(params.dense_weight)
-    # in place (each array here is a fresh one) (each array here is a fresh one)
+    # in place (each array here is a fresh one)
     lex = normalised_lexical(lexical).astype(np.float32, copy=False)
     lex = np.multiply(lex, np.float32(1) - w, out=lex if lex is not lexical else None)
     sparse = _sparse_semantic(semantic, params.pool, support)
@@ -240,8 +240,7 @@ def fuse(
 
 def best(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best positive scores, best first, equal scores as
-    query.score.vector.top_rows orders them (without a partition of n
-    rows)."""
+    query.score.vector.top_rows orders them."""
     return top_rows(scores, k, positive=True)
 
 
@@ -260,10 +259,8 @@ def hybrid(
     The dense feedback chunks are the BM25F top ones, so the moved query's cosines follow by
     linearity from one more matrix-vector product: cos(q') ∝ cos(q) + β·(v · c), c the mean
     of the feedback vectors (the common factor 1/|q + β·c| does not change a min-max
-    normalised score). A second pass over only the first 64 (Matryoshka) dimensions was
-    measured: 0.003 / 0.002 nDCG@10 worse on NFCorpus / Cranfield for ~1.5 ms, not kept.
-    `dense` scores both directions (query.score.vector: exact, or an int8 pass rescored exactly);
-    by default an exact scorer over `vectors`.
+    normalised score). `dense` scores both directions (query.score.vector: exact, or an int8
+    pass rescored exactly); by default an exact scorer over `vectors`.
     """
     params = params or PARAMS
     dense = dense or DenseScorer(vectors)
@@ -327,10 +324,9 @@ def hybrid(
 
 
 def _expands(params: FusionParams) -> bool:
-    """Whether the RM3 round runs. (Also when no query word is in any section: skipping it
-    then cost NFCorpus 0.0003 nDCG@10, docs/search-quality.md "An honest empty answer"; what
-    it adds is `--explain`'s `feedback`, never `lexical`, and never evidence of a match:
-    query.rank.evidence reads the query's own words and first-pass cosine.)"""
+    """Whether the RM3 round runs, also when no query word is in any section (skipping it
+    then cost NFCorpus: docs/search-quality.md, "An honest empty answer"). It is never
+    evidence of a match: query.rank.evidence reads the query's own words and cosine."""
     return params.feedback_weight > 0 and params.feedback_terms > 0
 
 
@@ -419,9 +415,9 @@ class SplitPart:
 
 # Rows per block of `_blended` (a few arrays of it stay in the core's cache).
 BLOCK = 65_536
-# `_blended`'s two passes are split over threads in pieces of at least this many rows: at
-# 131k chunks (two pieces of 65k) the hand-over cost more than the second core saved (a
-# 131k query 7% slower with it; at 1M, split, 6-8% faster; docs/benchmarks.md).
+# `_blended`'s two passes are split over threads in pieces of at least this many rows:
+# smaller ones cost more to hand over than they save (docs/benchmarks.md, "Session 11:
+# search threads on idle cores").
 PARALLEL_FUSION_ROWS = 262_144
 
 
@@ -436,10 +432,9 @@ def _blended(
     top_bm25: float | None = None,
 ) -> Fused | None:
     """`with_page(fuse(mix of bm25 and expansion, semantic), page)`, block by block: the same
-    float32 operations on each row in the same order (the same bits), but each block of rows
-    goes through all of them while it is in the cache, instead of a dozen passes over n
-    rows through memory. None when the semantic part is not sparse (then the plain path).
-    `expansion` is the caller's own: it ends holding the lexical part."""
+    float32 operations on each row in the same order (the same bits), each block through all
+    of them while it is in the cache. None when the semantic part is not sparse (then the
+    plain path). `expansion` is the caller's own: it ends holding the lexical part."""
     sparse = _sparse_semantic(semantic, params.pool, support)
     if sparse is None:
         return None
@@ -646,9 +641,8 @@ def _mixed_part(signal: np.ndarray, weight: float) -> tuple[np.float32, np.ndarr
 @dataclass(frozen=True)
 class PerFile:
     """One value per chunk held per file (chunk i's is `values[files[i]]`): the page-level
-    BM25 as fusion reads it. Normalising and weighting it per file costs a third of the
-    passes over chunks (the same operations on the same values: the same bits); `--explain`
-    reads single rows; `np.asarray` gives the per-chunk array."""
+    BM25 as fusion reads it, normalised and weighted per file rather than per chunk (the same
+    operations on the same values: the same bits); `np.asarray` gives the per-chunk array."""
 
     values: np.ndarray
     files: np.ndarray
@@ -670,7 +664,7 @@ def with_page(fused: Fused, page: PerFile, weight: float, owned: bool = False) -
     Every file's value is some chunk's (a file holds the chunks its postings name), so the
     max over files is the max over chunks."""
     keep, part = _mixed_part(page.values, weight)
-    part = np.take(part, page.files)  # (`take`: ~6x faster than indexing here)
+    part = np.take(part, page.files)  # (`take`: faster than fancy indexing here)
     # in place when the caller hands its scores over (`owned`); the
     # other parts rescaled only where `--explain` reads them
     scores = np.multiply(fused.scores, keep, out=fused.scores if owned else None)

@@ -44,16 +44,14 @@ def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
 
 def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """matrix @ vector through einsum's single-threaded SIMD loop, not BLAS: OpenBLAS's
-    threaded sgemv waits for a scheduler slice whenever another core is busy
-    (bench/query_speed.py). A sharded index's matrix (query.shards.reader.ShardedVectors)
-    computes it shard by shard."""
+    threaded sgemv waits for a scheduler slice whenever another core is busy (docs/benchmarks.md,
+    "Search quality and lexical/hybrid query speed"). A sharded matrix computes it per shard."""
     fanned = getattr(matrix, "row_dots", None)
     if fanned is not None:
         return fanned(vector)
     scores = np.einsum("ij,j->i", matrix, vector.astype(np.float32, copy=False))
     # A NaN row (a damaged index, an old provider answer) scores nothing rather than
-    # turning every normalised hybrid score into NaN (cheap: one pass over n scores, and
-    # nan_to_num's own passes only when one is not finite).
+    # turning every normalised hybrid score into NaN.
     if not np.isfinite(scores).all():
         np.nan_to_num(scores, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
     return scores
@@ -70,7 +68,7 @@ class Int8Rows:
 
     @classmethod
     def of(cls, matrix: np.ndarray, block: int = 65_536) -> Int8Rows:
-        """Quantise in blocks of rows, so the float32 temporaries stay a few MB."""
+        """Quantise in blocks of rows, so the float32 temporaries are one block, not the matrix."""
         n, d = matrix.shape
         top = np.zeros(d, dtype=np.float32)
         for a in range(0, n, block):
@@ -93,8 +91,7 @@ class Int8Rows:
         top = np.abs(weighted).max(axis=1)
         step = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
         query = np.rint(weighted / step[:, None]).astype(np.int8)
-        # codes first: each row of codes is read once for all k vectors (the other order
-        # reads the matrix k times: 52 against 32-47 ms for k=2 at 131k under load).
+        # codes first: each row of codes is read once for all k vectors, not k times.
         raw = np.asarray(simsimd.cdist(self.codes, query, metric="dot", out_dtype="float32"))
         return np.multiply(raw.T, step[:, None], order="C")
 
@@ -102,10 +99,8 @@ class Int8Rows:
         self, vectors: np.ndarray, spans: list[tuple[int, int]], order: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """`dots` over the rows of each (start, end) span only, concatenated: (k, m); and,
-        given `order`, `order[a:b]` of the spans concatenated likewise. Every row's product
-        is its own, so the spans are cut into pieces of about equal rows, scored on all
-        cores at once (query.score.second_core; simsimd releases the GIL) into one array: the
-        same bits as one call after the other."""
+        given `order`, `order[a:b]` of the spans likewise. Scored in pieces on all cores
+        (query.score.second_core): the same bits as one call, since every row is its own."""
         import simsimd
 
         from query.score.second_core import in_parallel, row_ranges
@@ -138,14 +133,11 @@ class Int8Rows:
 
 @dataclass(frozen=True)
 class PageSide:
-    """Page-level dense evidence as the scorer mixes it in (`mixed`): the normalised mean
-    vector of each page of several sections (`vectors`), for each section of such a page
-    (`chunks`) the row of its page (`rows`), and per chunk that row or -1 (`page_of`), so
-    a rescored row finds its page without a search. `compact`, in a long-lived reader: an
-    int8 copy of every chunk's mixed vector (1 - rho) * section + rho * page (a section of a
-    one-section page: itself) for the `rho` it was built with; a cosine is linear in the
-    vector, so one int8 pass over it estimates every mixed cosine, with no pass over the
-    pages and no gather per query."""
+    """Page-level dense evidence as the scorer mixes it in: each multi-section page's
+    normalised mean vector (`vectors`), its sections (`chunks`) and their page row (`rows`),
+    and per chunk that row or -1 (`page_of`). `compact`: an int8 copy of every chunk's mixed
+    vector (1 - rho) * section + rho * page for its `rho`; a cosine is linear in the vector,
+    so one int8 pass over it estimates every mixed cosine."""
 
     vectors: np.ndarray
     chunks: np.ndarray
@@ -357,7 +349,7 @@ class DenseScorer:
 
     def _exact(self, query, direction, beta, pages, rho):
         """Every row scored from float32; the page mix reuses the rows' products (no gather
-        of the sections of multi-section pages, which copied them and scanned twice more)."""
+        of the multi-section pages' sections)."""
         moved_dots = None
         if direction is None:
             cosine = row_dots(self.matrix, query)
@@ -427,8 +419,8 @@ class DenseScorer:
         if ids is not None:  # local positions -> chunk ids, plus the rows asked for
             picked = ids[picked]
             if also is not None and len(also):
-                # one sorted set (np.setdiff1d's hashed unique cost ~0.3 ms a query); rows
-                # in order make the gather below walk the map forward
+                # one sorted set (cheaper than np.setdiff1d's hashed unique); rows in order
+                # make the gather below walk the map forward
                 picked = union_rows(picked, np.asarray(also, dtype=picked.dtype))
         exact = self.matrix[picked]  # gather: depth rows, not n
         exact_raw = row_dots(exact, query)
@@ -489,8 +481,7 @@ def _spread(
     """The IVF pass's n-length scores as `Spread` views (built only if asked): each one's
     exact values at `picked`, the probed rows' estimates capped at the lowest exact value
     (the cap), every other row below the cap by `below` (`IvfSide.below`: distinct values,
-    in row order; n equal values made each `np.partition` of fusion's pool floor 5-10x
-    slower)."""
+    in row order, since n equal values make `np.partition` of fusion's pool floor slow)."""
     cos = Spread(below, ids, cosine, picked, exact_cos)
     shown = Spread(below, ids, cosine if paged else raw, picked, exact_raw) if paged else cos
     if not moves:
@@ -499,11 +490,9 @@ def _spread(
 
 
 class Spread:
-    """An IVF pass's n-length scores as what makes them (`_spread`): the exact values at the
-    rescored rows (`picked`), the probed rows' estimates capped at the lowest exact value,
-    every other row below that cap by `below`. Read at the rescored rows (`self[picked]`,
-    the very array `DenseScorer.support` holds) it gathers nothing; any other read, or
-    `np.asarray`, builds the whole array once."""
+    """An IVF pass's n-length scores, built only when read (see `_spread`). Read at the
+    rescored rows (`self[picked]`, the array `DenseScorer.support` holds) it gathers
+    nothing; any other read, or `np.asarray`, builds the whole array once."""
 
     __array_ufunc__ = None  # no silent arithmetic: callers read rows or ask for the array
 
@@ -535,10 +524,8 @@ class Spread:
 
 
 def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
-    """The k best rows, in no order (partitioning the scores themselves, not their
-    negation: no n-sized temporary). Of many rows, only those above a sampled cut are
-    partitioned (`top_rows`' cut: ~4k rows, not all n; which of the rows tied with the k-th
-    best it keeps is its own choice, as a partition's is)."""
+    """The k best rows, in no order; ties with the k-th best are the partition's choice.
+    Of many rows, only those above `top_rows`' sampled cut are partitioned."""
     n = scores.shape[0]
     found = _above_cut(scores, k, None, False) if k < n else None
     if found is not None:
@@ -556,14 +543,12 @@ def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.n
 
 def dense_scorer(index, pages=None, rho: float = 0.0, lists: bool = True) -> DenseScorer:
     """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS: `exact`; `int8`;
-    `ivf` (the index's IVF lists when it has sound ones, else int8); `auto` (default) = the
-    IVF lists when the index has them, else int8 from AUTO_MIN_ROWS chunks on, once the
-    snapshot has answered a vector query (a one-shot `mdvdb search` never pays for a copy it
-    would use once: building it is a pass over the matrix, as dear as the exact scan).
-    `pages` (query.rank.search.PageVectors, or None) and `rho`: the page-level side; then the
-    int8 copy is one of the mixed vectors for this rho (PageSide), so a query costs no pass
-    over the pages. `lists` False: the int8 pass over every row where the IVF lists would
-    probe some."""
+    `ivf` (the index's sound IVF lists, else int8); `auto` (default): the IVF lists when the
+    index has them, else int8 from AUTO_MIN_ROWS chunks on, either only from the snapshot's
+    second vector query (a one-shot `mdvdb search` would pay a pass over the matrix for a copy
+    it uses once).
+    `pages` (PageVectors, or None) and `rho`: the page-level side, mixed into the int8 copy.
+    `lists` False: the int8 pass over every row where the IVF lists would probe some."""
     snap = index.snapshot
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
@@ -591,9 +576,8 @@ def dense_scorer(index, pages=None, rho: float = 0.0, lists: bool = True) -> Den
         and n >= AUTO_MIN_ROWS
         and not (built or ivf_key in snap.cache or snap.cache.get("vector_queries", 0))
     ):
-        # The snapshot's first vector query scans exactly, whatever the index holds (below):
-        # decided without reading the IVF meta or loading simsimd, which a one-shot `mdvdb
-        # search` would import for nothing (~2 ms).
+        # The snapshot's first vector query scans exactly, decided without reading the IVF
+        # meta or importing simsimd, which a one-shot `mdvdb search` would not use.
         snap.cache["vector_queries"] = 1
         quantise = listed = False
     else:
@@ -690,11 +674,9 @@ class Above:
 
 # `top_rows` guesses its cut from a strided sample of the scores: the sample's CUT_RANK-th
 # best, the sample sized so that about CUT_ROWS_PER_ROW rows per row wanted (at least
-# CUT_MIN_ROWS) of all n score above it. One comparison pass over n rows then finds those few,
-# instead of a partition of all n (7-10x dearer at 1M rows); the 32nd best of a sample is
-# steady enough that fewer than k rows pass about never (a Gamma(32) below a quarter of its
-# mean), and then a cut 8x deeper is tried before every row is ranked. (The sample's k-th best
-# left ~n/32 rows above it for any k >= 64: 31k rows gathered and partitioned at 1M.)
+# CUT_MIN_ROWS) of all n score above it. One comparison pass over n then finds those few
+# instead of partitioning all n; if too few pass, a cut 8x deeper is tried before every row
+# is ranked (docs/benchmarks.md, "Warm hybrid on every core, top-k without deep cuts").
 CUT_RANK = 32
 CUT_ROWS_PER_ROW = 4
 CUT_MIN_ROWS = 2048
@@ -718,11 +700,9 @@ def top_rows(
     The k-th best value v splits the answer: every row above v, then the highest rows equal
     to v. A cut t from a sample of the scores finds them without a partition of n rows: when at
     least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
-    those few are ranked. Otherwise (a sample that missed, a mask that leaves few rows, few
-    positive scores) the allowed rows are all ranked: the same answer either way
-    (equal scores by descending row, as a sharded search merges them: a partial sort alone
-    picks among rows tied with the k-th score as it pleases, and which copy of a section is
-    shown moved Ray docs QA by 0.015 nDCG@10, docs/search-quality.md "Tie order").
+    those few are ranked. Otherwise the allowed rows are all ranked: the same answer either
+    way. Ties go by descending row, as a sharded search merges them (docs/search-quality.md,
+    "Tie order").
 
     `above` (an earlier call's `Above` for this array, since changed at its own rows at
     most, `Above.rising`): the answer from its rows when enough are still above its cut
@@ -865,9 +845,8 @@ def distinct(
     values: np.ndarray, counts: bool = False, inverse: bool = False
 ) -> tuple[np.ndarray, ...]:
     """`np.unique(values, return_counts=counts, return_inverse=inverse)` of a 1-D integer
-    array: (its distinct values ascending[, each one's count][, where each value went]),
-    the same arrays, by one sort and a neighbour compare, without np.unique's own steps in
-    Python (five calls a hybrid query)."""
+    array, the same arrays, by one sort and a neighbour compare (cheaper than np.unique's
+    own Python steps)."""
     values = np.asarray(values).ravel()
     if inverse:
         perm = values.argsort()
@@ -930,7 +909,7 @@ def multi_section_pages(
         return None
     if isinstance(vectors, np.ndarray) and vectors.dtype == np.float32:
         # A page's sections are contiguous rows: summed where they lie in the map, the same
-        # additions as over a gathered copy of them (which cost a cold search ~1 ms).
+        # additions as over a gathered copy, without the copy.
         sums = page_sums(vectors, first, count)
     else:
         sums = page_sums(np.asarray(vectors[chunks], dtype=np.float32), offsets, count)

@@ -239,7 +239,7 @@ class ShardPart:
 
     def page_vectors(self) -> tuple[np.ndarray, np.ndarray]:
         """(local file ids, normalised mean vectors) of this shard's pages of several
-        sections: the sums of `query.rank.search.page_vectors`, page by page (a page's sum
+        sections: the sums of `query.score.vector.page_vectors_of`, page by page (a page's sum
         does not depend on the pages around it, so the bits are the one-file ones)."""
         if self._pages is None:
             files = self.shard.chunk_file_ids
@@ -273,22 +273,16 @@ class ShardPart:
         depth: int = 0,
         also: np.ndarray | None = None,
     ) -> dict[str, Any]:
-        """The dense side of a hybrid query on this shard, in one call: the one-file
-        reader's scorer (`query.score.vector.dense_scorer`, by the router's `first_pass`: "int8",
-        the int8 pass rescored exactly; "ivf", the first pass the one-file reader takes
-        for an index like this shard (IVF lists where it has them, else int8); "exact")
-        over this shard's rows, with its pages' evidence mixed in (rho) and the feedback
-        direction. Returns
-        the (raw, cosine, moved) arrays of `DenseScorer.mixed`; with `top` > 0 only the
-        rows among the `top` best cosine or moved scores (`rows`, local) with their values,
-        and per array a `fill` for every other row: the `top`-th best value. Fusion reads
-        only the best `pool` cosines (every one at or below the `pool`-th is clipped to
-        0), and a shard's `top`-th best is never above the corpus's `pool`-th when
-        top >= pool, so the filled array fuses to the one-file bits (docs/scale-out.md).
-        `depth`: the rows the int8 pass hands to exact rescoring here (the router gives
-        each shard its share of the one-file depth; 0: the one-file depth). `also`: local
-        rows an IVF pass scores exactly whatever it probes (the lexical side's best, as the
-        one-file reader hands them over)."""
+        """The dense side of a hybrid query on this shard, in one call: the one-file reader's
+        scorer (`query.score.vector.dense_scorer`; `first_pass` "exact", "int8", or "ivf": the
+        pass the one-file reader takes for an index like this shard) over its rows, with its
+        pages' evidence (rho) and the feedback direction: the (raw, cosine, moved) arrays of
+        `DenseScorer.mixed`. With `top` > 0 only the rows among the `top` best cosine or moved
+        scores (`rows`, local) and per array a `fill` for the rest, the `top`-th best value:
+        fusion clips every cosine at or below the `pool`-th to 0, so with top >= pool the
+        filled array fuses to the one-file bits (docs/scale-out.md). `depth`: the rows
+        rescored exactly here (0: the one-file depth). `also`: local rows an IVF pass scores
+        exactly whatever it probes (the lexical side's best)."""
         arrays = self._dense_arrays(query, direction, beta, keep, rho, first_pass, depth, also)
         return _dense_answer(*arrays, top)
 
@@ -327,8 +321,8 @@ class ShardPart:
                 if state is None and step != "bm25" and replay is None:
                     raise ValueError(f"shard session {session!r} is gone: start again")
                 state = self._sessions[session] = {}
-                # ~12 float32 arrays of the shard's rows a query: fewer kept for a big shard
-                # (5 at 1M rows, ~250 MB), a lost one is replayed by the router
+                # ~12 float32 arrays of the shard's rows a query: fewer kept for a big
+                # shard; a lost one is replayed by the router
                 keep = max(2, min(SESSIONS, SESSION_ROWS // max(1, self.lexical.n_chunks)))
                 while len(self._sessions) > keep:
                     self._sessions.popitem(last=False)

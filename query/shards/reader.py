@@ -1,31 +1,20 @@
-"""Reading a sharded index (`MDVDB_SHARDS` > 1; kernel/shards.py): one consistent set of
-shard files, presented in the one-file order, with BM25 and the dense side computed by
-fan-out.
+"""Reading a sharded index (`MDVDB_SHARDS` > 1; kernel/shards.py): one generation of shard
+files seen as one index in the one-file order, every score computed in its shard and
+scattered back, so a sharded search answers exactly as the unsharded one.
 
-`ShardedSnapshot` reads the manifest once and maps the files it names, so a query pins one
-generation (a pack publishes the next by renaming the manifest). Opening is cheap: each shard
-file's tables are opened on first use (`index_format.read_index(lazy=True)`), the one-file
-order comes from the global file (written by the pack), and the `files` and `chunks` tables
-are gathered into the one-file order only when a query first reads them, vectors aside. So
-filters, facets, tiers, clusters, `get`, collapse and the results read it as one index, and
-row ids mean the same in both layouts.
-
-Nothing per chunk is gathered: every score is computed where the shard is mapped, by its
-`ShardPart` (query/shards/part.py: arrays in, arrays out), in threads here or in shard groups on
-Ray Serve (`mdvdb serve --ray`, `MDVDB_RAY_SERVE`), and scattered into the one-file order:
-- BM25F (`ShardedLexical`) with GLOBAL statistics: the chunk count, each term's document
-  frequency summed over the shards, the length norm from the mean length over every chunk
-  in the one-file order (a float32 mean is order-sensitive);
-- page-level BM25 (a file's chunks all live in one shard) and feedback (RM3: the feedback
-  chunks' postings laid out in the given order before they are summed);
-- the dense side (`ShardedVectors`, `ShardedDense`): in hybrid mode one call per shard runs
-  the one-file reader's scorer there (int8 first pass + exact rescoring, page evidence,
-  the feedback direction) and answers its best rows with a fill for the rest; otherwise
-  each shard's cosines over its own mapped rows, or some rows; and the few rows the Rocchio
-  centroid needs. A cosine is a per-row dot product, so the merged values have the
-  one-file bits.
-Each chunk's score is therefore the same float32 operations in the same order as the one-file
-index's, and a sharded search answers exactly as the unsharded one (tests/test_shards.py).
+`ShardedSnapshot` pins a generation (the manifest, read once) and opens each shard's tables
+lazily; `files` and `chunks` are gathered into the one-file order only when read, so row ids
+mean the same in both layouts. Each `ShardPart` (query/shards/part.py, here on threads or on
+Ray Serve) scores its own rows:
+- BM25F (`ShardedLexical`) with GLOBAL statistics: the chunk count, each term's df summed
+  over the shards, the length norm from the mean over every chunk in the one-file order
+  (a float32 mean is order-sensitive);
+- page-level BM25 (a file's chunks all live in one shard) and RM3 (the feedback chunks'
+  postings laid out in the given order before they are summed);
+- the dense side (`ShardedVectors`, `ShardedDense`): the one-file scorer per shard, its best
+  rows and a fill for the rest; a cosine is a per-row dot product, so the one-file bits.
+Each chunk's score is the same float32 operations in the same order as the one-file index's
+(tests/test_shards.py).
 """
 
 from __future__ import annotations
@@ -372,8 +361,8 @@ def _stored_order(extra: index_format.IndexFile, files: list[ShardFile]):
         return None
     file_ids = index_format.column_array(tables["shard_files"], "file_id").to_numpy()
     chunk_ids = index_format.column_array(tables["shard_chunks"], "chunk_id").to_numpy()
-    # row counts from the footers: opening `files` and `chunks` to count them checks every
-    # column (text offsets included): most of a 20-shard open
+    # row counts from the footers: opening `files` and `chunks` would check every column
+    # (text offsets included), most of the cost of a sharded open
     file_counts = [int(f.file.layouts["files"]["rows"]) for f in files]
     chunk_counts = [int(f.file.layouts["chunks"]["rows"]) for f in files]
     try:
@@ -560,9 +549,8 @@ class ShardedDense:
 def shard_depth(rows: int, total: int, keep: int) -> int:
     """How many of a shard's rows its int8 pass hands to exact rescoring: twice its share of
     the one-file reader's depth (`query.score.vector.RESCORE_DEPTH` over the whole index), and
-    never fewer than the `keep` best the caller reads. The one-file depth in every shard
-    would rescore up to 20x the rows at 20 shards (at 6,500 rows a shard, the int8 pass was
-    then slower than the exact scan: 108 against 63 ms, bench/scaleout.py)."""
+    never fewer than the `keep` best the caller reads: the one-file depth in every shard
+    would rescore shards-times the rows (docs/scale-out.md, "What is built")."""
     from query.score.vector import RESCORE_DEPTH
 
     share = -(-2 * RESCORE_DEPTH * rows // max(total, 1))
@@ -672,7 +660,7 @@ class ShardedLexical:
 
     @property
     def where(self) -> tuple[np.ndarray, np.ndarray]:
-        """For each global chunk: its shard and its local row (kept: ~1.5 ms at 131k)."""
+        """For each global chunk: its shard and its local row (built once, then kept)."""
         found = getattr(self, "_where", None)
         if found is None:
             found = self._where = _by_shard(self.chunk_ids, self.n_chunks)
