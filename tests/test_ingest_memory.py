@@ -31,13 +31,22 @@ def counted(self, key, shas):
     print("asked", len(shas), file=sys.__stderr__, flush=True)
     return get_chunks(self, key, shas)
 st.State.get_chunks = counted
+import pipeline.embed as em
+embed_missing = em.embed_missing
+def embedding(state, provider, texts, *args):
+    print("embedding", len(texts), file=sys.__stderr__, flush=True)
+    return embed_missing(state, provider, texts, *args)
+em.embed_missing = embedding
 from mdvdb.cli import main
 sys.argv = ["mdvdb", *sys.argv[2:]]
 sys.exit(main())
 """
 
 
-def _ingest(root: Path, batch: int, workers: str, **extra: str) -> tuple[dict, list[int]]:
+def _ingest(
+    root: Path, batch: int, workers: str, held: list | None = None, **extra: str
+) -> tuple[dict, list[int]]:
+    """`held`: gets how many texts each call of the embed stage's `embed_missing` held."""
     env = {**os.environ, "MDVDB_WORKERS": workers, "MDVDB_CLUSTERING_ENABLED": "false", **extra}
     env.pop("FORCE_COLOR", None)
     out = subprocess.run(
@@ -49,7 +58,10 @@ def _ingest(root: Path, batch: int, workers: str, **extra: str) -> tuple[dict, l
         timeout=300,
     )
     assert out.returncode == 0, out.stderr
-    asked = [int(line.split()[1]) for line in out.stderr.splitlines() if line.startswith("asked")]
+    lines = out.stderr.splitlines()
+    asked = [int(line.split()[1]) for line in lines if line.startswith("asked")]
+    if held is not None:
+        held += [int(line.split()[1]) for line in lines if line.startswith("embedding")]
     return json.loads(out.stdout), asked
 
 
@@ -99,8 +111,11 @@ def test_the_embed_stage_reads_records_in_batches(tmp_path: Path):
             "MDVDB_EMBEDDING_CONCURRENCY": "1",
         }
         whole, whole_asked = _ingest(one, 10_000, "1", **env)
-        parts, parts_asked = _ingest(batched, 5, "1", **env)
+        held: list[int] = []
+        parts, parts_asked = _ingest(batched, 5, "1", held, **env)
     assert whole["chunks_embedded"] == parts["chunks_embedded"] > 60
+    # the texts of 5 files at a time (a few sections each), never the whole folder's
+    assert len(held) >= 10 and max(held) <= 5 * 8 and sum(held) >= parts["chunks_embedded"]
     distinct = max(whole_asked)
     assert distinct > 5 and max(parts_asked) <= 5 and sum(parts_asked) >= 2 * distinct
     assert _index_parts(batched / ".markdownvdb.index") == _index_parts(one / ".markdownvdb.index")
