@@ -850,6 +850,10 @@ def embed(
         )
         del texts
         release_freed()
+    release = getattr(provider, "release_encoder", None)
+    if embedded and release is not None:  # the stages after this one do not embed
+        release()
+        release_freed()
     problems = ()
     if rejected:  # rare: the records of the files are read again for their lines
         problems = _rejected(manifest, state.get_chunks(chunks, found), set(rejected))

@@ -102,6 +102,9 @@ def advance(
                 if progress is not None:
                     progress("upgrade", asked, len(todo))
         finally:
+            release = getattr(provider, "release_encoder", None)
+            if release is not None:  # its session is the next stages' memory (embed stage)
+                release()
             if own:
                 provider.close()
     elapsed = time.perf_counter() - started

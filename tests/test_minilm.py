@@ -164,3 +164,24 @@ def test_embedding_never_imports_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_an_ingest_lets_the_document_encoder_go_after_embedding(notes: Path):
+    """The embed stage releases the onnxruntime session it embedded with (its memory is the
+    later stages'); embedding again loads it and gives the same vectors."""
+    from pipeline.ingest import ingest_folder
+
+    provider = minilm.MiniLMProvider("all-minilm-l6-v2")
+    texts = ["unpack a compressed archive", "list the files of a folder"]
+    before = provider.embed(texts)
+    assert provider._encoder is not None
+    provider.release_encoder()
+    assert provider._encoder is None and minilm.load_encoder.cache_info().currsize == 0
+    np.testing.assert_allclose(provider.embed(texts), before, atol=1e-6)
+
+    for seconds in ("0", "30"):  # embedded by the embed stage, then by the upgrade
+        shutil.rmtree(notes / ".markdownvdb.state", ignore_errors=True)
+        (notes / ".markdownvdb.index").unlink(missing_ok=True)
+        env = {**MODEL_ENV, "MDVDB_UPGRADE_SECONDS": seconds}
+        assert ingest_folder(load_config(notes, environ=env)).chunks > 0
+        assert minilm.load_encoder.cache_info().currsize == 0, seconds

@@ -508,6 +508,13 @@ class MiniLMProvider(SequentialBatches):
     def encoder(self, value) -> None:
         self._encoder = value
 
+    def release_encoder(self) -> None:
+        """Let the document encoder go once an ingest has embedded its texts: its session
+        holds ~200 MB the stages after embed need (docs/benchmarks.md, "MiniLM at 133k");
+        the next document embedding loads it again (~0.2 s). Queries keep their own."""
+        self._encoder = None
+        load_encoder.cache_clear()
+
     @property
     def workers(self) -> int:
         """Runs in flight at once: the onnx encoder runs one text per run on one thread each."""
