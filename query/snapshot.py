@@ -170,9 +170,13 @@ class Reader:
         if held is not None:
             yield held
             return
-        self._pins.snapshot = self._current()
+        self._pins.snapshot = snap = self._current()
+        from kernel import text_analysis
+
         try:
-            yield self._pins.snapshot
+            # the query's words are analysed against this snapshot's postings (languages)
+            with text_analysis.query_lexicon(_query_lexicon(snap)):
+                yield snap
         finally:
             self._pins.snapshot = None
 
@@ -292,3 +296,23 @@ def query_config(meta: dict[str, Any], config: Config) -> Config:
         embedding_model=meta.get("model"),
         embedding_dimensions=meta.get("dimensions"),
     )
+
+
+def _query_lexicon(snap):
+    """The snapshot's `QueryLexicon` (once per snapshot): chunk counts from its postings,
+    which are built only when a query word is looked up."""
+    found = snap.cache.get("query_lexicon")
+    if found is None:
+
+        def frequency(hashes: np.ndarray) -> np.ndarray:
+            from query.score.lexical import LexicalUnavailable, snapshot_lexical
+
+            try:
+                return snapshot_lexical(snap).document_frequency(hashes)
+            except LexicalUnavailable:  # the search says so itself; its words stay English
+                return np.zeros(len(hashes), dtype=np.int64)
+
+        from kernel import text_analysis
+
+        found = snap.cache["query_lexicon"] = text_analysis.QueryLexicon(frequency)
+    return found
