@@ -10,8 +10,9 @@ corpus download): the most frequent words of each language, minus every word tha
 common in English text (`per`, `die`, `come`, `non`, `var`...), so that no English chunk can
 look like another language. English is the default: a chunk is stemmed in another language
 only when it holds at least `MIN_STOP_WORDS` of that language's words, more of them than of
-English's, and they make `MIN_SHARE` of its words (so that a list of terms whose stop words
-were stripped, NFCorpus's abstracts, never passes on a few chance hits).
+English's, they make `MIN_SHARE` of its words (so that a list of terms whose stop words
+were stripped, NFCorpus's abstracts, never passes on a few chance hits), and the chunk is
+not plain ASCII where its language has accents (`UNACCENTED`).
 """
 
 from __future__ import annotations
@@ -19,17 +20,21 @@ from __future__ import annotations
 # Keyed by the codes of `kernel.text_analysis.LANGUAGES` (where a query reads them: this
 # module is the write side's, imported only to tell a chunk's language).
 MIN_STOP_WORDS = 3  # distinct ones
-MIN_SHARE = 0.1  # of a chunk's tokens (French or German prose: ~0.3-0.4)
+MIN_SHARE = 0.05  # of a chunk's tokens (French prose: ~0.3; a tldr page, half commands: ~0.1-0.2)
+# Languages often written without accents: any other one's text has non-ASCII letters, and a
+# chunk of it in plain ASCII is text whose accents were stripped (NFCorpus holds French and
+# Spanish abstracts so), stemmed in English as before.
+UNACCENTED = frozenset({"nl", "id", "it"})
 
 # Words common in English text (besides the analyzer's English stop words) that other lists
 # would otherwise hold: never evidence of another language.
 ENGLISH_LOOKALIKES = frozenset(
-    "die per come non var men an in is so was will man also war hat pro ai co et al "  # noqa: SIM905
+    "die per come non var men an in is so was will man also war hat pro ai co al "  # noqa: SIM905
     "no me he do as at to by on of or be we us it am".split()
 )
 
 _STOP_WORDS = {
-    "fr": "le la les des du un une est dans pour pas que qui sur au aux avec ce cette ces "
+    "fr": "le la les des du un une et est dans pour pas que qui sur au aux avec ce cette ces "
     "son sa ses sont par il elle nous vous leur leurs plus mais comme être tout très sans "
     "peut",
     "de": "der das und ist nicht ein eine einen einem einer des dem den zu mit von auf für "

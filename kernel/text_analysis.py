@@ -263,9 +263,10 @@ def _detection() -> tuple[frozenset, frozenset, dict]:
 def chunk_language(*tokens: list) -> str:
     """The language a chunk's tokens (each field's) are stemmed in: the other language of
     which they hold the most distinct stop words, if at least `MIN_STOP_WORDS`, more than
-    English's, and that language's words are at least `MIN_SHARE` of the tokens (prose, not
-    a list of terms with stop words stripped); else "en"."""
-    from kernel.languages import MIN_SHARE, MIN_STOP_WORDS
+    English's, that language's words are at least `MIN_SHARE` of the tokens (prose, not a
+    list of terms with stop words stripped), and, but in `UNACCENTED` languages, the text
+    is not plain ASCII; else "en"."""
+    from kernel.languages import MIN_SHARE, MIN_STOP_WORDS, UNACCENTED
 
     other, english, languages = _detection()
     hits = list(filter(other.__contains__, chain.from_iterable(tokens)))
@@ -281,6 +282,8 @@ def chunk_language(*tokens: list) -> str:
     share = sum(best in languages[t] for t in hits) / max(sum(map(len, tokens)), 1)
     if share < MIN_SHARE:
         return "en"
+    if best not in UNACCENTED and not any(t and isinstance(t[0], tuple) for t in tokens):
+        return "en"  # French without one accent is ASCII-folded text (`_tokens`: str pairs)
     return best if counts[best] > len(english.intersection(chain.from_iterable(tokens))) else "en"
 
 
@@ -314,14 +317,23 @@ def query_lexicon(lexicon: QueryLexicon | None) -> Iterator[None]:
 
 
 class QueryLexicon:
-    """How a query's words are looked up in one index: `frequency(hashes)` is the number of
-    chunks holding each term. Its languages are those whose marker the postings hold; each
-    Latin query word stemmed in English and in each of them stands for the variant the
-    most chunks hold (English on a tie, and where none holds any), so one term per word."""
+    """How a query's words are looked up in one index. `frequency(hashes)`: the number of
+    chunks holding each term; `chunks(hashes)`: their chunk ids (None: none). Its languages
+    are those whose marker the postings hold. Each Latin query word is stemmed in English
+    and in each of them, and the variant held by the most chunks *of the languages that
+    make it* stands for the word (a French stem counts French chunks only: `taro` stemmed
+    `tar` in Spanish must not take English chunks about tar), English on a tie and where
+    none holds any: one term per word, so no word counts twice."""
 
-    def __init__(self, frequency: Callable[[np.ndarray], np.ndarray]) -> None:
-        self.frequency = frequency
+    def __init__(
+        self,
+        frequency: Callable[[np.ndarray], np.ndarray],
+        chunks: Callable[[np.ndarray], list],
+        n_chunks: int,
+    ) -> None:
+        self.frequency, self.chunks, self.n_chunks = frequency, chunks, n_chunks
         self._languages: list[str] | None = None
+        self._language_of: np.ndarray | None = None  # per chunk: 0 English, i + 1 languages[i]
         self._terms: dict[str, np.ndarray] = {}
 
     def languages(self) -> list[str]:
@@ -333,6 +345,20 @@ class QueryLexicon:
             df = self.frequency(markers)
             self._languages = [c for c, n in zip(codes, df.tolist(), strict=True) if n > 0]
         return self._languages
+
+    def language_of(self) -> np.ndarray:
+        """Each chunk's language, as its place in `languages()` + 1 (0: English)."""
+        if self._language_of is None:
+            import numpy as np
+
+            found = np.zeros(self.n_chunks, dtype=np.int8)
+            others = self.languages()
+            markers = np.array([language_marker(c) for c in others], dtype=np.uint64)
+            for place, ids in enumerate(self.chunks(markers)):
+                if ids is not None:
+                    found[ids] = place + 1
+            self._language_of = found
+        return self._language_of
 
     def term_ids(self, text: str) -> np.ndarray:
         found = self._terms.get(text)
@@ -350,24 +376,29 @@ class QueryLexicon:
         others = self.languages()
         if not others:
             return _hashes(tokens)
-        english, tables = _TOKEN_TERMS, [_terms_in(c) for c in others]
+        tables = [_terms_in(c) for c in others]
         out: list[tuple[int, ...]] = []
-        choices: list[tuple[int, list[int]]] = []  # (place in out, its distinct variants)
+        choices: list[tuple[int, dict[int, list[int]]]] = []  # place, variant -> languages
         for token in tokens:
-            mine = english[token]
-            variants = [mine[0]] if len(mine) == 1 else None
-            if variants is not None:
-                for table in tables:
-                    other = table[token][0]
-                    if other not in variants:
-                        variants.append(other)
-            if variants is not None and len(variants) > 1:
-                choices.append((len(out), variants))
+            mine = _TOKEN_TERMS[token]
             out.append(mine)
+            if len(mine) != 1:
+                continue
+            variants = {mine[0]: [0]}
+            for place, table in enumerate(tables, start=1):
+                variants.setdefault(table[token][0], []).append(place)
+            if len(variants) > 1:
+                choices.append((len(out) - 1, variants))
         if choices:
-            flat = np.array([h for _, v in choices for h in v], dtype=np.uint64)
-            df = iter(self.frequency(flat).tolist())
+            asked = list(dict.fromkeys(h for _, v in choices for h in v))
+            held = dict(zip(asked, self.chunks(np.array(asked, dtype=np.uint64)), strict=True))
+            language_of = self.language_of()
             for place, variants in choices:
-                counts = [next(df) for _ in variants]
-                out[place] = (variants[counts.index(max(counts))],)
+                counts = []
+                for variant, codes in variants.items():
+                    ids = held[variant]
+                    allowed = np.zeros(len(others) + 1, dtype=bool)
+                    allowed[codes] = True
+                    counts.append(0 if ids is None else int(allowed[language_of[ids]].sum()))
+                out[place] = (list(variants)[counts.index(max(counts))],)
         return np.fromiter(chain.from_iterable(out), dtype=np.uint64)

@@ -299,20 +299,31 @@ def query_config(meta: dict[str, Any], config: Config) -> Config:
 
 
 def _query_lexicon(snap):
-    """The snapshot's `QueryLexicon` (once per snapshot): chunk counts from its postings,
-    which are built only when a query word is looked up."""
+    """The snapshot's `QueryLexicon` (once per snapshot): counts and chunk ids from its
+    postings, which are built only when a query word is looked up."""
     found = snap.cache.get("query_lexicon")
     if found is None:
+        from kernel import text_analysis
 
-        def frequency(hashes: np.ndarray) -> np.ndarray:
+        def lexical():
             from query.score.lexical import LexicalUnavailable, snapshot_lexical
 
             try:
-                return snapshot_lexical(snap).document_frequency(hashes)
+                return snapshot_lexical(snap)
             except LexicalUnavailable:  # the search says so itself; its words stay English
+                return None
+
+        def frequency(hashes: np.ndarray) -> np.ndarray:
+            held = lexical()
+            if held is None:
                 return np.zeros(len(hashes), dtype=np.int64)
+            return held.document_frequency(hashes)
 
-        from kernel import text_analysis
+        def chunks(hashes: np.ndarray) -> list:
+            held = lexical()
+            return [None] * len(hashes) if held is None else held.term_chunks(hashes)
 
-        found = snap.cache["query_lexicon"] = text_analysis.QueryLexicon(frequency)
+        n_chunks = int(snap.chunk_file_ids.shape[0])
+        found = text_analysis.QueryLexicon(frequency, chunks, n_chunks)
+        snap.cache["query_lexicon"] = found
     return found

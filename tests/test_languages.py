@@ -73,7 +73,9 @@ def test_a_chunk_is_stemmed_in_the_language_its_stop_words_say():
     assert chunk_language(tokens_of("Les fichiers sont supprimés du répertoire")) == "fr"
     german = "Lösche die Verzeichnisse und alle Dateien aus dem Ordner"
     assert chunk_language(tokens_of(german)) == "de"
-    assert chunk_language(tokens_of("Elimina los archivos del directorio con una orden")) == "es"
+    assert chunk_language(tokens_of("Elimina los archivos del directorio en un paso único")) == "es"
+    # French with its accents stripped is what a preprocessed English set holds (NFCorpus)
+    assert chunk_language(tokens_of("les fichiers sont supprimes du repertoire")) == "en"
     english = "The files are deleted from the folder, and the archives are kept for a week."
     assert chunk_language(tokens_of(english)) == "en"
     # too little to tell (one French word), or code alone: English, as before
@@ -181,3 +183,30 @@ def test_every_language_has_its_stop_words():
     found = stop_words()
     assert set(found) == set(text_analysis.LANGUAGES)
     assert all(len(words) >= 15 for words in found.values())
+
+
+def test_a_query_variant_counts_only_the_chunks_of_its_language():
+    """`taro` is `taro` in English and `tar` in Spanish: English chunks about tar must not
+    make the Spanish form stand for the word; Spanish chunks holding `archiv` do."""
+    import numpy as np
+
+    from kernel.text_analysis import QueryLexicon, language_marker, term_hash
+
+    postings = {
+        term_hash("tar"): np.array([0, 1]),  # English chunks (tobacco tar)
+        term_hash("taro"): np.array([3]),  # an English chunk about taro
+        term_hash("archiv"): np.array([2]),  # the Spanish chunk: `archivos`
+        language_marker("es"): np.array([2]),
+    }
+
+    def chunks(hashes):
+        return [postings.get(int(h)) for h in hashes]
+
+    def frequency(hashes):
+        return np.array([len(postings.get(int(h), ())) for h in hashes])
+
+    lexicon = QueryLexicon(frequency, chunks, n_chunks=4)
+    assert lexicon.languages() == ["es"]
+    assert list(lexicon.term_ids("taro")) == [term_hash("taro")]
+    assert list(lexicon.term_ids("archivos")) == [term_hash("archiv")]
+    assert list(lexicon.term_ids("tar")) == [term_hash("tar")]  # one form: nothing to choose
