@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache, lru_cache
@@ -272,19 +273,23 @@ def chunk_language(*tokens: list) -> str:
     hits = list(filter(other.__contains__, chain.from_iterable(tokens)))
     if len(hits) < MIN_STOP_WORDS:
         return "en"
-    counts = dict.fromkeys(LANGUAGES, 0)
-    for token in set(hits):
-        for code in languages[token]:
-            counts[code] += 1
-    best = max(LANGUAGES, key=counts.__getitem__)
+    counts = Counter(chain.from_iterable(map(languages.__getitem__, set(hits))))
+    best = max(LANGUAGES, key=counts.__getitem__)  # the first of a tie, in LANGUAGES order
     if counts[best] < MIN_STOP_WORDS:
         return "en"
-    share = sum(best in languages[t] for t in hits) / max(sum(map(len, tokens)), 1)
-    if share < MIN_SHARE:
+    words = _words_of(best)
+    if sum(map(words.__contains__, hits)) < MIN_SHARE * sum(map(len, tokens)):
         return "en"
     if best not in UNACCENTED and not any(t and isinstance(t[0], tuple) for t in tokens):
         return "en"  # French without one accent is ASCII-folded text (`_tokens`: str pairs)
     return best if counts[best] > len(english.intersection(chain.from_iterable(tokens))) else "en"
+
+
+@cache
+def _words_of(language: str) -> frozenset:
+    """One language's detection words, as both token forms."""
+    _, _, languages = _detection()
+    return frozenset(t for t, codes in languages.items() if language in codes)
 
 
 def language_marker(language: str) -> int:
@@ -292,14 +297,10 @@ def language_marker(language: str) -> int:
     return term_hash(f"\x00language:{language}")
 
 
-def tokens_of(text: str) -> list:
-    """A text's tokens, as `chunk_language` and `term_hashes` take them."""
-    return _tokens(text)
-
-
-def term_hashes(tokens: list, language: str) -> np.ndarray:
-    """The term hashes of `tokens_of(text)`, Latin words stemmed in `language`."""
-    return _hashes(tokens, language)
+# A text's tokens, as `chunk_language` and `term_hashes` take them; the term hashes of
+# `tokens_of(text)`, Latin words stemmed in a language (the pack's per-chunk analysis).
+tokens_of = _tokens
+term_hashes = _hashes
 
 
 _QUERY = threading.local()  # the `QueryLexicon` of the query this thread runs, if any
