@@ -307,18 +307,20 @@ def repeats(texts: list[str], threshold: float = 0.8) -> int:
 # -- runs ---------------------------------------------------------------------------------
 
 
-def _bm25_model(texts: list[str]):
+def _bm25_model(texts: list[str], language: str = "english", stopwords: str = "en"):
+    """bm25s over `texts` with a Snowball stemmer and stop words (bench/multilingual.py
+    passes another language's)."""
     import bm25s
     import Stemmer
 
-    stemmer = Stemmer.Stemmer("english")
+    stemmer = Stemmer.Stemmer(language)
     model = bm25s.BM25()
     model.index(
-        bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
+        bm25s.tokenize(texts, stopwords=stopwords, stemmer=stemmer, show_progress=False),
         show_progress=False,
     )
     return model, lambda text: bm25s.tokenize(
-        [text], stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False
+        [text], stopwords=stopwords, stemmer=stemmer, show_progress=False, return_ids=False
     )[0]
 
 
@@ -332,17 +334,24 @@ def _min_max(scores: np.ndarray) -> np.ndarray:
     return (scores - low) / (high - low) if high > low else np.zeros_like(scores)
 
 
-def baselines(corpus: dict, queries: dict, qids: list[str], drop_self: bool) -> dict:
+def baselines(
+    corpus: dict,
+    queries: dict,
+    qids: list[str],
+    drop_self: bool,
+    stemmer: str = "english",
+    stopwords: str = "en",
+) -> dict:
     """The two reference arms (issue 32), whole documents, in this process:
     `bm25s` (English stop words, Snowball stemming, title + text) and `fusion`: min-max
     normalised bm25s and WordLlama cosine over all documents, 0.7 / 0.3, each document's first
     FUSION_CHARS characters embedded (the ~30-line script a user would write with the two
-    libraries mdvdb ships)."""
+    libraries mdvdb ships). `stemmer`, `stopwords`: another language's (bench/multilingual.py)."""
     from kernel.providers.local import LocalProvider
 
     ids = list(corpus)
     texts = [f"{corpus[d][0]} {corpus[d][1]}" for d in ids]
-    model, tokens = _bm25_model(texts)
+    model, tokens = _bm25_model(texts, stemmer, stopwords)
     embedder = LocalProvider()
     docs = np.vstack(
         [
@@ -598,6 +607,14 @@ def main() -> None:
         "--upgrade-seconds",
         help="MDVDB_UPGRADE_SECONDS of their ingest: a small budget leaves a partial upgrade",
     )
+    parser.add_argument(
+        "--multilingual",
+        type=Path,
+        nargs="?",
+        const=Path("-"),
+        help="also bench/multilingual.py's questions (a tldr checkout or git dir; no value: "
+        "the shared archive), reported apart from the English sets",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     model = {"MDVDB_EMBEDDING_MODEL": args.model} if args.model else {}
@@ -645,6 +662,22 @@ def main() -> None:
         print_table("Variants against the default (nDCG@10 change)", table, args.json)
         loso = leave_one_set_out(rows, sets, ["default", *variants])
         print_table("Leave one set out", loso, args.json)
+    if args.multilingual is not None:
+        _multilingual(args)
+
+
+def _multilingual(args) -> None:
+    """bench/multilingual.py's table (questions in other languages), apart from the sets."""
+    from bench import multilingual
+
+    source = None if str(args.multilingual) == "-" else args.multilingual
+    found = multilingual.run_all(
+        argparse.Namespace(
+            tldr=source, languages=",".join(multilingual.LANGUAGES), model=args.model, label="this"
+        )
+    )
+    print_table("Questions in other languages (bench/multilingual.py)", found["rows"], args.json)
+    print_table("Runs (other languages)", found["runs"], args.json)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,19 @@ What it does, and why:
 - Han, Kana and Hangul have no spaces between words: a run of them becomes overlapping character
   bigrams (a lone character stays a unigram), the usual dictionary-free way to make Chinese,
   Japanese and Korean searchable; a query analysed the same way matches any substring of 2+.
-- English words are stemmed with Snowball (PyStemmer, a C extension, and the same algorithm
-  the bm25s baseline uses); Cyrillic words with the Russian Snowball stemmer. Other
-  scripts (Arabic, Greek, Devanagari...) are kept as whole lower-cased words.
+- Latin-script words are stemmed with Snowball (PyStemmer, a C extension, and the same
+  algorithm the bm25s baseline uses) in the language of their chunk: English unless the
+  chunk's own stop words say French, German, Spanish... (`chunk_language`, `LANGUAGES`);
+  Cyrillic words with the Russian Snowball stemmer. Other scripts (Arabic, Greek,
+  Devanagari...) are kept as whole lower-cased words.
 - A short English stop-word list is removed; words of other languages are all kept.
+- A chunk stemmed in another language than English also holds that language's marker term
+  (`language_marker`, a posting with no weight), so the postings say which languages their
+  chunks were stemmed in. A query's language cannot be told from a few words: where the
+  index holds other languages, each query word is stemmed in English and in each of them,
+  and the variant the postings hold most often stands for the word (`QueryLexicon`): one
+  term per word, as before, so no word counts twice. An index of English only analyses a
+  query exactly as before.
 - Terms are stored as 64-bit BLAKE2b hashes, so neither side needs a vocabulary: the writer
   builds postings with NumPy alone and the reader finds a term by `searchsorted`. With ~10^6
   distinct terms a collision has odds near 10^-7.
@@ -24,8 +33,12 @@ What it does, and why:
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
-from functools import lru_cache
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import cache, lru_cache
 from hashlib import blake2b
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -33,7 +46,29 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-ANALYZER_VERSION = "mdvdb-text-1"
+ANALYZER_VERSION = "mdvdb-text-2"
+
+# The languages Latin-script chunks are stemmed in besides English: code -> PyStemmer's
+# algorithm, in the order a tie is decided. How a chunk's is told: kernel/languages.py.
+LANGUAGES = {
+    "fr": "french",
+    "de": "german",
+    "es": "spanish",
+    "pt": "portuguese",
+    "it": "italian",
+    "nl": "dutch",
+    "sv": "swedish",
+    "da": "danish",
+    "no": "norwegian",
+    "fi": "finnish",
+    "pl": "polish",
+    "cs": "czech",
+    "ro": "romanian",
+    "hu": "hungarian",
+    "tr": "turkish",
+    "id": "indonesian",
+}
+
 
 # Hiragana, Katakana (incl. half-width), CJK ideographs (+ext A, compatibility), Hangul.
 CJK_RANGES = (
@@ -120,12 +155,26 @@ def term_hash(term: str) -> int:
 TOKEN_CACHE_MAX = 200_000
 
 
+@cache
+def _stemmer(language: str):
+    """PyStemmer's stemmer of one `LANGUAGES` code ("en": English)."""
+    if language == "en":
+        return _stemmers()[0]
+    import Stemmer
+
+    return Stemmer.Stemmer(LANGUAGES[language])
+
+
 class _TokenTerms(dict):
     """Token (a word, or a (CJK run, word) pair of the full pattern) -> the term hashes it
-    yields. `words` treats each token on its own (stop word, stem, bigrams), so the terms of
-    a text are the concatenation of its tokens' terms: an ingest analyses the same few
-    thousand words over and over, and a dictionary hit replaces the per-word regex, stem
-    and hash calls."""
+    yields, its Latin words stemmed in `language`. `words` treats each token on its own
+    (stop word, stem, bigrams), so the terms of a text are the concatenation of its tokens'
+    terms: an ingest analyses the same few thousand words over and over, and a dictionary
+    hit replaces the per-word regex, stem and hash calls."""
+
+    def __init__(self, language: str = "en") -> None:
+        super().__init__()
+        self.language = language
 
     def __missing__(self, token: str | tuple[str, str]) -> tuple[int, ...]:
         cjk, word = token if isinstance(token, tuple) else ("", token)
@@ -134,7 +183,7 @@ class _TokenTerms(dict):
         elif len(word) < 2 or word in STOP_WORDS:
             terms = []
         elif _LATIN.fullmatch(word):
-            terms = [_stemmers()[0].stemWord(word)]
+            terms = [_stemmer(self.language).stemWord(word)]
         elif _CYRILLIC.fullmatch(word):
             terms = [_stemmers()[1].stemWord(word)]
         else:
@@ -146,22 +195,211 @@ class _TokenTerms(dict):
 
 
 _TOKEN_TERMS = _TokenTerms()
+_LANGUAGE_TERMS: dict[str, _TokenTerms] = {"en": _TOKEN_TERMS}
+
+
+def _terms_in(language: str) -> _TokenTerms:
+    found = _LANGUAGE_TERMS.get(language)
+    if found is None:
+        found = _LANGUAGE_TERMS[language] = _TokenTerms(language)
+    return found
 
 
 def forget() -> None:
     """Drop the caches of analysed words (an ingest that analysed in this process calls it
     once done: ~30 MB on tldr that its later stages, at the run's peak, can use)."""
-    _TOKEN_TERMS.clear()
+    for terms in _LANGUAGE_TERMS.values():
+        terms.clear()
     term_hash.cache_clear()
 
 
 _ASCII_WORD = re.compile(r"[^\W_]+")  # `_ASCII_TOKEN` without its groups: the words alone
 
 
-def term_ids(text: str) -> np.ndarray:
-    """`words(text)` as uint64 term hashes, in order."""
+def _tokens(text: str) -> list:
+    """A text's tokens as the token caches take them (words, or (CJK run, word) pairs)."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return (_ASCII_WORD if text.isascii() else _token()).findall(text)
+
+
+def _hashes(tokens: list, language: str = "en") -> np.ndarray:
     import numpy as np  # not at the top: `mdvdb ingest`'s no-op reads ANALYZER_VERSION only
 
-    text = unicodedata.normalize("NFKC", text).casefold()
-    found = (_ASCII_WORD if text.isascii() else _token()).findall(text)
-    return np.fromiter(chain.from_iterable(map(_TOKEN_TERMS.__getitem__, found)), dtype=np.uint64)
+    terms = _terms_in(language).__getitem__
+    return np.fromiter(chain.from_iterable(map(terms, tokens)), dtype=np.uint64)
+
+
+def term_ids(text: str, language: str | None = None) -> np.ndarray:
+    """`words(text)` as uint64 term hashes, in order, Latin words stemmed in `language`
+    (a `LANGUAGES` code or "en"). Without one: a query's terms, resolved against the
+    index the current thread's query reads (`QueryLexicon`), or English."""
+    if language is None:
+        lexicon = getattr(_QUERY, "lexicon", None)
+        if lexicon is not None:
+            return lexicon.term_ids(text)
+        language = "en"
+    return _hashes(_tokens(text), language)
+
+
+# -- languages ------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _detection() -> tuple[frozenset, frozenset, dict]:
+    """The detection words of the other languages and English's (the analyzer's stop words),
+    each as both token forms, and the languages each other word counts for."""
+    from kernel.languages import ENGLISH_LOOKALIKES, stop_words
+
+    counts: dict = {}
+    for code, found in stop_words().items():
+        for word in found - STOP_WORDS:
+            counts.setdefault(word, []).append(code)
+    other = {key: tuple(v) for word, v in counts.items() for key in (word, ("", word))}
+    # English's own: its stop words but the short ones other languages write too (a, do, no)
+    own = {w for w in STOP_WORDS if len(w) > 2} - ENGLISH_LOOKALIKES
+    english = frozenset(own) | {("", word) for word in own}
+    return frozenset(other), english, other
+
+
+def chunk_language(*tokens: list) -> str:
+    """The language a chunk's tokens (each field's) are stemmed in: the other language of
+    which they hold the most distinct stop words, if at least `MIN_STOP_WORDS`, more than
+    English's, that language's words are at least `MIN_SHARE` of the tokens (prose, not a
+    list of terms with stop words stripped), and, but in `UNACCENTED` languages, the text
+    is not plain ASCII; else "en"."""
+    from kernel.languages import MIN_SHARE, MIN_STOP_WORDS, UNACCENTED
+
+    other, english, languages = _detection()
+    hits = list(filter(other.__contains__, chain.from_iterable(tokens)))
+    if len(hits) < MIN_STOP_WORDS:
+        return "en"
+    counts = Counter(chain.from_iterable(map(languages.__getitem__, set(hits))))
+    best = max(LANGUAGES, key=counts.__getitem__)  # the first of a tie, in LANGUAGES order
+    if counts[best] < MIN_STOP_WORDS:
+        return "en"
+    words = _words_of(best)
+    if sum(map(words.__contains__, hits)) < MIN_SHARE * sum(map(len, tokens)):
+        return "en"
+    if best not in UNACCENTED and not any(t and isinstance(t[0], tuple) for t in tokens):
+        return "en"  # French without one accent is ASCII-folded text (`_tokens`: str pairs)
+    return best if counts[best] > len(english.intersection(chain.from_iterable(tokens))) else "en"
+
+
+@cache
+def _words_of(language: str) -> frozenset:
+    """One language's detection words, as both token forms."""
+    _, _, languages = _detection()
+    return frozenset(t for t, codes in languages.items() if language in codes)
+
+
+def language_marker(language: str) -> int:
+    """The term a chunk stemmed in `language` also holds (no text yields it: a NUL)."""
+    return term_hash(f"\x00language:{language}")
+
+
+# A text's tokens, as `chunk_language` and `term_hashes` take them; the term hashes of
+# `tokens_of(text)`, Latin words stemmed in a language (the pack's per-chunk analysis).
+tokens_of = _tokens
+term_hashes = _hashes
+
+
+_QUERY = threading.local()  # the `QueryLexicon` of the query this thread runs, if any
+
+
+@contextmanager
+def query_lexicon(lexicon: QueryLexicon | None) -> Iterator[None]:
+    """Analyse this thread's `term_ids(query)` calls against `lexicon` (a query's pin)."""
+    held = getattr(_QUERY, "lexicon", None)
+    _QUERY.lexicon = lexicon
+    try:
+        yield
+    finally:
+        _QUERY.lexicon = held
+
+
+class QueryLexicon:
+    """How a query's words are looked up in one index. `frequency(hashes)`: the number of
+    chunks holding each term; `chunks(hashes)`: their chunk ids (None: none). Its languages
+    are those whose marker the postings hold. Each Latin query word is stemmed in English
+    and in each of them, and the variant held by the most chunks *of the languages that
+    make it* stands for the word (a French stem counts French chunks only: `taro` stemmed
+    `tar` in Spanish must not take English chunks about tar), English on a tie and where
+    none holds any: one term per word, so no word counts twice."""
+
+    def __init__(
+        self,
+        frequency: Callable[[np.ndarray], np.ndarray],
+        chunks: Callable[[np.ndarray], list],
+        n_chunks: int,
+    ) -> None:
+        self.frequency, self.chunks, self.n_chunks = frequency, chunks, n_chunks
+        self._languages: list[str] | None = None
+        self._language_of: np.ndarray | None = None  # per chunk: 0 English, i + 1 languages[i]
+        self._terms: dict[str, np.ndarray] = {}
+
+    def languages(self) -> list[str]:
+        if self._languages is None:
+            import numpy as np
+
+            codes = list(LANGUAGES)
+            markers = np.array([language_marker(c) for c in codes], dtype=np.uint64)
+            df = self.frequency(markers)
+            self._languages = [c for c, n in zip(codes, df.tolist(), strict=True) if n > 0]
+        return self._languages
+
+    def language_of(self) -> np.ndarray:
+        """Each chunk's language, as its place in `languages()` + 1 (0: English)."""
+        if self._language_of is None:
+            import numpy as np
+
+            found = np.zeros(self.n_chunks, dtype=np.int8)
+            others = self.languages()
+            markers = np.array([language_marker(c) for c in others], dtype=np.uint64)
+            for place, ids in enumerate(self.chunks(markers)):
+                if ids is not None:
+                    found[ids] = place + 1
+            self._language_of = found
+        return self._language_of
+
+    def term_ids(self, text: str) -> np.ndarray:
+        found = self._terms.get(text)
+        if found is None:
+            found = self._resolve(text)
+            if len(self._terms) >= 256:
+                self._terms.clear()
+            self._terms[text] = found
+        return found
+
+    def _resolve(self, text: str) -> np.ndarray:
+        import numpy as np
+
+        tokens = _tokens(text)
+        others = self.languages()
+        if not others:
+            return _hashes(tokens)
+        tables = [_terms_in(c) for c in others]
+        out: list[tuple[int, ...]] = []
+        choices: list[tuple[int, dict[int, list[int]]]] = []  # place, variant -> languages
+        for token in tokens:
+            mine = _TOKEN_TERMS[token]
+            out.append(mine)
+            if len(mine) != 1:
+                continue
+            variants = {mine[0]: [0]}
+            for place, table in enumerate(tables, start=1):
+                variants.setdefault(table[token][0], []).append(place)
+            if len(variants) > 1:
+                choices.append((len(out) - 1, variants))
+        if choices:
+            asked = list(dict.fromkeys(h for _, v in choices for h in v))
+            held = dict(zip(asked, self.chunks(np.array(asked, dtype=np.uint64)), strict=True))
+            language_of = self.language_of()
+            for place, variants in choices:
+                counts = []
+                for variant, codes in variants.items():
+                    ids = held[variant]
+                    allowed = np.zeros(len(others) + 1, dtype=bool)
+                    allowed[codes] = True
+                    counts.append(0 if ids is None else int(allowed[language_of[ids]].sum()))
+                out[place] = (list(variants)[counts.index(max(counts))],)
+        return np.fromiter(chain.from_iterable(out), dtype=np.uint64)

@@ -170,9 +170,13 @@ class Reader:
         if held is not None:
             yield held
             return
-        self._pins.snapshot = self._current()
+        self._pins.snapshot = snap = self._current()
+        from kernel import text_analysis
+
         try:
-            yield self._pins.snapshot
+            # the query's words are analysed against this snapshot's postings (languages)
+            with text_analysis.query_lexicon(_query_lexicon(snap)):
+                yield snap
         finally:
             self._pins.snapshot = None
 
@@ -292,3 +296,34 @@ def query_config(meta: dict[str, Any], config: Config) -> Config:
         embedding_model=meta.get("model"),
         embedding_dimensions=meta.get("dimensions"),
     )
+
+
+def _query_lexicon(snap):
+    """The snapshot's `QueryLexicon` (once per snapshot): counts and chunk ids from its
+    postings, which are built only when a query word is looked up."""
+    found = snap.cache.get("query_lexicon")
+    if found is None:
+        from kernel import text_analysis
+
+        def lexical():
+            from query.score.lexical import LexicalUnavailable, snapshot_lexical
+
+            try:
+                return snapshot_lexical(snap)
+            except LexicalUnavailable:  # the search says so itself; its words stay English
+                return None
+
+        def frequency(hashes: np.ndarray) -> np.ndarray:
+            held = lexical()
+            if held is None:
+                return np.zeros(len(hashes), dtype=np.int64)
+            return held.document_frequency(hashes)
+
+        def chunks(hashes: np.ndarray) -> list:
+            held = lexical()
+            return [None] * len(hashes) if held is None else held.term_chunks(hashes)
+
+        n_chunks = int(snap.chunk_file_ids.shape[0])
+        found = text_analysis.QueryLexicon(frequency, chunks, n_chunks)
+        snap.cache["query_lexicon"] = found
+    return found

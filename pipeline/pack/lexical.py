@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from kernel import index_format
-from kernel.text_analysis import term_ids
+from kernel.text_analysis import chunk_language, language_marker, term_hashes, tokens_of
 from pipeline.pack.splice import rows_of, runs, splice
 from pipeline.pack.versions import (  # noqa: F401 - declared there, used here and by name
     FIELDS,
@@ -50,12 +50,37 @@ def store_of(keys: np.ndarray, chunks: list[tuple[str, list[str], str]]) -> Stor
     form). A title shared by consecutive chunks (a file's) is analysed once."""
     parts: list[np.ndarray] = []
     last_title: str | None = None
-    title_ids = _U64
+    title_tokens: list = []
+    title_ids: dict[str, np.ndarray] = {}
+    markers: set[int] = set()
     for title, headings, text in chunks:
         if title != last_title:
-            last_title, title_ids = title, term_ids(title)
-        parts += [title_ids, term_ids(" ".join(headings)), term_ids(text)]
-    return _store_of_parts(np.asarray(keys, dtype=np.uint64), parts)
+            last_title, title_tokens, title_ids = title, tokens_of(title), {}
+        head_tokens, body_tokens = tokens_of(" ".join(headings)), tokens_of(text)
+        # every field stemmed in the chunk's language (kernel.text_analysis, "languages")
+        language = chunk_language(title_tokens, head_tokens, body_tokens)
+        found = title_ids.get(language)
+        if found is None:
+            found = title_ids[language] = term_hashes(title_tokens, language)
+        body = term_hashes(body_tokens, language)
+        if language != "en":
+            marker = language_marker(language)
+            markers.add(marker)
+            body = np.append(body, np.uint64(marker))
+        parts += [found, term_hashes(head_tokens, language), body]
+    store = _store_of_parts(np.asarray(keys, dtype=np.uint64), parts)
+    if markers:
+        _weigh_nothing(store, np.array(sorted(markers), dtype=np.uint64))
+    return store
+
+
+def _weigh_nothing(store: Store, markers: np.ndarray) -> None:
+    """The language markers' postings hold no weight: tf 0, and not counted in their
+    chunk's body length (a marker says which stemmer made a chunk's terms, nothing more)."""
+    rows = np.flatnonzero(np.isin(store.terms, markers))
+    chunks = np.searchsorted(store.starts, rows, side="right") - 1
+    store.counts[rows] = 0
+    store.lengths[chunks, 2] -= 1
 
 
 def _store_of_parts(keys: np.ndarray, parts: list[np.ndarray]) -> Store:

@@ -363,7 +363,11 @@ def _values(table, name: str, dtype) -> np.ndarray:
 
 def lexical_index(index) -> LexicalIndex:
     """The current snapshot's lexical index, built once per snapshot."""
-    snap = index.snapshot
+    return snapshot_lexical(index.snapshot)
+
+
+def snapshot_lexical(snap) -> LexicalIndex:
+    """`lexical_index` of a snapshot itself (what a query's `QueryLexicon` counts in)."""
     found = snap.cache.get("lexical")
     if found is None:
         # A sharded index scores its shards' postings where they are (query.shards.reader).
