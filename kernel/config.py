@@ -490,7 +490,8 @@ SETTINGS: tuple[Setting, ...] = (
         _int(0, 256),
         "0",
         "Threads a search splits its long passes over (IVF int8 products, fusion, top-k): "
-        "0 = one per core this process may run on; 1 = the calling thread alone; N = N",
+        "0 = one per core this process may run on (a one-shot CLI search: 1); 1 = the "
+        "calling thread alone; N = N",
     ),
     Setting(
         "MDVDB_IVF_MIN_CHUNKS",

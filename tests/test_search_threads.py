@@ -129,3 +129,26 @@ def test_a_pass_is_cut_into_pieces_for_every_thread(monkeypatch):
         assert ranges[0][0] == 0 and ranges[-1][1] == n
         assert all(b - a >= minimum for a, b in ranges)
     assert second_core.row_ranges(2 * minimum - 1, minimum) == [(0, 2 * minimum - 1)]
+
+
+def test_one_thread_runs_a_background_call_at_once(monkeypatch):
+    """On one thread (a one-shot CLI search's default) `in_background` runs the call in the
+    caller, starting no pool; on two it runs on a pool thread."""
+    from query.score import second_core
+
+    monkeypatch.setattr(second_core, "cores", lambda: 2)
+    monkeypatch.setattr(second_core, "_POOLS", {})
+    second_core.set_threads(1)
+    try:
+        assert second_core.in_background(threading.current_thread).result() is (
+            threading.current_thread()
+        )
+        assert second_core._POOLS == {}
+        second_core.set_threads(2)
+        assert second_core.in_background(threading.current_thread).result() is not (
+            threading.current_thread()
+        )
+    finally:
+        second_core.set_threads(None)
+        for pool in second_core._POOLS.values():
+            pool.shutdown()

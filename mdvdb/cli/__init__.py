@@ -140,6 +140,12 @@ def main() -> None:
 
     code = forward(argv)
     if code is None:
+        if short and argv[0] in READ_ONLY:
+            # One search: its products on this thread, no pool to start (a user's setting is
+            # kept; set after `forward`, which hands MDVDB_* to a warm server).
+            import os
+
+            os.environ.setdefault("MDVDB_SEARCH_THREADS", "1")
         code = run(argv)
     sys.stdout.flush()
     if short:

@@ -74,8 +74,21 @@ class Background:
         return self.future.result()
 
 
-def in_background(function, *args) -> Background:
-    """`function(*args)` started on another thread; `.result()` gives its value."""
+class _Done:
+    """A call already run (one thread: nothing to hand over)."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def in_background(function, *args) -> Background | _Done:
+    """`function(*args)` started on another thread (run now on one); `.result()` gives its
+    value."""
+    if threads() < 2:
+        return _Done(function(*args))
     return Background(function, args)
 
 
