@@ -53,7 +53,7 @@ class LiteType:
         return self.child
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class LiteField:
     """A schema field: its name and decoded type."""
 
@@ -61,7 +61,7 @@ class LiteField:
     type: LiteType
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class LiteSchema:
     """A table's decoded schema: its fields, and their names in order."""
 

@@ -619,7 +619,7 @@ def find_root(start: Path | None = None) -> Path:
     return Path(dotenv.find_root(str(start or Path.cwd())))
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Config:
     """A project's resolved settings (`load_config`): defaults, `.markdownvdb`, environment."""
 

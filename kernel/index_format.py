@@ -319,7 +319,7 @@ def _xxh3(parts: Any) -> int:
     return h.intdigest()
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class IndexFile:
     """A mapped index: tables open zero-copy over one memory map."""
 
@@ -995,7 +995,7 @@ def read_meta(path: Path | str) -> dict[str, Any]:
 # them through two memory maps.
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Plan:
     """One array to write: its length, null count, buffers (each a list of parts, or None
     for an absent validity bitmap) and children."""

@@ -73,7 +73,7 @@ def global_name(generation: int) -> str:
     return f"global-g{generation:06d}.index"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ShardEntry:
     """One shard file of a manifest."""
 
@@ -85,7 +85,7 @@ class ShardEntry:
     chunks: int = 0
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Manifest:
     """The published set of shard files of one generation."""
 

@@ -290,7 +290,7 @@ def _numpy(booleans) -> np.ndarray:
 # -- listing ------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class FileMatch:
     """A file that passes the filters (the no-query answer)."""
 

@@ -33,7 +33,7 @@ class RequestError(ValueError):
     """A request that cannot run as given (nothing to search for, a limit below 1)."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class NoSuchValue:
     """A facet value no file has: the answer is the values there are, not an empty list."""
 

@@ -54,7 +54,7 @@ class SourceInfo:
         return {"path": self.folder or ".", "description": self.description}
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Scope:
     """The scope of one request: a mask over files (None: every file) and the date filters
     on a frontmatter field."""

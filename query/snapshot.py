@@ -33,7 +33,7 @@ class QueryError(RuntimeError):
     """A query that cannot be answered (bad path, provider mismatch...); one line."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Snapshot:
     """One published index, mapped: arrow tables plus NumPy views over them."""
 

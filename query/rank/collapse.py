@@ -93,7 +93,7 @@ def boilerplate_of(snapshot: Snapshot) -> np.ndarray | None:
     return found
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Diversity:
     """What one response already holds: near-duplicate groups and sections per file."""
 

@@ -26,7 +26,7 @@ MAX_SENTENCES = 40  # sentences per section embedded for a meaning-only match
 _SENTENCE_END = re.compile(r"[.!?:;](?=\s)|\n")
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Excerpt:
     """The passage shown for a result, and its lines in the file."""
 
@@ -35,7 +35,7 @@ class Excerpt:
     end_line: int
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Flat:
     """A section's visible text on one line, and where each of its lines begins in it."""
 

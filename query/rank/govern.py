@@ -118,7 +118,7 @@ class Decay:
         return max(0.5 ** (age / self.half_life), 1e-12)  # > 0: a negative score divides
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Governed:
     """One candidate after governing: its row, its relevance (rounded as shown), its
     governed score and the confidence factor that made it (the decay factor apart)."""

@@ -33,7 +33,7 @@ __all__ = ["CONTENT", "REPEATED", "TITLE", "TieredResponse", "tiered_search"]
 TITLE, CONTENT, REPEATED = "title", "content", "repeated"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class TieredResponse:
     """Title-tier results, then content results, of one query."""
 

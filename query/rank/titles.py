@@ -58,7 +58,7 @@ def title_files(snapshot: Snapshot, words: list[str]) -> np.ndarray:
     return mask
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Lowered:
     """A column's texts lowered (links reduced to their text) as one string, with the
     character span of each row.

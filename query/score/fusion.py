@@ -87,7 +87,7 @@ def overridden(**changes) -> Iterator[FusionParams]:
         PARAMS = saved
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Fused:
     """A fused ranking and its weighted parts (what `--explain` shows)."""
 

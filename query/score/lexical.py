@@ -24,7 +24,7 @@ class LexicalUnavailable(IndexFormatError):
     """The index has no usable lexical postings (missing, or of another analyzer)."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class LexicalIndex:
     """BM25F over the index's postings: zero-copy views of its lexical tables."""
 

@@ -57,7 +57,7 @@ def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     return scores
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Int8Rows:
     """An int8 copy of a float32 matrix: column j is stored as round(x / scale[j]) with
     scale[j] = max |x| of column j / 127, so each dimension uses the whole int8 range (the
@@ -131,7 +131,7 @@ class Int8Rows:
         return np.rint(weighted / step[:, None]).astype(np.int8), step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PageSide:
     """Page-level dense evidence as the scorer mixes it in: each multi-section page's
     normalised mean vector (`vectors`), its sections (`chunks`) and their page row (`rows`),
@@ -157,7 +157,7 @@ class PageSide:
         return cls(pages.vectors, pages.chunks, pages.rows, page_of, compact, rho)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _MixedRows:
     """The mixed vectors of `PageSide.compact`, made a block of rows at a time (Int8Rows.of
     slices them): never a whole float32 copy of the matrix."""
@@ -179,7 +179,7 @@ class _MixedRows:
         return part
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class IvfSide:
     """The IVF first pass of a long-lived reader: the index's lists (`kernel.ivf`) and an
     int8 copy of the rows in list order (`codes`: of the mixed vectors when built with page
@@ -252,7 +252,7 @@ def _nearest_lists(score: np.ndarray, offsets: np.ndarray, wanted: int) -> np.nd
     return ranked[: int(np.searchsorted(held, wanted)) + 1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _ReorderedRows:
     """Rows of `source` in `order`, a block at a time (Int8Rows.of slices them)."""
 
@@ -640,7 +640,7 @@ def _has_simsimd() -> bool:
     return True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Above:
     """Every finite row of a score array above `cut` (at or above it unless `strict`), rows
     ascending, as one `top_rows` found them, plus the rows whose score may have risen since
@@ -933,7 +933,7 @@ def page_layout(files: np.ndarray) -> tuple[np.ndarray, ...]:
     return first, count, offsets, chunks, rows
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class PageVectors:
     """The dense side's view of pages of more than one section: each one's mean section
     vector, normalised (`vectors`), and for every section of such a page (`chunks`) the row
