@@ -358,6 +358,7 @@ def _split_walk(
     if len(names) < SPLIT_MIN_FOLDERS:
         return None
     theirs = frozenset(names[1::2])
+    parent = os.getpid()
     read, write = os.pipe()
     try:
         pid = os.fork()
@@ -372,7 +373,7 @@ def _split_walk(
 
             gc.disable()  # short-lived: a collection would only copy pages it shares
             os.close(read)
-            _child_walk(config, source, rel, rules, theirs, write)
+            _child_walk(config, source, rel, rules, theirs, write, parent)
             code = 0
         finally:
             os._exit(code)
@@ -395,11 +396,17 @@ def _split_walk(
 
 
 def _child_walk(
-    config: Config, source: Path, rel: str, rules: Rules, theirs: frozenset[str], out: int
+    config: Config,
+    source: Path,
+    rel: str,
+    rules: Rules,
+    theirs: frozenset[str],
+    out: int,
+    parent: int,
 ) -> None:
     """The forked half of `_split_walk`: each subfolder in `theirs`, in the folder's own
     order, as (walk order, per folder its names, sizes, mtimes, inodes and devices, folder
-    signatures, problems), written to `out` with `marshal`."""
+    signatures, problems), written to `out` with `marshal`; it ends once `parent` is gone."""
     import marshal
 
     top = _Walker(config, [])
@@ -411,6 +418,8 @@ def _child_walk(
         name = entry.name
         if name not in theirs or not entry.is_dir(follow_symlinks=False):
             continue
+        if os.getppid() != parent:  # a SIGKILLed ingest reaps no child: end with it
+            os._exit(1)
         child_rel = f"{rel}/{name}" if rel else name
         verdict = _verdict(config, entry.path, name, child_rel, True, False, entered, top.skip)
         if verdict is not True:
