@@ -262,6 +262,9 @@ MANIFEST_DIGEST = "manifest_digest"  # the stored manifest's `manifest_digest`, 
 # Per folder, `pipeline.walk.discover.folder_signatures` of the walk the stored manifest holds.
 STAT_SIGNATURES = "folder_signatures"
 STAT_SIGNATURE = "stat_signature"  # the one digest older versions kept: dropped when seen
+# From this many folders (as the last walk found them), the walk is split between two
+# processes (`walk_folders(split=True)`): a fork and a merge cost far less than half the stats.
+SPLIT_FOLDERS = 64
 # Paths re-stamped (stat changed, content not) since the last pack: their rows in the
 # published index still carry the old mtime, so schema and pack run (`pipeline.tasks`)
 # and rebuild them.
@@ -443,7 +446,9 @@ def _walk_by_folders(config: Config, state: State, walked_files):
 
     problems: list[Problem] = []
     stored_signatures = state.get_value(STAT_SIGNATURES)
-    stats, folders = walk_folders(config, problems)
+    # Both cores for a big project: docs/benchmarks.md, "The walk on both cores, again".
+    big = isinstance(stored_signatures, dict) and len(stored_signatures) >= SPLIT_FOLDERS
+    stats, folders = walk_folders(config, problems, split=big)
     if walked_files is not None:
         walked_files(len(stats))
     walked = (stats, problems)

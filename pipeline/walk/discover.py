@@ -3,6 +3,10 @@
 A stat (size, mtime) that matches the manifest reuses the stored SHA-256; anything else is read
 and hashed. SHA-256 of the content, not the stat, decides what changed downstream, so a touched
 but unchanged file stops the chain here.
+
+A project of many folders walks on both cores (`_split_walk`): a forked child walks every
+other subfolder of the source folder, and its files, folders and problems go where the
+serial walk meets them, so the result is the serial walk's.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import errno
 import hashlib
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,9 +97,15 @@ class _Walker:
         self.seen_dirs: set[tuple[int, int]] = set()
         self.skip = {str(config.index_path), str(config.state_path)}
         self.skip_names = {os.path.basename(p) for p in self.skip}
+        # (name, files found, folders, problems) where a subfolder walked elsewhere was met
+        self.places: list[tuple[str, int, int, int]] = []
 
-    def visit(self, folder: str, rel: str, rules: Rules) -> None:
-        """Walk `folder` (root-relative `rel`) with the rules in force above it."""
+    def visit(
+        self, folder: str, rel: str, rules: Rules, elsewhere: frozenset[str] = frozenset()
+    ) -> None:
+        """Walk `folder` (root-relative `rel`) with the rules in force above it.
+        `elsewhere`: names of plain subfolders another process walks (`_split_walk`):
+        only the place where each would be walked is noted."""
         errors = self.errors
         try:
             st = os.stat(folder)
@@ -169,6 +180,9 @@ class _Walker:
                     errors.append((child_rel, verdict))
                 continue
             if is_dir:
+                if name in elsewhere and not is_link:
+                    self.places.append((name, len(found), len(self.folders), len(errors)))
+                    continue
                 self.visit(entry.path, child_rel, rules)
                 continue
             self._take(entry, child_rel, mine)  # a link to a file inside
@@ -284,11 +298,18 @@ def walk(config: Config, errors: list[tuple[str, str]]) -> dict[str, os.stat_res
 
 
 def walk_folders(
-    config: Config, errors: list[tuple[str, str]]
-) -> tuple[dict[str, os.stat_result], dict[str, list[str]]]:
+    config: Config, errors: list[tuple[str, str]], split: bool = False
+) -> tuple[Mapping[str, os.stat_result], dict[str, list[str]]]:
     """`walk`, and the files found directly in each folder (root-relative folder path, ""
-    for the root), for `folder_signatures`."""
+    for the root), for `folder_signatures`. `split`: the caller reads only each file's size,
+    mtime, inode and device, so half of the walk may run in a forked child (`_split_walk`)."""
     sources = _source_rels(config, errors)
+    if split and len(sources) == 1 and sources[0][0].is_dir():
+        mark = len(errors)
+        done = _split_walk(config, *sources[0], errors)
+        if done is not None:
+            return done
+        del errors[mark:]  # stepped aside: the serial walk reports them again
     walker = _Walker(config, errors)
     for source, rel, rules in sources:
         if not source.is_dir():
@@ -296,6 +317,200 @@ def walk_folders(
             continue
         walker.visit(str(source), rel, rules)
     return walker.found, walker.folders
+
+
+class _Stat:
+    """What a walk's caller reads of a file's stat, as a forked walk hands it over."""
+
+    __slots__ = ("st_size", "st_mtime_ns", "st_ino", "st_dev")
+
+    def __init__(self, size: int, mtime_ns: int, ino: int, dev: int):
+        self.st_size, self.st_mtime_ns, self.st_ino, self.st_dev = size, mtime_ns, ino, dev
+
+
+# A walk is split only when the source folder has this many plain subfolders to share out
+# (the caller decides whether the project is big enough).
+SPLIT_MIN_FOLDERS = 2
+
+
+def _split_walk(
+    config: Config, source: Path, rel: str, rules: Rules, errors: list[tuple[str, str]]
+) -> tuple[Mapping[str, os.stat_result], dict[str, list[str]]] | None:
+    """The walk of one source folder on both cores: a forked child walks every other plain
+    subfolder (by name), this process the rest and the files at the top, noting where each
+    of the child's subfolders comes in its order; the child's results go into those places,
+    so the result is the serial walk's, problems and all. None (walk serially) where that
+    cannot be promised: no `fork`, other threads running (a forked child of a threaded
+    process may deadlock), few subfolders, a failed child, or a folder both halves reached
+    (a symlink across them: the serial walk's "already visited" depends on its order)."""
+    import threading
+
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        return None
+    try:
+        names = sorted(
+            e.name
+            for e in os.scandir(source)
+            if e.is_dir(follow_symlinks=False) and _utf8_name(e.name)
+        )
+    except OSError:
+        return None
+    if len(names) < SPLIT_MIN_FOLDERS:
+        return None
+    theirs = frozenset(names[1::2])
+    parent = os.getpid()
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return None
+    if pid == 0:  # the child: walk its half, hand it over, exit without cleanup
+        code = 1
+        try:
+            import gc
+
+            gc.disable()  # short-lived: a collection would only copy pages it shares
+            os.close(read)
+            _child_walk(config, source, rel, rules, theirs, write, parent)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    walker = _Walker(config, errors)
+    try:
+        walker.visit(str(source), rel, rules, elsewhere=theirs)
+    finally:
+        with os.fdopen(read, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 or not data:
+        return None
+    import marshal
+
+    parts, their_dirs = marshal.loads(data)
+    if their_dirs & walker.seen_dirs or set(parts) != {p[0] for p in walker.places}:
+        return None
+    return _merged(walker, rel, parts)
+
+
+def _child_walk(
+    config: Config,
+    source: Path,
+    rel: str,
+    rules: Rules,
+    theirs: frozenset[str],
+    out: int,
+    parent: int,
+) -> None:
+    """The forked half of `_split_walk`: each subfolder in `theirs`, in the folder's own
+    order, as (walk order, per folder its names, sizes, mtimes, inodes and devices, folder
+    signatures, problems), written to `out` with `marshal`; it ends once `parent` is gone."""
+    import marshal
+
+    top = _Walker(config, [])
+    st = os.stat(source)
+    top.seen_dirs.add((st.st_dev, st.st_ino))  # the source folder itself: the parent's
+    entered = rules.entering(str(source), rel)  # its problems: the parent reports them
+    parts = {}
+    for entry in os.scandir(source):
+        name = entry.name
+        if name not in theirs or not entry.is_dir(follow_symlinks=False):
+            continue
+        if os.getppid() != parent:  # a SIGKILLed ingest reaps no child: end with it
+            os._exit(1)
+        child_rel = f"{rel}/{name}" if rel else name
+        verdict = _verdict(config, entry.path, name, child_rel, True, False, entered, top.skip)
+        if verdict is not True:
+            continue  # the parent skips it too, and reports nothing for a plain folder
+        walker = _Walker(config, [])
+        walker.seen_dirs = top.seen_dirs
+        walker.visit(entry.path, child_rel, entered)
+        found = walker.found
+        columns = {}
+        for folder, rels in walker.folders.items():
+            stats = [found[r] for r in rels]  # each stat looked up once for its columns
+            columns[folder] = (
+                rels,
+                *([getattr(s, a) for s in stats] for a in _Stat.__slots__),
+            )
+        signatures = folder_signatures(found, walker.folders)
+        parts[name] = (list(found), columns, signatures, walker.errors)
+    data = marshal.dumps((parts, top.seen_dirs - {(st.st_dev, st.st_ino)}))
+    view = memoryview(data)
+    while view:
+        view = view[os.write(out, view) :]
+    os.close(out)
+
+
+def _merged(walker: _Walker, rel: str, parts: dict) -> tuple[_MergedStats, dict[str, list[str]]]:
+    """The parent's walk with the child's subfolders put in at the places noted: folders
+    and problems as lists in the serial order; the files as `_MergedStats`, which reads a
+    child's file only when asked (an edit asks for one folder's, a no-op for none)."""
+    folder_items = list(walker.folders.items())
+    own_errors = list(walker.errors)
+    # The source folder's own entry was made before any place was noted, and is dropped at
+    # the end when it holds no file: the noted folder counts then run one ahead.
+    shift = 0 if rel in walker.folders else 1
+    folders: dict[str, list[str]] = {}
+    errors: list[tuple[str, str]] = []
+    at_folders = at_errors = 0
+    for name, _, n_folders, n_errors in walker.places:
+        n_folders -= shift
+        folders.update(folder_items[at_folders:n_folders])
+        errors.extend(own_errors[at_errors:n_errors])
+        at_folders, at_errors = n_folders, n_errors
+        folders.update((f, columns[0]) for f, columns in parts[name][1].items())
+        errors.extend(tuple(e) for e in parts[name][3])
+    folders.update(folder_items[at_folders:])
+    errors.extend(own_errors[at_errors:])
+    walker.errors[:] = errors
+    return _MergedStats(walker.found, walker.places, parts), folders
+
+
+class _MergedStats(Mapping):
+    """rel path -> stat of a split walk, iterated in the serial walk's order. This
+    process's files are a dict; the child's stay as it sent them, per folder, looked up by
+    folder when asked for. `signatures`: the child's folder signatures, already hashed."""
+
+    def __init__(self, own: dict, places: list, parts: dict):
+        self._own, self._places, self._parts = own, places, parts
+        self._theirs: dict[str, tuple[list, ...]] = {}  # folder -> _child_walk's columns
+        self.signatures: dict[str, str] = {}
+        self._count = len(own)
+        for order, columns, signatures, _ in parts.values():
+            self._theirs.update(columns)
+            self.signatures.update(signatures)
+            self._count += len(order)
+        self._index: dict[str, dict[str, int]] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, rel: str):
+        found = self._own.get(rel)
+        if found is not None:
+            return found
+        folder = rel.rpartition("/")[0]
+        theirs = self._theirs.get(folder)
+        if theirs is None:
+            raise KeyError(rel)
+        index = self._index.get(folder)
+        if index is None:
+            index = self._index[folder] = {r: i for i, r in enumerate(theirs[0])}
+        i = index[rel]  # KeyError: not found
+        return _Stat(*(column[i] for column in theirs[1:]))
+
+    def __iter__(self):
+        own = iter(self._own)
+        at = 0
+        for name, n_found, _, _ in self._places:
+            for _ in range(n_found - at):
+                yield next(own)
+            at = n_found
+            yield from self._parts[name][0]
+        yield from own
 
 
 class PathFilter:
@@ -397,7 +612,11 @@ def folder_signatures(
 
     sha256 = hashlib.sha256
     out = {}
+    known = getattr(stats, "signatures", {})  # a split walk's child hashed its own
     for folder, rels in folders.items():
+        if folder in known:
+            out[folder] = known[folder]
+            continue
         # Names, then sizes and mtimes as arrays: cheaper than a line per file.
         found = [stats[r] for r in rels]
         names = "\0".join(rels)
