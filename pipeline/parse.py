@@ -22,7 +22,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -74,15 +74,6 @@ class ParsedDoc:
     # [index in `lines`, the line with its wikilinks as written] where `lines` shows their
     # text: what the link graph reads (pipeline/links.py)
     link_lines: list[list] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ParsedDoc:
-        data = dict(data)
-        data["headings"] = [Heading(**h) for h in data["headings"]]
-        return cls(**data)
 
 
 @lru_cache(maxsize=1)
