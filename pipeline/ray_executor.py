@@ -50,8 +50,10 @@ from pipeline.workers import (
     Spec,
     WorkerDied,
     batches_of,
+    in_order,
     prepare_batch,
     read_file,
+    spec_of,
 )
 
 if TYPE_CHECKING:
@@ -374,15 +376,7 @@ def prepare(
     if not todo:
         return
     encoder = embed if isinstance(embed, EncoderEmbed) else None
-    spec = Spec(
-        str(config.root),
-        config.chunk_max_tokens,
-        config.chunk_overlap_tokens,
-        None if encoder is not None else embed,
-        lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
-        follow_outside=config.follow_outside_root,
-        max_bytes=config.max_file_bytes,
-    )
+    spec = spec_of(config, embed if isinstance(embed, EmbedSpec) else None)
     batches = batches_of(todo)
     started = time.perf_counter()
     # A local cluster started for the run dies with it, SIGKILL included: its raylet's
@@ -515,36 +509,24 @@ def _stream(
     batches: list[list[tuple[str, str]]],
     progress: Callable[[int], None] | None,
 ) -> Iterator[Batch]:
-    """Keep every actor busy, hand results back in order, refill before each is written."""
-    from collections import deque
-
+    """Keep every actor busy (the least busy one gets the next batch), results in order."""
     ship = files_mode(config) == "bytes"
     queued = [0] * len(actors)
-    pending: deque = deque()
-    todo = iter(batches)
-    done = 0
 
-    def submit(items: list[tuple[str, str]]) -> None:
+    def submit(items: list[tuple[str, str]]) -> tuple:
         contents = [read_file(spec, path) for path, _ in items] if ship else None
-        n = min(range(len(actors)), key=queued.__getitem__)  # the least busy actor
+        n = min(range(len(actors)), key=queued.__getitem__)
         queued[n] += 1
-        pending.append((actors[n].prepare.remote(items, contents), n, len(items)))
+        return actors[n].prepare.remote(items, contents), n
 
-    for items in todo:
-        submit(items)
-        if len(pending) >= len(actors) * IN_FLIGHT_PER_ACTOR:
-            break
-    while pending:
-        ref, n, size = pending.popleft()
+    def result(handle: tuple) -> Batch:
+        ref, n = handle
         batch = ray.get(ref)
         queued[n] -= 1
-        for items in todo:  # refill before writing, so the actors never wait
-            submit(items)
-            break
-        yield batch
-        done += size
-        if progress:
-            progress(done)
+        return batch
+
+    in_flight = len(actors) * IN_FLIGHT_PER_ACTOR
+    return in_order(batches, submit, result, in_flight, progress)
 
 
 def _quiet_ray() -> None:

@@ -718,22 +718,14 @@ def chunk(config: Config, manifest: Manifest, state: State, progress: Progress =
     """One chunk per heading section, windows for oversized ones: the files with no chunk
     record for this chunking (a new chunking while parse was up to date) are read, parsed
     and chunked again, as parse does (`pipeline.workers.prepare_batch`)."""
-    from pipeline.workers import Spec, batches_of, prepare_batch
+    from pipeline.workers import batches_of, prepare_batch, spec_of
 
     key = chunk_key(config)
     pending = manifest.pending()
     todo = state.missing_chunks(key) if pending is None else state.missing_chunks_of(key, pending)
     by_sha = manifest.path_of_sha() if todo else {}
     items = [(by_sha[s], s) for s in sorted(todo) if s in by_sha]
-    spec = Spec(
-        str(config.root),
-        config.chunk_max_tokens,
-        config.chunk_overlap_tokens,
-        None,
-        lexical=False,
-        follow_outside=config.follow_outside_root,
-        max_bytes=config.max_file_bytes,
-    )
+    spec = spec_of(config, None, lexical=False)
     problems: list[Problem] = []
     failed: list[str] = []
     done = 0

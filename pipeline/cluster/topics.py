@@ -735,10 +735,7 @@ def load_stored(state: Any) -> StoredClusters | None:
         return None
     rows = state.cluster_docs()
     n = len(rows)
-    topics = [
-        (cid, label, json.loads(keywords), np.frombuffer(blob, dtype=np.float32))
-        for cid, label, keywords, blob in state.cluster_topics()
-    ]
+    topics = _topics(state)
     # One pass per column (not zip(*rows): every row unpacked as an argument).
     return StoredClusters(
         [r[0] for r in rows],
@@ -886,9 +883,10 @@ def _topics(state: Any) -> list[tuple[int, str, list[str], np.ndarray]]:
 def _clusters_table(
     files: Any, ids: np.ndarray, similarity: np.ndarray, topics: list, info: dict
 ) -> Any:
-    """`clusters_table` from the ids and similarities as arrays: one sort of every row by
-    (cluster, similarity descending, row), and only the representatives' paths read (rows
-    are in path order, so ties by row are ties by path)."""
+    """The index's `clusters` table: one row per non-empty cluster, its size and its most
+    central documents (one sort of every row by cluster, similarity descending, then row:
+    rows are in path order, so ties go by path); the stage's summary rides along as
+    schema metadata."""
     import pyarrow as pa
 
     from kernel import index_format
@@ -922,42 +920,11 @@ def _clusters_table(
     return table.replace_schema_metadata({index_format.CLUSTERS_META_KEY: json.dumps(summary)})
 
 
-def clusters_table(
-    files: Any, state: Any, stored: StoredClusters | None = None, similarity=None
-) -> Any:
-    """The index's `clusters` table: one row per non-empty cluster, sizes and representative
-    documents counted over the files being packed. The stage's summary (k, silhouette,
-    documents assigned since the last full clustering) rides along as schema metadata."""
-    import pyarrow as pa
-
-    from kernel import index_format
-
-    if stored is None:
-        stored = load_stored(state)
+def clusters_table(files: Any, state: Any) -> Any:
+    """The index's `clusters` table over `files` (in path order, with their `cluster_id`
+    column: a sharded pack's corpus-wide files), from the stage's stored result."""
+    stored = load_stored(state)
     if stored is None:
         return None
     ids = files.column("cluster_id").to_numpy()
-    paths = files.column("path").to_pylist()
-    if similarity is None:
-        similarity = assigned(files, stored)[1]
-    path_keys = np.array(paths, dtype=object)
-    rows: dict[str, list] = {name: [] for name in index_format.CLUSTERS_SCHEMA.names}
-    for cid, label, keywords, centroid in stored.topics:
-        members = np.flatnonzero(ids == cid)
-        if not len(members):
-            continue
-        # Most central first; ties by path, so the order of the files table does not matter.
-        central = members[np.lexsort((path_keys[members], -similarity[members]))]
-        central = central[:REPRESENTATIVES]
-        rows["cluster_id"].append(cid)
-        rows["label"].append(label)
-        rows["keywords"].append(keywords)
-        rows["size"].append(len(members))
-        rows["representative_paths"].append([paths[i] for i in central])
-        rows["centroid"].append(centroid.tolist())
-    summary = {
-        key: stored.info.get(key) for key in ("k", "silhouette", "pending", "built_at", "tried")
-    }
-    summary["unclustered"] = int((ids < 0).sum())
-    table = pa.table(rows, schema=index_format.CLUSTERS_SCHEMA)
-    return table.replace_schema_metadata({index_format.CLUSTERS_META_KEY: json.dumps(summary)})
+    return _clusters_table(files, ids, assigned(files, stored)[1], stored.topics, stored.info)
