@@ -1006,12 +1006,7 @@ def pack(
         (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
         for path in written.damaged
     )
-    state.set_value("published_digest", digest)
-    state.delete_value(UNPACKED_RESTAMPS)  # the new rows carry every current mtime
-    if manifest.changed_shas is None:
-        state.prune(chunks)
-    elif manifest.left_shas:
-        state.prune(chunks, manifest.left_shas)
+    _published(config, manifest, state, digest)
     # What the new index holds leaves the caches (pipeline.state: the index is the cache).
     state.hand_over(chunks, key, keep_vectors=not getattr(provider, "cheap_to_recompute", False))
     stamp_index(config, state)
@@ -1028,14 +1023,19 @@ def _pack_shards(config, manifest, state, sources, meta, digest) -> Packed:
         (os.path.basename(path), "the previous shard was damaged; rebuilt from the caches")
         for path in written.damaged
     )
+    _published(config, manifest, state, digest)
+    stamp_index(config, state)
+    return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
+
+
+def _published(config: Config, manifest: Manifest, state: State, digest: str) -> None:
+    """What every publish records; chunk records no current file needs go."""
     state.set_value("published_digest", digest)
-    state.delete_value(UNPACKED_RESTAMPS)
+    state.delete_value(UNPACKED_RESTAMPS)  # the new rows carry every current mtime
     if manifest.changed_shas is None:
         state.prune(chunk_key(config))
     elif manifest.left_shas:
         state.prune(chunk_key(config), manifest.left_shas)
-    stamp_index(config, state)
-    return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
 
 
 @dataclass(frozen=True)

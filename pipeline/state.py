@@ -749,10 +749,6 @@ class State:
     def transaction(self) -> _Transaction:
         return _Transaction(self.db)
 
-    def _select_in(self, table: str, column: str, shas: Iterable[str]) -> Iterator[tuple]:
-        sql = f"SELECT sha256, {column} FROM {table} WHERE ? IS NULL AND sha256"
-        return self._rows_in(sql, None, shas)
-
     def _rows_in(self, sql: str, first: object, keys: Iterable[Any]) -> Iterator[tuple]:
         """Rows of `sql + " IN (...)"` for all `keys`, 500 at a time (SQLite's limit on
         parameters); `first` binds the one `?` that precedes the list."""
@@ -920,13 +916,13 @@ class Published:
 
     def files_with(self, chunk_key: str, shas: list[str]) -> set[str]:
         """Which file shas the index holds chunk records of, for this chunking."""
-        if not self.records or not self._build_key().endswith(f"|{chunk_key}"):
-            return set()
-        held = self._keys_in("files", "sha256", shas)
-        return held if held and self._trusted() else set()
+        return self._files(self._build_key().endswith(f"|{chunk_key}"), shas)
 
     def files_built_with(self, build_key: str, shas: list[str]) -> set[str]:
-        if not self.records or self._build_key() != build_key:
+        return self._files(self._build_key() == build_key, shas)
+
+    def _files(self, usable: bool, shas: list[str]) -> set[str]:
+        if not self.records or not usable:
             return set()
         held = self._keys_in("files", "sha256", shas)
         return held if held and self._trusted() else set()

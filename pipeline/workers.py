@@ -1,23 +1,12 @@
 """Parse, chunk and embed new files, in this process or spread over a process pool.
 
-The per-file work of an ingest (read, check the SHA-256 discover saw, parse, chunk and, for
-the local model, embed) needs nothing but the file and the settings, so it runs in worker
-processes that share nothing with the parent but their inputs (root, batches of (path, sha))
-and their outputs (the chunk records as JSON text, the vectors as one float32 array). Only
-the parent writes the caches, one transaction per batch, as batches come back, in the order
-they were sent: the result is the same whatever the number of workers (a test compares the
-index files byte for byte) and memory stays bounded (a few batches in flight, never the
-corpus's parsed form).
-
-One file is parsed, chunked and embedded in one go: its parse result is only ever needed to
-chunk it, so it is not cached (no whole file's lines written as JSON and read back), and the
-token ids counted to chunk a section are the ids the local model pools for it (one
-tokenization, not two; docs/benchmarks.md, "Parallel ingest: `MDVDB_WORKERS` (issue 18 item 1)").
-
-`MDVDB_WORKERS` sizes the pool (0, the default: one process per CPU; 1: no pool). Small runs
-never pay for starting one: under `POOL_MIN_FILES` files the work runs in this process.
-`MDVDB_EXECUTOR=ray[:ADDRESS]` runs the same batches as Ray tasks: pipeline/ray_executor.py,
-behind the same `prepare` (its actors' count and start-up go to the run's `PoolRun`).
+Workers share nothing with the parent but their inputs (root, batches of (path, sha)) and
+outputs (chunk records as JSON, vectors as one float32 array); only the parent writes the
+caches, one transaction per batch, in the order sent, so the index is the same whatever the
+number of workers. A file is parsed, chunked and (local model) embedded in one go, the token
+ids counted to chunk being the ids the model pools (docs/benchmarks.md, "Parallel ingest:
+`MDVDB_WORKERS` (issue 18 item 1)"). `MDVDB_WORKERS` sizes the pool (0: one per CPU; 1: none);
+under `POOL_MIN_FILES` files the work runs here. Ray: pipeline/ray_executor.py.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""The cluster stage: topic clusters of documents, stored in the index only.
+"""The cluster stage: topic clusters of documents, stored in the index only (docs/clusters.md).
 
-A document's vector is the normalised mean of its chunk vectors. A full clustering runs k-means
-(scikit-learn, fixed seed) with k chosen by silhouette over a bounded grid of candidates (see
-docs/clusters.md for the measurements behind the choice), names each cluster by class-based
-TF-IDF over its documents' text, and keeps its most central documents. Below NUMPY_BELOW
-documents k-means and the silhouette run in plain NumPy (`pipeline/cluster/small_kmeans.py`):
-importing scikit-learn would cost a small folder's ingest more than all its other work.
-
-Between full clusterings, a new or changed document is only assigned to its nearest centroid:
-that reads the vectors of the changed files alone, so one new file costs milliseconds, not a
-re-clustering. After MDVDB_CLUSTERING_REBALANCE_THRESHOLD documents were added or changed since
-the last full clustering, the next run re-clusters everything (a rebalance).
-
-What the stage decides lives in the state database (tables `cluster_docs` and `cluster_topics`,
-plus the `clustering` value); pack turns it into the
-index's `clusters` table and the `files.cluster_id` column.
+A document's vector is the normalised mean of its chunk vectors. A full clustering runs
+k-means (fixed seed; plain NumPy below NUMPY_BELOW documents, `small_kmeans`) with k chosen
+by silhouette, names each cluster by class-based TF-IDF and keeps its most central
+documents. Between full clusterings a new or changed document is only assigned to its
+nearest centroid; past MDVDB_CLUSTERING_REBALANCE_THRESHOLD changes the next run re-clusters.
+The state holds the result (`cluster_docs`, `cluster_topics`, the `clustering` value); pack
+turns it into the `clusters` table and `files.cluster_id`.
 """
 
 from __future__ import annotations
@@ -449,18 +441,13 @@ def run_stage(
 ) -> StageResult:
     """Bring the stored clustering up to date with the manifest.
 
-    A full clustering happens when there is none yet, when the embedding model or the bound
-    on k changed, on `ingest --full`, or when this run would bring the count of documents
-    added or changed since the last full clustering to the rebalance threshold: `threshold`
-    documents or `share` of them, whichever is larger. Otherwise only the changed documents
-    are read and assigned to their nearest centroid. The share keeps a re-clustering (a
-    k-means fit over every document) from falling on every 50th edit of a large folder,
-    while a small folder keeps the fixed count.
-    `changes`: (changed (path, sha), removed paths, documents) from discover's change list
-    (`changes_of`), else the state's whole manifest is diffed against the assignments.
-    `helper`: a full clustering's fit goes to that process and is finished when pack first
-    reads the clusters (`finish_deferred`); until then the state says it is due.
-    """
+    A full clustering when there is none yet, the model or the bound on k changed, on
+    `ingest --full`, or when the documents added or changed since the last one reach
+    `rebalance_at(threshold, share, documents)` (the share keeps a large folder from
+    re-clustering every 50th edit); otherwise the changed documents are assigned to their
+    nearest centroid. `changes`: (changed (path, sha), removed paths, documents) from
+    discover's change list (`changes_of`), else the whole manifest is diffed. `helper`: the
+    fit goes to that process, finished when pack first reads the clusters."""
     started = time.perf_counter()
     info = state.get_value(STATE_KEY) or {}
     if changes is None:
