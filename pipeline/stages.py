@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -985,27 +985,20 @@ def pack(
     sources = _pack_sources(config, manifest, state, provider)
     if config.shards > 1:
         return _pack_shards(config, manifest, state, sources, meta, digest)
-    if schema is not None and schema.manifest_digest == manifest.digest:
-        written = publish(
-            config.index_path,
-            sources,
-            meta,
-            schema.plan,
-            schema.update,
-            analysed,
-            ivf_min_rows=config.ivf_min_chunks,
-            writer=schema.writer,
-        )
-    else:
-        if schema is not None:
-            schema.abandon()  # planned for another manifest
-        written = publish(
-            config.index_path, sources, meta, analysed=analysed, ivf_min_rows=config.ivf_min_chunks
-        )
-    damaged = tuple(
-        (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
-        for path in written.damaged
+    if schema is not None and schema.manifest_digest != manifest.digest:
+        schema.abandon()  # planned for another manifest
+        schema = None
+    written = publish(
+        config.index_path,
+        sources,
+        meta,
+        schema.plan if schema else None,
+        schema.update if schema else None,
+        analysed,
+        ivf_min_rows=config.ivf_min_chunks,
+        writer=schema.writer if schema else None,
     )
+    damaged = _rebuilt(written.damaged, "index")
     _published(config, manifest, state, digest)
     # What the new index holds leaves the caches (pipeline.state: the index is the cache).
     state.hand_over(chunks, key, keep_vectors=not getattr(provider, "cheap_to_recompute", False))
@@ -1019,13 +1012,15 @@ def _pack_shards(config, manifest, state, sources, meta, digest) -> Packed:
     from pipeline.pack import sharded as shard_pack
 
     written = shard_pack.publish(config, sources, meta)
-    damaged = tuple(
-        (os.path.basename(path), "the previous shard was damaged; rebuilt from the caches")
-        for path in written.damaged
-    )
+    damaged = _rebuilt(written.damaged, "shard")
     _published(config, manifest, state, digest)
     stamp_index(config, state)
     return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
+
+
+def _rebuilt(paths: Iterable[str], what: str) -> tuple[Problem, ...]:
+    message = f"the previous {what} was damaged; rebuilt from the caches"
+    return tuple((os.path.basename(path), message) for path in paths)
 
 
 def _published(config: Config, manifest: Manifest, state: State, digest: str) -> None:

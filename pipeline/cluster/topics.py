@@ -612,10 +612,10 @@ def _full_inputs(
 def _finished(
     state: Any, docs: list[Doc], with_chunks: list[Doc], vectors: np.ndarray, choice: KChoice
 ) -> StageResult:
-    labels = _by_size(choice.labels, choice.k)
+    new_of_old = _size_order(choice.labels, choice.k)
+    labels = new_of_old[choice.labels]
     centroids = np.zeros_like(choice.centroids)
-    for old, new in enumerate(_size_order(choice.labels, choice.k)):
-        centroids[new] = choice.centroids[old]
+    centroids[new_of_old] = choice.centroids
     similarity = np.einsum("ij,ij->i", vectors, centroids[labels])
     known = getattr(state, "label_words", None)  # a pooled first build's, from its workers
     words = None
@@ -643,10 +643,6 @@ def _size_order(labels: np.ndarray, k: int) -> np.ndarray:
     new_of_old = np.empty(k, dtype=np.int64)
     new_of_old[order] = np.arange(k)
     return new_of_old
-
-
-def _by_size(labels: np.ndarray, k: int) -> np.ndarray:
-    return _size_order(labels, k)[labels]
 
 
 def _store_full(

@@ -146,10 +146,6 @@ class Store:
         )
 
     @staticmethod
-    def concat(a: Store, b: Store) -> Store:
-        return Store.join([a, b])
-
-    @staticmethod
     def join(parts: list[Store]) -> Store:
         """The stores one after the other, with one copy of each array."""
         if not parts:
@@ -254,7 +250,7 @@ def analyses_of(
         fresh = store_of(keys[missing], _fields(titles, paths, texts))
         base = old if old is not None else Store.empty()
         rows[missing] = len(base.keys) + np.arange(len(missing))
-        old = Store.concat(base, fresh) if len(base.keys) else fresh
+        old = Store.join([base, fresh]) if len(base.keys) else fresh
     if old is None:  # nothing given and nothing to analyse: no chunks at all
         return Store.empty(), rows
     return old, rows
@@ -468,7 +464,7 @@ def _analyse_rows(
         return fresh
     base = made if made is not None else Store.empty()
     found[missing] = len(base.keys) + np.arange(len(missing))
-    return Store.concat(base, fresh).take(found)
+    return Store.join([base, fresh]).take(found)
 
 
 def _previous_lexical(previous) -> dict | None:
