@@ -287,7 +287,7 @@ def generated(work: Path, rows: list, docs: int = 20000, per_doc: int = 5) -> No
                 vectors.append(centres[t] + rng.normal(scale=1.6, size=dims))
             doc_sha = f"{d:064x}"
             entries.append(ManifestEntry(f"gen/{d:06d}.md", 100, 0, doc_sha))
-            chunk_rows.append((doc_sha, {"title": f"doc {d}", "chunks": chunks}))
+            chunk_rows.append((doc_sha, json.dumps({"title": f"doc {d}", "chunks": chunks})))
         state.replace_manifest(entries, [])
         state.put_chunks(key, chunk_rows)
         matrix = np.asarray(vectors, dtype=np.float32)

@@ -1,22 +1,13 @@
 """A full clustering's k-means in a helper process, beside the parent's serial work.
 
-A first build of a big folder ends with work only the parent can do (the walk, the clustering,
-the schema plan, pack), one core idle while it runs. Two pieces of the clustering need nothing
-but a matrix and need not wait: importing scikit-learn, and choosing k and fitting it
-(`cluster.choose_and_fit`), seconds of CPU on a big folder. So a helper is forked while
-discover walks a folder that will need a full clustering (the parent is small then: nothing of
-the parse is loaded yet), imports scikit-learn on the idle core while the parent hashes the
-files, and waits. The cluster stage sends it the document vectors and returns at once; the
-schema stage and pack's lexical, near-duplicate and IVF steps run in the parent meanwhile, and
-pack takes the fit when it assigns the clusters (`cluster.finish_deferred`). The parent never
-imports scikit-learn for such a build.
-
-The fit is the one the parent would make (same code, same input, one BLAS thread): an
-index built with the helper equals one built without it (`tests/test_cluster_helper.py`).
-Forked like the ingest workers, so only where those may be (`workers.pool_is_safe`); the
-helper ignores Ctrl-C (the parent stops it), ends when the parent closes its end of the
-pipe, is killed when the parent dies (`kernel.lifeline`), never holds the writer lock
-(`pipeline.lock` closes it in every forked child), and a helper that dies gives one line.
+Forked while discover walks a folder that will need a full clustering, the helper imports
+scikit-learn on the core the walk leaves idle and waits; the cluster stage sends it the
+document vectors, the schema stage and pack run meanwhile, and pack takes the fit when it
+assigns the clusters (`cluster.finish_deferred`). Same code, input and one BLAS thread: the
+index equals one built without it (tests/test_cluster_helper.py). Forked only where the
+ingest workers may be (`workers.pool_is_safe`); it ignores Ctrl-C, ends with the parent's end
+of the pipe or the parent (`kernel.lifeline`), never holds the writer lock, and its death is
+one line.
 """
 
 from __future__ import annotations

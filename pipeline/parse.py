@@ -1,18 +1,11 @@
 """Parse: frontmatter (metadata, never embedded), the heading tree with line numbers, the body.
 
-A file whose frontmatter is invalid is still indexed (body and headings); its metadata is empty
-and the problem is reported with the path and the line.
-
-Frontmatter is untrusted input with bounds (`FrontmatterBounds`): its size, its nesting, its
-number of top-level keys and the number of values it expands to once YAML aliases are
-followed. A 1 KB "billion laughs" alias bomb composes in microseconds but expands to 3.5e9
-values; a recursive alias (`a: &a [*a]`) never ends. Both are measured on YAML's node graph
-(aliases are shared nodes there, so counting is linear in the text) before any Python value
-is built, and a file over a bound keeps its body and headings with empty metadata.
-
-Headings are kept to `MAX_HEADING_CHARS` characters: a heading is stored with every chunk
-under it (heading and heading path), so a 1 MB heading line would otherwise be copied into
-every chunk cut from its section.
+A file whose frontmatter is invalid is still indexed (body and headings) with empty metadata,
+and the problem reported with the path and the line. Frontmatter is untrusted and bounded
+(`FrontmatterBounds`: size, nesting, top-level keys, values with YAML aliases followed,
+counted on YAML's node graph before any Python value is built; docs/security.md, "Every
+input bounded"); headings are kept to `MAX_HEADING_CHARS` (each is copied into every chunk
+under it).
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -74,15 +67,6 @@ class ParsedDoc:
     # [index in `lines`, the line with its wikilinks as written] where `lines` shows their
     # text: what the link graph reads (pipeline/links.py)
     link_lines: list[list] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ParsedDoc:
-        data = dict(data)
-        data["headings"] = [Heading(**h) for h in data["headings"]]
-        return cls(**data)
 
 
 @lru_cache(maxsize=1)

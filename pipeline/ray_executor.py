@@ -1,36 +1,12 @@
 """Parse, chunk and embed an ingest's new files on a Ray cluster (`MDVDB_EXECUTOR=ray[:ADDRESS]`).
 
-The same batches as the local pool (pipeline/workers.py: 128 (path, sha) pairs each), the same
-task (`prepare_batch`), the same answers: only where they run changes. A pool of actors, each
-holding the embedding model once (Ray's batch-inference pattern: the model is loaded in the
-actor's constructor, batches stream through it), takes the batches; the driver (this process)
-keeps everything that makes the result exactly the local build: doit's stages, the SHA-256
-caches, the writer lock, and the order in which batches are written (as sent, whatever order
-they finish in).
-
-Every local model embeds in the actors, so the driver only writes and packs: WordLlama as the
-local pool does (the token ids counted to chunk are the ids it pools), and the transformer
-encoder (all-MiniLM-L6-v2 or a model folder), which locally embeds in the embed stage of the
-one process. An actor runs the encoder over `MDVDB_EMBEDDING_BATCH_SIZE` texts a call (the
-setting the embed stage sends a provider; Ray's `batch_size`) and, when the cluster reports
-GPUs, holds one (`plan_pool`); WordLlama is a table lookup, which a GPU does not speed up,
-so its actors ask for CPUs only. Each actor reports where it runs and what it holds
-(`ActorReport`): `mdvdb ingest --json` lists them (`executor_actors`).
-
-Files reach the actors in one of two ways (`MDVDB_EXECUTOR_FILES`): `paths`, each actor reads
-`root/path` itself (the folder is on a filesystem every node mounts at the same path: a local
-cluster, NFS, a shared volume), or `bytes`, the driver reads them and ships them in the task.
-Either way the actor checks each file's SHA-256 against discover's, so a node that sees another
-version of a file reports it as changed rather than indexing it.
-
-A worker that dies (killed, out of memory, a node lost) is restarted and its batch retried by
-Ray (`RETRIES`); past that the run stops with one line and the previous index is intact, and
-the next run picks up where this one stopped (every batch written is in the caches). The tests
-SIGKILL an actor's process from outside while it holds a batch (`HOLD`).
-
-Nothing here imports `ray` until a run asks for it: it is an optional extra
-(`pip install 'markdown-vdb[ray]'`). A cluster started for the run has no dashboard, no usage
-statistics and listens on this machine only; it is shut down at the end of the run.
+The local pool's batches and task (`pipeline.workers.prepare_batch`) on a pool of actors, each
+holding the embedding model once (WordLlama, or the encoder: on a GPU when the cluster has
+one, `plan_pool`); the driver keeps the stages, the caches, the writer lock and the order in
+which batches are written, so the index is the local build's. Files reach the actors as paths
+or bytes (`MDVDB_EXECUTOR_FILES`), each checked against discover's SHA-256; a dead actor is
+restarted and its batch retried (`RETRIES`). `ray` is imported only when a run asks for it.
+docs/scale-out.md, "Running on a Ray cluster", says the rest.
 """
 
 from __future__ import annotations
@@ -50,8 +26,10 @@ from pipeline.workers import (
     Spec,
     WorkerDied,
     batches_of,
+    in_order,
     prepare_batch,
     read_file,
+    spec_of,
 )
 
 if TYPE_CHECKING:
@@ -374,15 +352,7 @@ def prepare(
     if not todo:
         return
     encoder = embed if isinstance(embed, EncoderEmbed) else None
-    spec = Spec(
-        str(config.root),
-        config.chunk_max_tokens,
-        config.chunk_overlap_tokens,
-        None if encoder is not None else embed,
-        lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
-        follow_outside=config.follow_outside_root,
-        max_bytes=config.max_file_bytes,
-    )
+    spec = spec_of(config, embed if isinstance(embed, EmbedSpec) else None)
     batches = batches_of(todo)
     started = time.perf_counter()
     # A local cluster started for the run dies with it, SIGKILL included: its raylet's
@@ -515,36 +485,24 @@ def _stream(
     batches: list[list[tuple[str, str]]],
     progress: Callable[[int], None] | None,
 ) -> Iterator[Batch]:
-    """Keep every actor busy, hand results back in order, refill before each is written."""
-    from collections import deque
-
+    """Keep every actor busy (the least busy one gets the next batch), results in order."""
     ship = files_mode(config) == "bytes"
     queued = [0] * len(actors)
-    pending: deque = deque()
-    todo = iter(batches)
-    done = 0
 
-    def submit(items: list[tuple[str, str]]) -> None:
+    def submit(items: list[tuple[str, str]]) -> tuple:
         contents = [read_file(spec, path) for path, _ in items] if ship else None
-        n = min(range(len(actors)), key=queued.__getitem__)  # the least busy actor
+        n = min(range(len(actors)), key=queued.__getitem__)
         queued[n] += 1
-        pending.append((actors[n].prepare.remote(items, contents), n, len(items)))
+        return actors[n].prepare.remote(items, contents), n
 
-    for items in todo:
-        submit(items)
-        if len(pending) >= len(actors) * IN_FLIGHT_PER_ACTOR:
-            break
-    while pending:
-        ref, n, size = pending.popleft()
+    def result(handle: tuple) -> Batch:
+        ref, n = handle
         batch = ray.get(ref)
         queued[n] -= 1
-        for items in todo:  # refill before writing, so the actors never wait
-            submit(items)
-            break
-        yield batch
-        done += size
-        if progress:
-            progress(done)
+        return batch
+
+    in_flight = len(actors) * IN_FLIGHT_PER_ACTOR
+    return in_order(batches, submit, result, in_flight, progress)
 
 
 def _quiet_ray() -> None:

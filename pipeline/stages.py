@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -532,14 +532,11 @@ def parse(
     (reported, retried next run, never packed)."""
     pending = manifest.pending()
     if pending is None:
-        todo = state.missing_parsed()
+        todo = state.file_contents()
     else:
-        known = set(state.get_parsed_shas(pending))
-        asked = [s for s in pending if s not in known]
-        by_sha = manifest.path_of_sha(asked)
-        todo = [(by_sha[s], s) for s in asked]
-    # A parse result is only needed to chunk: files already chunked (here, or in the
-    # published index) are never parsed again.
+        by_sha = manifest.path_of_sha(pending)
+        todo = [(by_sha[s], s) for s in pending]
+    # Files already chunked (here, or in the published index) are never parsed again.
     chunked = state.chunked(chunk_key(config), [sha for _, sha in todo])
     todo = [(path, sha) for path, sha in todo if sha not in chunked]
     problems: list[Problem] = []
@@ -644,11 +641,7 @@ def _prepare_files(
             if warm is not None:  # the workers are busy with the next batches by now
                 warm()
                 warm = None
-            for path, _, problem, broken in batch.files:
-                if problem:
-                    problems.append((path, problem))
-                if broken:
-                    failed.append(path)
+            failed += _file_problems(batch, problems)
             shas, vectors = _unknown_vectors(state, model, batch.vector_shas, batch.vectors)
             state.put_prepared(key, batch.records, model, shas, vectors, batch.embedded)
             chunks += batch.chunks
@@ -706,50 +699,6 @@ def _unknown_vectors(state: State, model: str, shas: list[bytes], vectors: Any) 
     return [shas[i] for i in keep], vectors[keep]
 
 
-def _parse_files(
-    config: Config,
-    state: State,
-    todo: list[tuple[str, str]],
-    problems: list[Problem],
-    progress: Progress,
-) -> list[str]:
-    """Parse (path, sha) pairs into the cache; returns the paths that failed (reported)."""
-    from kernel.safe_open import read_problem, read_source
-    from pipeline.parse import parse_document
-
-    batch: list[tuple[str, dict]] = []
-    failed: list[str] = []
-    root = str(config.root)
-    within = None if config.follow_outside_root else root
-    for i, (path, sha) in enumerate(todo, 1):
-        try:
-            raw = read_source(os.path.join(root, path), within, config.max_file_bytes)
-        except OSError as exc:
-            problems.append((path, read_problem(exc)))
-            failed.append(path)
-            continue
-        if hashlib.sha256(raw).hexdigest() != sha:
-            # Changed between discover and parse: the next run picks the new version up.
-            problems.append((path, "changed while indexing; indexed at next run"))
-            failed.append(path)
-            continue
-        try:
-            doc = parse_document(raw, path)
-        except Exception as exc:  # a parser bug must not lose the rest of the run
-            problems.append((path, f"cannot parse: {type(exc).__name__}: {exc}"))
-            failed.append(path)
-            continue
-        if doc.error:
-            problems.append((path, doc.error))
-        batch.append((sha, doc.to_json()))
-        if len(batch) >= 500:
-            state.put_parsed(batch)
-            batch.clear()
-        progress("parse", i, len(todo))
-    state.put_parsed(batch)
-    return failed
-
-
 def _drop_unparsed(
     config: Config, manifest: Manifest, state: State, failed: list[str] | None
 ) -> Manifest:
@@ -757,7 +706,7 @@ def _drop_unparsed(
     run's failures when discover's changes are trusted (every other file was parsed by the
     last clean run); None: look over the whole manifest."""
     if failed is None:
-        rows = state.unparsed()
+        rows = state.manifest_shas().items()
         chunked = state.chunked(chunk_key(config), {sha for _, sha in rows})
         failed = [path for path, sha in rows if sha not in chunked]
     if not failed:
@@ -771,44 +720,39 @@ def _drop_unparsed(
 
 
 def chunk(config: Config, manifest: Manifest, state: State, progress: Progress = _quiet) -> Chunked:
-    """One chunk per heading section, windows for oversized ones."""
-    from pipeline.chunking import chunk_document
-    from pipeline.links import extract_links
-    from pipeline.parse import ParsedDoc
+    """One chunk per heading section, windows for oversized ones: the files with no chunk
+    record for this chunking (a new chunking while parse was up to date) are read, parsed
+    and chunked again, as parse does (`pipeline.workers.prepare_batch`)."""
+    from pipeline.workers import batches_of, prepare_batch, spec_of
 
     key = chunk_key(config)
     pending = manifest.pending()
     todo = state.missing_chunks(key) if pending is None else state.missing_chunks_of(key, pending)
+    by_sha = manifest.path_of_sha() if todo else {}
+    items = [(by_sha[s], s) for s in sorted(todo) if s in by_sha]
+    spec = spec_of(config, None, lexical=False)
     problems: list[Problem] = []
-    reparsed = 0
-    # Parse results leave the cache once the index holds a file's chunks: a new chunking
-    # parses those files again first.
-    unparsed = set(todo) - set(state.get_parsed_shas(todo))
-    if unparsed:
-        by_sha = manifest.path_of_sha()
-        again = [(by_sha[s], s) for s in sorted(unparsed) if s in by_sha]
-        failed = _parse_files(config, state, again, problems, progress)
-        reparsed = len(again)
-        manifest = _drop_unparsed(config, manifest, state, failed)  # skipped below
-    for start in range(0, len(todo), 500):
-        part = todo[start : start + 500]
-        out = []
-        for sha, data in state.get_parsed(part).items():
-            doc = ParsedDoc.from_json(data)
-            chunks = chunk_document(doc, config.chunk_max_tokens, config.chunk_overlap_tokens)
-            record = {
-                "title": doc.title,
-                "metadata": doc.metadata,
-                "error": doc.error,
-                "aliases": doc.aliases,
-                "tags": doc.tags,
-                "chunks": [c.to_json() for c in chunks],
-                "links": extract_links(doc),
-            }
-            out.append((sha, record))
-        state.put_chunks(key, out)
-        progress("chunk", min(start + 500, len(todo)), len(todo))
-    return Chunked(manifest, reparsed, tuple(problems), digest_of(manifest.digest, key))
+    failed: list[str] = []
+    done = 0
+    for batch_items in batches_of(items):
+        batch = prepare_batch(spec, batch_items)
+        failed += _file_problems(batch, problems)
+        state.put_chunks(key, batch.records)
+        done += len(batch_items)
+        progress("chunk", done, len(items))
+    manifest = _drop_unparsed(config, manifest, state, failed)
+    return Chunked(manifest, len(items), tuple(problems), digest_of(manifest.digest, key))
+
+
+def _file_problems(batch: Any, problems: list[Problem]) -> list[str]:
+    """The problems of a batch's files go to `problems`; returns the paths that failed."""
+    failed = []
+    for path, _, problem, broken in batch.files:
+        if problem:
+            problems.append((path, problem))
+        if broken:
+            failed.append(path)
+    return failed
 
 
 # -- embed ----------------------------------------------------------------------------------
@@ -1046,33 +990,21 @@ def pack(
     sources = _pack_sources(config, manifest, state, provider)
     if config.shards > 1:
         return _pack_shards(config, manifest, state, sources, meta, digest)
-    if schema is not None and schema.manifest_digest == manifest.digest:
-        written = publish(
-            config.index_path,
-            sources,
-            meta,
-            schema.plan,
-            schema.update,
-            analysed,
-            ivf_min_rows=config.ivf_min_chunks,
-            writer=schema.writer,
-        )
-    else:
-        if schema is not None:
-            schema.abandon()  # planned for another manifest
-        written = publish(
-            config.index_path, sources, meta, analysed=analysed, ivf_min_rows=config.ivf_min_chunks
-        )
-    damaged = tuple(
-        (os.path.basename(path), "the previous index was damaged; rebuilt from the caches")
-        for path in written.damaged
+    if schema is not None and schema.manifest_digest != manifest.digest:
+        schema.abandon()  # planned for another manifest
+        schema = None
+    written = publish(
+        config.index_path,
+        sources,
+        meta,
+        schema.plan if schema else None,
+        schema.update if schema else None,
+        analysed,
+        ivf_min_rows=config.ivf_min_chunks,
+        writer=schema.writer if schema else None,
     )
-    state.set_value("published_digest", digest)
-    state.delete_value(UNPACKED_RESTAMPS)  # the new rows carry every current mtime
-    if manifest.changed_shas is None:
-        state.prune(chunks)
-    elif manifest.left_shas:
-        state.prune(chunks, manifest.left_shas)
+    damaged = _rebuilt(written.damaged, "index")
+    _published(config, manifest, state, digest)
     # What the new index holds leaves the caches (pipeline.state: the index is the cache).
     state.hand_over(chunks, key, keep_vectors=not getattr(provider, "cheap_to_recompute", False))
     stamp_index(config, state)
@@ -1085,18 +1017,25 @@ def _pack_shards(config, manifest, state, sources, meta, digest) -> Packed:
     from pipeline.pack import sharded as shard_pack
 
     written = shard_pack.publish(config, sources, meta)
-    damaged = tuple(
-        (os.path.basename(path), "the previous shard was damaged; rebuilt from the caches")
-        for path in written.damaged
-    )
+    damaged = _rebuilt(written.damaged, "shard")
+    _published(config, manifest, state, digest)
+    stamp_index(config, state)
+    return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
+
+
+def _rebuilt(paths: Iterable[str], what: str) -> tuple[Problem, ...]:
+    message = f"the previous {what} was damaged; rebuilt from the caches"
+    return tuple((os.path.basename(path), message) for path in paths)
+
+
+def _published(config: Config, manifest: Manifest, state: State, digest: str) -> None:
+    """What every publish records; chunk records no current file needs go."""
     state.set_value("published_digest", digest)
-    state.delete_value(UNPACKED_RESTAMPS)
+    state.delete_value(UNPACKED_RESTAMPS)  # the new rows carry every current mtime
     if manifest.changed_shas is None:
         state.prune(chunk_key(config))
     elif manifest.left_shas:
         state.prune(chunk_key(config), manifest.left_shas)
-    stamp_index(config, state)
-    return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
 
 
 @dataclass(frozen=True)

@@ -1,34 +1,22 @@
-"""The write side's caches: one SQLite database in the state folder.
+"""The write side's caches: one SQLite database in the state folder, in WAL mode (each batch
+one transaction; a torn WAL tail is discarded by SQLite on the next open).
 
-SQLite in WAL mode gives what the caches need without code of ours: every batch is committed
-as one transaction (an interrupted run keeps every batch that finished), a SIGKILL mid-write
-leaves a torn WAL tail that SQLite discards by its own checksums on the next open, and readers
-of the index never touch this file. Deleting the state folder only costs a full rebuild.
-
-The published index is part of the cache (`Published`): what it holds is not kept here a
-second time. After each pack, the parse and chunk records of the files the new index holds,
-their `embedded` marks and (for a provider that is cheap to re-run, the default local model)
-their chunk vectors are deleted from this database; a later run that needs them (a file
-touched but unchanged, a moved file, a re-clustering) reads them back from the index, whose
-rows are the same records. What stays here is what the index lacks: the manifest, the work of
-a run that has not been published yet (an interrupted embed keeps its batches), the vectors
-of a remote provider or an encoder (they cost requests or minutes to recompute, so they are
-kept even when the index holds them: switching providers and back re-requests nothing), and
-the cluster assignments. `ingest --full` does not read the index as a cache. A first build
-parsed by worker processes never writes its records here at all: they stay in memory until
-the hand-over (`State.hold`, bounded by `HOLD_BYTES`).
+The published index is part of the cache (`Published`): after each pack what it holds leaves
+this database (`State.hand_over`), and what stays is what it lacks (docs/architecture.md,
+"The published index is part of the cache"). A pooled first build holds its records in
+memory until the hand-over instead (`State.hold`, at most `HOLD_BYTES`).
 
 Tables:
 - manifest:   path -> (size, mtime_ns, sha256) of every file the last discover saw
-- parsed:     file sha256 -> parse result (JSON)
+- parsed:     unused (parse results of older versions; a file is parsed and chunked at once)
 - chunks:     (file sha256, chunking key) -> chunk list (JSON)
 - embeddings: (model key, chunk sha256) -> float32 vector bytes
 - embedded:   (model key, file sha256) of files whose chunks all have vectors
 - kv:         small values (run flags, the stored overlay, the clustering summary)
 - cluster_docs, cluster_topics: the cluster stage's assignments and topics
 
-Every SQL statement on this database is a method of `State` (stages never hold a cursor);
-its shape is built by `MIGRATIONS`, each step once, as simonw/llm keeps its own database.
+Every SQL statement on this database is a method of `State`; its shape is built by
+`MIGRATIONS`, each step once.
 """
 
 from __future__ import annotations
@@ -328,31 +316,17 @@ class State:
             elif self.get_value("manifest_digest") != digest:
                 self.set_value("manifest_digest", digest)
 
-    # -- parsed and chunks ----------------------------------------------------------------
-    def missing_parsed(self) -> list[tuple[str, str]]:
-        """(path, sha256) of manifest files with no parse result yet (one path per sha)."""
-        rows = self.db.execute(
-            "SELECT MIN(path), sha256 FROM manifest WHERE sha256 NOT IN "
-            "(SELECT sha256 FROM parsed) GROUP BY sha256"
-        )
-        return list(rows)
-
-    def unparsed(self) -> list[tuple[str, str]]:
-        """(path, sha256) of manifest files with no parse result (chunked ones included)."""
-        return self.db.execute(
-            "SELECT path, sha256 FROM manifest WHERE sha256 NOT IN (SELECT sha256 FROM parsed)"
-        ).fetchall()
+    # -- chunks ----------------------------------------------------------------------------
+    def file_contents(self) -> list[tuple[str, str]]:
+        """(path, sha256) of each distinct content in the manifest, by its first path."""
+        return self.db.execute("SELECT MIN(path), sha256 FROM manifest GROUP BY sha256").fetchall()
 
     def forget_records(self) -> None:
-        """`ingest --full`: every parse and chunk result goes (vectors stay)."""
+        """`ingest --full`: every chunk record goes (vectors stay)."""
         if self._held is not None:
             self._held.records.clear()
         with self.transaction():
-            self.db.execute("DELETE FROM parsed")
             self.db.execute("DELETE FROM chunks")
-
-    def get_parsed_shas(self, shas: list[str]) -> list[str]:
-        return [sha for sha, _ in self._select_in("parsed", "1", shas)]
 
     def missing_chunks_of(self, key: str, shas: list[str]) -> list[str]:
         known = self.chunked(key, shas)
@@ -369,16 +343,6 @@ class State:
             known |= self.published.files_with(key, [s for s in shas if s not in known])
         return known
 
-    def put_parsed(self, items: Iterable[tuple[str, dict[str, Any]]]) -> None:
-        with self.transaction():
-            self.db.executemany(
-                "INSERT OR REPLACE INTO parsed VALUES (?, ?)",
-                ((sha, json.dumps(data, default=str)) for sha, data in items),
-            )
-
-    def get_parsed(self, shas: Iterable[str]) -> dict[str, dict[str, Any]]:
-        return {sha: _loads(data) for sha, data in self._select_in("parsed", "data", shas)}
-
     def missing_chunks(self, key: str) -> list[str]:
         rows = self.db.execute(
             "SELECT DISTINCT sha256 FROM manifest WHERE sha256 NOT IN "
@@ -393,11 +357,12 @@ class State:
         held = self.published.files_with(key, shas)
         return [s for s in shas if s not in held]
 
-    def put_chunks(self, key: str, items: Iterable[tuple[str, list[dict[str, Any]]]]) -> None:
+    def put_chunks(self, key: str, items: Iterable[tuple[str, str]]) -> None:
+        """Chunk records, each (file sha, the record as JSON)."""
         with self.transaction():
             self.db.executemany(
                 "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)",
-                ((sha, key, json.dumps(data)) for sha, data in items),
+                ((sha, key, data) for sha, data in items),
             )
 
     def put_prepared(
@@ -410,7 +375,7 @@ class State:
         embedded: list[str],
     ) -> None:
         """One batch of `pipeline.workers`, in one transaction: chunk records already encoded
-        as JSON (file sha -> the text `put_chunks` would store), chunk vectors for `model`,
+        as JSON (as `put_chunks` stores them), chunk vectors for `model`,
         and the `embedded` marks (`model` is then the build key's model part) of the files
         whose chunks all got one."""
         import numpy as np
@@ -643,15 +608,12 @@ class State:
         ).fetchall()
 
     def prune(self, chunk_key: str, shas: Iterable[str] | None = None) -> None:
-        """Drop parse and chunk results no current file needs (embeddings are kept: a file
+        """Drop chunk records no current file needs (embeddings are kept: a file
         reverted or a provider switched back costs nothing). `shas`: only these candidates
-        (the old versions of what a run changed or removed), instead of scanning both
-        tables against the manifest."""
+        (the old versions of what a run changed or removed), instead of scanning the
+        table against the manifest."""
         with self.transaction():
             if shas is None:
-                self.db.execute(
-                    "DELETE FROM parsed WHERE sha256 NOT IN (SELECT sha256 FROM manifest)"
-                )
                 self.db.execute(
                     "DELETE FROM chunks WHERE key != ? "
                     "OR sha256 NOT IN (SELECT sha256 FROM manifest)",
@@ -667,22 +629,14 @@ class State:
             for start in range(0, len(orphans), 500):
                 part = orphans[start : start + 500]
                 marks = ",".join("?" * len(part))
-                self.db.execute(f"DELETE FROM parsed WHERE sha256 IN ({marks})", part)
                 self.db.execute(f"DELETE FROM chunks WHERE sha256 IN ({marks})", part)
 
     def hand_over(self, chunk_key: str, model: str, keep_vectors: bool) -> None:
-        """After a publish: forget what the new index holds (parse and chunk records of its
-        files, their embedded marks, and unless `keep_vectors` their vectors for `model`),
-        then give the freed pages back. Reads what this database still holds (after the
-        first run, only what the last run added) and asks the index which of it it has.
-
-        After a first build the index holds nearly every row: a table of which most rows go
-        is copied (the rows that stay) into a new table that replaces it, instead of
-        deleting row by row, which rewrites every page of the tables through the WAL (and
-        the incremental vacuum moves them all again); a dropped table's pages only join the
-        free list (docs/benchmarks.md, "The hand-over after a first build (issue 18,
-        scale)"). All of it is one transaction: a crash at any point leaves the tables as
-        they were before or as they are after."""
+        """After a publish: forget what the new index holds (its files' chunk records and
+        `embedded` marks, and unless `keep_vectors` their vectors for `model`), then give the
+        freed pages back, in one transaction. A table most of whose rows go is copied without
+        them instead of deleted from row by row (docs/benchmarks.md, "The hand-over after a
+        first build (issue 18, scale)")."""
         if self.published is None:
             self.spill()
             return
@@ -693,7 +647,6 @@ class State:
         self._forget_held(published, chunk_key, model, build_key, keep_vectors)
         plans: list[tuple[str, str, tuple, list[Any]]] = []
         for table, where, params in (
-            ("parsed", "1", ()),
             ("chunks", "key = ?", (chunk_key,)),
             ("embedded", "model = ?", (build_key,)),
         ):
@@ -795,10 +748,6 @@ class State:
     # -- helpers --------------------------------------------------------------------------
     def transaction(self) -> _Transaction:
         return _Transaction(self.db)
-
-    def _select_in(self, table: str, column: str, shas: Iterable[str]) -> Iterator[tuple]:
-        sql = f"SELECT sha256, {column} FROM {table} WHERE ? IS NULL AND sha256"
-        return self._rows_in(sql, None, shas)
 
     def _rows_in(self, sql: str, first: object, keys: Iterable[Any]) -> Iterator[tuple]:
         """Rows of `sql + " IN (...)"` for all `keys`, 500 at a time (SQLite's limit on
@@ -967,13 +916,13 @@ class Published:
 
     def files_with(self, chunk_key: str, shas: list[str]) -> set[str]:
         """Which file shas the index holds chunk records of, for this chunking."""
-        if not self.records or not self._build_key().endswith(f"|{chunk_key}"):
-            return set()
-        held = self._keys_in("files", "sha256", shas)
-        return held if held and self._trusted() else set()
+        return self._files(self._build_key().endswith(f"|{chunk_key}"), shas)
 
     def files_built_with(self, build_key: str, shas: list[str]) -> set[str]:
-        if not self.records or self._build_key() != build_key:
+        return self._files(self._build_key() == build_key, shas)
+
+    def _files(self, usable: bool, shas: list[str]) -> set[str]:
+        if not self.records or not usable:
             return set()
         held = self._keys_in("files", "sha256", shas)
         return held if held and self._trusted() else set()

@@ -1,22 +1,11 @@
-"""The stages (`pipeline.stages`) as doit tasks: one task per stage, chained by digests.
+"""The stages (`pipeline.stages`) as doit tasks: one task per stage, chained by digests
+(`result_dep`), so a touched-but-unchanged file stops the chain at `discover`
+(docs/architecture.md, "The pipeline: doit tasks, one per stage").
 
-One task per *stage*, not per file: doit loads and checks every task on every run, which a
-task per file makes dear on a big folder (docs/architecture.md, "The pipeline: doit tasks,
-one per stage"). Each
-task's action calls its stage with the outputs of the stages before it and returns the stage's
-digest; the next task depends on it through `result_dep`, so a touched-but-unchanged file stops
-the chain at `discover`.
-
-The tasks are thin adapters. `mdvdb ingest` (`pipeline.ingest`) hands them one `IngestRun` as
-a task parameter through `doit.api.run_tasks`; the run holds the options, the state and
-provider it opened, and each stage's output. A `dodo.py` that does
-`from pipeline.tasks import *` gets the same tasks with no run: each action then opens its own
-for the current folder (taking the writer lock for the length of that action) and reads what
-the stage before it left in the caches. Importing this module mutates nothing and takes no
-lock, so `doit list` answers while an ingest is running.
-
-The caches, not doit's DB, are the source of truth: doit saves its DB only at the end of a run,
-so a killed run just makes the next one re-check stages whose real work is already cached.
+`mdvdb ingest` (`pipeline.ingest`) hands the tasks one `IngestRun` as a task parameter; a
+`dodo.py` of `from pipeline.tasks import *` gets the same tasks with no run, each action then
+opening its own under the writer lock. Importing this module mutates nothing and takes no
+lock. The caches, not doit's DB (saved only at the end of a run), are the source of truth.
 """
 
 from __future__ import annotations
@@ -316,33 +305,31 @@ def _config(run: IngestRun | None) -> Config:
     return run.config if run is not None else load_config()
 
 
-def _index_is_current(run: IngestRun | None, config: Config) -> Callable[..., bool]:
-    """An `uptodate` check: a stage whose work the published index holds is up to date
-    only while that index is the one the last pack wrote."""
+def _state_check(run: IngestRun | None, config: Config, test: Callable[[State], bool]):
+    """An `uptodate` check of `test` on the run's state (plain `doit`: the folder's)."""
 
     def check(task: Any, values: dict) -> bool:
         if run is not None:
-            return stages.published_is_current(config, run.state)
+            return test(run.state)
         with State(config.state_path) as state:
-            return stages.published_is_current(config, state)
+            return test(state)
 
     return check
+
+
+def _index_is_current(run: IngestRun | None, config: Config) -> Callable[..., bool]:
+    """A stage whose work the published index holds is up to date only while that index is
+    the one the last pack wrote."""
+    return _state_check(run, config, lambda state: stages.published_is_current(config, state))
 
 
 def _unset(run: IngestRun | None, config: Config, key: str) -> Callable[..., bool]:
-    """An `uptodate` check: the task is up to date only while the state holds no `key`.
-    `stages.RETRY_UNPARSED` (parse, chunk): files an earlier run could not read or parse
-    wait to be tried again, and their upstream digest can be the one the failing run saw.
-    `stages.UNPACKED_RESTAMPS` (schema, pack): files touched without a change wait for the
-    index to carry their new stat, or `status --check` would call them stale forever."""
-
-    def check(task: Any, values: dict) -> bool:
-        if run is not None:
-            return run.state.get_value(key) is None
-        with State(config.state_path) as state:
-            return state.get_value(key) is None
-
-    return check
+    """Up to date only while the state holds no `key`. `stages.RETRY_UNPARSED` (parse,
+    chunk): files an earlier run could not read or parse wait to be tried again, and their
+    upstream digest can be the one the failing run saw. `stages.UNPACKED_RESTAMPS` (schema,
+    pack): files touched without a change wait for the index to carry their new stat, or
+    `status --check` would call them stale forever."""
+    return _state_check(run, config, lambda state: state.get_value(key) is None)
 
 
 def _problems_recorded(run: IngestRun | None, config: Config) -> Callable[..., bool]:
@@ -367,17 +354,11 @@ def _problems_recorded(run: IngestRun | None, config: Config) -> Callable[..., b
 
 
 def _not_deferred(run: IngestRun | None, config: Config) -> Callable[..., bool]:
-    """An `uptodate` check: the cluster stage is not up to date while the state says a
-    fit it left to the helper process was never stored (the run failed before pack)."""
+    """The cluster stage is not up to date while the state says a fit it left to the helper
+    process was never stored (the run failed before pack)."""
     from pipeline.cluster.keys import is_deferred
 
-    def check(task: Any, values: dict) -> bool:
-        if run is not None:
-            return not is_deferred(run.state)
-        with State(config.state_path) as state:
-            return not is_deferred(state)
-
-    return check
+    return _state_check(run, config, lambda state: not is_deferred(state))
 
 
 def _settings(config: Config) -> dict[str, Any]:

@@ -1,27 +1,12 @@
 """`mdvdb watch`: re-index what changes, through the same pipeline as `mdvdb ingest`.
 
-`watchfiles` reports changes; a batch is closed once the tree has been quiet for the debounce
-time (MDVDB_WATCH_DEBOUNCE_MS), and only its paths are re-checked
-(`ingest.ingest_folder(paths=...)`), under the writer lock for the length of that one ingest:
-other writers interleave and readers, which take no lock, never wait.
-
-What it survives, and how:
-- editors that write a temp file and rename it over the note: the rename's target arrives as
-  an added path; the temp file's events are dropped (not Markdown, or no longer there).
-- `git checkout` bursts: events pile up in watchfiles' Rust thread while an ingest runs and
-  come out as the next batch, so none is lost and each batch is one ingest.
-- a source folder deleted and recreated (or moved away): a watch dies with its folder, so
-  the watcher checks the source folders' identity between batches, re-watches, and re-checks
-  the whole folder to catch what happened while nothing was watching.
-- a changed `.gitignore`: the rules changed, so the batch is a full walk.
-- an upgrade to a contextual model under way (`pipeline.upgrade`): a quiet watch runs the
-  next ingest (a full walk and its `MDVDB_UPGRADE_SECONDS` of embedding) until it is done.
-- the off-switch (`.mdvdb-off` in the root): while it is there nothing is indexed (one log
-  line when it appears, one when it goes); once it is removed, a full walk catches up with
-  what changed meanwhile.
-
-It stops on the stop event (set by SIGINT/SIGTERM in the CLI) once the running ingest has
-published or failed; the ingest releases its lock and deletes its temp file either way.
+`watchfiles` reports changes; a batch closes once the tree has been quiet for
+MDVDB_WATCH_DEBOUNCE_MS and only its paths are re-checked (`ingest.ingest_folder(paths=...)`),
+under the writer lock for that one ingest. It survives renames over a note, `git checkout`
+bursts, a source folder deleted and recreated (re-watched, then a full walk), a changed
+`.gitignore` (full walk), an upgrade under way (a quiet watch keeps ingesting until done) and
+the off-switch `.mdvdb-off` (docs/watching.md). It stops on the stop event once the running
+ingest has published or failed.
 """
 
 from __future__ import annotations

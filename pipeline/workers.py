@@ -1,23 +1,12 @@
 """Parse, chunk and embed new files, in this process or spread over a process pool.
 
-The per-file work of an ingest (read, check the SHA-256 discover saw, parse, chunk and, for
-the local model, embed) needs nothing but the file and the settings, so it runs in worker
-processes that share nothing with the parent but their inputs (root, batches of (path, sha))
-and their outputs (the chunk records as JSON text, the vectors as one float32 array). Only
-the parent writes the caches, one transaction per batch, as batches come back, in the order
-they were sent: the result is the same whatever the number of workers (a test compares the
-index files byte for byte) and memory stays bounded (a few batches in flight, never the
-corpus's parsed form).
-
-One file is parsed, chunked and embedded in one go: its parse result is only ever needed to
-chunk it, so it is not cached (no whole file's lines written as JSON and read back), and the
-token ids counted to chunk a section are the ids the local model pools for it (one
-tokenization, not two; docs/benchmarks.md, "Parallel ingest: `MDVDB_WORKERS` (issue 18 item 1)").
-
-`MDVDB_WORKERS` sizes the pool (0, the default: one process per CPU; 1: no pool). Small runs
-never pay for starting one: under `POOL_MIN_FILES` files the work runs in this process.
-`MDVDB_EXECUTOR=ray[:ADDRESS]` runs the same batches as Ray tasks: pipeline/ray_executor.py,
-behind the same `prepare` (its actors' count and start-up go to the run's `PoolRun`).
+Workers share nothing with the parent but their inputs (root, batches of (path, sha)) and
+outputs (chunk records as JSON, vectors as one float32 array); only the parent writes the
+caches, one transaction per batch, in the order sent, so the index is the same whatever the
+number of workers. A file is parsed, chunked and (local model) embedded in one go, the token
+ids counted to chunk being the ids the model pools (docs/benchmarks.md, "Parallel ingest:
+`MDVDB_WORKERS` (issue 18 item 1)"). `MDVDB_WORKERS` sizes the pool (0: one per CPU; 1: none);
+under `POOL_MIN_FILES` files the work runs here. Ray: pipeline/ray_executor.py.
 """
 
 from __future__ import annotations
@@ -29,8 +18,9 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import TYPE_CHECKING
+from functools import lru_cache, partial
+from itertools import islice
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -293,6 +283,48 @@ def batches_of(todo: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     return [todo[i : i + BATCH_FILES] for i in range(0, len(todo), BATCH_FILES)]
 
 
+def spec_of(
+    config: Config, embed: EmbedSpec | None, label_words: bool = False, lexical: bool = True
+) -> Spec:
+    """The per-file work's settings; a sharded pack analyses each shard's chunks itself."""
+    return Spec(
+        str(config.root),
+        config.chunk_max_tokens,
+        config.chunk_overlap_tokens,
+        embed,
+        lexical=lexical and config.shards <= 1,
+        label_words=label_words and config.shards <= 1,
+        follow_outside=config.follow_outside_root,
+        max_bytes=config.max_file_bytes,
+    )
+
+
+def in_order(
+    batches: list[list[tuple[str, str]]],
+    submit: Callable[[list[tuple[str, str]]], Any],
+    result: Callable[[Any], Batch],
+    in_flight: int,
+    progress: Callable[[int], None] | None,
+) -> Iterator[Batch]:
+    """The results of `submit(items)` for each batch, in the order sent, at most `in_flight`
+    ahead; the next batch is submitted before each result is handed back (written), so
+    the workers never wait."""
+    pending: deque[tuple[Any, int]] = deque()
+    todo = iter(batches)
+    for items in islice(todo, in_flight):
+        pending.append((submit(items), len(items)))
+    done = 0
+    while pending:
+        handle, size = pending.popleft()
+        batch = result(handle)
+        for items in islice(todo, 1):
+            pending.append((submit(items), len(items)))
+        yield batch
+        done += size
+        if progress:
+            progress(done)
+
+
 def prepare(
     config: Config,
     todo: list[tuple[str, str]],
@@ -303,26 +335,12 @@ def prepare(
     `processes_for(config, len(todo))` processes."""
     batches = batches_of(todo)
     workers = processes_for(config, len(todo))
-    spec = Spec(
-        str(config.root),
-        config.chunk_max_tokens,
-        config.chunk_overlap_tokens,
-        embed,
-        lexical=config.shards <= 1,  # a sharded pack analyses each shard's chunks itself
-        # A pooled first build: the full clustering after it reads these, not the texts.
-        label_words=workers > 1 and config.clustering_enabled and config.shards <= 1,
-        follow_outside=config.follow_outside_root,
-        max_bytes=config.max_file_bytes,
-    )
+    # A pooled first build: the full clustering after it reads label words, not the texts.
+    spec = spec_of(config, embed, workers > 1 and config.clustering_enabled)
     if workers <= 1:
         from kernel.text_analysis import forget
 
-        done = 0
-        for items in batches:
-            yield prepare_batch(spec, items)
-            done += len(items)
-            if progress:
-                progress(done)
+        yield from in_order(batches, lambda items: items, partial(prepare_batch, spec), 1, progress)
         forget()
         return
     yield from _pooled(spec, batches, workers, progress)
@@ -340,33 +358,20 @@ def _pooled(
     pool = ProcessPoolExecutor(
         workers, mp_context=_context(), initializer=_start_worker, initargs=(os.getpid(),)
     )
-    pending: deque[tuple[Future[Batch], int]] = deque()
-    todo = iter(batches)
-    done = 0
+
+    def result(future: Future[Batch]) -> Batch:
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            raise WorkerDied(
+                "an ingest worker process died (out of memory?); the previous index is "
+                "intact; MDVDB_WORKERS=1 runs without worker processes"
+            ) from None
+
     try:
-        for items in todo:
-            pending.append((pool.submit(prepare_batch, spec, items), len(items)))
-            if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
-                break
-        while pending:
-            future, size = pending.popleft()
-            try:
-                batch = future.result()
-            except BrokenProcessPool:
-                raise WorkerDied(
-                    "an ingest worker process died (out of memory?); the previous index is "
-                    "intact; MDVDB_WORKERS=1 runs without worker processes"
-                ) from None
-            for items in todo:  # refill before writing, so the workers never wait
-                pending.append((pool.submit(prepare_batch, spec, items), len(items)))
-                break
-            yield batch
-            done += size
-            if progress:
-                progress(done)
+        submit = partial(pool.submit, prepare_batch, spec)
+        yield from in_order(batches, submit, result, workers * IN_FLIGHT_PER_WORKER, progress)
     finally:
-        for future, _ in pending:
-            future.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -159,6 +159,25 @@ def test_full_rebuild_and_config_change(notes: Path):
     assert max(chunks.column("token_count").to_pylist()) <= 20
 
 
+def test_a_new_chunking_gives_the_index_a_fresh_build_gives(notes: Path, tmp_path: Path):
+    """A new chunking while parse is up to date: the chunk stage reads and parses the files
+    again itself, and its index is the one a first build with that chunking writes."""
+    import shutil
+
+    small = {"MDVDB_CHUNK_MAX_TOKENS": "20", "MDVDB_CHUNK_OVERLAP_TOKENS": "5"}
+    fresh = tmp_path / "fresh"
+    shutil.copytree(notes, fresh)
+    _ingest(notes)
+    report = ingest.ingest_folder(load_config(notes, environ=small))
+    assert report.published and report.parsed == 4
+    ingest.ingest_folder(load_config(fresh, environ=small))
+    again = index_format.read_index(load_config(notes, environ=small).index_path).tables
+    first = index_format.read_index(load_config(fresh, environ=small).index_path).tables
+    assert sorted(again) == sorted(first)
+    for name in first:  # rows and columns (the clusters' summary holds when it was built)
+        assert again[name].equals(first[name]), name
+
+
 def test_index_moves_to_another_folder(notes: Path, tmp_path: Path):
     _ingest(notes)
     moved = tmp_path / "elsewhere"

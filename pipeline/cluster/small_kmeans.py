@@ -1,17 +1,8 @@
-"""The cluster stage's k-means and silhouette in plain NumPy, for small folders.
-
-Importing scikit-learn costs more CPU than everything else an ingest of a small folder does
-(`sklearn` pulls in SciPy, joblib and its own C extensions, whatever submodule is asked
-for). For a few hundred documents the
-work itself is trivial, so below `pipeline.cluster.topics.NUMPY_BELOW` documents the stage uses
-these instead, and an ingest of a small folder never imports scikit-learn:
-
-- `kmeans`: scikit-learn's `KMeans(n_init=1)` algorithm, greedy k-means++ seeding
-  (2 + log k candidates per centre) then Lloyd iterations to the same tolerance. The random
-  draws are NumPy's, not scikit-learn's, so a partition can differ where two are equally
-  good; on well-separated topics both find the same one (tests/test_small_kmeans.py).
-- `silhouette_cosine`: the exact cosine silhouette, which scikit-learn computes too when the
-  sample covers every document (it does below its 3,000-document sample).
+"""The cluster stage's k-means and silhouette in plain NumPy, below
+`pipeline.cluster.topics.NUMPY_BELOW` documents, so that a small folder's ingest never imports
+scikit-learn (docs/clusters.md, "Small folders: plain NumPy"). `kmeans` is `KMeans(n_init=1)`'s
+algorithm with NumPy's random draws (a partition may differ where two are equally good);
+`silhouette_cosine` is the exact cosine silhouette.
 """
 
 from __future__ import annotations

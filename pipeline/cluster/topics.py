@@ -1,20 +1,12 @@
-"""The cluster stage: topic clusters of documents, stored in the index only.
+"""The cluster stage: topic clusters of documents, stored in the index only (docs/clusters.md).
 
-A document's vector is the normalised mean of its chunk vectors. A full clustering runs k-means
-(scikit-learn, fixed seed) with k chosen by silhouette over a bounded grid of candidates (see
-docs/clusters.md for the measurements behind the choice), names each cluster by class-based
-TF-IDF over its documents' text, and keeps its most central documents. Below NUMPY_BELOW
-documents k-means and the silhouette run in plain NumPy (`pipeline/cluster/small_kmeans.py`):
-importing scikit-learn would cost a small folder's ingest more than all its other work.
-
-Between full clusterings, a new or changed document is only assigned to its nearest centroid:
-that reads the vectors of the changed files alone, so one new file costs milliseconds, not a
-re-clustering. After MDVDB_CLUSTERING_REBALANCE_THRESHOLD documents were added or changed since
-the last full clustering, the next run re-clusters everything (a rebalance).
-
-What the stage decides lives in the state database (tables `cluster_docs` and `cluster_topics`,
-plus the `clustering` value); pack turns it into the
-index's `clusters` table and the `files.cluster_id` column.
+A document's vector is the normalised mean of its chunk vectors. A full clustering runs
+k-means (fixed seed; plain NumPy below NUMPY_BELOW documents, `small_kmeans`) with k chosen
+by silhouette, names each cluster by class-based TF-IDF and keeps its most central
+documents. Between full clusterings a new or changed document is only assigned to its
+nearest centroid; past MDVDB_CLUSTERING_REBALANCE_THRESHOLD changes the next run re-clusters.
+The state holds the result (`cluster_docs`, `cluster_topics`, the `clustering` value); pack
+turns it into the `clusters` table and `files.cluster_id`.
 """
 
 from __future__ import annotations
@@ -449,18 +441,13 @@ def run_stage(
 ) -> StageResult:
     """Bring the stored clustering up to date with the manifest.
 
-    A full clustering happens when there is none yet, when the embedding model or the bound
-    on k changed, on `ingest --full`, or when this run would bring the count of documents
-    added or changed since the last full clustering to the rebalance threshold: `threshold`
-    documents or `share` of them, whichever is larger. Otherwise only the changed documents
-    are read and assigned to their nearest centroid. The share keeps a re-clustering (a
-    k-means fit over every document) from falling on every 50th edit of a large folder,
-    while a small folder keeps the fixed count.
-    `changes`: (changed (path, sha), removed paths, documents) from discover's change list
-    (`changes_of`), else the state's whole manifest is diffed against the assignments.
-    `helper`: a full clustering's fit goes to that process and is finished when pack first
-    reads the clusters (`finish_deferred`); until then the state says it is due.
-    """
+    A full clustering when there is none yet, the model or the bound on k changed, on
+    `ingest --full`, or when the documents added or changed since the last one reach
+    `rebalance_at(threshold, share, documents)` (the share keeps a large folder from
+    re-clustering every 50th edit); otherwise the changed documents are assigned to their
+    nearest centroid. `changes`: (changed (path, sha), removed paths, documents) from
+    discover's change list (`changes_of`), else the whole manifest is diffed. `helper`: the
+    fit goes to that process, finished when pack first reads the clusters."""
     started = time.perf_counter()
     info = state.get_value(STATE_KEY) or {}
     if changes is None:
@@ -625,10 +612,10 @@ def _full_inputs(
 def _finished(
     state: Any, docs: list[Doc], with_chunks: list[Doc], vectors: np.ndarray, choice: KChoice
 ) -> StageResult:
-    labels = _by_size(choice.labels, choice.k)
+    new_of_old = _size_order(choice.labels, choice.k)
+    labels = new_of_old[choice.labels]
     centroids = np.zeros_like(choice.centroids)
-    for old, new in enumerate(_size_order(choice.labels, choice.k)):
-        centroids[new] = choice.centroids[old]
+    centroids[new_of_old] = choice.centroids
     similarity = np.einsum("ij,ij->i", vectors, centroids[labels])
     known = getattr(state, "label_words", None)  # a pooled first build's, from its workers
     words = None
@@ -656,10 +643,6 @@ def _size_order(labels: np.ndarray, k: int) -> np.ndarray:
     new_of_old = np.empty(k, dtype=np.int64)
     new_of_old[order] = np.arange(k)
     return new_of_old
-
-
-def _by_size(labels: np.ndarray, k: int) -> np.ndarray:
-    return _size_order(labels, k)[labels]
 
 
 def _store_full(
@@ -735,10 +718,7 @@ def load_stored(state: Any) -> StoredClusters | None:
         return None
     rows = state.cluster_docs()
     n = len(rows)
-    topics = [
-        (cid, label, json.loads(keywords), np.frombuffer(blob, dtype=np.float32))
-        for cid, label, keywords, blob in state.cluster_topics()
-    ]
+    topics = _topics(state)
     # One pass per column (not zip(*rows): every row unpacked as an argument).
     return StoredClusters(
         [r[0] for r in rows],
@@ -886,9 +866,10 @@ def _topics(state: Any) -> list[tuple[int, str, list[str], np.ndarray]]:
 def _clusters_table(
     files: Any, ids: np.ndarray, similarity: np.ndarray, topics: list, info: dict
 ) -> Any:
-    """`clusters_table` from the ids and similarities as arrays: one sort of every row by
-    (cluster, similarity descending, row), and only the representatives' paths read (rows
-    are in path order, so ties by row are ties by path)."""
+    """The index's `clusters` table: one row per non-empty cluster, its size and its most
+    central documents (one sort of every row by cluster, similarity descending, then row:
+    rows are in path order, so ties go by path); the stage's summary rides along as
+    schema metadata."""
     import pyarrow as pa
 
     from kernel import index_format
@@ -922,42 +903,11 @@ def _clusters_table(
     return table.replace_schema_metadata({index_format.CLUSTERS_META_KEY: json.dumps(summary)})
 
 
-def clusters_table(
-    files: Any, state: Any, stored: StoredClusters | None = None, similarity=None
-) -> Any:
-    """The index's `clusters` table: one row per non-empty cluster, sizes and representative
-    documents counted over the files being packed. The stage's summary (k, silhouette,
-    documents assigned since the last full clustering) rides along as schema metadata."""
-    import pyarrow as pa
-
-    from kernel import index_format
-
-    if stored is None:
-        stored = load_stored(state)
+def clusters_table(files: Any, state: Any) -> Any:
+    """The index's `clusters` table over `files` (in path order, with their `cluster_id`
+    column: a sharded pack's corpus-wide files), from the stage's stored result."""
+    stored = load_stored(state)
     if stored is None:
         return None
     ids = files.column("cluster_id").to_numpy()
-    paths = files.column("path").to_pylist()
-    if similarity is None:
-        similarity = assigned(files, stored)[1]
-    path_keys = np.array(paths, dtype=object)
-    rows: dict[str, list] = {name: [] for name in index_format.CLUSTERS_SCHEMA.names}
-    for cid, label, keywords, centroid in stored.topics:
-        members = np.flatnonzero(ids == cid)
-        if not len(members):
-            continue
-        # Most central first; ties by path, so the order of the files table does not matter.
-        central = members[np.lexsort((path_keys[members], -similarity[members]))]
-        central = central[:REPRESENTATIVES]
-        rows["cluster_id"].append(cid)
-        rows["label"].append(label)
-        rows["keywords"].append(keywords)
-        rows["size"].append(len(members))
-        rows["representative_paths"].append([paths[i] for i in central])
-        rows["centroid"].append(centroid.tolist())
-    summary = {
-        key: stored.info.get(key) for key in ("k", "silhouette", "pending", "built_at", "tried")
-    }
-    summary["unclustered"] = int((ids < 0).sum())
-    table = pa.table(rows, schema=index_format.CLUSTERS_SCHEMA)
-    return table.replace_schema_metadata({index_format.CLUSTERS_META_KEY: json.dumps(summary)})
+    return _clusters_table(files, ids, assigned(files, stored)[1], stored.topics, stored.info)

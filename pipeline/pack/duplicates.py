@@ -1,20 +1,10 @@
 """Near-duplicate sections, found at pack time: the `near_duplicates` table.
 
-Versioned documentation repeats the same section in every version folder; without this a
-search fills its top 5 with five copies of one answer. Each chunk gets a 64-bit SimHash of its
-visible text (`kernel.plain_text`, case-folded, words in overlapping 3-word shingles), and
-chunks whose signatures differ in at most `MAX_DISTANCE` bits are one group (transitively).
-The reader collapses a group to its best-scoring member and lists the others as `also_in`.
-
-Why SimHash: one 64-bit word per chunk, a pure function of the chunk's text (so an
-incremental pack reuses the previous index's signatures row for row and writes what a full
-pack writes), and near copies (a changed version number, a reworded link) land a few bits
-apart. Groups are recomputed over all signatures on every pack, because one new file can join
-two old groups; that is NumPy over one uint64 per chunk: four sorts by 16-bit band (two
-signatures within 3 bits agree exactly on at least one of the four bands), candidate pairs
-checked by popcount, then connected components.
-
-The group id is the row of the group's first chunk, or -1 for a chunk with no copy.
+Each chunk gets a 64-bit SimHash of its visible text (`kernel.plain_text`, case-folded, 3-word
+shingles); chunks within `MAX_DISTANCE` bits are one group (transitively), found by four sorts
+by 16-bit band and popcounts, then connected components; the group id is the row of its first
+chunk, -1 for a chunk with no copy. The reader collapses a group to its best member
+(docs/architecture.md, "Search": the near-duplicates paragraph).
 """
 
 from __future__ import annotations
@@ -38,7 +28,6 @@ if TYPE_CHECKING:
 BANDS = 4  # of 16 bits: MAX_DISTANCE + 1 bands make the band test exact
 WINDOW = 64  # neighbours compared within one band bucket (a bucket is small unless degenerate)
 SHINGLE = 3  # words
-_BASE = np.uint64(0x100000001B3)  # FNV's 64-bit prime
 _HEAD = 24  # word bytes hashed from the start (and the last 8 of a longer word)
 _BYTE_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 _SPREAD = np.array(  # nibble -> its 4 bits in 4 uint16 lanes (little-endian lane order)
@@ -315,22 +304,15 @@ def _small_buckets(value: int, values: np.ndarray) -> bool:
 def update_groups(
     old_sigs: np.ndarray, old_groups: np.ndarray, sigs: np.ndarray, source: np.ndarray
 ) -> np.ndarray | None:
-    """`groups(sigs)` from the previous index's signatures and groups, by looking only at
-    what an edit touched: the signatures that are new or gone, their neighbours, and the
-    groups they were in. None when the shortcut cannot promise the full answer (then the
-    caller computes `groups(sigs)`).
+    """`groups(sigs)` from the previous index's signatures and groups, looking only at what an
+    edit touched: the new and gone signatures, their neighbours and their groups; None when
+    the shortcut cannot promise the full answer (the caller computes `groups(sigs)`).
 
-    Why it is exact: `groups` links two distinct signatures when they share one of 16
-    bucket keys and lie within MAX_DISTANCE bits and within WINDOW places of each other in
-    that bucket's sorted order. A bucket no new or gone signature is in keeps its members
-    in the same relative order, so it links the same pairs. If every bucket a new or gone
-    signature is in holds at most WINDOW + 1 signatures (checked; else None), all of their
-    pairs are compared, before and after: the links that change are exactly those of the
-    gone signatures (dropped) and those of the new ones (every signature within
-    MAX_DISTANCE bits, found by a popcount over the rows sharing a band). A group that
-    lost a signature may split: its survivors are linked again pair by pair (their buckets
-    checked the same way). Every other group keeps its members; its id (the row of its
-    first chunk) moves with the rows."""
+    Exact because `groups` links two signatures sharing one of 16 bucket keys within
+    MAX_DISTANCE bits and WINDOW places: a bucket no new or gone signature is in links the same
+    pairs, and a touched bucket of at most WINDOW + 1 signatures (checked, else None) compares
+    all of its pairs, so only the gone signatures' links go and the new ones' come; a group
+    that lost a member is re-linked pair by pair; every other group's id moves with its rows."""
     n, old_n = len(sigs), len(old_sigs)
     if not old_n or len(old_groups) != old_n or len(source) != n:
         return None

@@ -1,20 +1,11 @@
 """Lexical postings: field-weighted tf per (term, chunk), built at pack time into the `lexical`
 tables; readers compute the BM25F weights from them (`query.score.lexical`).
 
-Each chunk has three fields: the file's title with its aliases (`title_field`), its heading
-path (headings equal to the title or an alias left out, since the title field already holds
-them) and its text. A term's field-weighted
-frequency is `sum(weight_f * tf_f)` and the chunk length is `sum(weight_f * len_f)` (BM25F with
-one length normalisation), so a word in a heading counts like several in the body. The weights
-were chosen by measurement (docs/search-quality.md).
-
-Speed: analysing text is the slow part. A pack over a previous index updates
-its postings (see "incremental update" below): only fresh chunks are analysed. Weights are not
-stored: idf and the average length change with every edit, so stored weights would all be
-rewritten each time, and they cost 4 bytes a posting that tf and the lengths already say. The
-previous index's postings are the only analysis cache: the state folder keeps none, since it
-would repeat what the index holds. A pack without a usable previous index analyses every chunk
-and builds the postings with NumPy (one gather, one stable sort by term).
+Three fields a chunk: the file's title with its aliases, its heading path (less headings that
+repeat the title) and its text; tf and length are `sum(weight_f * x_f)` (BM25F, one length
+normalisation; weights in docs/search-quality.md). Weights are not stored (idf changes with
+every edit). A pack over a previous index updates its postings, analysing only fresh chunks:
+those postings are the only analysis cache; without one every chunk is analysed.
 """
 
 from __future__ import annotations
@@ -155,10 +146,6 @@ class Store:
         )
 
     @staticmethod
-    def concat(a: Store, b: Store) -> Store:
-        return Store.join([a, b])
-
-    @staticmethod
     def join(parts: list[Store]) -> Store:
         """The stores one after the other, with one copy of each array."""
         if not parts:
@@ -263,7 +250,7 @@ def analyses_of(
         fresh = store_of(keys[missing], _fields(titles, paths, texts))
         base = old if old is not None else Store.empty()
         rows[missing] = len(base.keys) + np.arange(len(missing))
-        old = Store.concat(base, fresh) if len(base.keys) else fresh
+        old = Store.join([base, fresh]) if len(base.keys) else fresh
     if old is None:  # nothing given and nothing to analyse: no chunks at all
         return Store.empty(), rows
     return old, rows
@@ -428,14 +415,9 @@ def _with_repeats(extra: Store, repeats, distinct, chunk_ids, tf, df, params):
 
 # -- incremental update -----------------------------------------------------------------
 #
-# An edit changes idf and the average length, so every weight changes, but the postings
-# themselves barely move. The index keeps each posting's field-weighted tf (`lexical_tf`,
-# term-major like `lexical`) and each chunk's field-weighted length (`lexical_lengths`), from
-# which readers compute the weights. An incremental pack drops the postings of chunks that
-# left, renumbers the rest (a monotone map: kept chunks keep their order) and merges in the
-# postings of the fresh chunks (analysed now: they are few) at their places: linear passes
-# instead of a sort of every posting (0.5 s at 3.4M). The forward view is the transpose of
-# the result (`transpose`, linear too): every position after an inserted posting moves.
+# An edit changes idf and the average length (every weight) but barely moves the postings:
+# drop the departed chunks' postings, renumber the rest (monotone) and merge the fresh ones
+# in at their places, in linear passes instead of a sort of every posting.
 
 # Up to this many fresh postings of known terms are placed by a search each; more, by one
 # search over keys of every old posting.
@@ -482,7 +464,7 @@ def _analyse_rows(
         return fresh
     base = made if made is not None else Store.empty()
     found[missing] = len(base.keys) + np.arange(len(missing))
-    return Store.concat(base, fresh).take(found)
+    return Store.join([base, fresh]).take(found)
 
 
 def _previous_lexical(previous) -> dict | None:
@@ -669,13 +651,8 @@ class LexicalTables:
 
 # -- an edit's update, in place of the postings it does not touch ------------------------
 #
-# `update_postings` rebuilds every array (a few passes over every posting: ~0.2 s at 3.4M).
-# An edit of a few files leaves almost every term's postings as they were, so `spliced_tables`
-# writes the new tables as runs of the previous index's rows (slices: the writer copies their
-# bytes file-to-file) with fresh rows only for the terms the edit touched. What cannot be
-# sliced is done in one pass each: the chunk ids when rows moved (a file's chunk count
-# changed), and the forward view's positions (every posting after an insertion moves).
-
+# `spliced_tables` writes the new tables as runs of the previous index's rows (slices whose
+# bytes the writer copies file-to-file), with fresh rows only for the terms the edit touched.
 
 # Past this many fresh chunks, `update_postings` (one pass over everything) is the better way.
 FRESH_CHUNKS_MAX = 200
