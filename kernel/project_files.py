@@ -112,45 +112,23 @@ def _source_verdicts(config: Config) -> list[SourceFolder]:
     out = []
     for raw, path in zip(config.source_dirs, config.source_paths(), strict=True):
         if not inside(path, config.root):
-            if config.follow_outside_root:
-                out.append(SourceFolder(raw, path, None))
-            else:
-                out.append(
-                    SourceFolder(
-                        raw,
-                        path,
-                        None,
-                        True,
-                        "source folder is outside the project root, skipped",
-                    )
-                )
+            skipped = not config.follow_outside_root
+            why = "source folder is outside the project root, skipped" if skipped else None
+            out.append(SourceFolder(raw, path, None, skipped, why))
             continue
         rel = path.relative_to(config.root).as_posix()
         rel = "" if rel == "." else rel
         builtin = [part for part in rel.split("/") if part in BUILTIN_IGNORES] if rel else []
+        skipped, why = False, None
         if rel and _gitignored_folder(config, rel):
-            out.append(
-                SourceFolder(
-                    raw,
-                    path,
-                    rel,
-                    True,
-                    "source folder is ignored by a .gitignore or MDVDB_IGNORE_PATTERNS, skipped",
-                )
-            )
+            skipped = True
+            why = "source folder is ignored by a .gitignore or MDVDB_IGNORE_PATTERNS, skipped"
         elif builtin:
-            out.append(
-                SourceFolder(
-                    raw,
-                    path,
-                    rel,
-                    False,
-                    f"source folder is in the always-ignored folder {builtin[0]}/: "
-                    "searched because MDVDB_SOURCE_DIRS names it",
-                )
+            why = (
+                f"source folder is in the always-ignored folder {builtin[0]}/: "
+                "searched because MDVDB_SOURCE_DIRS names it"
             )
-        else:
-            out.append(SourceFolder(raw, path, rel))
+        out.append(SourceFolder(raw, path, rel, skipped, why))
     return out
 
 
