@@ -1,33 +1,8 @@
 """The text analyzer behind lexical search: one function, used verbatim at index and query time.
 
-It is part of the index format: postings store hashed terms this module produced, so a query
-analysed any other way would silently miss. `ANALYZER_VERSION` goes into the index meta and the
-reader refuses postings built by another version. Change anything here that alters the terms a
-text yields (the regexes, the stop-words, the stemmers, the hash) and you must bump it.
-
-What it does, and why:
-- NFKC + casefold, so full-width Latin, ligatures and case variants meet.
-- Words are runs of letters and digits (`[^\\W_]+`): `snake_case` and `tar.gz` split into their
-  parts, which is what a person types. Single-character words are dropped except in CJK.
-- Han, Kana and Hangul have no spaces between words: a run of them becomes overlapping character
-  bigrams (a lone character stays a unigram), the usual dictionary-free way to make Chinese,
-  Japanese and Korean searchable; a query analysed the same way matches any substring of 2+.
-- Latin-script words are stemmed with Snowball (PyStemmer, a C extension, and the same
-  algorithm the bm25s baseline uses) in the language of their chunk: English unless the
-  chunk's own stop words say French, German, Spanish... (`chunk_language`, `LANGUAGES`);
-  Cyrillic words with the Russian Snowball stemmer. Other scripts (Arabic, Greek,
-  Devanagari...) are kept as whole lower-cased words.
-- A short English stop-word list is removed; words of other languages are all kept.
-- A chunk stemmed in another language than English also holds that language's marker term
-  (`language_marker`, a posting with no weight), so the postings say which languages their
-  chunks were stemmed in. A query's language cannot be told from a few words: where the
-  index holds other languages, each query word is stemmed in English and in each of them,
-  and the variant the postings hold most often stands for the word (`QueryLexicon`): one
-  term per word, as before, so no word counts twice. An index of English only analyses a
-  query exactly as before.
-- Terms are stored as 64-bit BLAKE2b hashes, so neither side needs a vocabulary: the writer
-  builds postings with NumPy alone and the reader finds a term by `searchsorted`. With ~10^6
-  distinct terms a collision has odds near 10^-7.
+Part of the index format: bump `ANALYZER_VERSION` for any change to the terms a text yields
+(the reader refuses postings of another version). What it does and why: docs/architecture.md,
+"Kernel modules in detail", "The text analyzer".
 """
 
 from __future__ import annotations

