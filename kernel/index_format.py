@@ -194,16 +194,14 @@ class IndexTooNew(IndexFormatError):
 def written_by_newer(path: Path | str) -> int | None:
     """The format version of the index at `path` when a newer mdvdb wrote it, else None
     (absent, foreign, older or current: the other checks speak for those). Reads its header
-    only, never through a FIFO or a device."""
-    import stat as stat_module
+    only, never through a link, a FIFO or a device (`kernel.safe_open.open_regular`)."""
+    from kernel.safe_open import open_regular
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
+        fd = open_regular(path)
+    except OSError:  # absent, or refused
         return None
     try:
-        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
-            return None
         head = os.pread(fd, HEADER.size, 0)
     finally:
         os.close(fd)
@@ -715,9 +713,8 @@ def verify_checksums(index: IndexFile) -> list[str]:
     """Hash every buffer and compare with the footer: the problems, by table and column.
     Reads the whole file."""
     problems: list[str] = []
-    body = getattr(index, "body", None)
-    layouts = getattr(index, "layouts", None)
-    if body is None or layouts is None:
+    body, layouts = index.body, index.layouts
+    if body is None:
         return ["this index was not read from a file"]
     regions: list[list[int]] = []
     for name, layout in layouts.items():
@@ -982,10 +979,9 @@ class _Sink:
     def __init__(self, fd: int, source: IndexFile | None):
         self.fd = fd
         self.at = 0
-        # Hand what is written to the disk as it is written (`IndexWriter`), by a flusher
-        # started when the first step is due (a small index never starts one); else the
-        # fsync alone writes it.
-        self.flush = False
+        # Hand what is written to the disk as it is written, by a flusher started when the
+        # first step is due (a small index never starts one); else the fsync alone writes it.
+        self.flush = True
         self.writeback: _Flusher | None = None
         self.handed = 0  # the file up to here was handed to the flusher
         usable = source is not None and source.source is not None
@@ -1119,11 +1115,10 @@ class IndexWriter:
     footer lists them in `finish`'s order. Not thread-safe: one caller."""
 
     def __init__(self, path: Path | str, source: IndexFile | None = None):
-        self.path = Path(path)
-        if not self.path.parent.is_dir():
-            from kernel import private
+        from kernel import private
 
-            private.make_dir(self.path.parent)
+        self.path = Path(path)
+        private.make_dir(self.path.parent)  # 0700, when missing
         # mkstemp makes the file 0600 whatever the umask: the index holds the notes' text
         # (see docs/security.md). `os.replace` renames over `path`: a symlink there is
         # replaced, its target never written.
@@ -1140,7 +1135,6 @@ class IndexWriter:
         self._queue: Any = None
         try:
             self._sink = _Sink(self._fd, source)
-            self._sink.flush = True
             self._sink.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0))
         except BaseException:
             self.abort()
