@@ -744,14 +744,9 @@ def verify_checksums(index: IndexFile) -> list[str]:
     return problems
 
 
-# -- checksum verdicts, once per file -----------------------------------------------------
-#
-# A writer reuses bytes of the previous index (pack's rows; the write side's cache of records
-# and vectors, `pipeline.state.Published`) only from a file whose checksums hold, and checking
-# them reads the whole file. So the verdict is kept per file
-# identity (device, inode, size, mtime) for the life of the process: computed once however
-# many ask, never for a file this process wrote (`IndexWriter.finish` records it), and
-# possibly begun early on a thread (`check_soon`) while the run does other work.
+# -- checksum verdicts, once per file (device, inode, size, mtime) and process: a writer
+# reuses bytes only of a file whose checksums hold; a file this process wrote is trusted
+# (`IndexWriter.finish`), and a check may begin early on a thread (`check_soon`).
 
 _VERDICTS: dict[tuple[int, int, int, int], Any] = {}
 
@@ -1101,18 +1096,10 @@ def write_index(
 
 
 class IndexWriter:
-    """`write_index` in steps, for a writer that knows some tables before the others: `put`
-    hands a finished table to a thread that writes it (the unchanged bytes copied
-    file-to-file, the checksums, and the start of the disk writeback of its range) while
-    the caller computes the rest; `finish` writes the tables not yet written, the footer,
-    fsyncs and renames, exactly as `write_index` does. An edit thus copies and hashes its
-    vectors beside the postings update instead of after it, and the fsync before the rename
-    waits for the tail of the file only (the rest is on its way to the disk already).
-
-    The file is published by `finish` only: until then it is a temp file, which `abort`
-    removes (a killed writer's is removed by the next one, under the writer lock). Tables
-    are laid out in the order they are put, then the others in `finish`'s order; the
-    footer lists them in `finish`'s order. Not thread-safe: one caller."""
+    """`write_index` in steps (docs/architecture.md, "The index file"): `put` hands a final
+    table to a thread that writes it while the caller computes the rest; `finish` writes
+    the others, the footer, fsyncs and renames; until then the file is a temp file, which
+    `abort` removes. Not thread-safe: one caller."""
 
     def __init__(self, path: Path | str, source: IndexFile | None = None):
         from kernel import private
