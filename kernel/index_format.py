@@ -1,41 +1,17 @@
 """The index file: its layout, its Arrow schemas and its version. Owned here, and only here.
 
-Layout (all integers little-endian):
-
-    [MAGIC 8 bytes][version u32][reserved u32]            16-byte header
-    [buffers] ... every Arrow buffer of every column, each starting on a 64-byte boundary
-    [footer: UTF-8 JSON {"version", "tables": {name: layout}, "meta": {...}}]
-    [footer length u64][footer xxh3-64 u64][MAGIC 8 bytes]  24-byte trailer
-
-A table's layout is {"schema": [offset, length] of its serialized Arrow schema, "rows": n,
-"columns": [array, ...], "h": xxh3 of the schema bytes} and an array is {"n": length,
-"z": null count, "b": [[offset, length] or null, ...] (its Arrow buffers, in Arrow's order),
-"h": [xxh3-64 of each buffer or null], "c": [child array, ...]}.
-
-Damage (format 3 on): every open checks the footer against its checksum in the trailer and
-every offsets buffer for bounds (monotone, inside its values): cheap, linear in the number
-of rows, and enough that no native call can read outside the map. The per-buffer checksums
-cover the bytes themselves; they
-are checked by `status --verify` (`verify_checksums`), by a writer before it reuses rows of
-the previous index, and when a reader meets an unexpected error (`damage_message`), not on
-every search. A reader maps
-the file once (`pyarrow.memory_map`) and builds every column zero-copy over its buffers
-(`pyarrow.Array.from_buffers`); the `vector` column of `chunks` is one contiguous float32
-buffer that NumPy views as an (n, d) matrix without a copy.
-
-Why our own container of raw buffers rather than Arrow IPC streams (format 1): a writer can
-then emit a column as the concatenation of slices of the previous index plus a few fresh rows,
-copying the unchanged bytes file-to-file, where IPC needs each column combined into one
-contiguous array in memory first. The only thing IPC gave us, the type description, is kept:
-each table's schema is stored as a serialized Arrow schema.
-
-A writer never touches the published file: it writes a temp file in the same folder, fsyncs it
-and `os.replace`s it over the old one, so a reader holds either the old snapshot or the new one.
+Layout, checks and writing: docs/architecture.md, "The index file". In short: a 16-byte
+header, every Arrow buffer of every column on a 64-byte boundary, a JSON footer of table
+layouts ({"schema", "rows", "columns": [{"n", "z", "b", "h", "c"}], "h"}) and meta, and a
+24-byte trailer (footer length, its xxh3-64, the magic). Every open checks the footer, the
+schemas and every offsets buffer; buffer checksums are checked by `verify_checksums`. A
+writer writes a temp file beside the index, fsyncs it and `os.replace`s it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -101,26 +77,73 @@ def frontmatter_date(value: Any) -> dt.datetime | None:
     return moment
 
 
-def _build_files_schema():
+# The tables' schemas (docs/architecture.md, "The index file"), built on first use
+# (`__getattr__`) so that importing this module does not import pyarrow.
+# `lexical`: one row per distinct term hash (`kernel.text_analysis`), sorted, with its chunk
+# ids ascending; `lexical_tf`/`lexical_lengths` hold each posting's and each chunk's
+# field-weighted tf and length, from which a reader computes BM25F (k1 and b in the meta key
+# `lexical`, with the analyzer version a reader checks). `lexical_forward`: row i is chunk i,
+# the positions of its postings in `lexical`'s flat order (for feedback). `schema`: the
+# merged frontmatter schema, one row a field. `links` (pipeline/pack/links.py, read by
+# query/links.py): one row per link, by file in line order, resolved in a one-file index
+# only (the meta key `links` then records the resolution's version). Near-duplicates
+# (`pipeline.pack.duplicates`): row i is chunk i, its SimHash `signature` and its `group`.
+def _build_schema(name: str) -> pa.Schema:
     import pyarrow as pa
 
-    return pa.schema(
-        [
-            ("file_id", pa.int32()),
-            ("path", pa.string()),  # relative to the project root, POSIX style
-            ("sha256", pa.string()),  # hex digest of the file's bytes
+    text, texts, i32 = pa.string(), pa.list_(pa.string()), pa.int32()
+    fields = {
+        "FILES_SCHEMA": [
+            ("file_id", i32),
+            ("path", text),  # relative to the project root, POSIX style
+            ("sha256", text),  # hex digest of the file's bytes
             ("size", pa.int64()),
             ("mtime", pa.float64()),
-            ("title", pa.string()),
-            ("frontmatter", pa.string()),  # JSON object
-            ("parse_error", pa.string()),  # null when the file parsed cleanly
-            ("cluster_id", pa.int32()),  # -1 when clustering is off or pending
-            # Format 5: Markdown conventions (`kernel.conventions`): the frontmatter's
-            # aliases, and the body's inline #tags without `#`.
-            ("aliases", pa.list_(pa.string())),
-            ("tags", pa.list_(pa.string())),
-        ]
-    )
+            ("title", text),
+            ("frontmatter", text),  # JSON object
+            ("parse_error", text),  # null when the file parsed cleanly
+            ("cluster_id", i32),  # -1 when clustering is off or pending
+            ("aliases", texts),  # format 5 (`kernel.conventions`): frontmatter aliases
+            ("tags", texts),  # and the body's inline #tags without `#`
+        ],
+        "CLUSTERS_SCHEMA": [
+            ("cluster_id", i32),
+            ("label", text),
+            ("keywords", texts),
+            ("size", i32),
+            ("representative_paths", texts),
+            ("centroid", pa.list_(pa.float32())),
+        ],
+        "SCHEMA_TABLE_SCHEMA": [
+            ("field", text),
+            ("type", text),  # the effective type: declared if the overlay gives one
+            ("inferred_type", text),  # string, number, boolean, date, list, object, mixed, none
+            ("type_counts", text),  # JSON {type: files}; more than one key means mixed
+            ("files", pa.int64()),  # files with a non-null value for the field
+            ("distinct", pa.int64()),  # distinct values (list fields: distinct elements)
+            ("values", text),  # JSON [[value, count], ...] for low-cardinality fields
+            ("description", text),
+            ("allowed", texts),
+            ("required", pa.bool_()),
+            ("declared", pa.bool_()),  # the overlay names the field
+            ("column", text),  # typed column in `files`, null when there is none
+        ],
+        # Files that break the overlay (documentation, not enforcement).
+        "SCHEMA_PROBLEMS_SCHEMA": [("path", text), ("field", text), ("problem", text)],
+        "LEXICAL_SCHEMA": [("term", pa.uint64()), ("df", i32), ("chunk_ids", pa.list_(i32))],
+        "LEXICAL_FORWARD_SCHEMA": [("postings", pa.list_(i32))],
+        "LINKS_SCHEMA": [
+            ("file_id", i32),
+            ("line", i32),  # 1-based, in the original file
+            ("kind", text),  # wikilink, embed, markdown or image
+            ("target", text),
+            ("anchor", text),
+            ("label", text),
+            ("resolved", text),  # null when it names no indexed file
+            ("broken", pa.bool_()),  # resolves to nothing and names a note (not an image)
+        ],
+    }[name]
+    return pa.schema(fields)
 
 
 def chunks_schema(dimensions: int) -> pa.Schema:
@@ -142,121 +165,10 @@ def chunks_schema(dimensions: int) -> pa.Schema:
     )
 
 
-def _build_clusters_schema():
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("cluster_id", pa.int32()),
-            ("label", pa.string()),
-            ("keywords", pa.list_(pa.string())),
-            ("size", pa.int32()),
-            ("representative_paths", pa.list_(pa.string())),
-            ("centroid", pa.list_(pa.float32())),
-        ]
-    )
-
-
-# The merged frontmatter schema (inferred on every ingest + the optional overlay), one row a
-# field. Types: string, number, boolean, date, list, object, mixed, or "none" for a field that
-# only the overlay declares. `column` names the typed column of `files` filters read.
-def _build_schema_table_schema():
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("field", pa.string()),
-            ("type", pa.string()),  # the effective type: declared if the overlay gives one
-            ("inferred_type", pa.string()),
-            ("type_counts", pa.string()),  # JSON {type: files}; more than one key means mixed
-            ("files", pa.int64()),  # files with a non-null value for the field
-            ("distinct", pa.int64()),  # distinct values (list fields: distinct elements)
-            (
-                "values",
-                pa.string(),
-            ),  # JSON [[value, count], ...] for low-cardinality fields, else null
-            ("description", pa.string()),
-            ("allowed", pa.list_(pa.string())),
-            ("required", pa.bool_()),
-            ("declared", pa.bool_()),  # the overlay names the field
-            ("column", pa.string()),  # typed column in `files`, null when there is none
-        ]
-    )
-
-
-# Files that break the overlay (documentation, not enforcement: they are indexed anyway).
-def _build_schema_problems_schema():
-    import pyarrow as pa
-
-    return pa.schema([("path", pa.string()), ("field", pa.string()), ("problem", pa.string())])
-
-
-# Lexical postings, CSC-like and zero-copy: one row per distinct term, sorted by `term` (the
-# analyzer's 64-bit hash, see `kernel.text_analysis`). `chunk_ids` is an Arrow list array, i.e.
-# one offsets buffer (term -> start, end) over a flat buffer of chunk ids (ascending inside a
-# term); the `lexical_tf` table holds each posting's field-weighted tf in the same order and
-# `lexical_lengths` each chunk's field-weighted length. A reader finds a term by
-# `searchsorted` and computes its BM25F weights from those (idf from df, the length norm per
-# chunk, with the k1 and b the index meta key `lexical` records): weights are not stored,
-# since they would repeat what tf and the lengths say at 4 bytes a posting (format 4). The
-# meta records the analyzer version too; a reader refuses postings of another analyzer.
-def _build_lexical_schema():
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("term", pa.uint64()),
-            ("df", pa.int32()),  # chunks holding the term
-            ("chunk_ids", pa.list_(pa.int32())),
-        ]
-    )
-
-
-# The forward view of the same postings, for pseudo-relevance feedback: row i is chunk i, with
-# the positions of its postings in `lexical`'s flat order (ascending, hence by term). A
-# position gives the term (the row whose offsets hold it) and the tf (`lexical_tf`), so
-# p(term | chunk) = tf / length, the relevance-model estimate, is not stored either.
-def _build_lexical_forward_schema():
-    import pyarrow as pa
-
-    return pa.schema([("postings", pa.list_(pa.int32()))])
-
-
-# Near-duplicate sections (`pipeline.pack.duplicates`): row i is chunk i, with its 64-bit SimHash
-# `signature` (uint64) and `group` (int32: the row of the first chunk of its group of near
-# copies, -1 when it has none). The meta key `near_duplicates` records the signature version.
-
-# -- The link graph (format 5) ----------------------------------------------------------------
-# One row per link a file holds, grouped by `file_id` (the linking file's row in `files`) in
-# line order: what was written (`kind`: wikilink, embed, markdown or image; `target` and
-# `anchor` as written, `label` the visible text) and, for a one-file index, the indexed path
-# it resolves to (`resolved`: null when it names no indexed file; `broken` when it names a
-# note no indexed file is, never for images and attachments). Written by
-# pipeline/pack/links.py, read by query/links.py. The meta key `links` records the
-# resolution's version; a sharded index keeps the rows unresolved and has no such key.
 LINKS_TABLE = "links"
 LINKS_META_KEY = "links"
-# Document ids (kernel/doc_ids.py): the meta key holding the paths whose short id collides
-# with another's, with their lengthened ids ({path: id}); absent or empty when none do.
+# Document ids (kernel/doc_ids.py): the meta key of {path: lengthened id} for colliding ids.
 DOC_IDS_META_KEY = "doc_ids"
-
-
-def _build_links_schema():
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("file_id", pa.int32()),
-            ("line", pa.int32()),  # 1-based, in the original file
-            ("kind", pa.string()),
-            ("target", pa.string()),
-            ("anchor", pa.string()),
-            ("label", pa.string()),
-            ("resolved", pa.string()),
-            ("broken", pa.bool_()),  # resolves to nothing and names a note (not an image)
-        ]
-    )
-
 
 # The clusters table's schema metadata key: JSON with k, silhouette, the candidates tried,
 # documents assigned since the last full clustering ("pending") and unclustered documents.
@@ -282,16 +194,14 @@ class IndexTooNew(IndexFormatError):
 def written_by_newer(path: Path | str) -> int | None:
     """The format version of the index at `path` when a newer mdvdb wrote it, else None
     (absent, foreign, older or current: the other checks speak for those). Reads its header
-    only, never through a FIFO or a device."""
-    import stat as stat_module
+    only, never through a link, a FIFO or a device (`kernel.safe_open.open_regular`)."""
+    from kernel.safe_open import open_regular
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
+        fd = open_regular(path)
+    except OSError:  # absent, or refused
         return None
     try:
-        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
-            return None
         head = os.pread(fd, HEADER.size, 0)
     finally:
         os.close(fd)
@@ -436,8 +346,7 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
     (`kernel.arrow_lite`; the cold search path), with the same checks. `lazy`: open (and
     check) each table on its first use instead, for a reader of many files that needs a few
     tables of each (a sharded index's shards)."""
-    # A second reader, kept because a cold search is faster with it than with pyarrow
-    # (docs/benchmarks.md, "One implementation (issue 33), session 15").
+    # A second reader: a cold search is faster with it (docs/benchmarks.md, session 15).
     if lite and not os.environ.get(ARROW_READER_ENV):
         return _read_index_lite(Path(path))
     import pyarrow as pa
@@ -461,20 +370,28 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
     tables: Any = _LazyTables(path, body, tables_layout)
     if not lazy:
         tables = {name: tables[name] for name in tables_layout}
-    index = IndexFile(
+    index = _mapped(path, stat, source, whole, body, meta, tables_layout, size)
+    index.tables, index.base_address = tables, whole.address
+    return _register(index)
+
+
+def _mapped(path: Path, stat, source, whole, body, meta, layouts, size: int) -> IndexFile:
+    return IndexFile(
         path=path,
         meta=meta,
-        tables=tables,
         size=size,
         mtime_ns=stat.st_mtime_ns,
         inode=stat.st_ino,
         device=stat.st_dev,
         source=source,
-        base_address=whole.address,
+        layouts=layouts,
+        body=body,
+        whole=whole,
+        ends=_ends_of(whole),
     )
-    index.layouts = tables_layout
-    index.body = body
-    _keep_ends(index, whole)
+
+
+def _register(index: IndexFile) -> IndexFile:
     _OPENED.append(weakref.ref(index))
     del _OPENED[:-8]
     return index
@@ -500,11 +417,6 @@ def _regular_stat(path: Path) -> os.stat_result:
         return os.fstat(fd)
     finally:
         os.close(fd)
-
-
-def _keep_ends(index: IndexFile, whole: Any) -> None:
-    index.whole = whole
-    index.ends = _ends_of(whole)
 
 
 def _ends_of(whole: Any) -> bytes:
@@ -546,15 +458,7 @@ class _LazyTables(Mapping):
             layout = self._layouts[name]  # KeyError: no such table, as a dict says
             try:
                 found = self._open[name] = _open_table(self._body, layout)
-            except (
-                KeyError,
-                TypeError,
-                ValueError,
-                IndexError,
-                OverflowError,
-                OSError,  # Arrow's IO errors ("Invalid flatbuffers message")
-                pa.ArrowException,
-            ) as exc:
+            except (*_OPEN_ERRORS, pa.ArrowException) as exc:
                 raise IndexDamaged(self._path, f"table {name}: {exc}") from None
         return found
 
@@ -581,7 +485,8 @@ def _region(body: pa.Buffer | memoryview, where: list[int]) -> pa.Buffer | memor
 # serve: a way around a reader bug.
 ARROW_READER_ENV = "MDVDB_ARROW_READER"
 
-# Exceptions a damaged footer or buffer can raise while a table is opened.
+# Exceptions a damaged footer or buffer can raise while a table is opened (OSError: Arrow's
+# IO errors, "Invalid flatbuffers message").
 _OPEN_ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError, OSError)
 
 
@@ -601,29 +506,14 @@ def _read_index_lite(path: Path) -> IndexFile:
     except (OSError, ValueError) as exc:
         raise _unopenable(path, exc) from None
     whole = memoryview(source)
-    size = whole.nbytes
     footer_at, tables_layout, meta = _footer(path, whole)
-    body = whole[:footer_at]
-    index = IndexFile(
-        path=path,
-        meta=meta,
-        size=size,
-        mtime_ns=stat.st_mtime_ns,
-        inode=stat.st_ino,
-        device=stat.st_dev,
-        source=source,
-    )
-    index.layouts = tables_layout
-    index.body = body
-    _keep_ends(index, whole)
+    index = _mapped(path, stat, source, whole, whole[:footer_at], meta, tables_layout, whole.nbytes)
     for name, layout in tables_layout.items():
         try:
             index.tables[name] = _open_table_lite(index, name, layout)
         except _OPEN_ERRORS as exc:
             raise IndexDamaged(path, f"table {name}: {exc}") from None
-    _OPENED.append(weakref.ref(index))
-    del _OPENED[:-8]
-    return index
+    return _register(index)
 
 
 def _open_table_lite(index: IndexFile, name: str, layout: dict[str, Any]) -> Any:
@@ -775,11 +665,7 @@ def _open_array(kind: pa.DataType, desc: dict[str, Any], body: pa.Buffer) -> pa.
 def _child_types(kind: pa.DataType) -> list[pa.DataType]:
     import pyarrow as pa
 
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return [kind.value_type]
-    if pa.types.is_fixed_size_list(kind):
-        return [kind.value_type]
-    return []
+    return [kind.value_type] if _is_list(kind) or pa.types.is_fixed_size_list(kind) else []
 
 
 def _buffer_count(kind: pa.DataType) -> int:
@@ -787,20 +673,30 @@ def _buffer_count(kind: pa.DataType) -> int:
 
     if pa.types.is_fixed_size_list(kind):
         return 1
-    if _has_offsets(kind):
-        is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
-        return 2 if is_list else 3
-    return 2
+    return 3 if _has_offsets(kind) and not _is_list(kind) else 2
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
+
+
+def _offset_type(kind: pa.DataType) -> Any:
+    """The NumPy type of a variable-size type's offsets."""
+    import numpy as np
+    import pyarrow as pa
+
+    t = pa.types
+    wide = t.is_large_list(kind) or t.is_large_string(kind) or t.is_large_binary(kind)
+    return np.int64 if wide else np.int32
 
 
 def _check_offsets(kind: pa.DataType, array: pa.Array, buffers: list) -> None:
     import numpy as np
-    import pyarrow as pa
 
-    wide = pa.types.is_large_list(kind) or pa.types.is_large_string(kind)
-    wide = wide or pa.types.is_large_binary(kind)
-    offsets = np.frombuffer(buffers[1], dtype=np.int64 if wide else np.int32)[: len(array) + 1]
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+    offsets = np.frombuffer(buffers[1], dtype=_offset_type(kind))[: len(array) + 1]
+    if _is_list(kind):
         limit = len(array.values)
     else:
         limit = buffers[2].size if buffers[2] is not None else 0
@@ -817,9 +713,8 @@ def verify_checksums(index: IndexFile) -> list[str]:
     """Hash every buffer and compare with the footer: the problems, by table and column.
     Reads the whole file."""
     problems: list[str] = []
-    body = getattr(index, "body", None)
-    layouts = getattr(index, "layouts", None)
-    if body is None or layouts is None:
+    body, layouts = index.body, index.layouts
+    if body is None:
         return ["this index was not read from a file"]
     regions: list[list[int]] = []
     for name, layout in layouts.items():
@@ -849,14 +744,9 @@ def verify_checksums(index: IndexFile) -> list[str]:
     return problems
 
 
-# -- checksum verdicts, once per file -----------------------------------------------------
-#
-# A writer reuses bytes of the previous index (pack's rows; the write side's cache of records
-# and vectors, `pipeline.state.Published`) only from a file whose checksums hold, and checking
-# them reads the whole file. So the verdict is kept per file
-# identity (device, inode, size, mtime) for the life of the process: computed once however
-# many ask, never for a file this process wrote (`IndexWriter.finish` records it), and
-# possibly begun early on a thread (`check_soon`) while the run does other work.
+# -- checksum verdicts, once per file (device, inode, size, mtime) and process: a writer
+# reuses bytes only of a file whose checksums hold; a file this process wrote is trusted
+# (`IndexWriter.finish`), and a check may begin early on a thread (`check_soon`).
 
 _VERDICTS: dict[tuple[int, int, int, int], Any] = {}
 
@@ -1007,7 +897,6 @@ class _Plan:
 
 
 def _plan(kind: pa.DataType, chunks: list[pa.Array]) -> _Plan:
-    import numpy as np
     import pyarrow as pa
 
     chunks = [c for c in chunks if len(c)]
@@ -1019,11 +908,8 @@ def _plan(kind: pa.DataType, chunks: list[pa.Array]) -> _Plan:
         parts = [c.values.slice(c.offset * size, len(c) * size) for c in chunks]
         return _Plan(length, nulls, [validity], [_plan(kind.value_type, parts)])
     if _has_offsets(kind):
-        wide = pa.types.is_large_list(kind) or pa.types.is_large_string(kind)
-        wide = wide or pa.types.is_large_binary(kind)
-        dtype = np.int64 if wide else np.int32
-        offsets, spans = _offsets(chunks, dtype)
-        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets, spans = _offsets(chunks, _offset_type(kind))
+        if _is_list(kind):
             parts = [c.values.slice(a, b - a) for c, (a, b) in zip(chunks, spans, strict=True)]
             return _Plan(length, nulls, [validity, [offsets]], [_plan(kind.value_type, parts)])
         data = [
@@ -1046,17 +932,9 @@ def _plan(kind: pa.DataType, chunks: list[pa.Array]) -> _Plan:
 def _has_offsets(kind: pa.DataType) -> bool:
     import pyarrow as pa
 
-    return any(
-        test(kind)
-        for test in (
-            pa.types.is_list,
-            pa.types.is_large_list,
-            pa.types.is_string,
-            pa.types.is_large_string,
-            pa.types.is_binary,
-            pa.types.is_large_binary,
-        )
-    )
+    t = pa.types
+    strings = (t.is_string, t.is_large_string, t.is_binary, t.is_large_binary)
+    return _is_list(kind) or any(test(kind) for test in strings)
 
 
 def _offsets(chunks: list[pa.Array], dtype) -> tuple[Any, list[tuple[int, int]]]:
@@ -1096,10 +974,9 @@ class _Sink:
     def __init__(self, fd: int, source: IndexFile | None):
         self.fd = fd
         self.at = 0
-        # Hand what is written to the disk as it is written (`IndexWriter`), by a flusher
-        # started when the first step is due (a small index never starts one); else the
-        # fsync alone writes it.
-        self.flush = False
+        # Hand what is written to the disk as it is written, by a flusher started when the
+        # first step is due (a small index never starts one); else the fsync alone writes it.
+        self.flush = True
         self.writeback: _Flusher | None = None
         self.handed = 0  # the file up to here was handed to the flusher
         usable = source is not None and source.source is not None
@@ -1219,25 +1096,16 @@ def write_index(
 
 
 class IndexWriter:
-    """`write_index` in steps, for a writer that knows some tables before the others: `put`
-    hands a finished table to a thread that writes it (the unchanged bytes copied
-    file-to-file, the checksums, and the start of the disk writeback of its range) while
-    the caller computes the rest; `finish` writes the tables not yet written, the footer,
-    fsyncs and renames, exactly as `write_index` does. An edit thus copies and hashes its
-    vectors beside the postings update instead of after it, and the fsync before the rename
-    waits for the tail of the file only (the rest is on its way to the disk already).
-
-    The file is published by `finish` only: until then it is a temp file, which `abort`
-    removes (a killed writer's is removed by the next one, under the writer lock). Tables
-    are laid out in the order they are put, then the others in `finish`'s order; the
-    footer lists them in `finish`'s order. Not thread-safe: one caller."""
+    """`write_index` in steps (docs/architecture.md, "The index file"): `put` hands a final
+    table to a thread that writes it while the caller computes the rest; `finish` writes
+    the others, the footer, fsyncs and renames; until then the file is a temp file, which
+    `abort` removes. Not thread-safe: one caller."""
 
     def __init__(self, path: Path | str, source: IndexFile | None = None):
-        self.path = Path(path)
-        if not self.path.parent.is_dir():
-            from kernel import private
+        from kernel import private
 
-            private.make_dir(self.path.parent)
+        self.path = Path(path)
+        private.make_dir(self.path.parent)  # 0700, when missing
         # mkstemp makes the file 0600 whatever the umask: the index holds the notes' text
         # (see docs/security.md). `os.replace` renames over `path`: a symlink there is
         # replaced, its target never written.
@@ -1254,7 +1122,6 @@ class IndexWriter:
         self._queue: Any = None
         try:
             self._sink = _Sink(self._fd, source)
-            self._sink.flush = True
             self._sink.write(HEADER.pack(MAGIC, FORMAT_VERSION, 0))
         except BaseException:
             self.abort()
@@ -1398,11 +1265,9 @@ class _Flusher:
 
 
 def _start_writeback(fd: int, offset: int, length: int) -> bool:
-    """Ask the kernel to start writing a range of the temp file to disk now, without waiting
-    for it (Linux's `sync_file_range(SYNC_FILE_RANGE_WRITE)`, which the `os` module does not
-    offer: called through ctypes; elsewhere nothing): the fsync before the rename then waits
-    only for what is still dirty. Durability still comes from that fsync. Returns whether
-    the kernel took the request."""
+    """Ask the kernel to start writing a range to disk now, without waiting (Linux's
+    `sync_file_range`, through ctypes); durability still comes from the fsync. Returns
+    whether the kernel took the request."""
     sync = _sync_file_range()
     if sync is None:
         return False
@@ -1410,24 +1275,22 @@ def _start_writeback(fd: int, offset: int, length: int) -> bool:
 
 
 _SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>
-_SYNC: list[Any] = []
 
 
+@functools.cache
 def _sync_file_range() -> Any:
     """libc's `sync_file_range`, or None where there is none (not Linux, no glibc)."""
-    if not _SYNC:
-        found = None
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
 
-                found = ctypes.CDLL(None, use_errno=True).sync_file_range
-                found.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-                found.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                found = None
-        _SYNC.append(found)
-    return _SYNC[0]
+        found = ctypes.CDLL(None, use_errno=True).sync_file_range
+        found.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        found.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return found
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -1443,22 +1306,13 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-_LAZY_SCHEMAS = {
-    "FILES_SCHEMA": _build_files_schema,
-    "CLUSTERS_SCHEMA": _build_clusters_schema,
-    "SCHEMA_TABLE_SCHEMA": _build_schema_table_schema,
-    "SCHEMA_PROBLEMS_SCHEMA": _build_schema_problems_schema,
-    "LEXICAL_SCHEMA": _build_lexical_schema,
-    "LEXICAL_FORWARD_SCHEMA": _build_lexical_forward_schema,
-    "LINKS_SCHEMA": _build_links_schema,
-}
+_SCHEMAS = {f"{t}_SCHEMA" for t in ("FILES", "CLUSTERS", "SCHEMA_TABLE", "SCHEMA_PROBLEMS")}
+_SCHEMAS |= {"LEXICAL_SCHEMA", "LEXICAL_FORWARD_SCHEMA", "LINKS_SCHEMA"}
 
 
 def __getattr__(name: str):
-    """The Arrow schemas are built on first use, so that importing this module (to name a
-    temp file, read a constant) does not import pyarrow (a no-op ingest never needs it)."""
-    if name in _LAZY_SCHEMAS:
-        value = _LAZY_SCHEMAS[name]()
-        globals()[name] = value
+    """The Arrow schemas, built on first use (a no-op ingest never imports pyarrow)."""
+    if name in _SCHEMAS:
+        value = globals()[name] = _build_schema(name)
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,32 +1,8 @@
 """What is in a project: the one set of rules that ingest, watch, status and grep all apply.
 
-A file is in the project when it is Markdown (`*.md`, `*.markdown`), lies under a source folder
-that is inside the root, and nothing ignores it:
-
-- the always-ignored folders (`BUILTIN_IGNORES`: node_modules/, build/, .git/ ...), at any depth;
-- the index file and the state folder;
-- `MDVDB_IGNORE_PATTERNS` (gitignore syntax, relative to the root; they only exclude: a
-  `!pattern` there is dropped, since nothing could follow it anywhere else);
-- every `.gitignore` on the way down: from the top of the git repository holding the root (or
-  the root itself when there is none) to the file's folder. Deeper files win, as in git.
-
-Two consumers read the rules differently. The walk (`pipeline.walk.discover`) applies them with
-`pathspec`, folder by folder. `mdvdb grep` hands them to ripgrep (`rg_rules`): the built-ins and
-user patterns as `--glob !...` overrides (which nothing re-includes), and every `.gitignore`
-(above the root, and each one below a searched folder that the walk would enter) translated
-into one root-relative ignore file: rg reads no `.gitignore` itself (a FIFO or a link to
-`/dev/zero` there would stop it; each is read here as the walk reads it), and its own reading
-of parent `.gitignore` files misses patterns anchored to another folder. rg runs in the root,
-so anchored patterns mean the same to both.
-
-A source folder named in `MDVDB_SOURCE_DIRS` is used when it resolves inside the root (or
-`MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT=true`); one that a `.gitignore` ignores is skipped; one that
-is, or lies in, an always-ignored folder is used with a warning, because naming it is a request
-but easy to make by mistake (`MDVDB_SOURCE_DIRS=.,build`). Each of these comes with one line
-(`SourceFolder.problem`) that ingest and grep print alike.
-
-This module imports only the standard library at import time: `mdvdb grep`, a short command,
-loads it; `pathspec` is imported by the walk's functions only.
+The rules, their two forms (the walk's, with `pathspec`; ripgrep's, `rg_rules`) and the
+source-folder verdicts: docs/architecture.md, "Kernel modules in detail", "Project files and
+ignore rules". Only the standard library at import time (`mdvdb grep` loads this module).
 """
 
 from __future__ import annotations
@@ -112,45 +88,23 @@ def _source_verdicts(config: Config) -> list[SourceFolder]:
     out = []
     for raw, path in zip(config.source_dirs, config.source_paths(), strict=True):
         if not inside(path, config.root):
-            if config.follow_outside_root:
-                out.append(SourceFolder(raw, path, None))
-            else:
-                out.append(
-                    SourceFolder(
-                        raw,
-                        path,
-                        None,
-                        True,
-                        "source folder is outside the project root, skipped",
-                    )
-                )
+            skipped = not config.follow_outside_root
+            why = "source folder is outside the project root, skipped" if skipped else None
+            out.append(SourceFolder(raw, path, None, skipped, why))
             continue
         rel = path.relative_to(config.root).as_posix()
         rel = "" if rel == "." else rel
         builtin = [part for part in rel.split("/") if part in BUILTIN_IGNORES] if rel else []
+        skipped, why = False, None
         if rel and _gitignored_folder(config, rel):
-            out.append(
-                SourceFolder(
-                    raw,
-                    path,
-                    rel,
-                    True,
-                    "source folder is ignored by a .gitignore or MDVDB_IGNORE_PATTERNS, skipped",
-                )
-            )
+            skipped = True
+            why = "source folder is ignored by a .gitignore or MDVDB_IGNORE_PATTERNS, skipped"
         elif builtin:
-            out.append(
-                SourceFolder(
-                    raw,
-                    path,
-                    rel,
-                    False,
-                    f"source folder is in the always-ignored folder {builtin[0]}/: "
-                    "searched because MDVDB_SOURCE_DIRS names it",
-                )
+            why = (
+                f"source folder is in the always-ignored folder {builtin[0]}/: "
+                "searched because MDVDB_SOURCE_DIRS names it"
             )
-        else:
-            out.append(SourceFolder(raw, path, rel))
+        out.append(SourceFolder(raw, path, rel, skipped, why))
     return out
 
 

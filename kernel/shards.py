@@ -1,25 +1,6 @@
 """A sharded index (`MDVDB_SHARDS` > 1): N ordinary index files and the manifest that
-publishes one consistent set of them.
-
-Layout, in `Config.shards_path` (the index file's name + `.shards`):
-
-    manifest.json              {"format", "shards", "generation", "files": [...], "global", "meta"}
-    shard-003-g000012.index    shard 3 as written by generation 12: an index file of the usual
-                               format over the files whose path hashes to 3
-    global-g000012.index       the corpus-wide tables: `near_duplicates` in global chunk
-                               order (groups span shards) and `clusters` (sizes over all files)
-
-Why a manifest and generation-named files: a shard file is never rewritten in place. A pack
-writes the shards an edit touches under new names, then publishes the manifest by atomic
-rename; that rename is the commit. A reader reads the manifest once and maps the files it
-names, so it holds one consistent set even while the next generation is being written. Files
-that neither the new manifest nor the one before it name are removed after the publish (one
-generation of grace for a reader that read the old manifest and has not mapped its files yet;
-a reader that still misses a file re-reads the manifest).
-
-Global order: a sharded index presents its rows exactly as the one-file index of the same
-files would: files in path order, each file's chunks in file order. `global_order` computes
-that permutation from the shards' own (path-ordered) rows; the writer and the reader share it.
+publishes one consistent set of them. Layout, generations and the global order:
+docs/architecture.md, "Kernel modules in detail", "The sharded index".
 """
 
 from __future__ import annotations

@@ -1,33 +1,8 @@
 """The text analyzer behind lexical search: one function, used verbatim at index and query time.
 
-It is part of the index format: postings store hashed terms this module produced, so a query
-analysed any other way would silently miss. `ANALYZER_VERSION` goes into the index meta and the
-reader refuses postings built by another version. Change anything here that alters the terms a
-text yields (the regexes, the stop-words, the stemmers, the hash) and you must bump it.
-
-What it does, and why:
-- NFKC + casefold, so full-width Latin, ligatures and case variants meet.
-- Words are runs of letters and digits (`[^\\W_]+`): `snake_case` and `tar.gz` split into their
-  parts, which is what a person types. Single-character words are dropped except in CJK.
-- Han, Kana and Hangul have no spaces between words: a run of them becomes overlapping character
-  bigrams (a lone character stays a unigram), the usual dictionary-free way to make Chinese,
-  Japanese and Korean searchable; a query analysed the same way matches any substring of 2+.
-- Latin-script words are stemmed with Snowball (PyStemmer, a C extension, and the same
-  algorithm the bm25s baseline uses) in the language of their chunk: English unless the
-  chunk's own stop words say French, German, Spanish... (`chunk_language`, `LANGUAGES`);
-  Cyrillic words with the Russian Snowball stemmer. Other scripts (Arabic, Greek,
-  Devanagari...) are kept as whole lower-cased words.
-- A short English stop-word list is removed; words of other languages are all kept.
-- A chunk stemmed in another language than English also holds that language's marker term
-  (`language_marker`, a posting with no weight), so the postings say which languages their
-  chunks were stemmed in. A query's language cannot be told from a few words: where the
-  index holds other languages, each query word is stemmed in English and in each of them,
-  and the variant the postings hold most often stands for the word (`QueryLexicon`): one
-  term per word, as before, so no word counts twice. An index of English only analyses a
-  query exactly as before.
-- Terms are stored as 64-bit BLAKE2b hashes, so neither side needs a vocabulary: the writer
-  builds postings with NumPy alone and the reader finds a term by `searchsorted`. With ~10^6
-  distinct terms a collision has odds near 10^-7.
+Part of the index format: bump `ANALYZER_VERSION` for any change to the terms a text yields
+(the reader refuses postings of another version). What it does and why: docs/architecture.md,
+"Kernel modules in detail", "The text analyzer".
 """
 
 from __future__ import annotations
@@ -77,20 +52,14 @@ CJK_RANGES = (
 )
 # Tokens: a CJK run (group 1) or a run of other letters and digits (group 2). Compiling this
 # pattern is slow (its character classes span most of Unicode), so it is compiled on first
-# use by a non-ASCII text; an ASCII text, where no CJK
-# character can occur, is split by the equivalent ASCII pattern (group 1 always empty).
+# use by a non-ASCII text; an ASCII text, where no CJK character can occur, is split by
+# `_ASCII_WORD` (`_tokens`).
 _TOKEN_PATTERN = rf"([{CJK_RANGES}]+)|([^\W_{CJK_RANGES}]+)"
-_ASCII_TOKEN = re.compile(r"()([^\W_]+)")
 
 
 @lru_cache(maxsize=1)
 def _token() -> re.Pattern[str]:
     return re.compile(_TOKEN_PATTERN)
-
-
-def _token_pairs(text: str) -> list[tuple[str, str]]:
-    """(cjk run, other word) per token, one of them empty: `findall` of the token pattern."""
-    return (_ASCII_TOKEN if text.isascii() else _token()).findall(text)
 
 
 _LATIN = re.compile(r"[a-z0-9\u00c0-\u024f]+")
@@ -117,31 +86,22 @@ def _stemmers():
 
 def words(text: str) -> list[str]:
     """The analysed terms of a text, in order (duplicates kept: term frequency matters)."""
-    english, russian = _stemmers()
-    text = unicodedata.normalize("NFKC", text).casefold()
-    out: list[str] = []
-    latin: list[str] = []
-    cyrillic: list[str] = []
-    for cjk, word in _token_pairs(text):
-        if cjk:
-            if len(cjk) == 1:
-                out.append(cjk)
-            else:
-                out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
-        elif len(word) > 1 and word not in STOP_WORDS:
-            if _LATIN.fullmatch(word):
-                latin.append(word)
-                out.append("\x00")  # placeholder, filled in order below
-            elif _CYRILLIC.fullmatch(word):
-                cyrillic.append(word)
-                out.append("\x01")
-            else:
-                out.append(word)
-    if latin or cyrillic:
-        stems = iter(english.stemWords(latin))
-        rstems = iter(russian.stemWords(cyrillic))
-        out = [next(stems) if t == "\x00" else next(rstems) if t == "\x01" else t for t in out]
-    return out
+    return [term for token in _tokens(text) for term in _token_words(token, "en")]
+
+
+def _token_words(token: str | tuple[str, str], language: str) -> list[str]:
+    """The terms one token (a word, or a (CJK run, word) pair) yields, each on its own:
+    CJK bigrams, no stop word, Latin words stemmed in `language`, Cyrillic in Russian."""
+    cjk, word = token if isinstance(token, tuple) else ("", token)
+    if cjk:
+        return [cjk] if len(cjk) == 1 else [cjk[i : i + 2] for i in range(len(cjk) - 1)]
+    if len(word) < 2 or word in STOP_WORDS:
+        return []
+    if _LATIN.fullmatch(word):
+        return [_stemmer(language).stemWord(word)]
+    if _CYRILLIC.fullmatch(word):
+        return [_stemmers()[1].stemWord(word)]
+    return [word]
 
 
 @lru_cache(maxsize=200_000)
@@ -166,31 +126,18 @@ def _stemmer(language: str):
 
 
 class _TokenTerms(dict):
-    """Token (a word, or a (CJK run, word) pair of the full pattern) -> the term hashes it
-    yields, its Latin words stemmed in `language`. `words` treats each token on its own
-    (stop word, stem, bigrams), so the terms of a text are the concatenation of its tokens'
-    terms: an ingest analyses the same few thousand words over and over, and a dictionary
-    hit replaces the per-word regex, stem and hash calls."""
+    """Token -> the hashes of its terms (`_token_words` in `language`): an ingest analyses
+    the same few thousand words over and over, and a dictionary hit replaces the per-word
+    regex, stem and hash calls."""
 
     def __init__(self, language: str = "en") -> None:
         super().__init__()
         self.language = language
 
     def __missing__(self, token: str | tuple[str, str]) -> tuple[int, ...]:
-        cjk, word = token if isinstance(token, tuple) else ("", token)
-        if cjk:
-            terms = [cjk] if len(cjk) == 1 else [cjk[i : i + 2] for i in range(len(cjk) - 1)]
-        elif len(word) < 2 or word in STOP_WORDS:
-            terms = []
-        elif _LATIN.fullmatch(word):
-            terms = [_stemmer(self.language).stemWord(word)]
-        elif _CYRILLIC.fullmatch(word):
-            terms = [_stemmers()[1].stemWord(word)]
-        else:
-            terms = [word]
         if len(self) >= TOKEN_CACHE_MAX:
             self.clear()
-        found = self[token] = tuple(term_hash(t) for t in terms)
+        found = self[token] = tuple(map(term_hash, _token_words(token, self.language)))
         return found
 
 
@@ -213,7 +160,7 @@ def forget() -> None:
     term_hash.cache_clear()
 
 
-_ASCII_WORD = re.compile(r"[^\W_]+")  # `_ASCII_TOKEN` without its groups: the words alone
+_ASCII_WORD = re.compile(r"[^\W_]+")  # an ASCII text's tokens (no CJK run)
 
 
 def _tokens(text: str) -> list:

@@ -1,20 +1,7 @@
-"""The per-user cache: model-derived files kept once per user, never per project.
-
-What lives here is derived from a model's own files and is the same for every project that
-uses the model: the float32 copy of WordLlama's token table and the query-sized BPE
-lookup DB. Each is named by the SHA-256 of the file it was derived from, so a new model
-version gets new files and two versions never mix. Every write is a temp file in the same
-folder plus `os.replace`: two processes building the same file at once each write their own
-temp file and the last rename wins, with identical bytes; a reader never sees half a file.
-
-Where: `MDVDB_CACHE_DIR` if set (tests point it at a temp folder), else the user cache folder
-platformdirs gives for "mdvdb" (`$XDG_CACHE_HOME/mdvdb` or `~/.cache/mdvdb` on Linux,
-`~/Library/Caches/mdvdb` on macOS, `%LOCALAPPDATA%\\mdvdb\\Cache` on Windows). On Linux the
-folder is computed here without importing platformdirs (an import a cold `mdvdb search`
-would pay for one path); `tests/test_footprint.py` checks the two agree.
-
-Nothing here is needed: a cache that cannot be written (read-only home, full disk) only means
-the slower path (read the model's own files) every time.
+"""The per-user cache: model-derived files kept once per user, never per project, each named
+by the SHA-256 of its source and written by temp file + rename; optional (an unwritable cache
+only means the slower path). Where and why: docs/architecture.md, "Kernel modules in detail",
+"The per-user cache".
 """
 
 from __future__ import annotations

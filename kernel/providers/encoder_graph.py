@@ -1,22 +1,8 @@
 """Build an ONNX graph of a BERT-style encoder straight from its safetensors, int8 where it is safe.
 
-No torch and no exporter: the graph is written node by node with the `onnx` package, from the
-same tensors the NumPy forward pass (`minilm.BertEncoder`) reads, so the two compute the same
-function. It is built once per model (a few seconds) and cached per user (`encoder_onnx`).
-
-Quantisation, chosen by measurement (docs/search-quality.md, "Encoders: WordLlama vs MiniLM"):
-the weight matrices are stored as int8 with one scale per output column (symmetric), and each
-product runs as onnxruntime's `DynamicQuantizeMatMul` (the activations are quantised to uint8
-per tensor on the fly; on CPUs with VNNI/AMX the product is an integer kernel). The
-feed-forward down projection's input (the GELU output) has a few channels with outliers far
-above the rest, so quantised per tensor it moved vectors too far: it runs as `MatMulNBits`
-instead, 8-bit weights and int8 products with the activations quantised per block of 256
-(accuracy level 4), which keeps each outlier inside its block: faster than a float32 product
-at the same cosines (docs/benchmarks.md, "MiniLM's speed on real text: where the time goes").
-That kernel exists on x86 from onnxruntime 1.22 (`blockwise_kernel`); elsewhere the down
-projection stays float32. The attention products (Q·Kᵀ and softmax·V) have no fixed weights
-to quantise and run in onnxruntime's fused `MultiHeadAttention`. The attention scale 1/√d is
-folded into the query weights.
+No torch and no exporter: node by node with `onnx`, from the tensors the NumPy reference reads.
+The quantisation and why: docs/architecture.md, "Kernel modules in detail", "The ONNX encoder
+graph".
 """
 
 from __future__ import annotations

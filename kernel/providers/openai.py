@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kernel.providers.base import ProviderError
-from kernel.providers.http import HttpEmbeddingProvider, HttpSettings
+from kernel.providers.http import HttpEmbeddingProvider
 
 OPENAI_BASE = "https://api.openai.com"
 # All of OpenAI's embedding models take 8192 tokens (8191 plus an end token).
@@ -87,14 +87,7 @@ def openai_provider(config) -> OpenAIProvider:
         url = embeddings_url(base)
     except ProviderError as exc:
         raise ProviderError(f"openai: OPENAI_BASE_URL {exc}") from None
-    return OpenAIProvider(
-        config.embedding_model,
-        config.embedding_dimensions,
-        url,
-        HttpSettings.from_config(config),
-        api_key=key,
-        max_input_tokens=config.embedding_max_input_tokens,
-    )
+    return OpenAIProvider.for_config(config, url, key)
 
 
 def custom_provider(config) -> CustomProvider:
@@ -102,11 +95,5 @@ def custom_provider(config) -> CustomProvider:
         url = embeddings_url(config.embedding_endpoint or "")
     except ProviderError as exc:
         raise ProviderError(f"custom: MDVDB_EMBEDDING_ENDPOINT {exc}") from None
-    return CustomProvider(
-        config.embedding_model,
-        config.embedding_dimensions,
-        url,
-        HttpSettings.from_config(config),
-        api_key=config.endpoint_key("MDVDB_EMBEDDING_ENDPOINT", "custom"),
-        max_input_tokens=config.embedding_max_input_tokens,
-    )
+    key = config.endpoint_key("MDVDB_EMBEDDING_ENDPOINT", "custom")
+    return CustomProvider.for_config(config, url, key)
