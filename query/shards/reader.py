@@ -1,21 +1,6 @@
-"""Reading a sharded index (`MDVDB_SHARDS` > 1; kernel/shards.py): one generation of shard
-files seen as one index in the one-file order, every score computed in its shard and
-scattered back, so a sharded search answers exactly as the unsharded one.
-
-`ShardedSnapshot` pins a generation (the manifest, read once) and opens each shard's tables
-lazily; `files` and `chunks` are gathered into the one-file order only when read, so row ids
-mean the same in both layouts. Each `ShardPart` (query/shards/part.py, here on threads or on
-Ray Serve) scores its own rows:
-- BM25F (`ShardedLexical`) with GLOBAL statistics: the chunk count, each term's df summed
-  over the shards, the length norm from the mean over every chunk in the one-file order
-  (a float32 mean is order-sensitive);
-- page-level BM25 (a file's chunks all live in one shard) and RM3 (the feedback chunks'
-  postings laid out in the given order before they are summed);
-- the dense side (`ShardedVectors`, `ShardedDense`): the one-file scorer per shard, its best
-  rows and a fill for the rest; a cosine is a per-row dot product, so the one-file bits.
-Each chunk's score is the same float32 operations in the same order as the one-file index's
-(tests/test_shards.py).
-"""
+"""Reading a sharded index (`MDVDB_SHARDS` > 1; kernel/shards.py) as one index in the one-file
+order, every score computed in its shard with the corpus-wide statistics, so a sharded search
+answers exactly as the unsharded one (docs/scale-out.md, "What is built" and "Exactness")."""
 
 from __future__ import annotations
 
@@ -415,6 +400,14 @@ def _stored_chunk_files(extra: index_format.IndexFile, chunks: int, files: int):
     return ids
 
 
+def local_rows(where: tuple[np.ndarray, np.ndarray], rows, parts: int) -> list[np.ndarray]:
+    """Global rows as each of `parts` shards' local rows (`where`: `by_shard`'s)."""
+    shard_of, local_of = where
+    rows = np.asarray(rows, dtype=np.int64)
+    owners = shard_of[rows]
+    return [local_of[rows[owners == i]].astype(np.int32) for i in range(parts)]
+
+
 def split_postings(chunks: np.ndarray, answer) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """A `feedback_postings` answer (hashes, tf, sizes) as chunk -> (hashes, tf)."""
     hashes, tf, sizes = answer
@@ -425,8 +418,8 @@ def split_postings(chunks: np.ndarray, answer) -> dict[int, tuple[np.ndarray, np
     }
 
 
-def _by_shard(chunk_ids: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each global chunk: its shard and its local row."""
+def by_shard(chunk_ids: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each of `n` global rows (chunks, or files): its shard and its local row."""
     shard_of = np.empty(n, dtype=np.int32)
     local_of = np.empty(n, dtype=np.int64)
     for shard, ids in enumerate(chunk_ids):
@@ -456,7 +449,7 @@ class ShardedVectors:
     @property
     def where(self) -> tuple[np.ndarray, np.ndarray]:
         if self._where is None:
-            self._where = _by_shard(self.chunk_ids, self.shape[0])
+            self._where = by_shard(self.chunk_ids, self.shape[0])
         return self._where
 
     def row_dots(self, vector: np.ndarray) -> np.ndarray:
@@ -522,10 +515,7 @@ class ShardedDense:
         depths = [shard_depth(len(ids), n, keep) for ids in self.vectors.chunk_ids]
         local: list[np.ndarray | None] = [None] * len(parts)
         if also is not None and len(also):
-            shard_of, row_of = self.vectors.where
-            also = np.asarray(also, dtype=np.int64)
-            for i in range(len(parts)):
-                local[i] = row_of[also[shard_of[also] == i]].astype(np.int32)
+            local = local_rows(self.vectors.where, also, len(parts))
         answers = call_each(
             parts, "dense", [(*args, depths[i], local[i]) for i in range(len(parts))]
         )
@@ -663,7 +653,7 @@ class ShardedLexical:
         """For each global chunk: its shard and its local row (built once, then kept)."""
         found = getattr(self, "_where", None)
         if found is None:
-            found = self._where = _by_shard(self.chunk_ids, self.n_chunks)
+            found = self._where = by_shard(self.chunk_ids, self.n_chunks)
         return found
 
     def norm_spec(self) -> tuple[float, float, float]:
