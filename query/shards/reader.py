@@ -214,14 +214,11 @@ class ShardedSnapshot:
 
         rows = np.asarray(rows, dtype=np.int64)
         out: dict[str, Any] = {}
-        shard_of, local_of = self.vectors.where
-        owners = shard_of[rows]
         pieces, positions = [], []
         own = [n for n in names if n not in ("chunk_id", "file_id")]
-        for shard in np.unique(owners).tolist():
-            at = np.flatnonzero(owners == shard)
+        for shard, at, local in shard_groups(self.vectors.where, rows):
             table = self.files[shard].file.tables["chunks"].select(own)
-            pieces.append(table.take(pa.array(local_of[rows[at]])))
+            pieces.append(table.take(pa.array(local)))
             positions.append(at)
         placed = np.empty(len(rows), dtype=np.int64)
         if positions:
@@ -400,6 +397,17 @@ def _stored_chunk_files(extra: index_format.IndexFile, chunks: int, files: int):
     return ids
 
 
+def shard_groups(where: tuple[np.ndarray, np.ndarray], rows: np.ndarray) -> list[tuple]:
+    """(shard, positions in `rows`, its local rows) per shard holding some of `rows`."""
+    shard_of, local_of = where
+    owners = shard_of[rows]
+    out = []
+    for shard in np.unique(owners).tolist():
+        at = np.flatnonzero(owners == shard)
+        out.append((shard, at, local_of[rows[at]]))
+    return out
+
+
 def local_rows(where: tuple[np.ndarray, np.ndarray], rows, parts: int) -> list[np.ndarray]:
     """Global rows as each of `parts` shards' local rows (`where`: `by_shard`'s)."""
     shard_of, local_of = where
@@ -561,21 +569,11 @@ class ShardRows:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def _groups(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """(shard, positions in `rows`, local rows) per shard holding some."""
-        shard_of, local_of = self.matrix.where
-        owners = shard_of[self.rows]
-        out = []
-        for shard in np.unique(owners).tolist():
-            at = np.flatnonzero(owners == shard)
-            out.append((shard, at, local_of[self.rows[at]]))
-        return out
-
     def row_dots(self, vector: np.ndarray) -> np.ndarray:
         vector = np.asarray(vector, dtype=np.float32)
         out = np.empty(len(self.rows), dtype=np.float32)
         parts = self.matrix.parts
-        groups = self._groups()
+        groups = shard_groups(self.matrix.where, self.rows)
         answers = call_each(
             [parts[g[0]] for g in groups], "dots_rows", [(g[2], vector) for g in groups]
         )
@@ -586,7 +584,7 @@ class ShardRows:
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = np.empty(self.shape, dtype=np.float32)
         parts = self.matrix.parts
-        groups = self._groups()
+        groups = shard_groups(self.matrix.where, self.rows)
         for (_, at, _), rows in zip(
             groups,
             call_each([parts[g[0]] for g in groups], "rows", [(g[2],) for g in groups]),
@@ -786,16 +784,12 @@ class ShardedLexical:
 
     def _chunk_postings(self, chunks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """(hashes, tf) of each chunk, read from its shard."""
-        shard_of, local_of = self.where
-        owners = shard_of[chunks]
-        groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
+        groups = shard_groups(self.where, chunks)
         answers = call_each(
-            [self.parts[g[0]] for g in groups],
-            "feedback_postings",
-            [(local_of[chunks[g[1]]],) for g in groups],
+            [self.parts[g[0]] for g in groups], "feedback_postings", [(g[2],) for g in groups]
         )
         postings: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for (_, at), answer in zip(groups, answers, strict=True):
+        for (_, at, _), answer in zip(groups, answers, strict=True):
             postings.update(split_postings(chunks[at], answer))
         return [postings[c] for c in chunks.tolist()]
 
