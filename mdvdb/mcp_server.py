@@ -223,15 +223,6 @@ def search_parameters() -> list[inspect.Parameter]:
     return parameters
 
 
-def declare_search_arguments(function) -> None:
-    """Give the tool function the declared arguments: the SDK builds the input schema from
-    its signature."""
-    signature = inspect.Signature(search_parameters(), return_annotation=CallToolResult)
-    function.__signature__ = signature
-    function.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
-    function.__annotations__["return"] = CallToolResult
-
-
 def request_fields(arguments: dict[str, Any]) -> dict[str, Any]:
     """The tool's arguments as `SearchRequest` fields (`files_only` is `files`)."""
     from query import OPTIONS
@@ -263,7 +254,11 @@ def build_server(config: Config):
             check_bounds(**{name: fields[name] for name in BOUNDED})
         return await call(mcp_tools.search, index, SearchRequest(**fields), full_text)
 
-    declare_search_arguments(search)
+    # the SDK builds the input schema from the signature: the declared arguments
+    signature = inspect.Signature(search_parameters(), return_annotation=CallToolResult)
+    search.__signature__ = signature
+    search.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    search.__annotations__["return"] = CallToolResult
 
     async def grep(
         pattern: str,

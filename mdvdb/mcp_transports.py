@@ -1,21 +1,7 @@
-"""What `mdvdb mcp` adds to the SDK's transports so that no client can knock it over.
-
-HTTP (`guarded_protocol`): uvicorn's h11 protocol with a header timeout and a connection
-cap. Any local user can reach a loopback port, token or not; uvicorn closes no connection
-that never finishes its request head, so enough idle connections (about a thousand) would
-exhaust the open files and end every accept in EMFILE. Here a request head must be complete within
-`HEADER_SECONDS` of the connection (or of the previous response, on a kept-alive one),
-else the connection gets `408` and is closed; at most `connection_cap()` connections are
-open at once (below the open-file limit): a new one past the cap closes the oldest that is
-still waiting for its head, or gets `503` when every one is busy. A request uvicorn cannot
-read gets `400`, never silence.
-
-stdio (`AnsweringStream`): the SDK hands the server an exception for a line that is not
-JSON-RPC (not JSON, not UTF-8, a lone surrogate, no method) and the server drops it, so a
-client waits for an answer forever. Each such line gets the JSON-RPC error the
-specification gives it: `-32700` (parse error) or `-32600` (invalid request), with the
-request's id when one can be read from the line, else `null`.
-"""
+"""What `mdvdb mcp` adds to the SDK's transports so that no client can knock it over: over HTTP
+a header timeout and a connection cap (`guarded_protocol`), over stdio a JSON-RPC error for
+every malformed line (`AnsweringStream`); docs/security.md, "Servers that cannot be knocked
+over"."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""`mdvdb serve --ray`: a sharded index served by Ray Serve.
-
-The application has a deployment per shard group (`query.ShardGroup`, `replicas` each,
-spread over the cluster's nodes by Ray) and an ingress, `SearchIngress`: an HTTP endpoint
-that takes the MCP `search` tool's arguments as a JSON object and answers what
-`mdvdb search --json` prints, running the query as one reader does with its per-shard work
-sent to the groups (query/shards/serve.py). A reader elsewhere (`mdvdb search`, the library,
-`mdvdb serve`) with `MDVDB_RAY_SERVE` set sends its per-shard work to the same groups.
-
-`build` is also a Serve application builder, for a cluster run by `serve deploy`:
-`serve run --name mdvdb mdvdb.serve_ray:build root=/data/docs groups=2 replicas=2`
-(docs/scale-out.md); the ingress finds its groups in its own application.
-"""
+"""`mdvdb serve --ray`: a sharded index served by Ray Serve, a deployment per shard group
+(`query.ShardGroup`) and an HTTP ingress (`SearchIngress`) that takes the MCP `search` tool's
+arguments and answers as `mdvdb search --json`. `build` is also a Serve application builder
+(`serve run ... mdvdb.serve_ray:build root=... groups=2`): docs/scale-out.md, "Serving on Ray
+Serve"."""
 
 from __future__ import annotations
 

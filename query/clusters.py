@@ -56,19 +56,15 @@ class ClusterList:
         }
 
 
-def _no_clusters_error(index: Reader) -> Exception:
-    from query.snapshot import QueryError
-
-    return QueryError(
-        f"the index at {index.config.index_path} has no clusters (built with "
-        "MDVDB_CLUSTERING_ENABLED=false); enable it and run `mdvdb ingest`"
-    )
-
-
 def clusters_table(index: Reader):
     table = index.snapshot.table("clusters")
     if table is None:
-        raise _no_clusters_error(index)
+        from query.snapshot import QueryError
+
+        raise QueryError(
+            f"the index at {index.config.index_path} has no clusters (built with "
+            "MDVDB_CLUSTERING_ENABLED=false); enable it and run `mdvdb ingest`"
+        )
     return table
 
 

@@ -12,7 +12,6 @@ command line; the outcome is plain data, so each front end only decides how to s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -81,11 +80,6 @@ class SearchOutcome:
         return {name: info.to_json() for name, info in self.sources.items()}
 
 
-def parse_filters(texts: Sequence[str]) -> list[Filter]:
-    """CLI filter strings as Filters; FilterError names the one that cannot be read."""
-    return [parse_filter(text) for text in texts]
-
-
 def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
     """Run one request on `index`. Call it inside `index.pinned()` when other threads may
     publish a new index meanwhile: a tiered search reads the snapshot more than once."""
@@ -101,7 +95,7 @@ def run_request(index: Reader, request: SearchRequest) -> SearchOutcome:
         raise RequestError(f"min_score must be a finite number, got {request.min_score}")
     scope, decay = _scope(index, request), _half_life(index, request)
     facets = facets_of(index, request.tag, request.category)
-    filters = parse_filters(request.filters) + [facet.filter() for facet in facets]
+    filters = [parse_filter(text) for text in request.filters] + [f.filter() for f in facets]
     outcome = SearchOutcome(request, filters + scope.filters)
     if scope.files is not None:
         outcome.in_scope = int(scope.files.sum())
@@ -163,26 +157,10 @@ def _name_sources(index: Reader, outcome: SearchOutcome, hits) -> None:
     outcome.sources = shown
 
 
-def _no_evidence(index: Reader, request: SearchRequest) -> str | None:
-    """query.rank.evidence's reason, if the query has no real evidence of a match."""
-    from query.rank.evidence import no_evidence
-
-    mode = request.mode or index.config.search_default_mode
-    return no_evidence(index, request.query or "", mode)
-
-
-def _least_confidence(index: Reader, request: SearchRequest, response: TieredResponse) -> None:
-    """Leave out the results under the request's minimum confidence (query.rank.confidence)."""
-    least = request.min_confidence
-    if least is None:
-        least = index.config.search_min_confidence
-    if least > 0:
-        response.results = [pair for pair in response.results if pair[1].confidence >= least]
-
-
 def _search(
     index: Reader, request: SearchRequest, outcome: SearchOutcome, scope: Scope, decay: float
 ) -> None:
+    from query.rank.evidence import no_evidence
     from query.rank.tiers import tiered_search
 
     # With a tag or category, the query's words must be on the page (query.facets).
@@ -200,10 +178,16 @@ def _search(
         decay_field=request.date_field,
         **request.search_options(),
     )
-    outcome.no_evidence = _no_evidence(index, request)
+    # no real evidence of a match: an honest empty answer (query.rank.evidence)
+    mode = request.mode or index.config.search_default_mode
+    outcome.no_evidence = no_evidence(index, request.query or "", mode)
     if outcome.no_evidence is not None:
         response.results, response.total = [], 0
-    _least_confidence(index, request, response)
+    least = request.min_confidence  # (query.rank.confidence)
+    if least is None:
+        least = index.config.search_min_confidence
+    if least > 0:
+        response.results = [pair for pair in response.results if pair[1].confidence >= least]
     if request.max_tokens is not None:
         from query import shaping  # the agent shapes only when asked: not a plain search's
 

@@ -19,14 +19,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mdvdb.cli.parser import Command
 
-# command -> the module that declares it (`COMMAND`), in `mdvdb --help`'s order
+# command -> the module that declares it (`COMMAND`, or `module:NAME`), in `--help`'s order
 COMMANDS = {
     "ingest": "mdvdb.cli.ingest",
     "search": "mdvdb.cli.search",
     "get": "mdvdb.cli.get",
     "links": "mdvdb.cli.links",
-    "backlinks": "mdvdb.cli.backlinks",
-    "orphans": "mdvdb.cli.orphans",
+    "backlinks": "mdvdb.cli.links:BACKLINKS",
+    "orphans": "mdvdb.cli.links:ORPHANS",
     "status": "mdvdb.cli.status",
     "serve": "mdvdb.cli.serve",
     "mcp": "mdvdb.cli.mcp",
@@ -76,7 +76,8 @@ def quiet_on_closed_pipe(argv: list[str]) -> None:
 
 
 def command(name: str) -> Command:
-    return importlib.import_module(COMMANDS[name]).COMMAND
+    module, _, declared = COMMANDS[name].partition(":")
+    return getattr(importlib.import_module(module), declared or "COMMAND")
 
 
 def run(argv: list[str]) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, CliError, echo, print_json
@@ -36,14 +36,6 @@ class Finding:
     def line(self) -> str:
         fix = f"; fix: {self.fix}" if self.fix else ""
         return f"{self.status:<8} {self.check}: {self.message}{fix}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "check": self.check,
-            "status": self.status,
-            "message": self.message,
-            "fix": self.fix,
-        }
 
 
 @dataclass
@@ -76,7 +68,7 @@ def run_doctor(root: str | None = None, as_json: bool = False) -> int:
             {
                 "ok": checkup.problems == 0,
                 "problems": checkup.problems,
-                "checks": [f.to_json() for f in checkup.findings],
+                "checks": [asdict(f) for f in checkup.findings],
                 "settings": checkup.settings,
             }
         )

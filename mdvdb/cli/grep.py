@@ -16,9 +16,8 @@ from mdvdb.cli.parser import Command
 from query import GREP_DESCRIPTION, GREP_OPTIONS, GrepRequest
 
 
-def run_grep(root: str | None, as_json: bool, fields: dict[str, Any]) -> int:
-    """Run one grep (`fields`: `GrepRequest` fields, as either parser gives them) and print
-    its matches; the exit code."""
+def grep(root: str | None, as_json: bool, **fields: Any) -> int:
+    """Run one grep (`fields`: `GrepRequest` fields) and print its matches; the exit code."""
     request = GrepRequest(**fields)
     try:
         request.the_pattern()
@@ -129,10 +128,6 @@ def _unnamed_file():
 def _fail(message: str, code: int) -> int:
     sys.stderr.write(f"mdvdb: {message}\n")
     return code
-
-
-def grep(root: str | None, as_json: bool, **fields: Any) -> int:
-    return run_grep(root, as_json, fields)
 
 
 COMMAND = Command(

@@ -1,6 +1,5 @@
-"""`mdvdb links PATH`: the links a note holds, one line each with its line number and the
-indexed file it names, or `--json`. The helpers here serve `backlinks` and `orphans` too
-(the link graph the index holds: `query.links`)."""
+"""`mdvdb links PATH`, `mdvdb backlinks PATH` and `mdvdb orphans`: the link graph the index
+holds (`query.links`), one line each, or `--json`."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from mdvdb.cli import errors
 from mdvdb.cli.errors import EXIT_OK, load, print_json, user_errors
 from mdvdb.cli.parser import Command
 
-__all__ = ["COMMAND", "LinksOptions", "index_of", "typed", "write_line"]
+__all__ = ["BACKLINKS", "COMMAND", "ORPHANS", "index_of", "write_line"]
 
 _TARGET = Spec(str, "A path (relative to the project root), a document id or a note name.")
 
@@ -40,24 +39,37 @@ def _where(link) -> str:
     return "(broken)" if link.broken else "(not indexed)"
 
 
-def run_links(path: str, root: str | None = None, as_json: bool = False) -> int:
+def run_links(path: str, root: str | None = None, as_json: bool = False, *, back=False) -> int:
+    from mdvdb.cli.get import typed_path
+
     with user_errors():
         index = index_of(root)
-        source = index.path_of(typed(index, path))
-        found = index.links(source)
+        target = index.path_of(typed_path(index, path))
+        found = index.backlinks(target) if back else index.links(target)
         if as_json:
             data = [link.to_json() for link in found]
-            print_json({"path": source, "id": index.id_of(source), "links": data})
+            key = "backlinks" if back else "links"
+            print_json({"path": target, "id": index.id_of(target), key: data})
             return EXIT_OK
         for link in found:
-            write_line(f"{link.source}:{link.line}  {link.written}  -> {_where(link)}")
+            shown = "" if back else f"  -> {_where(link)}"
+            write_line(f"{link.source}:{link.line}  {link.written}{shown}")
     return EXIT_OK
 
 
-def typed(index, path: str) -> str:
-    from mdvdb.cli.get import typed_path
+def run_backlinks(path: str, root: str | None = None, as_json: bool = False) -> int:
+    return run_links(path, root, as_json, back=True)
 
-    return typed_path(index, path)
+
+def run_orphans(root: str | None = None, as_json: bool = False) -> int:
+    with user_errors():
+        found = index_of(root).orphans()
+        if as_json:
+            print_json({"orphans": found, "total": len(found)})
+            return EXIT_OK
+        for path in found:
+            write_line(path)
+    return EXIT_OK
 
 
 COMMAND = Command(
@@ -65,4 +77,16 @@ COMMAND = Command(
     declared(LinksOptions),
     run_links,
     help="The links a note holds, one a line with its line number and the file it names.",
+)
+BACKLINKS = Command(
+    "backlinks",
+    declared(LinksOptions),
+    run_backlinks,
+    help="The links of other notes that name this one, one a line with its line number.",
+)
+ORPHANS = Command(
+    "orphans",
+    (),
+    run_orphans,
+    help="The notes no other note links to and that link to no other note.",
 )

@@ -159,7 +159,10 @@ def _print_files(outcome) -> None:
         title, target = plain_title(f.title), link_target(f.path)
         echo(f"- [{printable(title, one_line=True)}]({printable(target, one_line=True)})")
     if total > len(found):
-        _cap_note(len(found), total)
+        echo(
+            f"Showing top {len(found)} of {total} matches. Narrow the query for more specific "
+            "results."
+        )
 
 
 def plain_title(title: str) -> str:
@@ -173,10 +176,6 @@ def plain_title(title: str) -> str:
 def link_target(path: str) -> str:
     """CommonMark takes a destination with spaces or parentheses only inside <...>."""
     return f"<{path}>" if any(c in path for c in " ()<>") else path
-
-
-def _cap_note(shown: int, total: int) -> None:
-    echo(f"Showing top {shown} of {total} matches. Narrow the query for more specific results.")
 
 
 def _no_such_value(missing, query: str | None, no_match) -> dict[str, Any]:

@@ -1,25 +1,12 @@
 """The warm path: an optional `mdvdb serve` process that answers CLI calls over a Unix socket.
 
-A cold `mdvdb search` pays for the interpreter, NumPy, Arrow, the tokenizer and the embedding
-table before it can score anything. Agents call search hundreds of times a session, so
-`mdvdb serve` keeps all of that loaded and the CLI forwards its arguments to it when its
-socket is there. The forwarded call runs the very same command (`mdvdb.cli.run`) in the warm
-process, so output and exit codes are identical; when the socket is missing, stale or
-refuses, the CLI simply runs the command itself.
-
-The socket lives in the state folder, is created 0600 and is only used when owned by the
-calling user. The server exits by itself after an idle timeout, and holds an flock on
-`serve.lock` for its life: one server per project, and a socket file whose lock is free is
-stale. One request per connection: `{"argv", "cwd", "env"}` in, `{"stdout", "stderr",
-"code"}` out, each one message of `mdvdb.cli.warm_wire` (a bounded encoding, safe on any
-bytes, unlike marshal: `warm_wire`'s docstring); `{"op": "ping"}` (readiness,
-`serve --status`) and `{"op": "stop"}` are answered without running a command. A request
-over `MAX_REQUEST` bytes, or one that is not complete within `REQUEST_SECONDS`, gets an
-error reply; a reply over `MAX_REPLY` bytes tells the client to run the command itself.
-
-The client half runs on every CLI call, so it imports little (`socket`, `os`, `stat`, `sys`,
-`kernel.dotenv` and `warm_wire`).
-"""
+The CLI forwards `search` and `get` when the socket (0600, the calling user's) is there, and
+runs the command itself when it is missing, stale, refuses or answers over `MAX_REPLY`; the
+server runs the same `mdvdb.cli.run`, so output and exit codes are identical. One request per
+connection (`{"argv", "cwd", "env"}` in, `{"stdout", "stderr", "code"}` out, `{"op": "ping"}`
+and `{"op": "stop"}`), each a `warm_wire` message; an flock on `serve.lock` makes one server
+per project (docs/architecture.md, "Repeated calls"). The client half runs on every CLI call,
+so it imports little (`socket`, `os`, `stat`, `sys`, `kernel.dotenv` and `warm_wire`)."""
 
 from __future__ import annotations
 
@@ -45,21 +32,6 @@ CLIENT_TIMEOUT = 60.0
 MAX_REQUEST = 1 << 20
 MAX_REPLY = 256 << 20
 REQUEST_SECONDS = 10.0  # a client must have sent its whole request by then
-
-
-class _in_folder:  # noqa: N801 - used as a context manager, like contextlib's
-    """Unix socket paths are limited to ~108 bytes; binding and connecting by a relative name
-    from inside the state folder works at any depth."""
-
-    def __init__(self, folder: Path | str):
-        self.folder = folder
-
-    def __enter__(self) -> None:
-        self.before = os.getcwd()
-        os.chdir(self.folder)
-
-    def __exit__(self, *exc: object) -> None:
-        os.chdir(self.before)
 
 
 def root_from_argv(argv: list[str]) -> str | None:
@@ -135,11 +107,12 @@ def forward(argv: list[str]) -> int | None:
 
 def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> dict:
     import socket
+    from contextlib import chdir  # a socket path has ~108 bytes: a relative name at any depth
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        with _in_folder(folder):
+        with chdir(folder):
             sock.connect(SOCKET_NAME)
         sock.sendall(encode(request))
         sock.shutdown(socket.SHUT_WR)
@@ -293,6 +266,7 @@ class WarmServer:
         import socket
         import threading
         import time
+        from contextlib import chdir
 
         from kernel import private
 
@@ -311,7 +285,7 @@ class WarmServer:
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             old_mask = os.umask(0o177)  # born 0600: no window where others could connect
             try:
-                with _in_folder(self.folder):
+                with chdir(self.folder):  # (a relative name: see `_exchange`)
                     listener.bind(SOCKET_NAME)
             finally:
                 os.umask(old_mask)

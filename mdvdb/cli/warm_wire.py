@@ -1,17 +1,10 @@
-"""The warm socket's messages: a bounded encoding of plain data, safe on any bytes.
-
-A message is `MDW1`, its length (4 bytes, big-endian), then one value. A value is a tag
-byte and what follows it: `N` None, `T` / `F` the booleans, `i` / `f` an integer or a float
-as ASCII digits (a length byte, at most 32 of them), `s` a UTF-8 string, `l` a list and `d`
-a mapping of string keys (each with a 4-byte length or count). The decoder checks every
-length and count against the bytes left before it reads or allocates anything, nests at
-most `MAX_DEPTH` deep, takes at most `MAX_ITEMS` items in a list or mapping and refuses a
-message over the cap its reader gives; anything else is a `WireError`, never a hang.
-
-Not marshal: 11 bytes (`[[[[[[[[[[N`) make it build a list of 1.5 billion entries, deaf to
-SIGTERM. JSON would do as well, but the client runs on every forwarded CLI call and `json`
-imports `re` and `enum`, a large part of such a call: built-ins only here.
-"""
+"""The warm socket's messages: `MDW1`, a 4-byte big-endian length, then one tagged value (`N`
+None, `T`/`F`, `i`/`f` ASCII digits behind a length byte, `s` UTF-8, `l` list, `d` mapping of
+string keys; 4-byte lengths and counts). The decoder checks every length and count against the
+bytes left before it reads or allocates, nests at most `MAX_DEPTH` deep, takes at most
+`MAX_ITEMS` items; anything else is a `WireError`, never a hang. Not marshal (11 bytes make it
+build a 1.5-billion-item list: docs/security.md, "Servers that cannot be knocked over"), not
+json (its imports would weigh on every forwarded call): built-ins only."""
 
 from __future__ import annotations
 

@@ -178,14 +178,11 @@ class GrepRun:
         options: GrepOptions,
         page_id_field: str = "page_id",
         stderr=None,
-        cwd: Path | None = None,
-        ignore_lines: list[str] | None = None,
-        warnings: list[str] | None = None,
     ):
         self.argv = argv
-        self.cwd = cwd
-        self.ignore_lines = ignore_lines or []
-        self.warnings = warnings or []  # .gitignore files not read (`project_files.rg_rules`)
+        self.cwd: Path | None = None  # the project's rules (`start`) run rg in their folder
+        self.ignore_lines: list[str] = []
+        self.warnings: list[str] = []  # .gitignore files not read (`project_files.rg_rules`)
         self.stderr = stderr
         self.selection = selection
         self.options = options
@@ -354,25 +351,17 @@ def start(
     paths = search_paths(selection)
     if not paths:
         raise GrepError("no source folder to search: none of the configured roots exists here")
-    if selection.config is None:
-        argv = build_argv(rg or find_rg(), options, paths)
-        return GrepRun(argv, selection, project_root, options, page_id_field, stderr)
-    from kernel.project_files import rg_rules
+    rules = slot = None
+    if selection.config is not None:
+        from kernel.project_files import rg_rules
 
-    rules = rg_rules(selection.config, paths)
-    slot = IGNORE_FILE_SLOT if rules.ignore_lines else None
+        rules = rg_rules(selection.config, paths)
+        slot = IGNORE_FILE_SLOT if rules.ignore_lines else None
     argv = build_argv(rg or find_rg(), options, paths, rules, slot)
-    return GrepRun(
-        argv,
-        selection,
-        project_root,
-        options,
-        page_id_field,
-        stderr,
-        cwd=rules.cwd,
-        ignore_lines=rules.ignore_lines,
-        warnings=rules.problems,
-    )
+    run = GrepRun(argv, selection, project_root, options, page_id_field, stderr)
+    if rules is not None:
+        run.cwd, run.ignore_lines, run.warnings = rules.cwd, rules.ignore_lines, rules.problems
+    return run
 
 
 # In a built argv, where the descriptor of the translated .gitignore lines goes (the file is

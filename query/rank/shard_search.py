@@ -1,16 +1,8 @@
-"""A staged lexical or hybrid search over shards: the router computes the corpus-wide
-numbers, the shards score their own rows and send back only their best ones.
-
-Each corpus-wide number the one-file search needs (term and page document frequencies, the
-maxima that normalise BM25F, the cosine's top and pool-th value, the feedback rows) is a
-maximum or a merge of the shards' best rows, so a query runs in rounds, one message per
-shard group each (`bm25`, `dense`, `first` and `expand` for the feedback, `fuse`, `stub`,
-`final`): docs/scale-out.md, "What is built", lists them and what each carries. Nothing sent
-holds a number per chunk, and ties merge by (score, global row), so the answers are the
-one-file ones bit for bit (tests/test_shard_rounds.py, tests/test_shard_fanout.py). Shards
-in this process's threads, `--mode semantic` and the options the rounds do not cover take
-the per-chunk path of query.shards.reader.
-"""
+"""A staged lexical or hybrid search over shards: the router computes the corpus-wide numbers
+in rounds, the shards score their own rows and send back only their best ones, ties merged by
+(score, global row), so answers are the one-file ones bit for bit (docs/scale-out.md, "What
+is built", lists the rounds). Shards in this process's threads, `--mode semantic` and the
+options the rounds do not cover take the per-chunk path of query.shards.reader."""
 
 from __future__ import annotations
 
@@ -22,7 +14,7 @@ import numpy as np
 
 from kernel import index_format, text_analysis
 from query.score.lexical import bm25_idf
-from query.shards.reader import call_each, shard_depth, split_postings
+from query.shards.reader import by_shard, call_each, local_rows, shard_depth, split_postings
 from query.shards.stages import encode_mask, first_scores, mixed_lexical
 
 __all__ = ["staged_scores"]
@@ -118,10 +110,7 @@ class Staged:
 
     def local(self, rows: np.ndarray) -> list[np.ndarray]:
         """Global rows as each shard's local rows."""
-        shard_of, local_of = self.snap.vectors.where
-        rows = np.asarray(rows, dtype=np.int64)
-        owners = shard_of[rows]
-        return [local_of[rows[owners == i]].astype(np.int32) for i in range(len(self.parts))]
+        return local_rows(self.snap.vectors.where, rows, len(self.parts))
 
 
 class Selection:
@@ -525,12 +514,5 @@ def _local_files(snap, files: np.ndarray) -> list[np.ndarray]:
     found = snap.cache.get("staged_file_where")
     if found is None:
         n = sum(len(ids) for ids in snap.order.file_ids)
-        shard_of = np.empty(n, dtype=np.int32)
-        local_of = np.empty(n, dtype=np.int64)
-        for shard, ids in enumerate(snap.order.file_ids):
-            shard_of[ids] = shard
-            local_of[ids] = np.arange(len(ids))
-        found = snap.cache["staged_file_where"] = (shard_of, local_of)
-    shard_of, local_of = found
-    files = np.asarray(files, dtype=np.int64)
-    return [local_of[files[shard_of[files] == i]].astype(np.int32) for i in range(len(snap.parts))]
+        found = snap.cache["staged_file_where"] = by_shard(snap.order.file_ids, n)
+    return local_rows(found, files, len(snap.parts))

@@ -63,10 +63,7 @@ class LexicalIndex:
             values, inverse = np.unique(df, return_inverse=True)
             per_value = np.array([self.idf(int(v)) for v in values.tolist()], np.float32)
             idf = np.repeat(per_value[inverse], df)
-            out = self.tf * np.float32(self.k1 + 1.0)
-            denominator = self.norm[self.chunk_ids]
-            denominator += self.tf
-            out /= denominator
+            out = saturated(self.tf, self.norm[self.chunk_ids], self.k1)
             out *= idf
             self.weights = out
         return self.weights
@@ -151,11 +148,8 @@ class LexicalIndex:
         a, b = int(self.offsets[row]), int(self.offsets[row + 1])
         if self.weights is not None:
             return self.chunk_ids[a:b], self.weights[a:b]
-        ids, tf = self.chunk_ids[a:b], self.tf[a:b]
-        out = tf * np.float32(self.k1 + 1.0)
-        denominator = self.norm[ids]
-        denominator += tf
-        out /= denominator
+        ids = self.chunk_ids[a:b]
+        out = saturated(self.tf[a:b], self.norm[ids], self.k1)
         out *= self.idf(b - a)
         return ids, out
 
@@ -278,6 +272,16 @@ class LexicalIndex:
 
 
 # -- the BM25 arithmetic the one-file index and the sharded one (query.shards.reader) share -------
+
+
+def saturated(tf: np.ndarray, norm: np.ndarray, k1: float) -> np.ndarray:
+    """BM25's saturated tf, tf * (k1 + 1) / (norm + tf), in float32 and in this order (the
+    one expression of the one-file index and the shards: the same bits); `norm` (the
+    postings' length norms, a fresh gather) is overwritten."""
+    out = tf * np.float32(k1 + 1.0)
+    norm += tf
+    out /= norm
+    return out
 
 
 def bm25_idf(n: int | float, df: np.ndarray | int) -> np.ndarray:

@@ -1,14 +1,6 @@
-"""Vector scoring: exact over the mapped float32 matrix, or a first pass rescored exactly.
-
-No ANN library: a scan needs no build step and stays exact where it matters. Below
-`AUTO_MIN_ROWS` chunks one float32 product is cheap. Above, a long-lived reader keeps an int8
-copy of the matrix (per-dimension scales, a quarter of the bytes), or probes the index's IVF
-lists, scores the rows on it (simsimd) and rescores the best ones exactly from float32; every
-other row is capped below them, so a top-k within the rescored rows is the exact one. Hybrid
-fusion reads only the best `pool` cosines; `--mode semantic` reads the int8 pass over every
-row (query.rank.search.semantic_scores). Page-level dense evidence (a section's cosine mixed
-with its page's) is mixed in here: the int8 copy then holds each chunk's mixed vector.
-"""
+"""Vector scoring: exact over the mapped float32 matrix, or an int8 / IVF first pass whose
+best rows are rescored exactly (every other row capped below them), plus the top-k selection.
+docs/architecture.md, "Vector scoring", says how and why."""
 
 from __future__ import annotations
 
@@ -87,10 +79,7 @@ class Int8Rows:
         scale per vector), and the int8 x int8 products are exact integer sums."""
         import simsimd
 
-        weighted = vectors.astype(np.float32) * self.scale
-        top = np.abs(weighted).max(axis=1)
-        step = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
-        query = np.rint(weighted / step[:, None]).astype(np.int8)
+        query, step = self._query(vectors)
         # codes first: each row of codes is read once for all k vectors, not k times.
         raw = np.asarray(simsimd.cdist(self.codes, query, metric="dot", out_dtype="float32"))
         return np.multiply(raw.T, step[:, None], order="C")

@@ -1,17 +1,6 @@
-"""One shard's share of a query: the work a shard does for the fan-out, arrays in, arrays out.
-
-`ShardPart` holds one shard file, mapped lazily (only the tables a call needs are opened),
-and answers every per-shard call a sharded search makes: the document frequency of terms,
-BM25F scores of its chunks with the GLOBAL idf and length norm the caller sends, the page
-(file) tf sums page-level BM25 adds up, the postings of feedback chunks, and the dense side:
-cosines of its rows (or some of them) and of its pages' mean vectors, and rows themselves.
-
-Every method takes and returns plain arrays and numbers, in the shard's local numbering, so
-the same object serves a thread of this process (`query.shards.reader`) and a shard group
-on a Ray cluster (`query.shards.serve` + `mdvdb serve --ray`): the
-router scatters the answers into the one-file order. Each value is computed with the float32
-operations of the one-file index, row by row, so a merged answer has the one-file bits.
-"""
+"""One shard's share of a query (`ShardPart`): plain arrays in and out in the shard's own
+numbering, computed with the one-file float32 operations, for a thread of this process or a
+shard group on Ray Serve (docs/scale-out.md, "What is built")."""
 
 from __future__ import annotations
 
@@ -24,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from kernel import index_format
-from query.score.lexical import LexicalIndex
+from query.score.lexical import LexicalIndex, saturated
 from query.score.vector import best_rows, multi_section_pages, page_vectors_of, row_dots, union_rows
 from query.shards import stages as shard_stages
 
@@ -195,18 +184,13 @@ class ShardPart:
             out.append((pages.astype(np.int32), tf))
         return out
 
-    def page_df(self, hashes: np.ndarray) -> np.ndarray:
-        """Files of this shard holding each term (page-level BM25's df, summed over shards)."""
-        return np.asarray(
-            [0 if f is None else len(f[0]) for f in self.page_tf(hashes)], dtype=np.int64
-        )
-
     def term_df(self, hashes: np.ndarray, pages: bool = False) -> dict[str, np.ndarray]:
-        """`df` and, with `pages`, `page_df` of the terms: a query's global statistics
-        gathered in one round."""
+        """`df` and, with `pages`, `page_df` (files holding each term) of the terms: a
+        query's global statistics gathered in one round."""
         out = {"df": self.df(hashes)}
         if pages:
-            out["page_df"] = self.page_df(hashes)
+            found = self.page_tf(hashes)
+            out["page_df"] = np.asarray([0 if f is None else len(f[0]) for f in found], np.int64)
         return out
 
     def feedback_postings(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -393,18 +377,15 @@ def shard_term_scores(
     operations are those of `LexicalIndex.term_weights` / `add_terms`, so each chunk gets
     the one-file bits. `k1`: the saturation the norm was built with (default: the
     shard's own, as packed)."""
-    saturation = np.float32((lexical.k1 if k1 is None else k1) + 1.0)
+    k1 = lexical.k1 if k1 is None else k1
     for row, weight, term_idf in zip(
         lexical.lookup(hashes).tolist(), weights.tolist(), idf.tolist(), strict=True
     ):
         if row < 0:
             continue
         a, b = int(lexical.offsets[row]), int(lexical.offsets[row + 1])
-        ids, tf = lexical.chunk_ids[a:b], lexical.tf[a:b]
-        term = tf * saturation
-        denominator = norm[ids]
-        denominator += tf
-        term /= denominator
+        ids = lexical.chunk_ids[a:b]
+        term = saturated(lexical.tf[a:b], norm[ids], k1)
         term *= np.float32(term_idf)
         term *= np.float32(weight)
         out[ids] += term

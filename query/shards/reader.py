@@ -1,21 +1,6 @@
-"""Reading a sharded index (`MDVDB_SHARDS` > 1; kernel/shards.py): one generation of shard
-files seen as one index in the one-file order, every score computed in its shard and
-scattered back, so a sharded search answers exactly as the unsharded one.
-
-`ShardedSnapshot` pins a generation (the manifest, read once) and opens each shard's tables
-lazily; `files` and `chunks` are gathered into the one-file order only when read, so row ids
-mean the same in both layouts. Each `ShardPart` (query/shards/part.py, here on threads or on
-Ray Serve) scores its own rows:
-- BM25F (`ShardedLexical`) with GLOBAL statistics: the chunk count, each term's df summed
-  over the shards, the length norm from the mean over every chunk in the one-file order
-  (a float32 mean is order-sensitive);
-- page-level BM25 (a file's chunks all live in one shard) and RM3 (the feedback chunks'
-  postings laid out in the given order before they are summed);
-- the dense side (`ShardedVectors`, `ShardedDense`): the one-file scorer per shard, its best
-  rows and a fill for the rest; a cosine is a per-row dot product, so the one-file bits.
-Each chunk's score is the same float32 operations in the same order as the one-file index's
-(tests/test_shards.py).
-"""
+"""Reading a sharded index (`MDVDB_SHARDS` > 1; kernel/shards.py) as one index in the one-file
+order, every score computed in its shard with the corpus-wide statistics, so a sharded search
+answers exactly as the unsharded one (docs/scale-out.md, "What is built" and "Exactness")."""
 
 from __future__ import annotations
 
@@ -229,14 +214,11 @@ class ShardedSnapshot:
 
         rows = np.asarray(rows, dtype=np.int64)
         out: dict[str, Any] = {}
-        shard_of, local_of = self.vectors.where
-        owners = shard_of[rows]
         pieces, positions = [], []
         own = [n for n in names if n not in ("chunk_id", "file_id")]
-        for shard in np.unique(owners).tolist():
-            at = np.flatnonzero(owners == shard)
+        for shard, at, local in shard_groups(self.vectors.where, rows):
             table = self.files[shard].file.tables["chunks"].select(own)
-            pieces.append(table.take(pa.array(local_of[rows[at]])))
+            pieces.append(table.take(pa.array(local)))
             positions.append(at)
         placed = np.empty(len(rows), dtype=np.int64)
         if positions:
@@ -415,6 +397,25 @@ def _stored_chunk_files(extra: index_format.IndexFile, chunks: int, files: int):
     return ids
 
 
+def shard_groups(where: tuple[np.ndarray, np.ndarray], rows: np.ndarray) -> list[tuple]:
+    """(shard, positions in `rows`, its local rows) per shard holding some of `rows`."""
+    shard_of, local_of = where
+    owners = shard_of[rows]
+    out = []
+    for shard in np.unique(owners).tolist():
+        at = np.flatnonzero(owners == shard)
+        out.append((shard, at, local_of[rows[at]]))
+    return out
+
+
+def local_rows(where: tuple[np.ndarray, np.ndarray], rows, parts: int) -> list[np.ndarray]:
+    """Global rows as each of `parts` shards' local rows (`where`: `by_shard`'s)."""
+    shard_of, local_of = where
+    rows = np.asarray(rows, dtype=np.int64)
+    owners = shard_of[rows]
+    return [local_of[rows[owners == i]].astype(np.int32) for i in range(parts)]
+
+
 def split_postings(chunks: np.ndarray, answer) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """A `feedback_postings` answer (hashes, tf, sizes) as chunk -> (hashes, tf)."""
     hashes, tf, sizes = answer
@@ -425,8 +426,8 @@ def split_postings(chunks: np.ndarray, answer) -> dict[int, tuple[np.ndarray, np
     }
 
 
-def _by_shard(chunk_ids: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each global chunk: its shard and its local row."""
+def by_shard(chunk_ids: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each of `n` global rows (chunks, or files): its shard and its local row."""
     shard_of = np.empty(n, dtype=np.int32)
     local_of = np.empty(n, dtype=np.int64)
     for shard, ids in enumerate(chunk_ids):
@@ -456,7 +457,7 @@ class ShardedVectors:
     @property
     def where(self) -> tuple[np.ndarray, np.ndarray]:
         if self._where is None:
-            self._where = _by_shard(self.chunk_ids, self.shape[0])
+            self._where = by_shard(self.chunk_ids, self.shape[0])
         return self._where
 
     def row_dots(self, vector: np.ndarray) -> np.ndarray:
@@ -522,10 +523,7 @@ class ShardedDense:
         depths = [shard_depth(len(ids), n, keep) for ids in self.vectors.chunk_ids]
         local: list[np.ndarray | None] = [None] * len(parts)
         if also is not None and len(also):
-            shard_of, row_of = self.vectors.where
-            also = np.asarray(also, dtype=np.int64)
-            for i in range(len(parts)):
-                local[i] = row_of[also[shard_of[also] == i]].astype(np.int32)
+            local = local_rows(self.vectors.where, also, len(parts))
         answers = call_each(
             parts, "dense", [(*args, depths[i], local[i]) for i in range(len(parts))]
         )
@@ -571,21 +569,11 @@ class ShardRows:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def _groups(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """(shard, positions in `rows`, local rows) per shard holding some."""
-        shard_of, local_of = self.matrix.where
-        owners = shard_of[self.rows]
-        out = []
-        for shard in np.unique(owners).tolist():
-            at = np.flatnonzero(owners == shard)
-            out.append((shard, at, local_of[self.rows[at]]))
-        return out
-
     def row_dots(self, vector: np.ndarray) -> np.ndarray:
         vector = np.asarray(vector, dtype=np.float32)
         out = np.empty(len(self.rows), dtype=np.float32)
         parts = self.matrix.parts
-        groups = self._groups()
+        groups = shard_groups(self.matrix.where, self.rows)
         answers = call_each(
             [parts[g[0]] for g in groups], "dots_rows", [(g[2], vector) for g in groups]
         )
@@ -596,7 +584,7 @@ class ShardRows:
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = np.empty(self.shape, dtype=np.float32)
         parts = self.matrix.parts
-        groups = self._groups()
+        groups = shard_groups(self.matrix.where, self.rows)
         for (_, at, _), rows in zip(
             groups,
             call_each([parts[g[0]] for g in groups], "rows", [(g[2],) for g in groups]),
@@ -663,7 +651,7 @@ class ShardedLexical:
         """For each global chunk: its shard and its local row (built once, then kept)."""
         found = getattr(self, "_where", None)
         if found is None:
-            found = self._where = _by_shard(self.chunk_ids, self.n_chunks)
+            found = self._where = by_shard(self.chunk_ids, self.n_chunks)
         return found
 
     def norm_spec(self) -> tuple[float, float, float]:
@@ -796,16 +784,12 @@ class ShardedLexical:
 
     def _chunk_postings(self, chunks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """(hashes, tf) of each chunk, read from its shard."""
-        shard_of, local_of = self.where
-        owners = shard_of[chunks]
-        groups = [(s, np.flatnonzero(owners == s)) for s in np.unique(owners).tolist()]
+        groups = shard_groups(self.where, chunks)
         answers = call_each(
-            [self.parts[g[0]] for g in groups],
-            "feedback_postings",
-            [(local_of[chunks[g[1]]],) for g in groups],
+            [self.parts[g[0]] for g in groups], "feedback_postings", [(g[2],) for g in groups]
         )
         postings: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for (_, at), answer in zip(groups, answers, strict=True):
+        for (_, at, _), answer in zip(groups, answers, strict=True):
             postings.update(split_postings(chunks[at], answer))
         return [postings[c] for c in chunks.tolist()]
 

@@ -1,21 +1,7 @@
-"""The shards of a sharded index on Ray Serve: shard-group deployments answer the `ShardPart`
-calls, and a router (a reader with `MDVDB_RAY_SERVE`, or the ingress deployment of
-`mdvdb serve --ray`) runs the query and sends them there.
-
-A shard group (`ShardGroup`, one Serve deployment per group, `replicas` each) maps the shard
-files it serves by the name each call gives (the generation the router pinned) and keeps the
-last few. A round of a query is one request per group (`calls`: a call per shard it serves),
-sent to every group at once; Serve picks the replica. A staged query keeps its arrays in
-the replica that ran its first round, so `SessionAffinity` routes every round of one query
-to the same replica of a group (rendezvous hashing on the query's session,
-query/shards/affinity.py); a replica that
-lost them (it died, or another took its place) rebuilds them from the rounds the router
-replays (query.rank.shard_search, `Staged.round`). A call whose replica dies is sent again,
-to another replica; the answer stays the one-file answer bit for bit.
-
-Nothing here listens on a port of ours: Serve carries the calls (Ray's own transport and
-authentication, docs/scale-out.md).
-"""
+"""The shards of a sharded index on Ray Serve: shard-group deployments (`ShardGroup`) answer
+the `ShardPart` calls, one request per group a round; `SessionAffinity` keeps a staged query's
+rounds on one replica, and a lost session is replayed by the router. Serve carries the calls:
+nothing here listens on a port of ours (docs/scale-out.md, "Serving on Ray Serve")."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""A shard's side of a staged query (query.rank.shard_search): the steps of a lexical or hybrid
-search run on the shard's own rows, with the global numbers the router sends.
-
-Each step keeps its arrays in the shard's session and answers what the router needs to
-compute the next global number: a maximum, a few best rows, the best rows of the final
-score under the caller's filter and their count. No answer holds a number per chunk, so
-the bytes per query do not grow with the shard.
-
-Every array is the one-file expression of `query.rank.search.mode_scores` / `query.score.fusion`,
-element by element, with the one-file maxima, floors and feedback terms: a row's score has
-the one-file bits. Best rows are ranked by score, then row descending
-(`query.score.vector.top_rows`): a shard's rows are in the one-file order (kernel/shards.py),
-so the router's merge by (score, global row) picks the one-file rows even among equal scores.
-"""
+"""A shard's side of a staged query (query.rank.shard_search): each step keeps its arrays in
+the shard's session and answers a maximum or a few best rows, never a number per chunk; each
+array is the one-file expression element by element (docs/scale-out.md, "What is built")."""
 
 from __future__ import annotations
 
@@ -21,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from query.score.fusion import Fused, best, scaled_semantic, with_stub_prior
-from query.score.lexical import add_page_term
+from query.score.lexical import add_page_term, page_lengths_of
 from query.score.vector import top_rows
 
 ShardPart = Any  # query.shards.part.ShardPart (which imports this module)
@@ -52,16 +41,9 @@ def _scaled(values: np.ndarray, top: float) -> np.ndarray:
 
 
 def _page_lengths(part: ShardPart) -> np.ndarray:
-    """Each local file's field-weighted length (float32), summed as the one-file index sums
-    it: the chunks of a file, in order, all in this shard."""
-    found = part.shard.cache.get("stage_page_lengths")
-    if found is None:
-        lexical = part.lexical
-        files = part.shard.chunk_file_ids
-        n = len(part.shard.paths)
-        found = np.bincount(files, weights=lexical.lengths, minlength=n).astype(np.float32)
-        part.shard.cache["stage_page_lengths"] = found
-    return found
+    """Each local file's length, summed as the one-file index sums it (a file's chunks are
+    all in this shard)."""
+    return page_lengths_of(part.lexical, len(part.shard.paths))[0]
 
 
 def _term_scores(part: ShardPart, args: dict) -> np.ndarray:
