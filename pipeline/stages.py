@@ -1,20 +1,6 @@
-"""The write side as typed stages: each takes its inputs as arguments and returns a frozen
-record carrying its digest.
-
-    discover(config, state) -> Manifest
-    parse(config, manifest, state) -> Parsed          (Parsed.manifest: minus unreadable files)
-    chunk(config, manifest, state) -> Chunked
-    embed(config, manifest, state, provider) -> Embedded
-    cluster(config, manifest, state, provider) -> Clustered
-    schema(config, manifest, state, provider) -> Schema  (with pack's plan)
-    pack(config, manifest, state, provider, problems, schema) -> Packed
-
-Each stage does its per-file work against its own SHA-256-keyed cache (`pipeline.state.State`,
-which owns every SQL statement) and returns a digest of what it produced; `pipeline.tasks`
-wraps each in a doit task that depends on the previous stage's digest (`result_dep`), so a
-touched-but-unchanged file stops the chain after `discover`. Nothing here is a module global:
-what a stage needs is in its arguments.
-"""
+"""The write side as typed stages (discover, parse, chunk, embed, cluster, schema, pack):
+each takes its inputs as arguments and returns a frozen record carrying its digest, which
+`pipeline.tasks` chains as doit tasks (docs/architecture.md, "The pipeline")."""
 
 from __future__ import annotations
 
@@ -34,10 +20,8 @@ if TYPE_CHECKING:
     from pipeline.pack.schema import SchemaUpdate
     from pipeline.plan import Delta, Plan
 
-# An ingest's progress, `progress(stage, done, total)`: (stage, 0, 0) as each stage begins
-# (discover, parse, chunk, embed, cluster, schema, pack: those doit runs); then ("parse",
-# files, of files), ("chunk", files, of files), ("embed", chunks, of chunks) as they work,
-# and ("chunks", chunks cut so far, 0) after each batch parse writes.
+# An ingest's progress, `progress(stage, done, total)`: (stage, 0, 0) as each stage begins,
+# then ("parse"|"chunk"|"embed", done, of) and ("chunks", chunks cut so far, 0).
 Progress = Callable[[str, int, int], None]
 Problem = tuple[str, str]  # (path, what is wrong with it)
 
@@ -69,9 +53,8 @@ def _quiet(stage: str, done: int, total: int) -> None:
 
 @dataclass(frozen=True)
 class Manifest:
-    """Every current file (path -> entry), what changed since the last run and, when that
-    run finished cleanly with the same build settings, the content hashes later stages may
-    look at instead of diffing the whole manifest against their caches."""
+    """Every current file (path -> entry), what changed since the last run and, after a
+    clean run with the same settings, the shas later stages may trust."""
 
     entries: Mapping[str, ManifestEntry]
     digest: str
@@ -81,14 +64,9 @@ class Manifest:
     unchanged: int = 0
     hashed: int = 0  # files discover read and hashed (their stat did not match)
     problems: tuple[Problem, ...] = ()
-    # Shas discover saw added or changed, when they can be trusted; None: diff everything.
-    changed_shas: frozenset[str] | None = None
-    # Shas of the previous versions of changed and removed files (with changed_shas): the
-    # only cache entries a trusted run can orphan.
-    left_shas: frozenset[str] = frozenset()
-    # The changes since the manifest the published index was packed from, when that index
-    # is current (a clean last run): pack plans from them (`pipeline.plan.Delta`).
-    delta: Delta | None = None
+    changed_shas: frozenset[str] | None = None  # added or changed, when trusted; None: diff all
+    left_shas: frozenset[str] = frozenset()  # previous versions of changed and removed files
+    delta: Delta | None = None  # changes since the published index's manifest, when current
 
     @classmethod
     def of_state(cls, state: State) -> Manifest:
@@ -97,8 +75,7 @@ class Manifest:
         return cls(MappingProxyType(entries), manifest_digest(entries))
 
     def pending(self) -> list[str] | None:
-        """Shas a stage must look at: discover's changes when they can be trusted, else
-        None (the stage then diffs the whole manifest against its cache)."""
+        """Shas a stage must look at, or None: diff the whole manifest against its cache."""
         return None if self.changed_shas is None else sorted(self.changed_shas)
 
     def without(self, paths: list[str]) -> Manifest:
@@ -113,8 +90,7 @@ class Manifest:
         )
 
     def path_of_sha(self, shas: list[str] | None = None) -> dict[str, str]:
-        """sha -> a path holding it; `shas`: only these are asked for, looked up among
-        discover's changes first (no pass over every entry)."""
+        """sha -> a path holding it (`shas`: only these, looked up among the delta first)."""
         if shas is not None and self.delta is not None:
             found = {e.sha256: e.path for e in self.delta.fresh}
             if all(s in found for s in shas):
@@ -133,12 +109,8 @@ class Parsed:
     workers: int = 1  # processes that did it (pipeline.workers), or Ray actors
     executor: str = "local"  # local or ray (MDVDB_EXECUTOR)
     executor_start_seconds: float = 0.0  # Ray: connecting or starting, until the actors are up
-    # The lexical analyses of the chunks cut (a `pipeline.pack.lexical.Handed` store): pack
-    # merges them into postings instead of analysing every chunk again on one core.
-    analysed: Any = field(default=None, repr=False, compare=False)
-    # Ray: each actor's report (pipeline.ray_executor.ActorReport: node, pid, GPUs, model,
-    # batch size), as `mdvdb ingest --json` lists it.
-    executor_actors: tuple = ()
+    analysed: Any = field(default=None, repr=False, compare=False)  # `lexical.Handed`, for pack
+    executor_actors: tuple = ()  # Ray: each actor's `ActorReport`, listed by `ingest --json`
 
 
 @dataclass(frozen=True)
@@ -164,16 +136,14 @@ class Clustered:
 
 @dataclass(frozen=True)
 class Schema:
-    """The frontmatter schema of the files to publish, and the plan it was inferred over
-    (pack reuses both when they were made from the same manifest in the same run)."""
+    """The frontmatter schema of the files to publish, and the plan it was inferred over."""
 
     manifest_digest: str
     plan: Plan | None  # None for a sharded index: each shard plans its own rows
     update: SchemaUpdate | None
     problems: tuple[Problem, ...]
     digest: str
-    # The next index's writer, its chunks being written since the plan was made (pack
-    # finishes it; `abandon` removes its temp file when pack does not).
+    writer: Any = field(default=None, repr=False, compare=False)  # the next index's writer
     writer: Any = field(default=None, repr=False, compare=False)
 
     def abandon(self) -> None:
@@ -208,9 +178,7 @@ def build_settings(config: Config) -> str:
 
 
 def published_is_current(config: Config, state: State) -> bool:
-    """The published index is the one the last pack wrote, in this code's format (the state
-    keeps only what the index lacks: an index of another format cannot stand in for the
-    parse, chunk and embed caches)."""
+    """The published index is the one the last pack wrote, in this code's format."""
     import stat
 
     from kernel.shards import published_file
@@ -225,8 +193,7 @@ def published_is_current(config: Config, state: State) -> bool:
     if state.get_value("published_stamp") != [st.st_size, st.st_mtime_ns]:
         return False
     if config.shards > 1:
-        # a sharded pack hands nothing over (the caches hold every record), but shards of
-        # another format were cut from caches of another format: rebuild them all
+        # shards of another format were cut from caches of another format: rebuild them all
         from kernel.shards import read_manifest
 
         manifest = read_manifest(config.shards_path)
@@ -259,31 +226,22 @@ def stamp_index(config: Config, state: State) -> None:
 # -- discover -------------------------------------------------------------------------------
 
 MANIFEST_DIGEST = "manifest_digest"  # the stored manifest's `manifest_digest`, while current
-# Per folder, `pipeline.walk.discover.folder_signatures` of the walk the stored manifest holds.
-STAT_SIGNATURES = "folder_signatures"
+STAT_SIGNATURES = "folder_signatures"  # per folder, `discover.folder_signatures` of the walk
 STAT_SIGNATURE = "stat_signature"  # the one digest older versions kept: dropped when seen
-# From this many folders (as the last walk found them), the walk is split between two
-# processes (`walk_folders(split=True)`): a fork and a merge cost far less than half the stats.
-SPLIT_FOLDERS = 64
+SPLIT_FOLDERS = 64  # from this many folders the walk is split between two processes
 # Paths re-stamped (stat changed, content not) since the last pack: their rows in the
-# published index still carry the old mtime, so schema and pack run (`pipeline.tasks`)
-# and rebuild them.
+# published index carry the old mtime, so schema and pack run and rebuild them.
 UNPACKED_RESTAMPS = "unpacked_restamps"
-# Set (to a fresh token) when parse or chunk left files out of the manifest because they
-# could not be read or parsed; cleared by the first run that ends without setting it again
-# (`pipeline.ingest`). While set, parse and chunk never count as up to date: the next
-# discover puts such a file back in the manifest, and when its content is the one hashed
-# before, the manifest digest is the one the failing run's discover reported, so doit
-# would skip parse and the file would stay in the manifest without ever being indexed.
+# Set when parse or chunk left unreadable files out of the manifest; while set, parse and
+# chunk never count as up to date: the next discover may report the very digest the failing
+# run reported, and doit would skip parse for a file never indexed.
 RETRY_UNPARSED = "retry_unparsed"
-# A pack planned from discover's changes is worth it only for a few; past this many, the
-# plan diffs the whole manifest against the previous index (one pass in Arrow).
+# Past this many changes, pack's plan diffs the whole manifest against the previous index.
 DELTA_MAX = 5000
 
 
 class StoredEntries(Mapping[str, ManifestEntry]):
-    """The stored manifest, read on first use: a run that finds nothing moved reports its
-    size and never reads its rows unless a later stage has work to do."""
+    """The stored manifest, read on first use (a run that finds nothing moved never reads it)."""
 
     def __init__(self, state: State, count: int):
         self._state, self._count = state, count
@@ -316,8 +274,7 @@ class StoredEntries(Mapping[str, ManifestEntry]):
 
 
 def _unmoved(state: State, moved: list[str] | None, walked: tuple[dict, list]) -> Manifest | None:
-    """The manifest of a run in which no file moved (every folder's stat signature is the
-    one stored with the manifest, and so is its digest): no row of it is read; else None."""
+    """The manifest of a run in which no folder's stat signature moved (no row read), or None."""
     digest = state.get_value(MANIFEST_DIGEST)
     count = len(walked[0])
     if not count or digest is None or moved is None or moved:
@@ -333,8 +290,7 @@ def _unmoved(state: State, moved: list[str] | None, walked: tuple[dict, list]) -
 
 
 def _moved_folders(stored: Any, signatures: dict[str, str]) -> list[str] | None:
-    """Folders whose files differ from the stored walk's (new, gone or changed); None when
-    no usable signatures are stored (then every folder is compared)."""
+    """Folders whose files differ from the stored walk's; None: no usable signatures stored."""
     if not isinstance(stored, dict):
         return None
     moved = [f for f, sig in signatures.items() if stored.get(f) != sig]
@@ -343,8 +299,7 @@ def _moved_folders(stored: Any, signatures: dict[str, str]) -> list[str] | None:
 
 
 def _delta(state: State, fresh: list[ManifestEntry], removed: tuple[str, ...]) -> Delta | None:
-    """The changes since the last pack's manifest: this run's, and the files an earlier run
-    re-stamped without packing (`UNPACKED_RESTAMPS`); None when there are too many."""
+    """The changes since the last pack's manifest (with `UNPACKED_RESTAMPS`); None: too many."""
     from pipeline.plan import Delta
 
     earlier = state.get_value(UNPACKED_RESTAMPS) or []
@@ -363,14 +318,11 @@ def discover(
     full: bool = False,
     walked_files: Callable[[int], None] | None = None,
 ) -> Manifest:
-    """Walk the source folders, re-hash what changed, store the new manifest. Only the
-    manifest rows of folders whose stat signature moved are read and compared: the others
-    are known to hold what they held. `walked_files`: told how many files the walk found,
-    before any is hashed."""
+    """Walk the source folders, re-hash what changed, store the new manifest; only the rows
+    of folders whose stat signature moved are read. `walked_files`: told the walk's count."""
     from pipeline.walk.discover import discover as walk_and_compare
 
-    # The published index is part of the cache: when it is not the one the last run wrote
-    # (deleted, replaced), nothing is trusted and every stage re-checks its work.
+    # A published index other than the one the last run wrote: nothing is trusted.
     clean = published_is_current(config, state) and state.get_value("clean_run") == build_settings(
         config
     )
@@ -398,15 +350,13 @@ def discover(
         upserts = [found.entries[p] for p in (*added, *changed, *found.restamped)]
     digest = _manifest_digest(state, old, found, added, changed, removed)
     state.replace_manifest(upserts, removed, digest=digest)
-    # Kept only when the manifest now holds exactly what the walk found (no file unreadable).
     if signatures is not None and len(found.entries) == len(walked[0]):
         state.set_value(STAT_SIGNATURES, signatures)
     else:
         state.delete_value(STAT_SIGNATURES)
     state.delete_value(STAT_SIGNATURE)
     if (added or changed or removed) and config.shards == 1:
-        # Pack (and the write side's cache) will reuse bytes of the published index only
-        # once its checksums are checked: begin that now, on a thread, beside parse.
+        # Pack reuses the published index's bytes once its checksums are checked: begin now.
         from kernel.index_format import check_soon
 
         check_soon(config.index_path)
@@ -439,9 +389,8 @@ def discover(
 
 
 def _walk_by_folders(config: Config, state: State, walked_files):
-    """(the unchanged run's Manifest or None, the walk (stats, problems) to compare, the
-    folders' stat signatures, the folders whose signature moved or None for all): the walk,
-    and the folders an edit touched, so that only their manifest rows are read."""
+    """(the unmoved run's Manifest or None, the walk, the folders' signatures, the moved
+    folders or None for all), so that only the moved folders' manifest rows are read."""
     from pipeline.walk.discover import folder_signatures, updated_digest, walk_folders
 
     problems: list[Problem] = []
@@ -465,7 +414,6 @@ def _walk_by_folders(config: Config, state: State, walked_files):
         or updated_digest(stored_digest, [], []) is None
     ):
         return None, walked, signatures, None  # compare every folder
-    # Only the moved folders' files are compared, with only their manifest rows.
     return (
         None,
         ({r: stats[r] for f in moved for r in folders.get(f, ())}, problems),
@@ -475,9 +423,7 @@ def _walk_by_folders(config: Config, state: State, walked_files):
 
 
 def _manifest_digest(state: State, old, found, added, changed, removed) -> str:
-    """The digest of (path, sha) of every file: with none added, changed or removed the
-    stored manifest's, kept by the last run; else that one updated for what changed (not
-    every path hashed again)."""
+    """The digest of (path, sha) of every file: the stored one, updated for what changed."""
     from pipeline.walk.discover import updated_digest
 
     stored = state.get_value(MANIFEST_DIGEST)
@@ -493,10 +439,8 @@ def _manifest_digest(state: State, old, found, added, changed, removed) -> str:
 
 
 def _refuse_emptying(config: Config, known: int) -> None:
-    """Source folders that match nothing (a typo in MDVDB_SOURCE_DIRS, an unmounted drive)
-    never replace an index that has files: publishing an empty one would look like success.
-    Only configured source folders count: with the default (the root itself), an empty folder
-    is one whose user deleted every note, and an empty index is the truth."""
+    """Configured source folders that match nothing (a typo, an unmounted drive) never replace
+    an index that has files; with the default (the root), an empty index is the truth."""
     if config.origin("MDVDB_SOURCE_DIRS") == "the default":
         return
     if not known and config.index_path.is_file():
@@ -526,17 +470,14 @@ def parse(
     provider: EmbeddingProvider | None = None,
     helped: bool = False,
 ) -> Parsed:
-    """Frontmatter, heading tree and body of each new file content, chunked at once and, for
-    the local model (`provider`), embedded (`pipeline.workers`: over a process pool when
-    the run is big enough). Files that cannot be read or parsed leave the manifest
-    (reported, retried next run, never packed)."""
+    """Frontmatter, heading tree and body of each new file, chunked and, for the local model,
+    embedded at once (`pipeline.workers`). Unreadable files leave the manifest (retried)."""
     pending = manifest.pending()
     if pending is None:
         todo = state.file_contents()
     else:
         by_sha = manifest.path_of_sha(pending)
         todo = [(by_sha[s], s) for s in pending]
-    # Files already chunked (here, or in the published index) are never parsed again.
     chunked = state.chunked(chunk_key(config), [sha for _, sha in todo])
     todo = [(path, sha) for path, sha in todo if sha not in chunked]
     problems: list[Problem] = []
@@ -581,8 +522,7 @@ def parse(
 
 
 def executor(config: Config):
-    """The module that runs the per-file work (`embed_spec`, `prepare`): a process pool
-    here (pipeline.workers), or Ray actors (pipeline.ray_executor, MDVDB_EXECUTOR)."""
+    """The module that runs the per-file work: `pipeline.workers` or `pipeline.ray_executor`."""
     if config.executor == "local":
         from pipeline import workers
 
@@ -603,27 +543,21 @@ def _prepare_files(
     pool: Any = None,
     helped: bool = False,
 ) -> tuple[list[str], int, int]:
-    """Parse, chunk (and embed) (path, sha) pairs into the caches, one transaction per
-    batch; returns the paths that failed (reported), the chunks cut and the chunks
-    embedded. The batches' lexical analyses go to `analysed`; `pool` (on Ray, a
-    `ray_executor.PoolRun`) gets what the actors report."""
+    """Parse, chunk (and embed) (path, sha) pairs into the caches, a transaction per batch;
+    returns the paths that failed, the chunks cut and the chunks embedded."""
     from pipeline.embed import model_key
     from pipeline.workers import ExecutorUnavailable, WorkerDied, processes_for
 
     local = config.executor == "local"
     pooled = local and processes_for(config, len(todo)) > 1
     if config.shards <= 1 and pooled:
-        # A run big enough for worker processes (a first build): its records stay in this
-        # process, which holds no model, until the hand-over drops them (`State.hold`). One
-        # process parsing and embedding alone writes them to the caches (its peak memory is
-        # the model's and the parser's); a sharded pack hands nothing over.
+        # A first build keeps its records in memory until the hand-over (`State.hold`).
         state.hold()
         if config.clustering_enabled:
             from pipeline.cluster.topics import DocVectors, LabelWords
 
             state.label_words = LabelWords()  # numbered as the workers' batches come back
             state.doc_vectors = DocVectors()
-    # What the workers embed with: the local pool, WordLlama; Ray's actors, every local model.
     spec = executor(config).embed_spec(provider) if provider is not None else None
     model = model_key(provider) if spec is not None and provider is not None else ""
     key = chunk_key(config)
@@ -634,7 +568,6 @@ def _prepare_files(
     batches = executor(config).prepare(
         config, todo, spec, lambda done: progress("parse", done, len(todo)), *report
     )
-    # With a clustering helper (`pipeline.cluster_helper`), it imports scikit-learn.
     warm = _warm_cluster_imports(config, len(todo)) if pooled and not helped else None
     try:
         for batch in batches:  # streamed: written as each comes back
@@ -657,8 +590,7 @@ def _prepare_files(
     except (WorkerDied, ExecutorUnavailable) as exc:
         raise IngestError(str(exc)) from None
     if embedded and getattr(spec, "cache_dir", None) is not None:
-        # The query side's lookup tokenizer, built once per user by the ingest rather than
-        # by the first search.
+        # The query side's lookup tokenizer, built once per user here, not by the first search.
         from pathlib import Path
 
         from kernel.providers.local import quick_bpe
@@ -668,10 +600,8 @@ def _prepare_files(
 
 
 def _warm_cluster_imports(config: Config, files: int) -> Callable[[], None] | None:
-    """What a pooled first build's parent does while its workers run: import what the full
-    clustering after them will import (scikit-learn's k-means and silhouette, a costly
-    import), off the serial part of the build. None when no full clustering of NUMPY_BELOW or more
-    documents follows this parse (clustering off, or too few files to re-cluster)."""
+    """Imports scikit-learn for the full clustering after a pooled first build, while its
+    workers run; None when no full clustering follows."""
     from pipeline.cluster.topics import NUMPY_BELOW
 
     least = max(NUMPY_BELOW, config.clustering_rebalance_threshold)
@@ -686,8 +616,7 @@ def _warm_cluster_imports(config: Config, files: int) -> Callable[[], None] | No
 
 
 def _unknown_vectors(state: State, model: str, shas: list[bytes], vectors: Any) -> tuple:
-    """The vectors of a batch that no cache holds yet (what `chunks_embedded` counts: a
-    moved file or `--full` embeds nothing new, as with the embed stage)."""
+    """The vectors of a batch that no cache holds yet (what `chunks_embedded` counts)."""
     import numpy as np
 
     if not shas:
@@ -702,9 +631,8 @@ def _unknown_vectors(state: State, model: str, shas: list[bytes], vectors: Any) 
 def _drop_unparsed(
     config: Config, manifest: Manifest, state: State, failed: list[str] | None
 ) -> Manifest:
-    """The manifest without the files that could not be read or parsed. `failed`: this
-    run's failures when discover's changes are trusted (every other file was parsed by the
-    last clean run); None: look over the whole manifest."""
+    """The manifest without the files that could not be read or parsed (`failed`: this run's,
+    when discover's changes are trusted; None: look over the whole manifest)."""
     if failed is None:
         rows = state.manifest_shas().items()
         chunked = state.chunked(chunk_key(config), {sha for _, sha in rows})
@@ -720,9 +648,7 @@ def _drop_unparsed(
 
 
 def chunk(config: Config, manifest: Manifest, state: State, progress: Progress = _quiet) -> Chunked:
-    """One chunk per heading section, windows for oversized ones: the files with no chunk
-    record for this chunking (a new chunking while parse was up to date) are read, parsed
-    and chunked again, as parse does (`pipeline.workers.prepare_batch`)."""
+    """Re-chunk the files with no chunk record for this chunking, as parse does."""
     from pipeline.workers import batches_of, prepare_batch, spec_of
 
     key = chunk_key(config)
@@ -765,8 +691,7 @@ def embed(
     provider: EmbeddingProvider,
     progress: Progress = _quiet,
 ) -> Embedded:
-    """Embed chunk texts with no cached vector for the provider, the texts of
-    `RECORDS_BATCH` files at a time: the corpus's texts are never all held at once
+    """Embed chunk texts with no cached vector, `RECORDS_BATCH` files at a time
     (docs/benchmarks.md, "Ingest memory (issue 37)")."""
     from pipeline.embed import embed_missing, model_key
     from pipeline.memory import release_freed
@@ -774,12 +699,9 @@ def embed(
 
     key, chunks = model_key(provider), chunk_key(config)
     mark = f"{key}|{chunks}"
-    # Only files not yet marked complete for this model and chunking: a one-file edit reads
-    # one chunk record, not every file's.
     todo = state.files_to_embed(mark, manifest.pending())
     parts = [todo[i : i + RECORDS_BATCH] for i in range(0, len(todo), RECORDS_BATCH)]
-    # how many texts there are to embed (the progress bar's total): one read more of the
-    # records, only when there is more than one part
+    # the progress bar's total: one more read of the records, only with several parts
     seen: set[bytes] = set()
     total = None if len(parts) < 2 else sum(_missing(state, chunks, key, p, seen) for p in parts)
     rejected: list[bytes] = []
@@ -811,8 +733,7 @@ def embed(
 
 
 def _missing(state: State, chunks: str, model: str, files: list[str], seen: set[bytes]) -> int:
-    """How many chunk texts of `files`, not in `seen` (which gets them), have no cached
-    vector for `model`."""
+    """How many chunk texts of `files`, not in `seen` (which gets them), lack a vector."""
     texts, _ = _texts_to_embed(state, chunks, files)
     fresh = [sha for sha in texts if sha not in seen]
     seen.update(fresh)
@@ -820,8 +741,7 @@ def _missing(state: State, chunks: str, model: str, files: list[str], seen: set[
 
 
 def _texts_to_embed(state: State, key: str, files: list[str]) -> tuple[dict[bytes, str], list]:
-    """Each chunk's embedded text by chunk sha, in the order one read of the files'
-    records gives, and the file shas found."""
+    """Each chunk's embedded text by chunk sha, and the file shas found."""
     texts: dict[bytes, str] = {}
     found: list[str] = []
     for sha, doc in state.get_chunks(key, files).items():
@@ -869,9 +789,8 @@ def cluster(
     full: bool = False,
     helper: Any = None,
 ) -> Clustered:
-    """Topic clusters of documents (kept in the state; pack publishes them). `helper`: a
-    `cluster_helper.ClusterHelper` that makes a full clustering's fit while the schema
-    stage and pack run (pack waits for it before it reads the clusters)."""
+    """Topic clusters of documents, kept in the state. `helper`: a `ClusterHelper` fitting a
+    full clustering while schema and pack run."""
     from pipeline.cluster import topics as clustering
     from pipeline.embed import model_key
 
@@ -902,10 +821,8 @@ def cluster(
 
 
 def schema(config: Config, manifest: Manifest, state: State, provider: EmbeddingProvider) -> Schema:
-    """Read the overlay (kept in the state), diff the previous index against the manifest
-    (`pipeline.pack.build.plan`) and infer the schema of the files to publish from it, by
-    difference where the previous index has the counts (`pipeline.pack.schema.update`),
-    merged with the overlay and checked against it."""
+    """Read the overlay, plan the pack (`pipeline.pack.build.plan`) and infer the schema of
+    the files to publish from the plan (`pipeline.pack.schema.update`)."""
     from pipeline.pack import build as packing
     from pipeline.pack import schema as schema_pack
     from pipeline.schema import stage
@@ -916,7 +833,6 @@ def schema(config: Config, manifest: Manifest, state: State, provider: Embedding
     if config.shards > 1:  # pipeline.pack.sharded infers each shard's schema with its plan
         return Schema("", None, None, problems, digest)
     rows = packing.plan(config.index_path, _pack_sources(config, manifest, state, provider))
-    # The chunks table is final: writing it begins now, beside the schema and pack steps.
     writer = packing.start_writing(config.index_path, rows)
     try:
         update = schema_pack.update(rows, state)
@@ -937,13 +853,11 @@ def _pack_sources(
 
     key, chunks = model_key(provider), chunk_key(config)
     return PackSources(
-        # Read only if pack cannot plan from the delta: a view, loaded on first use.
         entries=manifest.entries.values(),  # pack puts them in path order
         delta=manifest.delta,
         dimensions=provider.dimensions,
         build_key=f"{key}|{chunks}",
         load_documents=lambda shas: state.get_chunks(chunks, shas),
-        # The plan's matrix becomes the held vectors' one copy (`State.get_embeddings`).
         load_vectors=lambda shas: state.get_embeddings(
             key, shas, provider.dimensions, missing_ok=True, adopt=True
         ),
@@ -962,13 +876,10 @@ def pack(
     looked: Looked | None = None,
     extra_meta: dict | None = None,
 ) -> Packed:
-    """Assemble every table and publish the one index file atomically, then hand what the
-    new index holds over from the caches to it (`State.hand_over`). `schema`: the schema
-    stage's output of this run, used when it was made from this manifest; `analysed`: the
-    lexical analyses the parse stage made (`Parsed.analysed`); `looked`: what this run
-    looked at again (`problems_to_record`); `extra_meta`: more of the meta (an upgrade's
-    static stage records its target, `pipeline.upgrade`)."""
+    """Assemble every table, publish the one index file atomically, then hand what it holds
+    over from the caches (`State.hand_over`)."""
     from kernel.fusion_models import fusion_settings
+    from kernel.version import __version__
     from pipeline.embed import model_key
     from pipeline.pack.build import publish
 
@@ -984,7 +895,7 @@ def pack(
         "config": config.fingerprint(),
         **problems_to_record(config, manifest, problems, looked or Looked()),
         "skipped": _skipped_files(config, manifest, problems),
-        "mdvdb_version": _version(),
+        "mdvdb_version": __version__,
         **(extra_meta or {}),
     }
     sources = _pack_sources(config, manifest, state, provider)
@@ -1005,15 +916,13 @@ def pack(
     )
     damaged = _rebuilt(written.damaged, "index")
     _published(config, manifest, state, digest)
-    # What the new index holds leaves the caches (pipeline.state: the index is the cache).
     state.hand_over(chunks, key, keep_vectors=not getattr(provider, "cheap_to_recompute", False))
     stamp_index(config, state)
     return Packed(written.bytes, written.chunks, written.reused_files, damaged, digest)
 
 
 def _pack_shards(config, manifest, state, sources, meta, digest) -> Packed:
-    """`MDVDB_SHARDS` > 1: one pack per shard (pipeline.pack.sharded). Nothing is handed over
-    from the caches: the records stay in the state, which every shard's next pack reads."""
+    """`MDVDB_SHARDS` > 1: one pack per shard; the records stay in the state (no hand-over)."""
     from pipeline.pack import sharded as shard_pack
 
     written = shard_pack.publish(config, sources, meta)
@@ -1040,11 +949,8 @@ def _published(config: Config, manifest: Manifest, state: State, digest: str) ->
 
 @dataclass(frozen=True)
 class Looked:
-    """What a run looked at again, so that a problem of an earlier run it did not report
-    is gone: `walk`, the walk's paths (None: every one; else these and what is under
-    them: `mdvdb ingest PATH`, the watcher; () when no walk ran, as in a `doit pack`);
-    `overlay`: the schema stage read the overlay; `in_rows`: paths whose problem this run
-    is their parse error, which the files table holds."""
+    """What a run looked at again (`walk`: None for every path, () for none; `overlay`;
+    `in_rows`: paths whose problem is a parse error the files table holds)."""
 
     walk: tuple[str, ...] | None = ()
     overlay: bool = False
@@ -1058,19 +964,15 @@ class Looked:
         return any(path == w or path.startswith(f"{w}/") for w in self.walk)
 
 
-# Problems recorded in the index's meta at most (the footer every reader parses); the files
-# table holds every parse error whatever their number.
+# Problems recorded in the index's meta at most (the files table holds every parse error).
 MAX_RECORDED_PROBLEMS = 1000
 
 
 def problems_to_record(
     config: Config, manifest: Manifest, problems: tuple[Problem, ...], looked: Looked
 ) -> dict[str, Any]:
-    """The meta's `errors`: every current problem the files table does not hold (a file left
-    out, a folder, the overlay, a section the provider gave no vector for), sorted by path.
-    This run's, and an earlier run's that this run did not look at again; an indexed file's
-    entry carries its SHA-256 and stays while its content does. `errors_left_out` counts
-    what the cap left out."""
+    """The meta's `errors`: this run's problems the files table lacks, plus an earlier run's
+    this run did not look at again, sorted by path and capped."""
     from kernel.shards import published_meta
 
     recorded: dict[str, list[str]] = {}
@@ -1109,8 +1011,7 @@ def _entries_of(manifest: Manifest, paths: list[str]) -> dict[str, ManifestEntry
 
 
 def once_per_path(problems: tuple[Problem, ...] | list[Problem]) -> tuple[Problem, ...]:
-    """The first problem reported for each path: a file that discover and parse both
-    stumble on is one problem to its user."""
+    """The first problem reported for each path."""
     seen: set[str] = set()
     out = []
     for path, problem in problems:
@@ -1123,9 +1024,8 @@ def once_per_path(problems: tuple[Problem, ...] | list[Problem]) -> tuple[Proble
 def _skipped_files(
     config: Config, manifest: Manifest, problems: tuple[Problem, ...]
 ) -> dict[str, list[int]]:
-    """Reported files left out of the index, with their (size, mtime, ctime), so that `status`
-    does not call them new until they change; carried over from the previous index for
-    files this run did not look at (`mdvdb ingest PATH`, the watcher)."""
+    """Reported files left out of the index, with (size, mtime, ctime), so `status` does not
+    call them new until they change."""
     from kernel.shards import published_meta
 
     entries = manifest.entries
@@ -1146,9 +1046,3 @@ def _skipped_files(
         if os.path.isfile(os.path.join(root, path)):
             skipped[path] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     return dict(list(skipped.items())[:10000])
-
-
-def _version() -> str:
-    from kernel.version import __version__
-
-    return __version__

@@ -1,23 +1,7 @@
-"""The write side's caches: one SQLite database in the state folder, in WAL mode (each batch
-one transaction; a torn WAL tail is discarded by SQLite on the next open).
-
-The published index is part of the cache (`Published`): after each pack what it holds leaves
-this database (`State.hand_over`), and what stays is what it lacks (docs/architecture.md,
-"The published index is part of the cache"). A pooled first build holds its records in
-memory until the hand-over instead (`State.hold`, at most `HOLD_BYTES`).
-
-Tables:
-- manifest:   path -> (size, mtime_ns, sha256) of every file the last discover saw
-- parsed:     unused (parse results of older versions; a file is parsed and chunked at once)
-- chunks:     (file sha256, chunking key) -> chunk list (JSON)
-- embeddings: (model key, chunk sha256) -> float32 vector bytes
-- embedded:   (model key, file sha256) of files whose chunks all have vectors
-- kv:         small values (run flags, the stored overlay, the clustering summary)
-- cluster_docs, cluster_topics: the cluster stage's assignments and topics
-
-Every SQL statement on this database is a method of `State`; its shape is built by
-`MIGRATIONS`, each step once.
-"""
+"""The write side's caches: one SQLite database in the state folder, in WAL mode, each batch
+one transaction. What the published index holds leaves it after each pack (`State.hand_over`;
+docs/architecture.md, "The published index is part of the cache"). Every SQL statement on it
+is a method of `State`; its shape is built by `MIGRATIONS`, each step once."""
 
 from __future__ import annotations
 
@@ -34,9 +18,8 @@ if TYPE_CHECKING:  # NumPy only where vectors are read: a no-op ingest never imp
 
 
 class StateDamaged(RuntimeError):
-    """The cache database fails a check (not a database, a page SQLite finds damaged, a
-    stored value that is not what was written); `pipeline.ingest` sets it aside and runs
-    again from the files (docs/security.md, "Round two")."""
+    """The cache database fails a check; `pipeline.ingest` sets it aside and runs again from
+    the files (docs/security.md, "Round two")."""
 
 
 # SQLite's result codes for a damaged file (not its "locked", "full" or "read-only" ones)
@@ -89,8 +72,7 @@ def _m001_caches(db: sqlite3.Connection) -> None:
 
 
 def _m002_drop_manifest_sha_index(db: sqlite3.Connection) -> None:
-    """That index cost much of the state folder for one query (`State.prune` scans instead;
-    docs/benchmarks.md, "Footprint on disk: index + state folder (issue 16)")."""
+    """That index cost much of the state folder for one query (`State.prune` scans instead)."""
     db.execute("DROP INDEX IF EXISTS manifest_sha")
 
 
@@ -112,10 +94,8 @@ def _m003_clusters(db: sqlite3.Connection) -> None:
     )
 
 
-# The database's shape, as the steps that build it: each runs once per database, in order,
-# and is recorded by name in `_migrations`. A new shape is a new function at the end (never
-# an edit of one that shipped). The first steps are written so that a database from before
-# this table existed goes through them unharmed.
+# The database's shape, as steps run once each, in order, recorded by name in `_migrations`.
+# A new shape is a new function at the end, never an edit of one that shipped.
 MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _m001_caches,
     _m002_drop_manifest_sha_index,
@@ -153,22 +133,17 @@ class ManifestEntry(NamedTuple):
     sha256: str
 
 
-# A big first build keeps its chunk records, vectors and `embedded` marks in memory up to
-# this many bytes (`State.hold`) instead of writing them here, reading them back for the
-# cluster and schema stages and deleting them in the hand-over; past it, everything held is
-# written here and the rest of the run writes through.
+# A big first build keeps its records, vectors and `embedded` marks in memory up to this many
+# bytes (`State.hold`); past it, everything held is written and the rest writes through.
 HOLD_BYTES = 256 * 2**20
 
-# Files whose chunk records a stage decodes at once (the embed stage, pack's plan): a big
-# run holds one batch of records as Python objects, not every chunk's (docs/benchmarks.md,
-# "Ingest memory (issue 37)"). A multiple of 500, the reads' part (`State._rows_in`): the
-# records come back in the order one read of every file gives.
+# Files whose chunk records a stage decodes at once (docs/benchmarks.md, "Ingest memory
+# (issue 37)"); a multiple of 500, the reads' part (`State._rows_in`).
 RECORDS_BATCH = 2000
 
 
 class _Held:
-    """What `State.hold` keeps in memory instead of the chunks, embeddings and embedded
-    tables (the same rows, keyed the same way)."""
+    """What `State.hold` keeps in memory instead of the chunks, embeddings and embedded rows."""
 
     def __init__(self) -> None:
         self.records: dict[tuple[str, str], str] = {}  # (chunk key, file sha) -> record JSON
@@ -181,9 +156,8 @@ class State:
     """A thin, typed layer over the cache database; one per ingest run."""
 
     def __init__(self, folder: Path, index_path: Path | None = None, records: bool = True):
-        """`index_path`: the published index to read as a cache of what it holds (None: only
-        this database). `records=False` (`ingest --full`): take only vectors from it, so that
-        every file is parsed and chunked again."""
+        """`index_path`: the published index, read as a cache (None: only this database).
+        `records=False` (`ingest --full`): take only vectors from it."""
         from kernel import private
 
         private.make_dir(folder)
@@ -192,14 +166,11 @@ class State:
         self.published = Published(index_path, records) if index_path is not None else None
         self.db = sqlite3.connect(folder / "cache.sqlite3", timeout=60, isolation_level=None)
         try:
-            # Only takes effect on a new database (an old one is converted by `reclaim`):
-            # pages freed when a pack hands records over to the index go back to the disk.
+            # Only takes effect on a new database: freed pages go back to the disk.
             self.db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self.db.execute("PRAGMA journal_mode=WAL")
-            # Some builds of SQLite (Debian's) zero every freed page: a hand-over that frees
-            # the records of a first build wrote all of them again through the WAL. FAST
-            # still clears what is freed inside pages that are written anyway; the file is
-            # the user's own cache, mode 0600, and its freed pages go back to the disk.
+            # Debian's SQLite zeroes every freed page, writing a hand-over's frees through
+            # the WAL again; FAST clears only within pages written anyway (the file is 0600).
             self.db.execute("PRAGMA secure_delete=FAST")
             self.db.execute("PRAGMA synchronous=NORMAL")
             migrate(self.db)
@@ -209,11 +180,9 @@ class State:
                 raise StateDamaged(str(exc)) from None
             raise
         self._held: _Held | None = None
-        # A pooled first build's documents' label words, made by its workers, for the full
-        # clustering that follows (`pipeline.cluster.topics.LabelWords`); memory only.
+        # A pooled first build's label words and document vectors from its workers, and a
+        # full clustering's fit still in the helper process (`pipeline.cluster.topics`).
         self.label_words: Any = None
-        # With them, the workers' document vectors (`cluster.DocVectors`), and a full
-        # clustering's fit still in the helper process (`cluster.finish_deferred`).
         self.doc_vectors: Any = None
         self.clusters_due: Any = None
 
@@ -225,11 +194,8 @@ class State:
     # -- a first build's records held in memory ---------------------------------------------
     def hold(self) -> None:
         """Keep what `put_prepared` is given in memory (up to `HOLD_BYTES`) until the
-        hand-over, which drops what the new index holds: a first build then never writes,
-        reads back (cluster, schema) and deletes records the index is about to hold
-        (docs/benchmarks.md, "Session 7: a first build's records held in memory"). The
-        price: a SIGKILLed run loses what was held (at most `HOLD_BYTES`) and parses it
-        again (an error or Ctrl-C writes it first, `close`)."""
+        hand-over (docs/benchmarks.md, "Session 7: a first build's records held in memory").
+        A SIGKILLed run loses what was held; an error or Ctrl-C writes it first (`close`)."""
         if self._held is None:
             self._held = _Held()
 
@@ -238,16 +204,20 @@ class State:
         held, self._held = self._held, None
         if held is None or not (held.records or held.vectors or held.embedded):
             return
+        self._write(
+            ((sha, key, data) for (key, sha), data in held.records.items()),
+            ((model, sha, row.tobytes()) for (model, sha), row in held.vectors.items()),
+            held.embedded,
+        )
+
+    def _write(
+        self, records: Iterable[tuple], vectors: Iterable[tuple], marks: Iterable[tuple]
+    ) -> None:
+        """Chunk records, vectors and `embedded` marks as rows, in one transaction."""
         with self.transaction():
-            self.db.executemany(
-                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)",
-                ((sha, key, data) for (key, sha), data in held.records.items()),
-            )
-            self.db.executemany(
-                "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
-                ((model, sha, row.tobytes()) for (model, sha), row in held.vectors.items()),
-            )
-            self.db.executemany("INSERT OR IGNORE INTO embedded VALUES (?, ?)", held.embedded)
+            self.db.executemany("INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)", records)
+            self.db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)", vectors)
+            self.db.executemany("INSERT OR IGNORE INTO embedded VALUES (?, ?)", marks)
 
     def __enter__(self) -> State:
         return self
@@ -261,8 +231,7 @@ class State:
         return {r[0]: ManifestEntry(*r) for r in rows}
 
     def manifest_in_folders(self, folders: Iterable[str]) -> dict[str, ManifestEntry]:
-        """The entries of the files directly in these folders ("": the root), by a range
-        of the primary key each: discover reads back only the folders that moved."""
+        """The entries of the files directly in these folders ("": the root)."""
         out: dict[str, ManifestEntry] = {}
         columns = "SELECT path, size, mtime_ns, sha256 FROM manifest WHERE"
         for folder in folders:
@@ -299,9 +268,7 @@ class State:
     def replace_manifest(
         self, upserts: Iterable[ManifestEntry], removed: Iterable[str], digest: str | None = None
     ) -> None:
-        """`digest`: the digest of (path, sha256) of the manifest this leaves, kept with it
-        (`manifest_digest` value) so that a run that changes nothing need not hash every path
-        again; without it, any stored digest is dropped."""
+        """`digest`: of the manifest this leaves, kept with it; None drops any stored one."""
         upserts, removed = list(upserts), list(removed)
         if not upserts and not removed and digest == self.get_value("manifest_digest"):
             return  # a no-op: no write transaction
@@ -359,11 +326,7 @@ class State:
 
     def put_chunks(self, key: str, items: Iterable[tuple[str, str]]) -> None:
         """Chunk records, each (file sha, the record as JSON)."""
-        with self.transaction():
-            self.db.executemany(
-                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)",
-                ((sha, key, data) for sha, data in items),
-            )
+        self._write(((sha, key, data) for sha, data in items), (), ())
 
     def put_prepared(
         self,
@@ -374,10 +337,8 @@ class State:
         vectors: np.ndarray,
         embedded: list[str],
     ) -> None:
-        """One batch of `pipeline.workers`, in one transaction: chunk records already encoded
-        as JSON (as `put_chunks` stores them), chunk vectors for `model`,
-        and the `embedded` marks (`model` is then the build key's model part) of the files
-        whose chunks all got one."""
+        """One batch of `pipeline.workers` in one transaction: chunk records as JSON, chunk
+        vectors for `model`, and the `embedded` marks of the files whose chunks all got one."""
         import numpy as np
 
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -393,23 +354,14 @@ class State:
                 held.embedded.update((f"{model}|{key}", s) for s in embedded)
                 return
             self.spill()
-        with self.transaction():
-            self.db.executemany(
-                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?)",
-                ((sha, key, data) for sha, data in records),
-            )
-            self.db.executemany(
-                "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
-                ((model, sha, vectors[i].tobytes()) for i, sha in enumerate(vector_shas)),
-            )
-            self.db.executemany(
-                "INSERT OR IGNORE INTO embedded VALUES (?, ?)",
-                ((f"{model}|{key}", s) for s in embedded),
-            )
+        self._write(
+            ((sha, key, data) for sha, data in records),
+            ((model, sha, vectors[i].tobytes()) for i, sha in enumerate(vector_shas)),
+            ((f"{model}|{key}", s) for s in embedded),
+        )
 
     def get_chunks(self, key: str, shas: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """Chunk records (title, metadata, error, chunks) by file sha, from this database or,
-        for files the published index holds, rebuilt from its rows."""
+        """Chunk records by file sha, from this database or rebuilt from the published index."""
         shas = list(shas)
         found: dict[str, dict[str, Any]] = {}
         if self._held is not None:
@@ -447,11 +399,7 @@ class State:
         import numpy as np
 
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        with self.transaction():
-            self.db.executemany(
-                "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
-                ((model, sha, vectors[i].tobytes()) for i, sha in enumerate(shas)),
-            )
+        self._write((), ((model, sha, vectors[i].tobytes()) for i, sha in enumerate(shas)), ())
 
     def get_embeddings(
         self,
@@ -462,10 +410,8 @@ class State:
         adopt: bool = False,
     ) -> np.ndarray:
         """Vectors in the order of `shas`; raises KeyError naming a missing one, or with
-        `missing_ok` gives it a zero row (texts whose vectors the provider failed to give:
-        `pipeline.embed` never caches a zero vector, so zero means none). `adopt` (pack's
-        plan, whose matrix the index is written from): the held vectors become rows of the
-        matrix returned, which must not change, so that it is their one copy."""
+        `missing_ok` gives it a zero row. `adopt` (pack's plan): the held vectors become rows
+        of the matrix returned, their one copy."""
         import numpy as np
 
         index = {sha: i for i, sha in enumerate(shas)}
@@ -528,10 +474,7 @@ class State:
         return todo
 
     def mark_embedded(self, model: str, shas: list[str]) -> None:
-        with self.transaction():
-            self.db.executemany(
-                "INSERT OR IGNORE INTO embedded VALUES (?, ?)", ((model, s) for s in shas)
-            )
+        self._write((), (), ((model, s) for s in shas))
 
     # -- small values ---------------------------------------------------------------------
     def get_value(self, key: str) -> Any:
@@ -554,8 +497,7 @@ class State:
 
     def cluster_changes(self) -> tuple[list[tuple[str, str]], list[str]]:
         """(path, sha) of current files assigned to no cluster for their content, and the
-        assigned paths that left the manifest, both in path order. The diff runs inside
-        SQLite (both tables are keyed by path), cheaper than building both as Python dicts."""
+        assigned paths that left the manifest, both in path order."""
         changed = self.db.execute(
             "SELECT m.path, m.sha256 FROM manifest m LEFT JOIN cluster_docs c ON c.path = m.path "
             "WHERE c.sha256 IS NULL OR c.sha256 != m.sha256 ORDER BY m.path"
@@ -574,8 +516,7 @@ class State:
         docs: Iterable[tuple[str, str, int, float]],
         topics: Iterable[tuple[int, str, str, bytes]],
     ) -> None:
-        """A full clustering: every (path, sha, cluster id, similarity) and every
-        (cluster id, label, keywords JSON, centroid bytes)."""
+        """A full clustering: every (path, sha, cluster id, similarity) and topic row."""
         with self.transaction():
             self.db.execute("DELETE FROM cluster_docs")
             self.db.execute("DELETE FROM cluster_topics")
@@ -608,10 +549,8 @@ class State:
         ).fetchall()
 
     def prune(self, chunk_key: str, shas: Iterable[str] | None = None) -> None:
-        """Drop chunk records no current file needs (embeddings are kept: a file
-        reverted or a provider switched back costs nothing). `shas`: only these candidates
-        (the old versions of what a run changed or removed), instead of scanning the
-        table against the manifest."""
+        """Drop chunk records no current file needs (vectors are kept). `shas`: only these
+        candidates, instead of scanning the table against the manifest."""
         with self.transaction():
             if shas is None:
                 self.db.execute(
@@ -620,28 +559,22 @@ class State:
                     (chunk_key,),
                 )
                 return
-            # One scan of the manifest per 500 candidates: it has no index on sha256 (one
-            # would cost much of the state folder for this query alone, `_m002_...`).
+            # One scan of the manifest per 500 candidates: it has no index on sha256 (`_m002`).
             shas = list(shas)
             sql = "SELECT DISTINCT sha256 FROM manifest WHERE ? IS NULL AND sha256"
             current = {r[0] for r in self._rows_in(sql, None, shas)}
-            orphans = [s for s in shas if s not in current]
-            for start in range(0, len(orphans), 500):
-                part = orphans[start : start + 500]
-                marks = ",".join("?" * len(part))
-                self.db.execute(f"DELETE FROM chunks WHERE sha256 IN ({marks})", part)
+            self._delete_in(
+                "DELETE FROM chunks WHERE sha256", (), [s for s in shas if s not in current]
+            )
 
     def hand_over(self, chunk_key: str, model: str, keep_vectors: bool) -> None:
-        """After a publish: forget what the new index holds (its files' chunk records and
-        `embedded` marks, and unless `keep_vectors` their vectors for `model`), then give the
-        freed pages back, in one transaction. A table most of whose rows go is copied without
-        them instead of deleted from row by row (docs/benchmarks.md, "The hand-over after a
-        first build (issue 18, scale)")."""
+        """After a publish: forget what the new index holds (records, `embedded` marks and,
+        unless `keep_vectors`, vectors), then give the freed pages back (docs/benchmarks.md,
+        "The hand-over after a first build (issue 18, scale)")."""
         if self.published is None:
             self.spill()
             return
-        # A reader of everything the new index holds, even after `--full` (which only
-        # stopped this run from reading records out of the previous one).
+        # A reader of everything the new index holds, even after `--full`.
         published = Published(self.published.path)
         build_key = f"{model}|{chunk_key}"
         self._forget_held(published, chunk_key, model, build_key, keep_vectors)
@@ -667,20 +600,13 @@ class State:
                 if len(held) * 2 >= total:
                     self._rebuild_without(table, where, params, held)
                     continue
-                for start in range(0, len(held), 500):
-                    part = held[start : start + 500]
-                    marks = ",".join("?" * len(part))
-                    self.db.execute(
-                        f"DELETE FROM {table} WHERE {where} AND sha256 IN ({marks})",
-                        (*params, *part),
-                    )
+                self._delete_in(f"DELETE FROM {table} WHERE {where} AND sha256", params, held)
         self.reclaim()
 
     def _forget_held(
         self, published: Published, chunk_key: str, model: str, build_key: str, keep: bool
     ) -> None:
-        """The held part of the hand-over: what the new index holds is dropped, the rest
-        (records of another chunking, vectors the index lacks or that are kept) is written."""
+        """The held part of the hand-over: what the new index holds is dropped, the rest written."""
         held = self._held
         if held is None:
             return
@@ -699,9 +625,8 @@ class State:
         self.spill()
 
     def _rebuild_without(self, table: str, where: str, params: tuple, gone: list[Any]) -> None:
-        """Replace `table` by a copy without the rows matching `where` whose sha256 is in
-        `gone` (inside the caller's transaction). Costs the rows that stay, not the rows
-        that go: `DROP TABLE` puts the old pages on the free list without rewriting them."""
+        """Replace `table` by a copy without the `where` rows whose sha256 is in `gone`: costs
+        the rows that stay (`DROP TABLE` frees the old pages without rewriting them)."""
         import re
 
         (ddl,) = self.db.execute(
@@ -725,14 +650,8 @@ class State:
         self.db.execute(f"ALTER TABLE {fresh} RENAME TO {table}")
 
     def reclaim(self) -> None:
-        """Give free pages back to the file system once they are a quarter of the file.
-
-        When they are most of it (after a first build's hand-over), one VACUUM: it copies
-        the pages that stay, so it costs what is left, where the incremental vacuum takes
-        each free page off the list through the WAL (for pages that were about to go).
-        Otherwise the incremental vacuum, which costs the free
-        pages, fewer than the live ones. Both are atomic in SQLite's own journal. (A
-        database from before auto_vacuum is converted by the same VACUUM.)"""
+        """Give free pages back once they are a quarter of the file: one VACUUM when they are
+        most of it (or auto_vacuum is off), else the incremental vacuum."""
         free = self.db.execute("PRAGMA freelist_count").fetchone()[0]
         pages = self.db.execute("PRAGMA page_count").fetchone()[0]
         if free < 64 or free * 4 < pages:
@@ -750,13 +669,19 @@ class State:
         return _Transaction(self.db)
 
     def _rows_in(self, sql: str, first: object, keys: Iterable[Any]) -> Iterator[tuple]:
-        """Rows of `sql + " IN (...)"` for all `keys`, 500 at a time (SQLite's limit on
-        parameters); `first` binds the one `?` that precedes the list."""
+        """Rows of `sql + " IN (...)"` for all `keys`, 500 at a time; `first` binds the one
+        `?` before the list."""
         keys = list(keys)
         for start in range(0, len(keys), 500):
             part = keys[start : start + 500]
             marks = ",".join("?" * len(part))
             yield from self.db.execute(f"{sql} IN ({marks})", (first, *part))
+
+    def _delete_in(self, sql: str, params: tuple, keys: list[Any]) -> None:
+        """`sql + " IN (...)"` for all `keys`, 500 at a time, after `params`."""
+        for start in range(0, len(keys), 500):
+            part = keys[start : start + 500]
+            self.db.execute(f"{sql} IN ({','.join('?' * len(part))})", (*params, *part))
 
 
 class _Transaction:
@@ -771,24 +696,19 @@ class _Transaction:
 
 
 def embed_text_of(heading_path: list[str], text: str) -> str:
-    """What chunking embeds and hashes for a chunk (`pipeline.chunking._make`): its parent
-    headings, then its text."""
+    """A chunk's embedded and hashed text: its parent headings, then its text."""
     context = " > ".join(heading_path[:-1])
     return f"{context}\n{text}" if context else text
 
 
-# Up to this many keys are looked for in a column of fixed-width strings (the SHA-256 hex
-# columns) by comparing bytes with NumPy, not by a hash join in Arrow: an edit asks for one
-# file's sha and a few chunk shas, and `pyarrow.compute` (its import, a hash table over the
-# column) is not needed for that.
+# Up to this many keys are looked for in a fixed-width sha column by comparing bytes with
+# NumPy (an edit's few shas), without importing `pyarrow.compute`.
 FEW_KEYS = 16
 
 
 def few_fixed_width_rows(values: Any, keys: list[str]) -> dict[str, int] | None:
-    """key -> first row holding it, for the keys `values` (a string array over the map)
-    holds; None when the keys are many, of several byte lengths or hold a NUL (NumPy's
-    fixed-width bytes drop trailing NULs when compared), or the column has nulls or
-    strings of other lengths (the caller then asks Arrow)."""
+    """key -> first row holding it, for the keys `values` holds; None when NumPy cannot
+    answer (many keys, mixed widths, a NUL, nulls or uneven strings): ask Arrow."""
     import numpy as np
 
     wanted = {k.encode("utf-8"): k for k in keys}
@@ -814,12 +734,8 @@ def few_fixed_width_rows(values: Any, keys: list[str]) -> dict[str, int] | None:
 
 
 class Published:
-    """The published index read as a cache: chunk records and vectors of the files it holds.
-
-    Its rows are exactly what the caches held for those files when it was packed (pack writes
-    them from the caches), keyed the same way: by file SHA-256 for records, valid for the
-    chunking in its build key; by chunk SHA-256 for vectors, valid for its model. An index
-    that cannot be read is no cache at all (everything is recomputed)."""
+    """The published index read as a cache: chunk records (valid for the chunking in its
+    build key) and vectors (valid for its model); an unreadable index is no cache."""
 
     def __init__(self, path: Path, records: bool = True):
         self.path = path
@@ -847,12 +763,8 @@ class Published:
         return self._file
 
     def _trusted(self) -> bool:
-        """Whether the index's checksums hold (`index_format.checksum_problems`: once a
-        run, perhaps begun on a thread by discover). A damaged index is no cache: its
-        bytes would get fresh checksums in the next index. Every answer that the index
-        holds something waits for this; an answer that it holds nothing does not (a
-        wrong "no" only costs work done again), so an edit whose new chunks the index
-        never held asks for no verdict before pack needs one anyway."""
+        """Whether the index's checksums hold (checked once a run). Every answer that the
+        index holds something waits for this; a "no" does not (it only costs work again)."""
         index = self._index()
         if index is None:
             return False
@@ -894,9 +806,7 @@ class Published:
         return found
 
     def _keys_in(self, table: str, column: str, keys: list[str]) -> set[str]:
-        """The keys that some row of `table` holds in `column`. Only membership: no row
-        numbers, so no Python loop over the hits (a run that does not trust discover's
-        change list asks this for every file)."""
+        """The keys that some row of `table` holds in `column` (membership only)."""
         import pyarrow as pa
 
         if not keys:
@@ -908,8 +818,7 @@ class Published:
         import pyarrow.compute as pc
 
         asked = pa.array(keys, pa.string())
-        # The hash table is built over the smaller side: the few shas of an edit are looked
-        # for in the column, every file's sha has the column's looked for among them.
+        # The hash table is built over the smaller side.
         if len(asked) * 4 < len(values):
             return set(pc.unique(values.filter(pc.is_in(values, value_set=asked))).to_pylist())
         return set(asked.filter(pc.is_in(asked, value_set=values)).to_pylist())
@@ -928,8 +837,7 @@ class Published:
         return held if held and self._trusted() else set()
 
     def vector_rows(self, model: str, shas: list[bytes]) -> dict[int, int]:
-        """Position in `shas` -> chunk row holding its vector, for those the index has (a
-        vector that is not finite, from a damaged index, is not a cached one)."""
+        """Position in `shas` -> chunk row holding its vector (finite ones only)."""
         import numpy as np
 
         if not self._build_key().startswith(f"{model}|") or not shas:
@@ -947,9 +855,7 @@ class Published:
         return found
 
     def vectors_held(self, model: str, shas: list[bytes]) -> list[bytes]:
-        """Those of `shas` the index has a vector of (membership only, for the hand-over:
-        no row numbers and no copy of the matrix, which for a big index is a Python loop
-        over every sha and a large copy)."""
+        """Those of `shas` the index has a vector of (membership only, for the hand-over)."""
         if not self._build_key().startswith(f"{model}|") or not shas:
             return []
         held = self._keys_in("chunks", "sha256", [s.hex() for s in shas])
@@ -958,8 +864,7 @@ class Published:
         return [s for s in shas if s.hex() in held]
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
-        """The vectors at `rows` (from `vector_rows`, which answers only for a trusted
-        index)."""
+        """The vectors at `rows` (from `vector_rows`)."""
         import numpy as np
 
         matrix = self._derived.get("vectors")
