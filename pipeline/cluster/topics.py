@@ -1,13 +1,5 @@
-"""The cluster stage: topic clusters of documents, stored in the index only (docs/clusters.md).
-
-A document's vector is the normalised mean of its chunk vectors. A full clustering runs
-k-means (fixed seed; plain NumPy below NUMPY_BELOW documents, `small_kmeans`) with k chosen
-by silhouette, names each cluster by class-based TF-IDF and keeps its most central
-documents. Between full clusterings a new or changed document is only assigned to its
-nearest centroid; past MDVDB_CLUSTERING_REBALANCE_THRESHOLD changes the next run re-clusters.
-The state holds the result (`cluster_docs`, `cluster_topics`, the `clustering` value); pack
-turns it into the `clusters` table and `files.cluster_id`.
-"""
+"""The cluster stage: topic clusters of documents, stored in the index only (docs/clusters.md,
+"How a clustering is built" and "Incremental assign and rebalance")."""
 
 from __future__ import annotations
 
@@ -34,23 +26,16 @@ CANDIDATES = 4  # k values tried by silhouette, between half the bound and the b
 REPRESENTATIVES = 3
 KEYWORDS = 8
 LABEL_WORDS = 3
-# Silhouette is computed on at most this many documents: exact silhouette is O(n^2).
-SILHOUETTE_SAMPLE = 3000
-# Labels read the first this many characters of each document: its title and opening say
-# what it is about (LeetCode pages follow theirs with solutions in six languages).
+SILHOUETTE_SAMPLE = 3000  # silhouette is computed on at most this many documents (O(n^2))
+# Labels read the first this many characters of each document: its title and opening.
 LABEL_TEXT_CHARS = 4000
-# Above MINIBATCH_ABOVE documents the candidate k are tried on a sample of this many
-# documents and only the chosen one is fitted on all of them (`_choose_and_fit`): fitting
-# every candidate on every document would be most of a full clustering's time.
+# Above MINIBATCH_ABOVE documents the candidate k are tried on a sample of this many.
 K_SEARCH_SAMPLE = 8000
-# Above this many documents a full clustering uses MiniBatchKMeans.
-MINIBATCH_ABOVE = 20000
-# A term in more than this share of all documents is corpus-wide: never a keyword. The bound
-# is 2/k (a topic word of a cluster of average size stays in), clamped to [0.1, 0.5].
+MINIBATCH_ABOVE = 20000  # above this many documents a full clustering uses MiniBatchKMeans
+# A term in more than 2/k of all documents, clamped to these, is never a keyword.
 MIN_MAX_DOC_FREQ, MAX_MAX_DOC_FREQ = 0.1, 0.5
-# Below this many documents, k-means, silhouette and keyword counts run in plain NumPy
-# (pipeline/cluster/small_kmeans.py) and scikit-learn is never imported: its import costs far
-# more than such fits. Every shared corpus stays on scikit-learn, so docs/clusters.md stands.
+# Below this many documents, k-means, silhouette and keyword counts run in plain NumPy and
+# scikit-learn is never imported (docs/clusters.md, "Small folders: plain NumPy").
 NUMPY_BELOW = 1000
 
 _I32 = np.zeros(0, np.int32)
@@ -61,12 +46,10 @@ DOC_VECTOR_BLOCK = 4096  # chunk vectors summed into document vectors per `add.a
 
 
 def document_vectors(chunk_vectors: np.ndarray, chunk_doc: np.ndarray, n_docs: int) -> np.ndarray:
-    """Normalised mean of each document's chunk vectors; a document without chunks gets a
-    zero row (callers leave it unclustered)."""
+    """Normalised mean of each document's chunk vectors; zero rows for those without chunks."""
     dims = chunk_vectors.shape[1] if chunk_vectors.ndim == 2 else 0
     sums = np.zeros((n_docs, dims), dtype=np.float64)
-    # In blocks: a float64 copy of every chunk vector at once would add to the parent's peak
-    # of a first build; `add.at` adds row after row either way (same sums).
+    # In blocks: no float64 copy of every chunk vector at once.
     for start in range(0, len(chunk_doc), DOC_VECTOR_BLOCK):
         block = slice(start, start + DOC_VECTOR_BLOCK)
         np.add.at(sums, chunk_doc[block], chunk_vectors[block].astype(np.float64))
@@ -76,10 +59,8 @@ def document_vectors(chunk_vectors: np.ndarray, chunk_doc: np.ndarray, n_docs: i
 
 
 def candidate_ks(n_docs: int, max_clusters: int) -> list[int]:
-    """The k values tried: a geometric grid over the upper half of the range up to the bound,
-    the smaller of MDVDB_CLUSTERING_MAX_CLUSTERS and sqrt(n). Not from 2: silhouette can
-    peak at a split by language or be flat while agreement with a folder's own tags grows
-    with k (docs/clusters.md, "Choosing k"); few, huge clusters are no use to browse."""
+    """The k values tried: a geometric grid over the upper half of the range up to
+    min(MDVDB_CLUSTERING_MAX_CLUSTERS, sqrt(n)) (docs/clusters.md, "Choosing k")."""
     upper = min(max_clusters, max(2, int(np.sqrt(n_docs))), n_docs - 1)
     if upper < 2:
         return [1]
@@ -136,16 +117,12 @@ class KChoice:
 
 
 def choose_and_fit(vectors: np.ndarray, max_clusters: int, seed: int = SEED) -> KChoice:
-    """Fit every candidate k and keep the one with the best silhouette.
-
-    One BLAS/OpenMP thread: on a machine shared with other jobs, k-means with more threads
-    ran several times slower than with one (docs/clusters.md, "How a clustering is built")."""
+    """Fit every candidate k and keep the one with the best silhouette, on one BLAS thread
+    (docs/clusters.md, "How a clustering is built")."""
     from threadpoolctl import threadpool_limits
 
     if len(vectors) >= NUMPY_BELOW:
-        # Loaded before the limit, or SciPy's own BLAS, which scikit-learn's k-means loads,
-        # would escape it on the first fit of a process and sum in another order than
-        # every later fit (the helper process imports it first: `cluster_helper`).
+        # Loaded before the limit, or SciPy's own BLAS would escape it on the first fit.
         import sklearn.cluster  # noqa: F401
         import sklearn.metrics  # noqa: F401
     with threadpool_limits(1):
@@ -158,9 +135,7 @@ def _choose_and_fit(vectors: np.ndarray, max_clusters: int, seed: int) -> KChoic
     candidates = candidate_ks(len(vectors), max_clusters)
     search = vectors
     if len(vectors) > MINIBATCH_ABOVE and len(candidates) > 1:
-        # Many documents: the candidates are fitted and scored on a fixed-seed sample (the
-        # silhouette already looks at a 3,000-document sample of the fit), and only the
-        # chosen k is fitted on every document.
+        # Many documents: candidates are scored on a fixed-seed sample, the chosen k fitted on all.
         rows = np.random.default_rng(seed).choice(len(vectors), K_SEARCH_SAMPLE, replace=False)
         search = vectors[np.sort(rows)]
     for k in candidates:
@@ -186,10 +161,9 @@ TOKEN_PATTERN = r"(?u)\b[^\W\d_]{2,}\b"
 _TOKEN = re.compile(TOKEN_PATTERN)
 
 
-def clean_text(text: str) -> str:
-    """Fenced code, HTML tags, entities and URLs out: Markdown bodies carry them and they are
-    not topics (they would name clusters after code words: LeetCode's `mut`, `impl`)."""
-    return _TAG.sub(" ", text)
+def _preprocess(text: str) -> str:
+    """Fenced code, HTML tags, entities and URLs out (they are not topics), lower-cased."""
+    return _TAG.sub(" ", text).lower()
 
 
 def cluster_keywords(
@@ -200,12 +174,8 @@ def cluster_keywords(
     words: list[np.ndarray] | None = None,
     vocabulary: LabelWords | None = None,
 ) -> list[list[str]]:
-    """Class-based TF-IDF: how many of the cluster's documents use a term, weighted by how
-    rare the term is across clusters. English stop-words are dropped, and so is any term in
-    more than max(0.1, min(0.5, 2/k)) of all documents (corpus-wide words name no topic).
-
-    Counting documents, not occurrences, keeps one page family that repeats its own name
-    from naming a whole cluster (docs/clusters.md, "How a clustering is built")."""
+    """Class-based TF-IDF over document counts, without stop-words and corpus-wide terms
+    (docs/clusters.md, "How a clustering is built")."""
     if not texts:
         return [[] for _ in range(k)]
     large = len(texts) >= 20
@@ -230,10 +200,6 @@ def cluster_keywords(
     return out
 
 
-def _preprocess(text: str) -> str:
-    return clean_text(text).lower()
-
-
 def class_counts(
     texts: list[str],
     labels: np.ndarray,
@@ -243,11 +209,8 @@ def class_counts(
     words: list[np.ndarray] | None = None,
     vocabulary: LabelWords | None = None,
 ) -> tuple[Any, np.ndarray] | None:
-    """(terms sorted, (k, terms) count of each cluster's documents using each term), from the
-    binary document-term matrix as scikit-learn's CountVectorizer makes it, read from each
-    document's set of words (`_class_counts`; `words`: those sets already numbered in
-    `vocabulary`, one per text, as the ingest workers made them). None when no term is left
-    after the stop words and the document-frequency bounds."""
+    """(terms sorted, (k, terms) count of each cluster's documents using each term), as
+    scikit-learn's binary CountVectorizer gives; None when no term is left."""
     if words is None or vocabulary is None:
         vocabulary = LabelWords()
         words = [vocabulary.number(label_words(text)) for text in texts]
@@ -270,10 +233,8 @@ def label_text(title: str, chunk_texts: list[str]) -> str:
 
 
 class DocVectors:
-    """Each parsed file's document vector, as a pooled first build's workers made them
-    (`document_vectors` over the file's chunk vectors, unusable ones as zero rows: the
-    same rows `doc_matrix` makes). Per batch: the files' shas and a (files with chunks,
-    dims) matrix; a file without chunks has row -1."""
+    """Each parsed file's document vector, as a pooled first build's workers made them: per
+    batch, the files' shas and a matrix; a file without chunks has row -1."""
 
     def __init__(self) -> None:
         self.rows: dict[str, tuple[int, int]] = {}  # sha -> (batch, row), row -1: no chunks
@@ -289,8 +250,7 @@ class DocVectors:
         self, manifest: dict[str, str], dimensions: int
     ) -> tuple[list[Doc], list[Doc], np.ndarray] | None:
         """(every document, those with chunks, their vectors) in manifest order, or None
-        when a file of the manifest is not here (parsed by another run) or the sizes
-        differ."""
+        when a file of the manifest is not here or the sizes differ."""
         docs, with_chunks, picks = [], [], []
         rows = self.rows
         for path, sha in manifest.items():
@@ -312,10 +272,8 @@ class DocVectors:
 
 
 class LabelWords(dict):
-    """Term -> column, a new term getting the next column (`map(vocabulary.__getitem__,
-    terms)` numbers a document's terms without a Python loop over the known ones). A
-    pooled first build numbers each document's `label_words`, which its workers made, as
-    the batches come back (`by_sha`, read by the full clustering that follows)."""
+    """Term -> column, a new term getting the next column; `by_sha`: each document's numbered
+    `label_words`, from a pooled first build's workers."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -341,15 +299,11 @@ def _class_counts(
     max_df: float,
     min_df: int,
 ) -> tuple[Any, np.ndarray] | None:
-    """What `CountVectorizer(stop_words="english", token_pattern=TOKEN_PATTERN, max_df=max_df,
-    min_df=min_df, preprocessor=_preprocess, binary=True)` and the cluster membership matrix
-    give (`tests/test_cluster_counts.py` compares them), from each document's set of words
-    (`words`, numbered in `vocabulary`): scikit-learn's vectoriser counts every occurrence
-    of every word in Python, where a binary count needs only the set."""
+    """`class_counts` from each document's set of numbered words (binary counts need only the
+    set; `tests/test_cluster_counts.py` compares it with CountVectorizer)."""
     n_terms = len(vocabulary)
     sizes = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
-    # int32 throughout (millions of (document, term) pairs at the parent's peak of a first
-    # build); the cell numbers alone need int64.
+    # int32 throughout; the cell numbers alone need int64.
     column = np.concatenate(words).astype(np.int32, copy=False) if words else _I32
     df = np.bincount(column, minlength=n_terms)
     if not df.any():
@@ -407,8 +361,7 @@ class StageResult:
     tried: dict[int, float] = field(default_factory=dict)  # silhouette of each candidate k
     pending: int = 0  # documents added or changed since the last full clustering
     seconds: float = 0.0
-    # A fit left to the helper process (`pipeline.cluster_helper`): the settings it was
-    # asked with, so that the digest moves with them although k is not known yet.
+    # A fit left to the helper process: the settings it was asked with, for the digest.
     deferred: str = ""
 
     def digest(self) -> str:
@@ -439,15 +392,9 @@ def run_stage(
     changes: tuple[list[tuple[str, str]], list[str], int] | None = None,
     helper: Any = None,
 ) -> StageResult:
-    """Bring the stored clustering up to date with the manifest.
-
-    A full clustering when there is none yet, the model or the bound on k changed, on
-    `ingest --full`, or when the documents added or changed since the last one reach
-    `rebalance_at(threshold, share, documents)` (the share keeps a large folder from
-    re-clustering every 50th edit); otherwise the changed documents are assigned to their
-    nearest centroid. `changes`: (changed (path, sha), removed paths, documents) from
-    discover's change list (`changes_of`), else the whole manifest is diffed. `helper`: the
-    fit goes to that process, finished when pack first reads the clusters."""
+    """Bring the stored clustering up to date with the manifest: a full clustering when due
+    (docs/clusters.md, "Incremental assign and rebalance"), else the changed documents go to
+    their nearest centroid. `changes`: from `changes_of`, else the manifest is diffed."""
     started = time.perf_counter()
     info = state.get_value(STATE_KEY) or {}
     if changes is None:
@@ -491,10 +438,7 @@ def run_stage(
 def changes_of(
     state: Any, fresh: list[tuple[str, str]], removed: list[str], documents: int
 ) -> tuple[list[tuple[str, str]], list[str], int]:
-    """`State.cluster_changes` from discover's changes since the last clean run (the
-    entries added, changed or re-stamped, and the paths that left): after a clean run the
-    assignments matched every other file, so only these are looked up (not a join over
-    every row)."""
+    """`State.cluster_changes` from discover's changes since the last clean run."""
     stored = state.cluster_docs_of([path for path, _ in fresh] + list(removed))
     changed = sorted((p, sha) for p, sha in fresh if (stored.get(p) or (0, 0, None))[2] != sha)
     gone = sorted(p for p in set(removed) if p in stored)
@@ -537,19 +481,16 @@ def load_docs(state: Any, chunk_key: str, paths: list[str], manifest: dict[str, 
 def doc_matrix(
     state: Any, model: str, dimensions: int, docs: list[Doc], chunk_key: str = ""
 ) -> np.ndarray:
-    """Document vectors: the normalised mean of each document's chunk vectors, read from the
-    published index (and the state for chunks not published yet). No second cache of them:
-    a rebalance gathers their chunk rows from the mapped index."""
+    """Document vectors, the normalised mean of their chunk vectors (from the state or the
+    published index)."""
     chunk_shas = [s for d in docs for s in d.chunk_shas]
     owner = np.repeat(np.arange(len(docs)), [len(d.chunk_shas) for d in docs])
-    # missing_ok: a chunk the provider gave no usable vector for counts as a zero row.
     vectors = state.get_embeddings(model, chunk_shas, dimensions, missing_ok=True)
     return document_vectors(vectors, owner, len(docs))
 
 
 def finish_deferred(state: Any) -> None:
-    """Store a fit the helper was making (`run_stage`), waiting for it: what reads the
-    clusters from the state calls this first."""
+    """Store a fit the helper was making, waiting for it; what reads the clusters calls this."""
     settle = getattr(state, "clusters_due", None)
     if settle is not None:
         state.clusters_due = None
@@ -564,8 +505,7 @@ def _full(
     max_clusters: int,
     helper: Any = None,
 ) -> StageResult | tuple[StageResult, Callable[[], StageResult]]:
-    """A full clustering; with `helper`, its fit is sent there and this returns the
-    result so far with the function that finishes it."""
+    """A full clustering; with `helper`, the result so far and the function that finishes it."""
     manifest = state.manifest_shas()
     docs, with_chunks, vectors = _full_inputs(state, chunk_key, model, dimensions, manifest)
     if not with_chunks:
@@ -587,16 +527,14 @@ def _full(
 def _full_inputs(
     state: Any, chunk_key: str, model: str, dimensions: int, manifest: dict[str, str]
 ) -> tuple[list[Doc], list[Doc], np.ndarray]:
-    """Every document, those with chunks, and their vectors. A pooled first build's workers
-    summed each file's vectors as they embedded it (`DocVectors`, the same arithmetic as
-    `doc_matrix`): no chunk record is decoded for them."""
+    """Every document, those with chunks, and their vectors (a pooled first build's
+    `DocVectors` when they cover it: no chunk record is decoded)."""
     made = getattr(state, "doc_vectors", None)
     if made is not None:
         state.doc_vectors = None
         found = made.documents(manifest, dimensions)
         known = getattr(state, "label_words", None)
-        # Their documents carry no text: only when the labels need none (the workers' word
-        # sets, above the size the labels are counted from texts).
+        # Their documents carry no text: only when the labels need none.
         if (
             found is not None
             and len(found[1]) >= NUMPY_BELOW
@@ -621,7 +559,7 @@ def _finished(
     words = None
     if known is not None and all(d.sha256 in known.by_sha for d in with_chunks):
         words = [known.by_sha[d.sha256] for d in with_chunks]
-    texts = [d.title + "\n" + d.text[:LABEL_TEXT_CHARS] for d in with_chunks]
+    texts = [label_text(d.title, [d.text]) for d in with_chunks]
     keywords = cluster_keywords(texts, labels, choice.k, words=words, vocabulary=known)
     if known is not None:
         state.label_words = None  # read once: its memory goes before pack's peak
@@ -699,7 +637,6 @@ def _assign(
 class StoredClusters:
     """The stage's result as pack needs it."""
 
-    # Assigned documents, column by column (no Python object per document).
     paths: list[str]
     cluster_ids: np.ndarray  # int32
     similarity: np.ndarray  # float64, cosine to the centroid
@@ -719,7 +656,6 @@ def load_stored(state: Any) -> StoredClusters | None:
     rows = state.cluster_docs()
     n = len(rows)
     topics = _topics(state)
-    # One pass per column (not zip(*rows): every row unpacked as an argument).
     return StoredClusters(
         [r[0] for r in rows],
         np.fromiter((r[1] for r in rows), dtype=np.int32, count=n),
@@ -731,9 +667,8 @@ def load_stored(state: Any) -> StoredClusters | None:
 
 
 def assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarray]:
-    """Cluster id and similarity of every row of `files`: the id only where the path is
-    assigned at the same content (-1 otherwise), the similarity wherever the path is
-    assigned (0.0 otherwise). One hash join in Arrow, no Python loop over the rows."""
+    """Cluster id (where the path is assigned at the same content, else -1) and similarity
+    of every row of `files`, by one hash join in Arrow."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -753,35 +688,23 @@ def assigned(files: Any, stored: StoredClusters) -> tuple[np.ndarray, np.ndarray
 @dataclass(frozen=True)
 class ClusterAssignment:
     """pack's `clusters` step: each file row's cluster id, the `clusters` table and the
-    similarity of each file row to its centroid (`SIMILARITY_TABLE`)."""
+    `SIMILARITY_TABLE`."""
 
     cluster_ids: pa.Array  # int32, -1: in no cluster
     table: pa.Table | None  # None: clustering off or never run
     similarity: pa.Table | None = None
 
 
-# The write side's own table (readers ignore it): row i holds file i's cosine similarity to
-# its centroid, what the representatives are chosen by. With it and `files.cluster_id`, an
-# edit carries every unchanged file's assignment over from the previous index instead of
-# reading them all back from the state.
+# The write side's own table (readers ignore it): each file row's similarity to its centroid,
+# so an edit carries unchanged assignments over from the previous index.
 SIMILARITY_TABLE = "cluster_similarity"
 # Past this many rebuilt file rows, the assignments are read from the state in one pass.
 CARRY_MAX = 5000
 
 
-def _similarity_table(similarity: np.ndarray) -> pa.Table:
-    import pyarrow as pa
-
-    return pa.table({"similarity": pa.array(similarity, pa.float64())})
-
-
 def _carried(plan: Plan, state: State, info: dict) -> tuple[np.ndarray, np.ndarray] | None:
-    """Cluster id and similarity of every file row, from the previous index for the rows
-    it reused and from the state for the rebuilt ones; None when the previous index does
-    not hold the same clustering (another full clustering ran since, or it lacks the
-    similarity table). A reused row has the path, content and mtime of its previous row,
-    and between full clusterings the stage only (re)assigns documents whose content
-    changed (`run_stage`), so its assignment is the one the previous pack published."""
+    """Cluster id and similarity of every file row, from the previous index for reused rows
+    and the state for rebuilt ones; None when that index holds another clustering."""
     previous = plan.previous
     if previous is None:
         return None
@@ -829,10 +752,7 @@ def _carried(plan: Plan, state: State, info: dict) -> tuple[np.ndarray, np.ndarr
 
 
 def assign(plan: Plan, state: State | None) -> ClusterAssignment:
-    """pack's step: the stage's result laid over the files being packed: carried over from
-    the previous index for the rows it reused when that index holds the same clustering
-    (`_carried`), else read from the state (every assignment in one pass). Every id is set
-    again (all -1 when clustering is off)."""
+    """pack's step: the stage's result laid over the files being packed (all -1 when off)."""
     import pyarrow as pa
 
     files = plan.files
@@ -853,7 +773,9 @@ def assign(plan: Plan, state: State | None) -> ClusterAssignment:
         topics = stored.topics
     column = pa.array(ids, pa.int32())
     table = _clusters_table(files, ids, similarity, topics, info)
-    return ClusterAssignment(column, table, _similarity_table(similarity))
+    return ClusterAssignment(
+        column, table, pa.table({"similarity": pa.array(similarity, pa.float64())})
+    )
 
 
 def _topics(state: Any) -> list[tuple[int, str, list[str], np.ndarray]]:
@@ -867,9 +789,7 @@ def _clusters_table(
     files: Any, ids: np.ndarray, similarity: np.ndarray, topics: list, info: dict
 ) -> Any:
     """The index's `clusters` table: one row per non-empty cluster, its size and its most
-    central documents (one sort of every row by cluster, similarity descending, then row:
-    rows are in path order, so ties go by path); the stage's summary rides along as
-    schema metadata."""
+    central documents (ties by path); the stage's summary as schema metadata."""
     import pyarrow as pa
 
     from kernel import index_format
@@ -904,8 +824,7 @@ def _clusters_table(
 
 
 def clusters_table(files: Any, state: Any) -> Any:
-    """The index's `clusters` table over `files` (in path order, with their `cluster_id`
-    column: a sharded pack's corpus-wide files), from the stage's stored result."""
+    """The index's `clusters` table over `files` (with their `cluster_id` column)."""
     stored = load_stored(state)
     if stored is None:
         return None

@@ -1,11 +1,6 @@
-"""Near-duplicate sections, found at pack time: the `near_duplicates` table.
-
-Each chunk gets a 64-bit SimHash of its visible text (`kernel.plain_text`, case-folded, 3-word
-shingles); chunks within `MAX_DISTANCE` bits are one group (transitively), found by four sorts
-by 16-bit band and popcounts, then connected components; the group id is the row of its first
-chunk, -1 for a chunk with no copy. The reader collapses a group to its best member
-(docs/architecture.md, "Search": the near-duplicates paragraph).
-"""
+"""Near-duplicate sections, found at pack time: the `near_duplicates` table. Each chunk gets a
+64-bit SimHash of its visible text; chunks within `MAX_DISTANCE` bits are one group, whose id
+is the row of its first chunk (docs/architecture.md, "Search": the near-duplicates paragraph)."""
 
 from __future__ import annotations
 
@@ -34,7 +29,6 @@ _SPREAD = np.array(  # nibble -> its 4 bits in 4 uint16 lanes (little-endian lan
     [sum(((v >> i) & 1) << (16 * i) for i in range(4)) for v in range(16)], dtype=np.uint64
 )
 _BATCH_CHARS = 1_000_000  # bounds the working arrays (docs/benchmarks.md, "Ingest memory")
-# Chunk texts decoded into Python strings at a time: every chunk's at once grew pack's peak.
 TEXTS_BATCH = 16_384
 _M1, _M2, _M3 = (np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
 
@@ -53,16 +47,14 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def _word_bytes(data: np.ndarray) -> np.ndarray:
-    """Bytes that belong to words: ASCII letters (the text is case-folded first) and every
-    byte of a non-ASCII character (any script makes words; its punctuation does too, a
-    harmless excess). Digits do not: copies of a page in two version folders differ in
-    version numbers, dates and ids, and are the same text to a reader."""
+    """Bytes that belong to words: ASCII letters and every byte of a non-ASCII character.
+    Not digits: copies of a page in two version folders differ in version numbers and dates."""
     return ((data >= 97) & (data <= 122)) | (data >= 128)
 
 
 def signatures(texts: list[str]) -> np.ndarray:
-    """The SimHash of each text (0 for a text with no words: never grouped), computed over
-    batches of about `_BATCH_CHARS` characters to bound the memory of the byte arrays."""
+    """The SimHash of each text (0 for a text with no words: never grouped), in batches of
+    about `_BATCH_CHARS` characters."""
     out = np.zeros(len(texts), dtype=np.uint64)
     begin, size = 0, 0
     for i, text in enumerate(texts):
@@ -74,8 +66,8 @@ def signatures(texts: list[str]) -> np.ndarray:
 
 
 def _word_hashes(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """A hash of each word: its first `_HEAD` bytes, its last 8 and its length (enough to
-    tell words apart), read 8 bytes at a time through an unaligned uint64 view of the data."""
+    """A hash of each word: its first `_HEAD` bytes, its last 8 and its length, read 8 bytes
+    at a time through an unaligned uint64 view of the data."""
     length = end - start
     padded = np.r_[data, np.zeros(_HEAD + 8, np.uint8)]
     eight = np.ndarray(buffer=padded, dtype="<u8", shape=(len(padded) - 7,), strides=(1,))
@@ -93,10 +85,8 @@ def _word_hashes(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
 
 
 def _bit_counts(shingles: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """(texts, 64): how many of each text's shingles have each bit set. Four bits at a time:
-    a nibble is spread into four 16-bit lanes of a uint64 and the lanes are summed per text
-    by one `reduceat` (a text has far fewer than 65,536 words: chunks are a few hundred
-    tokens; a longer one falls back to a bit at a time)."""
+    """(texts, 64): how many of each text's shingles have each bit set, four bits at a time
+    in 16-bit lanes (a bit at a time for a text of 65,536 words or more)."""
     n = len(counts)
     totals = np.zeros((n, 64), dtype=np.int64)
     has = np.flatnonzero(counts)
@@ -119,17 +109,13 @@ def _bit_counts(shingles: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def _signatures(texts: list[str]) -> np.ndarray:
-    """The SimHash of each text.
-
-    Vectorised over all texts at once: the texts are joined (NUL-separated) into one byte
-    array, words are the runs of word bytes, each hashed, and shingles of consecutive words
-    vote on each of the 64 bits."""
+    """The SimHash of each text: the texts joined into one byte array, words hashed, and
+    shingles of consecutive words voting on each of the 64 bits."""
     n = len(texts)
     out = np.zeros(n, dtype=np.uint64)
     if not n:
         return out
-    # A NUL inside a text (a binary or UTF-16 file) is no word byte: a space says the same
-    # and keeps one separator per text boundary.
+    # A NUL inside a text is no word byte: a space keeps one separator per text boundary.
     joined = "\x00".join(signature_text(t).replace("\x00", " ") for t in texts)
     joined = joined.casefold().encode("utf-8")
     data = np.frombuffer(joined, dtype=np.uint8)
@@ -191,11 +177,9 @@ def groups(signatures_: np.ndarray) -> np.ndarray:
 
 
 def _bucket_keys(unique: np.ndarray):
-    """The bucket keys whose shared values find every pair within MAX_DISTANCE (3) bits:
-    such a pair agrees on one of the 4 16-bit bands (pigeonhole), and on one of 4 12-bit
-    slices of the other 48 bits (again), so 16 keys of 28 bits (band + slice). Buckets of
-    28 bits stay small at millions of signatures, where 16-bit bands grow crowded and every
-    pair in them is compared (docs/benchmarks.md, "1M chunks (issues 18 and 19)")."""
+    """The 16 bucket keys of 28 bits (a 16-bit band + a 12-bit slice of the rest) whose shared
+    values find every pair within MAX_DISTANCE bits, by pigeonhole twice (docs/benchmarks.md,
+    "1M chunks (issues 18 and 19)")."""
     for band in range(BANDS):
         shift = np.uint64(16 * band)
         head = (unique >> shift) & np.uint64(0xFFFF)
@@ -213,15 +197,13 @@ def _components(unique: np.ndarray) -> np.ndarray:
     bits = np.uint64(max(1, int(m).bit_length()))
     index = np.arange(m, dtype=np.uint64)
     for key in _bucket_keys(unique):
-        # key and row in one uint64: a plain sort of it is a stable argsort of the keys,
-        # several times faster than `argsort(kind="stable")` on a million rows
+        # key and row in one uint64: a plain sort is a stable argsort, and several times faster
         packed = np.sort((key.astype(np.uint64) << bits) | index)
         order = (packed & ((np.uint64(1) << bits) - np.uint64(1))).astype(np.int64)
         ordered = packed >> bits
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
         sizes = np.diff(np.r_[starts, m])
-        # each sorted position's room to the end of its bucket: the pairs `step` apart in
-        # one bucket are those with room >= step, so a step compares only those
+        # each sorted position's room to the end of its bucket: a step compares only those
         room = np.repeat(starts + sizes, sizes) - np.arange(m) - 1
         at = np.flatnonzero(room >= 1)
         for step in range(1, min(WINDOW, m - 1) + 1):
@@ -236,8 +218,7 @@ def _components(unique: np.ndarray) -> np.ndarray:
     if not sources or not sum(len(s) for s in sources):
         return labels
     a, b = np.concatenate(sources), np.concatenate(targets)
-    # label propagation with pointer jumping: every node ends with its component's smallest
-    # index (a few rounds: groups are small and shallow)
+    # label propagation with pointer jumping: each node ends with its component's least index
     while True:
         low = np.minimum(labels[a], labels[b])
         changed = (labels[a] != low) | (labels[b] != low)
@@ -248,16 +229,12 @@ def _components(unique: np.ndarray) -> np.ndarray:
             return labels
 
 
-# An edit brings at most this many new or gone distinct signatures to `update_groups`;
-# past it, the groups are computed over every signature again.
-INCREMENTAL_MAX = 512
-# Members of the groups an edit may split, re-linked pair by pair; past it, all again.
-SPLIT_MAX = 256
+INCREMENTAL_MAX = 512  # new or gone distinct signatures `update_groups` takes; past it, all again
+SPLIT_MAX = 256  # members of the groups an edit may split, re-linked pair by pair
 
 
 def _key_masks() -> np.ndarray:
-    """The bits of each of `_bucket_keys`'s 16 keys, in place in the signature: two
-    signatures share key f exactly when `(a ^ b) & masks[f] == 0`."""
+    """The bits of each of `_bucket_keys`'s 16 keys, in place in the signature."""
     masks = []
     for band in range(BANDS):
         others = [bit for bit in range(64) if not 16 * band <= bit < 16 * (band + 1)]
@@ -274,9 +251,8 @@ _BAND_MASKS = np.array([0xFFFF << (16 * b) for b in range(BANDS)], dtype=np.uint
 
 
 class _Sigs:
-    """Signatures looked up by value without sorting them: the rows sharing one of the
-    four 16-bit bands with a value (every row sharing a bucket key or within MAX_DISTANCE
-    bits does) are found by four compares of 16-bit columns."""
+    """Signatures looked up by value without sorting: the rows sharing one of the four
+    16-bit bands with a value, by four compares of 16-bit columns."""
 
     def __init__(self, sigs: np.ndarray):
         self.sigs = sigs
@@ -295,8 +271,7 @@ class _Sigs:
 
 
 def _small_buckets(value: int, values: np.ndarray) -> bool:
-    """Every bucket `value` is in holds at most WINDOW + 1 distinct signatures among
-    `values` (those sharing a band with it), so `_components` compares all its pairs."""
+    """Every bucket `value` is in holds at most WINDOW + 1 distinct signatures among `values`."""
     x = values ^ np.uint64(value)
     return all(len(np.unique(values[(x & mask) == 0])) <= WINDOW + 1 for mask in _MASKS)
 
@@ -304,15 +279,9 @@ def _small_buckets(value: int, values: np.ndarray) -> bool:
 def update_groups(
     old_sigs: np.ndarray, old_groups: np.ndarray, sigs: np.ndarray, source: np.ndarray
 ) -> np.ndarray | None:
-    """`groups(sigs)` from the previous index's signatures and groups, looking only at what an
-    edit touched: the new and gone signatures, their neighbours and their groups; None when
-    the shortcut cannot promise the full answer (the caller computes `groups(sigs)`).
-
-    Exact because `groups` links two signatures sharing one of 16 bucket keys within
-    MAX_DISTANCE bits and WINDOW places: a bucket no new or gone signature is in links the same
-    pairs, and a touched bucket of at most WINDOW + 1 signatures (checked, else None) compares
-    all of its pairs, so only the gone signatures' links go and the new ones' come; a group
-    that lost a member is re-linked pair by pair; every other group's id moves with its rows."""
+    """`groups(sigs)` from the previous index's signatures and groups, looking only at the new
+    and gone signatures, their neighbours and their groups; None when the shortcut cannot
+    promise the full answer (a touched bucket over WINDOW + 1 signatures, too many changes)."""
     n, old_n = len(sigs), len(old_sigs)
     if not old_n or len(old_groups) != old_n or len(source) != n:
         return None
@@ -342,9 +311,9 @@ class _UnionFind:
 
 
 class _GroupEdit:
-    """`update_groups` in its steps. Units joined by union-find: each affected component
-    that cannot split (`("c", key)`), each distinct signature of a splitting one and each
-    new signature (`("v", value)`)."""
+    """`update_groups` in its steps. Units joined by union-find: each affected component that
+    cannot split (`("c", key)`), each signature of a splitting one and each new one (`("v",
+    value)`)."""
 
     def __init__(self, old_sigs, old_groups, sigs, source) -> None:
         self.old_sigs, self.old_groups, self.sigs, self.source = old_sigs, old_groups, sigs, source
@@ -373,9 +342,8 @@ class _GroupEdit:
         self.units = _UnionFind()
 
     def link_touched(self) -> bool:
-        """Each new or gone signature: the groups it was in, a gone one's group to split,
-        a new one's links to every live signature within MAX_DISTANCE bits. False where a
-        bucket is too crowded to promise the full answer."""
+        """Each new or gone signature: its groups, a gone one's group to split, a new one's
+        links; False where a bucket is too crowded."""
         every, alive, key, old_n = self.every, self.alive, self.key, self.old_n
         for value in self.touched.tolist():
             rows = every.sharing_a_band(value)
@@ -406,13 +374,12 @@ class _GroupEdit:
         return True
 
     def relink_splitting(self) -> bool:
-        """The survivors of each group that lost a signature, linked again pair by pair;
-        then the new signatures' links. False where that cannot be promised."""
+        """The survivors of each group that lost a signature, linked again pair by pair, then
+        the new signatures' links; False where that cannot be promised."""
         fresh_set = set(self.fresh_values.tolist())
         for comp in self.splitting:
             members = np.flatnonzero(self.key == comp)
             values = np.unique(self.old_sigs[members])
-            # The signatures of the component still held: by a kept row, or by a fresh one.
             kept = set(self.old_sigs[members[self.inv[members] >= 0]].tolist())
             values = values[np.array([v in kept or v in fresh_set for v in values.tolist()], bool)]
             if len(values) > SPLIT_MAX:
@@ -436,9 +403,8 @@ class _GroupEdit:
         return ("v", value) if comp in self.splitting else ("c", comp)
 
     def groups(self) -> np.ndarray:
-        """Each row's group: worked out for the fresh rows and those of affected
-        components; every other row keeps its component, whose first row survived and
-        moved."""
+        """Each row's group: worked out for the fresh rows and affected components; every
+        other row keeps its component's, moved."""
         reused, key, inv = self.reused, self.key, self.inv
         out = np.full(len(self.sigs), -1, dtype=np.int32)
         flag = np.zeros(self.old_n, dtype=bool)
@@ -473,9 +439,8 @@ class _GroupEdit:
 
 
 def update(plan: Plan) -> pa.Table:
-    """The `near_duplicates` table, row i for chunk i. Signatures of rows the pack reused are
-    read from the previous index (when it has them, of this version); the rest are computed.
-    (The version goes to the index meta under META_KEY: `pipeline.pack.build.assemble`.)"""
+    """The `near_duplicates` table, row i for chunk i; reused rows' signatures come from the
+    previous index."""
     from pipeline.pack.splice import rows_of
 
     chunks = plan.chunks

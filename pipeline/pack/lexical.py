@@ -1,12 +1,6 @@
-"""Lexical postings: field-weighted tf per (term, chunk), built at pack time into the `lexical`
-tables; readers compute the BM25F weights from them (`query.score.lexical`).
-
-Three fields a chunk: the file's title with its aliases, its heading path (less headings that
-repeat the title) and its text; tf and length are `sum(weight_f * x_f)` (BM25F, one length
-normalisation; weights in docs/search-quality.md). Weights are not stored (idf changes with
-every edit). A pack over a previous index updates its postings, analysing only fresh chunks:
-those postings are the only analysis cache; without one every chunk is analysed.
-"""
+"""Lexical postings: field-weighted tf per (term, chunk) over three fields (title with aliases,
+heading path, text), built or updated at pack time into the `lexical` tables; readers compute
+the BM25F weights (`query.score.lexical`; docs/architecture.md, "The pipeline")."""
 
 from __future__ import annotations
 
@@ -35,10 +29,8 @@ if TYPE_CHECKING:
 
 def store_of(keys: np.ndarray, chunks: list[tuple[str, list[str], str]]) -> Store:
     """The analyses of chunks given as (title, heading field, text): each chunk's distinct
-    terms with their tf in title, headings and body, and its three field lengths, built
-    with a few NumPy calls over every chunk's terms (a `unique` and an `add.at` per chunk
-    cost more than analysing its words; tests/test_analysis_cache.py holds that plain
-    form). A title shared by consecutive chunks (a file's) is analysed once."""
+    terms with their tf per field, and its three field lengths, in a few NumPy calls over
+    every chunk's terms (tests/test_analysis_cache.py holds the plain per-chunk form)."""
     parts: list[np.ndarray] = []
     last_title: str | None = None
     title_tokens: list = []
@@ -48,7 +40,6 @@ def store_of(keys: np.ndarray, chunks: list[tuple[str, list[str], str]]) -> Stor
         if title != last_title:
             last_title, title_tokens, title_ids = title, tokens_of(title), {}
         head_tokens, body_tokens = tokens_of(" ".join(headings)), tokens_of(text)
-        # every field stemmed in the chunk's language (kernel.text_analysis, "languages")
         language = chunk_language(title_tokens, head_tokens, body_tokens)
         found = title_ids.get(language)
         if found is None:
@@ -66,8 +57,7 @@ def store_of(keys: np.ndarray, chunks: list[tuple[str, list[str], str]]) -> Stor
 
 
 def _weigh_nothing(store: Store, markers: np.ndarray) -> None:
-    """The language markers' postings hold no weight: tf 0, and not counted in their
-    chunk's body length (a marker says which stemmer made a chunk's terms, nothing more)."""
+    """The language markers' postings hold no weight: tf 0, not counted in the body length."""
     rows = np.flatnonzero(np.isin(store.terms, markers))
     chunks = np.searchsorted(store.starts, rows, side="right") - 1
     store.counts[rows] = 0
@@ -113,16 +103,14 @@ def title_fields(files: pa.Table) -> list[str]:
 
 
 def chunk_fields(title: str, heading_path: list[str]) -> list[str]:
-    """The heading field: the path minus headings that repeat the title field (`title`:
-    `title_field`'s text, the title or one of the aliases)."""
+    """The heading field: the path minus headings that repeat the title field."""
     names = {line.strip() for line in title.split("\n")} if "\n" in title else {title.strip()}
     return [h for h in heading_path if h.strip() not in names]
 
 
 @dataclass
 class Store:
-    """Analysed chunks, chunk-major and flat: chunk i's terms are terms[starts[i]:starts[i+1]]
-    (what the ingest workers hand pack, gathered with one vectorised `take`)."""
+    """Analysed chunks, chunk-major and flat: chunk i's terms are terms[starts[i]:starts[i+1]]."""
 
     keys: np.ndarray  # uint64 per chunk: hash of (title, heading, chunk sha)
     starts: np.ndarray  # int64, chunks + 1
@@ -176,9 +164,8 @@ class Store:
 
 
 class Handed:
-    """Analyses given to pack once (the parse stage's, `Parsed.analysed`): `update` takes
-    them, so their memory goes once the postings are built rather than after the steps
-    that follow (docs/benchmarks.md, "Ingest memory (issue 37)")."""
+    """Analyses given to pack once: `update` takes them, so their memory goes with the
+    postings built (docs/benchmarks.md, "Ingest memory (issue 37)")."""
 
     def __init__(self, store: Store) -> None:
         self._store: Store | None = store
@@ -199,11 +186,8 @@ def _crc(texts: list[str]) -> np.ndarray:
 
 
 def chunk_keys(file_titles: list[str], file_ids: np.ndarray, headings: list[str], shas: list[str]):
-    """One uint64 per chunk naming what its analysis depends on: the chunk's SHA-256 (its text
-    and parent headings), its own heading and its file's title. Mixed from 64 bits of the
-    SHA-256 and CRC-32s of the strings with NumPy (~40 ms for 40k chunks, a third of a
-    per-chunk BLAKE2b); two chunks collide only if their texts' SHA-256 prefixes already match
-    and the CRCs do too."""
+    """One uint64 per chunk naming what its analysis depends on: 64 bits of its SHA-256 mixed
+    with CRC-32s of its heading and its file's title."""
     sha = np.fromiter((int(s[:16], 16) for s in shas), dtype=np.uint64, count=len(shas))
     title = _crc(file_titles)[file_ids] * np.uint64(0x9E3779B97F4A7C15)
     heading = _crc(headings) * np.uint64(0xC2B2AE3D27D4EB4F)
@@ -227,10 +211,8 @@ def analysed_store(files: pa.Table, chunks: pa.Table, analysed: Store | None = N
 def analyses_of(
     files: pa.Table, chunks: pa.Table, analysed: Store | None = None
 ) -> tuple[Store, np.ndarray]:
-    """A store holding every chunk's analysis, and the row of each chunk in it. Analyses
-    come from `analysed` (made by the ingest workers in this run), left in their own order;
-    only chunks it lacks are analysed here (the state folder keeps no analysis cache: the
-    index's postings are that cache)."""
+    """A store holding every chunk's analysis, and the row of each chunk in it: `analysed`
+    (the ingest workers'), with only the chunks it lacks analysed here."""
     all_titles = title_fields(files)
     file_ids = chunks.column("file_id").to_numpy()
     keys = chunk_keys(
@@ -258,9 +240,7 @@ def analyses_of(
 
 @dataclass
 class Postings:
-    """The postings as the index stores them. No BM25F weights: the reader computes them from
-    tf, the lengths and df (they would add 4 bytes a posting to the index, and change on
-    every edit anyway)."""
+    """The postings as the index stores them (no BM25F weights: readers compute them)."""
 
     terms: np.ndarray  # uint64, sorted distinct
     df: np.ndarray  # int32
@@ -268,32 +248,25 @@ class Postings:
     chunk_ids: np.ndarray  # int32, grouped by term, ascending inside a term
     tf: np.ndarray  # float32, field-weighted term frequency of each posting (same order)
     lengths: np.ndarray  # float32 per chunk: field-weighted length
-    # Forward view, chunk-major: the positions of each chunk's postings (`transpose`).
     forward: pa.ListArray
 
 
 def weighted(values: np.ndarray, params: Bm25fParams = PARAMS) -> np.ndarray:
-    """Field-weighted sums of (n, 3) per-field values, elementwise: the same bits whatever the
-    size of the array (a matrix product may round differently on large and small inputs, and
-    a full and an incremental pack must agree to the bit)."""
+    """Field-weighted sums of (n, 3) per-field values, elementwise: the same bits whatever
+    the size (a full and an incremental pack must agree to the bit)."""
     if not len(values):
         return np.zeros(0, dtype=np.float32)
     fw = params.weights()
     return values[:, 0] * fw[0] + values[:, 1] * fw[1] + values[:, 2] * fw[2]
 
 
-# Postings per block where `build_postings` and `transpose` go a block at a time: their
-# temporaries are a few arrays of this many, not of every posting.
+# Postings per block where `build_postings` and `transpose` go a block at a time.
 POSTINGS_BLOCK = 1 << 18
 
 
 def transpose(chunk_ids: np.ndarray, n: int) -> pa.ListArray:
     """The forward view of term-major postings: for each of the `n` chunks, the positions of
-    its postings, ascending. A counting sort, `POSTINGS_BLOCK` postings at a time: each
-    block's postings are ordered by chunk (a stable sort of the block alone, a radix sort
-    of 16-bit keys up to 65,536 chunks) and written after the ones of their chunks that
-    earlier blocks placed, so the temporaries do not grow with the postings (one sort of
-    every posting held several arrays of them at pack's peak: docs/benchmarks.md)."""
+    its postings, ascending; a counting sort `POSTINGS_BLOCK` postings at a time."""
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(np.bincount(chunk_ids, minlength=n), out=offsets[1:])
     values = np.empty(len(chunk_ids), np.int32)
@@ -320,11 +293,8 @@ def build_postings(
     store: Store, params: Bm25fParams = PARAMS, rows: np.ndarray | None = None
 ) -> Postings:
     """Every (term, chunk) posting with its field-weighted tf, grouped by term, chunk ids
-    ascending inside a term. `rows`: chunk i's analysis is the store's row rows[i] (the
-    workers' analyses in their own order, `analyses_of`: no copy of them in chunk order);
-    None: row i. Past the sort, per-posting arrays are made a block at a time: at 131k
-    chunks of real pages there are millions of postings (docs/benchmarks.md, "Ingest
-    memory (issue 37)")."""
+    ascending inside a term. `rows`: chunk i's analysis is the store's row rows[i] (None:
+    row i)."""
     n = len(store.keys) if rows is None else len(rows)
     if n == 0 or len(store.terms) == 0:
         return _empty_postings(n)
@@ -354,8 +324,7 @@ def build_postings(
 
 
 def _term_order(store: Store, rows: np.ndarray | None):
-    """(the store's postings in (term, chunk) order, their chunk ids, the chunks whose row
-    an earlier chunk has or None): `build_postings`' one sort of every posting."""
+    """(the postings in (term, chunk) order, their chunk ids, the repeated chunks or None)."""
     if rows is None:  # stable: chunk ids ascend inside a term
         order = np.argsort(store.terms, kind="stable")
         chunks = np.repeat(np.arange(len(store.keys), dtype=np.int32), np.diff(store.starts))
@@ -371,8 +340,7 @@ def _term_order(store: Store, rows: np.ndarray | None):
 
 
 def _term_runs(terms: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct terms of postings ordered by term, and the postings of each (df),
-    compared a block at a time: no sorted copy of every posting's term."""
+    """The distinct terms of postings ordered by term, and their df, a block at a time."""
     firsts = []
     for start in range(0, len(order), POSTINGS_BLOCK):
         block = terms[order[max(start - 1, 0) : start + POSTINGS_BLOCK]]
@@ -383,9 +351,8 @@ def _term_runs(terms: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _posting_chunks(store: Store, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The chunk of each posting of `store`: the first chunk whose row it is, or len(rows)
-    for a row no chunk has (a second copy of a key); and the chunks whose row an earlier
-    chunk has (the same text, heading and title twice: `_with_repeats`)."""
+    """The chunk of each posting (len(rows) for a row no chunk has), and the chunks whose
+    row an earlier chunk has (`_with_repeats`)."""
     n = len(rows)
     used, first = np.unique(rows, return_index=True)
     owner = np.full(len(store.keys), n, dtype=np.int32)
@@ -397,8 +364,7 @@ def _posting_chunks(store: Store, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def _with_repeats(extra: Store, repeats, distinct, chunk_ids, tf, df, params):
     """(chunk_ids, tf, df) with the postings of the `repeats` chunks (analysed in `extra`)
-    put in at their places: their terms are among `distinct` (an earlier chunk has the same
-    analysis), and the place inside a term is a bisection, for every such posting at once."""
+    put in at their places, by one vectorised bisection."""
     extra_chunk = np.repeat(repeats.astype(np.int32), np.diff(extra.starts))
     order = np.lexsort((extra_chunk, extra.terms))
     extra_chunk, extra_tf = extra_chunk[order], weighted(extra.counts, params)[order]
@@ -413,22 +379,17 @@ def _with_repeats(extra: Store, repeats, distinct, chunk_ids, tf, df, params):
     return np.insert(chunk_ids, lo, extra_chunk), np.insert(tf, lo, extra_tf), df
 
 
-# -- incremental update -----------------------------------------------------------------
-#
-# An edit changes idf and the average length (every weight) but barely moves the postings:
-# drop the departed chunks' postings, renumber the rest (monotone) and merge the fresh ones
-# in at their places, in linear passes instead of a sort of every posting.
-
-# Up to this many fresh postings of known terms are placed by a search each; more, by one
-# search over keys of every old posting.
+# -- incremental update: drop the departed chunks' postings, renumber the rest, merge the
+# fresh ones in, in linear passes (docs/benchmarks.md, "A one-file edit at 100k files,
+# session 6 (issue 18 item 3)").
+# Up to this many fresh postings of known terms are placed by a search each.
 SEARCH_EACH_MAX = 2000
 
 
 def _analyse_rows(
     files: pa.Table, chunks: pa.Table, rows: np.ndarray, made: Store | None = None
 ) -> Store:
-    """Analyses of the chunks at `rows` (the fresh ones), in that order: taken from `made`
-    (the ingest workers' analyses of this run) where it has them, else made here."""
+    """Analyses of the chunks at `rows`, in that order, from `made` where it has them."""
     if not len(rows):
         return Store.empty()
     picked = rows_of(chunks.select(["file_id", "heading", "heading_path", "text", "sha256"]), rows)
@@ -473,7 +434,6 @@ def _previous_lexical(previous) -> dict | None:
     tables = {name: previous.tables.get(name) for name in ("lexical", TF_TABLE, LENGTHS_TABLE)}
     if any(t is None for t in tables.values()):
         return None
-    # The forward view too when present: it is updated rather than transposed again.
     forward = previous.tables.get("lexical_forward")
     if forward is not None and forward.num_rows == previous.tables["chunks"].num_rows:
         tables["lexical_forward"] = forward
@@ -495,7 +455,6 @@ def update_postings(
     fresh_rows = np.flatnonzero(source < 0)
     new_of_old = np.full(len(old_lengths), -1, dtype=np.int32)
     new_of_old[source[kept]] = kept
-    # Old postings, term-major, renumbered, without the chunks that left.
     old_terms = old["lexical"].column("term").to_numpy()
     old_offsets, old_chunks = index_format.list_parts(old["lexical"], "chunk_ids")
     tf = index_format.column_array(old[TF_TABLE], "tf").to_numpy()
@@ -504,13 +463,11 @@ def update_postings(
     alive = np.ones(len(chunk_ids), dtype=bool)
     if len(kept) < len(old_lengths):
         alive = chunk_ids >= 0
-        # Each departed posting's term by a search in the offsets: an edit drops a few dozen
-        # postings, where a term per posting (3.4M at 100k files) cost a pass over them all.
+        # Each departed posting's term by a search in the offsets (an edit drops a few).
         dead = np.flatnonzero(~alive)
         dead_terms = np.searchsorted(old_offsets, dead, side="right") - 1
         old_df = old_df - np.bincount(dead_terms, minlength=len(old_terms))
         chunk_ids, tf = chunk_ids[alive], tf[alive]
-    # Fresh postings (analysed now), sorted by (term, chunk).
     store = _analyse_rows(files, chunks, fresh_rows, analysed)
     fresh_chunk = np.repeat(fresh_rows, np.diff(store.starts)).astype(np.int32)
     fresh_tf = weighted(store.counts, params)
@@ -521,8 +478,7 @@ def update_postings(
         return _empty_postings(n)
     order = np.lexsort((fresh_chunk, store.terms))
     fresh_terms, fresh_chunk, fresh_tf = store.terms[order], fresh_chunk[order], fresh_tf[order]
-    # Where each fresh posting goes among the old ones: at its term's place (the start of
-    # the next old term when the term is new), then by chunk inside the term.
+    # Where each fresh posting goes among the old ones: its term's place, then by chunk.
     starts = np.r_[0, np.cumsum(old_df)]
     row = np.searchsorted(old_terms, fresh_terms)
     known = row < len(old_terms)
@@ -542,8 +498,7 @@ def update_postings(
         forward = update_forward(old["lexical_forward"], source, new_of_old, alive, at, fresh_chunk)
     chunk_ids = np.insert(chunk_ids, at, fresh_chunk)
     tf = np.insert(tf, at, fresh_tf)
-    # The old terms (sorted, distinct) with the fresh ones they lack put in at their places:
-    # the same array as `union1d`, without hashing every term again (~55 ms at 100k files).
+    # The old terms with the fresh ones they lack put in at their places (no hashing again).
     new_terms = np.unique(fresh_terms[~known]).astype(old_terms.dtype, copy=False)
     every = np.insert(old_terms, np.searchsorted(old_terms, new_terms), new_terms)
     df_all = np.zeros(len(every), dtype=np.int64)
@@ -571,15 +526,9 @@ def update_forward(
     fresh_chunk: np.ndarray,
 ) -> pa.ListArray | None:
     """The forward view of the updated postings from the previous one, equal to `transpose`
-    of them without sorting every posting again (an edit at 300k chunks and 3.4M postings:
-    a few linear passes instead of two radix sorts).
-
-    The postings update keeps the old postings of kept chunks in their order and inserts
-    the fresh ones before positions `at` (ascending; `np.insert`), so old posting k, the
-    k-th survivor, lands at k + (fresh postings inserted at or before k): a monotone map,
-    which keeps each kept chunk's positions ascending. A fresh chunk's positions are where
-    its postings were inserted. None (the caller transposes) when `at` is not ascending or
-    the kept chunks changed order (never, for rows in path order)."""
+    of them without sorting every posting: each survivor moves by the fresh postings
+    inserted at or before it. None (the caller transposes) when `at` is not ascending or the
+    kept chunks changed order."""
     at = np.asarray(at, dtype=np.int64)
     kept = source >= 0
     if (len(at) > 1 and np.any(np.diff(at) < 0)) or np.any(np.diff(source[kept]) <= 0):
@@ -587,8 +536,7 @@ def update_forward(
     offsets, positions = index_format.list_parts(old_forward, "postings")
     old_counts = np.diff(offsets)
     n = len(source)
-    # New position of every surviving old posting, in order: its rank among the survivors
-    # plus the fresh postings inserted at or before that rank (one pass: a running count).
+    # New position of every surviving old posting: its rank plus the insertions before it.
     survivors = int(np.count_nonzero(posting_alive))
     inserted = np.bincount(at, minlength=survivors + 1)[: survivors + 1] if len(at) else None
     moved = np.arange(survivors, dtype=np.int32)
@@ -649,13 +597,9 @@ class LexicalTables:
     meta: dict
 
 
-# -- an edit's update, in place of the postings it does not touch ------------------------
-#
-# `spliced_tables` writes the new tables as runs of the previous index's rows (slices whose
-# bytes the writer copies file-to-file), with fresh rows only for the terms the edit touched.
-
-# Past this many fresh chunks, `update_postings` (one pass over everything) is the better way.
-FRESH_CHUNKS_MAX = 200
+# -- an edit's update as runs of the previous index's rows (docs/benchmarks.md, "A one-file
+# edit at 100k files, session 10 (issue 18 item 3)"), fresh rows only for touched terms.
+FRESH_CHUNKS_MAX = 200  # past this many fresh chunks, `update_postings` is the better way
 
 
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -676,10 +620,9 @@ def spliced_tables(
     params: Bm25fParams = PARAMS,
     analysed: Store | None = None,
 ) -> dict[str, pa.Table] | None:
-    """The four lexical tables `update_postings` gives (the same values, `tests/
-    test_incremental_pack.py` compares them), as runs of the previous index's rows plus the
-    rows of the terms this edit touched. None when the previous index has no forward view,
-    or the fresh postings are too many for one search each (then `update_postings`)."""
+    """The four lexical tables `update_postings` gives (tests/test_incremental_pack.py), as
+    runs of the previous index's rows plus the rows of the terms this edit touched; None
+    when there is no forward view or too many fresh postings."""
     n = len(source)
     if old.get("lexical_forward") is None or n == 0:
         return None
@@ -739,7 +682,6 @@ class _Previous:
         offsets = offsets.astype(np.int64)
         tf_array = index_format.column_array(old[TF_TABLE], "tf")
         fwd_offsets, fwd_values = index_format.list_parts(old["lexical_forward"], "postings")
-        # The postings of the chunks that left, by position, from the forward view.
         gone = np.flatnonzero(new_of_old < 0)
         dead = np.sort(fwd_values[_ranges(fwd_offsets[gone], fwd_offsets[gone + 1])])
         dead = dead.astype(np.int64)
@@ -762,8 +704,8 @@ class _Previous:
 
 @dataclass
 class _Fresh:
-    """The fresh postings by (term, chunk), each with the position of the previous postings
-    it goes before (`at`), and whether its term is a previous one (`known`)."""
+    """The fresh postings by (term, chunk), with the previous position each goes before
+    (`at`) and whether its term is a previous one (`known`)."""
 
     terms: np.ndarray
     chunk: np.ndarray
@@ -773,9 +715,7 @@ class _Fresh:
 
 
 def _fresh_postings(prev: _Previous, store: Store, fresh_rows, kept, source, params) -> _Fresh:
-    """A fresh posting goes in its term's postings before the first kept chunk that comes
-    after it (compared in the previous numbering, whose order kept chunks keep); a new
-    term's go where the next term's begin."""
+    """Each fresh posting goes before the first kept chunk after it in its term's postings."""
     fresh_chunk = np.repeat(fresh_rows, np.diff(store.starts)).astype(np.int32)
     fresh_tf = weighted(store.counts, params)
     order = np.lexsort((fresh_chunk, store.terms))
@@ -837,9 +777,8 @@ def _term_rows(prev: _Previous, fresh: _Fresh) -> _TermRows:
 
 
 def _rebuilt_postings(prev: _Previous, fresh: _Fresh, rows: _TermRows):
-    """(the `chunk_ids` column, the rebuilt rows' offsets and tf): a rebuilt term's postings
-    are the previous ones that stay (renumbered when rows moved) with the fresh ones put in
-    at their places; every other row is a run of the previous column."""
+    """(the `chunk_ids` column, the rebuilt rows' offsets and tf): rebuilt terms merge their
+    surviving and fresh postings; every other row is a run of the previous column."""
     old_offsets, dead = prev.offsets, prev.dead
     ids_source = prev.new_of_old[prev.chunks] if prev.moved else prev.chunks  # one pass
     fresh_row = np.searchsorted(rows.every, fresh.terms)  # ascending: postings are by term
@@ -895,9 +834,8 @@ def _tf_runs(prev: _Previous, row_source, fresh_offsets, fresh_tfs) -> list[pa.A
 
 
 def _forward(prev: _Previous, fresh: _Fresh, fresh_rows, n: int, source) -> pa.Array:
-    """The forward view: every surviving posting moves by the postings inserted at or before
-    it less those removed before it (one pass); the fresh chunks' postings are where they
-    were inserted."""
+    """The forward view: each surviving posting moves by the insertions at or before it less
+    the removals before it; fresh chunks' postings are where they were inserted."""
     dead, at = prev.dead, fresh.at
     events = np.concatenate([dead + 1, at])
     steps = np.concatenate([np.full(len(dead), -1), np.ones(len(at), dtype=np.int64)])
@@ -905,8 +843,7 @@ def _forward(prev: _Previous, fresh: _Fresh, fresh_rows, n: int, source) -> pa.A
     events, levels = events[by_place], np.cumsum(steps[by_place])
     lengths_between = np.diff(np.r_[0, events, len(prev.chunks) + 1])
     levels = np.r_[0, levels]
-    # The narrowest table that holds every step: the lookup below is one random read per
-    # posting, and a smaller table stays in the cache.
+    # The narrowest table that holds every step: one random read per posting, kept in cache.
     reach = int(np.abs(levels).max())
     wide = np.int8 if reach < 1 << 7 else np.int16 if reach < 1 << 15 else np.int32
     shift = np.repeat(levels.astype(wide), lengths_between)
@@ -928,17 +865,13 @@ def _forward(prev: _Previous, fresh: _Fresh, fresh_rows, n: int, source) -> pa.A
 
 
 def update(plan: Plan, analysed: Store | Handed | None = None) -> LexicalTables:
-    """The previous index's postings updated for the plan's fresh and departed chunks, or,
-    without a usable previous index, built from every chunk's analysis; the analyzer and the
-    parameters go to the index meta. `analysed`: the analyses the ingest workers made of
-    this run's new chunks (any chunk missing from it is analysed here)."""
+    """The previous index's postings updated for the plan's fresh and departed chunks or,
+    without a usable previous index, built from every chunk's analysis."""
     if isinstance(analysed, Handed):
         analysed = analysed.take()
     files, chunks, source = plan.files, plan.chunks, plan.chunk_source
     old = _previous_lexical(plan.previous)
     if old is not None:
-        # The previous index's postings are the analysis cache: only fresh chunks are
-        # analysed, however many they are (the state folder keeps no second copy).
         spliced = spliced_tables(old, files, chunks, source, analysed=analysed)
         if spliced is not None:
             return LexicalTables(spliced, lexical_meta())

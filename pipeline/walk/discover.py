@@ -1,13 +1,6 @@
-"""Discover: walk the source folders, apply ignore rules, and decide which files to re-hash.
-
-A stat (size, mtime) that matches the manifest reuses the stored SHA-256; anything else is read
-and hashed. SHA-256 of the content, not the stat, decides what changed downstream, so a touched
-but unchanged file stops the chain here.
-
-A project of many folders walks on both cores (`_split_walk`): a forked child walks every
-other subfolder of the source folder, and its files, folders and problems go where the
-serial walk meets them, so the result is the serial walk's.
-"""
+"""Discover: walk the source folders, apply ignore rules, and decide which files to re-hash
+(a stat that matches the manifest reuses its SHA-256). A project of many folders walks on
+both cores (`_split_walk`; docs/architecture.md, "The pipeline")."""
 
 from __future__ import annotations
 
@@ -40,8 +33,7 @@ class Discovered:
     changed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     unchanged: int = 0
-    # Files whose stat changed but whose content did not (touched, copied without -p): the
-    # manifest takes their new stat, or every later run would read and hash them again.
+    # Files whose stat changed but not their content: the manifest takes their new stat.
     restamped: list[str] = field(default_factory=list)
     hashed: int = 0  # files read and hashed by this walk (the rest matched the manifest)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (path, problem)
@@ -50,10 +42,8 @@ class Discovered:
         return manifest_digest(self.entries.values())
 
 
-# The manifest digest is a sum, not a hash of the sorted list: the same value for the same
-# (path, sha) set in any order, and a run that changes one file updates it from the stored
-# one by subtracting the old entry and adding the new (not hashing every path again).
-# 128 bits of SHA-256 per entry, summed modulo 2**128.
+# The manifest digest is a sum of 128 bits of SHA-256 per (path, sha) entry modulo 2**128:
+# order-free, and a run updates the stored one by what left and came.
 DIGEST_PREFIX = "sum1:"
 _MOD = 1 << 128
 
@@ -103,9 +93,8 @@ class _Walker:
     def visit(
         self, folder: str, rel: str, rules: Rules, elsewhere: frozenset[str] = frozenset()
     ) -> None:
-        """Walk `folder` (root-relative `rel`) with the rules in force above it.
-        `elsewhere`: names of plain subfolders another process walks (`_split_walk`):
-        only the place where each would be walked is noted."""
+        """Walk `folder` (root-relative `rel`) with the rules in force above it. `elsewhere`:
+        plain subfolders another process walks (only where each would be walked is noted)."""
         errors = self.errors
         try:
             st = os.stat(folder)
@@ -123,9 +112,8 @@ class _Walker:
         except OSError as exc:
             errors.append((rel or ".", f"cannot list folder: {exc.strerror or exc}"))
             return
-        # Plain strings, not Path objects: this loop runs once per file, so the common case
-        # (a plain Markdown file, no ignore rules to apply) is
-        # decided inline; everything else goes through `_verdict`.
+        # Plain strings, not Path objects: the common case is decided inline, the rest by
+        # `_verdict`.
         found, skip, suffixes = self.found, self.skip, MARKDOWN_SUFFIXES
         skip_names = self.skip_names
         plain_rules = not rules.active
@@ -133,8 +121,7 @@ class _Walker:
         prefix = f"{rel}/" if rel else ""
         for entry in entries:
             name = entry.name
-            # The common case first, in as few calls as possible: a regular file (the
-            # directory entry's type, no system call) with an ASCII name.
+            # A regular file (the entry's type, no system call) with an ASCII name first.
             try:
                 regular = entry.is_file(follow_symlinks=False)
             except OSError:
@@ -190,8 +177,7 @@ class _Walker:
             del self.folders[rel]
 
     def _take(self, entry: os.DirEntry, rel: str, mine: list[str]) -> None:
-        """A file met the long way (a name that is not ASCII, a link, another type): its
-        stat (a link's target's), unless it is a FIFO, a device or a socket."""
+        """A file met the long way: its stat (a link's target's), unless it is special."""
         try:
             st = entry.stat()
         except OSError as exc:
@@ -204,7 +190,7 @@ class _Walker:
 
 def _special(st: os.stat_result, rel: str, errors: list[tuple[str, str]]) -> bool:
     """True (and reported) for a FIFO, device or socket with a Markdown name: opening one
-    would block or read forever, so it is never opened."""
+    would block or read forever."""
     if stat.S_ISREG(st.st_mode):
         return False
     errors.append((rel, f"{kind_of(st.st_mode)}, not a regular file; skipped"))
@@ -221,8 +207,8 @@ def _verdict(
     rules: Rules,
     skip: set[str],
 ) -> bool | str:
-    """The walk's rule for one entry: True to take it (or descend), False to skip it
-    silently, or the problem to report when it is skipped (symlinks that escape or loop)."""
+    """The walk's rule for one entry: True to take it (or descend), False to skip it, or the
+    problem to report (symlinks that escape or loop)."""
     if is_dir:
         if name in BUILTIN_IGNORES or path in skip:
             return False
@@ -244,8 +230,7 @@ NON_UTF8_NAME = "file name is not valid UTF-8, skipped (rename it to index it)"
 
 
 def _utf8_name(name: str) -> bool:
-    """False for a name with bytes that are not UTF-8 (Python hands them over as lone
-    surrogates): the index, the caches and JSON output all hold UTF-8 text."""
+    """False for a name with bytes that are not UTF-8 (the index and JSON hold UTF-8 text)."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
@@ -267,9 +252,8 @@ def _stat_problem(exc: OSError) -> str:
 def _source_rels(
     config: Config, errors: list[tuple[str, str]] | None
 ) -> list[tuple[Path, str, Rules]]:
-    """(folder, root-relative path, rules at its top) of each source folder that may be
-    walked; the one-line verdicts on the others (outside the root, ignored, always-ignored)
-    go to `errors`."""
+    """(folder, root-relative path, rules at its top) of each source folder to walk; the
+    verdicts on the others go to `errors`."""
     out = []
     folders = source_folders(config)
     walked = [s.path for s in folders if not s.skipped]
@@ -300,9 +284,8 @@ def walk(config: Config, errors: list[tuple[str, str]]) -> dict[str, os.stat_res
 def walk_folders(
     config: Config, errors: list[tuple[str, str]], split: bool = False
 ) -> tuple[Mapping[str, os.stat_result], dict[str, list[str]]]:
-    """`walk`, and the files found directly in each folder (root-relative folder path, ""
-    for the root), for `folder_signatures`. `split`: the caller reads only each file's size,
-    mtime, inode and device, so half of the walk may run in a forked child (`_split_walk`)."""
+    """`walk`, and the files found directly in each folder ("" for the root). `split`: the
+    caller reads only size, mtime, inode and device, so half may run in a child."""
     sources = _source_rels(config, errors)
     if split and len(sources) == 1 and sources[0][0].is_dir():
         mark = len(errors)
@@ -328,8 +311,7 @@ class _Stat:
         self.st_size, self.st_mtime_ns, self.st_ino, self.st_dev = size, mtime_ns, ino, dev
 
 
-# A walk is split only when the source folder has this many plain subfolders to share out
-# (the caller decides whether the project is big enough).
+# A walk is split only when the source folder has this many plain subfolders to share out.
 SPLIT_MIN_FOLDERS = 2
 
 
@@ -337,12 +319,9 @@ def _split_walk(
     config: Config, source: Path, rel: str, rules: Rules, errors: list[tuple[str, str]]
 ) -> tuple[Mapping[str, os.stat_result], dict[str, list[str]]] | None:
     """The walk of one source folder on both cores: a forked child walks every other plain
-    subfolder (by name), this process the rest and the files at the top, noting where each
-    of the child's subfolders comes in its order; the child's results go into those places,
-    so the result is the serial walk's, problems and all. None (walk serially) where that
-    cannot be promised: no `fork`, other threads running (a forked child of a threaded
-    process may deadlock), few subfolders, a failed child, or a folder both halves reached
-    (a symlink across them: the serial walk's "already visited" depends on its order)."""
+    subfolder, this process the rest, and the child's results go where the serial walk
+    meets them. None (walk serially) without `fork`, with other threads running (a forked
+    child may deadlock), few subfolders, a failed child, or a folder both halves reached."""
     import threading
 
     if not hasattr(os, "fork") or threading.active_count() > 1:
@@ -404,9 +383,8 @@ def _child_walk(
     out: int,
     parent: int,
 ) -> None:
-    """The forked half of `_split_walk`: each subfolder in `theirs`, in the folder's own
-    order, as (walk order, per folder its names, sizes, mtimes, inodes and devices, folder
-    signatures, problems), written to `out` with `marshal`; it ends once `parent` is gone."""
+    """The forked half of `_split_walk`: each subfolder in `theirs`, as columns written to
+    `out` with `marshal`; it ends once `parent` is gone."""
     import marshal
 
     top = _Walker(config, [])
@@ -445,13 +423,11 @@ def _child_walk(
 
 
 def _merged(walker: _Walker, rel: str, parts: dict) -> tuple[_MergedStats, dict[str, list[str]]]:
-    """The parent's walk with the child's subfolders put in at the places noted: folders
-    and problems as lists in the serial order; the files as `_MergedStats`, which reads a
-    child's file only when asked (an edit asks for one folder's, a no-op for none)."""
+    """The parent's walk with the child's subfolders put in at the places noted (the files
+    as `_MergedStats`, which reads a child's file only when asked)."""
     folder_items = list(walker.folders.items())
     own_errors = list(walker.errors)
-    # The source folder's own entry was made before any place was noted, and is dropped at
-    # the end when it holds no file: the noted folder counts then run one ahead.
+    # The source folder's own entry, dropped when it holds no file, shifts the counts by one.
     shift = 0 if rel in walker.folders else 1
     folders: dict[str, list[str]] = {}
     errors: list[tuple[str, str]] = []
@@ -470,9 +446,8 @@ def _merged(walker: _Walker, rel: str, parts: dict) -> tuple[_MergedStats, dict[
 
 
 class _MergedStats(Mapping):
-    """rel path -> stat of a split walk, iterated in the serial walk's order. This
-    process's files are a dict; the child's stay as it sent them, per folder, looked up by
-    folder when asked for. `signatures`: the child's folder signatures, already hashed."""
+    """rel path -> stat of a split walk, in the serial walk's order; the child's files are
+    looked up by folder when asked for."""
 
     def __init__(self, own: dict, places: list, parts: dict):
         self._own, self._places, self._parts = own, places, parts
@@ -514,9 +489,8 @@ class _MergedStats(Mapping):
 
 
 class PathFilter:
-    """The walk's rules applied to one path at a time, for callers that learn of paths one by
-    one (the watcher, `mdvdb ingest PATH`): a path is taken exactly when a full walk would
-    take it, so a watched change can never index what `mdvdb ingest` would ignore."""
+    """The walk's rules applied to one path at a time (the watcher, `mdvdb ingest PATH`): a
+    path is taken exactly when a full walk would take it."""
 
     def __init__(self, config: Config):
         self.config = config
@@ -545,8 +519,7 @@ class PathFilter:
         return verdict is True, (verdict if isinstance(verdict, str) else None)
 
     def _folder_rules(self, rel: str) -> tuple[Rules, str | None] | None:
-        """The rules in force in `rel`'s folder, as the walk builds them on its way down;
-        None when the path is in no source folder or under a folder the walk skips."""
+        """The rules in force in `rel`'s folder; None when no walk reaches it."""
         for source, source_rel, top in self.sources:
             if source_rel and rel != source_rel and not rel.startswith(source_rel + "/"):
                 continue
@@ -559,8 +532,7 @@ class PathFilter:
     def _rules_inside(
         self, source: Path, source_rel: str, top: Rules, folder_rel: str
     ) -> tuple[Rules, str | None] | None:
-        """Rules for the entries of `folder_rel` (a source folder or below one); cached,
-        so a burst of changes in one folder reads its .gitignore files once."""
+        """Rules for the entries of `folder_rel`; cached (a burst reads .gitignore once)."""
         key = (source_rel, folder_rel)
         if key in self._cache:
             return self._cache[key]
@@ -604,10 +576,8 @@ class PathFilter:
 def folder_signatures(
     stats: dict[str, os.stat_result], folders: dict[str, list[str]]
 ) -> dict[str, str]:
-    """Per folder, a digest of (path, size, mtime) of the files found directly in it, in
-    walk order. Stored with the manifest: a run compares these and reads back only the
-    manifest rows of the folders whose digest moved (an edit reads one folder's rows, not
-    every folder's), and a run where none moved reads none."""
+    """Per folder, a digest of (path, size, mtime) of the files found directly in it; a run
+    reads back only the manifest rows of the folders whose digest moved."""
     from array import array
 
     sha256 = hashlib.sha256
@@ -617,7 +587,6 @@ def folder_signatures(
         if folder in known:
             out[folder] = known[folder]
             continue
-        # Names, then sizes and mtimes as arrays: cheaper than a line per file.
         found = [stats[r] for r in rels]
         names = "\0".join(rels)
         h = sha256(f"{len(rels)}\0{names}".encode())
@@ -633,25 +602,21 @@ def discover(
     only: list[str] | None = None,
     walked: tuple[dict[str, os.stat_result], list[tuple[str, str]]] | None = None,
 ) -> Discovered:
-    """Compare the folders with the manifest. `only`: re-check just these relative paths
-    (files or folders, present or gone), keep every other manifest entry as it is
-    (`mdvdb ingest docs/a.md`, the watcher). `walked`: the (stats, problems) of a full walk
-    the caller already made."""
+    """Compare the folders with the manifest. `only`: re-check just these relative paths,
+    keep every other entry. `walked`: the (stats, problems) of a walk already made."""
     errors: list[tuple[str, str]] = walked[1] if walked is not None else []
     if only is not None and any(rel in ("", ".") for rel in only):
         only = None  # the project root itself: a full walk
     if only is None:
         stats = walked[0] if walked is not None else walk(config, errors)
         scope: set[str] | dict[str, ManifestEntry] = manifest
-        # Start from the manifest and fix up what differs: a no-op then builds no entry, no
-        # set and no list, only a copy of the dict.
+        # From the manifest, fixing up what differs: a no-op builds nothing but the copy.
         result = Discovered(entries=dict(manifest))
     else:
         stats, scope = _only(config, manifest, only, errors)
         result = Discovered(entries={p: e for p, e in manifest.items() if p not in scope})
 
-    # Named paths are always re-hashed: the caller (the watcher) saw them change, and two
-    # writes within one filesystem timestamp tick can leave size and mtime as they were.
+    # Named paths are always re-hashed: two writes within one timestamp tick keep the stat.
     trust_stat = only is None
     entries, known = result.entries, manifest.get
     root = str(config.root)  # joined as strings: a Path per file is dear over a big walk
@@ -685,9 +650,7 @@ def discover(
             result.restamped.append(rel)
     result.unchanged = len(stats) - len(unreadable) - len(result.added) - len(result.changed)
 
-    # Every manifest path was walked when the walk found as many known files as the
-    # manifest holds (the usual case: nothing to look up); else the ones it did not find,
-    # and those it could not read, leave.
+    # Unless the walk found exactly the manifest's files, those missing or unreadable leave.
     if unreadable or len(stats) - len(result.added) != len(scope):
         failed = set(unreadable)
         result.removed = sorted(p for p in scope if p not in stats or p in failed)
@@ -704,7 +667,7 @@ def _only(
     errors: list[tuple[str, str]],
 ) -> tuple[dict[str, os.stat_result], set[str]]:
     """Stats of the files to re-check under the given paths, and the manifest entries they
-    cover: a file, everything under a folder, everything that was under a path now gone."""
+    cover."""
     rules = PathFilter(config)
     stats: dict[str, os.stat_result] = {}
     scope: set[str] = set()
