@@ -1,12 +1,6 @@
 """Parse: frontmatter (metadata, never embedded), the heading tree with line numbers, the body.
-
-A file whose frontmatter is invalid is still indexed (body and headings) with empty metadata,
-and the problem reported with the path and the line. Frontmatter is untrusted and bounded
-(`FrontmatterBounds`: size, nesting, top-level keys, values with YAML aliases followed,
-counted on YAML's node graph before any Python value is built; docs/security.md, "Every
-input bounded"); headings are kept to `MAX_HEADING_CHARS` (each is copied into every chunk
-under it).
-"""
+A file with invalid frontmatter is still indexed with empty metadata and the problem reported;
+frontmatter is untrusted and bounded (docs/security.md, "Every input bounded")."""
 
 from __future__ import annotations
 
@@ -25,15 +19,13 @@ import yaml
 from kernel import conventions
 from kernel.text_decode import decode
 
-# Bounds on frontmatter (see the module docstring). Generous for real notes: the largest
-# frontmatter in the shared corpora is a few KB with a few dozen keys.
+# Bounds on frontmatter, generous for real notes (the corpora's largest is a few KB).
 MAX_FRONTMATTER_CHARS = 128 * 1024
 MAX_FRONTMATTER_DEPTH = 32
 MAX_FRONTMATTER_KEYS = 1000  # top-level fields of one file
 MAX_FRONTMATTER_VALUES = 20_000  # scalars, lists and mappings, aliases expanded
 MAX_HEADING_CHARS = 1000
-# A longer line (minified HTML, a data URI, a generated table) is indexed up to this many
-# characters: tokenizing and storing a 1 MB line costs seconds and megabytes per copy.
+# A longer line (minified HTML, a data URI) is indexed up to this many characters.
 MAX_LINE_CHARS = 100_000
 
 
@@ -55,7 +47,7 @@ class Heading:
 @dataclass
 class ParsedDoc:
     # The whole file, BOM removed, line endings normalised; in the body, comments blanked
-    # and wikilinks as their visible text (`kernel.conventions`), line for line.
+    # and wikilinks as their visible text (`kernel.conventions`).
     lines: list[str]
     body_start: int  # 1-based line where the body starts (after frontmatter)
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -64,8 +56,7 @@ class ParsedDoc:
     error: str | None = None
     aliases: list[str] = field(default_factory=list)  # frontmatter `aliases` / `alias`
     tags: list[str] = field(default_factory=list)  # inline `#tags` of the body, without `#`
-    # [index in `lines`, the line with its wikilinks as written] where `lines` shows their
-    # text: what the link graph reads (pipeline/links.py)
+    # [index in `lines`, the line with its wikilinks as written], for pipeline/links.py
     link_lines: list[list] = field(default_factory=list)
 
 
@@ -135,8 +126,7 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
             ),
         )
     except yaml.YAMLError as exc:
-        # The file's lines before the frontmatter's text: the opening delimiter's match
-        # ends there (`---`, or `---\n` when a blank line follows it).
+        # The file's lines before the frontmatter's text, where the opening delimiter ends.
         opening = handler.FM_BOUNDARY.search(text)
         before = text.count("\n", 0, opening.end()) if opening is not None else 0
         return {}, body_start, "invalid YAML frontmatter" + yaml_message(exc, fm_text, before)
@@ -157,8 +147,7 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, str | None]:
     return json_safe(data), body_start, None
 
 
-# LibYAML's messages that leave out the character PyYAML's own scanner names, and how
-# PyYAML words them: (libyaml's problem, offset of the character from the mark, PyYAML's).
+# LibYAML's messages that leave out the character PyYAML names: (offset from the mark, wording).
 _UNNAMED = {
     "found character that cannot start any token": (
         0,
@@ -169,8 +158,8 @@ _UNNAMED = {
 
 
 def yaml_message(exc: yaml.YAMLError, fm_text: str, before: int) -> str:
-    """` at line N, column C: problem` for a YAML error, the line counted in the file
-    (`before`: the file's lines ahead of `fm_text`), the character named as PyYAML names it."""
+    """` at line N, column C: problem` for a YAML error, the line counted in the file, the
+    character named as PyYAML names it."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None)
     where = ""
@@ -192,9 +181,8 @@ def yaml_message(exc: yaml.YAMLError, fm_text: str, before: int) -> str:
 
 
 def load_yaml(text: str) -> Any:
-    """Safe-load YAML, checking the bounds (size, depth, keys, values with aliases followed)
-    on the node graph before building values: `YamlBoundError` names the bound passed. The
-    one loader of untrusted YAML: frontmatter and the schema overlay."""
+    """Safe-load YAML (frontmatter, the schema overlay), checking the bounds on the node graph
+    before building values: `YamlBoundError` names the bound passed."""
     if len(text) > MAX_FRONTMATTER_CHARS:
         raise YamlBoundError(f"{len(text)} characters (the limit is {MAX_FRONTMATTER_CHARS})")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
@@ -212,8 +200,7 @@ def load_yaml(text: str) -> Any:
 
 def _check_nodes(root: yaml.Node) -> None:
     """Raise YamlBoundError when the node graph, aliases followed, is too deep, too large, has
-    too many top-level keys or contains itself. Linear in the distinct nodes: each node's
-    expanded size and height are computed once (an alias is the same node object)."""
+    too many top-level keys or contains itself (each node measured once)."""
     if isinstance(root, yaml.MappingNode) and len(root.value) > MAX_FRONTMATTER_KEYS:
         raise YamlBoundError(f"{len(root.value)} keys (the limit is {MAX_FRONTMATTER_KEYS})")
     done: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height)
@@ -275,9 +262,8 @@ def _check_value(data: Any) -> None:
 
 
 def headings_of(lines: list[str], body_start: int) -> list[Heading]:
-    """The headings of the body (`lines` from `body_start`), as markdown-it's CommonMark block
-    parser finds them: by `plain_headings` when every line is one it reads the same way,
-    else by markdown-it."""
+    """The headings of the body, as markdown-it's CommonMark block parser finds them (by
+    `plain_headings` when it can tell)."""
     body = "\n".join(lines[body_start - 1 :])
     found = plain_headings(body)
     if found is None:
@@ -302,23 +288,14 @@ def parsed_headings(body: str) -> list[tuple[int, str, int]]:
     return found
 
 
-# The fast heading scan. markdown-it's block parser is most of a small file's parse (every
-# line goes through every block rule, each building Python objects), yet most Markdown
-# pages are paragraphs, plain list items, block quotes and ATX headings at the margin. In a
-# body whose every line is of the kinds below, the headings are exactly the lines that open
-# with 1-6 `#` and a space, tab or line end: no fence, HTML block, indented code or nested
-# container can hide one, no setext underline (a line of only `=` or `-`) can make one, and
-# an ATX heading at the margin always ends the paragraph, list item or quote before it.
-# Any other line (indented, a fence, `<`, a setext or thematic-break candidate, a nested
-# container...) sends the whole file to markdown-it. `tests/test_heading_scan.py` compares
-# the two on every file of the shared corpora and on generated tricky documents.
+# The fast heading scan: in a body whose every line is of the plain kinds below (paragraphs,
+# plain list items, block quotes, ATX headings at the margin), the headings are exactly the
+# lines opening with 1-6 `#` and a space, tab or line end; any other line sends the file to
+# markdown-it (`tests/test_heading_scan.py` compares the two on the shared corpora).
 #
-# A paragraph's first character: anything that opens no block construct at the margin.
-# `-+*_=` open one only when followed by a space, the end of the line or more of those
-# characters (lists, thematic breaks, setext underlines); `~` and a backtick only as a run
-# of three (fences); an ASCII digit only as an ordered-list marker (1-9 digits, `.` or `)`,
-# then a space, a tab or the line end). Whitespace (indentation), `>`, `<` and `#` are left
-# to the other kinds or to markdown-it.
+# A paragraph's first character: anything that opens no block construct at the margin
+# (`-+*_=` only before more of them, a space or the line end; `~` and backtick as a run of
+# three; a digit only as an ordered-list marker).
 _PARAGRAPH = (
     r"(?:[^\s>\-+*=_<~`#0-9\x00]"
     r"|[-+*_=](?=[^-+*_=\s])"
@@ -326,9 +303,8 @@ _PARAGRAPH = (
     r"|`(?!``)"
     r"|[0-9](?![0-9]{0,8}[.)](?:[ \t]|$)))"
 )
-# The start of a line that is none of: blank, a `#` line (ATX heading, or paragraph text
-# such as `#tag`), a paragraph line, a block-quote line holding a paragraph line or nothing,
-# a list item holding a paragraph line after a single space.
+# The start of a line that is none of: blank, a `#` line, a paragraph line, a block-quote
+# line holding a paragraph line or nothing, a list item holding a paragraph line.
 _UNSURE_LINE = re.compile(
     r"^(?![ \t]*$"
     r"|#"
@@ -341,8 +317,7 @@ _ATX = re.compile(r"^(#{1,6})((?:[ \t][^\n]*)?)$", re.MULTILINE)
 
 
 def plain_headings(body: str) -> list[tuple[int, str, int]] | None:
-    """What `parsed_headings` gives, for a body whose lines are all of the plain kinds
-    above; None for any other body (markdown-it must read it)."""
+    """What `parsed_headings` gives, for a body of plain lines only; else None."""
     if "\0" in body or _UNSURE_LINE.search(body) is not None:
         return None  # markdown-it turns NUL into U+FFFD
     found = []

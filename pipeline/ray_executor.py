@@ -1,13 +1,7 @@
-"""Parse, chunk and embed an ingest's new files on a Ray cluster (`MDVDB_EXECUTOR=ray[:ADDRESS]`).
-
-The local pool's batches and task (`pipeline.workers.prepare_batch`) on a pool of actors, each
-holding the embedding model once (WordLlama, or the encoder: on a GPU when the cluster has
-one, `plan_pool`); the driver keeps the stages, the caches, the writer lock and the order in
-which batches are written, so the index is the local build's. Files reach the actors as paths
-or bytes (`MDVDB_EXECUTOR_FILES`), each checked against discover's SHA-256; a dead actor is
-restarted and its batch retried (`RETRIES`). `ray` is imported only when a run asks for it.
-docs/scale-out.md, "Running on a Ray cluster", says the rest.
-"""
+"""Parse, chunk and embed an ingest's new files on a Ray cluster (`MDVDB_EXECUTOR=ray[:ADDRESS]`):
+the local pool's batches (`pipeline.workers.prepare_batch`) on actors each holding the model
+once, the driver keeping the stages, caches, lock and batch order (docs/scale-out.md,
+"Running on a Ray cluster"). `ray` is imported only when a run asks for it."""
 
 from __future__ import annotations
 
@@ -35,33 +29,22 @@ from pipeline.workers import (
 if TYPE_CHECKING:
     from kernel.config import Config
 
-# Restarts of a dead actor, and retries of the batch it held: a worker killed once does not
-# lose the run; one that dies again and again (a batch that kills it) stops it.
-RETRIES = 2
-# Batches queued per actor: one running, one waiting, so an actor never waits on the driver.
-IN_FLIGHT_PER_ACTOR = 2
-# Seconds to reach a cluster's address before saying it is unreachable (ray.init itself would
-# retry for about a minute).
-CONNECT_TIMEOUT = 5.0
-# Seconds for the first actor to start (its model loaded), then for the others once one is
-# up: a pool asked for more CPUs than the cluster has free (MDVDB_WORKERS over its CPUs, a
-# node just lost) runs with the actors that started instead of waiting for the rest forever.
+RETRIES = 2  # restarts of a dead actor, and retries of the batch it held
+IN_FLIGHT_PER_ACTOR = 2  # batches queued per actor: one running, one waiting
+CONNECT_TIMEOUT = 5.0  # seconds to reach a cluster's address (ray.init would retry a minute)
+# Seconds for the first actor to start, then for the others once one is up: a pool asked for
+# more CPUs than the cluster has free runs with the actors that started.
 START_SECONDS = 300.0
 GRACE_SECONDS = 30.0
-# The object store of a cluster started for the run: batches are small (128 files in, their
-# chunks and vectors out), and the machine is someone's laptop or a CI runner.
-LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
-# Tests only: each batch waits in its actor until this file exists (at most HOLD_SECONDS), so
-# a test finds a worker with a batch in flight and kills it from outside, without racing.
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024  # a cluster started for the run: small batches
+# Tests only: each batch waits in its actor until this file exists (at most HOLD_SECONDS).
 HOLD = "MDVDB_TEST_RAY_HOLD"
 HOLD_SECONDS = 120.0
 
 
 @dataclass
 class PoolRun:
-    """What one run's pool of actors reported, for the parse stage's output: the stage makes
-    one and hands it to `prepare`, which fills it (a record of the run, never a module
-    global: two runs in one process each keep their own)."""
+    """What one run's pool of actors reported, filled by `prepare` for the parse stage."""
 
     actors: int = 0
     start_seconds: float = 0.0  # connecting (or starting a cluster) until every actor is up
@@ -70,8 +53,7 @@ class PoolRun:
 
 @dataclass(frozen=True)
 class EncoderEmbed:
-    """The transformer encoder an actor loads (kernel.providers.minilm): the pinned model's
-    name (each node checks its own copy against the pinned SHA-256) or a model folder's
+    """The transformer encoder an actor loads: the pinned model's name or a model folder's
     absolute path, and the weights' revision the driver's cache key holds."""
 
     model: str
@@ -106,9 +88,8 @@ class ActorReport:
 
 
 def embed_spec(provider: object) -> EmbedSpec | EncoderEmbed | None:
-    """The model the actors load: every local model (the local pool leaves the encoder to
-    the embed stage, pipeline.workers.embed_spec); a remote provider stays with the embed
-    stage, which has its own concurrency."""
+    """The model the actors load: every local model (a remote provider stays with the embed
+    stage)."""
     from pipeline.workers import embed_spec as pool_spec
 
     spec = pool_spec(provider)
@@ -134,11 +115,8 @@ def embed_spec(provider: object) -> EmbedSpec | EncoderEmbed | None:
 def plan_pool(
     resources: Mapping[str, float], workers: int, batches: int, wants_gpu: bool
 ) -> PoolPlan:
-    """The pool for a cluster's resources (`ray.cluster_resources()`): one actor per CPU (or
-    MDVDB_WORKERS), never more than batches. When the model runs on a GPU (the encoder) and
-    the cluster has GPUs: one actor per GPU, each holding a whole one, or an even share when
-    MDVDB_WORKERS asks for more actors than there are GPUs (shares that add up to at most
-    one per GPU, so every actor gets placed)."""
+    """The pool for a cluster's resources: one actor per CPU (or MDVDB_WORKERS), never more
+    than batches; for a GPU model on a cluster with GPUs, one per GPU or an even share."""
     gpus = int(resources.get("GPU", 0)) if wants_gpu else 0
     if gpus >= 1:
         size = max(1, min(workers or gpus, batches))
@@ -149,8 +127,7 @@ def plan_pool(
 
 
 def execution_providers(gpu_ids: Sequence, available: Sequence[str]) -> tuple[str, ...]:
-    """The onnxruntime providers an encoder actor runs on: CUDA first when Ray gave it a
-    GPU and the installed onnxruntime has CUDA (onnxruntime-gpu), else the CPU."""
+    """The onnxruntime providers an encoder actor runs on: CUDA first when it has a GPU."""
     if gpu_ids and "CUDAExecutionProvider" in available:
         return ("CUDAExecutionProvider", "CPUExecutionProvider")
     return ("CPUExecutionProvider",)
@@ -171,7 +148,7 @@ def files_mode(config: Config) -> str:
 
 def check(config: Config) -> None:
     """Before the run takes the lock: the extra is installed, the folder did not choose the
-    cluster, and the address answers. Raises ExecutorUnavailable (one line, nothing written)."""
+    cluster, and the address answers (else ExecutorUnavailable, nothing written)."""
     origin = config.origin("MDVDB_EXECUTOR")
     _quiet_ray()
     if address_of(config) is not None:
@@ -270,8 +247,8 @@ def _model_name(model: str, revision: str) -> str:
 
 
 def _load_encoder(spec: EncoderEmbed, gpu_ids: tuple):
-    """The encoder, once per actor: on a GPU Ray gave it when onnxruntime can use one; its
-    threads sized to the CPUs the actor holds, not to the node's."""
+    """The encoder, once per actor: on a GPU Ray gave it when onnxruntime can use one, its
+    threads sized to the actor's CPUs."""
     from kernel.providers import encoder_onnx
     from kernel.providers.minilm import MiniLMProvider, read_spec
 
@@ -288,22 +265,19 @@ def _load_encoder(spec: EncoderEmbed, gpu_ids: tuple):
             device = provider.encoder.session.get_providers()[0]
     encoder = provider.encoder  # loaded now, not by the first batch
     if hasattr(encoder, "workers"):
-        encoder.workers = _cpus()  # the onnx encoder would start one thread per core
+        encoder.workers = _assigned_cpus()  # the onnx encoder would start one thread per core
     return provider, device
 
 
-def _cpus() -> int:
-    """The CPUs Ray gave this actor."""
+def _assigned_cpus() -> int:
     import ray
 
     return int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)) or 1
 
 
 def _embed_records(provider, batch_size: int, batch: Batch) -> None:
-    """Embed the chunk texts of a batch's records (`MiniLMProvider.embed`, `batch_size`
-    texts a call) and fill its vectors as `prepare_batch` does for WordLlama: the files
-    whose chunks all got a usable vector are marked embedded, the rest are left to the
-    embed stage, which asks again and reports them."""
+    """Embed the chunk texts of a batch's records and fill its vectors as `prepare_batch`
+    does for WordLlama (files with an unusable vector are left to the embed stage)."""
     import json
 
     import numpy as np
@@ -344,8 +318,7 @@ def prepare(
     pool: PoolRun | None = None,
 ) -> Iterator[Batch]:
     """`pipeline.workers.prepare` on Ray: the batches of `todo` in order, computed by a pool
-    of actors. Nothing to do starts no cluster. `pool`: filled with what the actors
-    reported (the stage's record of its workers and start-up)."""
+    of actors (nothing to do starts no cluster); `pool` gets what the actors reported."""
     import time
 
     pool = pool if pool is not None else PoolRun()
@@ -355,8 +328,7 @@ def prepare(
     spec = spec_of(config, embed if isinstance(embed, EmbedSpec) else None)
     batches = batches_of(todo)
     started = time.perf_counter()
-    # A local cluster started for the run dies with it, SIGKILL included: its raylet's
-    # agents would outlive a killed driver by a minute or two (`kernel.lifeline.Guard`).
+    # A local cluster started for the run dies with it, SIGKILL included (`Guard`).
     guard = Guard() if address_of(config) is None else None
     try:
         with guard.marking() if guard is not None else nullcontext():
@@ -439,8 +411,8 @@ def _pool(ray, config: Config, spec: Spec, encoder: EncoderEmbed | None, batches
 
 
 def _started(ray, actors: list) -> tuple[list, list[dict]]:
-    """The actors that start, and their reports: every one, or those up within GRACE_SECONDS
-    of the first (the rest are not placed: killed, so the cluster drops their requests)."""
+    """The actors that start within GRACE_SECONDS of the first, and their reports (the rest
+    are killed)."""
     refs = [actor.ready.remote() for actor in actors]
     up, waiting = ray.wait(refs, num_returns=1, timeout=START_SECONDS)
     if not up:
@@ -457,8 +429,7 @@ def _started(ray, actors: list) -> tuple[list, list[dict]]:
 
 
 def _check_actors(reports: list[dict], encoder: EncoderEmbed | None) -> None:
-    """Every actor runs this mdvdb and, for a model folder, the driver's weights: another
-    version or model would put other vectors under this run's cache key."""
+    """Every actor runs this mdvdb and, for a model folder, the driver's weights."""
     from kernel.version import __version__
 
     versions = {report["version"] for report in reports}
@@ -518,9 +489,8 @@ def _quiet_ray() -> None:
 
 
 def _token_auth() -> None:
-    """Ray turns token authentication on by itself for a cluster it starts when the user has
-    a token (`ray get-auth-token --generate`, ~/.ray/auth_token), but a driver given an
-    address sends none unless RAY_AUTH_MODE says so: say so when a token is there."""
+    """A driver given an address sends no auth token unless RAY_AUTH_MODE says so: say so
+    when the user has a token."""
     from pathlib import Path
 
     if "RAY_AUTH_MODE" in os.environ:

@@ -1,12 +1,7 @@
-"""The stages (`pipeline.stages`) as doit tasks: one task per stage, chained by digests
-(`result_dep`), so a touched-but-unchanged file stops the chain at `discover`
-(docs/architecture.md, "The pipeline: doit tasks, one per stage").
-
-`mdvdb ingest` (`pipeline.ingest`) hands the tasks one `IngestRun` as a task parameter; a
-`dodo.py` of `from pipeline.tasks import *` gets the same tasks with no run, each action then
-opening its own under the writer lock. Importing this module mutates nothing and takes no
-lock. The caches, not doit's DB (saved only at the end of a run), are the source of truth.
-"""
+"""The stages (`pipeline.stages`) as doit tasks, one per stage, chained by digests
+(docs/architecture.md, "The pipeline: doit tasks, one per stage"). `mdvdb ingest` hands them
+one `IngestRun` as a task parameter; a `dodo.py` of `from pipeline.tasks import *` gets the
+same tasks with no run, each action opening its own under the writer lock."""
 
 from __future__ import annotations
 
@@ -49,7 +44,7 @@ def doit_config(config: Config, full: bool = False) -> dict[str, Any]:
 @dataclass
 class IngestRun:
     """One ingest: its options, the state and provider it opens on first use, and what each
-    stage returned. Passed to the tasks as a parameter, never kept in a module global."""
+    stage returned (a task parameter, never a module global)."""
 
     config: Config
     only: tuple[str, ...] | None = None
@@ -62,18 +57,15 @@ class IngestRun:
     error: BaseException | None = None
     # A provider the caller owns (the watcher loads its model once): used, never closed.
     borrowed_provider: EmbeddingProvider | None = None
-    # The static stage of an upgrade (`pipeline.upgrade`): the model the index records it
-    # is upgrading to.
-    upgrading_to: dict | None = None
+    upgrading_to: dict | None = None  # an upgrade's static stage: the model it upgrades to
     # Forked by discover for a big first clustering (`pipeline.cluster_helper`).
     cluster_helper: Any = None
     _state: State | None = None
     _provider: EmbeddingProvider | None = None
 
     def start_cluster_helper(self, files: int) -> None:
-        """Told by discover's walk: a folder of `files` files that has never been clustered
-        gets a full clustering after its parse; its helper starts now, while the parent
-        hashes (the helper imports scikit-learn on the core the walk leaves idle)."""
+        """Told by discover's walk: a never-clustered folder of `files` files gets its full
+        clustering's helper now, while the parent hashes."""
         from pipeline.cluster.keys import STATE_KEY, is_deferred
         from pipeline.cluster_helper import MIN_FILES, ClusterHelper
 
@@ -96,7 +88,6 @@ class IngestRun:
     @property
     def state(self) -> State:
         if self._state is None:
-            # `--full` re-parses and re-chunks everything: only vectors come from the index.
             self._state = State(
                 self.config.state_path, index_path=self.config.index_path, records=not self.full
             )
@@ -113,8 +104,7 @@ class IngestRun:
         return self._provider
 
     def manifest(self) -> stages.Manifest:
-        """The current files as the latest stage left them (parse and chunk drop the files
-        they cannot read); a stage run on its own reads the stored manifest."""
+        """The current files as the latest stage left them (else the stored manifest)."""
         for name in ("chunk", "parse", "discover"):
             output = self.outputs.get(name)
             if output is not None:
@@ -125,8 +115,7 @@ class IngestRun:
         return tuple(p for out in self.outputs.values() for p in getattr(out, "problems", ()))
 
     def close(self) -> None:
-        # The schema stage's plan keeps the previous index mapped: let it go with the run,
-        # and the temp file of a writer that pack did not finish (an error) with it.
+        # The schema stage's plan keeps the previous index mapped, and maybe a temp file.
         schema = self.outputs.get("schema")
         if isinstance(schema, stages.Schema):
             schema.abandon()
@@ -144,8 +133,7 @@ class IngestRun:
 
 
 def cpu_seconds() -> float:
-    """User + system CPU seconds of this process and of the worker processes it has
-    reaped (a stage's pool is shut down before the stage returns)."""
+    """User + system CPU seconds of this process and of the worker processes it reaped."""
     try:
         import resource
     except ImportError:  # Windows: this process only
@@ -161,8 +149,8 @@ Body = Callable[[IngestRun], Any]
 
 
 def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict | bool]:
-    """The doit action of a stage: its output is kept on the run, its digest goes to doit.
-    An exception reaches `mdvdb ingest` intact (doit would only print it)."""
+    """The doit action of a stage: its output is kept on the run, its digest goes to doit;
+    an exception reaches `mdvdb ingest` intact."""
 
     def action() -> dict | bool:
         if run is None:
@@ -185,11 +173,9 @@ def _action(run: IngestRun | None, name: str, body: Body) -> Callable[[], dict |
 
 
 def remove_stale_temp_files(config: Config) -> list[Path]:
-    """Delete index temp files a killed writer left behind. Safe only under the writer
-    lock: no other writer can be mid-write, so every such file is dead. Never through a
-    link: the shards folder is entered only when it is a real folder (a cloned repository
-    can ship `.markdownvdb.index.shards -> ~`), and every name is unlinked relative to its
-    folder's descriptor (`kernel.safe_open.remove_where`)."""
+    """Delete index temp files a killed writer left behind (safe only under the writer lock).
+    Never through a link: the shards folder only when it is a real folder (a cloned repository
+    can ship `.markdownvdb.index.shards -> ~`), each name unlinked relative to its folder."""
     from kernel.index_format import TEMP_SUFFIX
 
     index = config.index_path
@@ -212,9 +198,8 @@ def remove_stale_temp_files(config: Config) -> list[Path]:
 
 
 def _alone(name: str, body: Body) -> dict:
-    """A stage under plain `doit`: a run of its own on the current folder, under the writer
-    lock for the length of this action, which first deletes the temp files a killed writer
-    left (as `mdvdb ingest` does; no stage's writer outlives its action)."""
+    """A stage under plain `doit`: a run of its own under the writer lock, after deleting the
+    temp files a killed writer left."""
     from pipeline.lock import WriterLock
 
     config = load_config()
@@ -237,9 +222,8 @@ def _discover(run: IngestRun) -> stages.Manifest:
 
 
 def _parse(run: IngestRun) -> stages.Parsed:
-    # The local WordLlama model embeds as files are parsed (pipeline.workers), and on Ray
-    # every local model does (the actors hold it); other providers are not even built here
-    # (a remote one is the embed stage's business).
+    # The local model embeds as files are parsed (on Ray, every local model); other
+    # providers are the embed stage's business.
     from kernel.config import local_model_is_encoder
 
     config = run.config
@@ -288,9 +272,7 @@ def _pack(run: IngestRun) -> stages.Packed:
 
 
 def looked(run: IngestRun, manifest: stages.Manifest) -> stages.Looked:
-    """What this run looked at again (`stages.Looked`): the walk, if discover ran (every
-    path, or those `mdvdb ingest PATH` named); the overlay, if the schema stage ran; the
-    indexed files whose parse or chunk problem the files table now holds."""
+    """What this run looked at again (`stages.Looked`)."""
     walk = (run.only if run.only else None) if "discover" in run.outputs else ()
     parsed = [
         path
@@ -318,24 +300,19 @@ def _state_check(run: IngestRun | None, config: Config, test: Callable[[State], 
 
 
 def _index_is_current(run: IngestRun | None, config: Config) -> Callable[..., bool]:
-    """A stage whose work the published index holds is up to date only while that index is
-    the one the last pack wrote."""
+    """Up to date only while the published index is the one the last pack wrote."""
     return _state_check(run, config, lambda state: stages.published_is_current(config, state))
 
 
 def _unset(run: IngestRun | None, config: Config, key: str) -> Callable[..., bool]:
-    """Up to date only while the state holds no `key`. `stages.RETRY_UNPARSED` (parse,
-    chunk): files an earlier run could not read or parse wait to be tried again, and their
-    upstream digest can be the one the failing run saw. `stages.UNPACKED_RESTAMPS` (schema,
-    pack): files touched without a change wait for the index to carry their new stat, or
-    `status --check` would call them stale forever."""
+    """Up to date only while the state holds no `key` (`stages.RETRY_UNPARSED`,
+    `stages.UNPACKED_RESTAMPS`)."""
     return _state_check(run, config, lambda state: state.get_value(key) is None)
 
 
 def _problems_recorded(run: IngestRun | None, config: Config) -> Callable[..., bool]:
-    """An `uptodate` check: pack is not up to date while the index records other problems
-    than it would now (`stages.problems_to_record`): a walk's problem that changed no file
-    (a name that is not UTF-8, a symlink loop, one of those gone) still reaches `status`."""
+    """pack is not up to date while the index records other problems than it would now (a
+    walk's problem that changed no file still reaches `status`)."""
 
     def check(task: Any, values: dict) -> bool:
         if run is None:
@@ -354,8 +331,7 @@ def _problems_recorded(run: IngestRun | None, config: Config) -> Callable[..., b
 
 
 def _not_deferred(run: IngestRun | None, config: Config) -> Callable[..., bool]:
-    """The cluster stage is not up to date while the state says a fit it left to the helper
-    process was never stored (the run failed before pack)."""
+    """The cluster stage is not up to date while a fit left to the helper was never stored."""
     from pipeline.cluster.keys import is_deferred
 
     return _state_check(run, config, lambda state: not is_deferred(state))
@@ -383,8 +359,7 @@ def _cluster_settings(config: Config) -> dict[str, Any]:
 
 
 def _pack_settings(config: Config) -> dict[str, Any]:
-    """A new index format, analyzer, BM25F parameters or near-duplicate signature rebuilds
-    the index on the next plain `mdvdb ingest`."""
+    """A new index format, analyzer, BM25F parameters or signature rebuilds the index."""
     from kernel.index_format import FORMAT_VERSION
     from pipeline.pack.versions import lexical_meta, near_duplicates_meta
 
@@ -399,9 +374,8 @@ def _pack_settings(config: Config) -> dict[str, Any]:
 
 # -- doit task creators: `run` is a task parameter (`doit.api.run_tasks`) -------------------
 
-# doit swaps sys.stdout and sys.stderr for buffers of its own around each action unless a
-# task says not to: a process-wide swap, which in `mdvdb serve` would take a search's answer
-# while the watcher ingests. The stages print nothing (their lines go through `run.progress`).
+# doit swaps sys.stdout and sys.stderr around each action unless told not to: process-wide,
+# which in `mdvdb serve` would take a search's answer while the watcher ingests.
 UNCAPTURED = {"verbosity": 0, "io": {"capture": False}}
 
 RUN_PARAM = [{"name": "run", "default": None, "help": "the ingest run (API use only)"}]
@@ -425,8 +399,6 @@ def task_parse(run: IngestRun | None = None):
     config = _config(run)
     return {
         "actions": [_action(run, "parse", _parse)],
-        # The published index is part of the cache (pipeline.state): without it, the work
-        # it held is redone from here on.
         "uptodate": [
             result_dep("discover"),
             _index_is_current(run, config),
@@ -559,10 +531,8 @@ TASK_CREATORS = {
 
 
 def __getattr__(name: str) -> Any:
-    """`DOIT_CONFIG` for a `dodo.py` of one line (`from pipeline.tasks import *`): the
-    settings `mdvdb ingest` uses, doit's DB in the state folder, which is made here so that
-    `doit list` in a fresh clone has a folder to open it in. Computed only when a dodo
-    asks for it (PEP 562), never by `mdvdb ingest`'s import of this module."""
+    """`DOIT_CONFIG` for a `dodo.py` of one line, computed only when a dodo asks (PEP 562);
+    makes the state folder so that `doit list` in a fresh clone can open doit's DB."""
     if name != "DOIT_CONFIG":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from kernel import private

@@ -1,13 +1,7 @@
-"""Parse, chunk and embed new files, in this process or spread over a process pool.
-
-Workers share nothing with the parent but their inputs (root, batches of (path, sha)) and
-outputs (chunk records as JSON, vectors as one float32 array); only the parent writes the
-caches, one transaction per batch, in the order sent, so the index is the same whatever the
-number of workers. A file is parsed, chunked and (local model) embedded in one go, the token
-ids counted to chunk being the ids the model pools (docs/benchmarks.md, "Parallel ingest:
-`MDVDB_WORKERS` (issue 18 item 1)"). `MDVDB_WORKERS` sizes the pool (0: one per CPU; 1: none);
-under `POOL_MIN_FILES` files the work runs here. Ray: pipeline/ray_executor.py.
-"""
+"""Parse, chunk and embed new files, in this process or over a process pool; only the parent
+writes the caches, in the order sent, so the index is the same whatever the number of workers
+(docs/benchmarks.md, "Parallel ingest: `MDVDB_WORKERS` (issue 18 item 1)"). Ray:
+pipeline/ray_executor.py."""
 
 from __future__ import annotations
 
@@ -29,14 +23,9 @@ if TYPE_CHECKING:
     from kernel.providers.local import LocalProvider
     from pipeline.pack.lexical import Store
 
-# Fewer files than this run in this process: starting workers (each imports the parser and
-# loads the tokenizer) would cost more than it saves.
-POOL_MIN_FILES = 1000
-# Files a worker handles per task: big enough that sending a batch and its result costs
-# little next to its work, small enough that a few in flight hold little memory.
-BATCH_FILES = 128
-# Batches in flight per worker: enough to keep each busy while the parent writes.
-IN_FLIGHT_PER_WORKER = 3
+POOL_MIN_FILES = 1000  # fewer files run in this process: workers would cost more than they save
+BATCH_FILES = 128  # files per worker task
+IN_FLIGHT_PER_WORKER = 3  # batches in flight per worker, to keep each busy while the parent writes
 
 
 class WorkerDied(RuntimeError):
@@ -80,8 +69,8 @@ class Spec:
 
 @dataclass
 class Batch:
-    """What one batch of files gave: per file (path, sha, problem or None, failed), the
-    chunk records of the files that were parsed, and the usable vectors of their chunks."""
+    """What one batch of files gave: per file (path, sha, problem or None, failed), the chunk
+    records of the files parsed, and the usable vectors of their chunks."""
 
     files: list[tuple[str, str, str | None, bool]] = field(default_factory=list)
     records: list[tuple[str, str]] = field(default_factory=list)  # (file sha, record JSON)
@@ -89,13 +78,9 @@ class Batch:
     vector_shas: list[bytes] = field(default_factory=list)
     vectors: np.ndarray | None = None
     embedded: list[str] = field(default_factory=list)  # file shas whose chunks all have one
-    # The lexical analysis of every chunk (`pipeline.pack.lexical.Store`), made here so that pack
-    # only merges postings; None when the batch was not asked for it.
-    lexical: Store | None = None
-    # (file sha, its cluster label words space-separated) per file with chunks, when asked.
-    label_words: list[tuple[str, str]] = field(default_factory=list)
-    # With the label words: each parsed file's document vector (`cluster.DocVectors`): the
-    # files' shas, each one's row in `doc_matrix` (-1: no chunks).
+    lexical: Store | None = None  # every chunk's lexical analysis, when asked
+    label_words: list[tuple[str, str]] = field(default_factory=list)  # (file sha, words)
+    # With the label words, each file's document vector (`cluster.DocVectors`): row -1, none.
     doc_shas: list[str] = field(default_factory=list)
     doc_rows: list[int] = field(default_factory=list)
     doc_matrix: np.ndarray | None = None
@@ -103,9 +88,8 @@ class Batch:
     def add_vectors(
         self, shas: list[bytes], vectors: np.ndarray, files: list[tuple[str, list[bytes]]]
     ) -> None:
-        """The usable rows of `vectors` (one per chunk sha), and the files (sha, its chunks'
-        shas) whose chunks all got one. A file with an unusable vector is left to the embed
-        stage, which asks again and reports it (pipeline.embed)."""
+        """The usable rows of `vectors` (one per chunk sha), and the files whose chunks all got
+        one (the rest are left to the embed stage, which asks again and reports them)."""
         from pipeline.embed import usable_rows
 
         ok = usable_rows(vectors)
@@ -116,9 +100,8 @@ class Batch:
 
 
 def embed_spec(provider: object) -> EmbedSpec | None:
-    """The local WordLlama model embeds in the workers; any other provider (a remote one
-    with its own concurrency, the encoder with its own threads and a model too big to load
-    once per worker) is left to the embed stage."""
+    """The local WordLlama model embeds in the workers; any other provider is left to the
+    embed stage (its own concurrency, or too big to load once per worker)."""
     from kernel.providers.local import LocalProvider
 
     if type(provider) is not LocalProvider:
@@ -144,9 +127,8 @@ def _provider(spec: EmbedSpec) -> LocalProvider:
 def prepare_batch(
     spec: Spec, items: list[tuple[str, str]], contents: list[bytes | str] | None = None
 ) -> Batch:
-    """Read, check, parse, chunk (and embed) each (path, sha); a worker's task, also run
-    as is in this process. `contents`: the files' bytes read by the caller (or why they
-    could not be read), for a worker that does not see the folder (pipeline/ray_executor.py)."""
+    """Read, check, parse, chunk (and embed) each (path, sha); a worker's task, also run in
+    this process. `contents`: the files' bytes read by the caller (Ray)."""
     from pipeline.chunking import chunk_with_token_ids, token_ids
     from pipeline.cluster.topics import label_text, label_words
     from pipeline.links import extract_links
@@ -154,8 +136,7 @@ def prepare_batch(
     from pipeline.parse import parse_document
 
     out = Batch()
-    # What the lexical analysis of the batch's chunks needs: each file's title; per chunk its
-    # file (row in lex_titles), heading and SHA-256 (its key), and its three fields.
+    # The lexical analysis needs each file's title and per chunk its file, heading and sha.
     lex_titles: list[str] = []
     lex_file: list[int] = []
     lex_heads: list[str] = []
@@ -212,8 +193,7 @@ def prepare_batch(
                     ids.append(known if known is not None else chunk.embed_text)
             file_chunks.append((sha, mine))
     if spec.lexical:
-        # Every chunk of the batch keyed and analysed at once (`chunk_keys` and `store_of`
-        # are elementwise: the same arrays as file by file, with far fewer NumPy calls).
+        # Every chunk of the batch keyed and analysed at once.
         keys = chunk_keys(lex_titles, np.asarray(lex_file, dtype=np.int64), lex_heads, lex_shas)
         out.lexical = store_of(keys, lex)
     if spec.embed is not None and texts:
@@ -231,9 +211,8 @@ def prepare_batch(
 def _document_vectors(
     out: Batch, vectors: np.ndarray | None, row_of: dict[bytes, int], file_chunks: list
 ) -> None:
-    """Each file's document vector for the full clustering that follows a pooled first
-    build (`cluster.document_vectors`, unusable chunk vectors as zero rows: what the
-    cluster stage would gather from the caches), so that it decodes no record for them."""
+    """Each file's document vector for the full clustering after a pooled first build, so
+    that it decodes no record for them."""
     from pipeline.cluster.topics import document_vectors
     from pipeline.embed import usable_rows
 
@@ -259,9 +238,8 @@ def _document_vectors(
 
 
 def read_file(spec: Spec, path: str) -> bytes | str:
-    """A file's bytes, or the problem that stopped reading it: read as every source file is
-    (`kernel.safe_open.read_source`: a regular file, a link only inside the root, at most
-    MDVDB_MAX_FILE_BYTES); its SHA-256 must then be the one discover took of the walked file."""
+    """A file's bytes, or the problem that stopped reading it (`kernel.safe_open.read_source`:
+    a regular file, a link only inside the root, at most MDVDB_MAX_FILE_BYTES)."""
     from kernel.safe_open import read_problem, read_source
 
     try:
@@ -272,8 +250,7 @@ def read_file(spec: Spec, path: str) -> bytes | str:
 
 
 def processes_for(config: Config, files: int) -> int:
-    """Worker processes a run of `files` files gets: 1 (this process) when it is too small
-    to pay for a pool, or when workers cannot be forked safely (`pool_is_safe`)."""
+    """Worker processes a run of `files` files gets: 1 when too small or not `pool_is_safe`."""
     if files < POOL_MIN_FILES or not pool_is_safe():
         return 1
     return max(1, min(worker_count(config), -(-files // BATCH_FILES)))
@@ -307,8 +284,7 @@ def in_order(
     progress: Callable[[int], None] | None,
 ) -> Iterator[Batch]:
     """The results of `submit(items)` for each batch, in the order sent, at most `in_flight`
-    ahead; the next batch is submitted before each result is handed back (written), so
-    the workers never wait."""
+    ahead; the next is submitted before each result is handed back."""
     pending: deque[tuple[Any, int]] = deque()
     todo = iter(batches)
     for items in islice(todo, in_flight):
@@ -331,11 +307,9 @@ def prepare(
     embed: EmbedSpec | None,
     progress: Callable[[int], None] | None = None,
 ) -> Iterator[Batch]:
-    """The batches of `todo`, in order: in this process, or from a pool of
-    `processes_for(config, len(todo))` processes."""
+    """The batches of `todo`, in order: in this process or from a pool."""
     batches = batches_of(todo)
     workers = processes_for(config, len(todo))
-    # A pooled first build: the full clustering after it reads label words, not the texts.
     spec = spec_of(config, embed, workers > 1 and config.clustering_enabled)
     if workers <= 1:
         from kernel.text_analysis import forget
@@ -376,11 +350,8 @@ def _pooled(
 
 
 def pool_is_safe() -> bool:
-    """Workers are forked (they start with the parser imported, and run nothing but their
-    tasks): on Linux, from a single-threaded process such as `mdvdb ingest`. A threaded
-    process (the MCP server, an application calling `mdvdb.ingest`) could fork while another
-    thread holds a lock, and spawning instead would re-import the caller's main module in
-    every worker; there, and on macOS and Windows, the work runs in this process."""
+    """Workers are forked: only on Linux, from a single-threaded process (a threaded one
+    could fork while another thread holds a lock; spawning would re-import its main module)."""
     import threading
 
     return sys.platform.startswith("linux") and threading.active_count() == 1
@@ -389,16 +360,14 @@ def pool_is_safe() -> bool:
 def _context():
     import multiprocessing
 
-    # The tokenizer's own threads would fight the workers for the same cores, and a
-    # tokenizer used before the fork prints a warning in each child unless this is set.
+    # The tokenizer's own threads would fight the workers, and warn in each forked child.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return multiprocessing.get_context("fork")
 
 
 def _start_worker(parent: int) -> None:
-    """A worker dies with the parent, even a SIGKILLed one (`kernel.lifeline`: blocked on
-    the pool's queue it would wait forever), and ignores Ctrl-C: the parent receives it and
-    shuts the pool down. It never holds the writer lock (`pipeline.lock`)."""
+    """A worker dies with the parent, even a SIGKILLed one (`kernel.lifeline`), and ignores
+    Ctrl-C (the parent shuts the pool down)."""
     import signal
 
     from kernel.lifeline import die_with_parent

@@ -152,7 +152,8 @@ def test_the_workers_analyses_are_the_ones_pack_would_make(tmp_path: Path):
     docs = {sha: json.loads(record) for sha, record in batch.records}
     entries = [ManifestEntry(p, 0, 0, s) for p, s in items if s in docs]
     files = pack._files_rows(entries, docs)
-    chunks = pack._chunk_rows(entries, docs, 0, lambda shas: np.zeros((len(shas), 4)), 4)
+    columns = pack._chunk_columns(entries, docs, 0)
+    chunks = pack._with_vectors(columns, lambda shas: np.zeros((len(shas), 4)), 4)
     assert batch.lexical is not None and len(batch.lexical.keys) == chunks.num_rows > 64
 
     keys = lexical.chunk_keys(

@@ -1,13 +1,7 @@
-"""Pack: assemble every table and publish ONE index file atomically.
-
-Incremental: rows of files whose path, SHA-256 and mtime are unchanged are reused from the
-previous index as runs of consecutive rows (`pipeline.pack.splice`: slices, no JSON decoding, no
-cache reads, no copy until the writer copies their bytes file-to-file); only new or changed
-files are read from the caches. Rows are in path order either way, so an incremental pack
-writes the same tables as a full one. The previous index is reused only when it was built
-with the same embedding model and chunking (`build_key`); otherwise everything comes from
-the caches.
-"""
+"""Pack: assemble every table and publish ONE index file atomically. Rows of files whose
+path, SHA-256 and mtime are unchanged are reused from the previous index as runs of rows
+(`pipeline.pack.splice`), the rest read from the caches, in path order either way, so an
+incremental pack writes the tables a full one does (docs/architecture.md, "The pipeline")."""
 
 from __future__ import annotations
 
@@ -39,20 +33,16 @@ from pipeline.state import ManifestEntry, State
 class PackSources:
     """What pack reads: the current files and where their fresh rows come from."""
 
-    # Every current file (any order: pack sorts by path); only read when `delta` cannot
-    # plan the pack.
-    entries: Collection[ManifestEntry]
+    entries: Collection[ManifestEntry]  # every current file; read only when `delta` cannot plan
     dimensions: int
     build_key: str  # model key + chunking key: what makes old rows reusable
-    # sha -> {"title", "metadata", "error", "aliases", "tags", "chunks"} for the files that
-    # must be read fresh
+    # sha -> {"title", "metadata", "error", "aliases", "tags", "chunks"} of the fresh files
     load_documents: Callable[[set[str]], dict[str, dict[str, Any]]]
     # chunk sha bytes (in order) -> (n, dimensions) float32
     load_vectors: Callable[[list[bytes]], np.ndarray]
     # The overlay and the clusters the schema and cluster stages stored (None: neither).
     state: State | None
-    # The manifest's changes since the previous index was packed (None: diff every file).
-    delta: Delta | None = None
+    delta: Delta | None = None  # the changes since the previous pack (None: diff every file)
 
 
 @dataclass(frozen=True)
@@ -87,8 +77,7 @@ def _files_rows(entries: list[ManifestEntry], docs: dict[str, dict[str, Any]]) -
 def _chunk_columns(
     entries: list[ManifestEntry], docs: dict[str, dict[str, Any]], first_file_id: int
 ) -> list[pa.Array]:
-    """The chunks' columns from `file_id` to `sha256` (the chunks schema less its first and
-    last), from the records of `entries`."""
+    """The chunks' columns from `file_id` to `sha256`, from the records of `entries`."""
     file_ids, headings, paths, starts, ends, texts, tokens, shas = ([] for _ in range(8))
     for offset, entry in enumerate(entries):
         for c in docs[entry.sha256]["chunks"]:
@@ -118,8 +107,7 @@ def _with_vectors(
     """The chunks table of `_chunk_columns`' columns, with each chunk's vector."""
     shas = columns[-1].to_pylist()
     vectors = np.ascontiguousarray(load_vectors([bytes.fromhex(s) for s in shas]), np.float32)
-    # A zero row is a chunk the provider gave no usable vector for (pipeline.embed never
-    # caches one): a null vector, searched by keywords only.
+    # A zero row: no usable vector (never cached), a null vector searched by keywords only.
     missing = ~vectors.any(axis=1) if len(vectors) else np.zeros(0, dtype=bool)
     flat = pa.array(vectors.reshape(-1))
     return pa.Table.from_arrays(
@@ -134,16 +122,6 @@ def _with_vectors(
     )
 
 
-def _chunk_rows(
-    entries: list[ManifestEntry],
-    docs: dict[str, dict[str, Any]],
-    first_file_id: int,
-    load_vectors: Callable[[list[bytes]], np.ndarray],
-    dimensions: int,
-) -> pa.Table:
-    return _with_vectors(_chunk_columns(entries, docs, first_file_id), load_vectors, dimensions)
-
-
 @dataclass(frozen=True)
 class _Fresh:
     files: pa.Table
@@ -153,9 +131,8 @@ class _Fresh:
 
 
 def _fresh_rows(fresh: list[ManifestEntry], sources: PackSources) -> _Fresh:
-    """The rows of the fresh files, made from their records `RECORDS_BATCH` files at a time
-    (each batch's Arrow columns kept, its Python objects dropped), then joined; the
-    vectors are read once, after the records (held ones adopted: `State.get_embeddings`)."""
+    """The rows of the fresh files, from their records `RECORDS_BATCH` files at a time (each
+    batch's Python objects dropped); the vectors read once, after the records."""
     step = records_state.RECORDS_BATCH
     files: list[pa.Table] = []
     columns: list[list[pa.Array]] = []
@@ -194,16 +171,12 @@ def _previous(
         return None
     if previous.meta.get("build_key") != build_key:
         return None
-    # Rows are reused only from an index whose bytes are the ones written: reused bytes get
-    # fresh checksums in the new file, so a damaged row copied now would pass every later
-    # check. Hashing reads the file once more from the page cache, once a run (the verdict
-    # is shared with the write side's cache, and begun on a thread
-    # when discover found changes: `stages.discover`).
+    # Rows are reused only from an index whose checksums hold: reused bytes get fresh
+    # checksums in the new file (the verdict is shared with the write side's cache).
     if index_format.checksum_problems(previous):
         damaged.append(str(index_path))
         return None
-    # Reuse slices runs of rows, which needs chunks grouped by file in file order: true of
-    # every index pack writes; anything else is rebuilt from the caches.
+    # Reuse slices runs of rows: chunks must be grouped by file in file order.
     file_ids = previous.tables["chunks"].column("file_id").to_numpy()
     if len(file_ids) and (np.any(np.diff(file_ids) < 0) or file_ids[-1] >= previous_rows(previous)):
         return None
@@ -215,8 +188,8 @@ def previous_rows(previous: index_format.IndexFile) -> int:
 
 
 def _file_source(entries: list[ManifestEntry], previous: index_format.IndexFile | None):
-    """Per new file row, the row of the previous index with the same path, content and
-    mtime, or -1: only such rows are identical to what a full rebuild would write."""
+    """Per new file row, the row of the previous index with the same path, content and mtime,
+    or -1."""
     import pyarrow.compute as pc
 
     source = np.full(len(entries), -1, dtype=np.int64)
@@ -240,12 +213,9 @@ def _file_source(entries: list[ManifestEntry], previous: index_format.IndexFile 
 def _delta_source(
     previous: index_format.IndexFile, delta: Delta, files: int
 ) -> tuple[list[ManifestEntry], np.ndarray] | None:
-    """`_file_source` from the delta alone: every row of the previous index is kept but
-    those of paths that left or whose row must be rebuilt, and the rebuilt entries go in
-    at their places in path order (a binary search each: the previous rows are in path
-    order). A delta entry whose previous row has its sha and mtime keeps it, as in
-    `_file_source`. None when the result would not hold `files` rows (the previous index
-    is not the manifest the delta was taken from): then the whole manifest is diffed."""
+    """`_file_source` from the delta alone: the previous rows kept but those that left or
+    are rebuilt, the rebuilt entries put in at their places in path order. None when the
+    result would not hold `files` rows (then the whole manifest is diffed)."""
     old = previous.tables["files"]
     n = old.num_rows
     paths = index_format.column_array(old, "path")
@@ -280,8 +250,7 @@ def _delta_source(
     kept = np.flatnonzero(keep)
     if len(kept) + len(fresh) != files:
         return None
-    # Fresh entry j goes after the kept rows whose paths sort before it, and after the
-    # fresh entries before it.
+    # Fresh entry j goes after the kept rows sorting before it and the fresh ones before it.
     before = np.r_[0, np.cumsum(keep)][np.array(places, dtype=np.int64)] if fresh else []
     source = np.empty(len(kept) + len(fresh), dtype=np.int64)
     at_fresh = np.asarray(before, dtype=np.int64) + np.arange(len(fresh), dtype=np.int64)
@@ -293,9 +262,8 @@ def _delta_source(
 
 
 def _chunk_source(previous, file_source: np.ndarray, fresh_counts: np.ndarray):
-    """Per new chunk row, the chunk row of the previous index it repeats, or -1; and the
-    new file id of every chunk. Kept files keep their chunks, fresh files get theirs from
-    the fresh table, in file order."""
+    """Per new chunk row, the previous index's chunk row it repeats or -1; and the new file
+    id of every chunk."""
     kept = file_source >= 0
     counts = np.zeros(len(file_source), dtype=np.int64)
     counts[~kept] = fresh_counts
@@ -332,8 +300,7 @@ def plan(index_path: Path, sources: PackSources) -> Plan:
     chunk_source, file_of = _chunk_source(previous, file_source, rows.counts)
     old_files = old_chunks = None
     if previous is not None:
-        # A cast only where the schemas differ: `cast` imports pyarrow.compute, which the
-        # plan of an edit does not otherwise need before the writer begins.
+        # A cast only where the schemas differ (`cast` imports pyarrow.compute).
         old_files = _as(
             previous.tables["files"].select(index_format.FILES_SCHEMA.names),
             index_format.FILES_SCHEMA,
@@ -362,9 +329,8 @@ def assemble(
     lists: ivf.IvfPart | None = None,
     resolve_links: bool = True,
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    """Every table of the new index and its meta, from the plan and the steps' outputs.
-    `resolve_links`: the links are resolved over this file's paths and the colliding
-    document ids listed (False for a shard: it holds only some of the paths)."""
+    """Every table of the new index and its meta. `resolve_links`: False for a shard (it holds
+    only some of the paths)."""
     files = plan.files.set_column(
         plan.files.schema.get_field_index("cluster_id"), "cluster_id", clusters.cluster_ids
     )
@@ -405,7 +371,6 @@ def _add_links(
         return
     same = link_pack.same_paths(plan.previous, plan.files)
     fresh = index_format.column_array(raw, "fresh").to_numpy(zero_copy_only=False).any()
-    # An edit that adds or removes no file resolves only its own links, and keeps the ids.
     paths = [] if same and not fresh else index_format.column_array(plan.files, "path").to_pylist()
     links = tables[index_format.LINKS_TABLE] = link_pack.resolved(raw, paths, only_fresh=same)
     broken = int(np.count_nonzero(index_format.column_array(links, "broken").to_numpy(False)))
@@ -427,16 +392,10 @@ def publish(
     ivf_min_rows: int | None = None,
     writer: index_format.IndexWriter | None = None,
 ) -> Written:
-    """pack in its named steps: `plan`, `schema_pack.update`, `cluster.assign`, then
-    `build_tables` (`lexical.update`, `duplicates.update`, `ivf.build`, `assemble`), each
-    table written as soon as it is final (`index_format.IndexWriter`: the previous index
-    stays mapped while the new one is written, and its unchanged bytes are copied from it).
-    `rows` and `schema`: the plan and schema the `schema` stage already made from the same
-    sources in this run;
-    `analysed`: lexical analyses the ingest workers made of this run's new chunks (a
-    `lexical.Handed` is let go once the postings are built);
-    `ivf_min_rows`: from this many chunks on, the IVF lists (`pipeline.pack.ivf`; None: never);
-    `writer`: the writer `start_writing` began for `rows` (its chunks put already)."""
+    """pack in its named steps (`plan`, `schema_pack.update`, `cluster.assign`,
+    `build_tables`), each table written as soon as it is final. `rows`, `schema`, `writer`:
+    what the `schema` stage already made in this run; `ivf_min_rows`: from this many chunks
+    on, the IVF lists (None: never)."""
     if rows is None:
         rows = plan(index_path, sources)
     if schema is None:
@@ -464,9 +423,7 @@ def publish(
 
 def start_writing(index_path: Path, rows: Plan) -> index_format.IndexWriter:
     """The writer of the next index, begun as soon as its rows are planned: the chunks table
-    is final once planned, so its bytes (the previous index's copied file-to-file, the
-    checksums) are written on the writer's thread while the steps after the plan run, and
-    go to the disk as they are written. The caller finishes or aborts it."""
+    is written on the writer's thread while the later steps run."""
     writer = index_format.IndexWriter(index_path, source=rows.previous)
     try:
         writer.put("chunks", rows.chunks)
@@ -488,16 +445,10 @@ def build_tables(
     early: Callable[[str, pa.Table], None] | None = None,
     resolve_links: bool = True,
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    """The steps after `plan`, `schema_pack.update` and `cluster.assign`, for one index
-    file (the one-file index, or a shard of a sharded one: pipeline/pack/sharded.py):
-    `lexical.update`, `duplicates.update`, `ivf.build` from `ivf_min_rows` chunks (None:
-    never), then `assemble`. `ivf_reuse=False`: the lists are trained on these rows even
-    when the previous index has lists (a shard split from a one-file index,
-    `bench/split_shards.py`: the whole index's centroids are not the shard's). `early`:
-    given each table as soon as it is final (`IndexWriter.put`), so that it is written
-    while the next steps run. `resolve_links`: see `assemble`. `clusters` as a function is
-    called after the other steps: a first build's clustering fit may still be running in
-    its helper process (`pipeline.cluster_helper`)."""
+    """The steps after `plan`, `schema_pack.update` and `cluster.assign`, for one index file
+    (or a shard: pipeline/pack/sharded.py), then `assemble`. `ivf_reuse=False`: lists trained
+    on these rows even when the previous index has lists. `early`: given each table once
+    final. `clusters` as a function is called last: its fit may still be running."""
     postings = lexical.update(rows, analysed)
     if early is not None:
         for name, table in postings.tables.items():
