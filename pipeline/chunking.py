@@ -1,10 +1,6 @@
-"""Chunk: one chunk per heading section; a section over the token budget becomes overlapping
-windows of whole lines. Every chunk keeps its heading path and its 1-based, inclusive line range
-in the original file, so a result can point a reader (or an editor) at the exact lines.
-
-Tokens are counted with the bundled WordLlama (Llama-2) tokenizer whatever the provider, so
-chunk boundaries do not move when the provider changes and cached chunks stay valid.
-"""
+"""Chunk: one chunk per heading section, overlapping windows of whole lines past the token
+budget; each keeps its heading path and 1-based inclusive line range. Tokens are counted with
+the bundled Llama-2 tokenizer whatever the provider, so boundaries never move with it."""
 
 from __future__ import annotations
 
@@ -124,10 +120,8 @@ def chunk_document(doc: ParsedDoc, max_tokens: int, overlap: int) -> list[Chunk]
 def chunk_with_token_ids(
     doc: ParsedDoc, max_tokens: int, overlap: int
 ) -> tuple[list[Chunk], list[list[int] | None]]:
-    """The chunks, and for each the token ids of its `embed_text` when counting its tokens
-    already produced them (a whole section under no parent heading: its embedded text is
-    its text), else None. An embedder on the same tokenizer (the local model) pools these
-    ids instead of tokenizing the text a second time."""
+    """The chunks, and for each the token ids of its `embed_text` when counting produced them
+    (else None), so the local model need not tokenize the text again."""
     lines = doc.lines
     sections = sections_of(doc)
     texts = ["\n".join(lines[s.start - 1 : s.end]) for s in sections]

@@ -1,14 +1,7 @@
-"""A full clustering's k-means in a helper process, beside the parent's serial work.
-
-Forked while discover walks a folder that will need a full clustering, the helper imports
-scikit-learn on the core the walk leaves idle and waits; the cluster stage sends it the
-document vectors, the schema stage and pack run meanwhile, and pack takes the fit when it
-assigns the clusters (`cluster.finish_deferred`). Same code, input and one BLAS thread: the
-index equals one built without it (tests/test_cluster_helper.py). Forked only where the
-ingest workers may be (`workers.pool_is_safe`); it ignores Ctrl-C, ends with the parent's end
-of the pipe or the parent (`kernel.lifeline`), never holds the writer lock, and its death is
-one line.
-"""
+"""A full clustering's k-means in a helper process, forked while discover walks and fed by the
+cluster stage, so the fit runs beside schema and pack (docs/architecture.md, "The pipeline";
+the index equals one built without it: tests/test_cluster_helper.py). It ignores Ctrl-C, ends
+with its parent (`kernel.lifeline`) and never holds the writer lock."""
 
 from __future__ import annotations
 

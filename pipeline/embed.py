@@ -1,13 +1,6 @@
-"""Embed: only chunk texts whose SHA-256 has no cached vector for the current
-(provider, model, dimensions). Each batch is committed as it comes back, so an interrupted run
-resumes where it stopped and a moved or reverted file costs no embedding at all.
-
-A provider's vector is checked before it is cached: a row with a NaN or an infinity, or a
-zero row, would poison every search (a NaN cosine) and the clustering (a KMeans error),
-and once cached it would do so on every later run. Such a text is asked for once more;
-if the answer is still unusable the text is left out of the cache and its chunk is indexed
-for keywords only (pack writes a null vector for it). The next change to its file retries.
-"""
+"""Embed: only chunk texts with no cached vector for (provider, model, dimensions), each batch
+committed as it comes back. A NaN, infinite or zero vector would poison every later search
+and clustering once cached: it is asked for once more, then left out (keywords only)."""
 
 from __future__ import annotations
 
@@ -32,9 +25,8 @@ def _dimensions_key(provider: EmbeddingProvider) -> str:
 
 
 def restore_dimensions(state: State, provider: EmbeddingProvider) -> None:
-    """A provider configured with dimensions 0 takes the size its model returns. The size is
-    remembered per (provider, model), so the cache key is known before any request and a run
-    with everything cached sends none."""
+    """A provider configured with dimensions 0 takes the size its model returns, remembered
+    per (provider, model) so the cache key is known before any request."""
     if provider.dimensions == 0:
         known = state.get_value(_dimensions_key(provider))
         if known:

@@ -32,11 +32,8 @@ __all__ = ["IngestError", "IngestReport", "ingest_folder", "relative_paths"]
 
 
 def relative_paths(config: Config, paths: list[str]) -> list[str]:
-    """Root-relative POSIX paths; a path outside the project root is refused.
-
-    Only the folder part is resolved: a symlink named by the path stays itself, so the rules
-    of the walk (a link escaping the root is reported and skipped) decide about it, not this.
-    """
+    """Root-relative POSIX paths; a path outside the project root is refused. Only the folder
+    part is resolved: a symlink named by the path is left to the walk's rules."""
     out = []
     for raw in paths:
         path = Path(os.path.abspath(raw))
@@ -58,8 +55,7 @@ def ingest_folder(
     provider: EmbeddingProvider | None = None,
 ) -> IngestReport:
     """One ingest under the writer lock: the doit tasks of `pipeline.tasks`, given one
-    `IngestRun` as their parameter. `provider`: an embedder to reuse (a long-lived caller
-    such as the watcher loads its model once); it is not closed here."""
+    `IngestRun`. `provider`: an embedder the caller owns (the watcher), never closed here."""
     started, cpu_started = time.perf_counter(), cpu_seconds()
     only = tuple(relative_paths(config, paths)) if paths else None
     if config.executor != "local":
@@ -89,9 +85,8 @@ def ingest_folder(
 
 
 def _ingest(config, options, progress, started, cpu_started) -> IngestReport:
-    """One run of the stages, or for a contextual model not yet cached for every chunk
-    (`pipeline.upgrade`): the static model's index, then this run's share of the upgrade,
-    then the configured model's index once every chunk has its vector."""
+    """One run of the stages or, while an upgrade is under way (`pipeline.upgrade`), the
+    static model's index, this run's share of the upgrade, then the configured model's."""
     from pipeline import upgrade
 
     static = upgrade.static_stage(config)
@@ -169,9 +164,7 @@ def _run_once(config, options, progress, started, cpu_started) -> IngestReport:
 
 
 def refuse_newer(config: Config) -> None:
-    """An index (or shard manifest, or shard file) that a newer mdvdb wrote is left alone:
-    an older writer would replace it with a format the newer one then rebuilds, and call
-    it damaged on the way. IngestError saying so."""
+    """An index (or shard manifest or file) a newer mdvdb wrote is left alone: IngestError."""
     from kernel import index_format, shards
 
     newer = [(config.index_path, index_format.written_by_newer(config.index_path))]
@@ -198,9 +191,8 @@ STATE_DB = "cache.sqlite3"
 
 
 def set_aside_damaged_state(config: Config, exc: BaseException) -> tuple[str, str] | None:
-    """When `exc` says the cache database is damaged (and SQLite's own check agrees, so a
-    damaged file elsewhere is not blamed on it), rename it and its WAL aside, so that the
-    next run builds a new one from the files; the report's line saying so, else None."""
+    """When `exc` says the cache database is damaged (and SQLite's own check agrees), rename
+    it and its WAL aside so the next run builds a new one; the report's line, else None."""
     path = config.state_path / STATE_DB
     if not is_damage(exc) or (not isinstance(exc, StateDamaged) and _passes_check(path)):
         return None
@@ -231,9 +223,7 @@ def _passes_check(path: Path) -> bool:
         return False
 
 
-# What older versions kept in the state folder and this one does not (removed when seen): the
-# model table and the query BPE (once per user: kernel.user_cache) and the lexical analysis
-# cache (the index's postings are that cache).
+# What older versions kept in the state folder and this one does not (removed when seen).
 LEGACY_STATE_FILES = ("local-*.f32.npy", "local-*-bpe-*.sqlite3", "lexical-cache.npz")
 
 
@@ -247,9 +237,8 @@ def remove_legacy_caches(config: Config) -> None:
 
 
 def usable_doit_db(path: Path) -> None:
-    """doit's DB only records which stages are up to date (the caches hold the work), so a
-    DB that SQLite cannot open is deleted rather than allowed to block every later run.
-    A run killed mid-save leaves a hot journal, which SQLite rolls back by itself here."""
+    """doit's DB only records which stages are up to date, so one SQLite cannot open is
+    deleted rather than allowed to block every later run."""
     if not path.exists():
         return
     try:

@@ -1,12 +1,6 @@
-"""The links a note holds, as written: wikilinks and embeds (`kernel.wikilinks`, the one
-reader of that syntax), inline Markdown links and images, and reference definitions.
-
-Extraction is per file and cached with the rest of its parse (the chunk record's `links`);
-which indexed file a link names depends on every path of the index, so it is resolved at
-pack (`pipeline.pack.links`). Links inside fenced code and code spans are not links;
-external URLs (any `scheme:`) and `mailto:` are left out. Frontmatter counts for wikilinks
-only, as Obsidian reads links in properties.
-"""
+"""The links a note holds, as written (wikilinks and embeds via `kernel.wikilinks`, Markdown
+links and images, reference definitions), cached with its parse and resolved at pack
+(`pipeline.pack.links`; docs/links.md, "What counts as a link")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""One writer at a time: an exclusive `filelock` on the state folder.
-
-The lock is an OS file lock (flock), so the kernel releases it when its holder dies: a lock
-left by a killed process is never stale. No child holds it (`_Flock`), so it is free as
-soon as the writer is gone. A side file names the holder (pid, command, since
-when) so a waiting writer can say whom it waits for.
-"""
+"""One writer at a time: an exclusive OS file lock (flock) on the state folder, released by the
+kernel when its holder dies; a side file names the holder (pid, command, since when) so a
+waiting writer can say whom it waits for."""
 
 from __future__ import annotations
 
@@ -22,15 +18,10 @@ class _Busy(Exception):
 
 
 class _Flock:
-    """An exclusive `flock` on one file, held through an open descriptor (POSIX). What
-    `filelock` does there, without its import (logging, secrets, platform, decimal...: paid
-    by every `mdvdb ingest`, a no-op included).
-
-    An flock belongs to the open file, which a fork shares: a forked child (a worker of the
-    pool, the clustering helper) alive after its parent was SIGKILLed would keep the folder
-    locked for good. So the descriptor is closed in every forked child
-    (`kernel.lifeline.keep_from_children`), which leaves the parent's lock as it is, and is
-    close-on-exec (`os.open`'s default) for the processes started with exec."""
+    """An exclusive `flock` on one file, held through an open descriptor (POSIX), without
+    `filelock`'s imports. The descriptor is closed in every forked child
+    (`kernel.lifeline.keep_from_children`): a child alive after its parent was SIGKILLed
+    would otherwise keep the folder locked for good."""
 
     def __init__(self, path: str, mode: int):
         self.path, self.mode = path, mode
@@ -155,11 +146,8 @@ class WriterLock:
 
 def writer_holder(state_dir: Path) -> dict | None:
     """The writer holding the lock of `state_dir`, as its side file names it: pid, command,
-    since (seconds since the epoch); None when no live process is named. A side file
-    naming a dead process is a leftover of a killed writer (the kernel freed its lock); the
-    lock may be held a moment before its holder writes its own. Where /proc/locks lists
-    the locks (Linux), a named process must hold the lock too: its pid may be another
-    process's by now."""
+    since; None when no live process is named (where /proc/locks lists the locks, a named
+    process must hold the lock too: its pid may be another process's by now)."""
     from kernel.safe_open import read_own
 
     try:  # never through a link, never a FIFO, at most 64 KB

@@ -1,10 +1,5 @@
-"""The record pack's steps share: `Plan`, the previous index diffed against the manifest.
-
-`pipeline.pack.build.plan` makes it; the steps that keep their own tables in step with its rows
-(`schema_pack.update`, `lexical.update`, `cluster.assign`, `duplicates.update`) read it. It
-lives apart from `pipeline.pack.build`, which imports those steps, so that no step imports pack
-back (the "pipeline has no import cycle" contract in pyproject.toml).
-"""
+"""The record pack's steps share: `Plan`, the previous index diffed against the manifest; apart
+from `pipeline.pack.build` so that no step imports pack back (pyproject.toml's contracts)."""
 
 from __future__ import annotations
 
@@ -21,11 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Delta:
-    """The manifest's changes since the one the published index was packed from: the
-    entries whose rows must be rebuilt (added, changed, re-stamped since that pack) and the
-    paths that left. With it, pack plans from these alone instead of diffing the previous
-    index against every current file (on a big folder, loading and sorting the manifest and
-    hashing its paths cost more than the rest of an edit's plan)."""
+    """The manifest's changes since the one the published index was packed from: the entries
+    to rebuild and the paths that left, which pack plans from instead of diffing every file."""
 
     fresh: tuple[ManifestEntry, ...]
     removed: tuple[str, ...]
@@ -38,10 +30,8 @@ class Delta:
 
 @dataclass(frozen=True)
 class Plan:
-    """The previous index diffed against the manifest: the new `files` and `chunks` rows,
-    and for each the row of the previous index it repeats (-1: fresh). The steps that keep
-    their own tables in step with the rows (schema, lexical, clusters, near-duplicates)
-    update them from this."""
+    """The previous index diffed against the manifest: the new `files` and `chunks` rows, each
+    with the previous row it repeats (-1: fresh)."""
 
     previous: index_format.IndexFile | None  # when its rows are reused (still mapped)
     files: pa.Table  # path order; file_id = row

@@ -1,18 +1,7 @@
-"""The frontmatter schema: inferred from every file's frontmatter, merged with the overlay.
-
-(`pipeline.pack.schema` keeps the inference's counts in the index so that an ingest only
-subtracts and adds the frontmatter of the files it changed.)
-
-Inference answers "what fields exist?" for agents: each field's type (mixed types are reported
-as `mixed`, not guessed away), how many files have it, and its values with counts when there
-are few of them. The optional overlay (`.markdownvdb.schema.yml`) adds descriptions, allowed
-values, a required flag and fields no file has yet; it documents, it never rejects a file:
-files that break it are indexed and listed as problems for `mdvdb schema --check`.
-
-The effective type of each field also decides the typed column `fm:<field>` that pack adds to
-the `files` table, so filters compare numbers as numbers and dates as dates without reading
-any document's JSON at query time.
-"""
+"""The frontmatter schema: inferred from every file's frontmatter (each field's type, `mixed`
+when several, file counts, few values with counts), merged with the optional overlay
+(`.markdownvdb.schema.yml`), which documents and never rejects a file; each field's type also
+decides its typed `fm:<field>` column in the index."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""No waiting for quality (docs/upgrade.md): with a contextual model configured whose vectors
-the cache does not hold for every chunk yet, an ingest first publishes the index the static
-model builds (as a static-model ingest would), then spends `MDVDB_UPGRADE_SECONDS` embedding
-chunks for the configured model into its cache. The run that finds every chunk cached
-publishes the configured model's index, which is then what a direct build would have made
-(the same cache, the same stages). One model per index: a search never mixes vectors.
-
-The path is per model, not per pair: any configured model that `_slow` calls slow gets the
-static model's index first, so a third model only needs to be called slow there.
-"""
+"""No waiting for quality (docs/upgrade.md): with a slow contextual model configured whose
+vectors are not all cached yet, an ingest publishes the static model's index first, then
+spends `MDVDB_UPGRADE_SECONDS` filling the configured model's cache; the run that finds every
+chunk cached publishes the configured model's index. One model per index."""
 
 from __future__ import annotations
 
@@ -48,9 +42,8 @@ def target_of(config: Config) -> dict[str, Any]:
 
 
 def static_stage(config: Config) -> Config | None:
-    """The configuration of the index to publish first, or None when the configured model's
-    index is published already (its edits embed with it directly), when the model is quick,
-    or when the upgrade is off (`MDVDB_UPGRADE_SECONDS=0`)."""
+    """The configuration of the index to publish first, or None (the configured model's index
+    is published already, the model is quick, or `MDVDB_UPGRADE_SECONDS=0`)."""
     if config.upgrade_seconds <= 0 or not _slow(config):
         return None
     from kernel.shards import published_meta
@@ -75,10 +68,9 @@ def advance(
     seconds: float,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict:
-    """Embed for the configured model the chunks of the published manifest that its cache
-    lacks, a batch at a time until `seconds` have passed (at least one batch a run, so a
-    tiny budget still moves); each batch is committed as it comes back. The progress, as
-    `mdvdb status` shows it; `complete`: every chunk has been asked for."""
+    """Embed for the configured model the published manifest's chunks its cache lacks, a
+    committed batch at a time until `seconds` have passed (at least one batch); the progress
+    as `mdvdb status` shows it."""
     from kernel.providers import get_provider
     from pipeline.embed import embed_missing, model_key, restore_dimensions
     from pipeline.stages import chunk_key
@@ -141,10 +133,8 @@ def _write_progress(config: Config, progress: dict) -> None:
 
 
 def progress_of(config: Config) -> dict | None:
-    """The upgrade the published index is the static stage of, as `mdvdb status` and the MCP
-    status tool show it: the model, chunks done and left, the share done and an ETA from the
-    measured rate; None when the index is no static stage (or cannot be read: its status
-    says so itself)."""
+    """The upgrade the published index is the static stage of, as `mdvdb status` shows it
+    (model, chunks done and left, share, ETA); None when the index is no static stage."""
     from kernel.shards import published_meta
 
     try:

@@ -1,13 +1,6 @@
-"""`mdvdb watch`: re-index what changes, through the same pipeline as `mdvdb ingest`.
-
-`watchfiles` reports changes; a batch closes once the tree has been quiet for
-MDVDB_WATCH_DEBOUNCE_MS and only its paths are re-checked (`ingest.ingest_folder(paths=...)`),
-under the writer lock for that one ingest. It survives renames over a note, `git checkout`
-bursts, a source folder deleted and recreated (re-watched, then a full walk), a changed
-`.gitignore` (full walk), an upgrade under way (a quiet watch keeps ingesting until done) and
-the off-switch `.mdvdb-off` (docs/watching.md). It stops on the stop event once the running
-ingest has published or failed.
-"""
+"""`mdvdb watch`: re-index what changes, through the same pipeline as `mdvdb ingest`: a batch
+of `watchfiles` changes closes once the tree was quiet for MDVDB_WATCH_DEBOUNCE_MS and only its
+paths are re-checked, under the writer lock for that one ingest (docs/watching.md)."""
 
 from __future__ import annotations
 
@@ -100,9 +93,8 @@ class Watcher:
         from kernel.providers import get_provider
 
         self._provider = get_provider(self.config)
-        # The first pass is a full walk: it catches up with what changed while nothing
-        # was watching. It runs at the first yield, when the watch is already live, so
-        # nothing that happens after the walk goes unseen.
+        # The first pass is a full walk (what changed while nothing watched), run once the
+        # watch is live so nothing after it goes unseen.
         pending_full = True
         pending: list[str] = []
         seen: dict[Path, tuple[int, int] | None] = {}
@@ -189,8 +181,7 @@ class Watcher:
 
     def _surviving(self, changes: Iterable) -> Iterator:
         """The notifier's batches; None once when it gives up on a path that is not valid
-        UTF-8 (which would take the whole watch with it): the loop then re-walks, and the
-        walk reports such names and skips them."""
+        UTF-8: the loop then re-walks, which reports and skips such names."""
         try:
             yield from changes
         except _notifier_error() as exc:

@@ -1,17 +1,7 @@
-"""Pack's IVF step: coarse lists of the chunk vectors (the `ivf` table, `kernel.ivf`).
-
-Spherical k-means (unit centroids, a row joins the centroid of highest dot product: the
-cosine a search ranks by), about sqrt(n) lists, trained by Lloyd's iterations on a sample of
-`SAMPLE_PER_LIST` rows a list with NumPy's BLAS products: no extra dependency, seeded, so a
-rebuild writes the same lists. Every row is then assigned in blocks.
-
-Incremental: rows the plan reuses keep their list, fresh rows join the nearest existing
-centroid (a product with k centroids per fresh row); the lists are retrained when the rows
-assigned since the last training exceed `DRIFT` of the index, or the index outgrew its list
-count (sqrt(n) more than doubled or halved), so the lists stay balanced as a corpus changes.
-Below `min_rows` chunks nothing is built: a warm search scans the int8 copy of every row in
-a few ms there (the IVF would save less than its probes cost).
-"""
+"""Pack's IVF step: coarse lists of the chunk vectors (the `ivf` table, `kernel.ivf`) by seeded
+spherical k-means on a sample, about sqrt(n) lists; an edit's fresh rows join the nearest
+centroid until drift or growth calls for retraining; below `min_rows` chunks nothing is built
+(docs/benchmarks.md, "IVF first pass (issue 18 item 2, fourth round)")."""
 
 from __future__ import annotations
 
@@ -26,9 +16,7 @@ from kernel import ivf as ivf_format
 SAMPLE_PER_LIST = 40  # training rows per list (at least), as FAISS recommends 39-256
 ITERATIONS = 10
 DRIFT = 0.2  # rows assigned since training / rows, above which the lists are retrained
-# Rows assigned per product: its (rows, k) float32 temporary and cleaned copy are small
-# beside pack's peak (docs/benchmarks.md, "Ingest memory (issue 37)"); the products are the
-# same bits at any size.
+# Rows assigned per product: a small temporary beside pack's peak, the same bits at any size.
 BLOCK = 8_192
 SEED = 20261201
 
@@ -57,9 +45,8 @@ def _vector_blocks(chunks, dims: int):
 
 
 def _rows(chunks, dims: int, rows: np.ndarray) -> np.ndarray:
-    """The vectors at `rows`, gathered piece by piece from NumPy views of the column's
-    pieces: `take` on a chunked column first combines every piece (a copy of every vector
-    to read the few rows an edit adds)."""
+    """The vectors at `rows`, gathered from NumPy views of the column's pieces (no `take`,
+    which would copy every vector first)."""
     rows = np.asarray(rows, dtype=np.int64)
     out = np.zeros((len(rows), dims), dtype=np.float32)
     at = 0

@@ -1,22 +1,6 @@
-"""Pack's link step: the `links` table of the new index, each link resolved over every
-indexed path (adding or removing a file can change what a wikilink names).
-
-Raw links come from the previous index for the rows pack reuses and from the chunk records
-for the fresh ones (`pipeline.links`). Resolution follows Obsidian:
-
-- a wikilink or embed names a note by name or path, with or without its extension: the
-  indexed file whose path (extension dropped) is the target or ends with `/target`, case
-  ignored; of several, the one in the linking file's folder, else the shortest path (fewest
-  folders, then fewest characters, then the first in order). `./` and `../` are relative to
-  the linking file; `[[#heading]]` is the note itself.
-- a Markdown link is a path relative to the linking file (`/x.md`: to the project root),
-  tried as written, then with `.md`, then as a folder's `index.md` / `README.md`; an `.html`
-  link also as the `.md` page it was built from.
-
-A link is broken when it resolves to nothing and names a note (no extension, or a Markdown
-one): images and attachments (`![[pic.png]]`, `[pdf](a.pdf)`) are not indexed, so they are
-never counted as broken.
-"""
+"""Pack's link step: the `links` table of the new index, each link resolved over every indexed
+path as Obsidian resolves it (docs/links.md, "What counts as a link"); raw links come from the
+previous index for reused rows and from the chunk records for fresh ones."""
 
 from __future__ import annotations
 
@@ -41,9 +25,8 @@ def raw_links(
     file_source: np.ndarray,
     fresh: Sequence[Sequence[RawLink]],
 ) -> pa.Table:
-    """The new index's links, grouped by new file id in line order: the previous index's
-    rows of every reused file (renumbered, with what they resolved to there) and the fresh
-    files' links (`fresh` true, unresolved)."""
+    """The new index's links, grouped by new file id in line order: reused files' previous
+    rows (renumbered) and the fresh files' (`fresh` true, unresolved)."""
     new_ids = np.arange(len(file_source), dtype=np.int32)
     kept = file_source >= 0
     parts: list[pa.Table] = []
@@ -134,9 +117,8 @@ class Resolver:
 
 
 def resolved(table: pa.Table, paths: Sequence[str], only_fresh: bool = False) -> pa.Table:
-    """`table` (from `raw_links`; file_id = row of `paths`) with `resolved` and `broken`
-    filled: every row, or with `only_fresh` (the paths are the previous index's) only the
-    fresh files' rows, the others keeping what they resolved to."""
+    """`table` (from `raw_links`) with `resolved` and `broken` filled: every row, or with
+    `only_fresh` only the fresh files' rows."""
     fresh = index_format.column_array(table, "fresh").to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(fresh) if only_fresh else np.arange(table.num_rows)
     table = table.drop_columns(["fresh"])

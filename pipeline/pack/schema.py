@@ -1,19 +1,7 @@
-"""The frontmatter schema at pack time, kept up to date by difference.
-
-Inference over every file's frontmatter is dear on a big folder (decode each file's JSON,
-classify every value, build the typed columns). What an edit changes is a few files, so the
-index carries, besides the read side's `schema` table, the counts inference is made of: per
-field, how many files have the key, how many have a value, of which types (`schema_fields`),
-and how many files hold each distinct value (`schema_values`, sorted by field and value). An
-incremental pack subtracts the old frontmatter of the files that left or changed, adds the new
-frontmatter of the fresh files, and derives the same schema a full inference would. The typed
-`fm:` columns are spliced from the previous index for every field whose type did not change;
-a field whose type changed (or a new field) is rebuilt from every file's frontmatter, as are
-the overlay's problems when the declared part of the schema changed.
-
-The previous index's own tables are the only state: they always describe exactly its rows, so
-there is nothing to keep in step and nothing a crash can leave stale.
-"""
+"""The frontmatter schema at pack time, kept up to date by difference: the index carries the
+counts inference is made of (`schema_fields`, `schema_values`; docs/architecture.md, "The
+index file"), so an edit subtracts the old frontmatter of the files that left or changed and
+adds the fresh files'; the typed `fm:` columns of fields whose type did not change are spliced."""
 
 from __future__ import annotations
 
@@ -130,9 +118,8 @@ def _previous_stats(previous) -> tuple[dict[str, FieldStats], pa.Table] | None:
 def _updated(
     stats: dict[str, FieldStats], values: pa.Table, gone: list[dict], fresh: list[dict]
 ) -> pa.Table:
-    """Subtract `gone`, add `fresh` (both lists of frontmatter) to `stats` in place; the
-    new values table. Afterwards each field's `values` holds its values only when it has
-    few enough to be listed, and `distinct` the number of them."""
+    """Subtract `gone`, add `fresh` (lists of frontmatter) to `stats` in place; the new values
+    table."""
     import pyarrow.compute as pc
 
     plus, minus = count({}, fresh), count({}, gone)
@@ -226,11 +213,8 @@ def update(
     plan: Plan, state: State | None, fields: dict[str, FieldSchema] | None = None
 ) -> SchemaUpdate:
     """The schema of `plan.files`: by difference from the previous index's counts when it has
-    them (subtract the frontmatter of the rows that left, add the fresh rows'), else
-    inferred over every file; merged with the overlay the schema stage stored. `fields`:
-    the schema to type the columns and check the files by instead (a shard of a sharded
-    index is typed by the schema of every shard: `global_fields`); the counts stay the
-    plan's own."""
+    them, else inferred over every file; merged with the stored overlay. `fields`: the schema
+    to type the columns and check the files by instead (a shard: `global_fields`)."""
     files = plan.files
     overlay = stored_overlay(state)
     decoded = _Frontmatter(files)

@@ -1,18 +1,6 @@
-"""Pack for a sharded index (`MDVDB_SHARDS` > 1): the usual pack run once per shard.
-
-A shard is an ordinary index file over the files whose path hashes to it
-(`kernel.shards.shard_of`), written by the same steps as a one-file index (`pipeline.pack.build`:
-plan, schema, lexical, clusters, near-duplicates, assemble, write) with the previous file of
-that shard as the source of reused rows. A shard whose files (path, SHA-256, mtime), cluster
-ids and schema are what its previous file holds is not written again: an edit rewrites only
-the shards it touches.
-
-What spans shards goes to one small `global` file per generation, rewritten by every pack:
-the near-duplicate groups (a group can join sections of two shards; recomputed over all
-signatures in the one-file chunk order, as the one-file pack does) and the `clusters` table
-(sizes and representatives over every file). Then the manifest is published
-(`kernel.shards.publish_manifest`) and files no longer named are removed.
-"""
+"""Pack for a sharded index (`MDVDB_SHARDS` > 1): the usual pack once per shard an edit
+touched, then one small `global` file of what spans shards (near-duplicate groups, clusters),
+then the manifest (docs/architecture.md, "The sharded index (`kernel/shards.py`)")."""
 
 from __future__ import annotations
 
@@ -40,10 +28,8 @@ def _digest(*parts: object) -> str:
 
 
 def _unchanged(rows, schema, clusters, count: int) -> bool:
-    """The shard's rows would be its previous file's: the same files, reused whole, the
-    same cluster ids, the same typed `fm:` columns (same field types) and the same
-    problems. (Its `schema` table may be behind: readers take the schema from the global
-    file.)"""
+    """The shard's rows would be its previous file's: the same files reused whole, cluster
+    ids, typed `fm:` columns and problems."""
     previous = rows.previous
     if previous is None or rows.reused_files != count or previous_rows(previous) != count:
         return False
@@ -62,11 +48,8 @@ def _unchanged(rows, schema, clusters, count: int) -> bool:
 
 
 def _counted(rows, source: Path | None):
-    """The plan the schema step counts: the shard's own, or, for a shard split from a
-    one-file index, the same rows as if all were fresh, so their frontmatter is counted
-    (the shard's files once) instead of the one file's counts less every other shard's
-    files (N - 1 times the index for N shards). The result is the same: the counts of
-    the shard's files."""
+    """The plan the schema step counts: the shard's own or, for a shard split from a one-file
+    index, its rows as if all were fresh (the same counts, without N - 1 subtractions)."""
     if source is None:
         return rows
     return replace(
@@ -78,9 +61,7 @@ def _counted(rows, source: Path | None):
 
 
 def shard_count(config: Config, files: int) -> int:
-    """`MDVDB_SHARDS`, or the number of files when there are fewer: a shard holds at least
-    a file (more shards than files would be empty index files, each written and read). The
-    manifest records the count written; readers take it from there."""
+    """`MDVDB_SHARDS`, or the number of files when there are fewer (no empty shard)."""
     return max(1, min(config.shards, files))
 
 
@@ -88,9 +69,7 @@ def publish(
     config: Config, sources: PackSources, meta: Mapping[str, Any], source: Path | None = None
 ) -> Written:
     """Write the shards an edit touched, the global file, and publish the manifest.
-    `source`: a one-file index that is every shard's previous file (`bench/split_shards.py`):
-    each shard is planned from its rows and written, none kept, its IVF lists trained on its
-    own rows as in a first sharded ingest."""
+    `source`: a one-file index that is every shard's previous file (`bench/split_shards.py`)."""
     from kernel import private
     from kernel.safe_open import real_folder
 
@@ -247,13 +226,9 @@ def _write_global(
     schema_tables: dict[str, pa.Table],
     previous_global=None,
 ) -> int:
-    """The corpus-wide tables, from the shards just published: near-duplicate groups over
-    every signature in the one-file chunk order, the clusters over every file, and the
-    one-file order itself (`shard_files`, `shard_chunks`: the global id of each shard row,
-    shard after shard; `chunk_files`: each chunk's file in that order), so a reader opens
-    the shards without sorting every path or opening a shard's tables.
-    Near-duplicate groups are taken from the previous global file when the signatures in
-    the one-file order are the same (an ingest that re-packs without changing any text)."""
+    """The corpus-wide tables from the shards just published: near-duplicate groups (kept
+    from the previous global file when the signatures are the same), the clusters, and the
+    one-file order (`shard_files`, `shard_chunks`, `chunk_files`) readers open shards by."""
     opened = [index_format.read_index(folder / e.name, lazy=True) for e in entries]
     paths = [f.tables["files"].column("path").to_pylist() for f in opened]
     chunk_files = [f.tables["chunks"].column("file_id").to_numpy() for f in opened]

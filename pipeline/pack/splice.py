@@ -1,14 +1,6 @@
-"""Splicing: a new table as runs of rows of the previous index plus a few fresh rows.
-
-Rows are always in path order (files) and file order (chunks), both in a full build and in an
-incremental one, so the rows an edit keeps form a few long runs of consecutive rows of the
-previous index. A run is a zero-copy slice; `index_format.write_index` then writes each column
-as the concatenation of its slices, copying the unchanged bytes file-to-file. Nothing is
-gathered row by row (an Arrow `take` of every row is dear; slicing costs nothing).
-
-`source` arrays say, for every new row, which row of the previous table it repeats, or -1 for
-the next row of the fresh table.
-"""
+"""Splicing: a new table as runs of zero-copy slices of the previous index's rows plus fresh
+rows (rows are in path and file order, so an edit keeps a few long runs). `source` arrays say,
+for every new row, which previous row it repeats, or -1 for the next fresh row."""
 
 from __future__ import annotations
 
@@ -54,9 +46,8 @@ def splice(old, fresh, source: np.ndarray):
 
 
 def rows_of(table, rows: np.ndarray):
-    """The rows at `rows` (ascending) of a table or chunked array spliced from many pieces,
-    as slices of their consecutive runs: `take` on a chunked column would first combine
-    every chunk, copying the whole column to read a few rows."""
+    """The rows at `rows` (ascending) of a table or chunked array, as slices of their runs
+    (`take` would first combine every chunk)."""
     rows = np.asarray(rows, dtype=np.int64)
     if not len(rows):
         return table.slice(0, 0)
