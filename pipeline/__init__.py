@@ -1,12 +1,6 @@
-"""The write side: scan, parse, chunk, embed and pack Markdown into one index file.
-
-`ingest_folder(config)` (`pipeline.ingest`) is the entry point; `pipeline.stages` holds the
-typed stages and `pipeline.tasks` their doit tasks. `__all__` is the write side's public
-surface: the CLI, the MCP server and the library front door (`mdvdb`) import these names
-from `pipeline` and nothing from its modules (an import-linter contract in pyproject.toml
-checks it). Each name is loaded from its module on first use, so importing `pipeline` costs
-nothing (doit, watchfiles and NumPy load with the names that need them).
-"""
+"""The write side: scan, parse, chunk, embed and pack Markdown into one index file. `__all__`
+is its public surface (what `mdvdb` imports, an import-linter contract), each name loaded from
+its module on first use so importing `pipeline` costs nothing."""
 
 from __future__ import annotations
 

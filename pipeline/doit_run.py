@@ -1,13 +1,6 @@
-"""doit as `mdvdb ingest` runs it: `doit.api.run_tasks` without configuration files and
-with doit's own commands.
-
-`run_tasks` reads `pyproject.toml` and `doit.cfg` from the *current* folder, not the project
-root: any folder a user runs `mdvdb ingest --root X` from could change doit's settings for
-our tasks (a broken `pyproject.toml` there would fail the ingest with a TOML traceback). Our
-settings come from `DOIT_CONFIG` (`pipeline.tasks.doit_config`) alone, and the `run` command
-is doit's (`DoitMain.DOIT_CMDS`), not one a plugin registers: an ingest never scans the
-installed distributions for command plugins.
-"""
+"""doit as `mdvdb ingest` runs it: `doit.api.run_tasks` without the current folder's
+`pyproject.toml` and `doit.cfg` (any folder a user runs from could change or break our tasks'
+settings), and with doit's own `run` command, never a plugin's."""
 
 from __future__ import annotations
 

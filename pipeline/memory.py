@@ -1,11 +1,6 @@
-"""Giving freed heap memory back to the system between a big run's steps.
-
-CPython frees a batch of decoded records (millions of small strings and dicts) into the C
-heap, which glibc keeps for later `malloc` calls; the steps after it allocate mostly through
-NumPy's large blocks and Arrow's own pool, so those pages would stay resident for nothing
-(docs/benchmarks.md, "Ingest memory (issue 37)"). `malloc_trim` returns them; elsewhere than
-glibc this does nothing.
-"""
+"""Giving freed heap memory back to the system between a big run's steps: glibc keeps the
+pages of freed records that later NumPy and Arrow allocations never reuse (docs/benchmarks.md,
+"Ingest memory (issue 37)"). Elsewhere than glibc this does nothing."""
 
 from __future__ import annotations
 

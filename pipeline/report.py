@@ -42,9 +42,8 @@ class IngestReport:
 
     @property
     def nothing_changed(self) -> bool:
-        """No file's content changed and nothing was parsed or embedded again: what
-        `ingest --quiet` keeps quiet about, a republish that only records new stats (touched
-        files) included."""
+        """No file's content changed and nothing was parsed or embedded again (what `ingest
+        --quiet` keeps quiet about, touched files included)."""
         work = self.added or self.changed or self.removed or self.parsed or self.chunks_embedded
         return not (work or self.chunked)
 

@@ -77,14 +77,14 @@ def assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return out
 
 
-def train(sample: np.ndarray, k: int, iterations: int = ITERATIONS) -> np.ndarray:
+def train(sample: np.ndarray, k: int) -> np.ndarray:
     """Spherical k-means on `sample` (unit rows): k unit centroids. An empty list takes
     the sample row farthest from its centroid, so no list stays empty."""
     rng = np.random.default_rng(SEED)
     sample = _clean(sample)  # the caller's array goes here when it holds no other reference
     k = min(k, len(sample))
     centroids = sample[rng.choice(len(sample), k, replace=False)].copy()
-    for _ in range(iterations):
+    for _ in range(ITERATIONS):
         products = sample @ centroids.T
         labels = np.argmax(products, axis=1)
         best = products[np.arange(len(sample)), labels]
