@@ -239,19 +239,6 @@ def remove_legacy_caches(config: Config) -> None:
 def usable_doit_db(path: Path) -> None:
     """doit's DB only records which stages are up to date, so one SQLite cannot open is
     deleted rather than allowed to block every later run."""
-    if not path.exists():
-        return
-    try:
-        db = sqlite3.connect(path, timeout=60)
-        try:
-            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                raise sqlite3.DatabaseError("quick_check failed")
-        finally:
-            db.close()
-    except sqlite3.DatabaseError:
+    if path.exists() and not _passes_check(path):
         for name in (path.name, f"{path.name}-journal", f"{path.name}-wal", f"{path.name}-shm"):
-            try:
-                (path.parent / name).unlink()
-            except FileNotFoundError:
-                pass
+            (path.parent / name).unlink(missing_ok=True)
