@@ -1,12 +1,6 @@
-"""`mdvdb ingest --dry-run`: what an ingest would add, change and remove, written nowhere.
-
-The same diff an ingest starts from (`pipeline.walk.discover.discover`: the walk, the
-project's rules, the stat-then-hash comparison) against the manifest the last ingest left in
-the state database, read without writing: SQLite's `immutable` mode when no write-ahead log
-is there (no `-wal`/`-shm` file is created), else read-only alongside the log a running
-writer keeps. No writer lock is taken, no folder is created; a folder never ingested (or
-whose state was deleted) would have every file added, as an ingest would.
-"""
+"""`mdvdb ingest --dry-run`: what an ingest would add, change and remove, written nowhere: the
+same diff an ingest starts from, against the stored manifest read without writing (SQLite's
+`immutable` mode when no WAL is there, else read-only) and without the writer lock."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The cluster stage's k-means and silhouette in plain NumPy, below
-`pipeline.cluster.topics.NUMPY_BELOW` documents, so that a small folder's ingest never imports
-scikit-learn (docs/clusters.md, "Small folders: plain NumPy"). `kmeans` is `KMeans(n_init=1)`'s
-algorithm with NumPy's random draws (a partition may differ where two are equally good);
-`silhouette_cosine` is the exact cosine silhouette.
-"""
+"""The cluster stage's k-means (`KMeans(n_init=1)`'s algorithm) and exact cosine silhouette in
+plain NumPy, so a small folder's ingest never imports scikit-learn (docs/clusters.md, "Small
+folders: plain NumPy")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""English stop words: never a cluster keyword.
-
-The list scikit-learn's `CountVectorizer(stop_words="english")` uses (from the Glasgow
-Information Retrieval Group; BSD-3-Clause as scikit-learn), written out here so that the
-small-folder path of the cluster stage (`pipeline/cluster/small_kmeans.py`) does not import
-scikit-learn for it. tests/test_small_kmeans.py checks that the two lists are the same.
-"""
+"""English stop words, never a cluster keyword: scikit-learn's `CountVectorizer(stop_words=
+"english")` list (Glasgow IR Group; BSD-3-Clause), written out so the small-folder path needs
+no scikit-learn (tests/test_small_kmeans.py checks the two lists are the same)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""What a packed index is built with besides the settings: the BM25F parameters and tables of
-the postings, the analyzer, the near-duplicate signature.
-
-Importable without NumPy or Arrow: `pipeline.tasks` reads these on every run, a no-op
-included, to decide whether pack is up to date, and a no-op should not pay for importing the
-libraries only a pack needs. `pipeline.pack.lexical` and `pipeline.pack.duplicates` import
-them from here.
-"""
+"""What a packed index is built with besides the settings (the BM25F parameters and tables,
+the analyzer, the near-duplicate signature), importable without NumPy or Arrow: every run, a
+no-op included, reads these to decide whether pack is up to date."""
 
 from __future__ import annotations
 
