@@ -1,7 +1,8 @@
 """A full clustering's k-means in a helper process, forked while discover walks and fed by the
-cluster stage, so the fit runs beside schema and pack (docs/architecture.md, "The pipeline";
-the index equals one built without it: tests/test_cluster_helper.py). It ignores Ctrl-C, ends
-with its parent (`kernel.lifeline`) and never holds the writer lock."""
+cluster stage, so the fit runs beside schema and pack (docs/architecture.md, "The pipeline:
+doit tasks, one per stage"; the index equals one built without it:
+tests/test_cluster_helper.py). It ignores Ctrl-C, ends with its parent (`kernel.lifeline`)
+and never holds the writer lock."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The write side as typed stages (discover, parse, chunk, embed, cluster, schema, pack):
 each takes its inputs as arguments and returns a frozen record carrying its digest, which
-`pipeline.tasks` chains as doit tasks (docs/architecture.md, "The pipeline")."""
+`pipeline.tasks` chains as doit tasks (docs/architecture.md, "The pipeline: doit tasks, one
+per stage")."""
 
 from __future__ import annotations
 
@@ -395,7 +396,8 @@ def _walk_by_folders(config: Config, state: State, walked_files):
 
     problems: list[Problem] = []
     stored_signatures = state.get_value(STAT_SIGNATURES)
-    # Both cores for a big project: docs/benchmarks.md, "The walk on both cores, again".
+    # Both cores for a big project: docs/benchmarks.md, "A one-file edit at 100k files,
+    # session 9 (issue 18 item 3)".
     big = isinstance(stored_signatures, dict) and len(stored_signatures) >= SPLIT_FOLDERS
     stats, folders = walk_folders(config, problems, split=big)
     if walked_files is not None:

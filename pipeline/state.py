@@ -1,7 +1,7 @@
 """The write side's caches: one SQLite database in the state folder, in WAL mode, each batch
 one transaction. What the published index holds leaves it after each pack (`State.hand_over`;
-docs/architecture.md, "The published index is part of the cache"). Every SQL statement on it
-is a method of `State`; its shape is built by `MIGRATIONS`, each step once."""
+docs/architecture.md, "The pipeline: doit tasks, one per stage", the cache bullets). Every SQL
+statement on it is a method of `State`; its shape is built by `MIGRATIONS`, each step once."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Pack: assemble every table and publish ONE index file atomically. Rows of files whose
 path, SHA-256 and mtime are unchanged are reused from the previous index as runs of rows
 (`pipeline.pack.splice`), the rest read from the caches, in path order either way, so an
-incremental pack writes the tables a full one does (docs/architecture.md, "The pipeline")."""
+incremental pack writes the tables a full one does (docs/architecture.md,
+"The pipeline: doit tasks, one per stage")."""
 
 from __future__ import annotations
 

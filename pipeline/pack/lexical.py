@@ -1,6 +1,7 @@
 """Lexical postings: field-weighted tf per (term, chunk) over three fields (title with aliases,
 heading path, text), built or updated at pack time into the `lexical` tables; readers compute
-the BM25F weights (`query.score.lexical`; docs/architecture.md, "The pipeline")."""
+the BM25F weights (`query.score.lexical`; docs/architecture.md,
+"The pipeline: doit tasks, one per stage")."""
 
 from __future__ import annotations
 

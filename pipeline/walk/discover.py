@@ -1,6 +1,6 @@
 """Discover: walk the source folders, apply ignore rules, and decide which files to re-hash
 (a stat that matches the manifest reuses its SHA-256). A project of many folders walks on
-both cores (`_split_walk`; docs/architecture.md, "The pipeline")."""
+both cores (`_split_walk`; docs/architecture.md, "The pipeline: doit tasks, one per stage")."""
 
 from __future__ import annotations
 
