@@ -146,7 +146,7 @@ def closeness(index: Reader, query: str, words: bool = True) -> float:
     every letter probe: random strings reach that far by chance, and on a small index (a few
     headings) farther than a whole unit."""
     from query.rank.search import query_vector
-    from query.score.vector import cosine_scores
+    from query.score.vector import row_dots
 
     nonsense, text, letters_best = _references(index)
     vectors = index.snapshot.vectors
@@ -154,7 +154,7 @@ def closeness(index: Reader, query: str, words: bool = True) -> float:
         return 0.0
     best = _kept_best_cosine(index, query)
     if best is None:
-        best = float(np.max(cosine_scores(vectors, query_vector(index, query))))
+        best = float(np.max(row_dots(vectors, query_vector(index, query))))
     if not words and best <= letters_best:
         return 0.0
     return max((best - nonsense) / (text - nonsense), 0.0)
@@ -223,7 +223,7 @@ def _references(index: Reader) -> tuple[float, float, float]:
 def _best_cosines(index: Reader, texts: list[str], files: np.ndarray | None = None) -> np.ndarray:
     """Each text's best first-pass cosine over every section (no feedback moved it); the
     last len(files) texts leave out the sections of their own file."""
-    from query.score.vector import cosine_scores
+    from query.score.vector import row_dots
 
     snap = index.snapshot
     vectors = snap.vectors
@@ -237,7 +237,7 @@ def _best_cosines(index: Reader, texts: list[str], files: np.ndarray | None = No
     best = np.full(len(texts), -1.0)
     if not isinstance(vectors, np.ndarray):  # a sharded index's rows answer one vector a call
         for at, vector in enumerate(asked):
-            scores = np.where(file_ids == own[at], -1.0, cosine_scores(vectors, vector))
+            scores = np.where(file_ids == own[at], -1.0, row_dots(vectors, vector))
             best[at] = float(np.max(scores))
         return best
     for first in range(0, vectors.shape[0], BLOCK_ROWS):  # one product per block of rows
