@@ -1,16 +1,7 @@
-"""Where and when a search looks: `--path` globs, `--source` names, `--since`/`--before`.
-
-Each is a mask over the index's files, turned into one over chunks and applied with the
-filters before ranking (`query.request`), so a top N is filled from the scope. Paths are
-matched with gitignore's syntax (pathspec's `GitIgnoreSpec`, the rules the walk already
-applies): `docs/` a folder and everything under it, `*.md` a name in any folder,
-`docs/**/api.md` across folders, `/README.md` at the root only, `!draft*` leaves out.
-
-A file's source is the most specific configured source folder holding it
-(`Config.named_sources`: MDVDB_SOURCES' names, else each MDVDB_SOURCE_DIRS folder as written).
-Dates are the file's modified time as the index records it, or a frontmatter date field
-(`date_field`), which becomes an ordinary `Filter` on that field.
-"""
+"""Where and when a search looks: `--path` globs (gitignore syntax, as the walk applies it),
+`--source` names (a file's most specific source folder) and `--since`/`--before` (the modified
+time or a `date_field` filter), each a mask over files applied with the filters before ranking
+(docs/search.md, "Where and when: paths, sources, dates, decay")."""
 
 from __future__ import annotations
 

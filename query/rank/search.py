@@ -316,6 +316,7 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
     the fusion with the cosine, the stub prior, the name part."""
     from query.score.fusion import hybrid
     from query.score.fusion_params import params_for
+    from query.score.lexical import section_lexical
 
     embedding = _embed_meanwhile(index, query)
     vectors = index.snapshot.vectors
@@ -323,7 +324,7 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
         empty = np.zeros(0, dtype=np.float32)
         return empty, {"_candidates": empty > 0}
     params = params_for(index)  # the defaults, as the index's model calls for
-    lexical = _section_lexical(index, params)
+    lexical = section_lexical(index, params.section_k1)
     bm25 = lexical.scores(query)
     page = _page_part(index, lexical, query, params)
     qvec = embedding.result() if embedding else query_vector(index, query)
@@ -342,20 +343,6 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
     if above is not None:
         parts["_above"] = above
     return scores, parts
-
-
-def _section_lexical(index: Reader, params):
-    """The lexical index BM25F is scored by, once: the packed k1, or a view rescored with
-    the settings' (kept in the snapshot's cache)."""
-    from query.score.lexical import lexical_index
-
-    lexical = lexical_index(index)
-    if not params.section_k1 > 0:
-        return lexical
-    key = ("lexical_rescored", params.section_k1)
-    if key not in index.snapshot.cache:
-        index.snapshot.cache[key] = lexical.rescored(params.section_k1, 0.75)
-    return index.snapshot.cache[key]
 
 
 def _page_part(index: Reader, lexical, query: str, params):
@@ -414,7 +401,8 @@ def _with_name_part(index: Reader, query: str, fused, parts: dict, above, params
 
     scores = fused.scores
     chunk_files = index.snapshot.chunk_file_ids
-    pool = distinct(chunk_files[_name_pool(fused.scores, above)])[0]
+    best = top_rows(fused.scores, NAME_POOL, positive=True, above=above)
+    pool = distinct(chunk_files[best])[0]
     named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
     named[pool[name_files(index.snapshot, query, pool)]] = True
     if named.any():
@@ -422,14 +410,6 @@ def _with_name_part(index: Reader, query: str, fused, parts: dict, above, params
         parts = {"name": part, **parts, "fused": scores}
         above = above.rising(raised) if above is not None else None
     return scores, parts, above
-
-
-def _name_pool(scores: np.ndarray, above=None) -> np.ndarray:
-    """The NAME_POOL best sections (`query.score.fusion.best`; `above`:
-    query.score.vector.Above)."""
-    from query.score.vector import top_rows
-
-    return top_rows(scores, NAME_POOL, positive=True, above=above)
 
 
 def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):

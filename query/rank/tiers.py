@@ -1,13 +1,6 @@
-"""Title-first tiers (the `kb-search` behaviour): documents whose title or an alias
-contains every word of the query come first, one entry each (their best section); content
-matches follow, the other sections of those documents included.
-
-A title match is found over the whole candidate set, not only among the best-scoring
-sections, so an exact title is never lost below the cap: two masked searches (title
-documents, then the rest) instead of one re-sorted list. A query word matches, case-
-insensitively, where a word of the title begins ("archive" in "Archives", "tar" not in
-"start"; anywhere in Chinese, Japanese and Korean text), on texts lowered once per snapshot.
-"""
+"""Title-first tiers: documents whose title or an alias holds every query word come first,
+one entry each, then content sections (theirs included). Two masked searches, so an exact
+title is never lost below the cap (docs/search-quality.md, "What each mode does")."""
 
 from __future__ import annotations
 
@@ -74,9 +67,8 @@ def tiered_search(
     decay: float = 0.0,
     decay_field: str | None = None,
 ) -> TieredResponse:
-    """Up to `limit` results: best section of each title document, then content sections.
-    `mask` (one boolean per chunk) restricts the candidates as `filters` do; the other
-    options are `query.rank.search.search`'s. Both searches read one snapshot."""
+    """Up to `limit` results: the best section of each title document, then content sections;
+    the options are `query.rank.search.search`'s. Both searches read one snapshot."""
     # what every search of the response shares (its confidence is rated once, at the end)
     shown = {"min_score": min_score, "mode": mode, "explain": explain, "govern": govern}
     shown |= {"decay": decay, "decay_field": decay_field, "rate": False}
@@ -162,10 +154,8 @@ def _repeated_block(
     cluster: int | None,
     shown: dict[str, Any],
 ) -> list[tuple[str, SearchResult]]:
-    """The best boilerplate section holding every word of the query, when no other
-    candidate section holds them all (the honest answer: the words are only in a block
-    repeated in many files); else nothing. `shown`: the search's min_score, mode, explain
-    and govern."""
+    """The best boilerplate section holding every query word, when no other candidate does;
+    else nothing. `shown`: the search's min_score, mode, explain and govern."""
     boilerplate = diversity.boilerplate
     if boilerplate is None:
         return []

@@ -347,6 +347,18 @@ def lexical_index(index) -> LexicalIndex:
     return snapshot_lexical(index.snapshot)
 
 
+def section_lexical(index, k1: float):
+    """The lexical index hybrid BM25F scores by: the packed k1, or (`k1` > 0) a view rescored
+    with it, kept per snapshot."""
+    lexical = lexical_index(index)
+    if not k1 > 0:
+        return lexical
+    key = ("lexical_rescored", k1)
+    if key not in index.snapshot.cache:
+        index.snapshot.cache[key] = lexical.rescored(k1, 0.75)
+    return index.snapshot.cache[key]
+
+
 def snapshot_lexical(snap) -> LexicalIndex:
     """`lexical_index` of a snapshot itself (what a query's `QueryLexicon` counts in)."""
     found = snap.cache.get("lexical")

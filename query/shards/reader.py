@@ -632,12 +632,6 @@ class ShardedLexical:
         """What a shard needs to build its slice of the global length norm."""
         return (self.k1, self.b, self.avg)
 
-    @property
-    def norm(self) -> np.ndarray:
-        """The global length norm per chunk (what each shard computes for its slice)."""
-        k1, b, avg = self.norm_spec()
-        return k1 * (1.0 - b + b * self.lengths / (avg or 1.0))
-
     @classmethod
     def of(cls, snapshot: ShardedSnapshot) -> ShardedLexical:
         parts = snapshot.parts
@@ -689,10 +683,6 @@ class ShardedLexical:
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return bm25_idf(self.n_chunks, df).astype(np.float32)
-
-    def lookup(self, hashes: np.ndarray) -> np.ndarray:
-        """Present for the interface; the sharded "row" of a term is its hash."""
-        return np.asarray(hashes)
 
     def term_chunks(self, hashes: np.ndarray) -> list[np.ndarray | None]:
         """The global chunk ids of each term's postings (None: in no shard)."""
