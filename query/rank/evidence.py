@@ -41,9 +41,8 @@ def _judged(index: Reader, query: str, mode: str) -> str | None:
     in_index = _words_in_index(index, terms)
     if mode == "lexical":
         return None if in_index else _reason(query, None, lexical_only=True)
-    # Both parts are >= 0: the cheaper one first, the other only when the first is short.
-    # Closeness is a max over the search's cosines once the references are measured; before
-    # that (a cold process) coverage, which needs no reference, goes first.
+    # Both parts are >= 0: the cheaper one first (closeness once its references are measured,
+    # else coverage), the other only when the first is short.
     near = None
     if "no_match_references" in index.snapshot.cache:
         near = closeness(index, query, in_index)

@@ -414,11 +414,8 @@ def _with_name_part(index: Reader, query: str, fused, parts: dict, above, params
 
 def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
     """(the name part, scores + it, the rows it raised): `weight` on each section of a `named`
-    file, found by binary search in the file ids when they ascend."""
+    file, found by binary search in the file ids (a file's chunks are contiguous, in file order)."""
     chunk_files = snap.chunk_file_ids
-    if not _files_ascend(snap):
-        part = (np.float32(weight) * named[chunk_files]).astype(np.float32)
-        return part, scores + part, np.flatnonzero(part)
     files = np.flatnonzero(named)
     begin = np.searchsorted(chunk_files, files, side="left")
     end = np.searchsorted(chunk_files, files, side="right")
@@ -428,15 +425,6 @@ def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
     part[rows] = np.float32(weight)
     scores[rows] += part[rows]  # in place: the caller's fused scores are replaced by these
     return part, scores, rows
-
-
-def _files_ascend(snap) -> bool:
-    """Whether each chunk's file id is >= the previous one's (once per snapshot)."""
-    found = snap.cache.get("chunk_files_ascend")
-    if found is None:
-        files = snap.chunk_file_ids
-        found = snap.cache["chunk_files_ascend"] = bool(np.all(files[1:] >= files[:-1]))
-    return found
 
 
 def _embed_meanwhile(index: Reader, query: str):

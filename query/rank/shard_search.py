@@ -18,9 +18,8 @@ from query.shards.stages import encode_mask, first_scores, mixed_lexical
 __all__ = ["staged_scores"]
 
 
-# Shards in this process's threads take the per-chunk path, the faster one without a network
-# (docs/benchmarks.md, "Sharded reads, third round"); bench/scaleout.py sets this to time
-# the rounds shard by shard.
+# Shards in this process's threads take the per-chunk path, faster without a network
+# (docs/benchmarks.md, "Sharded reads, third round"); tests and bench/scaleout.py set this.
 IN_PROCESS = False
 
 
@@ -203,7 +202,7 @@ def _lexical(index, query: str, first: tuple | None):
 
 
 def _hybrid(index, query: str, params, vector, name_pool: int):
-    from query.score.lexical import section_lexical
+    from query.score.lexical import page_lengths_of, section_lexical
     from query.score.vector import dense_scorer
 
     snap = index.snapshot
@@ -212,7 +211,7 @@ def _hybrid(index, query: str, params, vector, name_pool: int):
     n_files = int(snap.chunk_file_ids[-1]) + 1
     page = None
     if params.page_weight > 0:
-        _, avg = lexical._page_lengths(n_files)
+        _, avg = page_lengths_of(lexical, n_files)
         page = {
             "hashes": terms["hashes"],
             "counts": terms["weights"].astype(np.int64),

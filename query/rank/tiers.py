@@ -115,10 +115,8 @@ def tiered_search(
             titled_files = snap.chunk_file_ids[candidates & titled]
             title_total = len(np.unique(titled_files, return_counts=True)[0])
         first = first[:limit]
-        # The content tier is every other candidate section, the other sections of a title
-        # document included: a page titled "Kubernetes Guide" keeps its matching sections. Its
-        # title hit stands for the page, so it does not use up the page's per-file cap (duplicate
-        # groups it showed stay used). With one section a file (`--files`) the page is listed.
+        # The content tier is every other candidate section, a title document's included; its
+        # title hit does not use up the page's per-file cap (unless `--files`: one a file).
         if diversity.per_file != 1:
             diversity.file_counts.clear()
         rest_mask = candidates.copy()

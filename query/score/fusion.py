@@ -31,16 +31,12 @@ class FusionParams:
     name_weight: float = 0.3  # ν: added to sections of a page whose title/stem the query names
     page_k1: float = 1.2  # BM25 k1 of the page-level score
     page_b: float = 0.75  # BM25 b of the page-level score (length normalisation of pages)
-    # ρ: page-level evidence on the dense side: each section's cosine becomes
-    # (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector) (0: off)
+    # ρ: a section's cosine mixed with its page's mean vector's (0: off)
     page_dense_weight: float = 0.5
-    # section-level BM25F k1; 0 = as packed into the index (recomputed in memory from the
-    # index's tf and lengths when set)
+    # section-level BM25F k1; 0 = as packed into the index
     section_k1: float = 1.5
-    # stub pages: a record page (query.rank.stubs: a title and `Label: value` lines only, a
-    # catalogue entry) whose indexed length is under `stub_length` scores
-    # x (1 - stub_weight * (1 - length / stub_length)) (0: off): records rarely answer
-    # (docs/search-quality.md, "CACM round 5, dense side and priors")
+    # stub prior (query.rank.stubs): a record page under `stub_length` words scores
+    # x (1 - stub_weight * (1 - length / stub_length)) (0: off)
     stub_length: float = 40.0
     stub_weight: float = 0.4
 
@@ -250,9 +246,7 @@ def hybrid(
     elif params.dense_feedback_weight:
         dense_top = best(bm25, k)
     direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
-    # Page-level evidence (`pages`, query.rank.search.PageVectors: pages of several sections) is
-    # mixed in by the scorer: (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector);
-    # a one-section page's cosine is its section's, so mixing leaves it as it is.
+    # Page-level evidence (`pages`: pages of several sections) is mixed in by the scorer.
     rho = params.page_dense_weight if pages is not None else 0.0
     if rho > 0 and dense.pages is None:
         from query.score.vector import PageSide
@@ -382,9 +376,8 @@ class SplitPart:
 
 # Rows per block of `_blended` (a few arrays of it stay in the core's cache).
 BLOCK = 65_536
-# `_blended`'s two passes are split over threads in pieces of at least this many rows:
-# smaller ones cost more to hand over than they save (docs/benchmarks.md, "Session 11:
-# search threads on idle cores").
+# The least rows of a piece of `_blended` handed to another thread (docs/benchmarks.md,
+# "Session 11: search threads on idle cores").
 PARALLEL_FUSION_ROWS = 262_144
 
 
@@ -478,9 +471,8 @@ def _blended(
     )
 
 
-# `_blended` adds the page part only at the rows of the pages that have one when there are
-# at most 1 / PAGE_FILES_SHARE as many such pages as rows (finding a page's rows is two
-# bisections: over that, one gather of all n rows costs less).
+# `_blended` finds the rows of pages with a page part by bisection while such pages are at
+# most 1 / PAGE_FILES_SHARE of the rows; past that, one gather of all n rows is cheaper.
 PAGE_FILES_SHARE = 256
 
 

@@ -37,13 +37,11 @@ class LexicalIndex:
     chunk_files: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        # BM25's length norm per chunk, once per snapshot (a pass over the chunks, not the
-        # postings); the same expression and dtypes as the weights packs used to store.
+        # BM25's length norm per chunk, once per snapshot, as packs computed the stored weights.
         avg = float(self.lengths.mean()) if len(self.lengths) else 0.0
         self.norm = self.k1 * (1.0 - self.b + self.b * self.lengths / (avg or 1.0))
-        # Every posting's BM25F weight, computed once this view has scored a query (a
-        # long-lived reader): later queries and their feedback terms slice it instead of
-        # gathering the length norm per posting. A one-shot search never builds it.
+        # Every posting's BM25F weight, built from this view's second query (a one-shot
+        # search never builds it): later queries slice it.
         self.weights: np.ndarray | None = None
         self.queries = 0
 
@@ -227,10 +225,7 @@ class LexicalIndex:
         """Each page's indexed (field-weighted) length; None without the tf tables."""
         if self.lengths is None or self.chunk_files is None or not len(self.chunk_files):
             return None
-        return self._page_lengths(int(self.chunk_files[-1]) + 1)[0]
-
-    def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:
-        return page_lengths_of(self, n_files)
+        return page_lengths_of(self, int(self.chunk_files[-1]) + 1)[0]
 
     def rescored(self, k1: float, b: float) -> LexicalIndex:
         """The same postings scored with another k1 / b (the weights are computed from the

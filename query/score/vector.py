@@ -19,9 +19,9 @@ RESCORE_DEPTH = 1000
 MOVED_DEPTH_FACTOR = 4
 # `auto`: the int8 pass only from this many chunks on (below, float32 is already cheap).
 AUTO_MIN_ROWS = 20_000
-# The IVF pass probes the lists nearest each direction until they hold this share of the
-# rows (at least IVF_MIN_PROBE_ROWS), then rescores the best IVF_RESCORE_DEPTH: chosen for
-# the fused top 10's recall (docs/benchmarks.md, "IVF first pass").
+# The IVF pass probes the nearest lists until they hold this share of the rows (at least
+# IVF_MIN_PROBE_ROWS), then rescores the best IVF_RESCORE_DEPTH (docs/benchmarks.md,
+# "IVF first pass").
 IVF_PROBE_SHARE = 0.15
 IVF_MIN_PROBE_ROWS = 16_000
 IVF_RESCORE_DEPTH = 500
@@ -341,9 +341,8 @@ class DenseScorer:
         else:
             mixed = pages is not None and pages.compact is not None and pages.rho == rho
         rows = query[None] if direction is None else np.stack([query, direction])
-        # With pages, both directions on the mixed vectors in one pass: the query's is the
-        # mixed cosine itself, the direction's only estimates (section . direction) (it is
-        # (page . direction) in part), so the moved score's rescored set is deeper.
+        # With pages, both directions on the mixed vectors in one pass: the direction's is only
+        # an estimate of (section . direction), so the moved score's rescored set is deeper.
         ids = None
         if lists is not None:
             ids, approx = lists.probe(rows, float(beta))

@@ -656,20 +656,19 @@ class ShardedLexical:
         return self.term_statistics(hashes)[0]
 
     def term_statistics(
-        self, hashes: np.ndarray, chunks: bool = True, pages: bool = False
-    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """(df, page df) of the terms, summed over the shards (None: not asked), kept for
-        the generation; the terms not known yet in either are asked for in one round."""
+        self, hashes: np.ndarray, pages: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(df, page df: None unless `pages`) of the terms, summed over the shards, kept for the
+        generation; the terms not known yet are asked for in one round."""
         keys = np.asarray(hashes, dtype=np.uint64).tolist()
-        caches = [c for c, asked in ((self.df_cache, chunks), (self.page_df_cache, pages)) if asked]
+        caches = [self.df_cache, self.page_df_cache][: 1 + pages]
         # what is known now (another thread may start a cache over meanwhile)
         known = [{h: found for h in keys if (found := c.get(h)) is not None} for c in caches]
         missing = sorted(set().union(*(set(keys).difference(k) for k in known)))
         if missing:
             asked = np.asarray(missing, dtype=np.uint64)
             answers = call_each(self.parts, "term_df", [(asked, pages)] * len(self.parts))
-            names = [n for n, on in (("df", chunks), ("page_df", pages)) if on]
-            for name, cache, held in zip(names, caches, known, strict=True):
+            for name, cache, held in zip(("df", "page_df"), caches, known, strict=False):
                 total = np.zeros(len(missing), dtype=np.int64)
                 for answer in answers:
                     total += answer[name]
@@ -678,8 +677,8 @@ class ShardedLexical:
                 if len(cache) > DF_CACHE:
                     cache.clear()
                 cache.update(fetched)
-        out = iter([np.asarray([k[h] for h in keys], dtype=np.int64) for k in known])
-        return (next(out) if chunks else None, next(out) if pages else None)
+        out = [np.asarray([k[h] for h in keys], dtype=np.int64) for k in known]
+        return out[0], (out[1] if pages else None)
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return bm25_idf(self.n_chunks, df).astype(np.float32)
@@ -779,13 +778,10 @@ class ShardedLexical:
         return feedback_best(terms, tf, size, self.lengths[chunks], scores, count)
 
     # -- pages ----------------------------------------------------------------------------
-    def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:
-        return page_lengths_of(self, n_files)
-
     def page_lengths(self) -> np.ndarray | None:
         if not len(self.chunk_files):
             return None
-        return self._page_lengths(int(self.chunk_files[-1]) + 1)[0]
+        return page_lengths_of(self, int(self.chunk_files[-1]) + 1)[0]
 
     def page_scores(self, query: str, k1: float = 1.2, b: float = 0.75) -> np.ndarray | None:
         """`LexicalIndex.page_scores` over shards: a file's chunks all live in one shard, so
