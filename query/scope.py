@@ -61,7 +61,6 @@ def scope_of(
     since: str | None = None,
     before: str | None = None,
     date_field: str | None = None,
-    now: float | None = None,
 ) -> Scope:
     """The files a request may return; ScopeError names what cannot be read."""
     import time
@@ -73,7 +72,7 @@ def scope_of(
     if sources:
         mask = _and(mask, source_mask(index, sources))
     filters: list[Filter] = []
-    now = time.time() if now is None else now
+    now = time.time()
     bounds = [(op, _moment(flag, text, now)) for op, flag, text in _bounds(since, before)]
     if date_field:
         for op, when in bounds:

@@ -26,23 +26,20 @@ IN_PROCESS = False
 def staged_scores(
     index, query: str, mode: str, vector, name_pool: int, first: tuple | None = None
 ) -> tuple[np.ndarray, dict] | None:
-    """(scores, parts) as `mode_scores` returns them, with a `_select` part (`Selection`); None
-    where the per-chunk path of query.shards.reader answers. `vector()`: the query's embedding;
-    `first`: the (filter, depth, floor) asked first, which a lexical query answers in one round."""
+    """(scores, parts) of a sharded index's lexical or hybrid `mode` as `mode_scores` returns
+    them, with a `_select` part (`Selection`); None where the per-chunk path of
+    query.shards.reader answers. `vector()`: the query's embedding; `first`: the (filter,
+    depth, floor) asked first, which a lexical query answers in one round."""
     snap = index.snapshot
-    if getattr(snap, "manifest", None) is None or not hasattr(snap, "order"):
-        return None
     if not snap.route and not IN_PROCESS:
         return None  # shards in this process's threads: nothing crosses a network
     if not _in_order(snap) or not len(snap.chunk_file_ids):
         return None
     if mode == "lexical":
         return _lexical(index, query, first)
-    if mode == "hybrid":
-        from query.score.fusion_params import params_for
+    from query.score.fusion_params import params_for
 
-        return _hybrid(index, query, params_for(index), vector, name_pool)
-    return None
+    return _hybrid(index, query, params_for(index), vector, name_pool)
 
 
 def _in_order(snap) -> bool:

@@ -496,13 +496,8 @@ def _page_rows(part: np.ndarray, files: np.ndarray, n: int) -> tuple[np.ndarray,
 
 
 def _scored(lexical_index, like: np.ndarray, rows: np.ndarray, weights: np.ndarray):
-    """The expansion terms' scores in a fresh array (query.score.lexical.LexicalIndex writes the
-    first term instead of adding it to zeros; a sharded view adds as it always did)."""
-    from query.score.lexical import LexicalIndex
-
-    if isinstance(lexical_index, LexicalIndex):
-        return lexical_index.add_terms(np.zeros_like(like), rows, weights, zero=True)
-    return lexical_index.add_terms(np.zeros_like(like), rows, weights)
+    """The expansion terms' scores, in a fresh array."""
+    return lexical_index.add_terms(np.zeros_like(like), rows, weights, zero=True)
 
 
 def _first_best(

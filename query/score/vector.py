@@ -505,14 +505,10 @@ def dense_scorer(index, pages=None, rho: float = 0.0, lists: bool = True) -> Den
         exact = exact or (mode == "auto" and (n < AUTO_MIN_ROWS or seen == 0))
         # "ivf": a shard's own first pass (IVF lists where it has them, else int8)
         return sharded("exact" if exact else "int8" if mode == "int8" else "ivf")
-    if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
-        side = None
-        if pages is not None and rho > 0 and len(pages.chunks) > 0:
-            side = snap.cache.get(("page_side", 0.0))
-            if side is None:
-                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
-        return DenseScorer(matrix, pages=side)
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
+    plain_side = (lambda: PageSide.of(pages, matrix, 0.0)) if mixed else None
+    if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
+        return DenseScorer(matrix, pages=_kept(snap, ("page_side", 0.0), plain_side))
     built = ("page_side", float(rho)) in snap.cache or "int8_rows" in snap.cache
     ivf_key = ("ivf_side", float(rho) if mixed else 0.0)
     if (
@@ -541,28 +537,27 @@ def dense_scorer(index, pages=None, rho: float = 0.0, lists: bool = True) -> Den
     if quantise and lists is not None:
         # The IVF lists' int8 copy (of the mixed vectors, in list order) takes the place
         # of the whole-matrix one.
-        side = None
-        if mixed:
-            side = snap.cache.get(("page_side", 0.0))
-            if side is None:
-                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
-        key = ("ivf_side", float(rho) if mixed else 0.0)
-        probe = snap.cache.get(key)
-        if probe is None:
-            probe = snap.cache[key] = IvfSide.of(lists, matrix, side, rho if mixed else 0.0)
+        side = _kept(snap, ("page_side", 0.0), plain_side)
+        probe = _kept(snap, ivf_key, lambda: IvfSide.of(lists, matrix, side, rho if mixed else 0.0))
         return DenseScorer(matrix, pages=side, lists=probe)
-    side = compact = None
+    compact = side = None
     if quantise and not mixed:
-        compact = snap.cache.get("int8_rows")
-        if compact is None:
-            compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
+        compact = _kept(snap, "int8_rows", lambda: Int8Rows.of(matrix))
     if mixed:
         # The mixed vectors' int8 copy takes the place of the rows' one.
         key = ("page_side", float(rho)) if quantise else ("page_side", 0.0)
-        side = snap.cache.get(key)
-        if side is None:
-            side = snap.cache[key] = PageSide.of(pages, matrix, key[1])
+        side = _kept(snap, key, lambda: PageSide.of(pages, matrix, key[1]))
     return DenseScorer(matrix, compact, pages=side)
+
+
+def _kept(snap, key, build):
+    """`snap.cache[key]`, made by `build()` on first use; None without a `build`."""
+    if build is None:
+        return None
+    found = snap.cache.get(key)
+    if found is None:
+        found = snap.cache[key] = build()
+    return found
 
 
 def _ivf_lists(snap, n: int, dims: int):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -57,30 +58,18 @@ class ShardFile:
     def table(self, name: str):
         return self.file.tables.get(name)
 
-    @property
+    @cached_property
     def chunk_file_ids(self) -> np.ndarray:
-        found = self.cache.get("chunk_file_ids")
-        if found is None:
-            chunks = self.file.tables["chunks"]
-            found = index_format.column_array(chunks, "file_id").to_numpy()
-            self.cache["chunk_file_ids"] = found
-        return found
+        return index_format.column_array(self.file.tables["chunks"], "file_id").to_numpy()
 
-    @property
+    @cached_property
     def paths(self) -> list[str]:
-        found = self.cache.get("paths")
-        if found is None:
-            found = self.cache["paths"] = self.file.tables["files"].column("path").to_pylist()
-        return found
+        return self.file.tables["files"].column("path").to_pylist()
 
-    @property
+    @cached_property
     def vectors(self) -> np.ndarray:
         """(chunks, dims) float32 view over the map: no copy (as `Snapshot.load`)."""
-        found = self.cache.get("vectors")
-        if found is None:
-            found = index_format.vector_matrix(self.file)
-            self.cache["vectors"] = found
-        return found
+        return index_format.vector_matrix(self.file)
 
 
 class ShardPart:

@@ -698,8 +698,11 @@ class ShardedLexical:
         return out
 
     # -- scoring --------------------------------------------------------------------------
-    def add_terms(self, out: np.ndarray, hashes: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """out += sum of weight * postings(term), fanned out over the shards."""
+    def add_terms(
+        self, out: np.ndarray, hashes: np.ndarray, weights: np.ndarray, zero: bool = False
+    ) -> np.ndarray:
+        """out += sum of weight * postings(term), fanned out over the shards (`zero`: `out` is
+        all zeros)."""
         hashes = np.asarray(hashes, dtype=np.uint64)
         weights = np.asarray(weights, dtype=np.float32)
         if len(hashes) == 0:
@@ -707,7 +710,7 @@ class ShardedLexical:
         # The one-file index skips a term it lacks; so do the shards (no posting anywhere).
         idf = self.idf(self.document_frequency(hashes))
         spec = self.norm_spec()
-        started = out.any()
+        started = not zero and out.any()
 
         def one(shard: int):
             start = None
