@@ -213,14 +213,6 @@ def _tag_mask(files, f: Filter, schema: Schema) -> np.ndarray:
     return inline | _evaluate(files, resolve([f], schema)[0])
 
 
-def chunk_mask(
-    snapshot: Snapshot, filters: Sequence[Filter], schema: Schema | None = None
-) -> np.ndarray | None:
-    """One boolean per chunk (a chunk passes when its file does); None for no filters."""
-    files = file_mask(snapshot, filters, schema)
-    return None if files is None else files[snapshot.chunk_file_ids]
-
-
 def _evaluate(files, typed: TypedFilter) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -331,7 +323,8 @@ def candidate_mask(
 ) -> np.ndarray | None:
     """The search hook: chunks a search may return (files passing `filters`, and `mask` if
     given, one boolean per chunk); None when nothing restricts the search."""
-    chunks = chunk_mask(index.snapshot, filters) if filters else None
+    files = file_mask(index.snapshot, filters)  # a chunk passes when its file does
+    chunks = None if files is None else files[index.snapshot.chunk_file_ids]
     if mask is None:
         return chunks
     return mask if chunks is None else chunks & mask

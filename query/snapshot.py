@@ -64,9 +64,8 @@ class Snapshot:
         return self.file.table(name)
 
 
-# The last snapshot mapped per index path, shared by every Index in this process, so a
-# long-lived process (`mdvdb serve`, `mdvdb mcp`) that opens an Index per call maps each
-# published file once. A snapshot is immutable, so sharing it is safe.
+# The last snapshot mapped per index path, shared by every Index of this process (`mdvdb
+# serve` opens one per call): immutable, so safe to share.
 _SNAPSHOTS: dict[tuple[Path, bool], Snapshot] = {}  # by path and lite
 
 
@@ -204,14 +203,12 @@ class Reader:
             if mismatch is not None:
                 raise QueryError(f"{mismatch}: run `mdvdb ingest` to re-embed")
             cfg = query_config(meta, self.config)
-            # A search is interactive: two retries ride out a blip, more would keep the user
-            # waiting ~15 s for "cannot connect" when the server is simply not running.
+            # A search is interactive: two retries ride out a blip without a long wait.
             provider = get_provider(
                 replace(cfg, embedding_max_retries=min(cfg.embedding_max_retries, 2))
             )
             if provider.dimensions == 0:
-                # dimensions 0 takes what the model returns: the index recorded that size,
-                # so a query vector of another size is an error, not a silent mismatch.
+                # the index's recorded size: a query vector of another is then an error
                 provider.dimensions = int(meta.get("dimensions") or 0)
             self._provider = provider
         return self._provider

@@ -37,9 +37,8 @@ HEAD_SCAN_LINES = 400  # how far into a file the title heading is looked for
 MESSAGE_LIMIT = 4 << 20
 # A matched file's head is read in lines of at most this (a one-line file is not read whole).
 HEAD_LINE_LIMIT = 1 << 16
-# rg counts frontmatter matches in --max-count, and they are dropped here: rg may report this
-# many more a file so that the per-file limit counts body matches (exact unless a frontmatter
-# block has more matching lines than this).
+# rg counts frontmatter matches in --max-count and they are dropped here: rg may report this
+# many more a file, so the per-file limit counts body matches.
 FRONTMATTER_LINES = 1000
 
 

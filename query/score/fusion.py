@@ -303,8 +303,7 @@ def _rm3(lexical_index, found, params: FusionParams, sides):
     lam = np.float32(params.feedback_weight)
     split = Feedback(lexical_index, bm25, rows, weights, lam)
     if page is not None and params.page_weight > 0:
-        # BM25F's maximum is the first of `also` (its best rows, best first; none:
-        # no row scores above 0)
+        # BM25F's maximum is the first of `also` (its best rows; none: no row scores > 0)
         most = None if also is None else bm25[also[:1]].max(initial=0)
         blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
         if blended is not None:
@@ -407,8 +406,7 @@ def _blended(
     top_expansion = float(expansion.max()) if n else 0.0
     one_minus_lam = 1 - lam
     lexical = expansion  # (1 - λ) bm25 / max + λ expansion / max, in place
-    # Every row is computed on its own: the blocks run on every core at once
-    # (query.score.second_core), each piece of rows a block at a time.
+    # Every row is its own: the blocks run on every core at once (query.score.second_core).
     pieces = row_ranges(n, PARALLEL_FUSION_ROWS)
 
     def mix(piece: tuple[int, int]) -> float:
@@ -606,8 +604,7 @@ def with_page(fused: Fused, page: PerFile, weight: float, owned: bool = False) -
     additive for `--explain`."""
     keep, part = _mixed_part(page.values, weight)
     part = np.take(part, page.files)  # (`take`: faster than fancy indexing here)
-    # in place when the caller hands its scores over (`owned`); the
-    # other parts rescaled only where `--explain` reads them
+    # in place when `owned`; the other parts rescaled only where `--explain` reads them
     scores = np.multiply(fused.scores, keep, out=fused.scores if owned else None)
     np.add(scores, part, out=scores)
     return Fused(

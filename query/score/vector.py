@@ -261,11 +261,9 @@ class DenseScorer:
         self.pages = pages
         self.lists = lists
         # After an IVF or int8 pass: the rows scored exactly, every other row at most their
-        # lowest (query.score.fusion reads its pool floor from them alone); None after a pass
-        # that leaves no such guarantee.
+        # lowest (fusion reads its pool floor from them alone); else None.
         self.support: np.ndarray | None = None
-        # Set by hybrid fusion, which reads the IVF pass's scores at `support` and at a few
-        # shown rows only: they come back as `Spread` views, not three n-length arrays.
+        # Set by hybrid fusion, which reads few rows: the IVF pass's scores come as `Spread`s.
         self.lazy = False
 
     def mixed(

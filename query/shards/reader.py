@@ -479,8 +479,7 @@ class ShardedDense:
     def __init__(self, vectors: ShardedVectors, first_pass: str):
         self.vectors = vectors
         self.first_pass = first_pass
-        # An IVF pass may run in the shards: fusion then hands over the lexical side's best
-        # rows (`also`), which each shard scores exactly as the one-file reader does.
+        # An IVF pass may run in the shards: fusion then hands them the lexical side's best.
         self.lists = "in shards" if first_pass == "ivf" else None
 
     def mixed(
@@ -506,8 +505,7 @@ class ShardedDense:
             parts, "dense", [(*args, depths[i], local[i]) for i in range(len(parts))]
         )
         names = ("raw", "cosine", "moved")
-        # Each chunk starts as its shard's fill (one gather by the shard of every chunk),
-        # then every answered row gets its exact value.
+        # Each chunk starts as its shard's fill, then every answered row gets its exact value.
         fills = np.zeros((3, len(parts)), dtype=np.float32)
         for i, answer in enumerate(answers):
             fills[:, i] = answer.get("fill") or (0.0, 0.0, 0.0)
