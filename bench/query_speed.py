@@ -227,10 +227,10 @@ def bench_synthetic(n: int, rounds: int, d: int = 256) -> list[dict]:
     direction = matrix[100:103].mean(axis=0)
     runs = {
         SCAN: lambda i: matrix @ probes[i],
-        "dense pass exact, 2 directions": lambda i: DenseScorer(matrix).scores(
+        "dense pass exact, 2 directions": lambda i: DenseScorer(matrix).mixed(
             probes[i], direction, 1.0
         ),
-        "dense pass int8 + rescoring, 2 directions": lambda i: fast.scores(
+        "dense pass int8 + rescoring, 2 directions": lambda i: fast.mixed(
             probes[i], direction, 1.0
         ),
     }

@@ -320,7 +320,7 @@ def simulation_rows(one, sharded, rounds: int) -> list[dict]:
                 dense_one.append(time.perf_counter() - started)
                 if int8_shard is not None:
                     started = time.perf_counter()
-                    top10(compact_one.scores(vector, keep=101)[0])
+                    top10(compact_one.mixed(vector, keep=101)[1])
                     int8_one.append(time.perf_counter() - started)
     per_lex = [statistics.median(s) * 1000 for s in lex_shard]
     per_dense = [statistics.median(s) * 1000 for s in dense_shard]

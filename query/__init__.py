@@ -5,13 +5,7 @@ index = open_index("path/to/notes")
 for hit in index.search("how do I extract a tar archive", limit=5).results:
     print(hit.score, hit.path, hit.start_line, hit.heading)
 
-`__all__` is the read side's public surface: the CLI, the MCP server and the library front
-door (`mdvdb`) import these names from `query` and nothing from its modules (an import-linter
-contract in pyproject.toml checks it). A name is loaded from its module on first use, so
-`from query import GrepOptions` (which needs neither NumPy nor Arrow) does not pay for the
-index reader. A public name that differs from the module's own says what it does once out of
-its module (`run_request` is `query.request.run`).
-"""
+`__all__` is the public surface (docs/architecture.md); each name loads on first use."""
 
 from __future__ import annotations
 

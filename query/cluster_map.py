@@ -1,9 +1,5 @@
-"""A 2-D map of the documents coloured by cluster, as SVG or a self-contained HTML page.
-
-The layout (see `project`) places clusters by the similarity of their centres and spreads each
-cluster's documents around its place. No plotting library: the SVG is written by hand, so the
-feature costs no new dependency.
-"""
+"""A 2-D map of the documents coloured by cluster, as SVG or a self-contained HTML page,
+written by hand (no plotting dependency)."""
 
 from __future__ import annotations
 
@@ -45,13 +41,9 @@ def _darker(hex_colour: str) -> str:
 
 
 def project(vectors: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """(n, 2) coordinates: each cluster is placed by multidimensional scaling of the cosine
-    distances between cluster centres (similar topics sit side by side), and its documents
-    spread around that place along the two main directions of the documents' offsets from
-    their centres, in a disc whose area grows with the cluster's size.
-
-    Projecting the documents themselves (PCA or LDA) piled most clusters on top of each
-    other (docs/clusters.md, "The map")."""
+    """(n, 2) coordinates: clusters placed by multidimensional scaling of their centres' cosine
+    distances, each one's documents spread in a disc sized by the cluster along the two main
+    directions of their offsets (docs/clusters.md, "The map")."""
     from threadpoolctl import threadpool_limits
 
     ids = sorted(set(labels.tolist()) - {-1})

@@ -1,8 +1,5 @@
-"""Clusters on the read side: list the topics of an index and restrict searches to one.
-
-Everything comes from the index's `clusters` table and `files.cluster_id`; nothing is computed
-here except document vectors for the map (query.cluster_map).
-"""
+"""Clusters on the read side: the topics of an index (its `clusters` table and
+`files.cluster_id`) and a search restricted to one."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""What `get` names and how much of it comes back: the one reading of a document target
-(the CLI's `get`, MCP `get_document`, the library's `get_document` / `get_documents`) and
-the one pager of a document's content.
-
-A target is an indexed path; `PATH:START-END` or `PATH:START+COUNT` (1-based lines); a
-document id (`#abc12345` or `abc12345`, kernel/doc_ids.py); a glob over the indexed paths
-(`notes/*.md`: `*` and `?` stay inside a folder, `**` crosses folders); or a note's name
-without folder and extension (`Meeting`), which must name one file.
-"""
+"""What `get` names and how much of it comes back: the one reading of a document target (a
+path, `PATH:START-END`, `PATH:START+COUNT`, a document id, a glob, a note name; docs/agents.md)
+and the one pager of a document's content."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
 """Facets (`--tag`, `--category`): case-insensitive literal filters over configured fields,
-the values an agent can pick from when it asked for one no file has, and the keyword rule.
-
-The keyword rule: with a facet and a query, a page is a result only if it contains every word
-of the query lexically (as keyword search reads words: any case, stemmed, stop-words left
-out; in its title, headings or text). A facet narrows to a set of pages the user knows, and a
-keyword typed into it is a fixed string to find there, not a topic to drift from: without the
-rule, hybrid search filled the answer with semantic neighbours that never say the word
-(`--tag caching zzzqqq` returned caching pages). Within those pages sections rank as usual.
-A query with no searchable word (only stop-words or one letter) adds no condition.
-"""
+the values to pick from when one matches nothing, and the keyword rule: with a facet and a
+query, a page must hold every query word lexically (docs/filters.md)."""
 
 from __future__ import annotations
 

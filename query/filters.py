@@ -1,22 +1,6 @@
-"""Metadata filters: `Filter(field, op, value)` objects, their CLI spelling, and their masks.
-
-A filter is evaluated on the typed `fm:<field>` columns of the `files` table with Arrow
-compute, giving one boolean per file; a search turns that into one boolean per chunk with a
-single NumPy gather and skips the rest before ranking. No document's JSON is ever loaded.
-
-CLI spelling (`--filter`, repeatable, all must hold):
-
-    field=value        equal (a list field: contains the value)
-    field=a,b,c        one of (a list field: contains any of them); `\\,` is a literal comma
-    field!=value       has the field, with another value (a list field: contains none of them)
-    field<v  field<=v  field>v  field>=v   numbers and dates only
-    field?             the field is present (a null value, `field:` alone, counts as missing)
-    !field             the field is missing
-
-Values are typed by the schema: a number field compares as numbers (`rating>=1800`), a date
-field as dates (`date>=2024-01-31`, ISO), a boolean field takes true/false. String matches
-are exact; facets (`--tag`, `--category`) set `ignore_case`.
-"""
+"""Metadata filters: `Filter(field, op, value)`, their CLI spelling (docs/filters.md) and
+their masks: evaluated on the typed `fm:<field>` columns of `files` with Arrow compute, one
+boolean per file, gathered to one per chunk; no document's JSON is loaded."""
 
 from __future__ import annotations
 
@@ -229,14 +213,6 @@ def _tag_mask(files, f: Filter, schema: Schema) -> np.ndarray:
     return inline | _evaluate(files, resolve([f], schema)[0])
 
 
-def chunk_mask(
-    snapshot: Snapshot, filters: Sequence[Filter], schema: Schema | None = None
-) -> np.ndarray | None:
-    """One boolean per chunk (a chunk passes when its file does); None for no filters."""
-    files = file_mask(snapshot, filters, schema)
-    return None if files is None else files[snapshot.chunk_file_ids]
-
-
 def _evaluate(files, typed: TypedFilter) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -347,7 +323,8 @@ def candidate_mask(
 ) -> np.ndarray | None:
     """The search hook: chunks a search may return (files passing `filters`, and `mask` if
     given, one boolean per chunk); None when nothing restricts the search."""
-    chunks = chunk_mask(index.snapshot, filters) if filters else None
+    files = file_mask(index.snapshot, filters)  # a chunk passes when its file does
+    chunks = None if files is None else files[index.snapshot.chunk_file_ids]
     if mask is None:
         return chunks
     return mask if chunks is None else chunks & mask

@@ -1,10 +1,6 @@
-"""The read side's front: `open_index` and `Index`, whose methods are the library's queries.
-
-`Index` is a `query.snapshot.Reader` (the mapped file, pinned per query, and the query
-embedder) plus one method per query, each calling down into the module that answers it
-(`query.rank.search`, `query.schema`, `query.clusters`, `query.grep.ripgrep`). Those modules take
-the reader and never import this one, so `query/` has no import cycle.
-"""
+"""The read side's front: `open_index` and `Index`, a `query.snapshot.Reader` plus one method
+per query, each calling down into the module that answers it (docs/architecture.md,
+"Inside query/: one direction")."""
 
 from __future__ import annotations
 
@@ -35,12 +31,8 @@ __all__ = ["Index", "QueryError", "Snapshot", "open_index"]
 
 
 class OnPinnedSnapshot:
-    """A method of `Index` that calls `module.name(index, ...)` on one pinned snapshot.
-
-    The function is the one declaration of the method's parameters: `inspect.signature` and
-    `help()` give the function's own typed signature (read from it on first use), and type
-    checkers see it through `_typed_as_method`. The module is imported on the first call, so
-    opening an index for `get` or `status` does not load the search code."""
+    """A method of `Index` that calls `module.name(index, ...)` on one pinned snapshot, with the
+    function's own typed signature; the module is imported on the first call."""
 
     def __init__(self, module: str, name: str, doc: str) -> None:
         self.module, self.name = module, name
@@ -129,11 +121,9 @@ class Index(Reader):
         include_frontmatter: bool = False,
         exclude_blacklisted: bool = False,
     ) -> list[Match]:
-        """Exact text over the source folders with ripgrep, as `mdvdb grep --json` (needs no
-        index): the same options and defaults, the matches as `query.grep.ripgrep.Match`
-        (`to_json()` gives the CLI's records). A bad source filter is a
-        `query.grep.sources.SourceError`; a pattern rg refuses (`regex=True`), or no root to
-        search, a `query.grep.ripgrep.GrepError`."""
+        """Exact text over the source folders with ripgrep, as `mdvdb grep --json` (needs no index).
+        Raises `query.grep.sources.SourceError` for a bad source filter and
+        `query.grep.ripgrep.GrepError` for a pattern rg refuses or no root to search."""
         import tempfile
 
         from query.grep import ripgrep as grepping
@@ -181,11 +171,10 @@ class Index(Reader):
         max_tokens: int | None = None,
         offset: int = 0,
     ) -> Document:
-        """One indexed document (`mdvdb get --json`): `path` is a path, `PATH:START-END`,
-        `PATH:START+COUNT`, a document id or a unique note name (`query.documents`).
-        `start_line`/`end_line` (1-based) keep those lines; `max_tokens` (about four
-        characters each) cuts the content at a line's end, from character `offset` of the
-        kept lines: the Document's `next_offset` says where the next page starts."""
+        """One indexed document (`mdvdb get --json`): `path` as `query.documents` reads it;
+        `start_line`/`end_line` (1-based) keep those lines; `max_tokens` (about four characters
+        each) pages the content from `offset` (the Document's `next_offset` says where the next
+        starts)."""
         with self.pinned():
             wanted = self._wanted(path)
             if len(wanted) != 1:
@@ -346,10 +335,8 @@ class Index(Reader):
         return status
 
     def _problems(self, meta: dict[str, Any]) -> tuple[list[Problem], int]:
-        """Every file's current problem, sorted by path, and how many the meta's cap left
-        out: the parse errors the files table holds (each file's own, whatever run read
-        it), then what the last ingest recorded beside them (`pipeline.stages`
-        `problems_to_record`: files left out, folders, the overlay)."""
+        """Every file's current problem by path, and how many the meta's cap left out: the files
+        table's parse errors, then what the last ingest recorded."""
         files = self.snapshot.table("files")
         found: dict[str, str] = {}
         errors = index_format.column_array(files, "parse_error")
@@ -416,10 +403,8 @@ def _valid_rows(column: Any) -> np.ndarray:
 def open_index(
     root: Path | str | None = None, config: Config | None = None, lite: bool = False
 ) -> Index:
-    """Open a project's index for reading (`root`: the project folder; default: found
-    upward from the current folder). A `root` that is not a folder is a ConfigError, as
-    `--root` is for the CLI. `lite` maps it without importing pyarrow (`kernel.arrow_lite`),
-    for a process that runs one query and exits."""
+    """Open a project's index for reading (`root`: default, found upward from the current folder;
+    not a folder: ConfigError). `lite` maps it without importing pyarrow (`kernel.arrow_lite`)."""
     if config is None and root is not None and not Path(root).is_dir():
         raise ConfigError(f"{root}: not a folder")
     return Index(config or load_config(root), lite=lite)

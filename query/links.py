@@ -1,9 +1,5 @@
-"""The link graph's queries: a note's links, its backlinks, the orphans, the broken links.
-
-Read from the index's `links` table (kernel/index_format.py: one row per link, grouped by
-the linking file, resolved at pack by pipeline/pack/links.py). A sharded index keeps no
-resolved graph: these queries refuse it in one line.
-"""
+"""The link graph's queries (links, backlinks, orphans, broken links) over the index's `links`
+table; a sharded index keeps no resolved graph, so they refuse it in one line."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""What a search that found nothing says: one set of suggestions, whatever caused the miss.
-
-A miss can come from the query (no section scores), a filter (no file passes), a facet (a value
-no file has, or pages that have it but not the query's words) or all at once; a person or an
-agent should not have to guess which, nor get a different set of next steps for each. So every
-empty answer (sections, `--files`, the filter-only listing, the CLI, `--json` and the MCP
-server alike) carries the same suggestions, and one line saying what left nothing when that
-can be told cheaply.
-"""
+"""What a search that found nothing says: one set of suggestions, whatever caused the miss
+(query, filter, facet), on every front end, and one line saying what left nothing when that
+can be told cheaply (docs/search.md, "When nothing matches")."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""One search request as `mdvdb search` defines it, run by the library and printed by nobody.
-
-Filter strings in the CLI spelling, tag/category facets (with the valid values when a facet
-matches nothing), title-first tiers with a query or the files passing the filters without one,
-then the agent shapes (`files`: one entry per file; `max_tokens`: a budget on excerpt text).
-Every section list is diverse (query.rank.collapse): near-duplicates once with their copies in
-`also_in`, at most `per_file` sections of a file, one with `files`.
-The MCP server runs searches through this so an agent gets the same answer as a person at the
-command line; the outcome is plain data, so each front end only decides how to show it.
-"""
+"""One search request as `mdvdb search` defines it (filters, facets, tiers or the filter-only
+listing, then the agent shapes), run for the CLI, the MCP server and the library alike: the
+outcome is plain data, each front end decides how to show it."""
 
 from __future__ import annotations
 

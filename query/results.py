@@ -59,10 +59,8 @@ _ATOMS = (str, int, float, bool, type(None))
 
 
 def _copied(value: Any) -> Any:
-    """`dataclasses.asdict`'s copy of a value made of dicts, lists and atoms (what a result's
-    fields hold: metadata from JSON, copies, scores): containers copied all the way down, atoms
-    as they are (asdict's deepcopy returns the same object for them); anything else raises
-    `_NotPlain`. `tests/test_cold_start.py` compares both."""
+    """`dataclasses.asdict`'s copy of plain data (dicts, lists, atoms), without its deepcopy;
+    anything else raises `_NotPlain`. `tests/test_cold_start.py` compares both."""
     kind = type(value)
     if kind in _ATOMS:
         return value

@@ -1,8 +1,5 @@
-"""The merged frontmatter schema as the read side sees it: typed objects from the index.
-
-Read from the `schema` and `schema_problems` tables the ingest wrote; a handful of rows, so
-reading them is cheap, and the result is kept per published snapshot.
-"""
+"""The merged frontmatter schema as the read side sees it, from the `schema` and
+`schema_problems` tables, kept per published snapshot."""
 
 from __future__ import annotations
 

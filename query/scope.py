@@ -1,16 +1,7 @@
-"""Where and when a search looks: `--path` globs, `--source` names, `--since`/`--before`.
-
-Each is a mask over the index's files, turned into one over chunks and applied with the
-filters before ranking (`query.request`), so a top N is filled from the scope. Paths are
-matched with gitignore's syntax (pathspec's `GitIgnoreSpec`, the rules the walk already
-applies): `docs/` a folder and everything under it, `*.md` a name in any folder,
-`docs/**/api.md` across folders, `/README.md` at the root only, `!draft*` leaves out.
-
-A file's source is the most specific configured source folder holding it
-(`Config.named_sources`: MDVDB_SOURCES' names, else each MDVDB_SOURCE_DIRS folder as written).
-Dates are the file's modified time as the index records it, or a frontmatter date field
-(`date_field`), which becomes an ordinary `Filter` on that field.
-"""
+"""Where and when a search looks: `--path` globs (gitignore syntax, as the walk applies it),
+`--source` names (a file's most specific source folder) and `--since`/`--before` (the modified
+time or a `date_field` filter), each a mask over files applied with the filters before ranking
+(docs/search.md, "Where and when: paths, sources, dates, decay")."""
 
 from __future__ import annotations
 
@@ -70,7 +61,6 @@ def scope_of(
     since: str | None = None,
     before: str | None = None,
     date_field: str | None = None,
-    now: float | None = None,
 ) -> Scope:
     """The files a request may return; ScopeError names what cannot be read."""
     import time
@@ -82,7 +72,7 @@ def scope_of(
     if sources:
         mask = _and(mask, source_mask(index, sources))
     filters: list[Filter] = []
-    now = time.time() if now is None else now
+    now = time.time()
     bounds = [(op, _moment(flag, text, now)) for op, flag, text in _bounds(since, before)]
     if date_field:
         for op, when in bounds:

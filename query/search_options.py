@@ -1,12 +1,6 @@
-"""The options of one search, declared once: `SearchRequest`, whose fields each carry how the
-front ends spell them.
-
-Three front ends take a search: `mdvdb search` (`mdvdb.cli.search`), the MCP `search` tool
-(`mdvdb.mcp_server`) and the library (`query.request.run_request`). Each builds its
-parameters from `OPTIONS` below, so an option added here is on all of them with the same
-name, default, bounds and help, and a test checks that they agree. It imports only the
-kernel, so the CLI and the MCP server read it without pulling in the index reader.
-"""
+"""The options of one search, declared once: `SearchRequest`, each field carrying how the CLI,
+the MCP tool and the library spell it (a test checks they agree). It imports only the kernel,
+so the front ends read it without the index reader."""
 
 from __future__ import annotations
 

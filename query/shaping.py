@@ -1,8 +1,5 @@
-"""Shapes of a result list for agents, who pay for every token they read.
-
-`by_file` is the cheapest useful answer (which files, how good); `within_budget` caps the total
-excerpt text so a caller can ask for "the best 2,000 tokens" instead of guessing a limit.
-"""
+"""Shapes of a result list for agents: `by_file` (which files, how good) and `within_budget`
+(a cap on the total excerpt text)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""One published index, mapped, and the reader that holds it: what every query module reads.
-
-Readers take no lock. The writer publishes a new file by atomic rename, so a mapped index is
-one consistent snapshot; a long-lived reader checks the path's inode between queries and
-re-maps when a newer index was published. A query pins one snapshot for its whole duration
-(`Reader.pinned`), so the rows it scores and the rows it returns come from the same file even
-when a new index is published mid-query.
-
-This module is the bottom of `query/`: the query modules (search, filters, schema, clusters,
-tiers...) take a `Reader` and never import `query.index`, whose `Index` is the front that
-calls them; so no import inside `query/` runs in a circle.
-"""
+"""One published index, mapped, and the `Reader` that holds it. Readers take no lock: the
+writer publishes by atomic rename, a long-lived reader re-maps when the inode changes, and a
+query pins one snapshot for its whole duration (`Reader.pinned`). The bottom of `query/`:
+nothing here imports the modules that read it."""
 
 from __future__ import annotations
 
@@ -72,9 +64,8 @@ class Snapshot:
         return self.file.table(name)
 
 
-# The last snapshot mapped per index path, shared by every Index in this process, so a
-# long-lived process (`mdvdb serve`, `mdvdb mcp`) that opens an Index per call maps each
-# published file once. A snapshot is immutable, so sharing it is safe.
+# The last snapshot mapped per index path, shared by every Index of this process (`mdvdb
+# serve` opens one per call): immutable, so safe to share.
 _SNAPSHOTS: dict[tuple[Path, bool], Snapshot] = {}  # by path and lite
 
 
@@ -109,9 +100,8 @@ def _refuse_changed_in_place(snap: Snapshot) -> None:
 
 
 class Reader:
-    """A project's index, opened read-only: the snapshot management and the query embedder
-    every query needs. Cheap to create; maps the file on first use. `query.Index` adds the
-    queries themselves."""
+    """A project's index, opened read-only: the snapshot and the query embedder every query
+    needs; maps the file on first use. `query.Index` adds the queries."""
 
     def __init__(self, config: Config, lite: bool = False):
         self.config = config
@@ -144,9 +134,9 @@ class Reader:
         return snap
 
     def _route(self) -> tuple[str, ...]:
-        """(MDVDB_RAY_SERVE, MDVDB_RAY_SERVE_APP) when shard groups on Ray Serve answer the
-        per-shard calls, unless an untrusted folder's `.markdownvdb` chose the cluster: the
-        query's words and vector go there."""
+        """(MDVDB_RAY_SERVE, MDVDB_RAY_SERVE_APP) when shard groups on Ray Serve answer, unless
+        an untrusted folder's `.markdownvdb` chose the cluster: the query's words and vector go
+        there."""
         cfg = self.config
         if not cfg.ray_serve:
             return ()
@@ -163,9 +153,8 @@ class Reader:
 
     @contextmanager
     def pinned(self) -> Iterator[Snapshot]:
-        """Hold one snapshot for a whole query (nested calls share it). Without this, a
-        query that reads `snapshot` twice could score rows of one file and return rows of
-        a newer one published in between."""
+        """Hold one snapshot for a whole query (nested calls share it), so the rows scored and the
+        rows returned come from one file."""
         held = getattr(self._pins, "snapshot", None)
         if held is not None:
             yield held
@@ -214,14 +203,12 @@ class Reader:
             if mismatch is not None:
                 raise QueryError(f"{mismatch}: run `mdvdb ingest` to re-embed")
             cfg = query_config(meta, self.config)
-            # A search is interactive: two retries ride out a blip, more would keep the user
-            # waiting ~15 s for "cannot connect" when the server is simply not running.
+            # A search is interactive: two retries ride out a blip without a long wait.
             provider = get_provider(
                 replace(cfg, embedding_max_retries=min(cfg.embedding_max_retries, 2))
             )
             if provider.dimensions == 0:
-                # dimensions 0 takes what the model returns: the index recorded that size,
-                # so a query vector of another size is an error, not a silent mismatch.
+                # the index's recorded size: a query vector of another is then an error
                 provider.dimensions = int(meta.get("dimensions") or 0)
             self._provider = provider
         return self._provider
@@ -232,11 +219,9 @@ class Reader:
         return self._provider
 
     def warm_up(self, wait: bool = True) -> bool:
-        """Get ready for many queries: map the index, load the query embedder and, for a
-        local encoder, switch this process's queries to its fast session (loaded now, or in
-        the background when not `wait`). `mdvdb serve` and `mdvdb mcp` call it at start; a
-        library Index does it by itself from its second query. True when the fast query
-        path is in use (or loading); False when there is none, or no index yet."""
+        """Get ready for many queries: map the index, load the query embedder and a local encoder's
+        fast session (in the background unless `wait`). True when the fast query path is in use or
+        loading."""
         from kernel.config import local_model_is_encoder
 
         config = self.config
@@ -254,9 +239,8 @@ class Reader:
 
 
 def provider_mismatch(meta: dict[str, Any], config: Config) -> str | None:
-    """What differs between the embedding model an index was built with (its meta) and the
-    one the configuration asks for, or None when a query vector fits the index (dimensions 0
-    in the configuration takes whatever size the model gave)."""
+    """What differs between the index's embedding model (its meta) and the configured one, or
+    None when a query vector fits (dimensions 0 takes the model's size)."""
     built = (meta.get("provider"), meta.get("model"), meta.get("dimensions"))
     wanted = (config.embedding_provider, config.embedding_model, config.embedding_dimensions)
     if built == wanted or (config.embedding_dimensions == 0 and built[:2] == wanted[:2]):

@@ -1,15 +1,6 @@
-"""`mdvdb status --verify`: read the whole index and check that it is sound.
-
-A plain `status` reads the footer; this reads every table, every vector and every indexed
-file on disk. It separates two things a user must not confuse:
-
-- problems: the index is damaged or lies (a torn table, a vector that is not finite and
-  unit-length, counts that disagree, a file whose size and mtime are the ones indexed but
-  whose bytes hash differently). Any problem makes the check fail.
-- stale files: a file changed or deleted since it was indexed (its stat differs). That is an
-  index one `mdvdb ingest` away from current, not a damaged one (a file that cannot be read
-  any more is listed here too).
-"""
+"""`mdvdb status --verify`: read every table, vector and indexed file and tell problems (the
+index is damaged or lies: the check fails) from stale files (changed or deleted since the
+ingest: one `mdvdb ingest` away from current)."""
 
 from __future__ import annotations
 
@@ -55,11 +46,9 @@ class VerifyReport:
 
 
 def new_files(snapshot: Any, root: Path | str, walked: Any) -> list[str]:
-    """Files the walk finds that the index does not have, except those the last ingest
-    reported and left out (unreadable, an undecodable name...) and that have not changed
-    since (ctime too: a chmod that makes a file readable changes only that): they are
-    problems shown by `status`, not work for the next ingest, and counting
-    them as new would keep `status --check` at 3 however often an agent ingests."""
+    """Files the walk finds that the index lacks, except those the last ingest left out and that
+    have not changed since (ctime too): counted as new, they would keep `status --check` at 3
+    however often an agent ingests."""
     import os
 
     indexed = set(snapshot.paths)

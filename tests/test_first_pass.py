@@ -40,7 +40,7 @@ def test_rescored_rows_are_exact_and_the_rest_never_outrank_them():
     matrix = clustered()
     query, direction = matrix[0] + matrix[1], matrix[10:13].mean(axis=0)
     fast = DenseScorer(matrix, Int8Rows.of(matrix), depth=300)
-    cosine, moved = fast.scores(query, direction, 1.0)
+    _, cosine, moved = fast.mixed(query, direction, 1.0)
     exact_cos = matrix @ query
     exact_moved = exact_cos + np.float32(1.0) * (matrix @ direction)
     for got, want in ((cosine, exact_cos), (moved, exact_moved)):
@@ -49,7 +49,7 @@ def test_rescored_rows_are_exact_and_the_rest_never_outrank_them():
         np.testing.assert_allclose(got[top], want[top], rtol=1e-5)
         assert np.sort(got)[-101] <= np.sort(want)[-101] + 1e-5  # the pool floor holds
     # The exact scorer is the reference itself.
-    plain_cos, plain_moved = DenseScorer(matrix).scores(query, direction, 1.0)
+    _, plain_cos, plain_moved = DenseScorer(matrix).mixed(query, direction, 1.0)
     np.testing.assert_allclose(plain_cos, exact_cos, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(plain_moved, exact_moved, rtol=1e-5, atol=1e-6)
 

@@ -109,11 +109,8 @@ def _index(root: Path, first_pass: str, threads: str = "1"):
 
 def _reference(patch) -> None:
     """Every candidate shortcut declines, so each step takes its n-length fallback."""
-    from query.rank import search as ranking
-
     for name in ("_sparse_semantic", "_first_best", "_blended", "_page_rows"):
         patch.setattr(fusion, name, lambda *a, **k: None)
-    patch.setattr(ranking, "_files_ascend", lambda snap: False)
     patch.setattr(vector, "SAMPLED_MIN_ROWS", 1 << 62)  # no sampled cut: every row ranked
     patch.setattr(vector.Above, "select", lambda *a, **k: None)
 

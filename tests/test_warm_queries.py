@@ -167,7 +167,7 @@ def test_two_products_at_once_equal_one_after_the_other():
     beta = np.float32(0.5)
     for rows in (matrix, matrix[:100]):
         for _ in range(3):
-            cosine, moved = DenseScorer(rows).scores(a, b, 0.5)
+            _, cosine, moved = DenseScorer(rows).mixed(a, b, 0.5)
             assert np.array_equal(cosine, row_dots(rows, a))
             assert np.array_equal(moved, row_dots(rows, a) + beta * row_dots(rows, b))
 

@@ -1,10 +1,5 @@
-"""How `mdvdb grep` matches look: human text (optionally coloured) or one JSON record a line.
-
-Human output, per file: a header with the source-prefixed path (and the page id), a `Title:`
-line, a blank line, then one `Lnn:` line per match. A line longer than MAX_LINE characters is
-cut around its first match, with `…` on each side that was cut, so an agent's context is not
-flooded by one minified line. JSON records carry the whole line and are never coloured.
-"""
+"""How `mdvdb grep` matches look: human text (per file a header, `Title:`, then `Lnn:` lines,
+a long line cut around its match) or one JSON record a line, never coloured."""
 
 from __future__ import annotations
 

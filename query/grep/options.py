@@ -1,9 +1,5 @@
-"""The options of `mdvdb grep`, declared once: `GrepRequest`, whose fields each carry how the
-command line spells them (`kernel.options`).
-
-The shell's parser and its `--help` are built from `GREP_OPTIONS`. Like `query.grep.ripgrep`
-itself, this imports neither NumPy nor Arrow.
-"""
+"""The options of `mdvdb grep`, declared once (`GrepRequest`, `kernel.options`): the parser and
+its `--help` are built from `GREP_OPTIONS`. Imports neither NumPy nor Arrow."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""Exact text search over the source roots with ripgrep: argv, streaming, early termination.
-
-It reads the source folders, not the index, so it works before any `mdvdb ingest`. ripgrep runs
-with `--json` (robust against odd paths and bytes); each match is filtered (frontmatter, dropped
-roots) and handed on as soon as rg reports it. Once `limit` matches have been handed on, rg is
-terminated instead of being read to the end: on a common word that is most of the work saved.
-Only files that had a match are opened, and only their head, to find the frontmatter's line range,
-the title and the page id.
-
-What rg searches is what ingest indexes: the project's rules (`kernel.project_files`: always-ignored
-folders, every .gitignore from the repository's top down, MDVDB_IGNORE_PATTERNS, source folders
-inside the root) go to rg as arguments, and rg runs in the project root.
-"""
+"""Exact text search over the source roots with ripgrep (docs/grep.md): `--json` streamed,
+each match filtered and handed on at once, rg stopped once `limit` matches are out. It reads
+the source folders with the project's rules, never the index."""
 
 from __future__ import annotations
 
@@ -47,9 +37,8 @@ HEAD_SCAN_LINES = 400  # how far into a file the title heading is looked for
 MESSAGE_LIMIT = 4 << 20
 # A matched file's head is read in lines of at most this (a one-line file is not read whole).
 HEAD_LINE_LIMIT = 1 << 16
-# rg counts frontmatter matches in --max-count, and they are dropped here: rg may report this
-# many more a file so that the per-file limit counts body matches (exact unless a frontmatter
-# block has more matching lines than this).
+# rg counts frontmatter matches in --max-count and they are dropped here: rg may report this
+# many more a file, so the per-file limit counts body matches.
 FRONTMATTER_LINES = 1000
 
 
@@ -58,9 +47,8 @@ class GrepError(RuntimeError):
 
 
 def rg_complaint(said: str, pattern: str, regex: bool, literal: str) -> str:
-    """What rg wrote on stderr when it failed, in one line: for a bad regex, its `error:`
-    line (rg spends three more on the pattern and a caret) and `literal`, how the front end
-    asks for literal text; else its first lines joined."""
+    """What rg wrote on stderr when it failed, in one line: for a bad regex its `error:` line and
+    `literal` (how the front end asks for literal text); else its first lines joined."""
     lines = [line.strip() for line in said.splitlines() if line.strip()]
     if regex and any("regex parse error" in line for line in lines):
         reason = next((ln[6:].strip() for ln in lines if ln.startswith("error:")), "cannot parse")
@@ -99,9 +87,8 @@ def build_argv(
     rules: RgRules | None = None,
     ignore_file: str | None = None,
 ) -> list[str]:
-    """The exact rg command line; pattern after `-e` and paths after `--`, so neither is a flag.
-    `rules`: the project's (rg then runs in `rules.cwd`); `ignore_file`: where the translated
-    .gitignore lines above the searched folders can be read."""
+    """The exact rg command line: the pattern after `-e` and paths after `--`, so neither is a
+    flag. `rules`: the project's (rg runs in `rules.cwd`); `ignore_file`: the translated lines."""
     argv = [rg, "--json", "--no-config", "--smart-case"]
     if not options.regex:
         argv.append("--fixed-strings")
@@ -162,13 +149,8 @@ class _RawMatch:
 
 
 class GrepRun:
-    """One rg process and the matches it yields; iterate it, then it is closed.
-
-    `process` is the rg `Popen`; `stopped_early` says rg was still running when the limit was
-    reached and was terminated (its return code is then -SIGTERM). rg's own messages (a bad
-    regex, an unreadable folder) go to `stderr`: the caller's stderr unless a file is given,
-    which a caller with no terminal (the MCP server) reads back to say what went wrong.
-    """
+    """One rg process and the matches it yields; iterate it, then it is closed. `stopped_early`:
+    rg was terminated at the limit. rg's messages go to `stderr` (a file the MCP server reads)."""
 
     def __init__(
         self,
@@ -269,9 +251,8 @@ class GrepRun:
         return f"ripgrep failed (exit status {code}); the search did not finish"
 
     def _stream(self) -> Iterator[_RawMatch]:
-        """rg's JSON messages, each read to at most `MESSAGE_LIMIT` bytes: a match on a longer
-        line (a one-line file of megabytes) is passed over, its path kept in `long_lines`, so
-        memory stays bounded whatever the file."""
+        """rg's JSON messages, each read to at most `MESSAGE_LIMIT` bytes: a longer line is passed
+        over (its path in `long_lines`), so memory stays bounded."""
         assert self.process is not None and self.process.stdout is not None
         out = self.process.stdout
         while line := out.readline(MESSAGE_LIMIT):

@@ -1,19 +1,9 @@
-"""The root-source registry: where the folders that `mdvdb grep` searches come from.
-
-A source TYPE is a name plus a function `roots(config) -> iterable of (id, path)`; each pair is a
-named root (`TYPE:ID`, identifiers case-insensitive). The core registers only its own built-in
-type, `dir` (the configured MDVDB_SOURCE_DIRS). A wrapper package adds types through the
-`mdvdb.sources` entry-point group, e.g. in its pyproject.toml:
-
-    [project.entry-points."mdvdb.sources"]
-    wiki = "mdvdb_wiki.sources:roots"
-
-Entry points are found by reading the installed distributions' `entry_points.txt` files on
-`sys.path` directly: importing `importlib.metadata` alone costs more than the whole budget
-`mdvdb grep` has over raw ripgrep (docs/benchmarks.md, "`mdvdb grep` vs raw ripgrep"). A
-type's module is imported only when its roots are needed, and the built-in works when no
-package metadata is installed at all.
-"""
+"""The root-source registry: where the folders `mdvdb grep` searches come from
+(docs/grep.md). A source type is a name and a function `roots(config) -> (id, path)` pairs;
+the core has `dir` (MDVDB_SOURCE_DIRS), wrapper packages add types through the `mdvdb.sources`
+entry-point group. Entry points are read from `entry_points.txt` directly: importing
+`importlib.metadata` costs more than grep's whole budget (docs/benchmarks.md, "`mdvdb grep` vs
+raw ripgrep")."""
 
 from __future__ import annotations
 
@@ -151,11 +141,8 @@ class Registry:
 
 
 def entry_points(group: str, search_path: Iterable[str] | None = None) -> list[tuple[str, str]]:
-    """(name, `module:attr`) for `group` from the `entry_points.txt` of installed distributions.
-
-    The same files `importlib.metadata` reads, in `sys.path` order; the first distribution of a
-    given name wins, as there.
-    """
+    """(name, `module:attr`) for `group` from installed distributions' `entry_points.txt`, in
+    `sys.path` order, the first distribution of a name winning (as `importlib.metadata`)."""
     found: list[tuple[str, str]] = []
     seen_dists: set[str] = set()
     for entry in sys.path if search_path is None else search_path:
@@ -222,9 +209,8 @@ class SourceFilter:
 
 @dataclass
 class Selection:
-    """The roots of one run: `search` goes to rg; `dropped` roots only claim (and drop) files.
-    `config` carries the project's rules to rg; `warnings` are the skipped or always-ignored
-    source folders, one line each."""
+    """The roots of one run: `search` goes to rg, `dropped` roots only claim files; `warnings`:
+    the skipped source folders, one line each."""
 
     search: list[Root]
     dropped: list[Root]

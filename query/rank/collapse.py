@@ -1,23 +1,6 @@
-"""Result diversity: each near-duplicate section once, and no page filling the answer.
-
-The write side groups sections whose visible text is the same or nearly so (the
-`near_duplicates` table, `pipeline.pack.duplicates`). A response keeps the best-ranked member of
-each group and lists the others as `also_in` (path and lines), and holds at most `per_file`
-sections of one file (`MDVDB_SEARCH_PER_FILE`, `--per-file`; `--files` is a cap of 1). The
-ranking asks for more candidates than it returns, and for more again when collapsing left
-fewer than it wants, so an answer is short only when the index has no more distinct matches.
-
-Boilerplate: a group whose copies lie in many files (at least `BOILERPLATE_MIN_FILES`, and
-`BOILERPLATE_SHARE` of the index's files: a footer, a badge block, a template's empty heading)
-says nothing about the page it sits on. Its sections are left out of a collapsed search
-(`Diversity.boilerplate`); title-first tiers show one of them, marked as a repeated block,
-only when no other section holds every word of the query (`query.rank.tiers`).
-
-One `Diversity` spans a whole response: title-first tiers search twice (title documents, then
-content) and share it, so a content section never repeats a title result or its page's quota.
-Selection works on chunk ids before any result is materialised; it costs a Python loop over a
-few dozen ids.
-"""
+"""Result diversity: each near-duplicate group once (the others as `also_in`), at most
+`per_file` sections of a file, and boilerplate (a group in many files) left out
+(docs/architecture.md, "Search"). One `Diversity` spans a whole response, title tiers included."""
 
 from __future__ import annotations
 

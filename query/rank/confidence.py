@@ -1,20 +1,7 @@
-"""Each result's `confidence`: the estimated chance, in [0, 1], that it is relevant.
-
-A ranking's scores are relative to one query (a hybrid's best hit is near 1 whatever it is),
-so they cannot say whether a result is any good. The confidence is a logistic model over two
-features that mean the same for every query, index and model:
-
-- `coverage`: the share of the query's word weight (BM25 idf) found in the section;
-  a word the index lacks counts against it;
-- `rank`: log(1 + position) in the response.
-
-`COEFFICIENTS` were fitted on the five evaluation sets' relevance labels (each set weighing
-the same) by `bench/confidence.py`, which reports each set's reliability table fitted on the
-other four. Cosine features, the page's coverage, the query's length and the score's share of
-the best did not calibrate better on held-out sets (docs/search-quality.md, "A calibrated
-confidence"). Down a response the confidence never rises (a running minimum), so a result
-never looks surer than one ranked above it.
-"""
+"""Each result's `confidence`, the estimated chance in [0, 1] that it is relevant: a logistic
+model over the query's word weight found in the section (`coverage`) and log(1 + position),
+fitted by `bench/confidence.py` (docs/search-quality.md, "A calibrated confidence"); a
+running minimum down the response."""
 
 from __future__ import annotations
 

@@ -1,25 +1,8 @@
-"""Whether a query has any real evidence of a match in this index, or an empty answer is honest.
-
-A hybrid ranking always has a best section: a query of random letters, or a question of
-another subject, still gets the sections whose vectors happen to lie nearest, and the
-pseudo-relevance feedback round then found "their" words in them. Neither is evidence. A
-query has evidence when `coverage + closeness >= MIN_EVIDENCE`:
-
-- coverage: the largest share of the query's word weight (BM25 idf, a word the index lacks
-  weighing the most) that one of the TOP_SECTIONS best BM25 sections holds (the feedback
-  round's terms are not read);
-- closeness: where the query's best first-pass cosine lies between what nonsense reaches on
-  this index (0: the mean best cosine of PROBES random letter strings) and what the index's
-  own text reaches (1: the mean best cosine of up to PROBES section headings, each asked of
-  the other files' sections; never below 0). Both are measured once per snapshot: an
-  index's cosines depend on its model and its texts, so no constant fits every index.
-
-MIN_EVIDENCE was chosen on the five evaluation sets by bench/no_match.py --fit, bounded by
-what each set may lose of its relevant results: docs/search-quality.md, "The threshold now:
-0.45, and the letters' best".
-`--mode lexical` keeps the lexical side alone (no query word in the index: no match), and
-`--mode semantic` is not judged: it asks for the sections nearest in meaning, however far.
-"""
+"""Whether a query has real evidence of a match in this index, or an empty answer is honest:
+`coverage + closeness >= MIN_EVIDENCE`, coverage being the share of the query's word weight
+one of the best BM25 sections holds, closeness its best cosine between random letters' and
+the index's own headings' (docs/search-quality.md, "An honest empty answer" and the
+sections after it). `--mode semantic` is not judged."""
 
 from __future__ import annotations
 
@@ -58,9 +41,8 @@ def _judged(index: Reader, query: str, mode: str) -> str | None:
     in_index = _words_in_index(index, terms)
     if mode == "lexical":
         return None if in_index else _reason(query, None, lexical_only=True)
-    # Both parts are >= 0: the cheaper one first, the other only when the first is short.
-    # Closeness is a max over the search's cosines once the references are measured; before
-    # that (a cold process) coverage, which needs no reference, goes first.
+    # Both parts are >= 0: the cheaper one first (closeness once its references are measured,
+    # else coverage), the other only when the first is short.
     near = None
     if "no_match_references" in index.snapshot.cache:
         near = closeness(index, query, in_index)
@@ -98,8 +80,7 @@ def _reason(query: str, held: float | None, lexical_only: bool = False) -> str:
 def _words_in_index(index: Reader, terms: np.ndarray) -> bool:
     from query.score.lexical import lexical_index
 
-    # document frequency, not lookup: a sharded index has no term rows (its lookup is the
-    # identity); its frequencies are kept per generation, so the search's own ask answers
+    # document frequency, not term rows: a sharded index has none (its df is kept per generation)
     return bool(np.any(lexical_index(index).document_frequency(terms) > 0))
 
 
@@ -141,12 +122,10 @@ def _kept(index: Reader, query: str, part: str) -> np.ndarray | None:
 
 
 def closeness(index: Reader, query: str, words: bool = True) -> float:
-    """The query's best cosine between the letters' (0) and the headings' (1) on this index.
-    A query none of whose `words` is in the index is close only past the best cosine of
-    every letter probe: random strings reach that far by chance, and on a small index (a few
-    headings) farther than a whole unit."""
+    """The query's best cosine between the letters' (0) and the headings' (1); with none of its
+    `words` in the index, close only past the best letter probe's."""
     from query.rank.search import query_vector
-    from query.score.vector import cosine_scores
+    from query.score.vector import row_dots
 
     nonsense, text, letters_best = _references(index)
     vectors = index.snapshot.vectors
@@ -154,16 +133,15 @@ def closeness(index: Reader, query: str, words: bool = True) -> float:
         return 0.0
     best = _kept_best_cosine(index, query)
     if best is None:
-        best = float(np.max(cosine_scores(vectors, query_vector(index, query))))
+        best = float(np.max(row_dots(vectors, query_vector(index, query))))
     if not words and best <= letters_best:
         return 0.0
     return max((best - nonsense) / (text - nonsense), 0.0)
 
 
 def _kept_best_cosine(index: Reader, query: str) -> float | None:
-    """The best cosine among the search's own cosines of this query, or None: an exact pass
-    holds it; an IVF pass (query.score.vector.Spread) holds it among its rescored rows, every
-    other row being capped below them."""
+    """The best cosine among the search's own cosines of this query (an IVF pass's `Spread`
+    holds it among its rescored rows), or None."""
     from query.score.vector import Spread
 
     last = index.snapshot.cache.get("last_scores")
@@ -204,9 +182,8 @@ def _headings(index: Reader) -> tuple[list[str], np.ndarray]:
 
 
 def _references(index: Reader) -> tuple[float, float, float]:
-    """Once per snapshot: the mean best cosine of the letter probes and of the headings
-    (each over the other files' sections; the span is at least SPREAD letters' deviations),
-    and the letters' largest."""
+    """Once per snapshot: the mean best cosine of the letter probes and of the headings, and the
+    letters' largest."""
     snap = index.snapshot
     found = snap.cache.get("no_match_references")
     if found is None:
@@ -223,7 +200,7 @@ def _references(index: Reader) -> tuple[float, float, float]:
 def _best_cosines(index: Reader, texts: list[str], files: np.ndarray | None = None) -> np.ndarray:
     """Each text's best first-pass cosine over every section (no feedback moved it); the
     last len(files) texts leave out the sections of their own file."""
-    from query.score.vector import cosine_scores
+    from query.score.vector import row_dots
 
     snap = index.snapshot
     vectors = snap.vectors
@@ -237,7 +214,7 @@ def _best_cosines(index: Reader, texts: list[str], files: np.ndarray | None = No
     best = np.full(len(texts), -1.0)
     if not isinstance(vectors, np.ndarray):  # a sharded index's rows answer one vector a call
         for at, vector in enumerate(asked):
-            scores = np.where(file_ids == own[at], -1.0, cosine_scores(vectors, vector))
+            scores = np.where(file_ids == own[at], -1.0, row_dots(vectors, vector))
             best[at] = float(np.max(scores))
         return best
     for first in range(0, vectors.shape[0], BLOCK_ROWS):  # one product per block of rows

@@ -1,13 +1,6 @@
-"""The excerpt of a result: the passage of the section that matched, as plain text.
-
-A section's first 300 characters are often a code fence, an HTML wrapper or an introduction
-that says nothing about the query. The excerpt is instead the window of the section (markup
-stripped, `kernel.plain_text`) holding the most distinct query terms, matched as the lexical
-index matches them (same analyzer: case, stemming, stop-words); when no term occurs (a match by
-meaning only) it is the sentence closest to the query by the embedding model, when that model
-is the local one (a remote provider would cost a request per search); else the section's start.
-The window's own lines are returned too (the result keeps the section's line range).
-"""
+"""The excerpt of a result, as plain text: the window of the section holding the most
+distinct query terms (the lexical analyzer's), else the sentence closest to the query by the
+local model, else the section's start; with the window's own lines."""
 
 from __future__ import annotations
 
@@ -153,11 +146,8 @@ def _sentence_start(text: str, at: int) -> int:
 
 
 def by_terms(section: str, first_line: int, terms: frozenset[str], limit: int = EXCERPT_CHARS):
-    """The excerpt around the query terms and whether any occurs in the section.
-
-    Stripping markup is the costly part, so a long section is stripped only around its best
-    passage, found first on the raw text (markup hides no word; a raw window is given twice
-    the room, markup included)."""
+    """The excerpt around the query terms and whether any occurs; a long section is stripped of
+    markup only around its best raw passage (stripping is the costly part)."""
     flat, ahead = _region(section, first_line, terms, limit), False
     if isinstance(flat, tuple):
         flat, ahead = flat
@@ -221,11 +211,8 @@ def excerpts(
     keys: list | None = None,
     memo: dict | None = None,
 ) -> list[Excerpt]:
-    """One excerpt per (section text, its first line). `embed` (texts -> unit vectors) picks
-    the sentence closest to the query in sections where no query term occurs. `keys` (one
-    per section) and `memo`: each such section's sentences and their vectors are kept in
-    `memo` under its key, for the next query that shows it (they do not depend on the
-    query; a text's vector does not depend on the batch it is embedded in)."""
+    """One excerpt per (section text, first line). `embed` picks the closest sentence where no
+    query term occurs; `memo` keeps those sentences and vectors under `keys`."""
     terms = query_terms(query) if query else frozenset()
     out: list[Excerpt] = []
     unmatched: list[int] = []

@@ -1,14 +1,6 @@
-"""Governed ranking: after relevance, weigh each page's declared `confidence` and `updated`.
-
-Wikis kept by agents mark pages `confidence: high` or `low` and date them; a stale `low` page
-that happens to match a query should not outrank the `authoritative` one next to it. The
-adjustment is a multiplicative factor on the relevance score (so it means the same for cosine,
-lexical and fused scores), and exact ties are broken by the newer `updated` date.
-
-It runs on the results a mode already produced, so it knows nothing about how they were
-scored; `search` only asks for a few more candidates than it returns so a lifted page that
-ranked just below the cut can still move up.
-"""
+"""Governed ranking: after relevance, a multiplicative factor from each page's `confidence`
+and `updated` frontmatter, ties broken by the newer date (docs/agents.md); and the opt-in
+recency decay."""
 
 from __future__ import annotations
 
@@ -48,9 +40,8 @@ def corpus_has_fields(index: Reader) -> bool:
 
 
 def _column_contains(column, needles: list[bytes]) -> bool:
-    """Search the string column's raw UTF-8 data buffer: a key in any page's frontmatter JSON
-    shows up as `"key":`. One bytes copy and a memchr-speed find; no per-row decoding and no
-    pyarrow.compute import on the query path. Runs once per published index."""
+    """Whether any page's frontmatter JSON holds `"key":`, by one find over the column's raw UTF-8
+    buffer (no per-row decoding, no pyarrow.compute); once per published index."""
     for chunk in column.chunks:
         data = chunk.buffers()[2]
         if data is None:
@@ -104,10 +95,8 @@ PAGE_CACHE = 50_000
 
 @dataclass(frozen=True)
 class Decay:
-    """Opt-in recency decay (`--decay`, MDVDB_SEARCH_DECAY): a page's score is multiplied by
-    0.5 ** (age / half_life), its age counted from its `field` date (frontmatter; a page
-    without one: its modified time) or its modified time, to `now`; never above 1 (a date in
-    the future is not a bonus). This is the one place a score is decayed."""
+    """Opt-in recency decay (`--decay`, MDVDB_SEARCH_DECAY): score * 0.5 ** (age / half_life), the
+    age from the `field` date or the modified time, never above 1."""
 
     half_life: float  # seconds, > 0
     now: float
@@ -149,11 +138,8 @@ def rerank(
     confidence: bool = True,
     decay: Decay | None = None,
 ) -> list[Governed]:
-    """The candidates `chunk_ids` (relevance order) re-ordered by the governed score, newer
-    `updated` first on exact ties, then relevance order. Each page's confidence factor and
-    date are read from its frontmatter once per snapshot (`page_terms`), not per candidate
-    and query: a warm search weighs mostly pages it has weighed before.
-    `confidence`: weigh by the confidence field (governing on); `decay`: by age."""
+    """The candidates re-ordered by the governed score, newer `updated` first on exact ties, then
+    relevance order. `confidence`: weigh by the confidence field; `decay`: by age."""
     if not chunk_ids:
         return []
     snap = index.snapshot
@@ -203,9 +189,8 @@ def page_dates(index: Reader, file_ids: list[int], field: str | None) -> dict[in
 
 
 def page_terms(index: Reader, file_ids: list[int]) -> dict[int, tuple[float, float]]:
-    """(confidence factor, `updated` timestamp) of each page in `file_ids` (and of the
-    pages asked before), parsed from its frontmatter on first use in this snapshot, under
-    this reader's governance settings."""
+    """(confidence factor, `updated` timestamp) of each page in `file_ids`, parsed once per
+    snapshot under this reader's governance settings."""
     import json
 
     cfg = index.config

@@ -15,7 +15,7 @@ from query.filters import Filter, candidate_mask, count_matches
 from query.rank import govern as governing
 from query.rank.collapse import Diversity
 from query.results import SearchResponse, SearchResult
-from query.score.vector import PageVectors, cosine_scores, dense_scorer, page_vectors_of, top_rows
+from query.score.vector import PageVectors, dense_scorer, page_vectors_of, row_dots, top_rows
 from query.snapshot import QueryError, query_config
 
 if TYPE_CHECKING:
@@ -26,9 +26,8 @@ BATCH_ROWS = 64  # above this many results, gather rows with one `take` per tabl
 
 
 def query_vector(index: Reader, query: str, asked: bool = True) -> np.ndarray:
-    """The query's embedding: through the provider's own query path where it has one (the
-    local encoder's, which loads no runtime), else as the provider embeds any text. `asked`
-    False: a text the ranking embeds for itself, not a user's query (MiniLM's embed_query)."""
+    """The query's embedding, through the provider's `embed_query` where it has one; `asked`
+    False: a text the ranking embeds for itself, not a user's query."""
     provider = index.provider()
     embed_query = getattr(provider, "embed_query", None)
     if embed_query is None:
@@ -66,12 +65,9 @@ def semantic_pass(allowed: np.ndarray | None, n: int) -> str:
 
 
 def semantic_scores(index: Reader, query: str, first: tuple | None = None) -> np.ndarray:
-    """Every section's cosine to the query. Unfiltered, through the int8 first pass where
-    the index has one (the best rows rescored exactly, the others capped below them, so the
-    top rows are the exact scan's; docs/benchmarks.md, "Semantic mode through the first
-    pass").
-    `first`: (filter, depth, floor) of the search; a narrow filter's rows alone are scored,
-    the others get -1."""
+    """Every section's cosine to the query; unfiltered, through the int8 first pass where there
+    is one (docs/benchmarks.md, "Semantic mode through the first pass"). `first`: (filter,
+    depth, floor); a narrow filter's rows alone are scored, the others get -1."""
     snap = index.snapshot
     matrix = snap.vectors
     n = matrix.shape[0]
@@ -83,10 +79,10 @@ def semantic_scores(index: Reader, query: str, first: tuple | None = None) -> np
     if how == "rows":
         rows = np.flatnonzero(allowed)
         scores = np.full(n, -1.0, dtype=np.float32)
-        scores[rows] = cosine_scores(matrix[rows], vector)
+        scores[rows] = row_dots(matrix[rows], vector)
         return scores
     if how == "exact":
-        return cosine_scores(matrix, vector)
+        return row_dots(matrix, vector)
     # every row's int8 estimate: the IVF lists' probe loses some of the nearest rows
     # when no lexical side adds its candidates (docs/benchmarks.md, the same section)
     scorer = dense_scorer(index, lists=False)
@@ -111,14 +107,10 @@ def search(
     decay: float = 0.0,
     decay_field: str | None = None,
 ) -> SearchResponse:
-    """`filters` (metadata) and `mask` (one boolean per chunk) restrict the candidates
-    before ranking; `total` in the response counts candidates scoring >= min_score.
-    Near-duplicate sections come back once (`collapse`), at most `per_file` sections of a
-    file (default MDVDB_SEARCH_PER_FILE); `diversity` carries both across the searches of
-    one response (query.rank.collapse). `rate`: each result's confidence
-    (query.rank.confidence), which a caller merging several searches sets itself. `decay`: a
-    recency half-life in seconds (0: none), from the `decay_field` date or the modified time
-    (query.rank.govern.Decay)."""
+    """One search. `filters` and `mask` (a boolean per chunk) restrict the candidates; `total`
+    counts those scoring >= min_score. `diversity` carries the collapse and `per_file` cap across
+    the searches of one response; `rate`: each result's confidence; `decay`: a recency half-life
+    in seconds from `decay_field` or the modified time."""
     config = index.config
     _apply_threads(config)
     limit = config.search_default_limit if limit is None else limit
@@ -210,11 +202,8 @@ def _governed(
     chosen: tuple[Diversity, int, int | None],
     weighing: tuple[bool, governing.Decay | None] = (True, None),
 ) -> list[SearchResult]:
-    """The results of a governed search. Governing re-orders the candidates; collapse and
-    the per-file cap then keep the governed best of each group (the authoritative copy, not
-    the first in path order). It reads only each candidate's score and page metadata: the
-    rows shown are materialised (headings, lines, excerpts) after it. `chosen`: the
-    diversity, the limit and the per-file cap the results are chosen by."""
+    """The results of a governed search: the governed order first, then collapse and the per-file
+    cap keep the governed best of each group. `chosen`: (diversity, limit, per-file cap)."""
     diversity, limit, per_file = chosen
     weighed = governing.rerank(index, order, scores, *weighing)
     kept = set(diversity.select([hit.chunk_id for hit in weighed], limit, per_file))
@@ -251,11 +240,8 @@ def _diverse_top(
     select=None,
     above=None,
 ) -> list[int]:
-    """The best chunk ids that repeat no near-duplicate and respect the per-file cap: rank
-    a few more candidates than wanted, and more again while collapsing leaves too few.
-    `select` (a sharded index's staged search): asked for the best rows under the filter
-    `candidates`, it fills their scores in. `above` (query.score.vector.Above): the rows of
-    `scores` that can rank, as the hybrid scoring left them."""
+    """The best chunk ids without near-duplicates, within the per-file cap, ranking more while
+    collapsing leaves too few. `select`: a sharded staged search's selection; `above`: `Above`."""
     wanted = governing.candidates(limit) if governed else limit
     fetch = _first_fetch(limit, governed, diversity)
     while True:
@@ -280,9 +266,8 @@ def _first_fetch(limit: int, governed: bool, diversity: Diversity) -> int:
 def _memo_scores(
     index: Reader, query: str, mode: str, first: tuple | None = None
 ) -> tuple[np.ndarray, dict]:
-    """mode_scores, remembering the last query of this snapshot: title-first tiers search
-    the same query twice (title documents, then the rest) with different masks. `first`:
-    (filter, depth, floor) of the first selection (`query.rank.shard_search.staged_scores`)."""
+    """mode_scores, remembering the snapshot's last query: title tiers search it twice with two
+    masks. `first`: (filter, depth, floor) of the first selection."""
     from query.score import fusion
 
     snap = index.snapshot
@@ -302,9 +287,8 @@ def _memo_scores(
 def mode_scores(
     index: Reader, query: str, mode: str, first: tuple | None = None
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Per-chunk scores for a mode, and the named components `--explain` shows. In hybrid
-    mode `lexical + semantic == fused`; `bm25` and `cosine` are the raw inputs. Lexical mode
-    never loads the embedding provider."""
+    """Per-chunk scores for a mode and the components `--explain` shows (hybrid: lexical +
+    semantic == fused). Lexical mode never loads the embedding provider."""
     from query.score.lexical import lexical_index
 
     if mode in ("lexical", "hybrid") and getattr(index.snapshot, "manifest", None) is not None:
@@ -332,6 +316,7 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
     the fusion with the cosine, the stub prior, the name part."""
     from query.score.fusion import hybrid
     from query.score.fusion_params import params_for
+    from query.score.lexical import section_lexical
 
     embedding = _embed_meanwhile(index, query)
     vectors = index.snapshot.vectors
@@ -339,7 +324,7 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
         empty = np.zeros(0, dtype=np.float32)
         return empty, {"_candidates": empty > 0}
     params = params_for(index)  # the defaults, as the index's model calls for
-    lexical = _section_lexical(index, params)
+    lexical = section_lexical(index, params.section_k1)
     bm25 = lexical.scores(query)
     page = _page_part(index, lexical, query, params)
     qvec = embedding.result() if embedding else query_vector(index, query)
@@ -360,20 +345,6 @@ def _hybrid_scores(index: Reader, query: str) -> tuple[np.ndarray, dict[str, np.
     return scores, parts
 
 
-def _section_lexical(index: Reader, params):
-    """The lexical index BM25F is scored by, once: the packed k1, or a view rescored with
-    the settings' (kept in the snapshot's cache)."""
-    from query.score.lexical import lexical_index
-
-    lexical = lexical_index(index)
-    if not params.section_k1 > 0:
-        return lexical
-    key = ("lexical_rescored", params.section_k1)
-    if key not in index.snapshot.cache:
-        index.snapshot.cache[key] = lexical.rescored(params.section_k1, 0.75)
-    return index.snapshot.cache[key]
-
-
 def _page_part(index: Reader, lexical, query: str, params):
     """Each chunk's page-level BM25 (its file's), or None when it is off or unknown."""
     if params.page_weight <= 0:
@@ -387,9 +358,8 @@ def _page_part(index: Reader, lexical, query: str, params):
 
 
 def _with_stub_prior(index: Reader, lexical, fused, params):
-    """(fused, above): the stub prior applied (query.rank.stubs), and the rows of the fused
-    scores above the stub selection's cut (query.score.vector.Above), from which the name
-    pool and the final ranking select again (every later change is at rows it names)."""
+    """(fused, above): the stub prior applied (query.rank.stubs), and the rows above the stub
+    selection's cut, which the name pool and the final ranking select from."""
     if not (params.stub_length > 0 and params.stub_weight > 0):
         return fused, None
     from query.score.fusion import with_stub_prior
@@ -408,9 +378,8 @@ def _with_stub_prior(index: Reader, lexical, fused, params):
 
 
 def _fused_parts(fused, bm25, cosine, page, feedback=None) -> dict[str, np.ndarray]:
-    """The components `--explain` shows, in their order. With an RM3 round (`feedback`,
-    query.score.fusion.Feedback), `lexical` is the query's own words and `feedback` what the
-    expansion terms added: feedback is never shown as evidence of the query's words."""
+    """The components `--explain` shows, in order; after RM3, `feedback` is what the expansion
+    terms added, never shown as the query's own words."""
     parts = {"lexical": fused.lexical, "semantic": fused.semantic}
     if feedback is not None:
         parts = dict(zip(("lexical", "feedback"), feedback.parts(fused.lexical), strict=True))
@@ -432,7 +401,8 @@ def _with_name_part(index: Reader, query: str, fused, parts: dict, above, params
 
     scores = fused.scores
     chunk_files = index.snapshot.chunk_file_ids
-    pool = distinct(chunk_files[_name_pool(fused.scores, above)])[0]
+    best = top_rows(fused.scores, NAME_POOL, positive=True, above=above)
+    pool = distinct(chunk_files[best])[0]
     named = np.zeros(int(chunk_files[-1]) + 1 if len(chunk_files) else 0, dtype=bool)
     named[pool[name_files(index.snapshot, query, pool)]] = True
     if named.any():
@@ -442,22 +412,10 @@ def _with_name_part(index: Reader, query: str, fused, parts: dict, above, params
     return scores, parts, above
 
 
-def _name_pool(scores: np.ndarray, above=None) -> np.ndarray:
-    """The NAME_POOL best sections (`query.score.fusion.best`; `above`:
-    query.score.vector.Above)."""
-    from query.score.vector import top_rows
-
-    return top_rows(scores, NAME_POOL, positive=True, above=above)
-
-
 def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
-    """(the name part, scores + it, the rows it raised): `weight` on each section of a
-    `named` file. A file's sections are contiguous rows, so they are found by binary search
-    in the file ids, not by a pass over every row (unless they do not ascend)."""
+    """(the name part, scores + it, the rows it raised): `weight` on each section of a `named`
+    file, found by binary search in the file ids (a file's chunks are contiguous, in file order)."""
     chunk_files = snap.chunk_file_ids
-    if not _files_ascend(snap):
-        part = (np.float32(weight) * named[chunk_files]).astype(np.float32)
-        return part, scores + part, np.flatnonzero(part)
     files = np.flatnonzero(named)
     begin = np.searchsorted(chunk_files, files, side="left")
     end = np.searchsorted(chunk_files, files, side="right")
@@ -469,19 +427,9 @@ def _name_part(snap, named: np.ndarray, scores: np.ndarray, weight: float):
     return part, scores, rows
 
 
-def _files_ascend(snap) -> bool:
-    """Whether each chunk's file id is >= the previous one's (once per snapshot)."""
-    found = snap.cache.get("chunk_files_ascend")
-    if found is None:
-        files = snap.chunk_file_ids
-        found = snap.cache["chunk_files_ascend"] = bool(np.all(files[1:] >= files[:-1]))
-    return found
-
-
 def _embed_meanwhile(index: Reader, query: str):
-    """The query's embedding started on the second core while BM25 is scored, for a warm
-    process whose query embedder is an encoder (its `embed_query` releases the GIL); None
-    otherwise (a cold search's provider is not loaded yet; a static model's embedding is cheap)."""
+    """The query's embedding begun on the second core while BM25 is scored, for a warm encoder
+    (its `embed_query` releases the GIL); else None."""
     provider = index.loaded_provider
     if getattr(provider, "embed_query", None) is None:
         return None
@@ -498,10 +446,8 @@ def build_results(
     query: str | None = None,
     mode: str | None = None,
 ) -> list[SearchResult]:
-    """Materialise only the chosen rows: the rest of the index is never decoded. A few rows
-    go row by row through the columns, not `Table.take`, which imports pyarrow.compute (dear
-    on a cold start); many rows are one `take` per table, which is faster then.
-    Excerpts are the passages that matched `query` (query.rank.excerpt)."""
+    """Materialise only the chosen rows: a few row by row (`Table.take` imports pyarrow.compute,
+    dear on a cold start), many with one `take` per table."""
     snap = index.snapshot
     if not order:
         return []
@@ -558,10 +504,8 @@ def build_results(
 
 
 def _excerpts(index: Reader, sections: list[tuple[str, int]], query: str | None, mode, rows):
-    """The matched passage of each section (`rows`: their chunk ids); by meaning (closest
-    sentence) only with the local static model, whose vectors cost microseconds: an encoder
-    or a remote provider would make every search slower or cost a request. The sentences
-    of a section matched by meaning, and their vectors, are kept per snapshot."""
+    """The matched passage of each section; by meaning only with the local static model, whose
+    vectors cost microseconds. Sentences and their vectors are kept per snapshot."""
     from query.rank.excerpt import excerpts
 
     config = query_config(index.snapshot.meta, index.config)  # an upgrade's static stage

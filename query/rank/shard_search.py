@@ -1,8 +1,6 @@
 """A staged lexical or hybrid search over shards: the router computes the corpus-wide numbers
-in rounds, the shards score their own rows and send back only their best ones, ties merged by
-(score, global row), so answers are the one-file ones bit for bit (docs/scale-out.md, "What
-is built", lists the rounds). Shards in this process's threads, `--mode semantic` and the
-options the rounds do not cover take the per-chunk path of query.shards.reader."""
+in rounds, each shard scores its rows and sends only its best, ties merged by (score, global
+row): the one-file answers (docs/scale-out.md, "What is built", lists the rounds)."""
 
 from __future__ import annotations
 
@@ -20,36 +18,28 @@ from query.shards.stages import encode_mask, first_scores, mixed_lexical
 __all__ = ["staged_scores"]
 
 
-# Shards in this process's threads take the per-chunk path, the faster one without a network
-# (docs/benchmarks.md, "Sharded reads, third round"); bench/scaleout.py sets this to time
-# the rounds shard by shard.
+# Shards in this process's threads take the per-chunk path, faster without a network
+# (docs/benchmarks.md, "Sharded reads, third round"); tests and bench/scaleout.py set this.
 IN_PROCESS = False
 
 
 def staged_scores(
     index, query: str, mode: str, vector, name_pool: int, first: tuple | None = None
 ) -> tuple[np.ndarray, dict] | None:
-    """(scores, parts) as `query.rank.search.mode_scores` returns them, with a `_select` part
-    that answers the best rows under a filter (`Selection`); None where the per-chunk path
-    must answer (not a sharded index, an option this does not cover, shards out of the
-    one-file order). `vector()`: the query's embedding; `name_pool`: the best rows
-    whose pages the name test reads (query.rank.search); `first`: the (filter, depth, floor)
-    the caller will ask `_select` for first, which a lexical query answers in its one
-    round."""
+    """(scores, parts) of a sharded index's lexical or hybrid `mode` as `mode_scores` returns
+    them, with a `_select` part (`Selection`); None where the per-chunk path of
+    query.shards.reader answers. `vector()`: the query's embedding; `first`: the (filter,
+    depth, floor) asked first, which a lexical query answers in one round."""
     snap = index.snapshot
-    if getattr(snap, "manifest", None) is None or not hasattr(snap, "order"):
-        return None
     if not snap.route and not IN_PROCESS:
         return None  # shards in this process's threads: nothing crosses a network
     if not _in_order(snap) or not len(snap.chunk_file_ids):
         return None
     if mode == "lexical":
         return _lexical(index, query, first)
-    if mode == "hybrid":
-        from query.score.fusion_params import params_for
+    from query.score.fusion_params import params_for
 
-        return _hybrid(index, query, params_for(index), vector, name_pool)
-    return None
+    return _hybrid(index, query, params_for(index), vector, name_pool)
 
 
 def _in_order(snap) -> bool:
@@ -74,10 +64,8 @@ class Staged:
         self.history: list[tuple[str, list[dict]]] = []  # the rounds so far, but `final`
 
     def round(self, step: str, args: dict | list[dict]) -> list[dict]:
-        """One step on every shard at once (one request per shard group). A shard that
-        lost the query's arrays (too many queries at once, or a replica that took over
-        from one that died) makes every shard rebuild them from the rounds so far: one
-        more round trip, the same answer."""
+        """One step on every shard at once. A shard that lost the query's arrays makes every shard
+        rebuild them from the rounds so far: one more round trip, the same answer."""
         given = args if isinstance(args, list) else [args] * len(self.parts)
         try:
             answers = call_each(self.parts, "stage", [(self.session, step, a) for a in given])
@@ -94,9 +82,8 @@ class Staged:
     def merge(
         self, answers: list[dict], k: int, key: str | None = None, extra: tuple[str, ...] = ()
     ) -> tuple:
-        """The k best (global rows, values, *extra) of the shards' best rows, by score,
-        then global row descending (`query.score.vector.top_rows`); `extra`: values the shards
-        sent along with their rows."""
+        """The k best (global rows, values, *extra) of the shards' best rows, by score then
+        global row descending; `extra`: values sent along with the rows."""
         got = [a[key] if key else a for a in answers]
         got = [(i, g) for i, g in enumerate(got) if g is not None and len(g["rows"])]
         if not got:
@@ -114,9 +101,8 @@ class Staged:
 
 
 class Selection:
-    """The final round, asked for again per filter and depth: `query.rank.search` calls it for
-    the best `fetch` rows under a filter (title tiers and a growing collapse ask again,
-    each one round), and it fills their scores and parts into the one-file arrays."""
+    """The final round, asked per filter and depth for the best `fetch` rows; it fills their
+    scores and parts into the one-file arrays."""
 
     def __init__(self, staged: Staged, final: list[dict]):
         n = len(staged.snap.chunk_file_ids)
@@ -213,21 +199,16 @@ def _lexical(index, query: str, first: tuple | None):
 
 
 def _hybrid(index, query: str, params, vector, name_pool: int):
-    from query.score.lexical import lexical_index
+    from query.score.lexical import page_lengths_of, section_lexical
     from query.score.vector import dense_scorer
 
     snap = index.snapshot
-    lexical = lexical_index(index)
-    if params.section_k1 > 0:
-        key = ("lexical_rescored", params.section_k1)
-        if key not in snap.cache:
-            snap.cache[key] = lexical.rescored(params.section_k1, 0.75)
-        lexical = snap.cache[key]
+    lexical = section_lexical(index, params.section_k1)
     terms, page_df = _terms(lexical, query, pages=params.page_weight > 0)
     n_files = int(snap.chunk_file_ids[-1]) + 1
     page = None
     if params.page_weight > 0:
-        _, avg = lexical._page_lengths(n_files)
+        _, avg = page_lengths_of(lexical, n_files)
         page = {
             "hashes": terms["hashes"],
             "counts": terms["weights"].astype(np.int64),
@@ -394,9 +375,8 @@ class _HybridRounds:
         return mix, _mixed_max(answers, mix)
 
     def _stub_and_pool(self, answers: list[dict], stub: dict | None, names: int):
-        """(the best rows whose pages the name test reads, or None; the stub prior each
-        shard's final round applies): from the `fuse` round's answers, with the `stub`
-        round when a row outside the candidates may be in the pool."""
+        """(the name test's pool or None, each shard's stub prior) from the `fuse` round, with a
+        `stub` round when a row outside the candidates may be in the pool."""
         from query.rank.stubs import CANDIDATES, record_rows
 
         staged = self.staged
@@ -428,9 +408,8 @@ class _HybridRounds:
 
 
 def _first_bound(dense: list[dict], first: dict) -> float | None:
-    """A value the first fused ranking's k-th best reaches: the k-th best of the rows the
-    dense round answered (their BM25F and cosine came with them), scored as the shards
-    score every row (`shard_stages.first_scores`); None when fewer than k score."""
+    """A value the first fused ranking's k-th best reaches, from the rows the dense round
+    answered; None when fewer than k score."""
     values = [
         first_scores(
             np.asarray(a["bm25"]),
@@ -478,12 +457,8 @@ def _pool_after_stub(
     names: int,
     candidates: int,
 ) -> np.ndarray | None:
-    """The `names` best rows after the stub prior, from the fused ranking's best
-    `candidates` alone (`rows`, `values`, best first; `cut`: those the prior scales down,
-    `length`: their pages' lengths), with the shards' arithmetic (`with_stub_prior`); None
-    when a row outside the candidates could be among them (then a round asks the shards).
-    Every other row ranks below the last candidate and the prior leaves it alone: the
-    pool is known when its last row still ranks above that, or no other row is positive."""
+    """The `names` best rows after the stub prior, from the best `candidates` alone; None when a
+    row outside them could be among them (then a round asks the shards)."""
     from query.score.fusion import Fused, with_stub_prior
 
     at = np.flatnonzero(cut)

@@ -1,12 +1,6 @@
-"""Stub pages: which short pages have no body, only a title and a line or two of text.
-
-A catalogue record ("# Title / Authors: … / Published: …") and a tldr page of two examples
-are both short; only the first is a stub. The difference a reader sees is structure: the
-command page has list items and code, the record is a title and plain lines. The stub prior
-(query.score.fusion.with_stub_prior) applies only to short pages whose sections are records
-in this sense. The test reads a section's text, so it runs only on
-the best candidates of a query and is remembered per snapshot.
-"""
+"""Stub pages: short pages that are only a title and `Label: value` lines (a catalogue
+record), not list items or code (a tldr page); the stub prior (query.score.fusion) applies to
+them. The test reads text, so it runs on a query's best candidates, remembered per snapshot."""
 
 from __future__ import annotations
 
@@ -41,12 +35,9 @@ def stub_rows(
     stub_length: float,
     seen: list | None = None,
 ) -> np.ndarray:
-    """The sections the stub prior applies to: among the query's best `CANDIDATES`, those of
-    a page shorter than `stub_length` whose text is a record. Other short sections are left
-    alone: outside the best candidates the prior would not change what is shown. Which
-    sections are short, and each verdict, are kept per snapshot, so a warm query pays one
-    partial sort and the texts it has not seen.
-    `seen`: `query.score.vector.top_rows`' (the rows above its cut, for the next selections)."""
+    """The sections the stub prior applies to: among the query's best `CANDIDATES`, those of a
+    page shorter than `stub_length` whose text is a record (verdicts kept per snapshot).
+    `seen`: as `query.score.vector.top_rows` takes it."""
     snap = index.snapshot
     key = ("stub_short", float(stub_length))
     short = snap.cache.get(key)

@@ -1,13 +1,6 @@
-"""Title-first tiers (the `kb-search` behaviour): documents whose title or an alias
-contains every word of the query come first, one entry each (their best section); content
-matches follow, the other sections of those documents included.
-
-A title match is found over the whole candidate set, not only among the best-scoring
-sections, so an exact title is never lost below the cap: two masked searches (title
-documents, then the rest) instead of one re-sorted list. A query word matches, case-
-insensitively, where a word of the title begins ("archive" in "Archives", "tar" not in
-"start"; anywhere in Chinese, Japanese and Korean text), on texts lowered once per snapshot.
-"""
+"""Title-first tiers: documents whose title or an alias holds every query word come first,
+one entry each, then content sections (theirs included). Two masked searches, so an exact
+title is never lost below the cap (docs/search-quality.md, "What each mode does")."""
 
 from __future__ import annotations
 
@@ -74,9 +67,8 @@ def tiered_search(
     decay: float = 0.0,
     decay_field: str | None = None,
 ) -> TieredResponse:
-    """Up to `limit` results: best section of each title document, then content sections.
-    `mask` (one boolean per chunk) restricts the candidates as `filters` do; the other
-    options are `query.rank.search.search`'s. Both searches read one snapshot."""
+    """Up to `limit` results: the best section of each title document, then content sections;
+    the options are `query.rank.search.search`'s. Both searches read one snapshot."""
     # what every search of the response shares (its confidence is rated once, at the end)
     shown = {"min_score": min_score, "mode": mode, "explain": explain, "govern": govern}
     shown |= {"decay": decay, "decay_field": decay_field, "rate": False}
@@ -123,10 +115,8 @@ def tiered_search(
             titled_files = snap.chunk_file_ids[candidates & titled]
             title_total = len(np.unique(titled_files, return_counts=True)[0])
         first = first[:limit]
-        # The content tier is every other candidate section, the other sections of a title
-        # document included: a page titled "Kubernetes Guide" keeps its matching sections. Its
-        # title hit stands for the page, so it does not use up the page's per-file cap (duplicate
-        # groups it showed stay used). With one section a file (`--files`) the page is listed.
+        # The content tier is every other candidate section, a title document's included; its
+        # title hit does not use up the page's per-file cap (unless `--files`: one a file).
         if diversity.per_file != 1:
             diversity.file_counts.clear()
         rest_mask = candidates.copy()
@@ -162,10 +152,8 @@ def _repeated_block(
     cluster: int | None,
     shown: dict[str, Any],
 ) -> list[tuple[str, SearchResult]]:
-    """The best boilerplate section holding every word of the query, when no other
-    candidate section holds them all (the honest answer: the words are only in a block
-    repeated in many files); else nothing. `shown`: the search's min_score, mode, explain
-    and govern."""
+    """The best boilerplate section holding every query word, when no other candidate does;
+    else nothing. `shown`: the search's min_score, mode, explain and govern."""
     boilerplate = diversity.boilerplate
     if boilerplate is None:
         return []

@@ -1,13 +1,6 @@
-"""Words of a query in titles and file names, over texts lowered once per snapshot.
-
-A file's titles are its title (frontmatter `title`, else its first H1, else its file name)
-and its frontmatter aliases; other headings are not titles (a template's `## MOC` in sixty
-notes does not make them the note aliased "MOC"). Title-first tiers (`query.rank.tiers`) ask
-which files a title of contains every word of the query; hybrid ranking (`query.rank.search`)
-asks which of its best files the query names.
-A query word matches, case-insensitively, where a word of the title begins ("archive" in
-"Archives", "tar" not in "start"; anywhere in Chinese, Japanese and Korean text).
-"""
+"""Words of a query in titles and file names, over texts lowered once per snapshot. A file's
+titles are its title and its aliases; a query word matches where a title word begins
+("archive" in "Archives", "tar" not in "start"; anywhere in CJK text)."""
 
 from __future__ import annotations
 
@@ -42,9 +35,7 @@ def query_words(query: str) -> list[str]:
 
 
 def title_files(snapshot: Snapshot, words: list[str]) -> np.ndarray:
-    """One boolean per file: its title contains every word, or one of its aliases every
-    word that is not a stop word (an alias is a short name: "what is a MOC" names the note
-    aliased "MOC")."""
+    """One boolean per file: its title holds every word, or an alias every non-stop word."""
     from kernel.text_analysis import STOP_WORDS
 
     titles, aliases, alias_files = _lowered(snapshot)
@@ -60,13 +51,8 @@ def title_files(snapshot: Snapshot, words: list[str]) -> np.ndarray:
 
 @dataclass(eq=False, repr=False)
 class _Lowered:
-    """A column's texts lowered (links reduced to their text) as one string, with the
-    character span of each row.
-
-    One `str.lower()` over the column's whole UTF-8 buffer, with row bounds counted in NumPy,
-    not a Python call per row, keeps a cold search cheap. A word is found with `str.find` and
-    mapped to its row by binary search; a match that runs past its row's end is not a match.
-    """
+    """A column's texts lowered (links as their text) as one string, with each row's span: one
+    `str.lower()` over the whole buffer keeps a cold search cheap."""
 
     text: str
     starts: np.ndarray  # character position where each row begins
@@ -142,14 +128,9 @@ NAME_MAX_GRAM = 3  # names of up to this many words ("git branch", "ray start")
 
 
 def name_files(snapshot: Snapshot, query: str, files: np.ndarray) -> np.ndarray:
-    """Which of `files` the query names: the whole title, or the file stem, is a run of the
-    query's words (`tar` for "extract a tar archive", `git-branch.md` for "create a git
-    branch"), or the last dotted part of the title is (`ray.data.Dataset.map_batches` for
-    "map_batches"). A run must hold a word that is not a stop word, and a run inside a longer
-    one that names a page does not count on its own ("git" in "create a git branch").
-    Only `files` are looked at (the best-scoring ones): a Python check of a few hundred
-    titles, whose names are kept per snapshot once asked (`_names`). Returns one boolean
-    per entry of `files`."""
+    """Which of `files` the query names: the title, the file stem or the title's last dotted part
+    is a run of query words holding a non-stop word, not inside a longer matching run
+    (docs/search-quality.md, "What each mode does"). One boolean per entry of `files`."""
     from kernel.text_analysis import words as terms
 
     found = np.zeros(len(files), dtype=bool)
@@ -183,10 +164,8 @@ NAMES_KEPT = 50_000
 
 
 def _names(snapshot: Snapshot):
-    """file ids -> each file's names as `name_files` tries them: its title, the last dotted
-    part of the title (None without a dot), its file stem, its aliases; lowered. They do not
-    depend on the query: kept per snapshot for the files asked (a warm search checks the pages
-    of its best sections, mostly ones it has checked before)."""
+    """file ids -> each file's lowered names (title, last dotted part, stem, aliases), kept per
+    snapshot for the files asked."""
     kept = snapshot.cache.get("page_names")
     if kept is None or len(kept) > NAMES_KEPT:
         kept = snapshot.cache["page_names"] = {}
@@ -210,12 +189,9 @@ def _names(snapshot: Snapshot):
 
 
 def _path_lowering(snapshot: Snapshot):
-    """file id -> its path lowered, as `_lowered_paths` has it. The snapshot's first name
-    query lowers only the paths it looks at (a one-shot search needs a few of them); later
-    ones lower the whole column once. A path alone lowers as its slice of the
-    lowered column, as `tests/test_cold_start.py` checks: a capital sigma is the one
-    character whose lower case depends on its neighbours (across rows in the column), so a
-    path holding one is read from the column."""
+    """file id -> its path lowered, as `_lowered_paths` has it: the first query lowers only the
+    paths it reads. A capital sigma lowers by its neighbours, so such a path is read from the
+    column (`tests/test_cold_start.py`)."""
     seen = snapshot.cache.get("name_queries", 0)
     snapshot.cache["name_queries"] = seen + 1
     found = snapshot.cache.get("tiers_paths")

@@ -1,28 +1,7 @@
-"""Hybrid fusion: calibrated score fusion of BM25F and the dense cosine, with feedback.
-
-Plain reciprocal-rank fusion throws the score gaps away and lost to BM25 alone
-(docs/search-quality.md, "How the fusion was chosen"). Here each side is normalised onto
-[0, 1] and mixed with a fixed dense weight `w`:
-
-    lexical part  = (1 - w) * bm25 / max(bm25)
-    semantic part = w * clip((cos - floor) / (max(cos) - floor), 0, 1)
-    fused         = lexical part + semantic part
-
-`floor` is the cosine of the `pool`-th best chunk, so the semantic side is spread over the
-candidates that matter, not over the whole corpus (whose worst cosines would squash every
-plausible candidate into the top of the range).
-
-Then one round of pseudo-relevance feedback on both sides, from the first fused ranking:
-- lexical (RM3): the `feedback_terms` heaviest terms of the top `feedback_chunks` chunks
-  (weighted by p(term | chunk) and the chunk's fused score) are scored as a second query, and
-  mixed in: bm25' = (1 - λ) * bm25 / max + λ * expansion / max;
-- dense (Rocchio): q' = q + β * mean(vectors of the `dense_feedback_chunks` best BM25F chunks).
-The final score fuses bm25' and cos(q') as above. `--explain` shows the two parts, which add up
-to the fused score by construction, and the raw first-pass `bm25` and `cosine`.
-
-How the settings were chosen: docs/search-quality.md, "How the fusion was chosen" and "The
-rule: leave one set out, lose nowhere".
-"""
+"""Hybrid fusion: BM25F and the dense cosine, each normalised onto [0, 1] and mixed with a
+dense weight, with one round of pseudo-relevance feedback on both sides (RM3, Rocchio), page
+evidence, the stub prior. The formulas and how they were chosen: docs/search-quality.md,
+"What each mode does" and "How the fusion was chosen"."""
 
 from __future__ import annotations
 
@@ -52,16 +31,12 @@ class FusionParams:
     name_weight: float = 0.3  # ν: added to sections of a page whose title/stem the query names
     page_k1: float = 1.2  # BM25 k1 of the page-level score
     page_b: float = 0.75  # BM25 b of the page-level score (length normalisation of pages)
-    # ρ: page-level evidence on the dense side: each section's cosine becomes
-    # (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector) (0: off)
+    # ρ: a section's cosine mixed with its page's mean vector's (0: off)
     page_dense_weight: float = 0.5
-    # section-level BM25F k1; 0 = as packed into the index (recomputed in memory from the
-    # index's tf and lengths when set)
+    # section-level BM25F k1; 0 = as packed into the index
     section_k1: float = 1.5
-    # stub pages: a record page (query.rank.stubs: a title and `Label: value` lines only, a
-    # catalogue entry) whose indexed length is under `stub_length` scores
-    # x (1 - stub_weight * (1 - length / stub_length)) (0: off): records rarely answer
-    # (docs/search-quality.md, "CACM round 5, dense side and priors")
+    # stub prior (query.rank.stubs): a record page under `stub_length` words scores
+    # x (1 - stub_weight * (1 - length / stub_length)) (0: off)
     stub_length: float = 40.0
     stub_weight: float = 0.4
 
@@ -115,9 +90,8 @@ def normalised_lexical(lexical: np.ndarray) -> np.ndarray:
 def normalised_semantic(
     semantic: np.ndarray, pool: int, support: np.ndarray | None = None
 ) -> np.ndarray:
-    """`support` (query.score.vector.DenseScorer.support): rows holding the best values, every
-    other row at most their lowest; then the top and the floor are read from them alone
-    (the same values, no pass over n rows), and only they can score above 0."""
+    """`support` (DenseScorer.support): the rows holding the best values, every other row at
+    most their lowest; the top and the floor are read from them alone."""
     if len(semantic) == 0:
         return semantic
     sparse = _sparse_semantic(semantic, pool, support)
@@ -157,10 +131,8 @@ def _sparse_semantic(
 
 
 class Scaled:
-    """A fused part as `--explain` reads it: `base` (an n-length array), or `values` at
-    `rows` and 0 elsewhere, times each of `factors` in turn. Each product is the float32 one
-    the whole array would get (the same bits), but computed only at the rows read, so
-    rescaling a part costs no pass over n rows. `np.asarray` gives the whole array."""
+    """A fused part as `--explain` reads it: `base`, or `values` at `rows` (0 elsewhere), times
+    each of `factors`, computed only at the rows read (the whole array's bits)."""
 
     __array_ufunc__ = None  # no silent arithmetic: scalars multiply it, callers read rows
 
@@ -254,14 +226,8 @@ def hybrid(
     pages=None,
     dense: DenseScorer | None = None,
 ) -> tuple[Fused, np.ndarray]:
-    """The hybrid ranking with feedback; returns it and the first-pass cosines.
-
-    The dense feedback chunks are the BM25F top ones, so the moved query's cosines follow by
-    linearity from one more matrix-vector product: cos(q') ∝ cos(q) + β·(v · c), c the mean
-    of the feedback vectors (the common factor 1/|q + β·c| does not change a min-max
-    normalised score). `dense` scores both directions (query.score.vector: exact, or an int8
-    pass rescored exactly); by default an exact scorer over `vectors`.
-    """
+    """The hybrid ranking with feedback, and the first-pass cosines. The moved query's cosines
+    follow by linearity from one more product; `dense` scores both directions (default: exact)."""
     params = params or PARAMS
     dense = dense or DenseScorer(vectors)
     if isinstance(dense, DenseScorer):  # (a sharded scorer hands back arrays)
@@ -280,9 +246,7 @@ def hybrid(
     elif params.dense_feedback_weight:
         dense_top = best(bm25, k)
     direction = vectors[dense_top].mean(axis=0) if len(dense_top) else None
-    # Page-level evidence (`pages`, query.rank.search.PageVectors: pages of several sections) is
-    # mixed in by the scorer: (1 - ρ) * cos(q, section) + ρ * cos(q, its page's mean vector);
-    # a one-section page's cosine is its section's, so mixing leaves it as it is.
+    # Page-level evidence (`pages`: pages of several sections) is mixed in by the scorer.
     rho = params.page_dense_weight if pages is not None else 0.0
     if rho > 0 and dense.pages is None:
         from query.score.vector import PageSide
@@ -324,9 +288,8 @@ def hybrid(
 
 
 def _expands(params: FusionParams) -> bool:
-    """Whether the RM3 round runs, also when no query word is in any section (skipping it
-    then cost NFCorpus: docs/search-quality.md, "An honest empty answer"). It is never
-    evidence of a match: query.rank.evidence reads the query's own words and cosine."""
+    """Whether the RM3 round runs, also when no query word is in any section
+    (docs/search-quality.md, "An honest empty answer"); it is never evidence of a match."""
     return params.feedback_weight > 0 and params.feedback_terms > 0
 
 
@@ -340,8 +303,7 @@ def _rm3(lexical_index, found, params: FusionParams, sides):
     lam = np.float32(params.feedback_weight)
     split = Feedback(lexical_index, bm25, rows, weights, lam)
     if page is not None and params.page_weight > 0:
-        # BM25F's maximum is the first of `also` (its best rows, best first; none:
-        # no row scores above 0)
+        # BM25F's maximum is the first of `also` (its best rows; none: no row scores > 0)
         most = None if also is None else bm25[also[:1]].max(initial=0)
         blended = _blended(bm25, expansion, lam, semantic, params, support, page, most)
         if blended is not None:
@@ -362,10 +324,8 @@ def _rm3(lexical_index, found, params: FusionParams, sides):
 
 class Feedback:
     """How the RM3 round mixed into the lexical part, to tell `--explain`'s `lexical` (the
-    query's own words) from its `feedback` (the expansion terms): the lexical part at a row is
-    L = c * ((1 - λ) b / max b + λ e / max e), whatever later scales it, so the query's words
-    are the share (1 - λ) b / max b of the sum. The expansion `e` is scored again on first
-    use: only `--explain` reads it."""
+    query's words, the share (1 - λ) b / max b) from its `feedback`; the expansion is rescored on
+    first use."""
 
     def __init__(self, lexical_index, bm25: np.ndarray, rows, weights, lam) -> None:
         self.lexical_index, self.bm25, self.rows, self.weights = lexical_index, bm25, rows, weights
@@ -415,9 +375,8 @@ class SplitPart:
 
 # Rows per block of `_blended` (a few arrays of it stay in the core's cache).
 BLOCK = 65_536
-# `_blended`'s two passes are split over threads in pieces of at least this many rows:
-# smaller ones cost more to hand over than they save (docs/benchmarks.md, "Session 11:
-# search threads on idle cores").
+# The least rows of a piece of `_blended` handed to another thread (docs/benchmarks.md,
+# "Session 11: search threads on idle cores").
 PARALLEL_FUSION_ROWS = 262_144
 
 
@@ -431,10 +390,8 @@ def _blended(
     page: PerFile,
     top_bm25: float | None = None,
 ) -> Fused | None:
-    """`with_page(fuse(mix of bm25 and expansion, semantic), page)`, block by block: the same
-    float32 operations on each row in the same order (the same bits), each block through all
-    of them while it is in the cache. None when the semantic part is not sparse (then the
-    plain path). `expansion` is the caller's own: it ends holding the lexical part."""
+    """`with_page(fuse(mix of bm25 and expansion, semantic), page)` block by block, the same bits;
+    None when the semantic part is not sparse. `expansion` ends holding the lexical part."""
     sparse = _sparse_semantic(semantic, params.pool, support)
     if sparse is None:
         return None
@@ -449,8 +406,7 @@ def _blended(
     top_expansion = float(expansion.max()) if n else 0.0
     one_minus_lam = 1 - lam
     lexical = expansion  # (1 - λ) bm25 / max + λ expansion / max, in place
-    # Every row is computed on its own: the blocks run on every core at once
-    # (query.score.second_core), each piece of rows a block at a time.
+    # Every row is its own: the blocks run on every core at once (query.score.second_core).
     pieces = row_ranges(n, PARALLEL_FUSION_ROWS)
 
     def mix(piece: tuple[int, int]) -> float:
@@ -513,17 +469,14 @@ def _blended(
     )
 
 
-# `_blended` adds the page part only at the rows of the pages that have one when there are
-# at most 1 / PAGE_FILES_SHARE as many such pages as rows (finding a page's rows is two
-# bisections: over that, one gather of all n rows costs less).
+# `_blended` finds the rows of pages with a page part by bisection while such pages are at
+# most 1 / PAGE_FILES_SHARE of the rows; past that, one gather of all n rows is cheaper.
 PAGE_FILES_SHARE = 256
 
 
 def _page_rows(part: np.ndarray, files: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The rows (ascending) whose per-file `part` is not 0, and that part at each: a file's
-    chunks are contiguous and their file ids ascend (query.score.lexical's page postings read
-    them so), so each such file's rows are one range, found by bisection. None when there
-    are too many such files (then a gather of every row is cheaper)."""
+    """The rows (ascending) whose per-file `part` is not 0, and that part at each, by bisection
+    over the ascending file ids; None when too many files have one."""
     if part.dtype != np.float32:
         return None
     bits = part.view(np.uint32)  # (not 0 as bits: -0.0 too, which adds nothing either)
@@ -541,13 +494,8 @@ def _page_rows(part: np.ndarray, files: np.ndarray, n: int) -> tuple[np.ndarray,
 
 
 def _scored(lexical_index, like: np.ndarray, rows: np.ndarray, weights: np.ndarray):
-    """The expansion terms' scores in a fresh array (query.score.lexical.LexicalIndex writes the
-    first term instead of adding it to zeros; a sharded view adds as it always did)."""
-    from query.score.lexical import LexicalIndex
-
-    if isinstance(lexical_index, LexicalIndex):
-        return lexical_index.add_terms(np.zeros_like(like), rows, weights, zero=True)
-    return lexical_index.add_terms(np.zeros_like(like), rows, weights)
+    """The expansion terms' scores, in a fresh array."""
+    return lexical_index.add_terms(np.zeros_like(like), rows, weights, zero=True)
 
 
 def _first_best(
@@ -559,13 +507,8 @@ def _first_best(
     complete: bool,
     k: int,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """`best(fuse(bm25, cosine).scores, k)` and those scores, from candidates alone: the rows
-    the dense scorer rescored (`support`: the only ones whose semantic part is not 0) and the
-    best BM25F rows (`top`, `best(bm25, m)`: best first; `complete` when it holds every
-    positive one). Any other row's fused score is its lexical part alone, at most that of the
-    last of `top` (the same float32 operations on a lower or equal BM25F round no higher);
-    so when the k-th candidate scores strictly above that, no other row can enter. None
-    when that does not hold (the caller then fuses all n rows)."""
+    """`best(fuse(bm25, cosine).scores, k)` and those scores from the candidates alone (`support`
+    and BM25F's `top`), when the k-th candidate beats every other row's lexical bound; else None."""
     from query.score.vector import ranked_rows
 
     held = cosine[support]
@@ -605,9 +548,8 @@ def with_stub_prior(
     rows: np.ndarray,
     owned: bool = False,
 ) -> Fused:
-    """Scale down the sections `rows` of stub pages (query.rank.stubs; `page_length`: their
-    pages' lengths): a page with under `stub_length` indexed words rarely answers. The cut
-    is its own part (`stub`, <= 0), so `--explain` still adds up."""
+    """Scale down the sections `rows` of stub pages (query.rank.stubs) as their own part
+    (`stub`, <= 0), so `--explain` still adds up."""
     short = np.clip(page_length / np.float32(params.stub_length), 0.0, 1.0)
     factor = np.float32(1) - np.float32(params.stub_weight) * (np.float32(1) - short)
     # x + 0 is x: only the cut rows change (in place when handed over)
@@ -640,9 +582,8 @@ def _mixed_part(signal: np.ndarray, weight: float) -> tuple[np.float32, np.ndarr
 
 @dataclass(frozen=True)
 class PerFile:
-    """One value per chunk held per file (chunk i's is `values[files[i]]`): the page-level
-    BM25 as fusion reads it, normalised and weighted per file rather than per chunk (the same
-    operations on the same values: the same bits); `np.asarray` gives the per-chunk array."""
+    """One value per chunk held per file (chunk i's is `values[files[i]]`): the page BM25 as
+    fusion reads it, the same bits; `np.asarray` gives the per-chunk array."""
 
     values: np.ndarray
     files: np.ndarray
@@ -659,14 +600,11 @@ class PerFile:
 
 
 def with_page(fused: Fused, page: PerFile, weight: float, owned: bool = False) -> Fused:
-    """Mix page-level evidence (one BM25 score per chunk: its page's) into each section's
-    score: (1 - μ) * fused + μ * page / max(page). The parts stay additive for `--explain`.
-    Every file's value is some chunk's (a file holds the chunks its postings name), so the
-    max over files is the max over chunks."""
+    """Mix page-level BM25 into each section: (1 - μ) * fused + μ * page / max(page), the parts
+    additive for `--explain`."""
     keep, part = _mixed_part(page.values, weight)
     part = np.take(part, page.files)  # (`take`: faster than fancy indexing here)
-    # in place when the caller hands its scores over (`owned`); the
-    # other parts rescaled only where `--explain` reads them
+    # in place when `owned`; the other parts rescaled only where `--explain` reads them
     scores = np.multiply(fused.scores, keep, out=fused.scores if owned else None)
     np.add(scores, part, out=scores)
     return Fused(

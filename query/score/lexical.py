@@ -1,11 +1,5 @@
-"""Lexical scoring: BM25F over the postings in the mapped index, with NumPy only.
-
-The `lexical` table (see `kernel.index_format.LEXICAL_SCHEMA`) is CSC-like: sorted term hashes,
-one offsets buffer and flat chunk ids, with each posting's field-weighted tf beside it
-(`lexical_tf`). A query is analysed with the same `kernel.text_analysis` as the index, its terms
-found by `searchsorted`, and each term's BM25F weights computed from its tf slice and added into
-a dense score vector: no Python loop over postings.
-"""
+"""Lexical scoring: BM25F over the postings of the mapped index (`kernel.index_format`'s
+`lexical` table, CSC-like), in NumPy with no Python loop over postings."""
 
 from __future__ import annotations
 
@@ -43,13 +37,11 @@ class LexicalIndex:
     chunk_files: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        # BM25's length norm per chunk, once per snapshot (a pass over the chunks, not the
-        # postings); the same expression and dtypes as the weights packs used to store.
+        # BM25's length norm per chunk, once per snapshot, as packs computed the stored weights.
         avg = float(self.lengths.mean()) if len(self.lengths) else 0.0
         self.norm = self.k1 * (1.0 - self.b + self.b * self.lengths / (avg or 1.0))
-        # Every posting's BM25F weight, computed once this view has scored a query (a
-        # long-lived reader): later queries and their feedback terms slice it instead of
-        # gathering the length norm per posting. A one-shot search never builds it.
+        # Every posting's BM25F weight, built from this view's second query (a one-shot
+        # search never builds it): later queries slice it.
         self.weights: np.ndarray | None = None
         self.queries = 0
 
@@ -142,9 +134,8 @@ class LexicalIndex:
         return bm25_idf(self.n_chunks, df).astype(np.float32)
 
     def term_weights(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk ids, BM25F weights) of one term's postings: idf * saturated tf, computed
-        from the stored tf in the order of operations the stored weights of format 3 had, so
-        the scores are the same bits."""
+        """(chunk ids, BM25F weights) of one term's postings, in format 3's order of operations:
+        the same bits."""
         a, b = int(self.offsets[row]), int(self.offsets[row + 1])
         if self.weights is not None:
             return self.chunk_ids[a:b], self.weights[a:b]
@@ -156,11 +147,8 @@ class LexicalIndex:
     def add_terms(
         self, out: np.ndarray, rows: np.ndarray, weights: np.ndarray, zero: bool = False
     ) -> np.ndarray:
-        """out += sum of weight * postings(row): the one scoring loop, over query terms.
-        `zero`: `out` is all zeros, so the first term is written, not added (0 + x is x; a
-        term's weights are > 0); a weight of 1 multiplies nothing (x * 1 is x). One thread:
-        `np.add.at` holds the GIL, so ranges of rows scattered on two threads fought over it
-        (a 1M-chunk query 1.3-1.5x slower than on one core, under load)."""
+        """out += sum of weight * postings(row) over query terms; `zero`: `out` is all zeros, so the
+        first term is written. One thread: `np.add.at` holds the GIL."""
         for row, weight in zip(rows.tolist(), weights.tolist(), strict=True):
             if row < 0:
                 continue
@@ -186,10 +174,8 @@ class LexicalIndex:
         return out
 
     def feedback_terms(self, chunks: np.ndarray, scores: np.ndarray, count: int):
-        """RM3-style expansion: terms of the feedback chunks weighted by sum over chunks of
-        p(term | chunk) * the chunk's share of the feedback scores; the `count` heaviest as
-        (rows, weights). p(term | chunk) is the posting's tf over the chunk's length, found
-        through the forward view's positions."""
+        """RM3 expansion: the `count` heaviest terms of the feedback chunks by sum of
+        p(term | chunk) * the chunk's share of the scores, as (rows, weights)."""
         begin, end = self.forward_offsets[chunks], self.forward_offsets[chunks + 1]
         sizes = end - begin
         if sizes.sum() == 0 or scores.sum() <= 0:
@@ -204,12 +190,9 @@ class LexicalIndex:
         return best.astype(np.int64), weights
 
     def page_scores(self, query: str, k1: float = 1.2, b: float = 0.75) -> np.ndarray | None:
-        """BM25 of every page (file) as one document: a section that does not repeat its
-        page's topic words still belongs to a page that has them. Built at query time from
-        the chunk postings: a page's tf is the sum of its chunks' field-weighted tf (so the
-        title, in every chunk, saturates), its length the sum of their lengths, and df counts
-        pages. Chunks of a file are contiguous and a term's chunk ids ascend, so a term's
-        pages come sorted and one `reduceat` per term does it. None without chunk files."""
+        """BM25 of every page (file) as one document, from the chunk postings: a page's tf and
+        length sum its chunks', df counts pages (docs/search-quality.md, "What each mode does").
+        None without chunk files."""
         if self.chunk_files is None:
             return None
         out, unique, counts, corpus = page_query(self, query)
@@ -223,10 +206,8 @@ class LexicalIndex:
         return out
 
     def page_tf(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """One term's pages (ascending) and its tf summed over each page's chunks: a
-        file's chunks are contiguous and a term's chunk ids ascend, so one `reduceat`. A
-        long-lived reader (the view's weights built) keeps them for the terms it has been
-        asked for."""
+        """One term's pages (ascending) and its tf summed over each page's chunks (one `reduceat`),
+        kept per term by a long-lived reader."""
         cache = self.__dict__.setdefault("_page_terms", {})
         found = cache.get(row)
         if found is None:
@@ -244,10 +225,7 @@ class LexicalIndex:
         """Each page's indexed (field-weighted) length; None without the tf tables."""
         if self.lengths is None or self.chunk_files is None or not len(self.chunk_files):
             return None
-        return self._page_lengths(int(self.chunk_files[-1]) + 1)[0]
-
-    def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:
-        return page_lengths_of(self, n_files)
+        return page_lengths_of(self, int(self.chunk_files[-1]) + 1)[0]
 
     def rescored(self, k1: float, b: float) -> LexicalIndex:
         """The same postings scored with another k1 / b (the weights are computed from the
@@ -275,9 +253,8 @@ class LexicalIndex:
 
 
 def saturated(tf: np.ndarray, norm: np.ndarray, k1: float) -> np.ndarray:
-    """BM25's saturated tf, tf * (k1 + 1) / (norm + tf), in float32 and in this order (the
-    one expression of the one-file index and the shards: the same bits); `norm` (the
-    postings' length norms, a fresh gather) is overwritten."""
+    """BM25's saturated tf, tf * (k1 + 1) / (norm + tf), in float32 and this order (shared with
+    the shards: the same bits); `norm` is overwritten."""
     out = tf * np.float32(k1 + 1.0)
     norm += tf
     out /= norm
@@ -302,9 +279,8 @@ def page_lengths_of(lexical, n_files: int) -> tuple[np.ndarray, float]:
 
 
 def page_query(lexical, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
-    """What page-level BM25 (`page_scores`) starts from: a zero score per page, the query's
-    distinct terms and how often it says each (none when it has none or there is no page),
-    and the corpus `add_page_term` reads (the number of pages, their lengths, the mean)."""
+    """Page BM25's start: a zero score per page, the query's distinct terms and their counts,
+    and the corpus (pages, their lengths, the mean)."""
     n_files = int(lexical.chunk_files[-1]) + 1 if len(lexical.chunk_files) else 0
     out = np.zeros(n_files, dtype=np.float32)
     hashes = text_analysis.term_ids(query)
@@ -327,10 +303,8 @@ def add_page_term(
     k1: float,
     b: float,
 ) -> None:
-    """out[pages] += one query term's BM25 over pages: `tf`, its tf in each of `pages`
-    (summed over the page's chunks); `weight`, how often the query says it times its page
-    idf; `lengths`, (each page's length, their mean). The one formula of the one-file
-    index, the sharded one and a shard's staged query (query.shards.stages)."""
+    """out[pages] += one query term's page BM25 (`weight`: query count times page idf); the one
+    formula of the one-file index, the sharded one and a shard's staged query."""
     page_len, avg = lengths
     norm = k1 * (1.0 - b + b * page_len[pages] / avg)
     out[pages] += np.float32(weight) * (tf * (k1 + 1.0) / (tf + norm))
@@ -344,10 +318,8 @@ def feedback_best(
     scores: np.ndarray,
     count: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """RM3's expansion terms from the feedback chunks' postings, laid out chunk by chunk
-    (`terms`, their `tf`, `sizes` postings per chunk): each term weighted by the sum over
-    chunks of tf / the chunk's length * the chunk's share of `scores`. The `count`
-    heaviest as (terms, weights)."""
+    """RM3's `count` heaviest expansion terms from the feedback chunks' postings laid out chunk
+    by chunk, as (terms, weights)."""
     lengths = np.repeat(np.maximum(chunk_lengths, np.float32(1.0)), sizes)
     shares = tf / lengths
     mass = shares * np.repeat(scores / scores.sum(), sizes)
@@ -368,6 +340,18 @@ def _values(table, name: str, dtype) -> np.ndarray:
 def lexical_index(index) -> LexicalIndex:
     """The current snapshot's lexical index, built once per snapshot."""
     return snapshot_lexical(index.snapshot)
+
+
+def section_lexical(index, k1: float):
+    """The lexical index hybrid BM25F scores by: the packed k1, or (`k1` > 0) a view rescored
+    with it, kept per snapshot."""
+    lexical = lexical_index(index)
+    if not k1 > 0:
+        return lexical
+    key = ("lexical_rescored", k1)
+    if key not in index.snapshot.cache:
+        index.snapshot.cache[key] = lexical.rescored(k1, 0.75)
+    return index.snapshot.cache[key]
 
 
 def snapshot_lexical(snap) -> LexicalIndex:

@@ -1,16 +1,7 @@
-"""A search's work on the other cores, on one `concurrent.futures` thread pool.
-
-`in_background` runs a call beside the caller (the second dense product of a hybrid search,
-a warm query's embedding while BM25 is scored); `in_parallel` runs a pass split by rows
-(`row_ranges`: the IVF lists' int8 products, the block-wise fusion, top-k comparisons). The
-calls release the GIL (NumPy, simsimd, onnxruntime), and each row is computed on its own, so
-the answer is the same bits on one thread or many. The caller takes part: a pass's pieces go
-to whichever thread is free first, and a call no thread has started is run by the caller, so
-a busy machine never makes a search wait for a scheduler slice.
-
-MDVDB_SEARCH_THREADS sets how many threads a split pass runs on (`set_threads`, per search);
-0, the default: one per core this process may run on.
-"""
+"""A search's work on the other cores, on one thread pool: `in_background` runs a call beside
+the caller, `in_parallel` a pass split by rows (the same bits on any number of threads). The
+caller takes part, so a busy machine never makes a search wait for a scheduler slice.
+MDVDB_SEARCH_THREADS (0: one per core) sets the threads of a split pass."""
 
 from __future__ import annotations
 
@@ -93,9 +84,8 @@ def in_background(function, *args) -> Background | _Done:
 
 
 def in_parallel(function, pieces: list) -> list:
-    """`[function(piece) for piece in pieces]`, in the pieces' order, on `threads()` threads:
-    the caller and the pool's threads each take the next piece not started, so a thread the
-    scheduler holds back delays the pass by one piece at most."""
+    """`[function(piece) for piece in pieces]` in order, on `threads()` threads: each takes the
+    next piece not started, so a thread held back delays the pass by one piece at most."""
     count = threads()
     if len(pieces) < 2 or count < 2:
         return [function(piece) for piece in pieces]
@@ -117,9 +107,8 @@ def in_parallel(function, pieces: list) -> list:
 
 
 def row_ranges(n: int, minimum: int) -> list[tuple[int, int]]:
-    """0..n cut into contiguous (start, end) ranges of at least `minimum` rows each, up to
-    PIECES_PER_THREAD per thread (one range when n is below twice `minimum` or one thread
-    runs the pass)."""
+    """0..n cut into contiguous (start, end) ranges of at least `minimum` rows, up to
+    PIECES_PER_THREAD per thread."""
     count, k = threads(), 1
     if count > 1 and n >= 2 * max(minimum, 1):
         k = max(1, min(count * PIECES_PER_THREAD, n // max(minimum, 1)))

@@ -1,6 +1,5 @@
-"""Vector scoring: exact over the mapped float32 matrix, or an int8 / IVF first pass whose
-best rows are rescored exactly (every other row capped below them), plus the top-k selection.
-docs/architecture.md, "Vector scoring", says how and why."""
+"""Vector scoring: exact over the mapped float32 matrix, or an int8 / IVF first pass whose best
+rows are rescored exactly, plus the top-k selection (docs/architecture.md, "Vector scoring")."""
 
 from __future__ import annotations
 
@@ -20,24 +19,18 @@ RESCORE_DEPTH = 1000
 MOVED_DEPTH_FACTOR = 4
 # `auto`: the int8 pass only from this many chunks on (below, float32 is already cheap).
 AUTO_MIN_ROWS = 20_000
-# The IVF pass probes the lists nearest each direction until they hold this share of the
-# rows (at least IVF_MIN_PROBE_ROWS), then rescores the best IVF_RESCORE_DEPTH: chosen for
-# the fused top 10's recall (docs/benchmarks.md, "IVF first pass").
+# The IVF pass probes the nearest lists until they hold this share of the rows (at least
+# IVF_MIN_PROBE_ROWS), then rescores the best IVF_RESCORE_DEPTH (docs/benchmarks.md,
+# "IVF first pass").
 IVF_PROBE_SHARE = 0.15
 IVF_MIN_PROBE_ROWS = 16_000
 IVF_RESCORE_DEPTH = 500
 IVF_MOVED_DEPTH_FACTOR = 2
 
 
-def cosine_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Rows and query are unit length, so the dot product is the cosine."""
-    return row_dots(matrix, query)
-
-
 def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """matrix @ vector through einsum's single-threaded SIMD loop, not BLAS: OpenBLAS's
-    threaded sgemv waits for a scheduler slice whenever another core is busy (docs/benchmarks.md,
-    "Search quality and lexical/hybrid query speed"). A sharded matrix computes it per shard."""
+    """matrix @ vector through einsum's single-threaded loop, not BLAS: OpenBLAS's threaded
+    sgemv stalls when another core is busy. A sharded matrix computes it per shard."""
     fanned = getattr(matrix, "row_dots", None)
     if fanned is not None:
         return fanned(vector)
@@ -51,9 +44,8 @@ def row_dots(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Int8Rows:
-    """An int8 copy of a float32 matrix: column j is stored as round(x / scale[j]) with
-    scale[j] = max |x| of column j / 127, so each dimension uses the whole int8 range (the
-    dimensions of a static model differ in spread by 10x and more)."""
+    """An int8 copy of a float32 matrix with one scale per column (max |x| / 127), so each
+    dimension uses the whole int8 range."""
 
     codes: np.ndarray  # (n, d) int8, C-contiguous
     scale: np.ndarray  # (d,) float32
@@ -74,9 +66,8 @@ class Int8Rows:
         return cls(codes, scale)
 
     def dots(self, vectors: np.ndarray) -> np.ndarray:
-        """Approximate matrix @ v for each row v of `vectors` (k, d) as a (k, n) float32
-        array, in one pass over the codes: v * scale is itself quantised to int8 (its own
-        scale per vector), and the int8 x int8 products are exact integer sums."""
+        """Approximate matrix @ v for each row v of `vectors` (k, d), as (k, n) float32, in one
+        pass over the codes (the query is quantised too: exact integer sums)."""
         import simsimd
 
         query, step = self._query(vectors)
@@ -87,9 +78,8 @@ class Int8Rows:
     def dots_spans(
         self, vectors: np.ndarray, spans: list[tuple[int, int]], order: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """`dots` over the rows of each (start, end) span only, concatenated: (k, m); and,
-        given `order`, `order[a:b]` of the spans likewise. Scored in pieces on all cores
-        (query.score.second_core): the same bits as one call, since every row is its own."""
+        """`dots` over the rows of each (start, end) span only, concatenated (and `order` of them),
+        scored in pieces on all cores: the same bits as one call."""
         import simsimd
 
         from query.score.second_core import in_parallel, row_ranges
@@ -122,11 +112,9 @@ class Int8Rows:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class PageSide:
-    """Page-level dense evidence as the scorer mixes it in: each multi-section page's
-    normalised mean vector (`vectors`), its sections (`chunks`) and their page row (`rows`),
-    and per chunk that row or -1 (`page_of`). `compact`: an int8 copy of every chunk's mixed
-    vector (1 - rho) * section + rho * page for its `rho`; a cosine is linear in the vector,
-    so one int8 pass over it estimates every mixed cosine."""
+    """Page-level dense evidence: each multi-section page's unit mean vector, its sections and
+    their page row, `page_of` per chunk (-1: none); `compact`, an int8 copy of every chunk's
+    mixed vector (1 - rho) * section + rho * page."""
 
     vectors: np.ndarray
     chunks: np.ndarray
@@ -170,10 +158,8 @@ class _MixedRows:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class IvfSide:
-    """The IVF first pass of a long-lived reader: the index's lists (`kernel.ivf`) and an
-    int8 copy of the rows in list order (`codes`: of the mixed vectors when built with page
-    evidence, `rho` > 0, as `PageSide.compact`), so a probed list is a contiguous slice of
-    it. `order[p]` is the chunk at list position p."""
+    """The IVF first pass of a long-lived reader: the index's lists (`kernel.ivf`) and an int8
+    copy of the rows in list order (mixed as `PageSide.compact` when `rho` > 0)."""
 
     centroids: np.ndarray
     offsets: np.ndarray
@@ -257,11 +243,9 @@ class _ReorderedRows:
 
 
 class DenseScorer:
-    """Cosines of every row against a query (and the dense-feedback direction), exact or by
-    an int8 pass plus exact rescoring. The rows outside the rescored set keep their int8
-    estimate, capped at the lowest exact score of the rescored set: they can never outrank
-    one, so a top-k or a top-`pool` floor taken on the result is the exact one whenever the
-    exact top-k is among the rescored rows (and `explain` still shows a near cosine)."""
+    """Cosines of every row against a query (and the feedback direction), exact or by an int8
+    pass plus exact rescoring; rows not rescored are capped below the rescored ones, so a top-k
+    among them is the exact one."""
 
     def __init__(
         self,
@@ -277,25 +261,10 @@ class DenseScorer:
         self.pages = pages
         self.lists = lists
         # After an IVF or int8 pass: the rows scored exactly, every other row at most their
-        # lowest (query.score.fusion reads its pool floor from them alone); None after a pass
-        # that leaves no such guarantee.
+        # lowest (fusion reads its pool floor from them alone); else None.
         self.support: np.ndarray | None = None
-        # Set by hybrid fusion, which reads the IVF pass's scores at `support` and at a few
-        # shown rows only: they come back as `Spread` views, not three n-length arrays.
+        # Set by hybrid fusion, which reads few rows: the IVF pass's scores come as `Spread`s.
         self.lazy = False
-
-    def scores(
-        self,
-        query: np.ndarray,
-        direction: np.ndarray | None = None,
-        beta: float = 0.0,
-        keep: int = 0,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(matrix @ q, matrix @ q + beta * (matrix @ direction)): the first-pass cosine and
-        the dense-feedback score (the second is the first when `direction` is None). `keep`:
-        the caller reads the best `keep` scores, so at least that many rows are rescored."""
-        _, cosine, moved = self.mixed(query, direction, beta, keep)
-        return cosine, moved
 
     def mixed(
         self,
@@ -306,12 +275,9 @@ class DenseScorer:
         rho: float = 0.0,
         also: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(raw cosine, cosine, moved): `scores`, with page-level evidence when the scorer
-        has `pages` and rho > 0: a section of a page of several sections scores
-        (1 - rho) * cos(q, section) + rho * cos(q, page), and its moved score adds
-        beta * (section . direction). The raw cosine is the section's own (`explain`).
-        `also`: rows scored exactly whatever the first pass probes (the lexical side's
-        candidates, when the IVF pass scores only some rows)."""
+        """(raw cosine, cosine, moved): with `pages` and rho > 0 a multi-section page's section
+        scores (1 - rho) * cos(q, section) + rho * cos(q, page); moved adds beta * (section .
+        direction). `keep`: at least that many rows rescored; `also`: rows always scored exactly."""
         self.support = None
         query = query.astype(np.float32, copy=False)
         if direction is not None:
@@ -366,20 +332,15 @@ class DenseScorer:
         return raw, cosine, semantic
 
     def _rescored(self, query, direction, beta, pages, rho, depth, lists=None, also=None):
-        """The int8 pass over every row (or, with `lists`, over the rows of the probed IVF
-        lists), the best `depth` rows of each score rescored exactly from float32, the rest
-        capped below them. With pages, the pass is over the mixed vectors
-        (`PageSide.compact`, `IvfSide.codes`) and the feedback direction is estimated on
-        them too (only which rows get rescored depends on it); rescored rows are exact.
-        Rows no probed list holds take the cap itself."""
+        """The int8 pass (over every row, or the probed IVF lists), the best `depth` rows of each
+        score rescored exactly, the rest capped below them."""
         if lists is not None:
             mixed = lists.rho > 0
         else:
             mixed = pages is not None and pages.compact is not None and pages.rho == rho
         rows = query[None] if direction is None else np.stack([query, direction])
-        # With pages, both directions on the mixed vectors in one pass: the query's is the
-        # mixed cosine itself, the direction's only estimates (section . direction) (it is
-        # (page . direction) in part), so the moved score's rescored set is deeper.
+        # With pages, both directions on the mixed vectors in one pass: the direction's is only
+        # an estimate of (section . direction), so the moved score's rescored set is deeper.
         ids = None
         if lists is not None:
             ids, approx = lists.probe(rows, float(beta))
@@ -467,10 +428,8 @@ def _filled(below, ids, picked, approx, exact) -> np.ndarray:
 def _spread(
     below, ids, picked, raw, cosine, moved, exact_raw, exact_cos, exact_moved, paged, moves
 ):
-    """The IVF pass's n-length scores as `Spread` views (built only if asked): each one's
-    exact values at `picked`, the probed rows' estimates capped at the lowest exact value
-    (the cap), every other row below the cap by `below` (`IvfSide.below`: distinct values,
-    in row order, since n equal values make `np.partition` of fusion's pool floor slow)."""
+    """The IVF pass's n-length scores as lazy `Spread` views; rows no probed list holds sit
+    below the cap by `below` (distinct values keep fusion's `np.partition` fast)."""
     cos = Spread(below, ids, cosine, picked, exact_cos)
     shown = Spread(below, ids, cosine if paged else raw, picked, exact_raw) if paged else cos
     if not moves:
@@ -479,9 +438,7 @@ def _spread(
 
 
 class Spread:
-    """An IVF pass's n-length scores, built only when read (see `_spread`). Read at the
-    rescored rows (`self[picked]`, the array `DenseScorer.support` holds) it gathers
-    nothing; any other read, or `np.asarray`, builds the whole array once."""
+    """An IVF pass's n-length scores, built only when read beyond the rescored rows."""
 
     __array_ufunc__ = None  # no silent arithmetic: callers read rows or ask for the array
 
@@ -531,13 +488,9 @@ def _with_exact(approx: np.ndarray, rows: np.ndarray, exact: np.ndarray) -> np.n
 
 
 def dense_scorer(index, pages=None, rho: float = 0.0, lists: bool = True) -> DenseScorer:
-    """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS: `exact`; `int8`;
-    `ivf` (the index's sound IVF lists, else int8); `auto` (default): the IVF lists when the
-    index has them, else int8 from AUTO_MIN_ROWS chunks on, either only from the snapshot's
-    second vector query (a one-shot `mdvdb search` would pay a pass over the matrix for a copy
-    it uses once).
-    `pages` (PageVectors, or None) and `rho`: the page-level side, mixed into the int8 copy.
-    `lists` False: the int8 pass over every row where the IVF lists would probe some."""
+    """The scorer for this reader's snapshot, by MDVDB_SEARCH_FIRST_PASS (exact, int8, ivf, auto).
+    `auto` builds a copy only from the snapshot's second vector query: a one-shot search would
+    use it once. `lists` False: the int8 pass over every row instead of the IVF lists."""
     snap = index.snapshot
     matrix = snap.vectors
     mode = getattr(index.config, "search_first_pass", "auto")
@@ -550,14 +503,10 @@ def dense_scorer(index, pages=None, rho: float = 0.0, lists: bool = True) -> Den
         exact = exact or (mode == "auto" and (n < AUTO_MIN_ROWS or seen == 0))
         # "ivf": a shard's own first pass (IVF lists where it has them, else int8)
         return sharded("exact" if exact else "int8" if mode == "int8" else "ivf")
-    if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
-        side = None
-        if pages is not None and rho > 0 and len(pages.chunks) > 0:
-            side = snap.cache.get(("page_side", 0.0))
-            if side is None:
-                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
-        return DenseScorer(matrix, pages=side)
     mixed = pages is not None and rho > 0 and len(pages.chunks) > 0
+    plain_side = (lambda: PageSide.of(pages, matrix, 0.0)) if mixed else None
+    if not isinstance(matrix, np.ndarray):  # sharded: each shard's exact scan, in parallel
+        return DenseScorer(matrix, pages=_kept(snap, ("page_side", 0.0), plain_side))
     built = ("page_side", float(rho)) in snap.cache or "int8_rows" in snap.cache
     ivf_key = ("ivf_side", float(rho) if mixed else 0.0)
     if (
@@ -586,28 +535,27 @@ def dense_scorer(index, pages=None, rho: float = 0.0, lists: bool = True) -> Den
     if quantise and lists is not None:
         # The IVF lists' int8 copy (of the mixed vectors, in list order) takes the place
         # of the whole-matrix one.
-        side = None
-        if mixed:
-            side = snap.cache.get(("page_side", 0.0))
-            if side is None:
-                side = snap.cache[("page_side", 0.0)] = PageSide.of(pages, matrix, 0.0)
-        key = ("ivf_side", float(rho) if mixed else 0.0)
-        probe = snap.cache.get(key)
-        if probe is None:
-            probe = snap.cache[key] = IvfSide.of(lists, matrix, side, rho if mixed else 0.0)
+        side = _kept(snap, ("page_side", 0.0), plain_side)
+        probe = _kept(snap, ivf_key, lambda: IvfSide.of(lists, matrix, side, rho if mixed else 0.0))
         return DenseScorer(matrix, pages=side, lists=probe)
-    side = compact = None
+    compact = side = None
     if quantise and not mixed:
-        compact = snap.cache.get("int8_rows")
-        if compact is None:
-            compact = snap.cache["int8_rows"] = Int8Rows.of(matrix)
+        compact = _kept(snap, "int8_rows", lambda: Int8Rows.of(matrix))
     if mixed:
         # The mixed vectors' int8 copy takes the place of the rows' one.
         key = ("page_side", float(rho)) if quantise else ("page_side", 0.0)
-        side = snap.cache.get(key)
-        if side is None:
-            side = snap.cache[key] = PageSide.of(pages, matrix, key[1])
+        side = _kept(snap, key, lambda: PageSide.of(pages, matrix, key[1]))
     return DenseScorer(matrix, compact, pages=side)
+
+
+def _kept(snap, key, build):
+    """`snap.cache[key]`, made by `build()` on first use; None without a `build`."""
+    if build is None:
+        return None
+    found = snap.cache.get(key)
+    if found is None:
+        found = snap.cache[key] = build()
+    return found
 
 
 def _ivf_lists(snap, n: int, dims: int):
@@ -631,11 +579,9 @@ def _has_simsimd() -> bool:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Above:
-    """Every finite row of a score array above `cut` (at or above it unless `strict`), rows
-    ascending, as one `top_rows` found them, plus the rows whose score may have risen since
-    (`rising`: a later part added to them). Every other row still scores below the cut, so
-    a later selection of at most as many rows on the changed array looks only at these
-    (`top_rows(above=)`) instead of passing over all n rows again."""
+    """Every finite row of a score array above `cut` (at or above unless `strict`), as one
+    `top_rows` found them, plus rows that may have risen since: a later selection reads only
+    these."""
 
     rows: np.ndarray
     cut: float
@@ -661,11 +607,8 @@ class Above:
         return ranked_rows(rows[keep], values[keep], k)[0]
 
 
-# `top_rows` guesses its cut from a strided sample of the scores: the sample's CUT_RANK-th
-# best, the sample sized so that about CUT_ROWS_PER_ROW rows per row wanted (at least
-# CUT_MIN_ROWS) of all n score above it. One comparison pass over n then finds those few
-# instead of partitioning all n; if too few pass, a cut 8x deeper is tried before every row
-# is ranked (docs/benchmarks.md, "Warm hybrid on every core, top-k without deep cuts").
+# `top_rows`' cut: about CUT_ROWS_PER_ROW rows per row wanted (at least CUT_MIN_ROWS) above
+# it (docs/benchmarks.md, "Warm hybrid on every core, top-k without deep cuts").
 CUT_RANK = 32
 CUT_ROWS_PER_ROW = 4
 CUT_MIN_ROWS = 2048
@@ -683,21 +626,10 @@ def top_rows(
     above: Above | None = None,
     seen: list | None = None,
 ) -> np.ndarray:
-    """The k best rows of `scores`, best first, equal scores by descending row: rows where
-    `mask` is False, non-finite scores and (`positive`) scores <= 0 never count.
-
-    The k-th best value v splits the answer: every row above v, then the highest rows equal
-    to v. A cut t from a sample of the scores finds them without a partition of n rows: when at
-    least k allowed rows score >= t, every row of the answer scores >= t (v >= t), so only
-    those few are ranked. Otherwise the allowed rows are all ranked: the same answer either
-    way. Ties go by descending row, as a sharded search merges them (docs/search-quality.md,
-    "Tie order").
-
-    `above` (an earlier call's `Above` for this array, since changed at its own rows at
-    most, `Above.rising`): the answer from its rows when enough are still above its cut
-    (the k-th best is then at or above it, so every row of the answer, ties included, is
-    among them: the same answer). `seen` (a list): given no mask and no `positive`, the
-    `Above` this call found is appended to it, for the next selection."""
+    """The k best rows of `scores`, best first, ties by descending row (docs/search-quality.md,
+    "Tie order"); rows where `mask` is False, non-finite or (`positive`) <= 0 never count.
+    A cut sampled from the scores (or `above`'s) spares a partition of all n rows: same answer.
+    `seen`: given no mask and no `positive`, the `Above` this call found is appended."""
     n = scores.shape[0]
     if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
@@ -732,10 +664,8 @@ def _above_cut(
     positive: bool,
     cuts: list | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(rows ascending, their scores) of every allowed finite row at or above a cut from a
-    strided sample, when at least k of them are (the k best are then among them); None when
-    no cut was found that way (too few rows, a sample that missed, non-finite values).
-    `cuts`: (cut, strict) of the answer appended."""
+    """(rows ascending, scores) of every allowed finite row at or above a sampled cut, when at
+    least k are; None otherwise. `cuts`: (cut, strict) of the answer appended."""
     n = scores.shape[0]
     if n < SAMPLED_MIN_ROWS or k * SAMPLED_MAX_SHARE > n:
         return None
@@ -797,9 +727,8 @@ def _allowed(rows: np.ndarray, scores: np.ndarray, mask: np.ndarray | None):
 
 
 def ranked_rows(rows: np.ndarray, values: np.ndarray, k: int) -> tuple[np.ndarray, bool]:
-    """The k best of (rows ascending, their finite values), best first, ties by row
-    descending; and whether a tie decided it (a row left out equal to a chosen one, or two
-    chosen ones equal)."""
+    """The k best of (rows ascending, finite values), best first, ties by row descending, and
+    whether a tie decided it."""
     m = len(rows)
     tied = False
     if m > k:
@@ -833,9 +762,8 @@ def union_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def distinct(
     values: np.ndarray, counts: bool = False, inverse: bool = False
 ) -> tuple[np.ndarray, ...]:
-    """`np.unique(values, return_counts=counts, return_inverse=inverse)` of a 1-D integer
-    array, the same arrays, by one sort and a neighbour compare (cheaper than np.unique's
-    own Python steps)."""
+    """`np.unique(values, return_counts=, return_inverse=)` of a 1-D integer array, by one sort
+    (cheaper than np.unique's Python steps)."""
     values = np.asarray(values).ravel()
     if inverse:
         perm = values.argsort()
@@ -857,11 +785,8 @@ def distinct(
 
 
 def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """`np.add.reduceat(vectors, offsets, axis=0)`, bit for bit, without its inner loop per
-    page and dimension: pages of up to 8 sections are summed a section at a time over all
-    pages of that length, in reduceat's order (the first row plus the sum of the others,
-    left to right); longer ones still go to reduceat. `tests/test_cold_start.py` checks the
-    bits against reduceat."""
+    """`np.add.reduceat(vectors, offsets, axis=0)` bit for bit, summed a section at a time over
+    pages of equal length (reduceat's inner loop is slow); `tests/test_cold_start.py` checks it."""
     out = np.empty((len(count), vectors.shape[1]), dtype=vectors.dtype)
     long = count > 8
     for size in np.unique(count[~long], return_counts=True)[0].tolist():
@@ -885,12 +810,8 @@ def page_sums(vectors: np.ndarray, offsets: np.ndarray, count: np.ndarray) -> np
 def multi_section_pages(
     files: np.ndarray, vectors: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """The pages of several sections, from each chunk's file id (a file's chunks are
-    contiguous): each such page's first chunk, the chunks read (page by page, in order),
-    the page of each chunk read, and the pages' normalised vector sums; None if no page
-    has two sections. Only those rows are read and summed, not the whole matrix. A page's
-    sum does not depend on the pages around it, so a shard computes the one-file bits for
-    its own pages."""
+    """(first chunk, chunks, page of each chunk, unit vector sums) of the pages of several
+    sections, from each chunk's file id; None if there is none."""
     if not len(files):
         return None
     first, count, offsets, chunks, rows = page_layout(files)
@@ -907,11 +828,8 @@ def multi_section_pages(
 
 
 def page_layout(files: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Where the pages of several sections are, from each chunk's file id (a file's chunks
-    are contiguous; `files` not empty): each such page's first chunk and section count,
-    where its sections start among `chunks`, the chunks (page by page, in order) and the
-    page of each. The one layout of the one-file reader and of a sharded one (whose
-    pages' vectors stay in their shards)."""
+    """Where the pages of several sections are: each one's first chunk and section count, where
+    its sections start among `chunks`, the chunks and the page of each."""
     starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
     sizes = np.diff(np.r_[starts, len(files)])
     multi = sizes > 1
@@ -924,10 +842,7 @@ def page_layout(files: np.ndarray) -> tuple[np.ndarray, ...]:
 
 @dataclass(eq=False, repr=False)
 class PageVectors:
-    """The dense side's view of pages of more than one section: each one's mean section
-    vector, normalised (`vectors`), and for every section of such a page (`chunks`) the row
-    of its page (`rows`). A one-section page's vector is its section's, so its cosine is
-    known already: only these pages cost a matrix-vector product per query."""
+    """The pages of several sections: their unit mean vectors and, per section, its page row."""
 
     vectors: np.ndarray
     chunks: np.ndarray

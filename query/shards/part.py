@@ -1,12 +1,12 @@
 """One shard's share of a query (`ShardPart`): plain arrays in and out in the shard's own
-numbering, computed with the one-file float32 operations, for a thread of this process or a
-shard group on Ray Serve (docs/scale-out.md, "What is built")."""
+numbering, with the one-file float32 operations (docs/scale-out.md, "What is built")."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -58,30 +58,18 @@ class ShardFile:
     def table(self, name: str):
         return self.file.tables.get(name)
 
-    @property
+    @cached_property
     def chunk_file_ids(self) -> np.ndarray:
-        found = self.cache.get("chunk_file_ids")
-        if found is None:
-            chunks = self.file.tables["chunks"]
-            found = index_format.column_array(chunks, "file_id").to_numpy()
-            self.cache["chunk_file_ids"] = found
-        return found
+        return index_format.column_array(self.file.tables["chunks"], "file_id").to_numpy()
 
-    @property
+    @cached_property
     def paths(self) -> list[str]:
-        found = self.cache.get("paths")
-        if found is None:
-            found = self.cache["paths"] = self.file.tables["files"].column("path").to_pylist()
-        return found
+        return self.file.tables["files"].column("path").to_pylist()
 
-    @property
+    @cached_property
     def vectors(self) -> np.ndarray:
         """(chunks, dims) float32 view over the map: no copy (as `Snapshot.load`)."""
-        found = self.cache.get("vectors")
-        if found is None:
-            found = index_format.vector_matrix(self.file)
-            self.cache["vectors"] = found
-        return found
+        return index_format.vector_matrix(self.file)
 
 
 class ShardPart:
@@ -121,15 +109,6 @@ class ShardPart:
             out["lengths"] = lexical.lengths  # order: float32 means are order-sensitive)
         return out
 
-    def df(self, hashes: np.ndarray) -> np.ndarray:
-        """Chunks of this shard holding each term."""
-        part = self.lexical
-        rows = part.lookup(hashes)
-        out = np.zeros(len(rows), dtype=np.int64)
-        hit = rows[rows >= 0]  # none in an empty shard, whose offsets are just [0]
-        out[rows >= 0] = part.offsets[hit + 1] - part.offsets[hit]
-        return out
-
     def norm(self, k1: float, b: float, avg: float) -> np.ndarray:
         """This shard's slice of the global length norm, from the global mean length: the
         expression of `LexicalIndex` element by element, so each chunk gets the same bits."""
@@ -151,12 +130,9 @@ class ShardPart:
         norm: tuple[float, float, float],
         start: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray | None, np.ndarray]:
-        """BM25F of this shard's chunks for the terms, with the global idf and the global
-        norm's parameters (k1, b, mean length), added to `start` (local rows and
-        their scores so far). Only the chunks that score are sent back (local rows, scores):
-        the rest are 0, so the answer grows with the chunks holding a term, not the shard
-        (or, when most chunks score, (None, every chunk's score): 4 bytes a chunk, not 8).
-        """
+        """BM25F of this shard's chunks for the terms with the global idf and norm, added to
+        `start` (local rows, scores): only the scoring chunks come back, or (None, every score)
+        when most do."""
         lexical = self.lexical
         out = np.zeros(lexical.n_chunks, np.float32)
         if start is not None:
@@ -187,7 +163,7 @@ class ShardPart:
     def term_df(self, hashes: np.ndarray, pages: bool = False) -> dict[str, np.ndarray]:
         """`df` and, with `pages`, `page_df` (files holding each term) of the terms: a
         query's global statistics gathered in one round."""
-        out = {"df": self.df(hashes)}
+        out = {"df": self.lexical.document_frequency(hashes).astype(np.int64)}
         if pages:
             found = self.page_tf(hashes)
             out["page_df"] = np.asarray([0 if f is None else len(f[0]) for f in found], np.int64)
@@ -222,9 +198,8 @@ class ShardPart:
         return np.ascontiguousarray(self.shard.vectors[rows])
 
     def page_vectors(self) -> tuple[np.ndarray, np.ndarray]:
-        """(local file ids, normalised mean vectors) of this shard's pages of several
-        sections: the sums of `query.score.vector.page_vectors_of`, page by page (a page's sum
-        does not depend on the pages around it, so the bits are the one-file ones)."""
+        """(local file ids, unit mean vectors) of this shard's pages of several sections: the
+        one-file bits, a page's sum being its own."""
         if self._pages is None:
             files = self.shard.chunk_file_ids
             vectors = self.shard.vectors
@@ -257,16 +232,11 @@ class ShardPart:
         depth: int = 0,
         also: np.ndarray | None = None,
     ) -> dict[str, Any]:
-        """The dense side of a hybrid query on this shard, in one call: the one-file reader's
-        scorer (`query.score.vector.dense_scorer`; `first_pass` "exact", "int8", or "ivf": the
-        pass the one-file reader takes for an index like this shard) over its rows, with its
-        pages' evidence (rho) and the feedback direction: the (raw, cosine, moved) arrays of
-        `DenseScorer.mixed`. With `top` > 0 only the rows among the `top` best cosine or moved
-        scores (`rows`, local) and per array a `fill` for the rest, the `top`-th best value:
-        fusion clips every cosine at or below the `pool`-th to 0, so with top >= pool the
-        filled array fuses to the one-file bits (docs/scale-out.md). `depth`: the rows
-        rescored exactly here (0: the one-file depth). `also`: local rows an IVF pass scores
-        exactly whatever it probes (the lexical side's best)."""
+        """The dense side of a hybrid query on this shard: the one-file scorer over its rows
+        (`first_pass`), page evidence and the feedback direction, as `DenseScorer.mixed`'s arrays.
+        With `top` > 0, only the rows among the `top` best and a `fill` for the rest, which fuses to
+        the one-file bits when top >= pool. `depth`: rows rescored (0: the one-file depth); `also`:
+        local rows scored exactly."""
         arrays = self._dense_arrays(query, direction, beta, keep, rho, first_pass, depth, also)
         return _dense_answer(*arrays, top)
 
@@ -294,11 +264,8 @@ class ShardPart:
     def stage(
         self, session: str, step: str, args: dict[str, Any], replay: list | None = None
     ) -> dict[str, Any]:
-        """One round of a staged query: this shard's arrays stay here between rounds (by
-        `session`), the router sends the global numbers the next step needs, and the
-        answer is a few best rows and maxima, never a number per chunk. `replay`: the
-        earlier rounds' (step, args), run afresh first (the router's answer to a lost
-        session)."""
+        """One round of a staged query: the shard's arrays stay here by `session`, the answer is a
+        few best rows and maxima. `replay`: earlier rounds run afresh first (a lost session)."""
         with self._lock:
             state = self._sessions.get(session)
             if state is None or replay is not None:
@@ -371,12 +338,8 @@ def shard_term_scores(
     out: np.ndarray,
     k1: float | None = None,
 ) -> np.ndarray:
-    """One shard's part of a BM25F query: `out` (this shard's chunks, local order) += the sum
-    over terms of weight * idf * saturated tf, term by term in the given order. `idf` and
-    `norm` (this shard's chunks' length norms) come from the global statistics. The float32
-    operations are those of `LexicalIndex.term_weights` / `add_terms`, so each chunk gets
-    the one-file bits. `k1`: the saturation the norm was built with (default: the
-    shard's own, as packed)."""
+    """One shard's part of a BM25F query: `out` += weight * idf * saturated tf, term by term,
+    with `LexicalIndex.add_terms`' float32 operations (the one-file bits). `k1`: the norm's."""
     k1 = lexical.k1 if k1 is None else k1
     for row, weight, term_idf in zip(
         lexical.lookup(hashes).tolist(), weights.tolist(), idf.tolist(), strict=True

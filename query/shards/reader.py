@@ -1,6 +1,6 @@
-"""Reading a sharded index (`MDVDB_SHARDS` > 1; kernel/shards.py) as one index in the one-file
-order, every score computed in its shard with the corpus-wide statistics, so a sharded search
-answers exactly as the unsharded one (docs/scale-out.md, "What is built" and "Exactness")."""
+"""A sharded index (`MDVDB_SHARDS` > 1; kernel/shards.py) read as one index in the one-file
+order, each score computed in its shard with the corpus-wide statistics: the one-file answers
+(docs/scale-out.md, "What is built" and "Exactness")."""
 
 from __future__ import annotations
 
@@ -32,10 +32,8 @@ DF_CACHE = 1_000_000  # terms whose corpus-wide df a reader keeps (then starts o
 
 
 def fan_out(function, items: Sequence, parts: Sequence = ()) -> list:
-    """`function` over every item (a shard, or a group of rows of one), in threads: NumPy
-    drops the GIL in the heavy parts, and a remote shard waits on its answer, so calls to
-    shard groups get a wider pool than local work (`parts`: the shards, when the items
-    are not them)."""
+    """`function` over every item (a shard, or a group of rows of one) in threads; remote shards
+    only wait, so they get a wider pool (`parts`: the shards, when the items are not them)."""
     if len(items) <= 1:
         return [function(item) for item in items]
     remote = bool(getattr((parts or items)[0], "remote", False))
@@ -48,9 +46,8 @@ def fan_out(function, items: Sequence, parts: Sequence = ()) -> list:
 
 
 def call_each(parts: Sequence, name: str, args: Sequence[Sequence] | None = None) -> list:
-    """`name` on each part with its own arguments (default: none), all at once: shards of
-    this process on threads (`fan_out`), shards on Ray Serve in one round trip, one
-    request per shard group (`query.shards.serve.ServePart.call_each`)."""
+    """`name` on each part with its own arguments (default: none), all at once: in threads, or
+    one round trip per shard group on Ray Serve (`ServePart.call_each`)."""
     if not parts:
         return []
     given = [()] * len(parts) if args is None else args
@@ -61,9 +58,8 @@ def call_each(parts: Sequence, name: str, args: Sequence[Sequence] | None = None
 
 
 class _GatheredTables(Mapping):
-    """The tables of the one-file view: `files` and `chunks` gathered from the shards into
-    the one-file order on first use (vectors stay in the shards), the corpus-wide tables
-    from the global file."""
+    """The one-file view's tables: `files` and `chunks` gathered from the shards on first use,
+    the corpus-wide tables from the global file."""
 
     def __init__(self, snapshot: ShardedSnapshot, extra: index_format.IndexFile):
         self._snapshot = snapshot
@@ -94,10 +90,8 @@ class _GatheredTables(Mapping):
 
 @dataclass
 class ShardedSnapshot:
-    """A generation of shard files seen as one index (see the module docstring). It has
-    what `query.snapshot.Snapshot` has (file, vectors, chunk_file_ids, cache, paths, meta,
-    table), so every query module reads it as one; it does not import that module (which
-    opens it), to keep query/ free of import cycles."""
+    """A generation of shard files seen as one index, with what `query.snapshot.Snapshot` has
+    (that module opens this one, so this one does not import it)."""
 
     file: index_format.IndexFile
     vectors: ShardedVectors
@@ -127,10 +121,8 @@ class ShardedSnapshot:
 
     @classmethod
     def load(cls, path: Path, route: Sequence[str] = ()) -> ShardedSnapshot:
-        """`path`: the manifest. `route`: the (Ray address, Serve app) whose shard groups
-        answer the per-shard calls instead of this process (query.shards.serve). A file the manifest
-        names may be removed by a pack that published two generations since the manifest
-        was read: read it again."""
+        """`path`: the manifest; `route`: the (Ray address, Serve app) answering the per-shard
+        calls. A pack may remove a file the manifest names meanwhile: then it is read again."""
         folder = path.parent
         for attempt in range(5):
             manifest = shards.read_manifest(folder)
@@ -240,9 +232,8 @@ class ShardedSnapshot:
         return ShardedLexical.of(self)
 
     def page_vectors(self) -> tuple[ShardedPageVectors, np.ndarray, np.ndarray]:
-        """(page vectors, chunks, rows) of `query.score.vector.PageVectors`: `chunks` and `rows`
-        from the one-file chunk order; each page's mean vector stays in its shard, which
-        computes its cosines (`ShardedPageVectors.row_dots`)."""
+        """(page vectors, chunks, rows) as `PageVectors` has them; each page's mean vector stays
+        in its shard (`ShardedPageVectors.row_dots`)."""
         files = self.chunk_file_ids
         empty = np.zeros(0, dtype=np.int64)
         if not len(files):
@@ -295,9 +286,8 @@ class _ShardColumn:
 
 
 class _ShardChunks:
-    """The one-file `chunks` table of a sharded index, vectors aside, read where it lies:
-    a result's row from its shard, a whole column gathered only when a query reads one
-    (title tiers read the headings), never the whole table at open."""
+    """The one-file `chunks` table, vectors aside, read where it lies: a row from its shard, a
+    whole column only when a query reads one."""
 
     def __init__(self, snapshot: ShardedSnapshot):
         self._snapshot = snapshot
@@ -335,9 +325,8 @@ class _SelectedChunks:
 
 
 def _stored_order(extra: index_format.IndexFile, files: list[ShardFile]):
-    """The one-file order the pack stored in the global file (`shard_files`,
-    `shard_chunks`: the global id of each shard row, shard after shard), checked against
-    the shards' row counts; None when absent (an index packed before it was stored)."""
+    """The one-file order the pack stored in the global file, checked against the shards' row
+    counts; None when absent (packed before it was stored)."""
     tables = extra.tables
     if "shard_files" not in tables or "shard_chunks" not in tables:
         return None
@@ -437,10 +426,8 @@ def by_shard(chunk_ids: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarra
 
 
 class ShardedVectors:
-    """The (chunks, dims) float32 matrix of a sharded index, left in its shards: what the
-    dense side of a search asks of the matrix, done per shard. `query.score.vector.row_dots`
-    hands a product to `row_dots` here; `matrix[rows]` is a `ShardRows` (the same, for some
-    rows); `np.asarray` gathers it all (the cluster map only)."""
+    """The (chunks, dims) float32 matrix of a sharded index, left in its shards: products run per
+    shard, `matrix[rows]` is a `ShardRows`, `np.asarray` gathers it all (the cluster map only)."""
 
     dtype = np.dtype(np.float32)
     ndim = 2
@@ -470,9 +457,8 @@ class ShardedVectors:
         return out
 
     def scorer(self, first_pass: str) -> ShardedDense:
-        """`query.score.vector.dense_scorer` for this matrix: each shard runs the one-file
-        scorer on its rows (`first_pass`, decided for the whole index: "exact", "int8", or
-        "ivf": the pass the one-file reader would take for the shard)."""
+        """`dense_scorer` for this matrix: each shard runs the one-file scorer on its rows with the
+        `first_pass` ("exact", "int8", "ivf") decided for the whole index."""
         return ShardedDense(self, first_pass)
 
     def __getitem__(self, rows) -> ShardRows:
@@ -484,26 +470,17 @@ class ShardedVectors:
 
 
 class ShardedDense:
-    """`query.score.vector.DenseScorer`'s interface over shards: one `dense` call per shard, in
-    parallel, runs the one-file reader's scorer there (the int8 first pass and exact
-    rescoring, page evidence, the feedback direction: query.shards.part.ShardPart.dense).
-    When the caller reads only the best `keep` scores (hybrid fusion: `pool` + 1), each
-    shard sends back only its best `keep` rows of the cosine and moved scores and a fill
-    value for the rest, which fuses to the same bits (the fill is never above the corpus's
-    `pool`-th best cosine, so its semantic part is 0 as the exact one is)."""
+    """`DenseScorer`'s interface over shards: one `dense` call per shard runs the one-file
+    scorer there. Given `keep`, a shard sends only its best `keep` rows and a fill for the rest,
+    which fuses to the same bits (the fill is never above the `pool`-th best cosine)."""
 
     pages = "in shards"  # `query.score.fusion.hybrid` adds a page side only to a scorer without
 
     def __init__(self, vectors: ShardedVectors, first_pass: str):
         self.vectors = vectors
         self.first_pass = first_pass
-        # An IVF pass may run in the shards: fusion then hands over the lexical side's best
-        # rows (`also`), which each shard scores exactly as the one-file reader does.
+        # An IVF pass may run in the shards: fusion then hands them the lexical side's best.
         self.lists = "in shards" if first_pass == "ivf" else None
-
-    def scores(self, query, direction=None, beta: float = 0.0, keep: int = 0):
-        _, cosine, moved = self.mixed(query, direction, beta, keep)
-        return cosine, moved
 
     def mixed(
         self,
@@ -528,8 +505,7 @@ class ShardedDense:
             parts, "dense", [(*args, depths[i], local[i]) for i in range(len(parts))]
         )
         names = ("raw", "cosine", "moved")
-        # Each chunk starts as its shard's fill (one gather by the shard of every chunk),
-        # then every answered row gets its exact value.
+        # Each chunk starts as its shard's fill, then every answered row gets its exact value.
         fills = np.zeros((3, len(parts)), dtype=np.float32)
         for i, answer in enumerate(answers):
             fills[:, i] = answer.get("fill") or (0.0, 0.0, 0.0)
@@ -545,10 +521,8 @@ class ShardedDense:
 
 
 def shard_depth(rows: int, total: int, keep: int) -> int:
-    """How many of a shard's rows its int8 pass hands to exact rescoring: twice its share of
-    the one-file reader's depth (`query.score.vector.RESCORE_DEPTH` over the whole index), and
-    never fewer than the `keep` best the caller reads: the one-file depth in every shard
-    would rescore shards-times the rows (docs/scale-out.md, "What is built")."""
+    """How many of a shard's rows its int8 pass rescores: twice its share of RESCORE_DEPTH, and
+    at least `keep` (docs/scale-out.md, "What is built")."""
     from query.score.vector import RESCORE_DEPTH
 
     share = -(-2 * RESCORE_DEPTH * rows // max(total, 1))
@@ -620,9 +594,7 @@ class ShardedPageVectors:
 
 @dataclass
 class ShardedLexical:
-    """The `LexicalIndex` interface the query modules use, over shards (module docstring).
-    Term "rows" here are the term hashes themselves: a row number means nothing across
-    shards."""
+    """The `LexicalIndex` interface over shards; a term's "row" is its hash."""
 
     parts: list  # per shard: what answers its calls
     chunk_ids: list[np.ndarray]  # per shard: local chunk -> global chunk
@@ -658,12 +630,6 @@ class ShardedLexical:
         """What a shard needs to build its slice of the global length norm."""
         return (self.k1, self.b, self.avg)
 
-    @property
-    def norm(self) -> np.ndarray:
-        """The global length norm per chunk (what each shard computes for its slice)."""
-        k1, b, avg = self.norm_spec()
-        return k1 * (1.0 - b + b * self.lengths / (avg or 1.0))
-
     @classmethod
     def of(cls, snapshot: ShardedSnapshot) -> ShardedLexical:
         parts = snapshot.parts
@@ -688,20 +654,19 @@ class ShardedLexical:
         return self.term_statistics(hashes)[0]
 
     def term_statistics(
-        self, hashes: np.ndarray, chunks: bool = True, pages: bool = False
-    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """(df, page df) of the terms, summed over the shards (None: not asked), kept for
-        the generation; the terms not known yet in either are asked for in one round."""
+        self, hashes: np.ndarray, pages: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(df, page df: None unless `pages`) of the terms, summed over the shards, kept for the
+        generation; the terms not known yet are asked for in one round."""
         keys = np.asarray(hashes, dtype=np.uint64).tolist()
-        caches = [c for c, asked in ((self.df_cache, chunks), (self.page_df_cache, pages)) if asked]
+        caches = [self.df_cache, self.page_df_cache][: 1 + pages]
         # what is known now (another thread may start a cache over meanwhile)
         known = [{h: found for h in keys if (found := c.get(h)) is not None} for c in caches]
         missing = sorted(set().union(*(set(keys).difference(k) for k in known)))
         if missing:
             asked = np.asarray(missing, dtype=np.uint64)
             answers = call_each(self.parts, "term_df", [(asked, pages)] * len(self.parts))
-            names = [n for n, on in (("df", chunks), ("page_df", pages)) if on]
-            for name, cache, held in zip(names, caches, known, strict=True):
+            for name, cache, held in zip(("df", "page_df"), caches, known, strict=False):
                 total = np.zeros(len(missing), dtype=np.int64)
                 for answer in answers:
                     total += answer[name]
@@ -710,15 +675,11 @@ class ShardedLexical:
                 if len(cache) > DF_CACHE:
                     cache.clear()
                 cache.update(fetched)
-        out = iter([np.asarray([k[h] for h in keys], dtype=np.int64) for k in known])
-        return (next(out) if chunks else None, next(out) if pages else None)
+        out = [np.asarray([k[h] for h in keys], dtype=np.int64) for k in known]
+        return out[0], (out[1] if pages else None)
 
     def idf(self, df: np.ndarray | int) -> np.ndarray:
         return bm25_idf(self.n_chunks, df).astype(np.float32)
-
-    def lookup(self, hashes: np.ndarray) -> np.ndarray:
-        """Present for the interface; the sharded "row" of a term is its hash."""
-        return np.asarray(hashes)
 
     def term_chunks(self, hashes: np.ndarray) -> list[np.ndarray | None]:
         """The global chunk ids of each term's postings (None: in no shard)."""
@@ -735,8 +696,11 @@ class ShardedLexical:
         return out
 
     # -- scoring --------------------------------------------------------------------------
-    def add_terms(self, out: np.ndarray, hashes: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """out += sum of weight * postings(term), fanned out over the shards."""
+    def add_terms(
+        self, out: np.ndarray, hashes: np.ndarray, weights: np.ndarray, zero: bool = False
+    ) -> np.ndarray:
+        """out += sum of weight * postings(term), fanned out over the shards (`zero`: `out` is
+        all zeros)."""
         hashes = np.asarray(hashes, dtype=np.uint64)
         weights = np.asarray(weights, dtype=np.float32)
         if len(hashes) == 0:
@@ -744,7 +708,7 @@ class ShardedLexical:
         # The one-file index skips a term it lacks; so do the shards (no posting anywhere).
         idf = self.idf(self.document_frequency(hashes))
         spec = self.norm_spec()
-        started = out.any()
+        started = not zero and out.any()
 
         def one(shard: int):
             start = None
@@ -800,11 +764,8 @@ class ShardedLexical:
         count: int,
         postings: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
     ):
-        """`LexicalIndex.feedback_terms` over shards: each feedback chunk's postings are
-        read from its shard (or taken from `postings`, global chunk -> (hashes, tf), when
-        the caller holds them: a staged query's `first` round sends them) and laid out in
-        the given chunk order, so the per-term sums run in the order the one-file index
-        sums them."""
+        """`LexicalIndex.feedback_terms` over shards: the chunks' postings (from their shards, or
+        `postings`) laid out in chunk order, so the sums run as the one-file index's."""
         chunks = np.asarray(chunks, dtype=np.int64)
         if postings is None:
             per_chunk = self._chunk_postings(chunks)
@@ -818,13 +779,10 @@ class ShardedLexical:
         return feedback_best(terms, tf, size, self.lengths[chunks], scores, count)
 
     # -- pages ----------------------------------------------------------------------------
-    def _page_lengths(self, n_files: int) -> tuple[np.ndarray, float]:
-        return page_lengths_of(self, n_files)
-
     def page_lengths(self) -> np.ndarray | None:
         if not len(self.chunk_files):
             return None
-        return self._page_lengths(int(self.chunk_files[-1]) + 1)[0]
+        return page_lengths_of(self, int(self.chunk_files[-1]) + 1)[0]
 
     def page_scores(self, query: str, k1: float = 1.2, b: float = 0.75) -> np.ndarray | None:
         """`LexicalIndex.page_scores` over shards: a file's chunks all live in one shard, so

@@ -1,6 +1,5 @@
-"""A shard's side of a staged query (query.rank.shard_search): each step keeps its arrays in
-the shard's session and answers a maximum or a few best rows, never a number per chunk; each
-array is the one-file expression element by element (docs/scale-out.md, "What is built")."""
+"""A shard's side of a staged query (query.rank.shard_search): arrays kept in the shard's
+session, answers a maximum or a few best rows, each array the one-file expression."""
 
 from __future__ import annotations
 
@@ -58,10 +57,8 @@ def _term_scores(part: ShardPart, args: dict) -> np.ndarray:
 
 
 def _bm25(part: ShardPart, state: dict, args: dict) -> dict:
-    """BM25F of the query terms with the global idf and length norm; the page-level BM25
-    with the global page df; the best rows for the Rocchio direction and an IVF pass. A
-    lexical query's final answer comes with it (`select`: the filter, depth and floor the
-    router expects to be asked first), so it takes one round trip."""
+    """BM25F and page BM25 with the global statistics; the best rows for the Rocchio direction
+    and an IVF pass; a lexical query's final answer with it (`select`), in one round trip."""
     scores = _term_scores(part, args)
     state["bm25"] = scores
     answer: dict[str, Any] = {"max": _max(scores)}
@@ -130,10 +127,8 @@ def first_scores(bm25, cosine, w: float, max_bm25: float, top: float, floor: flo
 
 
 def _first(part: ShardPart, state: dict, args: dict) -> dict:
-    """The best rows of the first fused ranking, from which the router picks the feedback
-    chunks, with their postings (so the router reads none in a round of its own): only
-    those at or above `bound`, a value the router knows k rows reach (the k-th best of
-    the rows it holds), so the rows it cannot use stay here."""
+    """The best rows of the first fused ranking at or above `bound`, with their postings, for the
+    router to pick the feedback chunks."""
     scores = first_scores(
         state["bm25"], state["cosine"], args["w"], args["max"], args["top"], args["floor"]
     )
@@ -154,14 +149,8 @@ def mixed_lexical(bm25, expansion, lam: float, max_bm25: float, max_expansion: f
 
 
 def lexical_front(bm25: np.ndarray, expansion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bm25, expansion) pairs that include every pair no other row beats in both:
-    `mixed_lexical` never decreases in either value (each float32 step is monotone), so its
-    maximum over a shard's rows is its maximum over these, whatever the corpus-wide maxima
-    turn out to be; the router computes it from the shards' pairs instead of asking for it
-    in a round of its own. The row of most bm25 (with the most expansion among those) and
-    the row of most expansion (likewise) beat every row that is not above both of them on
-    the other side; the few rows that are, ordered by bm25, keep those above the expansion
-    of every row before them."""
+    """(bm25, expansion) pairs holding every pair no other row beats in both: `mixed_lexical` is
+    monotone in each, so its maximum over the shard is its maximum over these."""
     if len(bm25) == 0:
         return np.zeros(0, np.float32), np.zeros(0, np.float32)
     top_b = bm25.max()
@@ -197,10 +186,8 @@ def _lexical_side(state: dict, mix: dict | None) -> np.ndarray:
 
 
 def _fuse(part: ShardPart, state: dict, args: dict) -> dict:
-    """The final fusion with the page-level part (the lexical side mixed first); the best
-    rows the stub test reads, or, when the router has no stub test to run (none, or every
-    short page), the prior applied here and the best rows whose pages the name test
-    reads."""
+    """The final fusion with the page part; the best rows for the stub test, or, with none to run,
+    the prior applied here and the name test's pool."""
     state["lexical"] = _lexical_side(state, args.get("mix"))
     state["mix"] = args.get("mix")  # (the final round's `--explain` parts read it)
     w = np.float32(args["w"])
@@ -247,9 +234,8 @@ def _stub(part: ShardPart, state: dict, args: dict) -> dict:
 
 
 def _final(part: ShardPart, state: dict, args: dict) -> dict:
-    """The final scores (with the name part, when the router found named pages) under the
-    caller's filter: the best `fetch` rows at or above `min_score`, every part's value at
-    them, and how many rows pass."""
+    """The final scores (with the name part) under the caller's filter: the best `fetch` rows at
+    or above `min_score`, every part's value at them, and how many rows pass."""
     key = ("final", args.get("mode"))
     final = state.get(key)
     if final is None:
