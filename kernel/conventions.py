@@ -1,16 +1,6 @@
-"""Markdown as notes apps and docs sites write it, reduced to what is indexed and shown.
-
-- HTML comments `<!-- ... -->` and Obsidian's `%% ... %%` comments (inline or over several
-  lines) are blanked out: no word of them is indexed, embedded or shown. Only the comment's
-  characters go, never its lines, so every line number still points at the file.
-- Wikilinks and embeds (`kernel.wikilinks`) become their visible text.
-- Inline `#tags` (Obsidian's rules: `#` after a line start or a space, then letters, digits,
-  `_`, `-` or `/`, not digits only) are collected beside the text.
-
-None of this applies inside fenced code blocks or code spans: a fenced `<!--` is code.
-Line by line and textual (a scanner, no Markdown parser): what it cannot read stays text.
-Display helpers: `unescape` drops CommonMark's backslash escapes (`\\#Tag` reads `#Tag`);
-`aliases_of` reads Obsidian's `aliases` / `alias` frontmatter.
+"""Markdown as notes apps and docs sites write it, reduced to what is indexed and shown:
+comments blanked, wikilinks as their text, inline `#tags` collected, outside code
+(docs/architecture.md, "Markdown conventions").
 """
 
 from __future__ import annotations

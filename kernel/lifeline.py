@@ -1,13 +1,5 @@
-"""The processes an ingest starts end when the ingest does, however it ends (SIGKILL too).
-
-One left alive keeps the ingest's memory, and one holding the writer lock would keep the
-folder locked for good (so no forked child keeps it: `keep_from_children`). Two kinds:
-
-- forked children that wait (the pool's workers, the clustering helper): `die_with_parent`,
-  Linux's parent-death signal. An end of file is not enough there: a worker blocked reading
-  the pool's queue shares that queue's other end with its siblings, so none ever comes. Off
-  Linux none is forked (`pipeline.workers.pool_is_safe`);
-- processes a library starts out of our reach (Ray's local cluster): a `Guard`.
+"""The processes an ingest starts end when the ingest does, however it ends (SIGKILL too)
+(docs/architecture.md, "Lifelines").
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Opening what a folder holds: never through a link, never a special file, never unbounded.
-
-Two kinds of files are read. mdvdb's own (the `.markdownvdb` config, `.gitignore`s, the
-schema overlay, the index and its shards, the state folder's files) are opened with
-`O_NOFOLLOW`: a link there is refused, since a cloned repository can ship
-`.markdownvdb -> /dev/zero`. The notes themselves (source files) may be links inside the root
-(the walk's rule): a link is resolved and must still land inside the root. Both are opened
-with `O_NONBLOCK` (a FIFO never blocks the open) and `fstat`-checked to be a regular file
-before a byte is read; a source file must also be the one the walk saw (same device and
-inode) and no bigger than `MDVDB_MAX_FILE_BYTES`. The rules and their tests:
-docs/security.md, "Round two". Only `os` is imported (the warm client reads the config).
+"""Opening what a folder holds: never through a link, never a special file, never
+unbounded (docs/security.md, "Round two"). Only `os` is imported (the warm client reads the
+config).
 """
 
 from __future__ import annotations

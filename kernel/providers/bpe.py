@@ -1,14 +1,5 @@
-"""A query-sized Llama-2 BPE encoder that starts in a millisecond.
-
-`tokenizers.Tokenizer.from_file` parses the whole tokenizer JSON (32k tokens, 61k merges) before
-it can encode anything, most of a cold `mdvdb search` to tokenize a dozen words
-(docs/benchmarks.md, "Agent interfaces: cold start, warm path, MCP (issue 9)"). This module
-stores the vocabulary and merge ranks once in a
-small SQLite file in the state folder and, per query, looks up only the pairs that actually
-occur (a few dozen indexed lookups). It reproduces the tokenizer exactly for this model's
-configuration (Prepend "▁" + Replace " " → "▁" normalizer, no pre-tokenizer, BPE with byte
-fallback, the special tokens matched in the raw text); `tests/test_bpe.py` checks it against the
-real tokenizer on thousands of strings. Bulk encoding (ingest) still uses the Rust tokenizer.
+"""A query-sized Llama-2 BPE encoder that starts in a millisecond: the same ids as the
+tokenizer for a short query (docs/architecture.md, "The query BPE").
 """
 
 from __future__ import annotations

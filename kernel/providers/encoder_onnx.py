@@ -1,14 +1,5 @@
-"""The fast runtime for BERT-style encoders: an int8 ONNX graph run by onnxruntime.
-
-The graph is built from the model's own safetensors on first use (`encoder_graph`, with the
-`onnx` package; no torch, nothing downloaded) and kept in the per-user cache
-(`kernel.user_cache`), named by the SHA-256 of the weights and of config.json plus the graph
-version: a changed model file gets a new graph, an unchanged one reuses the file. The write is
-atomic (temp file + rename), so concurrent first uses each build and the last rename wins.
-
-Both packages come with the `minilm` install extra; without them the provider falls back to the
-NumPy forward pass (`minilm.BertEncoder`), which stays the reference (tests/test_encoder_onnx.py
-checks the two agree).
+"""The fast runtime for BERT-style encoders: an int8 ONNX graph run by onnxruntime, built
+on first use and cached per user (docs/architecture.md, "The ONNX runtime").
 """
 
 from __future__ import annotations
