@@ -69,8 +69,7 @@ def _prose(text: str, tags: list[str]) -> str:
 
 def _span_ends(line: str) -> dict[int, int]:
     """Where each run of backticks of `line` that opens a code span starts -> where the span
-    ends (after the next run of the same length, as CommonMark closes it). Each run's next
-    equal run is found by bisection, so a line of thousands of backticks costs n log n."""
+    ends (after the next run of the same length, found by bisection: n log n)."""
     runs = [(m.start(), m.end()) for m in _BACKTICKS.finditer(line)]
     by_size: dict[int, list[int]] = {}
     for i, (start, end) in enumerate(runs):

@@ -1,10 +1,5 @@
-"""Document ids: a short, stable name for each indexed file.
-
-A file's id is the first `ID_LENGTH` hex digits of the SHA-256 of its root-relative POSIX
-path, so it stays the same across ingests and machines and changes only when the file is
-moved. Two paths of one index whose short ids collide each get the shortest longer prefix
-that tells them apart; pack records those few in the index meta (`lengthened`), and every
-reader computes the others from the path (`id_of`).
+"""Document ids: a short, stable name for each indexed file, from the SHA-256 of its path
+(docs/architecture.md, "Document ids").
 """
 
 from __future__ import annotations

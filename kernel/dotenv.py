@@ -32,9 +32,8 @@ def parse_dotenv(text: str) -> dict[str, str]:
 
 
 def read_file(path: str | os.PathLike) -> str | None:
-    """A `.markdownvdb` file's text, None when there is none. Never through a symlink, never
-    a FIFO or a device, at most 1 MiB (`kernel.safe_open.read_own`: OSError saying why);
-    UnicodeDecodeError when it is not UTF-8."""
+    """A `.markdownvdb` file's text, None when there is none, read as `safe_open.read_own`
+    reads; UnicodeDecodeError when it is not UTF-8."""
     from kernel.safe_open import read_own
 
     raw = read_own(path)
@@ -56,8 +55,7 @@ def project_markers() -> tuple[str, ...]:
 
 def find_root(start: str) -> str:
     """The nearest folder upward from `start` that is a project (`project_markers`), else
-    `start`. The climb never reaches the user's home from below it nor crosses into another
-    file system: a home or a disk indexed once is not the project of every folder in it."""
+    `start`; never the user's home from below it, nor across file systems."""
     here = os.path.realpath(start)
     home = os.path.realpath(os.path.expanduser("~"))
     device = _device(here)

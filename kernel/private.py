@@ -1,10 +1,5 @@
-"""Files and folders only their owner can read, never written through a symlink.
-
-The index and the caches hold the text of the notes, so whatever mdvdb creates is 0600
-(files) and 0700 (folders) whatever the umask, and the state folder is checked before a
-writer uses it: a folder someone else prepared (a cloned repository can ship
-`.markdownvdb.state/cache.sqlite3-wal -> ~/.bashrc`) must not make mdvdb write elsewhere.
-The rules and their tests are in docs/security.md. Only `os` is imported.
+"""Files and folders only their owner can read (0600, 0700), never written through a
+symlink (docs/security.md, "Exposure to other local users"). Only `os` is imported.
 """
 
 from __future__ import annotations

@@ -35,8 +35,7 @@ _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 class Refused(OSError):
     """A path mdvdb will not read: a link, a special file, too big, or not the file the walk
-    saw. An OSError, so every caller that reports "cannot read: ..." reports this too; its
-    `strerror` is the one-line reason, its message the path and the reason."""
+    saw. An OSError whose `strerror` is the one-line reason."""
 
     def __init__(self, reason: str, path: str | os.PathLike | None = None):
         super().__init__(f"{os.fspath(path)}: {reason}" if path is not None else reason)
@@ -72,9 +71,8 @@ def _opened(path: str, flags: int) -> int:
 
 
 def open_regular(path: str | os.PathLike, follow: bool = False, seen=None) -> int:
-    """A read-only descriptor of the regular file at `path` (`O_NONBLOCK`, so a FIFO there
-    never blocks; `O_NOFOLLOW` unless `follow`). `seen`: a stat the file must match (device
-    and inode), as the walk took it. Refused otherwise; FileNotFoundError when absent."""
+    """A read-only descriptor of the regular file at `path` (`O_NONBLOCK`; `O_NOFOLLOW` unless
+    `follow`), which must match `seen` (the walk's stat) if given; else Refused."""
     path = os.fspath(path)
     fd = _opened(path, _READ | (0 if follow else _NOFOLLOW))
     try:
@@ -133,8 +131,7 @@ def _inside(path: str, root: str) -> bool:
 
 def open_source(path: str, root: str | None, seen=None) -> int:
     """A source file's descriptor (`open_regular`): a symlink is resolved and must land
-    inside `root` (None: anywhere, MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT), as the walk's rule
-    says; `seen` as in `open_regular`."""
+    inside `root` (None: anywhere, MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT)."""
     try:
         return open_regular(path, seen=seen)
     except Refused:
@@ -164,10 +161,8 @@ def real_folder(path: str | os.PathLike) -> bool:
 
 
 def remove_where(folder: str | os.PathLike, wanted) -> list[str]:
-    """Remove the entries of the real folder `folder` whose names `wanted(name)` accepts:
-    the folder is opened with `O_NOFOLLOW` and listed and unlinked through that descriptor,
-    so a link named `folder` is never entered and a link inside is removed, not followed.
-    Nothing is removed when `folder` is not a real folder. The names removed."""
+    """Remove (and return) the names `wanted` accepts in the real folder `folder`, through an
+    `O_NOFOLLOW` descriptor: a link named `folder` is never entered, one inside is removed."""
     try:
         dir_fd = os.open(os.fspath(folder), os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
     except OSError:

@@ -1,7 +1,5 @@
-"""The per-user cache: model-derived files kept once per user, never per project, each named
-by the SHA-256 of its source and written by temp file + rename; optional (an unwritable cache
-only means the slower path). Where and why: docs/architecture.md, "Kernel modules in detail",
-"The per-user cache".
+"""The per-user cache: model-derived files kept once per user, named by their source's
+SHA-256 (docs/architecture.md, "The per-user cache").
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ def models_dir() -> Path:
 
 
 def source_sha256(path: Path) -> str:
-    """SHA-256 of a model file, hashed once per (path, size, mtime, inode): the digest is
-    remembered in a small stamp file, so a cold start reads 64 bytes instead of hashing the
-    file (16 MB for the default model) every time."""
+    """SHA-256 of a model file, hashed once per (path, size, mtime, inode) and remembered in
+    a small stamp file."""
     st = path.stat()
     stamp_key = f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
     stamp = models_dir() / "stamps" / sha256(stamp_key.encode()).hexdigest()[:32]

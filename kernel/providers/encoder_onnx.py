@@ -79,14 +79,9 @@ def load(folder: Path, spec, threads: int | None = None) -> OnnxEncoder:
 
 
 class OnnxEncoder:
-    """Same interface as `minilm.BertEncoder`: forward(ids, mask) -> unit rows.
-
-    One text per run, several runs at once (`workers`, one per core, each single-threaded):
-    faster than length-sorted padded batches, with no padding and no (batch x heads x
-    length²) attention tensors (docs/search-quality.md, "Every core: one text per run on a
-    worker per core"). It also keeps a text's vector independent of its neighbours: the
-    activations are quantised per tensor, so in a batch one text's scale would depend on the
-    others."""
+    """Same interface as `minilm.BertEncoder`: forward(ids, mask) -> unit rows. One text per
+    run, one single-threaded run per core (docs/search-quality.md, "Every core: one text per
+    run on a worker per core"): no padding, and a text's vector never depends on others'."""
 
     tokens_per_pass = 1  # one text per run
 
@@ -107,8 +102,7 @@ class OnnxEncoder:
         options.intra_op_num_threads = threads or 1
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Idle worker threads sleep instead of spinning: on a shared machine spinning burns
-        # the cores other processes need and made the same batch slower here.
+        # Idle worker threads sleep instead of spinning (the cores other processes need).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         try:

@@ -1,10 +1,5 @@
-"""OpenAI's embeddings API, and any server that speaks it (`custom`: llama.cpp, vLLM,
-LM Studio, TEI, a proxy).
-
-`POST {base}/v1/embeddings` with `model` and a batch `input`. OpenAI itself gets
-`encoding_format: base64` (a quarter of the bytes of a JSON float list, and faster to decode)
-and `dimensions` for the text-embedding-3 models, which are trained to be truncated.
-Other servers get plain floats and no `dimensions`: several refuse fields they do not know.
+"""OpenAI's embeddings API, and any server that speaks it (`custom`: llama.cpp, vLLM, LM Studio,
+TEI, a proxy); docs/architecture.md, "Remote providers".
 """
 
 from __future__ import annotations
