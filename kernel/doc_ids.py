@@ -43,11 +43,7 @@ def lengthened(paths: Iterable[str]) -> dict[str, str]:
 
 def id_of(path: str, long_ids: Mapping[str, str] | None = None) -> str:
     """A path's id in an index whose meta lists `long_ids` (`lengthened`)."""
-    if long_ids:
-        found = long_ids.get(path)
-        if found:
-            return found
-    return short_id(path)
+    return (long_ids.get(path) if long_ids else None) or short_id(path)
 
 
 def as_id(text: str) -> str | None:

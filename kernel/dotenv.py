@@ -1,7 +1,5 @@
-"""The `.markdownvdb` file format and root discovery, with nothing but `os` imported.
-
-Shared by `kernel.config` and the warm-path client (`mdvdb.cli.warm`), which runs before
-anything else on every forwarded CLI call and cannot afford dataclasses' or pathlib's import.
+"""The `.markdownvdb` file format and root discovery, with nothing but `os` imported: the
+warm-path client (`mdvdb.cli.warm`) reads it before anything else on a forwarded call.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from hashlib import sha256
+from hashlib import file_digest, sha256
 from pathlib import Path
 from typing import BinaryIO
 
@@ -47,11 +47,8 @@ def source_sha256(path: Path) -> str:
             return known
     except (OSError, UnicodeDecodeError):
         pass
-    digest = sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    sha = digest.hexdigest()
+        sha = file_digest(fh, "sha256").hexdigest()
     atomic_write(stamp, lambda out: out.write(sha.encode("ascii")))
     return sha
 
