@@ -123,8 +123,7 @@ def _list(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
-# Linux's PATH_MAX and NAME_MAX: a longer path cannot be opened, so it is refused before any
-# work.
+# Linux's PATH_MAX and NAME_MAX: a longer path is refused before any work.
 MAX_PATH_CHARS = 4096
 MAX_NAME_CHARS = 255
 
@@ -571,12 +570,10 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
-# Secrets are read with `Config.env` like OPENAI_API_KEY, never declared as settings, so no
-# listing of the settings can show them.
+# Secrets are read with `Config.env`, never declared as settings that a listing could show.
 SECRETS = ("MDVDB_EMBEDDING_API_KEY",)
-# Decisions a folder must not make about itself: read from the environment or the user's own
-# config file (`user_config_path`), never from a folder's `.markdownvdb` (ignored there, as git
-# ignores `safe.directory` in a repository's config). See docs/security.md.
+# Decisions a folder must not make about itself: never read from its `.markdownvdb`
+# (docs/security.md, "Who is trusted").
 TRUSTED_FOLDERS = "MDVDB_TRUSTED_FOLDERS"
 USER_ONLY = (TRUSTED_FOLDERS,)
 # Variables naming a URL that an API key from the environment is sent to, with that key.
@@ -669,8 +666,7 @@ class Config:
     # written anywhere. `extra_origins`: where each came from.
     extra: dict[str, str] = field(default_factory=dict, repr=False)
     extra_origins: dict[str, str] = field(default_factory=dict, repr=False)
-    # The user trusts this folder's `.markdownvdb` (MDVDB_TRUSTED_FOLDERS): it may be owned by
-    # another user and may send the user's API keys to a URL it names.
+    # MDVDB_TRUSTED_FOLDERS names this folder: its `.markdownvdb` is the user's own.
     trusted: bool = False
 
     @property

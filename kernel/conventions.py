@@ -89,9 +89,8 @@ def _span_ends(line: str) -> dict[int, int]:
 
 
 def _line(line: str, closer: str | None, tags: list[str]) -> tuple[str, str, str | None]:
-    """One line outside a fence, inside a comment whose end is `closer` (None: outside one):
-    the line as indexed, the line with only its comments blanked (links as written, for the
-    link graph), and the comment still open at its end."""
+    """One line outside a fence, in a comment ending at `closer` (None: outside one): the line
+    as indexed, the line with only its comments blanked, and the comment open at its end."""
     out: list[str] = []
     kept: list[str] = []
     at = 0
@@ -123,10 +122,9 @@ def _line(line: str, closer: str | None, tags: list[str]) -> tuple[str, str, str
 def indexed_lines(
     lines: list[str], start: int = 0
 ) -> tuple[list[str], list[str], list[tuple[int, str]]]:
-    """`lines` from index `start` on as indexed (comments blanked, wikilinks as their visible
-    text; code untouched), the same number of lines; the inline tags found, each once
-    (first spelling kept, compared without case); and, for each line whose wikilinks were
-    replaced, (its index, the line with only its comments blanked) for the link graph."""
+    """`lines` from index `start` on as indexed, line for line; the inline tags found (each
+    once, without case); and (index, the line with only its comments blanked) for each line
+    whose wikilinks were replaced, for the link graph."""
     out = list(lines[:start])
     tags: list[str] = []
     linked: list[tuple[int, str]] = []

@@ -42,9 +42,8 @@ DEFAULT_INDEX_FILE = ".markdownvdb.index"
 
 
 def project_markers() -> tuple[str, ...]:
-    """The names that make a folder a project: `.markdownvdb`, and the index an ingest wrote
-    there (`MDVDB_INDEX_FILE` when the environment names one inside the root, and a
-    sharded index's folder beside it)."""
+    """The names that make a folder a project: `.markdownvdb`, the index (`MDVDB_INDEX_FILE`
+    when inside the root) and a sharded index's folder."""
     index = os.environ.get("MDVDB_INDEX_FILE", "").strip() or DEFAULT_INDEX_FILE
     if os.path.isabs(index) or os.pardir in index.replace("\\", "/").split("/"):
         index = DEFAULT_INDEX_FILE  # an index outside the root marks no folder

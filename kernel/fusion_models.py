@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from kernel.config import local_model_is_encoder
 
-# Overrides of query.score.fusion.FusionParams fields for BERT-style encoders run by the local
-# provider (all-minilm-l6-v2 and user model folders), chosen over all five sets with the
-# page-level and name evidence in the fusion: every held-out set picks these.
+# Overrides of query.score.fusion.FusionParams fields for the local BERT-style encoders: every
+# held-out set of the five picks these.
 LOCAL_ENCODER: dict[str, float] = {
     "dense_weight": 0.4,
     "feedback_weight": 0.4,

@@ -159,8 +159,7 @@ LINKS_META_KEY = "links"
 # Document ids (kernel/doc_ids.py): the meta key of {path: lengthened id} for colliding ids.
 DOC_IDS_META_KEY = "doc_ids"
 
-# The clusters table's schema metadata key: JSON with k, silhouette, the candidates tried,
-# documents assigned since the last full clustering ("pending") and unclustered documents.
+# The clusters table's schema metadata key (JSON: k, silhouette, candidates, pending...).
 CLUSTERS_META_KEY = "mdvdb.clusters"
 
 
@@ -226,8 +225,7 @@ class IndexFile:
     mtime_ns: int = 0
     inode: int = 0
     device: int = 0
-    # The map itself and where it starts in memory: `write_index` recognises buffers that lie
-    # in it and copies their bytes file-to-file instead of through memory.
+    # The map and its address: `write_index` copies buffers that lie in it file-to-file.
     source: Any = field(default=None, repr=False)
     base_address: int = 0
     # The footer's table layouts and the file's buffer region, for `verify_checksums`.
@@ -280,8 +278,7 @@ def vector_matrix(file: IndexFile) -> Any:
     if not chunks.num_rows:
         return np.zeros((0, dims), dtype=np.float32)
     column = column_array(chunks, "vector")
-    # `.values` ignores a slice offset (`flatten()` would honour it, but imports
-    # pyarrow.compute, dear on a cold query), so apply the offset by hand.
+    # `.values` ignores a slice offset (`flatten()` imports pyarrow.compute): applied here.
     flat = column.values.to_numpy(zero_copy_only=True)
     start = column.offset * dims
     return flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
@@ -459,12 +456,10 @@ def _region(body: pa.Buffer | memoryview, where: list[int]) -> pa.Buffer | memor
     return body.slice(offset, length)
 
 
-# Set (to anything) to open indexes with pyarrow even where the format's own reader would
-# serve: a way around a reader bug.
+# Set (to anything) to open indexes with pyarrow where the lite reader would serve.
 ARROW_READER_ENV = "MDVDB_ARROW_READER"
 
-# Exceptions a damaged footer or buffer can raise while a table is opened (OSError: Arrow's
-# IO errors, "Invalid flatbuffers message").
+# What a damaged footer or buffer can raise while a table opens (OSError: Arrow's IO errors).
 _OPEN_ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError, OSError)
 
 
@@ -495,9 +490,8 @@ def _read_index_lite(path: Path) -> IndexFile:
 
 
 def _open_table_lite(index: IndexFile, name: str, layout: dict[str, Any]) -> Any:
-    """One table as `arrow_lite` columns; a schema the lite reader does not decode is opened
-    with pyarrow (over the same map), and so is any column of a type it does not know, when
-    first used."""
+    """One table as `arrow_lite` columns; a schema or column type it does not decode is opened
+    with pyarrow over the same map (a column on first use)."""
     from kernel import arrow_lite
 
     body = index.body
@@ -679,8 +673,7 @@ def _check_offsets(kind: pa.DataType, array: pa.Array, buffers: list) -> None:
         raise ValueError("an offset lies outside its values")
 
 
-# The last few indexes this process opened, so that an unexpected error on the read path can
-# be checked against the bytes it was reading (`damage_message`).
+# The last few indexes this process opened (`damage_message`).
 _OPENED: list[weakref.ref] = []
 
 
@@ -1061,9 +1054,8 @@ class IndexWriter:
 
         self.path = Path(path)
         private.make_dir(self.path.parent)  # 0700, when missing
-        # mkstemp makes the file 0600 whatever the umask: the index holds the notes' text
-        # (see docs/security.md). `os.replace` renames over `path`: a symlink there is
-        # replaced, its target never written.
+        # mkstemp makes the file 0600 whatever the umask (the index holds the notes' text);
+        # `os.replace` renames over a symlink at `path`, never writes through it.
         import tempfile  # the write side only: a search does not pay for its import
 
         self._fd, self._tmp = tempfile.mkstemp(

@@ -5,13 +5,11 @@ here bumps `kernel.text_analysis.ANALYZER_VERSION`.
 
 from __future__ import annotations
 
-# Keyed by the codes of `kernel.text_analysis.LANGUAGES` (where a query reads them: this
-# module is the write side's, imported only to tell a chunk's language).
+# Keyed by the codes of `kernel.text_analysis.LANGUAGES`.
 MIN_STOP_WORDS = 3  # distinct ones
 MIN_SHARE = 0.05  # of a chunk's tokens (French prose: ~0.3; a tldr page, half commands: ~0.1-0.2)
-# Languages often written without accents: any other one's text has non-ASCII letters, and a
-# chunk of it in plain ASCII is text whose accents were stripped (NFCorpus holds French and
-# Spanish abstracts so), stemmed in English as before.
+# Languages often written without accents; a plain-ASCII chunk of any other had its accents
+# stripped, and is stemmed in English.
 UNACCENTED = frozenset({"nl", "id", "it"})
 
 # Words common in English text (besides the analyzer's English stop words) that other lists

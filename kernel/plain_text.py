@@ -105,8 +105,7 @@ def flat(text: str) -> str:
 
 def signature_text(text: str) -> str:
     """What near-duplicate signatures read: the text without HTML tags and link targets (a
-    copy in another version folder links to that version's pages). Punctuation, and so the
-    rest of the markup, is ignored by the word split that follows."""
+    copy in another version folder links to that version's pages)."""
     if "<" in text:
         text = _TAG.sub(" ", text)
     if "](" in text:

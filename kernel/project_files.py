@@ -454,10 +454,8 @@ def gitignores_below(
     config: Config, start: Path, rel: str | None, problems: list[tuple[str, str]]
 ) -> list[str]:
     """The lines of every .gitignore in and below `start` that the walk would enter,
-    shallowest first, each anchored to its folder: root-relative (`rel`), else absolute (a
-    folder outside the root). One read refuses goes to `problems`. A folder whose link count
-    says it has no subfolder is not listed (docs/architecture.md, "Project files and ignore
-    rules")."""
+    shallowest first, each anchored to its folder (root-relative, else absolute); one read
+    refuses goes to `problems` (docs/architecture.md, "Project files and ignore rules")."""
     skip = {str(config.index_path), str(config.state_path), str(config.shards_path)}
     base = "" if rel in (None, ".") else rel
     top = Rules.for_folder(config, base, above=rel is not None)

@@ -123,9 +123,8 @@ def _stemmer(language: str):
 
 
 class _TokenTerms(dict):
-    """Token -> the hashes of its terms (`_token_words` in `language`): an ingest analyses
-    the same few thousand words over and over, and a dictionary hit replaces the per-word
-    regex, stem and hash calls."""
+    """Token -> the hashes of its terms (`_token_words` in `language`): an ingest meets the
+    same words over and over."""
 
     def __init__(self, language: str = "en") -> None:
         super().__init__()
@@ -176,9 +175,8 @@ def term_hashes(tokens: list, language: str = "en") -> np.ndarray:
 
 
 def term_ids(text: str, language: str | None = None) -> np.ndarray:
-    """`words(text)` as uint64 term hashes, in order, Latin words stemmed in `language`
-    (a `LANGUAGES` code or "en"). Without one: a query's terms, resolved against the
-    index the current thread's query reads (`QueryLexicon`), or English."""
+    """`words(text)` as uint64 term hashes, Latin words stemmed in `language`; without one,
+    a query's terms as this thread's `QueryLexicon` resolves them, or English."""
     if language is None:
         lexicon = getattr(_QUERY, "lexicon", None)
         if lexicon is not None:

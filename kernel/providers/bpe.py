@@ -83,9 +83,7 @@ class QueryBPE:
 
     def _encode_word(self, word: str) -> list[int]:
         """BPE: merge the adjacent pair of lowest rank (the first of equals) until none has
-        one. Each pair's rank is looked up once and kept beside it; a merge asks only for the
-        two new pairs it makes (a query is one "word", so asking every pair again after every
-        merge would repeat most lookups)."""
+        one; a merge looks up only the two new pairs it makes."""
         symbols = list(word)
         none = _NO_RANK
         ranks = [self._rank_or(symbols[i], symbols[i + 1]) for i in range(len(symbols) - 1)]

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 # A server asking us to wait longer than this is down for maintenance, not rate limiting.
 LONGEST_RETRY_AFTER = 300.0
-# The remote model's tokenizer is unknown; texts are measured with the chunker's Llama-2
-# tokenizer and cut this much below the model's limit so a denser tokenizer still fits.
+# Texts are measured with the chunker's tokenizer and cut this much below the model's limit,
+# so that a denser tokenizer still fits.
 TOKEN_MARGIN = 0.9
 
 

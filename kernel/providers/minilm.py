@@ -404,8 +404,7 @@ class MiniLMProvider(SequentialBatches):
         self.spec = self.reference.spec
         self.tokenizer = load_tokenizer(folder, self.reference.max_tokens)
         self._encoder = None
-        # A model folder's weights can change under the same name: their digest is part of
-        # the embedding cache key (pipeline.embed.model_key). The pinned package cannot.
+        # A model folder's weights can change under one name: their digest keys the cache.
         self.revision = (
             "" if model.lower() == MODEL_NAME else source_sha256(folder / "model.safetensors")[:16]
         )

@@ -17,9 +17,8 @@ OPENAI_MAX_INPUT_TOKENS = 8191
 
 
 def embeddings_url(base: str) -> str:
-    """`{base}/v1/embeddings`, accepting a base that already ends in `/v1` (the OpenAI SDK's
-    convention), an Azure deployment path, or the full URL; a query string (Azure's
-    api-version) is kept."""
+    """`{base}/v1/embeddings` from a base, a base ending in `/v1`, an Azure deployment path or
+    the full URL; a query string (Azure's api-version) is kept."""
     parts = urlsplit(base.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ProviderError(f"{base!r} is not an http(s) URL")
