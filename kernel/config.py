@@ -107,9 +107,6 @@ def _seconds(high: float) -> Number:
     return Number(float, 0.0, high, above=True)
 
 
-_share = _float(0.0, 1.0)
-
-
 def _bool(raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -146,9 +143,6 @@ def _paths(raw: str) -> list[str]:
     return [_path(part) for part in _list(raw)]
 
 
-_WEIGHT = Number(float, 0.0, 100.0, above=True)
-
-
 def _weights(raw: str) -> dict[str, float]:
     """`label=number` pairs separated by commas, e.g. `high=1.1,low=0.9`."""
     weights: dict[str, float] = {}
@@ -157,7 +151,7 @@ def _weights(raw: str) -> dict[str, float]:
         if not sep or not label.strip():
             raise ValueError(f"expected label=number pairs, got {part!r}")
         try:
-            weight = _WEIGHT(number)
+            weight = Number(float, 0.0, 100.0, above=True)(number)
         except ValueError as exc:
             raise ValueError(f"weight for {label.strip()!r}: {exc}") from None
         weights[label.strip().lower()] = weight
@@ -505,7 +499,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_CLUSTERING_REBALANCE_SHARE",
         "clustering_rebalance_share",
-        _share,
+        _float(0.0, 1.0),
         "0.05",
         "Share of the documents changed before a full re-clustering (the larger count wins)",
     ),

@@ -31,11 +31,8 @@ DAMAGED = "index damaged: run `mdvdb ingest --full`"
 ALIGN = 64
 TEMP_SUFFIX = ".tmp"
 
-# Frontmatter fields get typed columns in `files` named with this prefix (filters read them).
-# Column types follow the field's schema type: number -> float64, boolean -> bool, date ->
-# timestamp[us] (naive UTC), string -> string, list and mixed -> list<string> (a scalar in a
-# mixed field is a one-item list), object -> JSON string. Values that do not fit are null.
-# The two helpers below are the encoding both sides agree on (pack writes, filters compare).
+# Frontmatter fields get typed columns in `files` named with this prefix (docs/architecture.md,
+# "The index file"); the two helpers below are the encoding pack and the filters share.
 FRONTMATTER_COLUMN_PREFIX = "fm:"
 ISO_DATE = re.compile(
     r"^\d{4}-\d{2}-\d{2}"
@@ -335,8 +332,6 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
         stat = os.fstat(source.fileno())
         if (stat.st_dev, stat.st_ino) != (checked.st_dev, checked.st_ino):
             raise OSError("replaced while opened")
-    except FileNotFoundError:
-        raise IndexFormatError(f"no index at {path}: run `mdvdb ingest` first") from None
     except OSError as exc:
         raise _unopenable(path, exc) from None
     size = source.size()
@@ -377,6 +372,8 @@ def _register(index: IndexFile) -> IndexFile:
 def _unopenable(path: Path, exc: Exception) -> IndexFormatError:
     from kernel.safe_open import Refused
 
+    if isinstance(exc, FileNotFoundError):
+        return IndexFormatError(f"no index at {path}: run `mdvdb ingest` first")
     if isinstance(exc, Refused):  # a link, a FIFO, a device where the index should be
         return IndexFormatError(
             f"{path}: {exc.strerror}; run `mdvdb ingest`, which replaces it with an index"
@@ -474,8 +471,6 @@ def _read_index_lite(path: Path) -> IndexFile:
         with open(open_regular(path), "rb") as handle:  # never a link, a FIFO or a device
             stat = os.fstat(handle.fileno())
             source = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if stat.st_size else b""
-    except FileNotFoundError:
-        raise IndexFormatError(f"no index at {path}: run `mdvdb ingest` first") from None
     except (OSError, ValueError) as exc:
         raise _unopenable(path, exc) from None
     whole = memoryview(source)

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 # Bump when the graph this module writes changes: it is part of the cache key.
@@ -50,13 +48,6 @@ def _int8_blocks(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     quantised, scale = _int8_columns(padded.reshape(rows * blocks, BLOCK).T)
     stored = (quantised.T.astype(np.int16) + 128).astype(np.uint8)
     return stored.reshape(rows, blocks, BLOCK), scale
-
-
-def build_graph(
-    weights: dict[str, np.ndarray], spec, out: Path, quantise: bool = True, blockwise: bool = False
-) -> None:
-    """Write the encoder graph to `out` (`graph_bytes`)."""
-    out.write_bytes(graph_bytes(weights, spec, quantise, blockwise))
 
 
 def graph_bytes(

@@ -49,23 +49,20 @@ def ensure_graph(folder: Path, spec, rebuild: bool = False) -> Path:
     from safetensors.numpy import load_file
 
     from kernel import user_cache
-    from kernel.providers.encoder_graph import build_graph
+    from kernel.providers.encoder_graph import graph_bytes
 
     try:
         weights = load_file(str(folder / "model.safetensors"))
     except Exception as exc:  # safetensors raises its own error type on a damaged file
         raise ProviderError(f"cannot read {folder}/model.safetensors: {exc}") from None
-    scratch = Path(tempfile.mkdtemp(prefix="mdvdb-graph-"))
-    built = scratch / path.name
     try:
-        build_graph(weights, spec, built, blockwise=blockwise)
+        data = graph_bytes(weights, spec, blockwise=blockwise)
     except KeyError as exc:
         raise ProviderError(f"{folder}/model.safetensors has no tensor {exc}") from None
-    data = built.read_bytes()
     if user_cache.atomic_write(path, lambda out: out.write(data)):
-        built.unlink()
-        scratch.rmdir()
         return path
+    built = Path(tempfile.mkdtemp(prefix="mdvdb-graph-")) / path.name
+    built.write_bytes(data)
     return built
 
 
