@@ -9,8 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# Set to a callable to be told (with the attribute name) whenever a lite object falls back to
-# pyarrow: the tests use it to prove the plain search path never does.
+# A callable told the attribute name whenever a lite object falls back to pyarrow (tests).
 ON_FALLBACK: Callable[[str], None] | None = None
 
 

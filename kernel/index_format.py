@@ -399,9 +399,8 @@ def _ends_of(whole: Any) -> bytes:
 
 
 def changed_in_place(index: IndexFile) -> bool:
-    """Whether the index's file was overwritten in place since it was mapped (zeroed, copied
-    over, truncated), which its inode and mtime may not show: its size, then its 40 bytes
-    of header and trailer against those read at open (a truncated map is never read)."""
+    """Whether the index's file was overwritten in place since it was mapped, which its inode
+    and mtime may not show: its size, then its header and trailer against those read at open."""
     if index.whole is None or not index.ends:
         return False
     try:

@@ -209,9 +209,8 @@ def remove_unlisted(folder: Path, keep: set[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class GlobalOrder:
-    """Where each shard's rows go in the global (one-file) order: `file_ids[s][i]` is the
-    global id of shard s's file i (`chunk_ids` the same for chunks); `concatenated[chunk_order]`
-    is the global order of the shards' chunks concatenated (`file_order`: of their files)."""
+    """Where each shard's rows go in the one-file order: `file_ids[s][i]`, the global id of
+    shard s's file i (`chunk_ids`: chunks); `concatenated[chunk_order]` is that order."""
 
     file_ids: list[np.ndarray]
     chunk_ids: list[np.ndarray]

@@ -254,9 +254,7 @@ def query_lexicon(lexicon: QueryLexicon | None) -> Iterator[None]:
 
 class QueryLexicon:
     """How a query's words are looked up in one index (docs/architecture.md, "The text
-    analyzer"): each Latin word's stem, of English and the languages the postings mark, that
-    the most chunks of those languages hold. `frequency(hashes)`: chunks holding each term;
-    `chunks(hashes)`: their chunk ids (None: none)."""
+    analyzer"). `frequency(hashes)`: chunks holding each term; `chunks(hashes)`: their ids."""
 
     def __init__(
         self,

@@ -76,9 +76,8 @@ def load(folder: Path, spec, threads: int | None = None) -> OnnxEncoder:
 
 
 class OnnxEncoder:
-    """Same interface as `minilm.BertEncoder`: forward(ids, mask) -> unit rows. One text per
-    run, one single-threaded run per core (docs/search-quality.md, "Every core: one text per
-    run on a worker per core"): no padding, and a text's vector never depends on others'."""
+    """`minilm.BertEncoder`'s forward(ids, mask) -> unit rows, one text per run, a run per core
+    (docs/search-quality.md, "Every core: one text per run on a worker per core")."""
 
     tokens_per_pass = 1  # one text per run
 

@@ -132,8 +132,7 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
 
 def _gelu(x: np.ndarray) -> np.ndarray:
     """BERT's exact GELU, x * Phi(x), in place; erf is Abramowitz-Stegun 7.1.26 (error below
-    1.5e-7), faster than SciPy's (docs/benchmarks.md, "Opt-in local encoder: all-MiniLM-L6-v2
-    in NumPy")."""
+    1.5e-7), faster than SciPy's."""
     z = np.abs(x)
     z *= np.float32(0.7071067811865476)
     t = z * np.float32(0.3275911)
@@ -281,8 +280,7 @@ def query_path(folder: Path) -> _QueryPath:
 
 def warm_queries(folder: Path, wait: bool = True) -> bool:
     """Switch this process's queries of `folder` to an onnxruntime session of the float32
-    graph, the reference's function: loaded now (`wait`) or by a background thread. True when
-    done or under way; False without onnxruntime."""
+    graph, now (`wait`) or in the background; False without onnxruntime."""
     from kernel.providers import encoder_onnx
 
     state = query_path(folder)
