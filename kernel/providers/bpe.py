@@ -19,7 +19,7 @@ class QueryBPE:
     def __init__(self, db_path: Path):
         self.db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, check_same_thread=False)
         self._ids: dict[str, int | None] = {}
-        self._ranks: dict[tuple[str, str], int | None] = {}
+        self._ranks: dict[tuple[str, str], int] = {}
 
     @classmethod
     def build(cls, tokenizer_json: Path, db_path: Path) -> QueryBPE:
@@ -55,19 +55,15 @@ class QueryBPE:
             self._ids[token] = row[0] if row else None
         return self._ids[token]
 
-    def rank(self, left: str, right: str) -> int | None:
+    def _rank_or(self, left: str, right: str) -> int:
+        """A pair's merge rank, or _NO_RANK (above every rank) for a pair that never merges."""
         key = (left, right)
         if key not in self._ranks:
             row = self.db.execute(
                 "SELECT rank FROM merges WHERE pair = ?", (left + " " + right,)
             ).fetchone()
-            self._ranks[key] = row[0] if row else None
+            self._ranks[key] = row[0] if row else _NO_RANK
         return self._ranks[key]
-
-    def _rank_or(self, left: str, right: str) -> int:
-        """`rank`, or _NO_RANK (above every rank) for a pair that never merges."""
-        found = self.rank(left, right)
-        return _NO_RANK if found is None else found
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
@@ -85,11 +81,10 @@ class QueryBPE:
         """BPE: merge the adjacent pair of lowest rank (the first of equals) until none has
         one; a merge looks up only the two new pairs it makes."""
         symbols = list(word)
-        none = _NO_RANK
         ranks = [self._rank_or(symbols[i], symbols[i + 1]) for i in range(len(symbols) - 1)]
         while ranks:
             best_rank = min(ranks)
-            if best_rank == none:
+            if best_rank == _NO_RANK:
                 break
             best = ranks.index(best_rank)
             merged = symbols[best] + symbols[best + 1]
