@@ -921,10 +921,6 @@ def _validate(config: Config) -> None:
         )
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def _validate_paths(config: Config) -> None:
     """The index and the state folder stay inside the project root unless the user's own
     environment says otherwise (docs/security.md, "Writes stay inside the root")."""
@@ -933,7 +929,8 @@ def _validate_paths(config: Config) -> None:
         ("MDVDB_STATE_DIR", config.state_path, "folder"),
     ):
         origin = config.origin(env)
-        if origin != "the environment" and not config.trusted and not _inside(path, config.root):
+        chosen = origin == "the environment" or config.trusted
+        if not chosen and not path.is_relative_to(config.root):
             raise ConfigError(
                 f"{env} (from {origin}): {path} is outside the project root {config.root}; "
                 f"only your environment may put it elsewhere (or trust the folder: "
@@ -942,7 +939,6 @@ def _validate_paths(config: Config) -> None:
         if path == config.root:
             raise ConfigError(f"{env} (from {origin}): {path} is the project root itself")
         named = config.root / config.state_dir
-        chosen = origin == "the environment" or config.trusted
         if kind == "folder" and not chosen and os.path.islink(named):  # a real folder only
             raise ConfigError(
                 f"{env} (from {origin}): {named} is a symlink; mdvdb keeps its state only in "

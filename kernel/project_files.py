@@ -64,11 +64,7 @@ class SourceFolder:
 
 
 def inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root)
-        return True
-    except ValueError:
-        return False
+    return path.resolve().is_relative_to(root)
 
 
 def source_folders(config: Config) -> list[SourceFolder]:
