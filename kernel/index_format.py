@@ -642,23 +642,13 @@ def _buffer_count(kind: pa.DataType) -> int:
 def _is_list(kind: pa.DataType) -> bool:
     import pyarrow as pa
 
-    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
-
-
-def _offset_type(kind: pa.DataType) -> Any:
-    """The NumPy type of a variable-size type's offsets."""
-    import numpy as np
-    import pyarrow as pa
-
-    t = pa.types
-    wide = t.is_large_list(kind) or t.is_large_string(kind) or t.is_large_binary(kind)
-    return np.int64 if wide else np.int32
+    return pa.types.is_list(kind)
 
 
 def _check_offsets(kind: pa.DataType, array: pa.Array, buffers: list) -> None:
     import numpy as np
 
-    offsets = np.frombuffer(buffers[1], dtype=_offset_type(kind))[: len(array) + 1]
+    offsets = np.frombuffer(buffers[1], dtype=np.int32)[: len(array) + 1]
     if _is_list(kind):
         limit = len(array.values)
     else:
@@ -861,7 +851,7 @@ def _plan(kind: pa.DataType, chunks: list[pa.Array]) -> _Plan:
         parts = [c.values.slice(c.offset * size, len(c) * size) for c in chunks]
         return _Plan(length, nulls, [validity], [_plan(kind.value_type, parts)])
     if _has_offsets(kind):
-        offsets, spans = _offsets(chunks, _offset_type(kind))
+        offsets, spans = _offsets(chunks)
         if _is_list(kind):
             parts = [c.values.slice(a, b - a) for c, (a, b) in zip(chunks, spans, strict=True)]
             return _Plan(length, nulls, [validity, [offsets]], [_plan(kind.value_type, parts)])
@@ -883,18 +873,18 @@ def _plan(kind: pa.DataType, chunks: list[pa.Array]) -> _Plan:
 
 
 def _has_offsets(kind: pa.DataType) -> bool:
+    """Strings and lists, the variable-size types the index stores (32-bit offsets)."""
     import pyarrow as pa
 
-    t = pa.types
-    strings = (t.is_string, t.is_large_string, t.is_binary, t.is_large_binary)
-    return _is_list(kind) or any(test(kind) for test in strings)
+    return _is_list(kind) or pa.types.is_string(kind)
 
 
-def _offsets(chunks: list[pa.Array], dtype) -> tuple[Any, list[tuple[int, int]]]:
+def _offsets(chunks: list[pa.Array]) -> tuple[Any, list[tuple[int, int]]]:
     """The concatenated offsets buffer of variable-size chunks, and each chunk's span in its
     own values."""
     import numpy as np
 
+    dtype = np.int32
     pieces, spans, at = [np.zeros(1, dtype=dtype)], [], 0
     for c in chunks:
         raw = np.frombuffer(c.buffers()[1], dtype=dtype)[c.offset : c.offset + len(c) + 1]
