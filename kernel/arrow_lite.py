@@ -1,16 +1,5 @@
-"""Arrow columns read without pyarrow: the cold `mdvdb search` path's reader of an index.
-
-Importing pyarrow is a large part of a cold search (docs/benchmarks.md, "Cold `mdvdb search`
-without pyarrow (issue 18, cold start)"), and a search reads a dozen columns of a few simple
-types, row by row for ten results or as one NumPy view. So the index
-file (`kernel.index_format`) can also be opened with this module: the serialized Arrow schema
-of each table is decoded here (a few flatbuffer tables: Message, Schema, Field and the type),
-and each column is a `LiteArray` over the memory map that offers the part of pyarrow's Array
-API the query path uses (`len`, `[i].as_py()`, `to_pylist`, `to_numpy`, `buffers`, `offsets`,
-`values`). Anything else, and any type this module does not know (timestamps, dictionaries,
-structs...), is answered by the real pyarrow object built over the same bytes on first use
-(`__getattr__`), so a caller never sees a difference, only a slower first call.
-`tests/test_arrow_lite.py` compares every column of real indexes against pyarrow.
+"""Arrow columns read without pyarrow: the cold `mdvdb search` path's reader of an index
+(docs/architecture.md, "The lite Arrow reader").
 """
 
 from __future__ import annotations
@@ -20,8 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# Set to a callable to be told (with the attribute name) whenever a lite object falls back to
-# pyarrow: the tests use it to prove the plain search path never does.
+# A callable told the attribute name whenever a lite object falls back to pyarrow (tests).
 ON_FALLBACK: Callable[[str], None] | None = None
 
 

@@ -1,9 +1,7 @@
 """Configuration: shell environment > `.markdownvdb` (dotenv style) > built-in defaults.
 
-This module is one of the two things the read and the write side share (the other is
-`kernel.index_format`). It is imported on every CLI call, so it imports nothing heavy.
-Every setting is declared once in `SETTINGS`; a bad value is a `ConfigError` that names the
-variable and where its value came from, which the CLI turns into a one-line message, exit 2.
+Every setting is declared once in `SETTINGS`; a bad value is a `ConfigError` naming the
+variable and its origin. Imported on every CLI call, so it imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -27,12 +25,10 @@ SCHEMA_OVERLAY_FILE = ".markdownvdb.schema.yml"
 PROVIDERS = ("local", "openai", "ollama", "custom")
 SEARCH_MODES = ("hybrid", "semantic", "lexical")
 # Results of a search and matches of a grep when nobody says how many, on every front end
-# (`mdvdb search`/`grep`, the MCP tools, the library); MDVDB_SEARCH_DEFAULT_LIMIT overrides it
-# for search.
+# (MDVDB_SEARCH_DEFAULT_LIMIT overrides it for search).
 DEFAULT_LIMIT = 10
 
-# The longest a request may wait for an answer, and the most shards an index may have: a
-# folder's file cannot make an ingest wait an hour per request or write 100,000 files.
+# The longest a request may wait for an answer, and the most shards an index may have.
 MAX_TIMEOUT = 600.0
 MAX_SHARDS = 1024
 
@@ -43,9 +39,8 @@ PROVIDER_DEFAULTS: dict[str, tuple[str, int]] = {
     "ollama": ("nomic-embed-text", 768),
     "custom": ("default", 0),  # 0: take the dimension the endpoint returns on first call
 }
-# Opt-in local transformer encoders (kernel/providers/minilm.py), chosen by model name under
-# provider=local; any other non-WordLlama model value is a BERT-style model folder
-# (dimensions 0: the model's own size).
+# Opt-in local transformer encoders (kernel/providers/minilm.py) under provider=local; any
+# other non-WordLlama model is a BERT-style model folder (dimensions 0: the model's own).
 LOCAL_ENCODERS: dict[str, int] = {"all-minilm-l6-v2": 384}
 
 
@@ -66,10 +61,8 @@ def _shown(raw: str) -> str:
 
 @dataclass(frozen=True)
 class Number:
-    """A numeric setting's parser and its range (docs/security.md, "Every input bounded"):
-    a folder's file asking for 100,000 shards or a timeout of three years gets one line
-    naming the setting, not an ingest that runs for an hour. `above`: `low` itself is
-    refused (a duration must be more than 0)."""
+    """A numeric setting's parser and its range (docs/security.md, "Every input bounded").
+    `above`: `low` itself is refused (a duration must be more than 0)."""
 
     kind: type  # int or float
     low: float
@@ -114,9 +107,6 @@ def _seconds(high: float) -> Number:
     return Number(float, 0.0, high, above=True)
 
 
-_share = _float(0.0, 1.0)
-
-
 def _bool(raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -130,8 +120,7 @@ def _list(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
-# Linux's PATH_MAX and NAME_MAX: a longer path cannot be opened, so it is refused before any
-# work (1,600 levels of a missing folder used to cost a minute of walking and ignore rules).
+# Linux's PATH_MAX and NAME_MAX: a longer path is refused before any work.
 MAX_PATH_CHARS = 4096
 MAX_NAME_CHARS = 255
 
@@ -154,9 +143,6 @@ def _paths(raw: str) -> list[str]:
     return [_path(part) for part in _list(raw)]
 
 
-_WEIGHT = Number(float, 0.0, 100.0, above=True)
-
-
 def _weights(raw: str) -> dict[str, float]:
     """`label=number` pairs separated by commas, e.g. `high=1.1,low=0.9`."""
     weights: dict[str, float] = {}
@@ -165,7 +151,7 @@ def _weights(raw: str) -> dict[str, float]:
         if not sep or not label.strip():
             raise ValueError(f"expected label=number pairs, got {part!r}")
         try:
-            weight = _WEIGHT(number)
+            weight = Number(float, 0.0, 100.0, above=True)(number)
         except ValueError as exc:
             raise ValueError(f"weight for {label.strip()!r}: {exc}") from None
         weights[label.strip().lower()] = weight
@@ -305,12 +291,11 @@ SETTINGS: tuple[Setting, ...] = (
         "false",
         "Allow symlinks that point outside the project root",
     ),
-    # Indexing costs ~36 bytes of memory per byte of a file (docs/security.md, "Round two"):
-    # 10 MiB keeps one file's share under 0.4 GB; the largest page of the five corpora is 0.8 MB.
+    # Indexing costs ~36 bytes of memory per byte of a file (docs/security.md, "Round two").
     Setting(
         "MDVDB_MAX_FILE_BYTES",
         "max_file_bytes",
-        _int(1, 1 << 30),  # at most 1 GiB: ~36 GB of memory at the cost above
+        _int(1, 1 << 30),
         str(10 << 20),
         "Bigger source files are reported and skipped by ingest",
     ),
@@ -397,8 +382,7 @@ SETTINGS: tuple[Setting, ...] = (
         "How Ray workers get the Markdown: paths (a shared filesystem) | bytes (in the task); "
         "auto: paths on a cluster started for the run, bytes on ray:ADDRESS",
     ),
-    # A contextual local model is slow to embed a folder: the static model's index is published
-    # first and the contextual vectors follow, this many seconds an ingest (docs/upgrade.md).
+    # The static model's index is published first, the contextual one follows (docs/upgrade.md).
     Setting(
         "MDVDB_UPGRADE_SECONDS",
         "upgrade_seconds",
@@ -515,7 +499,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MDVDB_CLUSTERING_REBALANCE_SHARE",
         "clustering_rebalance_share",
-        _share,
+        _float(0.0, 1.0),
         "0.05",
         "Share of the documents changed before a full re-clustering (the larger count wins)",
     ),
@@ -580,12 +564,10 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 SETTINGS_BY_ENV = {s.env: s for s in SETTINGS}
-# Secrets are read with `Config.env` like OPENAI_API_KEY, never declared as settings, so no
-# listing of the settings can show them.
+# Secrets are read with `Config.env`, never declared as settings that a listing could show.
 SECRETS = ("MDVDB_EMBEDDING_API_KEY",)
-# Decisions a folder must not make about itself: read from the environment or the user's own
-# config file (`user_config_path`), never from a folder's `.markdownvdb` (ignored there, as git
-# ignores `safe.directory` in a repository's config). See docs/security.md.
+# Decisions a folder must not make about itself: never read from its `.markdownvdb`
+# (docs/security.md, "Who is trusted").
 TRUSTED_FOLDERS = "MDVDB_TRUSTED_FOLDERS"
 USER_ONLY = (TRUSTED_FOLDERS,)
 # Variables naming a URL that an API key from the environment is sent to, with that key.
@@ -597,7 +579,7 @@ ENDPOINT_KEYS = {
 
 def unknown_keys(config: Config) -> list[tuple[str, str | None]]:
     """MDVDB_* keys of the config file that are no setting, each with the closest setting
-    name (or None). Only file keys reach `extra` with this prefix (see `load_config`)."""
+    name (or None)."""
     names = [k for k in config.extra if k.startswith("MDVDB_") and k not in SECRETS]
     if not names:
         return []
@@ -613,9 +595,7 @@ def unknown_keys(config: Config) -> list[tuple[str, str | None]]:
 
 
 def find_root(start: Path | None = None) -> Path:
-    """The nearest project folder upward (`.markdownvdb` or an index there), else the
-    starting folder; never the user's home from below it nor across file systems
-    (`kernel.dotenv.find_root`)."""
+    """The nearest project folder upward, else the starting folder (`kernel.dotenv.find_root`)."""
     return Path(dotenv.find_root(str(start or Path.cwd())))
 
 
@@ -676,27 +656,23 @@ class Config:
     blacklisted_sources: list[str] = field(default_factory=list)
     page_id_field: str = "page_id"
     origins: dict[str, str] = field(default_factory=dict)
-    # Other variables from the environment and the config file (API keys, hosts). Never
-    # written anywhere: the index records only the fingerprint of the non-secret settings.
+    # Other variables from the environment and the config file (API keys, hosts): never
+    # written anywhere. `extra_origins`: where each came from.
     extra: dict[str, str] = field(default_factory=dict, repr=False)
-
-    # Where each variable of `extra` came from ("the environment" or the config file).
     extra_origins: dict[str, str] = field(default_factory=dict, repr=False)
-    # The user trusts this folder's `.markdownvdb` (MDVDB_TRUSTED_FOLDERS): it may be owned by
-    # another user and may send the user's API keys to a URL it names.
+    # MDVDB_TRUSTED_FOLDERS names this folder: its `.markdownvdb` is the user's own.
     trusted: bool = False
 
     @property
     def index_path(self) -> Path:
         """The index, its folder resolved but not its own name: a symlink at that name is
-        replaced by the writer (`os.replace` renames over the link), never written through."""
+        replaced by the writer, never written through."""
         path = self.root / self.index_file
         return path.parent.resolve() / path.name
 
     @property
     def shards_path(self) -> Path:
-        """The folder of a sharded index (`MDVDB_SHARDS` > 1): its shard files and the
-        manifest that publishes one consistent set of them (kernel/shards.py)."""
+        """The folder of a sharded index (`MDVDB_SHARDS` > 1, kernel/shards.py)."""
         return self.index_path.parent / (self.index_path.name + ".shards")
 
     @property
@@ -729,9 +705,8 @@ class Config:
         return self.origin(name) == str(self.root / CONFIG_FILE)
 
     def endpoint_key(self, url_var: str, provider: str) -> str | None:
-        """The API key to send to the URL `url_var` names, under the rule that credentials
-        follow the user, not the folder: a URL set by the folder's `.markdownvdb` receives a
-        key only when that same file supplies it, or when the user trusts the folder."""
+        """The API key to send to the URL `url_var` names: credentials follow the user, not
+        the folder (docs/security.md, "Credentials follow the user, not the folder")."""
         key_var = ENDPOINT_KEYS[url_var]
         key = self.env(key_var)
         if not key or self.trusted or not self.from_folder(url_var) or self.from_folder(key_var):
@@ -816,9 +791,7 @@ def _named_sources(config: Config) -> None:
     closer to the user (environment > file) winning; both in one place is an error."""
     if not config.sources:
         return
-    named, dirs = (
-        config.origins.get(k, "the default") for k in ("MDVDB_SOURCES", "MDVDB_SOURCE_DIRS")
-    )
+    named, dirs = (config.origin(k) for k in ("MDVDB_SOURCES", "MDVDB_SOURCE_DIRS"))
     named_rank, dirs_rank = (_RANK.get(o, 1) for o in (named, dirs))
     if dirs_rank > named_rank:
         config.sources = ()
@@ -833,8 +806,8 @@ def _named_sources(config: Config) -> None:
 
 
 def user_config_path(env: dict[str, str] | None = None) -> Path:
-    """The user's own settings file: `$XDG_CONFIG_HOME/mdvdb/config`, else
-    `~/.config/mdvdb/config`. Dotenv style; only `MDVDB_TRUSTED_FOLDERS` is read from it."""
+    """The user's own settings file (`$XDG_CONFIG_HOME/mdvdb/config`, else
+    `~/.config/mdvdb/config`); only `MDVDB_TRUSTED_FOLDERS` is read from it."""
     env = os.environ if env is None else env
     base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "mdvdb" / "config"
@@ -919,26 +892,22 @@ def _apply_provider_defaults(config: Config) -> None:
             config.embedding_dimensions = LOCAL_ENCODERS.get(config.embedding_model.lower(), 0)
 
 
-def _origin(config: Config, env: str) -> str:
-    return config.origins.get(env, "the default")
-
-
 def _validate(config: Config) -> None:
     if config.chunk_overlap_tokens >= config.chunk_max_tokens:
         raise ConfigError(
-            f"MDVDB_CHUNK_OVERLAP_TOKENS (from {_origin(config, 'MDVDB_CHUNK_OVERLAP_TOKENS')}): "
+            f"MDVDB_CHUNK_OVERLAP_TOKENS (from {config.origin('MDVDB_CHUNK_OVERLAP_TOKENS')}): "
             f"{config.chunk_overlap_tokens} must be smaller than MDVDB_CHUNK_MAX_TOKENS "
             f"({config.chunk_max_tokens})"
         )
     if not config.source_dirs:
         raise ConfigError(
-            f"MDVDB_SOURCE_DIRS (from {_origin(config, 'MDVDB_SOURCE_DIRS')}): no folder given"
+            f"MDVDB_SOURCE_DIRS (from {config.origin('MDVDB_SOURCE_DIRS')}): no folder given"
         )
     _validate_paths(config)
     if config.embedding_provider == "custom" and not config.embedding_endpoint:
         raise ConfigError(
             "MDVDB_EMBEDDING_ENDPOINT: required when MDVDB_EMBEDDING_PROVIDER=custom "
-            f"(provider from {_origin(config, 'MDVDB_EMBEDDING_PROVIDER')})"
+            f"(provider from {config.origin('MDVDB_EMBEDDING_PROVIDER')})"
         )
     if (
         config.embedding_provider == "local"
@@ -946,26 +915,22 @@ def _validate(config: Config) -> None:
         and config.embedding_dimensions not in (64, 128, 256)
     ):
         raise ConfigError(
-            f"MDVDB_EMBEDDING_DIMENSIONS (from {_origin(config, 'MDVDB_EMBEDDING_DIMENSIONS')}): "
+            f"MDVDB_EMBEDDING_DIMENSIONS (from {config.origin('MDVDB_EMBEDDING_DIMENSIONS')}): "
             f"the local model gives 64, 128 or 256 (Matryoshka truncation), "
             f"not {config.embedding_dimensions}"
         )
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def _validate_paths(config: Config) -> None:
     """The index and the state folder stay inside the project root unless the user's own
-    environment says otherwise: a folder's `.markdownvdb` (or a symlink the folder ships at
-    the default names) cannot make mdvdb write elsewhere. Each must also be of the right kind."""
+    environment says otherwise (docs/security.md, "Writes stay inside the root")."""
     for env, path, kind in (
         ("MDVDB_INDEX_FILE", config.index_path, "file"),
         ("MDVDB_STATE_DIR", config.state_path, "folder"),
     ):
-        origin = _origin(config, env)
-        if origin != "the environment" and not config.trusted and not _inside(path, config.root):
+        origin = config.origin(env)
+        chosen = origin == "the environment" or config.trusted
+        if not chosen and not path.is_relative_to(config.root):
             raise ConfigError(
                 f"{env} (from {origin}): {path} is outside the project root {config.root}; "
                 f"only your environment may put it elsewhere (or trust the folder: "
@@ -974,7 +939,6 @@ def _validate_paths(config: Config) -> None:
         if path == config.root:
             raise ConfigError(f"{env} (from {origin}): {path} is the project root itself")
         named = config.root / config.state_dir
-        chosen = origin == "the environment" or config.trusted
         if kind == "folder" and not chosen and os.path.islink(named):  # a real folder only
             raise ConfigError(
                 f"{env} (from {origin}): {named} is a symlink; mdvdb keeps its state only in "

@@ -1,16 +1,6 @@
-"""Markdown as notes apps and docs sites write it, reduced to what is indexed and shown.
-
-- HTML comments `<!-- ... -->` and Obsidian's `%% ... %%` comments (inline or over several
-  lines) are blanked out: no word of them is indexed, embedded or shown. Only the comment's
-  characters go, never its lines, so every line number still points at the file.
-- Wikilinks and embeds (`kernel.wikilinks`) become their visible text.
-- Inline `#tags` (Obsidian's rules: `#` after a line start or a space, then letters, digits,
-  `_`, `-` or `/`, not digits only) are collected beside the text.
-
-None of this applies inside fenced code blocks or code spans: a fenced `<!--` is code.
-Line by line and textual (a scanner, no Markdown parser): what it cannot read stays text.
-Display helpers: `unescape` drops CommonMark's backslash escapes (`\\#Tag` reads `#Tag`);
-`aliases_of` reads Obsidian's `aliases` / `alias` frontmatter.
+"""Markdown as notes apps and docs sites write it, reduced to what is indexed and shown:
+comments blanked, wikilinks as their text, inline `#tags` collected, outside code
+(docs/architecture.md, "Markdown conventions").
 """
 
 from __future__ import annotations
@@ -79,8 +69,7 @@ def _prose(text: str, tags: list[str]) -> str:
 
 def _span_ends(line: str) -> dict[int, int]:
     """Where each run of backticks of `line` that opens a code span starts -> where the span
-    ends (after the next run of the same length, as CommonMark closes it). Each run's next
-    equal run is found by bisection, so a line of thousands of backticks costs n log n."""
+    ends (after the next run of the same length, found by bisection: n log n)."""
     runs = [(m.start(), m.end()) for m in _BACKTICKS.finditer(line)]
     by_size: dict[int, list[int]] = {}
     for i, (start, end) in enumerate(runs):
@@ -100,9 +89,8 @@ def _span_ends(line: str) -> dict[int, int]:
 
 
 def _line(line: str, closer: str | None, tags: list[str]) -> tuple[str, str, str | None]:
-    """One line outside a fence, inside a comment whose end is `closer` (None: outside one):
-    the line as indexed, the line with only its comments blanked (links as written, for the
-    link graph), and the comment still open at its end."""
+    """One line outside a fence, in a comment ending at `closer` (None: outside one): the line
+    as indexed, the line with only its comments blanked, and the comment open at its end."""
     out: list[str] = []
     kept: list[str] = []
     at = 0
@@ -134,10 +122,9 @@ def _line(line: str, closer: str | None, tags: list[str]) -> tuple[str, str, str
 def indexed_lines(
     lines: list[str], start: int = 0
 ) -> tuple[list[str], list[str], list[tuple[int, str]]]:
-    """`lines` from index `start` on as indexed (comments blanked, wikilinks as their visible
-    text; code untouched), the same number of lines; the inline tags found, each once
-    (first spelling kept, compared without case); and, for each line whose wikilinks were
-    replaced, (its index, the line with only its comments blanked) for the link graph."""
+    """`lines` from index `start` on as indexed, line for line; the inline tags found (each
+    once, without case); and (index, the line with only its comments blanked) for each line
+    whose wikilinks were replaced, for the link graph."""
     out = list(lines[:start])
     tags: list[str] = []
     linked: list[tuple[int, str]] = []

@@ -1,8 +1,6 @@
-"""Dates and durations as a user writes them for search: `2026-01-01`, `2026-01-01T09:30`,
-`30d`. One reader for `--since`/`--before`, `--decay` and `MDVDB_SEARCH_DECAY`.
-
-A duration is a whole number and a unit: `h` hours, `d` days, `w` weeks, `y` years of 365
-days (`90d`, `12w`). A date without a time is midnight UTC; a datetime without a zone is UTC.
+"""Dates and durations as a user writes them for search (`2026-01-01`, `30d`): one reader for
+`--since`/`--before`, `--decay` and `MDVDB_SEARCH_DECAY` (docs/architecture.md, "Dates and
+durations").
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Document ids: a short, stable name for each indexed file.
-
-A file's id is the first `ID_LENGTH` hex digits of the SHA-256 of its root-relative POSIX
-path, so it stays the same across ingests and machines and changes only when the file is
-moved. Two paths of one index whose short ids collide each get the shortest longer prefix
-that tells them apart; pack records those few in the index meta (`lengthened`), and every
-reader computes the others from the path (`id_of`).
+"""Document ids: a short, stable name for each indexed file, from the SHA-256 of its path
+(docs/architecture.md, "Document ids").
 """
 
 from __future__ import annotations
@@ -48,11 +43,7 @@ def lengthened(paths: Iterable[str]) -> dict[str, str]:
 
 def id_of(path: str, long_ids: Mapping[str, str] | None = None) -> str:
     """A path's id in an index whose meta lists `long_ids` (`lengthened`)."""
-    if long_ids:
-        found = long_ids.get(path)
-        if found:
-            return found
-    return short_id(path)
+    return (long_ids.get(path) if long_ids else None) or short_id(path)
 
 
 def as_id(text: str) -> str | None:

@@ -1,7 +1,5 @@
-"""The `.markdownvdb` file format and root discovery, with nothing but `os` imported.
-
-Shared by `kernel.config` and the warm-path client (`mdvdb.cli.warm`), which runs before
-anything else on every forwarded CLI call and cannot afford dataclasses' or pathlib's import.
+"""The `.markdownvdb` file format and root discovery, with nothing but `os` imported: the
+warm-path client (`mdvdb.cli.warm`) reads it before anything else on a forwarded call.
 """
 
 from __future__ import annotations
@@ -32,9 +30,8 @@ def parse_dotenv(text: str) -> dict[str, str]:
 
 
 def read_file(path: str | os.PathLike) -> str | None:
-    """A `.markdownvdb` file's text, None when there is none. Never through a symlink, never
-    a FIFO or a device, at most 1 MiB (`kernel.safe_open.read_own`: OSError saying why);
-    UnicodeDecodeError when it is not UTF-8."""
+    """A `.markdownvdb` file's text, None when there is none, read as `safe_open.read_own`
+    reads; UnicodeDecodeError when it is not UTF-8."""
     from kernel.safe_open import read_own
 
     raw = read_own(path)
@@ -45,9 +42,8 @@ DEFAULT_INDEX_FILE = ".markdownvdb.index"
 
 
 def project_markers() -> tuple[str, ...]:
-    """The names that make a folder a project: `.markdownvdb`, and the index an ingest wrote
-    there (`MDVDB_INDEX_FILE` when the environment names one inside the root, and a
-    sharded index's folder beside it)."""
+    """The names that make a folder a project: `.markdownvdb`, the index (`MDVDB_INDEX_FILE`
+    when inside the root) and a sharded index's folder."""
     index = os.environ.get("MDVDB_INDEX_FILE", "").strip() or DEFAULT_INDEX_FILE
     if os.path.isabs(index) or os.pardir in index.replace("\\", "/").split("/"):
         index = DEFAULT_INDEX_FILE  # an index outside the root marks no folder
@@ -56,8 +52,7 @@ def project_markers() -> tuple[str, ...]:
 
 def find_root(start: str) -> str:
     """The nearest folder upward from `start` that is a project (`project_markers`), else
-    `start`. The climb never reaches the user's home from below it nor crosses into another
-    file system: a home or a disk indexed once is not the project of every folder in it."""
+    `start`; never the user's home from below it, nor across file systems."""
     here = os.path.realpath(start)
     home = os.path.realpath(os.path.expanduser("~"))
     device = _device(here)

@@ -1,10 +1,5 @@
-"""The SHA-256 of a file's bytes: what the index records per file (`files.sha256`).
-
-The write side hashes a file it (re)reads (`pipeline.walk.discover`), the read side hashes it again
-to check an index against the folder (`query.verify`): one function for both, so the two can
-never disagree on what "the file's hash" is. The file is opened as every source file is
-(`kernel.safe_open.open_source`: never a FIFO, a link only inside the root, the file the walk
-saw).
+"""The SHA-256 of a file's bytes (`files.sha256`): one function for the walk and
+`query.verify`, so the two never disagree.
 """
 
 from __future__ import annotations
@@ -25,12 +20,8 @@ _PIECE = 1 << 20
 def sha256_file(
     path: Path | str, root: Path | str | None, seen=None, limit: int | None = None
 ) -> str:
-    """Unbuffered reads into one hash: a first build hashes every file of the folder, and
-    `hashlib.file_digest` (a 256 KB buffer per call) through a buffered reader costs more
-    CPU on many small files (docs/benchmarks.md, "Session 9: the clustering fit beside
-    schema and pack, a cheaper walk (issue 18 item 1)"). `root`: where a symlink must land
-    (None: anywhere); `seen`: the walk's stat of the file; `limit`: MDVDB_MAX_FILE_BYTES (a
-    bigger file is Refused, and not read)."""
+    """Unbuffered reads into one hash (cheaper than `hashlib.file_digest` on many small files);
+    `root`, `seen` as `kernel.safe_open.open_source` takes them; a file over `limit` is Refused."""
     fd = open_source(os.fspath(path), None if root is None else os.fspath(root), seen)
     try:
         size, total = os.fstat(fd).st_size, 0

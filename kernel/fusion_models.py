@@ -1,24 +1,13 @@
-"""Hybrid fusion settings as a function of the embedding model.
-
-A static model (WordLlama averages word vectors) and a contextual encoder (MiniLM reads words
-in context) deserve different dense weights: the encoder's cosines are worth more against BM25.
-The settings here override `query.score.fusion.PARAMS` (the WordLlama-tuned defaults). They were
-chosen by leave-one-set-out over the five sets in ../shared/corpora (bench/encoders.py; the
-numbers are in docs/search-quality.md, "Fusion per model").
-
-Ingest records the settings of the model it embedded with in the index's meta (`fusion`), so
-an index is always searched with the settings of the model that built it;
-`query.score.fusion_params` reads them back (and falls back to this table for an index
-written before they were recorded).
+"""Hybrid fusion settings per embedding model, recorded in the index meta at ingest
+(docs/architecture.md, "Fusion settings per model").
 """
 
 from __future__ import annotations
 
 from kernel.config import local_model_is_encoder
 
-# Overrides of query.score.fusion.FusionParams fields for BERT-style encoders run by the local
-# provider (all-minilm-l6-v2 and user model folders), chosen over all five sets with the
-# page-level and name evidence in the fusion: every held-out set picks these.
+# Overrides of query.score.fusion.FusionParams fields for the local BERT-style encoders: every
+# held-out set of the five picks these.
 LOCAL_ENCODER: dict[str, float] = {
     "dense_weight": 0.4,
     "feedback_weight": 0.4,

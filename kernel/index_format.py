@@ -1,11 +1,7 @@
-"""The index file: its layout, its Arrow schemas and its version. Owned here, and only here.
+"""The index file: its layout, its Arrow schemas and its version, owned here only.
 
-Layout, checks and writing: docs/architecture.md, "The index file". In short: a 16-byte
-header, every Arrow buffer of every column on a 64-byte boundary, a JSON footer of table
-layouts ({"schema", "rows", "columns": [{"n", "z", "b", "h", "c"}], "h"}) and meta, and a
-24-byte trailer (footer length, its xxh3-64, the magic). Every open checks the footer, the
-schemas and every offsets buffer; buffer checksums are checked by `verify_checksums`. A
-writer writes a temp file beside the index, fsyncs it and `os.replace`s it.
+Layout, checks and writing: docs/architecture.md, "The index file". A footer's table layout
+is {"schema", "rows", "h", "columns": [{"n", "z", "b", "h", "c"}]}.
 """
 
 from __future__ import annotations
@@ -35,11 +31,8 @@ DAMAGED = "index damaged: run `mdvdb ingest --full`"
 ALIGN = 64
 TEMP_SUFFIX = ".tmp"
 
-# Frontmatter fields get typed columns in `files` named with this prefix (filters read them).
-# Column types follow the field's schema type: number -> float64, boolean -> bool, date ->
-# timestamp[us] (naive UTC), string -> string, list and mixed -> list<string> (a scalar in a
-# mixed field is a one-item list), object -> JSON string. Values that do not fit are null.
-# The two helpers below are the encoding both sides agree on (pack writes, filters compare).
+# Frontmatter fields get typed columns in `files` named with this prefix (docs/architecture.md,
+# "The index file"); the two helpers below are the encoding pack and the filters share.
 FRONTMATTER_COLUMN_PREFIX = "fm:"
 ISO_DATE = re.compile(
     r"^\d{4}-\d{2}-\d{2}"
@@ -78,16 +71,9 @@ def frontmatter_date(value: Any) -> dt.datetime | None:
 
 
 # The tables' schemas (docs/architecture.md, "The index file"), built on first use
-# (`__getattr__`) so that importing this module does not import pyarrow.
-# `lexical`: one row per distinct term hash (`kernel.text_analysis`), sorted, with its chunk
-# ids ascending; `lexical_tf`/`lexical_lengths` hold each posting's and each chunk's
-# field-weighted tf and length, from which a reader computes BM25F (k1 and b in the meta key
-# `lexical`, with the analyzer version a reader checks). `lexical_forward`: row i is chunk i,
-# the positions of its postings in `lexical`'s flat order (for feedback). `schema`: the
-# merged frontmatter schema, one row a field. `links` (pipeline/pack/links.py, read by
-# query/links.py): one row per link, by file in line order, resolved in a one-file index
-# only (the meta key `links` then records the resolution's version). Near-duplicates
-# (`pipeline.pack.duplicates`): row i is chunk i, its SimHash `signature` and its `group`.
+# (`__getattr__`) so that importing this module does not import pyarrow. `lexical`: one row
+# per distinct term hash, sorted, its chunk ids ascending. `links`: resolved in a one-file
+# index only (docs/links.md).
 def _build_schema(name: str) -> pa.Schema:
     import pyarrow as pa
 
@@ -170,8 +156,7 @@ LINKS_META_KEY = "links"
 # Document ids (kernel/doc_ids.py): the meta key of {path: lengthened id} for colliding ids.
 DOC_IDS_META_KEY = "doc_ids"
 
-# The clusters table's schema metadata key: JSON with k, silhouette, the candidates tried,
-# documents assigned since the last full clustering ("pending") and unclustered documents.
+# The clusters table's schema metadata key (JSON: k, silhouette, candidates, pending...).
 CLUSTERS_META_KEY = "mdvdb.clusters"
 
 
@@ -180,8 +165,7 @@ class IndexFormatError(RuntimeError):
 
 
 class IndexTooNew(IndexFormatError):
-    """The file was written by a newer mdvdb (a format this one does not know): neither
-    damaged nor to be replaced by an older writer (`refuse_newer`)."""
+    """Written by a newer mdvdb: neither damaged nor to be replaced by an older writer."""
 
     def __init__(self, path: Path | str, version: int):
         self.version = version
@@ -192,9 +176,8 @@ class IndexTooNew(IndexFormatError):
 
 
 def written_by_newer(path: Path | str) -> int | None:
-    """The format version of the index at `path` when a newer mdvdb wrote it, else None
-    (absent, foreign, older or current: the other checks speak for those). Reads its header
-    only, never through a link, a FIFO or a device (`kernel.safe_open.open_regular`)."""
+    """The format version of the index at `path` when a newer mdvdb wrote it, else None.
+    Reads its header only, never through a link, a FIFO or a device."""
     from kernel.safe_open import open_regular
 
     try:
@@ -212,8 +195,7 @@ def written_by_newer(path: Path | str) -> int | None:
 
 
 class IndexDamaged(IndexFormatError):
-    """The file is ours but its bytes are not the ones written: one line, always the same
-    advice."""
+    """The file is ours but its bytes are not the ones written."""
 
     def __init__(self, path: Path | str, detail: str = ""):
         self.detail = detail
@@ -240,8 +222,7 @@ class IndexFile:
     mtime_ns: int = 0
     inode: int = 0
     device: int = 0
-    # The map itself and where it starts in memory: `write_index` recognises buffers that lie
-    # in it and copies their bytes file-to-file instead of through memory.
+    # The map and its address: `write_index` copies buffers that lie in it file-to-file.
     source: Any = field(default=None, repr=False)
     base_address: int = 0
     # The footer's table layouts and the file's buffer region, for `verify_checksums`.
@@ -256,9 +237,8 @@ class IndexFile:
 
 
 def column_array(table: pa.Table, name: str) -> pa.Array:
-    """One column as one Array, still over the map. `combine_chunks()` copies even a single
-    chunk; every column of a read index is one array, so the copy is only for tables someone
-    built in several pieces."""
+    """One column as one Array, still over the map (`combine_chunks()` would copy even a
+    single chunk)."""
     column = table.column(name)
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
@@ -272,8 +252,7 @@ def arrow_array(table: pa.Table, name: str) -> pa.Array:
 
 def list_parts(table: pa.Table, name: str) -> tuple[Any, Any]:
     """(offsets, values) of a list column of a fixed-width type as NumPy arrays over the map,
-    rebased so that row i is values[offsets[i]:offsets[i + 1]] (a sliced array costs a copy
-    of its offsets only). The one decoder of list columns both sides use."""
+    rebased so that row i is values[offsets[i]:offsets[i + 1]]."""
     import numpy as np
 
     kind = table.schema.field(name).type.value_type.to_pandas_dtype()
@@ -288,8 +267,7 @@ def list_parts(table: pa.Table, name: str) -> tuple[Any, Any]:
 
 
 def vector_matrix(file: IndexFile) -> Any:
-    """The chunk vectors as one (chunks, dims) float32 NumPy view over the map: no copy.
-    The one decoder of the vector column (the readers, a shard, the write side's state)."""
+    """The chunk vectors as one (chunks, dims) float32 NumPy view over the map: no copy."""
     import numpy as np
 
     chunks = file.tables["chunks"]
@@ -297,16 +275,15 @@ def vector_matrix(file: IndexFile) -> Any:
     if not chunks.num_rows:
         return np.zeros((0, dims), dtype=np.float32)
     column = column_array(chunks, "vector")
-    # `.values` ignores a slice offset (`flatten()` would honour it, but imports
-    # pyarrow.compute, dear on a cold query), so apply the offset by hand.
+    # `.values` ignores a slice offset (`flatten()` imports pyarrow.compute): applied here.
     flat = column.values.to_numpy(zero_copy_only=True)
     start = column.offset * dims
     return flat[start : start + chunks.num_rows * dims].reshape(chunks.num_rows, dims)
 
 
 def _footer(path: Path, view: memoryview) -> tuple[int, dict, dict]:
-    """The header and footer checks both readers make before they trust a byte of the
-    body: (where the footer starts, the tables' layout, the index's meta)."""
+    """Both readers' header and footer checks: (where the footer starts, the tables'
+    layout, the index's meta)."""
     size = view.nbytes
     if size < HEADER.size + TRAILER.size:
         raise IndexFormatError(f"{path} is not a Markdown VDB index (too short)")
@@ -339,14 +316,11 @@ def _footer(path: Path, view: memoryview) -> tuple[int, dict, dict]:
 
 
 def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> IndexFile:
-    """Map the index and open every table zero-copy. Damage that could make a native call
-    read outside the map (a footer that is not the one written, a buffer outside the file,
-    an offset outside its values) raises IndexDamaged; other damage shows in
-    `verify_checksums`. `lite` opens the tables without importing pyarrow
-    (`kernel.arrow_lite`; the cold search path), with the same checks. `lazy`: open (and
-    check) each table on its first use instead, for a reader of many files that needs a few
-    tables of each (a sharded index's shards)."""
-    # A second reader: a cold search is faster with it (docs/benchmarks.md, session 15).
+    """Map the index and open every table zero-copy; damage that could make a native call
+    read outside the map raises IndexDamaged. `lite`: without pyarrow (`kernel.arrow_lite`),
+    same checks. `lazy`: each table opened on first use (a sharded index's shards)."""
+    # A second reader: a cold search is faster with it (docs/benchmarks.md, "One
+    # implementation (issue 33), session 15").
     if lite and not os.environ.get(ARROW_READER_ENV):
         return _read_index_lite(Path(path))
     import pyarrow as pa
@@ -358,8 +332,6 @@ def read_index(path: Path | str, lite: bool = False, lazy: bool = False) -> Inde
         stat = os.fstat(source.fileno())
         if (stat.st_dev, stat.st_ino) != (checked.st_dev, checked.st_ino):
             raise OSError("replaced while opened")
-    except FileNotFoundError:
-        raise IndexFormatError(f"no index at {path}: run `mdvdb ingest` first") from None
     except OSError as exc:
         raise _unopenable(path, exc) from None
     size = source.size()
@@ -400,6 +372,8 @@ def _register(index: IndexFile) -> IndexFile:
 def _unopenable(path: Path, exc: Exception) -> IndexFormatError:
     from kernel.safe_open import Refused
 
+    if isinstance(exc, FileNotFoundError):
+        return IndexFormatError(f"no index at {path}: run `mdvdb ingest` first")
     if isinstance(exc, Refused):  # a link, a FIFO, a device where the index should be
         return IndexFormatError(
             f"{path}: {exc.strerror}; run `mdvdb ingest`, which replaces it with an index"
@@ -425,11 +399,8 @@ def _ends_of(whole: Any) -> bytes:
 
 
 def changed_in_place(index: IndexFile) -> bool:
-    """Whether the index's file was overwritten where it lies since it was mapped (zeroed,
-    copied over, truncated) instead of replaced by a rename: its inode and mtime may not
-    show it, and the map would answer from whatever is there now. Its size, then its
-    header and trailer as mapped (40 bytes: cheap before every query of a long-lived
-    reader) against those read at open. A truncated map is never read (SIGBUS)."""
+    """Whether the index's file was overwritten in place since it was mapped, which its inode
+    and mtime may not show: its size, then its header and trailer against those read at open."""
     if index.whole is None or not index.ends:
         return False
     try:
@@ -481,12 +452,10 @@ def _region(body: pa.Buffer | memoryview, where: list[int]) -> pa.Buffer | memor
     return body.slice(offset, length)
 
 
-# Set (to anything) to open indexes with pyarrow even where the format's own reader would
-# serve: a way around a reader bug.
+# Set (to anything) to open indexes with pyarrow where the lite reader would serve.
 ARROW_READER_ENV = "MDVDB_ARROW_READER"
 
-# Exceptions a damaged footer or buffer can raise while a table is opened (OSError: Arrow's
-# IO errors, "Invalid flatbuffers message").
+# What a damaged footer or buffer can raise while a table opens (OSError: Arrow's IO errors).
 _OPEN_ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError, OSError)
 
 
@@ -501,8 +470,6 @@ def _read_index_lite(path: Path) -> IndexFile:
         with open(open_regular(path), "rb") as handle:  # never a link, a FIFO or a device
             stat = os.fstat(handle.fileno())
             source = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if stat.st_size else b""
-    except FileNotFoundError:
-        raise IndexFormatError(f"no index at {path}: run `mdvdb ingest` first") from None
     except (OSError, ValueError) as exc:
         raise _unopenable(path, exc) from None
     whole = memoryview(source)
@@ -517,9 +484,8 @@ def _read_index_lite(path: Path) -> IndexFile:
 
 
 def _open_table_lite(index: IndexFile, name: str, layout: dict[str, Any]) -> Any:
-    """One table as `arrow_lite` columns; a schema the lite reader does not decode is opened
-    with pyarrow (over the same map), and so is any column of a type it does not know, when
-    first used."""
+    """One table as `arrow_lite` columns; a schema or column type it does not decode is opened
+    with pyarrow over the same map (a column on first use)."""
     from kernel import arrow_lite
 
     body = index.body
@@ -570,8 +536,7 @@ def _real_column(index: IndexFile, name: str, i: int):
 
 
 def _open_array_lite(kind: Any, desc: dict[str, Any], body: memoryview, real) -> Any:
-    """`_open_array`'s checks by hand: lengths, buffer bounds and sizes, offsets inside their
-    values."""
+    """`_open_array`'s checks by hand: lengths, buffer bounds and sizes, offsets."""
     from kernel import arrow_lite
 
     n, nulls = desc["n"], desc["z"]
@@ -640,10 +605,8 @@ def _open_table(body: pa.Buffer, layout: dict[str, Any]) -> pa.Table:
 
 
 def _open_array(kind: pa.DataType, desc: dict[str, Any], body: pa.Buffer) -> pa.Array:
-    """One column from its buffers, zero-copy. `validate` checks every buffer is long enough
-    for the declared length (cheap: no pass over the data); `_check_offsets` that every
-    offset lies inside the values, which `validate` leaves to its far dearer full (UTF-8
-    checking) mode."""
+    """One column from its buffers, zero-copy: `validate` checks the buffers' lengths,
+    `_check_offsets` the offsets (`validate(full=True)` would also check UTF-8, far dearer)."""
     import pyarrow as pa
 
     n, nulls = desc["n"], desc["z"]
@@ -679,23 +642,13 @@ def _buffer_count(kind: pa.DataType) -> int:
 def _is_list(kind: pa.DataType) -> bool:
     import pyarrow as pa
 
-    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
-
-
-def _offset_type(kind: pa.DataType) -> Any:
-    """The NumPy type of a variable-size type's offsets."""
-    import numpy as np
-    import pyarrow as pa
-
-    t = pa.types
-    wide = t.is_large_list(kind) or t.is_large_string(kind) or t.is_large_binary(kind)
-    return np.int64 if wide else np.int32
+    return pa.types.is_list(kind)
 
 
 def _check_offsets(kind: pa.DataType, array: pa.Array, buffers: list) -> None:
     import numpy as np
 
-    offsets = np.frombuffer(buffers[1], dtype=_offset_type(kind))[: len(array) + 1]
+    offsets = np.frombuffer(buffers[1], dtype=np.int32)[: len(array) + 1]
     if _is_list(kind):
         limit = len(array.values)
     else:
@@ -704,8 +657,7 @@ def _check_offsets(kind: pa.DataType, array: pa.Array, buffers: list) -> None:
         raise ValueError("an offset lies outside its values")
 
 
-# The last few indexes this process opened, so that an unexpected error on the read path can
-# be checked against the bytes it was reading (`damage_message`).
+# The last few indexes this process opened (`damage_message`).
 _OPENED: list[weakref.ref] = []
 
 
@@ -745,8 +697,7 @@ def verify_checksums(index: IndexFile) -> list[str]:
 
 
 # -- checksum verdicts, once per file (device, inode, size, mtime) and process: a writer
-# reuses bytes only of a file whose checksums hold; a file this process wrote is trusted
-# (`IndexWriter.finish`), and a check may begin early on a thread (`check_soon`).
+# reuses bytes only of a file whose checksums hold; a file this process wrote is trusted.
 
 _VERDICTS: dict[tuple[int, int, int, int], Any] = {}
 
@@ -786,9 +737,8 @@ def _remember(key: tuple[int, int, int, int], problems: Any) -> None:
 
 
 def check_soon(path: Path | str) -> None:
-    """Begin `checksum_problems` of the index at `path` on a thread of its own (xxh3 lets
-    go of the GIL): a run that will reuse its bytes asks for the verdict later and waits
-    only for what is left of the check. Nothing happens when there is no readable index."""
+    """Begin `checksum_problems` of the index at `path`, if any, on a thread (xxh3 lets go
+    of the GIL): a run that reuses its bytes waits later only for what is left."""
     try:
         st = os.stat(path)
     except OSError:
@@ -842,8 +792,7 @@ def _bad_buffers(desc: dict[str, Any], body: pa.Buffer) -> int:
 
 def damage_message() -> str | None:
     """After an unexpected error on the read path: DAMAGED when an index this process has
-    open fails its checksums (the error came from damaged bytes), else None (a bug, to be
-    reported as one)."""
+    open fails its checksums, else None (a bug)."""
     for ref in reversed(_OPENED):
         index = ref()
         if index is None:
@@ -857,8 +806,7 @@ def damage_message() -> str | None:
 
 
 def read_meta(path: Path | str) -> dict[str, Any]:
-    """Only the footer's metadata, checked as every open checks the footer (`_footer`), without
-    opening a table or importing pyarrow: cheap enough for a no-op ingest's checks."""
+    """Only the footer's metadata, checked as every open checks it, without pyarrow."""
     import mmap
 
     from kernel.safe_open import open_regular
@@ -876,13 +824,8 @@ def read_meta(path: Path | str) -> dict[str, Any]:
                 view.release()
 
 
-# -- writing ------------------------------------------------------------------------------
-#
-# A column is written as its Arrow buffers, each the concatenation of its chunks' parts: a
-# table assembled from slices of the previous index and a few fresh rows is never combined in
-# memory. Parts that lie in the previous index's map (`source`) are copied file-to-file with
-# `copy_file_range`, so an edit copies the unchanged bytes in the kernel instead of faulting
-# them through two memory maps.
+# -- writing: a column's buffers are the concatenation of its chunks' parts, never combined
+# in memory (docs/architecture.md, "The index file").
 
 
 @dataclass(eq=False, repr=False)
@@ -908,7 +851,7 @@ def _plan(kind: pa.DataType, chunks: list[pa.Array]) -> _Plan:
         parts = [c.values.slice(c.offset * size, len(c) * size) for c in chunks]
         return _Plan(length, nulls, [validity], [_plan(kind.value_type, parts)])
     if _has_offsets(kind):
-        offsets, spans = _offsets(chunks, _offset_type(kind))
+        offsets, spans = _offsets(chunks)
         if _is_list(kind):
             parts = [c.values.slice(a, b - a) for c, (a, b) in zip(chunks, spans, strict=True)]
             return _Plan(length, nulls, [validity, [offsets]], [_plan(kind.value_type, parts)])
@@ -930,18 +873,18 @@ def _plan(kind: pa.DataType, chunks: list[pa.Array]) -> _Plan:
 
 
 def _has_offsets(kind: pa.DataType) -> bool:
+    """Strings and lists, the variable-size types the index stores (32-bit offsets)."""
     import pyarrow as pa
 
-    t = pa.types
-    strings = (t.is_string, t.is_large_string, t.is_binary, t.is_large_binary)
-    return _is_list(kind) or any(test(kind) for test in strings)
+    return _is_list(kind) or pa.types.is_string(kind)
 
 
-def _offsets(chunks: list[pa.Array], dtype) -> tuple[Any, list[tuple[int, int]]]:
+def _offsets(chunks: list[pa.Array]) -> tuple[Any, list[tuple[int, int]]]:
     """The concatenated offsets buffer of variable-size chunks, and each chunk's span in its
     own values."""
     import numpy as np
 
+    dtype = np.int32
     pieces, spans, at = [np.zeros(1, dtype=dtype)], [], 0
     for c in chunks:
         raw = np.frombuffer(c.buffers()[1], dtype=dtype)[c.offset : c.offset + len(c) + 1]
@@ -961,9 +904,8 @@ def _bitmap(masks: list[pa.Array]) -> Any:
     return np.packbits(flat.astype(bool, copy=False), bitorder="little")
 
 
-# What `IndexWriter` writes is handed to the disk in steps of WRITEBACK_STEP bytes as it is
-# written, and at the end of each buffer from WRITEBACK_MIN bytes on (smaller ones are left
-# to the fsync: a call each would cost more than it saves).
+# Written bytes are handed to the disk every WRITEBACK_STEP, and at the end of each buffer
+# of WRITEBACK_MIN or more (smaller ones are left to the fsync).
 WRITEBACK_STEP = 16 << 20
 WRITEBACK_MIN = 1 << 20
 
@@ -974,8 +916,7 @@ class _Sink:
     def __init__(self, fd: int, source: IndexFile | None):
         self.fd = fd
         self.at = 0
-        # Hand what is written to the disk as it is written, by a flusher started when the
-        # first step is due (a small index never starts one); else the fsync alone writes it.
+        # A flusher starts when the first step is due (a small index never starts one).
         self.flush = True
         self.writeback: _Flusher | None = None
         self.handed = 0  # the file up to here was handed to the flusher
@@ -995,8 +936,7 @@ class _Sink:
 
     def hand_over(self, least: int | None = None) -> None:
         """Start the disk writeback of what was written since the last call, once it is
-        `least` (WRITEBACK_STEP) bytes or more: the fsync before the rename then waits for
-        the tail only."""
+        `least` (WRITEBACK_STEP) bytes or more."""
         least = WRITEBACK_STEP if least is None else least
         if self.flush and self.at - self.handed >= least:
             if self.writeback is None:
@@ -1037,9 +977,7 @@ class _Sink:
             self.write(b"\x00" * (ALIGN - remainder))
 
     def region(self, parts: list[Any]) -> tuple[list[int], int]:
-        """Write the parts as one buffer: its [offset, length] and its xxh3-64 (hashed
-        from the parts themselves, so parts copied file-to-file are read once more, from
-        the page cache)."""
+        """Write the parts as one buffer: its [offset, length] and its xxh3-64."""
         self.pad()
         start = self.at
         for part in parts:
@@ -1080,13 +1018,9 @@ def write_index(
     meta: dict[str, Any],
     source: IndexFile | None = None,
 ) -> int:
-    """Write all tables to a temp file beside `path`, fsync, and atomically replace `path`.
-
-    Tables may be chunked (a concatenation of slices): each column is written as one array.
-    Parts of `source` (the previous index, still mapped) are copied file-to-file.
-    Returns the size of the published file. On any error the temp file is removed and the
-    previous index is left untouched.
-    """
+    """Write all tables to a temp file beside `path`, fsync, atomically replace `path`, and
+    return the file's size; on any error the previous index is left untouched. Parts of
+    `source` (the previous index, still mapped) are copied file-to-file."""
     writer = IndexWriter(path, source)
     try:
         return writer.finish(tables, meta)
@@ -1096,19 +1030,16 @@ def write_index(
 
 
 class IndexWriter:
-    """`write_index` in steps (docs/architecture.md, "The index file"): `put` hands a final
-    table to a thread that writes it while the caller computes the rest; `finish` writes
-    the others, the footer, fsyncs and renames; until then the file is a temp file, which
-    `abort` removes. Not thread-safe: one caller."""
+    """`write_index` in steps (docs/architecture.md, "The index file"): `put` a final table
+    to the writer's thread, `finish` the rest and rename, or `abort`. One caller."""
 
     def __init__(self, path: Path | str, source: IndexFile | None = None):
         from kernel import private
 
         self.path = Path(path)
         private.make_dir(self.path.parent)  # 0700, when missing
-        # mkstemp makes the file 0600 whatever the umask: the index holds the notes' text
-        # (see docs/security.md). `os.replace` renames over `path`: a symlink there is
-        # replaced, its target never written.
+        # mkstemp makes the file 0600 whatever the umask (the index holds the notes' text);
+        # `os.replace` renames over a symlink at `path`, never writes through it.
         import tempfile  # the write side only: a search does not pay for its import
 
         self._fd, self._tmp = tempfile.mkstemp(
@@ -1231,9 +1162,8 @@ class IndexWriter:
 
 
 class _Flusher:
-    """A thread that hands ranges of the file being written to the disk
-    (`_start_writeback`) while the writer goes on: the kernel's request may wait for room
-    in the device's queue, and the copy must not wait with it."""
+    """A thread that hands ranges of the file being written to the disk: the kernel's
+    request may wait for room in the device's queue, the copy must not."""
 
     def __init__(self, fd: int):
         import queue
@@ -1265,9 +1195,8 @@ class _Flusher:
 
 
 def _start_writeback(fd: int, offset: int, length: int) -> bool:
-    """Ask the kernel to start writing a range to disk now, without waiting (Linux's
-    `sync_file_range`, through ctypes); durability still comes from the fsync. Returns
-    whether the kernel took the request."""
+    """Ask the kernel to start writing a range to disk now (`sync_file_range`); whether it
+    took the request. Durability still comes from the fsync."""
     sync = _sync_file_range()
     if sync is None:
         return False

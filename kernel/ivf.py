@@ -1,15 +1,5 @@
-"""The index's inverted-file (IVF) part: coarse lists of chunk rows, for a sub-linear first pass.
-
-Above `MDVDB_IVF_MIN_CHUNKS` chunks, pack clusters the chunk vectors (spherical k-means, about
-sqrt(n) lists, trained on a sample: `pipeline.pack.ivf`) and stores the table `ivf`, one row a
-list: its unit `centroid` and the ascending chunk ids of its `rows`. The list column is one
-offsets buffer over one flat buffer of chunk ids, so a reader maps it as a permutation of the
-chunks (list-contiguous) plus offsets, with no copy, and the index stays one file. A search
-scores the centroids, probes the nearest lists and rescores their rows (`query.score.vector`).
-
-An index without the table (older, or smaller than the threshold) is searched without it
-(every row scanned); so is one whose table does not add up (`problems`), and `mdvdb status
---verify` names what is wrong.
+"""The index's inverted-file (IVF) part: coarse lists of chunk rows, for a sub-linear first
+pass (docs/architecture.md, "The IVF table").
 """
 
 from __future__ import annotations

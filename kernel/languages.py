@@ -1,29 +1,15 @@
-"""The languages the lexical analyzer stems Latin-script text in, and how a chunk's is told.
-
-Part of the analyzer (`kernel.text_analysis`): a change here changes the terms a text yields,
-so it bumps `ANALYZER_VERSION` there.
-
-A chunk's language is told by its stop words: the distinct very common function words of
-each language that the chunk holds. Short lists written here (no installed dependency ships
-stop words for these languages: scikit-learn's list is English only, and NLTK's lists are a
-corpus download): the most frequent words of each language, minus every word that is also
-common in English text (`per`, `die`, `come`, `non`, `var`...), so that no English chunk can
-look like another language. English is the default: a chunk is stemmed in another language
-only when it holds at least `MIN_STOP_WORDS` of that language's words, more of them than of
-English's, they make `MIN_SHARE` of its words (so that a list of terms whose stop words
-were stripped, NFCorpus's abstracts, never passes on a few chance hits), and the chunk is
-not plain ASCII where its language has accents (`UNACCENTED`).
+"""The languages the lexical analyzer stems Latin-script text in, and how a chunk's is told
+by its stop words (docs/architecture.md, "Chunk languages"). Part of the analyzer: a change
+here bumps `kernel.text_analysis.ANALYZER_VERSION`.
 """
 
 from __future__ import annotations
 
-# Keyed by the codes of `kernel.text_analysis.LANGUAGES` (where a query reads them: this
-# module is the write side's, imported only to tell a chunk's language).
+# Keyed by the codes of `kernel.text_analysis.LANGUAGES`.
 MIN_STOP_WORDS = 3  # distinct ones
 MIN_SHARE = 0.05  # of a chunk's tokens (French prose: ~0.3; a tldr page, half commands: ~0.1-0.2)
-# Languages often written without accents: any other one's text has non-ASCII letters, and a
-# chunk of it in plain ASCII is text whose accents were stripped (NFCorpus holds French and
-# Spanish abstracts so), stemmed in English as before.
+# Languages often written without accents; a plain-ASCII chunk of any other had its accents
+# stripped, and is stemmed in English.
 UNACCENTED = frozenset({"nl", "id", "it"})
 
 # Words common in English text (besides the analyzer's English stop words) that other lists

@@ -1,8 +1,6 @@
-"""A package's public names, each loaded from its module on first use (PEP 562).
-
-`pipeline`, `query` and `mdvdb` are imported by every command, `mdvdb search` cold included,
-so their `__init__` imports nothing: a name such as `query.GrepOptions` costs only
-`query.grep.ripgrep`, when it is first read."""
+"""A package's public names, each loaded from its module on first use (PEP 562): the
+`__init__` of `pipeline`, `query` and `mdvdb` imports nothing (docs/architecture.md).
+"""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""The processes an ingest starts end when the ingest does, however it ends (SIGKILL too).
-
-One left alive keeps the ingest's memory, and one holding the writer lock would keep the
-folder locked for good (so no forked child keeps it: `keep_from_children`). Two kinds:
-
-- forked children that wait (the pool's workers, the clustering helper): `die_with_parent`,
-  Linux's parent-death signal. An end of file is not enough there: a worker blocked reading
-  the pool's queue shares that queue's other end with its siblings, so none ever comes. Off
-  Linux none is forked (`pipeline.workers.pool_is_safe`);
-- processes a library starts out of our reach (Ray's local cluster): a `Guard`.
+"""The processes an ingest starts end when the ingest does, however it ends (SIGKILL too)
+(docs/architecture.md, "Lifelines").
 """
 
 from __future__ import annotations
@@ -64,9 +56,8 @@ def die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-# The guard's program (`python -S -I -c`, argv[1] the mark): wait for the end of file,
-# which comes when the process holding the pipe's other end closes it or dies, then SIGKILL
-# every process started with the mark in its environment, again while a pass finds one.
+# The guard's program (argv[1] the mark): wait for the pipe's end of file, then SIGKILL every
+# process with the mark in its environment, again while a pass finds one.
 _GUARD = """
 import os, sys, time
 mark = b"\\0" + sys.argv[1].encode() + b"\\0"
@@ -89,13 +80,9 @@ GUARD_VARIABLE = "MDVDB_GUARDED_BY"
 
 
 class Guard:
-    """For processes that a library we run starts without letting us ask for their
-    parent-death signal (Ray's local cluster: its raylet's agents and workers would outlive
-    a SIGKILLed driver by minutes). Every process started inside `marking()` inherits a mark
-    in its environment (`GUARD_VARIABLE`, unique to this guard); the guard, an exec'd process
-    in a session of its own whose stdin is a pipe only this process holds, SIGKILLs every
-    process with the mark as soon as this process ends, SIGKILL included, or calls `close`.
-    Linux only (/proc); elsewhere nothing."""
+    """Processes started inside `marking()` (Ray's local cluster) carry a mark in their
+    environment; the guard, an exec'd process reading a pipe only this process holds,
+    SIGKILLs them all once this process ends, SIGKILL included, or calls `close`. Linux only."""
 
     def __init__(self) -> None:
         import secrets

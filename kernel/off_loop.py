@@ -1,10 +1,5 @@
-"""The `a…` twin of a blocking library call, written once.
-
-Every call of the library (`mdvdb.ingest`, `Index.search`, `get_document`, ...) has an async
-twin for agents built on asyncio. The twin runs the call on a worker thread
-(`asyncio.to_thread`) and keeps its typed signature (`inspect.signature` follows
-`__wrapped__`), so the pair cannot drift. asyncio is imported on the first await only: this
-module is imported by the cold path of `mdvdb search`, which never awaits.
+"""The `a…` twin of a blocking library call, written once: run on a worker thread, the same
+typed signature. asyncio is imported on the first await only (the cold search path).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""How a command's options are declared once: a dataclass whose fields each carry a `Spec`.
-
-`query.search_options.SearchRequest` (`mdvdb search`, the MCP tool, the library),
-`query.grep.options.GrepRequest` (`mdvdb grep`) and the shell's own commands (`mdvdb.cli`)
-are declared this way. From the one declaration the shell builds its one parser
-(`mdvdb.cli.parser`) and the typer commands that print `--help` (`mdvdb.cli.help`); the MCP
-server builds its tools' input schemas. Nothing here imports more than `dataclasses`.
+"""How a command's options are declared once: a dataclass whose fields each carry a `Spec`
+(docs/architecture.md, "Options declared once"). Imports only `dataclasses`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Markdown and HTML reduced to the words a reader sees, line by line.
-
-Two users: search excerpts (a person or a model reads `Extract an archive`, not
-`~~~ <section class="x">[Extract](#extract)`), and the near-duplicate signatures computed at
-pack time (two copies of a section that differ only in markup or link targets are the same
-text). Regexes only, no Markdown parser: it runs on every chunk of a full ingest and on every
-result of a search, and what it cannot read it leaves as text, which is what a reader would
-see anyway. The output keeps the input's line breaks, so a position in it maps to a line.
+"""Markdown and HTML reduced to the words a reader sees, line by line (search excerpts,
+near-duplicate signatures).
 """
 
 from __future__ import annotations
@@ -111,8 +105,7 @@ def flat(text: str) -> str:
 
 def signature_text(text: str) -> str:
     """What near-duplicate signatures read: the text without HTML tags and link targets (a
-    copy in another version folder links to that version's pages). Punctuation, and so the
-    rest of the markup, is ignored by the word split that follows."""
+    copy in another version folder links to that version's pages)."""
     if "<" in text:
         text = _TAG.sub(" ", text)
     if "](" in text:

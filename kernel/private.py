@@ -1,16 +1,13 @@
-"""Files and folders only their owner can read, never written through a symlink.
-
-The index and the caches hold the text of the notes, so whatever mdvdb creates is 0600
-(files) and 0700 (folders) whatever the umask, and the state folder is checked before a
-writer uses it: a folder someone else prepared (a cloned repository can ship
-`.markdownvdb.state/cache.sqlite3-wal -> ~/.bashrc`) must not make mdvdb write elsewhere.
-The rules and their tests are in docs/security.md. Only `os` is imported.
+"""Files and folders only their owner can read (0600, 0700), never written through a
+symlink (docs/security.md, "Exposure to other local users"). Only `os` is imported.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+
+from kernel.safe_open import kind_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,15 +65,9 @@ def state_folder(path: Path | str) -> None:
             mode = entry.stat(follow_symlinks=False).st_mode
             if entry.name != SERVE_SOCKET or not stat.S_ISSOCK(mode):
                 raise UnsafePath(
-                    f"{entry.path} is {_kind(mode)}, not a regular file; mdvdb never opens "
+                    f"{entry.path} is {kind_of(mode)}, not a regular file; mdvdb never opens "
                     "one (delete it: the state folder holds only caches)"
                 )
-
-
-def _kind(mode: int) -> str:
-    from kernel.safe_open import kind_of
-
-    return kind_of(mode)
 
 
 def _regular_or_refused(fd: int, path: Path | str) -> None:
@@ -84,7 +75,7 @@ def _regular_or_refused(fd: int, path: Path | str) -> None:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise UnsafePath(f"{path} is {_kind(mode)}, not a regular file; mdvdb never writes one")
+        raise UnsafePath(f"{path} is {kind_of(mode)}, not a regular file; mdvdb never writes one")
 
 
 def _refusal(path: Path | str, exc: OSError) -> OSError:

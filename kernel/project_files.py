@@ -1,8 +1,6 @@
-"""What is in a project: the one set of rules that ingest, watch, status and grep all apply.
-
-The rules, their two forms (the walk's, with `pathspec`; ripgrep's, `rg_rules`) and the
-source-folder verdicts: docs/architecture.md, "Kernel modules in detail", "Project files and
-ignore rules". Only the standard library at import time (`mdvdb grep` loads this module).
+"""What is in a project: the one set of rules that ingest, watch, status and grep all apply
+(docs/architecture.md, "Project files and ignore rules"). Only the standard library at import
+time (`mdvdb grep` loads this module).
 """
 
 from __future__ import annotations
@@ -66,11 +64,7 @@ class SourceFolder:
 
 
 def inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root)
-        return True
-    except ValueError:
-        return False
+    return path.resolve().is_relative_to(root)
 
 
 def source_folders(config: Config) -> list[SourceFolder]:
@@ -109,9 +103,8 @@ def _source_verdicts(config: Config) -> list[SourceFolder]:
 
 
 def walked_within(inner: Path, outer: Path) -> bool:
-    """Whether a walk of the folder `outer` reaches the folder `inner`: it lies below (or is)
-    `outer` and no always-ignored folder stands between them. A source folder a walk of another
-    one reaches is not walked (or searched) twice."""
+    """Whether a walk of the folder `outer` reaches the folder `inner`: below (or is) `outer`,
+    no always-ignored folder between them."""
     if inner == outer:
         return True
     try:
@@ -145,9 +138,7 @@ def always_ignored(rel: str, named: tuple[str, ...] = ()) -> bool:
 
 def _gitignored_folder(config: Config, rel: str) -> bool:
     """Whether the .gitignore files above `rel` (or the user's patterns) ignore it or one of
-    its parent folders, as a walk descending from the top would have: the rules grow one
-    folder at a time, and a folder that does not exist holds no .gitignore (so the cost is
-    linear in the depth, not the rules of every prefix)."""
+    its parent folders, as a walk descending from the top would have."""
     rules = Rules.for_folder(config, "").entering(config.root, "")
     folder = ""
     present = True
@@ -175,10 +166,8 @@ def repository_top(root: Path) -> Path | None:
 
 
 def read_gitignore(folder: Path | str, problems: list[tuple[str, str]] | None = None) -> list[str]:
-    """A folder's .gitignore lines; none when absent or unreadable (a rules file it cannot
-    read ignores nothing). Read as git reads it: never through a symlink, never a FIFO or a
-    device, at most 1 MiB (`kernel.safe_open.read_own`); such a file goes to `problems` as
-    (its path, the reason)."""
+    """A folder's .gitignore lines; none when absent or unreadable. Never through a symlink,
+    a FIFO or a device, at most 1 MiB (`read_own`); such a file goes to `problems`."""
     path = os.path.join(folder, GITIGNORE)
     try:
         raw = read_own(path)
@@ -192,8 +181,7 @@ def read_gitignore(folder: Path | str, problems: list[tuple[str, str]] | None = 
 
 
 class _Line:
-    """One pattern line of a .gitignore, taken apart (a plain class: each dataclass costs
-    import time on `mdvdb grep`'s budget)."""
+    """One pattern line of a .gitignore, taken apart (no dataclass: import time)."""
 
     __slots__ = ("negated", "anchored", "dir_only", "segments")
 
@@ -252,9 +240,8 @@ def _escaped(name: str) -> str:
 
 
 def translate_above(lines: list[str], below: str) -> list[str]:
-    """A .gitignore of an ancestor of the root as root-relative lines; `below` is the root's
-    path from that ancestor. A pattern that would match the root or one of its parents is
-    dropped: a .gitignore above cannot hide the project one asked for."""
+    """A .gitignore of an ancestor of the root as root-relative lines (`below`: the root's
+    path from it); a pattern matching the root or its parents is dropped."""
     out = []
     path = below.split("/")
     for raw in lines:
@@ -285,9 +272,8 @@ def _remainders(segments: list[str], path: list[str]) -> list[list[str]]:
 
 
 def above_lines(config: Config, folder: str) -> list[str]:
-    """Root-relative lines of every .gitignore above the root-relative `folder` (from the top
-    of the repository, or from the root when there is none), shallowest first: deeper lines
-    come later and so win."""
+    """Root-relative lines of every .gitignore above the root-relative `folder`, from the top
+    of the repository (or the root), shallowest first."""
     root = config.root
     out: list[str] = []
     top = repository_top(root)
@@ -322,11 +308,9 @@ def user_patterns(config: Config) -> list[str]:
 
 
 class Rules:
-    """The rules in force in one folder of the walk.
-
-    `specs`: (base folder relative to the root, gitignore spec), shallowest first; the deepest
-    spec with an opinion decides, as in git. `user`: MDVDB_IGNORE_PATTERNS, which always wins.
-    """
+    """The rules in force in one folder of the walk: `specs`, (root-relative base, spec)
+    shallowest first, the deepest with an opinion deciding; `user` (MDVDB_IGNORE_PATTERNS)
+    always wins."""
 
     __slots__ = ("specs", "user", "active")
 
@@ -398,11 +382,8 @@ class Rules:
 
 # -- ripgrep's form ----------------------------------------------------------------------------
 
-# rg reads no rules file of its own: not .ignore/.rgignore, not the user's global excludes,
-# not .git/info/exclude, and no .gitignore either (rg would open a FIFO or a link to
-# /dev/zero named .gitignore and wait or read forever): every .gitignore comes translated in
-# the ignore file, read as the walk reads it (`gitignores_below`). It reads hidden files, as
-# the walk does.
+# rg reads no rules file of its own (not even a .gitignore: docs/architecture.md, "Project
+# files and ignore rules"), and hidden files, as the walk does.
 RG_FLAGS = (
     "--hidden",
     "--no-ignore-dot",
@@ -468,18 +449,9 @@ def rg_rules(config: Config, paths: list[Path]) -> RgRules:
 def gitignores_below(
     config: Config, start: Path, rel: str | None, problems: list[tuple[str, str]]
 ) -> list[str]:
-    """The lines of every .gitignore in and below the folder `start` that the walk would
-    enter (the same always-ignored folders, rules and own files left out; links not
-    followed, as rg follows none), shallowest first, each anchored to its folder: relative
-    to the root for `rel` (the folder's root-relative path), else (a folder outside the
-    root, `rel` None) to its absolute path, which is how rg matches an absolute search
-    path. Each file is read as the walk reads it (`read_gitignore`); one that is a link, a
-    FIFO or too big goes to `problems` and counts for nothing.
-
-    Listing a folder costs per entry, so a folder whose link count says it has no
-    subfolder is not listed (`find`'s leaf optimisation), on a file system seen to keep
-    that count (a listed folder's subfolders matched it; SMB and btrfs do not keep it);
-    docs/benchmarks.md, "Round two: links, special files, sizes, text"."""
+    """The lines of every .gitignore in and below `start` that the walk would enter,
+    shallowest first, each anchored to its folder (root-relative, else absolute); one read
+    refuses goes to `problems` (docs/architecture.md, "Project files and ignore rules")."""
     skip = {str(config.index_path), str(config.state_path), str(config.shards_path)}
     base = "" if rel in (None, ".") else rel
     top = Rules.for_folder(config, base, above=rel is not None)

@@ -1,14 +1,6 @@
-"""Opening what a folder holds: never through a link, never a special file, never unbounded.
-
-Two kinds of files are read. mdvdb's own (the `.markdownvdb` config, `.gitignore`s, the
-schema overlay, the index and its shards, the state folder's files) are opened with
-`O_NOFOLLOW`: a link there is refused, since a cloned repository can ship
-`.markdownvdb -> /dev/zero`. The notes themselves (source files) may be links inside the root
-(the walk's rule): a link is resolved and must still land inside the root. Both are opened
-with `O_NONBLOCK` (a FIFO never blocks the open) and `fstat`-checked to be a regular file
-before a byte is read; a source file must also be the one the walk saw (same device and
-inode) and no bigger than `MDVDB_MAX_FILE_BYTES`. The rules and their tests:
-docs/security.md, "Round two". Only `os` is imported (the warm client reads the config).
+"""Opening what a folder holds: never through a link, never a special file, never
+unbounded (docs/security.md, "Round two"). Only `os` is imported (the warm client reads the
+config).
 """
 
 from __future__ import annotations
@@ -43,8 +35,7 @@ _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 class Refused(OSError):
     """A path mdvdb will not read: a link, a special file, too big, or not the file the walk
-    saw. An OSError, so every caller that reports "cannot read: ..." reports this too; its
-    `strerror` is the one-line reason, its message the path and the reason."""
+    saw. An OSError whose `strerror` is the one-line reason."""
 
     def __init__(self, reason: str, path: str | os.PathLike | None = None):
         super().__init__(f"{os.fspath(path)}: {reason}" if path is not None else reason)
@@ -80,9 +71,8 @@ def _opened(path: str, flags: int) -> int:
 
 
 def open_regular(path: str | os.PathLike, follow: bool = False, seen=None) -> int:
-    """A read-only descriptor of the regular file at `path` (`O_NONBLOCK`, so a FIFO there
-    never blocks; `O_NOFOLLOW` unless `follow`). `seen`: a stat the file must match (device
-    and inode), as the walk took it. Refused otherwise; FileNotFoundError when absent."""
+    """A read-only descriptor of the regular file at `path` (`O_NONBLOCK`; `O_NOFOLLOW` unless
+    `follow`), which must match `seen` (the walk's stat) if given; else Refused."""
     path = os.fspath(path)
     fd = _opened(path, _READ | (0 if follow else _NOFOLLOW))
     try:
@@ -141,8 +131,7 @@ def _inside(path: str, root: str) -> bool:
 
 def open_source(path: str, root: str | None, seen=None) -> int:
     """A source file's descriptor (`open_regular`): a symlink is resolved and must land
-    inside `root` (None: anywhere, MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT), as the walk's rule
-    says; `seen` as in `open_regular`."""
+    inside `root` (None: anywhere, MDVDB_FOLLOW_SYMLINKS_OUTSIDE_ROOT)."""
     try:
         return open_regular(path, seen=seen)
     except Refused:
@@ -172,10 +161,8 @@ def real_folder(path: str | os.PathLike) -> bool:
 
 
 def remove_where(folder: str | os.PathLike, wanted) -> list[str]:
-    """Remove the entries of the real folder `folder` whose names `wanted(name)` accepts:
-    the folder is opened with `O_NOFOLLOW` and listed and unlinked through that descriptor,
-    so a link named `folder` is never entered and a link inside is removed, not followed.
-    Nothing is removed when `folder` is not a real folder. The names removed."""
+    """Remove (and return) the names `wanted` accepts in the real folder `folder`, through an
+    `O_NOFOLLOW` descriptor: a link named `folder` is never entered, one inside is removed."""
     try:
         dir_fd = os.open(os.fspath(folder), os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
     except OSError:

@@ -99,9 +99,8 @@ def published_file(config) -> Path:
 
 
 def published_source(config) -> Path:
-    """What a reader opens: the layout the setting asks for (the index file, or the
-    manifest of a sharded index), or the other one when it is the only one there (an index
-    built with another `MDVDB_SHARDS`)."""
+    """What a reader opens: the layout the setting asks for (the index file or the manifest),
+    or the other one when it is the only one there (built with another `MDVDB_SHARDS`)."""
     single = config.index_path
     manifest = manifest_path(config.shards_path)
     wanted, other = (manifest, single) if config.shards > 1 else (single, manifest)
@@ -174,9 +173,8 @@ def read_manifest(folder: Path) -> Manifest | None:
 
 
 def publish_manifest(folder: Path, manifest: Manifest) -> None:
-    """The commit of a sharded pack: write a temp file, fsync, rename over the manifest,
-    fsync the folder. Before this every new shard file is unreferenced; after it readers
-    that open the index get the new set."""
+    """The commit of a sharded pack: a temp file, fsync, rename over the manifest, fsync the
+    folder."""
     data = json.dumps(manifest.to_json(), indent=1, sort_keys=True).encode()
     import tempfile  # the write side only: a search does not pay for its import
 
@@ -211,12 +209,8 @@ def remove_unlisted(folder: Path, keep: set[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class GlobalOrder:
-    """Where each shard's rows go in the global (one-file) order.
-
-    `file_ids[s][i]` is the global file id of shard s's file i, `chunk_ids[s][j]` the global
-    chunk id of its chunk j; `chunk_order` lists, for each global chunk id, its position in the
-    concatenation of the shards' chunks (shard 0's first): `concatenated[chunk_order]` is the
-    global order (the same for files with `file_order`)."""
+    """Where each shard's rows go in the one-file order: `file_ids[s][i]`, the global id of
+    shard s's file i (`chunk_ids`: chunks); `concatenated[chunk_order]` is that order."""
 
     file_ids: list[np.ndarray]
     chunk_ids: list[np.ndarray]
@@ -225,9 +219,8 @@ class GlobalOrder:
 
 
 def global_order(paths: list[list[str]], chunk_files: list[np.ndarray]) -> GlobalOrder:
-    """The one-file order of the shards' rows: files by path (pack sorts the same way:
-    Python's string order), chunks by file then within-file order. `paths[s]`: shard s's
-    file paths in its row order; `chunk_files[s]`: its chunks' (shard-local) file ids."""
+    """The one-file order of the shards' rows: files by path, chunks by file then in file.
+    `paths[s]`: shard s's file paths in row order; `chunk_files[s]`: its chunks' file ids."""
     import numpy as np
 
     all_paths = [p for shard in paths for p in shard]
@@ -264,9 +257,8 @@ def global_order(paths: list[list[str]], chunk_files: list[np.ndarray]) -> Globa
 def order_from_ids(
     file_ids: np.ndarray, file_counts: list[int], chunk_ids: np.ndarray, chunk_counts: list[int]
 ) -> GlobalOrder:
-    """The `GlobalOrder` from the global ids of every shard's rows, shard after shard (what
-    the pack stores in the global file, so a reader never sorts the paths): ValueError when
-    they do not fit the shards' row counts or are not a permutation."""
+    """The `GlobalOrder` from the global ids of every shard's rows, as the global file stores
+    them; ValueError when they do not fit the row counts or are not a permutation."""
     import numpy as np
 
     def split(ids: np.ndarray, counts: list[int], what: str) -> tuple[list, np.ndarray]:

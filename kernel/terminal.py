@@ -1,11 +1,5 @@
-"""Text from the notes made safe to print on a terminal.
-
-File contents and file names come from the folder, which is untrusted: an escape sequence
-in either (`ESC ]` to set the window title or write to the clipboard, `ESC [2J` to clear the
-screen, a bidi override that reorders a line) would act on the user's terminal when
-`search`, `grep` or `get` print it. Human output passes every piece of folder text through
-`printable`; control characters become visible escapes (`\\x1b`, `\\u202e`). JSON output
-needs nothing: its encoder escapes control characters already.
+"""Text from the notes made safe to print on a terminal: control characters become
+visible escapes (docs/security.md).
 """
 
 from __future__ import annotations

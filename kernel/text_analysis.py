@@ -50,10 +50,8 @@ CJK_RANGES = (
     "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
     "\uff66-\uff9f\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
 )
-# Tokens: a CJK run (group 1) or a run of other letters and digits (group 2). Compiling this
-# pattern is slow (its character classes span most of Unicode), so it is compiled on first
-# use by a non-ASCII text; an ASCII text, where no CJK character can occur, is split by
-# `_ASCII_WORD` (`_tokens`).
+# Tokens: a CJK run (group 1) or a run of other letters and digits (group 2). Slow to
+# compile, so compiled on first use by a non-ASCII text (ASCII: `_ASCII_WORD`).
 _TOKEN_PATTERN = rf"([{CJK_RANGES}]+)|([^\W_{CJK_RANGES}]+)"
 
 
@@ -86,7 +84,7 @@ def _stemmers():
 
 def words(text: str) -> list[str]:
     """The analysed terms of a text, in order (duplicates kept: term frequency matters)."""
-    return [term for token in _tokens(text) for term in _token_words(token, "en")]
+    return [term for token in tokens_of(text) for term in _token_words(token, "en")]
 
 
 def _token_words(token: str | tuple[str, str], language: str) -> list[str]:
@@ -110,8 +108,7 @@ def term_hash(term: str) -> int:
     return int.from_bytes(blake2b(term.encode(), digest_size=8).digest(), "little")
 
 
-# Bounds `_TokenTerms`: past this many distinct tokens it starts again (an ingest worker
-# meets ~10^5 distinct words in tldr's 38k pages, in 20 languages).
+# Bounds `_TokenTerms`: past this many distinct tokens it starts again.
 TOKEN_CACHE_MAX = 200_000
 
 
@@ -126,9 +123,8 @@ def _stemmer(language: str):
 
 
 class _TokenTerms(dict):
-    """Token -> the hashes of its terms (`_token_words` in `language`): an ingest analyses
-    the same few thousand words over and over, and a dictionary hit replaces the per-word
-    regex, stem and hash calls."""
+    """Token -> the hashes of its terms (`_token_words` in `language`): an ingest meets the
+    same words over and over."""
 
     def __init__(self, language: str = "en") -> None:
         super().__init__()
@@ -153,8 +149,8 @@ def _terms_in(language: str) -> _TokenTerms:
 
 
 def forget() -> None:
-    """Drop the caches of analysed words (an ingest that analysed in this process calls it
-    once done: ~30 MB on tldr that its later stages, at the run's peak, can use)."""
+    """Drop the caches of analysed words: an ingest that analysed in this process frees
+    them for its later stages."""
     for terms in _LANGUAGE_TERMS.values():
         terms.clear()
     term_hash.cache_clear()
@@ -163,13 +159,15 @@ def forget() -> None:
 _ASCII_WORD = re.compile(r"[^\W_]+")  # an ASCII text's tokens (no CJK run)
 
 
-def _tokens(text: str) -> list:
-    """A text's tokens as the token caches take them (words, or (CJK run, word) pairs)."""
+def tokens_of(text: str) -> list:
+    """A text's tokens (words, or (CJK run, word) pairs), as `chunk_language` and
+    `term_hashes` take them."""
     text = unicodedata.normalize("NFKC", text).casefold()
     return (_ASCII_WORD if text.isascii() else _token()).findall(text)
 
 
-def _hashes(tokens: list, language: str = "en") -> np.ndarray:
+def term_hashes(tokens: list, language: str = "en") -> np.ndarray:
+    """The term hashes of `tokens_of(text)`, Latin words stemmed in `language`."""
     import numpy as np  # not at the top: `mdvdb ingest`'s no-op reads ANALYZER_VERSION only
 
     terms = _terms_in(language).__getitem__
@@ -177,15 +175,14 @@ def _hashes(tokens: list, language: str = "en") -> np.ndarray:
 
 
 def term_ids(text: str, language: str | None = None) -> np.ndarray:
-    """`words(text)` as uint64 term hashes, in order, Latin words stemmed in `language`
-    (a `LANGUAGES` code or "en"). Without one: a query's terms, resolved against the
-    index the current thread's query reads (`QueryLexicon`), or English."""
+    """`words(text)` as uint64 term hashes, Latin words stemmed in `language`; without one,
+    a query's terms as this thread's `QueryLexicon` resolves them, or English."""
     if language is None:
         lexicon = getattr(_QUERY, "lexicon", None)
         if lexicon is not None:
             return lexicon.term_ids(text)
         language = "en"
-    return _hashes(_tokens(text), language)
+    return term_hashes(tokens_of(text), language)
 
 
 # -- languages ------------------------------------------------------------------------------
@@ -209,11 +206,8 @@ def _detection() -> tuple[frozenset, frozenset, dict]:
 
 
 def chunk_language(*tokens: list) -> str:
-    """The language a chunk's tokens (each field's) are stemmed in: the other language of
-    which they hold the most distinct stop words, if at least `MIN_STOP_WORDS`, more than
-    English's, that language's words are at least `MIN_SHARE` of the tokens (prose, not a
-    list of terms with stop words stripped), and, but in `UNACCENTED` languages, the text
-    is not plain ASCII; else "en"."""
+    """The language a chunk's tokens (each field's) are stemmed in, told by their stop words
+    (docs/architecture.md, "Chunk languages"); "en" by default."""
     from kernel.languages import MIN_SHARE, MIN_STOP_WORDS, UNACCENTED
 
     other, english, languages = _detection()
@@ -228,7 +222,7 @@ def chunk_language(*tokens: list) -> str:
     if sum(map(words.__contains__, hits)) < MIN_SHARE * sum(map(len, tokens)):
         return "en"
     if best not in UNACCENTED and not any(t and isinstance(t[0], tuple) for t in tokens):
-        return "en"  # French without one accent is ASCII-folded text (`_tokens`: str pairs)
+        return "en"  # French without one accent is ASCII-folded text (`tokens_of`: str pairs)
     return best if counts[best] > len(english.intersection(chain.from_iterable(tokens))) else "en"
 
 
@@ -242,12 +236,6 @@ def _words_of(language: str) -> frozenset:
 def language_marker(language: str) -> int:
     """The term a chunk stemmed in `language` also holds (no text yields it: a NUL)."""
     return term_hash(f"\x00language:{language}")
-
-
-# A text's tokens, as `chunk_language` and `term_hashes` take them; the term hashes of
-# `tokens_of(text)`, Latin words stemmed in a language (the pack's per-chunk analysis).
-tokens_of = _tokens
-term_hashes = _hashes
 
 
 _QUERY = threading.local()  # the `QueryLexicon` of the query this thread runs, if any
@@ -265,13 +253,8 @@ def query_lexicon(lexicon: QueryLexicon | None) -> Iterator[None]:
 
 
 class QueryLexicon:
-    """How a query's words are looked up in one index. `frequency(hashes)`: the number of
-    chunks holding each term; `chunks(hashes)`: their chunk ids (None: none). Its languages
-    are those whose marker the postings hold. Each Latin query word is stemmed in English
-    and in each of them, and the variant held by the most chunks *of the languages that
-    make it* stands for the word (a French stem counts French chunks only: `taro` stemmed
-    `tar` in Spanish must not take English chunks about tar), English on a tie and where
-    none holds any: one term per word, so no word counts twice."""
+    """How a query's words are looked up in one index (docs/architecture.md, "The text
+    analyzer"). `frequency(hashes)`: chunks holding each term; `chunks(hashes)`: their ids."""
 
     def __init__(
         self,
@@ -320,10 +303,10 @@ class QueryLexicon:
     def _resolve(self, text: str) -> np.ndarray:
         import numpy as np
 
-        tokens = _tokens(text)
+        tokens = tokens_of(text)
         others = self.languages()
         if not others:
-            return _hashes(tokens)
+            return term_hashes(tokens)
         tables = [_terms_in(c) for c in others]
         out: list[tuple[int, ...]] = []
         choices: list[tuple[int, dict[int, list[int]]]] = []  # place, variant -> languages

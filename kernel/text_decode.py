@@ -1,13 +1,5 @@
-"""A note's bytes as text: what ingest indexes and `mdvdb get` shows, decoded one way.
-
-UTF-8 first (a BOM dropped). A UTF-16 or UTF-32 file with its byte-order mark is decoded as
-such; UTF-16 without one is recognised by its NUL bytes (every other byte of Latin text). A
-file that is not UTF-8 and holds no UTF-8 sequence at all is read as Windows-1252 (Latin-1
-for the five bytes it leaves undefined), the usual legacy encoding; a UTF-8 file with a few bad
-bytes keeps its good characters and gets U+FFFD for the rest. NUL bytes left after decoding
-become U+FFFD too, so no stage (SQLite, the near-duplicate signatures, JSON) ever sees one.
-Every guess and repair is reported (docs/security.md, "Round two"). Only the standard
-library's codecs are used.
+"""A note's bytes as text, whatever its encoding: what ingest indexes and `mdvdb get` shows
+(docs/architecture.md, "Decoding a note").
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The per-user cache: model-derived files kept once per user, never per project, each named
-by the SHA-256 of its source and written by temp file + rename; optional (an unwritable cache
-only means the slower path). Where and why: docs/architecture.md, "Kernel modules in detail",
-"The per-user cache".
+"""The per-user cache: model-derived files kept once per user, named by their source's
+SHA-256 (docs/architecture.md, "The per-user cache").
 """
 
 from __future__ import annotations
@@ -9,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from hashlib import sha256
+from hashlib import file_digest, sha256
 from pathlib import Path
 from typing import BinaryIO
 
@@ -38,9 +36,8 @@ def models_dir() -> Path:
 
 
 def source_sha256(path: Path) -> str:
-    """SHA-256 of a model file, hashed once per (path, size, mtime, inode): the digest is
-    remembered in a small stamp file, so a cold start reads 64 bytes instead of hashing the
-    file (16 MB for the default model) every time."""
+    """SHA-256 of a model file, hashed once per (path, size, mtime, inode) and remembered in
+    a small stamp file."""
     st = path.stat()
     stamp_key = f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
     stamp = models_dir() / "stamps" / sha256(stamp_key.encode()).hexdigest()[:32]
@@ -50,11 +47,8 @@ def source_sha256(path: Path) -> str:
             return known
     except (OSError, UnicodeDecodeError):
         pass
-    digest = sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    sha = digest.hexdigest()
+        sha = file_digest(fh, "sha256").hexdigest()
     atomic_write(stamp, lambda out: out.write(sha.encode("ascii")))
     return sha
 

@@ -1,9 +1,5 @@
-"""Obsidian's wikilinks: `[[target]]`, `[[target|label]]`, `[[target#heading]]` and embeds
-`![[target]]`, found in a text and reduced to what a reader sees.
-
-The one reader of this syntax: the parser (display and indexed text) and the link graph
-(targets) both use it. Textual only: the caller leaves out code spans and fences. Inside a
-table Obsidian writes the label separator as `\\|`, so both forms split the label.
+"""Obsidian's wikilinks and embeds, found in a text and reduced to what a reader sees: the one
+reader of this syntax (docs/architecture.md, "Wikilinks").
 """
 
 from __future__ import annotations

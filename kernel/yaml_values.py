@@ -1,8 +1,5 @@
-"""Metadata values as a person reads them: YAML's spelling, not Python's.
-
-`yaml_value` is the one function every human output prints a frontmatter value with
-(`mdvdb get`, search, schema, clusters): `true`, `null`, `[a, b]`, `{k: v}`, dates in ISO
-form, whole floats without `.0`.
+"""Metadata values as a person reads them, in YAML's spelling (`true`, `null`, `[a, b]`):
+the one printer of a frontmatter value in every human output.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def test_the_ascii_tokenizer_splits_as_the_full_pattern():
         ]
     for sample in samples:
         text = unicodedata.normalize("NFKC", sample).casefold()
-        got = [t if isinstance(t, tuple) else ("", t) for t in text_analysis._tokens(sample)]
+        got = [t if isinstance(t, tuple) else ("", t) for t in text_analysis.tokens_of(sample)]
         assert got == full.findall(text), sample
 
 

@@ -1,14 +1,5 @@
-"""A query-sized Llama-2 BPE encoder that starts in a millisecond.
-
-`tokenizers.Tokenizer.from_file` parses the whole tokenizer JSON (32k tokens, 61k merges) before
-it can encode anything, most of a cold `mdvdb search` to tokenize a dozen words
-(docs/benchmarks.md, "Agent interfaces: cold start, warm path, MCP (issue 9)"). This module
-stores the vocabulary and merge ranks once in a
-small SQLite file in the state folder and, per query, looks up only the pairs that actually
-occur (a few dozen indexed lookups). It reproduces the tokenizer exactly for this model's
-configuration (Prepend "▁" + Replace " " → "▁" normalizer, no pre-tokenizer, BPE with byte
-fallback, the special tokens matched in the raw text); `tests/test_bpe.py` checks it against the
-real tokenizer on thousands of strings. Bulk encoding (ingest) still uses the Rust tokenizer.
+"""A query-sized Llama-2 BPE encoder that starts in a millisecond: the same ids as the
+tokenizer for a short query (docs/architecture.md, "The query BPE").
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ class QueryBPE:
     def __init__(self, db_path: Path):
         self.db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, check_same_thread=False)
         self._ids: dict[str, int | None] = {}
-        self._ranks: dict[tuple[str, str], int | None] = {}
+        self._ranks: dict[tuple[str, str], int] = {}
 
     @classmethod
     def build(cls, tokenizer_json: Path, db_path: Path) -> QueryBPE:
@@ -64,19 +55,15 @@ class QueryBPE:
             self._ids[token] = row[0] if row else None
         return self._ids[token]
 
-    def rank(self, left: str, right: str) -> int | None:
+    def _rank_or(self, left: str, right: str) -> int:
+        """A pair's merge rank, or _NO_RANK (above every rank) for a pair that never merges."""
         key = (left, right)
         if key not in self._ranks:
             row = self.db.execute(
                 "SELECT rank FROM merges WHERE pair = ?", (left + " " + right,)
             ).fetchone()
-            self._ranks[key] = row[0] if row else None
+            self._ranks[key] = row[0] if row else _NO_RANK
         return self._ranks[key]
-
-    def _rank_or(self, left: str, right: str) -> int:
-        """`rank`, or _NO_RANK (above every rank) for a pair that never merges."""
-        found = self.rank(left, right)
-        return _NO_RANK if found is None else found
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
@@ -92,15 +79,12 @@ class QueryBPE:
 
     def _encode_word(self, word: str) -> list[int]:
         """BPE: merge the adjacent pair of lowest rank (the first of equals) until none has
-        one. Each pair's rank is looked up once and kept beside it; a merge asks only for the
-        two new pairs it makes (a query is one "word", so asking every pair again after every
-        merge would repeat most lookups)."""
+        one; a merge looks up only the two new pairs it makes."""
         symbols = list(word)
-        none = _NO_RANK
         ranks = [self._rank_or(symbols[i], symbols[i + 1]) for i in range(len(symbols) - 1)]
         while ranks:
             best_rank = min(ranks)
-            if best_rank == none:
+            if best_rank == _NO_RANK:
                 break
             best = ranks.index(best_rank)
             merged = symbols[best] + symbols[best + 1]

