@@ -1,11 +1,7 @@
-"""What the MCP tools do, as plain functions from arguments to compact JSON-ready dicts.
+"""What the MCP tools do: plain functions from arguments to compact JSON-ready dicts.
 
-Each runs on the read-side libraries exactly as the matching CLI command does (`query.request`
-for search, `query.grep.ripgrep` for grep, `query.schema`, `query.clusters`), and only the shape of
-the answer differs: short keys, no nulls, no internal columns, line text cut around the match,
-because a model pays for every token it reads. `mdvdb.mcp_server` registers them as tools.
-Expected failures raise `ToolProblem` or one of the libraries' own errors, whose one-line
-message the server hands to the model.
+Each runs the library the matching CLI command runs; only the answer is shorter (a model pays
+for every token). Expected failures raise `ToolProblem` or the libraries' own errors.
 """
 
 from __future__ import annotations
@@ -43,20 +39,16 @@ def search(index: Index, request: SearchRequest, full_text: bool = False) -> dic
         raise ToolProblem(f"search is switched off here ({index.config.root / OFF_FILE} exists)")
     with index.pinned():  # one snapshot for the whole request, even if an ingest publishes
         outcome = run_request(index, request)
-        return search_reply(index, outcome, full_text)
+        data = _search_data(index, outcome, full_text)
+        if outcome.sources is not None and (data.get("results") or data.get("files")):
+            data["sources"] = outcome.sources_json()  # each named source's description, once
+        if not (data.get("results") or data.get("files")):  # the CLI's suggestions
+            from query import explain_no_match as explain
 
-
-def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
-    data = _search_data(index, outcome, full_text)
-    if outcome.sources is not None and (data.get("results") or data.get("files")):
-        data["sources"] = outcome.sources_json()  # each named source's description, once
-    if not (data.get("results") or data.get("files")):  # the CLI's suggestions, in one line
-        from query import explain_no_match as explain
-
-        missed = explain(index, outcome, VALUES_SHOWN)
-        data["no_match"] = missed.to_json()  # the CLI's `--json` no_match
-        data["hint"] = missed.hint()
-    return data
+            missed = explain(index, outcome, VALUES_SHOWN)
+            data["no_match"] = missed.to_json()  # the CLI's `--json` no_match
+            data["hint"] = missed.hint()
+        return data
 
 
 def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
@@ -96,7 +88,7 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
     tiers = outcome.tiers
     assert tiers is not None
     explain = outcome.request.explain
-    data: dict[str, Any] = {
+    return {
         "query": query,
         "mode": tiers.mode,
         "total": outcome.total,
@@ -104,7 +96,6 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
             compact_hit(index, tier, hit, full_text, explain) for tier, hit in tiers.results
         ],
     }
-    return data
 
 
 def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) -> dict[str, Any]:
@@ -162,8 +153,6 @@ def grep(
 
     if not pattern:
         raise ToolProblem("pattern is empty: give the text (or regex) to look for")
-    if limit < 1 or per_file_limit < 1:
-        raise ToolProblem("limit and per_file_limit must be at least 1")
     if not 0 <= context <= MAX_CONTEXT:
         raise ToolProblem(f"context must be between 0 and {MAX_CONTEXT} lines")
     selection = select_roots(config, Registry.load(), sources=sources or ())

@@ -296,7 +296,7 @@ def show_running(folder, as_json: bool) -> int:
     from mdvdb.cli import warm
 
     running = warm.ping(folder)
-    stale = False if running else warm.remove_stale_socket(folder)
+    absent = None if running else _not_serving(folder)
     if as_json:
         shown = {k: v for k, v in (running or {}).items() if k != "code"}  # the reply's own
         print_json({"running": running is not None, **shown})
@@ -308,9 +308,16 @@ def show_running(folder, as_json: bool) -> int:
             f"watching {'on' if running.get('watching') else 'off'}"
         )
     else:
-        note = " (removed a stale socket)" if stale else ""
-        line(f"not serving {folder / warm.SOCKET_NAME}{note}")
+        line(absent)
     return EXIT_OK if running else EXIT_ERROR
+
+
+def _not_serving(folder) -> str:
+    """`not serving SOCKET`, after removing a stale socket file there."""
+    from mdvdb.cli import warm
+
+    note = " (removed a stale socket)" if warm.remove_stale_socket(folder) else ""
+    return f"not serving {folder / warm.SOCKET_NAME}{note}"
 
 
 def stop_server(folder) -> None:
@@ -319,9 +326,7 @@ def stop_server(folder) -> None:
 
     reply = warm.ask(folder, {"op": "stop"})
     if not reply or not reply.get("stopping"):
-        stale = warm.remove_stale_socket(folder)
-        note = " (removed a stale socket)" if stale else ""
-        line(f"mdvdb: not serving {folder / warm.SOCKET_NAME}{note}")
+        line(f"mdvdb: {_not_serving(folder)}")
         return
     # It finishes the call in hand and the running ingest, then lets go of its lock.
     deadline = time.monotonic() + 120

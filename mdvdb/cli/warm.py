@@ -1,12 +1,8 @@
 """The warm path: an optional `mdvdb serve` process that answers CLI calls over a Unix socket.
 
-The CLI forwards `search` and `get` when the socket (0600, the calling user's) is there, and
-runs the command itself when it is missing, stale, refuses or answers over `MAX_REPLY`; the
-server runs the same `mdvdb.cli.run`, so output and exit codes are identical. One request per
-connection (`{"argv", "cwd", "env"}` in, `{"stdout", "stderr", "code"}` out, `{"op": "ping"}`
-and `{"op": "stop"}`), each a `warm_wire` message; an flock on `serve.lock` makes one server
-per project (docs/architecture.md, "Repeated calls"). The client half runs on every CLI call,
-so it imports little (`socket`, `os`, `stat`, `sys`, `kernel.dotenv` and `warm_wire`)."""
+The CLI forwards `search` and `get` to it, and the server runs the same `mdvdb.cli.run`
+(docs/architecture.md, "Repeated calls"). The client half runs on every CLI call, so it
+imports little."""
 
 from __future__ import annotations
 
@@ -178,33 +174,35 @@ def ask(folder: Path | str, request: dict, timeout: float = PING_TIMEOUT) -> dic
 
 
 def ping(folder: Path | str, timeout: float = PING_TIMEOUT) -> dict | None:
-    """What the running warm process says about itself (pid, root, uptime...), or None.
-    A readiness probe must speak the protocol: a bare connect-and-close is a client that
-    hung up, which the server survives but which proves nothing."""
+    """What the running warm process says about itself (pid, root, uptime...), or None
+    (a readiness probe must speak the protocol: a bare connect proves nothing)."""
     reply = ask(folder, {"op": "ping"}, timeout)
     return reply if reply and isinstance(reply.get("pid"), int) else None
 
 
 def lock_holder(folder: Path) -> int | None:
-    """The pid of the process holding the serve lock (alive, maybe still starting), or
-    None when the lock is free; a free lock means any socket file left here is stale."""
-    import fcntl
-
-    path = folder / LOCK_NAME
+    """The pid of the process holding the serve lock (maybe still starting), or None when
+    the lock is free; a free lock means any socket file left here is stale."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR)
     except OSError:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            return int(raw) if raw.isdigit() else -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        raw = _locked_by(fd)
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the lock if it was taken here
+    return None if raw is None else int(raw) if raw.isdigit() else -1
+
+
+def _locked_by(fd: int) -> str | None:
+    """None when this process took the flock on `fd`, else what its holder wrote (its pid)."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return None
 
 
 def remove_stale_socket(folder: Path) -> bool:
@@ -222,13 +220,9 @@ def remove_stale_socket(folder: Path) -> bool:
 def _claim(folder: Path) -> int:
     """Take the serve lock (an flock the kernel drops when this process dies, so a killed
     server never blocks the next) and write our pid in it; ServeError if another holds it."""
-    import fcntl
-
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    raw = _locked_by(fd)
+    if raw is not None:
         os.close(fd)
         who = f"pid {raw}" if raw.isdigit() else "another process"
         raise ServeError(f"already served by {who} ({folder / SOCKET_NAME})") from None
@@ -238,10 +232,8 @@ def _claim(folder: Path) -> int:
 
 
 class WarmServer:
-    """The accept loop: one thread per connection reads the request and answers, so a
-    client that hangs up, stalls or sends garbage costs only its own thread; the commands
-    themselves run one at a time (each changes the process's cwd, environment and
-    sys.stdout for its length)."""
+    """The accept loop: a thread per connection (a client that stalls costs only its own);
+    the commands run one at a time (each changes the process's cwd and environment)."""
 
     def __init__(self, folder: Path, idle_timeout: float, info: dict | None = None):
         import threading
@@ -405,9 +397,9 @@ class WarmServer:
 
 
 def _drain(conn: socket.socket, limit: int = MAX_REQUEST) -> None:
-    """After answering a request it did not read to the end: stop writing and read what the
-    client still sends (up to `limit` bytes, a second), so that closing does not reset the
-    connection and lose the answer before the client reads it."""
+    """After answering a request not read to the end: read what the client still sends (up
+    to `limit` bytes, a second), so that closing does not reset the connection and lose the
+    answer."""
     import socket
 
     conn.shutdown(socket.SHUT_WR)
@@ -422,9 +414,7 @@ def _refusal(problem: str) -> dict:
 
 class _PerThread:
     """The warm process's sys.stdout (or sys.stderr): a request's thread writes to its own
-    buffer, every other thread (the watcher's) to the stream this one replaced.
-    `contextlib.redirect_stdout` swaps one global for all threads, so a watcher's line could
-    land in an answer, or an answer in whatever buffer another thread had swapped in."""
+    buffer, every other thread (the watcher's) to the stream this one replaced."""
 
     def __init__(self, stream) -> None:
         import threading
@@ -473,7 +463,7 @@ class _Runner:
         from mdvdb.cli import run
 
         out, err = io.StringIO(), io.StringIO()
-        saved_env = {k: v for k, v in os.environ.items() if k.startswith("MDVDB_")}
+        saved_env = _client_env()
         before = os.getcwd()
         code = 0
         self.out.capture(out)
