@@ -9,9 +9,8 @@ The library in two calls, the same work as the CLI:
     hits = index.search("rotate an api key")   # orphans, status, schema, clusters, grep;
                                                # each with an a... async form
 
-The errors a call can raise are importable from here too (`mdvdb.ConfigError`...), each loaded
-from its layer on first use. Nothing heavy is imported here: `mdvdb` is imported by every
-command, `mdvdb search` included.
+The errors a call can raise are importable from here too (`mdvdb.ConfigError`...), loaded on
+first use: every command imports `mdvdb`.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ if TYPE_CHECKING:
 
 from kernel.off_loop import async_twin  # noqa: E402 - after the type-only imports
 
-# The library's errors: name -> the module (in the kernel or the public front of pipeline or
-# query) that declares it; loaded on first use.
+# The library's errors: name -> the module that declares it.
 _ERRORS = {
     "ConfigError": "kernel.config",
     "GrepError": "query",
@@ -66,12 +64,10 @@ def ingest(
     wait: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> IngestReport:
-    """Index a project's source folders, as `mdvdb ingest` does (`root`: the project folder,
-    default found upward from the current folder; `paths`: only re-check these files;
-    `full`: `--full`; `wait=False`: `--no-wait`, LockBusy at once if another writer runs).
+    """Index a project's source folders, as `mdvdb ingest` does (`root`: default found upward;
+    `paths`: only re-check these; `full`: `--full`; `wait=False`: `--no-wait`).
 
-    Errors are the CLI's: ConfigError (a bad setting, a root that is not a folder),
-    IngestError, LockBusy, ProviderError; the previous index is intact after any of them."""
+    Raises ConfigError, IngestError, LockBusy or ProviderError, the previous index intact."""
     from pathlib import Path
 
     from kernel.config import ConfigError, load_config

@@ -26,8 +26,7 @@ BACKLOG = 64
 
 def connection_cap() -> int:
     """Connections open at once: at most `MAX_CONNECTIONS`, and half of what the open-file
-    limit leaves after two bursts of accepts (`BACKLOG`) and 64 descriptors for the rest of
-    the server (index, state, watcher, model)."""
+    limit leaves after two bursts of accepts (`BACKLOG`) and 64 for the rest of the server."""
     import resource
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -172,9 +171,9 @@ class AnsweringStream:
         self.inner = inner
         self.write = write
 
-    async def receive(self) -> Any:
+    async def receive(self, take: Any = None) -> Any:
         while True:
-            item = await self.inner.receive()
+            item = await (take or self.inner.receive)()
             if not isinstance(item, Exception):
                 return item
             await self._answer(item)
@@ -183,11 +182,7 @@ class AnsweringStream:
         return self
 
     async def __anext__(self) -> Any:
-        while True:
-            item = await self.inner.__anext__()
-            if not isinstance(item, Exception):
-                return item
-            await self._answer(item)
+        return await self.receive(self.inner.__anext__)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -123,8 +123,8 @@ class SearchIngress:
 def build(args: dict[str, str]):
     """The Serve application for the sharded index of folder `root`: `groups` shard groups
     (default: one per shard) of `replicas` replicas needing `cpus` CPUs each; with
-    `token_file`, every request to the endpoint needs that bearer token (without it the
-    endpoint is open: for a platform's own authenticating ingress in front)."""
+    `token_file`, every request needs that bearer token (without it the endpoint is open,
+    for a platform's own authenticating ingress in front)."""
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
@@ -162,9 +162,8 @@ def build(args: dict[str, str]):
 
 
 def run(config, address: str, listen: tuple[str, int], groups, replicas, cpus, token_file: str):
-    """Deploy the application on the cluster at `address` (`local`: a Ray started here for
-    this process) and keep it up until SIGTERM or Ctrl-C; then delete it. `token_file`: the
-    bearer token every request to the endpoint needs."""
+    """Deploy the application on the cluster at `address` (`local`: a Ray started here) and
+    keep it up until SIGTERM or Ctrl-C; then delete it."""
     import ray
     from ray import serve
 

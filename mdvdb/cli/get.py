@@ -1,9 +1,5 @@
-"""`mdvdb get TARGET...`: indexed documents, their content and metadata.
-
-A target is a path, `PATH:START-END` or `PATH:START+COUNT` (1-based lines), a document id
-(`#abc12345`), a quoted glob (`'notes/*.md'`) or a note's name (`query.documents`);
-`--max-tokens` cuts each document at a line's end and `--offset` starts one document's page
-further on: the output ends with the offset of the next page."""
+"""`mdvdb get TARGET...`: indexed documents, their content and metadata, paged (what a
+target names: `query.documents`)."""
 
 from __future__ import annotations
 
@@ -124,9 +120,8 @@ def _print(doc, max_tokens: int | None) -> None:
 
 
 def typed_path(index, path: str) -> str:
-    """The file a path typed in a subfolder of the project names: relative to the current
-    folder first (as a shell completes it), else relative to the root (as search, grep and
-    status print paths)."""
+    """The file a path typed in a subfolder names: relative to the current folder first (as
+    a shell completes it), else to the root (as mdvdb prints paths)."""
     import os
 
     here = os.path.realpath(os.getcwd())

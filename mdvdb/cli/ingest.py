@@ -87,11 +87,10 @@ def run_ingest(
         from mdvdb.cli.progress import IngestProgress
 
         progress = IngestProgress(sys.stderr.isatty() and not quiet and not as_json)
-        # What a library prints to stdout during the run goes nowhere: Ray's driver repeats
-        # a dead worker's error there, which our one line reports.
-        stray = redirect_stdout(io.StringIO())
+        # What a library prints to stdout during the run goes nowhere (Ray's driver repeats a
+        # dead worker's error there, which our one line reports).
         try:
-            with stray:
+            with redirect_stdout(io.StringIO()):
                 report = ingest_folder(
                     config,
                     paths or None,
@@ -181,8 +180,6 @@ def _warn(printable, problems) -> None:
 
 
 def _is_cwd(root) -> bool:
-    import os
-
     try:
         return os.path.realpath(os.getcwd()) == str(root)
     except OSError:  # the current folder was deleted
@@ -210,8 +207,6 @@ def is_set_up(config) -> bool:
 def refuse_missing(config, paths: list[str]) -> None:
     """A path that is not on disk is fine when the index has it (re-checking it removes it);
     otherwise it is a typo, said so rather than passed over in silence."""
-    import os
-
     from pipeline import relative_paths
 
     gone = [p for p in paths if not os.path.lexists(p)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from functools import partial
 
 from kernel.options import REQUIRED, Spec, declared, option
 from mdvdb.cli import errors
@@ -57,10 +58,6 @@ def run_links(path: str, root: str | None = None, as_json: bool = False, *, back
     return EXIT_OK
 
 
-def run_backlinks(path: str, root: str | None = None, as_json: bool = False) -> int:
-    return run_links(path, root, as_json, back=True)
-
-
 def run_orphans(root: str | None = None, as_json: bool = False) -> int:
     with user_errors():
         found = index_of(root).orphans()
@@ -81,7 +78,7 @@ COMMAND = Command(
 BACKLINKS = Command(
     "backlinks",
     declared(LinksOptions),
-    run_backlinks,
+    partial(run_links, back=True),
     help="The links of other notes that name this one, one a line with its line number.",
 )
 ORPHANS = Command(

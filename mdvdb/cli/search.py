@@ -47,8 +47,7 @@ COMMAND = Command(
 
 
 def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
-    """Run one `query.request` search (the library the MCP server uses too) and print it;
-    `fields`: `SearchRequest` fields."""
+    """Run one `query.request` search and print it; `fields`: `SearchRequest` fields."""
     from query import open_index
 
     index = open_index(config=config, lite=errors.ONE_SHOT)
@@ -72,7 +71,7 @@ def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
 
 def search_outcome(index, fields: dict[str, Any]):
     """(the request, its outcome) of `SearchRequest` fields; a bad filter or request is a
-    usage error. No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request."""
+    usage error."""
     from query import FilterError, RequestError, SearchRequest, run_request
 
     wanted = SearchRequest(**fields)

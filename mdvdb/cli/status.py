@@ -65,8 +65,9 @@ def _status(config, as_json: bool, check: bool) -> int:
         if as_json:
             print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
         return code
-    writer = _writer(config)
-    from pipeline import upgrade_progress
+    from pipeline import upgrade_progress, writer_holder
+
+    writer = writer_holder(config.state_path)  # pid, command, since; or None
 
     upgrade = upgrade_progress(config) if st.exists else None
     if as_json:
@@ -144,13 +145,6 @@ def _upgrade_text(upgrade: dict) -> str:
     )
 
 
-def _writer(config) -> dict | None:
-    """The writer holding the folder's lock now (pid, command, since), or None."""
-    from pipeline import writer_holder
-
-    return writer_holder(config.state_path)
-
-
 def _writing(writer: dict) -> str:
     from kernel.terminal import printable
     from pipeline import since_text
@@ -199,8 +193,7 @@ def _new_files(config) -> list[str]:
 
 
 def run_verify(config, as_json: bool) -> int:
-    """`status --verify`: check the whole index; exit 1 listing the problems when it is not
-    sound."""
+    """`status --verify`: check the whole index; exit 1 listing the problems."""
     from kernel.shards import published_source
     from query import verify_index as verify
 

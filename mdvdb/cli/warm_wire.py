@@ -1,10 +1,7 @@
 """The warm socket's messages: `MDW1`, a 4-byte big-endian length, then one tagged value (`N`
 None, `T`/`F`, `i`/`f` ASCII digits behind a length byte, `s` UTF-8, `l` list, `d` mapping of
-string keys; 4-byte lengths and counts). The decoder checks every length and count against the
-bytes left before it reads or allocates, nests at most `MAX_DEPTH` deep, takes at most
-`MAX_ITEMS` items; anything else is a `WireError`, never a hang. Not marshal (11 bytes make it
-build a 1.5-billion-item list: docs/security.md, "Servers that cannot be knocked over"), not
-json (its imports would weigh on every forwarded call): built-ins only."""
+string keys; 4-byte lengths and counts), decoded within bounds: anything else is a
+`WireError`, never a hang (docs/security.md, "Servers that cannot be knocked over")."""
 
 from __future__ import annotations
 
