@@ -28,9 +28,6 @@ class ToolProblem(ValueError):
     """A call that cannot be answered as asked; the message says what to do instead."""
 
 
-# -- search ---------------------------------------------------------------------------------
-
-
 def search(index: Index, request: SearchRequest, full_text: bool = False) -> dict[str, Any]:
     """`mdvdb search --json` semantics (tiers, filters, facets, shaping), compact output."""
     from query import run_request
@@ -130,9 +127,6 @@ def _sourced(out: dict[str, Any], hit) -> dict[str, Any]:
     if hit.source is not None:
         out["source"] = hit.source
     return out
-
-
-# -- grep -----------------------------------------------------------------------------------
 
 
 def grep(
@@ -262,9 +256,6 @@ def _cut(text: str) -> str:
     return text if len(text) <= GREP_LINE_CHARS else text[: GREP_LINE_CHARS - 1] + "…"
 
 
-# -- schema ---------------------------------------------------------------------------------
-
-
 def schema(index: Index, field: str | None = None) -> dict[str, Any]:
     """`mdvdb schema --json` (inferred fields merged with the overlay), compact; with `field`,
     that field and every value with its file count, as `mdvdb schema FIELD`."""
@@ -321,9 +312,6 @@ def compact_field(info) -> dict[str, Any]:
     return out
 
 
-# -- clusters -------------------------------------------------------------------------------
-
-
 def clusters(index: Index, cluster_id: int | None = None, limit: int = 100) -> dict[str, Any]:
     """`mdvdb clusters --json`; with `cluster_id`, that cluster's documents."""
     from query import cluster_members as members
@@ -346,9 +334,6 @@ def clusters(index: Index, cluster_id: int | None = None, limit: int = 100) -> d
     if len(docs) > limit:
         data["shown"] = limit
     return data
-
-
-# -- documents and links --------------------------------------------------------------------
 
 
 def documents(
@@ -407,9 +392,6 @@ def orphans(index: Index, limit: int = 100) -> dict[str, Any]:
     return {"orphans": found[:limit], "total": len(found)}
 
 
-# -- status and ingest ----------------------------------------------------------------------
-
-
 def status(config: Config, index: Index) -> dict[str, Any]:
     from pipeline import upgrade_progress, walk_files
 
@@ -435,15 +417,7 @@ def ingest(config: Config) -> dict[str, Any]:
     from pipeline import ingest_folder
 
     # The server's own watcher may be mid-ingest: wait for it rather than fail.
-    report = ingest_folder(config, None)
-    return {
-        "files": report.files,
-        "added": report.added,
-        "changed": report.changed,
-        "removed": report.removed,
-        "unchanged": report.unchanged,
-        "chunks_embedded": report.chunks_embedded,
-        "seconds": round(report.seconds, 3),
-        "errors": [{"path": p, "problem": m} for p, m in report.errors[:PROBLEMS_SHOWN]],
-        "errors_total": len(report.errors),
-    }
+    data = ingest_folder(config, None).to_json()  # `mdvdb ingest --json`, fewer fields
+    keep = ("files", "added", "changed", "removed", "unchanged", "chunks_embedded", "seconds")
+    shown = {k: data[k] for k in (*keep, "errors", "errors_total")}
+    return {**shown, "errors": data["errors"][:PROBLEMS_SHOWN]}

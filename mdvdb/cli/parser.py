@@ -21,7 +21,7 @@ _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 # A negative number (`-1`, `-.5`, `-inf`) is taken as a value, for the option's check to judge.
 _NEGATIVE = re.compile(r"-(?:[0-9.].*|inf(?:inity)?|nan)", re.IGNORECASE)
 
-# The options every command over a project shares (each Command says whether it takes them).
+# The options every command shares (`--json`: those whose Command says so).
 ROOT = Option(
     "root",
     None,
@@ -47,14 +47,12 @@ class Command:
     options: Sequence[Option]
     run: Callable[..., int | None]
     help: str = ""  # `mdvdb NAME --help`; its first sentence is the line in `mdvdb --help`
-    root: bool = True
     json: bool = True
     help_flags: tuple[str, ...] = ("--help",)
 
     @property
     def every_option(self) -> tuple[Option, ...]:
-        shared = (ROOT,) * self.root + (JSON,) * self.json
-        return (*self.options, *shared)
+        return (*self.options, ROOT, *(JSON,) * self.json)
 
 
 def is_switch(spec: Spec) -> bool:

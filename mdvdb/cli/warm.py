@@ -151,7 +151,6 @@ def _read_message(sock, cap: int, deadline: float | None = None) -> bytes | None
     return b"".join(chunks)
 
 
-# -- server -------------------------------------------------------------------------------
 LOCK_NAME = "serve.lock"  # held (flock) by the serving process for its whole life
 LOG_NAME = "serve.log"  # a background server's stdout and stderr (the watcher's lines)
 PING_TIMEOUT = 2.0
@@ -428,16 +427,7 @@ class _PerThread:
     def capture(self, buffer) -> None:
         self._local.buffer = buffer
 
-    def write(self, text: str) -> int:
-        return self.target().write(text)
-
-    def flush(self) -> None:
-        self.target().flush()
-
-    def isatty(self) -> bool:
-        return self.target().isatty()
-
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str):  # write, flush, isatty...
         return getattr(self.target(), name)
 
 
@@ -445,16 +435,12 @@ class _Runner:
     """Runs one CLI command in this process with the caller's cwd, MDVDB_* environment and
     captured output, the way `python -m mdvdb` would have."""
 
-    def __init__(self) -> None:
-        from contextlib import ExitStack, redirect_stderr, redirect_stdout
-
+    def __init__(self) -> None:  # for the server's life: `close`
         self.out, self.err = _PerThread(sys.stdout), _PerThread(sys.stderr)
-        self._streams = ExitStack()  # for the server's life: `close`
-        self._streams.enter_context(redirect_stdout(self.out))
-        self._streams.enter_context(redirect_stderr(self.err))
+        sys.stdout, sys.stderr = self.out, self.err
 
     def close(self) -> None:
-        self._streams.close()
+        sys.stdout, sys.stderr = self.out.stream, self.err.stream
 
     def run(self, argv: list[str], cwd: str, env: dict[str, str]) -> dict:
         import io
