@@ -24,12 +24,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from pipeline import IngestReport
-    from query import Index
 
 from kernel.off_loop import async_twin  # noqa: E402 - after the type-only imports
 
-# The library's errors: name -> the module that declares it.
-_ERRORS = {
+# The library's errors and `open_index` (`query.open_index`): name -> the module that
+# declares it, loaded on first use.
+_LAZY = {
     "ConfigError": "kernel.config",
     "GrepError": "query",
     "IndexFormatError": "kernel.index_format",
@@ -38,6 +38,7 @@ _ERRORS = {
     "ProviderError": "kernel.providers",
     "QueryError": "query",
     "SourceError": "query",
+    "open_index": "query",
 }
 
 __all__ = [
@@ -84,13 +85,6 @@ def ingest(
 aingest = async_twin(ingest)
 
 
-def open_index(root: Path | str | None = None) -> Index:
-    """Open a project's index for reading: `query.open_index`."""
-    from query import open_index as opener
-
-    return opener(root)
-
-
 __getattr__, __dir__ = lazy_exports(
-    __name__, {name: (module, name) for name, module in _ERRORS.items()}, __all__
+    __name__, {name: (module, name) for name, module in _LAZY.items()}, __all__
 )
