@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from kernel.options import REQUIRED, Spec, declared, option
 from mdvdb.cli import errors
-from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, load, print_json, user_errors
+from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, line, load, print_json, user_errors
 from mdvdb.cli.parser import Command, UsageError
 
 
@@ -86,17 +86,11 @@ def _documents(index, targets: list[str], max_tokens: int | None, offset: int) -
     except AmbiguousName as ambiguous:
         from kernel.terminal import printable
 
-        sys.stderr.write(
-            printable(
-                f"mdvdb: {ambiguous.name}: {len(ambiguous.candidates)} files have this "
-                "name; give one of these paths:",
-                one_line=True,
-            )
-            + "\n"
-        )
+        count = len(ambiguous.candidates)
+        said = f"mdvdb: {ambiguous.name}: {count} files have this name; give one of these paths:"
+        line(printable(said, one_line=True), err=True)
         for path in ambiguous.candidates:
-            sys.stderr.write(f"  {printable(path, one_line=True)}\n")
-        sys.stderr.flush()
+            line(f"  {printable(path, one_line=True)}", err=True)
         raise SystemExit(EXIT_ERROR) from None
 
 

@@ -196,18 +196,16 @@ def _pip_reason(stderr: str) -> str:
 def _say(as_json: bool, name: str, result: str, commands: list[list[str]], message: str) -> None:
     if as_json:
         print_json({"model": name, "result": result, "commands": commands, "message": message})
+    elif result == "failed":
+        from kernel.terminal import printable
+
+        echo(printable(message, one_line=True), err=True)
     else:
         echo(message)
 
 
 def _failed(as_json: bool, name: str, commands: list[list[str]], why: str, shown: str) -> int:
-    from kernel.terminal import printable
-
-    line = f"mdvdb models install: {why}; run by hand: {shown}"
-    if as_json:
-        print_json({"model": name, "result": "failed", "commands": commands, "message": line})
-    else:
-        echo(printable(line, one_line=True), err=True)
+    _say(as_json, name, "failed", commands, f"mdvdb models install: {why}; run by hand: {shown}")
     return EXIT_ERROR
 
 

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
+from mdvdb.cli import warm  # imported by every CLI call already
 from mdvdb.cli.errors import (
     EXIT_ERROR,
     EXIT_OK,
@@ -115,8 +116,6 @@ def serve(
                 raise CliError("--ray serves in the foreground, alone", EXIT_USAGE)
             _serve_ray(config, ray, listen, groups, replicas, cpus, token_file)
             return EXIT_OK
-        from mdvdb.cli import warm
-
         timeout = config.serve_idle_timeout if idle_timeout is None else idle_timeout
         folder = config.state_path
         if show_status:
@@ -184,8 +183,6 @@ def _serve_ray(config, address: str, listen: str, groups, replicas, cpus, token_
 def _serve_here(config, folder, timeout: float) -> None:
     import signal
 
-    from mdvdb.cli import warm
-
     log = sys.stderr  # the watcher's lines; commands run with their own stderr captured
     server = warm.WarmServer(
         folder, timeout, info={"root": str(config.root), "watching": config.watch}
@@ -237,7 +234,6 @@ def _preload(config):
 
 def _start_detached(root, timeout: float, folder) -> None:
     from kernel import private
-    from mdvdb.cli import warm
 
     private.state_folder(folder)  # 0700, and no symlink to write through
     log_path = folder / warm.LOG_NAME
@@ -293,8 +289,6 @@ def _last_line(path) -> str:
 
 def show_running(folder, as_json: bool) -> int:
     """Whether a warm process serves `folder` (pid, uptime, calls): 0 if one does, else 1."""
-    from mdvdb.cli import warm
-
     running = warm.ping(folder)
     absent = None if running else _not_serving(folder)
     if as_json:
@@ -314,16 +308,12 @@ def show_running(folder, as_json: bool) -> int:
 
 def _not_serving(folder) -> str:
     """`not serving SOCKET`, after removing a stale socket file there."""
-    from mdvdb.cli import warm
-
     note = " (removed a stale socket)" if warm.remove_stale_socket(folder) else ""
     return f"not serving {folder / warm.SOCKET_NAME}{note}"
 
 
 def stop_server(folder) -> None:
     """Ask the warm process to stop and wait until it has let go of its lock."""
-    from mdvdb.cli import warm
-
     reply = warm.ask(folder, {"op": "stop"})
     if not reply or not reply.get("stopping"):
         line(f"mdvdb: {_not_serving(folder)}")

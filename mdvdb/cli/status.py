@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
+from kernel.terminal import printable
 from mdvdb.cli import errors
 from mdvdb.cli.errors import (
     EXIT_ERROR,
@@ -51,8 +52,6 @@ def run_status(
 
 
 def _status(config, as_json: bool, check: bool) -> int:
-    from kernel.terminal import printable
-
     st, damage = _status_of(config)
     if st.exists:
         st.new_files = _new_files(config)
@@ -121,8 +120,6 @@ def _status(config, as_json: bool, check: bool) -> int:
 
 def _print_broken(broken) -> None:
     """The broken links, one line each (`path:line: [[target]]`); nothing without a graph."""
-    from kernel.terminal import printable
-
     if broken is None:
         return
     if not broken:
@@ -146,7 +143,6 @@ def _upgrade_text(upgrade: dict) -> str:
 
 
 def _writing(writer: dict) -> str:
-    from kernel.terminal import printable
     from pipeline import since_text
 
     command = printable(writer["command"], one_line=True)
