@@ -180,8 +180,7 @@ def reply(data: dict[str, Any]) -> CallToolResult:
 
 
 async def call(function, *args: Any, bounds: dict | None = None, **kwargs: Any) -> CallToolResult:
-    """Check `bounds` (`check_bounds`), then run a tool body off the event loop; expected
-    failures become tool errors."""
+    """Check `bounds`, then run a tool body off the event loop; expected failures: tool errors."""
     with tool_errors():
         check_bounds(**(bounds or {}))
         return reply(await asyncio.to_thread(function, *args, **kwargs))
@@ -375,8 +374,7 @@ def check_bounds(**values: Any) -> None:
 
 
 class BearerAuth:
-    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`; any
-    other gets 401 before it reaches the MCP app (lifespan events pass through)."""
+    """ASGI middleware: an HTTP request without `Authorization: Bearer <token>` gets 401."""
 
     def __init__(self, app: Any, token: str):
         self.app = app

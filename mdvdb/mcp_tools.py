@@ -209,8 +209,7 @@ def grep_reply(
     context: int,
     max_bytes: int,
 ) -> dict[str, Any]:
-    """The tool's answer; `context` lines come from each matched file, read when it is a
-    regular file of at most `max_bytes` (MDVDB_MAX_FILE_BYTES; else no context lines)."""
+    """The tool's answer; `context` lines are read from each matched file (`file_lines`)."""
     from query import grep_snippet as snippet
 
     files: list[dict[str, Any]] = []
@@ -345,8 +344,7 @@ def documents(
     offset: int = 0,
     content_only: bool = False,
 ) -> dict[str, Any]:
-    """`mdvdb get --json`, compact: one document, or {"documents": [...]} when the targets
-    name several (a glob, several paths)."""
+    """`mdvdb get --json`, compact: one document, or {"documents": [...]} for several."""
     ranged = start_line is not None or end_line is not None or offset > 0
     if ranged and len(targets) > 1:
         raise ToolProblem("start_line, end_line and offset read one document: give one")
@@ -377,8 +375,7 @@ def _document(doc, content_only: bool) -> dict[str, Any]:
 
 
 def links(index: Index, path: str, direction: str) -> dict[str, Any]:
-    """`mdvdb links --json` (direction "links") or `mdvdb backlinks --json` ("backlinks"),
-    each link without its empty fields."""
+    """`mdvdb links --json` or `mdvdb backlinks --json` (`direction`), empty fields left out."""
     with index.pinned():
         target = index.path_of(path)
         found = index.links(target) if direction == "links" else index.backlinks(target)

@@ -93,8 +93,7 @@ def _plain_response(status: int, reason: str, text: str) -> bytes:
 
 
 def guarded_protocol(header_seconds: float = HEADER_SECONDS, cap: int | None = None) -> type:
-    """uvicorn's `H11Protocol` with the bounds of the module docstring, for
-    `uvicorn.Config(http=...)`."""
+    """uvicorn's `H11Protocol` with the bounds above, for `uvicorn.Config(http=...)`."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -164,8 +163,7 @@ def guarded_protocol(header_seconds: float = HEADER_SECONDS, cap: int | None = N
 
 
 class AnsweringStream:
-    """The stdio transport's read stream with each malformed line answered (see the module
-    docstring); every other item passes through unchanged."""
+    """The stdio transport's read stream, each malformed line answered (see the module doc)."""
 
     def __init__(self, inner: Any, write: Any):
         self.inner = inner

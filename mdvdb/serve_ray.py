@@ -27,8 +27,7 @@ class RequestProblem(ValueError):
 
 
 def request_fields(body: Any) -> dict[str, Any]:
-    """The MCP `search` tool's arguments (a JSON object) as `SearchRequest` fields, each
-    checked against its declared type and bounds."""
+    """The MCP `search` tool's arguments as `SearchRequest` fields, types and bounds checked."""
     from query import OPTIONS
 
     if not isinstance(body, dict):

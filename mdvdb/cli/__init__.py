@@ -6,7 +6,9 @@ arguments with `mdvdb.cli.parser` and runs it; typer only prints `--help` (`mdvd
 
 from __future__ import annotations
 
+import gc
 import importlib
+import os
 import sys
 
 from mdvdb.cli.errors import EXIT_USAGE
@@ -106,11 +108,7 @@ def main() -> None:
         sys.exit(0)
     short = bool(argv) and argv[0] not in LONG_RUNNING
     if short:
-        import gc
-
         if argv[0] in READ_ONLY:
-            import os
-
             os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a user's own setting is kept
             gc.disable()
         else:
@@ -125,14 +123,10 @@ def main() -> None:
         if short and argv[0] in READ_ONLY:
             # One search: no thread pool (set after `forward`, which hands MDVDB_* to a warm
             # server; a user's setting is kept).
-            import os
-
             os.environ.setdefault("MDVDB_SEARCH_THREADS", "1")
         code = run(argv)
     sys.stdout.flush()
     if short:
-        import gc
-
         gc.freeze()  # the exit's last collection leaves what the command built alone
     sys.exit(code)
 

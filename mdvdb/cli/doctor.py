@@ -11,7 +11,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, CliError, echo, print_json
+from mdvdb.cli import warm  # imported by every CLI call already
+from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, CliError, echo, load, print_json
 from mdvdb.cli.parser import Command
 
 __all__ = ["COMMAND", "Finding", "run_doctor"]
@@ -82,7 +83,6 @@ def _config(root: str | None, checkup: Checkup):
     """The configuration, or None (a problem) when it cannot be loaded."""
     from kernel.config import OFF_FILE, SECRETS, SETTINGS, ConfigError, unknown_keys
     from kernel.dotenv import CONFIG_FILE
-    from mdvdb.cli.errors import load
 
     try:
         config = load(root)
@@ -259,7 +259,6 @@ def _broken_links(status, checkup: Checkup) -> None:
 
 def _running(config, checkup: Checkup) -> None:
     """A warm server or a writer (ingest, watcher) at work: notes, not problems."""
-    from mdvdb.cli import warm
     from mdvdb.cli.status import _writing
     from pipeline import writer_holder
 

@@ -54,8 +54,7 @@ def fail(message: str, code: int = EXIT_ERROR) -> None:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn the library's expected failures into one line on stderr and an exit code; anything
-    else is a bug and keeps its traceback."""
+    """The library's expected failures as one line and an exit code; a bug keeps its traceback."""
     from kernel.config import ConfigError
 
     try:
@@ -86,8 +85,7 @@ _SQLITE_FULL, _SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_IOERR = 
 
 
 def environment_problem(exc: BaseException) -> str | None:
-    """The one line for an OSError (or SQLite's) that says the disk is full or the folder
-    read-only, else None."""
+    """The one line for an OSError (or SQLite's) of a full disk or a read-only folder, or None."""
     import errno
 
     def named(*names: str) -> set[int]:
@@ -118,8 +116,7 @@ def environment_problem(exc: BaseException) -> str | None:
 
 
 def damage_of(exc: BaseException) -> str | None:
-    """The one-line damage message when an open index fails its checksums (the error came
-    from damaged bytes, not a bug)."""
+    """The damage message when an open index fails its checksums (damaged bytes, not a bug)."""
     index_format = sys.modules.get("kernel.index_format")
     if index_format is None or isinstance(exc, SystemExit | KeyboardInterrupt):
         return None

@@ -91,8 +91,7 @@ def _app(commands: Sequence[Command]) -> typer.Typer:
 
 
 def show(commands: Sequence[Command], name: str | None = None, bare: bool = False) -> int:
-    """Print the help of the command `name` (None: of `mdvdb`, listing `commands`; `bare`:
-    for `mdvdb` alone, as typer answers it); its exit code."""
+    """Print the help of command `name` (None: of `mdvdb`; `bare`: `mdvdb` alone); its exit code."""
     if name is None:
         app, argv = _app(commands), [] if bare else ["--help"]
     else:

@@ -137,8 +137,7 @@ def _upgrade_line(up: dict) -> str:
 
 
 def dry_run_ingest(config, paths: Sequence[str], as_json: bool) -> None:
-    """`--dry-run`: the paths an ingest would add, change and remove, one a line, then a
-    summary; nothing written (`pipeline.preview`)."""
+    """`--dry-run`: what an ingest would add, change and remove; nothing written."""
     from pipeline import preview_ingest, relative_paths
 
     rels = relative_paths(config, list(paths)) if paths else None
@@ -203,8 +202,7 @@ def is_set_up(config) -> bool:
 
 
 def refuse_missing(config, paths: list[str]) -> None:
-    """A path that is not on disk is fine when the index has it (re-checking it removes it);
-    otherwise it is a typo, said so rather than passed over in silence."""
+    """A path not on disk is refused unless the index has it (re-checking it removes it)."""
     from pipeline import relative_paths
 
     gone = [p for p in paths if not os.path.lexists(p)]

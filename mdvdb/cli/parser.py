@@ -60,10 +60,6 @@ def is_switch(spec: Spec) -> bool:
     return spec.value is bool and len(spec.flags) == 2 and spec.flags[1].startswith("--no-")
 
 
-def _float(raw: str) -> float | None:
-    return float(raw) if _FLOAT.fullmatch(raw) else None
-
-
 def _converter(option: Option) -> Callable[[str], Any]:
     """A value of `option` from its text; UsageError (saying why) when it is not one."""
     spec, shown = option.spec, "/".join(option.spec.flags) or option.name.upper()
@@ -74,9 +70,9 @@ def _converter(option: Option) -> Callable[[str], Any]:
                 raise UsageError(f"{shown}: {raw!r} is not one of {', '.join(spec.choices)}")
             return raw
         if spec.value is float:
-            value: Any = _float(raw)
-            if value is None:
+            if not _FLOAT.fullmatch(raw):
                 raise UsageError(f"{shown}: expected a finite number, got {raw!r}")
+            value: Any = float(raw)
         elif spec.value is int:
             if not _INT.fullmatch(raw):
                 raise UsageError(f"{shown}: expected a whole number, got {raw!r}")

@@ -24,7 +24,7 @@ SHOW_AFTER_S = 1.0
 
 class IngestProgress:
     """A `pipeline.stages.Progress` callback drawing on `stream` (default: `sys.stderr` now,
-    before doit replaces it); `close` leaves the last state on the terminal."""
+    before doit replaces it)."""
 
     def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
         self.enabled = enabled
@@ -89,8 +89,7 @@ class IngestProgress:
         self._open = stage
 
     def _count(self, stage: str, done: int, total: int) -> None:
-        """`done` of `total`, with the rate since this stage's first count and the time the
-        rest would take at that rate (parse's line also counts the chunks cut)."""
+        """`done` of `total`, the rate since this stage's first count and the time left."""
         self._finish_open()
         unit = UNITS.get(stage, "")
         now = time.monotonic()

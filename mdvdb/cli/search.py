@@ -70,8 +70,7 @@ def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
 
 
 def search_outcome(index, fields: dict[str, Any]):
-    """(the request, its outcome) of `SearchRequest` fields; a bad filter or request is a
-    usage error."""
+    """(the request, its outcome) of `SearchRequest` fields; a bad one is a usage error."""
     from query import FilterError, RequestError, SearchRequest, run_request
 
     wanted = SearchRequest(**fields)
@@ -87,8 +86,7 @@ def _is_empty(outcome) -> bool:
 
 
 def json_answer(index, wanted, outcome) -> dict[str, Any]:
-    """The `--json` document of a search (docs/json.md), `schema_version` aside; the HTTP
-    ingress of `mdvdb serve --ray` answers the same."""
+    """The `--json` document of a search (docs/json.md), also `mdvdb serve --ray`'s answer."""
     no_match = None
     if _is_empty(outcome):
         from query import explain_no_match

@@ -206,30 +206,26 @@ def _serve_here(config, folder, timeout: float) -> None:
         return watcher.stop if watcher else None
 
     try:
-        server.run(preload=_preload(config), started=start_watch)
+        server.run(preload=lambda: _preload(config), started=start_watch)
     except warm.ServeError as exc:
         raise CliError(str(exc)) from None
 
 
-def _preload(config):
+def _preload(config) -> None:
     """Map the index and load the model before accepting calls, so the first one is warm."""
+    from query import open_index
 
-    def ready() -> None:
-        from query import open_index
+    index = open_index(config=config)
+    try:
+        # Only the local model is worth warming: a remote provider would bill a request at
+        # every server start (and fail quietly when it is down).
+        if index.snapshot.vectors.shape[0] and config.embedding_provider == "local":
+            from query import query_vector
 
-        index = open_index(config=config)
-        try:
-            # Only the local model is worth warming: a remote provider would bill a request
-            # at every server start (and fail quietly when it is down).
-            if index.snapshot.vectors.shape[0] and config.embedding_provider == "local":
-                from query import query_vector
-
-                query_vector(index, "warm up")
-                index.warm_up()  # a local encoder's queries: its int8 session, loaded now
-        except Exception:  # no index yet: the forwarded command reports it as usual
-            pass
-
-    return ready
+            query_vector(index, "warm up")
+            index.warm_up()  # a local encoder's queries: its int8 session, loaded now
+    except Exception:  # no index yet: the forwarded command reports it as usual
+        pass
 
 
 def _start_detached(root, timeout: float, folder) -> None:

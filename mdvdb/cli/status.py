@@ -150,8 +150,7 @@ def _writing(writer: dict) -> str:
 
 
 def _status_of(config):
-    """The index's status, and what is wrong with it when the file is there but unreadable
-    (`Index.status` calls such an index absent)."""
+    """The index's status, and what is wrong with a file there that cannot be read."""
     from kernel.index_format import IndexFormatError
     from query import open_index
 

@@ -41,9 +41,8 @@ def root_from_argv(argv: list[str]) -> str | None:
 
 
 def socket_folder(argv: list[str]) -> str | None:
-    """The state folder, resolved as `kernel.config` would (--root, else the nearest folder
-    with `.markdownvdb`; MDVDB_STATE_DIR from the environment, else that file, else the
-    default) but with plain strings. A bad configuration is left to the real command."""
+    """The state folder, resolved as `kernel.config` would but with plain strings; None
+    leaves a bad configuration to the real command."""
     from kernel import dotenv
 
     root = root_from_argv(argv)
@@ -124,8 +123,8 @@ def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> di
 
 
 def _read_message(sock, cap: int, deadline: float | None = None) -> bytes | None:
-    """One whole message (header and body) from `sock`, None when the peer closed before
-    sending a byte; WireError past `cap`, TimeoutError past `deadline` (time.monotonic)."""
+    """One whole message from `sock` (None: closed before a byte); WireError past `cap`,
+    TimeoutError past `deadline` (time.monotonic)."""
     import time
 
     need = HEADER
@@ -432,8 +431,7 @@ class _PerThread:
 
 
 class _Runner:
-    """Runs one CLI command in this process with the caller's cwd, MDVDB_* environment and
-    captured output, the way `python -m mdvdb` would have."""
+    """Runs one CLI command here with the caller's cwd, MDVDB_* environment, captured output."""
 
     def __init__(self) -> None:  # for the server's life: `close`
         self.out, self.err = _PerThread(sys.stdout), _PerThread(sys.stderr)

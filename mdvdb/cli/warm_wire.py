@@ -68,8 +68,7 @@ def _put(value: object, out: list[bytes], depth: int) -> None:
 
 
 def message_length(header: bytes, cap: int) -> int:
-    """The body length a message's first `HEADER` bytes announce; WireError when they are
-    not this protocol's or announce more than `cap` bytes."""
+    """The body length a message's `HEADER` announces; WireError if foreign or over `cap`."""
     if len(header) != HEADER or header[:4] != MAGIC:
         raise WireError("not a warm-socket message")
     size = int.from_bytes(header[4:], "big")
