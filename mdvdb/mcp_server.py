@@ -10,12 +10,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
+import os
+import secrets
+import stat
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 from mcp.types import CallToolResult, TextContent
 
-from kernel.config import DEFAULT_LIMIT, Config
+from kernel import private
+from kernel.config import DEFAULT_LIMIT, Config, ConfigError
+from kernel.version import JSON_SCHEMA_VERSION
 from mdvdb import mcp_tools
 from mdvdb.cli.errors import USER_ERRORS, is_user_error
 from query import FILE_TYPES
@@ -142,8 +150,7 @@ pairs, when there are few), and from the .markdownvdb.schema.yml overlay when it
 them: "description", "allowed", "required"}]}. field="NAME" returns that one field with every
 value and its file count, most common first (up to 200)."""
 
-# The CLI's list of expected library failures, and those only a tool call can meet (the CLI
-# reports them its own way: configuration is a usage error, grep and requests parse first).
+# The CLI's expected library failures, and those only a tool call meets.
 TOOL_ERRORS = USER_ERRORS | {
     "ConfigError",
     "GrepError",
@@ -170,10 +177,6 @@ def tool_errors() -> Iterator[None]:
 def reply(data: dict[str, Any]) -> CallToolResult:
     """Structured content, and the same JSON as text without indentation, which costs tokens
     (docs/benchmarks.md, "MCP tools after the CLI-parity rework")."""
-    import json
-
-    from kernel.version import JSON_SCHEMA_VERSION
-
     data = {"schema_version": JSON_SCHEMA_VERSION, **data}  # docs/json.md
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
@@ -409,14 +412,6 @@ def http_token(
     """The bearer token and where it is: `--token-file` (refused when other users can read
     it, as ssh refuses such keys), else the state folder's token `name`, made once with
     `secrets` (0600, never through a symlink) and kept across restarts."""
-    import os
-    import secrets
-    import stat
-    from pathlib import Path
-
-    from kernel import private
-    from kernel.config import ConfigError
-
     if token_file is not None:
         path = Path(token_file)
         try:
@@ -458,8 +453,6 @@ def serve(config: Config, http_port: int | None = None, token_file: str | None =
         server = build_server(config)
         serving = partial(anyio.run, _serve_stdio, server)
     else:
-        import sys
-
         token, where = http_token(config, token_file)
         app = BearerAuth(build_server(config).streamable_http_app(host="127.0.0.1"), token)
         sys.stderr.write(

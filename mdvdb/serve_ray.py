@@ -10,6 +10,7 @@ import asyncio
 import hmac
 import signal
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -197,7 +198,6 @@ def run(config, address: str, listen: tuple[str, int], groups, replicas, cpus, t
 def _probe(url: str, token_file: str, seconds: float = 60.0) -> None:
     """The ingress answers at `url`, or a one-line error (Serve's HTTP proxy could not bind
     the port, or another application holds the route)."""
-    import time
     from pathlib import Path
 
     import httpx

@@ -3,6 +3,7 @@ target names: `query.documents`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,8 +117,6 @@ def _print(doc, max_tokens: int | None) -> None:
 def typed_path(index, path: str) -> str:
     """The file a path typed in a subfolder names: relative to the current folder first (as
     a shell completes it), else to the root (as mdvdb prints paths)."""
-    import os
-
     here = os.path.realpath(os.getcwd())
     root = str(index.config.root)
     if os.path.isabs(path) or here == root or not here.startswith(root + os.sep):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re  # loaded by the parser already
 from typing import Any
 
 from kernel.terminal import printable
@@ -164,8 +165,6 @@ def _print_files(outcome) -> None:
 
 def plain_title(title: str) -> str:
     """A title fit for link text: Markdown links reduced to their text, brackets escaped."""
-    import re
-
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", title)
     return text.replace("[", "\\[").replace("]", "\\]")
 

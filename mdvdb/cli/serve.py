@@ -4,6 +4,7 @@ stop; with `--ray`, a sharded index deployed on Ray Serve (mdvdb/serve_ray.py)."
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -181,8 +182,6 @@ def _serve_ray(config, address: str, listen: str, groups, replicas, cpus, token_
 
 
 def _serve_here(config, folder, timeout: float) -> None:
-    import signal
-
     log = sys.stderr  # the watcher's lines; commands run with their own stderr captured
     server = warm.WarmServer(
         folder, timeout, info={"root": str(config.root), "watching": config.watch}
