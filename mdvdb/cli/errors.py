@@ -68,7 +68,9 @@ def user_errors() -> Iterator[None]:
     except Exception as exc:
         if is_user_error(exc):
             fail(str(exc), EXIT_ERROR)
-        damaged = damage_of(exc)
+        # an open index that fails its checksums: damaged bytes, not a bug
+        index_format = sys.modules.get("kernel.index_format")
+        damaged = index_format.damage_message() if index_format else None
         if damaged:
             fail(damaged, EXIT_ERROR)
         problem = environment_problem(exc)
@@ -115,14 +117,6 @@ def environment_problem(exc: BaseException) -> str | None:
     return None
 
 
-def damage_of(exc: BaseException) -> str | None:
-    """The damage message when an open index fails its checksums (damaged bytes, not a bug)."""
-    index_format = sys.modules.get("kernel.index_format")
-    if index_format is None or isinstance(exc, SystemExit | KeyboardInterrupt):
-        return None
-    return index_format.damage_message()
-
-
 def is_user_error(exc: BaseException, names: frozenset[str] = USER_ERRORS) -> bool:
     return any(cls.__name__ in names for cls in type(exc).__mro__)
 
@@ -130,25 +124,18 @@ def is_user_error(exc: BaseException, names: frozenset[str] = USER_ERRORS) -> bo
 def load(root: Path | str | None):
     from pathlib import Path
 
-    from kernel.config import load_config
+    from kernel.config import load_config, unknown_keys
 
     if root is not None:
         root = Path(root)
         if not root.is_dir():
             raise CliError(f"--root {root}: not a folder", EXIT_USAGE)
     config = load_config(root)
-    warn_unknown_keys(config)
-    return config
-
-
-def warn_unknown_keys(config) -> None:
-    """One line on stderr per misspelt MDVDB_* key of `.markdownvdb`, with the closest
-    setting (the environment's are left alone: a shell holds other tools' variables)."""
-    from kernel.config import unknown_keys
-
+    # misspelt keys of `.markdownvdb` (not the environment's: a shell holds other tools' too)
     for key, suggestion in unknown_keys(config):
         hint = f" (did you mean {suggestion}?)" if suggestion else ""
         echo(f"mdvdb: warning: {config.root / '.markdownvdb'}: unknown key {key}{hint}", err=True)
+    return config
 
 
 def refuse_if_off(config) -> None:

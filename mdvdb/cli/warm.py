@@ -6,9 +6,12 @@ imports little."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
+import time
+from contextlib import chdir  # a socket path has ~108 bytes: a relative name at any depth
 
 from mdvdb.cli.warm_wire import HEADER, WireError, decode, encode, message_length
 
@@ -102,7 +105,6 @@ def forward(argv: list[str]) -> int | None:
 
 def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> dict:
     import socket
-    from contextlib import chdir  # a socket path has ~108 bytes: a relative name at any depth
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
@@ -125,8 +127,6 @@ def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> di
 def _read_message(sock, cap: int, deadline: float | None = None) -> bytes | None:
     """One whole message from `sock` (None: closed before a byte); WireError past `cap`,
     TimeoutError past `deadline` (time.monotonic)."""
-    import time
-
     need = HEADER
     chunks: list[bytes] = []
     got = 0
@@ -252,11 +252,8 @@ class WarmServer:
         """Serve until stopped or idle. `preload()` runs before the socket exists (so the
         first call is warm and a readiness ping means ready); `started()` runs once
         calls are accepted and may return a `stop()` to call on the way out (the watcher)."""
-        import errno
         import socket
         import threading
-        import time
-        from contextlib import chdir
 
         from kernel import private
 
@@ -326,8 +323,6 @@ class WarmServer:
             os.close(lock_fd)  # releases the lock, last: the next server may start now
 
     def _serve_one(self, conn: socket.socket) -> None:
-        import time
-
         try:
             with conn:
                 conn.settimeout(CLIENT_TIMEOUT)
@@ -355,8 +350,6 @@ class WarmServer:
                 self._last = time.monotonic()
 
     def _answer(self, raw: bytes) -> dict:
-        import time
-
         try:
             request = decode(raw, MAX_REQUEST)
             if not isinstance(request, dict):
