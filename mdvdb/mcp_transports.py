@@ -5,8 +5,12 @@ over"."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import resource
+import sys
 import time
+from contextlib import suppress
 from typing import Any
 
 __all__ = [
@@ -27,8 +31,6 @@ BACKLOG = 64
 def connection_cap() -> int:
     """Connections open at once: at most `MAX_CONNECTIONS`, and half of what the open-file
     limit leaves after two bursts of accepts (`BACKLOG`) and 64 for the rest of the server."""
-    import resource
-
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return MAX_CONNECTIONS
@@ -38,22 +40,15 @@ def connection_cap() -> int:
 def more_open_files(wanted: int = 4096) -> None:
     """Raise the soft open-file limit towards the hard one (as Go's runtime does at start):
     a default of 1,024 is what the cap would otherwise divide."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
-        try:
+        with suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            pass
 
 
 def serve_http(app: Any, port: int) -> None:
     """uvicorn on 127.0.0.1:`port` with `guarded_protocol`, until SIGTERM or Ctrl-C."""
-    import asyncio
-    import sys
-
     import uvicorn
 
     more_open_files()

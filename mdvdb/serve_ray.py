@@ -11,6 +11,7 @@ import hmac
 import signal
 import threading
 import time
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any
 
@@ -206,11 +207,9 @@ def _probe(url: str, token_file: str, seconds: float = 60.0) -> None:
     headers = {"authorization": f"Bearer {token}"}
     deadline = time.monotonic() + seconds
     while True:
-        try:
+        with suppress(httpx.HTTPError):
             if "POST the search" in httpx.get(url, headers=headers, timeout=5.0).text:
                 return
-        except httpx.HTTPError:
-            pass
         if time.monotonic() > deadline:
             raise RuntimeError(f"the search endpoint {url} does not answer (is the port in use?)")
         time.sleep(0.5)

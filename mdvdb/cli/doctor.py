@@ -11,6 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernel.terminal import printable
 from mdvdb.cli import warm  # imported by every CLI call already
 from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, CliError, echo, load, print_json
 from mdvdb.cli.parser import Command
@@ -49,8 +50,6 @@ class Checkup:
 
 def run_doctor(root: str | None = None, as_json: bool = False) -> int:
     """Run every check, print them; the exit code."""
-    from kernel.terminal import printable
-
     checkup = Checkup()
     config = _config(root, checkup)
     if config is not None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from kernel.options import REQUIRED, Spec, declared, option
+from kernel.terminal import printable
 from mdvdb.cli import errors
 from mdvdb.cli.errors import EXIT_OK, load, print_json, user_errors
 from mdvdb.cli.parser import Command
@@ -29,8 +30,6 @@ def index_of(root: str | None):
 
 
 def write_line(text: str) -> None:
-    from kernel.terminal import printable
-
     sys.stdout.write(printable(text, one_line=True) + "\n")
 
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
@@ -215,7 +216,7 @@ def _preload(config) -> None:
     from query import open_index
 
     index = open_index(config=config)
-    try:
+    with suppress(Exception):  # no index yet: the forwarded command reports it as usual
         # Only the local model is worth warming: a remote provider would bill a request at
         # every server start (and fail quietly when it is down).
         if index.snapshot.vectors.shape[0] and config.embedding_provider == "local":
@@ -223,8 +224,6 @@ def _preload(config) -> None:
 
             query_vector(index, "warm up")
             index.warm_up()  # a local encoder's queries: its int8 session, loaded now
-    except Exception:  # no index yet: the forwarded command reports it as usual
-        pass
 
 
 def _start_detached(root, timeout: float, folder) -> None:
@@ -253,11 +252,9 @@ def _start_detached(root, timeout: float, folder) -> None:
 
 
 def _spawn(root, timeout: float, log_path) -> subprocess.Popen:
-    try:
+    with suppress(OSError):
         if log_path.stat().st_size > LOG_KEEP_BYTES:
             log_path.unlink()
-    except OSError:
-        pass
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     argv = [sys.executable, "-m", "mdvdb", "serve", "--root", str(root)]
     argv += ["--idle-timeout", str(timeout)]

@@ -11,7 +11,7 @@ import os
 import stat
 import sys
 import time
-from contextlib import chdir  # a socket path has ~108 bytes: a relative name at any depth
+from contextlib import chdir, suppress
 
 from mdvdb.cli.warm_wire import HEADER, WireError, decode, encode, message_length
 
@@ -109,7 +109,7 @@ def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> di
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        with chdir(folder):
+        with chdir(folder):  # a socket path has ~108 bytes: a relative name at any depth
             sock.connect(SOCKET_NAME)
         sock.sendall(encode(request))
         sock.shutdown(socket.SHUT_WR)
@@ -311,11 +311,9 @@ class WarmServer:
         finally:
             if listener is not None:
                 listener.close()
-            try:
+            with suppress(OSError):
                 if inode is not None and os.stat(self.folder / SOCKET_NAME).st_ino == inode:
                     (self.folder / SOCKET_NAME).unlink()
-            except OSError:
-                pass
             if stop_extra:
                 stop_extra()
             if self._runner is not None:
