@@ -235,8 +235,7 @@ def build_server(config: Config):
     from query import open_index
 
     index = open_index(config=config)
-    # The server stays up: a local encoder's queries move to its fast session, loaded in the
-    # background so the first call is not held up (it takes the NumPy path meanwhile).
+    # A local encoder's fast session, loaded in the background: the first call is not held up.
     index.warm_up(wait=False)
     server = MCPServer(name="mdvdb", instructions=INSTRUCTIONS, log_level="WARNING")
 

@@ -37,8 +37,7 @@ COMMANDS = {
 }
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
-# Short commands that only read: no OpenBLAS thread per core, no cyclic collector (the process
-# ends with the command).
+# Short commands that only read: one OpenBLAS thread, no cyclic collector (the process ends).
 READ_ONLY = frozenset(
     {"search", "get", "links", "backlinks", "orphans", "status", "schema", "clusters", "grep"}
 )

@@ -79,8 +79,7 @@ def user_errors() -> Iterator[None]:
         raise
 
 
-# What the machine refuses (a full disk, a read-only folder, a file-size limit): one line
-# saying what to do, not a traceback.
+# What the machine refuses (a full disk, a read-only folder, a file-size limit): one line.
 _FULL = ("ENOSPC", "EDQUOT", "EFBIG")
 _DENIED = ("EACCES", "EPERM", "EROFS")
 _SQLITE_FULL, _SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_IOERR = 13, 8, 14, 3, 10

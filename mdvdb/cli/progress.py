@@ -15,8 +15,7 @@ __all__ = ["IngestProgress"]
 
 # What each counted event counts (`pipeline.stages.Progress`).
 UNITS = {"parse": "files", "chunk": "files", "embed": "chunks", "upgrade": "chunks"}
-# Seconds between two redraws.
-REDRAW_S = 0.1
+REDRAW_S = 0.1  # seconds between two redraws
 # The display starts at this count, or at any count after this long (an edit never has one).
 SHOW_FROM = 200
 SHOW_AFTER_S = 1.0

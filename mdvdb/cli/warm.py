@@ -26,8 +26,7 @@ FORWARDED = frozenset({"search", "get"})
 # Set to 1 to make the CLI never use a warm process (benchmarks, debugging).
 NO_WARM_ENV = "MDVDB_NO_WARM"
 CLIENT_TIMEOUT = 60.0
-# Bounds on one exchange: argv, cwd and the MDVDB_* environment fit in far less than a MiB;
-# the output of `get` on a large page is the biggest reply.
+# Bounds on one exchange (the biggest reply: `get` of a large page).
 MAX_REQUEST = 1 << 20
 MAX_REPLY = 256 << 20
 REQUEST_SECONDS = 10.0  # a client must have sent its whole request by then

@@ -122,8 +122,7 @@ def _get(data: bytes, pos: int, depth: int) -> tuple[object, int]:
             raise WireError("a string that is not UTF-8") from None
     if tag in (b"l", b"d"):
         count, pos = _count(data, pos)
-        # each item takes a byte at least (two for a key and its value): checked before
-        # anything is allocated
+        # each item takes a byte at least (a key and value two): checked before allocating
         if count > MAX_ITEMS or count * (2 if tag == b"d" else 1) > len(data) - pos:
             raise WireError(f"{count} items announced")
         if tag == b"l":
