@@ -315,11 +315,10 @@ def add_document_tools(server, index) -> None:
             check_bounds(max_tokens=max_tokens)
             if len(paths or ()) > MAX_LIMIT:
                 raise mcp_tools.ToolProblem(f"{len(paths)} paths; the cap is {MAX_LIMIT}")
-        targets = [path, *(paths or ())]
         return await call(
             mcp_tools.documents,
             index,
-            targets,
+            [path, *(paths or ())],
             start_line,
             end_line,
             max_tokens,

@@ -93,8 +93,17 @@ def json_answer(index, wanted, outcome) -> dict[str, Any]:
         from query import explain_no_match
 
         no_match = explain_no_match(index, outcome).to_json()
-    if outcome.no_such_value is not None:
-        return _no_such_value(outcome.no_such_value, wanted.query, no_match)
+    if outcome.no_such_value is not None:  # the human form is query.no_match's
+        missing = outcome.no_such_value
+        return {
+            "query": wanted.query,
+            "results": [],
+            "total": 0,
+            "message": missing.message(VALUES_SHOWN),
+            "facet": missing.facet.flag.lstrip("-"),
+            "valid_values": missing.values,
+            "no_match": no_match,
+        }
     if outcome.listed is not None:
         found, total = outcome.listed, outcome.total
         data = {
@@ -172,16 +181,3 @@ def plain_title(title: str) -> str:
 def link_target(path: str) -> str:
     """CommonMark takes a destination with spaces or parentheses only inside <...>."""
     return f"<{path}>" if any(c in path for c in " ()<>") else path
-
-
-def _no_such_value(missing, query: str | None, no_match) -> dict[str, Any]:
-    """`--json` only: the human form is query.no_match's, headed by the valid values."""
-    return {
-        "query": query,
-        "results": [],
-        "total": 0,
-        "message": missing.message(VALUES_SHOWN),
-        "facet": missing.facet.flag.lstrip("-"),
-        "valid_values": missing.values,
-        "no_match": no_match,
-    }
