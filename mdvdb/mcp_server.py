@@ -16,6 +16,7 @@ import secrets
 import stat
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +27,7 @@ from kernel.config import DEFAULT_LIMIT, Config, ConfigError
 from kernel.version import JSON_SCHEMA_VERSION
 from mdvdb import mcp_tools
 from mdvdb.cli.errors import USER_ERRORS, is_user_error
+from mdvdb.mcp_transports import AnsweringStream, serve_http
 from query import FILE_TYPES
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
@@ -440,11 +442,8 @@ def serve(config: Config, http_port: int | None = None, token_file: str | None =
     """Serve over stdio (the default) or streamable HTTP bound to 127.0.0.1 only, where every
     request needs the bearer token (any local user can reach a loopback port), while the
     source folders are watched (unless MDVDB_WATCH=false)."""
-    from functools import partial
-
     import anyio
 
-    from mdvdb.mcp_transports import serve_http
     from pipeline import start_background
 
     if http_port is None:
@@ -471,8 +470,6 @@ async def _serve_stdio(server: Any) -> None:
     """The SDK's `run_stdio_async`, with each malformed line answered by a JSON-RPC error
     (`mdvdb.mcp_transports.AnsweringStream`) instead of dropped: the SDK has no hook for it."""
     from mcp.server.stdio import stdio_server
-
-    from mdvdb.mcp_transports import AnsweringStream
 
     low = server._lowlevel_server
     async with stdio_server() as (read_stream, write_stream):
