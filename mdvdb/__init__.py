@@ -9,9 +9,8 @@ The library in two calls, the same work as the CLI:
     hits = index.search("rotate an api key")   # orphans, status, schema, clusters, grep;
                                                # each with an a... async form
 
-The errors a call can raise are importable from here too (`mdvdb.ConfigError`...), each loaded
-from its layer on first use. Nothing heavy is imported here: `mdvdb` is imported by every
-command, `mdvdb search` included.
+The errors a call can raise are importable from here too (`mdvdb.ConfigError`...), loaded on
+first use: every command imports `mdvdb`.
 """
 
 from __future__ import annotations
@@ -25,13 +24,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from pipeline import IngestReport
-    from query import Index
 
 from kernel.off_loop import async_twin  # noqa: E402 - after the type-only imports
 
-# The library's errors: name -> the module (in the kernel or the public front of pipeline or
-# query) that declares it; loaded on first use.
-_ERRORS = {
+# The library's errors and `open_index` (`query.open_index`): name -> the module that
+# declares it, loaded on first use.
+_LAZY = {
     "ConfigError": "kernel.config",
     "GrepError": "query",
     "IndexFormatError": "kernel.index_format",
@@ -40,6 +38,7 @@ _ERRORS = {
     "ProviderError": "kernel.providers",
     "QueryError": "query",
     "SourceError": "query",
+    "open_index": "query",
 }
 
 __all__ = [
@@ -66,12 +65,10 @@ def ingest(
     wait: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> IngestReport:
-    """Index a project's source folders, as `mdvdb ingest` does (`root`: the project folder,
-    default found upward from the current folder; `paths`: only re-check these files;
-    `full`: `--full`; `wait=False`: `--no-wait`, LockBusy at once if another writer runs).
+    """Index a project's source folders, as `mdvdb ingest` does (`root`: default found upward;
+    `paths`: only re-check these; `full`: `--full`; `wait=False`: `--no-wait`).
 
-    Errors are the CLI's: ConfigError (a bad setting, a root that is not a folder),
-    IngestError, LockBusy, ProviderError; the previous index is intact after any of them."""
+    Raises ConfigError, IngestError, LockBusy or ProviderError, the previous index intact."""
     from pathlib import Path
 
     from kernel.config import ConfigError, load_config
@@ -88,13 +85,6 @@ def ingest(
 aingest = async_twin(ingest)
 
 
-def open_index(root: Path | str | None = None) -> Index:
-    """Open a project's index for reading: `query.open_index`."""
-    from query import open_index as opener
-
-    return opener(root)
-
-
 __getattr__, __dir__ = lazy_exports(
-    __name__, {name: (module, name) for name, module in _ERRORS.items()}, __all__
+    __name__, {name: (module, name) for name, module in _LAZY.items()}, __all__
 )

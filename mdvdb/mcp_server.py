@@ -1,16 +1,8 @@
 """`mdvdb mcp`: the index as Model Context Protocol tools, for agents that speak MCP.
 
-One process serves one project for as long as the client keeps it: the index stays mapped
-and the embedding model loaded between calls, and every call first checks whether a newer
-index was published (the `Index` re-maps on an inode/mtime change), so an ingest run by a hook
-is picked up without restarting anything. It also watches the source folders by default
-(`pipeline.watch.start_background`, off with MDVDB_WATCH=false): an edited file is re-indexed
-after the debounce, under the writer lock, and the next call answers from that index.
-
-This module is the protocol side: the tool descriptions (written for a model: what each tool
-returns and when to use it), argument schemas, and the mapping of expected failures to tool
-errors with their one-line message. What each tool computes is in `mdvdb.mcp_tools`, on the
-same libraries as the CLI commands.
+The protocol side: tool descriptions, argument schemas and bounds, expected failures as tool
+errors. What each tool computes is in `mdvdb.mcp_tools`; the index stays open between calls
+and follows each published ingest, and the source folders are watched (MDVDB_WATCH).
 """
 
 from __future__ import annotations
@@ -18,14 +10,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
+import os
+import secrets
+import stat
+import sys
 from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 from mcp.types import CallToolResult, TextContent
 
-from kernel.config import DEFAULT_LIMIT, Config
+from kernel import private
+from kernel.config import DEFAULT_LIMIT, Config, ConfigError
+from kernel.version import JSON_SCHEMA_VERSION
 from mdvdb import mcp_tools
 from mdvdb.cli.errors import USER_ERRORS, is_user_error
+from mdvdb.mcp_transports import AnsweringStream, serve_http
 from query import FILE_TYPES
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
@@ -150,8 +152,7 @@ pairs, when there are few), and from the .markdownvdb.schema.yml overlay when it
 them: "description", "allowed", "required"}]}. field="NAME" returns that one field with every
 value and its file count, most common first (up to 200)."""
 
-# The CLI's list of expected library failures, and those only a tool call can meet (the CLI
-# reports them its own way: configuration is a usage error, grep and requests parse first).
+# The CLI's expected library failures, and those only a tool call meets.
 TOOL_ERRORS = USER_ERRORS | {
     "ConfigError",
     "GrepError",
@@ -164,7 +165,7 @@ TOOL_ERRORS = USER_ERRORS | {
 @contextlib.contextmanager
 def tool_errors() -> Iterator[None]:
     """The libraries' expected failures as tool errors carrying their one-line message (the
-    SDK hides the text of any other exception from the client, as it should for a crash)."""
+    SDK hides any other exception's text from the client)."""
     from mcp.server.mcpserver.exceptions import ToolError
 
     try:
@@ -176,21 +177,17 @@ def tool_errors() -> Iterator[None]:
 
 
 def reply(data: dict[str, Any]) -> CallToolResult:
-    """Structured content for clients that read it, and the same JSON without indentation
-    as text for those that read text: indentation alone costs a large share of the tokens
+    """Structured content, and the same JSON as text without indentation, which costs tokens
     (docs/benchmarks.md, "MCP tools after the CLI-parity rework")."""
-    import json
-
-    from kernel.version import JSON_SCHEMA_VERSION
-
     data = {"schema_version": JSON_SCHEMA_VERSION, **data}  # docs/json.md
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
-async def call(function, *args: Any, **kwargs: Any) -> CallToolResult:
-    """Run a tool body off the event loop; expected failures become tool errors."""
+async def call(function, *args: Any, bounds: dict | None = None, **kwargs: Any) -> CallToolResult:
+    """Check `bounds`, then run a tool body off the event loop; expected failures: tool errors."""
     with tool_errors():
+        check_bounds(**(bounds or {}))
         return reply(await asyncio.to_thread(function, *args, **kwargs))
 
 
@@ -200,8 +197,7 @@ BOUNDED = ("query", "filters", "paths", "sources", "limit", "max_tokens")
 
 def search_parameters() -> list[inspect.Parameter]:
     """The search tool's arguments, from the one declaration of the search options
-    (`query.search_options`, which the CLI's parsers are built from too), then `full_text`,
-    a reply shape only the tool has."""
+    (`query.search_options`), then `full_text`, which only the tool has."""
     from query import OPTIONS
 
     parameters = []
@@ -241,8 +237,7 @@ def build_server(config: Config):
     from query import open_index
 
     index = open_index(config=config)
-    # The server stays up: a local encoder's queries move to its fast session, loaded in the
-    # background so the first call is not held up (it takes the NumPy path meanwhile).
+    # A local encoder's fast session, loaded in the background: the first call is not held up.
     index.warm_up(wait=False)
     server = MCPServer(name="mdvdb", instructions=INSTRUCTIONS, log_level="WARNING")
 
@@ -250,7 +245,7 @@ def build_server(config: Config):
         from query import SearchRequest
 
         fields = request_fields(arguments)
-        with tool_errors():
+        with tool_errors():  # before the request is built
             check_bounds(**{name: fields[name] for name in BOUNDED})
         return await call(mcp_tools.search, index, SearchRequest(**fields), full_text)
 
@@ -270,12 +265,11 @@ def build_server(config: Config):
         sources: list[str] | None = None,
         include_frontmatter: bool = False,
     ) -> CallToolResult:
-        with tool_errors():
-            check_bounds(pattern=pattern, limit=limit, per_file_limit=per_file_limit)
         return await call(
             mcp_tools.grep,
             config,
             pattern,
+            bounds={"pattern": pattern, "limit": limit, "per_file_limit": per_file_limit},
             regex=regex,
             limit=limit,
             per_file_limit=per_file_limit,
@@ -292,9 +286,7 @@ def build_server(config: Config):
         return await call(mcp_tools.ingest, config)
 
     async def clusters(cluster_id: int | None = None, limit: int = 100) -> CallToolResult:
-        with tool_errors():
-            check_bounds(limit=limit)
-        return await call(mcp_tools.clusters, index, cluster_id, limit)
+        return await call(mcp_tools.clusters, index, cluster_id, limit, bounds={"limit": limit})
 
     async def schema(field: str | None = None) -> CallToolResult:
         return await call(mcp_tools.schema, index, field)
@@ -325,11 +317,10 @@ def add_document_tools(server, index) -> None:
             check_bounds(max_tokens=max_tokens)
             if len(paths or ()) > MAX_LIMIT:
                 raise mcp_tools.ToolProblem(f"{len(paths)} paths; the cap is {MAX_LIMIT}")
-        targets = [path, *(paths or ())]
         return await call(
             mcp_tools.documents,
             index,
-            targets,
+            [path, *(paths or ())],
             start_line,
             end_line,
             max_tokens,
@@ -344,9 +335,7 @@ def add_document_tools(server, index) -> None:
         return await call(mcp_tools.links, index, path, "backlinks")
 
     async def orphans(limit: int = 100) -> CallToolResult:
-        with tool_errors():
-            check_bounds(limit=limit)
-        return await call(mcp_tools.orphans, index, limit)
+        return await call(mcp_tools.orphans, index, limit, bounds={"limit": limit})
 
     server.add_tool(get_document, description=GET_DOC)
     server.add_tool(links, description=LINKS_DOC)
@@ -355,8 +344,7 @@ def add_document_tools(server, index) -> None:
 
 
 TOKEN_NAME = "mcp-http.token"
-# Caps on what one tool call may ask for: a model (or whoever reaches the server) can send a
-# 5 MB query or limit=2**63; these answers would only cost memory and time.
+# Caps on what one tool call may ask for (a 5 MB query or limit=2**63 would only cost memory).
 MAX_QUERY_CHARS = 2000
 MAX_PATTERN_CHARS = 1000
 MAX_LIMIT = 1000
@@ -389,8 +377,7 @@ def check_bounds(**values: Any) -> None:
 
 
 class BearerAuth:
-    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`; any
-    other gets 401 before it reaches the MCP app (lifespan events pass through)."""
+    """ASGI middleware: an HTTP request without `Authorization: Bearer <token>` gets 401."""
 
     def __init__(self, app: Any, token: str):
         self.app = app
@@ -422,18 +409,9 @@ class BearerAuth:
 def http_token(
     config: Config, token_file: str | None = None, name: str = TOKEN_NAME
 ) -> tuple[str, str]:
-    """The bearer token and where it is: `--token-file` (the user's own, refused when other
-    users can read it, as ssh refuses such keys), else the state folder's token `name`,
-    made once with `secrets` (0600, never through a symlink) and kept across restarts so
-    that a client's configuration stays valid."""
-    import os
-    import secrets
-    import stat
-    from pathlib import Path
-
-    from kernel import private
-    from kernel.config import ConfigError
-
+    """The bearer token and where it is: `--token-file` (refused when other users can read
+    it, as ssh refuses such keys), else the state folder's token `name`, made once with
+    `secrets` (0600, never through a symlink) and kept across restarts."""
     if token_file is not None:
         path = Path(token_file)
         try:
@@ -462,36 +440,27 @@ def http_token(
 
 def serve(config: Config, http_port: int | None = None, token_file: str | None = None) -> None:
     """Serve over stdio (the default) or streamable HTTP bound to 127.0.0.1 only, where every
-    request needs the bearer token (any local user can reach a loopback port). Meanwhile the
-    source folders are watched (unless MDVDB_WATCH=false) so that answers follow edits
-    without an `ingest` call; the watcher logs one line per batch on stderr."""
+    request needs the bearer token (any local user can reach a loopback port), while the
+    source folders are watched (unless MDVDB_WATCH=false)."""
+    import anyio
+
     from pipeline import start_background
 
     if http_port is None:
-        import anyio
-
         server = build_server(config)
-        watcher = start_background(config)
-        try:
-            anyio.run(_serve_stdio, server)
-        finally:
-            if watcher is not None:
-                watcher.stop()
-        return
-    import sys
-
-    from mdvdb.mcp_transports import serve_http
-
-    token, where = http_token(config, token_file)
-    app = BearerAuth(build_server(config).streamable_http_app(host="127.0.0.1"), token)
-    sys.stderr.write(
-        f"mdvdb mcp: http://127.0.0.1:{http_port}/mcp; send 'Authorization: Bearer {token}' "
-        f"(token in {where})\n"
-    )
-    sys.stderr.flush()
+        serving = partial(anyio.run, _serve_stdio, server)
+    else:
+        token, where = http_token(config, token_file)
+        app = BearerAuth(build_server(config).streamable_http_app(host="127.0.0.1"), token)
+        sys.stderr.write(
+            f"mdvdb mcp: http://127.0.0.1:{http_port}/mcp; send 'Authorization: Bearer {token}' "
+            f"(token in {where})\n"
+        )
+        sys.stderr.flush()
+        serving = partial(serve_http, app, http_port)  # header timeout, connection cap
     watcher = start_background(config)
     try:
-        serve_http(app, http_port)  # header timeout, connection cap (mdvdb.mcp_transports)
+        serving()
     finally:
         if watcher is not None:
             watcher.stop()
@@ -499,11 +468,8 @@ def serve(config: Config, http_port: int | None = None, token_file: str | None =
 
 async def _serve_stdio(server: Any) -> None:
     """The SDK's `run_stdio_async`, with each malformed line answered by a JSON-RPC error
-    (`mdvdb.mcp_transports.AnsweringStream`) instead of dropped: the SDK offers no hook for
-    those lines, so this takes its low-level server, as `run_stdio_async` does."""
+    (`mdvdb.mcp_transports.AnsweringStream`) instead of dropped: the SDK has no hook for it."""
     from mcp.server.stdio import stdio_server
-
-    from mdvdb.mcp_transports import AnsweringStream
 
     low = server._lowlevel_server
     async with stdio_server() as (read_stream, write_stream):

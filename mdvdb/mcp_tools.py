@@ -1,11 +1,7 @@
-"""What the MCP tools do, as plain functions from arguments to compact JSON-ready dicts.
+"""What the MCP tools do: plain functions from arguments to compact JSON-ready dicts.
 
-Each runs on the read-side libraries exactly as the matching CLI command does (`query.request`
-for search, `query.grep.ripgrep` for grep, `query.schema`, `query.clusters`), and only the shape of
-the answer differs: short keys, no nulls, no internal columns, line text cut around the match,
-because a model pays for every token it reads. `mdvdb.mcp_server` registers them as tools.
-Expected failures raise `ToolProblem` or one of the libraries' own errors, whose one-line
-message the server hands to the model.
+Each runs the library the matching CLI command runs; only the answer is shorter (a model pays
+for every token). Expected failures raise `ToolProblem` or the libraries' own errors.
 """
 
 from __future__ import annotations
@@ -32,9 +28,6 @@ class ToolProblem(ValueError):
     """A call that cannot be answered as asked; the message says what to do instead."""
 
 
-# -- search ---------------------------------------------------------------------------------
-
-
 def search(index: Index, request: SearchRequest, full_text: bool = False) -> dict[str, Any]:
     """`mdvdb search --json` semantics (tiers, filters, facets, shaping), compact output."""
     from query import run_request
@@ -43,20 +36,16 @@ def search(index: Index, request: SearchRequest, full_text: bool = False) -> dic
         raise ToolProblem(f"search is switched off here ({index.config.root / OFF_FILE} exists)")
     with index.pinned():  # one snapshot for the whole request, even if an ingest publishes
         outcome = run_request(index, request)
-        return search_reply(index, outcome, full_text)
+        data = _search_data(index, outcome, full_text)
+        if outcome.sources is not None and (data.get("results") or data.get("files")):
+            data["sources"] = outcome.sources_json()  # each named source's description, once
+        if not (data.get("results") or data.get("files")):  # the CLI's suggestions
+            from query import explain_no_match as explain
 
-
-def search_reply(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
-    data = _search_data(index, outcome, full_text)
-    if outcome.sources is not None and (data.get("results") or data.get("files")):
-        data["sources"] = outcome.sources_json()  # each named source's description, once
-    if not (data.get("results") or data.get("files")):  # the CLI's suggestions, in one line
-        from query import explain_no_match as explain
-
-        missed = explain(index, outcome, VALUES_SHOWN)
-        data["no_match"] = missed.to_json()  # the CLI's `--json` no_match
-        data["hint"] = missed.hint()
-    return data
+            missed = explain(index, outcome, VALUES_SHOWN)
+            data["no_match"] = missed.to_json()  # the CLI's `--json` no_match
+            data["hint"] = missed.hint()
+        return data
 
 
 def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[str, Any]:
@@ -96,7 +85,7 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
     tiers = outcome.tiers
     assert tiers is not None
     explain = outcome.request.explain
-    data: dict[str, Any] = {
+    return {
         "query": query,
         "mode": tiers.mode,
         "total": outcome.total,
@@ -104,7 +93,6 @@ def _search_data(index: Index, outcome: SearchOutcome, full_text: bool) -> dict[
             compact_hit(index, tier, hit, full_text, explain) for tier, hit in tiers.results
         ],
     }
-    return data
 
 
 def compact_hit(index: Index, tier: str, hit, full_text: bool, explain: bool) -> dict[str, Any]:
@@ -141,9 +129,6 @@ def _sourced(out: dict[str, Any], hit) -> dict[str, Any]:
     return out
 
 
-# -- grep -----------------------------------------------------------------------------------
-
-
 def grep(
     config: Config,
     pattern: str,
@@ -162,8 +147,6 @@ def grep(
 
     if not pattern:
         raise ToolProblem("pattern is empty: give the text (or regex) to look for")
-    if limit < 1 or per_file_limit < 1:
-        raise ToolProblem("limit and per_file_limit must be at least 1")
     if not 0 <= context <= MAX_CONTEXT:
         raise ToolProblem(f"context must be between 0 and {MAX_CONTEXT} lines")
     selection = select_roots(config, Registry.load(), sources=sources or ())
@@ -226,8 +209,7 @@ def grep_reply(
     context: int,
     max_bytes: int,
 ) -> dict[str, Any]:
-    """The tool's answer; `context` lines come from each matched file, read when it is a
-    regular file of at most `max_bytes` (MDVDB_MAX_FILE_BYTES; else no context lines)."""
+    """The tool's answer; `context` lines are read from each matched file (`file_lines`)."""
     from query import grep_snippet as snippet
 
     files: list[dict[str, Any]] = []
@@ -271,9 +253,6 @@ def file_lines(root: Path, path: str, max_bytes: int) -> list[str]:
 
 def _cut(text: str) -> str:
     return text if len(text) <= GREP_LINE_CHARS else text[: GREP_LINE_CHARS - 1] + "…"
-
-
-# -- schema ---------------------------------------------------------------------------------
 
 
 def schema(index: Index, field: str | None = None) -> dict[str, Any]:
@@ -332,9 +311,6 @@ def compact_field(info) -> dict[str, Any]:
     return out
 
 
-# -- clusters -------------------------------------------------------------------------------
-
-
 def clusters(index: Index, cluster_id: int | None = None, limit: int = 100) -> dict[str, Any]:
     """`mdvdb clusters --json`; with `cluster_id`, that cluster's documents."""
     from query import cluster_members as members
@@ -359,9 +335,6 @@ def clusters(index: Index, cluster_id: int | None = None, limit: int = 100) -> d
     return data
 
 
-# -- documents and links --------------------------------------------------------------------
-
-
 def documents(
     index: Index,
     targets: list[str],
@@ -371,8 +344,7 @@ def documents(
     offset: int = 0,
     content_only: bool = False,
 ) -> dict[str, Any]:
-    """`mdvdb get --json`, compact: one document, or {"documents": [...]} when the targets
-    name several (a glob, several paths)."""
+    """`mdvdb get --json`, compact: one document, or {"documents": [...]} for several."""
     ranged = start_line is not None or end_line is not None or offset > 0
     if ranged and len(targets) > 1:
         raise ToolProblem("start_line, end_line and offset read one document: give one")
@@ -403,8 +375,7 @@ def _document(doc, content_only: bool) -> dict[str, Any]:
 
 
 def links(index: Index, path: str, direction: str) -> dict[str, Any]:
-    """`mdvdb links --json` (direction "links") or `mdvdb backlinks --json` ("backlinks"),
-    each link without its empty fields."""
+    """`mdvdb links --json` or `mdvdb backlinks --json` (`direction`), empty fields left out."""
     with index.pinned():
         target = index.path_of(path)
         found = index.links(target) if direction == "links" else index.backlinks(target)
@@ -416,9 +387,6 @@ def orphans(index: Index, limit: int = 100) -> dict[str, Any]:
     """`mdvdb orphans --json`, at most `limit` paths (`total` counts them all)."""
     found = index.orphans()
     return {"orphans": found[:limit], "total": len(found)}
-
-
-# -- status and ingest ----------------------------------------------------------------------
 
 
 def status(config: Config, index: Index) -> dict[str, Any]:
@@ -446,15 +414,7 @@ def ingest(config: Config) -> dict[str, Any]:
     from pipeline import ingest_folder
 
     # The server's own watcher may be mid-ingest: wait for it rather than fail.
-    report = ingest_folder(config, None)
-    return {
-        "files": report.files,
-        "added": report.added,
-        "changed": report.changed,
-        "removed": report.removed,
-        "unchanged": report.unchanged,
-        "chunks_embedded": report.chunks_embedded,
-        "seconds": round(report.seconds, 3),
-        "errors": [{"path": p, "problem": m} for p, m in report.errors[:PROBLEMS_SHOWN]],
-        "errors_total": len(report.errors),
-    }
+    data = ingest_folder(config, None).to_json()  # `mdvdb ingest --json`, fewer fields
+    keep = ("files", "added", "changed", "removed", "unchanged", "chunks_embedded", "seconds")
+    shown = {k: data[k] for k in (*keep, "errors", "errors_total")}
+    return {**shown, "errors": data["errors"][:PROBLEMS_SHOWN]}

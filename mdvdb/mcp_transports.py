@@ -5,8 +5,12 @@ over"."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import resource
+import sys
 import time
+from contextlib import suppress
 from typing import Any
 
 __all__ = [
@@ -26,10 +30,7 @@ BACKLOG = 64
 
 def connection_cap() -> int:
     """Connections open at once: at most `MAX_CONNECTIONS`, and half of what the open-file
-    limit leaves after two bursts of accepts (`BACKLOG`) and 64 descriptors for the rest of
-    the server (index, state, watcher, model)."""
-    import resource
-
+    limit leaves after two bursts of accepts (`BACKLOG`) and 64 for the rest of the server."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return MAX_CONNECTIONS
@@ -39,22 +40,15 @@ def connection_cap() -> int:
 def more_open_files(wanted: int = 4096) -> None:
     """Raise the soft open-file limit towards the hard one (as Go's runtime does at start):
     a default of 1,024 is what the cap would otherwise divide."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
-        try:
+        with suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            pass
 
 
 def serve_http(app: Any, port: int) -> None:
     """uvicorn on 127.0.0.1:`port` with `guarded_protocol`, until SIGTERM or Ctrl-C."""
-    import asyncio
-    import sys
-
     import uvicorn
 
     more_open_files()
@@ -94,8 +88,7 @@ def _plain_response(status: int, reason: str, text: str) -> bytes:
 
 
 def guarded_protocol(header_seconds: float = HEADER_SECONDS, cap: int | None = None) -> type:
-    """uvicorn's `H11Protocol` with the bounds of the module docstring, for
-    `uvicorn.Config(http=...)`."""
+    """uvicorn's `H11Protocol` with the bounds above, for `uvicorn.Config(http=...)`."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -165,16 +158,15 @@ def guarded_protocol(header_seconds: float = HEADER_SECONDS, cap: int | None = N
 
 
 class AnsweringStream:
-    """The stdio transport's read stream with each malformed line answered (see the module
-    docstring); every other item passes through unchanged."""
+    """The stdio transport's read stream, each malformed line answered (see the module doc)."""
 
     def __init__(self, inner: Any, write: Any):
         self.inner = inner
         self.write = write
 
-    async def receive(self) -> Any:
+    async def receive(self, take: Any = None) -> Any:
         while True:
-            item = await self.inner.receive()
+            item = await (take or self.inner.receive)()
             if not isinstance(item, Exception):
                 return item
             await self._answer(item)
@@ -183,11 +175,7 @@ class AnsweringStream:
         return self
 
     async def __anext__(self) -> Any:
-        while True:
-            item = await self.inner.__anext__()
-            if not isinstance(item, Exception):
-                return item
-            await self._answer(item)
+        return await self.receive(self.inner.__anext__)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -10,6 +10,8 @@ import asyncio
 import hmac
 import signal
 import threading
+import time
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any
 
@@ -27,8 +29,7 @@ class RequestProblem(ValueError):
 
 
 def request_fields(body: Any) -> dict[str, Any]:
-    """The MCP `search` tool's arguments (a JSON object) as `SearchRequest` fields, each
-    checked against its declared type and bounds."""
+    """The MCP `search` tool's arguments as `SearchRequest` fields, types and bounds checked."""
     from query import OPTIONS
 
     if not isinstance(body, dict):
@@ -123,8 +124,8 @@ class SearchIngress:
 def build(args: dict[str, str]):
     """The Serve application for the sharded index of folder `root`: `groups` shard groups
     (default: one per shard) of `replicas` replicas needing `cpus` CPUs each; with
-    `token_file`, every request to the endpoint needs that bearer token (without it the
-    endpoint is open: for a platform's own authenticating ingress in front)."""
+    `token_file`, every request needs that bearer token (without it the endpoint is open,
+    for a platform's own authenticating ingress in front)."""
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
@@ -162,9 +163,8 @@ def build(args: dict[str, str]):
 
 
 def run(config, address: str, listen: tuple[str, int], groups, replicas, cpus, token_file: str):
-    """Deploy the application on the cluster at `address` (`local`: a Ray started here for
-    this process) and keep it up until SIGTERM or Ctrl-C; then delete it. `token_file`: the
-    bearer token every request to the endpoint needs."""
+    """Deploy the application on the cluster at `address` (`local`: a Ray started here) and
+    keep it up until SIGTERM or Ctrl-C; then delete it."""
     import ray
     from ray import serve
 
@@ -199,7 +199,6 @@ def run(config, address: str, listen: tuple[str, int], groups, replicas, cpus, t
 def _probe(url: str, token_file: str, seconds: float = 60.0) -> None:
     """The ingress answers at `url`, or a one-line error (Serve's HTTP proxy could not bind
     the port, or another application holds the route)."""
-    import time
     from pathlib import Path
 
     import httpx
@@ -208,11 +207,9 @@ def _probe(url: str, token_file: str, seconds: float = 60.0) -> None:
     headers = {"authorization": f"Bearer {token}"}
     deadline = time.monotonic() + seconds
     while True:
-        try:
+        with suppress(httpx.HTTPError):
             if "POST the search" in httpx.get(url, headers=headers, timeout=5.0).text:
                 return
-        except httpx.HTTPError:
-            pass
         if time.monotonic() > deadline:
             raise RuntimeError(f"the search endpoint {url} does not answer (is the port in use?)")
         time.sleep(0.5)

@@ -1,16 +1,14 @@
 """The `mdvdb` command: a thin layer over the `pipeline` and `query` libraries.
 
-Each command lives in its own module, which declares it (`COMMAND`, a `parser.Command`: its
-options and the function that runs it) and imports heavy libraries inside that function, so
-a command loads only what it uses. `main` imports the one module the command names, parses
-its arguments with `mdvdb.cli.parser` and runs it; `--help` is printed by typer from the same
-declarations (`mdvdb.cli.help`). A query forwarded to a warm `mdvdb serve` process does not
-even parse here (`mdvdb.cli.warm`).
+`main` imports the one module the command names (its `COMMAND` declaration), parses its
+arguments with `mdvdb.cli.parser` and runs it; typer only prints `--help` (`mdvdb.cli.help`).
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
+import os
 import sys
 
 from mdvdb.cli.errors import EXIT_USAGE
@@ -39,35 +37,19 @@ COMMANDS = {
 }
 # Commands that outlive their caller's pipes: they handle a closed pipe or socket themselves.
 LONG_RUNNING = frozenset({"serve", "mcp", "watch"})
-# Short commands that only read: their process needs neither OpenBLAS's thread per core (no
-# product here is big enough to use them) nor the cyclic collector (the imports would pay for
-# dozens of collections that find almost nothing, and the process ends with the command).
+# Short commands that only read: one OpenBLAS thread, no cyclic collector (the process ends).
 READ_ONLY = frozenset(
     {"search", "get", "links", "backlinks", "orphans", "status", "schema", "clusters", "grep"}
 )
-# A writing command's imports alone would run the collector's young generation many times for
-# a few hundred objects: it starts collecting after this many allocations instead of 700.
+# A writing command's young generation is collected after this many allocations, not 700.
 YOUNG_OBJECTS = 20_000
-DIST_NAME = "markdown-vdb"
 
 __all__ = ["main", "run"]
 
 
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version(DIST_NAME)
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def quiet_on_closed_pipe(argv: list[str]) -> None:
-    """`mdvdb search ... | head -1`: when the reader goes away, end as Unix tools do (the
-    default SIGPIPE action: no traceback, no message) instead of Python's BrokenPipeError
-    at some write or at the final flush. Python ignores SIGPIPE; this restores the default
-    for the short commands only (a server must outlive a client that hangs up)."""
+    """`mdvdb search ... | head -1`: a short command ends silently by SIGPIPE, as Unix tools
+    do, when its reader goes away (a server must outlive a client that hangs up)."""
     if argv and argv[0] in LONG_RUNNING:
         return
     import signal
@@ -85,7 +67,9 @@ def run(argv: list[str]) -> int:
     from mdvdb.cli.parser import UsageError, parse
 
     if not argv or argv[0] in ("--help", "-h"):
-        return show_help([command(name) for name in COMMANDS], bare=not argv)
+        from mdvdb.cli.help import show  # typer: only for help
+
+        return show([command(name) for name in COMMANDS], bare=not argv)
     name = argv[0]
     if name not in COMMANDS:
         kind = "option:" if name.startswith("-") else "command"
@@ -96,7 +80,9 @@ def run(argv: list[str]) -> int:
     except UsageError as problem:
         before_dashes = argv[: argv.index("--")] if "--" in argv else argv
         if any(flag in before_dashes for flag in chosen.help_flags):
-            return show_help([chosen], name)
+            from mdvdb.cli.help import show
+
+            return show([chosen], name)
         return _usage(f"mdvdb {name}", str(problem))
     try:
         return chosen.run(**values) or 0
@@ -104,12 +90,6 @@ def run(argv: list[str]) -> int:
         return _usage(f"mdvdb {name}", str(problem))
     except SystemExit as done:  # a command's own exit (`user_errors`...)
         return exit_code(done)
-
-
-def show_help(commands: list[Command], name: str | None = None, bare: bool = False) -> int:
-    from mdvdb.cli.help import show  # typer: only for help
-
-    return show(commands, name, bare)
 
 
 def _usage(prog: str, problem: str) -> int:
@@ -121,15 +101,13 @@ def main() -> None:
     argv = sys.argv[1:]
     quiet_on_closed_pipe(argv)
     if argv == ["--version"]:
-        sys.stdout.write(f"mdvdb {version()}\n")
+        from kernel.version import __version__
+
+        sys.stdout.write(f"mdvdb {__version__}\n")
         sys.exit(0)
     short = bool(argv) and argv[0] not in LONG_RUNNING
     if short:
-        import gc
-
         if argv[0] in READ_ONLY:
-            import os
-
             os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a user's own setting is kept
             gc.disable()
         else:
@@ -142,16 +120,12 @@ def main() -> None:
     code = forward(argv)
     if code is None:
         if short and argv[0] in READ_ONLY:
-            # One search: its products on this thread, no pool to start (a user's setting is
-            # kept; set after `forward`, which hands MDVDB_* to a warm server).
-            import os
-
+            # One search: no thread pool (set after `forward`, which hands MDVDB_* to a warm
+            # server; a user's setting is kept).
             os.environ.setdefault("MDVDB_SEARCH_THREADS", "1")
         code = run(argv)
     sys.stdout.flush()
     if short:
-        import gc
-
         gc.freeze()  # the exit's last collection leaves what the command built alone
     sys.exit(code)
 

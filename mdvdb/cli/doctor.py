@@ -1,12 +1,7 @@
 """`mdvdb doctor`: every check of a project in one command, each problem one line with its fix.
 
-The checks, in order: the configuration (and where each setting that is not a default comes
-from: the environment or the config file, as `kernel.config` resolved it), the embedding
-model and its runtime (importable, without loading the model), ripgrep for `mdvdb grep`, the
-index (`query.verify_index`, as `status --verify`), the state folder's permissions, a running
-server or writer (notes, not problems), files changed since the last ingest (`status`), and
-broken links where `status` lists them. Nothing is written. Exit 0 when no check found a
-problem, 1 otherwise.
+Configuration, model runtime, rg, the index, the state folder, running servers, stale files,
+broken links; nothing is written. Exit 1 when a check found a problem.
 """
 
 from __future__ import annotations
@@ -16,7 +11,9 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, CliError, echo, print_json
+from kernel.terminal import printable
+from mdvdb.cli import warm  # imported by every CLI call already
+from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, CliError, echo, load, print_json
 from mdvdb.cli.parser import Command
 
 __all__ = ["COMMAND", "Finding", "run_doctor"]
@@ -53,8 +50,6 @@ class Checkup:
 
 def run_doctor(root: str | None = None, as_json: bool = False) -> int:
     """Run every check, print them; the exit code."""
-    from kernel.terminal import printable
-
     checkup = Checkup()
     config = _config(root, checkup)
     if config is not None:
@@ -87,7 +82,6 @@ def _config(root: str | None, checkup: Checkup):
     """The configuration, or None (a problem) when it cannot be loaded."""
     from kernel.config import OFF_FILE, SECRETS, SETTINGS, ConfigError, unknown_keys
     from kernel.dotenv import CONFIG_FILE
-    from mdvdb.cli.errors import load
 
     try:
         config = load(root)
@@ -244,8 +238,8 @@ def _freshness(config, checkup: Checkup) -> None:
 
 
 def _broken_links(status, checkup: Checkup) -> None:
-    """Broken links, as `status` lists them (query.Link; None for a sharded index)."""
-    broken = getattr(status, "broken_links", None)
+    """Broken links, as `status` lists them (None for a sharded index)."""
+    broken = status.broken_links
     if broken is None:
         return
     if not broken:
@@ -264,10 +258,10 @@ def _broken_links(status, checkup: Checkup) -> None:
 
 def _running(config, checkup: Checkup) -> None:
     """A warm server or a writer (ingest, watcher) at work: notes, not problems."""
-    from mdvdb.cli import warm
-    from mdvdb.cli.status import _writer, _writing
+    from mdvdb.cli.status import _writing
+    from pipeline import writer_holder
 
-    writer = _writer(config)
+    writer = writer_holder(config.state_path)
     if writer is not None:
         checkup.add("writer", NOTE, f"{_writing(writer)} holds the writer lock")
     folder = config.state_path

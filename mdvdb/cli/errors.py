@@ -1,8 +1,4 @@
-"""Exit codes and the one place user errors become them.
-
-An error leaves through `SystemExit`, which `mdvdb.cli.run` and the warm process turn into
-the command's exit code.
-"""
+"""Exit codes, and the one place user errors become them (a `SystemExit`)."""
 
 from __future__ import annotations
 
@@ -20,10 +16,8 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_STALE, EXIT_NO_INDEX, EXIT_OFF = 3, 4, 5
 EXIT_INTERRUPTED = 130
 
-# Set by `mdvdb.cli.main`: this process ends after its one command (a warm server's calls do
-# not), so `search`, `get`, `status` and `schema` read the index with the format's own reader
-# instead of importing pyarrow, which would be a large part of their time (kernel.arrow_lite;
-# docs/benchmarks.md, "Cold `mdvdb search` without pyarrow (issue 18, cold start)").
+# Set by `mdvdb.cli.main`: this process ends after its one command, so readers skip pyarrow
+# (kernel.arrow_lite; docs/benchmarks.md, "Cold `mdvdb search` without pyarrow").
 ONE_SHOT = False
 
 
@@ -60,8 +54,7 @@ def fail(message: str, code: int = EXIT_ERROR) -> None:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn the library's expected failures into one line on stderr and an exit code; anything
-    else is a bug and keeps its traceback."""
+    """The library's expected failures as one line and an exit code; a bug keeps its traceback."""
     from kernel.config import ConfigError
 
     try:
@@ -75,7 +68,9 @@ def user_errors() -> Iterator[None]:
     except Exception as exc:
         if is_user_error(exc):
             fail(str(exc), EXIT_ERROR)
-        damaged = damage_of(exc)
+        # an open index that fails its checksums: damaged bytes, not a bug
+        index_format = sys.modules.get("kernel.index_format")
+        damaged = index_format.damage_message() if index_format else None
         if damaged:
             fail(damaged, EXIT_ERROR)
         problem = environment_problem(exc)
@@ -84,17 +79,14 @@ def user_errors() -> Iterator[None]:
         raise
 
 
-# What the machine refuses (a full disk, a read-only folder, a file-size limit): the user's
-# situation, not a bug, so one line saying what to do; a writer that stops on it leaves the
-# previous index as it was (it publishes by rename, docs/security.md "Round two").
+# What the machine refuses (a full disk, a read-only folder, a file-size limit): one line.
 _FULL = ("ENOSPC", "EDQUOT", "EFBIG")
 _DENIED = ("EACCES", "EPERM", "EROFS")
 _SQLITE_FULL, _SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_IOERR = 13, 8, 14, 3, 10
 
 
 def environment_problem(exc: BaseException) -> str | None:
-    """The one line for an OSError (or SQLite's) that says the disk is full or the folder
-    read-only, else None."""
+    """The one line for an OSError (or SQLite's) of a full disk or a read-only folder, or None."""
     import errno
 
     def named(*names: str) -> set[int]:
@@ -124,15 +116,6 @@ def environment_problem(exc: BaseException) -> str | None:
     return None
 
 
-def damage_of(exc: BaseException) -> str | None:
-    """When an unexpected error happened while an index was open and that index fails its
-    checksums, the one-line damage message (the error came from damaged bytes, not a bug)."""
-    index_format = sys.modules.get("kernel.index_format")
-    if index_format is None or isinstance(exc, SystemExit | KeyboardInterrupt):
-        return None
-    return index_format.damage_message()
-
-
 def is_user_error(exc: BaseException, names: frozenset[str] = USER_ERRORS) -> bool:
     return any(cls.__name__ in names for cls in type(exc).__mro__)
 
@@ -140,31 +123,22 @@ def is_user_error(exc: BaseException, names: frozenset[str] = USER_ERRORS) -> bo
 def load(root: Path | str | None):
     from pathlib import Path
 
-    from kernel.config import load_config
+    from kernel.config import load_config, unknown_keys
 
     if root is not None:
         root = Path(root)
         if not root.is_dir():
             raise CliError(f"--root {root}: not a folder", EXIT_USAGE)
     config = load_config(root)
-    warn_unknown_keys(config)
-    return config
-
-
-def warn_unknown_keys(config) -> None:
-    """A misspelt MDVDB_* key in `.markdownvdb` is otherwise silently ignored: say so, one
-    line on stderr per key, with the closest setting. (Unknown MDVDB_* variables in the
-    environment are left alone: a shell holds variables for other tools and versions.)"""
-    from kernel.config import unknown_keys
-
+    # misspelt keys of `.markdownvdb` (not the environment's: a shell holds other tools' too)
     for key, suggestion in unknown_keys(config):
         hint = f" (did you mean {suggestion}?)" if suggestion else ""
         echo(f"mdvdb: warning: {config.root / '.markdownvdb'}: unknown key {key}{hint}", err=True)
+    return config
 
 
 def refuse_if_off(config) -> None:
-    """A `.mdvdb-off` file in the root switches search off (exit 5), for users who want an
-    agent to stop using mdvdb without uninstalling it."""
+    """A `.mdvdb-off` file in the root switches search off (exit 5)."""
     from kernel.config import OFF_FILE
 
     if config.switched_off:
@@ -187,16 +161,14 @@ def json_text(data: Any) -> str:
 
 
 def echo(text: str = "", err: bool = False) -> None:
-    """typer.echo's job for plain text: one line to stdout (or stderr), control characters
-    escaped (the text comes from the notes; `kernel.terminal`)."""
+    """One line to stdout (or stderr), control characters escaped (`kernel.terminal`)."""
     from kernel.terminal import printable
 
     (sys.stderr if err else sys.stdout).write(f"{printable(text)}\n")
 
 
 def line(text: str = "", err: bool = False) -> None:
-    """A line as given, flushed (so that stdout and stderr lines keep their order in one
-    file)."""
+    """A line as given, flushed (stdout and stderr lines keep their order in one file)."""
     stream = sys.stderr if err else sys.stdout
     stream.write(f"{text}\n")
     stream.flush()

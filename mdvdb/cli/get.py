@@ -1,19 +1,16 @@
-"""`mdvdb get TARGET...`: indexed documents, their content and metadata.
-
-A target is a path, `PATH:START-END` or `PATH:START+COUNT` (1-based lines), a document id
-(`#abc12345`), a quoted glob (`'notes/*.md'`) or a note's name (`query.documents`);
-`--max-tokens` cuts each document at a line's end and `--offset` starts one document's page
-further on: the output ends with the offset of the next page."""
+"""`mdvdb get TARGET...`: indexed documents, their content and metadata, paged (what a
+target names: `query.documents`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernel.options import REQUIRED, Spec, declared, option
 from mdvdb.cli import errors
-from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, load, print_json, user_errors
+from mdvdb.cli.errors import EXIT_ERROR, EXIT_OK, line, load, print_json, user_errors
 from mdvdb.cli.parser import Command, UsageError
 
 
@@ -90,17 +87,11 @@ def _documents(index, targets: list[str], max_tokens: int | None, offset: int) -
     except AmbiguousName as ambiguous:
         from kernel.terminal import printable
 
-        sys.stderr.write(
-            printable(
-                f"mdvdb: {ambiguous.name}: {len(ambiguous.candidates)} files have this "
-                "name; give one of these paths:",
-                one_line=True,
-            )
-            + "\n"
-        )
+        count = len(ambiguous.candidates)
+        said = f"mdvdb: {ambiguous.name}: {count} files have this name; give one of these paths:"
+        line(printable(said, one_line=True), err=True)
         for path in ambiguous.candidates:
-            sys.stderr.write(f"  {printable(path, one_line=True)}\n")
-        sys.stderr.flush()
+            line(f"  {printable(path, one_line=True)}", err=True)
         raise SystemExit(EXIT_ERROR) from None
 
 
@@ -124,11 +115,8 @@ def _print(doc, max_tokens: int | None) -> None:
 
 
 def typed_path(index, path: str) -> str:
-    """The file a path typed in a subfolder of the project names: relative to the current
-    folder first (as a shell completes it), else relative to the root (as search, grep and
-    status print paths)."""
-    import os
-
+    """The file a path typed in a subfolder names: relative to the current folder first (as
+    a shell completes it), else to the root (as mdvdb prints paths)."""
     here = os.path.realpath(os.getcwd())
     root = str(index.config.root)
     if os.path.isabs(path) or here == root or not here.startswith(root + os.sep):

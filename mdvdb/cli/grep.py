@@ -1,8 +1,6 @@
 """`mdvdb grep PATTERN`: exact text search over the source roots with ripgrep.
 
-It never imports NumPy or Arrow: the command is held to a small cost over raw rg, Python
-start-up included (docs/benchmarks.md, "`mdvdb grep` vs raw ripgrep (issue 7)"). Its
-options are declared once (`query.grep.options`).
+It never imports NumPy or Arrow (docs/benchmarks.md, "`mdvdb grep` vs raw ripgrep (issue 7)").
 """
 
 from __future__ import annotations
@@ -116,7 +114,7 @@ def _search(args: GrepRequest, root: str | None, as_json: bool) -> int:
 
 def _unnamed_file():
     """A file without a name for rg's stderr (a pipe could fill up and stop rg): memfd on
-    Linux, where importing tempfile would add to a grep's start-up; a temp file elsewhere."""
+    Linux (tempfile's import would add to the start-up), a temp file elsewhere."""
     make = getattr(os, "memfd_create", None)
     if make is not None:
         return open(make("rg-stderr", os.MFD_CLOEXEC), "w+b")  # noqa: SIM115 - closed by the caller

@@ -1,10 +1,6 @@
 """`mdvdb --help` and `mdvdb COMMAND --help`: typer commands built from the declarations.
 
-typer only prints help here: `show` hands it `--help` (or nothing, for the bare `mdvdb`),
-never a user's other arguments, which `mdvdb.cli.parser` reads. Each command's typer
-signature is generated from its `Command` (`kernel.options` fields, then `--root` and
-`--json`), so the help lists the options the parser takes, with their help, bounds and
-choices.
+typer is handed only `--help` (or nothing, for the bare `mdvdb`); `mdvdb.cli.parser` parses.
 """
 
 from __future__ import annotations
@@ -23,11 +19,6 @@ __all__ = ["show"]
 
 TITLE = "Markdown VDB: search folders of Markdown by meaning, keywords or exact text."
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
-
-
-def _choices(name: str, choices: tuple[str, ...]) -> type[StrEnum]:
-    """The enum typer shows as `[a|b|c]`."""
-    return StrEnum(name, {choice: choice for choice in choices})
 
 
 def _parameter(option: Option) -> inspect.Parameter:
@@ -53,7 +44,8 @@ def _parameter(option: Option) -> inspect.Parameter:
     elif spec.repeat:
         kind, default = list[value] | None, None
     elif spec.choices:
-        enum = _choices(option.name.title().replace("_", ""), spec.choices)
+        # the enum typer shows as `[a|b|c]`
+        enum = StrEnum(option.name.title().replace("_", ""), {c: c for c in spec.choices})
         kind, default = enum | None, None if default is None else enum(default)
     else:
         kind = value | None
@@ -99,8 +91,7 @@ def _app(commands: Sequence[Command]) -> typer.Typer:
 
 
 def show(commands: Sequence[Command], name: str | None = None, bare: bool = False) -> int:
-    """Print the help of the command `name` (None: of `mdvdb`, listing `commands`; `bare`:
-    for `mdvdb` alone, as typer answers it); its exit code."""
+    """Print the help of command `name` (None: of `mdvdb`; `bare`: `mdvdb` alone); its exit code."""
     if name is None:
         app, argv = _app(commands), [] if bare else ["--help"]
     else:

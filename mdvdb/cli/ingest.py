@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
+from kernel.terminal import printable
 from mdvdb.cli.errors import EXIT_USAGE, CliError, line, load, print_json, user_errors
 from mdvdb.cli.parser import Command
 
@@ -62,8 +63,6 @@ def run_ingest(
     dry_run: bool = False,
 ) -> None:
     """Index the source folders (only what changed since the last run) and print the report."""
-    from kernel.terminal import printable
-
     with user_errors():
         config = load(root)
         if executor is not None:
@@ -87,11 +86,10 @@ def run_ingest(
         from mdvdb.cli.progress import IngestProgress
 
         progress = IngestProgress(sys.stderr.isatty() and not quiet and not as_json)
-        # What a library prints to stdout during the run goes nowhere: Ray's driver repeats
-        # a dead worker's error there, which our one line reports.
-        stray = redirect_stdout(io.StringIO())
+        # What a library prints to stdout during the run goes nowhere (Ray's driver repeats a
+        # dead worker's error there, which our one line reports).
         try:
-            with stray:
+            with redirect_stdout(io.StringIO()):
                 report = ingest_folder(
                     config,
                     paths or None,
@@ -106,7 +104,7 @@ def run_ingest(
             raise
         except Exception as exc:  # the problems the run found before it failed, then the error
             if not as_json:
-                _warn(printable, getattr(exc, "problems", ()))
+                _warn(getattr(exc, "problems", ()))
             raise
         finally:
             progress.close()
@@ -115,7 +113,7 @@ def run_ingest(
             return
         if quiet and report.nothing_changed and not report.errors:
             return
-        _warn(printable, report.errors)
+        _warn(report.errors)
         if not _is_cwd(config.root):  # found upward from a subfolder: say which project
             line(printable(f"project root: {config.root}", one_line=True))
         line(
@@ -139,9 +137,7 @@ def _upgrade_line(up: dict) -> str:
 
 
 def dry_run_ingest(config, paths: Sequence[str], as_json: bool) -> None:
-    """`--dry-run`: the paths an ingest would add, change and remove, one a line, then a
-    summary; nothing written (`pipeline.preview`)."""
-    from kernel.terminal import printable
+    """`--dry-run`: what an ingest would add, change and remove; nothing written."""
     from pipeline import preview_ingest, relative_paths
 
     rels = relative_paths(config, list(paths)) if paths else None
@@ -158,7 +154,7 @@ def dry_run_ingest(config, paths: Sequence[str], as_json: bool) -> None:
     if as_json:
         print_json(preview.to_json())
         return
-    _warn(printable, preview.errors)
+    _warn(preview.errors)
     for word, listed in (
         ("add", preview.added),
         ("change", preview.changed),
@@ -172,7 +168,7 @@ def dry_run_ingest(config, paths: Sequence[str], as_json: bool) -> None:
     )
 
 
-def _warn(printable, problems) -> None:
+def _warn(problems) -> None:
     """One line per problem (path: what), the first 20."""
     for path, problem in problems[:20]:
         line(printable(f"warning: {path}: {problem}", one_line=True), err=True)
@@ -181,8 +177,6 @@ def _warn(printable, problems) -> None:
 
 
 def _is_cwd(root) -> bool:
-    import os
-
     try:
         return os.path.realpath(os.getcwd()) == str(root)
     except OSError:  # the current folder was deleted
@@ -208,10 +202,7 @@ def is_set_up(config) -> bool:
 
 
 def refuse_missing(config, paths: list[str]) -> None:
-    """A path that is not on disk is fine when the index has it (re-checking it removes it);
-    otherwise it is a typo, said so rather than passed over in silence."""
-    import os
-
+    """A path not on disk is refused unless the index has it (re-checking it removes it)."""
     from pipeline import relative_paths
 
     gone = [p for p in paths if not os.path.lexists(p)]

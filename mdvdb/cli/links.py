@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from functools import partial
 
 from kernel.options import REQUIRED, Spec, declared, option
+from kernel.terminal import printable
 from mdvdb.cli import errors
 from mdvdb.cli.errors import EXIT_OK, load, print_json, user_errors
 from mdvdb.cli.parser import Command
@@ -28,8 +30,6 @@ def index_of(root: str | None):
 
 
 def write_line(text: str) -> None:
-    from kernel.terminal import printable
-
     sys.stdout.write(printable(text, one_line=True) + "\n")
 
 
@@ -57,10 +57,6 @@ def run_links(path: str, root: str | None = None, as_json: bool = False, *, back
     return EXIT_OK
 
 
-def run_backlinks(path: str, root: str | None = None, as_json: bool = False) -> int:
-    return run_links(path, root, as_json, back=True)
-
-
 def run_orphans(root: str | None = None, as_json: bool = False) -> int:
     with user_errors():
         found = index_of(root).orphans()
@@ -81,7 +77,7 @@ COMMAND = Command(
 BACKLINKS = Command(
     "backlinks",
     declared(LinksOptions),
-    run_backlinks,
+    partial(run_links, back=True),
     help="The links of other notes that name this one, one a line with its line number.",
 )
 ORPHANS = Command(

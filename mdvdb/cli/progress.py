@@ -1,13 +1,8 @@
-"""`mdvdb ingest`'s progress on a terminal: each stage as it runs, the files and chunks done
-with a rate and an ETA (rich).
+"""`mdvdb ingest`'s progress on a terminal: each stage, files and chunks done, rate, ETA (rich).
 
-It writes to the stream the command had when it started (`mdvdb ingest` drops what libraries
-print to stdout during the run, and a display must not follow it there). The caller turns
-it off when that stream is not a terminal, with --quiet and with --json. It draws only when
-the run reports (`pipeline.stages.Progress`), never from a thread of its own: a live thread
-would stop the ingest from forking its worker pool (`pipeline.workers.pool_is_safe`). rich is
-imported only when the display starts (`SHOW_FROM`, `SHOW_AFTER_S`): a no-op or a small edit
-never pays for it.
+It draws only when the run reports, never from a thread of its own (a live thread would stop
+the ingest from forking its pool: `pipeline.workers.pool_is_safe`); rich is imported only
+when the display starts.
 """
 
 from __future__ import annotations
@@ -20,17 +15,15 @@ __all__ = ["IngestProgress"]
 
 # What each counted event counts (`pipeline.stages.Progress`).
 UNITS = {"parse": "files", "chunk": "files", "embed": "chunks", "upgrade": "chunks"}
-# Seconds between two redraws.
-REDRAW_S = 0.1
-# The display starts at a count of this many files or chunks, or at any count once the run
-# has lasted this long: a run over by then (an edit) does not pay rich's import.
+REDRAW_S = 0.1  # seconds between two redraws
+# The display starts at this count, or at any count after this long (an edit never has one).
 SHOW_FROM = 200
 SHOW_AFTER_S = 1.0
 
 
 class IngestProgress:
     """A `pipeline.stages.Progress` callback drawing on `stream` (default: `sys.stderr` now,
-    before doit replaces it); `close` leaves the last state on the terminal."""
+    before doit replaces it)."""
 
     def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
         self.enabled = enabled
@@ -83,30 +76,29 @@ class IngestProgress:
         )
         self._bars.start()
 
+    def _task(self, stage: str) -> Any:
+        if stage not in self._tasks:
+            self._tasks[stage] = self._bars.add_task(stage, total=None, count="", rate="", eta="")
+        return self._tasks[stage]
+
     def _begin(self, stage: str) -> None:
         """A stage without a count began: the ones before it are over."""
         self._finish_open()
-        if stage not in self._tasks:
-            self._tasks[stage] = self._bars.add_task(stage, total=None, count="", rate="", eta="")
+        self._task(stage)
         self._open = stage
 
     def _count(self, stage: str, done: int, total: int) -> None:
-        """`done` of `total`, with the rate since this stage's first count and the time the
-        rest would take at that rate (parse's line also counts the chunks cut)."""
+        """`done` of `total`, the rate since this stage's first count and the time left."""
         self._finish_open()
         unit = UNITS.get(stage, "")
         now = time.monotonic()
-        task = self._tasks.get(stage)
-        if task is None:
-            task = self._tasks[stage] = self._bars.add_task(
-                stage, total=None, count="", rate="", eta=""
-            )
-            self._since[stage] = now
+        task = self._task(stage)
+        since = self._since.setdefault(stage, now)
         count = f"{done:,}/{total:,} {unit}"
         if stage == "parse":
             self._parse = (done, total)
             count += f", {self._chunks:,} chunks"
-        took = now - self._since[stage]
+        took = now - since
         rate = done / took if done and took > 0.05 else 0.0
         self._bars.update(
             task,

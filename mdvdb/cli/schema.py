@@ -37,30 +37,26 @@ def run_schema(
 ) -> int:
     """Print the schema (or one field, or the overlay's problems); the exit code."""
     with user_errors():
-        return _schema(load(root), as_json, field, check)
+        from query import load_schema, open_index, overlay_is_stale
 
-
-def _schema(config, as_json: bool, field: str | None, check: bool) -> int:
-    from query import load_schema, open_index, overlay_is_stale
-
-    index = open_index(config=config, lite=errors.ONE_SHOT)
-    merged = load_schema(index.snapshot)
-    if not merged.present:
-        raise CliError("this index has no frontmatter schema yet: run `mdvdb ingest`")
-    stale = overlay_is_stale(index)
-    if stale:
-        line(f"warning: {STALE_OVERLAY}", err=True)
-    if check:
-        return _check(merged, as_json)
-    if field is not None:
-        _one_field(index, merged, field, as_json)
-    elif as_json:
-        data = {"files": index.snapshot.file.meta.get("files", 0), **merged.to_json()}
-        data["problems_total"] = len(merged.problems)
-        print_json({**data, **({"warning": STALE_OVERLAY} if stale else {})})
-    else:
-        _print_schema(merged, int(index.snapshot.meta.get("files", 0)))
-    return EXIT_OK
+        index = open_index(config=load(root), lite=errors.ONE_SHOT)
+        merged = load_schema(index.snapshot)
+        if not merged.present:
+            raise CliError("this index has no frontmatter schema yet: run `mdvdb ingest`")
+        stale = overlay_is_stale(index)
+        if stale:
+            line(f"warning: {STALE_OVERLAY}", err=True)
+        if check:
+            return _check(merged, as_json)
+        if field is not None:
+            _one_field(index, merged, field, as_json)
+        elif as_json:
+            data = {"files": index.snapshot.file.meta.get("files", 0), **merged.to_json()}
+            data["problems_total"] = len(merged.problems)
+            print_json({**data, **({"warning": STALE_OVERLAY} if stale else {})})
+        else:
+            _print_schema(merged, int(index.snapshot.meta.get("files", 0)))
+        return EXIT_OK
 
 
 STALE_OVERLAY = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re  # loaded by the parser already
 from typing import Any
 
 from kernel.terminal import printable
@@ -47,8 +48,7 @@ COMMAND = Command(
 
 
 def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
-    """Run one `query.request` search (the library the MCP server uses too) and print it;
-    `fields`: `SearchRequest` fields."""
+    """Run one `query.request` search and print it; `fields`: `SearchRequest` fields."""
     from query import open_index
 
     index = open_index(config=config, lite=errors.ONE_SHOT)
@@ -71,8 +71,7 @@ def run_search(config, as_json: bool, fields: dict[str, Any]) -> None:
 
 
 def search_outcome(index, fields: dict[str, Any]):
-    """(the request, its outcome) of `SearchRequest` fields; a bad filter or request is a
-    usage error. No -n: MDVDB_SEARCH_DEFAULT_LIMIT (10), resolved by the request."""
+    """(the request, its outcome) of `SearchRequest` fields; a bad one is a usage error."""
     from query import FilterError, RequestError, SearchRequest, run_request
 
     wanted = SearchRequest(**fields)
@@ -88,15 +87,23 @@ def _is_empty(outcome) -> bool:
 
 
 def json_answer(index, wanted, outcome) -> dict[str, Any]:
-    """The `--json` document of a search (docs/json.md), `schema_version` aside; the HTTP
-    ingress of `mdvdb serve --ray` answers the same."""
+    """The `--json` document of a search (docs/json.md), also `mdvdb serve --ray`'s answer."""
     no_match = None
     if _is_empty(outcome):
         from query import explain_no_match
 
         no_match = explain_no_match(index, outcome).to_json()
-    if outcome.no_such_value is not None:
-        return _no_such_value(outcome.no_such_value, wanted.query, no_match)
+    if outcome.no_such_value is not None:  # the human form is query.no_match's
+        missing = outcome.no_such_value
+        return {
+            "query": wanted.query,
+            "results": [],
+            "total": 0,
+            "message": missing.message(VALUES_SHOWN),
+            "facet": missing.facet.flag.lstrip("-"),
+            "valid_values": missing.values,
+            "no_match": no_match,
+        }
     if outcome.listed is not None:
         found, total = outcome.listed, outcome.total
         data = {
@@ -167,8 +174,6 @@ def _print_files(outcome) -> None:
 
 def plain_title(title: str) -> str:
     """A title fit for link text: Markdown links reduced to their text, brackets escaped."""
-    import re
-
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", title)
     return text.replace("[", "\\[").replace("]", "\\]")
 
@@ -176,16 +181,3 @@ def plain_title(title: str) -> str:
 def link_target(path: str) -> str:
     """CommonMark takes a destination with spaces or parentheses only inside <...>."""
     return f"<{path}>" if any(c in path for c in " ()<>") else path
-
-
-def _no_such_value(missing, query: str | None, no_match) -> dict[str, Any]:
-    """`--json` only: the human form is query.no_match's, headed by the valid values."""
-    return {
-        "query": query,
-        "results": [],
-        "total": 0,
-        "message": missing.message(VALUES_SHOWN),
-        "facet": missing.facet.flag.lstrip("-"),
-        "valid_values": missing.values,
-        "no_match": no_match,
-    }

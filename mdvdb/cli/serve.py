@@ -4,12 +4,15 @@ stop; with `--ray`, a sharded index deployed on Ray Serve (mdvdb/serve_ray.py)."
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
+from mdvdb.cli import warm  # imported by every CLI call already
 from mdvdb.cli.errors import (
     EXIT_ERROR,
     EXIT_OK,
@@ -115,8 +118,6 @@ def serve(
                 raise CliError("--ray serves in the foreground, alone", EXIT_USAGE)
             _serve_ray(config, ray, listen, groups, replicas, cpus, token_file)
             return EXIT_OK
-        from mdvdb.cli import warm
-
         timeout = config.serve_idle_timeout if idle_timeout is None else idle_timeout
         folder = config.state_path
         if show_status:
@@ -182,10 +183,6 @@ def _serve_ray(config, address: str, listen: str, groups, replicas, cpus, token_
 
 
 def _serve_here(config, folder, timeout: float) -> None:
-    import signal
-
-    from mdvdb.cli import warm
-
     log = sys.stderr  # the watcher's lines; commands run with their own stderr captured
     server = warm.WarmServer(
         folder, timeout, info={"root": str(config.root), "watching": config.watch}
@@ -209,35 +206,28 @@ def _serve_here(config, folder, timeout: float) -> None:
         return watcher.stop if watcher else None
 
     try:
-        server.run(preload=_preload(config), started=start_watch)
+        server.run(preload=lambda: _preload(config), started=start_watch)
     except warm.ServeError as exc:
         raise CliError(str(exc)) from None
 
 
-def _preload(config):
+def _preload(config) -> None:
     """Map the index and load the model before accepting calls, so the first one is warm."""
+    from query import open_index
 
-    def ready() -> None:
-        from query import open_index
+    index = open_index(config=config)
+    with suppress(Exception):  # no index yet: the forwarded command reports it as usual
+        # Only the local model is worth warming: a remote provider would bill a request at
+        # every server start (and fail quietly when it is down).
+        if index.snapshot.vectors.shape[0] and config.embedding_provider == "local":
+            from query import query_vector
 
-        index = open_index(config=config)
-        try:
-            # Only the local model is worth warming: a remote provider would bill a request
-            # at every server start (and fail quietly when it is down).
-            if index.snapshot.vectors.shape[0] and config.embedding_provider == "local":
-                from query import query_vector
-
-                query_vector(index, "warm up")
-                index.warm_up()  # a local encoder's queries: its int8 session, loaded now
-        except Exception:  # no index yet: the forwarded command reports it as usual
-            pass
-
-    return ready
+            query_vector(index, "warm up")
+            index.warm_up()  # a local encoder's queries: its int8 session, loaded now
 
 
 def _start_detached(root, timeout: float, folder) -> None:
     from kernel import private
-    from mdvdb.cli import warm
 
     private.state_folder(folder)  # 0700, and no symlink to write through
     log_path = folder / warm.LOG_NAME
@@ -262,11 +252,9 @@ def _start_detached(root, timeout: float, folder) -> None:
 
 
 def _spawn(root, timeout: float, log_path) -> subprocess.Popen:
-    try:
+    with suppress(OSError):
         if log_path.stat().st_size > LOG_KEEP_BYTES:
             log_path.unlink()
-    except OSError:
-        pass
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     argv = [sys.executable, "-m", "mdvdb", "serve", "--root", str(root)]
     argv += ["--idle-timeout", str(timeout)]
@@ -293,10 +281,8 @@ def _last_line(path) -> str:
 
 def show_running(folder, as_json: bool) -> int:
     """Whether a warm process serves `folder` (pid, uptime, calls): 0 if one does, else 1."""
-    from mdvdb.cli import warm
-
     running = warm.ping(folder)
-    stale = False if running else warm.remove_stale_socket(folder)
+    absent = None if running else _not_serving(folder)
     if as_json:
         shown = {k: v for k, v in (running or {}).items() if k != "code"}  # the reply's own
         print_json({"running": running is not None, **shown})
@@ -308,20 +294,21 @@ def show_running(folder, as_json: bool) -> int:
             f"watching {'on' if running.get('watching') else 'off'}"
         )
     else:
-        note = " (removed a stale socket)" if stale else ""
-        line(f"not serving {folder / warm.SOCKET_NAME}{note}")
+        line(absent)
     return EXIT_OK if running else EXIT_ERROR
+
+
+def _not_serving(folder) -> str:
+    """`not serving SOCKET`, after removing a stale socket file there."""
+    note = " (removed a stale socket)" if warm.remove_stale_socket(folder) else ""
+    return f"not serving {folder / warm.SOCKET_NAME}{note}"
 
 
 def stop_server(folder) -> None:
     """Ask the warm process to stop and wait until it has let go of its lock."""
-    from mdvdb.cli import warm
-
     reply = warm.ask(folder, {"op": "stop"})
     if not reply or not reply.get("stopping"):
-        stale = warm.remove_stale_socket(folder)
-        note = " (removed a stale socket)" if stale else ""
-        line(f"mdvdb: not serving {folder / warm.SOCKET_NAME}{note}")
+        line(f"mdvdb: {_not_serving(folder)}")
         return
     # It finishes the call in hand and the running ingest, then lets go of its lock.
     deadline = time.monotonic() + 120

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
+from kernel.terminal import printable
 from mdvdb.cli import errors
 from mdvdb.cli.errors import (
     EXIT_ERROR,
@@ -51,8 +52,6 @@ def run_status(
 
 
 def _status(config, as_json: bool, check: bool) -> int:
-    from kernel.terminal import printable
-
     st, damage = _status_of(config)
     if st.exists:
         st.new_files = _new_files(config)
@@ -65,8 +64,9 @@ def _status(config, as_json: bool, check: bool) -> int:
         if as_json:
             print_json({"fresh": st.fresh, "exists": st.exists, "exit": code})
         return code
-    writer = _writer(config)
-    from pipeline import upgrade_progress
+    from pipeline import upgrade_progress, writer_holder
+
+    writer = writer_holder(config.state_path)  # pid, command, since; or None
 
     upgrade = upgrade_progress(config) if st.exists else None
     if as_json:
@@ -120,8 +120,6 @@ def _status(config, as_json: bool, check: bool) -> int:
 
 def _print_broken(broken) -> None:
     """The broken links, one line each (`path:line: [[target]]`); nothing without a graph."""
-    from kernel.terminal import printable
-
     if broken is None:
         return
     if not broken:
@@ -144,15 +142,7 @@ def _upgrade_text(upgrade: dict) -> str:
     )
 
 
-def _writer(config) -> dict | None:
-    """The writer holding the folder's lock now (pid, command, since), or None."""
-    from pipeline import writer_holder
-
-    return writer_holder(config.state_path)
-
-
 def _writing(writer: dict) -> str:
-    from kernel.terminal import printable
     from pipeline import since_text
 
     command = printable(writer["command"], one_line=True)
@@ -160,8 +150,7 @@ def _writing(writer: dict) -> str:
 
 
 def _status_of(config):
-    """The index's status, and what is wrong with it when the file is there but unreadable
-    (`Index.status` calls such an index absent)."""
+    """The index's status, and what is wrong with a file there that cannot be read."""
     from kernel.index_format import IndexFormatError
     from query import open_index
 
@@ -199,8 +188,7 @@ def _new_files(config) -> list[str]:
 
 
 def run_verify(config, as_json: bool) -> int:
-    """`status --verify`: check the whole index; exit 1 listing the problems when it is not
-    sound."""
+    """`status --verify`: check the whole index; exit 1 listing the problems."""
     from kernel.shards import published_source
     from query import verify_index as verify
 

@@ -1,18 +1,17 @@
 """The warm path: an optional `mdvdb serve` process that answers CLI calls over a Unix socket.
 
-The CLI forwards `search` and `get` when the socket (0600, the calling user's) is there, and
-runs the command itself when it is missing, stale, refuses or answers over `MAX_REPLY`; the
-server runs the same `mdvdb.cli.run`, so output and exit codes are identical. One request per
-connection (`{"argv", "cwd", "env"}` in, `{"stdout", "stderr", "code"}` out, `{"op": "ping"}`
-and `{"op": "stop"}`), each a `warm_wire` message; an flock on `serve.lock` makes one server
-per project (docs/architecture.md, "Repeated calls"). The client half runs on every CLI call,
-so it imports little (`socket`, `os`, `stat`, `sys`, `kernel.dotenv` and `warm_wire`)."""
+The CLI forwards `search` and `get` to it, and the server runs the same `mdvdb.cli.run`
+(docs/architecture.md, "Repeated calls"). The client half runs on every CLI call, so it
+imports little."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
+import time
+from contextlib import chdir, suppress
 
 from mdvdb.cli.warm_wire import HEADER, WireError, decode, encode, message_length
 
@@ -27,8 +26,7 @@ FORWARDED = frozenset({"search", "get"})
 # Set to 1 to make the CLI never use a warm process (benchmarks, debugging).
 NO_WARM_ENV = "MDVDB_NO_WARM"
 CLIENT_TIMEOUT = 60.0
-# Bounds on one exchange: argv, cwd and the MDVDB_* environment fit in far less than a MiB;
-# the output of `get` on a large page is the biggest reply.
+# Bounds on one exchange (the biggest reply: `get` of a large page).
 MAX_REQUEST = 1 << 20
 MAX_REPLY = 256 << 20
 REQUEST_SECONDS = 10.0  # a client must have sent its whole request by then
@@ -45,9 +43,8 @@ def root_from_argv(argv: list[str]) -> str | None:
 
 
 def socket_folder(argv: list[str]) -> str | None:
-    """The state folder, resolved as `kernel.config` would (--root, else the nearest folder
-    with `.markdownvdb`; MDVDB_STATE_DIR from the environment, else that file, else the
-    default) but with plain strings. A bad configuration is left to the real command."""
+    """The state folder, resolved as `kernel.config` would but with plain strings; None
+    leaves a bad configuration to the real command."""
     from kernel import dotenv
 
     root = root_from_argv(argv)
@@ -107,12 +104,11 @@ def forward(argv: list[str]) -> int | None:
 
 def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> dict:
     import socket
-    from contextlib import chdir  # a socket path has ~108 bytes: a relative name at any depth
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        with chdir(folder):
+        with chdir(folder):  # a socket path has ~108 bytes: a relative name at any depth
             sock.connect(SOCKET_NAME)
         sock.sendall(encode(request))
         sock.shutdown(socket.SHUT_WR)
@@ -128,10 +124,8 @@ def _exchange(folder: str, request: dict, timeout: float = CLIENT_TIMEOUT) -> di
 
 
 def _read_message(sock, cap: int, deadline: float | None = None) -> bytes | None:
-    """One whole message (header and body) from `sock`, None when the peer closed before
-    sending a byte; WireError past `cap`, TimeoutError past `deadline` (time.monotonic)."""
-    import time
-
+    """One whole message from `sock` (None: closed before a byte); WireError past `cap`,
+    TimeoutError past `deadline` (time.monotonic)."""
     need = HEADER
     chunks: list[bytes] = []
     got = 0
@@ -155,7 +149,6 @@ def _read_message(sock, cap: int, deadline: float | None = None) -> bytes | None
     return b"".join(chunks)
 
 
-# -- server -------------------------------------------------------------------------------
 LOCK_NAME = "serve.lock"  # held (flock) by the serving process for its whole life
 LOG_NAME = "serve.log"  # a background server's stdout and stderr (the watcher's lines)
 PING_TIMEOUT = 2.0
@@ -178,33 +171,35 @@ def ask(folder: Path | str, request: dict, timeout: float = PING_TIMEOUT) -> dic
 
 
 def ping(folder: Path | str, timeout: float = PING_TIMEOUT) -> dict | None:
-    """What the running warm process says about itself (pid, root, uptime...), or None.
-    A readiness probe must speak the protocol: a bare connect-and-close is a client that
-    hung up, which the server survives but which proves nothing."""
+    """What the running warm process says about itself (pid, root, uptime...), or None
+    (a readiness probe must speak the protocol: a bare connect proves nothing)."""
     reply = ask(folder, {"op": "ping"}, timeout)
     return reply if reply and isinstance(reply.get("pid"), int) else None
 
 
 def lock_holder(folder: Path) -> int | None:
-    """The pid of the process holding the serve lock (alive, maybe still starting), or
-    None when the lock is free; a free lock means any socket file left here is stale."""
-    import fcntl
-
-    path = folder / LOCK_NAME
+    """The pid of the process holding the serve lock (maybe still starting), or None when
+    the lock is free; a free lock means any socket file left here is stale."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR)
     except OSError:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            return int(raw) if raw.isdigit() else -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        raw = _locked_by(fd)
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the lock if it was taken here
+    return None if raw is None else int(raw) if raw.isdigit() else -1
+
+
+def _locked_by(fd: int) -> str | None:
+    """None when this process took the flock on `fd`, else what its holder wrote (its pid)."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return None
 
 
 def remove_stale_socket(folder: Path) -> bool:
@@ -222,13 +217,9 @@ def remove_stale_socket(folder: Path) -> bool:
 def _claim(folder: Path) -> int:
     """Take the serve lock (an flock the kernel drops when this process dies, so a killed
     server never blocks the next) and write our pid in it; ServeError if another holds it."""
-    import fcntl
-
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    raw = _locked_by(fd)
+    if raw is not None:
         os.close(fd)
         who = f"pid {raw}" if raw.isdigit() else "another process"
         raise ServeError(f"already served by {who} ({folder / SOCKET_NAME})") from None
@@ -238,10 +229,8 @@ def _claim(folder: Path) -> int:
 
 
 class WarmServer:
-    """The accept loop: one thread per connection reads the request and answers, so a
-    client that hangs up, stalls or sends garbage costs only its own thread; the commands
-    themselves run one at a time (each changes the process's cwd, environment and
-    sys.stdout for its length)."""
+    """The accept loop: a thread per connection (a client that stalls costs only its own);
+    the commands run one at a time (each changes the process's cwd and environment)."""
 
     def __init__(self, folder: Path, idle_timeout: float, info: dict | None = None):
         import threading
@@ -262,11 +251,8 @@ class WarmServer:
         """Serve until stopped or idle. `preload()` runs before the socket exists (so the
         first call is warm and a readiness ping means ready); `started()` runs once
         calls are accepted and may return a `stop()` to call on the way out (the watcher)."""
-        import errno
         import socket
         import threading
-        import time
-        from contextlib import chdir
 
         from kernel import private
 
@@ -324,11 +310,9 @@ class WarmServer:
         finally:
             if listener is not None:
                 listener.close()
-            try:
+            with suppress(OSError):
                 if inode is not None and os.stat(self.folder / SOCKET_NAME).st_ino == inode:
                     (self.folder / SOCKET_NAME).unlink()
-            except OSError:
-                pass
             if stop_extra:
                 stop_extra()
             if self._runner is not None:
@@ -336,8 +320,6 @@ class WarmServer:
             os.close(lock_fd)  # releases the lock, last: the next server may start now
 
     def _serve_one(self, conn: socket.socket) -> None:
-        import time
-
         try:
             with conn:
                 conn.settimeout(CLIENT_TIMEOUT)
@@ -365,8 +347,6 @@ class WarmServer:
                 self._last = time.monotonic()
 
     def _answer(self, raw: bytes) -> dict:
-        import time
-
         try:
             request = decode(raw, MAX_REQUEST)
             if not isinstance(request, dict):
@@ -405,9 +385,9 @@ class WarmServer:
 
 
 def _drain(conn: socket.socket, limit: int = MAX_REQUEST) -> None:
-    """After answering a request it did not read to the end: stop writing and read what the
-    client still sends (up to `limit` bytes, a second), so that closing does not reset the
-    connection and lose the answer before the client reads it."""
+    """After answering a request not read to the end: read what the client still sends (up
+    to `limit` bytes, a second), so that closing does not reset the connection and lose the
+    answer."""
     import socket
 
     conn.shutdown(socket.SHUT_WR)
@@ -422,9 +402,7 @@ def _refusal(problem: str) -> dict:
 
 class _PerThread:
     """The warm process's sys.stdout (or sys.stderr): a request's thread writes to its own
-    buffer, every other thread (the watcher's) to the stream this one replaced.
-    `contextlib.redirect_stdout` swaps one global for all threads, so a watcher's line could
-    land in an answer, or an answer in whatever buffer another thread had swapped in."""
+    buffer, every other thread (the watcher's) to the stream this one replaced."""
 
     def __init__(self, stream) -> None:
         import threading
@@ -438,33 +416,19 @@ class _PerThread:
     def capture(self, buffer) -> None:
         self._local.buffer = buffer
 
-    def write(self, text: str) -> int:
-        return self.target().write(text)
-
-    def flush(self) -> None:
-        self.target().flush()
-
-    def isatty(self) -> bool:
-        return self.target().isatty()
-
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str):  # write, flush, isatty...
         return getattr(self.target(), name)
 
 
 class _Runner:
-    """Runs one CLI command in this process with the caller's cwd, MDVDB_* environment and
-    captured output, the way `python -m mdvdb` would have."""
+    """Runs one CLI command here with the caller's cwd, MDVDB_* environment, captured output."""
 
-    def __init__(self) -> None:
-        from contextlib import ExitStack, redirect_stderr, redirect_stdout
-
+    def __init__(self) -> None:  # for the server's life: `close`
         self.out, self.err = _PerThread(sys.stdout), _PerThread(sys.stderr)
-        self._streams = ExitStack()  # for the server's life: `close`
-        self._streams.enter_context(redirect_stdout(self.out))
-        self._streams.enter_context(redirect_stderr(self.err))
+        sys.stdout, sys.stderr = self.out, self.err
 
     def close(self) -> None:
-        self._streams.close()
+        sys.stdout, sys.stderr = self.out.stream, self.err.stream
 
     def run(self, argv: list[str], cwd: str, env: dict[str, str]) -> dict:
         import io
@@ -473,7 +437,7 @@ class _Runner:
         from mdvdb.cli import run
 
         out, err = io.StringIO(), io.StringIO()
-        saved_env = {k: v for k, v in os.environ.items() if k.startswith("MDVDB_")}
+        saved_env = _client_env()
         before = os.getcwd()
         code = 0
         self.out.capture(out)

@@ -1,10 +1,7 @@
 """The warm socket's messages: `MDW1`, a 4-byte big-endian length, then one tagged value (`N`
 None, `T`/`F`, `i`/`f` ASCII digits behind a length byte, `s` UTF-8, `l` list, `d` mapping of
-string keys; 4-byte lengths and counts). The decoder checks every length and count against the
-bytes left before it reads or allocates, nests at most `MAX_DEPTH` deep, takes at most
-`MAX_ITEMS` items; anything else is a `WireError`, never a hang. Not marshal (11 bytes make it
-build a 1.5-billion-item list: docs/security.md, "Servers that cannot be knocked over"), not
-json (its imports would weigh on every forwarded call): built-ins only."""
+string keys; 4-byte lengths and counts), decoded within bounds: anything else is a
+`WireError`, never a hang (docs/security.md, "Servers that cannot be knocked over")."""
 
 from __future__ import annotations
 
@@ -71,8 +68,7 @@ def _put(value: object, out: list[bytes], depth: int) -> None:
 
 
 def message_length(header: bytes, cap: int) -> int:
-    """The body length a message's first `HEADER` bytes announce; WireError when they are
-    not this protocol's or announce more than `cap` bytes."""
+    """The body length a message's `HEADER` announces; WireError if foreign or over `cap`."""
     if len(header) != HEADER or header[:4] != MAGIC:
         raise WireError("not a warm-socket message")
     size = int.from_bytes(header[4:], "big")
@@ -126,8 +122,7 @@ def _get(data: bytes, pos: int, depth: int) -> tuple[object, int]:
             raise WireError("a string that is not UTF-8") from None
     if tag in (b"l", b"d"):
         count, pos = _count(data, pos)
-        # each item takes a byte at least (two for a key and its value): checked before
-        # anything is allocated
+        # each item takes a byte at least (a key and value two): checked before allocating
         if count > MAX_ITEMS or count * (2 if tag == b"d" else 1) > len(data) - pos:
             raise WireError(f"{count} items announced")
         if tag == b"l":

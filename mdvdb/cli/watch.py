@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import sys
+import signal
+import threading
 from dataclasses import dataclass
 
 from kernel.options import Spec, declared, option
-from mdvdb.cli.errors import EXIT_OK, load, user_errors
+from mdvdb.cli.errors import EXIT_OK, line, load, user_errors
 from mdvdb.cli.parser import Command
 
 
@@ -25,9 +26,6 @@ class WatchOptions:
 
 def watch(root: str | None, debounce_ms: int | None) -> int:
     with user_errors():
-        import signal
-        import threading
-
         config = load(root)
         from pipeline import Watcher
 
@@ -41,15 +39,10 @@ def watch(root: str | None, debounce_ms: int | None) -> int:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         folders = ", ".join(str(p) for p in config.source_paths())
-        _say(f"watch: watching {folders} (Ctrl-C to stop)")
+        line(f"watch: watching {folders} (Ctrl-C to stop)", err=True)
         Watcher(config, stop=stop, debounce_ms=debounce_ms).run()
-        _say("watch: stopped")
+        line("watch: stopped", err=True)
     return EXIT_OK
-
-
-def _say(text: str) -> None:
-    sys.stderr.write(f"{text}\n")
-    sys.stderr.flush()
 
 
 COMMAND = Command(
