@@ -9,6 +9,10 @@ start (2x here).
 
     python bench/cold_ab.py --against OTHER/.venv/bin/mdvdb --root TLDR [--runs 20] [--json]
     python bench/cold_ab.py --against OTHER/.venv/bin/mdvdb --root TLDR --mix --runs 40
+    python bench/cold_ab.py --against OTHER/.venv/bin/mdvdb --root TLDR --against-root TLDR2
+
+`--against-root`: the other install reads its own ingested copy of the folder (an install
+that reads an older index format); its answers then differ at least by the root's name.
 
 `--mix`: the query mix of `bench/query.py`'s cold rows, as a user meets it: run i searches
 `bench.query.QUERIES[i % 12]` with `--json` and the default limit (10 results), a fresh
@@ -57,6 +61,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", required=True, help="the other install's mdvdb executable")
     parser.add_argument("--root", required=True, help="an ingested project folder")
+    parser.add_argument(
+        "--against-root",
+        help="the other install's copy of the folder, ingested by it (an older index format)",
+    )
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--query", default=QUERY)
     parser.add_argument("--mix", action="store_true", help="bench/query.py's cold query mix")
@@ -70,14 +78,17 @@ def main() -> None:
     else:
         queries = [args.query]
 
-    def search(q: str) -> list[str]:
+    def search(q: str, root: str = args.root) -> list[str]:
         tail = ["--json"] if args.mix else ["-n", "3"]
-        return ["search", q, "--root", args.root, *tail]
+        return ["search", q, "--root", root, *tail]
 
     env = {**os.environ, "MDVDB_NO_WARM": "1"}
     commands = {
         "this checkout": (lambda q: [here, *search(q)], env),
-        "other install": (lambda q: [args.against, *search(q)], env),
+        "other install": (
+            lambda q: [args.against, *search(q, args.against_root or args.root)],
+            env,
+        ),
         "this checkout, python -m mdvdb": (
             lambda q: [sys.executable, "-m", "mdvdb", *search(q)],
             env,
