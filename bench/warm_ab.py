@@ -12,10 +12,12 @@ the fastest obvious alternative, `M @ v` over an in-memory float32 copy of the w
 each and their ratio; the table gives the medians over its processes per checkout, and the
 other checkout's p50 over this one's.
 `--against` is the other checkout's interpreter (its `bench/` and code are found next to
-its `.venv`); without it, only this checkout runs. `--threads` adds this checkout with
-MDVDB_SEARCH_THREADS=0 (the passes split over every core, query.score.second_core; the default is
-1) to the rotation; `--one-core` makes the other checkout's helper threads off too (its
-`query.score.second_core.cores` = 1: what this checkout's default does). The load average is
+its `.venv`); without it, only this checkout runs. `--against-root` gives the other checkout
+its own ingested copy of the folder (one that reads an older index format). `--threads` adds
+this checkout with MDVDB_SEARCH_THREADS=0 (the passes split over every core,
+query.score.second_core; the default is 1) to the rotation; `--one-core` makes the other
+checkout's helper threads off too (its `query.score.second_core.cores` = 1: what this
+checkout's default does). The load average is
 printed with each process. Nothing is written into DIR.
 """
 
@@ -90,6 +92,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, required=True, help="an ingested folder")
     parser.add_argument("--against", help="the other checkout's python (its .venv/bin/python)")
+    parser.add_argument(
+        "--against-root",
+        type=Path,
+        help="the other checkout's own ingested copy of the folder (an older index format)",
+    )
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
@@ -107,6 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     here = Path(__file__).resolve().parents[1]
     runs = {"this": (sys.executable, here, False, None)}
+    roots = {"other": args.against_root or args.root}
     if args.threads:
         runs["this, every core"] = (sys.executable, here, False, {"MDVDB_SEARCH_THREADS": "0"})
     if args.against:
@@ -116,7 +124,8 @@ def main() -> None:
     for pair in range(args.pairs):
         for name in names if pair % 2 == 0 else names[::-1]:
             python, tree, one_core, env = runs[name]
-            got = run_child(python, tree, args.root.resolve(), args.rounds, one_core, env)
+            root = roots.get(name, args.root).resolve()
+            got = run_child(python, tree, root, args.rounds, one_core, env)
             seen[name].append(got)
             if not args.json:
                 print(
