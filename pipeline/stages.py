@@ -145,7 +145,6 @@ class Schema:
     problems: tuple[Problem, ...]
     digest: str
     writer: Any = field(default=None, repr=False, compare=False)  # the next index's writer
-    writer: Any = field(default=None, repr=False, compare=False)
 
     def abandon(self) -> None:
         if self.writer is not None:
