@@ -15,7 +15,7 @@ from kernel.shards import published_file
 from pipeline.lock import WriterLock, describe_command
 from pipeline.report import IngestReport
 from pipeline.stages import RETRY_UNPARSED, IngestError, Progress, build_settings
-from pipeline.state import StateDamaged, is_damage
+from pipeline.state import is_damage, stored_wrong
 from pipeline.tasks import (
     STAGES,
     TASK_CREATORS,
@@ -194,7 +194,7 @@ def set_aside_damaged_state(config: Config, exc: BaseException) -> tuple[str, st
     """When `exc` says the cache database is damaged (and SQLite's own check agrees), rename
     it and its WAL aside so the next run builds a new one; the report's line, else None."""
     path = config.state_path / STATE_DB
-    if not is_damage(exc) or (not isinstance(exc, StateDamaged) and _passes_check(path)):
+    if not is_damage(exc) or (not stored_wrong(exc) and _passes_check(path)):
         return None
     aside = path.with_name(f"{STATE_DB}.damaged")  # the last one only: a cache can be big
     for suffix in ("", "-wal", "-shm"):

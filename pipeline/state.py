@@ -26,8 +26,20 @@ class StateDamaged(RuntimeError):
 DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
-def is_damage(exc: BaseException) -> bool:
+# What Python's sqlite3 raises for a text cell that is not UTF-8: every text this cache holds
+# was written as UTF-8, so such a cell is damage inside a page SQLite's own checks pass.
+NOT_UTF8 = "Could not decode to UTF-8"
+
+
+def stored_wrong(exc: BaseException) -> bool:
+    """A stored value that is not what was written (no SQLite check can confirm it)."""
     return isinstance(exc, StateDamaged) or (
+        isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(NOT_UTF8)
+    )
+
+
+def is_damage(exc: BaseException) -> bool:
+    return stored_wrong(exc) or (
         isinstance(exc, sqlite3.DatabaseError)
         and getattr(exc, "sqlite_errorcode", None) in DAMAGE_CODES
     )

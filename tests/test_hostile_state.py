@@ -73,6 +73,15 @@ def _not_json(db: Path) -> None:
         conn.execute("UPDATE kv SET value = '{not json'")
 
 
+def _not_utf8(db: Path) -> None:
+    """A text cell whose bytes are not UTF-8 (what damage inside a page can leave)."""
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE manifest SET path = CAST(x'c3ff2e6d64' AS TEXT)"
+            " WHERE path = (SELECT min(path) FROM manifest)"
+        )
+
+
 def _random_bytes(db: Path) -> None:
     db.write_bytes(os.urandom(db.stat().st_size))
     for suffix in ("-wal", "-shm"):
@@ -110,6 +119,7 @@ def test_a_state_cache_of_random_bytes_is_set_aside_by_the_ingest(tmp_path: Path
         pytest.param("random bytes", True, marks=pytest.mark.slow),
         pytest.param("not json", False, marks=pytest.mark.slow),
         pytest.param("damaged pages", True, marks=pytest.mark.slow),
+        pytest.param("not utf-8", False, marks=pytest.mark.slow),
     ],
 )
 def test_a_damaged_state_cache_is_set_aside_and_rebuilt(tmp_path: Path, damage: str, full: bool):
@@ -118,9 +128,8 @@ def test_a_damaged_state_cache_is_set_aside_and_rebuilt(tmp_path: Path, damage: 
         (root / f"more{i}.md").write_text(f"# More {i}\n\n" + f"filler{i} " * 50)
     assert _cli("ingest", "--root", str(root)).returncode == 0
     db = root / STATE / "cache.sqlite3"
-    {"random bytes": _random_bytes, "not json": _not_json, "damaged pages": _damaged_pages}[damage](
-        db
-    )
+    damages = {"random bytes": _random_bytes, "not json": _not_json, "not utf-8": _not_utf8}
+    {**damages, "damaged pages": _damaged_pages}[damage](db)
     (root / "n1.md").write_text("# Note 1\n\nwords about freshword here\n")
     done = _cli("ingest", *(["--full"] if full else []), "--root", str(root))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
